@@ -1,0 +1,31 @@
+#!/usr/bin/env node
+import { Command, CommanderError } from 'commander';
+import { CliError } from './cliError.js';
+import { registerCniCommands } from './cniCommand.js';
+
+export function buildProgram(): Command {
+  const program = new Command('tendril')
+    .description('tendril: container networking — CLI for the node agent, the kvstore and CNI')
+    .version('0.1.0')
+    .showHelpAfterError()
+    .exitOverride();
+  registerCniCommands(program);
+  return program;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+    return 0;
+  } catch (err) {
+    if (err instanceof CommanderError) return err.exitCode;
+    if (err instanceof CliError) {
+      process.stderr.write(`tendril: ${err.message}\n`);
+      return err.exitCode;
+    }
+    throw err;
+  }
+}
+
+process.exitCode = await main(process.argv);

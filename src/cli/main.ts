@@ -28,4 +28,6 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
-process.exitCode = await main(process.argv);
+const code = await main(process.argv);
+// A command may already have set a failing exit code while reporting its own error.
+if (!process.exitCode) process.exitCode = code;

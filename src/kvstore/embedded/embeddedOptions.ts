@@ -1,0 +1,50 @@
+import { isAbsolute, join } from 'node:path';
+import type { Logger } from '../../logging/logger.js';
+import { parseDurationMs } from '../duration.js';
+import { InvalidOptionError } from '../errors.js';
+import { EMBEDDED_DEFAULTS, type EmbeddedOptions } from './embeddedBackend.js';
+
+/** `--kvstore-opt` keys the embedded backend understands. */
+export const EMBEDDED_OPTION_KEYS = [
+  'embedded.path',
+  'embedded.synchronous',
+  'embedded.journal',
+  'embedded.leaseCheckInterval',
+  'embedded.historyRevisions',
+] as const;
+
+/** The store lives in the agent's state dir unless embedded.path says otherwise. */
+export function defaultEmbeddedPath(stateDir: string): string {
+  return join(stateDir, 'kvstore', 'tendril.db');
+}
+
+export function parseEmbeddedOptions(opts: Record<string, string>, stateDir: string, logger: Logger): EmbeddedOptions {
+  const path = opts['embedded.path'] ?? defaultEmbeddedPath(stateDir);
+  if (!isAbsolute(path)) throw new InvalidOptionError(`embedded.path must be absolute, got "${path}"`);
+  const sync = opts['embedded.synchronous'] ?? EMBEDDED_DEFAULTS.synchronous;
+  if (sync !== 'full' && sync !== 'normal') {
+    throw new InvalidOptionError(`embedded.synchronous must be "full" or "normal", got "${sync}"`);
+  }
+  const journal = opts['embedded.journal'] ?? EMBEDDED_DEFAULTS.journal;
+  if (journal !== 'wal' && journal !== 'delete') {
+    throw new InvalidOptionError(`embedded.journal must be "wal" or "delete", got "${journal}"`);
+  }
+  const interval = opts['embedded.leaseCheckInterval'];
+  const history = opts['embedded.historyRevisions'];
+  let historyRevisions: number = EMBEDDED_DEFAULTS.historyRevisions;
+  if (history !== undefined) {
+    historyRevisions = Number(history);
+    if (!Number.isSafeInteger(historyRevisions) || historyRevisions < 1) {
+      throw new InvalidOptionError(`embedded.historyRevisions must be a positive integer, got "${history}"`);
+    }
+  }
+  return {
+    path,
+    synchronous: sync,
+    journal,
+    leaseCheckIntervalMs:
+      interval === undefined ? EMBEDDED_DEFAULTS.leaseCheckIntervalMs : parseDurationMs('embedded.leaseCheckInterval', interval),
+    historyRevisions,
+    logger,
+  };
+}

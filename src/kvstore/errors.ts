@@ -1,0 +1,132 @@
+/**
+ * One table of kvstore error codes with stable string names (undici/fastify
+ * style). Callers branch on `code`, never on message text; the CLI and agent
+ * print `code: message`.
+ */
+export const KvstoreErrorCode = {
+  INVALID_KEY: 'KVSTORE_INVALID_KEY',
+  VALUE_TOO_LARGE: 'KVSTORE_VALUE_TOO_LARGE',
+  INVALID_ARGUMENT: 'KVSTORE_INVALID_ARGUMENT',
+  INVALID_OPTION: 'KVSTORE_INVALID_OPTION',
+  UNKNOWN_BACKEND: 'KVSTORE_UNKNOWN_BACKEND',
+  UNAVAILABLE: 'KVSTORE_UNAVAILABLE',
+  AUTH_FAILED: 'KVSTORE_AUTH_FAILED',
+  LOCKED: 'KVSTORE_LOCKED',
+  COMPACTED: 'KVSTORE_COMPACTED',
+  LEASE_NOT_FOUND: 'KVSTORE_LEASE_NOT_FOUND',
+  CLOSED: 'KVSTORE_CLOSED',
+} as const;
+
+export type KvstoreErrorCode = (typeof KvstoreErrorCode)[keyof typeof KvstoreErrorCode];
+
+export class KvstoreError extends Error {
+  constructor(
+    readonly code: KvstoreErrorCode,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'KvstoreError';
+  }
+}
+
+export class InvalidKeyError extends KvstoreError {
+  constructor(message: string) {
+    super(KvstoreErrorCode.INVALID_KEY, message);
+    this.name = 'InvalidKeyError';
+  }
+}
+
+export class ValueTooLargeError extends KvstoreError {
+  constructor(
+    readonly size: number,
+    readonly limit: number,
+  ) {
+    super(KvstoreErrorCode.VALUE_TOO_LARGE, `value is ${size} bytes, the limit is ${limit}`);
+    this.name = 'ValueTooLargeError';
+  }
+}
+
+export class InvalidArgumentError extends KvstoreError {
+  constructor(message: string) {
+    super(KvstoreErrorCode.INVALID_ARGUMENT, message);
+    this.name = 'InvalidArgumentError';
+  }
+}
+
+export class InvalidOptionError extends KvstoreError {
+  constructor(message: string) {
+    super(KvstoreErrorCode.INVALID_OPTION, message);
+    this.name = 'InvalidOptionError';
+  }
+}
+
+export class UnknownBackendError extends KvstoreError {
+  constructor(readonly kind: string) {
+    super(KvstoreErrorCode.UNKNOWN_BACKEND, `unknown kvstore backend "${kind}" (expected "embedded" or "etcd")`);
+    this.name = 'UnknownBackendError';
+  }
+}
+
+export class UnavailableError extends KvstoreError {
+  constructor(message: string, cause?: unknown) {
+    super(KvstoreErrorCode.UNAVAILABLE, message, { cause });
+    this.name = 'UnavailableError';
+  }
+}
+
+export class AuthFailedError extends KvstoreError {
+  constructor(message: string, cause?: unknown) {
+    super(KvstoreErrorCode.AUTH_FAILED, message, { cause });
+    this.name = 'AuthFailedError';
+  }
+}
+
+export class LockedError extends KvstoreError {
+  constructor(
+    readonly path: string,
+    readonly holderPid: number | undefined,
+  ) {
+    super(
+      KvstoreErrorCode.LOCKED,
+      `embedded store ${path} is in use by another process` +
+        (holderPid === undefined ? '' : ` (pid ${holderPid})`) +
+        '; only one agent may open it',
+    );
+    this.name = 'LockedError';
+  }
+}
+
+export class CompactedError extends KvstoreError {
+  constructor(
+    readonly requestedRevision: number,
+    /** Oldest revision still available, when the backend reports it (0 = unknown). */
+    readonly compactRevision: number,
+  ) {
+    super(
+      KvstoreErrorCode.COMPACTED,
+      `revision ${requestedRevision} has been compacted` +
+        (compactRevision > 0 ? ` (history starts after ${compactRevision})` : '') +
+        '; list again and watch from the listing revision',
+    );
+    this.name = 'CompactedError';
+  }
+}
+
+export class LeaseNotFoundError extends KvstoreError {
+  constructor(readonly leaseId: string) {
+    super(KvstoreErrorCode.LEASE_NOT_FOUND, `lease ${leaseId} not found (expired or revoked)`);
+    this.name = 'LeaseNotFoundError';
+  }
+}
+
+export class ClosedError extends KvstoreError {
+  constructor() {
+    super(KvstoreErrorCode.CLOSED, 'kvstore backend is closed');
+    this.name = 'ClosedError';
+  }
+}
+
+export function isKvstoreError(err: unknown): err is KvstoreError {
+  return err instanceof KvstoreError;
+}

@@ -1,0 +1,63 @@
+import { createLogger, type Logger } from '../logging/logger.js';
+import { EmbeddedBackend } from './embedded/embeddedBackend.js';
+import { EMBEDDED_OPTION_KEYS, parseEmbeddedOptions } from './embedded/embeddedOptions.js';
+import { EtcdBackend } from './etcd/etcdBackend.js';
+import { ETCD_OPTION_KEYS, parseEtcdOptions } from './etcd/etcdOptions.js';
+import { InvalidOptionError, UnknownBackendError } from './errors.js';
+import type { Backend, BackendKind } from './types.js';
+
+export interface OpenBackendRequest {
+  /** `--kvstore`; any string is accepted here so the error for a typo is ours. */
+  kind: string;
+  /** `--kvstore-opt` pairs, already split (see parseKvstoreOpts). */
+  options: Record<string, string>;
+  /** Agent state dir; the embedded store defaults to <stateDir>/kvstore/tendril.db. */
+  stateDir: string;
+  logger?: Logger;
+}
+
+export const DEFAULT_BACKEND: BackendKind = 'embedded';
+
+const OPTION_KEYS: Record<BackendKind, readonly string[]> = {
+  embedded: EMBEDDED_OPTION_KEYS,
+  etcd: ETCD_OPTION_KEYS,
+};
+
+function isBackendKind(kind: string): kind is BackendKind {
+  return Object.hasOwn(OPTION_KEYS, kind);
+}
+
+/**
+ * Splits repeated `key=value` flags (Cilium's `--kvstore-opt`) into a record.
+ * The value may itself contain '='; a key given twice is an error rather than
+ * a silent last-wins.
+ */
+export function parseKvstoreOpts(pairs: readonly string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of pairs) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new InvalidOptionError(`--kvstore-opt "${pair}" is not key=value`);
+    const key = pair.slice(0, eq);
+    if (Object.hasOwn(out, key)) throw new InvalidOptionError(`--kvstore-opt ${key} given twice`);
+    out[key] = pair.slice(eq + 1);
+  }
+  return out;
+}
+
+/** Opens the selected backend. The embedded store is opened (and locked) now; etcd connects lazily. */
+export async function openBackend(req: OpenBackendRequest): Promise<Backend> {
+  if (!isBackendKind(req.kind)) throw new UnknownBackendError(req.kind);
+  const allowed = OPTION_KEYS[req.kind];
+  for (const key of Object.keys(req.options)) {
+    if (!allowed.includes(key)) {
+      throw new InvalidOptionError(`unknown --kvstore-opt "${key}" for the ${req.kind} backend (known: ${allowed.join(', ')})`);
+    }
+  }
+  const logger = req.logger ?? createLogger('kvstore');
+  switch (req.kind) {
+    case 'embedded':
+      return EmbeddedBackend.open(parseEmbeddedOptions(req.options, req.stateDir, logger));
+    case 'etcd':
+      return new EtcdBackend(parseEtcdOptions(req.options, logger));
+  }
+}

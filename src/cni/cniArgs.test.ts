@@ -102,10 +102,6 @@ describe('formatCniArgs', () => {
     );
   });
 
-  // BUG (src/cni/cniArgs.ts): formatCniArgs does not reject keys/values that
-  // contain ';' or '=' (or an empty key), so it can emit text that does not
-  // parse back to the same pairs — e.g. a pod name "x;IgnoreUnknown=1" smuggles
-  // an extra argument into CNI_ARGS. Contract: format either throws or round-trips.
   test('format never emits CNI_ARGS that parse to different pairs', () => {
     const smuggled: CniArgs = [['K8S_POD_NAME', 'x;IgnoreUnknown=1']];
     let text: string | undefined;

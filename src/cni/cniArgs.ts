@@ -14,6 +14,12 @@ export function parseCniArgs(text: string): CniArgs {
   });
 }
 
+/** Refuses pairs that would not parse back the same: a value must not smuggle in another pair. */
 export function formatCniArgs(args: CniArgs): string {
+  for (const [k, v] of args) {
+    if (k === '' || /[;=]/.test(k) || /[;=]/.test(v)) {
+      throw new CniError(CniErrorCode.InvalidEnvironmentVariables, `invalid CNI_ARGS pair ${JSON.stringify([k, v])}: keys must be non-empty and neither may contain ';' or '='`);
+    }
+  }
   return args.map(([k, v]) => `${k}=${v}`).join(';');
 }

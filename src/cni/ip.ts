@@ -2,6 +2,8 @@ import { isIP } from 'node:net';
 
 /** 4 or 6 for a bare IP address, 0 for anything else. */
 export function ipFamily(ip: string): 0 | 4 | 6 {
+  // Node accepts IPv6 zone IDs ("fe80::1%eth0"); CNI results (Go's net.ParseIP) do not.
+  if (ip.includes('%')) return 0;
   return isIP(ip) as 0 | 4 | 6;
 }
 

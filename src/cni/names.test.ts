@@ -129,17 +129,12 @@ describe('validateInterfaceName', () => {
     });
   }
 
-  // BUG (src/cni/names.ts): IFNAMSIZ counts bytes, but the length check counts
-  // UTF-16 code units. 'é' x 8 is 8 code units but 16 bytes in UTF-8, which the
-  // kernel (and libcni's len(ifName) check) rejects; names.ts accepts it.
   test('IFNAMSIZ is a byte limit: 8 x "é" (16 UTF-8 bytes) is too long', () => {
     const name = 'é'.repeat(8);
     assert.equal(Buffer.byteLength(name), 16);
     assert.equal(codeOf(() => validateInterfaceName(name)), 4);
   });
 
-  // BUG (src/cni/names.ts): libcni rejects every unicode.IsSpace rune, which
-  // includes U+0085 (NEL); JS's \s does not match U+0085, so it is accepted.
   test('U+0085 (NEL) counts as whitespace', () => {
     assert.equal(codeOf(() => validateInterfaceName('eth\u00850')), 4);
   });

@@ -7,7 +7,7 @@ export const MAX_IFNAME_LENGTH = 15;
 const ID_PATTERN = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
 
 export function validateContainerId(id: string): void {
-  if (id === '') throw new CniError(CniErrorCode.InvalidEnvironmentVariables, 'missing containerID');
+  if (id === '') throw new CniError(CniErrorCode.UnknownContainer, 'missing containerID');
   if (!ID_PATTERN.test(id)) {
     throw new CniError(CniErrorCode.InvalidEnvironmentVariables, 'invalid characters in containerID', id);
   }
@@ -25,10 +25,11 @@ export function validateInterfaceName(ifName: string): void {
     throw new CniError(CniErrorCode.InvalidEnvironmentVariables, msg, ifName);
   };
   if (ifName === '') bad('interface name is empty');
-  if (ifName.length > MAX_IFNAME_LENGTH) bad('interface name is too long');
+  // The kernel's limit is in bytes, not characters.
+  if (Buffer.byteLength(ifName, 'utf8') > MAX_IFNAME_LENGTH) bad('interface name is too long');
   if (ifName === '.' || ifName === '..') bad('interface name is . or ..');
   // '/' and ':' would escape sysfs paths and alias syntax; whitespace breaks iproute2.
-  if (/[/:\s]/.test(ifName)) bad('interface name contains / or : or whitespace characters');
+  if (/[/:\s\u0085]/.test(ifName)) bad('interface name contains / or : or whitespace characters');
 }
 
 /** An absolute path without NUL or `..` segments (netns paths, socket paths, dirs). */

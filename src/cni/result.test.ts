@@ -340,11 +340,6 @@ describe('parseResult / decodeResult', () => {
     assert.deepEqual(decodeResult(JSON.stringify({ ...FULL_020, cniVersion: '' }), '0.1.0'), { ...FULL_020, cniVersion: '0.1.0' });
   });
 
-  // BUG (src/cni/result.ts + types.ts): decodeResult documents "missing means
-  // fallbackVersion", but parseResult validates the raw value against schemas
-  // whose cniVersion is a required string, so a result without a cniVersion key
-  // fails with code 6 ("expected string, received undefined at cniVersion")
-  // although parseResult overwrites cniVersion anyway.
   test('decodeResult uses the fallback when cniVersion is absent', () => {
     assert.deepEqual(decodeResult(JSON.stringify(FULL_020), '0.2.0'), { ...FULL_020, cniVersion: '0.2.0' });
     assert.deepEqual(decodeResult(JSON.stringify(FULL_110), '1.1.0'), { ...FULL_110, cniVersion: '1.1.0' });
@@ -435,9 +430,6 @@ describe('parseResult / decodeResult', () => {
     }
   });
 
-  // BUG (src/cni/ip.ts via types.ts): node's isIP() accepts IPv6 zone ids, so
-  // "fe80::1%eth0" passes as a gateway and "fe80::1%eth0/64" as a CIDR; libcni
-  // (net.ParseIP / net.ParseCIDR) rejects both, so such results must be code 6.
   test('IPv6 zone ids are not valid in gateways or CIDRs', () => {
     const ok = { cniVersion: '1.1.0', ips: [{ address: 'fe80::2/64', gateway: 'fe80::1' }] };
     assert.doesNotThrow(() => parseResult('1.1.0', ok));

@@ -67,7 +67,7 @@ export function decodeResult(bytes: string, fallbackVersion: string): AnyResult 
   }
   const claimed = (value as Record<string, unknown>).cniVersion;
   const version = typeof claimed === 'string' && claimed !== '' ? claimed : fallbackVersion;
-  return parseResult(version, value);
+  return parseResult(version, { ...value, cniVersion: version });
 }
 
 type Converter = (from: AnyResult, toVersion: string) => AnyResult;

@@ -205,10 +205,6 @@ describe('environment validation', () => {
     assert.equal(a.conf.name, 'testnet');
   });
 
-  // BUG (src/cni/skel.ts): libcni's skel validates CNI_CONTAINERID and
-  // CNI_IFNAME (utils.ValidateContainerID / ValidateInterfaceName) when they are
-  // required for the verb, failing with code 4. dispatch never calls
-  // validateContainerId / validateInterfaceName, so these reach the plugin.
   describe('CNI_CONTAINERID / CNI_IFNAME contents are validated (libcni skel)', () => {
     const cases: Array<[string, Record<string, string>]> = [
       ['ADD with CNI_IFNAME of 16 characters', { CNI_COMMAND: 'ADD', CNI_IFNAME: 'a'.repeat(16) }],

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { asCniError, CniError, CniErrorCode } from './errors.js';
 import { convertResult, parseResult, toCurrent } from './result.js';
+import { validateContainerId, validateInterfaceName } from './names.js';
 import { type AnyResult, type CurrentResult, type GcAttachment, type NetConf, NetConfSchema } from './types.js';
 import {
   CURRENT_VERSION,
@@ -116,6 +117,10 @@ async function buildCmdArgs(command: CniCommand, vars: Record<string, string>, i
     stdinData = await io.readStdin();
   } catch (err) {
     throw new CniError(CniErrorCode.IOFailure, `error reading from stdin: ${(err as Error).message}`);
+  }
+  if (command === 'ADD' || command === 'CHECK' || command === 'DEL') {
+    validateContainerId(vars.CNI_CONTAINERID ?? '');
+    validateInterfaceName(vars.CNI_IFNAME ?? '');
   }
   const conf = parseConf(stdinData);
   const cniVersion = decodeVersion(stdinData);

@@ -200,8 +200,11 @@ describe('bad input and failing plugins', () => {
     ['an interface name over 15 characters', { ifName: 'eth0123456789012' }, /too long/],
     ['an interface name with a slash', { ifName: 'a/b' }, /contains \/ or :/],
     ['a container ID with a space', { containerId: 'a b' }, /invalid characters in containerID/],
-    ['an empty container ID', { containerId: '' }, /missing containerID/],
   ];
+  test('an empty container ID is an unknown container (code 3)', async () => {
+    await assert.rejects(runtime.addNetworkList(list('1.0.0', [{ type: 'tdl-first' }]), { ...rt, containerId: '' }), (e: unknown) => e instanceof CniError && e.code === CniErrorCode.UnknownContainer);
+  });
+
   for (const [name, patch, pattern] of badRt) {
     test(`${name} is refused before any plugin runs`, async () => {
       await assert.rejects(runtime.addNetworkList(list('1.0.0', [{ type: 'tdl-first' }]), { ...rt, ...patch }), (e: unknown) => {

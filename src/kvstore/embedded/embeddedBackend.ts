@@ -1,4 +1,4 @@
-import type { Database, Statement } from 'better-sqlite3';
+import type { Database } from 'better-sqlite3';
 import type { Logger } from '../../logging/logger.js';
 import { ClosedError, CompactedError, InvalidArgumentError, LeaseNotFoundError } from '../errors.js';
 import {

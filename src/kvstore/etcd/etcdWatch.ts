@@ -35,8 +35,10 @@ export class EtcdWatch implements Watch {
   private readonly watcher: Watcher;
   private closed = false;
 
+  private readonly probeKey: Buffer;
+
   constructor(
-    client: Etcd3,
+    private readonly client: Etcd3,
     prefix: string,
     rangeEnd: string | undefined,
     fromRevision: number | undefined,
@@ -45,6 +47,7 @@ export class EtcdWatch implements Watch {
     private readonly logger: Logger,
   ) {
     this.next = fromRevision ?? 0;
+    this.probeKey = Buffer.from(prefix === '' ? '\0' : prefix, 'utf8');
     let builder = client.watch();
     // An empty prefix means every key: etcd spells that range ["\0", "\0").
     builder = prefix === '' ? builder.inRange({ start: Buffer.from([0]), end: Buffer.from([0]) }) : builder.inRange({ start: prefix, end: rangeEnd ?? Buffer.from([0]) });
@@ -99,8 +102,27 @@ export class EtcdWatch implements Watch {
     if (this.closed) return;
     this.closed = true;
     const mapped = this.mapError(err);
-    if (!(mapped instanceof KvstoreError)) this.logger.error({ err }, 'kvstore etcd watch failed');
-    this.listener.onError(mapped);
+    if (mapped instanceof KvstoreError || !err.message.startsWith('Watcher canceled')) {
+      this.report(mapped);
+      return;
+    }
+    // etcd 3.4 cancels a watch on compacted history with an empty cancel_reason
+    // and only a compact_revision field, which etcd3 does not pass on. Ask etcd
+    // directly: a read at our resume revision fails the same way iff it is compacted.
+    this.client.kv
+      .range({ key: this.probeKey, revision: String(this.next), limit: 1 })
+      .then(
+        () => this.report(mapped),
+        (probeErr: unknown) => {
+          const probe = mapEtcdError(probeErr, { endpoints: this.endpoints, revision: this.next });
+          this.report(probe instanceof CompactedError ? new CompactedError(this.next, 0) : mapped);
+        },
+      );
+  }
+
+  private report(err: Error): void {
+    if (!(err instanceof KvstoreError)) this.logger.error({ err }, 'kvstore etcd watch failed');
+    this.listener.onError(err);
   }
 
   async close(): Promise<void> {

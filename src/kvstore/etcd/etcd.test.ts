@@ -1,0 +1,177 @@
+import assert from 'node:assert/strict';
+import { createServer, connect, type Server, type Socket } from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { startEtcd, type EtcdHarness } from '../../../test/support/etcdHarness.js';
+import { createLogger } from '../../logging/logger.js';
+import { recordWatch, rejectsWithCode, runBackendContract } from '../contract.js';
+import { KvstoreErrorCode } from '../errors.js';
+import { openBackend } from '../factory.js';
+import { runChild, waitForLine } from '../testing/childProcess.js';
+import type { Backend } from '../types.js';
+
+const logger = createLogger('kvstore-test', 'error');
+let etcd: EtcdHarness;
+
+before(async () => {
+  etcd = await startEtcd();
+});
+after(async () => {
+  await etcd?.destroy();
+});
+
+function openEtcd(endpoint: string, extra: Record<string, string> = {}): Promise<Backend> {
+  return openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint, ...extra }, stateDir: '/nonexistent', logger });
+}
+
+runBackendContract('etcd', async () => ({ backend: await openEtcd(etcd.endpoint) }));
+
+/**
+ * A TCP relay between a client and etcd whose connections the test can cut,
+ * to disconnect one client without touching etcd or other clients.
+ */
+class CuttableProxy {
+  private server: Server | undefined;
+  private readonly sockets = new Set<Socket>();
+  port = 0;
+
+  constructor(private readonly target: number) {}
+
+  async listen(port = 0): Promise<void> {
+    const server = createServer((client) => {
+      const upstream = connect(this.target, '127.0.0.1');
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+        // A cut connection errors with ECONNRESET on the other side; that is the point.
+        s.on('error', () => s.destroy());
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+    this.port = (server.address() as { port: number }).port;
+    this.server = server;
+  }
+
+  /** Drops every connection and stops accepting new ones. */
+  async cut(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    for (const s of this.sockets) s.destroy();
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+}
+
+describe('etcd backend: behaviour across failures', () => {
+  it('N processes doing CAS increments on one key end with exactly the sum', async () => {
+    const kv = await openEtcd(etcd.endpoint);
+    const key = `cas/${Date.now()}`;
+    const procs = 4;
+    const each = 25;
+    const runs = Array.from({ length: procs }, () => runChild(['cas', 'etcd', etcd.endpoint, key, String(each)]));
+    const results = await Promise.all(runs.map((r) => r.exited));
+    for (const r of results) assert.equal(r.code, 0, r.stderr);
+    const retries = runs.map((r) => (JSON.parse(r.lines[0] ?? '{}') as { retries: number }).retries);
+    assert.equal((await kv.get(key))?.value, String(procs * each));
+    assert.ok(retries.reduce((a, b) => a + b, 0) > 0, 'the processes never contended; the test proved nothing');
+    await kv.close();
+  });
+
+  it('a watch cut off from etcd resumes with every missed event exactly once', async () => {
+    const port = Number(new URL(etcd.endpoint).port);
+    const proxy = new CuttableProxy(port);
+    await proxy.listen();
+    const watcherClient = await openEtcd(`http://127.0.0.1:${proxy.port}`);
+    const writer = await openEtcd(etcd.endpoint);
+    const base = `resume/${Date.now()}/`;
+    const rec = recordWatch(watcherClient, base);
+    await rec.watch.ready;
+    await writer.put(`${base}0`, 'before');
+    await rec.waitForEvents(1);
+
+    const proxyPort = proxy.port;
+    await proxy.cut();
+    for (let i = 1; i <= 5; i++) await writer.put(`${base}${i}`, 'while cut');
+    await writer.delete(`${base}0`);
+    await sleep(300);
+    assert.equal(rec.events.length, 1, 'nothing arrives while disconnected');
+    await proxy.listen(proxyPort);
+    await writer.put(`${base}6`, 'after');
+    await rec.waitForEvents(8, 15_000);
+    await sleep(200);
+    assert.deepEqual(rec.events.map((e) => [e.type, e.key]), [
+      ['put', `${base}0`],
+      ...[1, 2, 3, 4, 5].map((i) => ['put', `${base}${i}`]),
+      ['delete', `${base}0`],
+      ['put', `${base}6`],
+    ]);
+    assert.deepEqual(rec.errors, []);
+    await rec.watch.close();
+    await watcherClient.close();
+    await writer.close();
+    await proxy.cut();
+  });
+
+  it('etcd restarted under a running client: calls recover and the watch resumes', async () => {
+    const kv = await openEtcd(etcd.endpoint);
+    const base = `restart/${Date.now()}/`;
+    const rec = recordWatch(kv, base);
+    await rec.watch.ready;
+    await kv.put(`${base}a`, '1');
+    await rec.waitForEvents(1);
+
+    await etcd.stop();
+    const down = await kv.status();
+    assert.equal(down.connected, false);
+    await etcd.start();
+
+    // A fresh client writes first, possibly before the old client's watch is back.
+    const other = await openEtcd(etcd.endpoint);
+    await other.put(`${base}b`, '2');
+    await other.close();
+    // The running client's own calls work again (retrying through the restart).
+    await kv.put(`${base}c`, '3');
+    await rec.waitForEvents(3, 15_000);
+    await sleep(200);
+    assert.deepEqual(rec.events.map((e) => [e.key, e.value]), [
+      [`${base}a`, '1'],
+      [`${base}b`, '2'],
+      [`${base}c`, '3'],
+    ]);
+    assert.equal((await kv.status()).connected, true);
+    await rec.watch.close();
+    await kv.close();
+  });
+
+  it('an unreachable etcd gives KVSTORE_UNAVAILABLE after the retry timeout', async () => {
+    const proxy = new CuttableProxy(1);
+    await proxy.listen();
+    const port = proxy.port;
+    await proxy.cut(); // a port nothing listens on
+    const kv = await openEtcd(`http://127.0.0.1:${port}`, { 'etcd.retryTimeout': '1s', 'etcd.callTimeout': '500ms' });
+    const started = Date.now();
+    await rejectsWithCode(kv.get('x'), KvstoreErrorCode.UNAVAILABLE);
+    await rejectsWithCode(kv.put('x', 'y'), KvstoreErrorCode.UNAVAILABLE);
+    assert.ok(Date.now() - started < 10_000);
+    const st = await kv.status();
+    assert.equal(st.connected, false);
+    assert.match(st.detail, new RegExp(String(port)));
+    await kv.close();
+  });
+
+  it('bad options fail before any connection attempt', async () => {
+    await rejectsWithCode(openBackend({ kind: 'etcd', options: {}, stateDir: '/x', logger }), KvstoreErrorCode.INVALID_OPTION);
+    await rejectsWithCode(openEtcd('127.0.0.1:2379'), KvstoreErrorCode.INVALID_OPTION);
+    await rejectsWithCode(openEtcd(etcd.endpoint, { 'etcd.trustedCAFile': '/nonexistent/ca.pem' }), KvstoreErrorCode.INVALID_OPTION);
+    await rejectsWithCode(openEtcd(etcd.endpoint, { 'etcd.certFile': '/x.pem' }), KvstoreErrorCode.INVALID_OPTION);
+    await rejectsWithCode(openEtcd(etcd.endpoint, { 'etcd.username': 'root' }), KvstoreErrorCode.INVALID_OPTION);
+    await rejectsWithCode(openEtcd(etcd.endpoint, { 'etcd.callTimeout': 'soon' }), KvstoreErrorCode.INVALID_OPTION);
+    await rejectsWithCode(openEtcd(etcd.endpoint, { 'embedded.path': '/tmp/x.db' }), KvstoreErrorCode.INVALID_OPTION);
+  });
+
+  it('waits for a line from a child', async () => {
+    // Keeps waitForLine honest: a child that exits without the line is an error, not a hang.
+    const run = runChild(['open', '/nonexistent-dir/x.db']);
+    await assert.rejects(waitForLine(run, (l) => l === 'never', 5000), /did not print/);
+  });
+});

@@ -2,6 +2,7 @@
 import { Command, CommanderError } from 'commander';
 import { CliError } from './cliError.js';
 import { registerCniCommands } from './cniCommand.js';
+import { registerKvstoreCommands } from './kvstoreCommand.js';
 
 export function buildProgram(): Command {
   const program = new Command('tendril')
@@ -10,6 +11,7 @@ export function buildProgram(): Command {
     .showHelpAfterError()
     .exitOverride();
   registerCniCommands(program);
+  registerKvstoreCommands(program);
   return program;
 }
 

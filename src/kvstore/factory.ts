@@ -1,7 +1,5 @@
 import { createLogger, type Logger } from '../logging/logger.js';
-import { EmbeddedBackend } from './embedded/embeddedBackend.js';
 import { EMBEDDED_OPTION_KEYS, parseEmbeddedOptions } from './embedded/embeddedOptions.js';
-import { EtcdBackend } from './etcd/etcdBackend.js';
 import { ETCD_OPTION_KEYS, parseEtcdOptions } from './etcd/etcdOptions.js';
 import { InvalidOptionError, UnknownBackendError } from './errors.js';
 import type { Backend, BackendKind } from './types.js';
@@ -54,10 +52,18 @@ export async function openBackend(req: OpenBackendRequest): Promise<Backend> {
     }
   }
   const logger = req.logger ?? createLogger('kvstore');
+  // Backends are imported on demand: etcd3 pulls in gRPC and protobuf (~0.4 s
+  // of start-up), which every `tendril` invocation would otherwise pay.
   switch (req.kind) {
-    case 'embedded':
-      return EmbeddedBackend.open(parseEmbeddedOptions(req.options, req.stateDir, logger));
-    case 'etcd':
-      return new EtcdBackend(parseEtcdOptions(req.options, logger));
+    case 'embedded': {
+      const options = parseEmbeddedOptions(req.options, req.stateDir, logger);
+      const { EmbeddedBackend } = await import('./embedded/embeddedBackend.js');
+      return EmbeddedBackend.open(options);
+    }
+    case 'etcd': {
+      const options = parseEtcdOptions(req.options, logger);
+      const { EtcdBackend } = await import('./etcd/etcdBackend.js');
+      return new EtcdBackend(options);
+    }
   }
 }

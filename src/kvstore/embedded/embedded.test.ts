@@ -10,7 +10,8 @@ import { KvstoreErrorCode } from '../errors.js';
 import { openBackend } from '../factory.js';
 import { runChild, waitForLine } from '../testing/childProcess.js';
 import { writerValue } from '../testing/writerValue.js';
-import { EMBEDDED_DEFAULTS, EmbeddedBackend, type EmbeddedOptions } from './embeddedBackend.js';
+import { EmbeddedBackend, type EmbeddedOptions } from './embeddedBackend.js';
+import { EMBEDDED_DEFAULTS } from './embeddedOptions.js';
 
 const logger = createLogger('kvstore-test', 'warn');
 const dirs: string[] = [];

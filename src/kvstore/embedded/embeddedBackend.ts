@@ -50,13 +50,6 @@ export interface EmbeddedOptions {
   logger: Logger;
 }
 
-export const EMBEDDED_DEFAULTS = {
-  synchronous: 'full',
-  journal: 'wal',
-  leaseCheckIntervalMs: 250,
-  historyRevisions: 100_000,
-} as const satisfies Partial<EmbeddedOptions>;
-
 interface KvRow {
   key: string;
   value: string;

@@ -10,7 +10,8 @@
 import { writeSync } from 'node:fs';
 import { createLogger } from '../../logging/logger.js';
 import { casIncrement } from './casIncrement.js';
-import { EMBEDDED_DEFAULTS, EmbeddedBackend } from '../embedded/embeddedBackend.js';
+import { EmbeddedBackend } from '../embedded/embeddedBackend.js';
+import { EMBEDDED_DEFAULTS } from '../embedded/embeddedOptions.js';
 import { isKvstoreError } from '../errors.js';
 import { openBackend } from '../factory.js';
 import type { Backend } from '../types.js';

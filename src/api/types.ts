@@ -1,0 +1,56 @@
+import type { Result100 } from '../cni/index.js';
+
+/** Request and response bodies of the agent API (api/openapi.yaml is the source of truth). */
+
+export type CniVerb = 'ADD' | 'DEL' | 'CHECK' | 'GC' | 'STATUS';
+
+export interface CniRequest {
+  command: CniVerb;
+  containerId?: string;
+  netns?: string;
+  ifName?: string;
+  args?: string;
+  path?: string;
+  /** The netconf bytes the plugin read on stdin. */
+  config: string;
+}
+
+export interface CniResponse {
+  result?: Result100;
+}
+
+export interface IpamAllocationBody {
+  owner: string;
+  family: 4 | 6;
+  ip: string;
+  prefixLength: number;
+  gateway?: string;
+  pool: string;
+  cidr: string;
+  seq?: number;
+  expiresAt?: number;
+}
+
+export interface IpamResponse {
+  address: IpamAllocationBody;
+  hostAddressing?: { ipv4?: string; ipv6?: string };
+}
+
+export interface IpamList {
+  mode: string;
+  allocations: IpamAllocationBody[];
+  stats?: Record<string, number>;
+}
+
+export interface Health {
+  status: 'ok' | 'starting' | 'degraded';
+  nodeName?: string;
+  uptimeSeconds?: number;
+  kvstore: { backend: string; connected: boolean; revision: number; detail?: string };
+  endpoints: number;
+  ipam?: { mode: string; allocated: number };
+}
+
+export const DEFAULT_STATE_DIR = '/var/run/tendril';
+export const DEFAULT_SOCKET = `${DEFAULT_STATE_DIR}/tendril.sock`;
+export const SOCKET_ENV = 'TENDRIL_SOCK';

@@ -1,0 +1,60 @@
+/**
+ * What the endpoint and agent logic need from the datapath. The Linux
+ * implementation programs links, addresses and routes; the eBPF datapath will
+ * add its maps behind the same interface.
+ */
+export type IpFamily = 4 | 6;
+
+export interface PodAddress {
+  family: IpFamily;
+  /** Bare address; configured as /32 or /128 in the pod. */
+  ip: string;
+  /** The node's router address, the pod's gateway. */
+  gateway: string;
+}
+
+export interface PodNetworkSpec {
+  containerId: string;
+  /** Path of the pod's network namespace. */
+  netns: string;
+  /** Interface name inside the pod (CNI_IFNAME). */
+  ifName: string;
+  mtu: number;
+  addresses: PodAddress[];
+}
+
+export interface PodNetwork {
+  hostIfName: string;
+  hostIfIndex: number;
+  hostMac: string;
+  podIfIndex: number;
+  podMac: string;
+}
+
+export interface PodTeardownSpec {
+  containerId: string;
+  /** May be empty or gone: runtimes send DEL after the namespace is destroyed. */
+  netns: string;
+  ifName: string;
+  addresses: PodAddress[];
+}
+
+export interface NodeNetworkSpec {
+  /** Router addresses held by the host device, one per configured family. */
+  routerAddresses: Array<{ family: IpFamily; ip: string }>;
+  /** Traffic from these CIDRs to anywhere outside them is masqueraded. */
+  masqueradeCidrs: string[];
+}
+
+export interface Datapath {
+  /** Host device, forwarding and masquerading; idempotent, run at every agent start. */
+  setupNode(spec: NodeNetworkSpec): Promise<void>;
+  /** Plumbs a pod; on failure everything it created is removed before it throws. */
+  addPod(spec: PodNetworkSpec): Promise<PodNetwork>;
+  /** Removes what addPod made; parts already gone are fine. */
+  removePod(spec: PodTeardownSpec): Promise<void>;
+  /** Verifies interface, addresses and routes; throws a DatapathError naming the first mismatch. */
+  checkPod(spec: PodNetworkSpec): Promise<void>;
+  /** Whether the host side of a pod still exists (used when restoring endpoints). */
+  podExists(containerId: string, ifName: string): Promise<boolean>;
+}

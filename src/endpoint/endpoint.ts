@@ -1,0 +1,44 @@
+import { z } from 'zod';
+
+/**
+ * Endpoint states as Cilium names them. Today an endpoint goes
+ * waiting-to-regenerate → ready on creation and disconnecting → disconnected on
+ * deletion; identity resolution (waiting-for-identity) and regeneration join
+ * with the identity subsystem.
+ */
+export const ENDPOINT_STATES = ['waiting-for-identity', 'waiting-to-regenerate', 'regenerating', 'ready', 'disconnecting', 'disconnected'] as const;
+export type EndpointState = (typeof ENDPOINT_STATES)[number];
+
+export const EndpointAddressSchema = z.object({
+  family: z.union([z.literal(4), z.literal(6)]),
+  ip: z.string(),
+  gateway: z.string(),
+  pool: z.string(),
+  cidr: z.string(),
+  /** The allocator's sequence number, so a stale release cannot free a re-used address. */
+  seq: z.number().int().nonnegative(),
+});
+export type EndpointAddress = z.infer<typeof EndpointAddressSchema>;
+
+/** The persisted endpoint model (`<state-dir>/endpoints/<id>/endpoint.json`). */
+export const EndpointSchema = z.object({
+  id: z.number().int().positive(),
+  containerId: z.string(),
+  ifName: z.string(),
+  netns: z.string(),
+  podNamespace: z.string().optional(),
+  podName: z.string().optional(),
+  /** Labels in `source:key=value` form as given at creation. */
+  labels: z.array(z.string()),
+  addresses: z.array(EndpointAddressSchema),
+  hostIfName: z.string(),
+  hostIfIndex: z.number().int().nonnegative(),
+  hostMac: z.string(),
+  podMac: z.string(),
+  mtu: z.number().int().positive(),
+  state: z.enum(ENDPOINT_STATES),
+  /** Whether the agent's IPAM owns the addresses (false: a delegated plugin does). */
+  ipamOwned: z.boolean(),
+  createdAt: z.string(),
+});
+export type Endpoint = z.infer<typeof EndpointSchema>;

@@ -1,0 +1,102 @@
+import { fullLength } from './block.js';
+import { claimFreeBlock, existingBlocks } from './claim.js';
+import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
+import { KvAllocator, type KvAllocatorOptions, type NewAddress } from './kvAllocator.js';
+import { DEFAULT_BLOCK_SIZE, type Pool, type PoolConfig, parsePools } from './pools.js';
+import type { AssignOptions } from './store.js';
+import type { IpFamily, IpamMode } from './types.js';
+
+export interface BlockAllocatorOptions extends KvAllocatorOptions {
+  /** IP pools; blockSize defaults to /26 (IPv4) and /122 (IPv6). */
+  pools: PoolConfig[];
+  /** Never take an address from another host's block (default false: borrowing allowed). */
+  strictAffinity?: boolean;
+  /** Claim a new block when the affine ones are full (default true). */
+  autoAllocateBlocks?: boolean;
+  /** At most this many blocks affine to one host; 0 = unlimited (default). */
+  maxBlocksPerHost?: number;
+}
+
+/**
+ * Calico-style block-affinity IPAM. Addresses come, in this order, from
+ * blocks affine to this host, from a block claimed now, and — only without
+ * strictAffinity — from blocks affine to other hosts (borrowing). Pod
+ * addresses are reported as /32 or /128: a borrowed address does not sit in
+ * this host's block, so routing is per address, not per block.
+ */
+export class BlockAllocator extends KvAllocator {
+  readonly mode: IpamMode = 'block';
+  readonly strictAffinity: boolean;
+  readonly autoAllocateBlocks: boolean;
+  readonly maxBlocksPerHost: number;
+
+  constructor(opts: BlockAllocatorOptions) {
+    if (opts.pools.length === 0) throw new IpamError(IpamErrorCode.INVALID_CONFIG, 'block IPAM needs at least one pool');
+    super(opts, parsePools(opts.pools, (c) => Math.max(DEFAULT_BLOCK_SIZE[c.family], c.prefixLength)));
+    this.strictAffinity = opts.strictAffinity ?? false;
+    this.autoAllocateBlocks = opts.autoAllocateBlocks ?? true;
+    this.maxBlocksPerHost = opts.maxBlocksPerHost ?? 0;
+    if (!Number.isInteger(this.maxBlocksPerHost) || this.maxBlocksPerHost < 0) {
+      throw new IpamError(IpamErrorCode.INVALID_CONFIG, `maxBlocksPerHost must be a non-negative integer, got ${opts.maxBlocksPerHost}`);
+    }
+  }
+
+  protected async prepare(): Promise<void> {
+    // Blocks are claimed on demand; nothing to take up front.
+  }
+
+  /** CIDRs of the blocks affine to this host. */
+  async affineBlocks(): Promise<string[]> {
+    return (await this.affinities.list()).filter((a) => a.rec.state === 'confirmed').map((a) => a.cidr);
+  }
+
+  /** Gives back this host's empty blocks (Calico releases them when strict affinity frees space). */
+  async releaseEmptyBlocks(): Promise<string[]> {
+    return this.affinities.releaseEmptyBlocks();
+  }
+
+  protected async place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
+    const names = new Set(pools.map((p) => p.name));
+    const own: AssignOptions = { family, expiresAt, prefixLength: (b) => fullLength(b.cidr), mayUse: (b) => b.affinity === this.host };
+    const affine = (await this.affinities.list()).filter((a) => a.rec.state === 'confirmed');
+    // 1. Blocks this host already owns.
+    for (const a of affine) {
+      if (!names.has(a.rec.pool)) continue;
+      const out = await this.store.assign(a.cidr, owner, own);
+      if (typeof out === 'object') return { addr: out.addr, borrowed: false };
+    }
+    // 2. A new block, within maxBlocksPerHost.
+    let owned = affine.length;
+    if (this.autoAllocateBlocks) {
+      for (const pool of pools) {
+        while (this.maxBlocksPerHost === 0 || owned < this.maxBlocksPerHost) {
+          const cidr = await claimFreeBlock(this.store, this.affinities, pool, { reserveSubnetEnds: false, spread: true });
+          if (cidr === undefined) break;
+          owned += 1;
+          const out = await this.store.assign(cidr, owner, own);
+          if (typeof out === 'object') return { addr: out.addr, borrowed: false };
+          // Filled by borrowers between claim and assign (or fully reserved): claim another.
+        }
+      }
+    }
+    const label = pools.map((p) => p.name).join(', ');
+    if (this.strictAffinity) {
+      throw new IpamError(
+        IpamErrorCode.NO_FREE_BLOCK,
+        `no free block for host ${this.host} in pool ${label} (strictAffinity: borrowing disabled; ${owned} affine blocks full${
+          this.maxBlocksPerHost > 0 ? `, maxBlocksPerHost ${this.maxBlocksPerHost}` : ''
+        })`,
+        { pool: label },
+      );
+    }
+    // 3. Borrow from any other block of the pool, affine elsewhere or orphaned.
+    for (const pool of pools) {
+      for (const [cidr, affinity] of await existingBlocks(this.store, pool)) {
+        if (affinity === this.host) continue;
+        const out = await this.store.assign(cidr, owner, { family, expiresAt, prefixLength: (b) => fullLength(b.cidr), mayUse: (b) => b.affinity !== this.host });
+        if (typeof out === 'object') return { addr: out.addr, borrowed: true };
+      }
+    }
+    throw poolExhausted(label, `no free address in any block (host ${this.host} owns ${owned})`);
+  }
+}

@@ -1,0 +1,5 @@
+import { runAllocatorContract } from './contract.js';
+import { embeddedBackend } from './testing/backends.js';
+import { clusterPoolSubject } from './testing/subjects.js';
+
+runAllocatorContract('cluster-pool (embedded)', clusterPoolSubject(embeddedBackend));

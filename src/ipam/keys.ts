@@ -1,0 +1,38 @@
+import { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX, ROOT, ipamAffinityKey, ipamBlockKey, ipamHandleKey } from '../kvstore/keys.js';
+
+/**
+ * IPAM's kvstore keys. The three DESIGN.md keys come from kvstore/keys.ts; the
+ * two IPAM adds are here so the kvstore module need not know about them:
+ * - `expiry/<host>/<owner>`: deadline of a provisional allocation, indexed by
+ *   host so an agent finds its own after a restart with one prefix listing;
+ * - `delegated/<host>/<owner>`: what a delegated IPAM plugin handed out, so
+ *   release, list and GC survive a restart without asking the plugin.
+ */
+export { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX };
+
+export const IPAM_EXPIRY_PREFIX = `${ROOT}ipam/v1/expiry/`;
+export const IPAM_DELEGATED_PREFIX = `${ROOT}ipam/v1/delegated/`;
+
+export const blockKey = ipamBlockKey;
+export const affinityKey = ipamAffinityKey;
+export const handleKey = ipamHandleKey;
+
+export function hostAffinityPrefix(host: string): string {
+  return `${IPAM_AFFINITY_PREFIX}${host}/`;
+}
+
+export function expiryKey(host: string, owner: string): string {
+  return `${IPAM_EXPIRY_PREFIX}${host}/${owner}`;
+}
+
+export function hostExpiryPrefix(host: string): string {
+  return `${IPAM_EXPIRY_PREFIX}${host}/`;
+}
+
+export function delegatedKey(host: string, owner: string): string {
+  return `${IPAM_DELEGATED_PREFIX}${host}/${owner}`;
+}
+
+export function hostDelegatedPrefix(host: string): string {
+  return `${IPAM_DELEGATED_PREFIX}${host}/`;
+}

@@ -1,0 +1,258 @@
+import type { Backend } from '../kvstore/types.js';
+import { type Logger, createLogger } from '../logging/logger.js';
+import { AffinityManager } from './affinity.js';
+import { DEFAULT_MAX_RETRIES, newStats } from './cas.js';
+import { IpamError, IpamErrorCode } from './errors.js';
+import { Expirer } from './expirer.js';
+import { hostExpiryPrefix } from './keys.js';
+import { type Pool, blockOf, selectPools } from './pools.js';
+import type { HandleAddr, HandleRecord } from './records.js';
+import { IpamStore } from './store.js';
+import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpFamily, IpamMode, IpamStats, ReleaseIpOptions } from './types.js';
+
+export interface KvAllocatorOptions {
+  backend: Backend;
+  /** This node's name. */
+  host: string;
+  /** Allocate the node's router address at start (default true). */
+  routerAddress?: boolean;
+  /** Bound of every CAS loop (default 30). */
+  maxRetries?: number;
+  /** Clock, injectable so tests can move time. */
+  now?: () => number;
+  /** Run expiry sweeps on timers (default true); tests call expire() themselves. */
+  autoExpire?: boolean;
+  logger?: Logger;
+}
+
+/** Owners and hosts become kvstore key segments: no '/', nothing odd. */
+const OWNER = /^[A-Za-z0-9][A-Za-z0-9._:@-]{0,252}$/;
+const ROUTER_PREFIX = 'tendril:router:';
+
+export function validateName(what: string, value: string): void {
+  if (!OWNER.test(value)) throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, `${what} "${value}" must match ${OWNER.source}`);
+}
+
+export function routerOwner(host: string): string {
+  return `${ROUTER_PREFIX}${host}`;
+}
+
+export interface NewAddress {
+  addr: HandleAddr;
+  borrowed: boolean;
+}
+
+/**
+ * Everything the kvstore-backed allocators share: the handle index, confirm,
+ * release, expiry, GC, the router address and stats. A subclass only decides
+ * which blocks an address may come from (`place`) and claims its CIDRs at
+ * start (`prepare`).
+ */
+export abstract class KvAllocator implements Allocator {
+  abstract readonly mode: IpamMode;
+  readonly host: string;
+  protected readonly store: IpamStore;
+  protected readonly affinities: AffinityManager;
+  protected readonly now: () => number;
+  protected readonly log: Logger;
+  private readonly statsRec: IpamStats = newStats();
+  private readonly routers = new Map<IpFamily, Allocation>();
+  private readonly expirer: Expirer | undefined;
+  private readonly wantRouter: boolean;
+  private started = false;
+
+  constructor(
+    opts: KvAllocatorOptions,
+    protected readonly pools: readonly Pool[],
+  ) {
+    validateName('host', opts.host);
+    this.host = opts.host;
+    this.now = opts.now ?? Date.now;
+    this.log = opts.logger ?? createLogger('ipam');
+    this.store = new IpamStore(opts.backend, opts.host, this.statsRec, opts.maxRetries ?? DEFAULT_MAX_RETRIES);
+    this.affinities = new AffinityManager(this.store, this.now);
+    this.wantRouter = opts.routerAddress ?? true;
+    if (opts.autoExpire ?? true) {
+      this.expirer = new Expirer(
+        () => this.sweep().then((r) => r.next),
+        this.now,
+        (err) => this.log.warn({ err }, 'ipam expiry sweep failed'),
+      );
+    }
+  }
+
+  /** Claims the CIDRs this node allocates from. */
+  protected abstract prepare(): Promise<void>;
+  /** Takes a fresh address of one family from `pools` for `owner`. */
+  protected abstract place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress>;
+
+  async start(): Promise<void> {
+    await this.affinities.resolvePending();
+    await this.prepare();
+    this.started = true;
+    if (this.wantRouter) {
+      // The router address comes first, so it is the lowest free address of the node's first CIDR.
+      for (const family of [4, 6] as const) {
+        if (!this.pools.some((p) => p.family === family)) continue;
+        const a = await this.allocate({ owner: routerOwner(this.host), family });
+        this.routers.set(family, { ...a, gateway: undefined });
+      }
+    }
+    const first = (await this.sweep()).next;
+    this.expirer?.start(first);
+  }
+
+  async stop(): Promise<void> {
+    await this.expirer?.stop();
+    this.started = false;
+  }
+
+  protected assertStarted(): void {
+    if (!this.started) throw new IpamError(IpamErrorCode.NOT_STARTED, `${this.mode} allocator for ${this.host} is not started`);
+  }
+
+  routerAddress(family: IpFamily): Allocation | undefined {
+    return this.routers.get(family);
+  }
+
+  stats(): IpamStats {
+    return { ...this.statsRec };
+  }
+
+  protected toAllocation(owner: string, a: HandleAddr, expiresAt?: number, borrowed?: boolean): Allocation {
+    const gw = this.routers.get(a.family);
+    return {
+      owner,
+      family: a.family,
+      ip: a.ip,
+      prefixLength: a.prefixLength,
+      ...(gw !== undefined && gw.ip !== a.ip ? { gateway: gw.ip } : {}),
+      pool: a.pool,
+      cidr: a.cidr,
+      seq: a.seq,
+      ...(expiresAt !== undefined ? { expiresAt } : {}),
+      ...(borrowed !== undefined ? { borrowed } : {}),
+    };
+  }
+
+  private handleAllocations(h: HandleRecord): Allocation[] {
+    return h.addrs.map((a) => this.toAllocation(h.owner, a, h.expiresAt));
+  }
+
+  async allocate(req: AllocateRequest): Promise<Allocation> {
+    this.assertStarted();
+    validateName('owner', req.owner);
+    if (req.family !== 4 && req.family !== 6) throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, `family must be 4 or 6, got ${String(req.family)}`);
+    if (req.expirationMs !== undefined && !(Number.isFinite(req.expirationMs) && req.expirationMs > 0)) {
+      throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, `expirationMs must be a positive number, got ${req.expirationMs}`);
+    }
+    const pools = selectPools(this.pools, req.family, req.pool);
+    // A retried ADD gets the address it already has (no second address, no leak).
+    const existing = await this.store.readHandle(req.owner);
+    const held = existing?.rec.addrs.find((a) => a.family === req.family);
+    if (existing !== undefined && held !== undefined) return this.toAllocation(req.owner, held, existing.rec.expiresAt);
+    const expiresAt = req.expirationMs === undefined ? undefined : this.now() + req.expirationMs;
+    const { addr, borrowed } = await this.place(req.owner, req.family, pools, expiresAt);
+    this.statsRec.allocations += 1;
+    if (borrowed) this.statsRec.borrowed += 1;
+    const h = await this.store.readHandle(req.owner);
+    const deadline = h?.rec.expiresAt;
+    if (deadline !== undefined) this.expirer?.arm(deadline);
+    return this.toAllocation(req.owner, addr, deadline, borrowed);
+  }
+
+  async confirm(owner: string): Promise<boolean> {
+    validateName('owner', owner);
+    return this.store.confirm(owner);
+  }
+
+  async get(owner: string): Promise<Allocation[]> {
+    validateName('owner', owner);
+    const h = await this.store.readHandle(owner);
+    return h === undefined ? [] : this.handleAllocations(h.rec);
+  }
+
+  async releaseOwner(owner: string): Promise<Allocation[]> {
+    validateName('owner', owner);
+    const r = await this.store.releaseOwner(owner);
+    if (r === undefined) return [];
+    this.statsRec.releases += r.addrs.length;
+    return this.handleAllocations(r.handle);
+  }
+
+  /** The block that would hold `ip` in this allocator's pools. */
+  protected blockFor(ip: string): string | undefined {
+    return blockOf(this.pools, ip)?.cidr;
+  }
+
+  async releaseIp(ip: string, opts: ReleaseIpOptions = {}): Promise<boolean> {
+    const cidr = this.blockFor(ip);
+    if (cidr === undefined) return false;
+    const r = await this.store.releaseIp(cidr, ip, opts);
+    if (r === undefined) return false;
+    this.statsRec.releases += 1;
+    return true;
+  }
+
+  async list(): Promise<Allocation[]> {
+    const out: Allocation[] = [];
+    for (const h of await this.store.listHandles()) if (h.host === this.host) out.push(...this.handleAllocations(h));
+    return out;
+  }
+
+  async expire(): Promise<Allocation[]> {
+    return (await this.sweep()).released;
+  }
+
+  private async sweep(): Promise<{ released: Allocation[]; next: number | undefined }> {
+    const prefix = hostExpiryPrefix(this.host);
+    const res = await this.store.backend.list(prefix);
+    const now = this.now();
+    const released: Allocation[] = [];
+    let next: number | undefined;
+    for (const kv of res.kvs) {
+      const owner = kv.key.slice(prefix.length);
+      const at = Number(kv.value);
+      if (!(at <= now)) {
+        next = next === undefined ? at : Math.min(next, at);
+        continue;
+      }
+      // Re-checked on the handle inside the CAS: a confirm that lands first wins.
+      const r = await this.store.releaseOwner(owner, (h) => h.expiresAt !== undefined && h.expiresAt <= now);
+      if (r === undefined) {
+        // Confirmed or released meanwhile; drop a stray index entry left by nothing else.
+        const h = await this.store.readHandle(owner);
+        if (h === undefined || h.rec.expiresAt === undefined) await this.store.backend.txn({ compare: [{ key: kv.key, target: 'modRevision', value: kv.modRevision }], success: [{ type: 'delete', key: kv.key }] });
+        continue;
+      }
+      this.statsRec.expired += 1;
+      this.statsRec.releases += r.addrs.length;
+      released.push(...this.handleAllocations(r.handle));
+    }
+    return { released, next };
+  }
+
+  async gc(liveOwners: ReadonlySet<string>, opts: GcOptions = {}): Promise<GcReport> {
+    const now = this.now();
+    const report: GcReport = { stale: [], released: [], liveWithAddresses: 0 };
+    for (const h of await this.store.listHandles()) {
+      if (h.host !== this.host) continue;
+      if (h.owner.startsWith(ROUTER_PREFIX)) continue;
+      if (liveOwners.has(h.owner)) {
+        report.liveWithAddresses += 1;
+        continue;
+      }
+      // An unexpired provisional allocation is an ADD in flight, which the
+      // caller's live set cannot know yet; the expirer owns it.
+      if (h.expiresAt !== undefined && h.expiresAt > now) continue;
+      report.stale.push(...this.handleAllocations(h));
+      if (opts.dryRun === true) continue;
+      const r = await this.store.releaseOwner(h.owner, (cur) => cur.host === this.host && !liveOwners.has(cur.owner));
+      if (r !== undefined) {
+        this.statsRec.releases += r.addrs.length;
+        report.released.push(...this.handleAllocations(r.handle));
+      }
+    }
+    return report;
+  }
+}

@@ -90,11 +90,13 @@ export class BlockAllocator extends KvAllocator {
       );
     }
     // 3. Borrow from any other block of the pool, affine elsewhere or orphaned.
+    // Own blocks are tried again first: a concurrent allocate of this host may
+    // have claimed one after step 1 listed them.
     for (const pool of pools) {
-      for (const [cidr, affinity] of await existingBlocks(this.store, pool)) {
-        if (affinity === this.host) continue;
-        const out = await this.store.assign(cidr, owner, { family, expiresAt, prefixLength: (b) => fullLength(b.cidr), mayUse: (b) => b.affinity !== this.host });
-        if (typeof out === 'object') return { addr: out.addr, borrowed: true };
+      const all = [...(await existingBlocks(this.store, pool))].sort(([, x], [, y]) => Number(y === this.host) - Number(x === this.host));
+      for (const [cidr] of all) {
+        const out = await this.store.assign(cidr, owner, { family, expiresAt, prefixLength: (b) => fullLength(b.cidr) });
+        if (typeof out === 'object') return { addr: out.addr, borrowed: out.block.affinity !== this.host };
       }
     }
     throw poolExhausted(label, `no free address in any block (host ${this.host} owns ${owned})`);

@@ -4,6 +4,9 @@ import type { Result100 } from '../cni/index.js';
 
 export type CniVerb = 'ADD' | 'DEL' | 'CHECK' | 'GC' | 'STATUS';
 
+/** The CNI versions tendril-cni and the agent speak (results before 0.3.0 cannot carry interfaces). */
+export const SUPPORTED_CNI_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'];
+
 export interface CniRequest {
   command: CniVerb;
   containerId?: string;

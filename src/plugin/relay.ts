@@ -4,9 +4,6 @@ import { AgentClient, AgentResponseError, AgentUnreachableError } from '../clien
 import { type AnyResult, type CmdArgs, CniError, CniErrorCode, type PluginFuncs } from '../cni/index.js';
 import { resolveSocketPath } from './socketPath.js';
 
-/** The CNI versions tendril-cni speaks (results before 0.3.0 cannot carry interfaces). */
-export const PLUGIN_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'];
-
 function toRequest(command: CniVerb, args: CmdArgs): CniRequest {
   return { command, containerId: args.containerId, netns: args.netns, ifName: args.ifName, args: args.args, path: args.path, config: args.stdinData };
 }

@@ -2,18 +2,21 @@ import { ipBatch } from './command.js';
 import { getLink } from './links.js';
 import { setSysctl } from './sysctl.js';
 
-/** The host device holding the node's router addresses (Cilium's cilium_host). */
+/** The host device holding the node's router addresses (Cilium's cilium_host)... */
 export const HOST_DEVICE = 'tendril_host';
+/** ...and its veth peer (Cilium's cilium_net), where the datapath will attach. */
+export const HOST_PEER_DEVICE = 'tendril_net';
 
 /**
- * Creates (or keeps) the host device with the router addresses and turns on
- * forwarding. A dummy device suffices: the addresses only need to be local so
- * the node answers ARP/ND for the gateway and routes pod traffic.
+ * Creates (or keeps) the host device pair with the router addresses and turns
+ * on forwarding. A veth pair rather than a dummy device, as Cilium does: it
+ * gives the eBPF datapath an attach point, and works on kernels built without
+ * the dummy driver.
  */
 export async function ensureHostDevice(routerAddresses: ReadonlyArray<{ family: 4 | 6; ip: string }>): Promise<void> {
   const cmds: string[][] = [];
-  if (!(await getLink(HOST_DEVICE))) cmds.push(['link', 'add', HOST_DEVICE, 'type', 'dummy']);
-  cmds.push(['link', 'set', HOST_DEVICE, 'up']);
+  if (!(await getLink(HOST_DEVICE))) cmds.push(['link', 'add', HOST_DEVICE, 'type', 'veth', 'peer', 'name', HOST_PEER_DEVICE]);
+  cmds.push(['link', 'set', HOST_PEER_DEVICE, 'up'], ['link', 'set', HOST_DEVICE, 'up']);
   for (const a of routerAddresses) {
     cmds.push(['addr', 'replace', `${a.ip}/${a.family === 4 ? 32 : 128}`, 'dev', HOST_DEVICE, ...(a.family === 6 ? ['nodad'] : [])]);
   }

@@ -49,17 +49,17 @@ export class LinuxDatapath implements Datapath {
     try {
       const podCmds: string[][] = [['link', 'set', 'lo', 'up'], ['link', 'set', spec.ifName, 'up']];
       for (const a of spec.addresses) {
-        const fam = `-${a.family}`;
-        podCmds.push([fam, 'addr', 'add', hostPrefix(a), 'dev', spec.ifName, ...(a.family === 6 ? ['nodad'] : [])]);
-        podCmds.push([fam, 'route', 'replace', hostPrefix({ ...a, ip: a.gateway }), 'dev', spec.ifName, 'scope', 'link']);
-        podCmds.push([fam, 'route', 'replace', 'default', 'via', a.gateway, 'dev', spec.ifName]);
+        // Batch lines take no global options such as -4/-6: every destination is explicit instead.
+        podCmds.push(['addr', 'add', hostPrefix(a), 'dev', spec.ifName, ...(a.family === 6 ? ['nodad'] : [])]);
+        podCmds.push(['route', 'replace', hostPrefix({ ...a, ip: a.gateway }), 'dev', spec.ifName, 'scope', 'link']);
+        podCmds.push(['route', 'replace', a.family === 4 ? '0.0.0.0/0' : '::/0', 'via', a.gateway, 'dev', spec.ifName]);
       }
       await ipBatch(podCmds, inPod);
 
       await setSysctl(interfaceSysctl(4, hostIf, 'proxy_arp'), '1');
       const hostCmds: string[][] = [['link', 'set', hostIf, 'up']];
       for (const a of spec.addresses) {
-        hostCmds.push([`-${a.family}`, 'route', 'replace', hostPrefix(a), 'dev', hostIf, 'src', a.gateway]);
+        hostCmds.push(['route', 'replace', hostPrefix(a), 'dev', hostIf, 'src', a.gateway]);
       }
       await ipBatch(hostCmds);
 

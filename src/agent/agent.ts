@@ -1,0 +1,171 @@
+import { mkdir } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import { listQueuedDeletions, removeQueuedDeletion } from '../api/deletionQueue.js';
+import { AgentError } from '../api/errors.js';
+import type { CniRequest, Health } from '../api/types.js';
+import { LinuxDatapath } from '../datapath/linux/linuxDatapath.js';
+import type { Datapath } from '../datapath/types.js';
+import type { Endpoint } from '../endpoint/endpoint.js';
+import { EndpointManager } from '../endpoint/endpointManager.js';
+import { EndpointStore } from '../endpoint/endpointStore.js';
+import { openBackend } from '../kvstore/factory.js';
+import type { Backend } from '../kvstore/types.js';
+import type { Logger } from '../logging/logger.js';
+import { buildServer, listenOnSocket } from './api/server.js';
+import { CniService, ipamOwner } from './cniService.js';
+import { type AgentConfig, masqueradeCidrs } from './config.js';
+import { IpamProvider } from './ipamProvider.js';
+
+export interface AgentDeps {
+  datapath?: Datapath;
+}
+
+/**
+ * The node agent: owns the kvstore connection, IPAM, the endpoints and the
+ * datapath, and serves the API. Stopping it leaves every pod's network in place.
+ */
+export class Agent {
+  readonly endpoints = new EndpointManager();
+  readonly store: EndpointStore;
+  readonly cni: CniService;
+  private server: FastifyInstance | undefined;
+  private readonly startedAt = Date.now();
+  private readonly routerAddresses = new Map<string, { family: 4 | 6; ip: string }>();
+
+  private constructor(
+    readonly config: AgentConfig,
+    readonly log: Logger,
+    readonly backend: Backend,
+    readonly ipam: IpamProvider,
+    readonly datapath: Datapath,
+  ) {
+    this.store = new EndpointStore(join(config.stateDir, 'endpoints'));
+    this.cni = new CniService({
+      config,
+      ipam,
+      datapath,
+      endpoints: this.endpoints,
+      store: this.store,
+      log,
+      ready: async () => (await this.backend.status()).connected,
+      ensureRouterAddress: (family, ip) => this.ensureRouterAddress(family, ip),
+    });
+  }
+
+  static async start(config: AgentConfig, log: Logger, deps: AgentDeps = {}): Promise<Agent> {
+    await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
+    await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
+    const backend = await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, stateDir: config.stateDir, logger: log.child({ subsys: 'kvstore' }) });
+    try {
+      const ipam = new IpamProvider(config, backend, log.child({ subsys: 'ipam' }));
+      await ipam.start();
+      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? new LinuxDatapath());
+      for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
+      await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(config) });
+      await agent.restoreEndpoints();
+      agent.server = buildServer(agent);
+      await listenOnSocket(agent.server, config.socket);
+      await agent.drainDeletionQueue();
+      log.info({ socket: config.socket, node: config.nodeName, ipam: config.ipam, routers: ipam.routerAddresses(), endpoints: agent.endpoints.size }, 'agent ready');
+      return agent;
+    } catch (err) {
+      await backend.close();
+      throw err;
+    }
+  }
+
+  private async ensureRouterAddress(family: 4 | 6, ip: string): Promise<void> {
+    if (this.routerAddresses.has(ip)) return;
+    this.routerAddresses.set(ip, { family, ip });
+    await this.datapath.setupNode({ routerAddresses: [...this.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(this.config) });
+  }
+
+  /** Brings endpoints back from the state dir; pods that vanished while the agent was down are cleaned up. */
+  private async restoreEndpoints(): Promise<void> {
+    const { endpoints, problems } = await this.store.loadAll();
+    for (const p of problems) this.log.error({ dir: p.dir, error: p.error }, 'cannot restore endpoint state');
+    for (const ep of endpoints) {
+      if (ep.state === 'disconnecting' || !(await this.datapath.podExists(ep.containerId, ep.ifName))) {
+        this.log.warn({ endpoint: ep.id, containerId: ep.containerId }, 'endpoint vanished while the agent was down; releasing it');
+        for (const a of this.ipam.all()) await a.releaseOwner(ipamOwner(ep.containerId, ep.ifName));
+        await this.store.remove(ep.id);
+        continue;
+      }
+      this.endpoints.register({ ...ep, state: 'ready' });
+      if (ep.addresses.some((a) => !this.routerAddresses.has(a.gateway))) {
+        for (const a of ep.addresses) await this.ensureRouterAddress(a.family, a.gateway);
+      }
+    }
+    if (endpoints.length > 0) this.log.info({ restored: this.endpoints.size }, 'endpoints restored');
+  }
+
+  /** DELs the plugin queued while the agent was unreachable. */
+  private async drainDeletionQueue(): Promise<void> {
+    const sockets = new Set([this.config.socket, join(this.config.stateDir, 'tendril.sock')]);
+    for (const socket of sockets) {
+      for (const q of await listQueuedDeletions(socket)) {
+        if (q.request === undefined) {
+          this.log.error({ file: q.file }, 'unreadable queued deletion; dropping it');
+          await removeQueuedDeletion(q.file);
+          continue;
+        }
+        try {
+          await this.cni.handle({ ...(q.request as CniRequest), command: 'DEL' });
+          this.log.info({ file: q.file }, 'queued deletion done');
+          await removeQueuedDeletion(q.file);
+        } catch (err) {
+          const e = err instanceof AgentError ? err : undefined;
+          if (e && e.httpStatus < 500) {
+            this.log.error({ file: q.file, err }, 'queued deletion is invalid; dropping it');
+            await removeQueuedDeletion(q.file);
+          } else {
+            this.log.error({ file: q.file, err }, 'queued deletion failed; kept for the next start');
+          }
+        }
+      }
+    }
+  }
+
+  async deleteEndpoint(ep: Endpoint): Promise<void> {
+    await this.cni.removeEndpoint(ep, ep.netns);
+  }
+
+  async health(): Promise<Health> {
+    const kv = await this.backend.status();
+    let allocated = 0;
+    for (const a of this.ipam.all()) allocated += (await a.list()).length;
+    return {
+      status: kv.connected ? 'ok' : 'degraded',
+      nodeName: this.config.nodeName,
+      uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000),
+      kvstore: { backend: kv.backend, connected: kv.connected, revision: kv.revision, detail: kv.detail },
+      endpoints: this.endpoints.size,
+      ipam: { mode: this.ipam.mode, allocated },
+    };
+  }
+
+  publicConfig(): Record<string, unknown> {
+    const { kvstoreOpts, ...rest } = this.config;
+    // Credentials passed as kvstore options are not for API readers.
+    return { ...rest, kvstoreOpts: Object.fromEntries(Object.keys(kvstoreOpts).map((k) => [k, /pass|key|token/i.test(k) ? '***' : kvstoreOpts[k]])) };
+  }
+
+  patchConfig(patch: Record<string, unknown>): Record<string, unknown> {
+    if (typeof patch.logLevel === 'string') {
+      this.log.level = patch.logLevel;
+      (this.config as { logLevel: string }).logLevel = patch.logLevel;
+    }
+    if (typeof patch.ipamExpirationMs === 'number') (this.config as { ipamExpirationMs: number }).ipamExpirationMs = patch.ipamExpirationMs;
+    this.log.info({ patch }, 'configuration changed');
+    return this.publicConfig();
+  }
+
+  /** Stops serving; pods keep their network, and state stays for the next start. */
+  async stop(): Promise<void> {
+    await this.server?.close();
+    await this.ipam.stop();
+    await this.backend.close();
+    this.log.info('agent stopped; pod networking left in place');
+  }
+}

@@ -1,0 +1,148 @@
+import { chmod, rm, stat } from 'node:fs/promises';
+import { connect } from 'node:net';
+import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import { AgentError } from '../../api/errors.js';
+import type { CniRequest, Health, IpamList, IpamResponse } from '../../api/types.js';
+import { ipFamily } from '../../cni/index.js';
+import type { Endpoint } from '../../endpoint/endpoint.js';
+import type { Allocation } from '../../ipam/index.js';
+import type { Agent } from '../agent.js';
+import { toAgentError } from '../cniService.js';
+import { OpenApiSchemas } from './openapiSchemas.js';
+
+const ENDPOINT_REF = /^(\d{1,5}|container-id:[A-Za-z0-9][A-Za-z0-9_.-]*|pod-name:[^:/\s]+:[^:/\s]+|ipv4:[0-9.]+|ipv6:[0-9a-fA-F:]+)$/;
+
+function allocationBody(a: Allocation) {
+  return {
+    owner: a.owner,
+    family: a.family,
+    ip: a.ip,
+    prefixLength: a.prefixLength,
+    ...(a.gateway ? { gateway: a.gateway } : {}),
+    pool: a.pool,
+    cidr: a.cidr,
+    seq: a.seq,
+    ...(a.expiresAt !== undefined ? { expiresAt: a.expiresAt } : {}),
+  };
+}
+
+function endpointRef(agent: Agent, ref: string): Endpoint {
+  if (!ENDPOINT_REF.test(ref)) {
+    throw new AgentError('INVALID_REQUEST', `invalid endpoint ID "${ref}": use <number>, container-id:<id>, pod-name:<namespace>:<name>, ipv4:<ip> or ipv6:<ip>`);
+  }
+  const ep = agent.endpoints.lookup(ref);
+  if (!ep) throw new AgentError('NOT_FOUND', `endpoint ${ref} not found`);
+  return ep;
+}
+
+/** The agent's REST API (api/openapi.yaml), validated against that document. */
+export function buildServer(agent: Agent): FastifyInstance {
+  const spec = new OpenApiSchemas();
+  const app = Fastify({ logger: false, bodyLimit: 2 * 1024 * 1024 });
+
+  app.setErrorHandler((err: FastifyError, _req, reply) => {
+    if (err.validation) {
+      const e = new AgentError('INVALID_REQUEST', `invalid request: ${err.message}`);
+      return reply.status(e.httpStatus).send(e.toResponse());
+    }
+    if (err.statusCode && err.statusCode < 500 && !(err instanceof AgentError)) {
+      const e = new AgentError('INVALID_REQUEST', err.message);
+      return reply.status(err.statusCode).send(e.toResponse());
+    }
+    const e = toAgentError(err);
+    if (e.httpStatus >= 500) agent.log.error({ err, code: e.code }, 'API request failed');
+    return reply.status(e.httpStatus).send(e.toResponse());
+  });
+  app.setNotFoundHandler((req, reply) => {
+    const e = new AgentError('NOT_FOUND', `no route ${req.method} ${req.url}`);
+    return reply.status(404).send(e.toResponse());
+  });
+
+  app.get('/v1/healthz', async (): Promise<Health> => agent.health());
+
+  app.get('/v1/config', async () => agent.publicConfig());
+  app.patch('/v1/config', { schema: { body: spec.body('/config', 'patch') } }, async (req) => agent.patchConfig(req.body as Record<string, unknown>));
+
+  app.get('/v1/ipam', async (): Promise<IpamList> => {
+    const allocations: Allocation[] = [];
+    for (const a of agent.ipam.all()) allocations.push(...(await a.list()));
+    const stats = agent.ipam.all().map((a) => a.stats());
+    return {
+      mode: agent.ipam.mode,
+      allocations: allocations.map(allocationBody),
+      ...(stats[0] ? { stats: stats[0] as unknown as Record<string, number> } : {}),
+    };
+  });
+
+  app.post('/v1/ipam', { schema: { querystring: spec.query('/ipam', 'post') } }, async (req, reply): Promise<IpamResponse> => {
+    const q = req.query as { family?: 'ipv4' | 'ipv6'; owner: string; pool?: string };
+    const expiration = String(req.headers.expiration ?? '').toLowerCase() === 'true';
+    const allocator = agent.ipam.all()[0];
+    if (!allocator || agent.ipam.mode === 'delegated') throw new AgentError('INVALID_REQUEST', 'POST /ipam needs a kvstore-backed IPAM mode; delegated IPAM allocates through CNI ADD');
+    const a = await allocator.allocate({
+      owner: q.owner,
+      family: q.family === 'ipv6' ? 6 : 4,
+      ...(q.pool ? { pool: q.pool } : {}),
+      ...(expiration ? { expirationMs: agent.config.ipamExpirationMs } : {}),
+    });
+    reply.status(201);
+    const v4 = allocator.routerAddress(4)?.ip;
+    const v6 = allocator.routerAddress(6)?.ip;
+    return { address: allocationBody(a), hostAddressing: { ...(v4 ? { ipv4: v4 } : {}), ...(v6 ? { ipv6: v6 } : {}) } };
+  });
+
+  app.delete('/v1/ipam/:ip', async (req) => {
+    const { ip } = req.params as { ip: string };
+    if (ipFamily(ip) === 0) throw new AgentError('INVALID_REQUEST', `"${ip}" is not an IP address`);
+    for (const a of agent.ipam.all()) {
+      if (await a.releaseIp(ip)) return { released: ip };
+    }
+    throw new AgentError('NOT_FOUND', `address ${ip} is not allocated`);
+  });
+
+  app.get('/v1/endpoint', async () => agent.endpoints.list());
+  app.get('/v1/endpoint/:id', async (req) => endpointRef(agent, (req.params as { id: string }).id));
+  app.delete('/v1/endpoint/:id', async (req) => {
+    const ep = endpointRef(agent, (req.params as { id: string }).id);
+    await agent.deleteEndpoint(ep);
+    return { deleted: ep.id };
+  });
+
+  app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, async (req) => agent.cni.handle(req.body as CniRequest));
+
+  return app;
+}
+
+/** A socket file nobody listens on is left over from a crash: remove it; refuse if an agent answers. */
+async function clearStaleSocket(path: string): Promise<void> {
+  const exists = await stat(path).then(
+    () => true,
+    (err: NodeJS.ErrnoException) => {
+      if (err.code === 'ENOENT') return false;
+      throw err;
+    },
+  );
+  if (!exists) return;
+  const live = await new Promise<boolean>((resolve) => {
+    const s = connect(path);
+    s.once('connect', () => {
+      s.destroy();
+      resolve(true);
+    });
+    s.once('error', () => resolve(false));
+  });
+  if (live) throw new AgentError('CONFLICT', `another agent is already serving ${path}`);
+  await rm(path, { force: true });
+}
+
+/** Listens on the unix socket with mode 0600: the API changes the host's network and is root-only. */
+export async function listenOnSocket(app: FastifyInstance, path: string): Promise<void> {
+  await clearStaleSocket(path);
+  const oldMask = process.umask(0o177);
+  try {
+    await app.listen({ path });
+  } finally {
+    process.umask(oldMask);
+  }
+  await chmod(path, 0o600);
+}

@@ -1,0 +1,313 @@
+import { z } from 'zod';
+import { AgentError, agentCodeForCni } from '../api/errors.js';
+import { type CniRequest, type CniResponse, SUPPORTED_CNI_VERSIONS } from '../api/types.js';
+import {
+  type CniArgs,
+  CniError,
+  CniErrorCode,
+  decodeVersion,
+  type NetConf,
+  NetConfSchema,
+  parseCniArgs,
+  reconcileVersion,
+  type Result100,
+  validateAbsolutePath,
+  validateContainerId,
+  validateInterfaceName,
+} from '../cni/index.js';
+import type { Datapath, PodAddress } from '../datapath/types.js';
+import type { Endpoint } from '../endpoint/endpoint.js';
+import type { EndpointManager } from '../endpoint/endpointManager.js';
+import type { EndpointStore } from '../endpoint/endpointStore.js';
+import { type Allocation, type Allocator, IpamError, IpamErrorCode } from '../ipam/index.js';
+import type { Logger } from '../logging/logger.js';
+import type { AgentConfig } from './config.js';
+import { endpointLabels, podRefFromArgs } from './endpointLabels.js';
+import type { IpamProvider } from './ipamProvider.js';
+import { KeyedMutex } from './keyedMutex.js';
+
+/** A CNI call after validation at the API boundary. */
+interface ParsedCall {
+  command: CniRequest['command'];
+  containerId: string;
+  netns: string;
+  ifName: string;
+  args: CniArgs;
+  conf: NetConf;
+  raw: Record<string, unknown>;
+}
+
+const AttachmentsSchema = z.array(z.object({ containerID: z.string(), ifname: z.string() }));
+
+/** IPAM owner of an attachment: the container ID, plus the interface when it is not eth0. */
+export function ipamOwner(containerId: string, ifName: string): string {
+  return ifName === 'eth0' ? containerId : `${containerId}:${ifName}`;
+}
+
+function fromCniError(err: CniError): AgentError {
+  return new AgentError(agentCodeForCni(err.code), err.msg, err.details, err.code);
+}
+
+function fromIpamError(err: IpamError): AgentError {
+  switch (err.code) {
+    case IpamErrorCode.POOL_EXHAUSTED:
+    case IpamErrorCode.NO_FREE_BLOCK:
+      return new AgentError('IPAM_EXHAUSTED', err.message);
+    case IpamErrorCode.INVALID_CIDR:
+    case IpamErrorCode.INVALID_CONFIG:
+    case IpamErrorCode.INVALID_ARGUMENT:
+    case IpamErrorCode.UNKNOWN_POOL:
+    case IpamErrorCode.FAMILY_UNAVAILABLE:
+      return new AgentError('INVALID_REQUEST', err.message);
+    case IpamErrorCode.CONFLICT:
+      return new AgentError('TRY_AGAIN', err.message);
+    case IpamErrorCode.NOT_STARTED:
+      return new AgentError('NOT_READY', err.message);
+    case IpamErrorCode.DELEGATE_FAILED: {
+      // Pass the delegated plugin's own CNI code through to the runtime.
+      const cause = err.cause;
+      return cause instanceof CniError ? new AgentError('IPAM_FAILED', err.message, cause.details, cause.code) : new AgentError('IPAM_FAILED', err.message);
+    }
+  }
+}
+
+/** Turns subsystem errors into API errors with a stable code. */
+export function toAgentError(err: unknown): AgentError {
+  if (err instanceof AgentError) return err;
+  if (err instanceof CniError) return fromCniError(err);
+  if (err instanceof IpamError) return fromIpamError(err);
+  if (err instanceof Error && err.name === 'DatapathError') return new AgentError('DATAPATH_FAILED', err.message);
+  if (err instanceof Error && err.name === 'EndpointConflictError') return new AgentError('CONFLICT', err.message);
+  return new AgentError('INTERNAL', err instanceof Error ? err.message : String(err));
+}
+
+export interface CniServiceDeps {
+  config: AgentConfig;
+  ipam: IpamProvider;
+  datapath: Datapath;
+  endpoints: EndpointManager;
+  store: EndpointStore;
+  log: Logger;
+  /** Whether the agent can serve ADD (kvstore reachable, IPAM started). */
+  ready: () => Promise<boolean>;
+  /** Called when delegated IPAM hands out a gateway the host device does not hold yet. */
+  ensureRouterAddress: (family: 4 | 6, ip: string) => Promise<void>;
+}
+
+/**
+ * The CNI verbs, performed by the agent (what Cilium splits between its
+ * plugin and agent). ADD is one transaction: every step is undone if a later
+ * one fails, and the answer comes only when the pod's network is in force.
+ */
+export class CniService {
+  private readonly locks = new KeyedMutex();
+
+  constructor(private readonly d: CniServiceDeps) {}
+
+  /** Owners with a CNI call in progress: GC must leave their (provisional) addresses alone. */
+  inFlightOwners(): Set<string> {
+    return this.locks.held();
+  }
+
+  async handle(req: CniRequest): Promise<CniResponse> {
+    let call: ParsedCall;
+    try {
+      call = this.parse(req);
+    } catch (err) {
+      throw toAgentError(err);
+    }
+    try {
+      switch (call.command) {
+        case 'ADD':
+          return { result: await this.locks.run(ipamOwner(call.containerId, call.ifName), () => this.add(call)) };
+        case 'DEL':
+          await this.locks.run(ipamOwner(call.containerId, call.ifName), () => this.del(call));
+          return {};
+        case 'CHECK':
+          await this.locks.run(ipamOwner(call.containerId, call.ifName), () => this.check(call));
+          return {};
+        case 'GC':
+          await this.gc(call);
+          return {};
+        case 'STATUS':
+          if (!(await this.d.ready())) throw new AgentError('NOT_READY', 'tendril agent is not ready: kvstore or IPAM unavailable');
+          return {};
+      }
+    } catch (err) {
+      throw toAgentError(err);
+    }
+  }
+
+  private parse(req: CniRequest): ParsedCall {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(req.config);
+    } catch (err) {
+      throw new CniError(CniErrorCode.DecodingFailure, `error decoding network config: ${(err as Error).message}`);
+    }
+    if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new CniError(CniErrorCode.DecodingFailure, 'network config is not a JSON object');
+    const parsed = NetConfSchema.safeParse(raw);
+    if (!parsed.success) throw new CniError(CniErrorCode.InvalidNetworkConfig, 'invalid network config', z.prettifyError(parsed.error).replace(/\n/g, '; '));
+    reconcileVersion(decodeVersion(req.config), { cniVersion: '1.1.0', supportedVersions: SUPPORTED_CNI_VERSIONS });
+    const call: ParsedCall = {
+      command: req.command,
+      containerId: req.containerId ?? '',
+      netns: req.netns ?? '',
+      ifName: req.ifName ?? '',
+      args: parseCniArgs(req.args ?? ''),
+      conf: parsed.data,
+      raw: raw as Record<string, unknown>,
+    };
+    if (call.command === 'ADD' || call.command === 'DEL' || call.command === 'CHECK') {
+      validateContainerId(call.containerId);
+      validateInterfaceName(call.ifName);
+      if (call.command !== 'DEL' || call.netns !== '') validateAbsolutePath(call.netns, 'CNI_NETNS');
+    }
+    return call;
+  }
+
+  private async add(call: ParsedCall): Promise<Result100> {
+    const { config, datapath, endpoints, store, log } = this.d;
+    const owner = ipamOwner(call.containerId, call.ifName);
+    const pod = podRefFromArgs(call.args);
+    const labels = endpointLabels(call.args, call.conf, pod);
+
+    // A second ADD for the same attachment replaces the first, as a re-created sandbox expects.
+    const previous = endpoints.byContainer(call.containerId, call.ifName);
+    if (previous) await this.removeEndpoint(previous, call.netns, call.conf);
+
+    const allocator = await this.d.ipam.allocatorFor(call.conf);
+    const families = this.d.ipam.families();
+    const undo: Array<{ what: string; fn: () => Promise<unknown> }> = [];
+    try {
+      const allocations: Allocation[] = [];
+      undo.push({ what: 'release addresses', fn: () => allocator.releaseOwner(owner) });
+      for (const family of families.length > 0 ? families : ([4] as const)) {
+        allocations.push(
+          await allocator.allocate({
+            owner,
+            family,
+            expirationMs: config.ipamExpirationMs,
+            cni: { netns: call.netns, ifname: call.ifName, args: call.args.map(([k, v]) => `${k}=${v}`).join(';') },
+          }),
+        );
+      }
+      const addresses: PodAddress[] = [];
+      for (const a of allocations) {
+        if (!a.gateway) throw new AgentError('IPAM_FAILED', `IPAM gave ${a.ip} without a gateway`);
+        if (config.ipam === 'delegated') await this.d.ensureRouterAddress(a.family, a.gateway);
+        addresses.push({ family: a.family, ip: a.ip, gateway: a.gateway });
+      }
+
+      undo.push({ what: 'remove pod network', fn: () => datapath.removePod({ containerId: call.containerId, netns: call.netns, ifName: call.ifName, addresses }) });
+      const net = await datapath.addPod({ containerId: call.containerId, netns: call.netns, ifName: call.ifName, mtu: config.mtu, addresses });
+
+      const ep: Endpoint = {
+        id: endpoints.allocateId(),
+        containerId: call.containerId,
+        ifName: call.ifName,
+        netns: call.netns,
+        ...(pod.namespace ? { podNamespace: pod.namespace } : {}),
+        ...(pod.name ? { podName: pod.name } : {}),
+        labels: labels.toStrings(),
+        addresses: allocations.map((a) => ({ family: a.family, ip: a.ip, gateway: a.gateway!, pool: a.pool, cidr: a.cidr, seq: a.seq })),
+        hostIfName: net.hostIfName,
+        hostIfIndex: net.hostIfIndex,
+        hostMac: net.hostMac,
+        podMac: net.podMac,
+        mtu: config.mtu,
+        state: 'waiting-to-regenerate',
+        ipamOwned: config.ipam !== 'delegated',
+        createdAt: new Date().toISOString(),
+      };
+      endpoints.register(ep);
+      undo.push({ what: 'unregister endpoint', fn: async () => endpoints.remove(ep.id) });
+      undo.push({ what: 'remove endpoint state', fn: () => store.remove(ep.id) });
+      // The datapath is programmed above; this is where regeneration (identity,
+      // policy) joins. The endpoint is ready only once it is in force.
+      const ready: Endpoint = { ...ep, state: 'ready' };
+      endpoints.update(ready);
+      await store.save(ready);
+      // Confirm last: until now a crash leaves a provisional allocation that expires by itself.
+      await allocator.confirm(owner);
+      log.info({ endpoint: ep.id, containerId: call.containerId, ifName: call.ifName, addresses: ep.addresses.map((a) => a.ip) }, 'endpoint created');
+      return this.result(call, ready);
+    } catch (err) {
+      for (const step of undo.reverse()) {
+        try {
+          await step.fn();
+        } catch (undoErr) {
+          log.error({ err: undoErr, step: step.what, containerId: call.containerId }, 'rollback step failed');
+        }
+      }
+      throw err;
+    }
+  }
+
+  private result(call: ParsedCall, ep: Endpoint): Result100 {
+    const prefix = (f: 4 | 6) => (f === 4 ? 32 : 128);
+    return {
+      cniVersion: '1.1.0',
+      interfaces: [
+        { name: ep.hostIfName, mac: ep.hostMac },
+        { name: ep.ifName, mac: ep.podMac, mtu: ep.mtu, sandbox: call.netns },
+      ],
+      ips: ep.addresses.map((a) => ({ address: `${a.ip}/${prefix(a.family)}`, gateway: a.gateway, interface: 1 })),
+      routes: ep.addresses.map((a) => ({ dst: a.family === 4 ? '0.0.0.0/0' : '::/0', gw: a.gateway })),
+      ...(call.conf.dns ? { dns: call.conf.dns } : {}),
+    };
+  }
+
+  /** Tears an endpoint down: pod network, addresses, state. Parts already gone are fine. */
+  async removeEndpoint(ep: Endpoint, netns: string, conf?: NetConf): Promise<void> {
+    const { datapath, endpoints, store, log } = this.d;
+    endpoints.update({ ...ep, state: 'disconnecting' });
+    await datapath.removePod({ containerId: ep.containerId, netns: netns || ep.netns, ifName: ep.ifName, addresses: ep.addresses });
+    const allocators = conf ? [await this.d.ipam.allocatorFor(conf)] : this.d.ipam.all();
+    for (const a of allocators) await a.releaseOwner(ipamOwner(ep.containerId, ep.ifName));
+    await store.remove(ep.id);
+    endpoints.remove(ep.id);
+    log.info({ endpoint: ep.id, containerId: ep.containerId }, 'endpoint deleted');
+  }
+
+  private async del(call: ParsedCall): Promise<void> {
+    const ep = this.d.endpoints.byContainer(call.containerId, call.ifName);
+    if (ep) return this.removeEndpoint(ep, call.netns, call.conf);
+    // No endpoint (never created, or already deleted): still remove anything an
+    // interrupted ADD left behind. DEL is idempotent.
+    await this.d.datapath.removePod({ containerId: call.containerId, netns: call.netns, ifName: call.ifName, addresses: [] });
+    const allocator = await this.d.ipam.allocatorFor(call.conf);
+    await allocator.releaseOwner(ipamOwner(call.containerId, call.ifName));
+  }
+
+  private async check(call: ParsedCall): Promise<void> {
+    const ep = this.d.endpoints.byContainer(call.containerId, call.ifName);
+    if (!ep) throw new AgentError('NOT_FOUND', `no endpoint for container ${call.containerId} interface ${call.ifName}`);
+    const allocator: Allocator = await this.d.ipam.allocatorFor(call.conf);
+    const held = new Set((await allocator.get(ipamOwner(ep.containerId, ep.ifName))).map((a) => a.ip));
+    for (const a of ep.addresses) {
+      if (!held.has(a.ip)) throw new AgentError('DATAPATH_FAILED', `address ${a.ip} of endpoint ${ep.id} is no longer allocated to it`);
+    }
+    await this.d.datapath.checkPod({ containerId: ep.containerId, netns: call.netns, ifName: ep.ifName, mtu: ep.mtu, addresses: ep.addresses });
+  }
+
+  /** Removes endpoints and allocations not among the runtime's valid attachments (CNI GC, spec 1.1.0). */
+  private async gc(call: ParsedCall): Promise<void> {
+    const rawValid = call.raw['cni.dev/valid-attachments'] ?? call.raw['cni.dev/attachments'] ?? [];
+    const parsed = AttachmentsSchema.safeParse(rawValid);
+    if (!parsed.success) throw new AgentError('INVALID_REQUEST', 'cni.dev/valid-attachments must be a list of {containerID, ifname}');
+    const valid = new Set(parsed.data.map((a) => ipamOwner(a.containerID, a.ifname)));
+    for (const ep of this.d.endpoints.list()) {
+      const owner = ipamOwner(ep.containerId, ep.ifName);
+      if (valid.has(owner)) continue;
+      await this.locks.run(owner, async () => {
+        const still = this.d.endpoints.get(ep.id);
+        if (still) await this.removeEndpoint(still, still.netns, call.conf);
+      });
+    }
+    const live = new Set([...valid, ...this.inFlightOwners()]);
+    const allocator = await this.d.ipam.allocatorFor(call.conf);
+    const report = await allocator.gc(live);
+    if (report.released.length > 0) this.d.log.info({ released: report.released.map((a) => `${a.owner}=${a.ip}`) }, 'CNI GC released stale addresses');
+  }
+}

@@ -1,0 +1,119 @@
+import { readFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { DEFAULT_STATE_DIR } from '../api/types.js';
+import { cidrFamily, validateAbsolutePath } from '../cni/index.js';
+
+export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated'] as const;
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
+
+const cidr = z.string().refine((c) => cidrFamily(c) !== 0, { message: 'must be a CIDR such as 10.0.0.0/16' });
+const absPath = z.string().refine((p) => p.startsWith('/') && !p.split('/').includes('..'), { message: 'must be an absolute path without ..' });
+
+/** The agent's configuration: YAML file keys and flags share these names. */
+export const AgentConfigSchema = z
+  .object({
+    nodeName: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/, 'must be a DNS-style name'),
+    stateDir: absPath,
+    socket: absPath,
+    kvstore: z.enum(['embedded', 'etcd']),
+    kvstoreOpts: z.record(z.string(), z.string()),
+    ipam: z.enum(IPAM_MODES),
+    podCidrs: z.array(cidr),
+    clusterPoolCidrs: z.array(cidr),
+    clusterPoolMaskSize: z.number().int().min(1).max(128).optional(),
+    poolCidrs: z.array(cidr),
+    blockSize: z.number().int().min(1).max(128).optional(),
+    strictAffinity: z.boolean(),
+    /** Directories holding the delegated IPAM plugin (delegated mode). */
+    cniPath: z.array(absPath),
+    mtu: z.number().int().min(576).max(65535),
+    masqueradeCidrs: z.array(cidr).optional(),
+    /** How long a provisional allocation from an ADD survives unconfirmed. */
+    ipamExpirationMs: z.number().int().min(1000).max(3_600_000),
+    bpffsRoot: absPath,
+    logFile: absPath.optional(),
+    logLevel: z.enum(LOG_LEVELS),
+  })
+  .strict();
+export type AgentConfig = z.infer<typeof AgentConfigSchema>;
+
+export function defaultConfig(): AgentConfig {
+  return {
+    nodeName: hostname().split('.')[0] || 'node',
+    stateDir: DEFAULT_STATE_DIR,
+    socket: join(DEFAULT_STATE_DIR, 'tendril.sock'),
+    kvstore: 'embedded',
+    kvstoreOpts: {},
+    ipam: 'host-scope',
+    podCidrs: [],
+    clusterPoolCidrs: [],
+    poolCidrs: [],
+    strictAffinity: false,
+    cniPath: ['/opt/cni/bin', '/usr/lib/cni'],
+    mtu: 1500,
+    ipamExpirationMs: 60_000,
+    bpffsRoot: '/sys/fs/bpf',
+    logLevel: 'info',
+  };
+}
+
+export class ConfigError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ConfigError';
+  }
+}
+
+/** Validates a merged configuration; the message names every bad field. */
+export function validateConfig(raw: unknown): AgentConfig {
+  const parsed = AgentConfigSchema.safeParse(raw);
+  if (!parsed.success) {
+    throw new ConfigError(`invalid agent configuration: ${z.prettifyError(parsed.error).replace(/\n/g, '; ')}`);
+  }
+  const c = parsed.data;
+  const need = (cond: boolean, msg: string) => {
+    if (!cond) throw new ConfigError(msg);
+  };
+  need(c.ipam !== 'host-scope' || c.podCidrs.length > 0, '--ipam host-scope needs --pod-cidr');
+  need(c.ipam !== 'cluster-pool' || c.clusterPoolCidrs.length > 0, '--ipam cluster-pool needs --cluster-pool-cidr');
+  need(c.ipam !== 'block' || c.poolCidrs.length > 0, '--ipam block needs --pool-cidr');
+  validateAbsolutePath(c.socket, 'socket path');
+  return c;
+}
+
+/** Reads the optional YAML config file; its keys are the config's field names. */
+export async function readConfigFile(path: string): Promise<Record<string, unknown>> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`);
+  }
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(`config file ${path} is not valid YAML: ${(err as Error).message}`);
+  }
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError(`config file ${path} must be a mapping`);
+  return doc as Record<string, unknown>;
+}
+
+/** The CIDRs whose traffic leaving them is masqueraded: explicit, else the pod address space. */
+export function masqueradeCidrs(c: AgentConfig): string[] {
+  if (c.masqueradeCidrs) return c.masqueradeCidrs;
+  switch (c.ipam) {
+    case 'host-scope':
+      return c.podCidrs;
+    case 'cluster-pool':
+      return c.clusterPoolCidrs;
+    case 'block':
+      return c.poolCidrs;
+    case 'delegated':
+      return [];
+  }
+}

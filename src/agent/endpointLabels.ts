@@ -1,0 +1,52 @@
+import { AgentError } from '../api/errors.js';
+import type { CniArgs, NetConf } from '../cni/index.js';
+import { LabelError, LabelSet, LabelSource, makeLabel, parseLabel, POD_NAMESPACE_LABEL, type Label } from '../labels/index.js';
+
+/** Pod identity facts a runtime passes in CNI_ARGS (kubelet's and podman's keys). */
+export interface PodRef {
+  namespace?: string;
+  name?: string;
+}
+
+export function podRefFromArgs(args: CniArgs): PodRef {
+  const get = (k: string) => args.find(([key]) => key === k)?.[1];
+  const namespace = get('K8S_POD_NAMESPACE');
+  const name = get('K8S_POD_NAME');
+  return { ...(namespace ? { namespace } : {}), ...(name ? { name } : {}) };
+}
+
+/**
+ * An endpoint's labels: the pod namespace as a k8s label, labels from the
+ * CNI_ARGS key TENDRIL_LABELS (`k=v,k2=v2`) and from the netconf's
+ * `args.tendril.labels` (a list of `k=v` strings or a map). Without a source
+ * prefix a label is `k8s:` inside Kubernetes and `container:` outside it.
+ */
+export function endpointLabels(args: CniArgs, conf: NetConf, pod: PodRef): LabelSet {
+  const source = pod.namespace ? LabelSource.K8s : LabelSource.Container;
+  const labels: Label[] = [];
+  const add = (text: string, where: string) => {
+    try {
+      labels.push(parseLabel(text, source));
+    } catch (err) {
+      if (err instanceof LabelError) throw new AgentError('INVALID_REQUEST', `invalid label ${JSON.stringify(text)} in ${where}: ${err.message}`);
+      throw err;
+    }
+  };
+  if (pod.namespace) labels.push(makeLabel(LabelSource.K8s, POD_NAMESPACE_LABEL, pod.namespace));
+  const fromArgs = args.find(([k]) => k === 'TENDRIL_LABELS')?.[1];
+  if (fromArgs) for (const t of fromArgs.split(',').filter((s) => s !== '')) add(t, 'CNI_ARGS TENDRIL_LABELS');
+  const confLabels = ((conf.args as Record<string, unknown> | undefined)?.tendril as Record<string, unknown> | undefined)?.labels;
+  if (Array.isArray(confLabels)) {
+    for (const t of confLabels) {
+      if (typeof t !== 'string') throw new AgentError('INVALID_REQUEST', 'netconf args.tendril.labels must hold strings');
+      add(t, 'netconf args.tendril.labels');
+    }
+  } else if (confLabels !== undefined && confLabels !== null) {
+    if (typeof confLabels !== 'object') throw new AgentError('INVALID_REQUEST', 'netconf args.tendril.labels must be a list or a map');
+    for (const [k, v] of Object.entries(confLabels)) {
+      if (typeof v !== 'string') throw new AgentError('INVALID_REQUEST', `netconf args.tendril.labels.${k} must be a string`);
+      add(`${k}=${v}`, 'netconf args.tendril.labels');
+    }
+  }
+  return LabelSet.from(labels);
+}

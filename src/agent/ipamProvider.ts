@@ -1,0 +1,105 @@
+import type { NetConf } from '../cni/index.js';
+import {
+  type Allocator,
+  BlockAllocator,
+  ClusterPoolAllocator,
+  DelegatedAllocator,
+  HostScopeAllocator,
+  type IpFamily,
+} from '../ipam/index.js';
+import type { Backend } from '../kvstore/types.js';
+import type { Logger } from '../logging/logger.js';
+import { AgentError } from '../api/errors.js';
+import type { AgentConfig } from './config.js';
+
+/**
+ * The agent's IPAM: one allocator for the node in the kvstore-backed modes;
+ * in delegated mode one adapter per distinct `ipam` section of the netconfs
+ * the runtime sends (as a delegating CNI plugin would run its IPAM plugin).
+ */
+export class IpamProvider {
+  private readonly main: Allocator | undefined;
+  private readonly delegated = new Map<string, DelegatedAllocator>();
+
+  constructor(
+    private readonly config: AgentConfig,
+    private readonly backend: Backend,
+    private readonly log: Logger,
+  ) {
+    const common = { backend, host: config.nodeName, logger: log };
+    switch (config.ipam) {
+      case 'host-scope':
+        this.main = new HostScopeAllocator({ ...common, podCidrs: config.podCidrs.map((cidr) => ({ cidr })) });
+        break;
+      case 'cluster-pool':
+        this.main = new ClusterPoolAllocator({
+          ...common,
+          pools: config.clusterPoolCidrs.map((cidr) => ({ cidr })),
+          ...(config.clusterPoolMaskSize ? { maskSize: { 4: config.clusterPoolMaskSize, 6: config.clusterPoolMaskSize } } : {}),
+        });
+        break;
+      case 'block':
+        this.main = new BlockAllocator({
+          ...common,
+          pools: config.poolCidrs.map((cidr) => ({ cidr, ...(config.blockSize ? { blockSize: config.blockSize } : {}) })),
+          strictAffinity: config.strictAffinity,
+        });
+        break;
+      case 'delegated':
+        this.main = undefined;
+        break;
+    }
+  }
+
+  get mode(): string {
+    return this.config.ipam;
+  }
+
+  async start(): Promise<void> {
+    await this.main?.start();
+  }
+
+  async stop(): Promise<void> {
+    await this.main?.stop();
+    for (const a of this.delegated.values()) await a.stop();
+  }
+
+  /** Families the node hands out addresses for (delegated: whatever the plugin returns). */
+  families(): IpFamily[] {
+    if (!this.main) return [];
+    return ([4, 6] as const).filter((f) => this.main!.routerAddress(f) !== undefined);
+  }
+
+  routerAddresses(): Array<{ family: IpFamily; ip: string }> {
+    if (!this.main) return [];
+    return this.families().map((family) => ({ family, ip: this.main!.routerAddress(family)!.ip }));
+  }
+
+  /** The allocator for a CNI call's netconf. */
+  async allocatorFor(conf: NetConf): Promise<Allocator> {
+    if (this.main) return this.main;
+    const ipam = conf.ipam;
+    if (!ipam || typeof ipam.type !== 'string' || ipam.type === '') {
+      throw new AgentError('INVALID_REQUEST', 'the agent runs delegated IPAM: the netconf needs an "ipam" section with a "type"');
+    }
+    const key = JSON.stringify(ipam);
+    let a = this.delegated.get(key);
+    if (!a) {
+      a = new DelegatedAllocator({
+        backend: this.backend,
+        host: this.config.nodeName,
+        netconf: { cniVersion: '1.0.0', name: conf.name ?? 'tendril', ipam: ipam as { type: string } },
+        cniPath: this.config.cniPath,
+        logger: this.log,
+      });
+      await a.start();
+      this.delegated.set(key, a);
+    }
+    return a;
+  }
+
+  /** Every allocator in use (for listing, GC and expiry). */
+  all(): Allocator[] {
+    return this.main ? [this.main] : [...this.delegated.values()];
+  }
+}

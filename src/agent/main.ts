@@ -1,0 +1,140 @@
+#!/usr/bin/env node
+// tendril-agent: the node agent. Flags override the optional YAML config file.
+import { join } from 'node:path';
+import { Command, CommanderError, Option } from 'commander';
+import { pino } from 'pino';
+import { parseKvstoreOpts } from '../kvstore/factory.js';
+import { Agent } from './agent.js';
+import { ConfigError, defaultConfig, IPAM_MODES, LOG_LEVELS, readConfigFile, validateConfig } from './config.js';
+
+const list = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
+const repeat = (v: string, prev: string[] = []) => [...prev, v];
+const int = (name: string) => (v: string) => {
+  if (!/^\d+$/.test(v)) throw new ConfigError(`${name} must be a whole number, got "${v}"`);
+  return Number(v);
+};
+
+interface Flags {
+  config?: string;
+  nodeName?: string;
+  stateDir?: string;
+  socket?: string;
+  kvstore?: string;
+  kvstoreOpt?: string[];
+  ipam?: string;
+  podCidr?: string[];
+  clusterPoolCidr?: string[];
+  clusterPoolMaskSize?: number;
+  poolCidr?: string[];
+  blockSize?: number;
+  strictAffinity?: boolean;
+  cniPath?: string[];
+  mtu?: number;
+  masqueradeCidr?: string[];
+  ipamExpiration?: number;
+  bpffsRoot?: string;
+  logFile?: string;
+  logLevel?: string;
+}
+
+export function agentCommand(): Command {
+  return new Command('tendril-agent')
+    .description('tendril node agent: IPAM, endpoints and the datapath, serving the API on a unix socket')
+    .option('--config <file>', 'YAML config file (keys as the long flags in camelCase)')
+    .option('--node-name <name>', 'this node\'s name (default: hostname)')
+    .option('--state-dir <dir>', 'state directory (default /var/run/tendril)')
+    .option('--socket <path>', 'API socket (default <state-dir>/tendril.sock)')
+    .addOption(new Option('--kvstore <kind>', 'kvstore backend').choices(['embedded', 'etcd']))
+    .option('--kvstore-opt <key=value>', 'kvstore option, repeatable (endpoints, TLS files, credentials)', repeat)
+    .addOption(new Option('--ipam <mode>', 'IPAM mode').choices([...IPAM_MODES]))
+    .option('--pod-cidr <cidr[,cidr]>', 'host-scope: this node\'s pod CIDRs', list)
+    .option('--cluster-pool-cidr <cidr[,cidr]>', 'cluster-pool: cluster CIDRs', list)
+    .option('--cluster-pool-mask-size <n>', 'cluster-pool: per-node prefix length', int('--cluster-pool-mask-size'))
+    .option('--pool-cidr <cidr[,cidr]>', 'block: IP pools', list)
+    .option('--block-size <n>', 'block: block prefix length (default 26 / 122)', int('--block-size'))
+    .option('--strict-affinity', 'block: never borrow from other hosts\' blocks')
+    .option('--cni-path <dir[,dir]>', 'delegated: where the IPAM plugin lives', list)
+    .option('--mtu <n>', 'pod interface MTU (default 1500)', int('--mtu'))
+    .option('--masquerade-cidr <cidr[,cidr]>', 'masquerade traffic from these CIDRs leaving them (default: the pod CIDRs)', list)
+    .option('--ipam-expiration <ms>', 'how long an unconfirmed ADD allocation lives (default 60000)', int('--ipam-expiration'))
+    .option('--bpffs-root <dir>', 'bpffs mount for pinned datapath objects (default /sys/fs/bpf)')
+    .option('--log-file <path>', 'log to this file instead of stderr')
+    .addOption(new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]))
+    .exitOverride();
+}
+
+export async function resolveConfig(flags: Flags) {
+  const fromFile = flags.config ? await readConfigFile(flags.config) : {};
+  const merged: Record<string, unknown> = { ...defaultConfig(), ...fromFile };
+  const set = (key: string, v: unknown) => {
+    if (v !== undefined) merged[key] = v;
+  };
+  set('nodeName', flags.nodeName);
+  set('stateDir', flags.stateDir);
+  set('socket', flags.socket ?? (flags.stateDir || fromFile.stateDir ? join(String(flags.stateDir ?? fromFile.stateDir), 'tendril.sock') : undefined));
+  set('kvstore', flags.kvstore);
+  if (flags.kvstoreOpt) merged.kvstoreOpts = parseKvstoreOpts(flags.kvstoreOpt);
+  set('ipam', flags.ipam);
+  set('podCidrs', flags.podCidr);
+  set('clusterPoolCidrs', flags.clusterPoolCidr);
+  set('clusterPoolMaskSize', flags.clusterPoolMaskSize);
+  set('poolCidrs', flags.poolCidr);
+  set('blockSize', flags.blockSize);
+  set('strictAffinity', flags.strictAffinity);
+  set('cniPath', flags.cniPath);
+  set('mtu', flags.mtu);
+  set('masqueradeCidrs', flags.masqueradeCidr);
+  set('ipamExpirationMs', flags.ipamExpiration);
+  set('bpffsRoot', flags.bpffsRoot);
+  set('logFile', flags.logFile);
+  set('logLevel', flags.logLevel);
+  return validateConfig(merged);
+}
+
+async function main(argv: string[]): Promise<number> {
+  const cmd = agentCommand();
+  let flags: Flags;
+  try {
+    cmd.parse(argv);
+    flags = cmd.opts<Flags>();
+  } catch (err) {
+    if (err instanceof CommanderError) return err.exitCode;
+    throw err;
+  }
+  let config;
+  try {
+    config = await resolveConfig(flags);
+  } catch (err) {
+    process.stderr.write(`tendril-agent: ${(err as Error).message}\n`);
+    return 2;
+  }
+  if (process.getuid?.() !== 0) {
+    process.stderr.write('tendril-agent: must run as root (it changes the host\'s network)\n');
+    return 2;
+  }
+  const log = pino(
+    { name: 'tendril-agent', level: config.logLevel, base: { pid: process.pid, node: config.nodeName } },
+    pino.destination(config.logFile ? { dest: config.logFile, mkdir: true, sync: false } : 2),
+  );
+  let agent: Agent;
+  try {
+    agent = await Agent.start(config, log);
+  } catch (err) {
+    log.fatal({ err }, 'agent failed to start');
+    process.stderr.write(`tendril-agent: failed to start: ${(err as Error).message}\n`);
+    return 1;
+  }
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      log.info({ signal }, 'stopping');
+      resolve();
+    };
+    process.once('SIGTERM', () => stop('SIGTERM'));
+    process.once('SIGINT', () => stop('SIGINT'));
+  });
+  await agent.stop();
+  log.flush();
+  return 0;
+}
+
+process.exitCode = await main(process.argv);

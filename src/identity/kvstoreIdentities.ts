@@ -1,0 +1,229 @@
+import type { Logger } from '../logging/logger.js';
+import type { Backend, KeyValue } from '../kvstore/types.js';
+import { MAX_KEY_BYTES } from '../kvstore/validate.js';
+import { IdentityError, IdentityErrorCode } from './errors.js';
+import type { IdentityKeys } from './keys.js';
+import { withLease, type LeaseProvider } from './nodeLease.js';
+
+/**
+ * The cluster-wide allocation protocol over the kvstore, without any local
+ * caching (IdentityAllocator adds that). Every step is a compare-and-swap
+ * transaction, so any number of nodes may run it at once:
+ *
+ * acquire(labels):
+ *   - index exists (→ n): one txn "index unchanged ∧ id/n holds these labels"
+ *     → re-put the index (bumping its modRevision, which fences a concurrent
+ *     GC) and put this node's usage key on its lease;
+ *   - index missing: pick a free n and one txn "no index ∧ no id/n" → create
+ *     master, index and usage key together.
+ *   A failed compare means another node got there first: read again and
+ *   retry, at most `maxRetries` times.
+ *
+ * collect: an identity whose index has no usage key is deleted with a txn
+ * that compares the index's modRevision from before the usage listing, so
+ * an allocation racing with the GC (which re-puts the index) always wins.
+ */
+export interface KvstoreIdentitiesOptions {
+  backend: Backend;
+  keys: IdentityKeys;
+  nodeName: string;
+  lease: LeaseProvider;
+  minId: number;
+  maxId: number;
+  maxRetries: number;
+  logger?: Logger;
+  /** Numbers known to be taken (from the watched identity table) to avoid doomed picks. */
+  knownIds?: () => Iterable<number>;
+  random?: () => number;
+}
+
+export interface AcquireResult {
+  id: number;
+  /** This call created the identity (no node had it before). */
+  created: boolean;
+  /** Transactions that lost a race before this one succeeded. */
+  conflicts: number;
+}
+
+export interface GcResult {
+  /** Identities deleted by this pass. */
+  deleted: number[];
+  /** Identities still used by at least one node. */
+  inUse: number;
+}
+
+export class KvstoreIdentities {
+  readonly #o: KvstoreIdentitiesOptions;
+  readonly #random: () => number;
+
+  constructor(options: KvstoreIdentitiesOptions) {
+    this.#o = options;
+    this.#random = options.random ?? Math.random;
+  }
+
+  /** Throws INVALID_LABELS when the label set would make a key etcd refuses. */
+  checkKeySize(labels: string): void {
+    const bytes = Buffer.byteLength(this.#o.keys.usage(labels, this.#o.nodeName), 'utf8');
+    if (bytes > MAX_KEY_BYTES) {
+      throw new IdentityError(
+        IdentityErrorCode.INVALID_LABELS,
+        `identity labels are ${Buffer.byteLength(labels)} bytes in sorted form; too many or too long labels for a kvstore key (limit ${MAX_KEY_BYTES} bytes)`,
+      );
+    }
+  }
+
+  async acquire(labels: string, preferredId?: number): Promise<AcquireResult> {
+    this.checkKeySize(labels);
+    const { backend, keys, nodeName, lease } = this.#o;
+    const taken = new Set<number>();
+    let conflicts = 0;
+    for (let attempt = 0; attempt <= this.#o.maxRetries; attempt++) {
+      const index = await backend.get(keys.index(labels));
+      if (index !== undefined) {
+        const n = Number(index.value);
+        const master = await backend.get(keys.id(n));
+        const ok = await withLease(lease, async (leaseId) => {
+          const res = await backend.txn({
+            compare: [
+              { key: index.key, target: 'modRevision', value: index.modRevision },
+              master === undefined
+                ? { key: keys.id(n), target: 'exists', value: false }
+                : { key: keys.id(n), target: 'value', value: labels },
+            ],
+            success: [
+              // Re-put master only when repairing a missing one; re-put index always (GC fence).
+              ...(master === undefined ? [{ type: 'put' as const, key: keys.id(n), value: labels }] : []),
+              { type: 'put', key: index.key, value: String(n) },
+              { type: 'put', key: keys.usage(labels, nodeName), value: String(n), lease: leaseId },
+            ],
+          });
+          return res.succeeded;
+        });
+        if (ok) return { id: n, created: false, conflicts };
+        if (master !== undefined && master.value !== labels) {
+          // id/n belongs to other labels: the index is corrupt (hand-edited store). Drop it, fenced.
+          this.#o.logger?.error({ labels, id: n, master: master.value }, 'identity index points at another label set; removing it');
+          await backend.txn({ compare: [{ key: index.key, target: 'modRevision', value: index.modRevision }], success: [{ type: 'delete', key: index.key }] });
+        }
+        conflicts++;
+        continue;
+      }
+      const n = this.#pick(taken, attempt === 0 ? preferredId : undefined);
+      const ok = await withLease(lease, async (leaseId) => {
+        const res = await backend.txn({
+          compare: [
+            { key: keys.index(labels), target: 'exists', value: false },
+            { key: keys.id(n), target: 'exists', value: false },
+          ],
+          success: [
+            { type: 'put', key: keys.id(n), value: labels },
+            { type: 'put', key: keys.index(labels), value: String(n) },
+            { type: 'put', key: keys.usage(labels, nodeName), value: String(n), lease: leaseId },
+          ],
+        });
+        return res.succeeded;
+      });
+      if (ok) return { id: n, created: true, conflicts };
+      // Either another node created this label set (next round finds the index) or n is taken.
+      taken.add(n);
+      conflicts++;
+    }
+    throw new IdentityError(
+      IdentityErrorCode.CONFLICT,
+      `could not allocate an identity for ${labels} after ${this.#o.maxRetries + 1} attempts (${conflicts} lost races)`,
+    );
+  }
+
+  /** Chooses a number: the preferred one if usable, else a random free one (random start, linear probe). */
+  #pick(taken: Set<number>, preferred?: number): number {
+    const { minId, maxId } = this.#o;
+    const known = new Set(this.#o.knownIds?.() ?? []);
+    const free = (n: number): boolean => !taken.has(n) && !known.has(n);
+    if (preferred !== undefined && preferred >= minId && preferred <= maxId && !taken.has(preferred)) return preferred;
+    const span = maxId - minId + 1;
+    const start = Math.floor(this.#random() * span);
+    for (let i = 0; i < span; i++) {
+      const n = minId + ((start + i) % span);
+      if (free(n)) return n;
+    }
+    throw new IdentityError(IdentityErrorCode.EXHAUSTED, `every identity in ${minId}..${maxId} is taken`);
+  }
+
+  /** Removes this node's usage key for the label set. */
+  async dropUsage(labels: string): Promise<void> {
+    await this.#o.backend.delete(this.#o.keys.usage(labels, this.#o.nodeName));
+  }
+
+  /** Deletes one identity if no node uses it any more; returns its number when deleted. */
+  async collectOne(labels: string): Promise<number | undefined> {
+    const { backend, keys } = this.#o;
+    const index = await backend.get(keys.index(labels));
+    if (index === undefined) return undefined;
+    const users = await backend.list(keys.usagePrefix(labels));
+    if (users.kvs.length > 0) return undefined;
+    return (await this.#deleteFenced(index, labels)) ? Number(index.value) : undefined;
+  }
+
+  async #deleteFenced(index: KeyValue, labels: string): Promise<boolean> {
+    const { backend, keys } = this.#o;
+    const n = Number(index.value);
+    const res = await backend.txn({
+      compare: [
+        { key: index.key, target: 'modRevision', value: index.modRevision },
+        { key: keys.id(n), target: 'value', value: labels },
+      ],
+      success: [
+        { type: 'delete', key: index.key },
+        { type: 'delete', key: keys.id(n) },
+      ],
+    });
+    return res.succeeded;
+  }
+
+  /**
+   * One GC pass over every identity. Safe to run on every node at once: each
+   * deletion is fenced as in collectOne. Usage keys of dead nodes are already
+   * gone with their leases, so their identities are collected here.
+   */
+  async collectAll(): Promise<GcResult> {
+    const { backend, keys } = this.#o;
+    const snapshot = await backend.list(keys.prefix);
+    const masters = new Map<number, KeyValue>();
+    const indexes = new Map<string, KeyValue>();
+    const used = new Set<string>();
+    for (const kv of snapshot.kvs) {
+      const id = keys.parseIdKey(kv.key);
+      if (id !== undefined) {
+        masters.set(id, kv);
+        continue;
+      }
+      const v = keys.parseValueKey(kv.key);
+      if (v === undefined) continue;
+      if (v.node === undefined) indexes.set(v.labels, kv);
+      else used.add(v.labels);
+    }
+    const deleted: number[] = [];
+    let inUse = 0;
+    for (const [labels, index] of indexes) {
+      if (used.has(labels)) {
+        inUse++;
+        continue;
+      }
+      if (await this.#deleteFenced(index, labels)) deleted.push(Number(index.value));
+    }
+    // Masters without an index cannot come from acquire (they are written together);
+    // remove such leftovers of a hand-edited or half-restored store, fenced likewise.
+    for (const [id, master] of masters) {
+      if (indexes.get(master.value)?.value === String(id)) continue;
+      const res = await backend.txn({
+        compare: [
+          { key: master.key, target: 'modRevision', value: master.modRevision },
+          { key: keys.index(master.value), target: 'exists', value: false },
+        ],
+        success: [{ type: 'delete', key: master.key }],
+      });
+      if (res.succeeded) deleted.push(id);
+    }
+    return { deleted: deleted.sort((a, b) => a - b), inUse };
+  }
+}

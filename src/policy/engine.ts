@@ -1,0 +1,472 @@
+/**
+ * PolicyEngine: the control plane the agent drives. It owns the repository,
+ * the selector cache and one computed map state per group of endpoints that
+ * share an identity and named ports. Every call that changes something returns
+ * the per-endpoint diffs to program, for the affected endpoints only:
+ *
+ *  - a policy change fully recomputes the endpoints its rules select;
+ *  - an identity change recomputes only that identity's entries ("slice") in
+ *    the endpoints whose policies use a selector whose selection changed;
+ *  - an enforcement-mode change recomputes everything.
+ */
+import type { LabelSet } from '../labels/index.js';
+import { PolicyMapOverflowError, UnknownEndpointError, UnknownIdentityError } from './errors.js';
+import { traceFlow, type EvaluationContext, type Subject, type TraceResult } from './evaluate.js';
+import { diffEntries, EMPTY_DIFF, isEmptyDiff, MapState, mapKeyString, type MapEntry, type MapKey, type MapStateDiff } from './mapState.js';
+import { PolicyMapBuilder } from './policyMapEntries.js';
+import { PolicyRepository, type PolicyFilter } from './repository.js';
+import { resolvePolicy, type ResolvedPolicy } from './resolvedPolicy.js';
+import type { Policy, PolicyName, Rule } from './rule.js';
+import { parsePolicyText } from './ruleParser.js';
+import type { IdentitySelector } from './selector.js';
+import { SelectorCache } from './selectorCache.js';
+import type { DirectionEnforcement } from './enforcement.js';
+import type { CidrIdentitySource, Direction, EndpointInfo, EnforcementMode, Identity, IdentityView, NamedPort, Verdict } from './types.js';
+
+/** Cilium's default policy map size per endpoint. */
+export const DEFAULT_MAX_ENTRIES_PER_ENDPOINT = 16384;
+
+export interface PolicyEngineOptions {
+  readonly identities: IdentityView;
+  /** Allocates local CIDR identities for CIDR rules; without it CIDR rules select only identities that already exist. */
+  readonly cidrIdentities?: CidrIdentitySource;
+  readonly enforcementMode?: EnforcementMode;
+  readonly maxEntriesPerEndpoint?: number;
+  /** Host → endpoint ingress always allowed (Cilium's allow-localhost). Default true. */
+  readonly allowLocalhost?: boolean;
+}
+
+export interface EndpointRegeneration {
+  readonly endpointId: number;
+  readonly identity: number;
+  readonly policyRevision: number;
+  /** What to write to this endpoint's policy map. Empty when `error` is set: the previous map stays. */
+  readonly diff: MapStateDiff;
+  /** Entries the endpoint's map holds once the diff is applied (or would hold, with `error`). */
+  readonly entries: number;
+  readonly error?: PolicyMapOverflowError;
+}
+
+export interface PolicyUpdateResult {
+  /** Repository revision after the change; endpoints not listed are at this revision already. */
+  readonly revision: number;
+  /** Endpoints whose map state changed (or whose error state changed), sorted by id. */
+  readonly regenerations: readonly EndpointRegeneration[];
+}
+
+export interface PolicyImportResult extends PolicyUpdateResult {
+  readonly policies: readonly PolicyName[];
+}
+
+export interface PolicyDeleteResult extends PolicyUpdateResult {
+  readonly deleted: readonly PolicyName[];
+}
+
+export interface EndpointPolicy {
+  readonly endpointId: number;
+  readonly identity: number;
+  readonly policyRevision: number;
+  readonly enforcement: Readonly<Record<Direction, DirectionEnforcement>>;
+  readonly entries: readonly MapEntry[];
+  readonly error?: PolicyMapOverflowError;
+}
+
+/** A trace endpoint: labels (`k8s:app=web` strings parsed by the caller), an identity, or a local endpoint. */
+export type TracePeer = { readonly labels: LabelSet; readonly namedPorts?: readonly NamedPort[] } | { readonly identity: number } | { readonly endpoint: number };
+
+export interface MapLookup {
+  readonly verdict: Verdict;
+  /** The entry the datapath would pick; undefined = no entry matches (dropped). */
+  readonly entry: MapEntry | undefined;
+}
+
+interface Group {
+  readonly key: string;
+  readonly identity: number;
+  readonly labels: LabelSet;
+  readonly namedPorts: readonly NamedPort[];
+  readonly endpoints: Set<number>;
+  resolved: ResolvedPolicy;
+  builder: PolicyMapBuilder;
+  readonly state: MapState;
+  /** Map keys per peer identity, so one identity's entries can be replaced alone. */
+  byIdentity: Map<number, string[]>;
+  revision: number;
+  overflow: boolean;
+  /** Endpoints that joined while the group overflowed: they get the whole map on recovery. */
+  readonly needFull: Set<number>;
+}
+
+type Touch = 'full' | Set<number>;
+
+function groupKey(identity: number, namedPorts: readonly NamedPort[]): string {
+  const ports = namedPorts.map((p) => `${p.name}:${p.protocol}:${p.port}`).sort();
+  return `${identity}|${ports.join(',')}`;
+}
+
+export class PolicyEngine {
+  readonly repository = new PolicyRepository();
+  readonly selectorCache: SelectorCache;
+  readonly #cidr: CidrIdentitySource | undefined;
+  readonly #maxEntries: number;
+  readonly #allowLocalhost: boolean;
+  #mode: EnforcementMode;
+  #rules: Rule[] = [];
+  readonly #groups = new Map<string, Group>();
+  readonly #groupsByIdentity = new Map<number, Set<Group>>();
+  readonly #endpoints = new Map<number, { info: EndpointInfo; group: Group }>();
+  #egressNamedPorts: NamedPort[] = [];
+  #egressNamedPortsKey = '';
+
+  constructor(options: PolicyEngineOptions) {
+    this.selectorCache = new SelectorCache(options.identities.list());
+    this.#cidr = options.cidrIdentities;
+    this.#mode = options.enforcementMode ?? 'default';
+    this.#maxEntries = options.maxEntriesPerEndpoint ?? DEFAULT_MAX_ENTRIES_PER_ENDPOINT;
+    this.#allowLocalhost = options.allowLocalhost ?? true;
+  }
+
+  get revision(): number {
+    return this.repository.revision;
+  }
+
+  get enforcementMode(): EnforcementMode {
+    return this.#mode;
+  }
+
+  // ---- policies -------------------------------------------------------------
+
+  /** Parses YAML/JSON text and applies it atomically (PolicyParseError / PolicyValidationError leave everything as it was). */
+  importText(text: string): PolicyImportResult {
+    return this.upsertPolicies(parsePolicyText(text));
+  }
+
+  /** Adds or replaces policies (by kind/namespace/name). */
+  upsertPolicies(policies: readonly Policy[]): PolicyImportResult {
+    const touched = new Map<Group, Touch>();
+    if (this.#cidr !== undefined) {
+      const prefixes = policies.flatMap((p) => p.cidrPrefixes);
+      if (prefixes.length > 0) this.#applyIdentityChanges(this.#cidr.acquireCidrIdentities(prefixes), [], touched);
+    }
+    for (const p of policies) this.#acquireSelectors(p);
+    const change = this.repository.upsert(policies);
+    this.#rules = this.repository.rules();
+    this.#touchSubjects([...change.upserted, ...change.removed], touched);
+    this.#forget(change.removed, touched);
+    return { ...this.#flush(touched), policies: policies.map((p) => p.name) };
+  }
+
+  /** Deletes by name and/or labels; PolicyNotFoundError when nothing matches. */
+  deletePolicies(filter: PolicyFilter): PolicyDeleteResult {
+    const touched = new Map<Group, Touch>();
+    const change = this.repository.delete(filter);
+    this.#rules = this.repository.rules();
+    this.#touchSubjects(change.removed, touched);
+    this.#forget(change.removed, touched);
+    return { ...this.#flush(touched), deleted: change.removed.map((p) => p.name) };
+  }
+
+  policies(filter?: PolicyFilter): Policy[] {
+    return this.repository.list(filter);
+  }
+
+  /** `GET /policy/selectors`. */
+  selectors(): ReturnType<SelectorCache['list']> {
+    return this.selectorCache.list();
+  }
+
+  setEnforcementMode(mode: EnforcementMode): PolicyUpdateResult {
+    this.#mode = mode;
+    const touched = new Map<Group, Touch>();
+    for (const g of this.#groups.values()) touched.set(g, 'full');
+    return this.#flush(touched);
+  }
+
+  // ---- identities -----------------------------------------------------------
+
+  /** The identity allocator saw identities appear (or change labels) and go. */
+  identitiesChanged(added: readonly Identity[], removed: readonly number[] = []): PolicyUpdateResult {
+    const touched = new Map<Group, Touch>();
+    this.#applyIdentityChanges(added, removed, touched);
+    return this.#flush(touched);
+  }
+
+  // ---- endpoints ------------------------------------------------------------
+
+  /** Adds an endpoint or updates its identity/named ports; its regeneration is in the result with the others affected. */
+  upsertEndpoint(info: EndpointInfo): PolicyUpdateResult {
+    const identity = this.selectorCache.identity(info.identity);
+    if (identity === undefined) throw new UnknownIdentityError(info.identity);
+    const namedPorts = info.namedPorts ?? [];
+    const key = groupKey(info.identity, namedPorts);
+    const prev = this.#endpoints.get(info.id);
+    const group = this.#groups.get(key) ?? this.#newGroup(key, identity, namedPorts);
+    const moved = prev === undefined || prev.group !== group;
+    const before = prev === undefined || !moved ? [] : [...prev.group.state.entries()];
+    if (prev !== undefined && moved) this.#leaveGroup(info.id, prev.group);
+    this.#endpoints.set(info.id, { info, group });
+    const touched = new Map<Group, Touch>();
+    this.#updateEgressNamedPorts(touched);
+    // The group's own journal describes changes for its existing members; the
+    // newcomer joins after the flush and gets "what it had" → "the group's map".
+    const result = this.#flush(touched);
+    if (!moved) return result;
+    group.endpoints.add(info.id);
+    return { revision: result.revision, regenerations: mergeRegenerations(result.regenerations, [this.#joinRegeneration(info.id, group, before)]) };
+  }
+
+  removeEndpoint(id: number): PolicyUpdateResult {
+    const ep = this.#endpoints.get(id);
+    if (ep === undefined) throw new UnknownEndpointError(id);
+    this.#endpoints.delete(id);
+    this.#leaveGroup(id, ep.group);
+    const touched = new Map<Group, Touch>();
+    this.#updateEgressNamedPorts(touched);
+    return this.#flush(touched);
+  }
+
+  endpointPolicy(id: number): EndpointPolicy {
+    const ep = this.#endpoints.get(id);
+    if (ep === undefined) throw new UnknownEndpointError(id);
+    const g = ep.group;
+    return {
+      endpointId: id,
+      identity: g.identity,
+      policyRevision: g.revision,
+      enforcement: g.resolved.enforcement,
+      entries: g.state.toJSON(),
+      ...(g.overflow ? { error: new PolicyMapOverflowError(id, g.state.size, this.#maxEntries) } : {}),
+    };
+  }
+
+  endpointIds(): number[] {
+    return [...this.#endpoints.keys()].sort((a, b) => a - b);
+  }
+
+  /** The verdict the datapath reaches with this endpoint's computed map (no entry = drop). */
+  lookup(endpointId: number, direction: Direction, peerIdentity: number, proto: number, port: number): MapLookup {
+    const ep = this.#endpoints.get(endpointId);
+    if (ep === undefined) throw new UnknownEndpointError(endpointId);
+    const entry = ep.group.state.lookup(direction, peerIdentity, proto, port);
+    return { verdict: entry?.verdict ?? 'deny', entry };
+  }
+
+  /** Explains a flow from the rules: source egress then destination ingress, with the deciding rules. */
+  trace(src: TracePeer, dst: TracePeer, proto: number, port: number): TraceResult {
+    return traceFlow(this.evaluationContext(), this.#subject(src), this.#subject(dst), proto, port);
+  }
+
+  /** What the reference evaluator needs: the current rules, mode and named ports. */
+  evaluationContext(): EvaluationContext {
+    return { rules: this.#rules, mode: this.#mode, allowLocalhost: this.#allowLocalhost, egressNamedPorts: this.#egressNamedPorts };
+  }
+
+  // ---- internals ------------------------------------------------------------
+
+  #subject(p: TracePeer): Subject {
+    if ('labels' in p) return p;
+    if ('identity' in p) {
+      const id = this.selectorCache.identity(p.identity);
+      if (id === undefined) throw new UnknownIdentityError(p.identity);
+      return { labels: id.labels };
+    }
+    const ep = this.#endpoints.get(p.endpoint);
+    if (ep === undefined) throw new UnknownEndpointError(p.endpoint);
+    return { labels: ep.group.labels, namedPorts: ep.group.namedPorts };
+  }
+
+  #selectorsOf(p: Policy): IdentitySelector[] {
+    const out: IdentitySelector[] = [];
+    for (const r of p.rules) {
+      out.push(r.subject);
+      for (const dr of [r.ingress, r.egress]) {
+        for (const pr of [...dr.allow, ...dr.deny]) if (pr.peers !== 'all') out.push(...pr.peers);
+      }
+    }
+    return out;
+  }
+
+  #acquireSelectors(p: Policy): void {
+    for (const s of this.#selectorsOf(p)) this.selectorCache.acquire(s);
+  }
+
+  /** Releases what removed policies held: selectors, then CIDR identities. */
+  #forget(removed: readonly Policy[], touched: Map<Group, Touch>): void {
+    for (const p of removed) for (const s of this.#selectorsOf(p)) this.selectorCache.release(s);
+    if (this.#cidr === undefined) return;
+    const prefixes = removed.flatMap((p) => p.cidrPrefixes);
+    if (prefixes.length > 0) this.#applyIdentityChanges([], this.#cidr.releaseCidrIdentities(prefixes), touched);
+  }
+
+  /** Every group whose identity a subject selector of these policies selects needs a full recomputation. */
+  #touchSubjects(policies: readonly Policy[], touched: Map<Group, Touch>): void {
+    for (const p of policies) {
+      for (const r of p.rules) {
+        const sel = this.selectorCache.get(r.subject.key);
+        if (sel === undefined) continue;
+        for (const id of sel.selections) for (const g of this.#groupsByIdentity.get(id) ?? []) touched.set(g, 'full');
+      }
+    }
+  }
+
+  #applyIdentityChanges(added: readonly Identity[], removed: readonly number[], touched: Map<Group, Touch>): void {
+    const changes = this.selectorCache.updateIdentities(added, removed);
+    if (changes.length === 0) return;
+    const byKey = new Map(changes.map((c) => [c.key, c]));
+    for (const g of this.#groups.values()) {
+      for (const key of g.resolved.selectorKeys) {
+        const c = byKey.get(key);
+        if (c === undefined) continue;
+        let t = touched.get(g);
+        if (t === 'full') break;
+        if (t === undefined) touched.set(g, (t = new Set()));
+        for (const id of c.added) t.add(id);
+        for (const id of c.removed) t.add(id);
+      }
+    }
+  }
+
+  #selecting(identity: number): Rule[] {
+    return this.#rules.filter((r) => this.selectorCache.get(r.subject.key)?.selections.has(identity) === true);
+  }
+
+  #resolve(identity: number, namedPorts: readonly NamedPort[]): { resolved: ResolvedPolicy; builder: PolicyMapBuilder } {
+    const resolved = resolvePolicy(
+      { mode: this.#mode, selectorCache: this.selectorCache, egressNamedPorts: this.#egressNamedPorts },
+      this.#selecting(identity),
+      namedPorts,
+    );
+    return { resolved, builder: new PolicyMapBuilder(resolved, { allowLocalhost: this.#allowLocalhost }) };
+  }
+
+  #newGroup(key: string, identity: Identity, namedPorts: readonly NamedPort[]): Group {
+    const { resolved, builder } = this.#resolve(identity.id, namedPorts);
+    const group: Group = {
+      key,
+      identity: identity.id,
+      labels: identity.labels,
+      namedPorts,
+      endpoints: new Set(),
+      resolved,
+      builder,
+      state: new MapState(),
+      byIdentity: new Map(),
+      revision: this.revision,
+      overflow: false,
+      needFull: new Set(),
+    };
+    this.#fill(group, builder.allEntries());
+    this.#groups.set(key, group);
+    let set = this.#groupsByIdentity.get(identity.id);
+    if (set === undefined) this.#groupsByIdentity.set(identity.id, (set = new Set()));
+    set.add(group);
+    return group;
+  }
+
+  #leaveGroup(endpointId: number, group: Group): void {
+    group.endpoints.delete(endpointId);
+    group.needFull.delete(endpointId);
+    if (group.endpoints.size > 0) return;
+    this.#groups.delete(group.key);
+    this.#groupsByIdentity.get(group.identity)?.delete(group);
+  }
+
+  #joinRegeneration(endpointId: number, group: Group, before: readonly MapEntry[]): EndpointRegeneration {
+    if (group.overflow) {
+      group.needFull.add(endpointId);
+      return this.#regeneration(endpointId, group, EMPTY_DIFF);
+    }
+    return this.#regeneration(endpointId, group, diffEntries(before, group.state.entries()));
+  }
+
+  #fill(group: Group, entries: readonly MapEntry[]): void {
+    group.state.replaceAll(entries);
+    group.byIdentity = new Map();
+    for (const e of entries) {
+      let keys = group.byIdentity.get(e.key.identity);
+      if (keys === undefined) group.byIdentity.set(e.key.identity, (keys = []));
+      keys.push(mapKeyString(e.key));
+    }
+  }
+
+  #replaceSlice(group: Group, identity: number): void {
+    const next = group.builder.identityEntries(identity);
+    const nextKeys = new Set(next.map((e) => mapKeyString(e.key)));
+    for (const k of group.byIdentity.get(identity) ?? []) {
+      if (!nextKeys.has(k)) group.state.delete(parseKeyString(k));
+    }
+    for (const e of next) group.state.set(e);
+    if (next.length === 0) group.byIdentity.delete(identity);
+    else group.byIdentity.set(identity, [...nextKeys]);
+  }
+
+  #updateEgressNamedPorts(touched: Map<Group, Touch>): void {
+    const seen = new Map<string, NamedPort>();
+    for (const { info } of this.#endpoints.values()) {
+      for (const p of info.namedPorts ?? []) seen.set(`${p.name}:${p.protocol}:${p.port}`, p);
+    }
+    const key = [...seen.keys()].sort().join(',');
+    if (key === this.#egressNamedPortsKey) return;
+    this.#egressNamedPortsKey = key;
+    this.#egressNamedPorts = [...seen.values()];
+    for (const g of this.#groups.values()) if (g.resolved.usesEgressNamedPorts) touched.set(g, 'full');
+  }
+
+  #flush(touched: Map<Group, Touch>): PolicyUpdateResult {
+    const out: EndpointRegeneration[] = [];
+    for (const [g, t] of touched) {
+      if (!this.#groups.has(g.key)) continue;
+      if (t === 'full') {
+        const { resolved, builder } = this.#resolve(g.identity, g.namedPorts);
+        g.resolved = resolved;
+        g.builder = builder;
+        this.#fill(g, builder.allEntries());
+      } else {
+        for (const id of t) this.#replaceSlice(g, id);
+      }
+      g.revision = this.revision;
+    }
+    // Groups created by this call (upsertEndpoint) have an untaken journal too.
+    for (const g of this.#groups.values()) {
+      const wasOverflow = g.overflow;
+      g.overflow = g.state.size > this.#maxEntries;
+      if (g.overflow) {
+        // Keep the journal: once the state fits again, its diff starts from the last map the endpoints hold.
+        if (!wasOverflow || touched.has(g)) for (const ep of g.endpoints) out.push(this.#regeneration(ep, g, EMPTY_DIFF));
+        continue;
+      }
+      const diff = g.state.takeDiff();
+      const full = g.needFull.size > 0 ? g.state.fullDiff() : undefined;
+      for (const ep of g.endpoints) {
+        if (full !== undefined && g.needFull.has(ep)) out.push(this.#regeneration(ep, g, full));
+        else if (!isEmptyDiff(diff) || wasOverflow) out.push(this.#regeneration(ep, g, diff));
+      }
+      g.needFull.clear();
+    }
+    out.sort((a, b) => a.endpointId - b.endpointId);
+    return { revision: this.revision, regenerations: out };
+  }
+
+  #regeneration(endpointId: number, g: Group, diff: MapStateDiff): EndpointRegeneration {
+    const base = { endpointId, identity: g.identity, policyRevision: g.revision, diff, entries: g.state.size };
+    return g.overflow ? { ...base, error: new PolicyMapOverflowError(endpointId, g.state.size, this.#maxEntries) } : base;
+  }
+}
+
+function parseKeyString(k: string): MapKey {
+  const [idPart, proto, port, prefixLen] = k.slice(1).split('/');
+  return {
+    direction: k[0] === 'i' ? 'ingress' : 'egress',
+    identity: Number(idPart),
+    proto: Number(proto),
+    port: Number(port),
+    prefixLen: Number(prefixLen),
+  };
+}
+
+function mergeRegenerations(a: readonly EndpointRegeneration[], b: readonly EndpointRegeneration[]): EndpointRegeneration[] {
+  const byId = new Map<number, EndpointRegeneration>();
+  for (const r of [...a, ...b]) byId.set(r.endpointId, r);
+  return [...byId.values()].sort((x, y) => x.endpointId - y.endpointId);
+}
+

@@ -1,0 +1,60 @@
+/**
+ * Public API of src/policy: rules in (YAML/JSON NetworkPolicy and tendril
+ * policies), per-endpoint map state out, incrementally, with explanations.
+ * The agent and CLI import only from here.
+ */
+export {
+  PolicyErrorCode,
+  PolicyError,
+  PolicyValidationError,
+  PolicyParseError,
+  PolicyNotFoundError,
+  UnknownEndpointError,
+  UnknownIdentityError,
+  PolicyMapOverflowError,
+  PolicyArgumentError,
+  isPolicyError,
+  formatIssue,
+  type PolicyIssue,
+} from './errors.js';
+export {
+  ReservedIdentity,
+  MIN_ALLOCATED_IDENTITY,
+  MIN_LOCAL_CIDR_IDENTITY,
+  Proto,
+  PORT_PROTOCOLS,
+  DIRECTIONS,
+  ENFORCEMENT_MODES,
+  protocolNumber,
+  protocolName,
+  type Identity,
+  type IdentityView,
+  type CidrIdentitySource,
+  type Direction,
+  type ProtocolName,
+  type Verdict,
+  type EnforcementMode,
+  type NamedPort,
+  type EndpointInfo,
+} from './types.js';
+export {
+  PolicyEngine,
+  DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
+  type PolicyEngineOptions,
+  type EndpointRegeneration,
+  type PolicyUpdateResult,
+  type PolicyImportResult,
+  type PolicyDeleteResult,
+  type EndpointPolicy,
+  type TracePeer,
+  type MapLookup,
+} from './engine.js';
+export { PolicyRepository, type PolicyFilter, type RepositoryChange } from './repository.js';
+export { SelectorCache, type CachedSelector, type SelectionChange } from './selectorCache.js';
+export { MapState, mapKeyString, formatMapKey, diffEntries, type MapKey, type MapEntry, type MapStateDiff } from './mapState.js';
+export { portRangeToPrefixes, portRangeOf, formatPortKey, type PortKey } from './ports.js';
+export { parsePolicyText, parsePolicyDocuments, NAMESPACE_LABEL_PREFIX } from './ruleParser.js';
+export { PolicyKind, formatPolicyName, type Policy, type PolicyName, type Rule, type RuleOrigin, type PeerRule, type PortRule } from './rule.js';
+export { ENTITIES, type Entity, type IdentitySelector } from './selector.js';
+export { evaluateDirection, traceFlow, formatTrace, type DirectionDecision, type DecisionReason, type TraceResult, type EvaluationContext } from './evaluate.js';
+export { LocalIdentityTable, reservedIdentities, cidrIdentityLabels } from './identities.js';

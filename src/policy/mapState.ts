@@ -1,0 +1,166 @@
+/**
+ * MapState: the per-endpoint policy map contents the datapath will hold.
+ * Keys are (direction, peer identity with 0 as wildcard, protocol, port
+ * prefix); values allow or deny. Changes are journalled so that any mix of
+ * incremental edits and full recomputation ends in one exact diff.
+ */
+import { formatPortKey, PORT_BITS, portKeyRank, type PortKey } from './ports.js';
+import type { RuleOrigin } from './rule.js';
+import { Proto, type Direction, type Verdict } from './types.js';
+
+export interface MapKey extends PortKey {
+  readonly direction: Direction;
+  /** Peer identity; 0 = every peer. */
+  readonly identity: number;
+}
+
+export interface MapEntry {
+  readonly key: MapKey;
+  readonly verdict: Verdict;
+  /** The rules this entry comes from (for explain); empty for built-in entries. */
+  readonly derivedFrom: readonly RuleOrigin[];
+  /** Why an entry exists without a rule: 'not-enforced' (allow-all) or 'allow-localhost'. */
+  readonly builtin?: 'not-enforced' | 'allow-localhost';
+}
+
+export interface MapStateDiff {
+  /** Keys that appear (or change verdict) — the datapath writes these. */
+  readonly upserts: readonly MapEntry[];
+  /** Keys that disappear — the datapath deletes these. */
+  readonly deletes: readonly MapKey[];
+}
+
+export const EMPTY_DIFF: MapStateDiff = Object.freeze({ upserts: [], deletes: [] });
+
+export function isEmptyDiff(d: MapStateDiff): boolean {
+  return d.upserts.length === 0 && d.deletes.length === 0;
+}
+
+export function mapKeyString(k: MapKey): string {
+  return `${k.direction === 'ingress' ? 'i' : 'e'}${k.identity}/${k.proto}/${k.port}/${k.prefixLen}`;
+}
+
+export function formatMapKey(k: MapKey): string {
+  return `${k.direction} identity=${k.identity === 0 ? 'any' : k.identity} ${formatPortKey(k)}`;
+}
+
+export class MapState {
+  readonly #entries = new Map<string, MapEntry>();
+  /** key → entry as it was when the journal started (undefined = absent). */
+  #journal = new Map<string, MapEntry | undefined>();
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  get(key: MapKey): MapEntry | undefined {
+    return this.#entries.get(mapKeyString(key));
+  }
+
+  entries(): IterableIterator<MapEntry> {
+    return this.#entries.values();
+  }
+
+  set(entry: MapEntry): void {
+    const k = mapKeyString(entry.key);
+    if (!this.#journal.has(k)) this.#journal.set(k, this.#entries.get(k));
+    this.#entries.set(k, entry);
+  }
+
+  delete(key: MapKey): void {
+    const k = mapKeyString(key);
+    if (!this.#entries.has(k)) return;
+    if (!this.#journal.has(k)) this.#journal.set(k, this.#entries.get(k));
+    this.#entries.delete(k);
+  }
+
+  /** Every entry whose peer identity is `identity` (in both directions). */
+  entriesOfIdentity(identity: number): MapEntry[] {
+    const out: MapEntry[] = [];
+    for (const e of this.#entries.values()) if (e.key.identity === identity) out.push(e);
+    return out;
+  }
+
+  /** Replaces the whole contents, journalling only what differs. */
+  replaceAll(entries: Iterable<MapEntry>): void {
+    const next = new Map<string, MapEntry>();
+    for (const e of entries) next.set(mapKeyString(e.key), e);
+    for (const [k, e] of this.#entries) if (!next.has(k)) this.delete(e.key);
+    for (const e of next.values()) this.set(e);
+  }
+
+  /** The datapath's view of what changed since the last takeDiff, then a fresh journal. */
+  takeDiff(): MapStateDiff {
+    const upserts: MapEntry[] = [];
+    const deletes: MapKey[] = [];
+    for (const [k, before] of this.#journal) {
+      const now = this.#entries.get(k);
+      if (now === undefined) {
+        if (before !== undefined) deletes.push(before.key);
+      } else if (before === undefined || before.verdict !== now.verdict) {
+        upserts.push(now);
+      }
+    }
+    this.#journal = new Map();
+    return { upserts, deletes };
+  }
+
+  /** Everything, as a diff from an empty map (for an endpoint that just joined). */
+  fullDiff(): MapStateDiff {
+    return { upserts: [...this.#entries.values()], deletes: [] };
+  }
+
+  /**
+   * The entry the datapath picks for a packet: among keys matching the packet
+   * (identity exact or 0; protocol exact or any; port inside the prefix) the
+   * longest (protocol, port) prefix wins, and on a tie the identity-specific
+   * key beats the wildcard. The engine builds states so that this order
+   * already reflects deny precedence.
+   */
+  lookup(direction: Direction, identity: number, proto: number, port: number): MapEntry | undefined {
+    const ids = identity === 0 ? [0] : [identity, 0];
+    if (proto !== Proto.Any) {
+      for (let len = PORT_BITS; len >= 0; len--) {
+        const masked = len === 0 ? 0 : (port >> (PORT_BITS - len)) << (PORT_BITS - len);
+        for (const id of ids) {
+          const e = this.#entries.get(mapKeyString({ direction, identity: id, proto, port: masked, prefixLen: len }));
+          if (e !== undefined) return e;
+        }
+      }
+    }
+    for (const id of ids) {
+      const e = this.#entries.get(mapKeyString({ direction, identity: id, proto: Proto.Any, port: 0, prefixLen: 0 }));
+      if (e !== undefined) return e;
+    }
+    return undefined;
+  }
+
+  /** Sorted plain entries (for the API and stable test output). */
+  toJSON(): Array<{ key: MapKey; verdict: Verdict; derivedFrom: readonly RuleOrigin[] }> {
+    return [...this.#entries.values()]
+      .sort((a, b) => compareKeys(a.key, b.key))
+      .map((e) => ({ key: e.key, verdict: e.verdict, derivedFrom: e.derivedFrom }));
+  }
+}
+
+export function compareKeys(a: MapKey, b: MapKey): number {
+  if (a.direction !== b.direction) return a.direction === 'ingress' ? -1 : 1;
+  if (a.identity !== b.identity) return a.identity - b.identity;
+  if (portKeyRank(a) !== portKeyRank(b)) return portKeyRank(a) - portKeyRank(b);
+  if (a.proto !== b.proto) return a.proto - b.proto;
+  return a.port - b.port;
+}
+
+/** What turns map `from` into map `to` (for an endpoint that moves between policies). */
+export function diffEntries(from: Iterable<MapEntry>, to: Iterable<MapEntry>): MapStateDiff {
+  const before = new Map<string, MapEntry>();
+  for (const e of from) before.set(mapKeyString(e.key), e);
+  const upserts: MapEntry[] = [];
+  for (const e of to) {
+    const k = mapKeyString(e.key);
+    const prev = before.get(k);
+    if (prev === undefined || prev.verdict !== e.verdict) upserts.push(e);
+    before.delete(k);
+  }
+  return { upserts, deletes: [...before.values()].map((e) => e.key) };
+}

@@ -1,0 +1,96 @@
+/**
+ * The L4 part of a map key: protocol plus a port prefix. The datapath's policy
+ * map is a longest-prefix match over (protocol, port), so a port range is held
+ * as the fewest power-of-two aligned blocks that cover it exactly.
+ */
+import { Proto } from './types.js';
+
+export const PORT_BITS = 16;
+export const MAX_PORT = 0xffff;
+
+/** proto 0 means any protocol, and then port = prefixLen = 0. prefixLen 0 = every port of `proto`. */
+export interface PortKey {
+  readonly proto: number;
+  readonly port: number;
+  readonly prefixLen: number;
+}
+
+export const ANY_PORT_KEY: PortKey = Object.freeze({ proto: Proto.Any, port: 0, prefixLen: 0 });
+
+export function allPortsOf(proto: number): PortKey {
+  return proto === Proto.Any ? ANY_PORT_KEY : { proto, port: 0, prefixLen: 0 };
+}
+
+/** Inclusive [first, last] ports of a key. */
+export function portRangeOf(k: PortKey): [number, number] {
+  const size = 1 << (PORT_BITS - k.prefixLen);
+  return [k.port, k.port + size - 1];
+}
+
+/**
+ * Splits the inclusive range [first, last] into aligned prefix blocks, lowest
+ * first. [80, 90] → 80/13 (80–87), 88/15 (88–89), 90/16.
+ */
+export function portRangeToPrefixes(first: number, last: number): Array<{ port: number; prefixLen: number }> {
+  if (!Number.isInteger(first) || !Number.isInteger(last) || first < 0 || last > MAX_PORT || first > last) {
+    throw new RangeError(`invalid port range ${first}-${last}`);
+  }
+  const out: Array<{ port: number; prefixLen: number }> = [];
+  let cur = first;
+  while (cur <= last) {
+    // Largest block aligned at `cur` that stays inside the range.
+    let bits = 0;
+    while (bits < PORT_BITS && cur % (1 << (bits + 1)) === 0 && cur + (1 << (bits + 1)) - 1 <= last) bits++;
+    out.push({ port: cur, prefixLen: PORT_BITS - bits });
+    cur += 1 << bits;
+  }
+  return out;
+}
+
+/** Keys for `proto` over [first, last]; the full range is one all-ports key. */
+export function portKeysFor(proto: number, first: number, last: number): PortKey[] {
+  if (proto === Proto.Any) return [ANY_PORT_KEY];
+  if (first === 0 && last === MAX_PORT) return [allPortsOf(proto)];
+  return portRangeToPrefixes(first, last).map((p) => ({ proto, port: p.port, prefixLen: p.prefixLen }));
+}
+
+/**
+ * Specificity for the lookup order: a protocol-qualified key beats "any
+ * protocol", and a longer port prefix beats a shorter one.
+ */
+export function portKeyRank(k: PortKey): number {
+  return k.proto === Proto.Any ? 0 : 1 + k.prefixLen;
+}
+
+export function portKeyMatches(k: PortKey, proto: number, port: number): boolean {
+  if (k.proto === Proto.Any) return true;
+  if (k.proto !== proto) return false;
+  const [lo, hi] = portRangeOf(k);
+  return port >= lo && port <= hi;
+}
+
+/** Does `outer` match every packet `inner` matches? */
+export function portKeyCovers(outer: PortKey, inner: PortKey): boolean {
+  if (outer.proto === Proto.Any) return true;
+  if (outer.proto !== inner.proto || outer.prefixLen > inner.prefixLen) return false;
+  const [lo, hi] = portRangeOf(outer);
+  return inner.port >= lo && inner.port <= hi;
+}
+
+/**
+ * The packets both keys match, as a key, or undefined when disjoint. Prefix
+ * blocks either nest or are disjoint, so the intersection is the inner one.
+ */
+export function portKeyIntersection(a: PortKey, b: PortKey): PortKey | undefined {
+  if (portKeyCovers(a, b)) return b;
+  if (portKeyCovers(b, a)) return a;
+  return undefined;
+}
+
+export function formatPortKey(k: PortKey): string {
+  if (k.proto === Proto.Any) return 'any';
+  const proto = k.proto === Proto.TCP ? 'TCP' : k.proto === Proto.UDP ? 'UDP' : k.proto === Proto.SCTP ? 'SCTP' : String(k.proto);
+  if (k.prefixLen === 0) return `${proto}/*`;
+  const [lo, hi] = portRangeOf(k);
+  return lo === hi ? `${proto}/${lo}` : `${proto}/${lo}-${hi}`;
+}

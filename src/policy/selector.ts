@@ -1,0 +1,137 @@
+/**
+ * Identity selectors: the peer (and subject) selectors rules are made of,
+ * reduced to one interface — "does this identity's label set match?" — with a
+ * stable key, so equal selectors from different rules share one SelectorCache
+ * entry.
+ */
+import {
+  LabelSelector,
+  LabelSource,
+  POD_NAMESPACE_LABEL,
+  ReservedLabelKey,
+  formatIpPrefix,
+  parseCidrLabelKey,
+  prefixContains,
+  type IpPrefix,
+  type LabelSet,
+} from '../labels/index.js';
+
+export interface IdentitySelector {
+  /** Stable text; equal keys select the same identities. */
+  readonly key: string;
+  /** Selects every identity: the map state uses peer identity 0 for it. */
+  readonly wildcard: boolean;
+  matches(labels: LabelSet): boolean;
+}
+
+export class LabelIdentitySelector implements IdentitySelector {
+  readonly key: string;
+  readonly wildcard: boolean;
+  constructor(readonly selector: LabelSelector) {
+    this.key = `labels(${selector.toString()})`;
+    this.wildcard = selector.isEmpty();
+  }
+  matches(labels: LabelSet): boolean {
+    return this.selector.matches(labels);
+  }
+}
+
+/** Adds `k8s:io.kubernetes.pod.namespace=<ns>` unless the selector already names the namespace key. */
+export function restrictToNamespace(selector: LabelSelector, namespace: string): LabelSelector {
+  if (selector.requirements.some((r) => r.key === POD_NAMESPACE_LABEL)) return selector;
+  return LabelSelector.parse({
+    matchExpressions: [
+      ...(selector.toSpec().matchExpressions ?? []),
+      { key: `${LabelSource.K8s}:${POD_NAMESPACE_LABEL}`, operator: 'In', values: [namespace] },
+    ],
+  });
+}
+
+function cidrPrefixesOf(labels: LabelSet): IpPrefix[] {
+  const out: IpPrefix[] = [];
+  for (const l of labels) {
+    if (l.source !== LabelSource.Cidr) continue;
+    const p = parseCidrLabelKey(l.key);
+    if (p !== undefined) out.push(p);
+  }
+  return out;
+}
+
+function isWorldLabelSet(labels: LabelSet): boolean {
+  return (
+    labels.has(ReservedLabelKey.World, LabelSource.Reserved) ||
+    labels.has(ReservedLabelKey.WorldIpv4, LabelSource.Reserved) ||
+    labels.has(ReservedLabelKey.WorldIpv6, LabelSource.Reserved)
+  );
+}
+
+/**
+ * A CIDR with exceptions. It selects the local CIDR identities whose prefix
+ * lies inside `prefix` and inside no `except`; a /0 also selects the world
+ * identity (everything outside the cluster without a more specific CIDR identity).
+ */
+export class CidrIdentitySelector implements IdentitySelector {
+  readonly key: string;
+  readonly wildcard = false;
+  constructor(
+    readonly prefix: IpPrefix,
+    readonly except: readonly IpPrefix[] = [],
+  ) {
+    const ex = except.map(formatIpPrefix).sort();
+    this.key = `cidr(${formatIpPrefix(prefix)}${ex.length > 0 ? ` except ${ex.join(',')}` : ''})`;
+  }
+  matches(labels: LabelSet): boolean {
+    const prefixes = cidrPrefixesOf(labels);
+    if (prefixes.length > 0) {
+      return prefixes.some((p) => prefixContains(this.prefix, p) && !this.except.some((e) => prefixContains(e, p)));
+    }
+    if (this.prefix.length !== 0 || !isWorldLabelSet(labels)) return false;
+    const worldFamily = labels.has(ReservedLabelKey.WorldIpv4, LabelSource.Reserved)
+      ? 4
+      : labels.has(ReservedLabelKey.WorldIpv6, LabelSource.Reserved)
+        ? 6
+        : undefined;
+    return worldFamily === undefined || worldFamily === this.prefix.family;
+  }
+}
+
+/** Cilium's entities, the named groups of peers. */
+export const ENTITIES = ['all', 'world', 'cluster', 'host', 'remote-node', 'init', 'health', 'unmanaged', 'kube-apiserver', 'ingress'] as const;
+export type Entity = (typeof ENTITIES)[number];
+
+const ENTITY_RESERVED_KEY: Partial<Record<Entity, string>> = {
+  host: ReservedLabelKey.Host,
+  'remote-node': ReservedLabelKey.RemoteNode,
+  init: ReservedLabelKey.Init,
+  health: ReservedLabelKey.Health,
+  unmanaged: ReservedLabelKey.Unmanaged,
+  'kube-apiserver': ReservedLabelKey.KubeApiserver,
+  ingress: ReservedLabelKey.Ingress,
+};
+
+/**
+ * `world` is everything outside the cluster (the world identity and every CIDR
+ * identity); `cluster` is its complement (pods, host, remote nodes, health,
+ * init, …); `all` is both.
+ */
+export class EntityIdentitySelector implements IdentitySelector {
+  readonly key: string;
+  readonly wildcard: boolean;
+  constructor(readonly entity: Entity) {
+    this.key = `entity(${entity})`;
+    this.wildcard = entity === 'all';
+  }
+  matches(labels: LabelSet): boolean {
+    const outside = isWorldLabelSet(labels) || labels.hasSource(LabelSource.Cidr);
+    switch (this.entity) {
+      case 'all':
+        return true;
+      case 'world':
+        return outside;
+      case 'cluster':
+        return !outside;
+      default:
+        return labels.has(ENTITY_RESERVED_KEY[this.entity]!, LabelSource.Reserved);
+    }
+  }
+}

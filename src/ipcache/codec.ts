@@ -1,0 +1,52 @@
+import { formatIpAddress, parseIpAddress, parseIpPrefix, type IpPrefix } from '../labels/index.js';
+import { isGlobalIdentityNumber, ReservedIdentity } from '../identity/index.js';
+
+/**
+ * The kvstore form of an ipcache entry (`tendril/state/ip/v1/<ip>`): the key
+ * is the bare address for a host entry (as in Cilium) and `addr/len` for a
+ * CIDR; the value is JSON naming the identity, the hosting node's IP (the
+ * tunnel endpoint) and the writer, which a conditional delete compares.
+ */
+export interface KvIpcacheValue {
+  identity: number;
+  hostIP: string;
+  /** The node that wrote the entry. */
+  node: string;
+  /** The owner within that node (e.g. `endpoint:1234`). */
+  owner: string;
+}
+
+export function prefixKeySuffix(p: IpPrefix): string {
+  const addr = formatIpAddress(p.family, p.bits);
+  return p.length === (p.family === 4 ? 32 : 128) ? addr : `${addr}/${p.length}`;
+}
+
+export function parseKeySuffix(suffix: string): IpPrefix | undefined {
+  return parseIpPrefix(suffix, { strict: true });
+}
+
+export function encodeValue(v: KvIpcacheValue): string {
+  return JSON.stringify({ identity: v.identity, hostIP: v.hostIP, node: v.node, owner: v.owner });
+}
+
+/** Decodes a value written by any node; returns a reason string when it is unusable. */
+export function decodeValue(text: string): KvIpcacheValue | string {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    return 'value is not JSON';
+  }
+  if (raw === null || typeof raw !== 'object') return 'value is not an object';
+  const v = raw as Record<string, unknown>;
+  const id = v.identity;
+  // Only identities that mean the same on every node may cross nodes; a
+  // node-local number published by mistake would alias another node's CIDR.
+  if (typeof id !== 'number' || !(isGlobalIdentityNumber(id) || (Number.isInteger(id) && id >= 0 && id <= ReservedIdentity.WorldIpv6))) {
+    return `identity ${JSON.stringify(id)} is not a cluster-wide identity`;
+  }
+  if (typeof v.hostIP !== 'string' || parseIpAddress(v.hostIP) === undefined) return `hostIP ${JSON.stringify(v.hostIP)} is not an IP`;
+  if (typeof v.node !== 'string' || v.node === '') return 'node is missing';
+  if (typeof v.owner !== 'string' || v.owner === '') return 'owner is missing';
+  return { identity: id, hostIP: v.hostIP, node: v.node, owner: v.owner };
+}

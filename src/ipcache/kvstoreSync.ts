@@ -1,0 +1,192 @@
+import type { Logger } from '../logging/logger.js';
+import { formatIpPrefix, parseIpAddress } from '../labels/index.js';
+import { IPCACHE_PREFIX } from '../kvstore/keys.js';
+import type { Backend, KeyValue, WatchEvent } from '../kvstore/types.js';
+import { KeyedSerializer, ListWatcher, withLease, type LeaseProvider } from '../identity/index.js';
+import { decodeValue, encodeValue, parseKeySuffix, prefixKeySuffix } from './codec.js';
+import { IpcacheError, IpcacheErrorCode } from './errors.js';
+import { parsePrefixInput, type IPCache, type IpcacheEntry, type SourceChange } from './ipcache.js';
+import { IpcacheSource } from './source.js';
+
+export interface KvstoreIPCacheSyncOptions {
+  backend: Backend;
+  ipcache: IPCache;
+  nodeName: string;
+  /** This node's IP: the tunnel endpoint other nodes use for its endpoints. */
+  nodeIP: string;
+  lease: LeaseProvider;
+  /** Default `tendril/state/ip/v1/`; tests pass a private prefix. */
+  keyPrefix?: string;
+  logger?: Logger;
+}
+
+export interface SyncStats {
+  writes: number;
+  deletes: number;
+  /** Conditional deletes skipped because another node had taken the address. */
+  staleDeletesSkipped: number;
+  /** Full re-lists after a failed watch (compaction, lost store). */
+  resyncs: number;
+}
+
+/** Owner recorded in this node's ipcache for an entry learnt from the kvstore. */
+export function kvstoreOwner(node: string): string {
+  return `node:${node}`;
+}
+
+/**
+ * Publishes this node's `local` ipcache entries to the kvstore under the
+ * node's lease, and feeds every other node's entries into the ipcache as
+ * source `kvstore` (Cilium's kvstore ipcache sync).
+ *
+ * - Writes are serialised per address. A delete is a transaction comparing
+ *   the value this node wrote, so a node that gave an address up never
+ *   deletes the key of the node that reuses it (Cilium #19958).
+ * - A dead node's keys vanish with its lease; the watch turns that into
+ *   deletes everywhere.
+ * - A failed watch (compaction) re-lists and reconciles; a renewed lease
+ *   re-publishes every local entry.
+ */
+export class KvstoreIPCacheSync {
+  readonly #o: KvstoreIPCacheSyncOptions;
+  readonly #prefix: string;
+  readonly #serial = new KeyedSerializer();
+  /** key → value this node last wrote. */
+  readonly #written = new Map<string, string>();
+  /** prefix → owner of the kvstore-sourced entry put into the ipcache. */
+  readonly #remote = new Map<string, string>();
+  readonly #watcher: ListWatcher;
+  readonly #unsubscribe: Array<() => void> = [];
+  #stopped = false;
+  readonly stats: SyncStats = { writes: 0, deletes: 0, staleDeletesSkipped: 0, resyncs: 0 };
+
+  constructor(options: KvstoreIPCacheSyncOptions) {
+    if (parseIpAddress(options.nodeIP) === undefined) {
+      throw new IpcacheError(IpcacheErrorCode.INVALID_HOST_IP, `node IP ${JSON.stringify(options.nodeIP)} is not an IP address`);
+    }
+    this.#o = options;
+    this.#prefix = options.keyPrefix ?? IPCACHE_PREFIX;
+    this.#watcher = new ListWatcher(
+      options.backend,
+      this.#prefix,
+      { onReset: (kvs) => this.#reset(kvs), onEvents: (evs) => this.#apply(evs) },
+      options.logger === undefined ? {} : { logger: options.logger },
+    );
+  }
+
+  key(prefixText: string): string {
+    return `${this.#prefix}${prefixKeySuffix(parsePrefixInput(prefixText))}`;
+  }
+
+  async start(): Promise<void> {
+    const { ipcache, lease } = this.#o;
+    this.#unsubscribe.push(ipcache.watchSource(IpcacheSource.Local, (c) => this.#onLocal(c)));
+    this.#unsubscribe.push(lease.onRenewed(() => this.#republish()));
+    for (const entry of ipcache.listSource(IpcacheSource.Local)) this.#onLocal({ type: 'upsert', entry });
+    await this.#watcher.start();
+  }
+
+  /** Resolves when every queued write has reached the kvstore. */
+  flush(): Promise<void> {
+    return this.#serial.idle();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    for (const u of this.#unsubscribe.splice(0)) u();
+    await this.#serial.idle();
+    await this.#watcher.stop();
+  }
+
+  #onLocal(change: SourceChange): void {
+    if (this.#stopped) return;
+    const key = this.key(change.entry.prefix);
+    const entry = change.entry;
+    void this.#serial
+      .run(key, () => (change.type === 'upsert' ? this.#write(key, entry) : this.#withdraw(key)))
+      .catch((err: unknown) => this.#o.logger?.error({ err, key, change: change.type }, 'ipcache kvstore write failed'));
+  }
+
+  async #write(key: string, entry: IpcacheEntry): Promise<void> {
+    const value = encodeValue({
+      identity: entry.identity,
+      hostIP: entry.hostIP ?? this.#o.nodeIP,
+      node: this.#o.nodeName,
+      owner: entry.owner,
+    });
+    await withLease(this.#o.lease, (lease) => this.#o.backend.put(key, value, { lease }));
+    this.#written.set(key, value);
+    this.stats.writes++;
+  }
+
+  async #withdraw(key: string): Promise<void> {
+    const value = this.#written.get(key);
+    if (value === undefined) return;
+    this.#written.delete(key);
+    const res = await this.#o.backend.txn({
+      compare: [{ key, target: 'value', value }],
+      success: [{ type: 'delete', key }],
+    });
+    if (res.succeeded) this.stats.deletes++;
+    else this.stats.staleDeletesSkipped++;
+  }
+
+  #republish(): void {
+    for (const entry of this.#o.ipcache.listSource(IpcacheSource.Local)) this.#onLocal({ type: 'upsert', entry });
+  }
+
+  #prefixOf(key: string): string | undefined {
+    const p = parseKeySuffix(key.slice(this.#prefix.length));
+    return p === undefined ? undefined : formatIpPrefix(p);
+  }
+
+  #upsertRemote(key: string, value: string): void {
+    const prefix = this.#prefixOf(key);
+    if (prefix === undefined) {
+      this.#o.logger?.error({ key }, 'ipcache key is not an IP or CIDR; ignored');
+      return;
+    }
+    const v = decodeValue(value);
+    if (typeof v === 'string') {
+      this.#o.logger?.error({ key, reason: v }, 'unusable ipcache value in the kvstore; ignored');
+      this.#removeRemote(prefix);
+      return;
+    }
+    if (v.node === this.#o.nodeName) {
+      // Our own key: the local entry is authoritative; drop what another node said before us.
+      this.#removeRemote(prefix);
+      return;
+    }
+    const owner = kvstoreOwner(v.node);
+    this.#o.ipcache.upsert(prefix, { source: IpcacheSource.Kvstore, owner, identity: v.identity, hostIP: v.hostIP });
+    this.#remote.set(prefix, owner);
+  }
+
+  #removeRemote(prefix: string): void {
+    const owner = this.#remote.get(prefix);
+    if (owner === undefined) return;
+    this.#remote.delete(prefix);
+    this.#o.ipcache.delete(prefix, { source: IpcacheSource.Kvstore, owner });
+  }
+
+  #apply(events: WatchEvent[]): void {
+    for (const ev of events) {
+      if (ev.type === 'put') this.#upsertRemote(ev.key, ev.value);
+      else {
+        const prefix = this.#prefixOf(ev.key);
+        if (prefix !== undefined) this.#removeRemote(prefix);
+      }
+    }
+  }
+
+  #reset(kvs: KeyValue[]): void {
+    this.stats.resyncs = this.#watcher.resyncs;
+    const present = new Set<string>();
+    for (const kv of kvs) {
+      const prefix = this.#prefixOf(kv.key);
+      if (prefix !== undefined) present.add(prefix);
+    }
+    for (const prefix of [...this.#remote.keys()]) if (!present.has(prefix)) this.#removeRemote(prefix);
+    for (const kv of kvs) this.#upsertRemote(kv.key, kv.value);
+  }
+}

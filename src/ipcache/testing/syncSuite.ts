@@ -1,0 +1,189 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { CompactedError } from '../../kvstore/errors.js';
+import type { Backend, WatchListener } from '../../kvstore/types.js';
+import { NodeLease } from '../../identity/index.js';
+import { testLogger, uniquePrefix, waitFor, type TestStore } from '../../identity/testing/cluster.js';
+import { IPCache } from '../ipcache.js';
+import { KvstoreIPCacheSync } from '../kvstoreSync.js';
+
+/** The ipcache proof list, run against every kvstore backend. */
+interface SyncNode {
+  name: string;
+  ipcache: IPCache;
+  sync: KvstoreIPCacheSync;
+  lease: NodeLease;
+  backend: Backend;
+  crash(): Promise<void>;
+}
+
+const LEASE_TTL = 2;
+
+/** A backend whose watches can be made deaf and then failed with a compaction, on demand. */
+function breakableWatches(backend: Backend): { backend: Backend; deafen(): void; compact(): void } {
+  const listeners: WatchListener[] = [];
+  let deaf = false;
+  const proxy = new Proxy(backend, {
+    get(target, prop, receiver) {
+      if (prop === 'watch') {
+        return (prefix: string, options: object, listener: WatchListener) => {
+          const wrapped: WatchListener = {
+            onEvents: (evs) => {
+              if (!deaf) listener.onEvents(evs);
+            },
+            onError: (err) => listener.onError(err),
+          };
+          listeners.push(wrapped);
+          return target.watch(prefix, options, wrapped);
+        };
+      }
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+  return {
+    backend: proxy,
+    deafen: () => {
+      deaf = true;
+    },
+    compact: () => {
+      deaf = false;
+      for (const l of listeners.splice(0)) l.onError(new CompactedError(1, 2));
+    },
+  };
+}
+
+export function runSyncSuite(name: string, newStore: () => Promise<TestStore>): void {
+  describe(`ipcache kvstore sync: ${name}`, () => {
+    let store: TestStore;
+    const nodes: SyncNode[] = [];
+    before(async () => {
+      store = await newStore();
+    });
+    after(async () => {
+      for (const n of nodes) {
+        await n.sync.stop();
+        await n.lease.stop();
+      }
+      await store.destroy();
+    });
+
+    async function node(nodeName: string, nodeIP: string, prefix: string, wrap?: (b: Backend) => Backend): Promise<SyncNode> {
+      const raw = await store.connect();
+      const backend = wrap === undefined ? raw : wrap(raw);
+      const lease = new NodeLease(backend, { ttlSeconds: LEASE_TTL, keepAliveMs: 300, logger: testLogger });
+      const ipcache = new IPCache({ logger: testLogger });
+      const sync = new KvstoreIPCacheSync({ backend, ipcache, nodeName, nodeIP, lease, keyPrefix: prefix, logger: testLogger });
+      await sync.start();
+      const n: SyncNode = {
+        name: nodeName,
+        ipcache,
+        sync,
+        lease,
+        backend,
+        crash: async () => {
+          await lease.stop({ revoke: false });
+          await sync.stop();
+        },
+      };
+      nodes.push(n);
+      return n;
+    }
+
+    it("a pod on node A appears in node B's ipcache with A as its host; the delay is measured", async () => {
+      const prefix = uniquePrefix('ipcache-prop');
+      const a = await node('node-a', '192.168.0.1', prefix);
+      const b = await node('node-b', '192.168.0.2', prefix);
+      const delays: number[] = [];
+      for (let i = 1; i <= 20; i++) {
+        const ip = `10.0.1.${i}`;
+        const t0 = performance.now();
+        a.ipcache.upsert(ip, { source: 'local', owner: `endpoint:${i}`, identity: 300 + i });
+        const seen = await waitFor(`${ip} on b`, () => b.ipcache.lookup(ip));
+        delays.push(performance.now() - t0);
+        assert.equal(seen.identity, 300 + i);
+        assert.equal(seen.hostIP, '192.168.0.1');
+        assert.equal(seen.source, 'kvstore');
+      }
+      delays.sort((x, y) => x - y);
+      testLogger.info({ backend: name, p50ms: delays[10], maxms: delays[19] }, 'ipcache propagation');
+      // Our own entries are not mirrored back as kvstore entries.
+      assert.deepEqual(a.ipcache.candidates('10.0.1.1').map((e) => e.source), ['local']);
+      a.ipcache.delete('10.0.1.1', { source: 'local', owner: 'endpoint:1' });
+      await waitFor('delete on b', () => b.ipcache.lookup('10.0.1.1') === undefined);
+    });
+
+    it("a stale delete from the old node does not wipe the address's new owner", async () => {
+      const prefix = uniquePrefix('ipcache-stale');
+      const a = await node('node-a', '192.168.0.1', prefix);
+      const b = await node('node-b', '192.168.0.2', prefix);
+      const c = await node('node-c', '192.168.0.3', prefix);
+      a.ipcache.upsert('10.0.2.9', { source: 'local', owner: 'endpoint:1', identity: 300 });
+      await a.sync.flush();
+      // The pod moves: the address is reused on node B before node A's delete runs.
+      b.ipcache.upsert('10.0.2.9', { source: 'local', owner: 'endpoint:7', identity: 301 });
+      await b.sync.flush();
+      a.ipcache.delete('10.0.2.9', { source: 'local', owner: 'endpoint:1' });
+      await a.sync.flush();
+      assert.equal(a.sync.stats.staleDeletesSkipped, 1);
+      const kv = await c.backend.get(c.sync.key('10.0.2.9'));
+      assert.ok(kv, 'the key of the new owner survives');
+      const seen = await waitFor('b entry on c', () => {
+        const e = c.ipcache.lookup('10.0.2.9');
+        return e?.identity === 301 ? e : undefined;
+      });
+      assert.equal(seen.hostIP, '192.168.0.2');
+      await waitFor('b entry on a', () => a.ipcache.lookup('10.0.2.9')?.identity === 301);
+    });
+
+    it("a dead node's entries disappear everywhere once its lease expires", async () => {
+      const prefix = uniquePrefix('ipcache-dead');
+      const a = await node('node-a', '192.168.0.1', prefix);
+      const b = await node('node-b', '192.168.0.2', prefix);
+      a.ipcache.upsert('10.0.3.1', { source: 'local', owner: 'endpoint:1', identity: 300 });
+      a.ipcache.upsert('10.0.3.0/28', { source: 'local', owner: 'endpoint:2', identity: 301 });
+      b.ipcache.upsert('10.0.4.1', { source: 'local', owner: 'endpoint:3', identity: 302 });
+      await waitFor('a entries on b', () => b.ipcache.get('10.0.3.0/28') !== undefined && b.ipcache.get('10.0.3.1') !== undefined);
+      await a.crash();
+      const t0 = Date.now();
+      await waitFor('a entries gone from b', () => b.ipcache.lookup('10.0.3.1') === undefined && b.ipcache.lookup('10.0.3.2') === undefined, (LEASE_TTL + 5) * 1000);
+      assert.ok(Date.now() - t0 < (LEASE_TTL + 5) * 1000);
+      assert.equal(b.ipcache.lookup('10.0.4.1')?.identity, 302, "b's own entry stays");
+    });
+
+    it('a failed watch (compaction) re-lists and reconciles what it missed', async () => {
+      const prefix = uniquePrefix('ipcache-compact');
+      const a = await node('node-a', '192.168.0.1', prefix);
+      let breaker: ReturnType<typeof breakableWatches> | undefined;
+      const b = await node('node-b', '192.168.0.2', prefix, (raw) => {
+        breaker = breakableWatches(raw);
+        return breaker.backend;
+      });
+      a.ipcache.upsert('10.0.5.1', { source: 'local', owner: 'endpoint:1', identity: 300 });
+      await waitFor('first entry on b', () => b.ipcache.lookup('10.0.5.1'));
+      breaker!.deafen();
+      a.ipcache.delete('10.0.5.1', { source: 'local', owner: 'endpoint:1' });
+      a.ipcache.upsert('10.0.5.2', { source: 'local', owner: 'endpoint:2', identity: 301 });
+      await a.sync.flush();
+      assert.ok(b.ipcache.lookup('10.0.5.1'), 'b missed the delete while deaf');
+      breaker!.compact();
+      await waitFor('b reconciled', () => b.ipcache.lookup('10.0.5.1') === undefined && b.ipcache.lookup('10.0.5.2')?.identity === 301);
+      assert.equal(b.sync.stats.resyncs, 1);
+    });
+
+    it('entries are published again after the node lease is lost', async () => {
+      const prefix = uniquePrefix('ipcache-relay');
+      const a = await node('node-a', '192.168.0.1', prefix);
+      const b = await node('node-b', '192.168.0.2', prefix);
+      a.ipcache.upsert('10.0.6.1', { source: 'local', owner: 'endpoint:1', identity: 300 });
+      await a.sync.flush();
+      const before = await a.backend.get(a.sync.key('10.0.6.1'));
+      await a.backend.revokeLease(before!.lease);
+      await waitFor('republished', async () => {
+        const kv = await a.backend.get(a.sync.key('10.0.6.1'));
+        return kv !== undefined && kv.lease !== before!.lease;
+      });
+      await waitFor('back on b', () => b.ipcache.lookup('10.0.6.1')?.identity === 300);
+    });
+  });
+}

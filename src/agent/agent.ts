@@ -17,6 +17,19 @@ import { CniService, ipamOwner } from './cniService.js';
 import { type AgentConfig, masqueradeCidrs } from './config.js';
 import { IpamProvider } from './ipamProvider.js';
 
+/**
+ * Test hook: TENDRIL_FAULT_POINT=<step> makes the agent kill itself with
+ * SIGKILL when an ADD reaches that step, so crash-consistency tests can stop
+ * it at an exact point. Unset in production.
+ */
+function faultPointFromEnv(env: NodeJS.ProcessEnv): ((step: string) => void) | undefined {
+  const at = env.TENDRIL_FAULT_POINT;
+  if (!at) return undefined;
+  return (step) => {
+    if (step === at) process.kill(process.pid, 'SIGKILL');
+  };
+}
+
 export interface AgentDeps {
   datapath?: Datapath;
 }
@@ -49,6 +62,7 @@ export class Agent {
       store: this.store,
       log,
       ready: async () => (await this.backend.status()).connected,
+      faultPoint: faultPointFromEnv(process.env),
       ensureRouterAddress: (family, ip) => this.ensureRouterAddress(family, ip),
     });
   }
@@ -93,11 +107,20 @@ export class Agent {
         continue;
       }
       this.endpoints.register({ ...ep, state: 'ready' });
+      // An agent killed between saving the endpoint and confirming IPAM must not let the address expire under it.
+      for (const a of this.ipam.all()) await a.confirm(ipamOwner(ep.containerId, ep.ifName));
       if (ep.addresses.some((a) => !this.routerAddresses.has(a.gateway))) {
         for (const a of ep.addresses) await this.ensureRouterAddress(a.family, a.gateway);
       }
     }
     if (endpoints.length > 0) this.log.info({ restored: this.endpoints.size }, 'endpoints restored');
+    // An agent killed mid-ADD can leave a veth pair no endpoint owns; its address expires by itself.
+    const owned = new Set(this.endpoints.list().map((e) => e.hostIfName));
+    for (const name of await this.datapath.listPodHostInterfaces()) {
+      if (owned.has(name)) continue;
+      this.log.warn({ interface: name }, 'removing pod interface no endpoint owns');
+      await this.datapath.removeHostInterface(name);
+    }
   }
 
   /** DELs the plugin queued while the agent was unreachable. */

@@ -92,6 +92,8 @@ export interface CniServiceDeps {
   ready: () => Promise<boolean>;
   /** Called when delegated IPAM hands out a gateway the host device does not hold yet. */
   ensureRouterAddress: (family: 4 | 6, ip: string) => Promise<void>;
+  /** Crash-test hook called at each ADD step (see faultPointFromEnv). */
+  faultPoint?: (step: string) => void;
 }
 
 /**
@@ -187,11 +189,14 @@ export class CniService {
           await allocator.allocate({
             owner,
             family,
-            expirationMs: config.ipamExpirationMs,
+            // Delegated allocators exist per netconf and only once a call names them, so
+            // after a restart none would re-arm or confirm an expiry: no expiration there.
+            ...(config.ipam === 'delegated' ? {} : { expirationMs: config.ipamExpirationMs }),
             cni: { netns: call.netns, ifname: call.ifName, args: call.args.map(([k, v]) => `${k}=${v}`).join(';') },
           }),
         );
       }
+      this.d.faultPoint?.('after-ipam');
       const addresses: PodAddress[] = [];
       for (const a of allocations) {
         if (!a.gateway) throw new AgentError('IPAM_FAILED', `IPAM gave ${a.ip} without a gateway`);
@@ -201,6 +206,7 @@ export class CniService {
 
       undo.push({ what: 'remove pod network', fn: () => datapath.removePod({ containerId: call.containerId, netns: call.netns, ifName: call.ifName, addresses }) });
       const net = await datapath.addPod({ containerId: call.containerId, netns: call.netns, ifName: call.ifName, mtu: config.mtu, addresses });
+      this.d.faultPoint?.('after-datapath');
 
       const ep: Endpoint = {
         id: endpoints.allocateId(),
@@ -228,6 +234,7 @@ export class CniService {
       const ready: Endpoint = { ...ep, state: 'ready' };
       endpoints.update(ready);
       await store.save(ready);
+      this.d.faultPoint?.('after-endpoint');
       // Confirm last: until now a crash leaves a provisional allocation that expires by itself.
       await allocator.confirm(owner);
       log.info({ endpoint: ep.id, containerId: call.containerId, ifName: call.ifName, addresses: ep.addresses.map((a) => a.ip) }, 'endpoint created');

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from 'commander';
+import { registerAgentCommands } from './agentCommands.js';
 import { CliError } from './cliError.js';
 import { registerCniCommands } from './cniCommand.js';
 import { registerKvstoreCommands } from './kvstoreCommand.js';
@@ -10,6 +11,7 @@ export function buildProgram(): Command {
     .version('0.1.0')
     .showHelpAfterError()
     .exitOverride();
+  registerAgentCommands(program);
   registerCniCommands(program);
   registerKvstoreCommands(program);
   return program;

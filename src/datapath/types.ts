@@ -57,4 +57,8 @@ export interface Datapath {
   checkPod(spec: PodNetworkSpec): Promise<void>;
   /** Whether the host side of a pod still exists (used when restoring endpoints). */
   podExists(containerId: string, ifName: string): Promise<boolean>;
+  /** Host-side pod interfaces present on the node (lxc…), to find ones no endpoint owns. */
+  listPodHostInterfaces(): Promise<string[]>;
+  /** Deletes an orphaned host-side pod interface (and so its peer and routes). */
+  removeHostInterface(name: string): Promise<void>;
 }

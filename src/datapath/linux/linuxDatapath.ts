@@ -7,6 +7,7 @@ import { deleteLink, getLink, hostInterfaceName, listAddresses, listRoutes } fro
 import { applyMasquerade } from './masquerade.js';
 import { interfaceSysctl, setSysctl } from './sysctl.js';
 
+const HOST_IFNAME = /^lxc[0-9a-f]{12}$/;
 const hostPrefix = (a: PodAddress) => `${a.ip}/${a.family === 4 ? 32 : 128}`;
 
 async function netnsExists(path: string): Promise<boolean> {
@@ -105,6 +106,16 @@ export class LinuxDatapath implements Datapath {
       const hostRoutes = await listRoutes(a.family);
       if (!hostRoutes.some((r) => r.dst === a.ip && r.dev === hostIf)) fail(`host route to ${a.ip} via ${hostIf} missing`);
     }
+  }
+
+  async listPodHostInterfaces(): Promise<string[]> {
+    const links = JSON.parse(await ip(['-j', 'link', 'show'])) as Array<{ ifname: string }>;
+    return links.map((l) => l.ifname).filter((n) => HOST_IFNAME.test(n));
+  }
+
+  async removeHostInterface(name: string): Promise<void> {
+    if (!HOST_IFNAME.test(name)) throw new DatapathError('failed', `refusing to delete ${name}: not a pod host interface`);
+    await deleteLink(name);
   }
 
   async podExists(containerId: string, ifName: string): Promise<boolean> {

@@ -1,0 +1,107 @@
+import type { Command } from 'commander';
+import { DEFAULT_SOCKET, SOCKET_ENV } from '../api/types.js';
+import { AgentClient, AgentResponseError, AgentUnreachableError } from '../client/agentClient.js';
+import { CliError } from './cliError.js';
+
+/** Commands that talk to the local agent: status, endpoints, IPAM. */
+
+interface AgentOpts {
+  socket?: string;
+  output?: string;
+}
+
+function client(opts: AgentOpts): AgentClient {
+  const socketPath = opts.socket ?? process.env[SOCKET_ENV] ?? DEFAULT_SOCKET;
+  if (!socketPath.startsWith('/')) throw new CliError(`--socket must be an absolute path, got "${socketPath}"`);
+  return new AgentClient({ socketPath, timeoutMs: 30_000 });
+}
+
+async function call<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof AgentUnreachableError) throw new CliError(`${err.message} (is tendril-agent running? pick it with --socket or ${SOCKET_ENV})`);
+    if (err instanceof AgentResponseError) throw new CliError(`agent: ${err.body.code}: ${err.message}`);
+    throw err;
+  }
+}
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
+  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd()).join('\n') + '\n';
+}
+
+function output(opts: AgentOpts, value: unknown, human: () => string): void {
+  if (opts.output === 'json') process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+  else if (opts.output === undefined || opts.output === 'table') process.stdout.write(human());
+  else throw new CliError(`unknown output format "${opts.output}" (use json)`);
+}
+
+interface EndpointView {
+  id: number;
+  containerId: string;
+  ifName: string;
+  podNamespace?: string;
+  podName?: string;
+  labels: string[];
+  addresses: Array<{ ip: string }>;
+  hostIfName: string;
+  state: string;
+}
+
+function withAgentOpts(c: Command): Command {
+  return c.option('--socket <path>', `agent API socket (default $${SOCKET_ENV} or ${DEFAULT_SOCKET})`).option('-o, --output <format>', 'output format: json');
+}
+
+export function registerAgentCommands(program: Command): void {
+  withAgentOpts(program.command('status').description('agent health, kvstore, IPAM usage and endpoint count')).action(async (opts: AgentOpts) => {
+    const h = await call(() => client(opts).health());
+    output(opts, h, () =>
+      table([
+        ['Agent', `${h.status} (node ${h.nodeName ?? '?'}, up ${h.uptimeSeconds ?? 0}s)`],
+        ['KVStore', `${h.kvstore.backend} ${h.kvstore.connected ? 'connected' : 'DISCONNECTED'} at revision ${h.kvstore.revision}${h.kvstore.detail ? ` (${h.kvstore.detail})` : ''}`],
+        ['IPAM', h.ipam ? `${h.ipam.mode}, ${h.ipam.allocated} addresses allocated` : '-'],
+        ['Endpoints', String(h.endpoints)],
+      ]),
+    );
+    if (h.status !== 'ok') process.exitCode = 1;
+  });
+
+  const endpoint = program.command('endpoint').description('local endpoints');
+  withAgentOpts(endpoint.command('list').description('list endpoints')).action(async (opts: AgentOpts) => {
+    const eps = await call(() => client(opts).listEndpoints<EndpointView[]>());
+    output(opts, eps, () =>
+      table([
+        ['ENDPOINT', 'STATE', 'CONTAINER', 'IFACE', 'POD', 'IPS', 'HOST IF', 'LABELS'],
+        ...eps.map((e) => [
+          String(e.id),
+          e.state,
+          e.containerId.slice(0, 20),
+          e.ifName,
+          e.podName ? `${e.podNamespace ?? ''}/${e.podName}` : '-',
+          e.addresses.map((a) => a.ip).join(','),
+          e.hostIfName,
+          e.labels.join(' '),
+        ]),
+      ]),
+    );
+  });
+  withAgentOpts(endpoint.command('get <id>').description('one endpoint: <number>, container-id:<id>, pod-name:<ns>:<name>, ipv4:<ip>')).action(
+    async (id: string, opts: AgentOpts) => {
+      const ep = await call(() => client(opts).getEndpoint(id));
+      output({ ...opts, output: opts.output ?? 'json' }, ep, () => '');
+    },
+  );
+
+  const ipam = program.command('ipam').description('IP address management');
+  withAgentOpts(ipam.command('list').description('addresses allocated on this node')).action(async (opts: AgentOpts) => {
+    const l = await call(() => client(opts).listIpam());
+    output(opts, l, () =>
+      `IPAM mode: ${l.mode}\n` +
+      table([
+        ['IP', 'OWNER', 'POOL', 'CIDR', 'STATE'],
+        ...l.allocations.map((a) => [`${a.ip}/${a.prefixLength}`, a.owner, a.pool, a.cidr, a.expiresAt ? `provisional until ${new Date(a.expiresAt).toISOString()}` : 'allocated']),
+      ]),
+    );
+  });
+}

@@ -1,0 +1,222 @@
+// tendril-agent and tendril-cni on one node: pods are namespaces, traffic is real.
+// The agent runs in a "node" namespace; the runtime (libcni) runs here and
+// executes tendril-cni, which relays to the agent over its socket.
+import assert from 'node:assert/strict';
+import { readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import type { IpamList } from '../../src/api/types.js';
+import type { Endpoint } from '../../src/endpoint/endpoint.js';
+import { CniError, CniErrorCode, type Result100 } from '../../src/cni/index.js';
+import { CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
+import { AgentProcess, tendrilPluginDir } from '../support/agentHarness.js';
+import { NetnsPool } from '../support/netns.js';
+import { requireRoot } from '../support/root.js';
+import { makeScratchDir } from '../support/skelFixture.js';
+import { REFERENCE_PLUGIN_DIR } from '../support/tendrilBin.js';
+
+requireRoot('the agent end-to-end test');
+
+const POD_CIDR = '10.240.0.0/24';
+const pool = new NetnsPool('ag');
+let node = '';
+let agent: AgentProcess;
+let runtime: CniRuntime;
+const cleanups: Array<() => Promise<void>> = [];
+
+function conflist(version: string, extra: Record<string, unknown> = {}): NetworkConfigList {
+  return confListFromBytes(JSON.stringify({ cniVersion: version, name: 'tdlpods', plugins: [{ type: 'tendril-cni', socket: agent.socket, ...extra }] }));
+}
+
+function rt(containerId: string, netns: string, extra: Partial<RuntimeConf> = {}): RuntimeConf {
+  return { containerId, netns, ifName: 'eth0', args: [['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', containerId], ['SOMETHING_UNKNOWN', 'x']], ...extra };
+}
+
+async function ping(fromNs: string, ip: string): Promise<boolean> {
+  return (await pool.exec(fromNs, ['ping', '-c', '1', '-W', '2', ip])).code === 0;
+}
+
+async function nodeLinks(): Promise<string[]> {
+  const r = await pool.exec(node, ['ip', '-j', 'link', 'show']);
+  return (JSON.parse(r.stdout) as Array<{ ifname: string }>).map((l) => l.ifname).filter((n) => n.startsWith('lxc'));
+}
+
+async function nodeRoutes(): Promise<string[]> {
+  const r = await pool.exec(node, ['ip', '-j', '-4', 'route', 'show']);
+  return (JSON.parse(r.stdout) as Array<{ dst: string; dev: string }>).filter((x) => x.dev?.startsWith('lxc')).map((x) => x.dst);
+}
+
+async function podAllocations(): Promise<string[]> {
+  const l = await agent.client.listIpam();
+  return (l as IpamList).allocations.filter((a) => !a.owner.startsWith('tendril:router')).map((a) => a.ip);
+}
+
+before(async () => {
+  node = (await pool.add('node')).name;
+  agent = await AgentProcess.create({ nodeNetns: node, nodeName: 'tdl-node-a', args: ['--pod-cidr', POD_CIDR, '--ipam-expiration', '3000'] });
+  cleanups.push(() => agent.cleanup());
+  const bin = await tendrilPluginDir();
+  cleanups.push(bin.cleanup);
+  const scratch = await makeScratchDir();
+  cleanups.push(scratch.cleanup);
+  runtime = new CniRuntime({ pluginDirs: [bin.dir, REFERENCE_PLUGIN_DIR], cacheDir: join(scratch.dir, 'cache') });
+  await agent.start();
+});
+
+after(async () => {
+  for (const c of cleanups.reverse()) await c();
+  await pool.cleanup();
+});
+
+describe('20 pods added concurrently through libcni', () => {
+  const pods: Array<{ ns: string; path: string; ip: string; id: string }> = [];
+
+  test('every ADD succeeds with a unique address in the pod CIDR', async () => {
+    const namespaces = await Promise.all(Array.from({ length: 20 }, (_, i) => pool.add(`p${i}`)));
+    const results = await Promise.all(
+      namespaces.map((ns, i) => runtime.addNetworkList(conflist('1.0.0'), rt(`tdl-pod-${i}`, ns.path)) as Promise<Result100>),
+    );
+    for (const [i, r] of results.entries()) {
+      const ip = r.ips![0]!.address.split('/')[0]!;
+      assert.match(ip, /^10\.240\.0\.\d+$/);
+      assert.equal(r.ips![0]!.address.endsWith('/32'), true);
+      assert.equal(r.ips![0]!.gateway, '10.240.0.1');
+      assert.equal(r.interfaces![r.ips![0]!.interface!]!.name, 'eth0');
+      assert.equal(r.interfaces![r.ips![0]!.interface!]!.sandbox, namespaces[i]!.path);
+      pods.push({ ns: namespaces[i]!.name, path: namespaces[i]!.path, ip, id: `tdl-pod-${i}` });
+    }
+    assert.equal(new Set(pods.map((p) => p.ip)).size, 20, 'addresses are unique');
+  });
+
+  test('every pair of pods talks, and each pod reaches the node', async () => {
+    const failures: string[] = [];
+    await Promise.all(
+      pods.map(async (src) => {
+        for (const dst of pods) {
+          if (dst !== src && !(await ping(src.ns, dst.ip))) failures.push(`${src.ip} -> ${dst.ip}`);
+        }
+        if (!(await ping(src.ns, '10.240.0.1'))) failures.push(`${src.ip} -> gateway`);
+      }),
+    );
+    assert.deepEqual(failures, []);
+    assert.ok(await ping(node, pods[0]!.ip), 'the node reaches a pod');
+  });
+
+  test('endpoints are listed with labels, pod names and ready state', async () => {
+    const eps = (await agent.client.listEndpoints()) as Endpoint[];
+    assert.equal(eps.length, 20);
+    const ep = eps.find((e) => e.containerId === 'tdl-pod-3')!;
+    assert.equal(ep.state, 'ready');
+    assert.equal(ep.podName, 'tdl-pod-3');
+    assert.ok(ep.labels.includes('k8s:io.kubernetes.pod.namespace=default'));
+    const byPod = (await agent.client.getEndpoint('pod-name:default:tdl-pod-3')) as Endpoint;
+    assert.equal(byPod.id, ep.id);
+  });
+
+  test('CHECK passes for a healthy pod and fails once its interface is gone', async () => {
+    await runtime.checkNetworkList(conflist('1.0.0'), rt(pods[0]!.id, pods[0]!.path));
+    await pool.exec(pods[1]!.ns, ['ip', 'link', 'del', 'eth0']);
+    await assert.rejects(runtime.checkNetworkList(conflist('1.0.0'), rt(pods[1]!.id, pods[1]!.path)), (e: unknown) => e instanceof CniError && e.code === 102);
+  });
+
+  test('DEL of every pod leaves no link, route, endpoint or allocation behind', async () => {
+    await Promise.all(pods.map((p) => runtime.delNetworkList(conflist('1.0.0'), rt(p.id, p.path))));
+    assert.deepEqual(await nodeLinks(), []);
+    assert.deepEqual(await nodeRoutes(), []);
+    assert.deepEqual(await agent.client.listEndpoints(), []);
+    assert.deepEqual(await podAllocations(), []);
+    // DEL is idempotent, also for a namespace that no longer exists.
+    await runtime.delNetworkList(conflist('1.0.0'), rt(pods[0]!.id, '/var/run/netns/tdl-gone'));
+  });
+});
+
+describe('results in every supported version', () => {
+  for (const version of ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0']) {
+    test(`cniVersion ${version}`, async () => {
+      const ns = await pool.add(`v${version.replace(/\./g, '')}`);
+      const id = `tdl-ver-${version.replace(/\./g, '')}`;
+      const r = (await runtime.addNetworkList(conflist(version), rt(id, ns.path))) as { cniVersion: string; ips: Array<{ version?: string }> };
+      assert.equal(r.cniVersion, version);
+      assert.equal(r.ips[0]!.version, version.startsWith('0.') ? '4' : undefined);
+      await runtime.delNetworkList(conflist(version), rt(id, ns.path));
+    });
+  }
+  test('0.2.0 is refused with code 1', async () => {
+    const ns = await pool.add('v020');
+    await assert.rejects(runtime.addNetworkList(conflist('0.2.0'), rt('tdl-v020', ns.path)), (e: unknown) => e instanceof CniError && e.code === CniErrorCode.IncompatibleVersion);
+  });
+});
+
+describe('bad input changes nothing', () => {
+  const cases: Array<[string, Partial<RuntimeConf>, Record<string, unknown>, number]> = [
+    ['an interface name too long', { ifName: 'eth0123456789abc' }, {}, 4],
+    ['an interface name with a path character', { ifName: 'e/th0' }, {}, 4],
+    ['a bad label', { args: [['TENDRIL_LABELS', 'bad key=x']] }, {}, 7],
+    ['a socket path that is not absolute', {}, { socket: 'relative.sock' }, 7],
+  ];
+  for (const [k, [name, patch, extra, code]] of cases.entries()) {
+    test(`${name} → code ${code}`, async () => {
+      const ns = await pool.add(`bad${k}`);
+      const before = await podAllocations();
+      await assert.rejects(runtime.addNetworkList(conflist('1.0.0', extra), rt(`tdl-bad-${k}`, ns.path, patch)), (e: unknown) => {
+        assert.ok(e instanceof CniError, String(e));
+        assert.equal(e.code, code, e.message);
+        return true;
+      });
+      assert.deepEqual(await podAllocations(), before);
+      assert.deepEqual(await nodeLinks(), []);
+    });
+  }
+
+  test('a netns that does not exist fails ADD and rolls back the allocation', async () => {
+    await assert.rejects(runtime.addNetworkList(conflist('1.0.0'), rt('tdl-nons', '/var/run/netns/tdl-does-not-exist')), (e: unknown) => e instanceof CniError && e.code === 102);
+    assert.deepEqual(await podAllocations(), []);
+    assert.deepEqual(await nodeLinks(), []);
+  });
+
+  test('DEL of an unknown container succeeds; CHECK of one is code 3', async () => {
+    const ns = await pool.add('unknown');
+    await runtime.delNetworkList(conflist('1.0.0'), rt('tdl-never-added', ns.path));
+    await runtime.addNetworkList(conflist('1.0.0'), rt('tdl-cache-only', ns.path));
+    // Remove the endpoint behind the runtime's back: its cached result now names a container the agent does not know.
+    await agent.client.request('DELETE', '/endpoint/container-id:tdl-cache-only');
+    await assert.rejects(runtime.checkNetworkList(conflist('1.0.0'), rt('tdl-cache-only', ns.path)), (e: unknown) => e instanceof CniError && e.code === CniErrorCode.UnknownContainer);
+    await runtime.delNetworkList(conflist('1.0.0'), rt('tdl-cache-only', ns.path));
+  });
+
+  test('the API answers 4xx with a code and a message', async () => {
+    await assert.rejects(agent.client.request('POST', '/cni', { command: 'ADD' }), /required property 'config'/);
+    await assert.rejects(agent.client.request('GET', '/endpoint/nonsense'), /invalid endpoint ID/);
+    await assert.rejects(agent.client.request('GET', '/endpoint/4242'), /not found/);
+    await assert.rejects(agent.client.request('DELETE', '/ipam/not-an-ip'), /not an IP address/);
+  });
+});
+
+describe('STATUS and GC (1.1.0)', () => {
+  test('STATUS succeeds while the agent runs', async () => {
+    await runtime.getStatusNetworkList(conflist('1.1.0'));
+  });
+
+  test('GC removes endpoints and addresses not among the valid attachments', async () => {
+    const keep = await pool.add('gckeep');
+    const drop = await pool.add('gcdrop');
+    await runtime.addNetworkList(conflist('1.1.0'), rt('tdl-gc-keep', keep.path));
+    await runtime.addNetworkList(conflist('1.1.0'), rt('tdl-gc-drop', drop.path));
+    await runtime.gcNetworkList(conflist('1.1.0'), { validAttachments: [{ containerID: 'tdl-gc-keep', ifname: 'eth0' }] });
+    const eps = (await agent.client.listEndpoints()) as Endpoint[];
+    assert.deepEqual(eps.map((e) => e.containerId), ['tdl-gc-keep']);
+    assert.equal((await podAllocations()).length, 1);
+    assert.equal((await nodeLinks()).length, 1);
+    await runtime.delNetworkList(conflist('1.1.0'), rt('tdl-gc-keep', keep.path));
+  });
+});
+
+describe('state files', () => {
+  test('the API socket is 0600 and owned by root', async () => {
+    const r = await pool.exec(node, ['stat', '-c', '%a %U', agent.socket]);
+    assert.equal(r.stdout.trim(), '600 root');
+  });
+  test('no endpoint state is left after all pods are gone', async () => {
+    assert.deepEqual(await readdir(join(agent.stateDir, 'endpoints')), []);
+  });
+});

@@ -1,0 +1,101 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm, symlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { AgentClient } from '../../src/client/agentClient.js';
+
+export const AGENT_BIN = fileURLToPath(new URL('../../../bin/tendril-agent', import.meta.url));
+export const CNI_BIN = fileURLToPath(new URL('../../../bin/tendril-cni', import.meta.url));
+
+export interface AgentProcessOptions {
+  /** The "node" network namespace the agent runs in. */
+  nodeNetns: string;
+  nodeName: string;
+  args: string[];
+  env?: Record<string, string>;
+}
+
+/**
+ * A tendril-agent running as a real process inside a node namespace, with its
+ * own state dir and socket. `stop` sends SIGTERM, `kill` SIGKILL; `cleanup`
+ * always kills and removes the state dir.
+ */
+export class AgentProcess {
+  readonly stateDir: string;
+  readonly socket: string;
+  readonly client: AgentClient;
+  private child: ChildProcess | undefined;
+  private logs = '';
+  private exited: Promise<number | null> = Promise.resolve(null);
+
+  private constructor(
+    readonly opts: AgentProcessOptions,
+    stateDir: string,
+  ) {
+    this.stateDir = stateDir;
+    this.socket = join(stateDir, 'tendril.sock');
+    this.client = new AgentClient({ socketPath: this.socket, timeoutMs: 30_000 });
+  }
+
+  static async create(opts: AgentProcessOptions): Promise<AgentProcess> {
+    const dir = await mkdtemp(join(tmpdir(), 'tdl-agent-'));
+    return new AgentProcess(opts, dir);
+  }
+
+  /** Starts the agent and waits until its API answers. */
+  async start(extraEnv: Record<string, string> = {}): Promise<void> {
+    const argv = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', AGENT_BIN, '--state-dir', this.stateDir, '--node-name', this.opts.nodeName, ...this.opts.args];
+    const child = spawn(argv[0]!, argv.slice(1), { env: { ...process.env, ...this.opts.env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = child;
+    child.stdout!.on('data', (c: Buffer) => (this.logs += c.toString()));
+    child.stderr!.on('data', (c: Buffer) => (this.logs += c.toString()));
+    this.exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      if (child.exitCode !== null || child.signalCode !== null) throw new Error(`agent exited during start-up:\n${this.logs}`);
+      try {
+        const h = await this.client.health();
+        if (h.status === 'ok') return;
+      } catch {
+        // Not listening yet.
+      }
+      if (Date.now() > deadline) throw new Error(`agent did not become ready in 20 s:\n${this.logs}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** Clean shutdown: pods keep their network. */
+  async stop(): Promise<void> {
+    if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return;
+    this.child.kill('SIGTERM');
+    await this.exited;
+  }
+
+  async kill(): Promise<void> {
+    if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return;
+    this.child.kill('SIGKILL');
+    await this.exited;
+  }
+
+  /** Resolves when the process exits by itself (e.g. a fault point). */
+  waitExit(): Promise<number | null> {
+    return this.exited;
+  }
+
+  get output(): string {
+    return this.logs;
+  }
+
+  async cleanup(): Promise<void> {
+    await this.kill();
+    await rm(this.stateDir, { recursive: true, force: true });
+  }
+}
+
+/** A CNI_PATH dir holding tendril-cni, plus the reference plugins' dir. */
+export async function tendrilPluginDir(): Promise<{ dir: string; cleanup(): Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'tdl-cnibin-'));
+  await symlink(CNI_BIN, join(dir, 'tendril-cni'));
+  return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
+}

@@ -78,6 +78,8 @@ export class IdentityAllocator {
   readonly #table: IdentityTable;
   readonly #local = new LocalIdentityAllocator();
   readonly #held = new Map<string, Held>();
+  /** Held identity number → its label set key, so release by number is O(1). */
+  readonly #keyById = new Map<number, string>();
   readonly #serial = new KeyedSerializer();
   readonly #logger: Logger | undefined;
   readonly #lease: LeaseProvider;
@@ -174,6 +176,7 @@ export class IdentityAllocator {
       this.conflicts += res.conflicts;
       const identity = makeIdentity(res.id, labels);
       this.#held.set(key, { identity, refs: 1 });
+      this.#keyById.set(identity.id, key);
       return { identity, isNew: true };
     });
   }
@@ -189,17 +192,18 @@ export class IdentityAllocator {
     const scope = scopeOf(id);
     if (scope === 'reserved') return false;
     if (scope === 'local') return this.#local.release(id);
-    const entry = [...this.#held.entries()].find(([, h]) => h.identity.id === id && h.refs > 0);
-    if (entry === undefined) {
+    const key = this.#keyById.get(id);
+    const held = key === undefined ? undefined : this.#held.get(key);
+    if (key === undefined || held === undefined || held.refs === 0) {
       throw new IdentityError(IdentityErrorCode.NOT_ALLOCATED, `identity ${id} holds no reference on node ${this.nodeName}`);
     }
-    const [key, held] = entry;
     held.refs--;
     if (held.refs > 0) return false;
     await this.#serial.run(key, async () => {
       // An allocate queued behind us may already have taken a new reference.
       if (held.refs > 0 || this.#held.get(key) !== held) return;
       this.#held.delete(key);
+      if (this.#keyById.get(held.identity.id) === key) this.#keyById.delete(held.identity.id);
       await this.#kv.dropUsage(key);
       const gone = await this.#kv.collectOne(key);
       if (gone !== undefined) this.#logger?.debug({ id: gone, labels: key }, 'identity released cluster-wide');
@@ -222,7 +226,8 @@ export class IdentityAllocator {
     if (scopeOf(id) === 'local') return this.#local.lookupById(id);
     const fromTable = this.#table.get(id);
     if (fromTable !== undefined) return fromTable;
-    return [...this.#held.values()].find((h) => h.identity.id === id)?.identity;
+    const key = this.#keyById.get(id);
+    return key === undefined ? undefined : this.#held.get(key)?.identity;
   }
 
   lookupByLabels(labels: LabelSet): Identity | undefined {
@@ -248,9 +253,8 @@ export class IdentityAllocator {
   /** This node's references on an identity (0 when it holds none). */
   references(id: number): number {
     if (scopeOf(id) === 'local') return this.#local.references(id);
-    let refs = 0;
-    for (const h of this.#held.values()) if (h.identity.id === id) refs += h.refs;
-    return refs;
+    const key = this.#keyById.get(id);
+    return key === undefined ? 0 : (this.#held.get(key)?.refs ?? 0);
   }
 
   /** Cluster-wide identity add/delete events (from the mirrored table). */
@@ -287,7 +291,9 @@ export class IdentityAllocator {
         const res = await this.#kv.acquire(key, held.identity.id);
         if (res.id !== held.identity.id) {
           this.#logger?.error({ labels: key, old: held.identity.id, new: res.id, reason }, 'identity number changed while in use');
+          this.#keyById.delete(held.identity.id);
           held.identity = makeIdentity(res.id, held.identity.labels);
+          this.#keyById.set(res.id, key);
         }
       })
       .catch((err: unknown) => this.#logger?.error({ err, labels: key, reason }, 'could not re-register identity usage'));

@@ -142,9 +142,13 @@ export class KvstoreIdentities {
     if (preferred !== undefined && preferred >= minId && preferred <= maxId && !taken.has(preferred)) return preferred;
     const span = maxId - minId + 1;
     const start = Math.floor(this.#random() * span);
-    for (let i = 0; i < span; i++) {
-      const n = minId + ((start + i) % span);
-      if (free(n)) return n;
+    // The watched table is only a hint (it may lag a release); the numbers this
+    // call saw taken are facts. Exhausted only when the facts say so.
+    for (const ok of [free, (n: number) => !taken.has(n)]) {
+      for (let i = 0; i < span; i++) {
+        const n = minId + ((start + i) % span);
+        if (ok(n)) return n;
+      }
     }
     throw new IdentityError(IdentityErrorCode.EXHAUSTED, `every identity in ${minId}..${maxId} is taken`);
   }

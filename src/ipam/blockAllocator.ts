@@ -1,7 +1,7 @@
 import { fullLength } from './block.js';
 import { claimFreeBlock, existingBlocks } from './claim.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
-import { KvAllocator, type KvAllocatorOptions, type NewAddress } from './kvAllocator.js';
+import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
 import { DEFAULT_BLOCK_SIZE, type Pool, type PoolConfig, parsePools } from './pools.js';
 import type { AssignOptions } from './store.js';
 import type { IpFamily, IpamMode } from './types.js';
@@ -29,6 +29,12 @@ export class BlockAllocator extends KvAllocator {
   readonly strictAffinity: boolean;
   readonly autoAllocateBlocks: boolean;
   readonly maxBlocksPerHost: number;
+  /**
+   * This host's confirmed blocks with their pools. Only this host writes its
+   * own affinities, so the cache is refreshed from the store only at start and
+   * when a cached block turns out not to be ours any more (host removal).
+   */
+  private own: Map<string, string> | undefined;
 
   constructor(opts: BlockAllocatorOptions) {
     if (opts.pools.length === 0) throw new IpamError(IpamErrorCode.INVALID_CONFIG, 'block IPAM needs at least one pool');
@@ -42,7 +48,16 @@ export class BlockAllocator extends KvAllocator {
   }
 
   protected async prepare(): Promise<void> {
-    // Blocks are claimed on demand; nothing to take up front.
+    // Blocks are claimed on demand; only the cache of owned ones is (re)built.
+    this.own = undefined;
+  }
+
+  private async ownBlocks(): Promise<Map<string, string>> {
+    if (this.own === undefined) {
+      const list = (await this.affinities.list()).filter((a) => a.rec.state === 'confirmed');
+      this.own = new Map(list.map((a) => [a.cidr, a.rec.pool]));
+    }
+    return this.own;
   }
 
   /** CIDRs of the blocks affine to this host. */
@@ -52,29 +67,36 @@ export class BlockAllocator extends KvAllocator {
 
   /** Gives back this host's empty blocks (Calico releases them when strict affinity frees space). */
   async releaseEmptyBlocks(): Promise<string[]> {
+    this.own = undefined;
     return this.affinities.releaseEmptyBlocks();
   }
 
   protected async place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
     const names = new Set(pools.map((p) => p.name));
     const own: AssignOptions = { family, expiresAt, prefixLength: (b) => fullLength(b.cidr), mayUse: (b) => b.affinity === this.host };
-    const affine = (await this.affinities.list()).filter((a) => a.rec.state === 'confirmed');
+    const cache = await this.ownBlocks();
     // 1. Blocks this host already owns.
-    for (const a of affine) {
-      if (!names.has(a.rec.pool)) continue;
-      const out = await this.store.assign(a.cidr, owner, own);
-      if (typeof out === 'object') return { addr: out.addr, borrowed: false };
+    for (const [cidr, pool] of [...cache]) {
+      if (!names.has(pool)) continue;
+      const out = await this.store.assign(cidr, owner, own);
+      if (typeof out === 'object') return placed(out, false);
+      if (out === 'unusable') this.own = undefined;
     }
+    // A retried ADD whose address sits in a borrowed block must not claim a block first.
+    const existing = await this.store.readHandle(owner);
+    const held = existing?.rec.addrs.find((x) => x.family === family);
+    if (existing !== undefined && held !== undefined) return { addr: held, borrowed: false, expiresAt: existing.rec.expiresAt, fresh: false };
     // 2. A new block, within maxBlocksPerHost.
-    let owned = affine.length;
+    let owned = (await this.ownBlocks()).size;
     if (this.autoAllocateBlocks) {
       for (const pool of pools) {
         while (this.maxBlocksPerHost === 0 || owned < this.maxBlocksPerHost) {
           const cidr = await claimFreeBlock(this.store, this.affinities, pool, { reserveSubnetEnds: false, spread: true });
           if (cidr === undefined) break;
           owned += 1;
+          this.own?.set(cidr, pool.name);
           const out = await this.store.assign(cidr, owner, own);
-          if (typeof out === 'object') return { addr: out.addr, borrowed: false };
+          if (typeof out === 'object') return placed(out, false);
           // Filled by borrowers between claim and assign (or fully reserved): claim another.
         }
       }
@@ -96,7 +118,7 @@ export class BlockAllocator extends KvAllocator {
       const all = [...(await existingBlocks(this.store, pool))].sort(([, x], [, y]) => Number(y === this.host) - Number(x === this.host));
       for (const [cidr] of all) {
         const out = await this.store.assign(cidr, owner, { family, expiresAt, prefixLength: (b) => fullLength(b.cidr) });
-        if (typeof out === 'object') return { addr: out.addr, borrowed: out.block.affinity !== this.host };
+        if (typeof out === 'object') return placed(out, out.block?.affinity !== this.host);
       }
     }
     throw poolExhausted(label, `no free address in any block (host ${this.host} owns ${owned})`);

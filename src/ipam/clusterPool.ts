@@ -1,7 +1,7 @@
 import { removeHost, type RemoveHostReport } from './affinity.js';
 import { claimFreeBlock } from './claim.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
-import { KvAllocator, type KvAllocatorOptions, type NewAddress } from './kvAllocator.js';
+import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
 import { type Pool, parsePools } from './pools.js';
 import type { IpFamily, IpamMode } from './types.js';
 
@@ -74,7 +74,7 @@ export class ClusterPoolAllocator extends KvAllocator {
       });
       if (out === 'full') continue;
       if (out === 'unusable') throw new IpamError(IpamErrorCode.CONFLICT, `per-node CIDR ${n.cidr} is no longer owned by ${this.host}`, { pool: n.pool.name });
-      return { addr: out.addr, borrowed: false };
+      return placed(out, false);
     }
     const names = pools.map((p) => p.name).join(', ');
     throw poolExhausted(names, `per-node CIDR ${mine.map((n) => n.cidr).join(', ') || '(none)'} of ${this.host} is full`);

@@ -1,7 +1,7 @@
 import { newBlock } from './block.js';
 import { formatCidr } from './cidr.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
-import { KvAllocator, type KvAllocatorOptions, type NewAddress } from './kvAllocator.js';
+import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
 import { type Pool, parsePools } from './pools.js';
 import type { IpFamily, IpamMode } from './types.js';
 
@@ -46,7 +46,7 @@ export class HostScopeAllocator extends KvAllocator {
       });
       if (out === 'full') continue;
       if (out === 'unusable') throw new IpamError(IpamErrorCode.CONFLICT, `pod CIDR ${formatCidr(pool.cidr)} is no longer affine to ${this.host}`, { pool: pool.name });
-      return { addr: out.addr, borrowed: false };
+      return placed(out, false);
     }
     throw poolExhausted(pools.map((p) => p.name).join(', '), `every address of pod CIDR ${pools.map((p) => formatCidr(p.cidr)).join(', ')} on ${this.host} is in use`);
   }

@@ -40,6 +40,15 @@ export function routerOwner(host: string): string {
 export interface NewAddress {
   addr: HandleAddr;
   borrowed: boolean;
+  /** The owner's deadline as written with the address. */
+  expiresAt: number | undefined;
+  /** False when the owner already held an address of this family. */
+  fresh: boolean;
+}
+
+/** Turns a successful IpamStore.assign outcome into a NewAddress. */
+export function placed(out: { addr: HandleAddr; fresh: boolean; expiresAt: number | undefined }, borrowed: boolean): NewAddress {
+  return { addr: out.addr, borrowed: out.fresh && borrowed, expiresAt: out.expiresAt, fresh: out.fresh };
 }
 
 /**
@@ -147,18 +156,16 @@ export abstract class KvAllocator implements Allocator {
       throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, `expirationMs must be a positive number, got ${req.expirationMs}`);
     }
     const pools = selectPools(this.pools, req.family, req.pool);
-    // A retried ADD gets the address it already has (no second address, no leak).
-    const existing = await this.store.readHandle(req.owner);
-    const held = existing?.rec.addrs.find((a) => a.family === req.family);
-    if (existing !== undefined && held !== undefined) return this.toAllocation(req.owner, held, existing.rec.expiresAt);
     const expiresAt = req.expirationMs === undefined ? undefined : this.now() + req.expirationMs;
-    const { addr, borrowed } = await this.place(req.owner, req.family, pools, expiresAt);
-    this.statsRec.allocations += 1;
-    if (borrowed) this.statsRec.borrowed += 1;
-    const h = await this.store.readHandle(req.owner);
-    const deadline = h?.rec.expiresAt;
-    if (deadline !== undefined) this.expirer?.arm(deadline);
-    return this.toAllocation(req.owner, addr, deadline, borrowed);
+    // A retried ADD gets the address it already has (no second address, no
+    // leak): IpamStore.assign checks the owner's handle in the same read as the block.
+    const placed = await this.place(req.owner, req.family, pools, expiresAt);
+    if (placed.fresh) {
+      this.statsRec.allocations += 1;
+      if (placed.borrowed) this.statsRec.borrowed += 1;
+    }
+    if (placed.expiresAt !== undefined) this.expirer?.arm(placed.expiresAt);
+    return this.toAllocation(req.owner, placed.addr, placed.expiresAt, placed.fresh ? placed.borrowed : undefined);
   }
 
   async confirm(owner: string): Promise<boolean> {

@@ -20,7 +20,17 @@ export interface AssignOptions {
   mayUse?: (b: BlockRecord) => boolean;
 }
 
-export type AssignOutcome = { addr: HandleAddr; fresh: boolean; block: BlockRecord } | 'full' | 'unusable';
+export type AssignOutcome =
+  | {
+      addr: HandleAddr;
+      /** False when the owner already held an address of the family (nothing written). */
+      fresh: boolean;
+      block: BlockRecord | undefined;
+      /** The owner's deadline after the write (undefined once confirmed or when permanent). */
+      expiresAt: number | undefined;
+    }
+  | 'full'
+  | 'unusable';
 
 /**
  * The block and handle records in the kvstore and the transactions that
@@ -62,7 +72,7 @@ export class IpamStore {
     return casLoop(this.stats, `allocate in ${cidr}`, this.maxRetries, async () => {
       const [b, h] = await Promise.all([this.readBlock(cidr), this.readHandle(owner)]);
       const held = h?.rec.addrs.find((a) => a.family === opts.family);
-      if (h !== undefined && held !== undefined) return { addr: held, fresh: false, block: b?.rec ?? ({} as BlockRecord) };
+      if (h !== undefined && held !== undefined) return { addr: held, fresh: false, block: b?.rec, expiresAt: h.rec.expiresAt };
       if (b === undefined || (opts.mayUse !== undefined && !opts.mayUse(b.rec))) return 'unusable' as const;
       const block = structuredClone(b.rec);
       const ord = findFree(block);
@@ -87,7 +97,7 @@ export class IpamStore {
         ],
         success,
       });
-      return r.succeeded ? { addr, fresh: true, block } : RETRY;
+      return r.succeeded ? { addr, fresh: true, block, expiresAt: handle.expiresAt } : RETRY;
     });
   }
 

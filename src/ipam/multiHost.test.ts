@@ -1,0 +1,137 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { type EtcdHarness, startEtcd } from '../../test/support/etcdHarness.js';
+import type { Backend } from '../kvstore/types.js';
+import { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX } from './keys.js';
+import { type BlockRecord, type AffinityRecord } from './records.js';
+import { etcdBackend } from './testing/backends.js';
+
+const WORKER = fileURLToPath(new URL('./testing/hostWorker.js', import.meta.url));
+const HOSTS = 8;
+
+interface Summary {
+  host: string;
+  allocs: number;
+  releases: number;
+  releasesByIp: number;
+  borrowed: number;
+  exhausted: number;
+  noFreeBlock: number;
+  duplicates: number;
+  stats: { casRetries: number; casGiveUps: number; blocksClaimed: number };
+  live: { owner: string; ip: string; cidr: string; borrowed: boolean }[];
+}
+
+function runWorker(args: string[]): Promise<{ summary: Summary; dupLines: string[] }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--enable-source-maps', WORKER, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
+    child.stderr.setEncoding('utf8').on('data', (d: string) => (err = (err + d).slice(-4000)));
+    child.once('exit', (code, signal) => {
+      const lines = out.trim().split('\n');
+      if (code !== 0) return reject(new Error(`worker ${args[1]} exited ${code ?? signal}: ${err}`));
+      try {
+        resolve({ summary: JSON.parse(lines.at(-1)!) as Summary, dupLines: lines.filter((l) => l.startsWith('DUPLICATE')) });
+      } catch (e) {
+        reject(new Error(`worker ${args[1]} printed no summary: ${out.slice(-500)} ${err} ${String(e)}`));
+      }
+    });
+  });
+}
+
+async function runHosts(endpoint: string, ops: number, strict: boolean, maxBlocks: number): Promise<Summary[]> {
+  // A common start time, so module loading on a small machine does not serialise the hosts.
+  const startAt = Date.now() + 2500;
+  const runs = await Promise.all(
+    Array.from({ length: HOSTS }, (_, i) => runWorker([endpoint, `host-${i}`, String(ops), String(1000 + i + (strict ? 100 : 0)), strict ? '1' : '0', String(maxBlocks), String(startAt)])),
+  );
+  for (const r of runs) assert.deepEqual(r.dupLines, [], 'no address held twice at any moment');
+  return runs.map((r) => r.summary);
+}
+
+/** Checks the store against what the hosts say they hold. */
+async function verifyStore(kv: Backend, summaries: Summary[], maxBlocks: number): Promise<{ blocks: Map<string, BlockRecord> }> {
+  const blocks = new Map<string, BlockRecord>();
+  for (const k of (await kv.list(IPAM_BLOCKS_PREFIX)).kvs) {
+    const b = JSON.parse(k.value) as BlockRecord;
+    blocks.set(b.cidr, b);
+  }
+  // Zero duplicates, and the blocks hold exactly the hosts' live addresses.
+  const live = summaries.flatMap((s) => s.live.map((l) => ({ ...l, host: s.host })));
+  assert.equal(new Set(live.map((l) => l.ip)).size, live.length, 'duplicate live address');
+  const stored: string[] = [];
+  for (const b of blocks.values()) {
+    const base = b.cidr.split('/')[0]!.split('.').map(Number);
+    for (const [ord, a] of Object.entries(b.allocs)) {
+      const [o1, o2, o3, o4] = base as [number, number, number, number];
+      const last = o4 + Number(ord);
+      stored.push(`${a.owner}=${o1}.${o2}.${o3 + Math.floor(last / 256)}.${last % 256}`);
+    }
+  }
+  assert.deepEqual(stored.sort(), live.map((l) => `${l.owner}=${l.ip}`).sort(), 'blocks == live allocations');
+  assert.equal((await kv.list(IPAM_HANDLES_PREFIX)).kvs.length, live.length, 'one handle per live owner');
+  // Every block affine to exactly one host, which the block names too.
+  const affine = new Map<string, string[]>();
+  for (const k of (await kv.list(IPAM_AFFINITY_PREFIX)).kvs) {
+    const rest = k.key.slice(IPAM_AFFINITY_PREFIX.length);
+    const slash = rest.indexOf('/');
+    const host = rest.slice(0, slash);
+    const cidr = rest.slice(slash + 1);
+    assert.equal((JSON.parse(k.value) as AffinityRecord).state, 'confirmed', `${k.key} left pending`);
+    affine.set(cidr, [...(affine.get(cidr) ?? []), host]);
+  }
+  for (const [cidr, b] of blocks) {
+    assert.deepEqual(affine.get(cidr), [b.affinity], `block ${cidr} affinity`);
+  }
+  assert.equal(affine.size, blocks.size, 'no affinity without a block');
+  // Borrowed exactly when the address sits in another host's block.
+  for (const l of live) assert.equal(l.borrowed, blocks.get(l.cidr)!.affinity !== l.host, `${l.ip} borrowed flag`);
+  const perHost = new Map<string, number>();
+  for (const b of blocks.values()) perHost.set(b.affinity!, (perHost.get(b.affinity!) ?? 0) + 1);
+  for (const [h, n] of perHost) assert.ok(n <= maxBlocks, `${h} owns ${n} blocks > maxBlocksPerHost`);
+  return { blocks };
+}
+
+describe('8 hosts in block mode against one etcd', () => {
+  let etcd: EtcdHarness;
+  let kv: Backend;
+  before(async () => {
+    etcd = await startEtcd();
+    kv = (await etcdBackend(etcd.endpoint)).backend;
+  });
+  after(async () => {
+    await kv?.close();
+    await etcd?.destroy();
+  });
+
+  it('allocate and release concurrently: zero duplicates, one affinity per block, borrowing when allowed, CAS retries reported', async (t) => {
+    const summaries = await runHosts(etcd.endpoint, 250, false, 3);
+    const total = summaries.reduce((n, s) => n + s.allocs + s.releases, 0);
+    const retries = summaries.reduce((n, s) => n + s.stats.casRetries, 0);
+    const borrowed = summaries.reduce((n, s) => n + s.borrowed, 0);
+    t.diagnostic(`ops=${total} allocs=${summaries.reduce((n, s) => n + s.allocs, 0)} borrowed=${borrowed} exhausted=${summaries.reduce((n, s) => n + s.exhausted, 0)} casRetries=${retries} giveUps=${summaries.reduce((n, s) => n + s.stats.casGiveUps, 0)}`);
+    assert.ok(total >= 2000, `thousands of operations (${total})`);
+    await verifyStore(kv, summaries, 3);
+    assert.ok(borrowed > 0, 'hosts past maxBlocksPerHost borrowed');
+    assert.ok(retries > 0, 'contention showed up as counted CAS retries');
+    for (const s of summaries) assert.equal(s.noFreeBlock, 0);
+  });
+
+  it('with strictAffinity nobody borrows; a host without a free block gets IPAM_NO_FREE_BLOCK', async (t) => {
+    await kv.deletePrefix('tendril/ipam/');
+    await kv.deletePrefix('ipamtest/');
+    const summaries = await runHosts(etcd.endpoint, 64, true, 1);
+    t.diagnostic(`noFreeBlock=${summaries.reduce((n, s) => n + s.noFreeBlock, 0)} casRetries=${summaries.reduce((n, s) => n + s.stats.casRetries, 0)}`);
+    await verifyStore(kv, summaries, 1);
+    for (const s of summaries) {
+      assert.equal(s.borrowed, 0);
+      assert.ok(s.live.every((l) => !l.borrowed));
+      assert.equal(s.exhausted, 0, 'strict affinity fails as NO_FREE_BLOCK, not as exhaustion');
+    }
+    assert.ok(summaries.some((s) => s.noFreeBlock > 0), 'hosts whose one block was full were refused');
+  });
+});

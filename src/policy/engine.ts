@@ -108,6 +108,7 @@ export class PolicyEngine {
   readonly repository = new PolicyRepository();
   readonly selectorCache: SelectorCache;
   readonly #cidr: CidrIdentitySource | undefined;
+  readonly #identityView: IdentityView;
   readonly #maxEntries: number;
   readonly #allowLocalhost: boolean;
   #mode: EnforcementMode;
@@ -121,6 +122,7 @@ export class PolicyEngine {
   constructor(options: PolicyEngineOptions) {
     this.selectorCache = new SelectorCache(options.identities.list());
     this.#cidr = options.cidrIdentities;
+    this.#identityView = options.identities;
     this.#mode = options.enforcementMode ?? 'default';
     this.#maxEntries = options.maxEntriesPerEndpoint ?? DEFAULT_MAX_ENTRIES_PER_ENDPOINT;
     this.#allowLocalhost = options.allowLocalhost ?? true;
@@ -195,8 +197,14 @@ export class PolicyEngine {
 
   /** Adds an endpoint or updates its identity/named ports; its regeneration is in the result with the others affected. */
   upsertEndpoint(info: EndpointInfo): PolicyUpdateResult {
-    const identity = this.selectorCache.identity(info.identity);
-    if (identity === undefined) throw new UnknownIdentityError(info.identity);
+    const touched = new Map<Group, Touch>();
+    let identity = this.selectorCache.identity(info.identity);
+    if (identity === undefined) {
+      // Not reported through identitiesChanged yet: take it from the view (its selector memberships are diffs too).
+      identity = this.#identityView.get(info.identity);
+      if (identity === undefined) throw new UnknownIdentityError(info.identity);
+      this.#applyIdentityChanges([identity], [], touched);
+    }
     const namedPorts = info.namedPorts ?? [];
     const key = groupKey(info.identity, namedPorts);
     const prev = this.#endpoints.get(info.id);
@@ -205,7 +213,6 @@ export class PolicyEngine {
     const before = prev === undefined || !moved ? [] : [...prev.group.state.entries()];
     if (prev !== undefined && moved) this.#leaveGroup(info.id, prev.group);
     this.#endpoints.set(info.id, { info, group });
-    const touched = new Map<Group, Touch>();
     this.#updateEgressNamedPorts(touched);
     // The group's own journal describes changes for its existing members; the
     // newcomer joins after the flush and gets "what it had" → "the group's map".

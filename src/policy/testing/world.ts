@@ -47,7 +47,7 @@ export class TestWorld {
     labels: Record<string, string>,
     opts: { namespaceLabels?: Record<string, string>; namedPorts?: NamedPort[] } = {},
   ): Pod {
-    const [ns, name] = ref.split('/') as [string, string];
+    const ns = ref.split('/')[0]!;
     const identity = this.identities.allocatePod(ns, labels, opts.namespaceLabels ?? {});
     // Identity first (as the agent does: allocate, then tell the engine), then the endpoint.
     this.apply(this.engine.identitiesChanged([identity]).regenerations);

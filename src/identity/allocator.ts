@@ -118,6 +118,7 @@ export class IdentityAllocator {
       maxId,
       maxRetries: options.maxRetries ?? 32,
       knownIds: () => this.#table.ids(),
+      knownIdOf: (labels) => this.#table.idOfText(labels),
       ...(options.logger === undefined ? {} : { logger: options.logger }),
     });
     this.#table.subscribe((events) => this.#onTableEvents(events));

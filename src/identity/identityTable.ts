@@ -126,6 +126,11 @@ export class IdentityTable {
     return this.#byLabels.get(labels.toString());
   }
 
+  /** Same as idOf, for a label set already in its sorted string form. */
+  idOfText(sortedLabels: string): number | undefined {
+    return this.#byLabels.get(sortedLabels);
+  }
+
   ids(): IterableIterator<number> {
     return this.#byId.keys();
   }

@@ -11,13 +11,14 @@ import { withLease, type LeaseProvider } from './nodeLease.js';
  * transaction, so any number of nodes may run it at once:
  *
  * acquire(labels):
- *   - index exists (→ n): one txn "index unchanged ∧ id/n holds these labels"
- *     → re-put the index (bumping its modRevision, which fences a concurrent
- *     GC) and put this node's usage key on its lease;
- *   - index missing: pick a free n and one txn "no index ∧ no id/n" → create
- *     master, index and usage key together.
- *   A failed compare means another node got there first: read again and
- *   retry, at most `maxRetries` times.
+ *   - number n known (watched table, or read after a lost race): one txn
+ *     "index says n ∧ id/n holds these labels" → re-put the index (bumping
+ *     its modRevision, which fences a concurrent GC) and put this node's
+ *     usage key on its lease;
+ *   - labels unknown: pick a free n and one txn "no index ∧ no id/n" →
+ *     create master, index and usage key together.
+ *   A failed compare means another node got there first: read the index and
+ *   retry, at most `maxRetries` times. The common cases cost one round trip.
  *
  * collect: an identity whose index has no usage key is deleted with a txn
  * that compares the index's modRevision from before the usage listing, so
@@ -34,6 +35,8 @@ export interface KvstoreIdentitiesOptions {
   logger?: Logger;
   /** Numbers known to be taken (from the watched identity table) to avoid doomed picks. */
   knownIds?: () => Iterable<number>;
+  /** The number the watched table has for a label set, to try joining it in one transaction. */
+  knownIdOf?: (labels: string) => number | undefined;
   random?: () => number;
 }
 
@@ -74,64 +77,90 @@ export class KvstoreIdentities {
 
   async acquire(labels: string, preferredId?: number): Promise<AcquireResult> {
     this.checkKeySize(labels);
-    const { backend, keys, nodeName, lease } = this.#o;
     const taken = new Set<number>();
     let conflicts = 0;
+    // Optimistic: one transaction when the watched table knows the number (or
+    // the labels are new), reads only after a lost race.
+    let hint = this.#o.knownIdOf?.(labels);
     for (let attempt = 0; attempt <= this.#o.maxRetries; attempt++) {
-      const index = await backend.get(keys.index(labels));
-      if (index !== undefined) {
-        const n = Number(index.value);
-        const master = await backend.get(keys.id(n));
-        const ok = await withLease(lease, async (leaseId) => {
-          const res = await backend.txn({
-            compare: [
-              { key: index.key, target: 'modRevision', value: index.modRevision },
-              master === undefined
-                ? { key: keys.id(n), target: 'exists', value: false }
-                : { key: keys.id(n), target: 'value', value: labels },
-            ],
-            success: [
-              // Re-put master only when repairing a missing one; re-put index always (GC fence).
-              ...(master === undefined ? [{ type: 'put' as const, key: keys.id(n), value: labels }] : []),
-              { type: 'put', key: index.key, value: String(n) },
-              { type: 'put', key: keys.usage(labels, nodeName), value: String(n), lease: leaseId },
-            ],
-          });
-          return res.succeeded;
-        });
-        if (ok) return { id: n, created: false, conflicts };
-        if (master !== undefined && master.value !== labels) {
-          // id/n belongs to other labels: the index is corrupt (hand-edited store). Drop it, fenced.
-          this.#o.logger?.error({ labels, id: n, master: master.value }, 'identity index points at another label set; removing it');
-          await backend.txn({ compare: [{ key: index.key, target: 'modRevision', value: index.modRevision }], success: [{ type: 'delete', key: index.key }] });
-        }
+      if (hint !== undefined) {
+        if (await this.#join(labels, hint)) return { id: hint, created: false, conflicts };
         conflicts++;
+        hint = await this.#readIndex(labels);
         continue;
       }
       const n = this.#pick(taken, attempt === 0 ? preferredId : undefined);
-      const ok = await withLease(lease, async (leaseId) => {
-        const res = await backend.txn({
-          compare: [
-            { key: keys.index(labels), target: 'exists', value: false },
-            { key: keys.id(n), target: 'exists', value: false },
-          ],
-          success: [
-            { type: 'put', key: keys.id(n), value: labels },
-            { type: 'put', key: keys.index(labels), value: String(n) },
-            { type: 'put', key: keys.usage(labels, nodeName), value: String(n), lease: leaseId },
-          ],
-        });
-        return res.succeeded;
-      });
-      if (ok) return { id: n, created: true, conflicts };
-      // Either another node created this label set (next round finds the index) or n is taken.
+      if (await this.#create(labels, n)) return { id: n, created: true, conflicts };
+      // Either another node created this label set (the index says which number) or n is taken.
       taken.add(n);
       conflicts++;
+      hint = await this.#readIndex(labels);
     }
     throw new IdentityError(
       IdentityErrorCode.CONFLICT,
       `could not allocate an identity for ${labels} after ${this.#o.maxRetries + 1} attempts (${conflicts} lost races)`,
     );
+  }
+
+  /** Takes a usage reference on an existing identity: index and master must still say labels ↔ n. */
+  async #join(labels: string, n: number): Promise<boolean> {
+    const { backend, keys, nodeName, lease } = this.#o;
+    return withLease(lease, async (leaseId) => {
+      const res = await backend.txn({
+        compare: [
+          { key: keys.index(labels), target: 'value', value: String(n) },
+          { key: keys.id(n), target: 'value', value: labels },
+        ],
+        success: [
+          // Re-putting the index bumps its modRevision: the fence a concurrent GC checks.
+          { type: 'put', key: keys.index(labels), value: String(n) },
+          { type: 'put', key: keys.usage(labels, nodeName), value: String(n), lease: leaseId },
+        ],
+      });
+      return res.succeeded;
+    });
+  }
+
+  /** Creates master, index and usage key together, if neither the labels nor n are taken. */
+  async #create(labels: string, n: number): Promise<boolean> {
+    const { backend, keys, nodeName, lease } = this.#o;
+    return withLease(lease, async (leaseId) => {
+      const res = await backend.txn({
+        compare: [
+          { key: keys.index(labels), target: 'exists', value: false },
+          { key: keys.id(n), target: 'exists', value: false },
+        ],
+        success: [
+          { type: 'put', key: keys.id(n), value: labels },
+          { type: 'put', key: keys.index(labels), value: String(n) },
+          { type: 'put', key: keys.usage(labels, nodeName), value: String(n), lease: leaseId },
+        ],
+      });
+      return res.succeeded;
+    });
+  }
+
+  /**
+   * The number the index holds, after checking its master. A missing master
+   * (hand-edited store) is re-created; an index pointing at another label
+   * set's master is dropped. Undefined when the labels have no usable index.
+   */
+  async #readIndex(labels: string): Promise<number | undefined> {
+    const { backend, keys } = this.#o;
+    const index = await backend.get(keys.index(labels));
+    if (index === undefined) return undefined;
+    const n = Number(index.value);
+    const master = await backend.get(keys.id(n));
+    if (master?.value === labels) return n;
+    const fence = { key: index.key, target: 'modRevision' as const, value: index.modRevision };
+    if (master === undefined) {
+      this.#o.logger?.error({ labels, id: n }, 'identity index without its master key; re-creating the master');
+      await backend.txn({ compare: [fence, { key: keys.id(n), target: 'exists', value: false }], success: [{ type: 'put', key: keys.id(n), value: labels }] });
+      return n;
+    }
+    this.#o.logger?.error({ labels, id: n, master: master.value }, 'identity index points at another label set; removing it');
+    await backend.txn({ compare: [fence], success: [{ type: 'delete', key: index.key }] });
+    return undefined;
   }
 
   /** Chooses a number: the preferred one if usable, else a random free one (random start, linear probe). */

@@ -67,7 +67,8 @@ export async function rejectsWithCode(p: Promise<unknown> | (() => unknown), cod
 }
 
 export function runBackendContract(name: string, newBackend: NewBackend): void {
-  describe(`kvstore contract: ${name}`, () => {
+  // A suite timeout turns a lost event into a failure instead of a hung run.
+  describe(`kvstore contract: ${name}`, { timeout: 60_000 }, () => {
     let subject: ContractSubject;
     let kv: Backend;
     const p = (): string => `contract/${randomUUID()}/`;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { createServer, connect, type Server, type Socket } from 'node:net';
-import { after, before, describe, it } from 'node:test';
+import { after, afterEach, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startEtcd, type EtcdHarness } from '../../../test/support/etcdHarness.js';
 import { createLogger } from '../../logging/logger.js';
@@ -20,11 +20,26 @@ after(async () => {
   await etcd?.destroy();
 });
 
-function openEtcd(endpoint: string, extra: Record<string, string> = {}): Promise<Backend> {
-  return openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint, ...extra }, stateDir: '/nonexistent', logger });
+// Everything a test opens is closed after it, pass or fail: a leaked gRPC
+// channel would keep the test process alive after an assertion fails.
+const opened: { close(): Promise<void> }[] = [];
+afterEach(async () => {
+  for (const r of opened.splice(0).reverse()) await r.close();
+});
+
+function track<T extends { close(): Promise<void> }>(resource: T): T {
+  opened.push(resource);
+  return resource;
 }
 
-runBackendContract('etcd', async () => ({ backend: await openEtcd(etcd.endpoint) }));
+async function openEtcd(endpoint: string, extra: Record<string, string> = {}): Promise<Backend> {
+  return track(await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint, ...extra }, stateDir: '/nonexistent', logger }));
+}
+
+// The contract closes its own backends, so they are not tracked per test.
+runBackendContract('etcd', async () => ({
+  backend: await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': etcd.endpoint }, stateDir: '/nonexistent', logger }),
+}));
 
 /**
  * A TCP relay between a client and etcd whose connections the test can cut,
@@ -53,6 +68,10 @@ class CuttableProxy {
     this.server = server;
   }
 
+  close(): Promise<void> {
+    return this.cut();
+  }
+
   /** Drops every connection and stops accepting new ones. */
   async cut(): Promise<void> {
     const server = this.server;
@@ -62,13 +81,14 @@ class CuttableProxy {
   }
 }
 
-describe('etcd backend: behaviour across failures', () => {
+describe('etcd backend: behaviour across failures', { timeout: 90_000 }, () => {
   it('N processes doing CAS increments on one key end with exactly the sum', async () => {
     const kv = await openEtcd(etcd.endpoint);
     const key = `cas/${Date.now()}`;
     const procs = 4;
     const each = 25;
     const runs = Array.from({ length: procs }, () => runChild(['cas', 'etcd', etcd.endpoint, key, String(each)]));
+    for (const r of runs) track({ close: async () => void r.child.kill('SIGKILL') });
     const results = await Promise.all(runs.map((r) => r.exited));
     for (const r of results) assert.equal(r.code, 0, r.stderr);
     const retries = runs.map((r) => (JSON.parse(r.lines[0] ?? '{}') as { retries: number }).retries);
@@ -79,7 +99,7 @@ describe('etcd backend: behaviour across failures', () => {
 
   it('a watch cut off from etcd resumes with every missed event exactly once', async () => {
     const port = Number(new URL(etcd.endpoint).port);
-    const proxy = new CuttableProxy(port);
+    const proxy = track(new CuttableProxy(port));
     await proxy.listen();
     const watcherClient = await openEtcd(`http://127.0.0.1:${proxy.port}`);
     const writer = await openEtcd(etcd.endpoint);
@@ -107,6 +127,47 @@ describe('etcd backend: behaviour across failures', () => {
     ]);
     assert.deepEqual(rec.errors, []);
     await rec.watch.close();
+    await watcherClient.close();
+    await writer.close();
+    await proxy.cut();
+  });
+
+  it('a watch cut in the middle of a history catch-up resumes where its events stopped', async () => {
+    // etcd3 alone would resume from the catch-up response's header revision
+    // (the store's current revision) and silently skip the rest of the history.
+    const port = Number(new URL(etcd.endpoint).port);
+    const proxy = track(new CuttableProxy(port));
+    await proxy.listen();
+    const writer = await openEtcd(etcd.endpoint);
+    const base = `catchup/${Date.now()}/`;
+    const total = 3000;
+    const first = await writer.put(`${base}0`, 'v');
+    let i = 1;
+    await Promise.all(
+      Array.from({ length: 32 }, async () => {
+        while (i < total) await writer.put(`${base}${i++}`, 'v');
+      }),
+    );
+    const watcherClient = await openEtcd(`http://127.0.0.1:${proxy.port}`);
+    const proxyPort = proxy.port;
+    let cutDone: Promise<void> | undefined;
+    const events: number[] = [];
+    const watch = watcherClient.watch(base, { fromRevision: first.revision }, {
+      onEvents: (batch) => {
+        events.push(...batch.map((e) => e.modRevision));
+        // Cut on the first batch, while most of the history is still to come.
+        cutDone ??= proxy.cut().then(() => sleep(200)).then(() => proxy.listen(proxyPort));
+      },
+      onError: (err) => assert.fail(err),
+    });
+    const deadline = Date.now() + 20_000;
+    while (events.length < total && Date.now() < deadline) await sleep(20);
+    await cutDone;
+    assert.ok(cutDone !== undefined);
+    assert.equal(events.length, total, `got ${events.length} of ${total} events`);
+    assert.equal(new Set(events).size, total, 'no event repeated');
+    for (let k = 1; k < events.length; k++) assert.ok((events[k] as number) > (events[k - 1] as number));
+    await watch.close();
     await watcherClient.close();
     await writer.close();
     await proxy.cut();
@@ -144,7 +205,7 @@ describe('etcd backend: behaviour across failures', () => {
   });
 
   it('an unreachable etcd gives KVSTORE_UNAVAILABLE after the retry timeout', async () => {
-    const proxy = new CuttableProxy(1);
+    const proxy = track(new CuttableProxy(1));
     await proxy.listen();
     const port = proxy.port;
     await proxy.cut(); // a port nothing listens on

@@ -87,7 +87,8 @@ export class EtcdWatch implements Watch {
   }
 
   private onDisconnected(err: Error): void {
-    // Runs synchronously inside etcd3's error handler, before its reconnect timer.
+    // Runs synchronously inside etcd3's error handler, before its reconnect timer,
+    // so the re-created watch asks for exactly the first event not yet delivered.
     if (this.next > 0) this.watcher.request.start_revision = String(this.next);
     this.logger.warn({ err: err.message, resumeFrom: this.next }, 'kvstore etcd watch disconnected; will resume');
   }

@@ -1,7 +1,9 @@
 /**
  * One "host" of the multi-process block-mode test: a separate process with its
  * own etcd client and BlockAllocator, allocating and releasing at random.
- * argv (never a shell string): <endpoint> <host> <ops> <seed> <strict 0|1> <maxBlocksPerHost> <startAtEpochMs>
+ * argv (never a shell string): <endpoint> <host> <ops> <seed> <strict 0|1> <maxBlocksPerHost> <target live|0=random>
+ * It prints "ready" once started and begins when a line arrives on stdin, so
+ * that slow module loading on a small machine does not serialise the hosts.
  *
  * Duplicates are detected while they happen, not only at the end: after each
  * allocation the worker creates `ipamtest/held/<ip>` only if absent, and
@@ -33,20 +35,22 @@ function rng(seed: number): () => number {
 }
 
 async function main(argv: string[]): Promise<void> {
-  const [endpoint, host, opsText, seedText, strictText, maxBlocksText, startText] = argv as [string, string, string, string, string, string, string];
+  const [endpoint, host, opsText, seedText, strictText, maxBlocksText, targetText] = argv as [string, string, string, string, string, string, string];
   const logger = createLogger('ipam-worker', 'error');
   const backend = await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint }, stateDir: '/tmp', logger });
   const strict = strictText === '1';
   const alloc = new BlockAllocator({ backend, host, pools: [WORKER_POOL], strictAffinity: strict, maxBlocksPerHost: Number(maxBlocksText), routerAddress: false, logger });
   await alloc.start();
   const random = rng(Number(seedText));
-  const target = 30 + Math.floor(random() * 30);
+  const target = Number(targetText) > 0 ? Number(targetText) : 30 + Math.floor(random() * 30);
   const live = new Map<string, Allocation>();
   const counts = { allocs: 0, releases: 0, releasesByIp: 0, borrowed: 0, exhausted: 0, noFreeBlock: 0, duplicates: 0 };
   let n = 0;
-  const delay = Number(startText) - Date.now();
-  if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+  writeSync(1, 'ready\n');
+  await new Promise<void>((resolve) => process.stdin.once('data', () => resolve()));
+  process.stdin.pause();
   const ops = Number(opsText);
+  const began = Date.now();
   for (let i = 0; i < ops; i++) {
     const grow = live.size === 0 || (live.size < target ? random() < 0.65 : random() < 0.35);
     if (grow) {
@@ -85,10 +89,11 @@ async function main(argv: string[]): Promise<void> {
       counts.releases += 1;
     }
   }
+  const elapsedMs = Date.now() - began;
   await alloc.stop();
   await backend.close();
   const liveList = [...live.values()].map((a) => ({ owner: a.owner, ip: a.ip, cidr: a.cidr, borrowed: a.borrowed === true }));
-  writeSync(1, `${JSON.stringify({ host, ...counts, stats: alloc.stats(), live: liveList })}\n`);
+  writeSync(1, `${JSON.stringify({ host, strict, elapsedMs, ...counts, stats: alloc.stats(), live: liveList })}\n`);
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {

@@ -1,6 +1,7 @@
 import type { Logger } from '../logging/logger.js';
 import { KvstoreErrorCode, isKvstoreError } from '../kvstore/errors.js';
 import type { Backend, LeaseId } from '../kvstore/types.js';
+import { IdentityError, IdentityErrorCode } from './errors.js';
 
 /**
  * The node's kvstore session: everything a node writes about itself
@@ -48,7 +49,7 @@ export class NodeLease implements LeaseProvider {
   }
 
   current(): Promise<LeaseId> {
-    if (this.#stopped) return Promise.reject(new Error('node lease stopped'));
+    if (this.#stopped) return Promise.reject(new IdentityError(IdentityErrorCode.CLOSED, 'node lease stopped'));
     if (this.#lease === undefined) {
       const granting = this.#backend.grantLease(this.ttlSeconds).then((l) => l.id);
       // A failed grant must not stick: the next caller tries again.

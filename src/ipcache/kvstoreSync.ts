@@ -2,7 +2,7 @@ import type { Logger } from '../logging/logger.js';
 import { formatIpPrefix, parseIpAddress } from '../labels/index.js';
 import { IPCACHE_PREFIX } from '../kvstore/keys.js';
 import type { Backend, KeyValue, WatchEvent } from '../kvstore/types.js';
-import { KeyedSerializer, ListWatcher, withLease, type LeaseProvider } from '../identity/index.js';
+import { KeyedSerializer, ListWatcher, scopeOf, withLease, type LeaseProvider } from '../identity/index.js';
 import { decodeValue, encodeValue, parseKeySuffix, prefixKeySuffix } from './codec.js';
 import { IpcacheError, IpcacheErrorCode } from './errors.js';
 import { parsePrefixInput, type IPCache, type IpcacheEntry, type SourceChange } from './ipcache.js';
@@ -100,8 +100,10 @@ export class KvstoreIPCacheSync {
 
   #onLocal(change: SourceChange): void {
     if (this.#stopped) return;
-    const key = this.key(change.entry.prefix);
     const entry = change.entry;
+    // A node-local (CIDR) identity means nothing on other nodes; it is never published.
+    if (scopeOf(entry.identity) === 'local') return;
+    const key = this.key(entry.prefix);
     void this.#serial
       .run(key, () => (change.type === 'upsert' ? this.#write(key, entry) : this.#withdraw(key)))
       .catch((err: unknown) => this.#o.logger?.error({ err, key, change: change.type }, 'ipcache kvstore write failed'));
@@ -129,6 +131,29 @@ export class KvstoreIPCacheSync {
     });
     if (res.succeeded) this.stats.deletes++;
     else this.stats.staleDeletesSkipped++;
+  }
+
+  /**
+   * Deletes keys this node name wrote in an earlier life (before an agent
+   * restart) that no restored endpoint re-published; the agent calls it once
+   * restore is done, instead of waiting for the old lease to expire.
+   * Each delete compares the value seen, so a key re-written meanwhile stays.
+   */
+  async pruneStale(): Promise<number> {
+    await this.flush();
+    const listing = await this.#o.backend.list(this.#prefix);
+    let pruned = 0;
+    for (const kv of listing.kvs) {
+      if (this.#written.has(kv.key)) continue;
+      const v = decodeValue(kv.value);
+      if (typeof v === 'string' || v.node !== this.#o.nodeName) continue;
+      const res = await this.#o.backend.txn({
+        compare: [{ key: kv.key, target: 'modRevision', value: kv.modRevision }],
+        success: [{ type: 'delete', key: kv.key }],
+      });
+      if (res.succeeded) pruned++;
+    }
+    return pruned;
   }
 
   #republish(): void {

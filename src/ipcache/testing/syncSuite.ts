@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { CompactedError } from '../../kvstore/errors.js';
 import type { Backend, WatchListener } from '../../kvstore/types.js';
-import { NodeLease } from '../../identity/index.js';
+import { LOCAL_IDENTITY_SCOPE, NodeLease } from '../../identity/index.js';
 import { testLogger, uniquePrefix, waitFor, type TestStore } from '../../identity/testing/cluster.js';
 import { IPCache } from '../ipcache.js';
 import { KvstoreIPCacheSync } from '../kvstoreSync.js';
@@ -169,6 +169,30 @@ export function runSyncSuite(name: string, newStore: () => Promise<TestStore>): 
       breaker!.compact();
       await waitFor('b reconciled', () => b.ipcache.lookup('10.0.5.1') === undefined && b.ipcache.lookup('10.0.5.2')?.identity === 301);
       assert.equal(b.sync.stats.resyncs, 1);
+    });
+
+    it('after an agent restart, keys of the earlier life that were not restored are pruned', async () => {
+      const prefix = uniquePrefix('ipcache-prune');
+      const first = await node('node-a', '192.168.0.1', prefix);
+      first.ipcache.upsert('10.0.7.1', { source: 'local', owner: 'endpoint:1', identity: 300 });
+      first.ipcache.upsert('10.0.7.2', { source: 'local', owner: 'endpoint:2', identity: 301 });
+      await first.sync.flush();
+      await first.crash();
+      const again = await node('node-a', '192.168.0.1', prefix);
+      again.ipcache.upsert('10.0.7.1', { source: 'local', owner: 'endpoint:1', identity: 300 });
+      assert.equal(await again.sync.pruneStale(), 1);
+      assert.equal(await again.backend.get(again.sync.key('10.0.7.2')), undefined);
+      assert.ok(await again.backend.get(again.sync.key('10.0.7.1')));
+    });
+
+    it('node-local (CIDR) identities are never published', async () => {
+      const prefix = uniquePrefix('ipcache-local');
+      const a = await node('node-a', '192.168.0.1', prefix);
+      a.ipcache.upsert('10.9.0.0/16', { source: 'local', owner: 'cidr-policy', identity: LOCAL_IDENTITY_SCOPE + 1 });
+      a.ipcache.upsert('10.9.0.1', { source: 'local', owner: 'endpoint:1', identity: 300 });
+      await a.sync.flush();
+      assert.equal(await a.backend.get(a.sync.key('10.9.0.0/16')), undefined);
+      assert.ok(await a.backend.get(a.sync.key('10.9.0.1')));
     });
 
     it('entries are published again after the node lease is lost', async () => {

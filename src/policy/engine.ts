@@ -114,6 +114,8 @@ export class PolicyEngine {
   #mode: EnforcementMode;
   #rules: Rule[] = [];
   readonly #groups = new Map<string, Group>();
+  /** Groups created since the last flush: their first map is still in the journal. */
+  readonly #newGroups = new Set<Group>();
   readonly #groupsByIdentity = new Map<number, Set<Group>>();
   readonly #endpoints = new Map<number, { info: EndpointInfo; group: Group }>();
   #egressNamedPorts: NamedPort[] = [];
@@ -213,7 +215,7 @@ export class PolicyEngine {
     const before = prev === undefined || !moved ? [] : [...prev.group.state.entries()];
     if (prev !== undefined && moved) this.#leaveGroup(info.id, prev.group);
     this.#endpoints.set(info.id, { info, group });
-    this.#updateEgressNamedPorts(touched);
+    if (namedPorts.length > 0 || (prev?.info.namedPorts?.length ?? 0) > 0) this.#updateEgressNamedPorts(touched);
     // The group's own journal describes changes for its existing members; the
     // newcomer joins after the flush and gets "what it had" → "the group's map".
     const result = this.#flush(touched);
@@ -228,7 +230,7 @@ export class PolicyEngine {
     this.#endpoints.delete(id);
     this.#leaveGroup(id, ep.group);
     const touched = new Map<Group, Touch>();
-    this.#updateEgressNamedPorts(touched);
+    if ((ep.info.namedPorts?.length ?? 0) > 0) this.#updateEgressNamedPorts(touched);
     return this.#flush(touched);
   }
 
@@ -364,6 +366,7 @@ export class PolicyEngine {
     };
     this.#fill(group, builder.allEntries());
     this.#groups.set(key, group);
+    this.#newGroups.add(group);
     let set = this.#groupsByIdentity.get(identity.id);
     if (set === undefined) this.#groupsByIdentity.set(identity.id, (set = new Set()));
     set.add(group);
@@ -434,7 +437,10 @@ export class PolicyEngine {
       g.revision = this.revision;
     }
     // Groups created by this call (upsertEndpoint) have an untaken journal too.
-    for (const g of this.#groups.values()) {
+    const pending = new Set([...touched.keys(), ...this.#newGroups]);
+    this.#newGroups.clear();
+    for (const g of pending) {
+      if (!this.#groups.has(g.key)) continue;
       const wasOverflow = g.overflow;
       g.overflow = g.state.size > this.#maxEntries;
       if (g.overflow) {

@@ -21,15 +21,23 @@ export interface IdentitySelector {
   readonly key: string;
   /** Selects every identity: the map state uses peer identity 0 for it. */
   readonly wildcard: boolean;
+  /**
+   * `key=value` of a label every selected identity carries (any source), when
+   * there is one: the SelectorCache only tries identities that have it.
+   */
+  readonly indexLabel?: string;
   matches(labels: LabelSet): boolean;
 }
 
 export class LabelIdentitySelector implements IdentitySelector {
   readonly key: string;
   readonly wildcard: boolean;
+  readonly indexLabel?: string;
   constructor(readonly selector: LabelSelector) {
     this.key = `labels(${selector.toString()})`;
     this.wildcard = selector.isEmpty();
+    const eq = selector.requirements.find((r) => r.operator === 'In' && r.values.length === 1);
+    if (eq !== undefined) this.indexLabel = `${eq.key}=${eq.values[0]}`;
   }
   matches(labels: LabelSet): boolean {
     return this.selector.matches(labels);
@@ -47,7 +55,16 @@ export function restrictToNamespace(selector: LabelSelector, namespace: string):
   });
 }
 
+/** Parsed cidr labels per label set: CIDR selectors test every CIDR identity, parsing once is enough. */
+const cidrCache = new WeakMap<LabelSet, IpPrefix[]>();
+
 function cidrPrefixesOf(labels: LabelSet): IpPrefix[] {
+  let cached = cidrCache.get(labels);
+  if (cached === undefined) cidrCache.set(labels, (cached = parseCidrPrefixes(labels)));
+  return cached;
+}
+
+function parseCidrPrefixes(labels: LabelSet): IpPrefix[] {
   const out: IpPrefix[] = [];
   for (const l of labels) {
     if (l.source !== LabelSource.Cidr) continue;

@@ -27,9 +27,41 @@ export interface SelectionChange {
 export class SelectorCache {
   readonly #entries = new Map<string, Entry>();
   readonly #identities = new Map<number, Identity>();
+  /** `key=value` → identities carrying that label: candidates for indexed selectors. */
+  readonly #identitiesByLabel = new Map<string, Set<number>>();
+  /** Selectors by their index label, and the ones without one (tried against every identity). */
+  readonly #indexed = new Map<string, Set<Entry>>();
+  readonly #unindexed = new Set<Entry>();
 
   constructor(identities: Iterable<Identity> = []) {
-    for (const id of identities) this.#identities.set(id.id, id);
+    for (const id of identities) this.#addIdentity(id);
+  }
+
+  #addIdentity(id: Identity): void {
+    this.#identities.set(id.id, id);
+    for (const l of id.labels) {
+      const k = `${l.key}=${l.value}`;
+      let set = this.#identitiesByLabel.get(k);
+      if (set === undefined) this.#identitiesByLabel.set(k, (set = new Set()));
+      set.add(id.id);
+    }
+  }
+
+  #removeIdentity(id: number): boolean {
+    const identity = this.#identities.get(id);
+    if (identity === undefined) return false;
+    this.#identities.delete(id);
+    for (const l of identity.labels) this.#identitiesByLabel.get(`${l.key}=${l.value}`)?.delete(id);
+    return true;
+  }
+
+  /** Selectors that could select an identity with these labels. */
+  *#candidates(identity: Identity): Iterable<Entry> {
+    yield* this.#unindexed;
+    for (const l of identity.labels) {
+      const set = this.#indexed.get(`${l.key}=${l.value}`);
+      if (set !== undefined) yield* set;
+    }
   }
 
   /** Takes a reference on the selector; the first reference computes its selections. */
@@ -37,9 +69,17 @@ export class SelectorCache {
     let e = this.#entries.get(selector.key);
     if (e === undefined) {
       const selections = new Set<number>();
-      for (const id of this.#identities.values()) if (selector.matches(id.labels)) selections.add(id.id);
+      const index = selector.indexLabel;
+      const candidates = index === undefined ? this.#identities.keys() : (this.#identitiesByLabel.get(index) ?? []);
+      for (const id of candidates) if (selector.matches(this.#identities.get(id)!.labels)) selections.add(id);
       e = { selector, selections, users: 0 };
       this.#entries.set(selector.key, e);
+      if (index === undefined) this.#unindexed.add(e);
+      else {
+        let set = this.#indexed.get(index);
+        if (set === undefined) this.#indexed.set(index, (set = new Set()));
+        set.add(e);
+      }
     }
     e.users++;
     return e;
@@ -48,7 +88,11 @@ export class SelectorCache {
   release(selector: IdentitySelector): void {
     const e = this.#entries.get(selector.key);
     if (e === undefined) return;
-    if (--e.users <= 0) this.#entries.delete(selector.key);
+    if (--e.users > 0) return;
+    this.#entries.delete(selector.key);
+    const index = selector.indexLabel;
+    if (index === undefined) this.#unindexed.delete(e);
+    else this.#indexed.get(index)?.delete(e);
   }
 
   get(key: string): CachedSelector | undefined {
@@ -75,21 +119,22 @@ export class SelectorCache {
       return c;
     };
     for (const id of removed) {
-      if (!this.#identities.delete(id)) continue;
-      for (const [key, e] of this.#entries) if (e.selections.delete(id)) note(key).removed.push(id);
+      const identity = this.#identities.get(id);
+      if (identity === undefined || !this.#removeIdentity(id)) continue;
+      for (const e of this.#candidates(identity)) if (e.selections.delete(id)) note(e.selector.key).removed.push(id);
     }
     for (const id of added) {
-      this.#identities.set(id.id, id);
-      for (const [key, e] of this.#entries) {
-        const match = e.selector.matches(id.labels);
-        const had = e.selections.has(id.id);
-        if (match && !had) {
-          e.selections.add(id.id);
-          note(key).added.push(id.id);
-        } else if (!match && had) {
-          e.selections.delete(id.id);
-          note(key).removed.push(id.id);
-        }
+      const prev = this.#identities.get(id.id);
+      if (prev !== undefined) {
+        // Same id, new labels: drop it from what it matched before, then match afresh.
+        this.#removeIdentity(id.id);
+        for (const e of this.#candidates(prev)) if (!e.selector.matches(id.labels) && e.selections.delete(id.id)) note(e.selector.key).removed.push(id.id);
+      }
+      this.#addIdentity(id);
+      for (const e of new Set(this.#candidates(id))) {
+        if (e.selections.has(id.id) || !e.selector.matches(id.labels)) continue;
+        e.selections.add(id.id);
+        note(e.selector.key).added.push(id.id);
       }
     }
     return [...changes].map(([key, c]) => ({ key, ...c }));

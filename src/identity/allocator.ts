@@ -1,9 +1,10 @@
 import type { Logger } from '../logging/logger.js';
-import { LabelSet, LabelSource } from '../labels/index.js';
+import { formatIpPrefix, LabelSet, LabelSource, type IpPrefix } from '../labels/index.js';
 import type { Backend } from '../kvstore/types.js';
 import { MAX_GLOBAL_IDENTITY, MIN_GLOBAL_IDENTITY } from './constants.js';
 import { IdentityError, IdentityErrorCode } from './errors.js';
 import {
+  cidrIdentityLabels,
   isGlobalIdentityNumber,
   makeIdentity,
   parseIdentityNumber,
@@ -157,9 +158,9 @@ export class IdentityAllocator {
   async allocate(labels: LabelSet, options: AllocateOptions = {}): Promise<Allocation> {
     this.#checkOpen();
     this.#checkLabels(labels);
+    if (labels.hasSource(LabelSource.Cidr)) return this.#local.allocate(labels, options.preferredId);
     const reserved = reservedIdentityForLabels(labels);
     if (reserved !== undefined) return { identity: reserved, isNew: false };
-    if (labels.hasSource(LabelSource.Cidr)) return this.#local.allocate(labels, options.preferredId);
     const key = labels.toString();
     const held = this.#held.get(key);
     if (held !== undefined && held.refs > 0) {
@@ -219,6 +220,33 @@ export class IdentityAllocator {
    */
   async restore(entries: ReadonlyArray<{ id: number; labels: LabelSet }>): Promise<Identity[]> {
     return Promise.all(entries.map(async (e) => (await this.allocate(e.labels, { preferredId: e.id })).identity));
+  }
+
+  /**
+   * Node-local CIDR identities for policy prefixes, synchronously (the policy
+   * engine's CidrIdentitySource): one reference per prefix per call.
+   */
+  acquireCidrIdentities(prefixes: readonly IpPrefix[]): Identity[] {
+    this.#checkOpen();
+    return prefixes.map((p) => this.#local.allocate(cidrIdentityLabels(p)).identity);
+  }
+
+  /** Drops one reference per prefix; returns the numbers whose last reference went. */
+  releaseCidrIdentities(prefixes: readonly IpPrefix[]): number[] {
+    const gone: number[] = [];
+    for (const p of prefixes) {
+      const identity = this.#local.lookupByLabels(cidrIdentityLabels(p));
+      if (identity === undefined) {
+        throw new IdentityError(IdentityErrorCode.NOT_ALLOCATED, `no CIDR identity is held for ${formatIpPrefix(p)}`);
+      }
+      if (this.#local.release(identity.id)) gone.push(identity.id);
+    }
+    return gone;
+  }
+
+  /** Same as lookupById (the policy engine's IdentityView). */
+  get(id: number): Identity | undefined {
+    return this.lookupById(id);
   }
 
   lookupById(id: number): Identity | undefined {

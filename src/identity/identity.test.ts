@@ -1,7 +1,8 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { LabelSet } from '../labels/index.js';
+import { LabelSet, parseIpPrefix } from '../labels/index.js';
 import {
+  cidrIdentityLabels,
   IdentityAllocator,
   IdentityError,
   IdentityErrorCode,
@@ -136,6 +137,33 @@ describe('IdentityAllocator options and limits', () => {
       await alloc.close();
       await assert.rejects(alloc.allocate(LabelSet.parse(['k8s:app=d'])), isCode(IdentityErrorCode.CLOSED));
       await lease.stop({ revoke: true });
+    } finally {
+      await store.destroy();
+    }
+  });
+});
+
+describe('CIDR identities for the policy engine', () => {
+  test('acquire/release by prefix, with cidr + reserved:world labels, node-local numbers', async () => {
+    const store = await embeddedStore();
+    try {
+      const backend = await store.connect();
+      const lease = new NodeLease(backend, { ttlSeconds: 5, logger: testLogger });
+      const alloc = new IdentityAllocator({ backend, lease, nodeName: 'n1', keyPrefix: uniquePrefix('cidr'), gcIntervalMs: 0, logger: testLogger });
+      const p8 = parseIpPrefix('10.0.0.0/8')!;
+      const p6 = parseIpPrefix('fd00::/64')!;
+      const [a, b] = alloc.acquireCidrIdentities([p8, p6]);
+      assert.equal(a!.scope, 'local');
+      assert.deepEqual(a!.labels.toStrings(), ['cidr:10.0.0.0/8', 'reserved:world']);
+      assert.equal(alloc.get(b!.id)?.labels.toStrings()[0], 'cidr:fd00--0/64');
+      assert.equal(alloc.acquireCidrIdentities([p8])[0]!.id, a!.id);
+      assert.equal((await alloc.allocate(cidrIdentityLabels(p8))).identity.id, a!.id, 'allocate() agrees');
+      assert.deepEqual(alloc.releaseCidrIdentities([p8, p6]), [b!.id]);
+      await alloc.release(a!.id);
+      assert.deepEqual(alloc.releaseCidrIdentities([p8]), [a!.id]);
+      assert.throws(() => alloc.releaseCidrIdentities([p8]), isCode(IdentityErrorCode.NOT_ALLOCATED));
+      await alloc.close();
+      await lease.stop();
     } finally {
       await store.destroy();
     }

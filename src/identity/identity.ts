@@ -1,4 +1,12 @@
-import { formatLabel, LabelSet, ReservedLabelKey, reservedLabel, type ReservedLabelKey as ReservedKey } from '../labels/index.js';
+import {
+  cidrLabel,
+  formatLabel,
+  LabelSet,
+  ReservedLabelKey,
+  reservedLabel,
+  type IpPrefix,
+  type ReservedLabelKey as ReservedKey,
+} from '../labels/index.js';
 import {
   LOCAL_IDENTITY_SCOPE,
   MAX_GLOBAL_IDENTITY,
@@ -79,6 +87,8 @@ export function reservedIdentity(id: number): Identity | undefined {
  * reserved number mean two things.
  */
 export function reservedIdentityForLabels(labels: LabelSet): Identity | undefined {
+  // CIDR identities carry reserved:world beside their cidr: label; they are node-local, not reserved.
+  if (labels.hasSource('cidr')) return undefined;
   const reserved = labels.toArray().filter((l) => l.source === 'reserved');
   if (reserved.length === 0) return undefined;
   const host = reserved.find((l) => l.key === ReservedLabelKey.Host);
@@ -99,4 +109,12 @@ export function isGlobalIdentityNumber(id: number): boolean {
 /** The API/CLI form: `{id, labels: ["k8s:app=web", …], scope}`. */
 export function identityToJSON(i: Identity): { id: number; labels: string[]; scope: IdentityScope } {
   return { id: i.id, labels: i.labels.toStrings(), scope: i.scope };
+}
+
+/**
+ * The labels of a CIDR identity: its prefix and `reserved:world` (it lies
+ * outside the cluster), the same labels the policy engine selects on.
+ */
+export function cidrIdentityLabels(prefix: IpPrefix): LabelSet {
+  return LabelSet.from([cidrLabel(prefix), reservedLabel(ReservedLabelKey.World)]);
 }

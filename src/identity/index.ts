@@ -25,6 +25,7 @@ export {
   reservedIdentityForLabels,
   isGlobalIdentityNumber,
   identityToJSON,
+  cidrIdentityLabels,
   RESERVED_IDENTITIES,
 } from './identity.js';
 export { IdentityAllocator, type IdentityAllocatorOptions, type AllocateOptions, type Allocation } from './allocator.js';

@@ -35,6 +35,12 @@ export class BlockAllocator extends KvAllocator {
    * when a cached block turns out not to be ours any more (host removal).
    */
   private own: Map<string, string> | undefined;
+  /**
+   * Own blocks last seen full. Only an ordering hint (they are tried last, not
+   * skipped): another host releasing an address it borrowed frees space here
+   * without telling us.
+   */
+  private readonly fullHint = new Set<string>();
 
   constructor(opts: BlockAllocatorOptions) {
     if (opts.pools.length === 0) throw new IpamError(IpamErrorCode.INVALID_CONFIG, 'block IPAM needs at least one pool');
@@ -50,6 +56,10 @@ export class BlockAllocator extends KvAllocator {
   protected async prepare(): Promise<void> {
     // Blocks are claimed on demand; only the cache of owned ones is (re)built.
     this.own = undefined;
+  }
+
+  protected override onReleased(cidrs: readonly string[]): void {
+    for (const c of cidrs) this.fullHint.delete(c);
   }
 
   private async ownBlocks(): Promise<Map<string, string>> {
@@ -76,10 +86,12 @@ export class BlockAllocator extends KvAllocator {
     const own: AssignOptions = { family, expiresAt, prefixLength: (b) => fullLength(b.cidr), mayUse: (b) => b.affinity === this.host };
     const cache = await this.ownBlocks();
     // 1. Blocks this host already owns.
-    for (const [cidr, pool] of [...cache]) {
+    const order = [...cache].sort(([x], [y]) => Number(this.fullHint.has(x)) - Number(this.fullHint.has(y)));
+    for (const [cidr, pool] of order) {
       if (!names.has(pool)) continue;
       const out = await this.store.assign(cidr, owner, own);
       if (typeof out === 'object') return placed(out, false);
+      if (out === 'full') this.fullHint.add(cidr);
       if (out === 'unusable') this.own = undefined;
     }
     // A retried ADD whose address sits in a borrowed block must not claim a block first.

@@ -184,8 +184,12 @@ export abstract class KvAllocator implements Allocator {
     const r = await this.store.releaseOwner(owner);
     if (r === undefined) return [];
     this.statsRec.releases += r.addrs.length;
+    this.onReleased(r.addrs.map((x) => x.cidr));
     return this.handleAllocations(r.handle);
   }
+
+  /** Called with the blocks addresses were just released from (a subclass may keep hints). */
+  protected onReleased(_cidrs: readonly string[]): void {}
 
   /** The block that would hold `ip` in this allocator's pools. */
   protected blockFor(ip: string): string | undefined {
@@ -198,6 +202,7 @@ export abstract class KvAllocator implements Allocator {
     const r = await this.store.releaseIp(cidr, ip, opts);
     if (r === undefined) return false;
     this.statsRec.releases += 1;
+    this.onReleased([cidr]);
     return true;
   }
 
@@ -234,6 +239,7 @@ export abstract class KvAllocator implements Allocator {
       }
       this.statsRec.expired += 1;
       this.statsRec.releases += r.addrs.length;
+      this.onReleased(r.addrs.map((x) => x.cidr));
       released.push(...this.handleAllocations(r.handle));
     }
     return { released, next };
@@ -257,6 +263,7 @@ export abstract class KvAllocator implements Allocator {
       const r = await this.store.releaseOwner(h.owner, (cur) => cur.host === this.host && !liveOwners.has(cur.owner));
       if (r !== undefined) {
         this.statsRec.releases += r.addrs.length;
+        this.onReleased(r.addrs.map((x) => x.cidr));
         report.released.push(...this.handleAllocations(r.handle));
       }
     }

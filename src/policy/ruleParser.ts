@@ -36,6 +36,7 @@ import {
   CidrIdentitySelector,
   EntityIdentitySelector,
   LabelIdentitySelector,
+  podsOnlyWhenEmpty,
   restrictToNamespace,
   type Entity,
   type IdentitySelector,
@@ -274,7 +275,7 @@ function tendrilPeerRule(
   const peers: IdentitySelector[] = [];
   endpoints.forEach((sel, i) => {
     const s = ctx.selector(sel, [...path, `${dir}Endpoints`, i]);
-    if (s !== undefined) peers.push(new LabelIdentitySelector(namespace === '' ? s : restrictToNamespace(s, namespace)));
+    if (s !== undefined) peers.push(new LabelIdentitySelector(namespace === '' ? podsOnlyWhenEmpty(s) : restrictToNamespace(s, namespace)));
   });
   for (const e of entities) peers.push(new EntityIdentitySelector(e));
   const addCidr = (s: CidrIdentitySelector | undefined) => {

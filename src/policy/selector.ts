@@ -58,6 +58,16 @@ export function restrictToNamespace(selector: LabelSelector, namespace: string):
 /** Parsed cidr labels per label set: CIDR selectors test every CIDR identity, parsing once is enough. */
 const cidrCache = new WeakMap<LabelSet, IpPrefix[]>();
 
+/**
+ * A cluster-wide policy's empty fromEndpoints/toEndpoints selector means "every
+ * pod in every namespace" (as Cilium treats CCNPs), not every identity: the
+ * host, remote nodes and the world are reached through entities.
+ */
+export function podsOnlyWhenEmpty(selector: LabelSelector): LabelSelector {
+  if (!selector.isEmpty()) return selector;
+  return LabelSelector.parse({ matchExpressions: [{ key: `${LabelSource.K8s}:${POD_NAMESPACE_LABEL}`, operator: 'Exists' }] });
+}
+
 function cidrPrefixesOf(labels: LabelSet): IpPrefix[] {
   let cached = cidrCache.get(labels);
   if (cached === undefined) cidrCache.set(labels, (cached = parseCidrPrefixes(labels)));

@@ -52,6 +52,19 @@ describe('tendril policy rules', () => {
     expectFlow(w, devWeb, db, 5432, 'allow');
   });
 
+  test('an empty fromEndpoints selector in a cluster-wide policy means every pod, not the world', () => {
+    const { w, web, db, devWeb, remoteNode } = setup();
+    w.import(TNP('db', 'endpointSelector: {matchLabels: {app: db}}\ningress:\n- fromEndpoints: [{}]'));
+    expectFlow(w, web, db, 80, 'allow');
+    expectFlow(w, devWeb, db, 80, 'allow');
+    expectFlow(w, w.world, db, 80, 'deny');
+    expectFlow(w, remoteNode, db, 80, 'deny');
+    w.apply(w.engine.deletePolicies({ kind: 'TendrilClusterwideNetworkPolicy', name: 'db' }).regenerations);
+    w.import(TNP('db', 'endpointSelector: {matchLabels: {app: db}}\ningress:\n- fromEndpoints: [{}]', 'prod'));
+    expectFlow(w, devWeb, db, 80, 'deny');
+    expectFlow(w, web, db, 80, 'allow');
+  });
+
   test('entities: world, cluster, host, remote-node, health, all', () => {
     const { w, web, db, remoteNode, health } = setup();
     w.import(TNP('web', 'endpointSelector: {matchLabels: {app: web}}\ningress:\n- fromEntities: [world]\n  toPorts: [{ports: [{port: "443", protocol: TCP}]}]\n- fromEntities: [remote-node, health]'));

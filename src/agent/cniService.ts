@@ -7,7 +7,7 @@ import {
   CniErrorCode,
   decodeVersion,
   type NetConf,
-  NetConfSchema,
+  parseNetConf,
   parseCniArgs,
   reconcileVersion,
   type Result100,
@@ -148,8 +148,7 @@ export class CniService {
       throw new CniError(CniErrorCode.DecodingFailure, `error decoding network config: ${(err as Error).message}`);
     }
     if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new CniError(CniErrorCode.DecodingFailure, 'network config is not a JSON object');
-    const parsed = NetConfSchema.safeParse(raw);
-    if (!parsed.success) throw new CniError(CniErrorCode.InvalidNetworkConfig, 'invalid network config', z.prettifyError(parsed.error).replace(/\n/g, '; '));
+    const conf = parseNetConf(raw);
     reconcileVersion(decodeVersion(req.config), { cniVersion: '1.1.0', supportedVersions: SUPPORTED_CNI_VERSIONS });
     const call: ParsedCall = {
       command: req.command,
@@ -157,7 +156,7 @@ export class CniService {
       netns: req.netns ?? '',
       ifName: req.ifName ?? '',
       args: parseCniArgs(req.args ?? ''),
-      conf: parsed.data,
+      conf,
       raw: raw as Record<string, unknown>,
     };
     if (call.command === 'ADD' || call.command === 'DEL' || call.command === 'CHECK') {

@@ -11,6 +11,7 @@ import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { AgentError } from '../api/errors.js';
 import type { AgentConfig } from './config.js';
+import { SerialAllocator } from './serialAllocator.js';
 
 /**
  * The agent's IPAM: one allocator for the node in the kvstore-backed modes;
@@ -18,8 +19,8 @@ import type { AgentConfig } from './config.js';
  * the runtime sends (as a delegating CNI plugin would run its IPAM plugin).
  */
 export class IpamProvider {
-  private readonly main: Allocator | undefined;
-  private readonly delegated = new Map<string, DelegatedAllocator>();
+  private main: Allocator | undefined;
+  private readonly delegated = new Map<string, Allocator>();
 
   constructor(
     private readonly config: AgentConfig,
@@ -49,6 +50,7 @@ export class IpamProvider {
         this.main = undefined;
         break;
     }
+    if (this.main) this.main = new SerialAllocator(this.main);
   }
 
   get mode(): string {
@@ -85,13 +87,13 @@ export class IpamProvider {
     const key = JSON.stringify(ipam);
     let a = this.delegated.get(key);
     if (!a) {
-      a = new DelegatedAllocator({
+      a = new SerialAllocator(new DelegatedAllocator({
         backend: this.backend,
         host: this.config.nodeName,
         netconf: { cniVersion: '1.0.0', name: conf.name ?? 'tendril', ipam: ipam as { type: string } },
         cniPath: this.config.cniPath,
         logger: this.log,
-      });
+      }));
       await a.start();
       this.delegated.set(key, a);
     }

@@ -1,4 +1,4 @@
-import { CniErrorCode } from '../cni/index.js';
+import { CniErrorCode } from '../cni/errors.js';
 
 /**
  * One table of agent error codes: each has a stable name, the HTTP status the

@@ -1,4 +1,4 @@
-import type { Result100 } from '../cni/index.js';
+import type { Result100 } from '../cni/types.js';
 
 /** Request and response bodies of the agent API (api/openapi.yaml is the source of truth). */
 

@@ -3,6 +3,7 @@ export * from './cniArgs.js';
 export * from './errors.js';
 export * from './ip.js';
 export * from './names.js';
+export * from './netconf.js';
 export * from './result.js';
 export * from './skel.js';
 export * from './types.js';

@@ -1,8 +1,8 @@
-import { z } from 'zod';
 import { asCniError, CniError, CniErrorCode } from './errors.js';
-import { convertResult, parseResult, toCurrent } from './result.js';
+import { convertResult } from './convert.js';
 import { validateContainerId, validateInterfaceName } from './names.js';
-import { type AnyResult, type CurrentResult, type GcAttachment, type NetConf, NetConfSchema } from './types.js';
+import { type NetConf, parseNetConf } from './netconf.js';
+import type { AnyResult, CurrentResult, GcAttachment } from './types.js';
 import {
   CURRENT_VERSION,
   decodeVersion,
@@ -63,7 +63,13 @@ export interface SkelIO {
 
 const COMMANDS: readonly CniCommand[] = ['ADD', 'DEL', 'CHECK', 'GC', 'STATUS', 'VERSION'];
 
-const AttachmentsSchema = z.array(z.object({ containerID: z.string(), ifname: z.string() }));
+function parseAttachments(raw: unknown): GcAttachment[] {
+  const ok =
+    Array.isArray(raw) &&
+    raw.every((a) => a !== null && typeof a === 'object' && typeof (a as GcAttachment).containerID === 'string' && typeof (a as GcAttachment).ifname === 'string');
+  if (!ok) throw new CniError(CniErrorCode.InvalidNetworkConfig, 'invalid cni.dev/valid-attachments: expected a list of {containerID, ifname}');
+  return (raw as GcAttachment[]).map((a) => ({ containerID: a.containerID, ifname: a.ifname }));
+}
 
 function readEnv(io: SkelIO): { command: CniCommand; vars: Record<string, string> } {
   const command = io.env.CNI_COMMAND ?? '';
@@ -94,13 +100,7 @@ function parseConf(stdinData: string): NetConf {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     throw new CniError(CniErrorCode.DecodingFailure, 'error unmarshalling network config: not a JSON object');
   }
-  const type = (value as Record<string, unknown>).type;
-  if (type === undefined || type === '') throw new CniError(CniErrorCode.InvalidNetworkConfig, 'missing network type');
-  const parsed = NetConfSchema.safeParse(value);
-  if (!parsed.success) {
-    throw new CniError(CniErrorCode.InvalidNetworkConfig, 'invalid network config', z.prettifyError(parsed.error).replace(/\n/g, '; '));
-  }
-  return parsed.data;
+  return parseNetConf(value);
 }
 
 function checkVerbVersion(command: CniCommand, configVersion: string, info: PluginVersionInfo): void {
@@ -138,6 +138,8 @@ async function buildCmdArgs(command: CniCommand, vars: Record<string, string>, i
   };
   if (conf.prevResult !== undefined && versionAtLeast(cniVersion, '0.3.0')) {
     try {
+      // Loaded only for chained calls: the schema code costs start-up time every plugin run would pay.
+      const { parseResult, toCurrent } = await import('./result.js');
       args.prevResult = toCurrent(parseResult(cniVersion, conf.prevResult));
     } catch (err) {
       throw new CniError(CniErrorCode.DecodingFailure, 'could not parse prevResult', asCniError(err).message);
@@ -145,13 +147,7 @@ async function buildCmdArgs(command: CniCommand, vars: Record<string, string>, i
   }
   if (command === 'GC') {
     const raw = (conf as Record<string, unknown>)['cni.dev/valid-attachments'] ?? (conf as Record<string, unknown>)['cni.dev/attachments'];
-    if (raw !== undefined) {
-      const parsed = AttachmentsSchema.safeParse(raw);
-      if (!parsed.success) throw new CniError(CniErrorCode.InvalidNetworkConfig, 'invalid cni.dev/valid-attachments');
-      args.validAttachments = parsed.data;
-    } else {
-      args.validAttachments = [];
-    }
+    args.validAttachments = raw === undefined ? [] : parseAttachments(raw);
   }
   return args;
 }

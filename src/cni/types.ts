@@ -93,25 +93,6 @@ export type CurrentResult = Result100;
 
 export type AnyResult = Result020 | Result040 | Result100;
 
-// ---- network configuration --------------------------------------------------
-
-/**
- * One plugin's network configuration. Unknown fields are kept: plugins define
- * their own, and libcni passes every byte it does not understand through.
- */
-export const NetConfSchema = z.looseObject({
-  cniVersion: z.string().optional(),
-  name: z.string().optional(),
-  type: z.string().min(1, 'missing network type'),
-  capabilities: z.record(z.string(), z.boolean()).optional(),
-  ipam: z.looseObject({ type: z.string().optional() }).optional(),
-  dns: DnsSchema.optional(),
-  args: z.record(z.string(), z.unknown()).optional(),
-  prevResult: z.record(z.string(), z.unknown()).optional(),
-  runtimeConfig: z.record(z.string(), z.unknown()).optional(),
-});
-export type NetConf = z.infer<typeof NetConfSchema>;
-
 /** The `cni.dev/valid-attachments` entries a GC call carries (spec 1.1.0). */
 export interface GcAttachment {
   containerID: string;

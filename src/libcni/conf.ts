@@ -1,7 +1,6 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { extname, join } from 'node:path';
-import { z } from 'zod';
-import { CniError, CniErrorCode, highestSupported, type NetConf, NetConfSchema } from '../cni/index.js';
+import { CniError, CniErrorCode, highestSupported, type NetConf, parseNetConf } from '../cni/index.js';
 
 /** One plugin's config: the parsed view plus the original bytes, which are what gets sent. */
 export interface NetworkConfig {
@@ -40,11 +39,11 @@ function decodeObject(bytes: string, what: string): Record<string, unknown> {
 /** A single plugin config from an object (libcni ConfFromBytes). */
 export function confFromObject(raw: Record<string, unknown>): NetworkConfig {
   if (raw.type === undefined || raw.type === '') throw configError("error parsing configuration: missing 'type'");
-  const parsed = NetConfSchema.safeParse(raw);
-  if (!parsed.success) {
-    throw configError('error parsing configuration', z.prettifyError(parsed.error).replace(/\n/g, '; '));
+  try {
+    return { network: parseNetConf(raw), raw };
+  } catch (err) {
+    throw configError('error parsing configuration', err instanceof CniError ? err.details || err.msg : String(err));
   }
-  return { network: parsed.data, raw };
 }
 
 export function confFromBytes(bytes: string): NetworkConfig {

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // tendril-cni: executed by the container runtime once per CNI call; relays the
 // call to the node agent and prints its answer in the netconf's version.
-import { pluginMain, pluginVersionInfo } from '../cni/index.js';
+import { pluginMain } from '../cni/skel.js';
+import { pluginVersionInfo } from '../cni/version.js';
 import { SUPPORTED_CNI_VERSIONS } from '../api/types.js';
 import { relayFuncs } from './relay.js';
 

@@ -1,7 +1,10 @@
 import { enqueueDeletion } from '../api/deletionQueue.js';
 import type { CniRequest, CniVerb } from '../api/types.js';
 import { AgentClient, AgentResponseError, AgentUnreachableError } from '../client/agentClient.js';
-import { type AnyResult, type CmdArgs, CniError, CniErrorCode, type PluginFuncs } from '../cni/index.js';
+// Module-by-module imports, not the cni barrel: the plugin must not load schema code (start-up time).
+import { CniError, CniErrorCode } from '../cni/errors.js';
+import type { CmdArgs, PluginFuncs } from '../cni/skel.js';
+import type { AnyResult } from '../cni/types.js';
 import { resolveSocketPath } from './socketPath.js';
 
 function toRequest(command: CniVerb, args: CmdArgs): CniRequest {

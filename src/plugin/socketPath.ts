@@ -1,5 +1,7 @@
 import { DEFAULT_SOCKET, SOCKET_ENV } from '../api/types.js';
-import { CniError, CniErrorCode, type NetConf, validateAbsolutePath } from '../cni/index.js';
+import { CniError, CniErrorCode } from '../cni/errors.js';
+import { validateAbsolutePath } from '../cni/names.js';
+import type { NetConf } from '../cni/netconf.js';
 
 /**
  * The agent's socket: the netconf's `socket`, else TENDRIL_SOCK, else the

@@ -1,0 +1,146 @@
+// `make bench` part: CNI ADD/DEL latency (p50/p99) and pods per second for
+// 50 pods, tendril-cni + agent against the reference bridge + host-local,
+// driven by the same libcni runtime in the same run, plus where tendril's time goes.
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { AgentClient } from '../src/client/agentClient.js';
+
+const AGENT = fileURLToPath(new URL('../../bin/tendril-agent', import.meta.url));
+const CNI = fileURLToPath(new URL('../../bin/tendril-cni', import.meta.url));
+const WORKER = fileURLToPath(new URL('./cniPodsWorker.js', import.meta.url));
+const PLUGINS = '/usr/lib/cni';
+
+function exec(argv: string[], input = ''): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    c.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    c.on('error', reject);
+    c.stdin.on('error', () => undefined); // a tool that never reads stdin closes it early
+    c.stdin.end(input);
+    c.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`${argv.join(' ')} exited ${code}: ${err.slice(-2000)}`))));
+  });
+}
+
+interface WorkerResult {
+  add: number[];
+  del: number[];
+  addWall: number;
+  delWall: number;
+  startup: number[];
+}
+
+const pct = (xs: number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+};
+
+export interface CniPodsReport {
+  pods: number;
+  tendril: { sequential: WorkerResult; concurrent: WorkerResult; agentAdd: number[]; agentDel: number[] };
+  reference: { sequential: WorkerResult; concurrent: WorkerResult };
+}
+
+export async function runCniPodsBench(pods = 50): Promise<CniPodsReport> {
+  const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-pods-'));
+  const node = `tdlbp${process.pid % 10000}`;
+  const created: string[] = [];
+  let agentProc: ReturnType<typeof spawn> | undefined;
+  try {
+    await exec(['ip', 'netns', 'add', node]);
+    created.push(node);
+    await exec(['ip', '-n', node, 'link', 'set', 'lo', 'up']);
+    for (const side of ['t', 'r']) {
+      for (let i = 0; i < pods; i++) {
+        await exec(['ip', 'netns', 'add', `${node}${side}${i}`]);
+        created.push(`${node}${side}${i}`);
+      }
+    }
+    const binDir = join(scratch, 'bin');
+    await exec(['mkdir', '-p', binDir]);
+    await symlink(CNI, join(binDir, 'tendril-cni'));
+    const stateDir = join(scratch, 'state');
+    const socket = join(stateDir, 'tendril.sock');
+    agentProc = spawn('nsenter', [`--net=/var/run/netns/${node}`, '--', AGENT, '--state-dir', stateDir, '--node-name', 'tdl-bench', '--pod-cidr', '10.242.0.0/23', '--log-level', 'warn'], { stdio: 'ignore' });
+    const client = new AgentClient({ socketPath: socket, timeoutMs: 30_000 });
+    for (let i = 0; ; i++) {
+      try {
+        if ((await client.health()).status === 'ok') break;
+      } catch (err) {
+        if (i > 200) throw err;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const tConf = join(scratch, 'tendril.conflist');
+    await writeFile(tConf, JSON.stringify({ cniVersion: '1.0.0', name: 'tdlbench', plugins: [{ type: 'tendril-cni', socket }] }));
+    const rConf = join(scratch, 'reference.conflist');
+    await writeFile(
+      rConf,
+      JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'tdlbenchref',
+        plugins: [{ type: 'bridge', bridge: 'tdlbrbench', isGateway: true, ipMasq: false, ipam: { type: 'host-local', subnet: '10.243.0.0/23', dataDir: join(scratch, 'ipam') } }],
+      }),
+    );
+    const worker = async (conf: string, prefix: string, mode: string): Promise<WorkerResult> =>
+      JSON.parse(await exec(['nsenter', `--net=/var/run/netns/${node}`, '--', process.execPath, WORKER, conf, join(scratch, `cache-${prefix}`), `${binDir}:${PLUGINS}`, prefix, String(pods), mode])) as WorkerResult;
+
+    // Warm-up: page cache, the bridge's creation, the agent's JIT.
+    await worker(tConf, `${node}t`, 'sequential');
+    await worker(rConf, `${node}r`, 'sequential');
+    const tSeq = await worker(tConf, `${node}t`, 'sequential');
+    const rSeq = await worker(rConf, `${node}r`, 'sequential');
+    const tCon = await worker(tConf, `${node}t`, 'concurrent');
+    const rCon = await worker(rConf, `${node}r`, 'concurrent');
+
+    // The agent's share: the same ADD/DEL sent straight to the API, without a plugin process.
+    const agentAdd: number[] = [];
+    const agentDel: number[] = [];
+    const config = JSON.stringify({ cniVersion: '1.0.0', name: 'tdlbench', type: 'tendril-cni' });
+    for (let i = 0; i < pods; i++) {
+      const req = { containerId: `${node}t-${i}`, netns: `/var/run/netns/${node}t${i}`, ifName: 'eth0', args: '', path: PLUGINS, config };
+      let t0 = performance.now();
+      await client.cni({ command: 'ADD', ...req });
+      agentAdd.push(performance.now() - t0);
+      t0 = performance.now();
+      await client.cni({ command: 'DEL', ...req });
+      agentDel.push(performance.now() - t0);
+    }
+    return { pods, tendril: { sequential: tSeq, concurrent: tCon, agentAdd, agentDel }, reference: { sequential: rSeq, concurrent: rCon } };
+  } finally {
+    agentProc?.kill('SIGTERM');
+    for (const n of created.reverse()) await exec(['ip', 'netns', 'del', n]).catch(() => undefined);
+    await rm(scratch, { recursive: true, force: true });
+  }
+}
+
+export function printCniPods(r: CniPodsReport): void {
+  const f = (x: number) => x.toFixed(1).padStart(8);
+  const line = (name: string, xs: number[]) => `  ${name.padEnd(44)} ${f(pct(xs, 0.5))} ${f(pct(xs, 0.99))}`;
+  console.log(`\nCNI through libcni, ${r.pods} pods, tendril-cni + agent vs reference bridge + host-local (ms)`);
+  console.log(`  ${''.padEnd(44)} ${'p50'.padStart(8)} ${'p99'.padStart(8)}`);
+  console.log(line('ADD  tendril (sequential)', r.tendril.sequential.add));
+  console.log(line('ADD  reference (sequential)', r.reference.sequential.add));
+  console.log(line('DEL  tendril (sequential)', r.tendril.sequential.del));
+  console.log(line('DEL  reference (sequential)', r.reference.sequential.del));
+  console.log(line('ADD  tendril (all concurrent)', r.tendril.concurrent.add));
+  console.log(line('ADD  reference (all concurrent)', r.reference.concurrent.add));
+  const pps = (w: WorkerResult) => (r.pods / (w.addWall / 1000)).toFixed(1);
+  console.log(`  pods/s ADD sequential: tendril ${pps(r.tendril.sequential)}, reference ${pps(r.reference.sequential)}; concurrent: tendril ${pps(r.tendril.concurrent)}, reference ${pps(r.reference.concurrent)}`);
+  const ratio = (a: number[], b: number[]) => (pct(a, 0.5) / pct(b, 0.5)).toFixed(2);
+  console.log(`  ratio tendril/reference (p50): ADD ${ratio(r.tendril.sequential.add, r.reference.sequential.add)}x, DEL ${ratio(r.tendril.sequential.del, r.reference.sequential.del)}x`);
+  console.log('  where tendril\'s ADD time goes (p50):');
+  console.log(line('    plugin process start (tendril-cni VERSION)', r.tendril.sequential.startup));
+  console.log(line('    agent work incl. API round trip (no plugin)', r.tendril.agentAdd));
+  console.log(line('    reference bridge process start (VERSION)', r.reference.sequential.startup));
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  printCniPods(await runCniPodsBench(Number(process.argv[2] ?? 50)));
+}

@@ -1,0 +1,56 @@
+import { CniError, CniErrorCode } from './errors.js';
+import type { Dns } from './types.js';
+
+/**
+ * One plugin's network configuration. Unknown fields are kept: plugins define
+ * their own, and libcni passes every byte it does not understand through.
+ */
+export interface NetConf {
+  cniVersion?: string;
+  name?: string;
+  type: string;
+  capabilities?: Record<string, boolean>;
+  ipam?: { type?: string; [k: string]: unknown };
+  dns?: Dns;
+  args?: Record<string, unknown>;
+  prevResult?: Record<string, unknown>;
+  runtimeConfig?: Record<string, unknown>;
+  [k: string]: unknown;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+
+function bad(field: string, expected: string): never {
+  throw new CniError(CniErrorCode.InvalidNetworkConfig, 'invalid network config', `${field}: expected ${expected}`);
+}
+
+/**
+ * Checks the fields the spec defines and keeps the rest. Written out rather
+ * than with the schema library on purpose: tendril-cni runs this on every CNI
+ * call and must not pay the library's load time (see docs/architecture.md).
+ */
+export function parseNetConf(value: unknown): NetConf {
+  if (!isObject(value)) throw new CniError(CniErrorCode.DecodingFailure, 'network config is not a JSON object');
+  const v = value;
+  if (v.type === undefined || v.type === '') throw new CniError(CniErrorCode.InvalidNetworkConfig, 'missing network type');
+  if (typeof v.type !== 'string') bad('type', 'a string');
+  for (const f of ['cniVersion', 'name'] as const) if (v[f] !== undefined && typeof v[f] !== 'string') bad(f, 'a string');
+  if (v.capabilities !== undefined) {
+    if (!isObject(v.capabilities)) bad('capabilities', 'an object');
+    for (const [k, c] of Object.entries(v.capabilities)) if (typeof c !== 'boolean') bad(`capabilities.${k}`, 'a boolean');
+  }
+  if (v.ipam !== undefined) {
+    if (!isObject(v.ipam)) bad('ipam', 'an object');
+    if (v.ipam.type !== undefined && typeof v.ipam.type !== 'string') bad('ipam.type', 'a string');
+  }
+  if (v.dns !== undefined) {
+    if (!isObject(v.dns)) bad('dns', 'an object');
+    for (const f of ['nameservers', 'search', 'options'] as const) {
+      const list = v.dns[f];
+      if (list !== undefined && (!Array.isArray(list) || list.some((x) => typeof x !== 'string'))) bad(`dns.${f}`, 'a list of strings');
+    }
+    if (v.dns.domain !== undefined && typeof v.dns.domain !== 'string') bad('dns.domain', 'a string');
+  }
+  for (const f of ['args', 'prevResult', 'runtimeConfig'] as const) if (v[f] !== undefined && !isObject(v[f])) bad(f, 'an object');
+  return v as NetConf;
+}

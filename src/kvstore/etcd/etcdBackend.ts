@@ -271,7 +271,9 @@ export class EtcdBackend implements Backend {
     if (options.fromRevision !== undefined) validateRevision(options.fromRevision, 'watch fromRevision');
     if (this.closed) throw new ClosedError();
     const from = options.fromRevision !== undefined && options.fromRevision > 0 ? options.fromRevision : undefined;
-    const w = new EtcdWatch(this.client, prefix, prefixRangeEnd(prefix), from, listener, this.options.endpoints, this.options.logger);
+    const w: EtcdWatch = new EtcdWatch(this.client, prefix, prefixRangeEnd(prefix), from, listener, this.options.endpoints, this.options.logger, () =>
+      this.watches.delete(w),
+    );
     this.watches.add(w);
     return w;
   }
@@ -297,7 +299,7 @@ export class EtcdBackend implements Backend {
 
   async close(): Promise<void> {
     if (this.closed) return;
-    for (const w of this.watches) await w.close();
+    await Promise.all([...this.watches].map((w) => w.close()));
     this.closed = true;
     this.client.close();
   }

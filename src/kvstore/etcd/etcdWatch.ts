@@ -45,6 +45,8 @@ export class EtcdWatch implements Watch {
     private readonly listener: WatchListener,
     private readonly endpoints: string[],
     private readonly logger: Logger,
+    /** Called once when the watch ends for good, so the backend can forget it. */
+    private readonly onDone: () => void,
   ) {
     this.next = fromRevision ?? 0;
     this.probeKey = Buffer.from(prefix === '' ? '\0' : prefix, 'utf8');
@@ -122,15 +124,26 @@ export class EtcdWatch implements Watch {
   }
 
   private report(err: Error): void {
+    this.onDone();
     if (!(err instanceof KvstoreError)) this.logger.error({ err }, 'kvstore etcd watch failed');
     this.listener.onError(err);
   }
 
-  async close(): Promise<void> {
-    if (this.closed) {
-      return;
-    }
+  /**
+   * Cancels the watch. etcd3 waits for etcd to confirm the cancel; a server
+   * that stopped answering must not hang the caller, so the wait is bounded
+   * (closing the client afterwards tears the stream down anyway).
+   */
+  async close(timeoutMs = 2000): Promise<void> {
+    if (this.closed) return;
     this.closed = true;
-    await this.watcher.cancel();
+    this.onDone();
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<'timeout'>((resolve) => {
+      timer = setTimeout(() => resolve('timeout'), timeoutMs);
+    });
+    const outcome = await Promise.race([this.watcher.cancel().then(() => 'cancelled' as const), timedOut]);
+    clearTimeout(timer);
+    if (outcome === 'timeout') this.logger.warn('kvstore etcd watch cancel not confirmed in time; dropping it');
   }
 }

@@ -91,7 +91,7 @@ function time(fn: () => void): number {
   return performance.now() - t0;
 }
 
-export function runPolicyBench(endpoints = 1000, rules = 1000, iterations = 5): PolicyBenchReport {
+export function runPolicyBench(endpoints = 1000, rules = 1000, iterations = 9): PolicyBenchReport {
   const f = fixture(endpoints, rules);
   const importRules: number[] = [];
   const joinEndpoints: number[] = [];

@@ -113,6 +113,7 @@ export class PolicyEngine {
   readonly #allowLocalhost: boolean;
   #mode: EnforcementMode;
   #rules: Rule[] = [];
+  #rulesByIdentity: Map<number, Rule[]> | undefined;
   readonly #groups = new Map<string, Group>();
   /** Groups created since the last flush: their first map is still in the journal. */
   readonly #newGroups = new Set<Group>();
@@ -154,7 +155,7 @@ export class PolicyEngine {
     }
     for (const p of policies) this.#acquireSelectors(p);
     const change = this.repository.upsert(policies);
-    this.#rules = this.repository.rules();
+    this.#setRules();
     this.#touchSubjects([...change.upserted, ...change.removed], touched);
     this.#forget(change.removed, touched);
     return { ...this.#flush(touched), policies: policies.map((p) => p.name) };
@@ -164,7 +165,7 @@ export class PolicyEngine {
   deletePolicies(filter: PolicyFilter): PolicyDeleteResult {
     const touched = new Map<Group, Touch>();
     const change = this.repository.delete(filter);
-    this.#rules = this.repository.rules();
+    this.#setRules();
     this.#touchSubjects(change.removed, touched);
     this.#forget(change.removed, touched);
     return { ...this.#flush(touched), deleted: change.removed.map((p) => p.name) };
@@ -318,9 +319,15 @@ export class PolicyEngine {
     }
   }
 
+  #setRules(): void {
+    this.#rules = this.repository.rules();
+    this.#rulesByIdentity = undefined;
+  }
+
   #applyIdentityChanges(added: readonly Identity[], removed: readonly number[], touched: Map<Group, Touch>): void {
     const changes = this.selectorCache.updateIdentities(added, removed);
     if (changes.length === 0) return;
+    this.#rulesByIdentity = undefined;
     const byKey = new Map(changes.map((c) => [c.key, c]));
     for (const g of this.#groups.values()) {
       for (const key of g.resolved.selectorKeys) {
@@ -335,8 +342,20 @@ export class PolicyEngine {
     }
   }
 
+  /** Rules whose subject selector selects the identity, from an index rebuilt after rule or identity changes. */
   #selecting(identity: number): Rule[] {
-    return this.#rules.filter((r) => this.selectorCache.get(r.subject.key)?.selections.has(identity) === true);
+    if (this.#rulesByIdentity === undefined) {
+      const index = new Map<number, Rule[]>();
+      for (const r of this.#rules) {
+        for (const id of this.selectorCache.get(r.subject.key)?.selections ?? []) {
+          let list = index.get(id);
+          if (list === undefined) index.set(id, (list = []));
+          list.push(r);
+        }
+      }
+      this.#rulesByIdentity = index;
+    }
+    return this.#rulesByIdentity.get(identity) ?? [];
   }
 
   #resolve(identity: number, namedPorts: readonly NamedPort[]): { resolved: ResolvedPolicy; builder: PolicyMapBuilder } {
@@ -386,7 +405,7 @@ export class PolicyEngine {
       group.needFull.add(endpointId);
       return this.#regeneration(endpointId, group, EMPTY_DIFF);
     }
-    return this.#regeneration(endpointId, group, diffEntries(before, group.state.entries()));
+    return this.#regeneration(endpointId, group, before.length === 0 ? group.state.fullDiff() : diffEntries(before, group.state.entries()));
   }
 
   #fill(group: Group, entries: readonly MapEntry[]): void {

@@ -86,6 +86,7 @@ export class KvstoreIdentities {
       if (hint !== undefined) {
         if (await this.#join(labels, hint)) return { id: hint, created: false, conflicts };
         conflicts++;
+        // The join's compare failed: check index and master (and repair them) before the next try.
         hint = await this.#readIndex(labels);
         continue;
       }
@@ -94,7 +95,8 @@ export class KvstoreIdentities {
       // Either another node created this label set (the index says which number) or n is taken.
       taken.add(n);
       conflicts++;
-      hint = await this.#readIndex(labels);
+      const index = await this.#o.backend.get(this.#o.keys.index(labels));
+      hint = index === undefined ? undefined : Number(index.value);
     }
     throw new IdentityError(
       IdentityErrorCode.CONFLICT,

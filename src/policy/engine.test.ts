@@ -4,7 +4,7 @@ import { PolicyEngine } from './engine.js';
 import { PolicyErrorCode, PolicyMapOverflowError, PolicyNotFoundError, UnknownIdentityError } from './errors.js';
 import { LocalIdentityTable } from './identities.js';
 import { formatMapKey } from './mapState.js';
-import { portRangeToPrefixes } from './ports.js';
+import { parsePortProtocol, portRangeToPrefixes } from './ports.js';
 import { TestWorld } from './testing/world.js';
 import { Proto } from './types.js';
 
@@ -172,6 +172,14 @@ describe('trace', () => {
 });
 
 describe('port ranges', () => {
+  test('trace ports parse as <port>[/proto]', () => {
+    assert.deepEqual(parsePortProtocol('80/tcp'), { port: 80, proto: Proto.TCP });
+    assert.deepEqual(parsePortProtocol('53/UDP'), { port: 53, proto: Proto.UDP });
+    assert.deepEqual(parsePortProtocol('443'), { port: 443, proto: Proto.TCP });
+    assert.deepEqual(parsePortProtocol('icmp'), { port: 0, proto: Proto.ICMP });
+    for (const bad of ['0', '70000', '80/gre', 'x']) assert.throws(() => parsePortProtocol(bad), { code: PolicyErrorCode.INVALID_ARGUMENT });
+  });
+
   test('decompose into aligned prefixes that cover the range exactly', () => {
     assert.deepEqual(portRangeToPrefixes(80, 90), [
       { port: 80, prefixLen: 13 },

@@ -91,6 +91,11 @@ interface Group {
   readonly state: MapState;
   /** Map keys per peer identity, so one identity's entries can be replaced alone. */
   byIdentity: Map<number, string[]>;
+  /**
+   * The last revision whose map fitted (what the endpoints hold). A group that
+   * fits is always at the repository's revision: changes it was not touched by
+   * do not concern it.
+   */
   revision: number;
   overflow: boolean;
   /** Endpoints that joined while the group overflowed: they get the whole map on recovery. */
@@ -242,7 +247,7 @@ export class PolicyEngine {
     return {
       endpointId: id,
       identity: g.identity,
-      policyRevision: g.revision,
+      policyRevision: g.overflow ? g.revision : this.revision,
       enforcement: g.resolved.enforcement,
       entries: g.state.toJSON(),
       ...(g.overflow ? { error: new PolicyMapOverflowError(id, g.state.size, this.#maxEntries) } : {}),
@@ -453,7 +458,6 @@ export class PolicyEngine {
       } else {
         for (const id of t) this.#replaceSlice(g, id);
       }
-      g.revision = this.revision;
     }
     // Groups created by this call (upsertEndpoint) have an untaken journal too.
     const pending = new Set([...touched.keys(), ...this.#newGroups]);
@@ -467,6 +471,7 @@ export class PolicyEngine {
         if (!wasOverflow || touched.has(g)) for (const ep of g.endpoints) out.push(this.#regeneration(ep, g, EMPTY_DIFF));
         continue;
       }
+      g.revision = this.revision;
       const diff = g.state.takeDiff();
       const full = g.needFull.size > 0 ? g.state.fullDiff() : undefined;
       for (const ep of g.endpoints) {
@@ -480,7 +485,7 @@ export class PolicyEngine {
   }
 
   #regeneration(endpointId: number, g: Group, diff: MapStateDiff): EndpointRegeneration {
-    const base = { endpointId, identity: g.identity, policyRevision: g.revision, diff, entries: g.state.size };
+    const base = { endpointId, identity: g.identity, policyRevision: g.overflow ? g.revision : this.revision, diff, entries: g.state.size };
     return g.overflow ? { ...base, error: new PolicyMapOverflowError(endpointId, g.state.size, this.#maxEntries) } : base;
   }
 }

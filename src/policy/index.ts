@@ -52,7 +52,7 @@ export {
 export { PolicyRepository, type PolicyFilter, type RepositoryChange } from './repository.js';
 export { SelectorCache, type CachedSelector, type SelectionChange } from './selectorCache.js';
 export { MapState, mapKeyString, formatMapKey, diffEntries, type MapKey, type MapEntry, type MapStateDiff } from './mapState.js';
-export { portRangeToPrefixes, portRangeOf, formatPortKey, type PortKey } from './ports.js';
+export { portRangeToPrefixes, portRangeOf, formatPortKey, parsePortProtocol, type PortKey } from './ports.js';
 export { parsePolicyText, parsePolicyDocuments, NAMESPACE_LABEL_PREFIX } from './ruleParser.js';
 export { PolicyKind, formatPolicyName, type Policy, type PolicyName, type Rule, type RuleOrigin, type PeerRule, type PortRule } from './rule.js';
 export { ENTITIES, type Entity, type IdentitySelector } from './selector.js';

@@ -3,6 +3,7 @@
  * map is a longest-prefix match over (protocol, port), so a port range is held
  * as the fewest power-of-two aligned blocks that cover it exactly.
  */
+import { PolicyArgumentError } from './errors.js';
 import { Proto } from './types.js';
 
 export const PORT_BITS = 16;
@@ -93,4 +94,18 @@ export function formatPortKey(k: PortKey): string {
   if (k.prefixLen === 0) return `${proto}/*`;
   const [lo, hi] = portRangeOf(k);
   return lo === hi ? `${proto}/${lo}` : `${proto}/${lo}-${hi}`;
+}
+
+/**
+ * Reads `80/tcp`, `53/UDP`, `443` (TCP) or `icmp` as given to `policy trace
+ * --dport`; throws PolicyArgumentError with the offending text otherwise.
+ */
+export function parsePortProtocol(text: string): { port: number; proto: number } {
+  const m = /^(?:(\d{1,5})(?:\/(tcp|udp|sctp))?|(icmp))$/i.exec(text.trim());
+  if (m === null) throw new PolicyArgumentError(`${JSON.stringify(text)} is not <port>[/tcp|udp|sctp] or icmp`);
+  if (m[3] !== undefined) return { port: 0, proto: Proto.ICMP };
+  const port = Number(m[1]);
+  if (port < 1 || port > MAX_PORT) throw new PolicyArgumentError(`port ${port} is outside 1-65535`);
+  const name = (m[2] ?? 'tcp').toLowerCase();
+  return { port, proto: name === 'udp' ? Proto.UDP : name === 'sctp' ? Proto.SCTP : Proto.TCP };
 }

@@ -25,14 +25,17 @@ interface Meta {
 /** Wraps "build an allocator over a backend" into a contract subject with restart support. */
 export function subjectFor(
   openBackend: () => Promise<TestBackend>,
-  make: (backend: Backend) => Allocator,
+  make: (backend: Backend, now: () => number) => Allocator,
   meta: Meta,
   extraCleanup: () => void = () => undefined,
 ): NewAllocatorSubject {
   return async () => {
     const tb = await openBackend();
     let backend = tb.backend;
-    let allocator = make(backend);
+    // Real time plus a test-controlled offset: timers still fire, and a test can jump past a deadline.
+    let offset = 0;
+    const now = () => Date.now() + offset;
+    let allocator = make(backend, now);
     await allocator.start();
     const subject: AllocatorSubject = {
       get allocator() {
@@ -43,9 +46,12 @@ export function subjectFor(
         // The embedded store admits one process at a time: close before reopening, as a restarting agent does.
         await backend.close();
         backend = await tb.reopen();
-        allocator = make(backend);
+        allocator = make(backend, now);
         await allocator.start();
         return allocator;
+      },
+      advance(ms: number) {
+        offset += ms;
       },
       ...meta,
       async close() {
@@ -62,9 +68,10 @@ export function subjectFor(
 export function hostScopeSubject(open: () => Promise<TestBackend>): NewAllocatorSubject {
   return subjectFor(
     open,
-    (backend) =>
+    (backend, now) =>
       new HostScopeAllocator({
         backend,
+        now,
         host: 'node-a',
         podCidrs: [{ name: 'node-a-v4', cidr: '10.30.0.0/28' }, { cidr: 'fd00:30::/124' }],
         logger: quietLogger,
@@ -77,9 +84,10 @@ export function hostScopeSubject(open: () => Promise<TestBackend>): NewAllocator
 export function clusterPoolSubject(open: () => Promise<TestBackend>): NewAllocatorSubject {
   return subjectFor(
     open,
-    (backend) =>
+    (backend, now) =>
       new ClusterPoolAllocator({
         backend,
+        now,
         host: 'node-a',
         pools: [{ name: 'cluster-v4', cidr: '10.40.0.0/24' }, { name: 'cluster-v6', cidr: 'fd00:40::/120' }],
         maskSize: { 4: 28, 6: 124 },
@@ -92,9 +100,10 @@ export function clusterPoolSubject(open: () => Promise<TestBackend>): NewAllocat
 export function blockSubject(open: () => Promise<TestBackend>): NewAllocatorSubject {
   return subjectFor(
     open,
-    (backend) =>
+    (backend, now) =>
       new BlockAllocator({
         backend,
+        now,
         host: 'node-a',
         pools: [
           { name: 'pool-v4', cidr: '10.50.0.0/28', blockSize: 30, reserved: ['10.50.0.12/30'] },
@@ -120,9 +129,10 @@ export function delegatedSubject(open: () => Promise<TestBackend>): NewAllocator
     const dir = join(dataDir, String(++seq));
     return subjectFor(
       open,
-      (backend) =>
+      (backend, now) =>
         new DelegatedAllocator({
           backend,
+          now,
           host: 'node-a',
           cniPath: [CNI_BIN_DIR],
           netconf: {

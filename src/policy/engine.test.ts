@@ -1,5 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { cidrLabelKey, parseIpPrefix } from '../labels/index.js';
 import { PolicyEngine } from './engine.js';
 import { PolicyErrorCode, PolicyMapOverflowError, PolicyNotFoundError, UnknownIdentityError } from './errors.js';
 import { LocalIdentityTable } from './identities.js';
@@ -151,6 +152,47 @@ describe('per-endpoint entry limit', () => {
     const back = engine.identitiesChanged([], webs.slice(1).map((x) => x.id));
     assert.equal(back.regenerations[0]!.error, undefined);
     assert.deepEqual(back.regenerations[0]!.diff.upserts.map((e) => e.key.identity), [webs[0]!.id]);
+  });
+});
+
+describe('per-endpoint entry limit, joining', () => {
+  test('an endpoint that joins an overflowing policy gets the error, then the whole map once it fits', () => {
+    const ids = new LocalIdentityTable();
+    const engine = new PolicyEngine({ identities: ids, maxEntriesPerEndpoint: 4 });
+    const db = ids.allocatePod('prod', { app: 'db' });
+    engine.importText(allowFrom('db', 'db', 'web'));
+    const webs = Array.from({ length: 5 }, (_, i) => ids.allocatePod('prod', { app: 'web', n: String(i) }));
+    engine.identitiesChanged(webs);
+    const join = engine.upsertEndpoint({ id: 7, identity: db.id });
+    assert.equal(join.regenerations.length, 1);
+    assert.ok(join.regenerations[0]!.error instanceof PolicyMapOverflowError);
+    const fits = engine.identitiesChanged([], webs.slice(2).map((x) => x.id));
+    const r = fits.regenerations.find((x) => x.endpointId === 7)!;
+    assert.equal(r.error, undefined);
+    assert.equal(r.diff.upserts.length, r.entries);
+  });
+});
+
+describe('IPv6', () => {
+  test('IPv6 CIDR rules select IPv6 CIDR identities only', () => {
+    const w = new TestWorld();
+    const a = w.pod('prod/a', { app: 'a' });
+    w.import(`
+apiVersion: tendril.io/v1
+kind: TendrilClusterwideNetworkPolicy
+metadata: {name: v6}
+spec:
+  endpointSelector: {matchLabels: {app: a}}
+  egress: [{toCIDRSet: [{cidr: "2001:db8::/32", except: ["2001:db8:1::/48"]}, {cidr: 10.0.0.0/8}]}]
+`);
+    const cidrIds = [...w.identities.list()].filter((i) => i.id >= 1 << 24);
+    assert.equal(cidrIds.length, 3);
+    const withPrefix = (p: string) => cidrIds.find((i) => i.labels.toString().includes(`cidr:${cidrLabelKey(parseIpPrefix(p)!)};`))!;
+    const inside = withPrefix('2001:db8::/32');
+    const excepted = withPrefix('2001:db8:1::/48');
+    assert.equal(w.mapVerdict(a, inside, 443), 'allow');
+    assert.equal(w.mapVerdict(a, excepted, 443), 'deny');
+    assert.equal(w.traceVerdict(a, excepted, 443), 'deny');
   });
 });
 

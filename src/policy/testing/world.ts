@@ -3,7 +3,7 @@
  * flow verdict read two ways — from the computed map states (what the
  * datapath would do) and from the rules (trace) — so tests can demand both.
  */
-import { parseIpPrefix } from '../../labels/index.js';
+import { parseCidrLabelKey, parseIpPrefix, prefixContains } from '../../labels/index.js';
 import { PolicyEngine, type PolicyEngineOptions } from '../engine.js';
 import { LocalIdentityTable } from '../identities.js';
 import { MapState, type MapStateDiff } from '../mapState.js';
@@ -72,9 +72,8 @@ export class TestWorld {
     for (const id of this.identities.list()) {
       for (const l of id.labels) {
         if (l.source !== 'cidr') continue;
-        const p = parseIpPrefix(l.key.includes('.') ? l.key : l.key.replaceAll('-', ':'))!;
-        const mask = p.length === 0 ? 0n : ((addr.bits >> BigInt(32 - p.length)) << BigInt(32 - p.length));
-        if (p.family === addr.family && mask === p.bits && p.length > bestLen) {
+        const p = parseCidrLabelKey(l.key)!;
+        if (prefixContains(p, addr) && p.length > bestLen) {
           best = id;
           bestLen = p.length;
         }

@@ -8,7 +8,7 @@ import { RETRY, casLoop, newStats, DEFAULT_MAX_RETRIES } from './cas.js';
 import { parseCidr, formatIp } from './cidr.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { Expirer } from './expirer.js';
-import { delegatedKey, expiryKey, hostDelegatedPrefix, hostExpiryPrefix } from './keys.js';
+import { delegatedExpiryKey as expiryKey, delegatedKey, hostDelegatedExpiryPrefix as hostExpiryPrefix, hostDelegatedPrefix } from './keys.js';
 import { decode, encode } from './records.js';
 import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpFamily, IpamMode, IpamStats, ReleaseIpOptions } from './types.js';
 import { validateName } from './kvAllocator.js';

@@ -7,3 +7,4 @@ export { HostScopeAllocator, type HostScopeOptions } from './hostScope.js';
 export { DelegatedAllocator, type DelegatedOptions } from './delegated.js';
 export { removeHost, type RemoveHostOptions, type RemoveHostReport } from './affinity.js';
 export { type PoolConfig, DEFAULT_BLOCK_SIZE } from './pools.js';
+export { createAllocator, parseIpamConfig, IpamConfigSchema, type IpamConfig, type AllocatorDeps } from './config.js';

@@ -6,12 +6,15 @@ import { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX, ROOT, ip
  * - `expiry/<host>/<owner>`: deadline of a provisional allocation, indexed by
  *   host so an agent finds its own after a restart with one prefix listing;
  * - `delegated/<host>/<owner>`: what a delegated IPAM plugin handed out, so
- *   release, list and GC survive a restart without asking the plugin.
+ *   release, list and GC survive a restart without asking the plugin, and
+ *   `delegated-expiry/<host>/<owner>` for its provisional deadlines.
  */
 export { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX };
 
 export const IPAM_EXPIRY_PREFIX = `${ROOT}ipam/v1/expiry/`;
 export const IPAM_DELEGATED_PREFIX = `${ROOT}ipam/v1/delegated/`;
+/** Deadlines of delegated provisional allocations, apart so the two sweeps never see each other's owners. */
+export const IPAM_DELEGATED_EXPIRY_PREFIX = `${ROOT}ipam/v1/delegated-expiry/`;
 
 export const blockKey = ipamBlockKey;
 export const affinityKey = ipamAffinityKey;
@@ -35,4 +38,12 @@ export function delegatedKey(host: string, owner: string): string {
 
 export function hostDelegatedPrefix(host: string): string {
   return `${IPAM_DELEGATED_PREFIX}${host}/`;
+}
+
+export function delegatedExpiryKey(host: string, owner: string): string {
+  return `${IPAM_DELEGATED_EXPIRY_PREFIX}${host}/${owner}`;
+}
+
+export function hostDelegatedExpiryPrefix(host: string): string {
+  return `${IPAM_DELEGATED_EXPIRY_PREFIX}${host}/`;
 }

@@ -115,6 +115,19 @@ spec:
     assert.throws(() => w.engine.upsertEndpoint({ id: 5, identity: 12345 }), UnknownIdentityError);
   });
 
+  test('new labels on an endpoint\'s own identity re-select its rules', () => {
+    const w = new TestWorld();
+    const a = w.pod('prod/a', { app: 'a' });
+    const b = w.pod('prod/b', { app: 'b' });
+    w.import(allowFrom('b-only', 'b', 'nobody'));
+    assert.equal(w.mapVerdict(a, b, 80), 'deny');
+    const relabelled = { id: b.identity.id, labels: w.identities.allocatePod('prod', { app: 'c' }).labels };
+    const r = w.engine.identitiesChanged([relabelled]);
+    assert.ok(r.regenerations.some((x) => x.endpointId === b.endpointId));
+    w.apply(r.regenerations);
+    assert.equal(w.mapVerdict(a, b, 80), 'allow');
+  });
+
   test('an endpoint that changes identity gets the diff between the two maps', () => {
     const w = new TestWorld();
     const a = w.pod('prod/a', { app: 'a' });

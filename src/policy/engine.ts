@@ -83,7 +83,7 @@ export interface MapLookup {
 interface Group {
   readonly key: string;
   readonly identity: number;
-  readonly labels: LabelSet;
+  labels: LabelSet;
   readonly namedPorts: readonly NamedPort[];
   readonly endpoints: Set<number>;
   resolved: ResolvedPolicy;
@@ -330,6 +330,15 @@ export class PolicyEngine {
   }
 
   #applyIdentityChanges(added: readonly Identity[], removed: readonly number[], touched: Map<Group, Touch>): void {
+    // An endpoint's own identity with new labels may be selected by other rules: recompute those endpoints whole.
+    for (const id of added) {
+      const prev = this.selectorCache.identity(id.id);
+      if (prev === undefined || prev.labels.equals(id.labels)) continue;
+      for (const g of this.#groupsByIdentity.get(id.id) ?? []) {
+        g.labels = id.labels;
+        touched.set(g, 'full');
+      }
+    }
     const changes = this.selectorCache.updateIdentities(added, removed);
     if (changes.length === 0) return;
     this.#rulesByIdentity = undefined;

@@ -18,7 +18,7 @@ import {
   scopeOf,
 } from './index.js';
 import { LocalIdentityAllocator } from './localAllocator.js';
-import { embeddedStore, testLogger, uniquePrefix } from './testing/cluster.js';
+import { embeddedStore, testLogger, uniquePrefix, waitFor } from './testing/cluster.js';
 
 const isCode = (code: string) => (err: unknown) => err instanceof IdentityError && err.code === code;
 
@@ -164,6 +164,76 @@ describe('CIDR identities for the policy engine', () => {
       assert.throws(() => alloc.releaseCidrIdentities([p8]), isCode(IdentityErrorCode.NOT_ALLOCATED));
       await alloc.close();
       await lease.stop();
+    } finally {
+      await store.destroy();
+    }
+  });
+});
+
+describe('IdentityAllocator recovery', () => {
+  test('bounded CAS retries end in IDENTITY_CONFLICT', async () => {
+    const store = await embeddedStore();
+    try {
+      const raw = await store.connect();
+      // Every transaction loses, as if other nodes always won the race.
+      const backend = new Proxy(raw, {
+        get: (t, p) => (p === 'txn' ? async () => ({ succeeded: false, revision: 0 }) : (Reflect.get(t, p) as unknown)),
+      }) as typeof raw;
+      const lease = new NodeLease(raw, { ttlSeconds: 5, logger: testLogger });
+      const alloc = new IdentityAllocator({ backend, lease, nodeName: 'n1', maxRetries: 4, keyPrefix: uniquePrefix('conflict'), gcIntervalMs: 0, logger: testLogger });
+      await assert.rejects(alloc.allocate(LabelSet.parse(['k8s:app=x'])), (err: unknown) => isCode(IdentityErrorCode.CONFLICT)(err) && /after 5 attempts/.test((err as Error).message));
+      await alloc.close();
+      await lease.stop();
+    } finally {
+      await store.destroy();
+    }
+  });
+
+  test('an identity deleted under a holder (usage lost, then GC) is taken back with the same number', async () => {
+    const store = await embeddedStore();
+    try {
+      const backend = await store.connect();
+      const prefix = uniquePrefix('reassert');
+      const keys = new IdentityKeys(prefix);
+      const lease = new NodeLease(backend, { ttlSeconds: 5, logger: testLogger });
+      const alloc = new IdentityAllocator({ backend, lease, nodeName: 'n1', keyPrefix: prefix, gcIntervalMs: 0, logger: testLogger });
+      await alloc.start();
+      const labels = LabelSet.parse(['k8s:app=phoenix']);
+      const { identity } = await alloc.allocate(labels);
+      const events: string[] = [];
+      alloc.subscribe((evs) => events.push(...evs.map((e) => `${e.type} ${e.identity.id}`)));
+      await backend.delete(keys.usage(labels.toString(), 'n1'));
+      await backend.txn({ compare: [], success: [{ type: 'delete', key: keys.index(labels.toString()) }, { type: 'delete', key: keys.id(identity.id) }] });
+      const back = await waitFor('identity re-created', async () => (await backend.get(keys.id(identity.id)))?.value);
+      assert.equal(back, labels.toString());
+      assert.ok(await waitFor('usage key back', async () => backend.get(keys.usage(labels.toString(), 'n1'))));
+      // Subscribers see the deletion and then the re-creation (after any late creation event).
+      await waitFor('delete then upsert', () => {
+        const d = events.indexOf(`delete ${identity.id}`);
+        return d >= 0 && events.indexOf(`upsert ${identity.id}`, d) > d;
+      });
+      assert.equal(alloc.lookupByLabels(labels)?.id, identity.id);
+      await alloc.close();
+      await lease.stop({ revoke: true });
+    } finally {
+      await store.destroy();
+    }
+  });
+
+  test('restore asks for the old number but never steals one another label set holds', async () => {
+    const store = await embeddedStore();
+    try {
+      const backend = await store.connect();
+      const prefix = uniquePrefix('steal');
+      const lease = new NodeLease(backend, { ttlSeconds: 5, logger: testLogger });
+      const alloc = new IdentityAllocator({ backend, lease, nodeName: 'n1', keyPrefix: prefix, gcIntervalMs: 0, logger: testLogger });
+      await alloc.start();
+      const other = await alloc.allocate(LabelSet.parse(['k8s:app=squatter']));
+      const [restored] = await alloc.restore([{ id: other.identity.id, labels: LabelSet.parse(['k8s:app=returning']) }]);
+      assert.notEqual(restored!.id, other.identity.id);
+      assert.equal(alloc.lookupById(other.identity.id)?.labels.toString(), 'k8s:app=squatter;');
+      await alloc.close();
+      await lease.stop({ revoke: true });
     } finally {
       await store.destroy();
     }

@@ -40,6 +40,7 @@ export class NodeLease implements LeaseProvider {
   #lease: Promise<LeaseId> | undefined;
   #timer: NodeJS.Timeout | undefined;
   #stopped = false;
+  #renewal: { from: LeaseId; promise: Promise<LeaseId> } | undefined;
 
   constructor(backend: Backend, options: NodeLeaseOptions = {}) {
     this.#backend = backend;
@@ -62,14 +63,21 @@ export class NodeLease implements LeaseProvider {
     return this.#lease;
   }
 
-  async renew(expired: LeaseId): Promise<LeaseId> {
-    const live = this.#lease === undefined ? undefined : await this.#lease.catch(() => undefined);
-    if (live !== undefined && live !== expired) return live;
-    this.#lease = undefined;
-    const next = await this.current();
-    this.#logger?.warn({ expired, lease: next }, 'node lease expired; granted a new one');
-    for (const cb of this.#listeners) cb(next);
-    return next;
+  renew(expired: LeaseId): Promise<LeaseId> {
+    // Writers that all saw the same lease vanish share one renewal: a second
+    // grant would leave keys on a lease nobody keeps alive.
+    if (this.#renewal?.from === expired) return this.#renewal.promise;
+    const promise = (async () => {
+      const live = this.#lease === undefined ? undefined : await this.#lease.catch(() => undefined);
+      if (live !== undefined && live !== expired) return live;
+      this.#lease = undefined;
+      const next = await this.current();
+      this.#logger?.warn({ expired, lease: next }, 'node lease expired; granted a new one');
+      for (const cb of this.#listeners) cb(next);
+      return next;
+    })();
+    this.#renewal = { from: expired, promise };
+    return promise;
   }
 
   onRenewed(cb: (lease: LeaseId) => void): () => void {

@@ -71,7 +71,11 @@ export class AffinityManager {
       return r.succeeded ? true : RETRY;
     });
     if (!won) {
-      await this.backend.txn({ compare: [{ key: aKey, target: 'value', value: encode(pending) }], success: [{ type: 'delete', key: aKey }] });
+      // Withdraw the pending claim — ours from this attempt or one a crash left behind.
+      const cur = await this.backend.get(aKey);
+      if (cur !== undefined && decode(AffinityRecordSchema, aKey, cur.value).state === 'pending') {
+        await this.backend.txn({ compare: [{ key: aKey, target: 'modRevision', value: cur.modRevision }], success: [{ type: 'delete', key: aKey }] });
+      }
       return 'taken';
     }
     // Phase 3: confirm. Unconditional put is safe: the block is ours, and only this host writes its affinity keys.

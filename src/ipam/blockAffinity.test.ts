@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import type { Backend } from '../kvstore/types.js';
-import { removeHost } from './affinity.js';
+import { AffinityManager, removeHost } from './affinity.js';
+import { newBlock } from './block.js';
+import { newStats } from './cas.js';
+import { IpamStore } from './store.js';
 import { BlockAllocator, type BlockAllocatorOptions } from './blockAllocator.js';
 import { parseCidr, cidrContains, parseIp } from './cidr.js';
 import { rejectsWithIpamCode } from './contract.js';
@@ -180,6 +183,23 @@ describe('block affinity', () => {
     assert.equal(await kv.get(affinityKey('host-a', '10.70.0.4/30')), undefined);
     const x = await a.allocate({ owner: 'c', family: 4 });
     assert.equal(x.cidr, '10.70.0.0/30');
+  });
+
+  it('two hosts racing the two-phase claim for one block: exactly one wins, the loser keeps no affinity', async () => {
+    const managers = ['race-a', 'race-b', 'race-c'].map((h) => new AffinityManager(new IpamStore(kv, h, newStats(), 30), Date.now));
+    for (let round = 0; round < 20; round++) {
+      const cidr = parseCidr(`10.75.${round}.0/30`);
+      const text = `10.75.${round}.0/30`;
+      const outcomes = await Promise.all(
+        managers.map((m, i) => m.claim(text, 'race', () => newBlock(cidr, { pool: 'race', affinity: `race-${'abc'[i]}`, reserveSubnetEnds: false, reserved: [] }))),
+      );
+      assert.equal(outcomes.filter((o) => o === 'claimed').length, 1, `round ${round}: ${outcomes.join(',')}`);
+      const winner = `race-${'abc'[outcomes.indexOf('claimed')]}`;
+      assert.equal((await blocks()).get(text)?.affinity, winner);
+      const affs = (await kv.list(IPAM_AFFINITY_PREFIX)).kvs.filter((k) => k.key.endsWith(`/${text}`));
+      assert.deepEqual(affs.map((k) => k.key), [affinityKey(winner, text)]);
+      assert.equal((JSON.parse(affs[0]!.value) as { state: string }).state, 'confirmed');
+    }
   });
 
   it('keeps every block affine to one host while hosts allocate concurrently', async () => {

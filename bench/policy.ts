@@ -18,6 +18,9 @@ export interface PolicyBenchReport {
   importRules: Summary;
   /** Rules first, then every endpoint joins (each join computes or shares its map). */
   joinEndpoints: Summary;
+  /** One more rule imported into the full engine: only the endpoints it selects are recomputed. */
+  addRule: Summary;
+  regeneratedByRule: number;
   /** One new identity reported: diffs for the endpoints whose selectors select it. */
   addIdentity: Summary;
   /** The same identity, with every endpoint's map computed from scratch (what incrementality saves). */
@@ -97,7 +100,9 @@ export function runPolicyBench(endpoints = 1000, rules = 1000, iterations = 9): 
   const joinEndpoints: number[] = [];
   const addIdentity: number[] = [];
   const addIdentityFull: number[] = [];
+  const addRule: number[] = [];
   let regeneratedByAdd = 0;
+  let regeneratedByRule = 0;
   let counts: number[] = [];
   for (let it = 0; it < iterations; it++) {
     const engine = engineWithEndpoints(f);
@@ -122,6 +127,19 @@ export function runPolicyBench(endpoints = 1000, rules = 1000, iterations = 9): 
         f.pods.forEach((p, i) => full.upsertEndpoint({ id: i + 1, identity: p.id }));
       }),
     );
+    const extra = parsePolicyText(
+      JSON.stringify({
+        apiVersion: 'tendril.io/v1',
+        kind: 'TendrilClusterwideNetworkPolicy',
+        metadata: { name: `extra${it}` },
+        spec: { endpointSelector: { matchLabels: { app: 'app2' } }, ingress: [{ fromEndpoints: [{ matchLabels: { app: 'app3' } }], toPorts: [{ ports: [{ port: '7000', protocol: 'TCP' }] }] }] },
+      }),
+    );
+    addRule.push(
+      time(() => {
+        regeneratedByRule = engine.upsertPolicies(extra).regenerations.length;
+      }),
+    );
     counts = engine.endpointIds().map((id) => engine.endpointPolicy(id).entries.length);
     f.ids.release(fresh.id);
   }
@@ -133,6 +151,8 @@ export function runPolicyBench(endpoints = 1000, rules = 1000, iterations = 9): 
     rules,
     importRules: summarize(importRules),
     joinEndpoints: summarize(joinEndpoints),
+    addRule: summarize(addRule),
+    regeneratedByRule,
     addIdentity: summarize(addIdentity),
     addIdentityFull: summarize(addIdentityFull),
     regeneratedByAdd,
@@ -141,16 +161,17 @@ export function runPolicyBench(endpoints = 1000, rules = 1000, iterations = 9): 
 }
 
 export function printPolicyBench(r: PolicyBenchReport): void {
-  const ms = (s: Summary) => `${s.median.toFixed(2).padStart(9)} ms  p90 ${s.p90.toFixed(2).padStart(9)} ms`;
+  const row = (label: string, s: Summary) => console.log(`  ${label.padEnd(48)} ${s.median.toFixed(2).padStart(9)} ms ${s.p90.toFixed(2).padStart(9)} ms`);
   console.log(`policy engine: ${r.endpoints} endpoints (${r.identities} identities), ${r.rules} rules, ${r.importRules.n} runs`);
-  console.log('  measurement                                        median          p90');
-  console.log(`  import ${r.rules} rules over ${r.endpoints} endpoints          ${ms(r.importRules)}`);
-  console.log(`  ${r.endpoints} endpoints join under ${r.rules} rules          ${ms(r.joinEndpoints)}`);
-  console.log(`  add 1 identity, incremental (${String(r.regeneratedByAdd).padStart(4)} endpoints)  ${ms(r.addIdentity)}`);
-  console.log(`  add 1 identity, recompute all endpoints        ${ms(r.addIdentityFull)}`);
-  console.log(`  incremental speed-up                             ${(r.addIdentityFull.median / r.addIdentity.median).toFixed(0)}x`);
+  console.log(`  ${'measurement'.padEnd(48)} ${'median'.padStart(12)} ${'p90'.padStart(12)}`);
+  row(`import ${r.rules} rules over ${r.endpoints} endpoints`, r.importRules);
+  row(`${r.endpoints} endpoints join under ${r.rules} rules`, r.joinEndpoints);
+  row(`add 1 rule (${r.regeneratedByRule} endpoints regenerated)`, r.addRule);
+  row(`add 1 identity, incremental (${r.regeneratedByAdd} endpoints)`, r.addIdentity);
+  row('add 1 identity, recompute every endpoint', r.addIdentityFull);
+  console.log(`  ${'incremental vs recompute (median ratio)'.padEnd(48)} ${(r.addIdentityFull.median / r.addIdentity.median).toFixed(0).padStart(9)} x`);
   const e = r.entries;
-  console.log(`  map entries per endpoint: min ${e.min}  median ${e.median}  mean ${e.mean.toFixed(1)}  max ${e.max}  (total ${e.total})`);
+  console.log(`  map entries per endpoint: min ${e.min}, median ${e.median}, mean ${e.mean.toFixed(1)}, max ${e.max} (total ${e.total})`);
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -96,6 +96,7 @@ describe('RuleParser', () => {
       assert.ok(err instanceof PolicyParseError);
       assert.equal(err.code, PolicyErrorCode.PARSE);
       assert.equal(err.document, 1);
+      assert.equal(err.line, 4);
     }
   });
 

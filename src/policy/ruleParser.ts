@@ -439,13 +439,15 @@ function translateAll(raws: RawDocument[]): Policy[] {
 
 /** Parses YAML or JSON text with any number of documents. */
 export function parsePolicyText(text: string): Policy[] {
-  const docs = parseAllDocuments(text, { prettyErrors: false });
+  const docs = parseAllDocuments(text);
   const list = Array.isArray(docs) ? docs : [docs];
   const raws: RawDocument[] = [];
   list.forEach((doc, i) => {
     const err = doc.errors[0];
     if (err !== undefined) {
-      throw new PolicyParseError(i, err.message.split('\n')[0] ?? err.message, err.linePos?.[0]?.line);
+      // The parser's first message line repeats the position; keep the words, report the line separately.
+      const words = (err.message.split('\n')[0] ?? err.message).replace(/ at line \d+, column \d+:?$/, '');
+      throw new PolicyParseError(i, words, err.linePos?.[0]?.line);
     }
     flatten(i, doc.toJS({ maxAliasCount: 100 }), [], raws);
   });

@@ -159,7 +159,7 @@ export async function removeHost(backend: Backend, host: string, opts: RemoveHos
   const store = new IpamStore(backend, host, stats, opts.maxRetries ?? 30);
   const report: RemoveHostReport = { releasedOwners: [], deletedBlocks: [], orphanedBlocks: [] };
   if (opts.releaseAllocations === true) {
-    for (const h of await store.listHandles()) {
+    for (const h of await store.listHostHandles(host)) {
       if (h.host !== host) continue;
       if ((await store.releaseOwner(h.owner, (cur) => cur.host === host)) !== undefined) report.releasedOwners.push(h.owner);
     }

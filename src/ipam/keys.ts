@@ -13,6 +13,21 @@ export { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX };
 
 export const IPAM_EXPIRY_PREFIX = `${ROOT}ipam/v1/expiry/`;
 export const IPAM_DELEGATED_PREFIX = `${ROOT}ipam/v1/delegated/`;
+/**
+ * `host-handles/<host>/<owner>`: a copy of the handle, written in the same
+ * transaction, so a host lists its own allocations (list, GC, host removal)
+ * without reading every handle of the cluster.
+ */
+export const IPAM_HOST_HANDLES_PREFIX = `${ROOT}ipam/v1/host-handles/`;
+
+export function hostHandleKey(host: string, owner: string): string {
+  return `${IPAM_HOST_HANDLES_PREFIX}${host}/${owner}`;
+}
+
+export function hostHandlesPrefix(host: string): string {
+  return `${IPAM_HOST_HANDLES_PREFIX}${host}/`;
+}
+
 /** Deadlines of delegated provisional allocations, apart so the two sweeps never see each other's owners. */
 export const IPAM_DELEGATED_EXPIRY_PREFIX = `${ROOT}ipam/v1/delegated-expiry/`;
 

@@ -208,7 +208,7 @@ export abstract class KvAllocator implements Allocator {
 
   async list(): Promise<Allocation[]> {
     const out: Allocation[] = [];
-    for (const h of await this.store.listHandles()) if (h.host === this.host) out.push(...this.handleAllocations(h));
+    for (const h of await this.store.listHostHandles()) out.push(...this.handleAllocations(h));
     return out;
   }
 
@@ -248,7 +248,7 @@ export abstract class KvAllocator implements Allocator {
   async gc(liveOwners: ReadonlySet<string>, opts: GcOptions = {}): Promise<GcReport> {
     const now = this.now();
     const report: GcReport = { stale: [], released: [], liveWithAddresses: 0 };
-    for (const h of await this.store.listHandles()) {
+    for (const h of await this.store.listHostHandles()) {
       if (h.host !== this.host) continue;
       if (h.owner.startsWith(ROUTER_PREFIX)) continue;
       if (liveOwners.has(h.owner)) {

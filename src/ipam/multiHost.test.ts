@@ -4,7 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { type EtcdHarness, startEtcd } from '../../test/support/etcdHarness.js';
 import type { Backend } from '../kvstore/types.js';
-import { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX } from './keys.js';
+import { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX, hostHandlesPrefix } from './keys.js';
 import { type BlockRecord, type AffinityRecord } from './records.js';
 import { etcdBackend } from './testing/backends.js';
 
@@ -93,6 +93,10 @@ async function verifyStore(kv: Backend, summaries: Summary[], maxBlocks: number)
   }
   assert.deepEqual(stored.sort(), live.map((l) => `${l.owner}=${l.ip}`).sort(), 'blocks == live allocations');
   assert.equal((await kv.list(IPAM_HANDLES_PREFIX)).kvs.length, live.length, 'one handle per live owner');
+  for (const s of summaries) {
+    const indexed = (await kv.list(hostHandlesPrefix(s.host))).kvs.map((k) => (JSON.parse(k.value) as { owner: string }).owner);
+    assert.deepEqual(indexed.sort(), s.live.map((l) => l.owner).sort(), `${s.host}'s handle index`);
+  }
   // Every block affine to exactly one host, which the block names too.
   const affine = new Map<string, string[]>();
   for (const k of (await kv.list(IPAM_AFFINITY_PREFIX)).kvs) {

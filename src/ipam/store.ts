@@ -1,7 +1,7 @@
 import type { Backend, Compare, TxnOp } from '../kvstore/types.js';
 import { assign, findFree, ipAt, ordinalOf } from './block.js';
 import { RETRY, casLoop } from './cas.js';
-import { IPAM_HANDLES_PREFIX, blockKey, expiryKey, handleKey } from './keys.js';
+import { blockKey, expiryKey, handleKey, hostHandleKey, hostHandlesPrefix } from './keys.js';
 import { type BlockRecord, BlockRecordSchema, type HandleAddr, type HandleRecord, HandleRecordSchema, decode, encode } from './records.js';
 import type { IpFamily, IpamStats } from './types.js';
 
@@ -58,8 +58,9 @@ export class IpamStore {
     return kv === undefined ? undefined : { rec: decode(HandleRecordSchema, key, kv.value), rev: kv.modRevision };
   }
 
-  async listHandles(): Promise<HandleRecord[]> {
-    const res = await this.backend.list(IPAM_HANDLES_PREFIX);
+  /** Handles of one host, from its index (one prefix listing, not the cluster's handles). */
+  async listHostHandles(host = this.host): Promise<HandleRecord[]> {
+    const res = await this.backend.list(hostHandlesPrefix(host));
     return res.kvs.map((kv) => decode(HandleRecordSchema, kv.key, kv.value));
   }
 
@@ -85,7 +86,7 @@ export class IpamStore {
           : { ...h.rec, addrs: [...h.rec.addrs, addr] };
       const success: TxnOp[] = [
         { type: 'put', key: blockKey(cidr), value: encode(block) },
-        { type: 'put', key: handleKey(owner), value: encode(handle) },
+        ...putHandle(handle),
       ];
       if (h === undefined && opts.expiresAt !== undefined) {
         success.push({ type: 'put', key: expiryKey(this.host, owner), value: String(opts.expiresAt) });
@@ -113,10 +114,7 @@ export class IpamStore {
       const cidrs = [...new Set(h.rec.addrs.map((a) => a.cidr))];
       const blocks = await Promise.all(cidrs.map((c) => this.readBlock(c)));
       const compare: Compare[] = [{ key: handleKey(owner), target: 'modRevision', value: h.rev }];
-      const success: TxnOp[] = [
-        { type: 'delete', key: handleKey(owner) },
-        { type: 'delete', key: expiryKey(h.rec.host, owner) },
-      ];
+      const success: TxnOp[] = deleteHandle(h.rec);
       cidrs.forEach((cidr, i) => {
         const b = blocks[i];
         compare.push({ key: blockKey(cidr), target: 'modRevision', value: b?.rev ?? 0 });
@@ -164,9 +162,9 @@ export class IpamStore {
         addr = h.rec.addrs.find((a) => a.ip === ip && a.seq === cur.seq);
         const rest = h.rec.addrs.filter((a) => a !== addr);
         if (rest.length === 0) {
-          success.push({ type: 'delete', key: handleKey(cur.owner) }, { type: 'delete', key: expiryKey(h.rec.host, cur.owner) });
+          success.push(...deleteHandle(h.rec));
         } else {
-          success.push({ type: 'put', key: handleKey(cur.owner), value: encode({ ...h.rec, addrs: rest }) });
+          success.push(...putHandle({ ...h.rec, addrs: rest }));
         }
       }
       const r = await this.backend.txn({ compare, success });
@@ -183,12 +181,27 @@ export class IpamStore {
       const rec: HandleRecord = { owner: h.rec.owner, host: h.rec.host, addrs: h.rec.addrs };
       const r = await this.backend.txn({
         compare: [{ key: handleKey(owner), target: 'modRevision', value: h.rev }],
-        success: [
-          { type: 'put', key: handleKey(owner), value: encode(rec) },
-          { type: 'delete', key: expiryKey(h.rec.host, owner) },
-        ],
+        success: [...putHandle(rec), { type: 'delete', key: expiryKey(h.rec.host, owner) }],
       });
       return r.succeeded ? true : RETRY;
     });
   }
+}
+
+/** Writes a handle and its host-index copy (always together, in one transaction). */
+function putHandle(h: HandleRecord): TxnOp[] {
+  const value = encode(h);
+  return [
+    { type: 'put', key: handleKey(h.owner), value },
+    { type: 'put', key: hostHandleKey(h.host, h.owner), value },
+  ];
+}
+
+/** Deletes a handle with its index copy and deadline. */
+function deleteHandle(h: HandleRecord): TxnOp[] {
+  return [
+    { type: 'delete', key: handleKey(h.owner) },
+    { type: 'delete', key: hostHandleKey(h.host, h.owner) },
+    { type: 'delete', key: expiryKey(h.host, h.owner) },
+  ];
 }

@@ -14,6 +14,8 @@ export const PolicyErrorCode = {
   /** An endpoint's map state needs more entries than the per-endpoint limit. */
   MAP_OVERFLOW: 'POLICY_MAP_OVERFLOW',
   INVALID_ARGUMENT: 'POLICY_INVALID_ARGUMENT',
+  /** A broken invariant inside the engine: a bug, never the caller's input. */
+  INTERNAL: 'POLICY_INTERNAL',
 } as const;
 
 export type PolicyErrorCode = (typeof PolicyErrorCode)[keyof typeof PolicyErrorCode];

@@ -4,6 +4,7 @@
  * keys). This is the identity-independent half of a policy; the map state is
  * these filters expanded over the identities each selector selects now.
  */
+import { PolicyError, PolicyErrorCode } from './errors.js';
 import { directionEnforcement, type DirectionEnforcement } from './enforcement.js';
 import { portKeysOfRules, usesNamedPorts } from './portRules.js';
 import type { PortKey } from './ports.js';
@@ -64,7 +65,7 @@ export function resolvePolicy(ctx: ResolveContext, selecting: readonly Rule[], o
               continue;
             }
             const cached = ctx.selectorCache.get(sel.key);
-            if (cached === undefined) throw new Error(`selector ${sel.key} is not in the selector cache (policy ${pr.origin.policy})`);
+            if (cached === undefined) throw new PolicyError(PolicyErrorCode.INTERNAL, `selector ${sel.key} is not in the selector cache (policy ${pr.origin.policy})`);
             selectorKeys.add(sel.key);
             filters.push({ direction, verdict, origin: pr.origin, selector: cached, portKeys });
           }

@@ -1,7 +1,7 @@
 import type { Backend } from '../kvstore/types.js';
 import { usedCount } from './block.js';
 import { RETRY, casLoop, newStats } from './cas.js';
-import { IPAM_AFFINITY_PREFIX, affinityKey, blockKey, hostAffinityPrefix } from './keys.js';
+import { affinityKey, blockKey, hostAffinityPrefix } from './keys.js';
 import { type AffinityRecord, AffinityRecordSchema, type BlockRecord, decode, encode } from './records.js';
 import { IpamStore } from './store.js';
 import type { IpamStats } from './types.js';
@@ -193,4 +193,3 @@ export async function removeHost(backend: Backend, host: string, opts: RemoveHos
   return report;
 }
 
-export { IPAM_AFFINITY_PREFIX };

@@ -101,6 +101,19 @@ describe('block affinity', () => {
     assert.equal((await b.releaseOwner('b0')).length, 1);
   });
 
+  it('without autoAllocateBlocks a host only borrows, and a strict one is refused', async () => {
+    const a = await host('host-a');
+    await a.allocate({ owner: 'a0', family: 4 });
+    const lender = (await a.affineBlocks())[0];
+    const b = await host('host-b', { autoAllocateBlocks: false });
+    const x = await b.allocate({ owner: 'b0', family: 4 });
+    assert.equal(x.borrowed, true);
+    assert.equal(x.cidr, lender);
+    assert.deepEqual(await b.affineBlocks(), []);
+    const c = await host('host-c', { autoAllocateBlocks: false, strictAffinity: true });
+    await rejectsWithIpamCode(c.allocate({ owner: 'c0', family: 4 }), IpamErrorCode.NO_FREE_BLOCK, 'small');
+  });
+
   it('honours maxBlocksPerHost', async () => {
     const a = await host('host-a', { maxBlocksPerHost: 1, strictAffinity: true });
     for (let i = 0; i < 4; i++) await a.allocate({ owner: `a${i}`, family: 4 });

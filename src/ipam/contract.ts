@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { after, afterEach, beforeEach, describe, it } from 'node:test';
+import { afterEach, beforeEach, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseCidr, cidrContains, parseIp } from './cidr.js';
 import { IpamErrorCode, isIpamError } from './errors.js';
@@ -69,7 +69,6 @@ export function runAllocatorContract(name: string, newSubject: NewAllocatorSubje
     afterEach(async () => {
       await s.close();
     });
-    after(() => undefined);
 
     it('allocates an address in the pool with prefix length, gateway and origin', async () => {
       const al = await a.allocate({ owner: owner(), family: 4 });

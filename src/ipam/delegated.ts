@@ -10,7 +10,7 @@ import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { Expirer } from './expirer.js';
 import { delegatedExpiryKey as expiryKey, delegatedKey, hostDelegatedExpiryPrefix as hostExpiryPrefix, hostDelegatedPrefix } from './keys.js';
 import { decode, encode } from './records.js';
-import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpFamily, IpamMode, IpamStats, ReleaseIpOptions } from './types.js';
+import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpamMode, IpamStats, ReleaseIpOptions } from './types.js';
 import { validateName } from './kvAllocator.js';
 
 export interface DelegatedOptions {
@@ -336,4 +336,3 @@ function gcSupported(version: string): boolean {
   return (maj ?? 0) > 1 || ((maj ?? 0) === 1 && (min ?? 0) >= 1);
 }
 
-export type { IpFamily };

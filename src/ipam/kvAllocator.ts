@@ -104,7 +104,7 @@ export abstract class KvAllocator implements Allocator {
       for (const family of [4, 6] as const) {
         if (!this.pools.some((p) => p.family === family)) continue;
         const a = await this.allocate({ owner: routerOwner(this.host), family });
-        this.routers.set(family, { ...a, gateway: undefined });
+        this.routers.set(family, a);
       }
     }
     const first = (await this.sweep()).next;

@@ -78,6 +78,41 @@ describe('embedded store: one writer', () => {
   });
 });
 
+describe('embedded store: group commit', () => {
+  it('concurrent writes share a commit but keep one revision each, in call order; a failing one fails alone', async () => {
+    const kv = open(join(tempDir(), 'kv.db'));
+    try {
+      const rec = recordWatch(kv, 'g/');
+      const start = (await kv.status()).revision;
+      const calls = Array.from({ length: 20 }, (_, i) =>
+        i === 7 ? kv.put('g/bad', 'x', { lease: '999999' }) : kv.put(`g/${String(i).padStart(2, '0')}`, String(i)),
+      );
+      const settled = await Promise.allSettled(calls);
+      const bad = settled[7];
+      assert.equal(bad?.status, 'rejected');
+      assert.equal((bad as PromiseRejectedResult).reason.code, KvstoreErrorCode.LEASE_NOT_FOUND);
+      const revisions = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value.revision] : []));
+      assert.deepEqual(revisions, Array.from({ length: 19 }, (_, i) => start + 1 + i));
+      const events = await rec.waitForEvents(19);
+      assert.deepEqual(events.map((e) => e.modRevision), revisions);
+      assert.equal(await kv.get('g/bad'), undefined);
+    } finally {
+      await kv.close();
+    }
+  });
+
+  it('close commits writes that were accepted but not yet flushed', async () => {
+    const path = join(tempDir(), 'kv.db');
+    const kv = open(path);
+    const pending = kv.put('late', 'write');
+    await kv.close();
+    assert.ok((await pending).revision > 0);
+    const again = open(path);
+    assert.equal((await again.get('late'))?.value, 'write');
+    await again.close();
+  });
+});
+
 describe('embedded store: persistence', () => {
   it('keeps revisions and history across reopen, so a watch resumes after a restart', async () => {
     const path = join(tempDir(), 'kv.db');

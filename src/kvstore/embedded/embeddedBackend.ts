@@ -75,6 +75,12 @@ interface LeaseRow {
   deadline_ms: number;
 }
 
+interface PendingWrite {
+  run: (batch: WriteBatch) => unknown;
+  resolve: (outcome: { result: unknown; revision: number }) => void;
+  reject: (err: unknown) => void;
+}
+
 function toKeyValue(r: KvRow): KeyValue {
   return { key: r.key, value: r.value, createRevision: r.create_rev, modRevision: r.mod_rev, version: r.version, lease: r.lease };
 }
@@ -171,6 +177,8 @@ export class EmbeddedBackend implements Backend {
   private readonly hub = new WatchHub();
   private readonly timer: NodeJS.Timeout;
   private closed = false;
+  private pending: PendingWrite[] = [];
+  private flushScheduled = false;
 
   static open(options: EmbeddedOptions): EmbeddedBackend {
     const locked = openLocked({ path: options.path, synchronous: options.synchronous, journal: options.journal });
@@ -258,17 +266,80 @@ export class EmbeddedBackend implements Backend {
     if (this.closed) throw new ClosedError();
   }
 
-  /** Runs one write request atomically, then tells watchers what it changed. */
-  private write<T>(fn: (batch: WriteBatch) => T): { result: T; revision: number } {
+  /**
+   * Queues one write request; resolves once it is committed (and fsynced).
+   *
+   * Group commit: every request queued during one turn of the event loop is
+   * applied in FIFO order inside ONE SQLite transaction, each request in its
+   * own savepoint with its own revision, so one fsync acknowledges them all.
+   * A request that fails (a lease gone, say) rolls back only its savepoint;
+   * the others commit. This is what lets concurrent CNI ADDs share the cost
+   * of durability, the way etcd batches proposals into one WAL sync.
+   */
+  private write<T>(fn: (batch: WriteBatch) => T): Promise<{ result: T; revision: number }> {
     this.ensureOpen();
-    const { result, batch } = this.db.transaction(() => {
+    return new Promise((resolve, reject) => {
+      this.pending.push({ run: fn, resolve: resolve as PendingWrite['resolve'], reject });
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(() => this.flushWrites());
+      }
+    });
+  }
+
+  private flushWrites(): void {
+    this.flushScheduled = false;
+    const queue = this.pending;
+    this.pending = [];
+    if (queue.length === 0) return;
+    const outcomes: ({ ok: true; result: unknown; batch: WriteBatch } | { ok: false; err: unknown })[] = [];
+    try {
+      this.db
+        .transaction(() => {
+          for (const w of queue) {
+            try {
+              outcomes.push({ ok: true, ...this.applyRequest(w.run) });
+            } catch (err) {
+              // Not swallowed: handed to this request's caller below, after the commit.
+              outcomes.push({ ok: false, err });
+            }
+          }
+        })
+        .exclusive();
+    } catch (err) {
+      // The commit itself failed (I/O error, disk full): no request in the group is durable.
+      for (const w of queue) w.reject(err);
+      return;
+    }
+    queue.forEach((w, i) => {
+      const out = outcomes[i];
+      if (out === undefined) throw new Error('embedded store: group commit lost track of a request');
+      if (!out.ok) {
+        w.reject(out.err);
+        return;
+      }
+      this.hub.publish(out.batch.events);
+      w.resolve({ result: out.result, revision: out.batch.revision });
+    });
+  }
+
+  /** Applies one request in a savepoint (a nested better-sqlite3 transaction). */
+  private applyRequest<T>(fn: (batch: WriteBatch) => T): { result: T; batch: WriteBatch } {
+    return this.db.transaction(() => {
       const b = new WriteBatch(this, this.meta('revision'));
       const r = fn(b);
       if (b.events.length > 0) this.stmts.setMeta.run(b.revision, 'revision');
       return { result: r, batch: b };
-    }).exclusive();
+    })();
+  }
+
+  /**
+   * Commits one internal write at once, outside the queue: lease expiry on
+   * open and from the timer, which have no caller waiting on a promise.
+   */
+  private writeNow(fn: (batch: WriteBatch) => void): void {
+    const { batch } = this.db.transaction(() => this.applyRequest(fn)).exclusive();
     this.hub.publish(batch.events);
-    return { result, revision: batch.revision };
   }
 
   private applyOps(batch: WriteBatch, ops: TxnOp[]): void {
@@ -321,25 +392,25 @@ export class EmbeddedBackend implements Backend {
     validateValue(value);
     const lease = options.lease ?? NO_LEASE;
     validateLeaseId(lease);
-    const { result, revision } = this.write((b) => b.put(key, value, lease));
+    const { result, revision } = await this.write((b) => b.put(key, value, lease));
     return { revision, kv: result };
   }
 
   async delete(key: string): Promise<DeleteResult> {
     validateKey(key);
-    const { result, revision } = this.write((b) => b.delete(key));
+    const { result, revision } = await this.write((b) => b.delete(key));
     return { revision, deleted: result ? 1 : 0 };
   }
 
   async deletePrefix(prefix: string): Promise<DeleteResult> {
     validateDeletePrefix(prefix);
-    const { result, revision } = this.write((b) => b.deletePrefix(prefix));
+    const { result, revision } = await this.write((b) => b.deletePrefix(prefix));
     return { revision, deleted: result };
   }
 
   async txn(request: TxnRequest): Promise<TxnResult> {
     validateTxn(request);
-    const { result, revision } = this.write((b) => {
+    const { result, revision } = await this.write((b) => {
       const succeeded = request.compare.every((c) => this.holds(c));
       this.applyOps(b, succeeded ? request.success : (request.failure ?? []));
       return succeeded;
@@ -349,45 +420,43 @@ export class EmbeddedBackend implements Backend {
 
   async grantLease(ttlSeconds: number): Promise<Lease> {
     validateLeaseTtl(ttlSeconds);
-    this.ensureOpen();
-    const id = this.db.transaction(() => {
+    const { result: id } = await this.write(() => {
       const n = this.meta('next_lease');
       this.stmts.setMeta.run(n + 1, 'next_lease');
       const leaseId = String(n);
       this.stmts.insertLease.run({ id: leaseId, ttl: ttlSeconds, deadline_ms: Date.now() + ttlSeconds * 1000 });
       return leaseId;
-    }).exclusive();
+    });
     return { id, ttl: ttlSeconds };
   }
 
   async keepAlive(id: LeaseId): Promise<number> {
     validateLeaseId(id);
-    this.ensureOpen();
-    // Sweep first so an overdue lease is reported gone (and its keys deleted)
-    // rather than revived: etcd never resurrects an expired lease either.
-    this.expireLeases();
-    const lease = this.stmts.getLease.get(id);
-    if (lease === undefined) throw new LeaseNotFoundError(id);
-    this.stmts.touchLease.run(Date.now() + lease.ttl * 1000, id);
-    return lease.ttl;
+    const { result } = await this.write(() => {
+      // An overdue lease is reported gone, never revived (etcd does the same);
+      // the timer deletes its keys within one check interval.
+      if (!this.leaseAlive(id)) throw new LeaseNotFoundError(id);
+      const lease = this.stmts.getLease.get(id) as LeaseRow;
+      this.stmts.touchLease.run(Date.now() + lease.ttl * 1000, id);
+      return lease.ttl;
+    });
+    return result;
   }
 
   async revokeLease(id: LeaseId): Promise<void> {
     validateLeaseId(id);
-    this.revoke(id);
+    await this.write((b) => this.revoke(b, id));
   }
 
-  private revoke(id: LeaseId): void {
-    this.write((b) => {
-      if (this.stmts.deleteLease.run(id).changes === 0) throw new LeaseNotFoundError(id);
-      for (const { key } of this.stmts.keysOfLease.all(id)) b.delete(key);
-    });
+  private revoke(b: WriteBatch, id: LeaseId): void {
+    if (this.stmts.deleteLease.run(id).changes === 0) throw new LeaseNotFoundError(id);
+    for (const { key } of this.stmts.keysOfLease.all(id)) b.delete(key);
   }
 
   /** Ends every lease past its deadline, each in its own revision as etcd does. */
   private expireLeases(): void {
     for (const { id } of this.stmts.expiredLeases.all(Date.now())) {
-      this.revoke(id);
+      this.writeNow((b) => this.revoke(b, id));
       this.options.logger.debug({ lease: id }, 'kvstore lease expired');
     }
   }
@@ -459,6 +528,8 @@ export class EmbeddedBackend implements Backend {
 
   async close(): Promise<void> {
     if (this.closed) return;
+    // Requests already accepted are committed, not dropped.
+    this.flushWrites();
     this.closed = true;
     clearInterval(this.timer);
     this.hub.closeAll();

@@ -1,73 +1,108 @@
 #!/bin/bash
-# make demo: networks pods through tendril and shows what works, then cleans up.
-# Everything happens inside a "node" network namespace so the host's root
-# namespace is untouched; names carry the tdl prefix.
+# make demo: starts tendril-agent on its embedded store inside a "node" network
+# namespace, installs tendril-cni and a conflist in a demo directory, networks
+# three labelled pods, shows them talking, then tears everything down.
+# The host's root namespace is never touched; every name has the tdl prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TENDRIL="$PWD/bin/tendril"
+REPO="$PWD"
+TENDRIL="$REPO/bin/tendril"
 NODE=tdldemonode
+PODS=(tdldemo1 tdldemo2 tdldemo3)
 WORK=$(mktemp -d /tmp/tdl-demo.XXXXXX)
-PODS=(tdldemoa tdldemob)
+STATE="$WORK/state"
+SOCK="$STATE/tendril.sock"
+AGENT_PID=""
 
 cleanup() {
-  for p in "${PODS[@]}"; do ip netns del "$p" 2>/dev/null || true; done
-  ip netns del "$NODE" 2>/dev/null || true
+  [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
+  for p in "${PODS[@]}" "$NODE"; do ip netns del "$p" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-cleanup_leftovers() { for p in "${PODS[@]}" "$NODE"; do ip netns del "$p" 2>/dev/null || true; done; }
-cleanup_leftovers
+for p in "${PODS[@]}" "$NODE"; do ip netns del "$p" 2>/dev/null || true; done
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 in_node() { nsenter --net=/var/run/netns/$NODE -- "$@"; }
 
-say "a node namespace ($NODE) and two pod namespaces"
+say "node namespace $NODE and three pod namespaces"
 ip netns add "$NODE"
 ip -n "$NODE" link set lo up
 for p in "${PODS[@]}"; do ip netns add "$p"; done
 
-mkdir -p "$WORK/net.d"
-cat > "$WORK/net.d/10-tdldemo.conflist" <<CONF
+say "tendril-agent on the embedded kvstore, host-scope IPAM 10.250.0.0/24"
+start_agent() {
+  # nsenter directly (not through a shell function) so $! is the agent itself.
+  nsenter --net=/var/run/netns/$NODE -- "$REPO/bin/tendril-agent" --state-dir "$STATE" --node-name demo-node \
+    --pod-cidr 10.250.0.0/24 --log-file "$WORK/agent.log" &
+  AGENT_PID=$!
+  for _ in $(seq 100); do "$TENDRIL" status >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "agent did not start; log:"; cat "$WORK/agent.log"; return 1
+}
+export TENDRIL_SOCK="$SOCK"
+start_agent
+"$TENDRIL" status
+
+say "tendril-cni installed in a demo CNI dir, chained with the reference portmap and tuning"
+mkdir -p "$WORK/bin" "$WORK/net.d"
+ln -s "$REPO/bin/tendril-cni" "$WORK/bin/tendril-cni"
+cat > "$WORK/net.d/10-tendril.conflist" <<CONF
 {
   "cniVersion": "1.0.0",
-  "name": "tdldemo",
+  "name": "tendril",
   "plugins": [
-    { "type": "bridge", "bridge": "tdlbr0", "isGateway": true, "ipMasq": false,
-      "ipam": { "type": "host-local", "subnet": "10.220.0.0/24", "dataDir": "$WORK/ipam" } },
-    { "type": "portmap", "capabilities": { "portMappings": true }, "snat": false },
+    { "type": "tendril-cni", "socket": "$SOCK" },
+    { "type": "portmap", "capabilities": { "portMappings": true }, "snat": true },
     { "type": "tuning", "sysctl": { "net.ipv4.conf.eth0.arp_notify": "1" } }
   ]
 }
 CONF
-export NETCONFPATH="$WORK/net.d" CNI_PATH=/usr/lib/cni
-cat "$WORK/net.d/10-tdldemo.conflist"
-
-say "tendril cni list"
-in_node "$TENDRIL" cni list
+cat "$WORK/net.d/10-tendril.conflist"
+export NETCONFPATH="$WORK/net.d" CNI_PATH="$WORK/bin:/usr/lib/cni"
 
 declare -A IPS
-for p in "${PODS[@]}"; do
-  say "tendril cni add tdldemo /var/run/netns/$p"
-  out=$(in_node "$TENDRIL" cni add tdldemo "/var/run/netns/$p" --cache-dir "$WORK/cache")
-  echo "$out"
+APPS=(web web db)
+for i in 0 1 2; do
+  p=${PODS[$i]}
+  say "ADD $p (app=${APPS[$i]}) through tendril cni (the libcni runtime)"
+  out=$(CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=$p;TENDRIL_LABELS=app%3D${APPS[$i]}" \
+    in_node "$TENDRIL" cni add tendril "/var/run/netns/$p" --cache-dir "$WORK/cache")
+  echo "$out" | jq -c '{cniVersion, ips, interfaces: [.interfaces[].name]}'
   IPS[$p]=$(jq -r '.ips[0].address | split("/")[0]' <<<"$out")
 done
 
-say "pod a -> pod b (${IPS[tdldemob]})"
-nsenter --net=/var/run/netns/tdldemoa -- ping -c 2 -W 2 "${IPS[tdldemob]}"
+say "tendril endpoint list"
+"$TENDRIL" endpoint list
+say "tendril ipam list"
+"$TENDRIL" ipam list
 
-say "tendril cni check (both pods)"
-for p in "${PODS[@]}"; do in_node "$TENDRIL" cni check tdldemo "/var/run/netns/$p" --cache-dir "$WORK/cache" && echo "$p: ok"; done
+say "pod <-> pod"
+for src in "${PODS[@]}"; do for dst in "${PODS[@]}"; do
+  [ "$src" = "$dst" ] && continue
+  nsenter --net=/var/run/netns/$src -- ping -c1 -W2 -q "${IPS[$dst]}" >/dev/null && echo "$src -> $dst (${IPS[$dst]}): ok"
+done; done
+say "pod <-> node"
+nsenter --net=/var/run/netns/tdldemo1 -- ping -c1 -W2 -q 10.250.0.1 >/dev/null && echo "tdldemo1 -> node router 10.250.0.1: ok"
+in_node ping -c1 -W2 -q "${IPS[tdldemo3]}" >/dev/null && echo "node -> tdldemo3 (${IPS[tdldemo3]}): ok"
 
-say "result cache"
-ls -l "$WORK/cache/results"
+say "agent restart: traffic keeps flowing while it is down"
+kill "$AGENT_PID"; wait "$AGENT_PID" || true; AGENT_PID=""
+nsenter --net=/var/run/netns/tdldemo1 -- ping -c1 -W2 -q "${IPS[tdldemo2]}" >/dev/null && echo "agent down: tdldemo1 -> tdldemo2 still ok"
+start_agent
+echo "agent restarted; endpoints restored from its state dir:"
+"$TENDRIL" endpoint list
 
-say "tendril cni del (both pods)"
-for p in "${PODS[@]}"; do in_node "$TENDRIL" cni del tdldemo "/var/run/netns/$p" --cache-dir "$WORK/cache"; done
-echo "links left in pod a: $(nsenter --net=/var/run/netns/tdldemoa -- ip -o link | wc -l) (just lo)"
-echo "addresses still allocated: $(find "$WORK/ipam" -name '10.*' | wc -l)"
+say "CHECK, then DEL every pod"
+for p in "${PODS[@]}"; do
+  in_node "$TENDRIL" cni check tendril "/var/run/netns/$p" --cache-dir "$WORK/cache" && echo "$p: check ok"
+done
+for p in "${PODS[@]}"; do
+  CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=$p" in_node "$TENDRIL" cni del tendril "/var/run/netns/$p" --cache-dir "$WORK/cache"
+done
+"$TENDRIL" endpoint list
+"$TENDRIL" status
 
-say "bad input: an unknown network gives a CNI error and exit code 1"
-in_node "$TENDRIL" cni add tdl-nope /var/run/netns/tdldemoa --cache-dir "$WORK/cache" || echo "exit code: $?"
+say "bad input: an interface name that is too long gives CNI error 4 and changes nothing"
+CNI_IFNAME=this-is-too-long in_node "$TENDRIL" cni add tendril /var/run/netns/tdldemo1 --cache-dir "$WORK/cache" || echo "exit code $?"
 
-say "done; everything is cleaned up"
+say "done; cleaning up"

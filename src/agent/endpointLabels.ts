@@ -17,7 +17,7 @@ export function podRefFromArgs(args: CniArgs): PodRef {
 
 /**
  * An endpoint's labels: the pod namespace as a k8s label, labels from the
- * CNI_ARGS key TENDRIL_LABELS (`k=v,k2=v2`) and from the netconf's
+ * CNI_ARGS key TENDRIL_LABELS (`k=v,k2=v2`, items optionally percent-encoded) and from the netconf's
  * `args.tendril.labels` (a list of `k=v` strings or a map). Without a source
  * prefix a label is `k8s:` inside Kubernetes and `container:` outside it.
  */
@@ -34,7 +34,19 @@ export function endpointLabels(args: CniArgs, conf: NetConf, pod: PodRef): Label
   };
   if (pod.namespace) labels.push(makeLabel(LabelSource.K8s, POD_NAMESPACE_LABEL, pod.namespace));
   const fromArgs = args.find(([k]) => k === 'TENDRIL_LABELS')?.[1];
-  if (fromArgs) for (const t of fromArgs.split(',').filter((s) => s !== '')) add(t, 'CNI_ARGS TENDRIL_LABELS');
+  if (fromArgs) {
+    for (const t of fromArgs.split(',').filter((s) => s !== '')) {
+      // Go plugins chained after tendril-cni reject a CNI_ARGS value holding '=', so
+      // items may be percent-encoded (app%3Dweb); plain app=web works without them.
+      let decoded: string;
+      try {
+        decoded = decodeURIComponent(t);
+      } catch {
+        throw new AgentError('INVALID_REQUEST', `invalid percent-encoding in CNI_ARGS TENDRIL_LABELS item ${JSON.stringify(t)}`);
+      }
+      add(decoded, 'CNI_ARGS TENDRIL_LABELS');
+    }
+  }
   const confLabels = ((conf.args as Record<string, unknown> | undefined)?.tendril as Record<string, unknown> | undefined)?.labels;
   if (Array.isArray(confLabels)) {
     for (const t of confLabels) {

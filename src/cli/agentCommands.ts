@@ -100,7 +100,7 @@ export function registerAgentCommands(program: Command): void {
       `IPAM mode: ${l.mode}\n` +
       table([
         ['IP', 'OWNER', 'POOL', 'CIDR', 'STATE'],
-        ...l.allocations.map((a) => [`${a.ip}/${a.prefixLength}`, a.owner, a.pool, a.cidr, a.expiresAt ? `provisional until ${new Date(a.expiresAt).toISOString()}` : 'allocated']),
+        ...l.allocations.map((a) => [a.ip, a.owner, a.pool, a.cidr, a.expiresAt ? `provisional until ${new Date(a.expiresAt).toISOString()}` : 'allocated']),
       ]),
     );
   });

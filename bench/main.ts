@@ -1,9 +1,37 @@
 // `make bench`: every benchmark, each measured side by side against its
-// reference in the same run, printed as tables with ratios.
+// reference in the same run, printed as tables with ratios. Pass names to run
+// a subset: node dist/bench/main.js cni pods throughput ipam identity policy kvstore
+import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { printCniLatency, runCniLatencyBench } from './cniLatency.js';
+import { printCniPods, runCniPodsBench } from './cniPods.js';
+import { printIdentityBench, runIdentityBench } from './identity.js';
+import { printIpamBench, runIpamBench } from './ipam.js';
+import { printPolicyBench, runPolicyBench } from './policy.js';
+import { printThroughput, runThroughputBench } from './throughput.js';
 
 if (process.getuid?.() !== 0) {
   console.error('bench: needs root (network namespaces)');
   process.exit(1);
 }
-printCniLatency(await runCniLatencyBench(20));
+
+const benches: Record<string, () => Promise<void>> = {
+  cni: async () => printCniLatency(await runCniLatencyBench(20)),
+  pods: async () => printCniPods(await runCniPodsBench(50)),
+  throughput: async () => printThroughput(await runThroughputBench(3, 3)),
+  ipam: async () => printIpamBench(await runIpamBench(300)),
+  identity: async () => printIdentityBench(await runIdentityBench(300)),
+  policy: async () => printPolicyBench(runPolicyBench()),
+  kvstore: async () => {
+    // Runs as its own process: the script measures with top-level state of its own.
+    const r = spawnSync(process.execPath, [fileURLToPath(new URL('./kvstore.js', import.meta.url)), '1', '3'], { stdio: 'inherit' });
+    if (r.status !== 0) throw new Error(`kvstore bench exited ${r.status}`);
+  },
+};
+
+const wanted = process.argv.slice(2);
+for (const name of wanted) if (!benches[name]) throw new Error(`unknown bench "${name}"; known: ${Object.keys(benches).join(', ')}`);
+for (const [name, run] of Object.entries(benches)) {
+  if (wanted.length > 0 && !wanted.includes(name)) continue;
+  await run();
+}

@@ -9,6 +9,10 @@ import type { Datapath } from '../datapath/types.js';
 import type { Endpoint } from '../endpoint/endpoint.js';
 import { EndpointManager } from '../endpoint/endpointManager.js';
 import { EndpointStore } from '../endpoint/endpointStore.js';
+import { EndpointIdentityBinder } from '../endpoint/identityBinder.js';
+import { IdentityAllocator, NodeLease } from '../identity/index.js';
+import { IPCache, KvstoreIPCacheSync } from '../ipcache/index.js';
+import { LabelFilter, type LabelSet } from '../labels/index.js';
 import { openBackend } from '../kvstore/factory.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
@@ -46,20 +50,30 @@ export class Agent {
   private readonly startedAt = Date.now();
   private readonly routerAddresses = new Map<string, { family: 4 | 6; ip: string }>();
 
+  readonly ipcache: IPCache;
+  private readonly binder: EndpointIdentityBinder;
+
   private constructor(
     readonly config: AgentConfig,
     readonly log: Logger,
     readonly backend: Backend,
     readonly ipam: IpamProvider,
     readonly datapath: Datapath,
+    readonly lease: NodeLease,
+    readonly identities: IdentityAllocator,
+    readonly ipcacheSync: KvstoreIPCacheSync,
+    ipcache: IPCache,
   ) {
     this.store = new EndpointStore(join(config.stateDir, 'endpoints'));
+    this.ipcache = ipcache;
+    this.binder = new EndpointIdentityBinder(identities, ipcache, LabelFilter.DEFAULT);
     this.cni = new CniService({
       config,
       ipam,
       datapath,
       endpoints: this.endpoints,
       store: this.store,
+      identities: this.binder,
       log,
       ready: async () => (await this.backend.status()).connected,
       faultPoint: faultPointFromEnv(process.env),
@@ -71,10 +85,17 @@ export class Agent {
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
     await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
     const backend = await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, stateDir: config.stateDir, logger: log.child({ subsys: 'kvstore' }) });
+    const lease = new NodeLease(backend, { ttlSeconds: config.leaseTtlSeconds, logger: log.child({ subsys: 'lease' }) });
     try {
       const ipam = new IpamProvider(config, backend, log.child({ subsys: 'ipam' }));
       await ipam.start();
-      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? new LinuxDatapath());
+      const identities = new IdentityAllocator({ backend, nodeName: config.nodeName, lease, logger: log.child({ subsys: 'identity' }) });
+      await identities.start();
+      const ipcache = new IPCache({ logger: log.child({ subsys: 'ipcache' }) });
+      const nodeIP = config.nodeIp ?? ipam.routerAddresses().find((r) => r.family === 4)?.ip ?? ipam.routerAddresses()[0]?.ip ?? '0.0.0.0';
+      const ipcacheSync = new KvstoreIPCacheSync({ backend, ipcache, nodeName: config.nodeName, nodeIP, lease, logger: log.child({ subsys: 'ipcache' }) });
+      await ipcacheSync.start();
+      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? new LinuxDatapath(), lease, identities, ipcacheSync, ipcache);
       for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
       await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(config) });
       await agent.restoreEndpoints();
@@ -84,6 +105,7 @@ export class Agent {
       log.info({ socket: config.socket, node: config.nodeName, ipam: config.ipam, routers: ipam.routerAddresses(), endpoints: agent.endpoints.size }, 'agent ready');
       return agent;
     } catch (err) {
+      await lease.stop();
       await backend.close();
       throw err;
     }
@@ -106,7 +128,14 @@ export class Agent {
         await this.store.remove(ep.id);
         continue;
       }
-      this.endpoints.register({ ...ep, state: 'ready' });
+      // The same identity number comes back unless another node re-used it while this one was away.
+      const bound = await this.binder.bind(ep, ep.identity);
+      if (ep.identity !== undefined && bound.identity !== ep.identity) {
+        this.log.warn({ endpoint: ep.id, was: ep.identity, now: bound.identity }, 'restored endpoint got a new identity');
+      }
+      const restored = { ...bound, state: 'ready' as const };
+      this.endpoints.register(restored);
+      await this.store.save(restored);
       // An agent killed between saving the endpoint and confirming IPAM must not let the address expire under it.
       for (const a of this.ipam.all()) await a.confirm(ipamOwner(ep.containerId, ep.ifName));
       if (ep.addresses.some((a) => !this.routerAddresses.has(a.gateway))) {
@@ -154,6 +183,10 @@ export class Agent {
     await this.cni.removeEndpoint(ep, ep.netns);
   }
 
+  updateLabels(ep: Endpoint, labels: LabelSet): Promise<Endpoint> {
+    return this.cni.updateLabels(ep, labels);
+  }
+
   async health(): Promise<Health> {
     const kv = await this.backend.status();
     let allocated = 0;
@@ -187,6 +220,10 @@ export class Agent {
   /** Stops serving; pods keep their network, and state stays for the next start. */
   async stop(): Promise<void> {
     await this.server?.close();
+    await this.ipcacheSync.stop();
+    await this.identities.close();
+    // The lease is not revoked: another agent start within its TTL keeps this node's entries alive.
+    await this.lease.stop();
     await this.ipam.stop();
     await this.backend.close();
     this.log.info('agent stopped; pod networking left in place');

@@ -19,6 +19,9 @@ import type { Datapath, PodAddress } from '../datapath/types.js';
 import type { Endpoint } from '../endpoint/endpoint.js';
 import type { EndpointManager } from '../endpoint/endpointManager.js';
 import type { EndpointStore } from '../endpoint/endpointStore.js';
+import type { EndpointIdentityBinder } from '../endpoint/identityBinder.js';
+import { IdentityError, IdentityErrorCode } from '../identity/index.js';
+import { LabelError, type LabelSet } from '../labels/index.js';
 import { type Allocation, type Allocator, IpamError, IpamErrorCode } from '../ipam/index.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentConfig } from './config.js';
@@ -76,6 +79,10 @@ export function toAgentError(err: unknown): AgentError {
   if (err instanceof AgentError) return err;
   if (err instanceof CniError) return fromCniError(err);
   if (err instanceof IpamError) return fromIpamError(err);
+  if (err instanceof LabelError) return new AgentError('INVALID_REQUEST', err.message);
+  if (err instanceof IdentityError) {
+    return err.code === IdentityErrorCode.INVALID_LABELS ? new AgentError('INVALID_REQUEST', err.message) : new AgentError('TRY_AGAIN', `identity: ${err.message}`);
+  }
   if (err instanceof Error && err.name === 'DatapathError') return new AgentError('DATAPATH_FAILED', err.message);
   if (err instanceof Error && err.name === 'EndpointConflictError') return new AgentError('CONFLICT', err.message);
   return new AgentError('INTERNAL', err instanceof Error ? err.message : String(err));
@@ -87,6 +94,7 @@ export interface CniServiceDeps {
   datapath: Datapath;
   endpoints: EndpointManager;
   store: EndpointStore;
+  identities: EndpointIdentityBinder;
   log: Logger;
   /** Whether the agent can serve ADD (kvstore reachable, IPAM started). */
   ready: () => Promise<boolean>;
@@ -225,18 +233,22 @@ export class CniService {
         ipamOwned: config.ipam !== 'delegated',
         createdAt: new Date().toISOString(),
       };
-      endpoints.register(ep);
+      // Cilium's order: register, resolve the identity, publish to the ipcache, regenerate.
+      endpoints.register({ ...ep, state: 'waiting-for-identity' });
       undo.push({ what: 'unregister endpoint', fn: async () => endpoints.remove(ep.id) });
       undo.push({ what: 'remove endpoint state', fn: () => store.remove(ep.id) });
-      // The datapath is programmed above; this is where regeneration (identity,
-      // policy) joins. The endpoint is ready only once it is in force.
-      const ready: Endpoint = { ...ep, state: 'ready' };
+      const bound = await this.d.identities.bind(ep);
+      undo.push({ what: 'release identity and ipcache entries', fn: () => this.d.identities.unbind(bound) });
+      endpoints.update({ ...bound, state: 'waiting-to-regenerate' });
+      // Regeneration today is the routes programmed above; the endpoint is ready
+      // (and ADD answers) only once its datapath is in force.
+      const ready: Endpoint = { ...bound, state: 'ready' };
       endpoints.update(ready);
       await store.save(ready);
       this.d.faultPoint?.('after-endpoint');
       // Confirm last: until now a crash leaves a provisional allocation that expires by itself.
       await allocator.confirm(owner);
-      log.info({ endpoint: ep.id, containerId: call.containerId, ifName: call.ifName, addresses: ep.addresses.map((a) => a.ip) }, 'endpoint created');
+      log.info({ endpoint: ep.id, identity: ready.identity, containerId: call.containerId, ifName: call.ifName, addresses: ep.addresses.map((a) => a.ip) }, 'endpoint created');
       return this.result(call, ready);
     } catch (err) {
       for (const step of undo.reverse()) {
@@ -268,6 +280,13 @@ export class CniService {
   async removeEndpoint(ep: Endpoint, netns: string, conf?: NetConf): Promise<void> {
     const { datapath, endpoints, store, log } = this.d;
     endpoints.update({ ...ep, state: 'disconnecting' });
+    try {
+      await this.d.identities.unbind(ep);
+    } catch (err) {
+      // A reference this node no longer holds must not stop the pod's teardown.
+      if (!(err instanceof IdentityError && err.code === IdentityErrorCode.NOT_ALLOCATED)) throw err;
+      log.warn({ endpoint: ep.id, identity: ep.identity }, 'endpoint identity was not held; continuing teardown');
+    }
     await datapath.removePod({ containerId: ep.containerId, netns: netns || ep.netns, ifName: ep.ifName, addresses: ep.addresses });
     const allocators = conf ? [await this.d.ipam.allocatorFor(conf)] : this.d.ipam.all();
     for (const a of allocators) await a.releaseOwner(ipamOwner(ep.containerId, ep.ifName));
@@ -295,6 +314,26 @@ export class CniService {
       if (!held.has(a.ip)) throw new AgentError('DATAPATH_FAILED', `address ${a.ip} of endpoint ${ep.id} is no longer allocated to it`);
     }
     await this.d.datapath.checkPod({ containerId: ep.containerId, netns: call.netns, ifName: ep.ifName, mtu: ep.mtu, addresses: ep.addresses });
+  }
+
+  /** Adds and deletes labels of an endpoint: a new identity, the old one released, a regeneration. */
+  async updateLabels(ep: Endpoint, labels: LabelSet): Promise<Endpoint> {
+    return this.locks.run(ipamOwner(ep.containerId, ep.ifName), async () => {
+      const current = this.d.endpoints.get(ep.id);
+      if (!current) throw new AgentError('NOT_FOUND', `endpoint ${ep.id} is gone`);
+      this.d.endpoints.update({ ...current, state: 'waiting-for-identity' });
+      let updated: Endpoint;
+      try {
+        updated = { ...(await this.d.identities.relabel(current, labels)), state: 'ready' };
+      } catch (err) {
+        this.d.endpoints.update(current);
+        throw err;
+      }
+      this.d.endpoints.update(updated);
+      await this.d.store.save(updated);
+      this.d.log.info({ endpoint: ep.id, from: current.identity, to: updated.identity, labelsRevision: updated.labelsRevision }, 'endpoint labels changed');
+      return updated;
+    });
   }
 
   /** Removes endpoints and allocations not among the runtime's valid attachments (CNI GC, spec 1.1.0). */

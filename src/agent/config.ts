@@ -30,6 +30,10 @@ export const AgentConfigSchema = z
     /** Directories holding the delegated IPAM plugin (delegated mode). */
     cniPath: z.array(absPath),
     mtu: z.number().int().min(576).max(65535),
+    /** This node's IP as other nodes reach it (the tunnel endpoint in the ipcache); default: its IPv4 router address. */
+    nodeIp: z.string().refine((ip) => cidrFamily(`${ip}/32`) === 4 || cidrFamily(`${ip}/128`) === 6, { message: 'must be an IP address' }).optional(),
+    /** TTL of the node's kvstore lease: a dead node's identities and ipcache entries go this long after it. */
+    leaseTtlSeconds: z.number().int().min(2).max(3600),
     masqueradeCidrs: z.array(cidr).optional(),
     /** How long a provisional allocation from an ADD survives unconfirmed. */
     ipamExpirationMs: z.number().int().min(1000).max(3_600_000),
@@ -55,6 +59,7 @@ export function defaultConfig(): AgentConfig {
     cniPath: ['/opt/cni/bin', '/usr/lib/cni'],
     mtu: 1500,
     ipamExpirationMs: 60_000,
+    leaseTtlSeconds: 15,
     bpffsRoot: '/sys/fs/bpf',
     logLevel: 'info',
   };

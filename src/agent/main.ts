@@ -30,6 +30,8 @@ interface Flags {
   strictAffinity?: boolean;
   cniPath?: string[];
   mtu?: number;
+  nodeIp?: string;
+  leaseTtl?: number;
   masqueradeCidr?: string[];
   ipamExpiration?: number;
   bpffsRoot?: string;
@@ -55,6 +57,8 @@ export function agentCommand(): Command {
     .option('--strict-affinity', 'block: never borrow from other hosts\' blocks')
     .option('--cni-path <dir[,dir]>', 'delegated: where the IPAM plugin lives', list)
     .option('--mtu <n>', 'pod interface MTU (default 1500)', int('--mtu'))
+    .option('--node-ip <ip>', 'this node\'s IP as other nodes reach it (default: its IPv4 router address)')
+    .option('--lease-ttl <s>', 'kvstore lease TTL: a dead node\'s entries go this long after it (default 15)', int('--lease-ttl'))
     .option('--masquerade-cidr <cidr[,cidr]>', 'masquerade traffic from these CIDRs leaving them (default: the pod CIDRs)', list)
     .option('--ipam-expiration <ms>', 'how long an unconfirmed ADD allocation lives (default 60000)', int('--ipam-expiration'))
     .option('--bpffs-root <dir>', 'bpffs mount for pinned datapath objects (default /sys/fs/bpf)')
@@ -83,6 +87,8 @@ export async function resolveConfig(flags: Flags) {
   set('strictAffinity', flags.strictAffinity);
   set('cniPath', flags.cniPath);
   set('mtu', flags.mtu);
+  set('nodeIp', flags.nodeIp);
+  set('leaseTtlSeconds', flags.leaseTtl);
   set('masqueradeCidrs', flags.masqueradeCidr);
   set('ipamExpirationMs', flags.ipamExpiration);
   set('bpffsRoot', flags.bpffsRoot);

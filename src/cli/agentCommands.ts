@@ -47,6 +47,7 @@ interface EndpointView {
   addresses: Array<{ ip: string }>;
   hostIfName: string;
   state: string;
+  identity?: number;
 }
 
 function withAgentOpts(c: Command): Command {
@@ -68,14 +69,16 @@ export function registerAgentCommands(program: Command): void {
   });
 
   const endpoint = program.command('endpoint').description('local endpoints');
+  registerEndpointLabelCommand(endpoint);
   withAgentOpts(endpoint.command('list').description('list endpoints')).action(async (opts: AgentOpts) => {
     const eps = await call(() => client(opts).listEndpoints<EndpointView[]>());
     output(opts, eps, () =>
       table([
-        ['ENDPOINT', 'STATE', 'CONTAINER', 'IFACE', 'POD', 'IPS', 'HOST IF', 'LABELS'],
+        ['ENDPOINT', 'STATE', 'IDENTITY', 'CONTAINER', 'IFACE', 'POD', 'IPS', 'HOST IF', 'LABELS'],
         ...eps.map((e) => [
           String(e.id),
           e.state,
+          e.identity === undefined ? '-' : String(e.identity),
           e.containerId.slice(0, 20),
           e.ifName,
           e.podName ? `${e.podNamespace ?? ''}/${e.podName}` : '-',
@@ -104,4 +107,52 @@ export function registerAgentCommands(program: Command): void {
       ]),
     );
   });
+}
+
+interface IdentityView {
+  id: number;
+  labels: string[];
+  scope?: string;
+  references?: number;
+}
+
+interface IpcacheView {
+  prefix: string;
+  identity: number;
+  hostIP?: string;
+  source: string;
+  owner?: string;
+}
+
+const repeatable = (v: string, prev: string[] = []) => [...prev, v];
+
+/** Identity, ipcache and endpoint-label commands. */
+export function registerIdentityCommands(program: Command): void {
+  const identity = program.command('identity').description('security identities');
+  withAgentOpts(identity.command('list').description('reserved identities and those this node holds')).action(async (opts: AgentOpts) => {
+    const ids = await call(() => client(opts).request<IdentityView[]>('GET', '/identity'));
+    output(opts, ids, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], ...ids.map((i) => [String(i.id), i.scope ?? '', String(i.references ?? ''), i.labels.join(' ')])]));
+  });
+  withAgentOpts(identity.command('get <id>').description('one identity')).action(async (id: string, opts: AgentOpts) => {
+    const i = await call(() => client(opts).request<IdentityView>('GET', `/identity/${encodeURIComponent(id)}`));
+    output(opts, i, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], [String(i.id), i.scope ?? '', String(i.references ?? ''), i.labels.join(' ')]]));
+  });
+
+  const ip = program.command('ip').description('the ipcache: IP/CIDR → identity');
+  withAgentOpts(ip.command('list').description('every ipcache entry, local and from other nodes')).action(async (opts: AgentOpts) => {
+    const entries = await call(() => client(opts).request<IpcacheView[]>('GET', '/ip'));
+    output(opts, entries, () => table([['PREFIX', 'IDENTITY', 'HOST', 'SOURCE', 'OWNER'], ...entries.map((e) => [e.prefix, String(e.identity), e.hostIP ?? '-', e.source, e.owner ?? ''])]));
+  });
+}
+
+export function registerEndpointLabelCommand(endpoint: Command): void {
+  withAgentOpts(endpoint.command('labels <id>').description('add or delete endpoint labels (a new identity follows)'))
+    .option('--add <label>', 'label to add, k=v or source:k=v (repeatable)', repeatable)
+    .option('--delete <key>', 'label key to delete, k or source:k (repeatable)', repeatable)
+    .action(async (id: string, opts: AgentOpts & { add?: string[]; delete?: string[] }) => {
+      if (!opts.add?.length && !opts.delete?.length) throw new CliError('give --add and/or --delete');
+      const body = { ...(opts.add ? { add: opts.add } : {}), ...(opts.delete ? { delete: opts.delete } : {}) };
+      const ep = await call(() => client(opts).request<EndpointView & { identity?: number }>('PATCH', `/endpoint/${encodeURIComponent(id)}/labels`, body));
+      output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ')}\n`);
+    });
 }

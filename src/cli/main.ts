@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { Command, CommanderError } from 'commander';
-import { registerAgentCommands } from './agentCommands.js';
+import { registerAgentCommands, registerIdentityCommands } from './agentCommands.js';
 import { CliError } from './cliError.js';
 import { registerCniCommands } from './cniCommand.js';
 import { registerKvstoreCommands } from './kvstoreCommand.js';
@@ -12,6 +12,7 @@ export function buildProgram(): Command {
     .showHelpAfterError()
     .exitOverride();
   registerAgentCommands(program);
+  registerIdentityCommands(program);
   registerCniCommands(program);
   registerKvstoreCommands(program);
   return program;

@@ -28,8 +28,14 @@ export const EndpointSchema = z.object({
   netns: z.string(),
   podNamespace: z.string().optional(),
   podName: z.string().optional(),
-  /** Labels in `source:key=value` form as given at creation. */
+  /** Labels in `source:key=value` form: every label the endpoint carries. */
   labels: z.array(z.string()),
+  /** Bumped whenever the labels change, so a stale label update can be told apart. */
+  labelsRevision: z.number().int().nonnegative().optional(),
+  /** The security identity resolved from the identity-relevant labels. */
+  identity: z.number().int().nonnegative().optional(),
+  /** The identity-relevant subset of `labels` the identity was derived from. */
+  identityLabels: z.array(z.string()).optional(),
   addresses: z.array(EndpointAddressSchema),
   hostIfName: z.string(),
   hostIfIndex: z.number().int().nonnegative(),

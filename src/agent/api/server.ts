@@ -5,7 +5,9 @@ import { AgentError } from '../../api/errors.js';
 import type { CniRequest, Health, IpamList, IpamResponse } from '../../api/types.js';
 import { ipFamily } from '../../cni/index.js';
 import type { Endpoint } from '../../endpoint/endpoint.js';
+import { identityToJSON, parseIdentityNumber, reservedIdentity, RESERVED_IDENTITIES } from '../../identity/index.js';
 import type { Allocation } from '../../ipam/index.js';
+import { LabelSet, LabelSource, parseLabel } from '../../labels/index.js';
 import type { Agent } from '../agent.js';
 import { toAgentError } from '../cniService.js';
 import { OpenApiSchemas } from './openapiSchemas.js';
@@ -107,6 +109,35 @@ export function buildServer(agent: Agent): FastifyInstance {
     await agent.deleteEndpoint(ep);
     return { deleted: ep.id };
   });
+
+  app.patch('/v1/endpoint/:id/labels', { schema: { body: spec.body('/endpoint/{id}/labels', 'patch') } }, async (req) => {
+    const ep = endpointRef(agent, (req.params as { id: string }).id);
+    const body = req.body as { add?: string[]; delete?: string[] };
+    // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
+    const source = ep.podNamespace ? LabelSource.K8s : LabelSource.Container;
+    let labels = LabelSet.parse(ep.labels);
+    for (const text of body.delete ?? []) {
+      // A key without a source deletes it from every source.
+      const l = parseLabel(text, LabelSource.Any);
+      labels = labels.without(l.key, l.source);
+    }
+    labels = labels.with((body.add ?? []).map((t) => parseLabel(t, source)));
+    return agent.updateLabels(ep, labels);
+  });
+
+  app.get('/v1/identity', async () => {
+    const held = agent.identities.list().map((i) => ({ ...identityToJSON(i), references: agent.identities.references(i.id) }));
+    return [...RESERVED_IDENTITIES.map(identityToJSON), ...held];
+  });
+  app.get('/v1/identity/:id', async (req) => {
+    const text = (req.params as { id: string }).id;
+    if (!/^\d{1,10}$/.test(text)) throw new AgentError('INVALID_REQUEST', `invalid identity "${text}": a number`);
+    const id = parseIdentityNumber(Number(text));
+    const identity = reservedIdentity(id) ?? agent.identities.lookupById(id);
+    if (!identity) throw new AgentError('NOT_FOUND', `identity ${id} not found`);
+    return { ...identityToJSON(identity), references: agent.identities.references(id) };
+  });
+  app.get('/v1/ip', async () => agent.ipcache.list());
 
   app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, async (req) => agent.cni.handle(req.body as CniRequest));
 

@@ -25,7 +25,7 @@ const cleanups: Array<() => Promise<void>> = [];
 function conflist(version = '1.1.0'): NetworkConfigList {
   return confListFromBytes(JSON.stringify({ cniVersion: version, name: 'tdlrestart', plugins: [{ type: 'tendril-cni', socket: agent.socket }] }));
 }
-const rt = (containerId: string, netns: string): RuntimeConf => ({ containerId, netns, ifName: 'eth0' });
+const rt = (containerId: string, netns: string): RuntimeConf => ({ containerId, netns, ifName: 'eth0', args: [['TENDRIL_LABELS', 'app=restart']] });
 
 async function ping(fromNs: string, ip: string): Promise<boolean> {
   return (await pool.exec(fromNs, ['ping', '-c', '1', '-W', '2', ip])).code === 0;
@@ -79,8 +79,8 @@ describe('agent restart between ADD and DEL', () => {
     await agent.start();
     const restored = (await agent.client.listEndpoints()) as Endpoint[];
     assert.deepEqual(
-      restored.map((e) => [e.id, e.containerId, e.addresses.map((x) => x.ip), e.hostIfName]),
-      before.map((e) => [e.id, e.containerId, e.addresses.map((x) => x.ip), e.hostIfName]),
+      restored.map((e) => [e.id, e.containerId, e.addresses.map((x) => x.ip), e.hostIfName, e.identity]),
+      before.map((e) => [e.id, e.containerId, e.addresses.map((x) => x.ip), e.hostIfName, e.identity]),
     );
     assert.ok(await ping(a.name, ipOf(rb)));
     // Long after the expiration: the restored addresses were confirmed, not expired.

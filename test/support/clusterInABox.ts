@@ -1,0 +1,94 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ETCD_BIN } from './etcdHarness.js';
+import { NetnsPool } from './netns.js';
+import { runOk } from './run.js';
+
+export interface ClusterNode {
+  /** Network namespace the node's agent runs in. */
+  netns: string;
+  /** The node's address on the cluster network. */
+  ip: string;
+}
+
+const HUB_IP = '10.248.0.1';
+
+/**
+ * Several "nodes" and an etcd on one machine: a hub namespace holds a bridge
+ * and etcd; every node namespace is wired to the bridge by a veth pair. All
+ * traffic stays inside namespaces the test made.
+ */
+export class ClusterInABox {
+  readonly etcdEndpoint = `http://${HUB_IP}:2379`;
+  readonly nodes: ClusterNode[] = [];
+  private etcd: ChildProcess | undefined;
+  private etcdDir = '';
+
+  private constructor(readonly pool: NetnsPool) {}
+
+  static async create(tag: string, nodeCount: number): Promise<ClusterInABox> {
+    const c = new ClusterInABox(new NetnsPool(tag));
+    try {
+      await c.build(nodeCount);
+    } catch (err) {
+      await c.cleanup();
+      throw err;
+    }
+    return c;
+  }
+
+  private async build(nodeCount: number): Promise<void> {
+    const hub = (await this.pool.add('hub')).name;
+    await runOk(['ip', '-n', hub, 'link', 'add', 'tdlhub0', 'type', 'bridge']);
+    await runOk(['ip', '-n', hub, 'addr', 'add', `${HUB_IP}/24`, 'dev', 'tdlhub0']);
+    await runOk(['ip', '-n', hub, 'link', 'set', 'tdlhub0', 'up']);
+    for (let i = 0; i < nodeCount; i++) {
+      const ns = (await this.pool.add(`n${i}`)).name;
+      const ip = `10.248.0.${11 + i}`;
+      await runOk(['ip', '-n', hub, 'link', 'add', `tdlport${i}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', `/var/run/netns/${ns}`]);
+      await runOk(['ip', '-n', hub, 'link', 'set', `tdlport${i}`, 'master', 'tdlhub0', 'up']);
+      await runOk(['ip', '-n', ns, 'addr', 'add', `${ip}/24`, 'dev', 'eth0']);
+      await runOk(['ip', '-n', ns, 'link', 'set', 'eth0', 'up']);
+      this.nodes.push({ netns: ns, ip });
+    }
+    this.etcdDir = await mkdtemp(join(tmpdir(), 'tdl-etcd-'));
+    const peer = 'http://127.0.0.1:2380';
+    const argv = [
+      `--net=/var/run/netns/${hub}`, '--', ETCD_BIN,
+      '--name', 'tdl-hub', '--data-dir', this.etcdDir,
+      '--listen-client-urls', this.etcdEndpoint, '--advertise-client-urls', this.etcdEndpoint,
+      '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `tdl-hub=${peer}`,
+    ];
+    const etcd = spawn('nsenter', argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.etcd = etcd;
+    await new Promise<void>((resolve, reject) => {
+      let log = '';
+      const timer = setTimeout(() => reject(new Error(`etcd did not become ready:\n${log.slice(-2000)}`)), 20_000);
+      const onData = (c: Buffer) => {
+        log += c.toString();
+        if (log.includes('ready to serve client requests')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      };
+      etcd.stdout!.on('data', onData);
+      etcd.stderr!.on('data', onData);
+      etcd.on('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`etcd exited ${code}:\n${log.slice(-2000)}`));
+      });
+    });
+  }
+
+  async cleanup(): Promise<void> {
+    if (this.etcd && this.etcd.exitCode === null) {
+      const exited = new Promise((r) => this.etcd!.once('exit', r));
+      this.etcd.kill('SIGKILL');
+      await exited;
+    }
+    await this.pool.cleanup();
+    if (this.etcdDir) await rm(this.etcdDir, { recursive: true, force: true });
+  }
+}

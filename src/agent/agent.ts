@@ -99,6 +99,9 @@ export class Agent {
       for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
       await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(config) });
       await agent.restoreEndpoints();
+      // Drained before serving, so a client that sees the API up sees the queue done;
+      // and once more after, for a DEL a plugin queued while the socket was not up yet.
+      await agent.drainDeletionQueue();
       agent.server = buildServer(agent);
       await listenOnSocket(agent.server, config.socket);
       await agent.drainDeletionQueue();

@@ -13,6 +13,7 @@ import { EndpointIdentityBinder } from '../endpoint/identityBinder.js';
 import { IdentityAllocator, NodeLease } from '../identity/index.js';
 import { IPCache, KvstoreIPCacheSync } from '../ipcache/index.js';
 import { LabelFilter, type LabelSet } from '../labels/index.js';
+import { type EndpointRegeneration, PolicyEngine } from '../policy/index.js';
 import { openBackend } from '../kvstore/factory.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
@@ -51,7 +52,9 @@ export class Agent {
   private readonly routerAddresses = new Map<string, { family: 4 | 6; ip: string }>();
 
   readonly ipcache: IPCache;
+  readonly policy: PolicyEngine;
   private readonly binder: EndpointIdentityBinder;
+  private unsubscribeIdentities: (() => void) | undefined;
 
   private constructor(
     readonly config: AgentConfig,
@@ -66,7 +69,14 @@ export class Agent {
   ) {
     this.store = new EndpointStore(join(config.stateDir, 'endpoints'));
     this.ipcache = ipcache;
-    this.binder = new EndpointIdentityBinder(identities, ipcache, LabelFilter.DEFAULT);
+    this.policy = new PolicyEngine({ identities, cidrIdentities: identities });
+    // Identities other nodes create change which peers a selector names: recompute incrementally.
+    this.unsubscribeIdentities = identities.subscribe((events) => {
+      const added = events.filter((e) => e.type === 'upsert').map((e) => e.identity);
+      const removed = events.filter((e) => e.type === 'delete').map((e) => e.identity.id);
+      this.applyRegenerations(this.policy.identitiesChanged(added, removed).regenerations);
+    });
+    this.binder = new EndpointIdentityBinder(identities, ipcache, LabelFilter.DEFAULT, this.policy);
     this.cni = new CniService({
       config,
       ipam,
@@ -182,6 +192,18 @@ export class Agent {
     }
   }
 
+  /**
+   * Policy results per endpoint. The Linux datapath has no policy maps yet, so
+   * the map state is computed and served (GET /endpoint/{id}/policy) but not
+   * enforced; an overflow is logged against the endpoint.
+   */
+  applyRegenerations(regenerations: readonly EndpointRegeneration[]): void {
+    for (const r of regenerations) {
+      if (r.error) this.log.error({ endpoint: r.endpointId, entries: r.entries, err: r.error.message }, 'endpoint policy does not fit its map');
+      else this.log.debug({ endpoint: r.endpointId, revision: r.policyRevision, entries: r.entries }, 'endpoint policy recomputed');
+    }
+  }
+
   async deleteEndpoint(ep: Endpoint): Promise<void> {
     await this.cni.removeEndpoint(ep, ep.netns);
   }
@@ -223,6 +245,7 @@ export class Agent {
   /** Stops serving; pods keep their network, and state stays for the next start. */
   async stop(): Promise<void> {
     await this.server?.close();
+    this.unsubscribeIdentities?.();
     await this.ipcacheSync.stop();
     await this.identities.close();
     // The lease is not revoked: another agent start within its TTL keeps this node's entries alive.

@@ -22,6 +22,7 @@ import type { EndpointStore } from '../endpoint/endpointStore.js';
 import type { EndpointIdentityBinder } from '../endpoint/identityBinder.js';
 import { IdentityError, IdentityErrorCode } from '../identity/index.js';
 import { LabelError, type LabelSet } from '../labels/index.js';
+import { isPolicyError, PolicyErrorCode, PolicyValidationError } from '../policy/index.js';
 import { type Allocation, type Allocator, IpamError, IpamErrorCode } from '../ipam/index.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentConfig } from './config.js';
@@ -80,6 +81,20 @@ export function toAgentError(err: unknown): AgentError {
   if (err instanceof CniError) return fromCniError(err);
   if (err instanceof IpamError) return fromIpamError(err);
   if (err instanceof LabelError) return new AgentError('INVALID_REQUEST', err.message);
+  if (isPolicyError(err)) {
+    switch (err.code) {
+      case PolicyErrorCode.PARSE:
+      case PolicyErrorCode.INVALID:
+      case PolicyErrorCode.INVALID_ARGUMENT:
+        return new AgentError('INVALID_REQUEST', err instanceof PolicyValidationError ? 'invalid policy' : err.message, err instanceof PolicyValidationError ? err.message : '');
+      case PolicyErrorCode.NOT_FOUND:
+      case PolicyErrorCode.UNKNOWN_ENDPOINT:
+      case PolicyErrorCode.UNKNOWN_IDENTITY:
+        return new AgentError('NOT_FOUND', err.message);
+      default:
+        return new AgentError('INTERNAL', err.message);
+    }
+  }
   if (err instanceof IdentityError) {
     return err.code === IdentityErrorCode.INVALID_LABELS ? new AgentError('INVALID_REQUEST', err.message) : new AgentError('TRY_AGAIN', `identity: ${err.message}`);
   }

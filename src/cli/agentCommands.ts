@@ -1,41 +1,9 @@
 import type { Command } from 'commander';
-import { DEFAULT_SOCKET, SOCKET_ENV } from '../api/types.js';
-import { AgentClient, AgentResponseError, AgentUnreachableError } from '../client/agentClient.js';
+import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
+import { registerEndpointPolicyCommand } from './policyCommands.js';
 
 /** Commands that talk to the local agent: status, endpoints, IPAM. */
-
-interface AgentOpts {
-  socket?: string;
-  output?: string;
-}
-
-function client(opts: AgentOpts): AgentClient {
-  const socketPath = opts.socket ?? process.env[SOCKET_ENV] ?? DEFAULT_SOCKET;
-  if (!socketPath.startsWith('/')) throw new CliError(`--socket must be an absolute path, got "${socketPath}"`);
-  return new AgentClient({ socketPath, timeoutMs: 30_000 });
-}
-
-async function call<T>(fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (err) {
-    if (err instanceof AgentUnreachableError) throw new CliError(`${err.message} (is tendril-agent running? pick it with --socket or ${SOCKET_ENV})`);
-    if (err instanceof AgentResponseError) throw new CliError(`agent: ${err.body.code}: ${err.message}`);
-    throw err;
-  }
-}
-
-function table(rows: string[][]): string {
-  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => (r[i] ?? '').length)));
-  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd()).join('\n') + '\n';
-}
-
-function output(opts: AgentOpts, value: unknown, human: () => string): void {
-  if (opts.output === 'json') process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
-  else if (opts.output === undefined || opts.output === 'table') process.stdout.write(human());
-  else throw new CliError(`unknown output format "${opts.output}" (use json)`);
-}
 
 interface EndpointView {
   id: number;
@@ -48,10 +16,6 @@ interface EndpointView {
   hostIfName: string;
   state: string;
   identity?: number;
-}
-
-function withAgentOpts(c: Command): Command {
-  return c.option('--socket <path>', `agent API socket (default $${SOCKET_ENV} or ${DEFAULT_SOCKET})`).option('-o, --output <format>', 'output format: json');
 }
 
 export function registerAgentCommands(program: Command): void {
@@ -70,6 +34,7 @@ export function registerAgentCommands(program: Command): void {
 
   const endpoint = program.command('endpoint').description('local endpoints');
   registerEndpointLabelCommand(endpoint);
+  registerEndpointPolicyCommand(endpoint);
   withAgentOpts(endpoint.command('list').description('list endpoints')).action(async (opts: AgentOpts) => {
     const eps = await call(() => client(opts).listEndpoints<EndpointView[]>());
     output(opts, eps, () =>

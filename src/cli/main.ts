@@ -2,6 +2,7 @@
 import { Command, CommanderError } from 'commander';
 import { registerAgentCommands, registerIdentityCommands } from './agentCommands.js';
 import { CliError } from './cliError.js';
+import { registerPolicyCommands } from './policyCommands.js';
 import { registerCniCommands } from './cniCommand.js';
 import { registerKvstoreCommands } from './kvstoreCommand.js';
 
@@ -13,6 +14,7 @@ export function buildProgram(): Command {
     .exitOverride();
   registerAgentCommands(program);
   registerIdentityCommands(program);
+  registerPolicyCommands(program);
   registerCniCommands(program);
   registerKvstoreCommands(program);
   return program;

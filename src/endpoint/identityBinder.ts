@@ -1,6 +1,7 @@
 import type { IdentityAllocator } from '../identity/index.js';
 import { type IPCache, IpcacheSource } from '../ipcache/index.js';
 import { type LabelFilter, LabelSet, ReservedLabelKey, reservedLabel } from '../labels/index.js';
+import { isPolicyError, PolicyErrorCode, type PolicyEngine } from '../policy/index.js';
 import type { Endpoint } from './endpoint.js';
 
 /** The owner an endpoint's ipcache entries are written under (deletes must match it). */
@@ -21,6 +22,8 @@ export class EndpointIdentityBinder {
     private readonly identities: IdentityAllocator,
     private readonly ipcache: IPCache,
     private readonly filter: LabelFilter,
+    /** Computes the endpoint's policy map state from its identity. */
+    private readonly policy: PolicyEngine,
   ) {}
 
   /**
@@ -40,6 +43,7 @@ export class EndpointIdentityBinder {
       for (const a of ep.addresses) {
         this.ipcache.upsert(hostPrefix(a.ip, a.family), { identity: identity.id, source: IpcacheSource.Local, owner: endpointOwner(ep.id) });
       }
+      this.policy.upsertEndpoint({ id: ep.id, identity: identity.id });
     } catch (err) {
       await this.identities.release(identity);
       throw err;
@@ -49,6 +53,12 @@ export class EndpointIdentityBinder {
 
   /** Withdraws the addresses and drops the endpoint's reference on its identity. */
   async unbind(ep: Endpoint): Promise<void> {
+    try {
+      this.policy.removeEndpoint(ep.id);
+    } catch (err) {
+      // Never bound (an ADD that failed before its identity) — nothing to remove.
+      if (!(isPolicyError(err) && err.code === PolicyErrorCode.UNKNOWN_ENDPOINT)) throw err;
+    }
     for (const a of ep.addresses) {
       this.ipcache.delete(hostPrefix(a.ip, a.family), { source: IpcacheSource.Local, owner: endpointOwner(ep.id) });
     }

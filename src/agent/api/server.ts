@@ -8,6 +8,7 @@ import type { Endpoint } from '../../endpoint/endpoint.js';
 import { identityToJSON, parseIdentityNumber, reservedIdentity, RESERVED_IDENTITIES } from '../../identity/index.js';
 import type { Allocation } from '../../ipam/index.js';
 import { LabelSet, LabelSource, parseLabel } from '../../labels/index.js';
+import { formatPolicyName, formatTrace, parsePortProtocol, type PolicyFilter, type TracePeer } from '../../policy/index.js';
 import type { Agent } from '../agent.js';
 import { toAgentError } from '../cniService.js';
 import { OpenApiSchemas } from './openapiSchemas.js';
@@ -138,6 +139,52 @@ export function buildServer(agent: Agent): FastifyInstance {
     return { ...identityToJSON(identity), references: agent.identities.references(id) };
   });
   app.get('/v1/ip', async () => agent.ipcache.list());
+
+  const policyFilter = (q: { name?: string; namespace?: string; label?: string | string[] }): PolicyFilter => ({
+    ...(q.name ? { name: q.name } : {}),
+    ...(q.namespace !== undefined ? { namespace: q.namespace } : {}),
+    ...(q.label ? { labels: Array.isArray(q.label) ? q.label : [q.label] } : {}),
+  });
+  app.get('/v1/policy', async (req) => {
+    const policies = agent.policy.policies(policyFilter(req.query as Record<string, string>));
+    return { revision: agent.policy.revision, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document })) };
+  });
+  app.put('/v1/policy', { schema: { body: spec.body('/policy', 'put') } }, async (req) => {
+    const r = agent.policy.importText((req.body as { text: string }).text);
+    agent.applyRegenerations(r.regenerations);
+    return { revision: r.revision, policies: r.policies.map(formatPolicyName), regenerated: r.regenerations.map((x) => x.endpointId) };
+  });
+  app.delete('/v1/policy', { schema: { querystring: spec.query('/policy', 'delete') } }, async (req) => {
+    const q = req.query as { all?: boolean; name?: string; namespace?: string; label?: string | string[] };
+    const filter = policyFilter(q);
+    // An empty filter deletes everything: demand that be said out loud.
+    if (Object.keys(filter).length === 0 && q.all !== true) throw new AgentError('INVALID_REQUEST', 'give name, namespace or label to select policies, or all=true to delete every policy');
+    const r = agent.policy.deletePolicies(filter);
+    agent.applyRegenerations(r.regenerations);
+    return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), regenerated: r.regenerations.map((x) => x.endpointId) };
+  });
+  app.get('/v1/policy/selectors', async () => agent.policy.selectors());
+  app.post('/v1/policy/trace', { schema: { body: spec.body('/policy/trace', 'post') } }, async (req) => {
+    const body = req.body as { src: string[]; dst: string[]; dport: string };
+    const peer = (labels: string[]): TracePeer => ({ labels: LabelSet.from(labels.map((t) => parseLabel(t, LabelSource.K8s))) });
+    const { port, proto } = parsePortProtocol(body.dport);
+    const t = agent.policy.trace(peer(body.src), peer(body.dst), proto, port);
+    return { verdict: t.verdict, egress: t.egress, ingress: t.ingress, text: formatTrace(t) };
+  });
+  app.get('/v1/endpoint/:id/policy', async (req) => {
+    const ep = endpointRef(agent, (req.params as { id: string }).id);
+    const p = agent.policy.endpointPolicy(ep.id);
+    return {
+      endpointId: p.endpointId,
+      identity: p.identity,
+      policyRevision: p.policyRevision,
+      enforcement: p.enforcement,
+      entries: p.entries,
+      ...(p.error ? { error: p.error.message } : {}),
+      // Computed here; the Linux datapath does not enforce policy maps yet.
+      datapathEnforced: false,
+    };
+  });
 
   app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, async (req) => agent.cni.handle(req.body as CniRequest));
 

@@ -1,7 +1,7 @@
 # tendril — `make demo`, `make test`, `make bench`. Every target installs what it
 # needs first; the install steps are idempotent.
 SHELL := /bin/bash
-APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc
+APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc containerd
 NODE_STAMP := node_modules/.package-lock.json
 
 .PHONY: all deps apt-deps build lint typecheck test demo bench clean

@@ -1,10 +1,13 @@
-// tendril-cni under a real runtime: podman 4 with its CNI backend drives the
-// plugin through Go's libcni. The agent and podman run in a "node" namespace;
-// containers are busybox rootfs built offline. A recording shim in front of
-// tendril-cni keeps what podman sent and what tendril answered for each call.
+// tendril-cni under real runtimes that drive plugins through Go's libcni:
+// podman 4 with its CNI backend, and containerd 1.6's `ctr run --cni`. The
+// agent and both runtimes run in a "node" namespace, each runtime with private
+// config, storage and CNI dirs (nothing under /etc is read or written);
+// containers are busybox rootfs built offline from busybox-static. A recording
+// shim in front of tendril-cni keeps what the runtime sent and what tendril
+// answered, call by call.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
@@ -14,6 +17,7 @@ import { requireRoot } from '../support/root.js';
 import { run, runOk } from '../support/run.js';
 import { BUSYBOX_PAGE } from '../support/runtimes/busybox.js';
 import { describeCall, installRecordingPlugin, readRecordedCalls, type RecordedCall } from '../support/runtimes/cniRecorder.js';
+import { Containerd, type ForegroundRun } from '../support/runtimes/containerd.js';
 import { Podman } from '../support/runtimes/podman.js';
 import { makeScratchDir } from '../support/skelFixture.js';
 import { REFERENCE_PLUGIN_DIR, TENDRIL_BIN } from '../support/tendrilBin.js';
@@ -32,6 +36,7 @@ let node = '';
 let agent: AgentProcess;
 let podman: Podman;
 let callLog = '';
+let scratchDir = '';
 const cleanups: Array<{ what: string; fn: () => Promise<unknown> }> = [];
 
 interface PodmanNetwork {
@@ -106,11 +111,13 @@ async function fetchFrom(c: Container, url: string): Promise<string> {
 
 before(async () => {
   await Podman.requireInstalled();
+  await Containerd.requireInstalled();
   node = (await pool.add('node')).name;
   agent = await AgentProcess.create({ nodeNetns: node, nodeName: 'tdl-node-rr', args: ['--pod-cidr', POD_CIDR] });
   cleanups.push({ what: 'agent', fn: () => agent.cleanup() });
   const scratch = await makeScratchDir();
   cleanups.push({ what: 'scratch dir', fn: scratch.cleanup });
+  scratchDir = scratch.dir;
   const binDir = join(scratch.dir, 'bin');
   await mkdir(binDir);
   callLog = join(scratch.dir, 'calls');
@@ -292,5 +299,124 @@ describe('podman (CNI backend, Go libcni) drives tendril-cni', () => {
     t.diagnostic(`podman's calls to tendril-cni: ${[...counts].map(([k, n]) => `${k} ×${n}`).join(', ')}`);
     const failed = all.filter((c) => c.code !== 0);
     assert.deepEqual(failed.map(describeCall), []);
+  });
+});
+
+describe('containerd 1.6 `ctr run --cni` (go-cni, Go libcni) drives tendril-cni', () => {
+  const CTR_NET = 'tdlctr';
+  let containerd: Containerd;
+  let ctrLog = '';
+  let web: ForegroundRun;
+  let webEp: Endpoint;
+  let clientEp: Endpoint | undefined;
+
+  async function ctrCalls(command: string, containerId: string): Promise<RecordedCall[]> {
+    return (await readRecordedCalls(ctrLog)).filter((c) => c.command === command && c.env.CNI_CONTAINERID === containerId);
+  }
+
+  async function endpointOf(containerId: string): Promise<Endpoint | undefined> {
+    return (await endpoints()).find((e) => e.containerId === containerId);
+  }
+
+  async function waitForEndpoint(r: ForegroundRun, containerId: string): Promise<Endpoint> {
+    let exited = false;
+    void r.done.then(() => (exited = true));
+    let ep: Endpoint | undefined;
+    await waitFor(
+      `the endpoint of ${containerId}`,
+      async () => {
+        if (exited) throw new Error(`ctr run ${r.name} exited early: ${JSON.stringify(await r.done)}`);
+        ep = await endpointOf(containerId);
+        return ep !== undefined;
+      },
+      20_000,
+    );
+    return ep!;
+  }
+
+  before(async () => {
+    // ctr reads the first file of /etc/cni/net.d and searches /opt/cni/bin:/usr/lib/cni;
+    // the daemon's private mount namespace shows it these dirs there instead.
+    const confDir = join(scratchDir, 'ctr-net.d');
+    const binDir = join(scratchDir, 'ctr-bin');
+    await mkdir(confDir);
+    await mkdir(binDir);
+    ctrLog = join(scratchDir, 'ctr-calls');
+    await installRecordingPlugin(binDir, 'tendril-cni', CNI_BIN, ctrLog);
+    await writeFile(join(confDir, '10-tdlctr.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: CTR_NET, plugins: [{ type: 'tendril-cni', socket: agent.socket }] }));
+    containerd = await Containerd.create({ nodeNetns: node, cniConfDir: confDir, cniBinDir: binDir });
+    // Runs before the agent's and the scratch dir's cleanup: ctr's DELs need both.
+    cleanups.push({
+      what: 'containerd',
+      fn: async () => {
+        const problems = await containerd.cleanup();
+        if (problems.length > 0) throw new Error(problems.join('; '));
+      },
+    });
+    await containerd.start();
+  });
+
+  test('two containers get addresses from the agent and talk; the one that exits is deleted with CNI_NETNS empty', async () => {
+    const webId = Containerd.cniContainerId('tdl-ctr-web');
+    const clientId = Containerd.cniContainerId('tdl-ctr-client');
+    web = await containerd.runForeground('tdl-ctr-web', ['httpd', '-f', '-p', '8080', '-h', '/www']);
+    webEp = await waitForEndpoint(web, webId);
+    const webIp = webEp.addresses[0]!.ip;
+    assert.ok(inCidr(webIp), webIp);
+    assert.equal(webEp.state, 'ready');
+    assert.match(webEp.netns, /^\/proc\/\d+\/ns\/net$/);
+
+    const add = (await ctrCalls('ADD', webId))[0];
+    assert.ok(add, 'ctr ran ADD');
+    assert.equal(add.code, 0, describeCall(add));
+    const result = JSON.parse(add.stdout) as { cniVersion: string; ips: Array<{ address: string; gateway: string }> };
+    assert.equal(result.cniVersion, '1.0.0');
+    assert.deepEqual(result.ips.map((i) => [i.address, i.gateway]), [[`${webIp}/32`, GATEWAY]]);
+
+    const client = await containerd.runForeground('tdl-ctr-client', [
+      'sh',
+      '-c',
+      `ip -4 -o addr show dev eth0; ping -c 1 -W 3 ${webIp} && wget -q -O - http://${webIp}:8080/index.html`,
+    ]);
+    const out = await client.done;
+    assert.equal(out.code, 0, `ctr run: ${out.stdout}\n${out.stderr}`);
+    assert.ok(out.stdout.includes(BUSYBOX_PAGE), out.stdout);
+    const clientIp = /inet (10\.247\.0\.\d+)\/32/.exec(out.stdout)?.[1];
+    assert.ok(clientIp && inCidr(clientIp) && clientIp !== webIp, out.stdout);
+
+    // ctr ran DEL after the task exited: no netns any more, prevResult from libcni's cache.
+    const dels = await ctrCalls('DEL', clientId);
+    assert.equal(dels.length, 1, dels.map(describeCall).join('\n'));
+    const del = dels[0]!;
+    assert.equal(del.code, 0, describeCall(del));
+    assert.equal(del.stdout, '', describeCall(del));
+    assert.equal(del.env.CNI_NETNS, '', 'ctr sends DEL with an empty CNI_NETNS');
+    assert.ok((JSON.parse(del.stdin) as { prevResult?: unknown }).prevResult, 'DEL carried prevResult');
+    clientEp = await endpointOf(clientId);
+    assert.equal(clientEp, undefined, 'the client endpoint is gone');
+    assert.ok(!(await podAllocations()).some((a) => a.ip === clientIp), `${clientIp} released`);
+    assert.ok(!(await nodeLxcRoutes()).includes(clientIp), 'host route removed');
+  });
+
+  test('killing the task: ctr runs DEL and the endpoint, address, device and route are gone', async () => {
+    const webId = Containerd.cniContainerId('tdl-ctr-web');
+    const kill = await containerd.ctr(['task', 'kill', '-s', 'SIGKILL', web.name]);
+    assert.equal(kill.code, 0, kill.stderr);
+    await web.done;
+    assert.equal(await endpointOf(webId), undefined);
+    const webIp = webEp.addresses[0]!.ip;
+    assert.ok(!(await podAllocations()).some((a) => a.ip === webIp), `${webIp} released`);
+    assert.ok(!(await nodeLxcLinks()).includes(webEp.hostIfName), `${webEp.hostIfName} removed`);
+    assert.ok(!(await nodeLxcRoutes()).includes(webIp), 'host route removed');
+    const dels = await ctrCalls('DEL', webId);
+    assert.equal(dels.length, 1);
+    assert.equal(dels[0]!.code, 0, describeCall(dels[0]!));
+    assert.equal((await containerd.ctr(['containers', 'list', '-q'])).stdout.trim(), '', 'ctr --rm removed both containers');
+  });
+
+  test('no call ctr made to tendril-cni failed', async (t) => {
+    const all = await readRecordedCalls(ctrLog);
+    t.diagnostic(`ctr's calls to tendril-cni: ${all.map((c) => c.command).join(', ')}`);
+    assert.deepEqual(all.filter((c) => c.code !== 0).map(describeCall), []);
   });
 });

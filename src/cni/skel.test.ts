@@ -225,21 +225,26 @@ describe('environment validation', () => {
 // ---- VERSION ---------------------------------------------------------------------
 
 describe('VERSION', () => {
-  test('prints the version info and needs neither stdin nor other env', async () => {
+  test('prints the version info and needs neither readable stdin nor other env', async () => {
     const info = pluginVersionInfo(['0.3.1', '0.4.0', '1.0.0', '1.1.0']);
     const r = await run(
       { CNI_COMMAND: 'VERSION' },
       {
         info,
         stdin: async () => {
-          throw new Error('stdin must not be read for VERSION');
+          throw new Error('no stdin');
         },
       },
     );
     assert.equal(r.code, 0, r.stdout);
-    assert.equal(r.stdinReads, 0);
     assert.deepEqual(r.out, { cniVersion: '1.1.0', supportedVersions: ['0.3.1', '0.4.0', '1.0.0', '1.1.0'] });
     assert.equal(r.calls.length, 0);
+  });
+
+  test('answers with the cniVersion given on stdin (spec: VERSION Success)', async () => {
+    const r = await run({ CNI_COMMAND: 'VERSION' }, { stdin: '{"cniVersion":"1.0.0"}' });
+    assert.equal(r.code, 0);
+    assert.equal((r.out as { cniVersion: string }).cniVersion, '1.0.0');
   });
 
   test('default info lists every spec version', async () => {

@@ -153,6 +153,25 @@ async function buildCmdArgs(command: CniCommand, vars: Record<string, string>, i
 }
 
 /**
+ * VERSION answers with the cniVersion the runtime put on stdin (spec, "VERSION
+ * Success"); stdin that is missing, unreadable or not a version means the newest.
+ */
+async function versionQueried(io: SkelIO): Promise<string> {
+  let text: string;
+  try {
+    text = await io.readStdin();
+  } catch {
+    return CURRENT_VERSION; // VERSION needs no stdin; a runtime may send none
+  }
+  try {
+    const v = (JSON.parse(text) as { cniVersion?: unknown }).cniVersion;
+    return typeof v === 'string' && /^\d+\.\d+\.\d+$/.test(v) ? v : CURRENT_VERSION;
+  } catch {
+    return CURRENT_VERSION; // not JSON: answer with the newest, as for no stdin
+  }
+}
+
+/**
  * The plugin-side dispatcher: validates env and stdin, negotiates the version,
  * runs the verb, prints the result in the config's version or the error JSON.
  * Returns the process exit code (0 or 1); never throws.
@@ -166,7 +185,7 @@ export async function dispatch(funcs: PluginFuncs, info: PluginVersionInfo, abou
     }
     const { command, vars } = readEnv(io);
     if (command === 'VERSION') {
-      io.stdout.write(`${JSON.stringify(info)}\n`);
+      io.stdout.write(`${JSON.stringify({ ...info, cniVersion: await versionQueried(io) })}\n`);
       return 0;
     }
     const args = await buildCmdArgs(command, vars, io, info);

@@ -5,25 +5,18 @@
  * IdentityView and CidrIdentitySource; tests use LocalIdentityTable.
  */
 import type { IpPrefix, LabelSet } from '../labels/index.js';
+import { LOCAL_IDENTITY_SCOPE, MIN_GLOBAL_IDENTITY, ReservedIdentity as IdentityNumbers } from '../identity/constants.js';
 
-/** Numeric security identities reserved by Cilium, kept identical so flows read the same. */
-export const ReservedIdentity = {
-  /** Map-state wildcard: "any peer". Never allocated to anything. */
-  Any: 0,
-  Host: 1,
-  World: 2,
-  Unmanaged: 3,
-  Health: 4,
-  Init: 5,
-  RemoteNode: 6,
-  KubeApiserver: 7,
-  Ingress: 8,
-} as const;
+/**
+ * The identity subsystem's reserved numbers (one definition, shared with the
+ * datapath), plus 0 as the map-state wildcard: "any peer", never allocated.
+ */
+export const ReservedIdentity = { ...IdentityNumbers, Any: 0 } as const;
 
 /** First identity allocated cluster-wide from labels. */
-export const MIN_ALLOCATED_IDENTITY = 256;
-/** Local (node-only) CIDR identities live in their own range, as Cilium's local scope (1 << 24). */
-export const MIN_LOCAL_CIDR_IDENTITY = 1 << 24;
+export const MIN_ALLOCATED_IDENTITY = MIN_GLOBAL_IDENTITY;
+/** Local (node-only) CIDR identities live in their own range, Cilium's local scope (1 << 24). */
+export const MIN_LOCAL_CIDR_IDENTITY = LOCAL_IDENTITY_SCOPE;
 
 export interface Identity {
   readonly id: number;

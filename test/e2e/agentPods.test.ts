@@ -5,15 +5,12 @@ import assert from 'node:assert/strict';
 import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { IpamList } from '../../src/api/types.js';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { CniError, CniErrorCode, type Result100 } from '../../src/cni/index.js';
-import { CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
-import { AgentProcess, tendrilPluginDir } from '../support/agentHarness.js';
+import { type CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
+import { type AgentProcess, ping as pingFrom, podAllocations as allocationsOf, podHostLinks, startSingleNode } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
-import { makeScratchDir } from '../support/skelFixture.js';
-import { REFERENCE_PLUGIN_DIR } from '../support/tendrilBin.js';
 
 requireRoot('the agent end-to-end test');
 
@@ -22,7 +19,7 @@ const pool = new NetnsPool('ag');
 let node = '';
 let agent: AgentProcess;
 let runtime: CniRuntime;
-const cleanups: Array<() => Promise<void>> = [];
+let cleanup = async () => {};
 
 function conflist(version: string, extra: Record<string, unknown> = {}): NetworkConfigList {
   return confListFromBytes(JSON.stringify({ cniVersion: version, name: 'tdlpods', plugins: [{ type: 'tendril-cni', socket: agent.socket, ...extra }] }));
@@ -32,14 +29,8 @@ function rt(containerId: string, netns: string, extra: Partial<RuntimeConf> = {}
   return { containerId, netns, ifName: 'eth0', args: [['IgnoreUnknown', '1'], ['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', containerId], ['SOMETHING_UNKNOWN', 'x']], ...extra };
 }
 
-async function ping(fromNs: string, ip: string): Promise<boolean> {
-  return (await pool.exec(fromNs, ['ping', '-c', '1', '-W', '2', ip])).code === 0;
-}
-
-async function nodeLinks(): Promise<string[]> {
-  const r = await pool.exec(node, ['ip', '-j', 'link', 'show']);
-  return (JSON.parse(r.stdout) as Array<{ ifname: string }>).map((l) => l.ifname).filter((n) => n.startsWith('lxc'));
-}
+const ping = (fromNs: string, ip: string) => pingFrom(pool, fromNs, ip);
+const nodeLinks = () => podHostLinks(pool, node);
 
 async function nodeRoutes(): Promise<string[]> {
   const r = await pool.exec(node, ['ip', '-j', '-4', 'route', 'show']);
@@ -47,24 +38,15 @@ async function nodeRoutes(): Promise<string[]> {
 }
 
 async function podAllocations(): Promise<string[]> {
-  const l = await agent.client.listIpam();
-  return (l as IpamList).allocations.filter((a) => !a.owner.startsWith('tendril:router')).map((a) => a.ip);
+  return (await allocationsOf(agent)).map((a) => a.split('=')[1]!);
 }
 
 before(async () => {
-  node = (await pool.add('node')).name;
-  agent = await AgentProcess.create({ nodeNetns: node, nodeName: 'tdl-node-a', args: ['--pod-cidr', POD_CIDR, '--ipam-expiration', '3000'] });
-  cleanups.push(() => agent.cleanup());
-  const bin = await tendrilPluginDir();
-  cleanups.push(bin.cleanup);
-  const scratch = await makeScratchDir();
-  cleanups.push(scratch.cleanup);
-  runtime = new CniRuntime({ pluginDirs: [bin.dir, REFERENCE_PLUGIN_DIR], cacheDir: join(scratch.dir, 'cache') });
-  await agent.start();
+  ({ node, agent, runtime, cleanup } = await startSingleNode(pool, { nodeName: 'tdl-node-a', args: ['--pod-cidr', POD_CIDR, '--ipam-expiration', '3000'] }));
 });
 
 after(async () => {
-  for (const c of cleanups.reverse()) await c();
+  await cleanup();
   await pool.cleanup();
 });
 

@@ -1,15 +1,13 @@
 // Policy through the agent's API and CLI: import, per-endpoint map state,
 // trace, delete, and invalid documents rejected whole.
 import assert from 'node:assert/strict';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
-import { CniRuntime, confListFromBytes } from '../../src/libcni/index.js';
-import { AgentProcess, tendrilPluginDir } from '../support/agentHarness.js';
+import { type CniRuntime, confListFromBytes } from '../../src/libcni/index.js';
+import { type AgentProcess, startSingleNode } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
 import { run } from '../support/run.js';
-import { makeScratchDir } from '../support/skelFixture.js';
 import { TENDRIL_BIN } from '../support/tendrilBin.js';
 
 requireRoot('the agent policy test');
@@ -17,7 +15,7 @@ requireRoot('the agent policy test');
 const pool = new NetnsPool('po');
 let agent: AgentProcess;
 let runtime: CniRuntime;
-const cleanups: Array<() => Promise<void>> = [];
+let cleanup = async () => {};
 
 const POLICY = `
 apiVersion: networking.k8s.io/v1
@@ -41,18 +39,10 @@ async function addPod(name: string, labels: string): Promise<Endpoint> {
 const cli = (...args: string[]) => run([TENDRIL_BIN, ...args, '--socket', agent.socket]);
 
 before(async () => {
-  const node = (await pool.add('node')).name;
-  agent = await AgentProcess.create({ nodeNetns: node, nodeName: 'tdl-node-p', args: ['--pod-cidr', '10.251.0.0/24'] });
-  cleanups.push(() => agent.cleanup());
-  const bin = await tendrilPluginDir();
-  cleanups.push(bin.cleanup);
-  const scratch = await makeScratchDir();
-  cleanups.push(scratch.cleanup);
-  runtime = new CniRuntime({ pluginDirs: [bin.dir, '/usr/lib/cni'], cacheDir: join(scratch.dir, 'cache') });
-  await agent.start();
+  ({ agent, runtime, cleanup } = await startSingleNode(pool, { nodeName: 'tdl-node-p', args: ['--pod-cidr', '10.251.0.0/24'] }));
 });
 after(async () => {
-  for (const c of cleanups.reverse()) await c();
+  await cleanup();
   await pool.cleanup();
 });
 

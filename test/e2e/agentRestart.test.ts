@@ -6,12 +6,10 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { CniError, CniErrorCode, type Result100 } from '../../src/cni/index.js';
-import { CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
-import { AgentProcess, tendrilPluginDir } from '../support/agentHarness.js';
+import { type CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
+import { type AgentProcess, ping as pingFrom, podAllocations as allocationsOf, podHostLinks, startSingleNode } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
-import { makeScratchDir } from '../support/skelFixture.js';
-import { REFERENCE_PLUGIN_DIR } from '../support/tendrilBin.js';
 
 requireRoot('the agent restart test');
 
@@ -20,43 +18,28 @@ const pool = new NetnsPool('rs');
 let node = '';
 let agent: AgentProcess;
 let runtime: CniRuntime;
-const cleanups: Array<() => Promise<void>> = [];
+let cleanup = async () => {};
 
 function conflist(version = '1.1.0'): NetworkConfigList {
   return confListFromBytes(JSON.stringify({ cniVersion: version, name: 'tdlrestart', plugins: [{ type: 'tendril-cni', socket: agent.socket }] }));
 }
 const rt = (containerId: string, netns: string): RuntimeConf => ({ containerId, netns, ifName: 'eth0', args: [['TENDRIL_LABELS', 'app=restart']] });
 
-async function ping(fromNs: string, ip: string): Promise<boolean> {
-  return (await pool.exec(fromNs, ['ping', '-c', '1', '-W', '2', ip])).code === 0;
-}
-
-async function nodeLinks(): Promise<string[]> {
-  const r = await pool.exec(node, ['ip', '-j', 'link', 'show']);
-  return (JSON.parse(r.stdout) as Array<{ ifname: string }>).map((l) => l.ifname).filter((n) => n.startsWith('lxc'));
-}
-
-async function podAllocations(): Promise<string[]> {
-  const l = await agent.client.listIpam();
-  return l.allocations.filter((a) => !a.owner.startsWith('tendril:router')).map((a) => `${a.owner}=${a.ip}`);
-}
+const ping = (fromNs: string, ip: string) => pingFrom(pool, fromNs, ip);
+const nodeLinks = () => podHostLinks(pool, node);
+const podAllocations = () => allocationsOf(agent);
 
 const ipOf = (r: Result100) => r.ips![0]!.address.split('/')[0]!;
 
 before(async () => {
-  node = (await pool.add('node')).name;
-  agent = await AgentProcess.create({ nodeNetns: node, nodeName: 'tdl-node-r', args: ['--pod-cidr', '10.241.0.0/24', '--ipam-expiration', String(EXPIRATION_MS)] });
-  cleanups.push(() => agent.cleanup());
-  const bin = await tendrilPluginDir();
-  cleanups.push(bin.cleanup);
-  const scratch = await makeScratchDir();
-  cleanups.push(scratch.cleanup);
-  runtime = new CniRuntime({ pluginDirs: [bin.dir, REFERENCE_PLUGIN_DIR], cacheDir: join(scratch.dir, 'cache') });
-  await agent.start();
+  ({ node, agent, runtime, cleanup } = await startSingleNode(pool, {
+    nodeName: 'tdl-node-r',
+    args: ['--pod-cidr', '10.241.0.0/24', '--ipam-expiration', String(EXPIRATION_MS)],
+  }));
 });
 
 after(async () => {
-  for (const c of cleanups.reverse()) await c();
+  await cleanup();
   await pool.cleanup();
 });
 

@@ -4,6 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AgentClient } from '../../src/client/agentClient.js';
+import { CniRuntime } from '../../src/libcni/index.js';
+import type { NetnsPool } from './netns.js';
+import { REFERENCE_PLUGIN_DIR } from './tendrilBin.js';
 
 export const AGENT_BIN = fileURLToPath(new URL('../../../bin/tendril-agent', import.meta.url));
 export const CNI_BIN = fileURLToPath(new URL('../../../bin/tendril-cni', import.meta.url));
@@ -98,4 +101,52 @@ export async function tendrilPluginDir(): Promise<{ dir: string; cleanup(): Prom
   const dir = await mkdtemp(join(tmpdir(), 'tdl-cnibin-'));
   await symlink(CNI_BIN, join(dir, 'tendril-cni'));
   return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
+}
+
+/** One node: an agent in its own namespace and a libcni runtime that reaches it through tendril-cni. */
+export interface SingleNode {
+  node: string;
+  agent: AgentProcess;
+  runtime: CniRuntime;
+  /** Stops the agent and removes its state, the plugin dir and the runtime's cache. */
+  cleanup(): Promise<void>;
+}
+
+export async function startSingleNode(pool: NetnsPool, opts: { nodeName: string; args: string[] }): Promise<SingleNode> {
+  const node = (await pool.add('node')).name;
+  const cleanups: Array<() => Promise<void>> = [];
+  const cleanup = async () => {
+    for (const c of cleanups.reverse()) await c();
+  };
+  try {
+    const agent = await AgentProcess.create({ nodeNetns: node, nodeName: opts.nodeName, args: opts.args });
+    cleanups.push(() => agent.cleanup());
+    const bin = await tendrilPluginDir();
+    cleanups.push(bin.cleanup);
+    const cache = await mkdtemp(join(tmpdir(), 'tdl-cache-'));
+    cleanups.push(() => rm(cache, { recursive: true, force: true }));
+    const runtime = new CniRuntime({ pluginDirs: [bin.dir, REFERENCE_PLUGIN_DIR], cacheDir: cache });
+    await agent.start();
+    return { node, agent, runtime, cleanup };
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+}
+
+/** Whether one ICMP echo from a namespace reaches an address. */
+export async function ping(pool: NetnsPool, fromNs: string, ip: string): Promise<boolean> {
+  return (await pool.exec(fromNs, ['ping', '-c', '1', '-W', '2', ip])).code === 0;
+}
+
+/** Host-side pod interfaces (lxc…) in a node namespace. */
+export async function podHostLinks(pool: NetnsPool, node: string): Promise<string[]> {
+  const r = await pool.exec(node, ['ip', '-j', 'link', 'show']);
+  return (JSON.parse(r.stdout) as Array<{ ifname: string }>).map((l) => l.ifname).filter((n) => n.startsWith('lxc'));
+}
+
+/** Addresses the agent has allocated to pods (the router's left out), as owner=ip. */
+export async function podAllocations(agent: AgentProcess): Promise<string[]> {
+  const l = await agent.client.listIpam();
+  return l.allocations.filter((a) => !a.owner.startsWith('tendril:router')).map((a) => `${a.owner}=${a.ip}`);
 }

@@ -2,31 +2,17 @@
 // 50 pods, tendril-cni + agent against the reference bridge + host-local,
 // driven by the same libcni runtime in the same run, plus where tendril's time goes.
 import { spawn } from 'node:child_process';
+import { exec, startBenchAgent } from './benchProcess.js';
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { AgentClient } from '../src/client/agentClient.js';
 
-const AGENT = fileURLToPath(new URL('../../bin/tendril-agent', import.meta.url));
 const CNI = fileURLToPath(new URL('../../bin/tendril-cni', import.meta.url));
 const WORKER = fileURLToPath(new URL('./cniPodsWorker.js', import.meta.url));
 const PLUGINS = '/usr/lib/cni';
 
-function exec(argv: string[], input = ''): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(argv[0]!, argv.slice(1), { stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    c.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    c.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    c.on('error', reject);
-    c.stdin.on('error', () => undefined); // a tool that never reads stdin closes it early
-    c.stdin.end(input);
-    c.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`${argv.join(' ')} exited ${code}: ${err.slice(-2000)}`))));
-  });
-}
 
 interface WorkerResult {
   add: number[];
@@ -65,18 +51,9 @@ export async function runCniPodsBench(pods = 50): Promise<CniPodsReport> {
     const binDir = join(scratch, 'bin');
     await exec(['mkdir', '-p', binDir]);
     await symlink(CNI, join(binDir, 'tendril-cni'));
-    const stateDir = join(scratch, 'state');
-    const socket = join(stateDir, 'tendril.sock');
-    agentProc = spawn('nsenter', [`--net=/var/run/netns/${node}`, '--', AGENT, '--state-dir', stateDir, '--node-name', 'tdl-bench', '--pod-cidr', '10.242.0.0/23', '--log-level', 'warn'], { stdio: 'ignore' });
-    const client = new AgentClient({ socketPath: socket, timeoutMs: 30_000 });
-    for (let i = 0; ; i++) {
-      try {
-        if ((await client.health()).status === 'ok') break;
-      } catch (err) {
-        if (i > 200) throw err;
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    const started = await startBenchAgent(node, join(scratch, 'state'), '10.242.0.0/23');
+    agentProc = started.process;
+    const { client, socket } = started;
     const tConf = join(scratch, 'tendril.conflist');
     await writeFile(tConf, JSON.stringify({ cniVersion: '1.0.0', name: 'tdlbench', plugins: [{ type: 'tendril-cni', socket }] }));
     const rConf = join(scratch, 'reference.conflist');

@@ -3,29 +3,15 @@
 // reference bridge plugin, two tendril pods, and the tendril path with 1,000
 // non-matching iptables FORWARD rules (an iptables-policy baseline).
 import { spawn } from 'node:child_process';
+import { exec, startBenchAgent } from './benchProcess.js';
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { AgentClient } from '../src/client/agentClient.js';
 
 const TENDRIL = fileURLToPath(new URL('../../bin/tendril', import.meta.url));
-const AGENT = fileURLToPath(new URL('../../bin/tendril-agent', import.meta.url));
 const CNI = fileURLToPath(new URL('../../bin/tendril-cni', import.meta.url));
 
-function exec(argv: string[], env: NodeJS.ProcessEnv = process.env, input = ''): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(argv[0]!, argv.slice(1), { env, stdio: ['pipe', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    c.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    c.stderr.on('data', (d: Buffer) => (err += d.toString()));
-    c.on('error', reject);
-    c.stdin.on('error', () => undefined);
-    c.stdin.end(input);
-    c.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`${argv.join(' ')} exited ${code}: ${err.slice(-1000)}`))));
-  });
-}
 
 const inNs = (ns: string, argv: string[]) => ['nsenter', `--net=/var/run/netns/${ns}`, '--', ...argv];
 
@@ -102,16 +88,7 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
     const ta = await ns(`${tag}ta`);
     const tb = await ns(`${tag}tb`);
     const state = join(scratch, 'state');
-    agent = spawn('nsenter', [`--net=/var/run/netns/${tnode}`, '--', AGENT, '--state-dir', state, '--node-name', 'tdl-tput', '--pod-cidr', '10.246.0.0/24', '--log-level', 'warn'], { stdio: 'ignore' });
-    const client = new AgentClient({ socketPath: join(state, 'tendril.sock') });
-    for (let i = 0; ; i++) {
-      try {
-        if ((await client.health()).status === 'ok') break;
-      } catch (err) {
-        if (i > 200) throw err;
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    agent = (await startBenchAgent(tnode, state, '10.246.0.0/24')).process;
     await symlink(CNI, join(scratch, 'bin', 'tendril-cni'));
     await writeFile(join(net, '20-tdl.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'tdltput', plugins: [{ type: 'tendril-cni', socket: join(state, 'tendril.sock') }] }));
     await addPod(tnode, 'tdltput', ta, join(scratch, 'bin'));

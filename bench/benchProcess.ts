@@ -1,0 +1,39 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { AgentClient } from '../src/client/agentClient.js';
+
+const AGENT = fileURLToPath(new URL('../../bin/tendril-agent', import.meta.url));
+
+/** Runs a command (argv, never a shell) and resolves with its stdout; rejects with its stderr's tail. */
+export function exec(argv: string[], env: NodeJS.ProcessEnv = process.env, input = ''): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(argv[0]!, argv.slice(1), { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    c.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    c.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    c.on('error', reject);
+    c.stdin.on('error', () => undefined); // a tool that never reads stdin closes it early
+    c.stdin.end(input);
+    c.on('close', (code) => (code === 0 ? resolve(out) : reject(new Error(`${argv.join(' ')} exited ${code}: ${err.slice(-2000)}`))));
+  });
+}
+
+/** A tendril-agent for a benchmark, in a node namespace, ready to serve. */
+export async function startBenchAgent(node: string, stateDir: string, podCidr: string): Promise<{ process: ChildProcess; client: AgentClient; socket: string }> {
+  const socket = join(stateDir, 'tendril.sock');
+  const proc = spawn('nsenter', [`--net=/var/run/netns/${node}`, '--', AGENT, '--state-dir', stateDir, '--node-name', 'tdl-bench', '--pod-cidr', podCidr, '--log-level', 'warn'], { stdio: 'ignore' });
+  const client = new AgentClient({ socketPath: socket, timeoutMs: 30_000 });
+  for (let i = 0; ; i++) {
+    try {
+      if ((await client.health()).status === 'ok') return { process: proc, client, socket };
+    } catch (err) {
+      if (i > 200) {
+        proc.kill('SIGKILL');
+        throw err;
+      }
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

@@ -1,28 +1,17 @@
 // ADD/DEL latency of `bin/tendril cni` (a full libcni runtime in a fresh Node
 // process) against exec'ing the reference bridge plugin directly with the same
 // config, side by side in one run: the runtime's own overhead.
-import { spawn } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
+import { exec } from './benchProcess.js';
 import { summarize, type Summary } from './stats.js';
 
 const TENDRIL = fileURLToPath(new URL('../../bin/tendril', import.meta.url));
 const PLUGINS = '/usr/lib/cni';
 
-function exec(argv: string[], env: NodeJS.ProcessEnv, input = ''): Promise<void> {
-  const [cmd, ...args] = argv;
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd!, args, { env, stdio: ['pipe', 'ignore', 'pipe'] });
-    let err = '';
-    child.stderr.on('data', (c: Buffer) => (err += c.toString()));
-    child.on('error', reject);
-    child.stdin.end(input);
-    child.on('close', (code) => (code === 0 ? resolve() : reject(new Error(`${argv.join(' ')} exited ${code}: ${err}`))));
-  });
-}
 
 async function timed(fn: () => Promise<void>): Promise<number> {
   const t0 = performance.now();
@@ -47,7 +36,7 @@ export async function runCniLatencyBench(iterations = 20): Promise<CniLatencyRep
     const plugin = { type: 'bridge', bridge: 'tdlbrbench', isGateway: true, ipMasq: false, ipam: { type: 'host-local', subnet: '10.218.0.0/24', dataDir: join(scratch, 'ipam') } };
     await writeFile(join(scratch, '10-tdlbench.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'tdlbench', plugins: [plugin] }));
     const cliEnv = { ...process.env, NETCONFPATH: scratch, CNI_PATH: PLUGINS, CNI_CONTAINERID: 'tdlbench' };
-    const cli = (verb: string) => exec([...nodeEnter, TENDRIL, 'cni', verb, 'tdlbench', `/var/run/netns/${pod}`, '--cache-dir', join(scratch, 'cache')], cliEnv);
+    const cli = (verb: string) => exec([...nodeEnter, TENDRIL, 'cni', verb, 'tdlbench', `/var/run/netns/${pod}`, '--cache-dir', join(scratch, 'cache')], cliEnv).then(() => undefined);
     const directConf = JSON.stringify({ ...plugin, cniVersion: '1.0.0', name: 'tdlbench' });
     const directEnv = (verb: string) => ({
       ...process.env,
@@ -57,7 +46,7 @@ export async function runCniLatencyBench(iterations = 20): Promise<CniLatencyRep
       CNI_IFNAME: 'eth0',
       CNI_PATH: PLUGINS,
     });
-    const direct = (verb: string) => exec([...nodeEnter, join(PLUGINS, 'bridge')], directEnv(verb), directConf);
+    const direct = (verb: string) => exec([...nodeEnter, join(PLUGINS, 'bridge')], directEnv(verb), directConf).then(() => undefined);
 
     const samples = { tAdd: [] as number[], tDel: [] as number[], dAdd: [] as number[], dDel: [] as number[] };
     // Warm-up pays the page cache for node, the plugins and the bridge's creation.

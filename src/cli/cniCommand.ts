@@ -1,7 +1,14 @@
 import { createHash } from 'node:crypto';
 import type { Command } from 'commander';
-import { asCniError, type CniArgs, CniError, CniErrorCode, parseCniArgs, validateAbsolutePath } from '../cni/index.js';
-import { CniRuntime, DEFAULT_CACHE_DIR, loadConfigDir, loadConfList, type RuntimeConf } from '../libcni/index.js';
+import { type CniArgs, parseCniArgs } from '../cni/cniArgs.js';
+import { asCniError, CniError, CniErrorCode } from '../cni/errors.js';
+import { validateAbsolutePath } from '../cni/names.js';
+import { DEFAULT_CACHE_DIR } from '../libcni/defaults.js';
+import type { RuntimeConf } from '../libcni/runtime.js';
+
+/** libcni is loaded when a cni command runs: its schemas cost every other command start-up time. */
+const libcni = () => import('../libcni/index.js');
+
 
 /**
  * `tendril cni …`: a runtime for humans and scripts, compatible with the reference
@@ -56,6 +63,7 @@ interface CommonOpts {
 
 async function runVerb(verb: string, network: string, netns: string | undefined, opts: CommonOpts & { valid?: string[] }): Promise<void> {
   const env = readCliEnv(process.env);
+  const { CniRuntime, loadConfList } = await libcni();
   const runtime = new CniRuntime({ pluginDirs: env.pluginDirs, cacheDir: opts.cacheDir });
   const list = await loadConfList(env.netconfPath, network);
   const needsNetns = verb === 'add' || verb === 'check' || verb === 'del';
@@ -139,6 +147,7 @@ CNI_IFNAME (default eth0), CNI_ARGS (k=v;k2=v2), CAP_ARGS (JSON), CNI_CONTAINERI
     .description('list the network configs in NETCONFPATH, and the files that failed to load')
     .action(() =>
       reportingCniErrors(async () => {
+        const { loadConfigDir } = await libcni();
         const { configs, invalid } = await loadConfigDir(readCliEnv(process.env).netconfPath);
         for (const c of configs) {
           process.stdout.write(`${c.list.name}\t${c.list.cniVersion}\t${c.list.plugins.map((p) => p.network.type).join(',')}\t${c.file}\n`);

@@ -1,8 +1,6 @@
 import { Command, Option } from 'commander';
-import { createLogger } from '../logging/logger.js';
 import { isKvstoreError } from '../kvstore/errors.js';
-import { DEFAULT_BACKEND, openBackend, parseKvstoreOpts } from '../kvstore/factory.js';
-import type { Backend, KeyValue } from '../kvstore/types.js';
+import { type Backend, DEFAULT_BACKEND, type KeyValue } from '../kvstore/types.js';
 import { CliError } from './cliError.js';
 
 /**
@@ -35,6 +33,8 @@ function withStoreFlags(cmd: Command): Command {
 async function withBackend<T>(flags: StoreFlags, fn: (kv: Backend) => Promise<T>): Promise<T> {
   let kv: Backend;
   try {
+    // Loaded on use: the logger and option schemas cost every other `tendril` command start-up time.
+    const [{ openBackend, parseKvstoreOpts }, { createLogger }] = await Promise.all([import('../kvstore/factory.js'), import('../logging/logger.js')]);
     kv = await openBackend({
       kind: flags.kvstore,
       options: parseKvstoreOpts(flags.kvstoreOpt),

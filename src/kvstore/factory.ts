@@ -14,7 +14,7 @@ export interface OpenBackendRequest {
   logger?: Logger;
 }
 
-export const DEFAULT_BACKEND: BackendKind = 'embedded';
+export { DEFAULT_BACKEND } from './types.js';
 
 const OPTION_KEYS: Record<BackendKind, readonly string[]> = {
   embedded: EMBEDDED_OPTION_KEYS,

@@ -18,6 +18,9 @@
 
 export type BackendKind = 'embedded' | 'etcd';
 
+/** `--kvstore` when none is given: a single node needs nothing else. */
+export const DEFAULT_BACKEND: BackendKind = 'embedded';
+
 /** A lease ID as a decimal string; '0' means "no lease". */
 export type LeaseId = string;
 export const NO_LEASE: LeaseId = '0';

@@ -3,8 +3,8 @@ import { join } from 'node:path';
 import { z } from 'zod';
 import { type AnyResult, type CniArgs, CniError, CniErrorCode } from '../cni/index.js';
 
-/** Default libcni cache directory, shared with other runtimes on the host. */
-export const DEFAULT_CACHE_DIR = '/var/lib/cni';
+export { DEFAULT_CACHE_DIR } from './defaults.js';
+import { DEFAULT_CACHE_DIR } from './defaults.js';
 
 const CACHE_KIND = 'cniCacheV1';
 

@@ -7,7 +7,7 @@ import { type Logger, createLogger } from '../logging/logger.js';
 import { RETRY, casLoop, newStats, DEFAULT_MAX_RETRIES } from './cas.js';
 import { parseCidr, formatIp } from './cidr.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
-import { Expirer } from './expirer.js';
+import { Expirer, readDeadlines } from './expirer.js';
 import { delegatedExpiryKey as expiryKey, delegatedKey, hostDelegatedExpiryPrefix as hostExpiryPrefix, hostDelegatedPrefix } from './keys.js';
 import { decode, encode } from './records.js';
 import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpamMode, IpamStats, ReleaseIpOptions } from './types.js';
@@ -283,18 +283,10 @@ export class DelegatedAllocator implements Allocator {
   }
 
   private async sweep(): Promise<{ released: Allocation[]; next: number | undefined }> {
-    const prefix = hostExpiryPrefix(this.host);
-    const res = await this.backend.list(prefix);
     const now = this.now();
     const released: Allocation[] = [];
-    let next: number | undefined;
-    for (const kv of res.kvs) {
-      const owner = kv.key.slice(prefix.length);
-      const at = Number(kv.value);
-      if (!(at <= now)) {
-        next = next === undefined ? at : Math.min(next, at);
-        continue;
-      }
+    const { due, next } = await readDeadlines(this.backend, hostExpiryPrefix(this.host), now);
+    for (const { owner } of due) {
       const r = await this.release(owner, (rec) => rec.expiresAt !== undefined && rec.expiresAt <= now);
       if (r === undefined || r.length === 0) continue;
       this.statsRec.expired += 1;

@@ -1,3 +1,5 @@
+import type { Backend, KeyValue } from '../kvstore/types.js';
+
 /**
  * Fires the allocator's expiry sweep at the earliest persisted deadline. The
  * deadlines themselves live in the kvstore (`expiry/<host>/<owner>`), so this
@@ -56,4 +58,20 @@ export class Expirer {
     this.armedAt = Infinity;
     await this.running;
   }
+}
+
+/**
+ * The persisted deadlines under a host's expiry prefix: the owners due now
+ * and when the next deadline falls (the sweep re-arms its timer for it).
+ */
+export async function readDeadlines(backend: Backend, prefix: string, now: number): Promise<{ due: Array<{ owner: string; kv: KeyValue }>; next: number | undefined }> {
+  const res = await backend.list(prefix);
+  const due: Array<{ owner: string; kv: KeyValue }> = [];
+  let next: number | undefined;
+  for (const kv of res.kvs) {
+    const at = Number(kv.value);
+    if (at <= now) due.push({ owner: kv.key.slice(prefix.length), kv });
+    else if (!Number.isNaN(at)) next = next === undefined ? at : Math.min(next, at);
+  }
+  return { due, next };
 }

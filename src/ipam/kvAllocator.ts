@@ -3,7 +3,7 @@ import { type Logger, createLogger } from '../logging/logger.js';
 import { AffinityManager } from './affinity.js';
 import { DEFAULT_MAX_RETRIES, newStats } from './cas.js';
 import { IpamError, IpamErrorCode } from './errors.js';
-import { Expirer } from './expirer.js';
+import { Expirer, readDeadlines } from './expirer.js';
 import { hostExpiryPrefix } from './keys.js';
 import { type Pool, blockOf, selectPools } from './pools.js';
 import type { HandleAddr, HandleRecord } from './records.js';
@@ -217,18 +217,10 @@ export abstract class KvAllocator implements Allocator {
   }
 
   private async sweep(): Promise<{ released: Allocation[]; next: number | undefined }> {
-    const prefix = hostExpiryPrefix(this.host);
-    const res = await this.store.backend.list(prefix);
     const now = this.now();
     const released: Allocation[] = [];
-    let next: number | undefined;
-    for (const kv of res.kvs) {
-      const owner = kv.key.slice(prefix.length);
-      const at = Number(kv.value);
-      if (!(at <= now)) {
-        next = next === undefined ? at : Math.min(next, at);
-        continue;
-      }
+    const { due, next } = await readDeadlines(this.store.backend, hostExpiryPrefix(this.host), now);
+    for (const { owner, kv } of due) {
       // Re-checked on the handle inside the CAS: a confirm that lands first wins.
       const r = await this.store.releaseOwner(owner, (h) => h.expiresAt !== undefined && h.expiresAt <= now);
       if (r === undefined) {

@@ -6,6 +6,7 @@ import {
   CniError,
   CniErrorCode,
   decodeVersion,
+  ipFamily,
   type NetConf,
   parseNetConf,
   parseCniArgs,
@@ -43,6 +44,17 @@ interface ParsedCall {
 
 const AttachmentsSchema = z.array(z.object({ containerID: z.string(), ifname: z.string() }));
 
+/** Addresses asked for through CNI_ARGS `IP=` (comma-separated, one per family). */
+function requestedIps(args: CniArgs): string[] {
+  const raw = args.find(([k]) => k === 'IP')?.[1];
+  if (raw === undefined || raw === '') return [];
+  const ips = raw.split(',').map((x) => x.trim());
+  for (const ip of ips) {
+    if (ipFamily(ip) === 0) throw new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP="${raw}" is not a list of IP addresses`);
+  }
+  return ips;
+}
+
 /** IPAM owner of an attachment: the container ID, plus the interface when it is not eth0. */
 export function ipamOwner(containerId: string, ifName: string): string {
   return ifName === 'eth0' ? containerId : `${containerId}:${ifName}`;
@@ -65,6 +77,8 @@ function fromIpamError(err: IpamError): AgentError {
       return new AgentError('INVALID_REQUEST', err.message);
     case IpamErrorCode.CONFLICT:
       return new AgentError('TRY_AGAIN', err.message);
+    case IpamErrorCode.IP_IN_USE:
+      return new AgentError('CONFLICT', err.message);
     case IpamErrorCode.NOT_STARTED:
       return new AgentError('NOT_READY', err.message);
     case IpamErrorCode.DELEGATE_FAILED: {
@@ -206,11 +220,15 @@ export class CniService {
     try {
       const allocations: Allocation[] = [];
       undo.push({ what: 'release addresses', fn: () => allocator.releaseOwner(owner) });
+      // CNI_ARGS IP= (podman --ip, the spec's convention) asks for given addresses.
+      const wanted = requestedIps(call.args);
       for (const family of families.length > 0 ? families : ([4] as const)) {
+        const ip = wanted.find((w) => ipFamily(w) === family);
         allocations.push(
           await allocator.allocate({
             owner,
             family,
+            ...(ip ? { ip } : {}),
             // Delegated allocators exist per netconf and only once a call names them, so
             // after a restart none would re-arm or confirm an expiry: no expiration there.
             ...(config.ipam === 'delegated' ? {} : { expirationMs: config.ipamExpirationMs }),

@@ -40,7 +40,7 @@ export function newBlock(cidr: Cidr, opts: NewBlockOptions): BlockRecord {
   };
 }
 
-function isReserved(b: BlockRecord, ord: bigint): boolean {
+export function isReserved(b: BlockRecord, ord: bigint): boolean {
   return b.reserved.some(([lo, hi]) => ord >= BigInt(lo) && ord <= BigInt(hi));
 }
 

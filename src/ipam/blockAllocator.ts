@@ -4,6 +4,7 @@ import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
 import { DEFAULT_BLOCK_SIZE, type Pool, type PoolConfig, parsePools } from './pools.js';
 import type { AssignOptions } from './store.js';
+import type { BlockRecord } from './records.js';
 import type { IpFamily, IpamMode } from './types.js';
 
 export interface BlockAllocatorOptions extends KvAllocatorOptions {
@@ -81,9 +82,14 @@ export class BlockAllocator extends KvAllocator {
     return this.affinities.releaseEmptyBlocks();
   }
 
+  // Borrowed addresses do not sit in this host's block: routing is per address.
+  protected addressPrefixLength(b: BlockRecord): number {
+    return fullLength(b.cidr);
+  }
+
   protected async place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
     const names = new Set(pools.map((p) => p.name));
-    const own: AssignOptions = { family, expiresAt, prefixLength: (b) => fullLength(b.cidr), mayUse: (b) => b.affinity === this.host };
+    const own: AssignOptions = { family, expiresAt, prefixLength: (b) => this.addressPrefixLength(b), mayUse: (b) => b.affinity === this.host };
     const cache = await this.ownBlocks();
     // 1. Blocks this host already owns.
     const order = [...cache].sort(([x], [y]) => Number(this.fullHint.has(x)) - Number(this.fullHint.has(y)));
@@ -129,7 +135,7 @@ export class BlockAllocator extends KvAllocator {
     for (const pool of pools) {
       const all = [...(await existingBlocks(this.store, pool))].sort(([, x], [, y]) => Number(y === this.host) - Number(x === this.host));
       for (const [cidr] of all) {
-        const out = await this.store.assign(cidr, owner, { family, expiresAt, prefixLength: (b) => fullLength(b.cidr) });
+        const out = await this.store.assign(cidr, owner, { family, expiresAt, prefixLength: (b) => this.addressPrefixLength(b) });
         if (typeof out === 'object') return placed(out, out.block?.affinity !== this.host);
       }
     }

@@ -3,6 +3,7 @@ import { claimFreeBlock } from './claim.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
 import { type Pool, parsePools } from './pools.js';
+import type { BlockRecord } from './records.js';
 import type { IpFamily, IpamMode } from './types.js';
 
 export interface ClusterPoolOptions extends KvAllocatorOptions {
@@ -63,16 +64,20 @@ export class ClusterPoolAllocator extends KvAllocator {
     }
   }
 
+  protected addressPrefixLength(_b: BlockRecord, pool: Pool): number {
+    return pool.blockSize;
+  }
+
   protected async place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
     const mine = (this.nodeCidrMap.get(family) ?? []).filter((n) => pools.includes(n.pool));
     for (const n of mine) {
       const out = await this.store.assign(n.cidr, owner, {
         family,
         expiresAt,
-        prefixLength: () => n.pool.blockSize,
+        prefixLength: (b) => this.addressPrefixLength(b, n.pool),
         mayUse: (b) => b.affinity === this.host,
       });
-      if (out === 'full') continue;
+      if (out === 'full' || out === 'taken') continue; // 'taken' only answers a request for a given address
       if (out === 'unusable') throw new IpamError(IpamErrorCode.CONFLICT, `per-node CIDR ${n.cidr} is no longer owned by ${this.host}`, { pool: n.pool.name });
       return placed(out, false);
     }

@@ -99,6 +99,26 @@ export function runAllocatorContract(name: string, newSubject: NewAllocatorSubje
       assert.equal((await a.get(o)).length, s.families.length);
     });
 
+    it('allocates a given address once: in use is IPAM_IP_IN_USE, outside the pool is invalid', async () => {
+      if (!s.hasRouter) {
+        // Delegated IPAM: the plugin chooses every address.
+        await rejectsWithIpamCode(a.allocate({ owner: owner(), family: 4, ip: '10.0.0.9' }), 'IPAM_INVALID_ARGUMENT');
+        return;
+      }
+      // Take one address, release it, and ask for exactly that one: free again, so it must be granted.
+      const probe = await a.allocate({ owner: owner(), family: 4 });
+      await a.releaseOwner(probe.owner);
+      const o = owner();
+      const got = await a.allocate({ owner: o, family: 4, ip: probe.ip });
+      assert.equal(got.ip, probe.ip);
+      assert.equal(got.prefixLength, probe.prefixLength);
+      assert.equal((await a.allocate({ owner: o, family: 4, ip: probe.ip })).ip, probe.ip, 'a retry gets it again');
+      await rejectsWithIpamCode(a.allocate({ owner: owner(), family: 4, ip: probe.ip }), 'IPAM_IP_IN_USE');
+      await rejectsWithIpamCode(a.allocate({ owner: owner(), family: 4, ip: a.routerAddress(4)!.ip }), 'IPAM_IP_IN_USE');
+      await rejectsWithIpamCode(a.allocate({ owner: owner(), family: 4, ip: '192.0.2.1' }), 'IPAM_INVALID_ARGUMENT');
+      await rejectsWithIpamCode(a.allocate({ owner: owner(), family: 4, ip: 'not-an-ip' }), 'IPAM_INVALID_ARGUMENT');
+    });
+
     it('gives a retried allocate for the same owner and family the same address', async () => {
       const o = owner();
       const first = await a.allocate({ owner: o, family: 4 });

@@ -142,6 +142,9 @@ export class DelegatedAllocator implements Allocator {
   }
 
   async allocate(req: AllocateRequest): Promise<Allocation> {
+    if (req.ip !== undefined) {
+      throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, 'delegated IPAM cannot allocate a given address; the IPAM plugin chooses');
+    }
     validateName('owner', req.owner);
     if (req.pool !== undefined && req.pool !== this.opts.netconf.name) {
       throw new IpamError(IpamErrorCode.UNKNOWN_POOL, `delegated IPAM serves only ${this.opts.netconf.name}, not ${req.pool}`, { pool: req.pool });

@@ -19,6 +19,8 @@ export const IpamErrorCode = {
   /** The delegated IPAM plugin failed; the CNI error is the cause. */
   DELEGATE_FAILED: 'IPAM_DELEGATE_FAILED',
   NOT_STARTED: 'IPAM_NOT_STARTED',
+  /** A specific address was asked for and it is allocated or reserved. */
+  IP_IN_USE: 'IPAM_IP_IN_USE',
 } as const;
 
 export type IpamErrorCode = (typeof IpamErrorCode)[keyof typeof IpamErrorCode];

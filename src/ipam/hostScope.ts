@@ -3,6 +3,7 @@ import { formatCidr } from './cidr.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
 import { type Pool, parsePools } from './pools.js';
+import type { BlockRecord } from './records.js';
 import type { IpFamily, IpamMode } from './types.js';
 
 export interface HostScopeOptions extends KvAllocatorOptions {
@@ -36,15 +37,19 @@ export class HostScopeAllocator extends KvAllocator {
     }
   }
 
+  protected addressPrefixLength(_b: BlockRecord, pool: Pool): number {
+    return pool.cidr.prefixLength;
+  }
+
   protected async place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
     for (const pool of pools) {
       const out = await this.store.assign(formatCidr(pool.cidr), owner, {
         family,
         expiresAt,
-        prefixLength: () => pool.cidr.prefixLength,
+        prefixLength: (b) => this.addressPrefixLength(b, pool),
         mayUse: (b) => b.affinity === this.host,
       });
-      if (out === 'full') continue;
+      if (out === 'full' || out === 'taken') continue; // 'taken' only answers a request for a given address
       if (out === 'unusable') throw new IpamError(IpamErrorCode.CONFLICT, `pod CIDR ${formatCidr(pool.cidr)} is no longer affine to ${this.host}`, { pool: pool.name });
       return placed(out, false);
     }

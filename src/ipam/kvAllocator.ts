@@ -6,7 +6,7 @@ import { IpamError, IpamErrorCode } from './errors.js';
 import { Expirer, readDeadlines } from './expirer.js';
 import { hostExpiryPrefix } from './keys.js';
 import { type Pool, blockOf, selectPools } from './pools.js';
-import type { HandleAddr, HandleRecord } from './records.js';
+import type { BlockRecord, HandleAddr, HandleRecord } from './records.js';
 import { IpamStore } from './store.js';
 import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpFamily, IpamMode, IpamStats, ReleaseIpOptions } from './types.js';
 
@@ -159,7 +159,7 @@ export abstract class KvAllocator implements Allocator {
     const expiresAt = req.expirationMs === undefined ? undefined : this.now() + req.expirationMs;
     // A retried ADD gets the address it already has (no second address, no
     // leak): IpamStore.assign checks the owner's handle in the same read as the block.
-    const placed = await this.place(req.owner, req.family, pools, expiresAt);
+    const placed = req.ip === undefined ? await this.place(req.owner, req.family, pools, expiresAt) : await this.placeAt(req.owner, req.family, req.ip, pools, expiresAt);
     if (placed.fresh) {
       this.statsRec.allocations += 1;
       if (placed.borrowed) this.statsRec.borrowed += 1;
@@ -186,6 +186,30 @@ export abstract class KvAllocator implements Allocator {
     this.statsRec.releases += r.addrs.length;
     this.onReleased(r.addrs.map((x) => x.cidr));
     return this.handleAllocations(r.handle);
+  }
+
+  /** Prefix length reported for an address of `pool` in block `b` (the pod-side configuration). */
+  protected abstract addressPrefixLength(b: BlockRecord, pool: Pool): number;
+
+  /** Allocates exactly `ip`, from a block of this host's. */
+  private async placeAt(owner: string, family: IpFamily, ip: string, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
+    let hit: ReturnType<typeof blockOf>;
+    try {
+      hit = blockOf(pools, ip);
+    } catch {
+      hit = undefined; // not an address at all: reported just below like one outside the pools
+    }
+    if (hit === undefined || hit.pool.cidr.family !== family) {
+      throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, `${ip} is not an IPv${family} address in pool ${pools.map((p) => p.name).join(', ')}`);
+    }
+    const pool = hit.pool;
+    const out = await this.store.assign(hit.cidr, owner, { family, expiresAt, ip, prefixLength: (b) => this.addressPrefixLength(b, pool), mayUse: (b) => b.affinity === this.host });
+    if (out === 'taken' || out === 'full') throw new IpamError(IpamErrorCode.IP_IN_USE, `${ip} is already allocated or reserved`, { pool: pool.name });
+    if (out === 'unusable') throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, `${ip} lies in block ${hit.cidr}, which is not affine to ${this.host}`, { pool: pool.name });
+    if (!out.fresh && out.addr.ip !== ip) {
+      throw new IpamError(IpamErrorCode.CONFLICT, `owner ${owner} already holds ${out.addr.ip}; release it before asking for ${ip}`, { pool: pool.name });
+    }
+    return placed(out, false);
   }
 
   /** Called with the blocks addresses were just released from (a subclass may keep hints). */

@@ -1,5 +1,5 @@
 import type { Backend, Compare, TxnOp } from '../kvstore/types.js';
-import { assign, findFree, ipAt, ordinalOf } from './block.js';
+import { assign, findFree, ipAt, isReserved, ordinalOf } from './block.js';
 import { RETRY, casLoop } from './cas.js';
 import { blockKey, expiryKey, handleKey, hostHandleKey, hostHandlesPrefix } from './keys.js';
 import { type BlockRecord, BlockRecordSchema, type HandleAddr, type HandleRecord, HandleRecordSchema, decode, encode } from './records.js';
@@ -18,6 +18,8 @@ export interface AssignOptions {
   prefixLength: (b: BlockRecord) => number;
   /** Last look at the freshly read block: false skips it (e.g. it changed hands). */
   mayUse?: (b: BlockRecord) => boolean;
+  /** This address and no other (it must lie in the block); 'taken' when it is in use or reserved. */
+  ip?: string;
 }
 
 export type AssignOutcome =
@@ -30,7 +32,8 @@ export type AssignOutcome =
       expiresAt: number | undefined;
     }
   | 'full'
-  | 'unusable';
+  | 'unusable'
+  | 'taken';
 
 /**
  * The block and handle records in the kvstore and the transactions that
@@ -76,8 +79,14 @@ export class IpamStore {
       if (h !== undefined && held !== undefined) return { addr: held, fresh: false, block: b?.rec, expiresAt: h.rec.expiresAt };
       if (b === undefined || (opts.mayUse !== undefined && !opts.mayUse(b.rec))) return 'unusable' as const;
       const block = structuredClone(b.rec);
-      const ord = findFree(block);
-      if (ord === undefined) return 'full' as const;
+      let ord: bigint | undefined;
+      if (opts.ip !== undefined) {
+        ord = ordinalOf(block, opts.ip);
+        if (ord === undefined || isReserved(block, ord) || block.allocs[ord.toString()] !== undefined) return 'taken' as const;
+      } else {
+        ord = findFree(block);
+        if (ord === undefined) return 'full' as const;
+      }
       const seq = assign(block, ord, owner);
       const addr: HandleAddr = { family: opts.family, ip: ipAt(block, ord), cidr: block.cidr, pool: block.pool, seq, prefixLength: opts.prefixLength(block) };
       const handle: HandleRecord =

@@ -26,6 +26,11 @@ export interface AllocateRequest {
   /** Pool name or CIDR; omitted: the allocator's pools of that family in order. */
   pool?: string;
   /**
+   * This address and no other (Cilium's POST /ipam/{ip}, CNI_ARGS IP=). It must
+   * lie in a block this host may allocate from; in use or reserved is IPAM_IP_IN_USE.
+   */
+  ip?: string;
+  /**
    * Provisional allocation: released by itself unless `confirm(owner)` comes
    * within this many ms (Cilium's expiration UUID). The deadline is persisted,
    * so it also fires after an agent restart. Omitted: permanent.

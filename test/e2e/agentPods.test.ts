@@ -174,6 +174,27 @@ describe('bad input changes nothing', () => {
   });
 });
 
+describe('given addresses', () => {
+  test('CNI_ARGS IP= gives the pod exactly that address; a second pod asking for it gets a conflict', async () => {
+    const first = await pool.add('ipa');
+    const second = await pool.add('ipb');
+    const r = (await runtime.addNetworkList(conflist('1.0.0'), rt('tdl-ip-a', first.path, { args: [['IP', '10.240.0.200']] }))) as Result100;
+    assert.equal(r.ips![0]!.address, '10.240.0.200/32');
+    await assert.rejects(runtime.addNetworkList(conflist('1.0.0'), rt('tdl-ip-b', second.path, { args: [['IP', '10.240.0.200']] })), (e: unknown) => e instanceof CniError && /already allocated/.test(e.message));
+    assert.deepEqual(await nodeLinks(), [(await agent.client.getEndpoint('container-id:tdl-ip-a') as Endpoint).hostIfName], 'the failed ADD left nothing');
+    await runtime.delNetworkList(conflist('1.0.0'), rt('tdl-ip-a', first.path));
+  });
+
+  test('POST /ipam/{ip} allocates that address, 409 when taken; DELETE /ipam/{ip} frees it', async () => {
+    const res = await agent.client.request<{ address: { ip: string } }>('POST', '/ipam/10.240.0.201?owner=tdl-manual');
+    assert.equal(res.address.ip, '10.240.0.201');
+    await assert.rejects(agent.client.request('POST', '/ipam/10.240.0.201?owner=tdl-other'), (e: unknown) => (e as { status?: number }).status === 409);
+    await assert.rejects(agent.client.request('POST', '/ipam/192.0.2.7?owner=tdl-other'), (e: unknown) => (e as { status?: number }).status === 400);
+    await agent.client.request('DELETE', '/ipam/10.240.0.201');
+    assert.deepEqual(await podAllocations(), []);
+  });
+});
+
 describe('STATUS and GC (1.1.0)', () => {
   test('STATUS succeeds while the agent runs', async () => {
     await runtime.getStatusNetworkList(conflist('1.1.0'));

@@ -77,21 +77,31 @@ export function buildServer(agent: Agent): FastifyInstance {
     };
   });
 
-  app.post('/v1/ipam', { schema: { querystring: spec.query('/ipam', 'post') } }, async (req, reply): Promise<IpamResponse> => {
-    const q = req.query as { family?: 'ipv4' | 'ipv6'; owner: string; pool?: string };
-    const expiration = String(req.headers.expiration ?? '').toLowerCase() === 'true';
+  const allocateRoute = async (q: { family?: 'ipv4' | 'ipv6'; owner: string; pool?: string }, ip: string | undefined, expirationHeader: unknown): Promise<IpamResponse> => {
+    const expiration = String(expirationHeader ?? '').toLowerCase() === 'true';
     const allocator = agent.ipam.all()[0];
     if (!allocator || agent.ipam.mode === 'delegated') throw new AgentError('INVALID_REQUEST', 'POST /ipam needs a kvstore-backed IPAM mode; delegated IPAM allocates through CNI ADD');
+    if (ip !== undefined && ipFamily(ip) === 0) throw new AgentError('INVALID_REQUEST', `"${ip}" is not an IP address`);
     const a = await allocator.allocate({
       owner: q.owner,
-      family: q.family === 'ipv6' ? 6 : 4,
+      family: ip !== undefined ? (ipFamily(ip) as 4 | 6) : q.family === 'ipv6' ? 6 : 4,
+      ...(ip !== undefined ? { ip } : {}),
       ...(q.pool ? { pool: q.pool } : {}),
       ...(expiration ? { expirationMs: agent.config.ipamExpirationMs } : {}),
     });
-    reply.status(201);
     const v4 = allocator.routerAddress(4)?.ip;
     const v6 = allocator.routerAddress(6)?.ip;
     return { address: allocationBody(a), hostAddressing: { ...(v4 ? { ipv4: v4 } : {}), ...(v6 ? { ipv6: v6 } : {}) } };
+  };
+  app.post('/v1/ipam', { schema: { querystring: spec.query('/ipam', 'post') } }, async (req, reply): Promise<IpamResponse> => {
+    const r = await allocateRoute(req.query as { family?: 'ipv4' | 'ipv6'; owner: string; pool?: string }, undefined, req.headers.expiration);
+    reply.status(201);
+    return r;
+  });
+  app.post('/v1/ipam/:ip', { schema: { querystring: spec.query('/ipam/{ip}', 'post') } }, async (req, reply): Promise<IpamResponse> => {
+    const r = await allocateRoute(req.query as { owner: string; pool?: string }, (req.params as { ip: string }).ip, req.headers.expiration);
+    reply.status(201);
+    return r;
   });
 
   app.delete('/v1/ipam/:ip', async (req) => {

@@ -135,7 +135,7 @@ export class Agent {
     const { endpoints, problems } = await this.store.loadAll();
     for (const p of problems) this.log.error({ dir: p.dir, error: p.error }, 'cannot restore endpoint state');
     for (const ep of endpoints) {
-      if (ep.state === 'disconnecting' || !(await this.datapath.podExists(ep.containerId, ep.ifName))) {
+      if (ep.state === 'disconnecting' || !(await this.datapath.podExists(ep.containerId, ep.ifName, ep.hostIfName))) {
         this.log.warn({ endpoint: ep.id, containerId: ep.containerId }, 'endpoint vanished while the agent was down; releasing it');
         for (const a of this.ipam.all()) await a.releaseOwner(ipamOwner(ep.containerId, ep.ifName));
         await this.store.remove(ep.id);

@@ -31,6 +31,35 @@ import { endpointLabels, podRefFromArgs } from './endpointLabels.js';
 import type { IpamProvider } from './ipamProvider.js';
 import { KeyedMutex } from './keyedMutex.js';
 
+interface UndoStep {
+  what: string;
+  fn: () => Promise<unknown>;
+}
+
+/** Runs a transaction's undo steps newest first; a failing step is logged and the rest still run. */
+async function rollBack(undo: UndoStep[], log: Logger, containerId: string): Promise<void> {
+  for (const step of [...undo].reverse()) {
+    try {
+      await step.fn();
+    } catch (undoErr) {
+      log.error({ err: undoErr, step: step.what, containerId }, 'rollback step failed');
+    }
+  }
+}
+
+/** PUT /endpoint/{id}: a pod set up by someone else, to be made an endpoint. */
+export interface EndpointAdoption {
+  id?: number;
+  containerId: string;
+  ifName: string;
+  netns: string;
+  hostIfName: string;
+  addresses: string[];
+  labels?: string[];
+  podNamespace?: string;
+  podName?: string;
+}
+
 /** A CNI call after validation at the API boundary. */
 interface ParsedCall {
   command: CniRequest['command'];
@@ -216,7 +245,7 @@ export class CniService {
 
     const allocator = await this.d.ipam.allocatorFor(call.conf);
     const families = this.d.ipam.families();
-    const undo: Array<{ what: string; fn: () => Promise<unknown> }> = [];
+    const undo: UndoStep[] = [];
     try {
       const allocations: Allocation[] = [];
       undo.push({ what: 'release addresses', fn: () => allocator.releaseOwner(owner) });
@@ -284,13 +313,7 @@ export class CniService {
       log.info({ endpoint: ep.id, identity: ready.identity, containerId: call.containerId, ifName: call.ifName, addresses: ep.addresses.map((a) => a.ip) }, 'endpoint created');
       return this.result(call, ready);
     } catch (err) {
-      for (const step of undo.reverse()) {
-        try {
-          await step.fn();
-        } catch (undoErr) {
-          log.error({ err: undoErr, step: step.what, containerId: call.containerId }, 'rollback step failed');
-        }
-      }
+      await rollBack(undo, log, call.containerId);
       throw err;
     }
   }
@@ -320,7 +343,7 @@ export class CniService {
       if (!(err instanceof IdentityError && err.code === IdentityErrorCode.NOT_ALLOCATED)) throw err;
       log.warn({ endpoint: ep.id, identity: ep.identity }, 'endpoint identity was not held; continuing teardown');
     }
-    await datapath.removePod({ containerId: ep.containerId, netns: netns || ep.netns, ifName: ep.ifName, addresses: ep.addresses });
+    await datapath.removePod({ containerId: ep.containerId, hostIfName: ep.hostIfName, netns: netns || ep.netns, ifName: ep.ifName, addresses: ep.addresses });
     const allocators = conf ? [await this.d.ipam.allocatorFor(conf)] : this.d.ipam.all();
     for (const a of allocators) await a.releaseOwner(ipamOwner(ep.containerId, ep.ifName));
     await store.remove(ep.id);
@@ -347,6 +370,74 @@ export class CniService {
       if (!held.has(a.ip)) throw new AgentError('DATAPATH_FAILED', `address ${a.ip} of endpoint ${ep.id} is no longer allocated to it`);
     }
     await this.d.datapath.checkPod({ containerId: ep.containerId, netns: call.netns, ifName: ep.ifName, mtu: ep.mtu, addresses: ep.addresses });
+  }
+
+  /**
+   * PUT /endpoint/{id}: an endpoint for a pod whose veth pair and addresses
+   * someone else set up (Cilium's plugin-driven flow: POST /ipam, create the
+   * veth, PUT the endpoint). The addresses must be allocated to the
+   * attachment's owner; the agent adds the host side, identity and policy.
+   */
+  async adoptEndpoint(req: EndpointAdoption): Promise<Endpoint> {
+    validateContainerId(req.containerId);
+    validateInterfaceName(req.ifName);
+    validateInterfaceName(req.hostIfName);
+    validateAbsolutePath(req.netns, 'netns');
+    const owner = ipamOwner(req.containerId, req.ifName);
+    return this.locks.run(owner, async () => {
+      const { endpoints, store, datapath, config, log } = this.d;
+      if (endpoints.byContainer(req.containerId, req.ifName)) throw new AgentError('CONFLICT', `container ${req.containerId} interface ${req.ifName} already has an endpoint`);
+      if (req.id !== undefined && endpoints.get(req.id)) throw new AgentError('CONFLICT', `endpoint ID ${req.id} is taken`);
+      const held: Allocation[] = [];
+      for (const a of this.d.ipam.all()) held.push(...(await a.get(owner)));
+      const allocations = req.addresses.map((ip) => {
+        const a = held.find((h) => h.ip === ip);
+        if (!a) throw new AgentError('INVALID_REQUEST', `address ${ip} is not allocated to ${owner}: allocate it first (POST /ipam?owner=${owner})`);
+        if (!a.gateway) throw new AgentError('IPAM_FAILED', `address ${ip} has no gateway`);
+        return a;
+      });
+      if (allocations.length === 0) throw new AgentError('INVALID_REQUEST', 'an endpoint needs at least one address');
+      const pod = { ...(req.podNamespace ? { namespace: req.podNamespace } : {}), ...(req.podName ? { name: req.podName } : {}) };
+      const labels = endpointLabels(req.labels?.length ? [['TENDRIL_LABELS', req.labels.map(encodeURIComponent).join(',')]] : [], { type: 'tendril-cni' }, pod);
+      const addresses = allocations.map((a) => ({ family: a.family, ip: a.ip, gateway: a.gateway! }));
+      const undo: UndoStep[] = [];
+      try {
+        const net = await datapath.adoptPod({ hostIfName: req.hostIfName, addresses });
+        undo.push({ what: 'remove host routes', fn: () => datapath.releaseAdoptedPod({ hostIfName: req.hostIfName, addresses }) });
+        const ep: Endpoint = {
+          id: req.id ?? endpoints.allocateId(),
+          containerId: req.containerId,
+          ifName: req.ifName,
+          netns: req.netns,
+          ...(pod.namespace ? { podNamespace: pod.namespace } : {}),
+          ...(pod.name ? { podName: pod.name } : {}),
+          labels: labels.toStrings(),
+          addresses: allocations.map((a) => ({ family: a.family, ip: a.ip, gateway: a.gateway!, pool: a.pool, cidr: a.cidr, seq: a.seq })),
+          hostIfName: req.hostIfName,
+          hostIfIndex: net.hostIfIndex,
+          hostMac: net.hostMac,
+          podMac: '',
+          mtu: config.mtu,
+          state: 'waiting-for-identity',
+          ipamOwned: true,
+          createdAt: new Date().toISOString(),
+        };
+        endpoints.register(ep);
+        undo.push({ what: 'unregister endpoint', fn: async () => endpoints.remove(ep.id) });
+        undo.push({ what: 'remove endpoint state', fn: () => store.remove(ep.id) });
+        const bound = await this.d.identities.bind(ep);
+        undo.push({ what: 'release identity and ipcache entries', fn: () => this.d.identities.unbind(bound) });
+        const ready: Endpoint = { ...bound, state: 'ready' };
+        endpoints.update(ready);
+        await store.save(ready);
+        for (const a of this.d.ipam.all()) await a.confirm(owner);
+        log.info({ endpoint: ep.id, identity: ready.identity, containerId: req.containerId, hostIfName: req.hostIfName }, 'endpoint adopted');
+        return ready;
+      } catch (err) {
+        await rollBack(undo, log, req.containerId);
+        throw err;
+      }
+    });
   }
 
   /** Adds and deletes labels of an endpoint: a new identity, the old one released, a regeneration. */

@@ -33,6 +33,8 @@ export interface PodNetwork {
 
 export interface PodTeardownSpec {
   containerId: string;
+  /** The host-side interface when it is not tendril's own `lxc<hash>` (an adopted endpoint's). */
+  hostIfName?: string;
   /** May be empty or gone: runtimes send DEL after the namespace is destroyed. */
   netns: string;
   ifName: string;
@@ -53,10 +55,17 @@ export interface Datapath {
   addPod(spec: PodNetworkSpec): Promise<PodNetwork>;
   /** Removes what addPod made; parts already gone are fine. */
   removePod(spec: PodTeardownSpec): Promise<void>;
+  /**
+   * Takes over a pod whose veth pair someone else created (Cilium's plugin-driven
+   * PUT /endpoint): the host-side routes and proxy ARP for its addresses.
+   */
+  adoptPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<{ hostIfIndex: number; hostMac: string }>;
+  /** Undoes adoptPod: the host routes go, the interface (not tendril's) stays. */
+  releaseAdoptedPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<void>;
   /** Verifies interface, addresses and routes; throws a DatapathError naming the first mismatch. */
   checkPod(spec: PodNetworkSpec): Promise<void>;
   /** Whether the host side of a pod still exists (used when restoring endpoints). */
-  podExists(containerId: string, ifName: string): Promise<boolean>;
+  podExists(containerId: string, ifName: string, hostIfName?: string): Promise<boolean>;
   /** Host-side pod interfaces present on the node (lxc…), to find ones no endpoint owns. */
   listPodHostInterfaces(): Promise<string[]>;
   /** Deletes an orphaned host-side pod interface (and so its peer and routes). */

@@ -195,6 +195,39 @@ describe('given addresses', () => {
   });
 });
 
+describe('the granular API (Cilium\'s plugin-driven flow)', () => {
+  test('POST /ipam, a veth made by hand, PUT /endpoint: the pod is an endpoint with an identity and talks; DELETE cleans up', async () => {
+    const pod = await pool.add('adopt');
+    const owner = 'tdl-adopt';
+    const alloc = await agent.client.request<{ address: { ip: string; gateway: string } }>('POST', `/ipam?owner=${owner}&family=ipv4`, undefined, { expiration: 'true' });
+    const { ip, gateway } = alloc.address;
+    const inNode = (argv: string[]) => pool.exec(node, argv);
+    const inPod = (argv: string[]) => pool.exec(pod.name, argv);
+    for (const r of [
+      await inNode(['ip', 'link', 'add', 'tdladopt0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pod.path]),
+      await inPod(['ip', 'link', 'set', 'eth0', 'up']),
+      await inPod(['ip', 'addr', 'add', `${ip}/32`, 'dev', 'eth0']),
+      await inPod(['ip', 'route', 'add', `${gateway}/32`, 'dev', 'eth0', 'scope', 'link']),
+      await inPod(['ip', 'route', 'add', 'default', 'via', gateway, 'dev', 'eth0']),
+    ]) {
+      assert.equal(r.code, 0, r.stderr);
+    }
+    const body = { containerId: owner, ifName: 'eth0', netns: pod.path, hostIfName: 'tdladopt0', addresses: [ip], labels: ['app=adopted'] };
+    await assert.rejects(agent.client.request('PUT', `/endpoint/container-id:${owner}`, { ...body, addresses: ['10.240.0.250'] }), /not allocated/);
+    const ep = await agent.client.request<Endpoint>('PUT', `/endpoint/container-id:${owner}`, body);
+    assert.equal(ep.state, 'ready');
+    assert.ok(ep.identity! >= 256);
+    await assert.rejects(agent.client.request('PUT', `/endpoint/container-id:${owner}`, body), (e: unknown) => (e as { status?: number }).status === 409);
+    assert.ok(await ping(pod.name, gateway), 'the adopted pod reaches its gateway');
+    assert.ok(await ping(node, ip), 'the node reaches the adopted pod');
+    const alloced = (await agent.client.listIpam()).allocations.find((a) => a.ip === ip);
+    assert.equal(alloced?.expiresAt, undefined, 'the provisional address was confirmed');
+    await agent.client.request('DELETE', `/endpoint/${ep.id}`);
+    assert.deepEqual(await podAllocations(), []);
+    assert.equal((await inNode(['ip', 'link', 'show', 'tdladopt0'])).code, 1, 'the host interface went with the endpoint');
+  });
+});
+
 describe('STATUS and GC (1.1.0)', () => {
   test('STATUS succeeds while the agent runs', async () => {
     await runtime.getStatusNetworkList(conflist('1.1.0'));

@@ -10,7 +10,7 @@ import type { Allocation } from '../../ipam/index.js';
 import { LabelSet, LabelSource, parseLabel } from '../../labels/index.js';
 import { formatPolicyName, formatTrace, parsePortProtocol, type PolicyFilter, type TracePeer } from '../../policy/index.js';
 import type { Agent } from '../agent.js';
-import { toAgentError } from '../cniService.js';
+import { type EndpointAdoption, toAgentError } from '../cniService.js';
 import { OpenApiSchemas } from './openapiSchemas.js';
 
 const ENDPOINT_REF = /^(\d{1,5}|container-id:[A-Za-z0-9][A-Za-z0-9_.-]*|pod-name:[^:/\s]+:[^:/\s]+|ipv4:[0-9.]+|ipv6:[0-9a-fA-F:]+)$/;
@@ -115,6 +115,20 @@ export function buildServer(agent: Agent): FastifyInstance {
 
   app.get('/v1/endpoint', async () => agent.endpoints.list());
   app.get('/v1/endpoint/:id', async (req) => endpointRef(agent, (req.params as { id: string }).id));
+  app.put('/v1/endpoint/:id', { schema: { body: spec.body('/endpoint/{id}', 'put') } }, async (req, reply) => {
+    const ref = (req.params as { id: string }).id;
+    const body = req.body as Omit<EndpointAdoption, 'id'>;
+    let id: number | undefined;
+    if (/^\d{1,5}$/.test(ref)) {
+      id = Number(ref);
+      if (id < 1 || id > 0xffff) throw new AgentError('INVALID_REQUEST', `endpoint ID ${ref} is out of range 1-65535`);
+    } else if (ref !== `container-id:${body.containerId}`) {
+      throw new AgentError('INVALID_REQUEST', 'PUT /endpoint/{id} takes a number or container-id:<the body\'s containerId>');
+    }
+    const ep = await agent.cni.adoptEndpoint({ ...body, ...(id !== undefined ? { id } : {}) });
+    reply.status(201);
+    return ep;
+  });
   app.delete('/v1/endpoint/:id', async (req) => {
     const ep = endpointRef(agent, (req.params as { id: string }).id);
     await agent.deleteEndpoint(ep);

@@ -57,12 +57,7 @@ export class LinuxDatapath implements Datapath {
       }
       await ipBatch(podCmds, inPod);
 
-      await setSysctl(interfaceSysctl(4, hostIf, 'proxy_arp'), '1');
-      const hostCmds: string[][] = [['link', 'set', hostIf, 'up']];
-      for (const a of spec.addresses) {
-        hostCmds.push(['route', 'replace', hostPrefix(a), 'dev', hostIf, 'src', a.gateway]);
-      }
-      await ipBatch(hostCmds);
+      await this.hostSide(hostIf, spec.addresses);
 
       const [host, pod] = await Promise.all([getLink(hostIf), getLink(spec.ifName, inPod)]);
       if (!host || !pod) throw new DatapathError('not-found', `veth pair ${hostIf}/${spec.ifName} vanished during setup`);
@@ -74,9 +69,38 @@ export class LinuxDatapath implements Datapath {
     }
   }
 
+  /** Host side of a pod: proxy ARP for the gateway, the link up, a /32 (/128) route per address. */
+  private async hostSide(hostIf: string, addresses: PodAddress[]): Promise<void> {
+    await setSysctl(interfaceSysctl(4, hostIf, 'proxy_arp'), '1');
+    const hostCmds: string[][] = [['link', 'set', hostIf, 'up']];
+    for (const a of addresses) hostCmds.push(['route', 'replace', hostPrefix(a), 'dev', hostIf, 'src', a.gateway]);
+    await ipBatch(hostCmds);
+  }
+
+  async adoptPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<{ hostIfIndex: number; hostMac: string }> {
+    validateInterfaceName(spec.hostIfName);
+    const link = await getLink(spec.hostIfName);
+    if (!link) throw new DatapathError('not-found', `host interface ${spec.hostIfName} does not exist`);
+    await this.hostSide(spec.hostIfName, spec.addresses);
+    return { hostIfIndex: link.index, hostMac: link.mac };
+  }
+
+  async releaseAdoptedPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<void> {
+    validateInterfaceName(spec.hostIfName);
+    for (const a of spec.addresses) {
+      try {
+        await ip(['route', 'del', hostPrefix(a), 'dev', spec.hostIfName]);
+      } catch (err) {
+        // Already gone (with the interface, or by hand): the goal is reached.
+        if (!(err instanceof DatapathError && (err.kind === 'not-found' || /No such process/.test(err.stderr)))) throw err;
+      }
+    }
+  }
+
   async removePod(spec: PodTeardownSpec): Promise<void> {
     validateInterfaceName(spec.ifName);
-    const hostIf = hostInterfaceName(spec.containerId, spec.ifName);
+    const hostIf = spec.hostIfName ?? hostInterfaceName(spec.containerId, spec.ifName);
+    validateInterfaceName(hostIf);
     await deleteLink(hostIf);
     if (spec.netns !== '' && (await netnsExists(spec.netns))) {
       validateAbsolutePath(spec.netns, 'netns path');
@@ -118,7 +142,7 @@ export class LinuxDatapath implements Datapath {
     await deleteLink(name);
   }
 
-  async podExists(containerId: string, ifName: string): Promise<boolean> {
-    return (await getLink(hostInterfaceName(containerId, ifName))) !== undefined;
+  async podExists(containerId: string, ifName: string, hostIfName?: string): Promise<boolean> {
+    return (await getLink(hostIfName ?? hostInterfaceName(containerId, ifName))) !== undefined;
   }
 }

@@ -1,23 +1,25 @@
-import { z } from 'zod';
 import { AgentError, agentCodeForCni } from '../api/errors.js';
 import { type CniRequest, type CniResponse, SUPPORTED_CNI_VERSIONS } from '../api/types.js';
 import {
   type CniArgs,
   CniError,
   CniErrorCode,
-  decodeVersion,
+  formatCniArgs,
+  IMPLICIT_VERSION,
   ipFamily,
   type NetConf,
   parseNetConf,
+  pluginVersionInfo,
   parseCniArgs,
   reconcileVersion,
   type Result100,
   validateAbsolutePath,
   validateContainerId,
   validateInterfaceName,
+  validAttachments,
 } from '../cni/index.js';
 import type { Datapath, PodAddress } from '../datapath/types.js';
-import type { Endpoint } from '../endpoint/endpoint.js';
+import type { Endpoint, EndpointAddress } from '../endpoint/endpoint.js';
 import type { EndpointManager } from '../endpoint/endpointManager.js';
 import type { EndpointStore } from '../endpoint/endpointStore.js';
 import type { EndpointIdentityBinder } from '../endpoint/identityBinder.js';
@@ -27,7 +29,7 @@ import { isPolicyError, PolicyErrorCode, PolicyValidationError } from '../policy
 import { type Allocation, type Allocator, IpamError, IpamErrorCode } from '../ipam/index.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentConfig } from './config.js';
-import { endpointLabels, podRefFromArgs } from './endpointLabels.js';
+import { endpointLabels, labelTextsFromCni, podRefFromArgs } from './endpointLabels.js';
 import type { IpamProvider } from './ipamProvider.js';
 import { KeyedMutex } from './keyedMutex.js';
 
@@ -68,10 +70,8 @@ interface ParsedCall {
   ifName: string;
   args: CniArgs;
   conf: NetConf;
-  raw: Record<string, unknown>;
 }
 
-const AttachmentsSchema = z.array(z.object({ containerID: z.string(), ifname: z.string() }));
 
 /** Addresses asked for through CNI_ARGS `IP=` (comma-separated, one per family). */
 function requestedIps(args: CniArgs): string[] {
@@ -82,6 +82,11 @@ function requestedIps(args: CniArgs): string[] {
     if (ipFamily(ip) === 0) throw new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP="${raw}" is not a list of IP addresses`);
   }
   return ips;
+}
+
+/** An endpoint's record of one of its allocations (the gateway is checked by the caller). */
+function endpointAddress(a: Allocation): EndpointAddress {
+  return { family: a.family, ip: a.ip, gateway: a.gateway!, pool: a.pool, cidr: a.cidr, seq: a.seq };
 }
 
 /** IPAM owner of an attachment: the container ID, plus the interface when it is not eth0. */
@@ -215,7 +220,7 @@ export class CniService {
     }
     if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new CniError(CniErrorCode.DecodingFailure, 'network config is not a JSON object');
     const conf = parseNetConf(raw);
-    reconcileVersion(decodeVersion(req.config), { cniVersion: '1.1.0', supportedVersions: SUPPORTED_CNI_VERSIONS });
+    reconcileVersion(conf.cniVersion || IMPLICIT_VERSION, pluginVersionInfo(SUPPORTED_CNI_VERSIONS));
     const call: ParsedCall = {
       command: req.command,
       containerId: req.containerId ?? '',
@@ -223,7 +228,6 @@ export class CniService {
       ifName: req.ifName ?? '',
       args: parseCniArgs(req.args ?? ''),
       conf,
-      raw: raw as Record<string, unknown>,
     };
     if (call.command === 'ADD' || call.command === 'DEL' || call.command === 'CHECK') {
       validateContainerId(call.containerId);
@@ -234,10 +238,10 @@ export class CniService {
   }
 
   private async add(call: ParsedCall): Promise<Result100> {
-    const { config, datapath, endpoints, store, log } = this.d;
+    const { config, datapath, endpoints, log } = this.d;
     const owner = ipamOwner(call.containerId, call.ifName);
     const pod = podRefFromArgs(call.args);
-    const labels = endpointLabels(call.args, call.conf, pod);
+    const labels = endpointLabels(labelTextsFromCni(call.args, call.conf), pod);
 
     // A second ADD for the same attachment replaces the first, as a re-created sandbox expects.
     const previous = endpoints.byContainer(call.containerId, call.ifName);
@@ -261,7 +265,7 @@ export class CniService {
             // Delegated allocators exist per netconf and only once a call names them, so
             // after a restart none would re-arm or confirm an expiry: no expiration there.
             ...(config.ipam === 'delegated' ? {} : { expirationMs: config.ipamExpirationMs }),
-            cni: { netns: call.netns, ifname: call.ifName, args: call.args.map(([k, v]) => `${k}=${v}`).join(';') },
+            cni: { netns: call.netns, ifname: call.ifName, args: formatCniArgs(call.args) },
           }),
         );
       }
@@ -285,37 +289,47 @@ export class CniService {
         ...(pod.namespace ? { podNamespace: pod.namespace } : {}),
         ...(pod.name ? { podName: pod.name } : {}),
         labels: labels.toStrings(),
-        addresses: allocations.map((a) => ({ family: a.family, ip: a.ip, gateway: a.gateway!, pool: a.pool, cidr: a.cidr, seq: a.seq })),
+        addresses: allocations.map(endpointAddress),
         hostIfName: net.hostIfName,
         hostIfIndex: net.hostIfIndex,
         hostMac: net.hostMac,
         podMac: net.podMac,
         mtu: config.mtu,
-        state: 'waiting-to-regenerate',
+        state: 'waiting-for-identity',
         ipamOwned: config.ipam !== 'delegated',
         createdAt: new Date().toISOString(),
       };
-      // Cilium's order: register, resolve the identity, publish to the ipcache, regenerate.
-      endpoints.register({ ...ep, state: 'waiting-for-identity' });
-      undo.push({ what: 'unregister endpoint', fn: async () => endpoints.remove(ep.id) });
-      undo.push({ what: 'remove endpoint state', fn: () => store.remove(ep.id) });
-      const bound = await this.d.identities.bind(ep);
-      undo.push({ what: 'release identity and ipcache entries', fn: () => this.d.identities.unbind(bound) });
-      endpoints.update({ ...bound, state: 'waiting-to-regenerate' });
-      // Regeneration today is the routes programmed above; the endpoint is ready
-      // (and ADD answers) only once its datapath is in force.
-      const ready: Endpoint = { ...bound, state: 'ready' };
-      endpoints.update(ready);
-      await store.save(ready);
-      this.d.faultPoint?.('after-endpoint');
-      // Confirm last: until now a crash leaves a provisional allocation that expires by itself.
-      await allocator.confirm(owner);
+      const ready = await this.commitEndpoint(ep, [allocator], undo);
       log.info({ endpoint: ep.id, identity: ready.identity, containerId: call.containerId, ifName: call.ifName, addresses: ep.addresses.map((a) => a.ip) }, 'endpoint created');
       return this.result(call, ready);
     } catch (err) {
       await rollBack(undo, log, call.containerId);
       throw err;
     }
+  }
+
+  /**
+   * The end of endpoint creation, shared by ADD and PUT /endpoint, in
+   * Cilium's order: register, resolve the identity (ipcache, policy),
+   * regenerate — today the routes already programmed — persist, and confirm
+   * the addresses last, so a crash before that leaves only provisional
+   * allocations that expire by themselves. Undo steps go onto `undo`.
+   */
+  private async commitEndpoint(ep: Endpoint, allocators: readonly Allocator[], undo: UndoStep[]): Promise<Endpoint> {
+    const { endpoints, store } = this.d;
+    endpoints.register(ep);
+    undo.push({ what: 'unregister endpoint', fn: async () => endpoints.remove(ep.id) });
+    undo.push({ what: 'remove endpoint state', fn: () => store.remove(ep.id) });
+    const bound = await this.d.identities.bind(ep);
+    undo.push({ what: 'release identity and ipcache entries', fn: () => this.d.identities.unbind(bound) });
+    endpoints.update({ ...bound, state: 'waiting-to-regenerate' });
+    const ready: Endpoint = { ...bound, state: 'ready' };
+    endpoints.update(ready);
+    await store.save(ready);
+    this.d.faultPoint?.('after-endpoint');
+    const owner = ipamOwner(ep.containerId, ep.ifName);
+    for (const a of allocators) await a.confirm(owner);
+    return ready;
   }
 
   private result(call: ParsedCall, ep: Endpoint): Result100 {
@@ -385,7 +399,7 @@ export class CniService {
     validateAbsolutePath(req.netns, 'netns');
     const owner = ipamOwner(req.containerId, req.ifName);
     return this.locks.run(owner, async () => {
-      const { endpoints, store, datapath, config, log } = this.d;
+      const { endpoints, datapath, config, log } = this.d;
       if (endpoints.byContainer(req.containerId, req.ifName)) throw new AgentError('CONFLICT', `container ${req.containerId} interface ${req.ifName} already has an endpoint`);
       if (req.id !== undefined && endpoints.get(req.id)) throw new AgentError('CONFLICT', `endpoint ID ${req.id} is taken`);
       const held: Allocation[] = [];
@@ -398,7 +412,7 @@ export class CniService {
       });
       if (allocations.length === 0) throw new AgentError('INVALID_REQUEST', 'an endpoint needs at least one address');
       const pod = { ...(req.podNamespace ? { namespace: req.podNamespace } : {}), ...(req.podName ? { name: req.podName } : {}) };
-      const labels = endpointLabels(req.labels?.length ? [['TENDRIL_LABELS', req.labels.map(encodeURIComponent).join(',')]] : [], { type: 'tendril-cni' }, pod);
+      const labels = endpointLabels((req.labels ?? []).map((text) => ({ text, from: 'the request\'s labels' })), pod);
       const addresses = allocations.map((a) => ({ family: a.family, ip: a.ip, gateway: a.gateway! }));
       const undo: UndoStep[] = [];
       try {
@@ -412,7 +426,7 @@ export class CniService {
           ...(pod.namespace ? { podNamespace: pod.namespace } : {}),
           ...(pod.name ? { podName: pod.name } : {}),
           labels: labels.toStrings(),
-          addresses: allocations.map((a) => ({ family: a.family, ip: a.ip, gateway: a.gateway!, pool: a.pool, cidr: a.cidr, seq: a.seq })),
+          addresses: allocations.map(endpointAddress),
           hostIfName: req.hostIfName,
           hostIfIndex: net.hostIfIndex,
           hostMac: net.hostMac,
@@ -422,15 +436,7 @@ export class CniService {
           ipamOwned: true,
           createdAt: new Date().toISOString(),
         };
-        endpoints.register(ep);
-        undo.push({ what: 'unregister endpoint', fn: async () => endpoints.remove(ep.id) });
-        undo.push({ what: 'remove endpoint state', fn: () => store.remove(ep.id) });
-        const bound = await this.d.identities.bind(ep);
-        undo.push({ what: 'release identity and ipcache entries', fn: () => this.d.identities.unbind(bound) });
-        const ready: Endpoint = { ...bound, state: 'ready' };
-        endpoints.update(ready);
-        await store.save(ready);
-        for (const a of this.d.ipam.all()) await a.confirm(owner);
+        const ready = await this.commitEndpoint(ep, this.d.ipam.all(), undo);
         log.info({ endpoint: ep.id, identity: ready.identity, containerId: req.containerId, hostIfName: req.hostIfName }, 'endpoint adopted');
         return ready;
       } catch (err) {
@@ -462,10 +468,7 @@ export class CniService {
 
   /** Removes endpoints and allocations not among the runtime's valid attachments (CNI GC, spec 1.1.0). */
   private async gc(call: ParsedCall): Promise<void> {
-    const rawValid = call.raw['cni.dev/valid-attachments'] ?? call.raw['cni.dev/attachments'] ?? [];
-    const parsed = AttachmentsSchema.safeParse(rawValid);
-    if (!parsed.success) throw new AgentError('INVALID_REQUEST', 'cni.dev/valid-attachments must be a list of {containerID, ifname}');
-    const valid = new Set(parsed.data.map((a) => ipamOwner(a.containerID, a.ifname)));
+    const valid = new Set(validAttachments(call.conf).map((a) => ipamOwner(a.containerID, a.ifname)));
     for (const ep of this.d.endpoints.list()) {
       const owner = ipamOwner(ep.containerId, ep.ifName);
       if (valid.has(owner)) continue;

@@ -15,49 +15,62 @@ export function podRefFromArgs(args: CniArgs): PodRef {
   return { ...(namespace ? { namespace } : {}), ...(name ? { name } : {}) };
 }
 
+/** A label text and where it came from, for the error message. */
+export interface LabelText {
+  text: string;
+  from: string;
+}
+
 /**
- * An endpoint's labels: the pod namespace as a k8s label, labels from the
- * CNI_ARGS key TENDRIL_LABELS (`k=v,k2=v2`, items optionally percent-encoded) and from the netconf's
- * `args.tendril.labels` (a list of `k=v` strings or a map). Without a source
- * prefix a label is `k8s:` inside Kubernetes and `container:` outside it.
+ * The labels a CNI call carries: the CNI_ARGS key TENDRIL_LABELS (`k=v,k2=v2`)
+ * and the netconf's `args.tendril.labels` (a list of `k=v` strings or a map).
  */
-export function endpointLabels(args: CniArgs, conf: NetConf, pod: PodRef): LabelSet {
+export function labelTextsFromCni(args: CniArgs, conf: NetConf): LabelText[] {
+  const out: LabelText[] = [];
+  const fromArgs = args.find(([k]) => k === 'TENDRIL_LABELS')?.[1];
+  for (const t of (fromArgs ?? '').split(',').filter((s) => s !== '')) {
+    // Go plugins chained after tendril-cni reject a CNI_ARGS value holding '=', so
+    // items may be percent-encoded (app%3Dweb); plain app=web works without them.
+    let text: string;
+    try {
+      text = decodeURIComponent(t);
+    } catch {
+      throw new AgentError('INVALID_REQUEST', `invalid percent-encoding in CNI_ARGS TENDRIL_LABELS item ${JSON.stringify(t)}`);
+    }
+    out.push({ text, from: 'CNI_ARGS TENDRIL_LABELS' });
+  }
+  const confLabels = ((conf.args as Record<string, unknown> | undefined)?.tendril as Record<string, unknown> | undefined)?.labels;
+  const from = 'netconf args.tendril.labels';
+  if (Array.isArray(confLabels)) {
+    for (const t of confLabels) {
+      if (typeof t !== 'string') throw new AgentError('INVALID_REQUEST', `${from} must hold strings`);
+      out.push({ text: t, from });
+    }
+  } else if (confLabels !== undefined && confLabels !== null) {
+    if (typeof confLabels !== 'object') throw new AgentError('INVALID_REQUEST', `${from} must be a list or a map`);
+    for (const [k, v] of Object.entries(confLabels)) {
+      if (typeof v !== 'string') throw new AgentError('INVALID_REQUEST', `${from}.${k} must be a string`);
+      out.push({ text: `${k}=${v}`, from });
+    }
+  }
+  return out;
+}
+
+/**
+ * An endpoint's labels: the pod namespace as a k8s label plus the given ones.
+ * Without a source prefix a label is `k8s:` inside Kubernetes and
+ * `container:` outside it.
+ */
+export function endpointLabels(texts: readonly LabelText[], pod: PodRef): LabelSet {
   const source = pod.namespace ? LabelSource.K8s : LabelSource.Container;
   const labels: Label[] = [];
-  const add = (text: string, where: string) => {
+  if (pod.namespace) labels.push(makeLabel(LabelSource.K8s, POD_NAMESPACE_LABEL, pod.namespace));
+  for (const { text, from } of texts) {
     try {
       labels.push(parseLabel(text, source));
     } catch (err) {
-      if (err instanceof LabelError) throw new AgentError('INVALID_REQUEST', `invalid label ${JSON.stringify(text)} in ${where}: ${err.message}`);
+      if (err instanceof LabelError) throw new AgentError('INVALID_REQUEST', `invalid label ${JSON.stringify(text)} in ${from}: ${err.message}`);
       throw err;
-    }
-  };
-  if (pod.namespace) labels.push(makeLabel(LabelSource.K8s, POD_NAMESPACE_LABEL, pod.namespace));
-  const fromArgs = args.find(([k]) => k === 'TENDRIL_LABELS')?.[1];
-  if (fromArgs) {
-    for (const t of fromArgs.split(',').filter((s) => s !== '')) {
-      // Go plugins chained after tendril-cni reject a CNI_ARGS value holding '=', so
-      // items may be percent-encoded (app%3Dweb); plain app=web works without them.
-      let decoded: string;
-      try {
-        decoded = decodeURIComponent(t);
-      } catch {
-        throw new AgentError('INVALID_REQUEST', `invalid percent-encoding in CNI_ARGS TENDRIL_LABELS item ${JSON.stringify(t)}`);
-      }
-      add(decoded, 'CNI_ARGS TENDRIL_LABELS');
-    }
-  }
-  const confLabels = ((conf.args as Record<string, unknown> | undefined)?.tendril as Record<string, unknown> | undefined)?.labels;
-  if (Array.isArray(confLabels)) {
-    for (const t of confLabels) {
-      if (typeof t !== 'string') throw new AgentError('INVALID_REQUEST', 'netconf args.tendril.labels must hold strings');
-      add(t, 'netconf args.tendril.labels');
-    }
-  } else if (confLabels !== undefined && confLabels !== null) {
-    if (typeof confLabels !== 'object') throw new AgentError('INVALID_REQUEST', 'netconf args.tendril.labels must be a list or a map');
-    for (const [k, v] of Object.entries(confLabels)) {
-      if (typeof v !== 'string') throw new AgentError('INVALID_REQUEST', `netconf args.tendril.labels.${k} must be a string`);
-      add(`${k}=${v}`, 'netconf args.tendril.labels');
     }
   }
   return LabelSet.from(labels);

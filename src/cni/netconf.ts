@@ -1,5 +1,5 @@
 import { CniError, CniErrorCode } from './errors.js';
-import type { Dns } from './types.js';
+import type { Dns, GcAttachment } from './types.js';
 
 /**
  * One plugin's network configuration. Unknown fields are kept: plugins define
@@ -53,4 +53,18 @@ export function parseNetConf(value: unknown): NetConf {
   }
   for (const f of ['args', 'prevResult', 'runtimeConfig'] as const) if (v[f] !== undefined && !isObject(v[f])) bad(f, 'an object');
   return v as NetConf;
+}
+
+/**
+ * The attachments a GC call says are still in use (`cni.dev/valid-attachments`,
+ * or the key's earlier spelling `cni.dev/attachments`); none given means none.
+ */
+export function validAttachments(conf: Readonly<Record<string, unknown>>): GcAttachment[] {
+  const raw = conf['cni.dev/valid-attachments'] ?? conf['cni.dev/attachments'];
+  if (raw === undefined) return [];
+  const ok =
+    Array.isArray(raw) &&
+    raw.every((a) => isObject(a) && typeof a.containerID === 'string' && typeof a.ifname === 'string');
+  if (!ok) throw new CniError(CniErrorCode.InvalidNetworkConfig, 'invalid cni.dev/valid-attachments: expected a list of {containerID, ifname}');
+  return (raw as GcAttachment[]).map((a) => ({ containerID: a.containerID, ifname: a.ifname }));
 }

@@ -1,7 +1,7 @@
 import { asCniError, CniError, CniErrorCode } from './errors.js';
 import { convertResult } from './convert.js';
 import { validateContainerId, validateInterfaceName } from './names.js';
-import { type NetConf, parseNetConf } from './netconf.js';
+import { type NetConf, parseNetConf, validAttachments } from './netconf.js';
 import type { AnyResult, CurrentResult, GcAttachment } from './types.js';
 import {
   CURRENT_VERSION,
@@ -62,14 +62,6 @@ export interface SkelIO {
 }
 
 const COMMANDS: readonly CniCommand[] = ['ADD', 'DEL', 'CHECK', 'GC', 'STATUS', 'VERSION'];
-
-function parseAttachments(raw: unknown): GcAttachment[] {
-  const ok =
-    Array.isArray(raw) &&
-    raw.every((a) => a !== null && typeof a === 'object' && typeof (a as GcAttachment).containerID === 'string' && typeof (a as GcAttachment).ifname === 'string');
-  if (!ok) throw new CniError(CniErrorCode.InvalidNetworkConfig, 'invalid cni.dev/valid-attachments: expected a list of {containerID, ifname}');
-  return (raw as GcAttachment[]).map((a) => ({ containerID: a.containerID, ifname: a.ifname }));
-}
 
 function readEnv(io: SkelIO): { command: CniCommand; vars: Record<string, string> } {
   const command = io.env.CNI_COMMAND ?? '';
@@ -146,8 +138,7 @@ async function buildCmdArgs(command: CniCommand, vars: Record<string, string>, i
     }
   }
   if (command === 'GC') {
-    const raw = (conf as Record<string, unknown>)['cni.dev/valid-attachments'] ?? (conf as Record<string, unknown>)['cni.dev/attachments'];
-    args.validAttachments = raw === undefined ? [] : parseAttachments(raw);
+    args.validAttachments = validAttachments(conf);
   }
   return args;
 }

@@ -174,6 +174,19 @@ describe('bad input changes nothing', () => {
   });
 });
 
+describe('replacing what is in the way', () => {
+  test('an interface already named eth0 in the pod is replaced by the pod\'s veth', async () => {
+    const ns = await pool.add('stale');
+    const made = await pool.exec(ns.name, ['ip', 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'tdlstale1']);
+    assert.equal(made.code, 0, made.stderr);
+    const r = (await runtime.addNetworkList(conflist('1.0.0'), rt('tdl-stale', ns.path))) as Result100;
+    assert.equal((await pool.exec(ns.name, ['ip', 'link', 'show', 'tdlstale1'])).code, 1, 'the old pair is gone');
+    assert.ok(await ping(ns.name, '10.240.0.1'), 'the new eth0 works');
+    assert.ok(r.ips![0]!.address.endsWith('/32'));
+    await runtime.delNetworkList(conflist('1.0.0'), rt('tdl-stale', ns.path));
+  });
+});
+
 describe('given addresses', () => {
   test('CNI_ARGS IP= gives the pod exactly that address; a second pod asking for it gets a conflict', async () => {
     const first = await pool.add('ipa');

@@ -40,13 +40,19 @@ export class LinuxDatapath implements Datapath {
     const inPod = { netns: spec.netns };
     if (!(await netnsExists(spec.netns))) throw new DatapathError('netns-gone', `network namespace ${spec.netns} does not exist`);
 
-    // Replace whatever a previous, interrupted ADD left behind (same name in the pod, same host side).
-    await deleteLink(spec.ifName, inPod);
-    await deleteLink(hostIf);
-
     // The peer is created inside the pod's namespace directly, so its final name
     // can never clash with a host interface (no tmp name in the host namespace).
-    await ip(['link', 'add', hostIf, 'mtu', String(spec.mtu), 'type', 'veth', 'peer', 'name', spec.ifName, 'mtu', String(spec.mtu), 'netns', spec.netns]);
+    const create = () => ip(['link', 'add', hostIf, 'mtu', String(spec.mtu), 'type', 'veth', 'peer', 'name', spec.ifName, 'mtu', String(spec.mtu), 'netns', spec.netns]);
+    try {
+      await create();
+    } catch (err) {
+      if (!(err instanceof DatapathError && err.kind === 'exists')) throw err;
+      // An interrupted ADD (or the runtime's own interface) holds a name: replace it.
+      // Only on this path, so a normal ADD pays no extra process runs.
+      await deleteLink(spec.ifName, inPod);
+      await deleteLink(hostIf);
+      await create();
+    }
     try {
       const podCmds: string[][] = [['link', 'set', 'lo', 'up'], ['link', 'set', spec.ifName, 'up']];
       for (const a of spec.addresses) {

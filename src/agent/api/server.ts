@@ -169,7 +169,7 @@ export function buildServer(agent: Agent): FastifyInstance {
     ...(q.namespace !== undefined ? { namespace: q.namespace } : {}),
     ...(q.label ? { labels: Array.isArray(q.label) ? q.label : [q.label] } : {}),
   });
-  app.get('/v1/policy', async (req) => {
+  app.get('/v1/policy', { schema: { querystring: spec.query('/policy', 'get') } }, async (req) => {
     const policies = agent.policy.policies(policyFilter(req.query as Record<string, string>));
     return { revision: agent.policy.revision, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document })) };
   });

@@ -27,6 +27,3 @@ export class IdentityError extends Error {
   }
 }
 
-export function isIdentityError(err: unknown): err is IdentityError {
-  return err instanceof IdentityError;
-}

@@ -3,7 +3,7 @@
  * allocated cluster-wide through the kvstore, reserved identities and the
  * constants the datapath shares, and the node lease other subsystems write under.
  */
-export { IdentityError, IdentityErrorCode, isIdentityError } from './errors.js';
+export { IdentityError, IdentityErrorCode } from './errors.js';
 export {
   ReservedIdentity,
   type ReservedIdentityNumber,

@@ -13,7 +13,6 @@ export {
   parseSelectLabel,
   formatLabel,
   compareLabels,
-  labelsEqual,
   labelMatches,
   cidrLabel,
   cidrLabelKey,

@@ -78,14 +78,15 @@ describe('parseLabel / formatLabel', () => {
   });
 
   test('errors name the input and the limit', () => {
-    try {
-      parseLabel(`k8s:app=${'v'.repeat(70)}`);
-      assert.fail('accepted');
-    } catch (err) {
-      assert.ok(err instanceof LabelError);
-      assert.match(err.message, /70 characters, the limit is 63/);
-      assert.equal(err.input, `k8s:app=${'v'.repeat(70)}`);
-    }
+    assert.throws(
+      () => parseLabel(`k8s:app=${'v'.repeat(70)}`),
+      (err: unknown) => {
+        assert.ok(err instanceof LabelError);
+        assert.match(err.message, /70 characters, the limit is 63/);
+        assert.equal(err.input, `k8s:app=${'v'.repeat(70)}`);
+        return true;
+      },
+    );
   });
 
   test('limits are inclusive', () => {

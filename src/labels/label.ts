@@ -127,10 +127,6 @@ export function compareLabels(a: Label, b: Label): number {
   return 0;
 }
 
-export function labelsEqual(a: Label, b: Label): boolean {
-  return a.source === b.source && a.key === b.key && a.value === b.value;
-}
-
 /**
  * Does selector label `sel` match `target`? Key and value must be equal; the
  * source must be equal unless the selector's source is `any`.

@@ -21,7 +21,7 @@ import { parsePolicyText } from './ruleParser.js';
 import type { IdentitySelector } from './selector.js';
 import { SelectorCache } from './selectorCache.js';
 import type { DirectionEnforcement } from './enforcement.js';
-import type { CidrIdentitySource, Direction, EndpointInfo, EnforcementMode, Identity, IdentityView, NamedPort, Verdict } from './types.js';
+import { type CidrIdentitySource, type Direction, type EndpointInfo, type EnforcementMode, type Identity, type IdentityView, type NamedPort, ReservedIdentity, type Verdict } from './types.js';
 
 /** Cilium's default policy map size per endpoint. */
 export const DEFAULT_MAX_ENTRIES_PER_ENDPOINT = 16384;
@@ -109,6 +109,15 @@ function groupKey(identity: number, namedPorts: readonly NamedPort[]): string {
   return `${identity}|${ports.join(',')}`;
 }
 
+/**
+ * Identities a selector may name. 0 is the map state's wildcard ("any peer"):
+ * the identity subsystem's reserved:unknown shares the number and must never
+ * be selected, or its entries would read as allowing every peer.
+ */
+function selectable(identities: Iterable<Identity>): Identity[] {
+  return [...identities].filter((i) => i.id !== ReservedIdentity.Any);
+}
+
 export class PolicyEngine {
   readonly repository = new PolicyRepository();
   readonly selectorCache: SelectorCache;
@@ -128,7 +137,7 @@ export class PolicyEngine {
   #egressNamedPortsKey = '';
 
   constructor(options: PolicyEngineOptions) {
-    this.selectorCache = new SelectorCache(options.identities.list());
+    this.selectorCache = new SelectorCache(selectable(options.identities.list()));
     this.#cidr = options.cidrIdentities;
     this.#identityView = options.identities;
     this.#mode = options.enforcementMode ?? 'default';
@@ -197,7 +206,7 @@ export class PolicyEngine {
   /** The identity allocator saw identities appear (or change labels) and go. */
   identitiesChanged(added: readonly Identity[], removed: readonly number[] = []): PolicyUpdateResult {
     const touched = new Map<Group, Touch>();
-    this.#applyIdentityChanges(added, removed, touched);
+    this.#applyIdentityChanges(selectable(added), removed.filter((id) => id !== ReservedIdentity.Any), touched);
     return this.#flush(touched);
   }
 

@@ -1,32 +1,14 @@
 /**
  * LocalIdentityTable: an in-memory IdentityView and CidrIdentitySource with
  * Cilium's reserved identities, label-derived identities from 256 and local
- * CIDR identities from 1<<24. Tests and the benchmark allocate identities
+ * CIDR identities from (1<<24)+1, the same ranges as src/identity. Tests and the benchmark allocate identities
  * directly through it; the agent plugs in src/identity instead.
  */
-import { LabelSet, LabelSource, ReservedLabelKey, cidrLabel, formatIpPrefix, makeLabel, reservedLabel, type IpPrefix } from '../labels/index.js';
+import { cidrIdentityLabels, RESERVED_IDENTITIES } from '../identity/index.js';
+import { LabelSet, LabelSource, formatIpPrefix, makeLabel, POD_NAMESPACE_LABEL, type IpPrefix } from '../labels/index.js';
 import { PolicyArgumentError } from './errors.js';
+import { NAMESPACE_LABEL_PREFIX } from './ruleParser.js';
 import { MIN_ALLOCATED_IDENTITY, MIN_LOCAL_CIDR_IDENTITY, ReservedIdentity, type CidrIdentitySource, type Identity, type IdentityView } from './types.js';
-
-const RESERVED: ReadonlyArray<[number, string]> = [
-  [ReservedIdentity.Host, ReservedLabelKey.Host],
-  [ReservedIdentity.World, ReservedLabelKey.World],
-  [ReservedIdentity.Unmanaged, ReservedLabelKey.Unmanaged],
-  [ReservedIdentity.Health, ReservedLabelKey.Health],
-  [ReservedIdentity.Init, ReservedLabelKey.Init],
-  [ReservedIdentity.RemoteNode, ReservedLabelKey.RemoteNode],
-  [ReservedIdentity.KubeApiserver, ReservedLabelKey.KubeApiserver],
-  [ReservedIdentity.Ingress, ReservedLabelKey.Ingress],
-];
-
-export function reservedIdentities(): Identity[] {
-  return RESERVED.map(([id, key]) => ({ id, labels: LabelSet.from([reservedLabel(key)]) }));
-}
-
-/** A CIDR identity's labels: its prefix and reserved:world (it is outside the cluster). */
-export function cidrIdentityLabels(prefix: IpPrefix): LabelSet {
-  return LabelSet.from([cidrLabel(prefix), reservedLabel(ReservedLabelKey.World)]);
-}
 
 export class LocalIdentityTable implements IdentityView, CidrIdentitySource {
   readonly #byId = new Map<number, Identity>();
@@ -35,7 +17,9 @@ export class LocalIdentityTable implements IdentityView, CidrIdentitySource {
   #nextCidrId = MIN_LOCAL_CIDR_IDENTITY;
 
   constructor() {
-    for (const id of reservedIdentities()) this.#byId.set(id.id, id);
+    // The identity subsystem's reserved identities, so tests see what the agent does,
+    // less 0: here it is the map state's wildcard, never a peer (the engine skips it too).
+    for (const id of RESERVED_IDENTITIES) if (id.id !== ReservedIdentity.Any) this.#byId.set(id.id, id);
   }
 
   get(id: number): Identity | undefined {
@@ -55,9 +39,9 @@ export class LocalIdentityTable implements IdentityView, CidrIdentitySource {
   /** A pod's identity from Kubernetes-style labels and namespace (convenience for tests). */
   allocatePod(namespace: string, podLabels: Readonly<Record<string, string>>, namespaceLabels: Readonly<Record<string, string>> = {}): Identity {
     const labels = [
-      makeLabel(LabelSource.K8s, 'io.kubernetes.pod.namespace', namespace),
+      makeLabel(LabelSource.K8s, POD_NAMESPACE_LABEL, namespace),
       ...Object.entries(podLabels).map(([k, v]) => makeLabel(LabelSource.K8s, k, v)),
-      ...Object.entries(namespaceLabels).map(([k, v]) => makeLabel(LabelSource.K8s, `io.tendril.k8s.namespace.labels.${k}`, v)),
+      ...Object.entries(namespaceLabels).map(([k, v]) => makeLabel(LabelSource.K8s, `${NAMESPACE_LABEL_PREFIX}${k}`, v)),
     ];
     return this.allocate(LabelSet.from(labels));
   }

@@ -24,7 +24,6 @@ export {
   Proto,
   PORT_PROTOCOLS,
   DIRECTIONS,
-  ENFORCEMENT_MODES,
   protocolNumber,
   protocolName,
   type Identity,
@@ -57,4 +56,4 @@ export { parsePolicyText, parsePolicyDocuments, NAMESPACE_LABEL_PREFIX } from '.
 export { PolicyKind, formatPolicyName, type Policy, type PolicyName, type Rule, type RuleOrigin, type PeerRule, type PortRule } from './rule.js';
 export { ENTITIES, type Entity, type IdentitySelector } from './selector.js';
 export { evaluateDirection, traceFlow, formatTrace, type DirectionDecision, type DecisionReason, type TraceResult, type EvaluationContext } from './evaluate.js';
-export { LocalIdentityTable, reservedIdentities, cidrIdentityLabels } from './identities.js';
+export { LocalIdentityTable } from './identities.js';

@@ -74,13 +74,6 @@ export class MapState {
     this.#entries.delete(k);
   }
 
-  /** Every entry whose peer identity is `identity` (in both directions). */
-  entriesOfIdentity(identity: number): MapEntry[] {
-    const out: MapEntry[] = [];
-    for (const e of this.#entries.values()) if (e.key.identity === identity) out.push(e);
-    return out;
-  }
-
   /** Replaces the whole contents, journalling only what differs. */
   replaceAll(entries: Iterable<MapEntry>): void {
     const next = new Map<string, MapEntry>();

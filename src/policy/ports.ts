@@ -4,7 +4,7 @@
  * as the fewest power-of-two aligned blocks that cover it exactly.
  */
 import { PolicyArgumentError } from './errors.js';
-import { Proto } from './types.js';
+import { Proto, protocolName } from './types.js';
 
 export const PORT_BITS = 16;
 export const MAX_PORT = 0xffff;
@@ -63,13 +63,6 @@ export function portKeyRank(k: PortKey): number {
   return k.proto === Proto.Any ? 0 : 1 + k.prefixLen;
 }
 
-export function portKeyMatches(k: PortKey, proto: number, port: number): boolean {
-  if (k.proto === Proto.Any) return true;
-  if (k.proto !== proto) return false;
-  const [lo, hi] = portRangeOf(k);
-  return port >= lo && port <= hi;
-}
-
 /** Does `outer` match every packet `inner` matches? */
 export function portKeyCovers(outer: PortKey, inner: PortKey): boolean {
   if (outer.proto === Proto.Any) return true;
@@ -78,19 +71,9 @@ export function portKeyCovers(outer: PortKey, inner: PortKey): boolean {
   return inner.port >= lo && inner.port <= hi;
 }
 
-/**
- * The packets both keys match, as a key, or undefined when disjoint. Prefix
- * blocks either nest or are disjoint, so the intersection is the inner one.
- */
-export function portKeyIntersection(a: PortKey, b: PortKey): PortKey | undefined {
-  if (portKeyCovers(a, b)) return b;
-  if (portKeyCovers(b, a)) return a;
-  return undefined;
-}
-
 export function formatPortKey(k: PortKey): string {
   if (k.proto === Proto.Any) return 'any';
-  const proto = k.proto === Proto.TCP ? 'TCP' : k.proto === Proto.UDP ? 'UDP' : k.proto === Proto.SCTP ? 'SCTP' : String(k.proto);
+  const proto = protocolName(k.proto);
   if (k.prefixLen === 0) return `${proto}/*`;
   const [lo, hi] = portRangeOf(k);
   return lo === hi ? `${proto}/${lo}` : `${proto}/${lo}-${hi}`;

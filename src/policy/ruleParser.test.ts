@@ -89,15 +89,16 @@ describe('RuleParser', () => {
   });
 
   test('YAML syntax errors are PolicyParseError with the document and line', () => {
-    try {
-      parsePolicyText('a: b\n---\nkind: [unclosed\n');
-      assert.fail('expected a parse error');
-    } catch (err) {
-      assert.ok(err instanceof PolicyParseError);
-      assert.equal(err.code, PolicyErrorCode.PARSE);
-      assert.equal(err.document, 1);
-      assert.equal(err.line, 4);
-    }
+    assert.throws(
+      () => parsePolicyText('a: b\n---\nkind: [unclosed\n'),
+      (err: unknown) => {
+        assert.ok(err instanceof PolicyParseError);
+        assert.equal(err.code, PolicyErrorCode.PARSE);
+        assert.equal(err.document, 1);
+        assert.equal(err.line, 4);
+        return true;
+      },
+    );
   });
 
   test('empty documents are skipped', () => {

@@ -5,7 +5,7 @@
  * IdentityView and CidrIdentitySource; tests use LocalIdentityTable.
  */
 import type { IpPrefix, LabelSet } from '../labels/index.js';
-import { LOCAL_IDENTITY_SCOPE, MIN_GLOBAL_IDENTITY, ReservedIdentity as IdentityNumbers } from '../identity/constants.js';
+import { MIN_GLOBAL_IDENTITY, MIN_LOCAL_IDENTITY, ReservedIdentity as IdentityNumbers } from '../identity/constants.js';
 
 /**
  * The identity subsystem's reserved numbers (one definition, shared with the
@@ -15,8 +15,8 @@ export const ReservedIdentity = { ...IdentityNumbers, Any: 0 } as const;
 
 /** First identity allocated cluster-wide from labels. */
 export const MIN_ALLOCATED_IDENTITY = MIN_GLOBAL_IDENTITY;
-/** Local (node-only) CIDR identities live in their own range, Cilium's local scope (1 << 24). */
-export const MIN_LOCAL_CIDR_IDENTITY = LOCAL_IDENTITY_SCOPE;
+/** Local (node-only) CIDR identities live in their own range, Cilium's local scope ((1 << 24) + 1 on). */
+export const MIN_LOCAL_CIDR_IDENTITY = MIN_LOCAL_IDENTITY;
 
 export interface Identity {
   readonly id: number;
@@ -96,8 +96,6 @@ export type Verdict = 'allow' | 'deny';
  * - never: nothing is enforced, not even deny rules.
  */
 export type EnforcementMode = 'default' | 'always' | 'never';
-export const ENFORCEMENT_MODES: readonly EnforcementMode[] = ['default', 'always', 'never'];
-
 /** A container port the endpoint declares by name (Kubernetes containerPorts). */
 export interface NamedPort {
   readonly name: string;

@@ -37,3 +37,13 @@ export async function startBenchAgent(node: string, stateDir: string, podCidr: s
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/** Stops a bench agent and waits for it, so its netns and state dir can go; SIGKILL after 10 s. */
+export async function stopBenchAgent(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+  proc.kill('SIGTERM');
+  const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}

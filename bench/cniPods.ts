@@ -2,7 +2,8 @@
 // 50 pods, tendril-cni + agent against the reference bridge + host-local,
 // driven by the same libcni runtime in the same run, plus where tendril's time goes.
 import { spawn } from 'node:child_process';
-import { exec, startBenchAgent } from './benchProcess.js';
+import { exec, startBenchAgent, stopBenchAgent } from './benchProcess.js';
+import { percentile } from './stats.js';
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,10 +23,6 @@ interface WorkerResult {
   startup: number[];
 }
 
-const pct = (xs: number[], q: number) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
-};
 
 export interface CniPodsReport {
   pods: number;
@@ -91,7 +88,7 @@ export async function runCniPodsBench(pods = 50): Promise<CniPodsReport> {
     }
     return { pods, tendril: { sequential: tSeq, concurrent: tCon, agentAdd, agentDel }, reference: { sequential: rSeq, concurrent: rCon } };
   } finally {
-    agentProc?.kill('SIGTERM');
+    if (agentProc) await stopBenchAgent(agentProc);
     for (const n of created.reverse()) await exec(['ip', 'netns', 'del', n]).catch(() => undefined);
     await rm(scratch, { recursive: true, force: true });
   }
@@ -99,7 +96,7 @@ export async function runCniPodsBench(pods = 50): Promise<CniPodsReport> {
 
 export function printCniPods(r: CniPodsReport): void {
   const f = (x: number) => x.toFixed(1).padStart(8);
-  const line = (name: string, xs: number[]) => `  ${name.padEnd(44)} ${f(pct(xs, 0.5))} ${f(pct(xs, 0.99))}`;
+  const line = (name: string, xs: number[]) => `  ${name.padEnd(44)} ${f(percentile(xs, 0.5))} ${f(percentile(xs, 0.99))}`;
   console.log(`\nCNI through libcni, ${r.pods} pods, tendril-cni + agent vs reference bridge + host-local (ms)`);
   console.log(`  ${''.padEnd(44)} ${'p50'.padStart(8)} ${'p99'.padStart(8)}`);
   console.log(line('ADD  tendril (sequential)', r.tendril.sequential.add));
@@ -110,7 +107,7 @@ export function printCniPods(r: CniPodsReport): void {
   console.log(line('ADD  reference (all concurrent)', r.reference.concurrent.add));
   const pps = (w: WorkerResult) => (r.pods / (w.addWall / 1000)).toFixed(1);
   console.log(`  pods/s ADD sequential: tendril ${pps(r.tendril.sequential)}, reference ${pps(r.reference.sequential)}; concurrent: tendril ${pps(r.tendril.concurrent)}, reference ${pps(r.reference.concurrent)}`);
-  const ratio = (a: number[], b: number[]) => (pct(a, 0.5) / pct(b, 0.5)).toFixed(2);
+  const ratio = (a: number[], b: number[]) => (percentile(a, 0.5) / percentile(b, 0.5)).toFixed(2);
   console.log(`  ratio tendril/reference (p50): ADD ${ratio(r.tendril.sequential.add, r.reference.sequential.add)}x, DEL ${ratio(r.tendril.sequential.del, r.reference.sequential.del)}x`);
   console.log('  where tendril\'s ADD time goes (p50):');
   console.log(line('    plugin process start (tendril-cni VERSION)', r.tendril.sequential.startup));

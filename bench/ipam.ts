@@ -76,7 +76,11 @@ function execHostLocal(netconf: string, containerId: string): Promise<void> {
 
 export async function runIpamBench(count = 300): Promise<IpamBenchReport> {
   const dir = mkdtempSync(join(tmpdir(), 'tendril-bench-ipam-'));
-  const etcd = await startEtcd();
+  // Removes the temp dir also when etcd fails to start.
+  const etcd = await startEtcd().catch((err: unknown) => {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  });
   const opened: Backend[] = [];
   const open = async (kind: 'embedded' | 'etcd', name: string): Promise<Backend> => {
     const b =

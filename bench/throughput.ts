@@ -3,7 +3,8 @@
 // reference bridge plugin, two tendril pods, and the tendril path with 1,000
 // non-matching iptables FORWARD rules (an iptables-policy baseline).
 import { spawn } from 'node:child_process';
-import { exec, startBenchAgent } from './benchProcess.js';
+import { exec, startBenchAgent, stopBenchAgent } from './benchProcess.js';
+import { percentile } from './stats.js';
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -29,8 +30,7 @@ async function iperf(serverNs: string, clientNs: string, serverIp: string, secon
       server.kill('SIGKILL');
     }
   }
-  results.sort((a, b) => a - b);
-  return results[Math.floor(results.length / 2)]!;
+  return percentile(results, 0.5);
 }
 
 export interface ThroughputReport {
@@ -103,7 +103,7 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
     const tendrilWithIptables = await iperf(tb, ta, tbIp, seconds, runs);
     return { seconds, runs, vethPair, reference, tendril, tendrilWithIptables };
   } finally {
-    agent?.kill('SIGTERM');
+    if (agent) await stopBenchAgent(agent);
     for (const n of created.reverse()) await exec(['ip', 'netns', 'del', n]).catch(() => undefined);
     await rm(scratch, { recursive: true, force: true });
   }

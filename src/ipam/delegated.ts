@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { CniError, type CurrentResult, toCurrent } from '../cni/index.js';
+import { CniError, type CurrentResult, toCurrent, versionAtLeast } from '../cni/index.js';
 import type { Backend } from '../kvstore/types.js';
 import { type DelegateContext, delegateAdd, delegateCheck, delegateDel, delegateGc } from '../libcni/delegate.js';
 import type { PluginExec } from '../libcni/exec.js';
@@ -318,7 +318,7 @@ export class DelegatedAllocator implements Allocator {
       if (r !== undefined) report.released.push(...r);
     }
     // Plugins speaking CNI 1.1 also get GC with the valid attachments, which catches what we never recorded.
-    if (opts.dryRun !== true && gcSupported(this.opts.netconf.cniVersion)) {
+    if (opts.dryRun !== true && versionAtLeast(this.opts.netconf.cniVersion, '1.1.0')) {
       const conf = JSON.stringify({ ...this.opts.netconf, 'cni.dev/valid-attachments': live });
       await delegateGc(this.pluginType, conf, { env: { CNI_PATH: this.opts.cniPath.join(':') }, ...(this.opts.exec ? { exec: this.opts.exec } : {}) });
     }
@@ -326,8 +326,4 @@ export class DelegatedAllocator implements Allocator {
   }
 }
 
-function gcSupported(version: string): boolean {
-  const [maj, min] = version.split('.').map(Number);
-  return (maj ?? 0) > 1 || ((maj ?? 0) === 1 && (min ?? 0) >= 1);
-}
 

@@ -193,12 +193,7 @@ export abstract class KvAllocator implements Allocator {
 
   /** Allocates exactly `ip`, from a block of this host's. */
   private async placeAt(owner: string, family: IpFamily, ip: string, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
-    let hit: ReturnType<typeof blockOf>;
-    try {
-      hit = blockOf(pools, ip);
-    } catch {
-      hit = undefined; // not an address at all: reported just below like one outside the pools
-    }
+    const hit = blockOf(pools, ip); // undefined for an address outside the pools, or no address at all
     if (hit === undefined || hit.pool.cidr.family !== family) {
       throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, `${ip} is not an IPv${family} address in pool ${pools.map((p) => p.name).join(', ')}`);
     }

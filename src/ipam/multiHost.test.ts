@@ -152,8 +152,7 @@ describe('8 hosts in block mode against one etcd', () => {
       assert.ok(s.noFreeBlock > 0, `${s.host} wanted more than ${MAX_BLOCKS} blocks hold and was refused cleanly`);
     }
     for (const s of loose) assert.equal(s.noFreeBlock, 0);
-    // Contention is visible: every host reports its retries, and none gave up.
-    for (const s of summaries) assert.equal(typeof s.stats.casRetries, 'number');
+    // Contention is visible as counted retries, and no host gave up.
     assert.ok(sum((s) => s.stats.casRetries) > 0, 'contention showed up as counted CAS retries');
     assert.equal(sum((s) => s.stats.casGiveUps), 0);
   });

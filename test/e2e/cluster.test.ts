@@ -104,7 +104,17 @@ describe('identities across nodes', () => {
     await delPod(a, ep);
     await waitFor(
       'the identity to vanish on node B',
-      async () => ((await b.client.request('GET', `/identity/${id}`).then(() => false, () => true)) ? true : undefined),
+      async () => {
+        // Only a 404 means gone: a dead agent or a 500 must fail the test, not pass it.
+        const gone = await b.client.request('GET', `/identity/${id}`).then(
+          () => false,
+          (err: unknown) => {
+            if ((err as { status?: number }).status === 404) return true;
+            throw err;
+          },
+        );
+        return gone ? true : undefined;
+      },
       5000,
     );
   });

@@ -57,7 +57,10 @@ async function ping(fromNs: string, ip: string): Promise<boolean> {
 }
 
 async function hostLocalIps(dataDir: string, network: string): Promise<string[]> {
-  const names = await readdir(join(dataDir, network)).catch(() => [] as string[]);
+  const names = await readdir(join(dataDir, network)).catch((err: NodeJS.ErrnoException) => {
+    if (err.code === 'ENOENT') return [] as string[]; // nothing allocated yet
+    throw err;
+  });
   return names.filter((n) => /^\d+\.\d+\.\d+\.\d+$/.test(n)).sort();
 }
 
@@ -174,6 +177,7 @@ describe('ptp + host-local and loopback, routed through the node', () => {
       nss.push(ns.name);
     }
     assert.ok(await ping(nss[0]!, ips[1]!));
+    assert.deepEqual(await hostLocalIps(dataDir, network), [...ips].sort(), 'host-local holds both addresses before DEL');
     const r = await cni('check', [network, `/var/run/netns/${nss[0]}`]);
     assert.equal(r.code, 0, r.stderr);
     for (const ns of nss) {

@@ -68,11 +68,14 @@ export class AgentProcess {
     }
   }
 
-  /** Clean shutdown: pods keep their network. */
+  /** Clean shutdown: pods keep their network. An agent that does not stop in 15 s is killed and the test fails. */
   async stop(): Promise<void> {
     if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return;
     this.child.kill('SIGTERM');
-    await this.exited;
+    await this.waitExit(15_000).catch(async (err: Error) => {
+      await this.kill();
+      throw err;
+    });
   }
 
   async kill(): Promise<void> {
@@ -81,9 +84,17 @@ export class AgentProcess {
     await this.exited;
   }
 
-  /** Resolves when the process exits by itself (e.g. a fault point). */
-  waitExit(): Promise<number | null> {
-    return this.exited;
+  /** Resolves when the process exits by itself (e.g. a fault point); rejects after `timeoutMs`. */
+  async waitExit(timeoutMs = 20_000): Promise<number | null> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`agent did not exit within ${timeoutMs} ms:\n${this.logs.slice(-2000)}`)), timeoutMs);
+    });
+    try {
+      return await Promise.race([this.exited, timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   get output(): string {

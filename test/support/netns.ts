@@ -7,7 +7,6 @@ import { run, runOk } from './run.js';
  */
 export class NetnsPool {
   private readonly names: string[] = [];
-  private readonly links: string[] = [];
   readonly prefix: string;
 
   constructor(tag: string) {
@@ -22,11 +21,6 @@ export class NetnsPool {
     return { name, path: `/var/run/netns/${name}` };
   }
 
-  /** Remembers a link in the root namespace (a bridge a plugin made) for cleanup. */
-  trackLink(name: string): void {
-    this.links.push(name);
-  }
-
   /** Runs a command inside a namespace; nsenter keeps /sys as it is (unlike `ip netns exec`). */
   exec(ns: string, argv: readonly string[]): ReturnType<typeof run> {
     return run(['nsenter', `--net=/var/run/netns/${ns}`, '--', ...argv]);
@@ -34,7 +28,6 @@ export class NetnsPool {
 
   async cleanup(): Promise<void> {
     for (const name of this.names.splice(0).reverse()) await run(['ip', 'netns', 'del', name]);
-    for (const link of this.links.splice(0)) await run(['ip', 'link', 'del', link]);
   }
 }
 

@@ -1,10 +1,56 @@
 # tendril — `make demo`, `make test`, `make bench`. Every target installs what it
 # needs first; the install steps are idempotent.
 SHELL := /bin/bash
-APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc containerd
+APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc containerd \
+  gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: all deps apt-deps build lint typecheck test demo bench clean
+.PHONY: all deps apt-deps build native lint typecheck test check-native demo bench clean
+
+# --- native parts: the kernel addon, the tendril-cni relay, BPF objects ---------
+# Warnings are errors; the sanitizer builds back `make check-native`.
+NODE_INCLUDE := $(shell node -p "require('path').resolve(process.execPath, '../../include/node')")
+CWARN := -std=gnu11 -g -Wall -Wextra -Werror -Wformat=2 -Wshadow -Wvla -Wno-unused-parameter
+CHARDEN := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
+CSAN := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+ADDON_SRC := $(wildcard src/datapath/kernel/native/*.c)
+ADDON_HDR := $(wildcard src/datapath/kernel/native/*.h)
+ADDON_FLAGS := -fPIC -shared -DNODE_GYP_MODULE_NAME=tendril_kernel -I$(NODE_INCLUDE)
+RELAY_SRC := $(wildcard src/plugin/native/*.c)
+RELAY_LIB_SRC := $(filter-out src/plugin/native/main.c,$(RELAY_SRC))
+RELAY_HDR := $(wildcard src/plugin/native/*.h)
+FUZZ_SRC := $(wildcard src/plugin/native/fuzz/*.c)
+FUZZ_BIN := $(patsubst src/plugin/native/fuzz/%.c,build/fuzz/%,$(FUZZ_SRC))
+FUZZ_SECONDS ?= 20
+BPF_TEST_SRC := $(wildcard src/datapath/kernel/testdata/*.bpf.c)
+BPF_TEST_OBJ := $(patsubst src/datapath/kernel/testdata/%.bpf.c,build/bpf/testdata/%.bpf.o,$(BPF_TEST_SRC))
+BPF_CFLAGS := -O2 -g -target bpf -Wall -Werror -I/usr/include/$(shell gcc -dumpmachine)
+
+build/native/tendril_kernel.node: $(ADDON_SRC) $(ADDON_HDR)
+	@mkdir -p $(@D)
+	gcc $(CWARN) $(CHARDEN) $(ADDON_FLAGS) $(ADDON_SRC) -lbpf -o $@
+
+build/native-asan/tendril_kernel.node: $(ADDON_SRC) $(ADDON_HDR)
+	@mkdir -p $(@D)
+	gcc $(CWARN) $(CSAN) $(ADDON_FLAGS) $(ADDON_SRC) -lbpf -o $@
+
+bin/tendril-cni: $(RELAY_SRC) $(RELAY_HDR)
+	gcc $(CWARN) $(CHARDEN) $(RELAY_SRC) -o $@
+
+build/asan/tendril-cni: $(RELAY_SRC) $(RELAY_HDR)
+	@mkdir -p $(@D)
+	gcc $(CWARN) $(CSAN) $(RELAY_SRC) -o $@
+
+build/fuzz/%: src/plugin/native/fuzz/%.c $(RELAY_LIB_SRC) $(RELAY_HDR)
+	@mkdir -p $(@D)
+	clang $(CWARN) -O1 -fsanitize=fuzzer,address,undefined -Isrc/plugin/native $< $(RELAY_LIB_SRC) -o $@
+
+build/bpf/testdata/%.bpf.o: src/datapath/kernel/testdata/%.bpf.c
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -c $< -o $@
+
+native: build/native/tendril_kernel.node bin/tendril-cni $(BPF_TEST_OBJ)
+
 
 all: build
 
@@ -23,7 +69,7 @@ $(NODE_STAMP): package.json package-lock.json
 
 deps: apt-deps $(NODE_STAMP)
 
-build: $(NODE_STAMP)
+build: $(NODE_STAMP) native
 	npx tsc -p tsconfig.json
 
 typecheck: $(NODE_STAMP)
@@ -34,6 +80,18 @@ lint: $(NODE_STAMP)
 
 test: deps build lint
 	node scripts/run-tests.mjs
+	$(MAKE) check-native
+
+# The native parts again under AddressSanitizer/UBSan (their own tests, with the
+# sanitized addon preloaded into node), then every fuzz target for a bounded time.
+check-native: build build/native-asan/tendril_kernel.node build/asan/tendril-cni $(FUZZ_BIN)
+	TENDRIL_KERNEL_ADDON=$(CURDIR)/build/native-asan/tendril_kernel.node TENDRIL_CNI_BIN=$(CURDIR)/build/asan/tendril-cni \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+	  node scripts/run-tests.mjs datapath/kernel/ plugin/
+	@for f in $(FUZZ_BIN); do mkdir -p build/fuzz/corpus/$$(basename $$f); \
+	  echo "fuzzing $$f for $(FUZZ_SECONDS) s"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=5 build/fuzz/corpus/$$(basename $$f) src/plugin/native/fuzz/seeds/$$(basename $$f) >build/fuzz/$$(basename $$f).log 2>&1 \
+	    || { tail -40 build/fuzz/$$(basename $$f).log; exit 1; }; done
 
 demo: deps build
 	bash scripts/demo.sh
@@ -42,4 +100,4 @@ bench: deps build
 	node dist/bench/main.js
 
 clean:
-	rm -rf dist
+	rm -rf dist build bin/tendril-cni

@@ -23,7 +23,7 @@ export function exec(argv: string[], env: NodeJS.ProcessEnv = process.env, input
 /** A tendril-agent for a benchmark, in a node namespace, ready to serve. */
 export async function startBenchAgent(node: string, stateDir: string, podCidr: string): Promise<{ process: ChildProcess; client: AgentClient; socket: string }> {
   const socket = join(stateDir, 'tendril.sock');
-  const proc = spawn('nsenter', [`--net=/var/run/netns/${node}`, '--', AGENT, '--state-dir', stateDir, '--node-name', 'tdl-bench', '--pod-cidr', podCidr, '--log-level', 'warn'], { stdio: 'ignore' });
+  const proc = spawn('nsenter', [`--net=/var/run/netns/${node}`, '--', AGENT, '--state-dir', stateDir, '--lib-dir', join(stateDir, 'lib'), '--node-name', 'tdl-bench', '--pod-cidr', podCidr, '--log-level', 'warn'], { stdio: 'ignore' });
   const client = new AgentClient({ socketPath: socket, timeoutMs: 30_000 });
   for (let i = 0; ; i++) {
     try {

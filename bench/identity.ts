@@ -59,7 +59,7 @@ interface Store {
 
 async function embedded(): Promise<Store> {
   const dir = mkdtempSync(join(tmpdir(), 'tendril-bench-id-'));
-  const kv = await openBackend({ kind: 'embedded', options: {}, stateDir: dir, logger });
+  const kv = await openBackend({ kind: 'embedded', options: {}, dataDir: dir, logger });
   // One embedded store per host: its "nodes" share the one opener.
   const shared = new Proxy(kv, { get: (t, p) => (p === 'close' ? async () => undefined : (Reflect.get(t, p) as unknown)) }) as Backend;
   return {
@@ -78,7 +78,7 @@ async function etcd(): Promise<Store> {
   return {
     name: 'etcd (1 member, loopback)',
     connect: async () => {
-      const b = await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': server.endpoint }, stateDir: '/nonexistent', logger });
+      const b = await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': server.endpoint }, dataDir: '/nonexistent', logger });
       clients.push(b);
       return b;
     },

@@ -85,8 +85,8 @@ export async function runIpamBench(count = 300): Promise<IpamBenchReport> {
   const open = async (kind: 'embedded' | 'etcd', name: string): Promise<Backend> => {
     const b =
       kind === 'embedded'
-        ? await openBackend({ kind, options: { 'embedded.path': join(dir, `${name}.db`) }, stateDir: dir, logger })
-        : await openBackend({ kind, options: { 'etcd.endpoints': etcd.endpoint }, stateDir: dir, logger });
+        ? await openBackend({ kind, options: { 'embedded.path': join(dir, `${name}.db`) }, dataDir: dir, logger })
+        : await openBackend({ kind, options: { 'etcd.endpoints': etcd.endpoint }, dataDir: dir, logger });
     opened.push(b);
     return b;
   };

@@ -108,9 +108,9 @@ async function main(): Promise<void> {
     for (const [name, options] of variants) {
       const dir = mkdtempSync(join(tmpdir(), 'tendril-bench-'));
       dirs.push(dir);
-      subjects.push({ name, kv: await openBackend({ kind: 'embedded', options, stateDir: dir, logger }), base: 'bench/' });
+      subjects.push({ name, kv: await openBackend({ kind: 'embedded', options, dataDir: dir, logger }), base: 'bench/' });
     }
-    const kv = await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': etcd.endpoint }, stateDir: '/nonexistent', logger });
+    const kv = await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': etcd.endpoint }, dataDir: '/nonexistent', logger });
     subjects.push({ name: 'etcd 3.4 (1 member, loopback)', kv, base: 'bench/' });
     const rows = await measureAll(subjects);
     console.log(`kvstore bench: median of ${rounds} interleaved rounds, ${cellSeconds} s per cell, value ${VALUE.length} bytes, data in ${tmpdir()}\n`);

@@ -33,7 +33,7 @@ for p in "${PODS[@]}"; do ip netns add "$p"; done
 say "tendril-agent on the embedded kvstore, host-scope IPAM 10.250.0.0/24"
 start_agent() {
   # nsenter directly (not through a shell function) so $! is the agent itself.
-  nsenter --net=/var/run/netns/$NODE -- "$REPO/bin/tendril-agent" --state-dir "$STATE" --node-name demo-node \
+  nsenter --net=/var/run/netns/$NODE -- "$REPO/bin/tendril-agent" --state-dir "$STATE" --lib-dir "$STATE/lib" --node-name demo-node \
     --pod-cidr 10.250.0.0/24 --log-file "$WORK/agent.log" &
   AGENT_PID=$!
   for _ in $(seq 100); do "$TENDRIL" status >/dev/null 2>&1 && return 0; sleep 0.1; done

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { DEFAULT_STATE_DIR } from '../api/types.js';
+import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
 import { cidrFamily, validateAbsolutePath } from '../cni/index.js';
 
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated'] as const;
@@ -17,6 +17,8 @@ export const AgentConfigSchema = z
   .object({
     nodeName: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$/, 'must be a DNS-style name'),
     stateDir: absPath,
+    /** Durable data: the embedded kvstore lives under <libDir>/kvstore. */
+    libDir: absPath,
     socket: absPath,
     kvstore: z.enum(['embedded', 'etcd']),
     kvstoreOpts: z.record(z.string(), z.string()),
@@ -48,6 +50,7 @@ export function defaultConfig(): AgentConfig {
   return {
     nodeName: hostname().split('.')[0] || 'node',
     stateDir: DEFAULT_STATE_DIR,
+    libDir: DEFAULT_LIB_DIR,
     socket: join(DEFAULT_STATE_DIR, 'tendril.sock'),
     kvstore: 'embedded',
     kvstoreOpts: {},

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import { pino } from 'pino';
 import { parseKvstoreOpts } from '../kvstore/factory.js';
+import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { Agent } from './agent.js';
 import { ConfigError, defaultConfig, IPAM_MODES, LOG_LEVELS, readConfigFile, validateConfig } from './config.js';
 
@@ -18,6 +19,7 @@ interface Flags {
   config?: string;
   nodeName?: string;
   stateDir?: string;
+  libDir?: string;
   socket?: string;
   kvstore?: string;
   kvstoreOpt?: string[];
@@ -44,10 +46,15 @@ export function agentCommand(): Command {
     .description('tendril node agent: IPAM, endpoints and the datapath, serving the API on a unix socket')
     .option('--config <file>', 'YAML config file (keys as the long flags in camelCase)')
     .option('--node-name <name>', 'this node\'s name (default: hostname)')
-    .option('--state-dir <dir>', 'state directory (default /var/run/tendril)')
+    .option('--state-dir <dir>', 'runtime state: socket, endpoints, deletion queue (default /var/run/tendril)')
+    .option('--lib-dir <dir>', 'durable data: the embedded kvstore (default /var/lib/tendril)')
     .option('--socket <path>', 'API socket (default <state-dir>/tendril.sock)')
     .addOption(new Option('--kvstore <kind>', 'kvstore backend').choices(['embedded', 'etcd']))
-    .option('--kvstore-opt <key=value>', 'kvstore option, repeatable (endpoints, TLS files, credentials)', repeat)
+    .option(
+      '--kvstore-opt <key=value>',
+      `kvstore option, repeatable; ${describeKvstoreOptions()}`,
+      repeat,
+    )
     .addOption(new Option('--ipam <mode>', 'IPAM mode').choices([...IPAM_MODES]))
     .option('--pod-cidr <cidr[,cidr]>', 'host-scope: this node\'s pod CIDRs', list)
     .option('--cluster-pool-cidr <cidr[,cidr]>', 'cluster-pool: cluster CIDRs', list)
@@ -75,6 +82,7 @@ export async function resolveConfig(flags: Flags) {
   };
   set('nodeName', flags.nodeName);
   set('stateDir', flags.stateDir);
+  set('libDir', flags.libDir);
   set('socket', flags.socket ?? (flags.stateDir || fromFile.stateDir ? join(String(flags.stateDir ?? fromFile.stateDir), 'tendril.sock') : undefined));
   set('kvstore', flags.kvstore);
   if (flags.kvstoreOpt) merged.kvstoreOpts = parseKvstoreOpts(flags.kvstoreOpt);

@@ -54,6 +54,9 @@ export interface Health {
   ipam?: { mode: string; allocated: number };
 }
 
+/** Runtime files (socket, endpoint state, deletion queue): gone with a reboot, as the pods are. */
 export const DEFAULT_STATE_DIR = '/var/run/tendril';
+/** Durable data (the embedded kvstore): must survive reboots, so never on tmpfs. */
+export const DEFAULT_LIB_DIR = '/var/lib/tendril';
 export const DEFAULT_SOCKET = `${DEFAULT_STATE_DIR}/tendril.sock`;
 export const SOCKET_ENV = 'TENDRIL_SOCK';

@@ -34,7 +34,7 @@ describe('tendril kvstore (embedded)', () => {
   let flags: string[];
   before(() => {
     stateDir = mkdtempSync(join(tmpdir(), 'tendril-cli-kv-'));
-    flags = ['--state-dir', stateDir];
+    flags = ['--lib-dir', stateDir];
   });
   after(() => rmSync(stateDir, { recursive: true, force: true }));
 

@@ -1,6 +1,8 @@
 import { Command, Option } from 'commander';
 import { isKvstoreError } from '../kvstore/errors.js';
 import { type Backend, DEFAULT_BACKEND, type KeyValue } from '../kvstore/types.js';
+import { DEFAULT_LIB_DIR } from '../api/types.js';
+import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { CliError } from './cliError.js';
 
 /**
@@ -9,12 +11,11 @@ import { CliError } from './cliError.js';
  * itself with the agent's flags, so against the embedded store it works only
  * while the agent is stopped (the store has one writer) and says so clearly.
  */
-export const DEFAULT_STATE_DIR = '/var/run/tendril';
 
 interface StoreFlags {
   kvstore: string;
   kvstoreOpt: string[];
-  stateDir: string;
+  libDir: string;
   output: 'text' | 'json';
 }
 
@@ -25,8 +26,8 @@ function collect(value: string, previous: string[]): string[] {
 function withStoreFlags(cmd: Command): Command {
   return cmd
     .option('--kvstore <backend>', 'kvstore backend: embedded or etcd', DEFAULT_BACKEND)
-    .option('--kvstore-opt <key=value>', 'backend option, repeatable (e.g. etcd.endpoints=http://127.0.0.1:2379)', collect, [])
-    .option('--state-dir <dir>', 'agent state dir (holds the embedded store)', DEFAULT_STATE_DIR)
+    .option('--kvstore-opt <key=value>', `backend option, repeatable; ${describeKvstoreOptions()}`, collect, [])
+    .option('--lib-dir <dir>', 'the agent\'s durable data dir (holds the embedded store)', DEFAULT_LIB_DIR)
     .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'));
 }
 
@@ -38,7 +39,7 @@ async function withBackend<T>(flags: StoreFlags, fn: (kv: Backend) => Promise<T>
     kv = await openBackend({
       kind: flags.kvstore,
       options: parseKvstoreOpts(flags.kvstoreOpt),
-      stateDir: flags.stateDir,
+      dataDir: flags.libDir,
       logger: createLogger('tendril-kvstore', process.env.TENDRIL_LOG_LEVEL ?? 'warn'),
     });
   } catch (err) {

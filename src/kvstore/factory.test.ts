@@ -23,19 +23,19 @@ describe('kvstore factory and options', () => {
   });
 
   it('names the unknown backend and unknown options', async () => {
-    await rejectsWithCode(openBackend({ kind: 'consul', options: {}, stateDir: '/tmp', logger }), KvstoreErrorCode.UNKNOWN_BACKEND);
-    await rejectsWithCode(openBackend({ kind: 'embedded', options: { 'embedded.sync': 'full' }, stateDir: '/tmp', logger }), KvstoreErrorCode.INVALID_OPTION);
+    await rejectsWithCode(openBackend({ kind: 'consul', options: {}, dataDir: '/tmp', logger }), KvstoreErrorCode.UNKNOWN_BACKEND);
+    await rejectsWithCode(openBackend({ kind: 'embedded', options: { 'embedded.sync': 'full' }, dataDir: '/tmp', logger }), KvstoreErrorCode.INVALID_OPTION);
     await rejectsWithCode(
-      openBackend({ kind: 'embedded', options: { 'embedded.synchronous': 'off' }, stateDir: '/tmp', logger }),
+      openBackend({ kind: 'embedded', options: { 'embedded.synchronous': 'off' }, dataDir: '/tmp', logger }),
       KvstoreErrorCode.INVALID_OPTION,
     );
-    await rejectsWithCode(openBackend({ kind: 'embedded', options: { 'embedded.path': 'rel.db' }, stateDir: '/tmp', logger }), KvstoreErrorCode.INVALID_OPTION);
+    await rejectsWithCode(openBackend({ kind: 'embedded', options: { 'embedded.path': 'rel.db' }, dataDir: '/tmp', logger }), KvstoreErrorCode.INVALID_OPTION);
   });
 
   it('opens the embedded store under the state dir by default', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'tendril-factory-'));
     try {
-      const kv = await openBackend({ kind: 'embedded', options: {}, stateDir: dir, logger });
+      const kv = await openBackend({ kind: 'embedded', options: {}, dataDir: dir, logger });
       const st = await kv.status();
       assert.equal(st.detail, join(dir, 'kvstore', 'tendril.db'));
       await kv.close();

@@ -1,6 +1,7 @@
 import { createLogger, type Logger } from '../logging/logger.js';
-import { EMBEDDED_OPTION_KEYS, parseEmbeddedOptions } from './embedded/embeddedOptions.js';
-import { ETCD_OPTION_KEYS, parseEtcdOptions } from './etcd/etcdOptions.js';
+import { parseEmbeddedOptions } from './embedded/embeddedOptions.js';
+import { parseEtcdOptions } from './etcd/etcdOptions.js';
+import { KVSTORE_OPTION_KEYS } from './optionKeys.js';
 import { InvalidOptionError, UnknownBackendError } from './errors.js';
 import type { Backend, BackendKind } from './types.js';
 
@@ -9,17 +10,15 @@ export interface OpenBackendRequest {
   kind: string;
   /** `--kvstore-opt` pairs, already split (see parseKvstoreOpts). */
   options: Record<string, string>;
-  /** Agent state dir; the embedded store defaults to <stateDir>/kvstore/tendril.db. */
-  stateDir: string;
+  /** Directory for durable data (the agent's --lib-dir); the embedded store defaults to <dataDir>/kvstore/tendril.db. */
+  dataDir: string;
   logger?: Logger;
 }
 
 export { DEFAULT_BACKEND } from './types.js';
 
-const OPTION_KEYS: Record<BackendKind, readonly string[]> = {
-  embedded: EMBEDDED_OPTION_KEYS,
-  etcd: ETCD_OPTION_KEYS,
-};
+
+const OPTION_KEYS: Record<BackendKind, readonly string[]> = KVSTORE_OPTION_KEYS;
 
 function isBackendKind(kind: string): kind is BackendKind {
   return Object.hasOwn(OPTION_KEYS, kind);
@@ -56,7 +55,7 @@ export async function openBackend(req: OpenBackendRequest): Promise<Backend> {
   // of start-up), which every `tendril` invocation would otherwise pay.
   switch (req.kind) {
     case 'embedded': {
-      const options = parseEmbeddedOptions(req.options, req.stateDir, logger);
+      const options = parseEmbeddedOptions(req.options, req.dataDir, logger);
       const { EmbeddedBackend } = await import('./embedded/embeddedBackend.js');
       return EmbeddedBackend.open(options);
     }

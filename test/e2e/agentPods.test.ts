@@ -102,6 +102,10 @@ describe('20 pods added concurrently through libcni', () => {
   });
 
   test('DEL of every pod leaves no link, route, endpoint or allocation behind', async () => {
+    // Something to delete first: with no pods (an earlier test failed) the emptiness below would prove nothing.
+    assert.equal(pods.length, 20, 'the 20 pods of the first test exist');
+    assert.equal((await agent.client.listEndpoints()).length, 20);
+    assert.notDeepEqual(await nodeLinks(), []);
     await Promise.all(pods.map((p) => runtime.delNetworkList(conflist('1.0.0'), rt(p.id, p.path))));
     assert.deepEqual(await nodeLinks(), []);
     assert.deepEqual(await nodeRoutes(), []);

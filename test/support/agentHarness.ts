@@ -48,7 +48,7 @@ export class AgentProcess {
 
   /** Starts the agent and waits until its API answers. */
   async start(extraEnv: Record<string, string> = {}): Promise<void> {
-    const argv = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', AGENT_BIN, '--state-dir', this.stateDir, '--node-name', this.opts.nodeName, ...this.opts.args];
+    const argv = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.opts.args];
     const child = spawn(argv[0]!, argv.slice(1), { env: { ...process.env, ...this.opts.env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;
     child.stdout!.on('data', (c: Buffer) => (this.logs += c.toString()));

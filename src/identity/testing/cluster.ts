@@ -42,7 +42,7 @@ export async function embeddedStore(): Promise<TestStore> {
   const shared = await openBackend({
     kind: 'embedded',
     options: { 'embedded.leaseCheckInterval': '50ms', 'embedded.synchronous': 'normal' },
-    stateDir: dir,
+    dataDir: dir,
     logger: testLogger,
   });
   return {
@@ -60,7 +60,7 @@ export async function etcdStore(endpoint: string): Promise<TestStore> {
   return {
     kind: 'etcd',
     connect: async () => {
-      const b = await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint }, stateDir: '/nonexistent', logger: testLogger });
+      const b = await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint }, dataDir: '/nonexistent', logger: testLogger });
       clients.push(b);
       return b;
     },

@@ -17,7 +17,7 @@ const quiet = createLogger('ipam-test', 'error');
 /** Embedded store in a fresh temp dir. `synchronous=normal`: durability across power loss is not what these tests prove. */
 export async function embeddedBackend(): Promise<TestBackend> {
   const dir = mkdtempSync(join(tmpdir(), 'tendril-ipam-'));
-  const open = () => openBackend({ kind: 'embedded', options: { 'embedded.path': join(dir, 'kv.db'), 'embedded.synchronous': 'normal' }, stateDir: dir, logger: quiet });
+  const open = () => openBackend({ kind: 'embedded', options: { 'embedded.path': join(dir, 'kv.db'), 'embedded.synchronous': 'normal' }, dataDir: dir, logger: quiet });
   return {
     backend: await open(),
     reopen: open,
@@ -27,7 +27,7 @@ export async function embeddedBackend(): Promise<TestBackend> {
 
 /** A client of a running etcd whose IPAM keys are wiped first, so every subject starts empty. */
 export async function etcdBackend(endpoint: string): Promise<TestBackend> {
-  const open = () => openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint }, stateDir: tmpdir(), logger: quiet });
+  const open = () => openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint }, dataDir: tmpdir(), logger: quiet });
   const backend = await open();
   await backend.deletePrefix('tendril/ipam/');
   return { backend, reopen: open, cleanup: async () => undefined };

@@ -37,7 +37,7 @@ function rng(seed: number): () => number {
 async function main(argv: string[]): Promise<void> {
   const [endpoint, host, opsText, seedText, strictText, maxBlocksText, targetText] = argv as [string, string, string, string, string, string, string];
   const logger = createLogger('ipam-worker', 'error');
-  const backend = await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint }, stateDir: '/tmp', logger });
+  const backend = await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint }, dataDir: '/tmp', logger });
   const strict = strictText === '1';
   const alloc = new BlockAllocator({ backend, host, pools: [WORKER_POOL], strictAffinity: strict, maxBlocksPerHost: Number(maxBlocksText), routerAddress: false, logger });
   await alloc.start();

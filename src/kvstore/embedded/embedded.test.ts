@@ -31,7 +31,7 @@ function open(path: string, extra: Partial<EmbeddedOptions> = {}): EmbeddedBacke
 
 runBackendContract('embedded', async () => {
   const stateDir = tempDir();
-  const backend = await openBackend({ kind: 'embedded', options: {}, stateDir, logger });
+  const backend = await openBackend({ kind: 'embedded', options: {}, dataDir: stateDir, logger });
   return { backend };
 });
 

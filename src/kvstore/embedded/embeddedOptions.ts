@@ -1,3 +1,4 @@
+import { KVSTORE_OPTION_KEYS } from '../optionKeys.js';
 import { isAbsolute, join } from 'node:path';
 import type { Logger } from '../../logging/logger.js';
 import { parseDurationMs } from '../duration.js';
@@ -16,22 +17,16 @@ export const EMBEDDED_DEFAULTS = {
   historyRevisions: 100_000,
 } as const satisfies Partial<EmbeddedOptions>;
 
-/** `--kvstore-opt` keys the embedded backend understands. */
-export const EMBEDDED_OPTION_KEYS = [
-  'embedded.path',
-  'embedded.synchronous',
-  'embedded.journal',
-  'embedded.leaseCheckInterval',
-  'embedded.historyRevisions',
-] as const;
+/** `--kvstore-opt` keys the embedded backend understands (see ../optionKeys.ts). */
+export const EMBEDDED_OPTION_KEYS = KVSTORE_OPTION_KEYS.embedded;
 
-/** The store lives in the agent's state dir unless embedded.path says otherwise. */
-export function defaultEmbeddedPath(stateDir: string): string {
-  return join(stateDir, 'kvstore', 'tendril.db');
+/** The store lives in the agent's durable data dir (--lib-dir) unless embedded.path says otherwise. */
+export function defaultEmbeddedPath(dataDir: string): string {
+  return join(dataDir, 'kvstore', 'tendril.db');
 }
 
-export function parseEmbeddedOptions(opts: Record<string, string>, stateDir: string, logger: Logger): EmbeddedOptions {
-  const path = opts['embedded.path'] ?? defaultEmbeddedPath(stateDir);
+export function parseEmbeddedOptions(opts: Record<string, string>, dataDir: string, logger: Logger): EmbeddedOptions {
+  const path = opts['embedded.path'] ?? defaultEmbeddedPath(dataDir);
   if (!isAbsolute(path)) throw new InvalidOptionError(`embedded.path must be absolute, got "${path}"`);
   const sync = opts['embedded.synchronous'] ?? EMBEDDED_DEFAULTS.synchronous;
   if (sync !== 'full' && sync !== 'normal') {

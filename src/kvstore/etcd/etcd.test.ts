@@ -35,12 +35,12 @@ function track<T extends { close(): Promise<void> }>(resource: T): T {
 }
 
 async function openEtcd(endpoint: string, extra: Record<string, string> = {}): Promise<Backend> {
-  return track(await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint, ...extra }, stateDir: '/nonexistent', logger }));
+  return track(await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': endpoint, ...extra }, dataDir: '/nonexistent', logger }));
 }
 
 // The contract closes its own backends, so they are not tracked per test.
 runBackendContract('etcd', async () => ({
-  backend: await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': etcd.endpoint }, stateDir: '/nonexistent', logger }),
+  backend: await openBackend({ kind: 'etcd', options: { 'etcd.endpoints': etcd.endpoint }, dataDir: '/nonexistent', logger }),
 }));
 
 /**
@@ -223,7 +223,7 @@ describe('etcd backend: behaviour across failures', { timeout: 90_000 }, () => {
   });
 
   it('bad options fail before any connection attempt', async () => {
-    await rejectsWithCode(openBackend({ kind: 'etcd', options: {}, stateDir: '/x', logger }), KvstoreErrorCode.INVALID_OPTION);
+    await rejectsWithCode(openBackend({ kind: 'etcd', options: {}, dataDir: '/x', logger }), KvstoreErrorCode.INVALID_OPTION);
     await rejectsWithCode(openEtcd('127.0.0.1:2379'), KvstoreErrorCode.INVALID_OPTION);
     await rejectsWithCode(openEtcd(etcd.endpoint, { 'etcd.trustedCAFile': '/nonexistent/ca.pem' }), KvstoreErrorCode.INVALID_OPTION);
     await rejectsWithCode(openEtcd(etcd.endpoint, { 'etcd.certFile': '/x.pem' }), KvstoreErrorCode.INVALID_OPTION);

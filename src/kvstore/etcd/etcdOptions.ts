@@ -1,3 +1,4 @@
+import { KVSTORE_OPTION_KEYS } from '../optionKeys.js';
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
@@ -17,23 +18,8 @@ export interface EtcdOptions {
   logger: Logger;
 }
 
-/**
- * `--kvstore-opt` keys the etcd backend understands. `etcd.config` names a
- * YAML file in the format Cilium's `etcd.config` uses (endpoints,
- * trusted-ca-file, cert-file, key-file, plus username/password); the inline
- * keys override it.
- */
-export const ETCD_OPTION_KEYS = [
-  'etcd.config',
-  'etcd.endpoints',
-  'etcd.trustedCAFile',
-  'etcd.certFile',
-  'etcd.keyFile',
-  'etcd.username',
-  'etcd.password',
-  'etcd.callTimeout',
-  'etcd.retryTimeout',
-] as const;
+/** `--kvstore-opt` keys the etcd backend understands (see ../optionKeys.ts). */
+export const ETCD_OPTION_KEYS = KVSTORE_OPTION_KEYS.etcd;
 
 const ConfigFile = z
   .object({

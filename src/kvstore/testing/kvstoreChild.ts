@@ -64,7 +64,7 @@ async function main(argv: string[]): Promise<void> {
       const [kind, target, key, count] = rest as [string, string, string, string];
       const backend: Backend =
         kind === 'etcd'
-          ? await openBackend({ kind, options: { 'etcd.endpoints': target }, stateDir: '/nonexistent', logger })
+          ? await openBackend({ kind, options: { 'etcd.endpoints': target }, dataDir: '/nonexistent', logger })
           : openEmbedded(target);
       let retries = 0;
       for (let i = 0; i < Number(count); i++) retries += await casIncrement(backend, key);

@@ -1,0 +1,43 @@
+/*
+ * Shared declarations of tendril's kernel addon: the small native part of
+ * src/datapath/kernel. It holds no logic: it moves bytes between TypeScript
+ * and the kernel (netlink sockets, bpf(), libbpf) and reports errno.
+ */
+#ifndef TENDRIL_ADDON_H
+#define TENDRIL_ADDON_H
+
+#define NAPI_VERSION 8
+#include <node_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Each concern registers its functions on the exports object. */
+napi_status tdl_netlink_register(napi_env env, napi_value exports);
+napi_status tdl_bpf_register(napi_env env, napi_value exports);
+
+/*
+ * Throws a JS Error whose message names the operation and whose `errno`
+ * and `code` (e.g. "ENOENT") properties carry the failure. Returns NULL so
+ * callers can `return tdl_throw_errno(...)`.
+ */
+napi_value tdl_throw_errno(napi_env env, const char *op, int err);
+/* Builds (does not throw) the same kind of error object, for async rejections. */
+napi_value tdl_errno_error(napi_env env, const char *op, int err);
+/* Throws a TypeError for a bad argument; returns NULL. */
+napi_value tdl_throw_type(napi_env env, const char *msg);
+
+/* Adds a function property to an object. */
+napi_status tdl_export_fn(napi_env env, napi_value obj, const char *name, napi_callback cb);
+
+/*
+ * Reads a string argument into a caller buffer of `cap` bytes (NUL
+ * included); fails with a TypeError when it is not a string or does not fit.
+ */
+int tdl_get_string(napi_env env, napi_value v, char *buf, size_t cap, const char *what);
+/* Reads an int32/uint32 argument; TypeError when it is not a number. */
+int tdl_get_int32(napi_env env, napi_value v, int32_t *out, const char *what);
+int tdl_get_uint32(napi_env env, napi_value v, uint32_t *out, const char *what);
+/* Borrows the bytes of a Buffer/Uint8Array argument; TypeError otherwise. */
+int tdl_get_bytes(napi_env env, napi_value v, void **data, size_t *len, const char *what);
+
+#endif

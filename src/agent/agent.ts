@@ -94,7 +94,7 @@ export class Agent {
   static async start(config: AgentConfig, log: Logger, deps: AgentDeps = {}): Promise<Agent> {
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
     await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
-    const backend = await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, stateDir: config.stateDir, logger: log.child({ subsys: 'kvstore' }) });
+    const backend = await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) });
     const lease = new NodeLease(backend, { ttlSeconds: config.leaseTtlSeconds, logger: log.child({ subsys: 'lease' }) });
     try {
       const ipam = new IpamProvider(config, backend, log.child({ subsys: 'ipam' }));

@@ -69,10 +69,16 @@ $(NODE_STAMP): package.json package-lock.json
 
 deps: apt-deps $(NODE_STAMP)
 
-build: $(NODE_STAMP) native
+# The API's TypeScript types are generated from api/openapi.yaml, never written by hand.
+API_TYPES := src/api/generated/openapi.ts
+$(API_TYPES): api/openapi.yaml $(NODE_STAMP)
+	@mkdir -p $(@D)
+	npx openapi-typescript api/openapi.yaml -o $@ >/dev/null
+
+build: $(NODE_STAMP) native $(API_TYPES)
 	npx tsc -p tsconfig.json
 
-typecheck: $(NODE_STAMP)
+typecheck: $(NODE_STAMP) $(API_TYPES)
 	npx tsc -p tsconfig.json --noEmit
 
 lint: $(NODE_STAMP)

@@ -1,8 +1,9 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js cni pods throughput ipam identity policy kvstore
+// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { printCniExec, runCniExecBench } from './cniExec.js';
 import { printCniLatency, runCniLatencyBench } from './cniLatency.js';
 import { printCniPods, runCniPodsBench } from './cniPods.js';
 import { printIdentityBench, runIdentityBench } from './identity.js';
@@ -16,6 +17,7 @@ if (process.getuid?.() !== 0) {
 }
 
 const benches: Record<string, () => Promise<void>> = {
+  exec: async () => printCniExec(await runCniExecBench({ pods: 30, versionRuns: 100, concurrent: 50, podmanRuns: 8 })),
   cni: async () => printCniLatency(await runCniLatencyBench(20)),
   pods: async () => printCniPods(await runCniPodsBench(50)),
   throughput: async () => printThroughput(await runThroughputBench(3, 3)),

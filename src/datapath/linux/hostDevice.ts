@@ -1,5 +1,8 @@
-import { ipBatch } from './command.js';
-import { getLink } from './links.js';
+import type { Netlink } from '../kernel/netlink/index.js';
+import { NetlinkBatch } from '../kernel/netlink/index.js';
+import { isKernelError } from '../kernel/errors.js';
+import { kernel } from './kernel.js';
+import { hostPrefix } from './links.js';
 import { setSysctl } from './sysctl.js';
 
 /** The host device holding the node's router addresses (Cilium's cilium_host)... */
@@ -13,14 +16,21 @@ export const HOST_PEER_DEVICE = 'tendril_net';
  * gives the eBPF datapath an attach point, and works on kernels built without
  * the dummy driver.
  */
-export async function ensureHostDevice(routerAddresses: ReadonlyArray<{ family: 4 | 6; ip: string }>): Promise<void> {
-  const cmds: string[][] = [];
-  if (!(await getLink(HOST_DEVICE))) cmds.push(['link', 'add', HOST_DEVICE, 'type', 'veth', 'peer', 'name', HOST_PEER_DEVICE]);
-  cmds.push(['link', 'set', HOST_PEER_DEVICE, 'up'], ['link', 'set', HOST_DEVICE, 'up']);
-  for (const a of routerAddresses) {
-    cmds.push(['addr', 'replace', `${a.ip}/${a.family === 4 ? 32 : 128}`, 'dev', HOST_DEVICE, ...(a.family === 6 ? ['nodad'] : [])]);
-  }
-  await ipBatch(cmds);
+export async function ensureHostDevice(nl: Netlink, routerAddresses: ReadonlyArray<{ family: 4 | 6; ip: string }>): Promise<void> {
+  await kernel(async () => {
+    if (!(await nl.findLink(HOST_DEVICE))) {
+      try {
+        await nl.createVeth({ name: HOST_DEVICE, peer: { name: HOST_PEER_DEVICE } });
+      } catch (err) {
+        // Another start-up made it in between: what matters is that it exists.
+        if (!isKernelError(err, 'EEXIST')) throw err;
+      }
+    }
+    const [dev, peer] = await Promise.all([nl.getLink(HOST_DEVICE), nl.getLink(HOST_PEER_DEVICE)]);
+    const batch = new NetlinkBatch().setLink(peer.index, { up: true }).setLink(dev.index, { up: true });
+    for (const a of routerAddresses) batch.replaceAddress({ index: dev.index, address: hostPrefix(a), nodad: a.family === 6 });
+    await nl.apply(batch);
+  });
   if (routerAddresses.some((a) => a.family === 4)) await setSysctl('net/ipv4/ip_forward', '1');
   if (routerAddresses.some((a) => a.family === 6)) await setSysctl('net/ipv6/conf/all/forwarding', '1');
 }

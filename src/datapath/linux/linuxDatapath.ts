@@ -1,25 +1,16 @@
-import { access } from 'node:fs/promises';
 import { validateAbsolutePath, validateInterfaceName } from '../../cni/index.js';
-import type { Datapath, NodeNetworkSpec, PodAddress, PodNetwork, PodNetworkSpec, PodTeardownSpec } from '../types.js';
-import { DatapathError, ip, ipBatch } from './command.js';
+import { isKernelError } from '../kernel/errors.js';
+import { type Link, NetlinkBatch, RT_TABLE_MAIN, formatPrefix, parsePrefix } from '../kernel/netlink/index.js';
+import { DatapathError, type Datapath, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodAddress, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec } from '../types.js';
 import { ensureHostDevice } from './hostDevice.js';
-import { deleteLink, getLink, hostInterfaceName, listAddresses, listRoutes } from './links.js';
+import { HostNetlink, deleteLinkIfPresent, kernel, openPodNetlink, openPodNetlinkIfPresent } from './kernel.js';
+import { POD_HOST_IFNAME, hostInterfaceName, hostPrefix } from './links.js';
 import { applyMasquerade } from './masquerade.js';
+import { classifyNetnsPath } from './netnsKind.js';
 import { interfaceSysctl, setSysctl } from './sysctl.js';
 
-const HOST_IFNAME = /^lxc[0-9a-f]{12}$/;
-const hostPrefix = (a: PodAddress) => `${a.ip}/${a.family === 4 ? 32 : 128}`;
-
-async function netnsExists(path: string): Promise<boolean> {
-  if (path === '') return false;
-  try {
-    await access(path);
-    return true;
-  } catch {
-    // A namespace removed by the runtime before DEL is a normal case, not an error.
-    return false;
-  }
-}
+/** "addr/len" as the kernel reports it (IPv6 compressed), so specs compare with what is read back. */
+const canonicalPrefix = (p: string) => formatPrefix(parsePrefix(p));
 
 /**
  * Pods as routed veth pairs, the way Cilium plumbs them: a /32 (or /128) in the
@@ -28,8 +19,17 @@ async function netnsExists(path: string): Promise<boolean> {
  * gateway by proxy until the eBPF datapath does.
  */
 export class LinuxDatapath implements Datapath {
+  /** Netlink in the agent's own namespace; pod namespaces get a handle per call. */
+  private readonly host = new HostNetlink();
+
+  /** Closes the agent-namespace netlink socket (a later call opens it again). */
+  close(): Promise<void> {
+    return this.host.close();
+  }
+
   async setupNode(spec: NodeNetworkSpec): Promise<void> {
-    await ensureHostDevice(spec.routerAddresses);
+    await ensureHostDevice(await this.host.get(), spec.routerAddresses);
+    // The one process the Linux datapath still runs: nft, once per agent start.
     await applyMasquerade(spec.masqueradeCidrs);
   }
 
@@ -37,55 +37,92 @@ export class LinuxDatapath implements Datapath {
     validateAbsolutePath(spec.netns, 'netns path');
     validateInterfaceName(spec.ifName);
     const hostIf = hostInterfaceName(spec.containerId, spec.ifName);
-    const inPod = { netns: spec.netns };
-    if (!(await netnsExists(spec.netns))) throw new DatapathError('netns-gone', `network namespace ${spec.netns} does not exist`);
-
-    // The peer is created inside the pod's namespace directly, so its final name
-    // can never clash with a host interface (no tmp name in the host namespace).
-    const create = () => ip(['link', 'add', hostIf, 'mtu', String(spec.mtu), 'type', 'veth', 'peer', 'name', spec.ifName, 'mtu', String(spec.mtu), 'netns', spec.netns]);
+    // Opening the pod's handle is also the existence check: a missing namespace is netns-gone.
+    const pod = await openPodNetlink(spec.netns);
     try {
-      await create();
-    } catch (err) {
-      if (!(err instanceof DatapathError && err.kind === 'exists')) throw err;
-      // An interrupted ADD (or the runtime's own interface) holds a name: replace it.
-      // Only on this path, so a normal ADD pays no extra process runs.
-      await deleteLink(spec.ifName, inPod);
-      await deleteLink(hostIf);
-      await create();
+      const host = await this.host.get();
+      return await kernel(async () => {
+        // The peer is created inside the pod's namespace directly, so its final name
+        // can never clash with a host interface (no tmp name in the host namespace).
+        const create = () => host.createVeth({ name: hostIf, mtu: spec.mtu, peer: { name: spec.ifName, netns: spec.netns, mtu: spec.mtu } });
+        try {
+          await create();
+        } catch (err) {
+          if (!isKernelError(err, 'EEXIST')) throw err;
+          // An interrupted ADD (or the runtime's own interface) holds a name: replace it.
+          // Only on this path, so a normal ADD pays no extra requests.
+          await deleteLinkIfPresent(pod, spec.ifName);
+          await deleteLinkIfPresent(host, hostIf);
+          await create();
+        }
+        try {
+          const podSide = async (): Promise<Link> => {
+            const podLink = await pod.getLink(spec.ifName);
+            // One round trip for the pod's side; the kernel runs the messages in order.
+            const batch = new NetlinkBatch().setLink('lo', { up: true }).setLink(podLink.index, { up: true });
+            for (const a of spec.addresses) {
+              batch.addAddress({ index: podLink.index, address: hostPrefix(a), nodad: a.family === 6 });
+              batch.replaceRoute({ dst: hostPrefix({ ...a, ip: a.gateway }), oif: podLink.index, scope: 'link' });
+              batch.replaceRoute({ dst: 'default', family: a.family, gateway: a.gateway, oif: podLink.index });
+            }
+            await pod.apply(batch);
+            return podLink;
+          };
+          // The two sides are independent and go through different sockets: in parallel.
+          const [podResult, hostResult] = await Promise.allSettled([podSide(), this.hostSide(hostIf, spec.addresses)]);
+          if (podResult.status === 'rejected') throw podResult.reason;
+          if (hostResult.status === 'rejected') throw hostResult.reason;
+          const [podLink, hostLink] = [podResult.value, hostResult.value];
+          return { hostIfName: hostIf, hostIfIndex: hostLink.index, hostMac: hostLink.mac, podIfIndex: podLink.index, podMac: podLink.mac };
+        } catch (err) {
+          // Deleting the host side removes the peer and the host routes with it.
+          await deleteLinkIfPresent(host, hostIf).catch((cleanupErr: unknown) => {
+            throw new DatapathError('failed', `${(err as Error).message}; removing ${hostIf} afterwards failed too: ${(cleanupErr as Error).message}`);
+          });
+          throw err;
+        }
+      });
+    } finally {
+      await pod.close();
     }
+  }
+
+  /**
+   * Host side of a pod: proxy ARP for the gateway, the link up, a /32 (/128)
+   * route per address. DatapathError `not-found` when the interface is missing.
+   */
+  private async hostSide(hostIf: string, addresses: PodAddress[]): Promise<Link> {
+    const host = await this.host.get();
+    return kernel(async () => {
+      const link = await host.getLink(hostIf);
+      // A sysctl of the agent's own namespace: a write under /proc/sys, no process.
+      await setSysctl(interfaceSysctl(4, hostIf, 'proxy_arp'), '1');
+      const batch = new NetlinkBatch().setLink(link.index, { up: true });
+      for (const a of addresses) batch.replaceRoute({ dst: hostPrefix(a), oif: link.index, prefsrc: a.gateway });
+      await host.apply(batch);
+      return link;
+    });
+  }
+
+  classifyNetns(path: string): Promise<NetnsKind> {
+    return classifyNetnsPath(path);
+  }
+
+  /** Until the eBPF datapath exists, a regeneration puts the host side back in force (routes, proxy ARP, link up). */
+  async syncEndpoint(state: EndpointDatapathState): Promise<void> {
+    validateInterfaceName(state.hostIfName);
     try {
-      const podCmds: string[][] = [['link', 'set', 'lo', 'up'], ['link', 'set', spec.ifName, 'up']];
-      for (const a of spec.addresses) {
-        // Batch lines take no global options such as -4/-6: every destination is explicit instead.
-        podCmds.push(['addr', 'add', hostPrefix(a), 'dev', spec.ifName, ...(a.family === 6 ? ['nodad'] : [])]);
-        podCmds.push(['route', 'replace', hostPrefix({ ...a, ip: a.gateway }), 'dev', spec.ifName, 'scope', 'link']);
-        podCmds.push(['route', 'replace', a.family === 4 ? '0.0.0.0/0' : '::/0', 'via', a.gateway, 'dev', spec.ifName]);
-      }
-      await ipBatch(podCmds, inPod);
-
-      await this.hostSide(hostIf, spec.addresses);
-
-      const [host, pod] = await Promise.all([getLink(hostIf), getLink(spec.ifName, inPod)]);
-      if (!host || !pod) throw new DatapathError('not-found', `veth pair ${hostIf}/${spec.ifName} vanished during setup`);
-      return { hostIfName: hostIf, hostIfIndex: host.index, hostMac: host.mac, podIfIndex: pod.index, podMac: pod.mac };
+      await this.hostSide(state.hostIfName, state.addresses);
     } catch (err) {
-      // Deleting the host side removes the peer and the host routes with it.
-      await deleteLink(hostIf);
+      if (err instanceof DatapathError && err.kind === 'not-found') throw new DatapathError('not-found', `host interface ${state.hostIfName} of endpoint ${state.id} does not exist`);
       throw err;
     }
   }
 
-  /** Host side of a pod: proxy ARP for the gateway, the link up, a /32 (/128) route per address. */
-  private async hostSide(hostIf: string, addresses: PodAddress[]): Promise<void> {
-    await setSysctl(interfaceSysctl(4, hostIf, 'proxy_arp'), '1');
-    const hostCmds: string[][] = [['link', 'set', hostIf, 'up']];
-    for (const a of addresses) hostCmds.push(['route', 'replace', hostPrefix(a), 'dev', hostIf, 'src', a.gateway]);
-    await ipBatch(hostCmds);
-  }
-
   async adoptPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<{ hostIfIndex: number; hostMac: string }> {
     validateInterfaceName(spec.hostIfName);
-    const link = await getLink(spec.hostIfName);
+    const host = await this.host.get();
+    const link = await kernel(() => host.findLink(spec.hostIfName));
     if (!link) throw new DatapathError('not-found', `host interface ${spec.hostIfName} does not exist`);
     await this.hostSide(spec.hostIfName, spec.addresses);
     return { hostIfIndex: link.index, hostMac: link.mac };
@@ -93,24 +130,39 @@ export class LinuxDatapath implements Datapath {
 
   async releaseAdoptedPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<void> {
     validateInterfaceName(spec.hostIfName);
-    for (const a of spec.addresses) {
-      try {
-        await ip(['route', 'del', hostPrefix(a), 'dev', spec.hostIfName]);
-      } catch (err) {
-        // Already gone (with the interface, or by hand): the goal is reached.
-        if (!(err instanceof DatapathError && (err.kind === 'not-found' || /No such process/.test(err.stderr)))) throw err;
+    const host = await this.host.get();
+    await kernel(async () => {
+      const link = await host.findLink(spec.hostIfName);
+      // The routes went with the interface: the goal is reached.
+      if (!link) return;
+      for (const a of spec.addresses) {
+        try {
+          await host.deleteRoute({ dst: hostPrefix(a), link: link.index });
+        } catch (err) {
+          // Already gone (removed by hand): the goal is reached.
+          if (!isKernelError(err, 'ESRCH')) throw err;
+        }
       }
-    }
+    });
   }
 
   async removePod(spec: PodTeardownSpec): Promise<void> {
     validateInterfaceName(spec.ifName);
     const hostIf = spec.hostIfName ?? hostInterfaceName(spec.containerId, spec.ifName);
     validateInterfaceName(hostIf);
-    await deleteLink(hostIf);
-    if (spec.netns !== '' && (await netnsExists(spec.netns))) {
+    const host = await this.host.get();
+    await kernel(() => deleteLinkIfPresent(host, hostIf));
+    if (spec.netns !== '') {
       validateAbsolutePath(spec.netns, 'netns path');
-      await deleteLink(spec.ifName, { netns: spec.netns });
+      // A namespace already gone (or a path that is none) has nothing of the pod's left.
+      const pod = await openPodNetlinkIfPresent(spec.netns);
+      if (pod) {
+        try {
+          await kernel(() => deleteLinkIfPresent(pod, spec.ifName));
+        } finally {
+          await pod.close();
+        }
+      }
     }
     // Routes over the lxc device went with it; a route left on another device would be someone else's.
   }
@@ -118,37 +170,55 @@ export class LinuxDatapath implements Datapath {
   async checkPod(spec: PodNetworkSpec): Promise<void> {
     validateAbsolutePath(spec.netns, 'netns path');
     const hostIf = hostInterfaceName(spec.containerId, spec.ifName);
-    const inPod = { netns: spec.netns };
     const fail = (msg: string): never => {
       throw new DatapathError('not-found', msg);
     };
-    if (!(await netnsExists(spec.netns))) fail(`network namespace ${spec.netns} does not exist`);
-    const host = await getLink(hostIf);
-    if (!host?.up) fail(`host interface ${hostIf} is missing or down`);
-    const pod = await getLink(spec.ifName, inPod);
-    if (!pod?.up) fail(`interface ${spec.ifName} is missing or down in ${spec.netns}`);
-    if (pod!.mtu !== spec.mtu) fail(`interface ${spec.ifName} has MTU ${pod!.mtu}, expected ${spec.mtu}`);
-    const addrs = await listAddresses(spec.ifName, inPod);
-    for (const a of spec.addresses) {
-      if (!addrs.includes(hostPrefix(a))) fail(`address ${hostPrefix(a)} missing on ${spec.ifName}`);
-      const routes = await listRoutes(a.family, inPod);
-      if (!routes.some((r) => r.dst === 'default' && r.gateway === a.gateway)) fail(`default route via ${a.gateway} missing in the pod`);
-      const hostRoutes = await listRoutes(a.family);
-      if (!hostRoutes.some((r) => r.dst === a.ip && r.dev === hostIf)) fail(`host route to ${a.ip} via ${hostIf} missing`);
+    const pod = await openPodNetlinkIfPresent(spec.netns);
+    if (!pod) return fail(`network namespace ${spec.netns} does not exist`);
+    try {
+      const host = await this.host.get();
+      await kernel(async () => {
+        const hostLink = await host.findLink(hostIf);
+        if (!hostLink?.up) return fail(`host interface ${hostIf} is missing or down`);
+        const podLink = await pod.findLink(spec.ifName);
+        if (!podLink?.up) return fail(`interface ${spec.ifName} is missing or down in ${spec.netns}`);
+        if (podLink.mtu !== spec.mtu) fail(`interface ${spec.ifName} has MTU ${podLink.mtu}, expected ${spec.mtu}`);
+        const addrs = (await pod.listAddresses({ link: podLink.index })).map((a) => `${a.ip}/${a.prefixLength}`);
+        for (const family of new Set(spec.addresses.map((a) => a.family))) {
+          const podRoutes = await pod.listRoutes({ family, table: RT_TABLE_MAIN });
+          const hostRoutes = await host.listRoutes({ family, table: RT_TABLE_MAIN, link: hostLink.index });
+          for (const a of spec.addresses.filter((x) => x.family === family)) {
+            const prefix = canonicalPrefix(hostPrefix(a));
+            const gateway = canonicalPrefix(hostPrefix({ ...a, ip: a.gateway }));
+            if (!addrs.includes(prefix)) fail(`address ${prefix} missing on ${spec.ifName}`);
+            if (!podRoutes.some((r) => r.dst === 'default' && r.gateway !== undefined && canonicalPrefix(hostPrefix({ family, ip: r.gateway })) === gateway)) {
+              fail(`default route via ${a.gateway} missing in the pod`);
+            }
+            if (!hostRoutes.some((r) => r.dst === prefix)) fail(`host route to ${a.ip} via ${hostIf} missing`);
+          }
+        }
+      });
+    } finally {
+      await pod.close();
     }
   }
 
   async listPodHostInterfaces(): Promise<string[]> {
-    const links = JSON.parse(await ip(['-j', 'link', 'show'])) as Array<{ ifname: string }>;
-    return links.map((l) => l.ifname).filter((n) => HOST_IFNAME.test(n));
+    const host = await this.host.get();
+    const links = await kernel(() => host.listLinks());
+    return links.map((l) => l.name).filter((n) => POD_HOST_IFNAME.test(n));
   }
 
   async removeHostInterface(name: string): Promise<void> {
-    if (!HOST_IFNAME.test(name)) throw new DatapathError('failed', `refusing to delete ${name}: not a pod host interface`);
-    await deleteLink(name);
+    if (!POD_HOST_IFNAME.test(name)) throw new DatapathError('failed', `refusing to delete ${name}: not a pod host interface`);
+    const host = await this.host.get();
+    await kernel(() => deleteLinkIfPresent(host, name));
   }
 
   async podExists(containerId: string, ifName: string, hostIfName?: string): Promise<boolean> {
-    return (await getLink(hostIfName ?? hostInterfaceName(containerId, ifName))) !== undefined;
+    const name = hostIfName ?? hostInterfaceName(containerId, ifName);
+    validateInterfaceName(name);
+    const host = await this.host.get();
+    return (await kernel(() => host.findLink(name))) !== undefined;
   }
 }

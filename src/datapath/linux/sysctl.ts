@@ -1,6 +1,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { validateInterfaceName } from '../../cni/index.js';
-import { DatapathError } from './command.js';
+import { DatapathError } from '../types.js';
 
 // Only the sysctls tendril sets; the interface part is validated separately.
 const SYSCTL_PATTERN = /^net\/ipv[46]\/(conf\/[^/]+\/[a-z_]+|ip_forward)$|^net\/ipv6\/conf\/[^/]+\/[a-z_]+$/;

@@ -6,19 +6,16 @@ import { AgentError } from '../api/errors.js';
 import type { CniRequest, Health } from '../api/types.js';
 import { LinuxDatapath } from '../datapath/linux/linuxDatapath.js';
 import type { Datapath } from '../datapath/types.js';
-import type { Endpoint } from '../endpoint/endpoint.js';
-import { EndpointManager } from '../endpoint/endpointManager.js';
-import { EndpointStore } from '../endpoint/endpointStore.js';
-import { EndpointIdentityBinder } from '../endpoint/identityBinder.js';
-import { IdentityAllocator, NodeLease } from '../identity/index.js';
+import { type Endpoint, EndpointManager, EndpointStore, PolicyRevisions } from '../endpoint/index.js';
+import { IdentityAllocator, identityToJSON, NodeLease, RESERVED_IDENTITIES, reservedIdentity } from '../identity/index.js';
 import { IPCache, KvstoreIPCacheSync } from '../ipcache/index.js';
-import { LabelFilter, type LabelSet } from '../labels/index.js';
-import { type EndpointRegeneration, PolicyEngine } from '../policy/index.js';
+import { LabelFilter } from '../labels/index.js';
+import { PolicyEngine } from '../policy/index.js';
 import { openBackend } from '../kvstore/factory.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
-import { buildServer, listenOnSocket } from './api/server.js';
-import { CniService, ipamOwner } from './cniService.js';
+import { type AgentApi, buildServer, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
+import { CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentConfig, masqueradeCidrs } from './config.js';
 import { IpamProvider } from './ipamProvider.js';
 
@@ -36,57 +33,53 @@ function faultPointFromEnv(env: NodeJS.ProcessEnv): ((step: string) => void) | u
 }
 
 export interface AgentDeps {
+  /** Another datapath than the Linux one (tests run the agent over the fake). */
   datapath?: Datapath;
 }
 
 /**
- * The node agent: owns the kvstore connection, IPAM, the endpoints and the
- * datapath, and serves the API. Stopping it leaves every pod's network in place.
+ * The node agent: wires the kvstore, IPAM, identities, ipcache, policy, the
+ * endpoint manager and the datapath together, and serves the API through the
+ * narrow interfaces of `api()`. Stopping it leaves every pod's network in place.
  */
 export class Agent {
-  readonly endpoints = new EndpointManager();
-  readonly store: EndpointStore;
-  readonly cni: CniService;
   private server: FastifyInstance | undefined;
   private readonly startedAt = Date.now();
   private readonly routerAddresses = new Map<string, { family: 4 | 6; ip: string }>();
-
-  readonly ipcache: IPCache;
-  readonly policy: PolicyEngine;
-  private readonly binder: EndpointIdentityBinder;
-  private unsubscribeIdentities: (() => void) | undefined;
+  private readonly policy: PolicyRevisions;
+  private readonly endpoints: EndpointManager;
+  private readonly cni: CniService;
 
   private constructor(
-    readonly config: AgentConfig,
-    readonly log: Logger,
-    readonly backend: Backend,
-    readonly ipam: IpamProvider,
-    readonly datapath: Datapath,
-    readonly lease: NodeLease,
-    readonly identities: IdentityAllocator,
-    readonly ipcacheSync: KvstoreIPCacheSync,
-    ipcache: IPCache,
+    private readonly config: AgentConfig,
+    private readonly log: Logger,
+    private readonly backend: Backend,
+    private readonly ipam: IpamProvider,
+    private readonly datapath: Datapath,
+    private readonly lease: NodeLease,
+    private readonly identities: IdentityAllocator,
+    private readonly ipcacheSync: KvstoreIPCacheSync,
+    private readonly ipcache: IPCache,
   ) {
-    this.store = new EndpointStore(join(config.stateDir, 'endpoints'));
-    this.ipcache = ipcache;
-    this.policy = new PolicyEngine({ identities, cidrIdentities: identities });
-    // Identities other nodes create change which peers a selector names: recompute incrementally.
-    this.unsubscribeIdentities = identities.subscribe((events) => {
-      const added = events.filter((e) => e.type === 'upsert').map((e) => e.identity);
-      const removed = events.filter((e) => e.type === 'delete').map((e) => e.identity.id);
-      this.applyRegenerations(this.policy.identitiesChanged(added, removed).regenerations);
+    const faultPoint = faultPointFromEnv(process.env);
+    this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: identities }));
+    this.endpoints = new EndpointManager({
+      datapath,
+      store: new EndpointStore(join(config.stateDir, 'endpoints')),
+      identities,
+      ipcache,
+      policy: this.policy,
+      labelFilter: LabelFilter.DEFAULT,
+      log: log.child({ subsys: 'endpoint' }),
+      ...(faultPoint ? { faultPoint } : {}),
     });
-    this.binder = new EndpointIdentityBinder(identities, ipcache, LabelFilter.DEFAULT, this.policy);
     this.cni = new CniService({
       config,
       ipam,
-      datapath,
       endpoints: this.endpoints,
-      store: this.store,
-      identities: this.binder,
       log,
       ready: async () => (await this.backend.status()).connected,
-      faultPoint: faultPointFromEnv(process.env),
+      ...(faultPoint ? { faultPoint } : {}),
       ensureRouterAddress: (family, ip) => this.ensureRouterAddress(family, ip),
     });
   }
@@ -108,11 +101,17 @@ export class Agent {
       const agent = new Agent(config, log, backend, ipam, deps.datapath ?? new LinuxDatapath(), lease, identities, ipcacheSync, ipcache);
       for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
       await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(config) });
-      await agent.restoreEndpoints();
+      await agent.endpoints.restore({
+        lease: (ep) => agent.leaseOf(ep),
+        // A restored endpoint's routes take its gateway as source address: the host device must hold it first.
+        prepare: async (ep) => {
+          for (const a of ep.addresses) await agent.ensureRouterAddress(a.family, a.gateway);
+        },
+      });
       // Drained before serving, so a client that sees the API up sees the queue done;
       // and once more after, for a DEL a plugin queued while the socket was not up yet.
       await agent.drainDeletionQueue();
-      agent.server = buildServer(agent);
+      agent.server = buildServer(agent.api());
       await listenOnSocket(agent.server, config.socket);
       await agent.drainDeletionQueue();
       log.info({ socket: config.socket, node: config.nodeName, ipam: config.ipam, routers: ipam.routerAddresses(), endpoints: agent.endpoints.size }, 'agent ready');
@@ -124,45 +123,101 @@ export class Agent {
     }
   }
 
+  /** What the API serves, each part a narrow interface over the subsystems. */
+  api(): AgentApi {
+    return {
+      endpoints: this.endpointApi(),
+      ipam: this.ipamApi(),
+      policy: this.policyApi(),
+      identities: this.identityApi(),
+      ipcache: { list: () => this.ipcache.list() },
+      health: this.healthApi(),
+      cni: this.cni,
+      log: this.log,
+    };
+  }
+
+  private leaseOf(ep: Endpoint) {
+    return ownerLease(this.ipam.all(), ipamOwner(ep.containerId, ep.ifName));
+  }
+
+  private endpointApi(): EndpointApi {
+    const { endpoints } = this;
+    return {
+      list: () => endpoints.statuses(),
+      lookup: (ref) => {
+        const ep = endpoints.lookup(ref);
+        return ep && endpoints.status(ep);
+      },
+      adopt: (req) => this.cni.adoptEndpoint(req),
+      delete: async (id) => {
+        const ep = endpoints.get(id);
+        if (!ep) throw new AgentError('NOT_FOUND', `endpoint ${id} not found`);
+        await endpoints.delete(id, { lease: this.leaseOf(ep) });
+      },
+      updateLabels: (id, labels) => endpoints.updateLabels(id, labels),
+    };
+  }
+
+  private ipamApi(): IpamApi {
+    const { ipam, endpoints } = this;
+    return {
+      mode: ipam.mode,
+      list: () => ipam.list(),
+      stats: () => ipam.stats(),
+      allocate: (req) => ipam.allocateDirect(req),
+      release: async (ip) => {
+        // Freeing a live endpoint's address would hand it to the next pod while this one still uses it.
+        const holder = endpoints.byIp(ip);
+        if (holder) throw new AgentError('CONFLICT', `address ${ip} belongs to endpoint ${holder.id} (container ${holder.containerId}); delete the endpoint to free it`);
+        const inFlight = this.cni.inFlightOwners();
+        if (inFlight.size > 0) {
+          const owner = (await ipam.list()).find((a) => a.ip === ip)?.owner;
+          if (owner !== undefined && inFlight.has(owner)) throw new AgentError('CONFLICT', `address ${ip} belongs to ${owner}, whose CNI call is in progress`);
+        }
+        if (!(await ipam.releaseIp(ip))) throw new AgentError('NOT_FOUND', `address ${ip} is not allocated`);
+      },
+    };
+  }
+
+  private policyApi(): PolicyApi {
+    const { policy } = this;
+    return {
+      get revision() {
+        return policy.revision;
+      },
+      list: (filter) => policy.policies(filter),
+      import: (text) => policy.importText(text),
+      delete: (filter) => policy.deletePolicies(filter),
+      selectors: () => policy.engine.selectors(),
+      trace: (src, dst, proto, port) => policy.engine.trace(src, dst, proto, port),
+      endpointPolicy: (id) => policy.engine.endpointPolicy(id),
+    };
+  }
+
+  private identityApi(): IdentityApi {
+    const { identities } = this;
+    return {
+      list: () => [...RESERVED_IDENTITIES.map(identityToJSON), ...identities.list().map((i) => ({ ...identityToJSON(i), references: identities.references(i.id) }))],
+      get: (id) => {
+        const identity = reservedIdentity(id) ?? identities.lookupById(id);
+        return identity && { ...identityToJSON(identity), references: identities.references(id) };
+      },
+    };
+  }
+
+  private healthApi(): HealthApi {
+    return {
+      health: () => this.health(),
+      config: () => this.publicConfig(),
+      patchConfig: (patch) => this.patchConfig(patch),
+    };
+  }
+
   private async ensureRouterAddress(family: 4 | 6, ip: string): Promise<void> {
     if (this.routerAddresses.has(ip)) return;
     this.routerAddresses.set(ip, { family, ip });
     await this.datapath.setupNode({ routerAddresses: [...this.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(this.config) });
-  }
-
-  /** Brings endpoints back from the state dir; pods that vanished while the agent was down are cleaned up. */
-  private async restoreEndpoints(): Promise<void> {
-    const { endpoints, problems } = await this.store.loadAll();
-    for (const p of problems) this.log.error({ dir: p.dir, error: p.error }, 'cannot restore endpoint state');
-    for (const ep of endpoints) {
-      if (ep.state === 'disconnecting' || !(await this.datapath.podExists(ep.containerId, ep.ifName, ep.hostIfName))) {
-        this.log.warn({ endpoint: ep.id, containerId: ep.containerId }, 'endpoint vanished while the agent was down; releasing it');
-        for (const a of this.ipam.all()) await a.releaseOwner(ipamOwner(ep.containerId, ep.ifName));
-        await this.store.remove(ep.id);
-        continue;
-      }
-      // The same identity number comes back unless another node re-used it while this one was away.
-      const bound = await this.binder.bind(ep, ep.identity);
-      if (ep.identity !== undefined && bound.identity !== ep.identity) {
-        this.log.warn({ endpoint: ep.id, was: ep.identity, now: bound.identity }, 'restored endpoint got a new identity');
-      }
-      const restored = { ...bound, state: 'ready' as const };
-      this.endpoints.register(restored);
-      await this.store.save(restored);
-      // An agent killed between saving the endpoint and confirming IPAM must not let the address expire under it.
-      for (const a of this.ipam.all()) await a.confirm(ipamOwner(ep.containerId, ep.ifName));
-      if (ep.addresses.some((a) => !this.routerAddresses.has(a.gateway))) {
-        for (const a of ep.addresses) await this.ensureRouterAddress(a.family, a.gateway);
-      }
-    }
-    if (endpoints.length > 0) this.log.info({ restored: this.endpoints.size }, 'endpoints restored');
-    // An agent killed mid-ADD can leave a veth pair no endpoint owns; its address expires by itself.
-    const owned = new Set(this.endpoints.list().map((e) => e.hostIfName));
-    for (const name of await this.datapath.listPodHostInterfaces()) {
-      if (owned.has(name)) continue;
-      this.log.warn({ interface: name }, 'removing pod interface no endpoint owns');
-      await this.datapath.removeHostInterface(name);
-    }
   }
 
   /** DELs the plugin queued while the agent was unreachable. */
@@ -192,47 +247,25 @@ export class Agent {
     }
   }
 
-  /**
-   * Policy results per endpoint. The Linux datapath has no policy maps yet, so
-   * the map state is computed and served (GET /endpoint/{id}/policy) but not
-   * enforced; an overflow is logged against the endpoint.
-   */
-  applyRegenerations(regenerations: readonly EndpointRegeneration[]): void {
-    for (const r of regenerations) {
-      if (r.error) this.log.error({ endpoint: r.endpointId, entries: r.entries, err: r.error.message }, 'endpoint policy does not fit its map');
-      else this.log.debug({ endpoint: r.endpointId, revision: r.policyRevision, entries: r.entries }, 'endpoint policy recomputed');
-    }
-  }
-
-  async deleteEndpoint(ep: Endpoint): Promise<void> {
-    await this.cni.removeEndpoint(ep, ep.netns);
-  }
-
-  updateLabels(ep: Endpoint, labels: LabelSet): Promise<Endpoint> {
-    return this.cni.updateLabels(ep, labels);
-  }
-
-  async health(): Promise<Health> {
+  private async health(): Promise<Health> {
     const kv = await this.backend.status();
-    let allocated = 0;
-    for (const a of this.ipam.all()) allocated += (await a.list()).length;
     return {
       status: kv.connected ? 'ok' : 'degraded',
       nodeName: this.config.nodeName,
       uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000),
       kvstore: { backend: kv.backend, connected: kv.connected, revision: kv.revision, detail: kv.detail },
       endpoints: this.endpoints.size,
-      ipam: { mode: this.ipam.mode, allocated },
+      ipam: { mode: this.ipam.mode, allocated: (await this.ipam.list()).length },
     };
   }
 
-  publicConfig(): Record<string, unknown> {
+  private publicConfig(): Record<string, unknown> {
     const { kvstoreOpts, ...rest } = this.config;
     // Credentials passed as kvstore options are not for API readers.
     return { ...rest, kvstoreOpts: Object.fromEntries(Object.keys(kvstoreOpts).map((k) => [k, /pass|key|token/i.test(k) ? '***' : kvstoreOpts[k]])) };
   }
 
-  patchConfig(patch: Record<string, unknown>): Record<string, unknown> {
+  private patchConfig(patch: Record<string, unknown>): Record<string, unknown> {
     if (typeof patch.logLevel === 'string') {
       this.log.level = patch.logLevel;
       (this.config as { logLevel: string }).logLevel = patch.logLevel;
@@ -245,7 +278,7 @@ export class Agent {
   /** Stops serving; pods keep their network, and state stays for the next start. */
   async stop(): Promise<void> {
     await this.server?.close();
-    this.unsubscribeIdentities?.();
+    await this.endpoints.stop();
     await this.ipcacheSync.stop();
     await this.identities.close();
     // The lease is not revoked: another agent start within its TTL keeps this node's entries alive.

@@ -1,5 +1,6 @@
 import type { NetConf } from '../cni/index.js';
 import {
+  type Allocation,
   type Allocator,
   BlockAllocator,
   ClusterPoolAllocator,
@@ -103,5 +104,46 @@ export class IpamProvider {
   /** Every allocator in use (for listing, GC and expiry). */
   all(): Allocator[] {
     return this.main ? [this.main] : [...this.delegated.values()];
+  }
+
+  /** Every allocation of this node. */
+  async list(): Promise<Allocation[]> {
+    const out: Allocation[] = [];
+    for (const a of this.all()) out.push(...(await a.list()));
+    return out;
+  }
+
+  /** The first allocator's counters (the node's; in delegated mode the first plugin's). */
+  stats(): Record<string, number> | undefined {
+    const first = this.all()[0];
+    return first ? { ...first.stats() } : undefined;
+  }
+
+  /**
+   * POST /ipam (Cilium's plugin-driven flow): an address for an owner, with
+   * the node's router addresses as its host addressing. Only the kvstore
+   * modes allocate outside a CNI ADD.
+   */
+  async allocateDirect(req: { owner: string; family: IpFamily; ip?: string; pool?: string; provisional: boolean }): Promise<{ allocation: Allocation; hostAddressing: { ipv4?: string; ipv6?: string } }> {
+    const main = this.main;
+    if (!main) throw new AgentError('INVALID_REQUEST', 'POST /ipam needs a kvstore-backed IPAM mode; delegated IPAM allocates through CNI ADD');
+    const allocation = await main.allocate({
+      owner: req.owner,
+      family: req.family,
+      ...(req.ip !== undefined ? { ip: req.ip } : {}),
+      ...(req.pool ? { pool: req.pool } : {}),
+      ...(req.provisional ? { expirationMs: this.config.ipamExpirationMs } : {}),
+    });
+    const v4 = main.routerAddress(4)?.ip;
+    const v6 = main.routerAddress(6)?.ip;
+    return { allocation, hostAddressing: { ...(v4 ? { ipv4: v4 } : {}), ...(v6 ? { ipv6: v6 } : {}) } };
+  }
+
+  /** Frees one address wherever it is allocated; false when nothing held it. */
+  async releaseIp(ip: string): Promise<boolean> {
+    for (const a of this.all()) {
+      if (await a.releaseIp(ip)) return true;
+    }
+    return false;
   }
 }

@@ -1,25 +1,17 @@
-import { randomBytes } from 'node:crypto';
-import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { readdir, readFile, rm } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import type { CniRequest } from './types.js';
 
 /**
  * DEL requests the plugin could not deliver because the agent was down
  * (Cilium's deletion fallback). The queue lives beside the agent's socket so
- * the plugin finds it from the same netconf field; the agent drains it on start.
+ * the plugin finds it from the same netconf field; the agent drains it on
+ * start. tendril-cni writes it (src/plugin/native/queue.c): in this
+ * directory (mode 0700), one CniRequest JSON per file named
+ * `<ms since epoch>-<8 hex>.json` (mode 0600), written as `.<name>.tmp` and
+ * renamed into place, so a reader never sees half a file.
  */
 export function deletionQueueDir(socketPath: string): string {
   return join(dirname(socketPath), 'deletion-queue');
-}
-
-export async function enqueueDeletion(socketPath: string, req: CniRequest): Promise<string> {
-  const dir = deletionQueueDir(socketPath);
-  await mkdir(dir, { recursive: true, mode: 0o700 });
-  const name = `${Date.now()}-${randomBytes(4).toString('hex')}.json`;
-  const tmp = join(dir, `.${name}.tmp`);
-  await writeFile(tmp, JSON.stringify(req), { mode: 0o600 });
-  await rename(tmp, join(dir, name));
-  return join(dir, name);
 }
 
 export interface QueuedDeletion {

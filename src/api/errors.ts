@@ -1,4 +1,5 @@
 import { CniErrorCode } from '../cni/errors.js';
+import { CodedError, type CodedErrorJson } from '../errors/codedError.js';
 
 /**
  * One table of agent error codes: each has a stable name, the HTTP status the
@@ -29,16 +30,16 @@ export interface ErrorResponse {
   cniCode: number;
 }
 
-export class AgentError extends Error {
+export class AgentError extends CodedError<AgentErrorCode> {
   constructor(
-    readonly code: AgentErrorCode,
+    code: AgentErrorCode,
     message: string,
     readonly details: string = '',
     /** Overrides the table's CNI code, e.g. to pass a delegated plugin's own code through. */
     readonly cniCodeOverride?: number,
+    options?: { cause?: unknown },
   ) {
-    super(message);
-    this.name = 'AgentError';
+    super(code, message, options);
   }
 
   get httpStatus(): number {
@@ -51,6 +52,10 @@ export class AgentError extends Error {
 
   toResponse(): ErrorResponse {
     return { code: this.code, message: this.message, ...(this.details ? { details: this.details } : {}), cniCode: this.cniCode };
+  }
+
+  protected override toJSONAt(depth: number): CodedErrorJson<AgentErrorCode> & { details?: string } {
+    return this.details ? { ...super.toJSONAt(depth), details: this.details } : super.toJSONAt(depth);
   }
 }
 

@@ -60,3 +60,5 @@ export const DEFAULT_STATE_DIR = '/var/run/tendril';
 export const DEFAULT_LIB_DIR = '/var/lib/tendril';
 export const DEFAULT_SOCKET = `${DEFAULT_STATE_DIR}/tendril.sock`;
 export const SOCKET_ENV = 'TENDRIL_SOCK';
+/** POST /cni's response header: the exit code tendril-cni exits with after printing the body. */
+export const CNI_EXIT_CODE_HEADER = 'tendril-cni-exit-code';

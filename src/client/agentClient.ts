@@ -1,6 +1,8 @@
 import { request } from 'node:http';
 import type { ErrorResponse } from '../api/errors.js';
-import type { CniRequest, CniResponse, Health, IpamList } from '../api/types.js';
+import { CNI_EXIT_CODE_HEADER, type CniRequest, type Health, type IpamList } from '../api/types.js';
+import { CniError } from '../cni/errors.js';
+import type { AnyResult } from '../cni/types.js';
 
 /** The agent's socket could not be reached at all (not running, wrong path, no permission). */
 export class AgentUnreachableError extends Error {
@@ -85,8 +87,53 @@ export class AgentClient {
     });
   }
 
-  cni(req: CniRequest): Promise<CniResponse> {
-    return this.request('POST', '/cni', req);
+  /**
+   * A CNI call as tendril-cni makes it (POST /cni answers the plugin's stdout
+   * and exit code): resolves with the result ADD prints, in the config's
+   * version, or undefined for the verbs that print nothing; rejects with the
+   * CniError the plugin would print.
+   */
+  cni(req: CniRequest): Promise<AnyResult | undefined> {
+    const payload = JSON.stringify(req);
+    return new Promise((resolve, reject) => {
+      const r = request(
+        {
+          socketPath: this.socketPath,
+          method: 'POST',
+          path: '/v1/cni',
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
+          timeout: this.timeoutMs,
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('error', reject);
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            const exitCode = res.headers[CNI_EXIT_CODE_HEADER];
+            let parsed: unknown;
+            try {
+              parsed = text === '' ? undefined : JSON.parse(text);
+            } catch {
+              reject(new Error(`agent answered ${res.statusCode} with a body that is not JSON: ${text.slice(0, 200)}`));
+              return;
+            }
+            if (res.statusCode !== 200 || (exitCode !== '0' && exitCode !== '1')) {
+              reject(new AgentResponseError(res.statusCode ?? 0, normaliseError(res.statusCode ?? 0, parsed)));
+            } else if (exitCode === '0') {
+              resolve(parsed as AnyResult | undefined);
+            } else {
+              reject(CniError.fromJson(parsed) ?? new Error(`agent answered exit code 1 without a CNI error: ${text.slice(0, 200)}`));
+            }
+          });
+        },
+      );
+      r.on('timeout', () => r.destroy(new Error(`request POST /cni timed out after ${this.timeoutMs} ms`)));
+      r.on('error', (err: NodeJS.ErrnoException) => {
+        reject(err.code && UNREACHABLE_CODES.has(err.code) ? new AgentUnreachableError(this.socketPath, err) : err);
+      });
+      r.end(payload);
+    });
   }
 
   health(): Promise<Health> {

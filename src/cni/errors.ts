@@ -1,3 +1,5 @@
+import { CodedError } from '../errors/codedError.js';
+
 /**
  * The spec's well-known error codes (CNI spec, "Error"). Codes 0-99 are
  * reserved for the spec; 100+ are plugin-specific.
@@ -26,17 +28,21 @@ export interface CniErrorJson {
   details?: string;
 }
 
-export class CniError extends Error {
+/**
+ * A CNI error. Its JSON is the spec's error object (what a plugin prints),
+ * not CodedError's generic form: that is what a CNI error is on the wire.
+ */
+export class CniError extends CodedError<number> {
   constructor(
-    readonly code: number,
+    code: number,
     readonly msg: string,
     readonly details: string = '',
+    options?: { cause?: unknown },
   ) {
-    super(details ? `${msg}; ${details}` : msg);
-    this.name = 'CniError';
+    super(code, details ? `${msg}; ${details}` : msg, options);
   }
 
-  toJSON(cniVersion?: string): CniErrorJson {
+  override toJSON(cniVersion?: string): CniErrorJson {
     const out: CniErrorJson = { code: this.code, msg: this.msg };
     if (cniVersion !== undefined) out.cniVersion = cniVersion;
     if (this.details) out.details = this.details;

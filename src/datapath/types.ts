@@ -1,9 +1,39 @@
 /**
  * What the endpoint and agent logic need from the datapath. The Linux
  * implementation programs links, addresses and routes; the eBPF datapath will
- * add its maps behind the same interface.
+ * add its maps behind the same interface. `fake/` holds an in-memory
+ * implementation and `testing/contract.ts` the one suite both must pass.
  */
+import type { MapEntry } from '../policy/index.js';
+
 export type IpFamily = 4 | 6;
+
+/** Why a datapath operation failed, as far as callers need to branch on it. */
+export type DatapathErrorKind = 'not-found' | 'exists' | 'netns-gone' | 'failed';
+
+export class DatapathError extends Error {
+  constructor(
+    readonly kind: DatapathErrorKind,
+    message: string,
+    /** The command that failed, for implementations that run one. */
+    readonly argv: readonly string[] = [],
+    readonly stderr: string = '',
+  ) {
+    super(message);
+    this.name = 'DatapathError';
+  }
+}
+
+/**
+ * Whether `err` is a datapath error (of one of `kinds`, when given). Checked by
+ * name and kind rather than class, so an implementation's own subclass or copy
+ * of the class is recognised alike.
+ */
+export function isDatapathError(err: unknown, ...kinds: DatapathErrorKind[]): err is DatapathError {
+  if (!(err instanceof Error) || err.name !== 'DatapathError') return false;
+  const kind = (err as Partial<DatapathError>).kind;
+  return kinds.length === 0 || (kind !== undefined && kinds.includes(kind));
+}
 
 export interface PodAddress {
   family: IpFamily;
@@ -35,7 +65,10 @@ export interface PodTeardownSpec {
   containerId: string;
   /** The host-side interface when it is not tendril's own `lxc<hash>` (an adopted endpoint's). */
   hostIfName?: string;
-  /** May be empty or gone: runtimes send DEL after the namespace is destroyed. */
+  /**
+   * May be empty or gone: runtimes send DEL after the namespace is destroyed.
+   * Empty also means "leave the pod's side alone" (a path the agent refused).
+   */
   netns: string;
   ifName: string;
   addresses: PodAddress[];
@@ -48,26 +81,73 @@ export interface NodeNetworkSpec {
   masqueradeCidrs: string[];
 }
 
+/**
+ * Everything one regeneration of an endpoint puts in force: its identity,
+ * addresses, host interface and the policy map state at `policy.revision`.
+ * The whole desired state every time, not a diff, so a regeneration that
+ * follows a failed one (or an agent restart) converges all the same.
+ */
+export interface EndpointDatapathState {
+  /** The endpoint ID: the key of the eBPF datapath's per-endpoint maps. */
+  id: number;
+  identity: number;
+  hostIfName: string;
+  hostIfIndex: number;
+  hostMac: string;
+  podMac: string;
+  addresses: PodAddress[];
+  policy: {
+    /** The agent's policy revision this map state was computed at. */
+    revision: number;
+    entries: readonly MapEntry[];
+  };
+}
+
+/**
+ * What a path given as a pod's network namespace names:
+ * - `pod`: a network namespace other than the node's;
+ * - `node`: the agent's own network namespace or the init namespace (never a pod's);
+ * - `missing`: nothing (the runtime removed it, typical before DEL);
+ * - `not-netns`: something that is not a namespace file (a FIFO, a regular
+ *   file): opening it could block or mean nothing, so it is never used.
+ */
+export type NetnsKind = 'pod' | 'node' | 'missing' | 'not-netns';
+
 export interface Datapath {
   /** Host device, forwarding and masquerading; idempotent, run at every agent start. */
   setupNode(spec: NodeNetworkSpec): Promise<void>;
-  /** Plumbs a pod; on failure everything it created is removed before it throws. */
+  /** What `path` names; callers use a path for a pod only when this says `pod`. */
+  classifyNetns(path: string): Promise<NetnsKind>;
+  /**
+   * Plumbs a pod. Throws DatapathError `netns-gone` when the namespace does not
+   * exist; on failure everything it created is removed before it throws.
+   * An interface of the same name in the way (an interrupted ADD) is replaced.
+   */
   addPod(spec: PodNetworkSpec): Promise<PodNetwork>;
-  /** Removes what addPod made; parts already gone are fine. */
+  /** Removes what addPod made; parts already gone (and a namespace already gone) are fine. */
   removePod(spec: PodTeardownSpec): Promise<void>;
   /**
    * Takes over a pod whose veth pair someone else created (Cilium's plugin-driven
    * PUT /endpoint): the host-side routes and proxy ARP for its addresses.
+   * DatapathError `not-found` when the host interface does not exist.
    */
   adoptPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<{ hostIfIndex: number; hostMac: string }>;
-  /** Undoes adoptPod: the host routes go, the interface (not tendril's) stays. */
+  /** Undoes adoptPod: the host routes go, the interface (not tendril's) stays. Idempotent. */
   releaseAdoptedPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<void>;
+  /**
+   * A regeneration: brings the endpoint's datapath state to `state`,
+   * repairing whatever drifted. Idempotent. The Linux datapath puts the host
+   * routes, proxy ARP and link state back in force; the eBPF datapath writes
+   * the endpoint and policy maps here. DatapathError `not-found` when the
+   * host interface is gone.
+   */
+  syncEndpoint(state: EndpointDatapathState): Promise<void>;
   /** Verifies interface, addresses and routes; throws a DatapathError naming the first mismatch. */
   checkPod(spec: PodNetworkSpec): Promise<void>;
   /** Whether the host side of a pod still exists (used when restoring endpoints). */
   podExists(containerId: string, ifName: string, hostIfName?: string): Promise<boolean>;
   /** Host-side pod interfaces present on the node (lxc…), to find ones no endpoint owns. */
   listPodHostInterfaces(): Promise<string[]>;
-  /** Deletes an orphaned host-side pod interface (and so its peer and routes). */
+  /** Deletes an orphaned host-side pod interface (and so its peer and routes); refuses other names. */
   removeHostInterface(name: string): Promise<void>;
 }

@@ -1,12 +1,15 @@
 import { z } from 'zod';
 
 /**
- * Endpoint states as Cilium names them. Today an endpoint goes
- * waiting-to-regenerate → ready on creation and disconnecting → disconnected on
- * deletion; identity resolution (waiting-for-identity) and regeneration join
- * with the identity subsystem.
+ * Endpoint states as Cilium names them (EndpointManager drives them):
+ * waiting-for-identity (registered; labels → identity → ipcache → policy) →
+ * waiting-to-regenerate (a regeneration is queued) → regenerating → ready, or
+ * not-ready when a regeneration failed (the previous state stays in force
+ * until one succeeds). A label change goes back to waiting-for-identity;
+ * deletion is disconnecting until the endpoint is gone. `disconnected` is
+ * never held by a live endpoint; older state files may carry it.
  */
-export const ENDPOINT_STATES = ['waiting-for-identity', 'waiting-to-regenerate', 'regenerating', 'ready', 'disconnecting', 'disconnected'] as const;
+export const ENDPOINT_STATES = ['waiting-for-identity', 'waiting-to-regenerate', 'regenerating', 'ready', 'not-ready', 'disconnecting', 'disconnected'] as const;
 export type EndpointState = (typeof ENDPOINT_STATES)[number];
 
 export const EndpointAddressSchema = z.object({

@@ -1,7 +1,6 @@
 import type { IdentityAllocator } from '../identity/index.js';
 import { type IPCache, IpcacheSource } from '../ipcache/index.js';
 import { type LabelFilter, LabelSet, ReservedLabelKey, reservedLabel } from '../labels/index.js';
-import { isPolicyError, PolicyErrorCode, type PolicyEngine } from '../policy/index.js';
 import type { Endpoint } from './endpoint.js';
 
 /** The owner an endpoint's ipcache entries are written under (deletes must match it). */
@@ -22,8 +21,6 @@ export class EndpointIdentityBinder {
     private readonly identities: IdentityAllocator,
     private readonly ipcache: IPCache,
     private readonly filter: LabelFilter,
-    /** Computes the endpoint's policy map state from its identity. */
-    private readonly policy: PolicyEngine,
   ) {}
 
   /**
@@ -35,44 +32,41 @@ export class EndpointIdentityBinder {
     return relevant.isEmpty() ? LabelSet.from([reservedLabel(ReservedLabelKey.Init)]) : relevant;
   }
 
-  /** Resolves the endpoint's identity and publishes its addresses; returns the updated endpoint. */
+  /**
+   * Resolves the endpoint's identity (taking a new reference) and publishes
+   * its addresses under it; returns the endpoint with identity and identity
+   * labels set. On failure nothing is held.
+   */
   async bind(ep: Endpoint, preferredId?: number): Promise<Endpoint> {
     const relevant = this.identityLabels(LabelSet.parse(ep.labels));
     const { identity } = await this.identities.allocate(relevant, preferredId !== undefined ? { preferredId } : {});
+    const bound: Endpoint = { ...ep, identity: identity.id, identityLabels: relevant.toStrings() };
     try {
-      for (const a of ep.addresses) {
-        this.ipcache.upsert(hostPrefix(a.ip, a.family), { identity: identity.id, source: IpcacheSource.Local, owner: endpointOwner(ep.id) });
-      }
-      this.policy.upsertEndpoint({ id: ep.id, identity: identity.id });
+      this.publish(bound);
     } catch (err) {
       await this.identities.release(identity);
       throw err;
     }
-    return { ...ep, identity: identity.id, identityLabels: relevant.toStrings() };
+    return bound;
   }
 
-  /** Withdraws the addresses and drops the endpoint's reference on its identity. */
-  async unbind(ep: Endpoint): Promise<void> {
-    try {
-      this.policy.removeEndpoint(ep.id);
-    } catch (err) {
-      // Never bound (an ADD that failed before its identity) — nothing to remove.
-      if (!(isPolicyError(err) && err.code === PolicyErrorCode.UNKNOWN_ENDPOINT)) throw err;
+  /** Writes the endpoint's addresses into the ipcache under its identity (replacing its earlier entries). */
+  publish(ep: Endpoint): void {
+    if (ep.identity === undefined) return;
+    for (const a of ep.addresses) {
+      this.ipcache.upsert(hostPrefix(a.ip, a.family), { identity: ep.identity, source: IpcacheSource.Local, owner: endpointOwner(ep.id) });
     }
+  }
+
+  /** Withdraws the endpoint's addresses from the ipcache (entries another owner took over stay). */
+  withdraw(ep: Endpoint): void {
     for (const a of ep.addresses) {
       this.ipcache.delete(hostPrefix(a.ip, a.family), { source: IpcacheSource.Local, owner: endpointOwner(ep.id) });
     }
-    if (ep.identity !== undefined) await this.identities.release(ep.identity);
   }
 
-  /**
-   * New labels: the new identity is taken before the old one is released, so
-   * an endpoint is never without one, and the ipcache switches in one upsert.
-   */
-  async relabel(ep: Endpoint, labels: LabelSet): Promise<Endpoint> {
-    const updated: Endpoint = { ...ep, labels: labels.toStrings(), labelsRevision: (ep.labelsRevision ?? 0) + 1 };
-    const bound = await this.bind(updated);
-    if (ep.identity !== undefined) await this.identities.release(ep.identity);
-    return bound;
+  /** Drops one reference on an identity. */
+  async release(identity: number): Promise<void> {
+    await this.identities.release(identity);
   }
 }

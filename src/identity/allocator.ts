@@ -1,5 +1,6 @@
 import type { Logger } from '../logging/logger.js';
-import { formatIpPrefix, LabelSet, LabelSource, type IpPrefix } from '../labels/index.js';
+import { LabelSet, LabelSource } from '../labels/index.js';
+import { formatPrefix, type IpPrefix } from '../netip/index.js';
 import type { Backend } from '../kvstore/types.js';
 import { MAX_GLOBAL_IDENTITY, MIN_GLOBAL_IDENTITY } from './constants.js';
 import { IdentityError, IdentityErrorCode } from './errors.js';
@@ -237,7 +238,7 @@ export class IdentityAllocator {
     for (const p of prefixes) {
       const identity = this.#local.lookupByLabels(cidrIdentityLabels(p));
       if (identity === undefined) {
-        throw new IdentityError(IdentityErrorCode.NOT_ALLOCATED, `no CIDR identity is held for ${formatIpPrefix(p)}`);
+        throw new IdentityError(IdentityErrorCode.NOT_ALLOCATED, `no CIDR identity is held for ${formatPrefix(p)}`);
       }
       if (this.#local.release(identity.id)) gone.push(identity.id);
     }

@@ -1,3 +1,5 @@
+import { CodedError } from '../errors/codedError.js';
+
 /**
  * One table of identity error codes with stable string names. The agent maps
  * INVALID_LABELS/INVALID_ID to HTTP 400, NOT_FOUND to 404 and the rest to 5xx.
@@ -16,14 +18,5 @@ export const IdentityErrorCode = {
 
 export type IdentityErrorCode = (typeof IdentityErrorCode)[keyof typeof IdentityErrorCode];
 
-export class IdentityError extends Error {
-  constructor(
-    readonly code: IdentityErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'IdentityError';
-  }
-}
+export class IdentityError extends CodedError<IdentityErrorCode> {}
 

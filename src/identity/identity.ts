@@ -4,9 +4,9 @@ import {
   LabelSet,
   ReservedLabelKey,
   reservedLabel,
-  type IpPrefix,
   type ReservedLabelKey as ReservedKey,
 } from '../labels/index.js';
+import type { IpPrefix } from '../netip/index.js';
 import {
   LOCAL_IDENTITY_SCOPE,
   MAX_GLOBAL_IDENTITY,

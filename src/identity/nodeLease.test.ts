@@ -1,5 +1,6 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { KvstoreErrorCode, isKvstoreError } from '../kvstore/errors.js';
 import { IdentityError, NodeLease, withLease } from './index.js';
 import { embeddedStore, testLogger, waitFor } from './testing/cluster.js';
 
@@ -32,14 +33,22 @@ describe('NodeLease', () => {
     try {
       const backend = await store.connect();
       const lease = new NodeLease(backend, { ttlSeconds: 5, keepAliveMs: 50, logger: testLogger });
+      const renewed: string[] = [];
+      lease.onRenewed((id) => renewed.push(id));
       const first = await lease.current();
       await backend.revokeLease(first);
       const next = await waitFor('renewal', async () => {
         const id = await lease.current();
         return id !== first ? id : undefined;
       });
-      assert.ok(next);
-      await lease.stop();
+      // The keepalive announced the renewal once (writers re-put their keys on it)…
+      assert.deepEqual(renewed, [next]);
+      // …and the new lease is one the store holds: keys can hang off it.
+      const put = await backend.put('test/lease/renewed', 'v', { lease: next });
+      assert.equal(put.kv.lease, next);
+      await assert.rejects(backend.put('test/lease/stale', 'v', { lease: first }), (err: unknown) => isKvstoreError(err) && err.code === KvstoreErrorCode.LEASE_NOT_FOUND);
+      await lease.stop({ revoke: true });
+      assert.equal(await backend.get('test/lease/renewed'), undefined, 'the renewed lease carried the key');
     } finally {
       await store.destroy();
     }

@@ -24,9 +24,9 @@ export function newBlock(cidr: Cidr, opts: NewBlockOptions): BlockRecord {
   }
   for (const r of opts.reserved) {
     if (!cidrOverlaps(cidr, r)) continue;
-    const lo = r.base > cidr.base ? r.base - cidr.base : 0n;
-    const hiAbs = r.base + cidrSize(r) - 1n;
-    const hi = hiAbs < cidr.base + size - 1n ? hiAbs - cidr.base : size - 1n;
+    const lo = r.bits > cidr.bits ? r.bits - cidr.bits : 0n;
+    const hiAbs = r.bits + cidrSize(r) - 1n;
+    const hi = hiAbs < cidr.bits + size - 1n ? hiAbs - cidr.bits : size - 1n;
     ranges.push([lo, hi]);
   }
   return {
@@ -90,14 +90,14 @@ export function assign(b: BlockRecord, ord: bigint, owner: string): number {
 
 export function ipAt(b: BlockRecord, ord: bigint): string {
   const c = parseCidr(b.cidr);
-  return formatIp(c.family, c.base + ord);
+  return formatIp(c.family, c.bits + ord);
 }
 
 /** Ordinal of `ip` in the block, or undefined when outside it. */
 export function ordinalOf(b: BlockRecord, ip: string): bigint | undefined {
   const c = parseCidr(b.cidr);
   const { family, value } = parseIp(ip);
-  return cidrContains(c, family, value) ? value - c.base : undefined;
+  return cidrContains(c, family, value) ? value - c.bits : undefined;
 }
 
 export function fullLength(cidr: string): number {

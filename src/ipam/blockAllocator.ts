@@ -45,7 +45,7 @@ export class BlockAllocator extends KvAllocator {
 
   constructor(opts: BlockAllocatorOptions) {
     if (opts.pools.length === 0) throw new IpamError(IpamErrorCode.INVALID_CONFIG, 'block IPAM needs at least one pool');
-    super(opts, parsePools(opts.pools, (c) => Math.max(DEFAULT_BLOCK_SIZE[c.family], c.prefixLength)));
+    super(opts, parsePools(opts.pools, (c) => Math.max(DEFAULT_BLOCK_SIZE[c.family], c.length)));
     this.strictAffinity = opts.strictAffinity ?? false;
     this.autoAllocateBlocks = opts.autoAllocateBlocks ?? true;
     this.maxBlocksPerHost = opts.maxBlocksPerHost ?? 0;

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { newBlock } from './block.js';
-import { type Cidr, cidrSize, formatCidr, parseCidr, subnetAt, subnetCount } from './cidr.js';
+import { prefixContains } from '../netip/index.js';
+import { type Cidr, formatCidr, parseCidr, subnetAt, subnetCount } from './cidr.js';
 import type { AffinityManager } from './affinity.js';
 import { IPAM_BLOCKS_PREFIX } from './keys.js';
 import type { Pool } from './pools.js';
@@ -19,7 +20,7 @@ export async function existingBlocks(store: IpamStore, pool: Pool): Promise<Map<
 }
 
 function insideReserved(pool: Pool, c: Cidr): boolean {
-  return pool.reserved.some((r) => r.prefixLength <= c.prefixLength && c.base >= r.base && c.base + cidrSize(c) <= r.base + cidrSize(r));
+  return pool.reserved.some((r) => prefixContains(r, c));
 }
 
 /**

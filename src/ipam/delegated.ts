@@ -5,7 +5,7 @@ import { type DelegateContext, delegateAdd, delegateCheck, delegateDel, delegate
 import type { PluginExec } from '../libcni/exec.js';
 import { type Logger, createLogger } from '../logging/logger.js';
 import { RETRY, casLoop, newStats, DEFAULT_MAX_RETRIES } from './cas.js';
-import { parseCidr, formatIp } from './cidr.js';
+import { formatCidr, parseCidr } from './cidr.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { Expirer, readDeadlines } from './expirer.js';
 import { delegatedExpiryKey as expiryKey, delegatedKey, hostDelegatedExpiryPrefix as hostExpiryPrefix, hostDelegatedPrefix } from './keys.js';
@@ -172,9 +172,9 @@ export class DelegatedAllocator implements Allocator {
           return {
             family: c.family,
             ip: ip.address.slice(0, slash),
-            prefixLength: c.prefixLength,
+            prefixLength: c.length,
             ...(ip.gateway !== undefined ? { gateway: ip.gateway } : {}),
-            cidr: `${formatIp(c.family, c.base)}/${c.prefixLength}`,
+            cidr: formatCidr(c),
           };
         }),
         ...(expiresAt !== undefined ? { expiresAt } : {}),

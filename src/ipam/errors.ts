@@ -1,3 +1,5 @@
+import { CodedError, type CodedErrorJson } from '../errors/codedError.js';
+
 /**
  * One table of IPAM error codes with stable string names (undici/fastify
  * style). The agent maps each code to an HTTP status and a CNI error code;
@@ -25,15 +27,18 @@ export const IpamErrorCode = {
 
 export type IpamErrorCode = (typeof IpamErrorCode)[keyof typeof IpamErrorCode];
 
-export class IpamError extends Error {
+export class IpamError extends CodedError<IpamErrorCode> {
   constructor(
-    readonly code: IpamErrorCode,
+    code: IpamErrorCode,
     message: string,
     readonly details: { pool?: string; [k: string]: unknown } = {},
     options?: { cause?: unknown },
   ) {
-    super(message, options);
-    this.name = 'IpamError';
+    super(code, message, options);
+  }
+
+  protected override toJSONAt(depth: number): CodedErrorJson<IpamErrorCode> & { details?: IpamError['details'] } {
+    return Object.keys(this.details).length === 0 ? super.toJSONAt(depth) : { ...super.toJSONAt(depth), details: this.details };
   }
 }
 

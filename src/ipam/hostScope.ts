@@ -21,7 +21,7 @@ export class HostScopeAllocator extends KvAllocator {
 
   constructor(opts: HostScopeOptions) {
     if (opts.podCidrs.length === 0) throw new IpamError(IpamErrorCode.INVALID_CONFIG, 'host-scope IPAM needs at least one pod CIDR');
-    super(opts, parsePools(opts.podCidrs.map((p) => ({ ...p, blockSize: undefined })), (c) => c.prefixLength));
+    super(opts, parsePools(opts.podCidrs.map((p) => ({ ...p, blockSize: undefined })), (c) => c.length));
   }
 
   protected async prepare(): Promise<void> {
@@ -38,7 +38,7 @@ export class HostScopeAllocator extends KvAllocator {
   }
 
   protected addressPrefixLength(_b: BlockRecord, pool: Pool): number {
-    return pool.cidr.prefixLength;
+    return pool.cidr.length;
   }
 
   protected async place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {

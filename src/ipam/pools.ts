@@ -1,4 +1,5 @@
-import { type Cidr, cidrContains, cidrOverlaps, familyBits, formatCidr, parseCidr, parseIp } from './cidr.js';
+import { prefixContainsIp, prefixOf, tryParseIp } from '../netip/index.js';
+import { type Cidr, cidrOverlaps, familyBits, formatCidr, parseCidr } from './cidr.js';
 import { IpamError, IpamErrorCode } from './errors.js';
 import type { IpFamily } from './types.js';
 
@@ -31,7 +32,7 @@ export function parsePools(configs: readonly PoolConfig[], defaultBlockSize: (c:
     const name = pc.name ?? formatCidr(cidr);
     if (!NAME.test(name)) throw new IpamError(IpamErrorCode.INVALID_CONFIG, `pool name "${name}" is not valid`);
     const blockSize = pc.blockSize ?? defaultBlockSize(cidr);
-    if (!Number.isInteger(blockSize) || blockSize < cidr.prefixLength || blockSize > familyBits(cidr.family)) {
+    if (!Number.isInteger(blockSize) || blockSize < cidr.length || blockSize > familyBits(cidr.family)) {
       throw new IpamError(IpamErrorCode.INVALID_CONFIG, `pool ${name}: block size /${blockSize} does not fit in ${formatCidr(cidr)}`, { pool: name });
     }
     const reserved = (pc.reserved ?? []).map((r) => parseCidr(r));
@@ -64,17 +65,10 @@ export function selectPools(pools: readonly Pool[], family: IpFamily, wanted: st
 
 /** The block (aligned to the pool's block size) that holds `ip`, if any pool does. */
 export function blockOf(pools: readonly Pool[], ip: string): { pool: Pool; cidr: string } | undefined {
-  let parsed;
-  try {
-    parsed = parseIp(ip);
-  } catch {
-    return undefined;
-  }
+  const addr = tryParseIp(ip);
+  if (addr === undefined) return undefined;
   for (const pool of pools) {
-    if (!cidrContains(pool.cidr, parsed.family, parsed.value)) continue;
-    const hostBits = BigInt(familyBits(pool.family) - pool.blockSize);
-    const base = (parsed.value >> hostBits) << hostBits;
-    return { pool, cidr: formatCidr({ family: pool.family, base, prefixLength: pool.blockSize }) };
+    if (prefixContainsIp(pool.cidr, addr)) return { pool, cidr: formatCidr(prefixOf(addr, pool.blockSize)) };
   }
   return undefined;
 }

@@ -1,4 +1,4 @@
-import { formatIpAddress, parseIpAddress, parseIpPrefix, type IpPrefix } from '../labels/index.js';
+import { familyBits, formatIp, tryParseIp, tryParsePrefix, type IpPrefix } from '../netip/index.js';
 import { isGlobalIdentityNumber, ReservedIdentity } from '../identity/index.js';
 
 /**
@@ -17,12 +17,12 @@ export interface KvIpcacheValue {
 }
 
 export function prefixKeySuffix(p: IpPrefix): string {
-  const addr = formatIpAddress(p.family, p.bits);
-  return p.length === (p.family === 4 ? 32 : 128) ? addr : `${addr}/${p.length}`;
+  const addr = formatIp(p);
+  return p.length === familyBits(p.family) ? addr : `${addr}/${p.length}`;
 }
 
 export function parseKeySuffix(suffix: string): IpPrefix | undefined {
-  return parseIpPrefix(suffix, { strict: true });
+  return tryParsePrefix(suffix, { bareAddress: true });
 }
 
 export function encodeValue(v: KvIpcacheValue): string {
@@ -45,7 +45,7 @@ export function decodeValue(text: string): KvIpcacheValue | string {
   if (typeof id !== 'number' || !(isGlobalIdentityNumber(id) || (Number.isInteger(id) && id >= 0 && id <= ReservedIdentity.WorldIpv6))) {
     return `identity ${JSON.stringify(id)} is not a cluster-wide identity`;
   }
-  if (typeof v.hostIP !== 'string' || parseIpAddress(v.hostIP) === undefined) return `hostIP ${JSON.stringify(v.hostIP)} is not an IP`;
+  if (typeof v.hostIP !== 'string' || tryParseIp(v.hostIP) === undefined) return `hostIP ${JSON.stringify(v.hostIP)} is not an IP`;
   if (typeof v.node !== 'string' || v.node === '') return 'node is missing';
   if (typeof v.owner !== 'string' || v.owner === '') return 'owner is missing';
   return { identity: id, hostIP: v.hostIP, node: v.node, owner: v.owner };

@@ -1,3 +1,5 @@
+import { CodedError } from '../errors/codedError.js';
+
 /** ipcache error codes with stable names; every one is a caller's input error (HTTP 400). */
 export const IpcacheErrorCode = {
   INVALID_PREFIX: 'IPCACHE_INVALID_PREFIX',
@@ -8,12 +10,4 @@ export const IpcacheErrorCode = {
 
 export type IpcacheErrorCode = (typeof IpcacheErrorCode)[keyof typeof IpcacheErrorCode];
 
-export class IpcacheError extends Error {
-  constructor(
-    readonly code: IpcacheErrorCode,
-    message: string,
-  ) {
-    super(message);
-    this.name = 'IpcacheError';
-  }
-}
+export class IpcacheError extends CodedError<IpcacheErrorCode> {}

@@ -1,5 +1,5 @@
 import type { Logger } from '../logging/logger.js';
-import { formatIpPrefix, parseIpAddress, parseIpPrefix, type IpPrefix } from '../labels/index.js';
+import { formatPrefix, tryParseIp, tryParsePrefix, type IpPrefix } from '../netip/index.js';
 import { parseIdentityNumber } from '../identity/index.js';
 import { IpcacheError, IpcacheErrorCode } from './errors.js';
 import { PrefixMap } from './prefixMap.js';
@@ -52,7 +52,7 @@ interface Slot {
 }
 
 export function parsePrefixInput(text: string): IpPrefix {
-  const p = typeof text === 'string' ? parseIpPrefix(text, { strict: true }) : undefined;
+  const p = typeof text === 'string' ? tryParsePrefix(text, { bareAddress: true }) : undefined;
   if (p === undefined) {
     throw new IpcacheError(
       IpcacheErrorCode.INVALID_PREFIX,
@@ -109,11 +109,11 @@ export class IPCache {
     } catch (err) {
       throw new IpcacheError(IpcacheErrorCode.INVALID_IDENTITY, (err as Error).message);
     }
-    if (update.hostIP !== undefined && parseIpAddress(update.hostIP) === undefined) {
+    if (update.hostIP !== undefined && tryParseIp(update.hostIP) === undefined) {
       throw new IpcacheError(IpcacheErrorCode.INVALID_HOST_IP, `host IP ${JSON.stringify(update.hostIP)} is not an IP address`);
     }
     const entry: IpcacheEntry = Object.freeze({
-      prefix: formatIpPrefix(prefix),
+      prefix: formatPrefix(prefix),
       identity,
       ...(update.hostIP === undefined ? {} : { hostIP: update.hostIP }),
       source: update.source,

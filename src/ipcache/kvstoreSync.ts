@@ -1,5 +1,5 @@
 import type { Logger } from '../logging/logger.js';
-import { formatIpPrefix, parseIpAddress } from '../labels/index.js';
+import { formatPrefix, tryParseIp } from '../netip/index.js';
 import { IPCACHE_PREFIX } from '../kvstore/keys.js';
 import type { Backend, KeyValue, WatchEvent } from '../kvstore/types.js';
 import { KeyedSerializer, ListWatcher, scopeOf, withLease, type LeaseProvider } from '../identity/index.js';
@@ -61,7 +61,7 @@ export class KvstoreIPCacheSync {
   readonly stats: SyncStats = { writes: 0, deletes: 0, staleDeletesSkipped: 0, resyncs: 0 };
 
   constructor(options: KvstoreIPCacheSyncOptions) {
-    if (parseIpAddress(options.nodeIP) === undefined) {
+    if (tryParseIp(options.nodeIP) === undefined) {
       throw new IpcacheError(IpcacheErrorCode.INVALID_HOST_IP, `node IP ${JSON.stringify(options.nodeIP)} is not an IP address`);
     }
     this.#o = options;
@@ -162,7 +162,7 @@ export class KvstoreIPCacheSync {
 
   #prefixOf(key: string): string | undefined {
     const p = parseKeySuffix(key.slice(this.#prefix.length));
-    return p === undefined ? undefined : formatIpPrefix(p);
+    return p === undefined ? undefined : formatPrefix(p);
   }
 
   #upsertRemote(key: string, value: string): void {

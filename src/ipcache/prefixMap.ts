@@ -1,4 +1,4 @@
-import { familyWidth, maskBits, parseIpAddress, type IpFamily, type IpPrefix } from '../labels/index.js';
+import { maskBits, tryParseIp, type IpFamily, type IpPrefix } from '../netip/index.js';
 
 /**
  * A longest-prefix-match table, the userspace twin of the datapath's LPM
@@ -46,15 +46,14 @@ export class PrefixMap<V> {
 
   /** The value of the longest prefix containing the address, with that prefix's length. */
   lookup(ip: string): { value: V; length: number } | undefined {
-    const addr = parseIpAddress(ip);
+    const addr = tryParseIp(ip);
     if (addr === undefined) return undefined;
     return this.lookupBits(addr.family, addr.bits);
   }
 
   lookupBits(family: IpFamily, bits: bigint): { value: V; length: number } | undefined {
-    const width = familyWidth(family);
     for (const length of this.#lengths[family]) {
-      const v = this.#tables[family].get(length)?.get(maskBits(bits, length, width));
+      const v = this.#tables[family].get(length)?.get(maskBits(family, bits, length));
       if (v !== undefined) return { value: v, length };
     }
     return undefined;

@@ -1,3 +1,5 @@
+import { CodedError } from '../errors/codedError.js';
+
 /**
  * One table of kvstore error codes with stable string names (undici/fastify
  * style). Callers branch on `code`, never on message text; the CLI and agent
@@ -19,21 +21,11 @@ export const KvstoreErrorCode = {
 
 export type KvstoreErrorCode = (typeof KvstoreErrorCode)[keyof typeof KvstoreErrorCode];
 
-export class KvstoreError extends Error {
-  constructor(
-    readonly code: KvstoreErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'KvstoreError';
-  }
-}
+export class KvstoreError extends CodedError<KvstoreErrorCode> {}
 
 export class InvalidKeyError extends KvstoreError {
   constructor(message: string) {
     super(KvstoreErrorCode.INVALID_KEY, message);
-    this.name = 'InvalidKeyError';
   }
 }
 
@@ -43,42 +35,36 @@ export class ValueTooLargeError extends KvstoreError {
     readonly limit: number,
   ) {
     super(KvstoreErrorCode.VALUE_TOO_LARGE, `value is ${size} bytes, the limit is ${limit}`);
-    this.name = 'ValueTooLargeError';
   }
 }
 
 export class InvalidArgumentError extends KvstoreError {
   constructor(message: string) {
     super(KvstoreErrorCode.INVALID_ARGUMENT, message);
-    this.name = 'InvalidArgumentError';
   }
 }
 
 export class InvalidOptionError extends KvstoreError {
   constructor(message: string) {
     super(KvstoreErrorCode.INVALID_OPTION, message);
-    this.name = 'InvalidOptionError';
   }
 }
 
 export class UnknownBackendError extends KvstoreError {
   constructor(readonly kind: string) {
     super(KvstoreErrorCode.UNKNOWN_BACKEND, `unknown kvstore backend "${kind}" (expected "embedded" or "etcd")`);
-    this.name = 'UnknownBackendError';
   }
 }
 
 export class UnavailableError extends KvstoreError {
   constructor(message: string, cause?: unknown) {
     super(KvstoreErrorCode.UNAVAILABLE, message, { cause });
-    this.name = 'UnavailableError';
   }
 }
 
 export class AuthFailedError extends KvstoreError {
   constructor(message: string, cause?: unknown) {
     super(KvstoreErrorCode.AUTH_FAILED, message, { cause });
-    this.name = 'AuthFailedError';
   }
 }
 
@@ -93,7 +79,6 @@ export class LockedError extends KvstoreError {
         (holderPid === undefined ? '' : ` (pid ${holderPid})`) +
         '; only one agent may open it',
     );
-    this.name = 'LockedError';
   }
 }
 
@@ -109,21 +94,18 @@ export class CompactedError extends KvstoreError {
         (compactRevision > 0 ? ` (history starts after ${compactRevision})` : '') +
         '; list again and watch from the listing revision',
     );
-    this.name = 'CompactedError';
   }
 }
 
 export class LeaseNotFoundError extends KvstoreError {
   constructor(readonly leaseId: string) {
     super(KvstoreErrorCode.LEASE_NOT_FOUND, `lease ${leaseId} not found (expired or revoked)`);
-    this.name = 'LeaseNotFoundError';
   }
 }
 
 export class ClosedError extends KvstoreError {
   constructor() {
     super(KvstoreErrorCode.CLOSED, 'kvstore backend is closed');
-    this.name = 'ClosedError';
   }
 }
 

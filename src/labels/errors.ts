@@ -1,3 +1,5 @@
+import { CodedError, type CodedErrorJson } from '../errors/codedError.js';
+
 /**
  * One table of label error codes with stable string names. Callers (the agent
  * API, the policy loader, the CLI) branch on `code` and map it to an HTTP 400
@@ -16,14 +18,17 @@ export const LabelErrorCode = {
 
 export type LabelErrorCode = (typeof LabelErrorCode)[keyof typeof LabelErrorCode];
 
-export class LabelError extends Error {
+export class LabelError extends CodedError<LabelErrorCode> {
   constructor(
-    readonly code: LabelErrorCode,
+    code: LabelErrorCode,
     message: string,
     /** The offending input as given (label text, key, pattern or selector key). */
     readonly input: string = '',
   ) {
-    super(message);
-    this.name = 'LabelError';
+    super(code, message);
+  }
+
+  protected override toJSONAt(depth: number): CodedErrorJson<LabelErrorCode> & { input?: string } {
+    return this.input === '' ? super.toJSONAt(depth) : { ...super.toJSONAt(depth), input: this.input };
   }
 }

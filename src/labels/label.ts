@@ -1,5 +1,5 @@
 import { LabelError, LabelErrorCode } from './errors.js';
-import { formatIpPrefix, parseIpPrefix, type IpPrefix } from './prefix.js';
+import { formatPrefix, tryParsePrefix, type IpPrefix } from '../netip/index.js';
 import { isReservedLabelKey, RESERVED_LABEL_KEYS } from './reserved.js';
 import { LabelSource, parseLabelSource } from './source.js';
 import { validateLabelKey, validateLabelValue } from './validate.js';
@@ -18,7 +18,7 @@ export interface Label {
  * text would start or end with one.
  */
 export function cidrLabelKey(prefix: IpPrefix): string {
-  const text = formatIpPrefix(prefix);
+  const text = formatPrefix(prefix);
   if (prefix.family === 4) return text;
   const slash = text.indexOf('/');
   let addr = text.slice(0, slash).replaceAll(':', '-');
@@ -30,7 +30,7 @@ export function cidrLabelKey(prefix: IpPrefix): string {
 /** Reads a cidr label key (either '-' or ':' form); undefined when it is not a prefix. */
 export function parseCidrLabelKey(key: string): IpPrefix | undefined {
   const text = key.includes('.') || !key.includes('-') ? key : key.replaceAll('-', ':');
-  return parseIpPrefix(text, { strict: true });
+  return tryParsePrefix(text, { bareAddress: true });
 }
 
 function canonicalKey(source: LabelSource, key: string, value: string, input: string): string {

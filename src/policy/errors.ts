@@ -1,3 +1,5 @@
+import { CodedError, type CodedErrorJson } from '../errors/codedError.js';
+
 /**
  * One table of policy error codes with stable string names. The agent maps
  * them to HTTP statuses (INVALID/PARSE → 400, NOT_FOUND → 404, MAP_OVERFLOW is
@@ -20,16 +22,7 @@ export const PolicyErrorCode = {
 
 export type PolicyErrorCode = (typeof PolicyErrorCode)[keyof typeof PolicyErrorCode];
 
-export class PolicyError extends Error {
-  constructor(
-    readonly code: PolicyErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-    this.name = 'PolicyError';
-  }
-}
+export class PolicyError extends CodedError<PolicyErrorCode> {}
 
 /** One problem in one document, located by a field path such as `spec.ingress[0].from[1].ipBlock.cidr`. */
 export interface PolicyIssue {
@@ -52,7 +45,10 @@ export class PolicyValidationError extends PolicyError {
       PolicyErrorCode.INVALID,
       issues.length === 1 ? formatIssue(issues[0]!) : `${issues.length} problems:\n${issues.map(formatIssue).join('\n')}`,
     );
-    this.name = 'PolicyValidationError';
+  }
+
+  protected override toJSONAt(depth: number): CodedErrorJson<PolicyErrorCode> & { issues: readonly PolicyIssue[] } {
+    return { ...super.toJSONAt(depth), issues: this.issues };
   }
 }
 
@@ -64,28 +60,24 @@ export class PolicyParseError extends PolicyError {
     readonly line?: number,
   ) {
     super(PolicyErrorCode.PARSE, `document ${document}${line === undefined ? '' : ` (line ${line})`}: ${message}`);
-    this.name = 'PolicyParseError';
   }
 }
 
 export class PolicyNotFoundError extends PolicyError {
   constructor(what: string) {
     super(PolicyErrorCode.NOT_FOUND, `no policy matches ${what}`);
-    this.name = 'PolicyNotFoundError';
   }
 }
 
 export class UnknownEndpointError extends PolicyError {
   constructor(readonly endpointId: number) {
     super(PolicyErrorCode.UNKNOWN_ENDPOINT, `endpoint ${endpointId} is not known to the policy engine`);
-    this.name = 'UnknownEndpointError';
   }
 }
 
 export class UnknownIdentityError extends PolicyError {
   constructor(readonly identity: number) {
     super(PolicyErrorCode.UNKNOWN_IDENTITY, `identity ${identity} is not known`);
-    this.name = 'UnknownIdentityError';
   }
 }
 
@@ -103,14 +95,12 @@ export class PolicyMapOverflowError extends PolicyError {
       PolicyErrorCode.MAP_OVERFLOW,
       `endpoint ${endpointId}: policy needs ${entries} map entries, the limit is ${limit}; the previous policy stays in force`,
     );
-    this.name = 'PolicyMapOverflowError';
   }
 }
 
 export class PolicyArgumentError extends PolicyError {
   constructor(message: string) {
     super(PolicyErrorCode.INVALID_ARGUMENT, message);
-    this.name = 'PolicyArgumentError';
   }
 }
 

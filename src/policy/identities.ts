@@ -5,7 +5,8 @@
  * directly through it; the agent plugs in src/identity instead.
  */
 import { cidrIdentityLabels, RESERVED_IDENTITIES } from '../identity/index.js';
-import { LabelSet, LabelSource, formatIpPrefix, makeLabel, POD_NAMESPACE_LABEL, type IpPrefix } from '../labels/index.js';
+import { LabelSet, LabelSource, makeLabel, POD_NAMESPACE_LABEL } from '../labels/index.js';
+import { formatPrefix, type IpPrefix } from '../netip/index.js';
 import { PolicyArgumentError } from './errors.js';
 import { NAMESPACE_LABEL_PREFIX } from './ruleParser.js';
 import { MIN_ALLOCATED_IDENTITY, MIN_LOCAL_CIDR_IDENTITY, ReservedIdentity, type CidrIdentitySource, type Identity, type IdentityView } from './types.js';
@@ -65,7 +66,7 @@ export class LocalIdentityTable implements IdentityView, CidrIdentitySource {
     const gone: number[] = [];
     for (const p of prefixes) {
       const slot = this.#byLabels.get(cidrIdentityLabels(p).toString());
-      if (slot === undefined) throw new PolicyArgumentError(`no CIDR identity for ${formatIpPrefix(p)}`);
+      if (slot === undefined) throw new PolicyArgumentError(`no CIDR identity for ${formatPrefix(p)}`);
       if (this.release(slot.identity.id)) gone.push(slot.identity.id);
     }
     return gone;

@@ -4,7 +4,8 @@
  * and which (peer, port) pairs it allows or denies. Everything downstream
  * (SelectorCache, map-state computation, trace) works on this model only.
  */
-import type { IpPrefix, LabelSet } from '../labels/index.js';
+import type { LabelSet } from '../labels/index.js';
+import type { IpPrefix } from '../netip/index.js';
 import type { IdentitySelector } from './selector.js';
 import type { Direction, ProtocolName } from './types.js';
 

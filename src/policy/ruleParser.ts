@@ -12,11 +12,9 @@ import {
   LabelSet,
   LabelSource,
   makeLabel,
-  parseIpPrefix,
-  prefixContains,
-  type IpPrefix,
   type Label,
 } from '../labels/index.js';
+import { prefixContains, tryParsePrefix, type IpPrefix } from '../netip/index.js';
 import { PolicyParseError, PolicyValidationError, type PolicyIssue } from './errors.js';
 import { PolicyKind, formatPolicyName, type PeerRule, type Policy, type PolicyName, type PortRule, type Rule } from './rule.js';
 import {
@@ -97,7 +95,8 @@ class DocumentContext {
   }
 
   cidr(text: string, path: readonly PathSeg[]): IpPrefix | undefined {
-    const p = text.includes('/') ? parseIpPrefix(text) : undefined;
+    // Host bits are cleared: 10.0.0.1/8 selects 10.0.0.0/8.
+    const p = tryParsePrefix(text, { hostBits: 'mask' });
     if (p === undefined) this.issue(path, `${JSON.stringify(text)} is not a CIDR (e.g. 10.0.0.0/8)`);
     return p;
   }

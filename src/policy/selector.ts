@@ -9,12 +9,10 @@ import {
   LabelSource,
   POD_NAMESPACE_LABEL,
   ReservedLabelKey,
-  formatIpPrefix,
   parseCidrLabelKey,
-  prefixContains,
-  type IpPrefix,
   type LabelSet,
 } from '../labels/index.js';
+import { formatPrefix, prefixContains, type IpPrefix } from '../netip/index.js';
 
 export interface IdentitySelector {
   /** Stable text; equal keys select the same identities. */
@@ -104,8 +102,8 @@ export class CidrIdentitySelector implements IdentitySelector {
     readonly prefix: IpPrefix,
     readonly except: readonly IpPrefix[] = [],
   ) {
-    const ex = except.map(formatIpPrefix).sort();
-    this.key = `cidr(${formatIpPrefix(prefix)}${ex.length > 0 ? ` except ${ex.join(',')}` : ''})`;
+    const ex = except.map(formatPrefix).sort();
+    this.key = `cidr(${formatPrefix(prefix)}${ex.length > 0 ? ` except ${ex.join(',')}` : ''})`;
   }
   matches(labels: LabelSet): boolean {
     const prefixes = cidrPrefixesOf(labels);

@@ -4,7 +4,8 @@
  * The identity allocator (src/identity) and the agent plug in through
  * IdentityView and CidrIdentitySource; tests use LocalIdentityTable.
  */
-import type { IpPrefix, LabelSet } from '../labels/index.js';
+import type { LabelSet } from '../labels/index.js';
+import type { IpPrefix } from '../netip/index.js';
 import { MIN_GLOBAL_IDENTITY, MIN_LOCAL_IDENTITY, ReservedIdentity as IdentityNumbers } from '../identity/constants.js';
 
 /**

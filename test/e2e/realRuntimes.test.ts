@@ -327,6 +327,8 @@ describe('containerd 1.6 `ctr run --cni` (go-cni, Go libcni) drives tendril-cni'
       `the endpoint of ${containerId}`,
       async () => {
         if (exited) throw new Error(`ctr run ${r.name} exited early: ${JSON.stringify(await r.done)}`);
+        // The endpoint is listed from its creation on; ADD answers only once it is ready.
+        if ((await ctrCalls('ADD', containerId)).length === 0) return false;
         ep = await endpointOf(containerId);
         return ep !== undefined;
       },

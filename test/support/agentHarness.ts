@@ -9,7 +9,8 @@ import type { NetnsPool } from './netns.js';
 import { REFERENCE_PLUGIN_DIR } from './tendrilBin.js';
 
 export const AGENT_BIN = fileURLToPath(new URL('../../../bin/tendril-agent', import.meta.url));
-export const CNI_BIN = fileURLToPath(new URL('../../../bin/tendril-cni', import.meta.url));
+/** The native relay runtimes exec; TENDRIL_CNI_BIN swaps in another build of it (e.g. the ASan one). */
+export const CNI_BIN = process.env.TENDRIL_CNI_BIN ?? fileURLToPath(new URL('../../../bin/tendril-cni', import.meta.url));
 
 export interface AgentProcessOptions {
   /** The "node" network namespace the agent runs in. */

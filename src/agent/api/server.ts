@@ -2,20 +2,102 @@ import { chmod, rm, stat } from 'node:fs/promises';
 import { connect } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
 import { AgentError } from '../../api/errors.js';
-import type { CniRequest, Health, IpamList, IpamResponse } from '../../api/types.js';
+import type { Health, IpamAllocationBody, IpamList, IpamResponse } from '../../api/types.js';
 import { ipFamily } from '../../cni/index.js';
-import type { Endpoint } from '../../endpoint/endpoint.js';
-import { identityToJSON, parseIdentityNumber, reservedIdentity, RESERVED_IDENTITIES } from '../../identity/index.js';
+import { ENDPOINT_REF, type EndpointStatus } from '../../endpoint/index.js';
+import { parseIdentityNumber } from '../../identity/index.js';
+import type { IpcacheEntry } from '../../ipcache/index.js';
 import type { Allocation } from '../../ipam/index.js';
 import { LabelSet, LabelSource, parseLabel } from '../../labels/index.js';
-import { formatPolicyName, formatTrace, parsePortProtocol, type PolicyFilter, type TracePeer } from '../../policy/index.js';
-import type { Agent } from '../agent.js';
+import type { Logger } from '../../logging/logger.js';
+import {
+  type EndpointPolicy,
+  formatPolicyName,
+  formatTrace,
+  parsePortProtocol,
+  type Policy,
+  type PolicyFilter,
+  type PolicyName,
+  type SelectorCache,
+  type TracePeer,
+  type TraceResult,
+} from '../../policy/index.js';
 import { type EndpointAdoption, toAgentError } from '../cniService.js';
+import { type CniHandler, cniRoute } from './cniRoute.js';
 import { OpenApiSchemas } from './openapiSchemas.js';
 
-const ENDPOINT_REF = /^(\d{1,5}|container-id:[A-Za-z0-9][A-Za-z0-9_.-]*|pod-name:[^:/\s]+:[^:/\s]+|ipv4:[0-9.]+|ipv6:[0-9a-fA-F:]+)$/;
+// The server depends on these narrow interfaces only; the Agent composes them
+// from its subsystems, and a test can serve any of them on its own.
 
-function allocationBody(a: Allocation) {
+/** /endpoint: local endpoints and their lifecycle. */
+export interface EndpointApi {
+  list(): EndpointStatus[];
+  /** Resolves a reference the route has validated against ENDPOINT_REF. */
+  lookup(ref: string): EndpointStatus | undefined;
+  adopt(req: EndpointAdoption): Promise<EndpointStatus>;
+  delete(id: number): Promise<void>;
+  updateLabels(id: number, labels: LabelSet): Promise<EndpointStatus>;
+}
+
+/** /ipam: the node's allocations and the granular allocate/release Cilium's plugin uses. */
+export interface IpamApi {
+  readonly mode: string;
+  list(): Promise<Allocation[]>;
+  stats(): Record<string, number> | undefined;
+  /** `provisional`: the allocation expires unless an endpoint confirms it. */
+  allocate(req: { owner: string; family: 4 | 6; ip?: string; pool?: string; provisional: boolean }): Promise<{ allocation: Allocation; hostAddressing: { ipv4?: string; ipv6?: string } }>;
+  /** Frees an address: CONFLICT while a live endpoint holds it, NOT_FOUND when nothing does. */
+  release(ip: string): Promise<void>;
+}
+
+/** /policy: import, delete, explain; revisions are the ones endpoints realize. */
+export interface PolicyApi {
+  readonly revision: number;
+  list(filter: PolicyFilter): Policy[];
+  import(text: string): { revision: number; policies: readonly PolicyName[]; endpoints: readonly number[] };
+  delete(filter: PolicyFilter): { revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[] };
+  selectors(): ReturnType<SelectorCache['list']>;
+  trace(src: TracePeer, dst: TracePeer, proto: number, port: number): TraceResult;
+  endpointPolicy(id: number): EndpointPolicy;
+}
+
+export interface IdentityView {
+  id: number;
+  labels: string[];
+  scope: string;
+  references?: number;
+}
+
+/** /identity: reserved identities and those this node holds. */
+export interface IdentityApi {
+  list(): IdentityView[];
+  get(id: number): IdentityView | undefined;
+}
+
+export interface IpcacheApi {
+  list(): IpcacheEntry[];
+}
+
+/** /healthz and /config. */
+export interface HealthApi {
+  health(): Promise<Health>;
+  config(): Record<string, unknown>;
+  patchConfig(patch: Record<string, unknown>): Record<string, unknown>;
+}
+
+/** Everything the API serves. */
+export interface AgentApi {
+  endpoints: EndpointApi;
+  ipam: IpamApi;
+  policy: PolicyApi;
+  identities: IdentityApi;
+  ipcache: IpcacheApi;
+  health: HealthApi;
+  cni: CniHandler;
+  log: Logger;
+}
+
+export function allocationBody(a: Allocation): IpamAllocationBody {
   return {
     owner: a.owner,
     family: a.family,
@@ -29,19 +111,20 @@ function allocationBody(a: Allocation) {
   };
 }
 
-function endpointRef(agent: Agent, ref: string): Endpoint {
+function endpointRef(endpoints: EndpointApi, ref: string): EndpointStatus {
   if (!ENDPOINT_REF.test(ref)) {
     throw new AgentError('INVALID_REQUEST', `invalid endpoint ID "${ref}": use <number>, container-id:<id>, pod-name:<namespace>:<name>, ipv4:<ip> or ipv6:<ip>`);
   }
-  const ep = agent.endpoints.lookup(ref);
+  const ep = endpoints.lookup(ref);
   if (!ep) throw new AgentError('NOT_FOUND', `endpoint ${ref} not found`);
   return ep;
 }
 
 /** The agent's REST API (api/openapi.yaml), validated against that document. */
-export function buildServer(agent: Agent): FastifyInstance {
+export function buildServer(agent: AgentApi): FastifyInstance {
   const spec = new OpenApiSchemas();
   const app = Fastify({ logger: false, bodyLimit: 2 * 1024 * 1024 });
+  const { endpoints, ipam, policy, identities, ipcache, health } = agent;
 
   app.setErrorHandler((err: FastifyError, _req, reply) => {
     if (err.validation) {
@@ -61,37 +144,26 @@ export function buildServer(agent: Agent): FastifyInstance {
     return reply.status(404).send(e.toResponse());
   });
 
-  app.get('/v1/healthz', async (): Promise<Health> => agent.health());
+  app.get('/v1/healthz', async (): Promise<Health> => health.health());
 
-  app.get('/v1/config', async () => agent.publicConfig());
-  app.patch('/v1/config', { schema: { body: spec.body('/config', 'patch') } }, async (req) => agent.patchConfig(req.body as Record<string, unknown>));
+  app.get('/v1/config', async () => health.config());
+  app.patch('/v1/config', { schema: { body: spec.body('/config', 'patch') } }, async (req) => health.patchConfig(req.body as Record<string, unknown>));
 
   app.get('/v1/ipam', async (): Promise<IpamList> => {
-    const allocations: Allocation[] = [];
-    for (const a of agent.ipam.all()) allocations.push(...(await a.list()));
-    const stats = agent.ipam.all().map((a) => a.stats());
-    return {
-      mode: agent.ipam.mode,
-      allocations: allocations.map(allocationBody),
-      ...(stats[0] ? { stats: stats[0] as unknown as Record<string, number> } : {}),
-    };
+    const stats = ipam.stats();
+    return { mode: ipam.mode, allocations: (await ipam.list()).map(allocationBody), ...(stats ? { stats } : {}) };
   });
 
   const allocateRoute = async (q: { family?: 'ipv4' | 'ipv6'; owner: string; pool?: string }, ip: string | undefined, expirationHeader: unknown): Promise<IpamResponse> => {
-    const expiration = String(expirationHeader ?? '').toLowerCase() === 'true';
-    const allocator = agent.ipam.all()[0];
-    if (!allocator || agent.ipam.mode === 'delegated') throw new AgentError('INVALID_REQUEST', 'POST /ipam needs a kvstore-backed IPAM mode; delegated IPAM allocates through CNI ADD');
     if (ip !== undefined && ipFamily(ip) === 0) throw new AgentError('INVALID_REQUEST', `"${ip}" is not an IP address`);
-    const a = await allocator.allocate({
+    const r = await ipam.allocate({
       owner: q.owner,
       family: ip !== undefined ? (ipFamily(ip) as 4 | 6) : q.family === 'ipv6' ? 6 : 4,
       ...(ip !== undefined ? { ip } : {}),
       ...(q.pool ? { pool: q.pool } : {}),
-      ...(expiration ? { expirationMs: agent.config.ipamExpirationMs } : {}),
+      provisional: String(expirationHeader ?? '').toLowerCase() === 'true',
     });
-    const v4 = allocator.routerAddress(4)?.ip;
-    const v6 = allocator.routerAddress(6)?.ip;
-    return { address: allocationBody(a), hostAddressing: { ...(v4 ? { ipv4: v4 } : {}), ...(v6 ? { ipv6: v6 } : {}) } };
+    return { address: allocationBody(r.allocation), hostAddressing: r.hostAddressing };
   };
   app.post('/v1/ipam', { schema: { querystring: spec.query('/ipam', 'post') } }, async (req, reply): Promise<IpamResponse> => {
     const r = await allocateRoute(req.query as { family?: 'ipv4' | 'ipv6'; owner: string; pool?: string }, undefined, req.headers.expiration);
@@ -107,14 +179,12 @@ export function buildServer(agent: Agent): FastifyInstance {
   app.delete('/v1/ipam/:ip', async (req) => {
     const { ip } = req.params as { ip: string };
     if (ipFamily(ip) === 0) throw new AgentError('INVALID_REQUEST', `"${ip}" is not an IP address`);
-    for (const a of agent.ipam.all()) {
-      if (await a.releaseIp(ip)) return { released: ip };
-    }
-    throw new AgentError('NOT_FOUND', `address ${ip} is not allocated`);
+    await ipam.release(ip);
+    return { released: ip };
   });
 
-  app.get('/v1/endpoint', async () => agent.endpoints.list());
-  app.get('/v1/endpoint/:id', async (req) => endpointRef(agent, (req.params as { id: string }).id));
+  app.get('/v1/endpoint', async () => endpoints.list());
+  app.get('/v1/endpoint/:id', async (req) => endpointRef(endpoints, (req.params as { id: string }).id));
   app.put('/v1/endpoint/:id', { schema: { body: spec.body('/endpoint/{id}', 'put') } }, async (req, reply) => {
     const ref = (req.params as { id: string }).id;
     const body = req.body as Omit<EndpointAdoption, 'id'>;
@@ -125,18 +195,18 @@ export function buildServer(agent: Agent): FastifyInstance {
     } else if (ref !== `container-id:${body.containerId}`) {
       throw new AgentError('INVALID_REQUEST', 'PUT /endpoint/{id} takes a number or container-id:<the body\'s containerId>');
     }
-    const ep = await agent.cni.adoptEndpoint({ ...body, ...(id !== undefined ? { id } : {}) });
+    const ep = await endpoints.adopt({ ...body, ...(id !== undefined ? { id } : {}) });
     reply.status(201);
     return ep;
   });
   app.delete('/v1/endpoint/:id', async (req) => {
-    const ep = endpointRef(agent, (req.params as { id: string }).id);
-    await agent.deleteEndpoint(ep);
+    const ep = endpointRef(endpoints, (req.params as { id: string }).id);
+    await endpoints.delete(ep.id);
     return { deleted: ep.id };
   });
 
   app.patch('/v1/endpoint/:id/labels', { schema: { body: spec.body('/endpoint/{id}/labels', 'patch') } }, async (req) => {
-    const ep = endpointRef(agent, (req.params as { id: string }).id);
+    const ep = endpointRef(endpoints, (req.params as { id: string }).id);
     const body = req.body as { add?: string[]; delete?: string[] };
     // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
     const source = ep.podNamespace ? LabelSource.K8s : LabelSource.Container;
@@ -147,22 +217,18 @@ export function buildServer(agent: Agent): FastifyInstance {
       labels = labels.without(l.key, l.source);
     }
     labels = labels.with((body.add ?? []).map((t) => parseLabel(t, source)));
-    return agent.updateLabels(ep, labels);
+    return endpoints.updateLabels(ep.id, labels);
   });
 
-  app.get('/v1/identity', async () => {
-    const held = agent.identities.list().map((i) => ({ ...identityToJSON(i), references: agent.identities.references(i.id) }));
-    return [...RESERVED_IDENTITIES.map(identityToJSON), ...held];
-  });
+  app.get('/v1/identity', async () => identities.list());
   app.get('/v1/identity/:id', async (req) => {
     const text = (req.params as { id: string }).id;
     if (!/^\d{1,10}$/.test(text)) throw new AgentError('INVALID_REQUEST', `invalid identity "${text}": a number`);
-    const id = parseIdentityNumber(Number(text));
-    const identity = reservedIdentity(id) ?? agent.identities.lookupById(id);
-    if (!identity) throw new AgentError('NOT_FOUND', `identity ${id} not found`);
-    return { ...identityToJSON(identity), references: agent.identities.references(id) };
+    const identity = identities.get(parseIdentityNumber(Number(text)));
+    if (!identity) throw new AgentError('NOT_FOUND', `identity ${text} not found`);
+    return identity;
   });
-  app.get('/v1/ip', async () => agent.ipcache.list());
+  app.get('/v1/ip', async () => ipcache.list());
 
   const policyFilter = (q: { name?: string; namespace?: string; label?: string | string[] }): PolicyFilter => ({
     ...(q.name ? { name: q.name } : {}),
@@ -170,38 +236,38 @@ export function buildServer(agent: Agent): FastifyInstance {
     ...(q.label ? { labels: Array.isArray(q.label) ? q.label : [q.label] } : {}),
   });
   app.get('/v1/policy', { schema: { querystring: spec.query('/policy', 'get') } }, async (req) => {
-    const policies = agent.policy.policies(policyFilter(req.query as Record<string, string>));
-    return { revision: agent.policy.revision, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document })) };
+    const policies = policy.list(policyFilter(req.query as Record<string, string>));
+    return { revision: policy.revision, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document })) };
   });
   app.put('/v1/policy', { schema: { body: spec.body('/policy', 'put') } }, async (req) => {
-    const r = agent.policy.importText((req.body as { text: string }).text);
-    agent.applyRegenerations(r.regenerations);
-    return { revision: r.revision, policies: r.policies.map(formatPolicyName), regenerated: r.regenerations.map((x) => x.endpointId) };
+    const r = policy.import((req.body as { text: string }).text);
+    return { revision: r.revision, policies: r.policies.map(formatPolicyName), regenerated: r.endpoints };
   });
   app.delete('/v1/policy', { schema: { querystring: spec.query('/policy', 'delete') } }, async (req) => {
     const q = req.query as { all?: boolean; name?: string; namespace?: string; label?: string | string[] };
     const filter = policyFilter(q);
     // An empty filter deletes everything: demand that be said out loud.
     if (Object.keys(filter).length === 0 && q.all !== true) throw new AgentError('INVALID_REQUEST', 'give name, namespace or label to select policies, or all=true to delete every policy');
-    const r = agent.policy.deletePolicies(filter);
-    agent.applyRegenerations(r.regenerations);
-    return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), regenerated: r.regenerations.map((x) => x.endpointId) };
+    const r = policy.delete(filter);
+    return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), regenerated: r.endpoints };
   });
-  app.get('/v1/policy/selectors', async () => agent.policy.selectors());
+  app.get('/v1/policy/selectors', async () => policy.selectors());
   app.post('/v1/policy/trace', { schema: { body: spec.body('/policy/trace', 'post') } }, async (req) => {
     const body = req.body as { src: string[]; dst: string[]; dport: string };
     const peer = (labels: string[]): TracePeer => ({ labels: LabelSet.from(labels.map((t) => parseLabel(t, LabelSource.K8s))) });
     const { port, proto } = parsePortProtocol(body.dport);
-    const t = agent.policy.trace(peer(body.src), peer(body.dst), proto, port);
+    const t = policy.trace(peer(body.src), peer(body.dst), proto, port);
     return { verdict: t.verdict, egress: t.egress, ingress: t.ingress, text: formatTrace(t) };
   });
   app.get('/v1/endpoint/:id/policy', async (req) => {
-    const ep = endpointRef(agent, (req.params as { id: string }).id);
-    const p = agent.policy.endpointPolicy(ep.id);
+    const ep = endpointRef(endpoints, (req.params as { id: string }).id);
+    const p = policy.endpointPolicy(ep.id);
     return {
       endpointId: p.endpointId,
       identity: p.identity,
-      policyRevision: p.policyRevision,
+      // The revision this map state was computed at, and the one the endpoint's datapath realizes.
+      policyRevision: policy.revision,
+      realizedPolicyRevision: ep.policyRevision,
       enforcement: p.enforcement,
       entries: p.entries,
       ...(p.error ? { error: p.error.message } : {}),
@@ -210,7 +276,7 @@ export function buildServer(agent: Agent): FastifyInstance {
     };
   });
 
-  app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, async (req) => agent.cni.handle(req.body as CniRequest));
+  app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, cniRoute(agent.cni, agent.log));
 
   return app;
 }

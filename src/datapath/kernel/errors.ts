@@ -113,15 +113,6 @@ export function toKernelError(err: unknown, operation?: string): unknown {
   return new KernelError(errno, op, undefined, { cause: err });
 }
 
-/** Awaits a native call, rethrowing its errno failures as KernelError. */
-export async function kernelCall<T>(operation: string, call: () => Promise<T> | T): Promise<T> {
-  try {
-    return await call();
-  } catch (err) {
-    throw toKernelError(err, operation);
-  }
-}
-
 /** Whether `err` is a KernelError with one of the given codes. */
 export function isKernelError(err: unknown, ...codes: string[]): err is KernelError {
   return err instanceof KernelError && (codes.length === 0 || codes.includes(err.code));

@@ -3,7 +3,8 @@
  * flow verdict read two ways — from the computed map states (what the
  * datapath would do) and from the rules (trace) — so tests can demand both.
  */
-import { parseCidrLabelKey, parseIpPrefix, prefixContains } from '../../labels/index.js';
+import { parseCidrLabelKey } from '../../labels/index.js';
+import { hostPrefix, parseIp, prefixContains } from '../../netip/index.js';
 import { PolicyEngine, type PolicyEngineOptions } from '../engine.js';
 import { LocalIdentityTable } from '../identities.js';
 import { MapState, type MapStateDiff } from '../mapState.js';
@@ -66,7 +67,7 @@ export class TestWorld {
 
   /** The identity the ipcache would give an outside address: its CIDR identity if some rule named an enclosing prefix, else world. */
   external(ip: string): Identity {
-    const addr = parseIpPrefix(ip)!;
+    const addr = hostPrefix(parseIp(ip));
     let best: Identity | undefined;
     let bestLen = -1;
     for (const id of this.identities.list()) {

@@ -1,20 +1,18 @@
 import type { Endpoint } from './endpoint.js';
+import { EndpointError, EndpointErrorCode } from './errors.js';
 
 /** Endpoint IDs are 16-bit in Cilium's datapath; 0 is reserved. */
 export const MAX_ENDPOINT_ID = 0xffff;
 
-export class EndpointConflictError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'EndpointConflictError';
-  }
-}
+/** The API's endpoint reference forms. */
+export const ENDPOINT_REF = /^(\d{1,5}|container-id:[A-Za-z0-9][A-Za-z0-9_.-]*|pod-name:[^:/\s]+:[^:/\s]+|ipv4:[0-9.]+|ipv6:[0-9a-fA-F:]+)$/;
 
 /**
  * The in-memory registry of local endpoints: ID allocation and lookups by
  * ID, container ID (+ interface), pod name and IP. Duplicates are refused.
+ * Only EndpointManager writes to it.
  */
-export class EndpointManager {
+export class EndpointRegistry {
   private readonly byId = new Map<number, Endpoint>();
   private nextId = 1;
 
@@ -26,23 +24,23 @@ export class EndpointManager {
         return id;
       }
     }
-    throw new EndpointConflictError('no free endpoint ID');
+    throw new EndpointError(EndpointErrorCode.CONFLICT, 'no free endpoint ID');
   }
 
   register(ep: Endpoint): void {
-    if (this.byId.has(ep.id)) throw new EndpointConflictError(`endpoint ID ${ep.id} already exists`);
+    if (this.byId.has(ep.id)) throw new EndpointError(EndpointErrorCode.CONFLICT, `endpoint ID ${ep.id} already exists`);
     const clash = this.byContainer(ep.containerId, ep.ifName);
-    if (clash) throw new EndpointConflictError(`container ${ep.containerId} interface ${ep.ifName} is already endpoint ${clash.id}`);
+    if (clash) throw new EndpointError(EndpointErrorCode.CONFLICT, `container ${ep.containerId} interface ${ep.ifName} is already endpoint ${clash.id}`);
     for (const a of ep.addresses) {
       const owner = this.byIp(a.ip);
-      if (owner) throw new EndpointConflictError(`address ${a.ip} already belongs to endpoint ${owner.id}`);
+      if (owner) throw new EndpointError(EndpointErrorCode.CONFLICT, `address ${a.ip} already belongs to endpoint ${owner.id}`);
     }
     this.byId.set(ep.id, ep);
     if (ep.id >= this.nextId) this.nextId = (ep.id % MAX_ENDPOINT_ID) + 1;
   }
 
   update(ep: Endpoint): void {
-    if (!this.byId.has(ep.id)) throw new EndpointConflictError(`endpoint ${ep.id} does not exist`);
+    if (!this.byId.has(ep.id)) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${ep.id} does not exist`);
     this.byId.set(ep.id, ep);
   }
 

@@ -1,7 +1,7 @@
 /**
- * Serialises work per key (one container's CNI calls) while letting different
- * keys run concurrently. The set of held keys doubles as the "in flight"
- * owners GC must not touch.
+ * Serialises work per key (one attachment's CNI calls, one endpoint's
+ * lifecycle changes) while letting different keys run concurrently. The set
+ * of held keys doubles as the "in flight" owners GC must not touch.
  */
 export class KeyedMutex {
   private readonly tails = new Map<string, Promise<void>>();

@@ -1,0 +1,631 @@
+import { type Datapath, type NetnsKind, type PodAddress } from '../datapath/types.js';
+import { type IdentityAllocator, IdentityError, IdentityErrorCode } from '../identity/index.js';
+import type { IPCache } from '../ipcache/index.js';
+import { LabelFilter, type LabelSet } from '../labels/index.js';
+import type { Logger } from '../logging/logger.js';
+import { isPolicyError, PolicyErrorCode } from '../policy/index.js';
+import type { Endpoint, EndpointAddress, EndpointState } from './endpoint.js';
+import type { EndpointStore } from './endpointStore.js';
+import { EndpointError, EndpointErrorCode } from './errors.js';
+import { EndpointIdentityBinder } from './identityBinder.js';
+import { KeyedMutex } from './keyedMutex.js';
+import type { PolicyChange, PolicyRevisions } from './policyRevisions.js';
+import { RegenerationQueue } from './regenerationQueue.js';
+import { EndpointRegistry } from './registry.js';
+import { UndoList } from './undo.js';
+
+/**
+ * The addresses an endpoint is created with, as IPAM holds them for it. The
+ * manager confirms them as the last step of a creation and releases them
+ * during teardown, before the endpoint's state file goes (so a crash in
+ * between leaves a file that the next restore finishes).
+ */
+export interface AddressLease {
+  confirm(): Promise<void>;
+  release(): Promise<void>;
+}
+
+/** An endpoint as the API shows it: the persisted model and its regeneration status. */
+export interface EndpointStatus extends Endpoint {
+  /** The policy revision the endpoint's datapath state realizes (0: none yet). */
+  policyRevision: number;
+  /** The agent's current policy revision: what the endpoint converges to. */
+  desiredPolicyRevision: number;
+  /** Why the last regeneration failed, while the endpoint is not-ready. */
+  regenerationError?: string;
+}
+
+/** A pod the manager plumbs itself (CNI ADD). */
+export interface NewEndpoint {
+  containerId: string;
+  ifName: string;
+  netns: string;
+  mtu: number;
+  podNamespace?: string;
+  podName?: string;
+  labels: LabelSet;
+  addresses: EndpointAddress[];
+  /** Whether the agent's IPAM owns the addresses (false: a delegated plugin does). */
+  ipamOwned: boolean;
+}
+
+/** A pod whose veth pair someone else made (PUT /endpoint/{id}). */
+export interface AdoptedEndpoint extends NewEndpoint {
+  id?: number;
+  hostIfName: string;
+}
+
+export interface RestoreHooks {
+  /** The lease of a restored endpoint's addresses (confirmed once it is back, released when it vanished). */
+  lease(ep: Endpoint): AddressLease;
+  /** Runs before a restored endpoint's first regeneration (the agent puts its gateway on the host device). */
+  prepare?(ep: Endpoint): Promise<void>;
+}
+
+export interface RestoreReport {
+  restored: number;
+  /** Endpoints whose pod vanished while the agent was down, or whose deletion was interrupted. */
+  released: number;
+  /** Restored endpoints whose first regeneration failed (they are not-ready). */
+  failed: number;
+  /** Pod host interfaces no endpoint owns, removed. */
+  orphansRemoved: string[];
+}
+
+export interface EndpointManagerOptions {
+  datapath: Datapath;
+  store: EndpointStore;
+  identities: IdentityAllocator;
+  ipcache: IPCache;
+  policy: PolicyRevisions;
+  labelFilter?: LabelFilter;
+  log: Logger;
+  /** Crash-test hook called at `after-datapath` and `after-endpoint` of a creation. */
+  faultPoint?: (step: string) => void;
+}
+
+interface Runtime {
+  readonly queue: RegenerationQueue<number>;
+  /** The policy revision of the last regeneration that succeeded. */
+  realized?: number;
+  /** Why the last regeneration failed; cleared by one that succeeds. */
+  error?: string;
+  /** Teardown steps done, so a deletion retried after a failure does not repeat them. */
+  policyRemoved: boolean;
+  identityReleased: boolean;
+}
+
+/** One endpoint state transition; `from` is undefined when the endpoint appears. */
+export interface EndpointStateChange {
+  id: number;
+  from: EndpointState | undefined;
+  to: EndpointState;
+}
+
+export type EndpointStateListener = (change: EndpointStateChange) => void;
+
+const attachmentKey = (containerId: string, ifName: string) => `${containerId}/${ifName}`;
+
+export function podAddress(a: EndpointAddress): PodAddress {
+  return { family: a.family, ip: a.ip, gateway: a.gateway };
+}
+
+/**
+ * Owns every local endpoint's lifecycle, in Cilium's order:
+ * create → identity → ipcache → policy → datapath regeneration → ready;
+ * adopt (a pod plumbed by someone else); label change (new identity, then a
+ * regeneration); delete (disconnecting → teardown); restore after a restart.
+ *
+ * Regenerations go through a per-endpoint queue (one at a time, coalesced)
+ * and realize a policy revision; creation answers only once the endpoint's
+ * first regeneration is in force. Policy imports and deletions and identity
+ * changes queue regenerations of the endpoints whose map state they changed.
+ * Lifecycle calls for one attachment run one at a time.
+ */
+export class EndpointManager {
+  readonly #registry = new EndpointRegistry();
+  readonly #runtime = new Map<number, Runtime>();
+  readonly #locks = new KeyedMutex();
+  readonly #binder: EndpointIdentityBinder;
+  readonly #unsubscribe: Array<() => void> = [];
+  readonly #stateListeners = new Set<EndpointStateListener>();
+
+  constructor(private readonly o: EndpointManagerOptions) {
+    this.#binder = new EndpointIdentityBinder(o.identities, o.ipcache, o.labelFilter ?? LabelFilter.DEFAULT);
+    this.#unsubscribe.push(o.policy.subscribe((change) => this.#onPolicyChange(change)));
+    // Identities other nodes (or this one) create change which peers a selector names.
+    this.#unsubscribe.push(
+      o.identities.subscribe((events) => {
+        const added = events.filter((e) => e.type === 'upsert').map((e) => e.identity);
+        const removed = events.filter((e) => e.type === 'delete').map((e) => e.identity.id);
+        try {
+          o.policy.identitiesChanged(added, removed);
+        } catch (err) {
+          o.log.error({ err, added: added.map((i) => i.id), removed }, 'policy engine rejected identity changes');
+        }
+      }),
+    );
+  }
+
+  // ---- reads ---------------------------------------------------------------
+
+  get size(): number {
+    return this.#registry.size;
+  }
+
+  get(id: number): Endpoint | undefined {
+    return this.#registry.get(id);
+  }
+
+  /** `<number>`, `container-id:<id>`, `pod-name:<ns>:<name>`, `ipv4:<ip>`, `ipv6:<ip>`. */
+  lookup(ref: string): Endpoint | undefined {
+    return this.#registry.lookup(ref);
+  }
+
+  byContainer(containerId: string, ifName?: string): Endpoint | undefined {
+    return this.#registry.byContainer(containerId, ifName);
+  }
+
+  byIp(ip: string): Endpoint | undefined {
+    return this.#registry.byIp(ip);
+  }
+
+  list(): Endpoint[] {
+    return this.#registry.list();
+  }
+
+  status(ep: Endpoint): EndpointStatus {
+    const rt = this.#runtime.get(ep.id);
+    const desired = this.o.policy.revision;
+    // Ready, nothing queued, last run fine: every change since that run left this
+    // endpoint's map alone (it would have queued one), so it realizes the current revision.
+    const inSync = rt?.realized !== undefined && !rt.queue.busy && rt.error === undefined && ep.state === 'ready';
+    return {
+      ...ep,
+      policyRevision: inSync ? desired : (rt?.realized ?? 0),
+      desiredPolicyRevision: desired,
+      ...(rt?.error !== undefined ? { regenerationError: rt.error } : {}),
+    };
+  }
+
+  statuses(): EndpointStatus[] {
+    return this.list().map((ep) => this.status(ep));
+  }
+
+  /** Every state transition of every endpoint, as it happens (`disconnected` when one is gone). */
+  subscribe(listener: EndpointStateListener): () => void {
+    this.#stateListeners.add(listener);
+    return () => this.#stateListeners.delete(listener);
+  }
+
+  /** Regenerations started for an endpoint so far (0 for an unknown one). */
+  regenerationCount(id: number): number {
+    return this.#runtime.get(id)?.queue.runs ?? 0;
+  }
+
+  // ---- network namespaces ------------------------------------------------------
+
+  classifyNetns(path: string): Promise<NetnsKind> {
+    return path === '' ? Promise.resolve('missing') : this.o.datapath.classifyNetns(path);
+  }
+
+  /**
+   * Refuses a pod namespace path the agent must never create or delete
+   * interfaces in: its own (or the init) namespace, or a file that is no
+   * namespace (a FIFO would block whoever opens it). A missing path passes:
+   * the datapath reports it as `netns-gone` where it matters.
+   */
+  async requirePodNetns(path: string): Promise<void> {
+    const kind = await this.classifyNetns(path);
+    if (kind === 'node') throw new EndpointError(EndpointErrorCode.NETNS_REFUSED, `${path} is the node's own network namespace, not a pod's: refusing to create or delete interfaces in it`);
+    if (kind === 'not-netns') throw new EndpointError(EndpointErrorCode.NETNS_REFUSED, `${path} is not a network namespace`);
+  }
+
+  /** The namespace to hand the datapath for a teardown: empty (leave it alone) unless it is a pod's. */
+  async #teardownNetns(path: string): Promise<string> {
+    return (await this.classifyNetns(path)) === 'pod' ? path : '';
+  }
+
+  // ---- lifecycle -------------------------------------------------------------
+
+  /** Plumbs a pod and makes it an endpoint; answers once its first regeneration is in force. All or nothing. */
+  create(spec: NewEndpoint, lease: AddressLease): Promise<EndpointStatus> {
+    return this.#locks.run(attachmentKey(spec.containerId, spec.ifName), async () => {
+      await this.requirePodNetns(spec.netns);
+      this.#refuseTaken(spec.containerId, spec.ifName);
+      const { datapath, log } = this.o;
+      const addresses = spec.addresses.map(podAddress);
+      const undo = new UndoList(log, { containerId: spec.containerId, ifName: spec.ifName });
+      try {
+        undo.push('remove pod network', () => datapath.removePod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, addresses }));
+        const net = await datapath.addPod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, mtu: spec.mtu, addresses });
+        this.o.faultPoint?.('after-datapath');
+        const ep = this.#newModel(spec, this.#registry.allocateId(), net);
+        const ready = await this.#commit(ep, lease, undo);
+        log.info({ endpoint: ep.id, identity: ready.identity, containerId: spec.containerId, ifName: spec.ifName, addresses: ep.addresses.map((a) => a.ip), policyRevision: ready.policyRevision }, 'endpoint created');
+        return ready;
+      } catch (err) {
+        await undo.rollBack();
+        throw err;
+      }
+    });
+  }
+
+  /**
+   * Makes an endpoint of a pod whose veth pair someone else created (Cilium's
+   * plugin-driven PUT /endpoint): host routes, identity, ipcache, policy,
+   * regeneration. All or nothing.
+   */
+  adopt(spec: AdoptedEndpoint, lease: AddressLease): Promise<EndpointStatus> {
+    return this.#locks.run(attachmentKey(spec.containerId, spec.ifName), async () => {
+      await this.requirePodNetns(spec.netns);
+      this.#refuseTaken(spec.containerId, spec.ifName);
+      if (spec.id !== undefined && this.#registry.get(spec.id)) throw new EndpointError(EndpointErrorCode.CONFLICT, `endpoint ID ${spec.id} is taken`);
+      const { datapath, log } = this.o;
+      const addresses = spec.addresses.map(podAddress);
+      const undo = new UndoList(log, { containerId: spec.containerId, hostIfName: spec.hostIfName });
+      try {
+        const net = await datapath.adoptPod({ hostIfName: spec.hostIfName, addresses });
+        undo.push('remove host routes', () => datapath.releaseAdoptedPod({ hostIfName: spec.hostIfName, addresses }));
+        const ep = this.#newModel(spec, spec.id ?? this.#registry.allocateId(), { hostIfName: spec.hostIfName, hostIfIndex: net.hostIfIndex, hostMac: net.hostMac, podMac: '' });
+        const ready = await this.#commit(ep, lease, undo);
+        log.info({ endpoint: ep.id, identity: ready.identity, containerId: spec.containerId, hostIfName: spec.hostIfName }, 'endpoint adopted');
+        return ready;
+      } catch (err) {
+        await undo.rollBack();
+        throw err;
+      }
+    });
+  }
+
+  /**
+   * Deletes an endpoint: disconnecting, its queue closed (a running
+   * regeneration finishes first), policy, ipcache and identity released, the
+   * pod network removed, the addresses released, the state file last.
+   * `netns` is the caller's (a CNI DEL's) path to the pod's namespace; a path
+   * that is not a pod's namespace is left alone. Retrying after a failure
+   * resumes where it stopped.
+   */
+  async delete(id: number, opts: { netns?: string; lease: AddressLease }): Promise<void> {
+    const ep = this.#registry.get(id);
+    if (!ep) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} not found`);
+    await this.#locks.run(attachmentKey(ep.containerId, ep.ifName), async () => {
+      const current = this.#registry.get(id);
+      if (!current) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} not found`);
+      await this.#teardown(current, opts.netns ?? '', opts.lease);
+    });
+  }
+
+  /**
+   * CNI DEL of one attachment: its endpoint is deleted; without one, whatever
+   * an interrupted ADD left is removed and the addresses released. DEL is
+   * idempotent, and a path that is not a pod's namespace is never touched.
+   */
+  deleteAttachment(req: { containerId: string; ifName: string; netns: string }, lease: AddressLease): Promise<void> {
+    return this.#locks.run(attachmentKey(req.containerId, req.ifName), async () => {
+      const ep = this.#registry.byContainer(req.containerId, req.ifName);
+      if (ep) return this.#teardown(ep, req.netns, lease);
+      const netns = await this.#teardownNetns(req.netns);
+      await this.o.datapath.removePod({ containerId: req.containerId, netns, ifName: req.ifName, addresses: [] });
+      await lease.release();
+    });
+  }
+
+  /** CNI CHECK of an endpoint's pod network. */
+  async check(id: number, netns: string): Promise<void> {
+    await this.requirePodNetns(netns);
+    const ep = this.#registry.get(id);
+    if (!ep) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} not found`);
+    await this.o.datapath.checkPod({ containerId: ep.containerId, netns, ifName: ep.ifName, mtu: ep.mtu, addresses: ep.addresses.map(podAddress) });
+  }
+
+  /**
+   * New labels: a new identity (taken before the old one is released, so the
+   * endpoint always has one, and the ipcache switches in one upsert), its
+   * policy, then a regeneration; answers once that is in force. A failed
+   * regeneration leaves the new labels in place and the endpoint not-ready.
+   */
+  async updateLabels(id: number, labels: LabelSet): Promise<EndpointStatus> {
+    const ep = this.#registry.get(id);
+    if (!ep) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} not found`);
+    return this.#locks.run(attachmentKey(ep.containerId, ep.ifName), async () => {
+      const current = this.#registry.get(id);
+      if (!current) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} is gone`);
+      if (current.state === 'disconnecting') throw new EndpointError(EndpointErrorCode.DISCONNECTING, `endpoint ${id} is being deleted`);
+      const { log, policy, store } = this.o;
+      const relabelled: Endpoint = { ...current, labels: labels.toStrings(), labelsRevision: (current.labelsRevision ?? 0) + 1, state: 'waiting-for-identity' };
+      this.#update(relabelled);
+      let bound: Endpoint;
+      try {
+        bound = await this.#binder.bind(relabelled);
+      } catch (err) {
+        this.#update(current);
+        throw err;
+      }
+      try {
+        policy.upsertEndpoint({ id, identity: bound.identity! });
+      } catch (err) {
+        this.#binder.publish(current);
+        await this.#binder.release(bound.identity!);
+        this.#update(current);
+        throw err;
+      }
+      if (current.identity !== undefined) await this.#releaseIdentity(current);
+      this.#update({ ...bound, state: 'waiting-to-regenerate' });
+      let failure: unknown;
+      try {
+        await this.#runtime.get(id)!.queue.request();
+      } catch (err) {
+        failure = err;
+      }
+      const updated = this.#registry.get(id)!;
+      await store.save(updated);
+      log.info({ endpoint: id, from: current.identity, to: updated.identity, labelsRevision: updated.labelsRevision }, 'endpoint labels changed');
+      if (failure !== undefined) throw failure;
+      return this.status(updated);
+    });
+  }
+
+  /** Queues a regeneration of the endpoint; resolves with the policy revision it realized. */
+  regenerate(id: number): Promise<number> {
+    const rt = this.#runtime.get(id);
+    if (!rt) return Promise.reject(new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} not found`));
+    this.#markQueued(id);
+    return rt.queue.request();
+  }
+
+  /**
+   * Brings endpoints back from the state dir after a restart: each gets its
+   * identity (the same number unless another node reused it meanwhile),
+   * ipcache entries and policy, then all regenerate side by side while their
+   * pods keep the datapath state they had. Endpoints whose pod vanished (or
+   * whose deletion was interrupted) are finished off; pod interfaces no
+   * endpoint owns are removed.
+   */
+  async restore(hooks: RestoreHooks): Promise<RestoreReport> {
+    const { datapath, store, log, policy } = this.o;
+    const report: RestoreReport = { restored: 0, released: 0, failed: 0, orphansRemoved: [] };
+    const { endpoints, problems } = await store.loadAll();
+    for (const p of problems) log.error({ dir: p.dir, error: p.error }, 'cannot restore endpoint state');
+    const back: Endpoint[] = [];
+    for (const ep of endpoints) {
+      const interrupted = ep.state === 'disconnecting';
+      if (interrupted || !(await datapath.podExists(ep.containerId, ep.ifName, ep.hostIfName))) {
+        log.warn({ endpoint: ep.id, containerId: ep.containerId, interrupted }, interrupted ? 'finishing an interrupted endpoint deletion' : 'endpoint vanished while the agent was down; releasing it');
+        if (interrupted) {
+          await datapath.removePod({ containerId: ep.containerId, hostIfName: ep.hostIfName, netns: '', ifName: ep.ifName, addresses: ep.addresses.map(podAddress) });
+        }
+        await hooks.lease(ep).release();
+        await store.remove(ep.id);
+        report.released++;
+        continue;
+      }
+      await hooks.prepare?.(ep);
+      const fresh: Endpoint = { ...ep, state: 'waiting-for-identity' };
+      this.#register(fresh);
+      const bound = await this.#binder.bind(fresh, ep.identity);
+      if (ep.identity !== undefined && bound.identity !== ep.identity) log.warn({ endpoint: ep.id, was: ep.identity, now: bound.identity }, 'restored endpoint got a new identity');
+      this.#update(bound);
+      policy.upsertEndpoint({ id: ep.id, identity: bound.identity! });
+      this.#setState(ep.id, 'waiting-to-regenerate');
+      back.push(bound);
+    }
+    const outcomes = await Promise.allSettled(back.map((ep) => this.#runtime.get(ep.id)!.queue.request()));
+    for (const [i, ep] of back.entries()) {
+      // A failed regeneration was logged and left the endpoint not-ready; its pod keeps what it had.
+      if (outcomes[i]!.status === 'rejected') report.failed++;
+      else report.restored++;
+      await store.save(this.#registry.get(ep.id)!);
+      // An agent killed between saving the endpoint and confirming IPAM must not let the address expire under it.
+      await hooks.lease(ep).confirm();
+    }
+    // An agent killed mid-ADD can leave a veth pair no endpoint owns; its address expires by itself.
+    const owned = new Set(this.#registry.list().map((e) => e.hostIfName));
+    for (const name of await datapath.listPodHostInterfaces()) {
+      if (owned.has(name)) continue;
+      log.warn({ interface: name }, 'removing pod interface no endpoint owns');
+      await datapath.removeHostInterface(name);
+      report.orphansRemoved.push(name);
+    }
+    if (endpoints.length > 0) log.info(report, 'endpoints restored');
+    return report;
+  }
+
+  /** Stops reacting to policy and identity changes and waits for running regenerations. */
+  async stop(): Promise<void> {
+    for (const u of this.#unsubscribe.splice(0)) u();
+    await Promise.all([...this.#runtime.values()].map((rt) => rt.queue.idle()));
+  }
+
+  // ---- internals -------------------------------------------------------------
+
+  #refuseTaken(containerId: string, ifName: string): void {
+    const taken = this.#registry.byContainer(containerId, ifName);
+    if (taken) throw new EndpointError(EndpointErrorCode.CONFLICT, `container ${containerId} interface ${ifName} already has an endpoint (${taken.id})`);
+  }
+
+  #newModel(spec: NewEndpoint, id: number, net: { hostIfName: string; hostIfIndex: number; hostMac: string; podMac: string }): Endpoint {
+    return {
+      id,
+      containerId: spec.containerId,
+      ifName: spec.ifName,
+      netns: spec.netns,
+      ...(spec.podNamespace ? { podNamespace: spec.podNamespace } : {}),
+      ...(spec.podName ? { podName: spec.podName } : {}),
+      labels: spec.labels.toStrings(),
+      addresses: spec.addresses,
+      hostIfName: net.hostIfName,
+      hostIfIndex: net.hostIfIndex,
+      hostMac: net.hostMac,
+      podMac: net.podMac,
+      mtu: spec.mtu,
+      state: 'waiting-for-identity',
+      ipamOwned: spec.ipamOwned,
+      createdAt: new Date().toISOString(),
+    };
+  }
+
+  /**
+   * The end of a creation, shared by create and adopt: register, identity and
+   * ipcache, policy, the first regeneration, persist, and confirm the
+   * addresses last, so a crash before that leaves only provisional
+   * allocations that expire by themselves. Undo steps go onto `undo`.
+   */
+  async #commit(ep: Endpoint, lease: AddressLease, undo: UndoList): Promise<EndpointStatus> {
+    const { store, policy } = this.o;
+    this.#register(ep);
+    undo.push('unregister endpoint', () => this.#forget(ep.id));
+    undo.push('remove endpoint state', () => store.remove(ep.id));
+    const bound = await this.#binder.bind(ep);
+    undo.push('release identity and ipcache entries', async () => {
+      this.#binder.withdraw(bound);
+      await this.#binder.release(bound.identity!);
+    });
+    this.#update(bound);
+    policy.upsertEndpoint({ id: ep.id, identity: bound.identity! });
+    undo.push('remove endpoint policy', async () => policy.removeEndpoint(ep.id));
+    this.#setState(ep.id, 'waiting-to-regenerate');
+    await this.#runtime.get(ep.id)!.queue.request();
+    const ready = this.#registry.get(ep.id)!;
+    await store.save(ready);
+    this.o.faultPoint?.('after-endpoint');
+    await lease.confirm();
+    return this.status(ready);
+  }
+
+  /**
+   * `netnsPath` comes from the caller, never from the endpoint's record: a
+   * recorded /proc/<pid>/ns/net may name another process's namespace once the
+   * pod's process is gone. Without one only the host end is deleted; the pod
+   * end of the veth pair goes with it.
+   */
+  async #teardown(ep: Endpoint, netnsPath: string, lease: AddressLease): Promise<void> {
+    const { datapath, store, policy, log } = this.o;
+    const rt = this.#runtime.get(ep.id)!;
+    const disconnecting: Endpoint = { ...ep, state: 'disconnecting' };
+    this.#update(disconnecting);
+    // Persisted, so an agent that dies from here on finishes the deletion when it restores.
+    await store.save(disconnecting);
+    await rt.queue.close();
+    if (!rt.policyRemoved) {
+      try {
+        policy.removeEndpoint(ep.id);
+      } catch (err) {
+        // Never got that far (an endpoint restored without policy): nothing to remove.
+        if (!(isPolicyError(err) && err.code === PolicyErrorCode.UNKNOWN_ENDPOINT)) throw err;
+      }
+      rt.policyRemoved = true;
+    }
+    this.#binder.withdraw(ep);
+    if (ep.identity !== undefined && !rt.identityReleased) {
+      await this.#releaseIdentity(ep);
+      rt.identityReleased = true;
+    }
+    const netns = await this.#teardownNetns(netnsPath);
+    await datapath.removePod({ containerId: ep.containerId, hostIfName: ep.hostIfName, netns, ifName: ep.ifName, addresses: ep.addresses.map(podAddress) });
+    await lease.release();
+    await store.remove(ep.id);
+    await this.#forget(ep.id);
+    log.info({ endpoint: ep.id, containerId: ep.containerId }, 'endpoint deleted');
+  }
+
+  /** Drops the endpoint's reference on its identity; one this node no longer holds must not stop a teardown. */
+  async #releaseIdentity(ep: Endpoint): Promise<void> {
+    try {
+      await this.#binder.release(ep.identity!);
+    } catch (err) {
+      if (!(err instanceof IdentityError && err.code === IdentityErrorCode.NOT_ALLOCATED)) throw err;
+      this.o.log.warn({ endpoint: ep.id, identity: ep.identity }, 'endpoint identity was not held; continuing');
+    }
+  }
+
+  /** Every change of a registered endpoint goes through here, so state transitions are reported. */
+  #update(ep: Endpoint): void {
+    const from = this.#registry.get(ep.id)?.state;
+    this.#registry.update(ep);
+    if (from !== ep.state) this.#emit({ id: ep.id, from, to: ep.state });
+  }
+
+  #emit(change: EndpointStateChange): void {
+    this.o.log.debug(change, 'endpoint state');
+    for (const l of this.#stateListeners) l(change);
+  }
+
+  #register(ep: Endpoint): void {
+    this.#registry.register(ep);
+    this.#emit({ id: ep.id, from: undefined, to: ep.state });
+    this.#runtime.set(ep.id, {
+      queue: new RegenerationQueue(() => this.#regenerate(ep.id), `endpoint ${ep.id}`),
+      policyRemoved: false,
+      identityReleased: false,
+    });
+  }
+
+  async #forget(id: number): Promise<void> {
+    const rt = this.#runtime.get(id);
+    this.#runtime.delete(id);
+    const gone = this.#registry.remove(id);
+    if (gone) this.#emit({ id, from: gone.state, to: 'disconnected' });
+    await rt?.queue.close();
+  }
+
+  #setState(id: number, state: EndpointState): void {
+    const ep = this.#registry.get(id);
+    if (ep && ep.state !== state) this.#update({ ...ep, state });
+  }
+
+  /** A ready (or failed) endpoint waits for the regeneration just queued. */
+  #markQueued(id: number): void {
+    const state = this.#registry.get(id)?.state;
+    if (state === 'ready' || state === 'not-ready') this.#setState(id, 'waiting-to-regenerate');
+  }
+
+  #onPolicyChange(change: PolicyChange): void {
+    for (const id of change.endpoints) {
+      const ep = this.#registry.get(id);
+      const rt = this.#runtime.get(id);
+      // An endpoint waiting for its identity is regenerated by the step that gives it one;
+      // a disconnecting one is going away.
+      if (!ep || !rt || ep.state === 'waiting-for-identity' || ep.state === 'disconnecting') continue;
+      this.#markQueued(id);
+      void rt.queue.request();
+    }
+  }
+
+  /** One regeneration: the endpoint's current identity, addresses and policy map state, put in force. */
+  async #regenerate(id: number): Promise<number> {
+    const ep = this.#registry.get(id);
+    const rt = this.#runtime.get(id);
+    if (!ep || !rt) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} not found`);
+    if (ep.state !== 'waiting-for-identity' && ep.state !== 'disconnecting') this.#setState(id, 'regenerating');
+    try {
+      const snap = this.o.policy.snapshot(id);
+      if (snap.error) throw new EndpointError(EndpointErrorCode.REGENERATION_FAILED, `endpoint ${id}: ${snap.error.message}`, { cause: snap.error });
+      await this.o.datapath.syncEndpoint({
+        id,
+        identity: snap.identity,
+        hostIfName: ep.hostIfName,
+        hostIfIndex: ep.hostIfIndex,
+        hostMac: ep.hostMac,
+        podMac: ep.podMac,
+        addresses: ep.addresses.map(podAddress),
+        policy: { revision: snap.revision, entries: snap.entries },
+      });
+      rt.realized = snap.revision;
+      delete rt.error;
+      this.#settle(id, rt, 'ready');
+      this.o.log.debug({ endpoint: id, policyRevision: snap.revision, entries: snap.entries.length }, 'endpoint regenerated');
+      return snap.revision;
+    } catch (err) {
+      rt.error = err instanceof Error ? err.message : String(err);
+      this.#settle(id, rt, 'not-ready');
+      this.o.log.error({ endpoint: id, err }, 'endpoint regeneration failed');
+      throw err;
+    }
+  }
+
+  #settle(id: number, rt: Runtime, outcome: 'ready' | 'not-ready'): void {
+    if (this.#registry.get(id)?.state !== 'regenerating') return;
+    this.#setState(id, rt.queue.pending ? 'waiting-to-regenerate' : outcome);
+  }
+}

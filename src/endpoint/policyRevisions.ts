@@ -1,0 +1,105 @@
+import type {
+  EndpointInfo,
+  EndpointRegeneration,
+  Identity,
+  MapEntry,
+  Policy,
+  PolicyEngine,
+  PolicyFilter,
+  PolicyMapOverflowError,
+  PolicyName,
+  PolicyUpdateResult,
+} from '../policy/index.js';
+
+/** What one change to the policy world did. */
+export interface PolicyChange {
+  /** The agent's policy revision after the change. */
+  readonly revision: number;
+  /** Endpoints whose map state changed, sorted: each needs a regeneration. */
+  readonly endpoints: readonly number[];
+}
+
+/** An endpoint's policy at one revision: what one regeneration puts in force. */
+export interface EndpointPolicySnapshot {
+  readonly revision: number;
+  readonly identity: number;
+  readonly entries: readonly MapEntry[];
+  /** Set when the map state does not fit the endpoint's map: nothing can be realized. */
+  readonly error?: PolicyMapOverflowError;
+}
+
+export type PolicyChangeListener = (change: PolicyChange) => void;
+
+/**
+ * The policy engine with the revision endpoints realize (Cilium's
+ * policyRevision). The engine's own revision counts repository changes
+ * only, yet an identity appearing or going changes map states too; so this
+ * wrapper keeps the one revision the agent shows: it moves whenever a policy
+ * is imported or deleted, or any already-bound endpoint's map state changes.
+ * An endpoint joining the engine does not move it: only that endpoint's own
+ * map is new, and its first regeneration realizes the current revision.
+ * Every mutation goes through here, and listeners (the endpoint manager)
+ * learn which endpoints to regenerate.
+ */
+export class PolicyRevisions {
+  #revision: number;
+  readonly #listeners = new Set<PolicyChangeListener>();
+
+  constructor(readonly engine: PolicyEngine) {
+    this.#revision = engine.revision;
+  }
+
+  get revision(): number {
+    return this.#revision;
+  }
+
+  subscribe(listener: PolicyChangeListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Parses and imports policy documents, all or nothing. */
+  importText(text: string): PolicyChange & { policies: readonly PolicyName[] } {
+    const before = this.engine.revision;
+    const r = this.engine.importText(text);
+    return { ...this.#apply(r, this.engine.revision !== before), policies: r.policies };
+  }
+
+  /** Deletes the matching policies (PolicyNotFoundError when none match). */
+  deletePolicies(filter: PolicyFilter): PolicyChange & { deleted: readonly PolicyName[] } {
+    const before = this.engine.revision;
+    const r = this.engine.deletePolicies(filter);
+    return { ...this.#apply(r, this.engine.revision !== before), deleted: r.deleted };
+  }
+
+  policies(filter?: PolicyFilter): Policy[] {
+    return this.engine.policies(filter);
+  }
+
+  identitiesChanged(added: readonly Identity[], removed: readonly number[]): PolicyChange {
+    return this.#apply(this.engine.identitiesChanged(added, removed), false);
+  }
+
+  /** Adds an endpoint or changes its identity; the change lists it with the others affected. */
+  upsertEndpoint(info: EndpointInfo): PolicyChange {
+    return this.#apply(this.engine.upsertEndpoint(info), false, info.id);
+  }
+
+  removeEndpoint(id: number): PolicyChange {
+    return this.#apply(this.engine.removeEndpoint(id), false, id);
+  }
+
+  /** The endpoint's map state now, at the current revision (the engine throws UnknownEndpointError for an unknown endpoint). */
+  snapshot(endpointId: number): EndpointPolicySnapshot {
+    const p = this.engine.endpointPolicy(endpointId);
+    return { revision: this.#revision, identity: p.identity, entries: p.entries, ...(p.error ? { error: p.error } : {}) };
+  }
+
+  #apply(result: PolicyUpdateResult, repositoryChanged: boolean, self?: number): PolicyChange {
+    const regenerated = result.regenerations.map((r: EndpointRegeneration) => r.endpointId);
+    if (repositoryChanged || regenerated.some((id) => id !== self)) this.#revision++;
+    const change: PolicyChange = { revision: this.#revision, endpoints: regenerated };
+    if (regenerated.length > 0) for (const l of this.#listeners) l(change);
+    return change;
+  }
+}

@@ -27,6 +27,7 @@ import {
   type EndpointStatus,
   isEndpointError,
   KeyedMutex,
+  StepTimer,
   UndoList,
 } from '../endpoint/index.js';
 import { IdentityError, IdentityErrorCode } from '../identity/index.js';
@@ -266,6 +267,7 @@ export class CniService {
     if (previous) await endpoints.delete(previous.id, { netns: call.netns, lease: ownerLease([allocator], owner) });
 
     const families = this.d.ipam.families();
+    const timer = new StepTimer();
     const undo = new UndoList(log, { containerId: call.containerId });
     try {
       const allocations: Allocation[] = [];
@@ -286,6 +288,7 @@ export class CniService {
           }),
         );
       }
+      timer.mark('ipam');
       this.d.faultPoint?.('after-ipam');
       for (const a of allocations) {
         if (!a.gateway) throw new AgentError('IPAM_FAILED', `IPAM gave ${a.ip} without a gateway`);
@@ -302,6 +305,7 @@ export class CniService {
           labels,
           addresses: allocations.map(endpointAddress),
           ipamOwned: config.ipam !== 'delegated',
+          timer,
         },
         ownerLease([allocator], owner),
       );

@@ -24,4 +24,5 @@ export {
 export { PolicyRevisions, type PolicyChange, type PolicyChangeListener, type EndpointPolicySnapshot } from './policyRevisions.js';
 export { RegenerationQueue } from './regenerationQueue.js';
 export { ENDPOINT_REF, MAX_ENDPOINT_ID } from './registry.js';
+export { StepTimer } from './stepTimer.js';
 export { UndoList } from './undo.js';

@@ -12,6 +12,7 @@ import { KeyedMutex } from './keyedMutex.js';
 import type { PolicyChange, PolicyRevisions } from './policyRevisions.js';
 import { RegenerationQueue } from './regenerationQueue.js';
 import { EndpointRegistry } from './registry.js';
+import { StepTimer } from './stepTimer.js';
 import { UndoList } from './undo.js';
 
 /**
@@ -33,6 +34,8 @@ export interface EndpointStatus extends Endpoint {
   desiredPolicyRevision: number;
   /** Why the last regeneration failed, while the endpoint is not-ready. */
   regenerationError?: string;
+  /** Milliseconds each step of this endpoint's creation took, in order (not kept across agent restarts). */
+  creationTimings?: Record<string, number>;
 }
 
 /** A pod the manager plumbs itself (CNI ADD). */
@@ -47,6 +50,8 @@ export interface NewEndpoint {
   addresses: EndpointAddress[];
   /** Whether the agent's IPAM owns the addresses (false: a delegated plugin does). */
   ipamOwned: boolean;
+  /** Started by the caller when it has steps of its own to count (IPAM); the manager marks its steps on it. */
+  timer?: StepTimer;
 }
 
 /** A pod whose veth pair someone else made (PUT /endpoint/{id}). */
@@ -90,6 +95,7 @@ interface Runtime {
   realized?: number;
   /** Why the last regeneration failed; cleared by one that succeeds. */
   error?: string;
+  creationTimings?: Record<string, number>;
   /** Teardown steps done, so a deletion retried after a failure does not repeat them. */
   policyRemoved: boolean;
   identityReleased: boolean;
@@ -185,6 +191,7 @@ export class EndpointManager {
       policyRevision: inSync ? desired : (rt?.realized ?? 0),
       desiredPolicyRevision: desired,
       ...(rt?.error !== undefined ? { regenerationError: rt.error } : {}),
+      ...(rt?.creationTimings ? { creationTimings: rt.creationTimings } : {}),
     };
   }
 
@@ -238,10 +245,12 @@ export class EndpointManager {
       const undo = new UndoList(log, { containerId: spec.containerId, ifName: spec.ifName });
       try {
         undo.push('remove pod network', () => datapath.removePod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, addresses }));
+        const timer = spec.timer ?? new StepTimer();
         const net = await datapath.addPod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, mtu: spec.mtu, addresses });
+        timer.mark('links');
         this.o.faultPoint?.('after-datapath');
         const ep = this.#newModel(spec, this.#registry.allocateId(), net);
-        const ready = await this.#commit(ep, lease, undo);
+        const ready = await this.#commit(ep, lease, undo, timer);
         log.info({ endpoint: ep.id, identity: ready.identity, containerId: spec.containerId, ifName: spec.ifName, addresses: ep.addresses.map((a) => a.ip), policyRevision: ready.policyRevision }, 'endpoint created');
         return ready;
       } catch (err) {
@@ -471,12 +480,13 @@ export class EndpointManager {
    * addresses last, so a crash before that leaves only provisional
    * allocations that expire by themselves. Undo steps go onto `undo`.
    */
-  async #commit(ep: Endpoint, lease: AddressLease, undo: UndoList): Promise<EndpointStatus> {
+  async #commit(ep: Endpoint, lease: AddressLease, undo: UndoList, timer = new StepTimer()): Promise<EndpointStatus> {
     const { store, policy } = this.o;
     this.#register(ep);
     undo.push('unregister endpoint', () => this.#forget(ep.id));
     undo.push('remove endpoint state', () => store.remove(ep.id));
     const bound = await this.#binder.bind(ep);
+    timer.mark('identity');
     undo.push('release identity and ipcache entries', async () => {
       this.#binder.withdraw(bound);
       await this.#binder.release(bound.identity!);
@@ -486,10 +496,15 @@ export class EndpointManager {
     undo.push('remove endpoint policy', async () => policy.removeEndpoint(ep.id));
     this.#setState(ep.id, 'waiting-to-regenerate');
     await this.#runtime.get(ep.id)!.queue.request();
+    timer.mark('policy');
     const ready = this.#registry.get(ep.id)!;
     await store.save(ready);
+    timer.mark('save');
     this.o.faultPoint?.('after-endpoint');
     await lease.confirm();
+    timer.mark('confirm');
+    const rt = this.#runtime.get(ep.id);
+    if (rt) rt.creationTimings = timer.timings();
     return this.status(ready);
   }
 

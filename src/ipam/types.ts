@@ -5,7 +5,9 @@
  * with the agent's live endpoints. Other subsystems import only this file.
  */
 
-export type IpFamily = 4 | 6;
+import type { IpFamily } from '../netip/index.js';
+
+export type { IpFamily };
 
 export type IpamMode = 'host-scope' | 'cluster-pool' | 'block' | 'delegated';
 

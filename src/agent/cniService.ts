@@ -6,7 +6,6 @@ import {
   CniErrorCode,
   formatCniArgs,
   IMPLICIT_VERSION,
-  ipFamily,
   type NetConf,
   parseNetConf,
   pluginVersionInfo,
@@ -32,6 +31,7 @@ import {
 } from '../endpoint/index.js';
 import { IdentityError, IdentityErrorCode } from '../identity/index.js';
 import { LabelError } from '../labels/index.js';
+import { formatPrefix, hostPrefix, ipFamilyOf, parseIp } from '../netip/index.js';
 import { isPolicyError, PolicyErrorCode, PolicyValidationError } from '../policy/index.js';
 import { type Allocation, type Allocator, IpamError, IpamErrorCode } from '../ipam/index.js';
 import type { Logger } from '../logging/logger.js';
@@ -68,7 +68,7 @@ function requestedIps(args: CniArgs): string[] {
   if (raw === undefined || raw === '') return [];
   const ips = raw.split(',').map((x) => x.trim());
   for (const ip of ips) {
-    if (ipFamily(ip) === 0) throw new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP="${raw}" is not a list of IP addresses`);
+    if (ipFamilyOf(ip) === 0) throw new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP="${raw}" is not a list of IP addresses`);
   }
   return ips;
 }
@@ -275,7 +275,7 @@ export class CniService {
       // CNI_ARGS IP= (podman --ip, the spec's convention) asks for given addresses.
       const wanted = requestedIps(call.args);
       for (const family of families.length > 0 ? families : ([4] as const)) {
-        const ip = wanted.find((w) => ipFamily(w) === family);
+        const ip = wanted.find((w) => ipFamilyOf(w) === family);
         allocations.push(
           await allocator.allocate({
             owner,
@@ -317,14 +317,13 @@ export class CniService {
   }
 
   private result(call: ParsedCall, ep: EndpointStatus): Result100 {
-    const prefix = (f: 4 | 6) => (f === 4 ? 32 : 128);
     return {
       cniVersion: '1.1.0',
       interfaces: [
         { name: ep.hostIfName, mac: ep.hostMac },
         { name: ep.ifName, mac: ep.podMac, mtu: ep.mtu, sandbox: call.netns },
       ],
-      ips: ep.addresses.map((a) => ({ address: `${a.ip}/${prefix(a.family)}`, gateway: a.gateway, interface: 1 })),
+      ips: ep.addresses.map((a) => ({ address: formatPrefix(hostPrefix(parseIp(a.ip))), gateway: a.gateway, interface: 1 })),
       routes: ep.addresses.map((a) => ({ dst: a.family === 4 ? '0.0.0.0/0' : '::/0', gw: a.gateway })),
       ...(call.conf.dns ? { dns: call.conf.dns } : {}),
     };

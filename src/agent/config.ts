@@ -4,12 +4,15 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
-import { cidrFamily, validateAbsolutePath } from '../cni/index.js';
+import { validateAbsolutePath } from '../cni/index.js';
+import { CodedError } from '../errors/codedError.js';
+import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated'] as const;
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
 
-const cidr = z.string().refine((c) => cidrFamily(c) !== 0, { message: 'must be a CIDR such as 10.0.0.0/16' });
+// Only the shape is checked here (host bits and "/08" pass, as in a CNI netconf): IPAM and the masquerade setup apply their own rules to the values.
+const cidr = z.string().refine((c) => tryParseInterfaceAddress(c, { leadingZeros: true }) !== undefined, { message: 'must be a CIDR such as 10.0.0.0/16' });
 const absPath = z.string().refine((p) => p.startsWith('/') && !p.split('/').includes('..'), { message: 'must be an absolute path without ..' });
 
 /** The agent's configuration: YAML file keys and flags share these names. */
@@ -33,7 +36,7 @@ export const AgentConfigSchema = z
     cniPath: z.array(absPath),
     mtu: z.number().int().min(576).max(65535),
     /** This node's IP as other nodes reach it (the tunnel endpoint in the ipcache); default: its IPv4 router address. */
-    nodeIp: z.string().refine((ip) => cidrFamily(`${ip}/32`) === 4 || cidrFamily(`${ip}/128`) === 6, { message: 'must be an IP address' }).optional(),
+    nodeIp: z.string().refine((ip) => ipFamilyOf(ip) !== 0, { message: 'must be an IP address' }).optional(),
     /** TTL of the node's kvstore lease: a dead node's identities and ipcache entries go this long after it. */
     leaseTtlSeconds: z.number().int().min(2).max(3600),
     masqueradeCidrs: z.array(cidr).optional(),
@@ -68,10 +71,19 @@ export function defaultConfig(): AgentConfig {
   };
 }
 
-export class ConfigError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'ConfigError';
+export const ConfigErrorCode = {
+  /** A flag or file key has a bad value, or the values do not fit together. */
+  INVALID: 'CONFIG_INVALID',
+  /** The config file cannot be read. */
+  FILE_UNREADABLE: 'CONFIG_FILE_UNREADABLE',
+  /** The config file is not a YAML mapping. */
+  FILE_MALFORMED: 'CONFIG_FILE_MALFORMED',
+} as const;
+export type ConfigErrorCode = (typeof ConfigErrorCode)[keyof typeof ConfigErrorCode];
+
+export class ConfigError extends CodedError<ConfigErrorCode> {
+  constructor(message: string, code: ConfigErrorCode = ConfigErrorCode.INVALID, options?: { cause?: unknown }) {
+    super(code, message, options);
   }
 }
 
@@ -98,16 +110,16 @@ export async function readConfigFile(path: string): Promise<Record<string, unkno
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`);
+    throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`, ConfigErrorCode.FILE_UNREADABLE, { cause: err });
   }
   let doc: unknown;
   try {
     doc = parseYaml(text);
   } catch (err) {
-    throw new ConfigError(`config file ${path} is not valid YAML: ${(err as Error).message}`);
+    throw new ConfigError(`config file ${path} is not valid YAML: ${(err as Error).message}`, ConfigErrorCode.FILE_MALFORMED, { cause: err });
   }
   if (doc === null || doc === undefined) return {};
-  if (typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError(`config file ${path} must be a mapping`);
+  if (typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError(`config file ${path} must be a mapping`, ConfigErrorCode.FILE_MALFORMED);
   return doc as Record<string, unknown>;
 }
 

@@ -1,14 +1,11 @@
-import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
+import { tryParseInterfaceAddress } from '../netip/index.js';
 
 /**
- * The CNI spec's address rules on top of src/netip: what Go's net.ParseIP and
- * net.ParseCIDR (and so every CNI runtime and plugin) accept.
+ * The CNI spec's CIDR rule on top of src/netip: what Go's net.ParseCIDR (and
+ * so every CNI runtime and plugin) accepts in a result's or netconf's
+ * "addr/len". Bare addresses follow net.ParseIP, which is netip's
+ * `ipFamilyOf` as it is.
  */
-
-/** 4 or 6 for a bare IP address, 0 for anything else (zone IDs such as "fe80::1%eth0" included). */
-export function ipFamily(ip: string): 0 | 4 | 6 {
-  return ipFamilyOf(ip);
-}
 
 /**
  * Family of "addr/len" in CIDR notation, or 0 when it is not a valid CIDR.
@@ -18,3 +15,9 @@ export function ipFamily(ip: string): 0 | 4 | 6 {
 export function cidrFamily(cidr: string): 0 | 4 | 6 {
   return tryParseInterfaceAddress(cidr, { leadingZeros: true })?.address.family ?? 0;
 }
+
+/**
+ * 4 or 6 for a bare IP address, 0 for anything else.
+ * @deprecated netip's `ipFamilyOf`; kept only while src/agent/api/server.ts imports it from here.
+ */
+export { ipFamilyOf as ipFamily } from '../netip/index.js';

@@ -4,33 +4,55 @@
  * add its maps behind the same interface. `fake/` holds an in-memory
  * implementation and `testing/contract.ts` the one suite both must pass.
  */
+import { CodedError, type CodedErrorJson } from '../errors/codedError.js';
+import type { IpFamily } from '../netip/index.js';
 import type { MapEntry } from '../policy/index.js';
 
-export type IpFamily = 4 | 6;
+export type { IpFamily };
 
 /** Why a datapath operation failed, as far as callers need to branch on it. */
 export type DatapathErrorKind = 'not-found' | 'exists' | 'netns-gone' | 'failed';
 
-export class DatapathError extends Error {
+/** The coded-error names of the kinds, one per kind. */
+export const DatapathErrorCode = {
+  'not-found': 'DATAPATH_NOT_FOUND',
+  exists: 'DATAPATH_EXISTS',
+  'netns-gone': 'DATAPATH_NETNS_GONE',
+  failed: 'DATAPATH_FAILED',
+} as const satisfies Record<DatapathErrorKind, string>;
+
+export type DatapathErrorCode = (typeof DatapathErrorCode)[DatapathErrorKind];
+
+export class DatapathError extends CodedError<DatapathErrorCode> {
   constructor(
     readonly kind: DatapathErrorKind,
     message: string,
     /** The command that failed, for implementations that run one. */
     readonly argv: readonly string[] = [],
+    /** The failing command's stderr, or the kernel's own message for a kernel call. */
     readonly stderr: string = '',
+    options?: { cause?: unknown },
   ) {
-    super(message);
-    this.name = 'DatapathError';
+    super(DatapathErrorCode[kind], message, options);
+  }
+
+  protected override toJSONAt(depth: number): CodedErrorJson<DatapathErrorCode> & { kind: DatapathErrorKind; argv?: readonly string[]; stderr?: string } {
+    return {
+      ...super.toJSONAt(depth),
+      kind: this.kind,
+      ...(this.argv.length > 0 ? { argv: this.argv } : {}),
+      ...(this.stderr !== '' ? { stderr: this.stderr } : {}),
+    };
   }
 }
 
 /**
- * Whether `err` is a datapath error (of one of `kinds`, when given). Checked by
- * name and kind rather than class, so an implementation's own subclass or copy
- * of the class is recognised alike.
+ * Whether `err` is a datapath error (of one of `kinds`, when given). A copy of
+ * the class from another instance of this module is recognised by its name
+ * (and kind) as well as by class.
  */
 export function isDatapathError(err: unknown, ...kinds: DatapathErrorKind[]): err is DatapathError {
-  if (!(err instanceof Error) || err.name !== 'DatapathError') return false;
+  if (!(err instanceof DatapathError) && !(err instanceof Error && err.name === 'DatapathError')) return false;
   const kind = (err as Partial<DatapathError>).kind;
   return kinds.length === 0 || (kind !== undefined && kinds.includes(kind));
 }

@@ -8,8 +8,6 @@ export function endpointOwner(id: number): string {
   return `endpoint:${id}`;
 }
 
-const hostPrefix = (ip: string, family: 4 | 6) => `${ip}/${family === 4 ? 32 : 128}`;
-
 /**
  * Gives endpoints their security identity and their ipcache entries (the
  * middle of Cilium's endpoint creation: labels → identity → ipcache). The
@@ -50,18 +48,22 @@ export class EndpointIdentityBinder {
     return bound;
   }
 
-  /** Writes the endpoint's addresses into the ipcache under its identity (replacing its earlier entries). */
+  /**
+   * Writes the endpoint's addresses into the ipcache under its identity
+   * (replacing its earlier entries); the ipcache reads a bare address as its
+   * /32 or /128.
+   */
   publish(ep: Endpoint): void {
     if (ep.identity === undefined) return;
     for (const a of ep.addresses) {
-      this.ipcache.upsert(hostPrefix(a.ip, a.family), { identity: ep.identity, source: IpcacheSource.Local, owner: endpointOwner(ep.id) });
+      this.ipcache.upsert(a.ip, { identity: ep.identity, source: IpcacheSource.Local, owner: endpointOwner(ep.id) });
     }
   }
 
   /** Withdraws the endpoint's addresses from the ipcache (entries another owner took over stay). */
   withdraw(ep: Endpoint): void {
     for (const a of ep.addresses) {
-      this.ipcache.delete(hostPrefix(a.ip, a.family), { source: IpcacheSource.Local, owner: endpointOwner(ep.id) });
+      this.ipcache.delete(a.ip, { source: IpcacheSource.Local, owner: endpointOwner(ep.id) });
     }
   }
 

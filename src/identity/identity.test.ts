@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { LabelSet, parseIpPrefix } from '../labels/index.js';
+import { LabelSet } from '../labels/index.js';
+import { parsePrefix } from '../netip/index.js';
 import {
   cidrIdentityLabels,
   IdentityAllocator,
@@ -150,8 +151,8 @@ describe('CIDR identities for the policy engine', () => {
       const backend = await store.connect();
       const lease = new NodeLease(backend, { ttlSeconds: 5, logger: testLogger });
       const alloc = new IdentityAllocator({ backend, lease, nodeName: 'n1', keyPrefix: uniquePrefix('cidr'), gcIntervalMs: 0, logger: testLogger });
-      const p8 = parseIpPrefix('10.0.0.0/8')!;
-      const p6 = parseIpPrefix('fd00::/64')!;
+      const p8 = parsePrefix('10.0.0.0/8');
+      const p6 = parsePrefix('fd00::/64');
       const [a, b] = alloc.acquireCidrIdentities([p8, p6]);
       assert.equal(a!.scope, 'local');
       assert.deepEqual(a!.labels.toStrings(), ['cidr:10.0.0.0/8', 'reserved:world']);

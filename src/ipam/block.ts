@@ -1,4 +1,5 @@
-import { type Cidr, cidrContains, cidrOverlaps, cidrSize, familyBits, formatCidr, formatIp, parseCidr, parseIp } from './cidr.js';
+import { type IpPrefix, familyBits, formatIp, formatPrefix, prefixContainsIp, prefixOverlaps, prefixSize } from '../netip/index.js';
+import { parseCidr, parseIp } from './cidr.js';
 import type { BlockRecord } from './records.js';
 
 /**
@@ -12,25 +13,25 @@ export interface NewBlockOptions {
   /** Reserve the subnet's network address (and IPv4 broadcast): set for per-node CIDRs, which are real subnets. */
   reserveSubnetEnds: boolean;
   /** CIDRs inside the pool that are never handed out. */
-  reserved: readonly Cidr[];
+  reserved: readonly IpPrefix[];
 }
 
-export function newBlock(cidr: Cidr, opts: NewBlockOptions): BlockRecord {
-  const size = cidrSize(cidr);
+export function newBlock(cidr: IpPrefix, opts: NewBlockOptions): BlockRecord {
+  const size = prefixSize(cidr);
   const ranges: [bigint, bigint][] = [];
   if (opts.reserveSubnetEnds && size > 2n) {
     ranges.push([0n, 0n]);
     if (cidr.family === 4) ranges.push([size - 1n, size - 1n]);
   }
   for (const r of opts.reserved) {
-    if (!cidrOverlaps(cidr, r)) continue;
+    if (!prefixOverlaps(cidr, r)) continue;
     const lo = r.bits > cidr.bits ? r.bits - cidr.bits : 0n;
-    const hiAbs = r.bits + cidrSize(r) - 1n;
+    const hiAbs = r.bits + prefixSize(r) - 1n;
     const hi = hiAbs < cidr.bits + size - 1n ? hiAbs - cidr.bits : size - 1n;
     ranges.push([lo, hi]);
   }
   return {
-    cidr: formatCidr(cidr),
+    cidr: formatPrefix(cidr),
     pool: opts.pool,
     affinity: opts.affinity,
     seq: 0,
@@ -46,7 +47,7 @@ export function isReserved(b: BlockRecord, ord: bigint): boolean {
 
 /** Addresses that can ever be handed out from this block. */
 export function capacity(b: BlockRecord): bigint {
-  const size = cidrSize(parseCidr(b.cidr));
+  const size = prefixSize(parseCidr(b.cidr));
   // Reserved ranges may overlap each other; count each ordinal once by merging.
   const sorted = b.reserved.map(([lo, hi]) => [BigInt(lo), BigInt(hi)] as const).sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
   let reserved = 0n;
@@ -70,7 +71,7 @@ export function isFull(b: BlockRecord): boolean {
 /** First free ordinal at or after the cursor, wrapping; undefined when full. */
 export function findFree(b: BlockRecord): bigint | undefined {
   if (isFull(b)) return undefined;
-  const size = cidrSize(parseCidr(b.cidr));
+  const size = prefixSize(parseCidr(b.cidr));
   let ord = BigInt(b.next) % size;
   for (let i = 0n; i < size; i++) {
     if (!isReserved(b, ord) && b.allocs[ord.toString()] === undefined) return ord;
@@ -81,7 +82,7 @@ export function findFree(b: BlockRecord): bigint | undefined {
 
 /** Assigns `ord` to owner in place; returns the address's sequence number. */
 export function assign(b: BlockRecord, ord: bigint, owner: string): number {
-  const size = cidrSize(parseCidr(b.cidr));
+  const size = prefixSize(parseCidr(b.cidr));
   b.seq += 1;
   b.allocs[ord.toString()] = { owner, seq: b.seq };
   b.next = ((ord + 1n) % size).toString();
@@ -90,14 +91,14 @@ export function assign(b: BlockRecord, ord: bigint, owner: string): number {
 
 export function ipAt(b: BlockRecord, ord: bigint): string {
   const c = parseCidr(b.cidr);
-  return formatIp(c.family, c.bits + ord);
+  return formatIp({ family: c.family, bits: c.bits + ord });
 }
 
 /** Ordinal of `ip` in the block, or undefined when outside it. */
 export function ordinalOf(b: BlockRecord, ip: string): bigint | undefined {
   const c = parseCidr(b.cidr);
-  const { family, value } = parseIp(ip);
-  return cidrContains(c, family, value) ? value - c.bits : undefined;
+  const a = parseIp(ip);
+  return prefixContainsIp(c, a) ? a.bits - c.bits : undefined;
 }
 
 export function fullLength(cidr: string): number {

@@ -6,7 +6,8 @@ import { newBlock } from './block.js';
 import { newStats } from './cas.js';
 import { IpamStore } from './store.js';
 import { BlockAllocator, type BlockAllocatorOptions } from './blockAllocator.js';
-import { parseCidr, cidrContains, parseIp } from './cidr.js';
+import { prefixContainsIp } from '../netip/index.js';
+import { parseCidr, parseIp } from './cidr.js';
 import { rejectsWithIpamCode } from './contract.js';
 import { IpamErrorCode } from './errors.js';
 import { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, affinityKey, blockKey } from './keys.js';
@@ -220,7 +221,7 @@ describe('block affinity', () => {
     const results = await Promise.all(hosts.flatMap((h, i) => Array.from({ length: 20 }, (_, j) => h.allocate({ owner: `c${i}-${j}`, family: 4 }))));
     assert.equal(new Set(results.map((r) => r.ip)).size, 60);
     const pool = parseCidr('10.74.0.0/26');
-    for (const r of results) assert.ok(cidrContains(pool, 4, parseIp(r.ip).value));
+    for (const r of results) assert.ok(prefixContainsIp(pool, parseIp(r.ip)));
     const affinities = (await kv.list(IPAM_AFFINITY_PREFIX)).kvs.map((k) => k.key.slice(IPAM_AFFINITY_PREFIX.length));
     const perBlock = new Map<string, string[]>();
     for (const k of affinities) {

@@ -1,35 +1,28 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import fc from 'fast-check';
-import { cidrSize, formatCidr, formatIp, parseCidr, parseIp, subnetAt } from './cidr.js';
+import { NetipError, NetipErrorCode, formatPrefix, parseIp as netipParseIp } from '../netip/index.js';
+import { parseCidr, parseIp } from './cidr.js';
+import { IpamError, IpamErrorCode } from './errors.js';
 
-describe('cidr arithmetic', () => {
-  it('formats IPv6 in RFC 5952 form', () => {
-    assert.equal(formatIp(6, parseIp('fd00:0:0:0:0:0:0:1').value), 'fd00::1');
-    assert.equal(formatIp(6, parseIp('::').value), '::');
-    assert.equal(formatIp(6, parseIp('1:0:0:2:0:0:0:3').value), '1:0:0:2::3');
-    assert.equal(formatIp(6, parseIp('1:0:2:0:3:0:4:0').value), '1:0:2:0:3:0:4:0');
-    assert.equal(formatIp(6, parseIp('::ffff:10.0.0.1').value), '::ffff:a00:1');
+/** An IpamError IPAM_INVALID_CIDR whose cause is netip's refusal with `code`. */
+function invalidCidr(code: NetipErrorCode) {
+  return (err: unknown) => err instanceof IpamError && err.code === IpamErrorCode.INVALID_CIDR && err.cause instanceof NetipError && err.cause.code === code;
+}
+
+describe('IPAM\'s parsing boundary over src/netip', () => {
+  it('reads addresses as netip does and refuses others as IpamError', () => {
+    assert.deepEqual(parseIp('fd00:0:0:0:0:0:0:1'), netipParseIp('fd00::1'));
+    assert.deepEqual(parseIp('10.0.0.7'), { family: 4, bits: 0x0a000007n });
+    for (const bad of ['10.0.0.256', 'fe80::1%eth0', '10.0.0.0/24', '']) assert.throws(() => parseIp(bad), invalidCidr(NetipErrorCode.INVALID_ADDRESS), bad);
   });
 
-  it('round-trips any address', () => {
-    fc.assert(
-      fc.property(fc.ipV6(), (ip) => {
-        const { value } = parseIp(ip);
-        assert.equal(parseIp(formatIp(6, value)).value, value);
-      }),
-    );
-    fc.assert(
-      fc.property(fc.ipV4(), (ip) => {
-        assert.equal(formatIp(4, parseIp(ip).value), ip);
-      }),
-    );
-  });
-
-  it('carves subnets', () => {
-    const pool = parseCidr('10.0.0.0/24');
-    assert.equal(formatCidr(subnetAt(pool, 26, 3n)), '10.0.0.192/26');
-    assert.equal(cidrSize(parseCidr('fd00::/122')), 64n);
-    assert.equal(formatCidr(parseCidr('10.0.0.7/24', true)), '10.0.0.0/24');
+  it('reads CIDRs as a netconf writes them: leading zeros in the length, host bits refused unless allowed', () => {
+    assert.equal(formatPrefix(parseCidr('10.0.0.0/08')), '10.0.0.0/8');
+    assert.equal(formatPrefix(parseCidr('FD00:0::/064')), 'fd00::/64');
+    assert.equal(formatPrefix(parseCidr('10.0.0.7/24', true)), '10.0.0.0/24');
+    assert.throws(() => parseCidr('10.0.0.7/24'), invalidCidr(NetipErrorCode.HOST_BITS));
+    assert.throws(() => parseCidr('10.0.0.0/33'), invalidCidr(NetipErrorCode.INVALID_PREFIX));
+    assert.throws(() => parseCidr('10.0.0.0'), invalidCidr(NetipErrorCode.INVALID_PREFIX));
+    assert.throws(() => parseCidr('10.0.0.300/24'), invalidCidr(NetipErrorCode.INVALID_ADDRESS));
   });
 });

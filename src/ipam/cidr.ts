@@ -1,60 +1,38 @@
-import {
-  NetipError,
-  formatIp as formatAddress,
-  parseIp as parseAddress,
-  parsePrefix,
-  prefixContainsIp,
-  type IpFamily,
-  type IpPrefix,
-} from '../netip/index.js';
+import { NetipError, parseIp as parseAddress, parsePrefix, type IpAddress, type IpPrefix } from '../netip/index.js';
 import { IpamError, IpamErrorCode } from './errors.js';
 
 /**
- * IPAM's vocabulary over src/netip: addresses as integers so allocation is
- * arithmetic, CIDRs as netip prefixes, and the codec's parse errors raised as
- * IPAM_INVALID_CIDR. Only canonical text leaves IPAM, because CIDRs and IPs
- * are kvstore keys and must compare equal as strings.
+ * IPAM's boundary over src/netip: the address and CIDR text IPAM takes
+ * (configured pools, requested and released addresses, stored block keys)
+ * read by netip under IPAM's rules, a refusal raised as IPAM_INVALID_CIDR so
+ * it reaches callers as an IpamError. Everything past parsing (printing,
+ * containment, sizes, subnets) is netip's own API; only canonical text
+ * leaves IPAM, because CIDRs and IPs are kvstore keys and must compare equal
+ * as strings.
  */
-export type Cidr = IpPrefix;
-
-export {
-  familyBits,
-  formatPrefix as formatCidr,
-  prefixSize as cidrSize,
-  prefixOverlaps as cidrOverlaps,
-  subnetAt,
-  subnetCount,
-} from '../netip/index.js';
 
 function asIpamError(err: unknown): unknown {
   return err instanceof NetipError ? new IpamError(IpamErrorCode.INVALID_CIDR, err.message, {}, { cause: err }) : err;
 }
 
-export function parseIp(text: string): { family: IpFamily; value: bigint } {
+/** The address; IpamError IPAM_INVALID_CIDR when the text is not one. */
+export function parseIp(text: string): IpAddress {
   try {
-    const a = parseAddress(text);
-    return { family: a.family, value: a.bits };
+    return parseAddress(text);
   } catch (err) {
     throw asIpamError(err);
   }
 }
 
-export function formatIp(family: IpFamily, value: bigint): string {
-  return formatAddress({ family, bits: value });
-}
-
 /**
  * Parses "addr/len" (the length may have leading zeros, as in a CNI
- * netconf); host bits must be zero unless `allowHostBits` (then they are dropped).
+ * netconf); host bits must be zero unless `allowHostBits` (then they are
+ * dropped). IpamError IPAM_INVALID_CIDR otherwise.
  */
-export function parseCidr(text: string, allowHostBits = false): Cidr {
+export function parseCidr(text: string, allowHostBits = false): IpPrefix {
   try {
     return parsePrefix(text, { hostBits: allowHostBits ? 'mask' : 'reject', leadingZeros: true });
   } catch (err) {
     throw asIpamError(err);
   }
-}
-
-export function cidrContains(c: Cidr, family: IpFamily, value: bigint): boolean {
-  return prefixContainsIp(c, { family, bits: value });
 }

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { newBlock } from './block.js';
-import { prefixContains } from '../netip/index.js';
-import { type Cidr, formatCidr, parseCidr, subnetAt, subnetCount } from './cidr.js';
+import { type IpPrefix, formatPrefix, prefixContains, subnetAt, subnetCount } from '../netip/index.js';
+import { parseCidr } from './cidr.js';
 import type { AffinityManager } from './affinity.js';
 import { IPAM_BLOCKS_PREFIX } from './keys.js';
 import type { Pool } from './pools.js';
@@ -19,7 +19,7 @@ export async function existingBlocks(store: IpamStore, pool: Pool): Promise<Map<
   return out;
 }
 
-function insideReserved(pool: Pool, c: Cidr): boolean {
+function insideReserved(pool: Pool, c: IpPrefix): boolean {
   return pool.reserved.some((r) => prefixContains(r, c));
 }
 
@@ -39,7 +39,7 @@ export async function claimFreeBlock(
   const offset = opts.spread ? BigInt(`0x${createHash('sha256').update(store.host).digest('hex').slice(0, 12)}`) % count : 0n;
   for (let attempt = 0; attempt < (opts.attempts ?? 64); attempt++) {
     const existing = await existingBlocks(store, pool);
-    let candidate: Cidr | undefined;
+    let candidate: IpPrefix | undefined;
     for (const [cidr, affinity] of existing) {
       if (affinity === null) {
         candidate = parseCidr(cidr);
@@ -50,14 +50,14 @@ export async function claimFreeBlock(
       // Bounded by the pool's block count; for a huge IPv6 pool the first miss ends it.
       for (let i = 0n; i < count; i++) {
         const c = subnetAt(pool.cidr, pool.blockSize, (offset + i) % count);
-        if (!existing.has(formatCidr(c)) && !insideReserved(pool, c)) {
+        if (!existing.has(formatPrefix(c)) && !insideReserved(pool, c)) {
           candidate = c;
           break;
         }
       }
     }
     if (candidate === undefined) return undefined;
-    const cidr = formatCidr(candidate);
+    const cidr = formatPrefix(candidate);
     const c = candidate;
     const outcome = await affinities.claim(cidr, pool.name, () =>
       newBlock(c, { pool: pool.name, affinity: store.host, reserveSubnetEnds: opts.reserveSubnetEnds, reserved: pool.reserved }),

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseCidr, cidrContains, parseIp } from './cidr.js';
+import { prefixContainsIp } from '../netip/index.js';
+import { parseCidr, parseIp } from './cidr.js';
 import { IpamErrorCode, isIpamError } from './errors.js';
 import type { Allocation, Allocator, IpFamily } from './types.js';
 
@@ -50,9 +51,7 @@ async function until(what: string, timeoutMs: number, cond: () => Promise<boolea
 }
 
 function inCidr(ip: string, cidr: string): boolean {
-  const c = parseCidr(cidr);
-  const { family, value } = parseIp(ip);
-  return cidrContains(c, family, value);
+  return prefixContainsIp(parseCidr(cidr), parseIp(ip));
 }
 
 export function runAllocatorContract(name: string, newSubject: NewAllocatorSubject): void {

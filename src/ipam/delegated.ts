@@ -5,7 +5,8 @@ import { type DelegateContext, delegateAdd, delegateCheck, delegateDel, delegate
 import type { PluginExec } from '../libcni/exec.js';
 import { type Logger, createLogger } from '../logging/logger.js';
 import { RETRY, casLoop, newStats, DEFAULT_MAX_RETRIES } from './cas.js';
-import { formatCidr, parseCidr } from './cidr.js';
+import { formatPrefix } from '../netip/index.js';
+import { parseCidr } from './cidr.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { Expirer, readDeadlines } from './expirer.js';
 import { delegatedExpiryKey as expiryKey, delegatedKey, hostDelegatedExpiryPrefix as hostExpiryPrefix, hostDelegatedPrefix } from './keys.js';
@@ -174,7 +175,7 @@ export class DelegatedAllocator implements Allocator {
             ip: ip.address.slice(0, slash),
             prefixLength: c.length,
             ...(ip.gateway !== undefined ? { gateway: ip.gateway } : {}),
-            cidr: formatCidr(c),
+            cidr: formatPrefix(c),
           };
         }),
         ...(expiresAt !== undefined ? { expiresAt } : {}),

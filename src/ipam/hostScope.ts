@@ -1,5 +1,5 @@
 import { newBlock } from './block.js';
-import { formatCidr } from './cidr.js';
+import { formatPrefix } from '../netip/index.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
 import { type Pool, parsePools } from './pools.js';
@@ -26,7 +26,7 @@ export class HostScopeAllocator extends KvAllocator {
 
   protected async prepare(): Promise<void> {
     for (const pool of this.pools) {
-      const cidr = formatCidr(pool.cidr);
+      const cidr = formatPrefix(pool.cidr);
       const outcome = await this.affinities.claim(cidr, pool.name, () =>
         newBlock(pool.cidr, { pool: pool.name, affinity: this.host, reserveSubnetEnds: true, reserved: pool.reserved }),
       );
@@ -43,16 +43,16 @@ export class HostScopeAllocator extends KvAllocator {
 
   protected async place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
     for (const pool of pools) {
-      const out = await this.store.assign(formatCidr(pool.cidr), owner, {
+      const out = await this.store.assign(formatPrefix(pool.cidr), owner, {
         family,
         expiresAt,
         prefixLength: (b) => this.addressPrefixLength(b, pool),
         mayUse: (b) => b.affinity === this.host,
       });
       if (out === 'full' || out === 'taken') continue; // 'taken' only answers a request for a given address
-      if (out === 'unusable') throw new IpamError(IpamErrorCode.CONFLICT, `pod CIDR ${formatCidr(pool.cidr)} is no longer affine to ${this.host}`, { pool: pool.name });
+      if (out === 'unusable') throw new IpamError(IpamErrorCode.CONFLICT, `pod CIDR ${formatPrefix(pool.cidr)} is no longer affine to ${this.host}`, { pool: pool.name });
       return placed(out, false);
     }
-    throw poolExhausted(pools.map((p) => p.name).join(', '), `every address of pod CIDR ${pools.map((p) => formatCidr(p.cidr)).join(', ')} on ${this.host} is in use`);
+    throw poolExhausted(pools.map((p) => p.name).join(', '), `every address of pod CIDR ${pools.map((p) => formatPrefix(p.cidr)).join(', ')} on ${this.host} is in use`);
   }
 }

@@ -4,6 +4,7 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { type EtcdHarness, startEtcd } from '../../test/support/etcdHarness.js';
 import type { Backend } from '../kvstore/types.js';
+import { formatIp, parsePrefix } from '../netip/index.js';
 import { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX, hostHandlesPrefix } from './keys.js';
 import { type BlockRecord, type AffinityRecord } from './records.js';
 import { etcdBackend } from './testing/backends.js';
@@ -84,11 +85,9 @@ async function verifyStore(kv: Backend, summaries: Summary[], maxBlocks: number)
   assert.equal(new Set(live.map((l) => l.ip)).size, live.length, 'duplicate live address');
   const stored: string[] = [];
   for (const b of blocks.values()) {
-    const base = b.cidr.split('/')[0]!.split('.').map(Number);
+    const base = parsePrefix(b.cidr);
     for (const [ord, a] of Object.entries(b.allocs)) {
-      const [o1, o2, o3, o4] = base as [number, number, number, number];
-      const last = o4 + Number(ord);
-      stored.push(`${a.owner}=${o1}.${o2}.${o3 + Math.floor(last / 256)}.${last % 256}`);
+      stored.push(`${a.owner}=${formatIp({ family: base.family, bits: base.bits + BigInt(ord) })}`);
     }
   }
   assert.deepEqual(stored.sort(), live.map((l) => `${l.owner}=${l.ip}`).sort(), 'blocks == live allocations');

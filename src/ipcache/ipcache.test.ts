@@ -1,7 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
-import { formatIpAddress, parseIpPrefix, prefixContains } from '../labels/index.js';
+import { formatIp, ipFromBigInt, prefixContainsIp, prefixOf } from '../netip/index.js';
 import { IPCache, IpcacheError, IpcacheErrorCode, PrefixMap, type IpcacheEntry } from './index.js';
 
 const local = (owner: string) => ({ source: 'local' as const, owner });
@@ -85,22 +85,19 @@ describe('IPCache', () => {
 
 describe('PrefixMap', () => {
   test('lookup agrees with a brute-force longest match (property)', () => {
-    const prefixArb = fc.tuple(fc.integer({ min: 0, max: 0xffffffff }), fc.integer({ min: 0, max: 32 })).map(([a, len]) => {
-      const p = parseIpPrefix(`${formatIpAddress(4, BigInt(a))}/${len}`)!;
-      return p;
-    });
+    const prefixArb = fc.tuple(fc.integer({ min: 0, max: 0xffffffff }), fc.integer({ min: 0, max: 32 })).map(([a, len]) => prefixOf(ipFromBigInt(4, BigInt(a)), len));
     fc.assert(
       fc.property(fc.array(prefixArb, { maxLength: 40 }), fc.integer({ min: 0, max: 0xffffffff }), (prefixes, addr) => {
         const m = new PrefixMap<number>();
         prefixes.forEach((p, i) => m.set(p, i));
-        const ip = formatIpAddress(4, BigInt(addr));
-        const host = parseIpPrefix(ip)!;
+        const host = ipFromBigInt(4, BigInt(addr));
+        const ip = formatIp(host);
         let best: { len: number; value: number } | undefined;
         // The map keeps the last value set per prefix; brute force mirrors that.
         const last = new Map<string, number>();
         prefixes.forEach((p, i) => last.set(`${p.bits}/${p.length}`, i));
         for (const p of prefixes) {
-          if (prefixContains(p, host) && (best === undefined || p.length > best.len)) best = { len: p.length, value: last.get(`${p.bits}/${p.length}`)! };
+          if (prefixContainsIp(p, host) && (best === undefined || p.length > best.len)) best = { len: p.length, value: last.get(`${p.bits}/${p.length}`)! };
         }
         assert.equal(m.lookup(ip)?.value, best?.value);
       }),

@@ -185,11 +185,9 @@ export class IPCache {
 
   /** Effective entries, IPv4 before IPv6, then by prefix text. */
   list(): IpcacheEntry[] {
-    return [...this.#slots.values()].map((s) => s.effective).sort((a, b) => {
-      const fa = a.prefix.includes(':') ? 1 : 0;
-      const fb = b.prefix.includes(':') ? 1 : 0;
-      return fa - fb || (a.prefix < b.prefix ? -1 : a.prefix > b.prefix ? 1 : 0);
-    });
+    return [...this.#slots.values()]
+      .sort((a, b) => a.prefix.family - b.prefix.family || (a.effective.prefix < b.effective.prefix ? -1 : a.effective.prefix > b.effective.prefix ? 1 : 0))
+      .map((s) => s.effective);
   }
 
   /** Entries of one source (e.g. what this node publishes). */

@@ -45,15 +45,3 @@ export {
   MAX_LABEL_PREFIX_LENGTH,
   MAX_LABEL_VALUE_LENGTH,
 } from './validate.js';
-// IP prefixes now live in src/netip; these are its former API here, kept as thin wrappers while callers move.
-export {
-  type IpFamily,
-  type IpPrefix,
-  parseIpAddress,
-  parseIpPrefix,
-  formatIpAddress,
-  formatIpPrefix,
-  prefixContains,
-  maskBits,
-  familyWidth,
-} from './prefix.js';

@@ -9,10 +9,10 @@ import {
   cidrLabel,
   formatLabel,
   makeLabel,
-  parseIpPrefix,
   parseLabel,
   parseSelectLabel,
 } from './index.js';
+import { parsePrefix } from '../netip/index.js';
 
 function codeOf(fn: () => unknown): string | undefined {
   try {
@@ -54,7 +54,7 @@ describe('parseLabel / formatLabel', () => {
     const l = parseLabel('cidr:2001:db8::/32');
     assert.equal(formatLabel(l), 'cidr:2001-db8--0/32');
     assert.equal(formatLabel(parseLabel('cidr:2001-db8--0/32')), 'cidr:2001-db8--0/32');
-    assert.equal(formatLabel(cidrLabel(parseIpPrefix('::/0')!)), 'cidr:0--0/0');
+    assert.equal(formatLabel(cidrLabel(parsePrefix('::/0'))), 'cidr:0--0/0');
     assert.equal(codeOf(() => parseLabel('cidr:10.0.0.1/8')), LabelErrorCode.INVALID_KEY);
   });
 

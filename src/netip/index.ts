@@ -43,5 +43,6 @@ export {
   subnetAt,
   subnetCount,
   lpmKey,
+  lpmKeyLength,
   prefixFromLpmKey,
 } from './prefix.js';

@@ -12,6 +12,7 @@ import {
   hostPrefix,
   ipToBytes,
   lpmKey,
+  lpmKeyLength,
   maskBits,
   parseIp,
   parseInterfaceAddress,
@@ -214,5 +215,24 @@ describe('netip prefixes', () => {
     const tooLong = lpmKey(parsePrefix('10.1.0.0/16'));
     tooLong.set(lenBytes.map((b) => (b === 16 ? 33 : b)), 0);
     assert.throws(() => prefixFromLpmKey(tooLong), (err: unknown) => err instanceof NetipError && err.code === NetipErrorCode.INVALID_PREFIX);
+  });
+
+  it('writes and reads LPM keys in place, and refuses prefixes no parser would make', () => {
+    const buf = new Uint8Array(2 + 20 + 2).fill(0xee);
+    const p = parsePrefix('fd00:77::/32');
+    assert.equal(lpmKey(p, buf, 2), buf);
+    assert.deepEqual([...buf.subarray(2, 22)], [...lpmKey(p)]);
+    assert.deepEqual([...buf.subarray(0, 2)], [0xee, 0xee]);
+    assert.deepEqual([...buf.subarray(22)], [0xee, 0xee]);
+    assert.deepEqual(prefixFromLpmKey(buf, 6, 2), p);
+    assert.equal(lpmKeyLength(4), 8);
+    assert.equal(lpmKeyLength(6), 20);
+    assert.throws(() => lpmKey(p, buf, 5), RangeError);
+    assert.throws(() => prefixFromLpmKey(buf, 6, 5), (err: unknown) => err instanceof NetipError && err.code === NetipErrorCode.OUT_OF_RANGE);
+    const code = (c: NetipErrorCode) => (err: unknown) => err instanceof NetipError && err.code === c;
+    assert.throws(() => lpmKey({ family: 4, bits: 0x0a010203n, length: 16 }), code(NetipErrorCode.HOST_BITS));
+    assert.throws(() => lpmKey({ family: 4, bits: 0n, length: 33 }), code(NetipErrorCode.INVALID_PREFIX));
+    assert.throws(() => lpmKey({ family: 6, bits: 0n, length: -1 }), code(NetipErrorCode.INVALID_PREFIX));
+    assert.throws(() => lpmKey({ family: 6, bits: 0n, length: 1.5 }), code(NetipErrorCode.INVALID_PREFIX));
   });
 });

@@ -1,6 +1,6 @@
 import { endianness } from 'node:os';
 import { NetipError, NetipErrorCode } from './errors.js';
-import { byteLength, familyBits, formatIp, ipFromBytes, ipToBytes, tryParseIp, type IpAddress, type IpFamily } from './ip.js';
+import { familyBits, formatIp, ipFromBytes, ipToBytes, tryParseIp, type IpAddress, type IpFamily } from './ip.js';
 
 /**
  * IP prefixes (CIDRs) as (family, network address, length). The address is
@@ -218,26 +218,54 @@ export function subnetCount(p: IpPrefix, length: number): bigint {
 
 const LITTLE_ENDIAN = endianness() === 'LE';
 
+/** Size in bytes of an lpmKey of the family: 8 for IPv4, 20 for IPv6. */
+export function lpmKeyLength(family: IpFamily): 8 | 20 {
+  return family === 4 ? 8 : 20;
+}
+
 /**
  * The key of a BPF_MAP_TYPE_LPM_TRIE entry for the prefix: struct
  * bpf_lpm_trie_key's `__u32 prefixlen` (host byte order, as the kernel reads
  * it) followed by the address in network byte order — 8 bytes for IPv4, 20
- * for IPv6. Keys with more fields (Cilium's ipcache key has a family byte)
- * build on ipToBytes and count those bits in prefixlen themselves.
+ * for IPv6 — written into `out` at `offset` when given (the datapath's map
+ * codecs write in place). Keys with more fields (Cilium's ipcache key has a
+ * family byte) build on ipToBytes and count those bits in prefixlen
+ * themselves.
+ *
+ * The prefix is checked first, since the kernel keeps a key's bits past its
+ * length and hands them back when the map is read: a length outside the
+ * family is NETIP_INVALID_PREFIX, host bits (a prefix not made by this
+ * module) are NETIP_HOST_BITS.
  */
-export function lpmKey(p: IpPrefix): Uint8Array {
-  const key = new Uint8Array(4 + byteLength(p.family));
-  new DataView(key.buffer).setUint32(0, p.length, LITTLE_ENDIAN);
-  ipToBytes(p, key, 4);
+export function lpmKey(p: IpPrefix, out?: Uint8Array, offset = 0): Uint8Array {
+  const width = familyBits(p.family);
+  if (!Number.isInteger(p.length) || p.length < 0 || p.length > width) {
+    throw new NetipError(NetipErrorCode.INVALID_PREFIX, `prefix length ${p.length} is not 0…${width}`, String(p.length));
+  }
+  if (maskBits(p.family, p.bits, p.length) !== p.bits) {
+    const text = `${formatIp(p)}/${p.length}`;
+    throw new NetipError(NetipErrorCode.HOST_BITS, `${text} has host bits set`, text);
+  }
+  const n = lpmKeyLength(p.family);
+  const key = out ?? new Uint8Array(n);
+  if (offset < 0 || offset + n > key.length) throw new RangeError(`an LPM key of ${n} bytes does not fit at offset ${offset} of ${key.length}`);
+  new DataView(key.buffer, key.byteOffset, key.byteLength).setUint32(offset, p.length, LITTLE_ENDIAN);
+  ipToBytes(p, key, offset + 4);
   return key;
 }
 
-/** Reads an lpmKey back (the family from the key's size). */
-export function prefixFromLpmKey(key: Uint8Array): IpPrefix {
-  const family: IpFamily | undefined = key.length === 8 ? 4 : key.length === 20 ? 6 : undefined;
-  if (family === undefined) throw new NetipError(NetipErrorCode.OUT_OF_RANGE, `${key.length} bytes are no LPM key (8 or 20)`, String(key.length));
-  const length = new DataView(key.buffer, key.byteOffset, key.byteLength).getUint32(0, LITTLE_ENDIAN);
-  const addr = ipFromBytes(key, family, 4);
+/**
+ * Reads an lpmKey back: the whole array (the family from its size, 8 or 20
+ * bytes), or, given a family, the key of that family at `offset`.
+ */
+export function prefixFromLpmKey(key: Uint8Array, family?: IpFamily, offset = 0): IpPrefix {
+  const f: IpFamily | undefined = family ?? (key.length === 8 ? 4 : key.length === 20 ? 6 : undefined);
+  if (f === undefined) throw new NetipError(NetipErrorCode.OUT_OF_RANGE, `${key.length} bytes are no LPM key (8 or 20)`, String(key.length));
+  if (offset < 0 || offset + lpmKeyLength(f) > key.length) {
+    throw new NetipError(NetipErrorCode.OUT_OF_RANGE, `an IPv${f} LPM key at offset ${offset} runs past ${key.length} bytes`, String(key.length));
+  }
+  const length = new DataView(key.buffer, key.byteOffset, key.byteLength).getUint32(offset, LITTLE_ENDIAN);
+  const addr = ipFromBytes(key, f, offset + 4);
   const p = prefixOf(addr, length);
   if (p.bits !== addr.bits) throw new NetipError(NetipErrorCode.HOST_BITS, `LPM key ${formatIp(addr)}/${length} has host bits set`, formatIp(addr));
   return p;

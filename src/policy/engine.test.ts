@@ -1,6 +1,7 @@
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { cidrLabelKey, parseIpPrefix } from '../labels/index.js';
+import { cidrLabelKey } from '../labels/index.js';
+import { parsePrefix } from '../netip/index.js';
 import { PolicyEngine } from './engine.js';
 import { PolicyErrorCode, PolicyMapOverflowError, PolicyNotFoundError, UnknownIdentityError } from './errors.js';
 import { LocalIdentityTable } from './identities.js';
@@ -200,7 +201,7 @@ spec:
 `);
     const cidrIds = [...w.identities.list()].filter((i) => i.id >= 1 << 24);
     assert.equal(cidrIds.length, 3);
-    const withPrefix = (p: string) => cidrIds.find((i) => i.labels.toString().includes(`cidr:${cidrLabelKey(parseIpPrefix(p)!)};`))!;
+    const withPrefix = (p: string) => cidrIds.find((i) => i.labels.toString().includes(`cidr:${cidrLabelKey(parsePrefix(p))};`))!;
     const inside = withPrefix('2001:db8::/32');
     const excepted = withPrefix('2001:db8:1::/48');
     assert.equal(w.mapVerdict(a, inside, 443), 'allow');

@@ -1,5 +1,5 @@
 import { validateAbsolutePath, validateInterfaceName } from '../../cni/index.js';
-import { hostInterfaceName } from '../linux/links.js';
+import { hostInterfaceName, hostPrefix } from '../linux/links.js';
 import {
   type Datapath,
   DatapathError,
@@ -46,7 +46,7 @@ interface FakeNamespace {
 const NODE = '';
 const HOST_IFNAME = /^lxc[0-9a-f]{12}$/;
 const HOST_DEVICE = 'tendril_host';
-const prefixOf = (ip: string, family: 4 | 6) => `${ip}/${family === 4 ? 32 : 128}`;
+const prefixOf = (ip: string) => hostPrefix({ ip });
 
 /**
  * Calls of one operation wait at a gate until it is opened, so a test can
@@ -217,7 +217,7 @@ export class FakeDatapath implements Datapath {
     const host = this.#link(NODE, HOST_DEVICE)!;
     host.up = true;
     for (const a of spec.routerAddresses) {
-      host.addresses.add(prefixOf(a.ip, a.family));
+      host.addresses.add(prefixOf(a.ip));
       this.#routerAddresses.add(a.ip);
     }
     this.#masquerade = [...spec.masqueradeCidrs];
@@ -247,8 +247,8 @@ export class FakeDatapath implements Datapath {
     try {
       pod.up = true;
       for (const a of spec.addresses) {
-        pod.addresses.add(prefixOf(a.ip, a.family));
-        this.#replaceRoute(ns, { dst: prefixOf(a.gateway, a.family), dev: spec.ifName, family: a.family });
+        pod.addresses.add(prefixOf(a.ip));
+        this.#replaceRoute(ns, { dst: prefixOf(a.gateway), dev: spec.ifName, family: a.family });
         this.#replaceRoute(ns, { dst: 'default', dev: spec.ifName, family: a.family, gateway: a.gateway });
       }
       this.#hostSide(hostIf, spec.addresses);
@@ -285,7 +285,7 @@ export class FakeDatapath implements Datapath {
     validateInterfaceName(spec.hostIfName);
     await this.#enter('releaseAdoptedPod', spec.hostIfName);
     const ns = this.#namespaces.get(NODE)!;
-    const gone = new Set(spec.addresses.map((a) => prefixOf(a.ip, a.family)));
+    const gone = new Set(spec.addresses.map((a) => prefixOf(a.ip)));
     ns.routes = ns.routes.filter((r) => !(r.dev === spec.hostIfName && gone.has(r.dst)));
   }
 
@@ -316,9 +316,9 @@ export class FakeDatapath implements Datapath {
     const podRoutes = this.#namespaces.get(ns)!.routes;
     const hostRoutes = this.#namespaces.get(NODE)!.routes;
     for (const a of spec.addresses) {
-      if (!pod.addresses.has(prefixOf(a.ip, a.family))) fail(`address ${prefixOf(a.ip, a.family)} missing on ${spec.ifName}`);
+      if (!pod.addresses.has(prefixOf(a.ip))) fail(`address ${prefixOf(a.ip)} missing on ${spec.ifName}`);
       if (!podRoutes.some((r) => r.dst === 'default' && r.family === a.family && r.gateway === a.gateway)) fail(`default route via ${a.gateway} missing in the pod`);
-      if (!hostRoutes.some((r) => r.dst === prefixOf(a.ip, a.family) && r.dev === hostIf)) fail(`host route to ${a.ip} via ${hostIf} missing`);
+      if (!hostRoutes.some((r) => r.dst === prefixOf(a.ip) && r.dev === hostIf)) fail(`host route to ${a.ip} via ${hostIf} missing`);
     }
   }
 
@@ -400,10 +400,10 @@ export class FakeDatapath implements Datapath {
     const link = this.#link(NODE, hostIf);
     if (!link) throw new DatapathError('not-found', `Cannot find device "${hostIf}"`);
     for (const a of addresses) {
-      if (!this.#routerAddresses.has(a.gateway)) throw new DatapathError('failed', `route ${prefixOf(a.ip, a.family)} src ${a.gateway}: Invalid prefsrc address`);
+      if (!this.#routerAddresses.has(a.gateway)) throw new DatapathError('failed', `route ${prefixOf(a.ip)} src ${a.gateway}: Invalid prefsrc address`);
     }
     link.proxyArp = true;
     link.up = true;
-    for (const a of addresses) this.#replaceRoute(NODE, { dst: prefixOf(a.ip, a.family), dev: hostIf, family: a.family, src: a.gateway });
+    for (const a of addresses) this.#replaceRoute(NODE, { dst: prefixOf(a.ip), dev: hostIf, family: a.family, src: a.gateway });
   }
 }

@@ -1,16 +1,19 @@
 import { constants } from 'node:os';
+import { CodedError, type CodedErrorJson } from '../../errors/codedError.js';
+
+/** A symbolic errno name as errno(3) spells it, or "EUNKNOWN" for a number the platform has no name for. */
+export type ErrnoName = keyof typeof constants.errno | 'EUNKNOWN';
 
 /**
  * The kernel layer's one error type: a failed netlink request or bpf() call,
- * with the errno the kernel returned, its symbolic name and the operation
- * that failed (for example "RTM_NEWLINK lxc1234" or "BPF_MAP_CREATE tdl_ct").
- * Callers branch on `code` (or `errno`), never on the message.
+ * with the errno the kernel returned, its symbolic name as the `code` (the
+ * code table is errno's) and the operation that failed (for example
+ * "RTM_NEWLINK lxc1234" or "BPF_MAP_CREATE tdl_ct"). Callers branch on
+ * `code` (or `errno`), never on the message.
  */
-export class KernelError extends Error {
+export class KernelError extends CodedError<ErrnoName> {
   /** Positive errno value, as in errno(3). */
   readonly errno: number;
-  /** Symbolic errno name, e.g. "ENOENT"; "EUNKNOWN" when the number has none. */
-  readonly code: string;
   /** What was asked of the kernel, with the object it concerned. */
   readonly operation: string;
   /** The kernel's own explanation (netlink extended ack), when it gave one. */
@@ -19,24 +22,31 @@ export class KernelError extends Error {
   constructor(errno: number, operation: string, kernelMessage?: string, options?: { cause?: unknown }) {
     const code = errnoName(errno);
     const detail = kernelMessage !== undefined && kernelMessage !== '' ? `: ${kernelMessage}` : '';
-    super(`${operation}: ${code} (${describeErrno(errno)})${detail}`, options);
-    this.name = 'KernelError';
+    super(code, `${operation}: ${code} (${describeErrno(errno)})${detail}`, options);
     this.errno = errno;
-    this.code = code;
     this.operation = operation;
     if (kernelMessage !== undefined && kernelMessage !== '') this.kernelMessage = kernelMessage;
+  }
+
+  protected override toJSONAt(depth: number): CodedErrorJson<ErrnoName> & { errno: number; operation: string; kernelMessage?: string } {
+    return {
+      ...super.toJSONAt(depth),
+      errno: this.errno,
+      operation: this.operation,
+      ...(this.kernelMessage !== undefined ? { kernelMessage: this.kernelMessage } : {}),
+    };
   }
 }
 
 // Aliases share a number; the kernel's own headers spell these two this way.
 const PREFERRED_ALIASES = new Set(['EAGAIN', 'EOPNOTSUPP']);
-const namesByNumber = new Map<number, string>();
-for (const [name, value] of Object.entries(constants.errno)) {
+const namesByNumber = new Map<number, ErrnoName>();
+for (const [name, value] of Object.entries(constants.errno) as Array<[ErrnoName, number]>) {
   if (!namesByNumber.has(value) || PREFERRED_ALIASES.has(name)) namesByNumber.set(value, name);
 }
 
 /** The symbolic name of an errno value ("EUNKNOWN" when the platform has none). */
-export function errnoName(errno: number): string {
+export function errnoName(errno: number): ErrnoName {
   return namesByNumber.get(errno) ?? 'EUNKNOWN';
 }
 
@@ -114,6 +124,6 @@ export function toKernelError(err: unknown, operation?: string): unknown {
 }
 
 /** Whether `err` is a KernelError with one of the given codes. */
-export function isKernelError(err: unknown, ...codes: string[]): err is KernelError {
+export function isKernelError(err: unknown, ...codes: ErrnoName[]): err is KernelError {
   return err instanceof KernelError && (codes.length === 0 || codes.includes(err.code));
 }

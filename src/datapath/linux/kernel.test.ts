@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { CodedError } from '../../errors/codedError.js';
 import { KernelError, errnoNumber } from '../kernel/errors.js';
-import { DatapathError, isDatapathError } from '../types.js';
+import { DatapathError, DatapathErrorCode, isDatapathError } from '../types.js';
 import { toDatapathError } from './kernel.js';
 
 describe('KernelError to DatapathError', () => {
@@ -28,5 +29,28 @@ describe('KernelError to DatapathError', () => {
     assert.equal(mapped.stderr, 'Nexthop has invalid gateway');
     const other = new TypeError('bad name');
     assert.equal(toDatapathError(other), other);
+  });
+
+  it('are coded errors: code, kind and errno survive construction and show in JSON, with the cause', () => {
+    const k = new KernelError(errnoNumber('ENODEV'), 'RTM_GETLINK tdl0', 'no such device');
+    assert.ok(k instanceof CodedError && k instanceof Error);
+    assert.deepEqual([k.name, k.code, k.errno, k.operation], ['KernelError', 'ENODEV', 19, 'RTM_GETLINK tdl0']);
+    assert.deepEqual(JSON.parse(JSON.stringify(k)), { name: 'KernelError', code: 'ENODEV', message: k.message, errno: 19, operation: 'RTM_GETLINK tdl0', kernelMessage: 'no such device' });
+
+    const d = toDatapathError(k) as DatapathError;
+    assert.ok(d instanceof DatapathError && d instanceof CodedError);
+    assert.deepEqual([d.name, d.code, d.kind], ['DatapathError', DatapathErrorCode['not-found'], 'not-found']);
+    assert.equal(d.cause, k);
+    const json = JSON.parse(JSON.stringify(d)) as Record<string, unknown>;
+    assert.equal(json.kind, 'not-found');
+    assert.equal(json.code, 'DATAPATH_NOT_FOUND');
+    assert.equal((json.cause as Record<string, unknown>).code, 'ENODEV');
+    for (const kind of ['not-found', 'exists', 'netns-gone', 'failed'] as const) {
+      const e = new DatapathError(kind, 'x', ['ip', 'link'], 'stderr text');
+      assert.equal(e.code, DatapathErrorCode[kind]);
+      assert.equal(isDatapathError(e, kind), true);
+      assert.equal(isDatapathError(e, kind === 'failed' ? 'exists' : 'failed'), false);
+      assert.deepEqual([e.argv, e.stderr], [['ip', 'link'], 'stderr text']);
+    }
   });
 });

@@ -20,7 +20,7 @@ function kindOf(err: KernelError): DatapathErrorKind {
 /** A KernelError as a DatapathError of the matching kind; anything else unchanged. */
 export function toDatapathError(err: unknown): unknown {
   if (!(err instanceof KernelError)) return err;
-  return new DatapathError(kindOf(err), err.message, [], err.kernelMessage ?? '');
+  return new DatapathError(kindOf(err), err.message, [], err.kernelMessage ?? '', { cause: err });
 }
 
 /** Runs kernel calls, rethrowing their KernelErrors as DatapathErrors. */

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { formatIp, formatPrefix, hostPrefix as netipHostPrefix, parseIp } from '../../netip/index.js';
 
 /** Host-side veth name: `lxc` + the first hex digits of sha256(container ID), 15 bytes in all. */
 export function hostInterfaceName(containerId: string, ifName: string): string {
@@ -10,7 +11,15 @@ export function hostInterfaceName(containerId: string, ifName: string): string {
 /** Host-side interfaces tendril made for pods (and may delete as orphans). */
 export const POD_HOST_IFNAME = /^lxc[0-9a-f]{12}$/;
 
-/** The host route of a pod address: the address alone, /32 or /128. */
-export function hostPrefix(a: { family: 4 | 6; ip: string }): string {
-  return `${a.ip}/${a.family === 4 ? 32 : 128}`;
+/**
+ * The host route of a pod address: the address alone, /32 or /128, in
+ * canonical text, so it compares equal to what netlink reads back.
+ */
+export function hostPrefix(a: { ip: string }): string {
+  return formatPrefix(netipHostPrefix(parseIp(a.ip)));
+}
+
+/** An address in canonical text, as netlink reads it back. */
+export function canonicalIp(ip: string): string {
+  return formatIp(parseIp(ip));
 }

@@ -1,16 +1,13 @@
 import { validateAbsolutePath, validateInterfaceName } from '../../cni/index.js';
 import { isKernelError } from '../kernel/errors.js';
-import { type Link, NetlinkBatch, RT_TABLE_MAIN, formatPrefix, parsePrefix } from '../kernel/netlink/index.js';
+import { type Link, NetlinkBatch, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
 import { DatapathError, type Datapath, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodAddress, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec } from '../types.js';
 import { ensureHostDevice } from './hostDevice.js';
 import { HostNetlink, deleteLinkIfPresent, kernel, openPodNetlink, openPodNetlinkIfPresent } from './kernel.js';
-import { POD_HOST_IFNAME, hostInterfaceName, hostPrefix } from './links.js';
+import { POD_HOST_IFNAME, canonicalIp, hostInterfaceName, hostPrefix } from './links.js';
 import { applyMasquerade } from './masquerade.js';
 import { classifyNetnsPath } from './netnsKind.js';
 import { interfaceSysctl, setSysctl } from './sysctl.js';
-
-/** "addr/len" as the kernel reports it (IPv6 compressed), so specs compare with what is read back. */
-const canonicalPrefix = (p: string) => formatPrefix(parsePrefix(p));
 
 /**
  * Pods as routed veth pairs, the way Cilium plumbs them: a /32 (or /128) in the
@@ -62,7 +59,7 @@ export class LinuxDatapath implements Datapath {
             const batch = new NetlinkBatch().setLink('lo', { up: true }).setLink(podLink.index, { up: true });
             for (const a of spec.addresses) {
               batch.addAddress({ index: podLink.index, address: hostPrefix(a), nodad: a.family === 6 });
-              batch.replaceRoute({ dst: hostPrefix({ ...a, ip: a.gateway }), oif: podLink.index, scope: 'link' });
+              batch.replaceRoute({ dst: hostPrefix({ ip: a.gateway }), oif: podLink.index, scope: 'link' });
               batch.replaceRoute({ dst: 'default', family: a.family, gateway: a.gateway, oif: podLink.index });
             }
             await pod.apply(batch);
@@ -188,10 +185,10 @@ export class LinuxDatapath implements Datapath {
           const podRoutes = await pod.listRoutes({ family, table: RT_TABLE_MAIN });
           const hostRoutes = await host.listRoutes({ family, table: RT_TABLE_MAIN, link: hostLink.index });
           for (const a of spec.addresses.filter((x) => x.family === family)) {
-            const prefix = canonicalPrefix(hostPrefix(a));
-            const gateway = canonicalPrefix(hostPrefix({ ...a, ip: a.gateway }));
+            const prefix = hostPrefix(a);
+            const gateway = canonicalIp(a.gateway);
             if (!addrs.includes(prefix)) fail(`address ${prefix} missing on ${spec.ifName}`);
-            if (!podRoutes.some((r) => r.dst === 'default' && r.gateway !== undefined && canonicalPrefix(hostPrefix({ family, ip: r.gateway })) === gateway)) {
+            if (!podRoutes.some((r) => r.dst === 'default' && r.gateway === gateway)) {
               fail(`default route via ${a.gateway} missing in the pod`);
             }
             if (!hostRoutes.some((r) => r.dst === prefix)) fail(`host route to ${a.ip} via ${hostIf} missing`);

@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
-import { array, bytes, decode, encode, i32, lpmKey, mapped, pad, perCpu, struct, u16be, u32, u32be, u64, u8 } from './codec.js';
+import { NetipError, NetipErrorCode, lpmKey as netipLpmKey, parseIp, parsePrefix } from '../../../netip/index.js';
+import { array, bytes, decode, encode, i32, ipAddress, lpmKey, lpmPrefix, mapped, pad, perCpu, struct, u16be, u32, u32be, u64, u8 } from './codec.js';
 import { POSSIBLE_CPUS_FILE, parseCpuList, possibleCpus } from './cpus.js';
 import { nativeBpf } from './native.js';
 import { counterCodec, eventCodec } from './testing/kernelTest.js';
@@ -47,6 +48,35 @@ describe('bpf codecs', () => {
     assert.equal(buf.readUInt32LE(0), 24);
     assert.deepEqual([...buf.subarray(4)], [10, 1, 2, 0]);
     assert.throws(() => encode(k, { prefixLen: 33, data: ipv4Bytes('10.1.2.0') }), /outside 0\.\.32/);
+  });
+
+  it('encodes IP prefixes as LPM keys through src/netip', () => {
+    const v4 = lpmPrefix(4);
+    const v6 = lpmPrefix(6);
+    assert.deepEqual([v4.size, v4.align, v6.size, v6.align], [8, 4, 20, 4]);
+    for (const [codec, text] of [[v4, '10.1.2.0/24'], [v4, '0.0.0.0/0'], [v6, 'fd00:77::/32'], [v6, '::1/128']] as const) {
+      const p = parsePrefix(text);
+      const buf = encode(codec, p);
+      assert.deepEqual([...buf], [...netipLpmKey(p)], text);
+      assert.deepEqual(decode(codec, buf), p, text);
+    }
+    assert.equal(encode(v4, parsePrefix('10.1.2.0/24')).readUInt32LE(0), 24);
+    // In a struct (a value holding a key, say), at its offset and alignment.
+    const s = struct({ tag: u8, key: v6 });
+    assert.equal(s.size, 24);
+    assert.deepEqual(decode(s, encode(s, { tag: 7, key: parsePrefix('fd00::/8') })), { tag: 7, key: parsePrefix('fd00::/8') });
+    assert.throws(() => encode(v4, parsePrefix('fd00::/8')), /IPv6 prefix in an IPv4 LPM key/);
+    assert.throws(() => encode(v4, { family: 4, bits: 0x0a010203n, length: 24 }), (err: unknown) => err instanceof NetipError && err.code === NetipErrorCode.HOST_BITS);
+    const hostBits = encode(v4, parsePrefix('10.1.2.0/24'));
+    hostBits[7] = 9;
+    assert.throws(() => decode(v4, hostBits), (err: unknown) => err instanceof NetipError && err.code === NetipErrorCode.HOST_BITS);
+  });
+
+  it('encodes IP addresses in network order through src/netip', () => {
+    assert.deepEqual([...encode(ipAddress(4), parseIp('192.168.1.9'))], [192, 168, 1, 9]);
+    assert.deepEqual(decode(ipAddress(6), encode(ipAddress(6), parseIp('fd00::1'))), parseIp('fd00::1'));
+    assert.equal(ipAddress(6).size, 16);
+    assert.throws(() => encode(ipAddress(4), parseIp('::1')), /IPv6 address in an IPv4 field/);
   });
 
   it('sizes per-CPU values in 8-byte slots', () => {

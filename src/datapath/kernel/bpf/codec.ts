@@ -1,4 +1,5 @@
 import { endianness } from 'node:os';
+import { type IpAddress, type IpFamily, type IpPrefix, byteLength, ipFromBytes, ipToBytes, lpmKey as netipLpmKey, lpmKeyLength, prefixFromLpmKey } from '../../../netip/index.js';
 
 /**
  * Fixed-size binary codecs for BPF map keys and values. A codec knows its
@@ -178,6 +179,42 @@ export function perCpu<T>(codec: Codec<T>, cpus: number): Codec<T[]> {
   };
 }
 
+/**
+ * An IP address of one family as 4 or 16 bytes in network order (packet
+ * headers, and so map keys taken from them), through src/netip.
+ */
+export function ipAddress(family: IpFamily): Codec<IpAddress> {
+  return {
+    size: byteLength(family),
+    align: 1,
+    write(v, b, o) {
+      if (v.family !== family) throw new RangeError(`an IPv${v.family} address in an IPv${family} field`);
+      ipToBytes(v, b, o);
+    },
+    read: (b, o) => ipFromBytes(b, family, o),
+  };
+}
+
+/**
+ * A BPF_MAP_TYPE_LPM_TRIE key holding one IP prefix of `family` (struct
+ * bpf_lpm_trie_key with the address as its data: 8 bytes for IPv4, 20 for
+ * IPv6). The layout is src/netip's lpmKey, written in place; a lookup of an
+ * address is a lookup of its host prefix (`hostPrefix(addr)`, /32 or /128).
+ * Reading refuses keys with host bits or a length past the family (NetipError).
+ */
+export function lpmPrefix(family: IpFamily): Codec<IpPrefix> {
+  const size = lpmKeyLength(family);
+  return {
+    size,
+    align: 4,
+    write(p, b, o) {
+      if (p.family !== family) throw new RangeError(`an IPv${p.family} prefix in an IPv${family} LPM key`);
+      netipLpmKey(p, b, o);
+    },
+    read: (b, o) => prefixFromLpmKey(b, family, o),
+  };
+}
+
 export interface LpmKey<T> {
   /** Significant leading bits of `data`. */
   prefixLen: number;
@@ -187,7 +224,8 @@ export interface LpmKey<T> {
 /**
  * A BPF_MAP_TYPE_LPM_TRIE key (struct bpf_lpm_trie_key): a host-order u32
  * prefix length, then the data, compared most significant bit first (so an
- * address goes in network order).
+ * address goes in network order). For data other than one IP prefix (a key
+ * that adds fields before the address); an IP prefix is `lpmPrefix`.
  */
 export function lpmKey<T>(data: Codec<T>): Codec<LpmKey<T>> {
   const maxBits = data.size * 8;

@@ -1,4 +1,5 @@
-import { type IpFamily, bytesToIp, ipToBytes, parsePrefix } from './address.js';
+import { type IpFamily, formatIp, ipFromBytes, ipToBytes } from '../../../netip/index.js';
+import { parseSpecPrefix } from './address.js';
 import { MessageBuilder, type NetlinkMessage, decodeIfAddrMsg, encodeIfAddrMsg } from './codec.js';
 import { AF_INET, AF_INET6, AF_UNSPEC, IFA, IFA_F_NODAD, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, RT_SCOPE, RTM, type RouteScopeName } from './constants.js';
 
@@ -35,12 +36,12 @@ function familyOf(af: number): IpFamily | undefined {
 }
 
 function encodeAddress(type: number, flags: number, spec: AddressSpec): MessageBuilder {
-  const p = parsePrefix(spec.address);
+  const a = parseSpecPrefix(spec.address);
   const ifaFlags = spec.nodad === true ? IFA_F_NODAD : 0;
   const b = new MessageBuilder(type, flags).struct(
-    encodeIfAddrMsg({ family: familyNumber(p.family), prefixLength: p.prefixLength, flags: ifaFlags, scope: RT_SCOPE[spec.scope ?? 'universe'], index: spec.index }),
+    encodeIfAddrMsg({ family: familyNumber(a.address.family), prefixLength: a.length, flags: ifaFlags, scope: RT_SCOPE[spec.scope ?? 'universe'], index: spec.index }),
   );
-  const bytes = ipToBytes(p.ip);
+  const bytes = ipToBytes(a.address);
   // For a plain (not point-to-point) address both carry the same address.
   b.bytes(IFA.LOCAL, bytes).bytes(IFA.ADDRESS, bytes);
   if (type !== RTM.DELADDR) b.u32(IFA.FLAGS, ifaFlags);
@@ -69,7 +70,7 @@ export function decodeAddress(msg: NetlinkMessage): Address | undefined {
   const a: Address = {
     index: header.index,
     family,
-    ip: bytesToIp(raw),
+    ip: formatIp(ipFromBytes(raw)),
     prefixLength: header.prefixLength,
     scope: header.scope,
     flags: attrs.u32(IFA.FLAGS) ?? header.flags,

@@ -1,12 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { KernelError, errnoName, errnoNumber, toKernelError } from '../errors.js';
-import { bytesToIp, ipToBytes, parsePrefix } from './address.js';
+import { NetipError, NetipErrorCode, formatIp, ipFromBytes } from '../../../netip/index.js';
+import { formatPrefix, parsePrefix } from './address.js';
 import { decodeAddress, encodeAddAddress, encodeDeleteAddress } from './addresses.js';
 import {
   Attributes,
   MessageBuilder,
   NetlinkFormatError,
+  NetlinkFormatErrorCode,
   decodeAck,
   decodeDone,
   decodeIfInfoMsg,
@@ -78,7 +80,7 @@ describe('netlink codec', () => {
     assert.throws(() => parseMessages(both.subarray(0, a.length + 8)), NetlinkFormatError);
     const lying = a.slice();
     new DataView(lying.buffer).setUint32(0, 4096, true);
-    assert.throws(() => parseMessages(lying), NetlinkFormatError);
+    assert.throws(() => parseMessages(lying), (err: unknown) => err instanceof NetlinkFormatError && err.code === NetlinkFormatErrorCode.MALFORMED && err.name === 'NetlinkFormatError');
   });
 
   it('encodes a veth pair with its peer in another namespace', () => {
@@ -116,7 +118,7 @@ describe('netlink codec', () => {
     assert.equal(data.u8(IFLA_VXLAN.LEARNING), 0);
     assert.deepEqual(Array.from(data.get(IFLA_VXLAN.PORT)!), [0x21, 0x18]);
     assert.equal(data.u32(IFLA_VXLAN.LINK), 4);
-    assert.equal(bytesToIp(data.get(IFLA_VXLAN.LOCAL)!), '192.0.2.1');
+    assert.equal(formatIp(ipFromBytes(data.get(IFLA_VXLAN.LOCAL)!)), '192.0.2.1');
     assert.equal(data.has(IFLA_VXLAN.ID), false);
     // decodeLink reads the same layout back (as the kernel's reply carries it).
     const link = decodeLink(m);
@@ -155,8 +157,10 @@ describe('netlink codec', () => {
     assert.equal(v4m.flags & NLM_F_REPLACE, NLM_F_REPLACE);
     assert.deepEqual(decodeAddress(v4m), { index: 5, family: 4, ip: '10.0.0.5', prefixLength: 32, scope: 253, flags: 0 });
     assert.equal(roundTrip(encodeDeleteAddress({ index: 5, address: '10.0.0.5/32' })).type, RTM.DELADDR);
-    assert.throws(() => encodeAddAddress({ index: 5, address: '10.0.0.5' }, false), TypeError);
-    assert.throws(() => encodeAddAddress({ index: 5, address: '10.0.0.5/33' }, false), TypeError);
+    const netipError = (code: NetipErrorCode) => (err: unknown) => err instanceof NetipError && err.code === code;
+    assert.throws(() => encodeAddAddress({ index: 5, address: '10.0.0.5' }, false), netipError(NetipErrorCode.INVALID_PREFIX));
+    assert.throws(() => encodeAddAddress({ index: 5, address: '10.0.0.5/33' }, false), netipError(NetipErrorCode.INVALID_PREFIX));
+    assert.throws(() => encodeAddAddress({ index: 5, address: 'fe80::1%eth0/64' }, false), netipError(NetipErrorCode.INVALID_ADDRESS));
   });
 
   it('round-trips routes: default, onlink, table above 255, prefsrc', () => {
@@ -178,6 +182,10 @@ describe('netlink codec', () => {
     assert.equal(v6.scope, 255, 'a delete matches any scope');
     assert.throws(() => encodeAddRoute({ dst: 'default' }, false), /family/);
     assert.throws(() => encodeAddRoute({ dst: '10.0.0.0/8', gateway: 'fd00::1' }, false), /family/);
+    assert.throws(() => encodeAddRoute({ dst: '10.0.0.0/8', prefsrc: 'fd00::1' }, false), /family/);
+    assert.throws(() => encodeAddRoute({ dst: '10.0.0.0/8', gateway: '10.0.0.256' }, false), NetipError);
+    const v6dst = decodeRoute(roundTrip(encodeAddRoute({ dst: 'FD00:0::/064', gateway: 'fd00::1' }, false)))!;
+    assert.deepEqual([v6dst.family, v6dst.dst, v6dst.gateway], [6, 'fd00::/64', 'fd00::1']);
   });
 
   it('round-trips neighbours', () => {
@@ -232,15 +240,14 @@ describe('netlink codec', () => {
 });
 
 describe('addresses and errors of the kernel layer', () => {
-  it('converts IP addresses to and from bytes', () => {
-    assert.deepEqual(Array.from(ipToBytes('10.1.2.3')), [10, 1, 2, 3]);
-    assert.equal(bytesToIp(ipToBytes('2001:db8:0:0:1:0:0:1')), '2001:db8::1:0:0:1');
-    assert.equal(bytesToIp(ipToBytes('::')), '::');
-    assert.equal(bytesToIp(ipToBytes('::ffff:192.0.2.1')), '::ffff:c000:201');
-    assert.equal(bytesToIp(ipToBytes('fe80::1:2')), 'fe80::1:2');
-    assert.throws(() => ipToBytes('fe80::1%eth0'), TypeError);
-    assert.throws(() => ipToBytes('10.0.0.256'), TypeError);
+  it('reads and prints netlink\'s "addr/len" through src/netip: host bits kept, leading zeros allowed', () => {
     assert.deepEqual(parsePrefix('fd00:0::1/64'), { family: 6, ip: 'fd00::1', prefixLength: 64 });
+    assert.deepEqual(parsePrefix('10.0.0.5/08'), { family: 4, ip: '10.0.0.5', prefixLength: 8 });
+    assert.equal(formatPrefix({ family: 6, ip: 'FD00:0:0::5', prefixLength: 128 }), 'fd00::5/128');
+    assert.equal(formatPrefix(parsePrefix('::ffff:192.0.2.1/96')), '::ffff:c000:201/96');
+    assert.throws(() => parsePrefix('fe80::1%eth0/64'), (err: unknown) => err instanceof NetipError && err.code === NetipErrorCode.INVALID_ADDRESS);
+    assert.throws(() => parsePrefix('10.0.0.256/8'), (err: unknown) => err instanceof NetipError && err.code === NetipErrorCode.INVALID_ADDRESS);
+    assert.throws(() => parsePrefix('10.0.0.1/0008'), (err: unknown) => err instanceof NetipError && err.code === NetipErrorCode.INVALID_PREFIX);
   });
 
   it('names errno values and converts addon errors into KernelError', () => {

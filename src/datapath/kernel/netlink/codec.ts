@@ -1,4 +1,5 @@
 import { endianness } from 'node:os';
+import { CodedError } from '../../../errors/codedError.js';
 import {
   NLA_F_NESTED,
   NLA_TYPE_MASK,
@@ -22,11 +23,19 @@ export function align4(n: number): number {
   return (n + 3) & ~3;
 }
 
-/** A reply the codec cannot read: a kernel/ABI mismatch or a bug, never user input. */
-export class NetlinkFormatError extends Error {
+export const NetlinkFormatErrorCode = {
+  /** A length or size in the reply does not add up. */
+  MALFORMED: 'NETLINK_MALFORMED',
+} as const;
+export type NetlinkFormatErrorCode = (typeof NetlinkFormatErrorCode)[keyof typeof NetlinkFormatErrorCode];
+
+/**
+ * A reply the codec cannot read: a kernel/ABI mismatch or a bug, never user
+ * input. The socket hands it to callers as the cause of a KernelError EBADMSG.
+ */
+export class NetlinkFormatError extends CodedError<NetlinkFormatErrorCode> {
   constructor(message: string) {
-    super(message);
-    this.name = 'NetlinkFormatError';
+    super(NetlinkFormatErrorCode.MALFORMED, message);
   }
 }
 

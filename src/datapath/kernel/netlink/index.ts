@@ -7,5 +7,6 @@ export type { Address, AddressSpec } from './addresses.js';
 export type { Route, RouteSpec, RouteTypeName } from './routes.js';
 export type { Neighbour, NeighbourSpec } from './neighbours.js';
 export type { BpfFilter, BpfFilterSpec, Qdisc, TcDirection } from './tc.js';
-export { type IpFamily, type Prefix, parsePrefix, formatPrefix } from './address.js';
+export type { IpFamily } from '../../../netip/index.js';
+export { type Prefix, parsePrefix, formatPrefix } from './address.js';
 export { RT_SCOPE, RT_TABLE_MAIN, RT_TABLE_LOCAL, type RouteScopeName, type NeighbourStateName } from './constants.js';

@@ -1,5 +1,6 @@
 import { validateInterfaceName } from '../../../cni/names.js';
-import { bytesToIp, bytesToMac, ipFamilyOf, ipToBytes, macToBytes } from './address.js';
+import { formatIp, ipFromBytes, ipToBytes, parseIp } from '../../../netip/index.js';
+import { bytesToMac, macToBytes } from './address.js';
 import { type Attributes, MessageBuilder, type NetlinkMessage, decodeIfInfoMsg, encodeIfInfoMsg } from './codec.js';
 import {
   AF_UNSPEC,
@@ -195,7 +196,10 @@ export function encodeCreateVxlan(spec: VxlanSpec): MessageBuilder {
         checkIndex(spec.linkIndex);
         data.u32(IFLA_VXLAN.LINK, spec.linkIndex);
       }
-      if (spec.local !== undefined) data.bytes(ipFamilyOf(spec.local) === 4 ? IFLA_VXLAN.LOCAL : IFLA_VXLAN.LOCAL6, ipToBytes(spec.local));
+      if (spec.local !== undefined) {
+        const local = parseIp(spec.local);
+        data.bytes(local.family === 4 ? IFLA_VXLAN.LOCAL : IFLA_VXLAN.LOCAL6, ipToBytes(local));
+      }
       if (spec.ttl !== undefined) data.u8(IFLA_VXLAN.TTL, spec.ttl);
     });
   });
@@ -234,7 +238,7 @@ function decodeVxlan(data: Attributes): VxlanInfo {
   const link = data.u32(IFLA_VXLAN.LINK);
   if (link !== undefined && link !== 0) info.linkIndex = link;
   const local = data.get(IFLA_VXLAN.LOCAL) ?? data.get(IFLA_VXLAN.LOCAL6);
-  if (local !== undefined) info.local = bytesToIp(local);
+  if (local !== undefined) info.local = formatIp(ipFromBytes(local));
   return info;
 }
 

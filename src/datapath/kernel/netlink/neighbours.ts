@@ -1,4 +1,5 @@
-import { type IpFamily, bytesToIp, bytesToMac, ipFamilyOf, ipToBytes, macToBytes } from './address.js';
+import { type IpFamily, formatIp, ipFromBytes, ipToBytes, parseIp } from '../../../netip/index.js';
+import { bytesToMac, macToBytes } from './address.js';
 import { familyNumber } from './addresses.js';
 import { MessageBuilder, type NetlinkMessage, decodeNdMsg, encodeNdMsg } from './codec.js';
 import { AF_INET, AF_INET6, NDA, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NTF_PROXY, NUD, type NeighbourStateName, RTM } from './constants.js';
@@ -30,16 +31,16 @@ export interface Neighbour {
 
 function encodeNeighbour(type: number, flags: number, spec: NeighbourSpec): MessageBuilder {
   if (!Number.isInteger(spec.index) || spec.index <= 0) throw new RangeError(`interface index ${spec.index} is not positive`);
-  const family = ipFamilyOf(spec.ip);
+  const ip = parseIp(spec.ip);
   const b = new MessageBuilder(type, flags).struct(
     encodeNdMsg({
-      family: familyNumber(family),
+      family: familyNumber(ip.family),
       index: spec.index,
       state: type === RTM.DELNEIGH ? 0 : NUD[spec.state ?? 'permanent'],
       flags: spec.proxy === true ? NTF_PROXY : 0,
     }),
   );
-  b.bytes(NDA.DST, ipToBytes(spec.ip));
+  b.bytes(NDA.DST, ipToBytes(ip));
   if (spec.mac !== undefined && type !== RTM.DELNEIGH) b.bytes(NDA.LLADDR, macToBytes(spec.mac));
   return b;
 }
@@ -67,7 +68,7 @@ export function decodeNeighbour(msg: NetlinkMessage): Neighbour | undefined {
   const n: Neighbour = {
     index: header.index,
     family,
-    ip: bytesToIp(dst),
+    ip: formatIp(ipFromBytes(dst)),
     state: header.state,
     states: (Object.keys(NUD) as NeighbourStateName[]).filter((k) => (header.state & NUD[k]) !== 0),
     proxy: (header.flags & NTF_PROXY) !== 0,

@@ -1,4 +1,5 @@
-import { type IpFamily, bytesToIp, ipFamilyOf, ipToBytes, parsePrefix } from './address.js';
+import { type IpAddress, type IpFamily, formatIp, ipFromBytes, ipToBytes, parseIp } from '../../../netip/index.js';
+import { parseSpecPrefix } from './address.js';
 import { familyNumber } from './addresses.js';
 import { MessageBuilder, type NetlinkMessage, decodeRtMsg, encodeRtMsg } from './codec.js';
 import {
@@ -64,19 +65,27 @@ export interface Route {
 
 interface ResolvedDst {
   family: IpFamily;
-  ip?: string;
+  /** Absent for "default". */
+  address?: IpAddress;
   prefixLength: number;
 }
 
 function resolveDst(spec: RouteSpec): ResolvedDst {
   if (spec.dst === 'default') {
-    const family = spec.family ?? (spec.gateway !== undefined ? ipFamilyOf(spec.gateway) : undefined);
+    const family = spec.family ?? (spec.gateway !== undefined ? parseIp(spec.gateway).family : undefined);
     if (family === undefined) throw new TypeError('a default route needs a family or a gateway');
     return { family, prefixLength: 0 };
   }
-  const p = parsePrefix(spec.dst);
-  if (spec.family !== undefined && spec.family !== p.family) throw new TypeError(`route ${spec.dst} is not IPv${spec.family}`);
-  return { family: p.family, ip: p.ip, prefixLength: p.prefixLength };
+  const p = parseSpecPrefix(spec.dst);
+  if (spec.family !== undefined && spec.family !== p.address.family) throw new TypeError(`route ${spec.dst} is not IPv${spec.family}`);
+  return { family: p.address.family, address: p.address, prefixLength: p.length };
+}
+
+/** An address of the route's family, as an attribute's bytes. */
+function routeAddress(text: string, what: string, dst: ResolvedDst, spec: RouteSpec): Uint8Array {
+  const a = parseIp(text);
+  if (a.family !== dst.family) throw new TypeError(`${what} ${text} is not in the family of ${spec.dst}`);
+  return ipToBytes(a);
 }
 
 function checkTable(table: number): void {
@@ -115,20 +124,14 @@ function encodeRoute(type: number, flags: number, spec: RouteSpec): MessageBuild
       flags: spec.onlink === true ? RTNH_F_ONLINK : 0,
     }),
   );
-  if (dst.ip !== undefined) b.bytes(RTA.DST, ipToBytes(dst.ip));
+  if (dst.address !== undefined) b.bytes(RTA.DST, ipToBytes(dst.address));
   b.u32(RTA.TABLE, table);
-  if (spec.gateway !== undefined) {
-    if (ipFamilyOf(spec.gateway) !== dst.family) throw new TypeError(`gateway ${spec.gateway} is not in the family of ${spec.dst}`);
-    b.bytes(RTA.GATEWAY, ipToBytes(spec.gateway));
-  }
+  if (spec.gateway !== undefined) b.bytes(RTA.GATEWAY, routeAddress(spec.gateway, 'gateway', dst, spec));
   if (spec.oif !== undefined) {
     if (!Number.isInteger(spec.oif) || spec.oif <= 0) throw new RangeError(`interface index ${spec.oif} is not positive`);
     b.u32(RTA.OIF, spec.oif);
   }
-  if (spec.prefsrc !== undefined) {
-    if (ipFamilyOf(spec.prefsrc) !== dst.family) throw new TypeError(`source ${spec.prefsrc} is not in the family of ${spec.dst}`);
-    b.bytes(RTA.PREFSRC, ipToBytes(spec.prefsrc));
-  }
+  if (spec.prefsrc !== undefined) b.bytes(RTA.PREFSRC, routeAddress(spec.prefsrc, 'source', dst, spec));
   if (spec.priority !== undefined) b.u32(RTA.PRIORITY, spec.priority);
   return b;
 }
@@ -162,7 +165,7 @@ export function decodeRoute(msg: NetlinkMessage): Route | undefined {
   const dst = attrs.get(RTA.DST);
   const route: Route = {
     family,
-    dst: header.dstLength === 0 || dst === undefined ? 'default' : `${bytesToIp(dst)}/${header.dstLength}`,
+    dst: header.dstLength === 0 || dst === undefined ? 'default' : `${formatIp(ipFromBytes(dst))}/${header.dstLength}`,
     table: attrs.u32(RTA.TABLE) ?? header.table,
     protocol: header.protocol,
     scope: header.scope,
@@ -170,11 +173,11 @@ export function decodeRoute(msg: NetlinkMessage): Route | undefined {
     onlink: (header.flags & RTNH_F_ONLINK) !== 0,
   };
   const gw = attrs.get(RTA.GATEWAY);
-  if (gw !== undefined) route.gateway = bytesToIp(gw);
+  if (gw !== undefined) route.gateway = formatIp(ipFromBytes(gw));
   const oif = attrs.u32(RTA.OIF);
   if (oif !== undefined) route.oif = oif;
   const src = attrs.get(RTA.PREFSRC);
-  if (src !== undefined) route.prefsrc = bytesToIp(src);
+  if (src !== undefined) route.prefsrc = formatIp(ipFromBytes(src));
   const prio = attrs.u32(RTA.PRIORITY);
   if (prio !== undefined) route.priority = prio;
   return route;

@@ -2,7 +2,7 @@ import { constants } from 'node:fs';
 import { type FileHandle, open } from 'node:fs/promises';
 import { validateAbsolutePath } from '../../../cni/names.js';
 import { KernelError, errnoNumber, toKernelError } from '../errors.js';
-import type { IpFamily } from './address.js';
+import type { IpFamily } from '../../../netip/index.js';
 import { type Address, decodeAddress, encodeListAddresses } from './addresses.js';
 import type { NetlinkMessage } from './codec.js';
 import { type RouteScopeName } from './constants.js';

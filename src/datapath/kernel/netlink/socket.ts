@@ -4,8 +4,10 @@ import { loadAddon } from '../native.js';
 import { type MessageBuilder, type NetlinkMessage, NetlinkFormatError, decodeAck, decodeDone, parseMessages } from './codec.js';
 import { NETLINK_ROUTE, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP } from './constants.js';
 
-/** An open socket as the addon hands it out (a napi external). */
-type NativeHandle = object & { readonly __brand?: 'netlink' };
+/** An open socket as the addon hands it out (a type-tagged napi external; the addon refuses any other). */
+interface NativeHandle {
+  readonly __brand: 'tendril netlink socket';
+}
 
 interface NetlinkAddon {
   netlinkOpen(netns: string | null, protocol: number, timeoutMs: number): Promise<NativeHandle>;
@@ -33,6 +35,9 @@ export interface BatchItem {
 }
 
 const DEFAULT_TIMEOUT_MS = 5000;
+/** The addon's bounds: netlink protocol numbers, and a timeout that fits SO_RCVTIMEO's use here. */
+const MAX_PROTOCOL = 31;
+const MAX_TIMEOUT_MS = 600_000;
 const DUMP_ATTEMPTS = 4;
 const MAX_BATCH = 256;
 
@@ -58,10 +63,16 @@ export class NetlinkSocket {
 
   static async open(opts: NetlinkSocketOptions = {}): Promise<NetlinkSocket> {
     if (opts.netns !== undefined) validateAbsolutePath(opts.netns, 'netns path');
+    const protocol = opts.protocol ?? NETLINK_ROUTE;
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    if (!Number.isInteger(protocol) || protocol < 0 || protocol > MAX_PROTOCOL) throw new RangeError(`netlink protocol must be an integer from 0 to ${MAX_PROTOCOL}, got ${protocol}`);
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_TIMEOUT_MS) {
+      throw new RangeError(`netlink timeoutMs must be an integer from 1 to ${MAX_TIMEOUT_MS}, got ${timeoutMs}`);
+    }
     const where = opts.netns === undefined ? 'own netns' : opts.netns;
     let handle: NativeHandle;
     try {
-      handle = await addon().netlinkOpen(opts.netns ?? null, opts.protocol ?? NETLINK_ROUTE, opts.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+      handle = await addon().netlinkOpen(opts.netns ?? null, protocol, timeoutMs);
     } catch (err) {
       throw toKernelError(err, `netlink socket in ${where}`);
     }

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { KernelError } from '../../errors.js';
 import { ensureBpffs, mkdirPinDir } from '../bpffs.js';
-import { bytes, lpmKey, struct, u32, u64 } from '../codec.js';
+import { bytes, lpmKey, lpmPrefix, struct, u32, u64 } from '../codec.js';
 import { BPFFS_ROOT } from '../constants.js';
 
 /**
@@ -21,6 +21,8 @@ export const counterCodec = struct({ packets: u64, bytes: u64 });
 export const eventCodec = struct({ saddr: bytes(4), daddr: bytes(4), len: u32, variant: u32 });
 /** struct tdl_lpm_key: an IPv4 prefix */
 export const lpmKeyCodec = lpmKey(bytes(4));
+/** struct tdl_lpm_key read and written as a src/netip prefix. */
+export const prefixKeyCodec = lpmPrefix(4);
 /** tdl_count is keyed by the IPv4 source address as the packet carries it. */
 export const addressKey = bytes(4);
 

@@ -1,3 +1,5 @@
+import { formatIp, ipFromBytes, ipToBytes, tryParseIp } from '../../../../netip/index.js';
+
 /**
  * Packets for BPF_PROG_TEST_RUN: Ethernet + IPv4 (+ ICMP echo or UDP),
  * with a valid IPv4 header checksum. Addresses are dotted quads; MACs are
@@ -21,15 +23,14 @@ const ETH_P_IP = 0x0800;
 const PROTO = { icmp: 1, udp: 17 } as const;
 
 export function ipv4Bytes(ip: string): Buffer {
-  const parts = ip.split('.');
-  const nums = parts.map((p) => (/^\d{1,3}$/.test(p) ? Number(p) : NaN));
-  if (nums.length !== 4 || nums.some((n) => !(n >= 0 && n <= 255))) throw new RangeError(`${ip} is not an IPv4 address`);
-  return Buffer.from(nums);
+  const a = tryParseIp(ip);
+  if (a?.family !== 4) throw new RangeError(`${ip} is not an IPv4 address`);
+  return Buffer.from(ipToBytes(a));
 }
 
 export function ipv4String(bytes: Uint8Array): string {
   if (bytes.length !== 4) throw new RangeError(`an IPv4 address has 4 bytes, not ${bytes.length}`);
-  return Array.from(bytes).join('.');
+  return formatIp(ipFromBytes(bytes, 4));
 }
 
 function macBytes(mac: string): Buffer {

@@ -1,0 +1,52 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { CodedError } from '../errors/codedError.js';
+import { ConfigError, ConfigErrorCode, defaultConfig, readConfigFile, validateConfig } from './config.js';
+
+const isConfigError = (code: ConfigErrorCode, message?: RegExp) => (err: unknown) =>
+  err instanceof ConfigError && err instanceof CodedError && err.name === 'ConfigError' && err.code === code && (message === undefined || message.test(err.message));
+
+describe('agent configuration', () => {
+  const hostScope = (extra: Record<string, unknown>) => ({ ...defaultConfig(), podCidrs: ['10.0.0.0/24'], ...extra });
+
+  it('checks addresses and CIDRs with src/netip', () => {
+    assert.equal(validateConfig(hostScope({ nodeIp: 'fd00::1' })).nodeIp, 'fd00::1');
+    assert.equal(validateConfig(hostScope({ nodeIp: '192.0.2.1' })).nodeIp, '192.0.2.1');
+    // CIDR shape only: host bits and a zero-padded length pass here, IPAM applies its own rules.
+    assert.deepEqual(validateConfig(hostScope({ podCidrs: ['10.0.0.5/24', '10.1.0.0/016', 'fd00::/64'] })).podCidrs, ['10.0.0.5/24', '10.1.0.0/016', 'fd00::/64']);
+    for (const nodeIp of ['10.0.0.1/32', 'fe80::1%eth0', '10.0.0.256', 'node1']) {
+      assert.throws(() => validateConfig(hostScope({ nodeIp })), isConfigError(ConfigErrorCode.INVALID, /nodeIp/), nodeIp);
+    }
+    for (const cidr of ['10.0.0.0', '10.0.0.0/33', '10.0.0.0/0008', 'fd00::/129']) {
+      assert.throws(() => validateConfig(hostScope({ podCidrs: [cidr] })), isConfigError(ConfigErrorCode.INVALID, /podCidrs/), cidr);
+    }
+    assert.throws(() => validateConfig({ ...defaultConfig(), ipam: 'block' }), isConfigError(ConfigErrorCode.INVALID, /--pool-cidr/));
+  });
+
+  describe('the config file', () => {
+    let dir: string;
+    before(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'tdl-config-'));
+    });
+    after(async () => {
+      if (dir) await rm(dir, { recursive: true, force: true });
+    });
+
+    it('says which of unreadable or malformed it is, keeping the cause', async () => {
+      const missing = join(dir, 'missing.yaml');
+      await assert.rejects(readConfigFile(missing), (err: unknown) => isConfigError(ConfigErrorCode.FILE_UNREADABLE)(err) && (err as ConfigError).cause instanceof Error);
+      const bad = join(dir, 'bad.yaml');
+      await writeFile(bad, 'mtu: [1500\n');
+      await assert.rejects(readConfigFile(bad), isConfigError(ConfigErrorCode.FILE_MALFORMED, /not valid YAML/));
+      const list = join(dir, 'list.yaml');
+      await writeFile(list, '- a\n- b\n');
+      await assert.rejects(readConfigFile(list), isConfigError(ConfigErrorCode.FILE_MALFORMED, /must be a mapping/));
+      const good = join(dir, 'good.yaml');
+      await writeFile(good, 'mtu: 1400\n');
+      assert.deepEqual(await readConfigFile(good), { mtu: 1400 });
+    });
+  });
+});

@@ -16,6 +16,8 @@ CSAN := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-r
 ADDON_SRC := $(wildcard src/datapath/kernel/native/*.c)
 ADDON_HDR := $(wildcard src/datapath/kernel/native/*.h)
 ADDON_FLAGS := -fPIC -shared -DNODE_GYP_MODULE_NAME=tendril_kernel -I$(NODE_INCLUDE)
+# The addon copies kernel-reported lengths: implicit narrowing or sign changes are errors there.
+ADDON_WARN := -Wconversion -Wsign-conversion
 RELAY_SRC := $(wildcard src/plugin/native/*.c)
 RELAY_LIB_SRC := $(filter-out src/plugin/native/main.c,$(RELAY_SRC))
 RELAY_HDR := $(wildcard src/plugin/native/*.h)
@@ -28,11 +30,11 @@ BPF_CFLAGS := -O2 -g -target bpf -Wall -Werror -I/usr/include/$(shell gcc -dumpm
 
 build/native/tendril_kernel.node: $(ADDON_SRC) $(ADDON_HDR)
 	@mkdir -p $(@D)
-	gcc $(CWARN) $(CHARDEN) $(ADDON_FLAGS) $(ADDON_SRC) -lbpf -o $@
+	gcc $(CWARN) $(ADDON_WARN) $(CHARDEN) $(ADDON_FLAGS) $(ADDON_SRC) -lbpf -o $@
 
 build/native-asan/tendril_kernel.node: $(ADDON_SRC) $(ADDON_HDR)
 	@mkdir -p $(@D)
-	gcc $(CWARN) $(CSAN) $(ADDON_FLAGS) $(ADDON_SRC) -lbpf -o $@
+	gcc $(CWARN) $(ADDON_WARN) $(CSAN) $(ADDON_FLAGS) $(ADDON_SRC) -lbpf -o $@
 
 bin/tendril-cni: $(RELAY_SRC) $(RELAY_HDR)
 	gcc $(CWARN) $(CHARDEN) $(RELAY_SRC) -o $@

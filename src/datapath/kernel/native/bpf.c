@@ -357,10 +357,11 @@ napi_value tdl_bpf_wrap(napi_env env, const struct tdl_bpf_handle *src)
 	*h = *src;
 	if (napi_create_external(env, h, handle_finalize, NULL, &ext) != napi_ok) {
 		handle_finalize(env, h, NULL);
-		return NULL;
+		return tdl_throw_pending(env, "tendril bpf handle");
 	}
+	/* On failure the untagged external still owns h: its finalizer closes the fd. */
 	if (napi_type_tag_object(env, ext, &handle_tag) != napi_ok)
-		return NULL;
+		return tdl_throw_pending(env, "tendril bpf handle");
 	return ext;
 }
 
@@ -432,6 +433,54 @@ static int parse_kind(napi_env env, napi_value v, enum tdl_bpf_kind *kind)
 
 /* ---- generic calls -------------------------------------------------------- */
 
+struct close_work {
+	napi_async_work work;
+	int fd;
+};
+
+static void close_execute(napi_env env, void *data)
+{
+	struct close_work *w = data;
+	(void)env;
+	close(w->fd);
+	w->fd = -1;
+}
+
+static void close_complete(napi_env env, napi_status status, void *data)
+{
+	struct close_work *w = data;
+	/* Cancelled before it ran: the fd is still open. */
+	if (w->fd >= 0)
+		close(w->fd);
+	napi_delete_async_work(env, w->work);
+	free(w);
+}
+
+/*
+ * Closes a link fd on libuv's pool. The last close of an attached tcx link
+ * detaches it, and the kernel then waits for an RCU grace period (measured:
+ * 15 ms) before close(2) returns; the event loop must not wait with it. The
+ * handle reads as closed at once; the fd number stays taken until the pool
+ * thread has closed it, so it cannot be reused under anyone meanwhile.
+ */
+static void close_link_later(napi_env env, int fd)
+{
+	struct close_work *w = malloc(sizeof(*w));
+	napi_value rname;
+
+	if (w != NULL) {
+		w->fd = fd;
+		if (napi_create_string_utf8(env, "tendril:bpf-link-close", NAPI_AUTO_LENGTH, &rname) == napi_ok &&
+		    napi_create_async_work(env, NULL, rname, close_execute, close_complete, w, &w->work) == napi_ok) {
+			if (napi_queue_async_work(env, w->work) == napi_ok)
+				return;
+			napi_delete_async_work(env, w->work);
+		}
+		free(w);
+	}
+	close(fd);
+}
+
 /* close(handle): idempotent. */
 static napi_value js_close(napi_env env, napi_callback_info info)
 {
@@ -444,8 +493,12 @@ static napi_value js_close(napi_env env, napi_callback_info info)
 	if (h == NULL)
 		return NULL;
 	if (h->fd >= 0) {
-		close(h->fd);
+		int fd = h->fd;
 		h->fd = -1;
+		if (h->kind == TDL_BPF_LINK)
+			close_link_later(env, fd);
+		else
+			close(fd);
 	}
 	return NULL;
 }

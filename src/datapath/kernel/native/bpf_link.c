@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,8 @@ struct attach_work {
 	napi_deferred deferred;
 	struct tdl_tcx_link_create attr;
 	int prog_fd; /* a dup, owned here */
-	int netns_fd; /* -1: the caller's namespace */
+	char netns[4096]; /* "": the caller's namespace */
+	int netns_fd; /* opened on the pool thread; -1 until then */
 	struct tdl_bpf_handle link;
 	int err;
 	char op[4400];
@@ -91,9 +93,29 @@ static void attach_execute(napi_env env, void *data)
 	(void)env;
 
 	w->link.fd = -1;
-	if (w->netns_fd >= 0) {
+	if (w->netns[0] != '\0') {
+		/*
+		 * Opened here, not on the main thread: a path on a slow filesystem,
+		 * or a FIFO (which O_NONBLOCK keeps from blocking even this thread),
+		 * must not stall the event loop. setns() refuses what is not a netns.
+		 */
+		w->netns_fd = open(w->netns, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+		if (w->netns_fd < 0) {
+			w->err = errno;
+			snprintf(w->op, sizeof(w->op), "open netns %s", w->netns);
+			return;
+		}
+		/*
+		 * The thread starts with every signal blocked: it runs nothing but
+		 * setns and bpf(), no signal handler either, and ends in the other
+		 * namespace.
+		 */
 		pthread_t t;
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
 		int err = pthread_create(&t, NULL, attach_in_netns, w);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		if (err != 0) {
 			w->err = err;
 			return;
@@ -117,17 +139,19 @@ static void attach_complete(napi_env env, napi_status status, void *data)
 	napi_value handle;
 
 	if (status != napi_ok && w->err == 0) {
-		close(w->link.fd);
+		/* Cancelled: link.fd is -1 unless the work ran. */
+		if (w->link.fd >= 0)
+			close(w->link.fd);
+		w->link.fd = -1;
 		w->err = ECANCELED;
 	}
 	if (w->err != 0) {
-		napi_reject_deferred(env, w->deferred, tdl_errno_error(env, w->op, w->err));
+		tdl_reject(env, w->deferred, tdl_errno_error(env, w->op, w->err));
 	} else {
 		handle = tdl_bpf_wrap(env, &w->link);
 		if (handle == NULL) {
-			napi_value error;
-			napi_get_and_clear_last_exception(env, &error);
-			napi_reject_deferred(env, w->deferred, error);
+			/* tdl_bpf_wrap closed the fd or left it to an external; its exception is pending. */
+			tdl_reject(env, w->deferred, NULL);
 		} else {
 			napi_resolve_deferred(env, w->deferred, handle);
 		}
@@ -149,7 +173,7 @@ static void attach_complete(napi_env env, napi_status status, void *data)
 static napi_value js_tcx_attach(napi_env env, napi_callback_info info)
 {
 	size_t argc = 5;
-	napi_value argv[5], promise, rname;
+	napi_value argv[5], promise;
 	struct tdl_bpf_handle *prog;
 	struct attach_work *w;
 	uint32_t ifindex, attach_type, flags = 0;
@@ -165,6 +189,8 @@ static napi_value js_tcx_attach(napi_env env, napi_callback_info info)
 	if (argc > 4 && !tdl_is_nullish(env, argv[4])) {
 		if (tdl_get_string(env, argv[4], netns, sizeof(netns), "netns") != 0)
 			return NULL;
+		if (netns[0] != '/')
+			return tdl_throw_type(env, "netns must be an absolute path");
 		has_netns = true;
 	}
 	if (attach_type != TDL_BPF_TCX_INGRESS && attach_type != TDL_BPF_TCX_EGRESS)
@@ -178,6 +204,8 @@ static napi_value js_tcx_attach(napi_env env, napi_callback_info info)
 		 attach_type == TDL_BPF_TCX_INGRESS ? "ingress" : "egress", ifindex, has_netns ? " netns " : "", netns,
 		 prog->name);
 	w->netns_fd = -1;
+	w->link.fd = -1;
+	memcpy(w->netns, netns, sizeof(w->netns));
 	w->attr.target_ifindex = ifindex;
 	w->attr.attach_type = attach_type;
 	w->attr.flags = flags;
@@ -187,21 +215,12 @@ static napi_value js_tcx_attach(napi_env env, napi_callback_info info)
 		free(w);
 		return tdl_throw_errno(env, "BPF_LINK_CREATE", err);
 	}
-	if (has_netns) {
-		w->netns_fd = open(netns, O_RDONLY | O_CLOEXEC);
-		if (w->netns_fd < 0) {
-			int err = errno;
-			char op[4200];
-			close(w->prog_fd);
-			free(w);
-			snprintf(op, sizeof(op), "open netns %s", netns);
-			return tdl_throw_errno(env, op, err);
-		}
+	if (tdl_queue_work(env, "tendril:bpf-tcx-attach", attach_execute, attach_complete, w, &w->work, &w->deferred,
+			   &promise) != 0) {
+		close(w->prog_fd);
+		free(w);
+		return NULL;
 	}
-	napi_create_promise(env, &w->deferred, &promise);
-	napi_create_string_utf8(env, "tendril:bpf-tcx-attach", NAPI_AUTO_LENGTH, &rname);
-	napi_create_async_work(env, NULL, rname, attach_execute, attach_complete, w, &w->work);
-	napi_queue_async_work(env, w->work);
 	return promise;
 }
 
@@ -287,7 +306,8 @@ static napi_value js_link_info(napi_env env, napi_callback_info info)
 		snprintf(op, sizeof(op), "BPF_OBJ_GET_INFO_BY_FD link %u", link->id);
 		return tdl_throw_errno(env, op, err);
 	}
-	napi_create_object(env, &out);
+	if (napi_create_object(env, &out) != napi_ok)
+		return tdl_throw_pending(env, "linkInfo");
 	tdl_set_u32(env, out, "id", li.id);
 	tdl_set_u32(env, out, "type", li.type);
 	tdl_set_u32(env, out, "progId", li.prog_id);
@@ -315,7 +335,8 @@ static napi_value js_prog_info(napi_env env, napi_callback_info info)
 		return NULL;
 	for (size_t i = 0; i < BPF_TAG_SIZE; i++)
 		snprintf(tag + 2 * i, 3, "%02x", prog->prog_tag[i]);
-	napi_create_object(env, &out);
+	if (napi_create_object(env, &out) != napi_ok)
+		return tdl_throw_pending(env, "progInfo");
 	tdl_set_u32(env, out, "id", prog->id);
 	tdl_set_u32(env, out, "type", prog->prog_type);
 	tdl_set_str(env, out, "name", prog->name);
@@ -358,8 +379,21 @@ static void test_run_execute(napi_env env, void *data)
 	}
 	opts.repeat = (int)w->repeat;
 	opts.flags = w->flags;
-	if (bpf_prog_test_run_opts(w->fd, &opts) != 0) {
-		w->err = errno;
+	/*
+	 * The kernel ends a run with EINTR when a signal is pending for this
+	 * thread, and libuv's pool threads take process signals (SIGCHLD of any
+	 * child the agent spawns). Retrying would repeat the program's map side
+	 * effects, so the signals go to another thread for the run instead.
+	 */
+	sigset_t all, old;
+	int ret, err;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	ret = bpf_prog_test_run_opts(w->fd, &opts);
+	err = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret != 0) {
+		w->err = err;
 		return;
 	}
 	w->retval = opts.retval;
@@ -379,9 +413,10 @@ static void test_run_complete(napi_env env, napi_status status, void *data)
 		w->err = ECANCELED;
 	if (w->err != 0) {
 		snprintf(op, sizeof(op), "BPF_PROG_TEST_RUN %s", w->name);
-		napi_reject_deferred(env, w->deferred, tdl_errno_error(env, op, w->err));
+		tdl_reject(env, w->deferred, tdl_errno_error(env, op, w->err));
+	} else if (napi_create_object(env, &result) != napi_ok) {
+		tdl_reject(env, w->deferred, NULL);
 	} else {
-		napi_create_object(env, &result);
 		tdl_set_u32(env, result, "retval", w->retval);
 		tdl_set_u32(env, result, "duration", w->duration);
 		v = tdl_buffer_copy(env, w->data_out, w->data_out_len);
@@ -417,7 +452,7 @@ static void *copy_bytes(const void *src, size_t len)
 static napi_value js_prog_test_run(napi_env env, napi_callback_info info)
 {
 	size_t argc = 2, dlen = 0, clen = 0;
-	napi_value argv[2], v, promise, rname;
+	napi_value argv[2], v, promise;
 	struct tdl_bpf_handle *prog;
 	struct test_run_work *w;
 	void *data = NULL, *ctx = NULL;
@@ -468,10 +503,16 @@ static napi_value js_prog_test_run(napi_env env, napi_callback_info info)
 		free(w);
 		return tdl_throw_errno(env, "BPF_PROG_TEST_RUN", err);
 	}
-	napi_create_promise(env, &w->deferred, &promise);
-	napi_create_string_utf8(env, "tendril:bpf-prog-test-run", NAPI_AUTO_LENGTH, &rname);
-	napi_create_async_work(env, NULL, rname, test_run_execute, test_run_complete, w, &w->work);
-	napi_queue_async_work(env, w->work);
+	if (tdl_queue_work(env, "tendril:bpf-prog-test-run", test_run_execute, test_run_complete, w, &w->work,
+			   &w->deferred, &promise) != 0) {
+		close(w->fd);
+		free(w->data_in);
+		free(w->data_out);
+		free(w->ctx_in);
+		free(w->ctx_out);
+		free(w);
+		return NULL;
+	}
 	return promise;
 }
 

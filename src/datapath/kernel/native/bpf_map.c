@@ -37,7 +37,8 @@ static int check_len(napi_env env, const struct tdl_bpf_handle *h, size_t got, u
 static napi_value map_info_object(napi_env env, const struct tdl_bpf_handle *h)
 {
 	napi_value o;
-	napi_create_object(env, &o);
+	if (napi_create_object(env, &o) != napi_ok)
+		return tdl_throw_pending(env, "mapInfo");
 	tdl_set_str(env, o, "name", h->name);
 	tdl_set_u32(env, o, "id", h->id);
 	tdl_set_u32(env, o, "type", h->map_type);
@@ -126,7 +127,10 @@ static napi_value js_map_lookup(napi_env env, napi_callback_info info)
 	    check_len(env, h, klen, h->key_size, "key") != 0)
 		return NULL;
 	if (napi_create_buffer(env, h->value_buf_size, &value, &out) != napi_ok)
-		return NULL;
+		return tdl_throw_pending(env, "mapLookup");
+	/* Node's buffer is uninitialized heap: no byte the kernel did not write may reach JavaScript. */
+	if (h->value_buf_size > 0)
+		memset(value, 0, h->value_buf_size);
 	if (bpf_map_lookup_elem_flags(h->fd, key, value, flags) != 0) {
 		int err = errno;
 		if (err == ENOENT) {
@@ -208,7 +212,9 @@ static napi_value js_map_next_key(napi_env env, napi_callback_info info)
 	    (tdl_get_bytes(env, argv[1], &key, &klen, "key") != 0 || check_len(env, h, klen, h->key_size, "key") != 0))
 		return NULL;
 	if (napi_create_buffer(env, h->key_size, &next, &out) != napi_ok)
-		return NULL;
+		return tdl_throw_pending(env, "mapNextKey");
+	if (h->key_size > 0)
+		memset(next, 0, h->key_size);
 	if (bpf_map_get_next_key(h->fd, key, next) != 0) {
 		int err = errno;
 		if (err == ENOENT) {
@@ -292,11 +298,12 @@ static void batch_complete(napi_env env, napi_status status, void *data)
 		snprintf(op, sizeof(op), "%s %s (after %u of %u entries)", w->failed_op ? w->failed_op : "BPF_MAP_UPDATE_BATCH",
 			 w->name, w->done, w->count);
 		error = tdl_errno_error(env, op, w->err);
-		napi_create_uint32(env, w->done, &done);
-		napi_set_named_property(env, error, "processed", done);
-		napi_reject_deferred(env, w->deferred, error);
+		if (error != NULL && napi_create_uint32(env, w->done, &done) == napi_ok)
+			napi_set_named_property(env, error, "processed", done);
+		tdl_reject(env, w->deferred, error);
+	} else if (napi_create_object(env, &result) != napi_ok) {
+		tdl_reject(env, w->deferred, NULL);
 	} else {
-		napi_create_object(env, &result);
 		tdl_set_u32(env, result, "count", w->done);
 		tdl_set_bool(env, result, "batched", w->batched);
 		napi_resolve_deferred(env, w->deferred, result);
@@ -318,7 +325,7 @@ static void batch_complete(napi_env env, napi_status status, void *data)
 static napi_value js_map_update_batch(napi_env env, napi_callback_info info)
 {
 	size_t argc = 5, klen, vlen;
-	napi_value argv[5], promise, rname;
+	napi_value argv[5], promise;
 	struct tdl_bpf_handle *h;
 	struct batch_work *w;
 	void *keys, *values;
@@ -368,14 +375,28 @@ static napi_value js_map_update_batch(napi_env env, napi_callback_info info)
 		free(w);
 		return tdl_throw_errno(env, "BPF_MAP_UPDATE_BATCH", err);
 	}
-	memcpy(w->keys, keys, klen);
-	memcpy(w->values, values, vlen);
-	napi_create_reference(env, argv[0], 1, &w->handle_ref);
-	napi_create_promise(env, &w->deferred, &promise);
-	napi_create_string_utf8(env, "tendril:bpf-map-update-batch", NAPI_AUTO_LENGTH, &rname);
-	napi_create_async_work(env, NULL, rname, batch_execute, batch_complete, w, &w->work);
-	napi_queue_async_work(env, w->work);
+	/* An empty Uint8Array may have no data pointer at all. */
+	if (klen > 0)
+		memcpy(w->keys, keys, klen);
+	if (vlen > 0)
+		memcpy(w->values, values, vlen);
+	/* Without the reference batch_complete would write into a handle GC may have freed. */
+	if (napi_create_reference(env, argv[0], 1, &w->handle_ref) != napi_ok) {
+		tdl_throw_pending(env, "BPF_MAP_UPDATE_BATCH");
+		goto fail;
+	}
+	if (tdl_queue_work(env, "tendril:bpf-map-update-batch", batch_execute, batch_complete, w, &w->work,
+			   &w->deferred, &promise) != 0) {
+		napi_delete_reference(env, w->handle_ref);
+		goto fail;
+	}
 	return promise;
+fail:
+	close(w->fd);
+	free(w->keys);
+	free(w->values);
+	free(w);
+	return NULL;
 }
 
 /* ---- chunked dump (libuv pool) ---------------------------------------------- */
@@ -440,9 +461,10 @@ static void dump_complete(napi_env env, napi_status status, void *data)
 		w->err = ECANCELED;
 	if (w->err != 0) {
 		snprintf(op, sizeof(op), "%s %s", w->failed_op ? w->failed_op : "BPF_MAP_GET_NEXT_KEY", w->name);
-		napi_reject_deferred(env, w->deferred, tdl_errno_error(env, op, w->err));
+		tdl_reject(env, w->deferred, tdl_errno_error(env, op, w->err));
+	} else if (napi_create_object(env, &result) != napi_ok) {
+		tdl_reject(env, w->deferred, NULL);
 	} else {
-		napi_create_object(env, &result);
 		tdl_set_u32(env, result, "count", w->count);
 		tdl_set_bool(env, result, "more", w->more);
 		v = tdl_buffer_copy(env, w->keys, (size_t)w->count * w->key_size);
@@ -471,7 +493,7 @@ static void dump_complete(napi_env env, napi_status status, void *data)
 static napi_value js_map_dump(napi_env env, napi_callback_info info)
 {
 	size_t argc = 4, klen = 0;
-	napi_value argv[4], promise, rname;
+	napi_value argv[4], promise;
 	struct tdl_bpf_handle *h;
 	struct dump_work *w;
 	void *start = NULL;
@@ -487,8 +509,10 @@ static napi_value js_map_dump(napi_env env, napi_callback_info info)
 	    (tdl_get_bytes(env, argv[1], &start, &klen, "afterKey") != 0 ||
 	     check_len(env, h, klen, h->key_size, "key") != 0))
 		return NULL;
-	if (tdl_get_uint32(env, argv[2], &max, "max") != 0 || napi_get_value_bool(env, argv[3], &with_values) != napi_ok)
+	if (tdl_get_uint32(env, argv[2], &max, "max") != 0)
 		return NULL;
+	if (napi_get_value_bool(env, argv[3], &with_values) != napi_ok)
+		return tdl_throw_type(env, "withValues must be a boolean");
 	if (max == 0 || max > MAX_BATCH_ENTRIES || (uint64_t)max * h->key_size > MAX_BATCH_BYTES ||
 	    (uint64_t)max * h->value_buf_size > MAX_BATCH_BYTES) {
 		snprintf(msg, sizeof(msg), "dump chunk of %u entries for map %s is out of range", max, h->name);
@@ -518,12 +542,17 @@ static napi_value js_map_dump(napi_env env, napi_callback_info info)
 		free(w);
 		return tdl_throw_errno(env, "BPF_MAP_GET_NEXT_KEY", err);
 	}
-	if (start != NULL)
+	if (start != NULL && h->key_size > 0)
 		memcpy(w->start, start, h->key_size);
-	napi_create_promise(env, &w->deferred, &promise);
-	napi_create_string_utf8(env, "tendril:bpf-map-dump", NAPI_AUTO_LENGTH, &rname);
-	napi_create_async_work(env, NULL, rname, dump_execute, dump_complete, w, &w->work);
-	napi_queue_async_work(env, w->work);
+	if (tdl_queue_work(env, "tendril:bpf-map-dump", dump_execute, dump_complete, w, &w->work, &w->deferred,
+			   &promise) != 0) {
+		close(w->fd);
+		free(w->start);
+		free(w->keys);
+		free(w->values);
+		free(w);
+		return NULL;
+	}
 	return promise;
 }
 

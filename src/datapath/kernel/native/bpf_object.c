@@ -12,9 +12,11 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_OVERRIDES 256
@@ -139,6 +141,25 @@ static void load_execute(napi_env env, void *data)
 	int err;
 	(void)env;
 
+	/*
+	 * libbpf opens the file without O_NONBLOCK: a FIFO at the path would
+	 * hold this pool thread (one of libuv's four, shared with every netlink
+	 * request) until someone writes to it. Only a regular file goes on.
+	 */
+	struct stat st;
+	int probe = open(w->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (probe < 0) {
+		fail(w, errno, "bpf_object__open_file", w->path);
+		return;
+	}
+	err = fstat(probe, &st) != 0 ? errno : (S_ISREG(st.st_mode) ? 0 : EINVAL);
+	close(probe);
+	if (err != 0) {
+		fail(w, err, "bpf_object__open_file", w->path);
+		if (err == EINVAL)
+			w->log = strdup("not a regular file");
+		return;
+	}
 	tdl_log_begin();
 	if (w->has_pin_root)
 		opts.pin_root_path = w->pin_root;
@@ -235,7 +256,8 @@ static napi_value prog_object(napi_env env, struct loaded_prog *lp)
 		return NULL;
 	for (size_t i = 0; i < BPF_TAG_SIZE; i++)
 		snprintf(tag + 2 * i, 3, "%02x", lp->h.prog_tag[i]);
-	napi_create_object(env, &o);
+	if (napi_create_object(env, &o) != napi_ok)
+		return NULL;
 	napi_set_named_property(env, o, "handle", handle);
 	tdl_set_str(env, o, "name", lp->name);
 	tdl_set_str(env, o, "section", lp->section);
@@ -254,7 +276,8 @@ static napi_value map_object(napi_env env, struct loaded_map *lm)
 	lm->h.fd = -1;
 	if (handle == NULL)
 		return NULL;
-	napi_create_object(env, &o);
+	if (napi_create_object(env, &o) != napi_ok)
+		return NULL;
 	napi_set_named_property(env, o, "handle", handle);
 	tdl_set_str(env, o, "name", lm->name);
 	if (lm->pinned && lm->pin_path[0] != '\0')
@@ -275,27 +298,35 @@ static void load_complete(napi_env env, napi_status status, void *data)
 	if (status != napi_ok && w->err == 0)
 		fail(w, ECANCELED, "bpf_object__load", base_name(w->path));
 	if (w->err != 0) {
-		napi_reject_deferred(env, w->deferred, tdl_bpf_error(env, w->op, w->err, w->log));
+		tdl_reject(env, w->deferred, tdl_bpf_error(env, w->op, w->err, w->log));
 		goto done;
 	}
-	napi_create_object(env, &result);
-	napi_create_array_with_length(env, w->n_progs, &progs);
-	napi_create_array_with_length(env, w->n_maps, &maps);
+	if (napi_create_object(env, &result) != napi_ok || napi_create_array_with_length(env, w->n_progs, &progs) != napi_ok ||
+	    napi_create_array_with_length(env, w->n_maps, &maps) != napi_ok)
+		goto failed;
+	/*
+	 * A handle that cannot be wrapped leaves an exception pending: stop
+	 * there and reject with it. Handles wrapped so far are closed by their
+	 * finalizers, the rest by free_results.
+	 */
 	for (size_t i = 0; i < w->n_progs; i++) {
 		v = prog_object(env, &w->progs[i]);
-		if (v != NULL)
-			napi_set_element(env, progs, (uint32_t)i, v);
+		if (v == NULL || napi_set_element(env, progs, (uint32_t)i, v) != napi_ok)
+			goto failed;
 	}
 	for (size_t i = 0; i < w->n_maps; i++) {
 		v = map_object(env, &w->maps[i]);
-		if (v != NULL)
-			napi_set_element(env, maps, (uint32_t)i, v);
+		if (v == NULL || napi_set_element(env, maps, (uint32_t)i, v) != napi_ok)
+			goto failed;
 	}
 	napi_set_named_property(env, result, "programs", progs);
 	napi_set_named_property(env, result, "maps", maps);
 	if (w->log != NULL)
 		tdl_set_str(env, result, "log", w->log);
 	napi_resolve_deferred(env, w->deferred, result);
+	goto done;
+failed:
+	tdl_reject(env, w->deferred, NULL);
 done:
 	napi_delete_async_work(env, w->work);
 	free_results(w);
@@ -326,10 +357,26 @@ static int read_overrides(napi_env env, napi_value opts, struct load_work *w)
 		return -1;
 	}
 	for (uint32_t i = 0; i < n; i++) {
-		if (napi_get_element(env, arr, i, &pair) != napi_ok || napi_get_element(env, pair, 0, &v) != napi_ok ||
-		    tdl_get_string(env, v, w->overrides[i].name, sizeof(w->overrides[i].name), "map name") != 0 ||
-		    napi_get_element(env, pair, 1, &v) != napi_ok ||
-		    tdl_get_uint32(env, v, &w->overrides[i].max_entries, "maxEntries") != 0)
+		bool pair_ok = false;
+		if (napi_get_element(env, arr, i, &pair) != napi_ok || napi_is_array(env, pair, &pair_ok) != napi_ok) {
+			tdl_throw_pending(env, "maxEntries");
+			return -1;
+		}
+		if (!pair_ok) {
+			tdl_throw_type(env, "maxEntries must be an array of [name, maxEntries] pairs");
+			return -1;
+		}
+		if (napi_get_element(env, pair, 0, &v) != napi_ok) {
+			tdl_throw_pending(env, "maxEntries");
+			return -1;
+		}
+		if (tdl_get_string(env, v, w->overrides[i].name, sizeof(w->overrides[i].name), "map name") != 0)
+			return -1;
+		if (napi_get_element(env, pair, 1, &v) != napi_ok) {
+			tdl_throw_pending(env, "maxEntries");
+			return -1;
+		}
+		if (tdl_get_uint32(env, v, &w->overrides[i].max_entries, "maxEntries") != 0)
 			return -1;
 	}
 	w->n_overrides = n;
@@ -344,7 +391,7 @@ static int read_overrides(napi_env env, napi_value opts, struct load_work *w)
 static napi_value js_object_load(napi_env env, napi_callback_info info)
 {
 	size_t argc = 2;
-	napi_value argv[2], promise, rname, v;
+	napi_value argv[2], promise, v;
 	struct load_work *w;
 
 	napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
@@ -364,10 +411,9 @@ static napi_value js_object_load(napi_env env, napi_callback_info info)
 		if (read_overrides(env, argv[1], w) != 0)
 			goto bad;
 	}
-	napi_create_promise(env, &w->deferred, &promise);
-	napi_create_string_utf8(env, "tendril:bpf-object-load", NAPI_AUTO_LENGTH, &rname);
-	napi_create_async_work(env, NULL, rname, load_execute, load_complete, w, &w->work);
-	napi_queue_async_work(env, w->work);
+	if (tdl_queue_work(env, "tendril:bpf-object-load", load_execute, load_complete, w, &w->work, &w->deferred,
+			   &promise) != 0)
+		goto bad;
 	return promise;
 bad:
 	free(w->overrides);

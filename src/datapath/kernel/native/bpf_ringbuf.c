@@ -53,7 +53,13 @@ struct rb_reader {
 	uint32_t max_record;
 	char name[BPF_OBJ_NAME_LEN];
 	struct rb_batch *batch; /* filled by the thread */
-	bool stop_requested;
+	bool stop_requested; /* main thread only */
+	/*
+	 * Set with the eventfd write: the thread reads it between batches, so a
+	 * ring that never drains (a producer faster than JavaScript) still
+	 * cannot keep it from seeing stop().
+	 */
+	atomic_bool stopping;
 	napi_deferred stopped; /* settled once the thread is gone */
 	_Atomic uint64_t records, batches, oversized;
 };
@@ -101,26 +107,35 @@ static int on_sample(void *ctx, void *data, size_t len)
 	return (b->count == BATCH_RECORDS || b->bytes >= BATCH_BYTES) ? BATCH_FULL : 0;
 }
 
-/* Hands the current batch to JavaScript; false when JS no longer listens. */
-static bool deliver(struct rb_reader *r)
+/*
+ * Hands the current batch to JavaScript. Returns 0, -1 when JavaScript no
+ * longer listens (the thread-safe function is closing), or ENOMEM.
+ */
+static int deliver(struct rb_reader *r)
 {
 	struct rb_message *msg;
+	struct rb_batch *next;
 
 	if (r->batch->count == 0)
-		return true;
+		return 0;
 	msg = malloc(sizeof(*msg));
-	if (msg == NULL)
-		return false;
+	next = batch_new(r->max_record);
+	if (msg == NULL || next == NULL) {
+		/* The records stay in this batch; the thread stops and says why. */
+		free(msg);
+		free(next);
+		return ENOMEM;
+	}
 	msg->batch = r->batch;
 	msg->err = 0;
-	r->batch = batch_new(r->max_record);
+	r->batch = next;
 	if (napi_call_threadsafe_function(r->tsfn, msg, napi_tsfn_blocking) != napi_ok) {
 		free(msg->batch);
 		free(msg);
-		return false;
+		return -1;
 	}
 	atomic_fetch_add(&r->batches, 1);
-	return r->batch != NULL;
+	return 0;
 }
 
 static void report_error(struct rb_reader *r, int err)
@@ -141,7 +156,7 @@ static void *reader_thread(void *arg)
 	int err = 0;
 
 	for (;;) {
-		int n = epoll_wait(r->epoll_fd, events, 2, -1), c;
+		int n = epoll_wait(r->epoll_fd, events, 2, -1), c, d;
 		bool stop = false;
 		if (n < 0) {
 			if (errno == EINTR)
@@ -156,7 +171,10 @@ static void *reader_thread(void *arg)
 			break;
 		do {
 			c = ring_buffer__consume(r->rb);
-			if (!deliver(r)) {
+			d = deliver(r);
+			if (d != 0 || atomic_load(&r->stopping)) {
+				if (d > 0)
+					err = d;
 				c = 0;
 				stop = true;
 			}
@@ -193,20 +211,30 @@ static void call_js(napi_env env, napi_value js_cb, void *context, void *data)
 	if (msg->batch != NULL) {
 		struct rb_batch *b = msg->batch;
 		size_t off = 0;
-		napi_create_array_with_length(env, b->count, &arr);
-		for (uint32_t i = 0; i < b->count; i++) {
+		bool ok = napi_create_array_with_length(env, b->count, &arr) == napi_ok;
+		for (uint32_t i = 0; ok && i < b->count; i++) {
 			napi_value buf = tdl_buffer_copy(env, b->data + off, b->lens[i]);
 			off += b->lens[i];
-			if (buf != NULL)
-				napi_set_element(env, arr, i, buf);
+			ok = buf != NULL && napi_set_element(env, arr, i, buf) == napi_ok;
 		}
-		argv[0] = arr;
 		free(b);
-	} else {
+		if (ok) {
+			argv[0] = arr;
+		} else {
+			/* Never a batch with holes: the listener hears that records were lost. */
+			bool pending = false;
+			if (napi_is_exception_pending(env, &pending) == napi_ok && pending)
+				napi_get_and_clear_last_exception(env, &arr);
+			msg->err = ENOMEM;
+		}
+	}
+	if (msg->batch == NULL || msg->err != 0) {
 		char op[64];
 		snprintf(op, sizeof(op), "ring_buffer__consume %s", r->name);
 		napi_get_null(env, &argv[0]);
 		argv[1] = tdl_errno_error(env, op, msg->err);
+		if (argv[1] == NULL)
+			argv[1] = undefined;
 	}
 	free(msg);
 	/* An exception here is the listener's; N-API reports it as uncaught. */
@@ -219,6 +247,7 @@ static void request_stop(struct rb_reader *r)
 	if (r->stop_requested)
 		return;
 	r->stop_requested = true;
+	atomic_store(&r->stopping, true);
 	if (write(r->stop_fd, &one, sizeof(one)) != (ssize_t)sizeof(one))
 		abort(); /* an eventfd write of 1 cannot fail short of a bug */
 }
@@ -273,12 +302,14 @@ static struct rb_reader *unwrap_reader(napi_env env, napi_value v)
 /*
  * ringbufOpen(map, onRecords, {maxRecordSize?}) → reader. onRecords(records,
  * error) gets arrays of Buffers, or (null, error) once when the thread stops
- * on a failure.
+ * on a failure, and when a batch could not be made into Buffers (ENOMEM:
+ * those records are lost).
  */
 static napi_value js_ringbuf_open(napi_env env, napi_callback_info info)
 {
 	size_t argc = 3;
 	napi_value argv[3], rname, ext;
+	napi_valuetype cb_type;
 	struct tdl_bpf_handle *map;
 	struct rb_reader *r;
 	struct epoll_event ev;
@@ -303,12 +334,17 @@ static napi_value js_ringbuf_open(napi_env env, napi_callback_info info)
 	r->map_fd = r->stop_fd = r->epoll_fd = -1;
 	r->max_record = max_record;
 	memcpy(r->name, map->name, sizeof(r->name));
+	atomic_init(&r->stopping, false);
+	/* Each errno is taken right after its call: a later success may overwrite it. */
 	r->batch = batch_new(max_record);
-	r->map_fd = dup(map->fd);
-	r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	r->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-	if (r->batch == NULL || r->map_fd < 0 || r->stop_fd < 0 || r->epoll_fd < 0) {
-		err = r->batch == NULL ? ENOMEM : errno;
+	err = r->batch == NULL ? ENOMEM : 0;
+	if (err == 0 && (r->map_fd = dup(map->fd)) < 0)
+		err = errno;
+	if (err == 0 && (r->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		err = errno;
+	if (err == 0 && (r->epoll_fd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+		err = errno;
+	if (err != 0) {
 		reader_unref(r);
 		return tdl_throw_errno(env, op, err);
 	}
@@ -339,11 +375,15 @@ static napi_value js_ringbuf_open(napi_env env, napi_callback_info info)
 		return tdl_throw_errno(env, "epoll_ctl eventfd", err);
 	}
 
-	napi_create_string_utf8(env, "tendril:bpf-ringbuf", NAPI_AUTO_LENGTH, &rname);
-	if (napi_create_threadsafe_function(env, argv[1], NULL, rname, QUEUE_BATCHES, 1, r, tsfn_finalize, r, call_js,
-					    &r->tsfn) != napi_ok) {
+	if (napi_typeof(env, argv[1], &cb_type) != napi_ok || cb_type != napi_function) {
 		reader_unref(r);
 		return tdl_throw_type(env, "onRecords must be a function");
+	}
+	if (napi_create_string_utf8(env, "tendril:bpf-ringbuf", NAPI_AUTO_LENGTH, &rname) != napi_ok ||
+	    napi_create_threadsafe_function(env, argv[1], NULL, rname, QUEUE_BATCHES, 1, r, tsfn_finalize, r, call_js,
+					    &r->tsfn) != napi_ok) {
+		reader_unref(r);
+		return tdl_throw_pending(env, "napi_create_threadsafe_function ring buffer reader");
 	}
 	r->tsfn_alive = true;
 	r->refs++; /* the thread-safe function's, dropped in tsfn_finalize */
@@ -355,11 +395,19 @@ static napi_value js_ringbuf_open(napi_env env, napi_callback_info info)
 		return tdl_throw_errno(env, "pthread_create ring buffer reader", err);
 	}
 	r->thread_started = true;
-	if (napi_create_external(env, r, external_finalize, NULL, &ext) != napi_ok ||
-	    napi_type_tag_object(env, ext, &reader_tag) != napi_ok) {
+	if (napi_create_external(env, r, external_finalize, NULL, &ext) != napi_ok) {
+		/* No external: drop its share here; the thread's goes in tsfn_finalize. */
 		request_stop(r);
 		reader_unref(r);
-		return NULL;
+		return tdl_throw_pending(env, "ring buffer reader");
+	}
+	/*
+	 * From here the external owns its share: external_finalize stops the
+	 * thread and drops it, so this path must not drop it a second time.
+	 */
+	if (napi_type_tag_object(env, ext, &reader_tag) != napi_ok) {
+		request_stop(r);
+		return tdl_throw_pending(env, "ring buffer reader");
 	}
 	return ext;
 }
@@ -375,17 +423,23 @@ static napi_value js_ringbuf_stop(napi_env env, napi_callback_info info)
 	r = unwrap_reader(env, argv[0]);
 	if (r == NULL)
 		return NULL;
-	if (r->stopped != NULL || r->stop_requested) {
+	if (r->stopped != NULL) {
 		napi_throw_error(env, "ERR_BPF_RINGBUF_STOPPING", "ring buffer reader is already stopping");
 		return NULL;
 	}
-	napi_create_promise(env, &r->stopped, &promise);
+	if (napi_create_promise(env, &r->stopped, &promise) != napi_ok) {
+		r->stopped = NULL;
+		return tdl_throw_pending(env, "ringbufStop");
+	}
+	/*
+	 * A thread that stopped by itself (a failure it reported) has already
+	 * asked itself to stop: what matters is whether it is gone yet.
+	 */
 	if (!r->tsfn_alive) {
 		napi_value undefined;
 		napi_get_undefined(env, &undefined);
 		napi_resolve_deferred(env, r->stopped, undefined);
 		r->stopped = NULL;
-		r->stop_requested = true;
 		return promise;
 	}
 	request_stop(r);
@@ -403,13 +457,14 @@ static napi_value js_ringbuf_stats(napi_env env, napi_callback_info info)
 	r = unwrap_reader(env, argv[0]);
 	if (r == NULL)
 		return NULL;
-	napi_create_object(env, &out);
-	napi_create_double(env, (double)atomic_load(&r->records), &v);
-	napi_set_named_property(env, out, "records", v);
-	napi_create_double(env, (double)atomic_load(&r->batches), &v);
-	napi_set_named_property(env, out, "batches", v);
-	napi_create_double(env, (double)atomic_load(&r->oversized), &v);
-	napi_set_named_property(env, out, "oversized", v);
+	if (napi_create_object(env, &out) != napi_ok)
+		return tdl_throw_pending(env, "ringbufStats");
+	if (napi_create_double(env, (double)atomic_load(&r->records), &v) == napi_ok)
+		napi_set_named_property(env, out, "records", v);
+	if (napi_create_double(env, (double)atomic_load(&r->batches), &v) == napi_ok)
+		napi_set_named_property(env, out, "batches", v);
+	if (napi_create_double(env, (double)atomic_load(&r->oversized), &v) == napi_ok)
+		napi_set_named_property(env, out, "oversized", v);
 	return out;
 }
 

@@ -13,7 +13,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/netlink.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,13 @@ struct nl_handle {
 	int fd;
 	bool busy;
 };
+
+/*
+ * Tags the externals netlinkOpen hands out: an external from another part of
+ * the addon (a bpf handle, a ring buffer reader) is refused instead of being
+ * read as an nl_handle, whose `fd` would then be some other field's value.
+ */
+static const napi_type_tag nl_handle_tag = { 0x74646c6e6c736f63ULL, 0x2b7e151628aed2a6ULL };
 
 static void handle_finalize(napi_env env, void *data, void *hint)
 {
@@ -131,10 +140,19 @@ static void open_execute(napi_env env, void *data)
 			close(target);
 			return;
 		}
+		/*
+		 * While this thread is in the other namespace nothing but socket()
+		 * may run on it, a signal handler included: signals wait until it
+		 * is back (a process signal goes to another thread meanwhile).
+		 */
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
 		/* setns() checks that the file is a network namespace (EINVAL otherwise). */
 		if (setns(target, CLONE_NEWNET) < 0) {
 			w->err = errno;
 			w->failed = "setns";
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
 			close(self);
 			close(target);
 			return;
@@ -147,6 +165,7 @@ static void open_execute(napi_env env, void *data)
 		 */
 		if (setns(self, CLONE_NEWNET) < 0)
 			abort();
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		close(self);
 		close(target);
 		if (fd < 0) {
@@ -162,23 +181,49 @@ static void open_execute(napi_env env, void *data)
 	w->fd = fd;
 }
 
+/* Rejects with the pending exception, or with an errno error when there is none. */
+static void reject(napi_env env, napi_deferred deferred, const char *op, int err)
+{
+	bool pending = false;
+
+	if (napi_is_exception_pending(env, &pending) == napi_ok && pending)
+		tdl_reject(env, deferred, NULL);
+	else
+		tdl_reject(env, deferred, tdl_errno_error(env, op, err));
+}
+
 static void open_complete(napi_env env, napi_status status, void *data)
 {
 	struct open_work *w = data;
 	napi_value result;
 
+	if (status != napi_ok && w->err == 0) {
+		/* Cancelled: the work never ran (w->fd is still -1), or ran and is dropped. */
+		if (w->fd >= 0)
+			close(w->fd);
+		w->fd = -1;
+		w->err = ECANCELED;
+		w->failed = "netlinkOpen";
+	}
 	if (w->err != 0) {
-		napi_reject_deferred(env, w->deferred, tdl_errno_error(env, w->failed, w->err));
+		reject(env, w->deferred, w->failed, w->err);
 	} else {
 		struct nl_handle *h = malloc(sizeof(*h));
-		if (h == NULL || napi_create_external(env, h, handle_finalize, NULL, &result) != napi_ok) {
+		if (h == NULL) {
 			close(w->fd);
-			free(h);
-			napi_reject_deferred(env, w->deferred, tdl_errno_error(env, "netlink handle", ENOMEM));
+			reject(env, w->deferred, "netlink handle", ENOMEM);
 		} else {
 			h->fd = w->fd;
 			h->busy = false;
-			napi_resolve_deferred(env, w->deferred, result);
+			if (napi_create_external(env, h, handle_finalize, NULL, &result) != napi_ok) {
+				handle_finalize(env, h, NULL);
+				reject(env, w->deferred, "netlink handle", ENOMEM);
+			} else if (napi_type_tag_object(env, result, &nl_handle_tag) != napi_ok) {
+				/* The external owns h and closes the fd when collected. */
+				reject(env, w->deferred, "netlink handle", ENOMEM);
+			} else {
+				napi_resolve_deferred(env, w->deferred, result);
+			}
 		}
 	}
 	napi_delete_async_work(env, w->work);
@@ -189,16 +234,18 @@ static void open_complete(napi_env env, napi_status status, void *data)
 static napi_value js_open(napi_env env, napi_callback_info info)
 {
 	size_t argc = 3;
-	napi_value argv[3], promise, name;
+	napi_value argv[3], promise;
 	napi_valuetype t;
 	struct open_work *w;
 
 	if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc != 3)
 		return tdl_throw_type(env, "netlinkOpen(netnsPath, protocol, timeoutMs)");
+	if (napi_typeof(env, argv[0], &t) != napi_ok)
+		return tdl_throw_pending(env, "netlinkOpen");
 	w = calloc(1, sizeof(*w));
 	if (w == NULL)
 		return tdl_throw_errno(env, "netlinkOpen", ENOMEM);
-	napi_typeof(env, argv[0], &t);
+	w->fd = -1;
 	if (t != napi_null) {
 		if (tdl_get_string(env, argv[0], w->path, sizeof(w->path), "netnsPath") < 0)
 			goto fail;
@@ -215,14 +262,9 @@ static napi_value js_open(napi_env env, napi_callback_info info)
 		tdl_throw_type(env, "protocol must be 0..31 and timeoutMs 1..600000");
 		goto fail;
 	}
-	napi_create_string_utf8(env, "tendril.netlinkOpen", NAPI_AUTO_LENGTH, &name);
-	if (napi_create_promise(env, &w->deferred, &promise) != napi_ok ||
-	    napi_create_async_work(env, NULL, name, open_execute, open_complete, w, &w->work) != napi_ok)
+	if (tdl_queue_work(env, "tendril.netlinkOpen", open_execute, open_complete, w, &w->work, &w->deferred,
+			   &promise) != 0)
 		goto fail;
-	if (napi_queue_async_work(env, w->work) != napi_ok) {
-		napi_delete_async_work(env, w->work);
-		goto fail;
-	}
 	return promise;
 fail:
 	free(w);
@@ -388,10 +430,14 @@ static void request_complete(napi_env env, napi_status status, void *data)
 	void *copy;
 
 	w->handle->busy = false;
+	if (status != napi_ok && w->err == 0) {
+		w->err = ECANCELED;
+		w->failed = "netlinkRequest";
+	}
 	if (w->err != 0) {
-		napi_reject_deferred(env, w->deferred, tdl_errno_error(env, w->failed, w->err));
+		reject(env, w->deferred, w->failed, w->err);
 	} else if (napi_create_buffer_copy(env, w->reply_len, w->reply_len > 0 ? w->reply : (const void *)"", &copy, &result) != napi_ok) {
-		napi_reject_deferred(env, w->deferred, tdl_errno_error(env, "netlink reply buffer", ENOMEM));
+		reject(env, w->deferred, "netlink reply buffer", ENOMEM);
 	} else {
 		napi_resolve_deferred(env, w->deferred, result);
 	}
@@ -405,10 +451,12 @@ static void request_complete(napi_env env, napi_status status, void *data)
 static int get_handle(napi_env env, napi_value v, struct nl_handle **out)
 {
 	napi_valuetype t;
+	bool tagged = false;
 	void *data = NULL;
 
-	napi_typeof(env, v, &t);
-	if (t != napi_external || napi_get_value_external(env, v, &data) != napi_ok || data == NULL) {
+	if (napi_typeof(env, v, &t) != napi_ok || t != napi_external ||
+	    napi_check_object_type_tag(env, v, &nl_handle_tag, &tagged) != napi_ok || !tagged ||
+	    napi_get_value_external(env, v, &data) != napi_ok || data == NULL) {
 		tdl_throw_type(env, "handle must be a netlink handle from netlinkOpen");
 		return -1;
 	}
@@ -425,7 +473,7 @@ static int get_handle(napi_env env, napi_value v, struct nl_handle **out)
 static napi_value js_request(napi_env env, napi_callback_info info)
 {
 	size_t argc = 4, len = 0;
-	napi_value argv[4], promise, name;
+	napi_value argv[4], promise;
 	struct nl_handle *h;
 	void *bytes = NULL;
 	uint32_t first, last;
@@ -459,17 +507,17 @@ static napi_value js_request(napi_env env, napi_callback_info info)
 	w->first_seq = first;
 	w->last_seq = last;
 	w->handle = h;
+	/*
+	 * Not a dup: `busy` makes close() refuse while this runs, and handle_ref
+	 * keeps the external (whose finalizer closes the fd) alive until then.
+	 */
 	w->fd = h->fd;
-	napi_create_string_utf8(env, "tendril.netlinkRequest", NAPI_AUTO_LENGTH, &name);
-	if (napi_create_reference(env, argv[0], 1, &w->handle_ref) != napi_ok)
-		goto fail;
-	if (napi_create_promise(env, &w->deferred, &promise) != napi_ok ||
-	    napi_create_async_work(env, NULL, name, request_execute, request_complete, w, &w->work) != napi_ok) {
-		napi_delete_reference(env, w->handle_ref);
+	if (napi_create_reference(env, argv[0], 1, &w->handle_ref) != napi_ok) {
+		tdl_throw_pending(env, "netlinkRequest");
 		goto fail;
 	}
-	if (napi_queue_async_work(env, w->work) != napi_ok) {
-		napi_delete_async_work(env, w->work);
+	if (tdl_queue_work(env, "tendril.netlinkRequest", request_execute, request_complete, w, &w->work, &w->deferred,
+			   &promise) != 0) {
 		napi_delete_reference(env, w->handle_ref);
 		goto fail;
 	}
@@ -478,7 +526,7 @@ static napi_value js_request(napi_env env, napi_callback_info info)
 fail:
 	free(w->request);
 	free(w);
-	return tdl_throw_errno(env, "netlinkRequest", ENOMEM);
+	return NULL;
 }
 
 /* ---- close ------------------------------------------------------------ */

@@ -120,7 +120,7 @@ async function addStepTimings(client: Awaited<ReturnType<typeof startBenchAgent>
   for (let i = 0; i < pods; i++) {
     const req = { containerId: `${netnsPrefix}-api-${i}`, netns: `/var/run/netns/${netnsPrefix}${i}`, ifName: 'eth0', args: '', path: PLUGINS, config };
     await client.cni({ command: 'ADD', ...req });
-    const ep = await client.getEndpoint<{ creationTimings?: Record<string, number> }>(`container-id:${req.containerId}`);
+    const ep = await client.getEndpoint(`container-id:${req.containerId}`);
     if (!ep.creationTimings) throw new Error('the agent reported no creation timings for the endpoint');
     for (const [step, ms] of Object.entries(ep.creationTimings)) (steps[step] ??= []).push(ms);
     await client.cni({ command: 'DEL', ...req });

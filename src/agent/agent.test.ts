@@ -96,7 +96,7 @@ describe('CNI ADD, CHECK, DEL', () => {
     const ip = result!.ips![0]!.address;
     assert.match(ip, /^10\.88\.0\.\d+\/32$/);
     assert.equal(result!.ips![0]!.gateway, '10.88.0.1');
-    const ep = await client.getEndpoint<EndpointStatus>('container-id:tdl-a');
+    const ep = await client.getEndpoint('container-id:tdl-a');
     assert.equal(ep.state, 'ready');
     assert.equal(ep.policyRevision, ep.desiredPolicyRevision);
     assert.equal(datapath.endpointState(ep.id)?.identity, ep.identity);
@@ -180,14 +180,14 @@ describe('the API', () => {
   test('PUT /policy regenerates the selected endpoint; GET /endpoint/{id} shows the revision realized', async () => {
     await cni('ADD', 'tdl-web', newPod(), 'app=web');
     await cni('ADD', 'tdl-db', newPod(), 'app=db');
-    const db = await client.getEndpoint<EndpointStatus>('container-id:tdl-db');
+    const db = await client.getEndpoint('container-id:tdl-db');
     const r = await client.request<{ revision: number; regenerated: number[] }>('PUT', '/policy', { text: POLICY });
     assert.deepEqual(r.regenerated, [db.id]);
     const deadline = Date.now() + 5000;
     let now = db;
     while (now.policyRevision !== r.revision && Date.now() < deadline) {
       await new Promise((res) => setTimeout(res, 10));
-      now = await client.getEndpoint<EndpointStatus>(String(db.id));
+      now = await client.getEndpoint(String(db.id));
     }
     assert.equal(now.policyRevision, r.revision);
     assert.equal(now.desiredPolicyRevision, r.revision);
@@ -198,7 +198,7 @@ describe('the API', () => {
 
   test('PATCH /endpoint/{id}/labels gives a new identity and answers once it is regenerated', async () => {
     await cni('ADD', 'tdl-a', newPod(), 'app=one');
-    const before = await client.getEndpoint<EndpointStatus>('container-id:tdl-a');
+    const before = await client.getEndpoint('container-id:tdl-a');
     const after = await client.request<EndpointStatus>('PATCH', `/endpoint/${before.id}/labels`, { add: ['app=two'], delete: ['app'] });
     assert.notEqual(after.identity, before.identity);
     assert.ok(after.labels.includes('k8s:app=two'));
@@ -208,7 +208,7 @@ describe('the API', () => {
 
   test('DELETE /endpoint/{id} removes the endpoint and releases its addresses', async () => {
     await cni('ADD', 'tdl-a', newPod());
-    const ep = await client.getEndpoint<EndpointStatus>('container-id:tdl-a');
+    const ep = await client.getEndpoint('container-id:tdl-a');
     await client.request('DELETE', `/endpoint/${ep.id}`);
     await assertClean();
   });

@@ -3,7 +3,7 @@ import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { listQueuedDeletions, removeQueuedDeletion } from '../api/deletionQueue.js';
 import { AgentError } from '../api/errors.js';
-import type { CniRequest, Health } from '../api/types.js';
+import type { AgentConfigView, CniRequest, ConfigPatch, Health } from '../api/types.js';
 import { LinuxDatapath } from '../datapath/linux/linuxDatapath.js';
 import type { Datapath } from '../datapath/types.js';
 import { type Endpoint, EndpointManager, EndpointStore, PolicyRevisions } from '../endpoint/index.js';
@@ -259,13 +259,13 @@ export class Agent {
     };
   }
 
-  private publicConfig(): Record<string, unknown> {
+  private publicConfig(): AgentConfigView {
     const { kvstoreOpts, ...rest } = this.config;
     // Credentials passed as kvstore options are not for API readers.
-    return { ...rest, kvstoreOpts: Object.fromEntries(Object.keys(kvstoreOpts).map((k) => [k, /pass|key|token/i.test(k) ? '***' : kvstoreOpts[k]])) };
+    return { ...rest, kvstoreOpts: Object.fromEntries(Object.entries(kvstoreOpts).map(([k, v]) => [k, /pass|key|token/i.test(k) ? '***' : v])) };
   }
 
-  private patchConfig(patch: Record<string, unknown>): Record<string, unknown> {
+  private patchConfig(patch: ConfigPatch): AgentConfigView {
     if (typeof patch.logLevel === 'string') {
       this.log.level = patch.logLevel;
       (this.config as { logLevel: string }).logLevel = patch.logLevel;

@@ -1,5 +1,5 @@
 import { AgentError, agentCodeForCni } from '../api/errors.js';
-import { type CniRequest, type CniResponse, SUPPORTED_CNI_VERSIONS } from '../api/types.js';
+import { type CniRequest, type CniResponse, type EndpointAdoptionBody, SUPPORTED_CNI_VERSIONS } from '../api/types.js';
 import {
   type CniArgs,
   CniError,
@@ -39,18 +39,8 @@ import type { AgentConfig } from './config.js';
 import { endpointLabels, labelTextsFromCni, podRefFromArgs } from './endpointLabels.js';
 import type { IpamProvider } from './ipamProvider.js';
 
-/** PUT /endpoint/{id}: a pod set up by someone else, to be made an endpoint. */
-export interface EndpointAdoption {
-  id?: number;
-  containerId: string;
-  ifName: string;
-  netns: string;
-  hostIfName: string;
-  addresses: string[];
-  labels?: string[];
-  podNamespace?: string;
-  podName?: string;
-}
+/** PUT /endpoint/{id}: a pod set up by someone else, to be made an endpoint (the body, and the ID when the path gave a number). */
+export type EndpointAdoption = EndpointAdoptionBody & { id?: number };
 
 /** A CNI call after validation at the API boundary. */
 interface ParsedCall {

@@ -1,5 +1,6 @@
 import { CniErrorCode } from '../cni/errors.js';
 import { CodedError, type CodedErrorJson } from '../errors/codedError.js';
+import type { ErrorResponse } from './types.js';
 
 /**
  * One table of agent error codes: each has a stable name, the HTTP status the
@@ -22,13 +23,8 @@ export const AGENT_ERRORS = {
 } as const;
 export type AgentErrorCode = keyof typeof AGENT_ERRORS;
 
-/** The JSON body of every non-2xx answer. */
-export interface ErrorResponse {
-  code: AgentErrorCode;
-  message: string;
-  details?: string;
-  cniCode: number;
-}
+/** The JSON body of every non-2xx answer (api/openapi.yaml's ErrorResponse, whose code enum lists AGENT_ERRORS). */
+export type { ErrorResponse };
 
 export class AgentError extends CodedError<AgentErrorCode> {
   constructor(

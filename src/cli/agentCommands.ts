@@ -5,27 +5,14 @@ import { registerEndpointPolicyCommand } from './policyCommands.js';
 
 /** Commands that talk to the local agent: status, endpoints, IPAM. */
 
-interface EndpointView {
-  id: number;
-  containerId: string;
-  ifName: string;
-  podNamespace?: string;
-  podName?: string;
-  labels: string[];
-  addresses: Array<{ ip: string }>;
-  hostIfName: string;
-  state: string;
-  identity?: number;
-}
-
 export function registerAgentCommands(program: Command): void {
   withAgentOpts(program.command('status').description('agent health, kvstore, IPAM usage and endpoint count')).action(async (opts: AgentOpts) => {
     const h = await call(() => client(opts).health());
     output(opts, h, () =>
       table([
-        ['Agent', `${h.status} (node ${h.nodeName ?? '?'}, up ${h.uptimeSeconds ?? 0}s)`],
+        ['Agent', `${h.status} (node ${h.nodeName}, up ${h.uptimeSeconds}s)`],
         ['KVStore', `${h.kvstore.backend} ${h.kvstore.connected ? 'connected' : 'DISCONNECTED'} at revision ${h.kvstore.revision}${h.kvstore.detail ? ` (${h.kvstore.detail})` : ''}`],
-        ['IPAM', h.ipam ? `${h.ipam.mode}, ${h.ipam.allocated} addresses allocated` : '-'],
+        ['IPAM', `${h.ipam.mode}, ${h.ipam.allocated} addresses allocated`],
         ['Endpoints', String(h.endpoints)],
       ]),
     );
@@ -36,7 +23,7 @@ export function registerAgentCommands(program: Command): void {
   registerEndpointLabelCommand(endpoint);
   registerEndpointPolicyCommand(endpoint);
   withAgentOpts(endpoint.command('list').description('list endpoints')).action(async (opts: AgentOpts) => {
-    const eps = await call(() => client(opts).listEndpoints<EndpointView[]>());
+    const eps = await call(() => client(opts).listEndpoints());
     output(opts, eps, () =>
       table([
         ['ENDPOINT', 'STATE', 'IDENTITY', 'CONTAINER', 'IFACE', 'POD', 'IPS', 'HOST IF', 'LABELS'],
@@ -74,39 +61,24 @@ export function registerAgentCommands(program: Command): void {
   });
 }
 
-interface IdentityView {
-  id: number;
-  labels: string[];
-  scope?: string;
-  references?: number;
-}
-
-interface IpcacheView {
-  prefix: string;
-  identity: number;
-  hostIP?: string;
-  source: string;
-  owner?: string;
-}
-
 const repeatable = (v: string, prev: string[] = []) => [...prev, v];
 
 /** Identity, ipcache and endpoint-label commands. */
 export function registerIdentityCommands(program: Command): void {
   const identity = program.command('identity').description('security identities');
   withAgentOpts(identity.command('list').description('reserved identities and those this node holds')).action(async (opts: AgentOpts) => {
-    const ids = await call(() => client(opts).request<IdentityView[]>('GET', '/identity'));
-    output(opts, ids, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], ...ids.map((i) => [String(i.id), i.scope ?? '', String(i.references ?? ''), i.labels.join(' ')])]));
+    const ids = await call(() => client(opts).listIdentities());
+    output(opts, ids, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], ...ids.map((i) => [String(i.id), i.scope, String(i.references ?? ''), i.labels.join(' ')])]));
   });
   withAgentOpts(identity.command('get <id>').description('one identity')).action(async (id: string, opts: AgentOpts) => {
-    const i = await call(() => client(opts).request<IdentityView>('GET', `/identity/${encodeURIComponent(id)}`));
-    output(opts, i, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], [String(i.id), i.scope ?? '', String(i.references ?? ''), i.labels.join(' ')]]));
+    const i = await call(() => client(opts).getIdentity(id));
+    output(opts, i, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], [String(i.id), i.scope, String(i.references ?? ''), i.labels.join(' ')]]));
   });
 
   const ip = program.command('ip').description('the ipcache: IP/CIDR → identity');
   withAgentOpts(ip.command('list').description('every ipcache entry, local and from other nodes')).action(async (opts: AgentOpts) => {
-    const entries = await call(() => client(opts).request<IpcacheView[]>('GET', '/ip'));
-    output(opts, entries, () => table([['PREFIX', 'IDENTITY', 'HOST', 'SOURCE', 'OWNER'], ...entries.map((e) => [e.prefix, String(e.identity), e.hostIP ?? '-', e.source, e.owner ?? ''])]));
+    const entries = await call(() => client(opts).listIpcache());
+    output(opts, entries, () => table([['PREFIX', 'IDENTITY', 'HOST', 'SOURCE', 'OWNER'], ...entries.map((e) => [e.prefix, String(e.identity), e.hostIP ?? '-', e.source, e.owner])]));
   });
 }
 
@@ -117,7 +89,7 @@ export function registerEndpointLabelCommand(endpoint: Command): void {
     .action(async (id: string, opts: AgentOpts & { add?: string[]; delete?: string[] }) => {
       if (!opts.add?.length && !opts.delete?.length) throw new CliError('give --add and/or --delete');
       const body = { ...(opts.add ? { add: opts.add } : {}), ...(opts.delete ? { delete: opts.delete } : {}) };
-      const ep = await call(() => client(opts).request<EndpointView & { identity?: number }>('PATCH', `/endpoint/${encodeURIComponent(id)}/labels`, body));
+      const ep = await call(() => client(opts).patchEndpointLabels(id, body));
       output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ')}\n`);
     });
 }

@@ -3,11 +3,6 @@ import type { Command } from 'commander';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
 
-interface PolicyList {
-  revision: number;
-  policies: Array<{ name: string; document: unknown }>;
-}
-
 const repeatable = (v: string, prev: string[] = []) => [...prev, v];
 const labelList = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
 
@@ -23,7 +18,7 @@ export function registerPolicyCommands(program: Command): void {
       } catch (err) {
         throw new CliError(`cannot read ${file}: ${(err as Error).message}`);
       }
-      const r = await call(() => client(opts).request<{ revision: number; policies: string[]; regenerated: number[] }>('PUT', '/policy', { text }));
+      const r = await call(() => client(opts).putPolicy({ text }));
       output(opts, r, () => `Revision: ${r.revision}\nImported: ${r.policies.join(', ')}\nEndpoints regenerated: ${r.regenerated.length}\n`);
     },
   );
@@ -32,8 +27,7 @@ export function registerPolicyCommands(program: Command): void {
     .option('--name <name>', 'only this policy')
     .option('--namespace <ns>', 'only this namespace')
     .action(async (opts: AgentOpts & { name?: string; namespace?: string }) => {
-      const q = new URLSearchParams({ ...(opts.name ? { name: opts.name } : {}), ...(opts.namespace ? { namespace: opts.namespace } : {}) }).toString();
-      const r = await call(() => client(opts).request<PolicyList>('GET', `/policy${q ? `?${q}` : ''}`));
+      const r = await call(() => client(opts).getPolicy({ ...(opts.name ? { name: opts.name } : {}), ...(opts.namespace ? { namespace: opts.namespace } : {}) }));
       output({ ...opts, output: opts.output ?? 'json' }, r, () => '');
     });
 
@@ -43,20 +37,19 @@ export function registerPolicyCommands(program: Command): void {
     .option('--label <k=v>', 'policy label', repeatable)
     .option('--all', 'delete every policy')
     .action(async (opts: AgentOpts & { name?: string; namespace?: string; label?: string[]; all?: boolean }) => {
-      const q = new URLSearchParams();
-      if (opts.name) q.set('name', opts.name);
-      if (opts.namespace) q.set('namespace', opts.namespace);
-      if (opts.label?.length) {
-        if (opts.label.length > 1) throw new CliError('give at most one --label');
-        q.set('label', opts.label[0]!);
-      }
-      if (opts.all) q.set('all', 'true');
-      const r = await call(() => client(opts).request<{ revision: number; deleted: string[] }>('DELETE', `/policy?${q.toString()}`));
+      if (opts.label && opts.label.length > 1) throw new CliError('give at most one --label');
+      const query = {
+        ...(opts.name ? { name: opts.name } : {}),
+        ...(opts.namespace ? { namespace: opts.namespace } : {}),
+        ...(opts.label?.length ? { label: opts.label[0]! } : {}),
+        ...(opts.all ? { all: true } : {}),
+      };
+      const r = await call(() => client(opts).deletePolicy(query));
       output(opts, r, () => `Revision: ${r.revision}\nDeleted: ${r.deleted.join(', ') || '(none)'}\n`);
     });
 
   withAgentOpts(policy.command('selectors').description('each selector and the identities it selects')).action(async (opts: AgentOpts) => {
-    const r = await call(() => client(opts).request<Array<{ selector: string; users: number; identities: number[] }>>('GET', '/policy/selectors'));
+    const r = await call(() => client(opts).getPolicySelectors());
     output(opts, r, () => table([['SELECTOR', 'USERS', 'IDENTITIES'], ...r.map((s) => [s.selector, String(s.users), s.identities.join(' ')])]));
   });
 
@@ -65,7 +58,7 @@ export function registerPolicyCommands(program: Command): void {
     .requiredOption('--dst <labels>', 'destination labels', labelList)
     .requiredOption('--dport <port/proto>', 'e.g. 80/tcp')
     .action(async (opts: AgentOpts & { src: string[]; dst: string[]; dport: string }) => {
-      const r = await call(() => client(opts).request<{ verdict: string; text: string[] }>('POST', '/policy/trace', { src: opts.src, dst: opts.dst, dport: opts.dport }));
+      const r = await call(() => client(opts).tracePolicy({ src: opts.src, dst: opts.dst, dport: opts.dport }));
       output(opts, r, () => `${r.text.join('\n')}\nFinal verdict: ${r.verdict.toUpperCase()}\n`);
       if (r.verdict !== 'allow') process.exitCode = 1;
     });
@@ -80,7 +73,7 @@ async function readStdin(): Promise<string> {
 /** `tendril endpoint policy <id>`. */
 export function registerEndpointPolicyCommand(endpoint: Command): void {
   withAgentOpts(endpoint.command('policy <id>').description('the endpoint\'s computed policy map state')).action(async (id: string, opts: AgentOpts) => {
-    const r = await call(() => client(opts).request<{ entries: unknown[] }>('GET', `/endpoint/${encodeURIComponent(id)}/policy`));
+    const r = await call(() => client(opts).getEndpointPolicy(id));
     output({ ...opts, output: opts.output ?? 'json' }, r, () => '');
   });
 }

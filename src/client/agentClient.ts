@@ -1,6 +1,14 @@
 import { request } from 'node:http';
-import type { ErrorResponse } from '../api/errors.js';
-import { CNI_EXIT_CODE_HEADER, type CniRequest, type Health, type IpamList } from '../api/types.js';
+import {
+  CNI_EXIT_CODE_HEADER,
+  type CniRequest,
+  type ErrorResponse,
+  type HeaderParams,
+  type OperationId,
+  type QueryParams,
+  type RequestBody,
+  type ResponseBody,
+} from '../api/types.js';
 import { CniError } from '../cni/errors.js';
 import type { AnyResult } from '../cni/types.js';
 
@@ -34,7 +42,27 @@ export interface AgentClientOptions {
 
 const UNREACHABLE_CODES = new Set(['ENOENT', 'ECONNREFUSED', 'EACCES', 'ENOTSOCK', 'ECONNRESET']);
 
-/** Typed client for the agent's REST API over its unix socket. */
+type Scalar = string | number | boolean | undefined;
+
+/** A query string of the parameters that are set, `?` included ('' when none are). */
+function queryString(params: Record<string, Scalar>): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
+  const text = q.toString();
+  return text === '' ? '' : `?${text}`;
+}
+
+function headerStrings(params: Record<string, Scalar>): Record<string, string> {
+  return Object.fromEntries(Object.entries(params).flatMap(([k, v]) => (v === undefined ? [] : [[k, String(v)]])));
+}
+
+const seg = encodeURIComponent;
+
+/**
+ * Typed client for the agent's REST API over its unix socket: one method per
+ * operation of api/openapi.yaml (CLIENT_METHODS maps each operationId to its
+ * method), typed with the document's generated types.
+ */
 export class AgentClient {
   readonly socketPath: string;
   private readonly timeoutMs: number;
@@ -44,6 +72,11 @@ export class AgentClient {
     this.timeoutMs = opts.timeoutMs ?? 120_000;
   }
 
+  /**
+   * A request as given, answered with the parsed 2xx body. The typed methods
+   * below are the API; this is for what they cannot send (tests of how the
+   * agent refuses requests the document forbids).
+   */
   request<T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     return new Promise((resolve, reject) => {
@@ -136,22 +169,122 @@ export class AgentClient {
     });
   }
 
-  health(): Promise<Health> {
+  /** GET /healthz. */
+  health(): Promise<ResponseBody<'getHealthz', 200>> {
     return this.request('GET', '/healthz');
   }
 
-  listEndpoints<T = unknown[]>(): Promise<T> {
+  getConfig(): Promise<ResponseBody<'getConfig', 200>> {
+    return this.request('GET', '/config');
+  }
+
+  patchConfig(patch: RequestBody<'patchConfig'>): Promise<ResponseBody<'patchConfig', 200>> {
+    return this.request('PATCH', '/config', patch);
+  }
+
+  listIpam(): Promise<ResponseBody<'listIpam', 200>> {
+    return this.request('GET', '/ipam');
+  }
+
+  /** POST /ipam: an address for an owner; `expiration: true` makes it provisional. */
+  postIpam(query: QueryParams<'postIpam'>, headers: HeaderParams<'postIpam'> = {}): Promise<ResponseBody<'postIpam', 201>> {
+    return this.request('POST', `/ipam${queryString(query)}`, undefined, headerStrings(headers));
+  }
+
+  /** POST /ipam/{ip}: this address for an owner. */
+  postIpamIp(ip: string, query: QueryParams<'postIpamIp'>, headers: HeaderParams<'postIpamIp'> = {}): Promise<ResponseBody<'postIpamIp', 201>> {
+    return this.request('POST', `/ipam/${seg(ip)}${queryString(query)}`, undefined, headerStrings(headers));
+  }
+
+  deleteIpamIp(ip: string): Promise<ResponseBody<'deleteIpamIp', 200>> {
+    return this.request('DELETE', `/ipam/${seg(ip)}`);
+  }
+
+  listEndpoints(): Promise<ResponseBody<'listEndpoints', 200>> {
     return this.request('GET', '/endpoint');
   }
 
-  getEndpoint<T = unknown>(id: string): Promise<T> {
-    return this.request('GET', `/endpoint/${encodeURIComponent(id)}`);
+  /** `id`: <number>, container-id:<id>, pod-name:<namespace>:<name>, ipv4:<ip> or ipv6:<ip>. */
+  getEndpoint(id: string | number): Promise<ResponseBody<'getEndpoint', 200>> {
+    return this.request('GET', `/endpoint/${seg(id)}`);
   }
 
-  listIpam(): Promise<IpamList> {
-    return this.request('GET', '/ipam');
+  /** PUT /endpoint/{id}: adopt a pod someone else plumbed; `id` is a number or container-id:<body.containerId>. */
+  putEndpoint(id: string | number, body: RequestBody<'putEndpoint'>): Promise<ResponseBody<'putEndpoint', 201>> {
+    return this.request('PUT', `/endpoint/${seg(id)}`, body);
+  }
+
+  deleteEndpoint(id: string | number): Promise<ResponseBody<'deleteEndpoint', 200>> {
+    return this.request('DELETE', `/endpoint/${seg(id)}`);
+  }
+
+  patchEndpointLabels(id: string | number, patch: RequestBody<'patchEndpointLabels'>): Promise<ResponseBody<'patchEndpointLabels', 200>> {
+    return this.request('PATCH', `/endpoint/${seg(id)}/labels`, patch);
+  }
+
+  getEndpointPolicy(id: string | number): Promise<ResponseBody<'getEndpointPolicy', 200>> {
+    return this.request('GET', `/endpoint/${seg(id)}/policy`);
+  }
+
+  listIdentities(): Promise<ResponseBody<'listIdentities', 200>> {
+    return this.request('GET', '/identity');
+  }
+
+  getIdentity(id: string | number): Promise<ResponseBody<'getIdentity', 200>> {
+    return this.request('GET', `/identity/${seg(id)}`);
+  }
+
+  listIpcache(): Promise<ResponseBody<'listIpcache', 200>> {
+    return this.request('GET', '/ip');
+  }
+
+  getPolicy(query: QueryParams<'getPolicy'> = {}): Promise<ResponseBody<'getPolicy', 200>> {
+    return this.request('GET', `/policy${queryString(query)}`);
+  }
+
+  putPolicy(body: RequestBody<'putPolicy'>): Promise<ResponseBody<'putPolicy', 200>> {
+    return this.request('PUT', '/policy', body);
+  }
+
+  /** DELETE /policy: the policies matching every filter given; `all: true` when there is none. */
+  deletePolicy(query: QueryParams<'deletePolicy'>): Promise<ResponseBody<'deletePolicy', 200>> {
+    return this.request('DELETE', `/policy${queryString(query)}`);
+  }
+
+  getPolicySelectors(): Promise<ResponseBody<'getPolicySelectors', 200>> {
+    return this.request('GET', '/policy/selectors');
+  }
+
+  tracePolicy(body: RequestBody<'tracePolicy'>): Promise<ResponseBody<'tracePolicy', 200>> {
+    return this.request('POST', '/policy/trace', body);
   }
 }
+
+/** The client method of each operation of api/openapi.yaml; a test checks it against the document both ways. */
+export const CLIENT_METHODS = {
+  getHealthz: 'health',
+  getConfig: 'getConfig',
+  patchConfig: 'patchConfig',
+  listIpam: 'listIpam',
+  postIpam: 'postIpam',
+  postIpamIp: 'postIpamIp',
+  deleteIpamIp: 'deleteIpamIp',
+  listEndpoints: 'listEndpoints',
+  getEndpoint: 'getEndpoint',
+  putEndpoint: 'putEndpoint',
+  deleteEndpoint: 'deleteEndpoint',
+  patchEndpointLabels: 'patchEndpointLabels',
+  getEndpointPolicy: 'getEndpointPolicy',
+  listIdentities: 'listIdentities',
+  getIdentity: 'getIdentity',
+  listIpcache: 'listIpcache',
+  getPolicy: 'getPolicy',
+  putPolicy: 'putPolicy',
+  deletePolicy: 'deletePolicy',
+  getPolicySelectors: 'getPolicySelectors',
+  tracePolicy: 'tracePolicy',
+  postCni: 'cni',
+} as const satisfies Record<OperationId, keyof AgentClient>;
 
 function normaliseError(status: number, body: unknown): ErrorResponse {
   const b = body as Partial<ErrorResponse> | undefined;

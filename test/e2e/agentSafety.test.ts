@@ -8,7 +8,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { CniError, type Result100 } from '../../src/cni/index.js';
-import type { EndpointStatus } from '../../src/endpoint/index.js';
 import { type CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
 import { type AgentProcess, podAllocations, podHostLinks, startSingleNode } from '../support/agentHarness.js';
 import { linkExists, NetnsPool } from '../support/netns.js';
@@ -101,7 +100,7 @@ describe('the API', () => {
   test('an endpoint shows the policy revision it realizes after an import', async () => {
     const pod = await pool.add('policy');
     await runtime.addNetworkList(conflist(), rt('tdl-sf-db', pod.path, 'app=db'));
-    const ep = await agent.client.getEndpoint<EndpointStatus>('container-id:tdl-sf-db');
+    const ep = await agent.client.getEndpoint('container-id:tdl-sf-db');
     assert.equal(ep.state, 'ready');
     assert.equal(ep.policyRevision, ep.desiredPolicyRevision);
     const policy = 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: { name: db, namespace: default }\nspec:\n  podSelector: { matchLabels: { app: db } }\n  policyTypes: [Ingress]\n';
@@ -111,7 +110,7 @@ describe('the API', () => {
     let now = ep;
     while (now.policyRevision !== imported.revision && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 20));
-      now = await agent.client.getEndpoint<EndpointStatus>(String(ep.id));
+      now = await agent.client.getEndpoint(String(ep.id));
     }
     assert.equal(now.policyRevision, imported.revision);
     assert.equal(now.desiredPolicyRevision, imported.revision);

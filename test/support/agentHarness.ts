@@ -3,6 +3,8 @@ import { mkdtemp, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { RESPONSE_MISMATCH } from '../../src/agent/api/responseValidator.js';
+import { VALIDATE_RESPONSES_ENV } from '../../src/api/types.js';
 import { AgentClient } from '../../src/client/agentClient.js';
 import { CniRuntime } from '../../src/libcni/index.js';
 import type { NetnsPool } from './netns.js';
@@ -23,7 +25,10 @@ export interface AgentProcessOptions {
 /**
  * A tendril-agent running as a real process inside a node namespace, with its
  * own state dir and socket. `stop` sends SIGTERM, `kill` SIGKILL; `cleanup`
- * always kills and removes the state dir.
+ * always kills and removes the state dir. It checks every response it sends
+ * against api/openapi.yaml (TENDRIL_VALIDATE_RESPONSES=1): a response the
+ * document does not describe becomes a 500 naming the mismatch, so every test
+ * through it tests the contract too.
  */
 export class AgentProcess {
   readonly stateDir: string;
@@ -50,7 +55,8 @@ export class AgentProcess {
   /** Starts the agent and waits until its API answers. */
   async start(extraEnv: Record<string, string> = {}): Promise<void> {
     const argv = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.opts.args];
-    const child = spawn(argv[0]!, argv.slice(1), { env: { ...process.env, ...this.opts.env, ...extraEnv }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const env = { ...process.env, [VALIDATE_RESPONSES_ENV]: '1', ...this.opts.env, ...extraEnv };
+    const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;
     child.stdout!.on('data', (c: Buffer) => (this.logs += c.toString()));
     child.stderr!.on('data', (c: Buffer) => (this.logs += c.toString()));
@@ -102,9 +108,21 @@ export class AgentProcess {
     return this.logs;
   }
 
+  /** The agent's log lines about responses it found not to match api/openapi.yaml (each was answered as a 500). */
+  get contractViolations(): string[] {
+    return this.logs.split('\n').filter((l) => l.includes(RESPONSE_MISMATCH));
+  }
+
+  /**
+   * Kills the agent and removes its state. Mismatches the agent found are
+   * repeated on stderr: a test that expected some failure may have taken the
+   * 500 for it. (Throwing here would skip the caller's namespace cleanup.)
+   */
   async cleanup(): Promise<void> {
     await this.kill();
     await rm(this.stateDir, { recursive: true, force: true });
+    const violations = this.contractViolations;
+    if (violations.length > 0) process.stderr.write(`tendril-agent ${this.opts.nodeName}: ${violations.length} responses did not match api/openapi.yaml:\n${violations.join('\n')}\n`);
   }
 }
 

@@ -1,8 +1,21 @@
 import { chmod, rm, stat } from 'node:fs/promises';
 import { connect } from 'node:net';
-import Fastify, { type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyError, type FastifyInstance, type RouteOptions } from 'fastify';
 import { AgentError } from '../../api/errors.js';
-import type { Health, IpamAllocationBody, IpamList, IpamResponse } from '../../api/types.js';
+import {
+  type AgentConfigView,
+  type ApiIdentity,
+  type ConfigPatch,
+  type EndpointAdoptionBody,
+  type Health,
+  type LabelsPatch,
+  type PathParams,
+  type PolicyImport,
+  type PolicyTrace,
+  type QueryParams,
+  type ResponseBody,
+  VALIDATE_RESPONSES_ENV,
+} from '../../api/types.js';
 import { ipFamily } from '../../cni/index.js';
 import { ENDPOINT_REF, type EndpointStatus } from '../../endpoint/index.js';
 import { parseIdentityNumber } from '../../identity/index.js';
@@ -13,7 +26,6 @@ import type { Logger } from '../../logging/logger.js';
 import {
   type EndpointPolicy,
   formatPolicyName,
-  formatTrace,
   parsePortProtocol,
   type Policy,
   type PolicyFilter,
@@ -24,7 +36,10 @@ import {
 } from '../../policy/index.js';
 import { type EndpointAdoption, toAgentError } from '../cniService.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
-import { OpenApiSchemas } from './openapiSchemas.js';
+import { OpenApiSchemas, type ServedRoute } from './openapiSchemas.js';
+import { allocationBody, endpointBody, endpointPolicyBody, ipcacheEntryBody, traceBody } from './responseBodies.js';
+import { RESPONSE_MISMATCH, ResponseValidator } from './responseValidator.js';
+import { requestValidatorCompiler } from './validatorCompiler.js';
 
 // The server depends on these narrow interfaces only; the Agent composes them
 // from its subsystems, and a test can serve any of them on its own.
@@ -61,17 +76,10 @@ export interface PolicyApi {
   endpointPolicy(id: number): EndpointPolicy;
 }
 
-export interface IdentityView {
-  id: number;
-  labels: string[];
-  scope: string;
-  references?: number;
-}
-
 /** /identity: reserved identities and those this node holds. */
 export interface IdentityApi {
-  list(): IdentityView[];
-  get(id: number): IdentityView | undefined;
+  list(): ApiIdentity[];
+  get(id: number): ApiIdentity | undefined;
 }
 
 export interface IpcacheApi {
@@ -81,8 +89,8 @@ export interface IpcacheApi {
 /** /healthz and /config. */
 export interface HealthApi {
   health(): Promise<Health>;
-  config(): Record<string, unknown>;
-  patchConfig(patch: Record<string, unknown>): Record<string, unknown>;
+  config(): AgentConfigView;
+  patchConfig(patch: ConfigPatch): AgentConfigView;
 }
 
 /** Everything the API serves. */
@@ -97,18 +105,11 @@ export interface AgentApi {
   log: Logger;
 }
 
-export function allocationBody(a: Allocation): IpamAllocationBody {
-  return {
-    owner: a.owner,
-    family: a.family,
-    ip: a.ip,
-    prefixLength: a.prefixLength,
-    ...(a.gateway ? { gateway: a.gateway } : {}),
-    pool: a.pool,
-    cidr: a.cidr,
-    seq: a.seq,
-    ...(a.expiresAt !== undefined ? { expiresAt: a.expiresAt } : {}),
-  };
+export interface ServerOptions {
+  /** Check every response against api/openapi.yaml (default: $TENDRIL_VALIDATE_RESPONSES is 1). */
+  validateResponses?: boolean;
+  /** The document served (default: api/openapi.yaml). */
+  spec?: OpenApiSchemas;
 }
 
 function endpointRef(endpoints: EndpointApi, ref: string): EndpointStatus {
@@ -120,16 +121,81 @@ function endpointRef(endpoints: EndpointApi, ref: string): EndpointStatus {
   return ep;
 }
 
+const servedByApp = new WeakMap<FastifyInstance, ServedRoute[]>();
+
+/** The routes a server built by buildServer serves, as fastify registered them. */
+export function servedRoutes(app: FastifyInstance): readonly ServedRoute[] {
+  const routes = servedByApp.get(app);
+  if (!routes) throw new Error('servedRoutes: not a server buildServer built');
+  return routes;
+}
+
+/**
+ * Gives a route what the document says of its operation: the request body
+ * and query schemas it is validated with, and the body limit its schema
+ * implies (bodyLimit.ts). A route the document does not describe is left
+ * alone; the route coverage test names it.
+ */
+function applySpec(spec: OpenApiSchemas, route: RouteOptions): void {
+  const methods = [route.method].flat();
+  const op = methods.length === 1 ? spec.operationAt(methods[0]!, route.url) : undefined;
+  if (!op) return;
+  const body = route.schema?.body ?? spec.body(op.path, op.method);
+  const querystring = route.schema?.querystring ?? spec.query(op.path, op.method);
+  route.schema = { ...route.schema, ...(body ? { body } : {}), ...(querystring ? { querystring } : {}) };
+  const limit = spec.bodyLimit(op.path, op.method);
+  if (limit !== undefined) route.bodyLimit ??= limit;
+}
+
+/**
+ * The test mode: each response, success or error, is checked against the
+ * declared response of its operation and status. A mismatch is logged and
+ * answered as a 500 naming the operation, the status and what is wrong, so
+ * the test that caused it fails where it happened.
+ */
+function validateResponses(app: FastifyInstance, spec: OpenApiSchemas, log: Logger): void {
+  const validator = new ResponseValidator(spec);
+  app.addHook('onSend', async (req, reply, payload) => {
+    const url = req.routeOptions.url;
+    // Unknown routes (the not-found handler) belong to no operation.
+    const op = url === undefined ? undefined : spec.operationAt(req.method, url);
+    if (!op) return payload;
+    const status = reply.statusCode;
+    const problem = validator.check(op.operationId, { status, headers: reply.getHeaders(), body: payload });
+    if (problem === undefined) return payload;
+    const message = `response of ${op.operationId} (${status}) does not match api/openapi.yaml: ${problem}`;
+    log.error({ operationId: op.operationId, status, problem, url: req.url }, RESPONSE_MISMATCH);
+    // The headers of the response that was refused (tendril-cni's exit code) do not belong to the 500.
+    for (const name of Object.keys((spec.response(op.operationId, status)?.headers as object | undefined) ?? {})) reply.removeHeader(name);
+    reply.code(500).type('application/json; charset=utf-8');
+    return JSON.stringify(new AgentError('INTERNAL', message).toResponse());
+  });
+}
+
 /** The agent's REST API (api/openapi.yaml), validated against that document. */
-export function buildServer(agent: AgentApi): FastifyInstance {
-  const spec = new OpenApiSchemas();
-  const app = Fastify({ logger: false, bodyLimit: 2 * 1024 * 1024 });
+export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyInstance {
+  const spec = opts.spec ?? new OpenApiSchemas();
+  // HEAD routes are not in the document, so fastify does not add them.
+  const app = Fastify({ logger: false, exposeHeadRoutes: false });
   const { endpoints, ipam, policy, identities, ipcache, health } = agent;
 
-  app.setErrorHandler((err: FastifyError, _req, reply) => {
+  const served: ServedRoute[] = [];
+  servedByApp.set(app, served);
+  app.addHook('onRoute', (route) => {
+    for (const method of [route.method].flat()) served.push({ method, url: route.url });
+    applySpec(spec, route);
+  });
+  app.setValidatorCompiler(requestValidatorCompiler());
+  if (opts.validateResponses ?? process.env[VALIDATE_RESPONSES_ENV] === '1') validateResponses(app, spec, agent.log);
+
+  app.setErrorHandler((err: FastifyError, req, reply) => {
     if (err.validation) {
       const e = new AgentError('INVALID_REQUEST', `invalid request: ${err.message}`);
       return reply.status(e.httpStatus).send(e.toResponse());
+    }
+    if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
+      const e = new AgentError('INVALID_REQUEST', `request body too large: the schema of ${req.method} ${req.routeOptions.url ?? req.url} admits at most ${req.routeOptions.bodyLimit} bytes`);
+      return reply.status(413).send(e.toResponse());
     }
     if (err.statusCode && err.statusCode < 500 && !(err instanceof AgentError)) {
       const e = new AgentError('INVALID_REQUEST', err.message);
@@ -144,17 +210,17 @@ export function buildServer(agent: AgentApi): FastifyInstance {
     return reply.status(404).send(e.toResponse());
   });
 
-  app.get('/v1/healthz', async (): Promise<Health> => health.health());
+  app.get('/v1/healthz', async (): Promise<ResponseBody<'getHealthz', 200>> => health.health());
 
-  app.get('/v1/config', async () => health.config());
-  app.patch('/v1/config', { schema: { body: spec.body('/config', 'patch') } }, async (req) => health.patchConfig(req.body as Record<string, unknown>));
+  app.get('/v1/config', async (): Promise<ResponseBody<'getConfig', 200>> => health.config());
+  app.patch('/v1/config', async (req): Promise<ResponseBody<'patchConfig', 200>> => health.patchConfig(req.body as ConfigPatch));
 
-  app.get('/v1/ipam', async (): Promise<IpamList> => {
+  app.get('/v1/ipam', async (): Promise<ResponseBody<'listIpam', 200>> => {
     const stats = ipam.stats();
     return { mode: ipam.mode, allocations: (await ipam.list()).map(allocationBody), ...(stats ? { stats } : {}) };
   });
 
-  const allocateRoute = async (q: { family?: 'ipv4' | 'ipv6'; owner: string; pool?: string }, ip: string | undefined, expirationHeader: unknown): Promise<IpamResponse> => {
+  const allocate = async (q: QueryParams<'postIpam'>, ip: string | undefined, expirationHeader: unknown): Promise<ResponseBody<'postIpam', 201>> => {
     if (ip !== undefined && ipFamily(ip) === 0) throw new AgentError('INVALID_REQUEST', `"${ip}" is not an IP address`);
     const r = await ipam.allocate({
       owner: q.owner,
@@ -165,29 +231,29 @@ export function buildServer(agent: AgentApi): FastifyInstance {
     });
     return { address: allocationBody(r.allocation), hostAddressing: r.hostAddressing };
   };
-  app.post('/v1/ipam', { schema: { querystring: spec.query('/ipam', 'post') } }, async (req, reply): Promise<IpamResponse> => {
-    const r = await allocateRoute(req.query as { family?: 'ipv4' | 'ipv6'; owner: string; pool?: string }, undefined, req.headers.expiration);
+  app.post('/v1/ipam', async (req, reply): Promise<ResponseBody<'postIpam', 201>> => {
+    const r = await allocate(req.query as QueryParams<'postIpam'>, undefined, req.headers.expiration);
     reply.status(201);
     return r;
   });
-  app.post('/v1/ipam/:ip', { schema: { querystring: spec.query('/ipam/{ip}', 'post') } }, async (req, reply): Promise<IpamResponse> => {
-    const r = await allocateRoute(req.query as { owner: string; pool?: string }, (req.params as { ip: string }).ip, req.headers.expiration);
+  app.post('/v1/ipam/:ip', async (req, reply): Promise<ResponseBody<'postIpamIp', 201>> => {
+    const r = await allocate(req.query as QueryParams<'postIpamIp'>, (req.params as PathParams<'postIpamIp'>).ip, req.headers.expiration);
     reply.status(201);
     return r;
   });
 
-  app.delete('/v1/ipam/:ip', async (req) => {
-    const { ip } = req.params as { ip: string };
+  app.delete('/v1/ipam/:ip', async (req): Promise<ResponseBody<'deleteIpamIp', 200>> => {
+    const { ip } = req.params as PathParams<'deleteIpamIp'>;
     if (ipFamily(ip) === 0) throw new AgentError('INVALID_REQUEST', `"${ip}" is not an IP address`);
     await ipam.release(ip);
     return { released: ip };
   });
 
-  app.get('/v1/endpoint', async () => endpoints.list());
-  app.get('/v1/endpoint/:id', async (req) => endpointRef(endpoints, (req.params as { id: string }).id));
-  app.put('/v1/endpoint/:id', { schema: { body: spec.body('/endpoint/{id}', 'put') } }, async (req, reply) => {
-    const ref = (req.params as { id: string }).id;
-    const body = req.body as Omit<EndpointAdoption, 'id'>;
+  app.get('/v1/endpoint', async (): Promise<ResponseBody<'listEndpoints', 200>> => endpoints.list().map(endpointBody));
+  app.get('/v1/endpoint/:id', async (req): Promise<ResponseBody<'getEndpoint', 200>> => endpointBody(endpointRef(endpoints, (req.params as PathParams<'getEndpoint'>).id)));
+  app.put('/v1/endpoint/:id', async (req, reply): Promise<ResponseBody<'putEndpoint', 201>> => {
+    const ref = (req.params as PathParams<'putEndpoint'>).id;
+    const body = req.body as EndpointAdoptionBody;
     let id: number | undefined;
     if (/^\d{1,5}$/.test(ref)) {
       id = Number(ref);
@@ -197,17 +263,17 @@ export function buildServer(agent: AgentApi): FastifyInstance {
     }
     const ep = await endpoints.adopt({ ...body, ...(id !== undefined ? { id } : {}) });
     reply.status(201);
-    return ep;
+    return endpointBody(ep);
   });
-  app.delete('/v1/endpoint/:id', async (req) => {
-    const ep = endpointRef(endpoints, (req.params as { id: string }).id);
+  app.delete('/v1/endpoint/:id', async (req): Promise<ResponseBody<'deleteEndpoint', 200>> => {
+    const ep = endpointRef(endpoints, (req.params as PathParams<'deleteEndpoint'>).id);
     await endpoints.delete(ep.id);
     return { deleted: ep.id };
   });
 
-  app.patch('/v1/endpoint/:id/labels', { schema: { body: spec.body('/endpoint/{id}/labels', 'patch') } }, async (req) => {
-    const ep = endpointRef(endpoints, (req.params as { id: string }).id);
-    const body = req.body as { add?: string[]; delete?: string[] };
+  app.patch('/v1/endpoint/:id/labels', async (req): Promise<ResponseBody<'patchEndpointLabels', 200>> => {
+    const ep = endpointRef(endpoints, (req.params as PathParams<'patchEndpointLabels'>).id);
+    const body = req.body as LabelsPatch;
     // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
     const source = ep.podNamespace ? LabelSource.K8s : LabelSource.Container;
     let labels = LabelSet.parse(ep.labels);
@@ -217,63 +283,56 @@ export function buildServer(agent: AgentApi): FastifyInstance {
       labels = labels.without(l.key, l.source);
     }
     labels = labels.with((body.add ?? []).map((t) => parseLabel(t, source)));
-    return endpoints.updateLabels(ep.id, labels);
+    return endpointBody(await endpoints.updateLabels(ep.id, labels));
   });
 
-  app.get('/v1/identity', async () => identities.list());
-  app.get('/v1/identity/:id', async (req) => {
-    const text = (req.params as { id: string }).id;
-    if (!/^\d{1,10}$/.test(text)) throw new AgentError('INVALID_REQUEST', `invalid identity "${text}": a number`);
-    const identity = identities.get(parseIdentityNumber(Number(text)));
+  app.get('/v1/identity', async (): Promise<ResponseBody<'listIdentities', 200>> => identities.list());
+  app.get('/v1/identity/:id', async (req): Promise<ResponseBody<'getIdentity', 200>> => {
+    const text = (req.params as PathParams<'getIdentity'>).id;
+    let id: number;
+    try {
+      id = parseIdentityNumber(text);
+    } catch (err) {
+      // An identity number out of range is the request's fault, not a reason to try again.
+      throw new AgentError('INVALID_REQUEST', `invalid identity "${text}": ${(err as Error).message}`, '', undefined, { cause: err });
+    }
+    const identity = identities.get(id);
     if (!identity) throw new AgentError('NOT_FOUND', `identity ${text} not found`);
     return identity;
   });
-  app.get('/v1/ip', async () => ipcache.list());
+  app.get('/v1/ip', async (): Promise<ResponseBody<'listIpcache', 200>> => ipcache.list().map(ipcacheEntryBody));
 
   const policyFilter = (q: { name?: string; namespace?: string; label?: string | string[] }): PolicyFilter => ({
     ...(q.name ? { name: q.name } : {}),
     ...(q.namespace !== undefined ? { namespace: q.namespace } : {}),
     ...(q.label ? { labels: Array.isArray(q.label) ? q.label : [q.label] } : {}),
   });
-  app.get('/v1/policy', { schema: { querystring: spec.query('/policy', 'get') } }, async (req) => {
-    const policies = policy.list(policyFilter(req.query as Record<string, string>));
-    return { revision: policy.revision, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document })) };
+  app.get('/v1/policy', async (req): Promise<ResponseBody<'getPolicy', 200>> => {
+    const policies = policy.list(policyFilter(req.query as QueryParams<'getPolicy'>));
+    return { revision: policy.revision, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown> })) };
   });
-  app.put('/v1/policy', { schema: { body: spec.body('/policy', 'put') } }, async (req) => {
-    const r = policy.import((req.body as { text: string }).text);
-    return { revision: r.revision, policies: r.policies.map(formatPolicyName), regenerated: r.endpoints };
+  app.put('/v1/policy', async (req): Promise<ResponseBody<'putPolicy', 200>> => {
+    const r = policy.import((req.body as PolicyImport).text);
+    return { revision: r.revision, policies: r.policies.map(formatPolicyName), regenerated: [...r.endpoints] };
   });
-  app.delete('/v1/policy', { schema: { querystring: spec.query('/policy', 'delete') } }, async (req) => {
-    const q = req.query as { all?: boolean; name?: string; namespace?: string; label?: string | string[] };
+  app.delete('/v1/policy', async (req): Promise<ResponseBody<'deletePolicy', 200>> => {
+    const q = req.query as QueryParams<'deletePolicy'>;
     const filter = policyFilter(q);
     // An empty filter deletes everything: demand that be said out loud.
     if (Object.keys(filter).length === 0 && q.all !== true) throw new AgentError('INVALID_REQUEST', 'give name, namespace or label to select policies, or all=true to delete every policy');
     const r = policy.delete(filter);
-    return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), regenerated: r.endpoints };
+    return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), regenerated: [...r.endpoints] };
   });
-  app.get('/v1/policy/selectors', async () => policy.selectors());
-  app.post('/v1/policy/trace', { schema: { body: spec.body('/policy/trace', 'post') } }, async (req) => {
-    const body = req.body as { src: string[]; dst: string[]; dport: string };
+  app.get('/v1/policy/selectors', async (): Promise<ResponseBody<'getPolicySelectors', 200>> => policy.selectors());
+  app.post('/v1/policy/trace', async (req): Promise<ResponseBody<'tracePolicy', 200>> => {
+    const body = req.body as PolicyTrace;
     const peer = (labels: string[]): TracePeer => ({ labels: LabelSet.from(labels.map((t) => parseLabel(t, LabelSource.K8s))) });
     const { port, proto } = parsePortProtocol(body.dport);
-    const t = policy.trace(peer(body.src), peer(body.dst), proto, port);
-    return { verdict: t.verdict, egress: t.egress, ingress: t.ingress, text: formatTrace(t) };
+    return traceBody(policy.trace(peer(body.src), peer(body.dst), proto, port));
   });
-  app.get('/v1/endpoint/:id/policy', async (req) => {
-    const ep = endpointRef(endpoints, (req.params as { id: string }).id);
-    const p = policy.endpointPolicy(ep.id);
-    return {
-      endpointId: p.endpointId,
-      identity: p.identity,
-      // The revision this map state was computed at, and the one the endpoint's datapath realizes.
-      policyRevision: policy.revision,
-      realizedPolicyRevision: ep.policyRevision,
-      enforcement: p.enforcement,
-      entries: p.entries,
-      ...(p.error ? { error: p.error.message } : {}),
-      // Computed here; the Linux datapath does not enforce policy maps yet.
-      datapathEnforced: false,
-    };
+  app.get('/v1/endpoint/:id/policy', async (req): Promise<ResponseBody<'getEndpointPolicy', 200>> => {
+    const ep = endpointRef(endpoints, (req.params as PathParams<'getEndpointPolicy'>).id);
+    return endpointPolicyBody(policy.endpointPolicy(ep.id), policy.revision, ep.policyRevision);
   });
 
   app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, cniRoute(agent.cni, agent.log));

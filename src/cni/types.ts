@@ -1,7 +1,8 @@
 import { z } from 'zod';
-import { cidrFamily, ipFamily } from './ip.js';
+import { ipFamilyOf } from '../netip/index.js';
+import { cidrFamily } from './ip.js';
 
-const ipAddress = z.string().refine((s) => ipFamily(s) !== 0, { message: 'must be an IP address' });
+const ipAddress = z.string().refine((s) => ipFamilyOf(s) !== 0, { message: 'must be an IP address' });
 const cidr = z.string().refine((s) => cidrFamily(s) !== 0, { message: 'must be an address in CIDR notation' });
 
 export const DnsSchema = z.looseObject({

@@ -1,5 +1,5 @@
-// Result conversion between spec versions. Free of schema code on purpose:
-// tendril-cni imports it and must start fast (see docs/architecture.md).
+// Result conversion between spec versions. Free of schema code: converting
+// is separate from validating, which only chained calls with a prevResult need.
 import { CniError, CniErrorCode } from './errors.js';
 import { cidrFamily } from './ip.js';
 import type { AnyResult, CurrentResult, Result020, Result040, Result100, Route } from './types.js';

@@ -25,9 +25,8 @@ function bad(field: string, expected: string): never {
 }
 
 /**
- * Checks the fields the spec defines and keeps the rest. Written out rather
- * than with the schema library on purpose: tendril-cni runs this on every CNI
- * call and must not pay the library's load time (see docs/architecture.md).
+ * Checks the fields the spec defines and keeps the rest: every unknown field
+ * must reach the plugins chained after this one, exactly as given.
  */
 export function parseNetConf(value: unknown): NetConf {
   if (!isObject(value)) throw new CniError(CniErrorCode.DecodingFailure, 'network config is not a JSON object');

@@ -2,61 +2,34 @@
 // agent is the real one (embedded kvstore in a temp dir, IPAM, identities,
 // policy, endpoint manager, HTTP server on a unix socket in the temp dir).
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import { AgentError } from '../api/errors.js';
 import type { CniRequest } from '../api/types.js';
 import type { Result100 } from '../cni/index.js';
 import { AgentClient } from '../client/agentClient.js';
-import { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
+import type { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
 import type { EndpointStatus } from '../endpoint/index.js';
-import { createLogger } from '../logging/logger.js';
-import { Agent } from './agent.js';
+import { dbFromWebPolicy } from '../policy/testing/policies.js';
 import type { AgentApi } from './api/server.js';
-import { defaultConfig, validateConfig } from './config.js';
+import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
 const CONF = JSON.stringify({ cniVersion: '1.0.0', name: 'tdlunit', type: 'tendril-cni' });
-const POLICY = `
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: { name: db-from-web, namespace: default }
-spec:
-  podSelector: { matchLabels: { app: db } }
-  policyTypes: [Ingress]
-  ingress:
-    - from: [ { podSelector: { matchLabels: { app: web } } } ]
-`;
+const POLICY = dbFromWebPolicy({ namespace: 'default' });
 
-let dir: string;
+let node: FakeNodeAgent;
 let datapath: FakeDatapath;
-let agent: Agent;
 let api: AgentApi;
 let client: AgentClient;
 let pods = 0;
 
 beforeEach(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'tdl-agent-unit-'));
-  datapath = new FakeDatapath({ nodeLinks: ['eth0'] });
-  const config = validateConfig({
-    ...defaultConfig(),
-    nodeName: 'tdl-unit',
-    stateDir: join(dir, 'state'),
-    libDir: join(dir, 'lib'),
-    socket: join(dir, 'state', 'tendril.sock'),
-    kvstoreOpts: { 'embedded.synchronous': 'normal' },
-    podCidrs: ['10.88.0.0/24'],
-  });
-  agent = await Agent.start(config, createLogger('agent-test', process.env.TENDRIL_LOG_LEVEL ?? 'silent'), { datapath });
-  api = agent.api();
-  client = new AgentClient({ socketPath: config.socket, timeoutMs: 10_000 });
+  node = await startFakeNodeAgent({ nodeName: 'tdl-agent-unit', podCidr: '10.88.0.0/24' });
+  datapath = node.datapath;
+  api = node.agent.api();
+  client = new AgentClient({ socketPath: node.config.socket, timeoutMs: 10_000 });
 });
 
-afterEach(async () => {
-  await agent.stop();
-  await rm(dir, { recursive: true, force: true });
-});
+afterEach(() => node.stop());
 
 function newPod(): string {
   const path = `/var/run/netns/tdlagentunit${pods++}`;

@@ -2,16 +2,12 @@
 // operation for every method), and every method works against a real agent
 // (fake datapath, no root) that checks each response against the document.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { Agent } from '../agent/agent.js';
 import { OpenApiSchemas } from '../agent/api/openapiSchemas.js';
-import { defaultConfig, validateConfig } from '../agent/config.js';
+import { type FakeNodeAgent, startFakeNodeAgent } from '../agent/testing/fakeNodeAgent.js';
 import { VALIDATE_RESPONSES_ENV } from '../api/types.js';
-import { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
-import { createLogger } from '../logging/logger.js';
+import type { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
+import { dbFromWebPolicy } from '../policy/testing/policies.js';
 import { AgentClient, AgentResponseError, CLIENT_METHODS } from './agentClient.js';
 
 /** AgentClient's methods that are not operations: the raw request the typed ones go through. */
@@ -26,39 +22,19 @@ test('CLIENT_METHODS maps every operationId of api/openapi.yaml to a client meth
 });
 
 const CONF = JSON.stringify({ cniVersion: '1.0.0', name: 'tdlclient', type: 'tendril-cni' });
-const POLICY = `
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: { name: db-from-web, namespace: default }
-spec:
-  podSelector: { matchLabels: { app: db } }
-  policyTypes: [Ingress]
-  ingress:
-    - from: [ { podSelector: { matchLabels: { app: web } } } ]
-`;
+const POLICY = dbFromWebPolicy({ namespace: 'default' });
 
-let dir: string;
+let node: FakeNodeAgent | undefined;
 let datapath: FakeDatapath;
-let agent: Agent | undefined;
 let client: AgentClient;
 const called = new Set<string>();
 
 before(async () => {
   // The agent's own server checks its responses, as under the e2e harness.
   process.env[VALIDATE_RESPONSES_ENV] = '1';
-  dir = await mkdtemp(join(tmpdir(), 'tdl-client-unit-'));
-  datapath = new FakeDatapath({ nodeLinks: ['eth0'] });
-  const config = validateConfig({
-    ...defaultConfig(),
-    nodeName: 'tdl-client',
-    stateDir: join(dir, 'state'),
-    libDir: join(dir, 'lib'),
-    socket: join(dir, 'state', 'tendril.sock'),
-    kvstoreOpts: { 'embedded.synchronous': 'normal' },
-    podCidrs: ['10.90.0.0/24'],
-  });
-  agent = await Agent.start(config, createLogger('client-test', process.env.TENDRIL_LOG_LEVEL ?? 'silent'), { datapath });
-  const raw = new AgentClient({ socketPath: config.socket, timeoutMs: 10_000 });
+  node = await startFakeNodeAgent({ nodeName: 'tdl-client', podCidr: '10.90.0.0/24' });
+  datapath = node.datapath;
+  const raw = new AgentClient({ socketPath: node.config.socket, timeoutMs: 10_000 });
   // Records which methods the test calls, so it can show it called them all.
   client = new Proxy(raw, {
     get(target, prop, receiver) {
@@ -71,8 +47,7 @@ before(async () => {
 });
 
 after(async () => {
-  await agent?.stop();
-  await rm(dir, { recursive: true, force: true });
+  await node?.stop();
 });
 
 test('every client method works against the agent, and every answer matches the document', async () => {

@@ -1,4 +1,4 @@
-import { request } from 'node:http';
+import { type IncomingHttpHeaders, request } from 'node:http';
 import {
   CNI_EXIT_CODE_HEADER,
   type CniRequest,
@@ -72,12 +72,8 @@ export class AgentClient {
     this.timeoutMs = opts.timeoutMs ?? 120_000;
   }
 
-  /**
-   * A request as given, answered with the parsed 2xx body. The typed methods
-   * below are the API; this is for what they cannot send (tests of how the
-   * agent refuses requests the document forbids).
-   */
-  request<T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T> {
+  /** One HTTP exchange over the socket: status, headers and the body parsed as JSON (undefined when empty). */
+  #exchange(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; headers: IncomingHttpHeaders; parsed: unknown; text: string }> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
     return new Promise((resolve, reject) => {
       const req = request(
@@ -106,9 +102,7 @@ export class AgentClient {
                 return;
               }
             }
-            const status = res.statusCode ?? 0;
-            if (status >= 200 && status < 300) resolve(parsed as T);
-            else reject(new AgentResponseError(status, normaliseError(status, parsed)));
+            resolve({ status: res.statusCode ?? 0, headers: res.headers, parsed, text });
           });
         },
       );
@@ -121,52 +115,28 @@ export class AgentClient {
   }
 
   /**
+   * A request as given, answered with the parsed 2xx body. The typed methods
+   * below are the API; this is for what they cannot send (tests of how the
+   * agent refuses requests the document forbids).
+   */
+  async request<T>(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T> {
+    const { status, parsed } = await this.#exchange(method, path, body, headers);
+    if (status >= 200 && status < 300) return parsed as T;
+    throw new AgentResponseError(status, normaliseError(status, parsed));
+  }
+
+  /**
    * A CNI call as tendril-cni makes it (POST /cni answers the plugin's stdout
    * and exit code): resolves with the result ADD prints, in the config's
    * version, or undefined for the verbs that print nothing; rejects with the
    * CniError the plugin would print.
    */
-  cni(req: CniRequest): Promise<AnyResult | undefined> {
-    const payload = JSON.stringify(req);
-    return new Promise((resolve, reject) => {
-      const r = request(
-        {
-          socketPath: this.socketPath,
-          method: 'POST',
-          path: '/v1/cni',
-          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
-          timeout: this.timeoutMs,
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('error', reject);
-          res.on('end', () => {
-            const text = Buffer.concat(chunks).toString('utf8');
-            const exitCode = res.headers[CNI_EXIT_CODE_HEADER];
-            let parsed: unknown;
-            try {
-              parsed = text === '' ? undefined : JSON.parse(text);
-            } catch {
-              reject(new Error(`agent answered ${res.statusCode} with a body that is not JSON: ${text.slice(0, 200)}`));
-              return;
-            }
-            if (res.statusCode !== 200 || (exitCode !== '0' && exitCode !== '1')) {
-              reject(new AgentResponseError(res.statusCode ?? 0, normaliseError(res.statusCode ?? 0, parsed)));
-            } else if (exitCode === '0') {
-              resolve(parsed as AnyResult | undefined);
-            } else {
-              reject(CniError.fromJson(parsed) ?? new Error(`agent answered exit code 1 without a CNI error: ${text.slice(0, 200)}`));
-            }
-          });
-        },
-      );
-      r.on('timeout', () => r.destroy(new Error(`request POST /cni timed out after ${this.timeoutMs} ms`)));
-      r.on('error', (err: NodeJS.ErrnoException) => {
-        reject(err.code && UNREACHABLE_CODES.has(err.code) ? new AgentUnreachableError(this.socketPath, err) : err);
-      });
-      r.end(payload);
-    });
+  async cni(req: CniRequest): Promise<AnyResult | undefined> {
+    const { status, headers, parsed, text } = await this.#exchange('POST', '/cni', req);
+    const exitCode = headers[CNI_EXIT_CODE_HEADER];
+    if (status !== 200 || (exitCode !== '0' && exitCode !== '1')) throw new AgentResponseError(status, normaliseError(status, parsed));
+    if (exitCode === '0') return parsed as AnyResult | undefined;
+    throw CniError.fromJson(parsed) ?? new Error(`agent answered exit code 1 without a CNI error: ${text.slice(0, 200)}`);
   }
 
   /** GET /healthz. */

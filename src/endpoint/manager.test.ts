@@ -1,5 +1,6 @@
 // EndpointManager over the fake datapath, the embedded kvstore and the real
 // identity, ipcache and policy subsystems: no root needed.
+import { dbFromWebPolicy } from '../policy/testing/policies.js';
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import { DatapathError } from '../datapath/types.js';
@@ -8,17 +9,7 @@ import type { Endpoint } from './endpoint.js';
 import { EndpointErrorCode, isEndpointError } from './errors.js';
 import { EndpointWorld, RecordingLease, waitFor } from './testing/world.js';
 
-const DB_FROM_WEB = `
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: { name: db-from-web, namespace: default }
-spec:
-  podSelector: { matchLabels: { app: db } }
-  policyTypes: [Ingress]
-  ingress:
-    - from: [ { podSelector: { matchLabels: { app: web } } } ]
-      ports: [ { protocol: TCP, port: 5432 } ]
-`;
+const DB_FROM_WEB = dbFromWebPolicy({ namespace: 'default', tcpPort: 5432 });
 
 let w: EndpointWorld;
 beforeEach(async () => {

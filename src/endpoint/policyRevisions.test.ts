@@ -1,18 +1,10 @@
+import { dbFromWebPolicy } from '../policy/testing/policies.js';
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { LocalIdentityTable, PolicyEngine } from '../policy/index.js';
 import { type PolicyChange, PolicyRevisions } from './policyRevisions.js';
 
-const DB_FROM_WEB = `
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: { name: db-from-web, namespace: prod }
-spec:
-  podSelector: { matchLabels: { app: db } }
-  policyTypes: [Ingress]
-  ingress:
-    - from: [ { podSelector: { matchLabels: { app: web } } } ]
-`;
+const DB_FROM_WEB = dbFromWebPolicy({ namespace: 'prod' });
 
 function world() {
   const identities = new LocalIdentityTable();

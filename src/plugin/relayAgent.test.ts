@@ -19,8 +19,10 @@ requireRoot('the tendril-cni relay test against a real agent');
 
 // `make check-native` preloads the sanitizers into node for the kernel addon's
 // sake. The agent here, and the tools it runs, are not what this file tests
-// (tendril-cni is, in its own ASan build via TENDRIL_CNI_BIN), so they run as usual.
+// (tendril-cni is, in its own ASan build via TENDRIL_CNI_BIN), so they run as
+// usual: without the preload, and so with the plain build of the addon.
 delete process.env.LD_PRELOAD;
+delete process.env.TENDRIL_KERNEL_ADDON;
 
 const pool = new NetnsPool('rl');
 let agent: AgentProcess;

@@ -1,5 +1,6 @@
 // Policy through the agent's API and CLI: import, per-endpoint map state,
 // trace, delete, and invalid documents rejected whole.
+import { dbFromWebPolicy } from '../../src/policy/testing/policies.js';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
@@ -17,17 +18,7 @@ let agent: AgentProcess;
 let runtime: CniRuntime;
 let cleanup = async () => {};
 
-const POLICY = `
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: { name: db-from-web, namespace: prod }
-spec:
-  podSelector: { matchLabels: { app: db } }
-  policyTypes: [Ingress]
-  ingress:
-    - from: [ { podSelector: { matchLabels: { app: web } } } ]
-      ports: [ { protocol: TCP, port: 5432 } ]
-`;
+const POLICY = dbFromWebPolicy({ namespace: 'prod', tcpPort: 5432 });
 
 async function addPod(name: string, labels: string): Promise<Endpoint> {
   const ns = await pool.add(name);

@@ -4,50 +4,32 @@
 // in validation mode turns a response the document does not describe into a
 // loud 500.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import type { ErrorResponse, Health } from '../../api/types.js';
-import { FakeDatapath } from '../../datapath/fake/fakeDatapath.js';
-import { createLogger } from '../../logging/logger.js';
-import { Agent } from '../agent.js';
-import { defaultConfig, validateConfig } from '../config.js';
+import { type FakeNodeAgent, startFakeNodeAgent } from '../testing/fakeNodeAgent.js';
 import { OpenApiSchemas } from './openapiSchemas.js';
 import { RESPONSE_MISMATCH } from './responseValidator.js';
 import { type AgentApi, buildServer, servedRoutes } from './server.js';
 import { longestBody } from './testing/longestBody.js';
 
 const spec = new OpenApiSchemas();
-let dir: string;
-let agent: Agent;
+let node: FakeNodeAgent | undefined;
 let api: AgentApi;
 let app: FastifyInstance;
 
 before(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'tdl-api-unit-'));
-  const config = validateConfig({
-    ...defaultConfig(),
-    nodeName: 'tdl-api',
-    stateDir: join(dir, 'state'),
-    libDir: join(dir, 'lib'),
-    socket: join(dir, 'state', 'tendril.sock'),
-    kvstoreOpts: { 'embedded.synchronous': 'normal' },
-    podCidrs: ['10.89.0.0/24'],
-  });
-  agent = await Agent.start(config, createLogger('api-test', process.env.TENDRIL_LOG_LEVEL ?? 'silent'), { datapath: new FakeDatapath({ nodeLinks: ['eth0'] }) });
-  api = agent.api();
+  node = await startFakeNodeAgent({ nodeName: 'tdl-api', podCidr: '10.89.0.0/24' });
+  api = node.agent.api();
   app = buildServer(api, { validateResponses: true });
   await app.ready();
 });
 
 after(async () => {
   await app?.close();
-  await agent?.stop();
-  await rm(dir, { recursive: true, force: true });
+  await node?.stop();
 });
 
 /** An operation's URL with its path parameters filled in. */

@@ -1,4 +1,5 @@
 import { CniError, CniErrorCode } from './errors.js';
+import { validateNetworkName } from './names.js';
 import type { Dns, GcAttachment } from './types.js';
 
 /**
@@ -52,6 +53,18 @@ export function parseNetConf(value: unknown): NetConf {
   }
   for (const f of ['args', 'prevResult', 'runtimeConfig'] as const) if (v[f] !== undefined && !isObject(v[f])) bad(f, 'an object');
   return v as NetConf;
+}
+
+/**
+ * The network name of a plugin's netconf, which every verb but VERSION needs:
+ * missing, empty or with characters outside libcni's set (`a/b`) is code 7,
+ * as Go's skel answers. Not part of parseNetConf: a conflist's plugin entries
+ * get their name from the list.
+ */
+export function requireNetworkName(conf: NetConf): string {
+  const name = conf.name ?? '';
+  validateNetworkName(name);
+  return name;
 }
 
 /**

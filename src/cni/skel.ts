@@ -1,7 +1,7 @@
 import { asCniError, CniError, CniErrorCode } from './errors.js';
 import { convertResult } from './convert.js';
 import { validateContainerId, validateInterfaceName } from './names.js';
-import { type NetConf, parseNetConf, validAttachments } from './netconf.js';
+import { type NetConf, parseNetConf, requireNetworkName, validAttachments } from './netconf.js';
 import type { AnyResult, CurrentResult, GcAttachment } from './types.js';
 import {
   CURRENT_VERSION,
@@ -95,7 +95,8 @@ function parseConf(stdinData: string): NetConf {
   return parseNetConf(value);
 }
 
-function checkVerbVersion(command: CniCommand, configVersion: string, info: PluginVersionInfo): void {
+/** Code 1 when the config's version does not allow the verb (CHECK < 0.4.0, GC and STATUS < 1.1.0) or is not supported. */
+export function checkVerbVersion(command: CniCommand, configVersion: string, info: PluginVersionInfo): void {
   const min = MIN_CONFIG_VERSION[command];
   if (min && !versionAtLeast(configVersion, min)) {
     throw new CniError(CniErrorCode.IncompatibleVersion, `config version does not allow ${command}`);
@@ -115,6 +116,7 @@ async function buildCmdArgs(command: CniCommand, vars: Record<string, string>, i
     validateInterfaceName(vars.CNI_IFNAME ?? '');
   }
   const conf = parseConf(stdinData);
+  requireNetworkName(conf);
   const cniVersion = decodeVersion(stdinData);
   checkVerbVersion(command, cniVersion, info);
   const args: CmdArgs = {

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { CniError, CniErrorCode, type Result100 } from '../../src/cni/index.js';
+import { hostInterfaceName } from '../../src/datapath/linux/links.js';
 import { type CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
 import { type AgentProcess, ping as pingFrom, podAllocations as allocationsOf, podHostLinks, startSingleNode } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
@@ -179,15 +180,28 @@ describe('bad input changes nothing', () => {
 });
 
 describe('replacing what is in the way', () => {
-  test('an interface already named eth0 in the pod is replaced by the pod\'s veth', async () => {
+  test('an interface already named eth0 in the pod that is not the attachment\'s own: ADD is refused "already exists" and nothing changes', async () => {
     const ns = await pool.add('stale');
     const made = await pool.exec(ns.name, ['ip', 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'tdlstale1']);
     assert.equal(made.code, 0, made.stderr);
-    const r = (await runtime.addNetworkList(conflist('1.0.0'), rt('tdl-stale', ns.path))) as Result100;
-    assert.equal((await pool.exec(ns.name, ['ip', 'link', 'show', 'tdlstale1'])).code, 1, 'the old pair is gone');
+    const before = (await pool.exec(ns.name, ['ip', '-o', 'link', 'show'])).stdout;
+    await assert.rejects(runtime.addNetworkList(conflist('1.0.0'), rt('tdl-stale', ns.path)), (e: unknown) => e instanceof CniError && e.code === CniErrorCode.InvalidEnvironmentVariables && /eth0 already exists/.test(e.message));
+    assert.equal((await pool.exec(ns.name, ['ip', '-o', 'link', 'show'])).stdout, before, 'the pod\'s interfaces are as they were');
+    assert.deepEqual(await nodeLinks(), [], 'no host end left');
+    assert.deepEqual(await podAllocations(), [], 'no address left');
+    await runtime.delNetworkList(conflist('1.0.0'), rt('tdl-stale', ns.path));
+    assert.equal((await pool.exec(ns.name, ['ip', '-o', 'link', 'show'])).stdout, before, 'DEL leaves them alone too');
+  });
+
+  test('an interrupted ADD\'s veth pair (the attachment\'s own lxc name, eth0 its peer) is replaced by the pod\'s veth', async () => {
+    const ns = await pool.add('interrupted');
+    const hostIf = hostInterfaceName('tdl-interrupted', 'eth0');
+    const made = await pool.exec(node, ['ip', 'link', 'add', hostIf, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.name]);
+    assert.equal(made.code, 0, made.stderr);
+    const r = (await runtime.addNetworkList(conflist('1.0.0'), rt('tdl-interrupted', ns.path))) as Result100;
     assert.ok(await ping(ns.name, '10.240.0.1'), 'the new eth0 works');
     assert.ok(r.ips![0]!.address.endsWith('/32'));
-    await runtime.delNetworkList(conflist('1.0.0'), rt('tdl-stale', ns.path));
+    await runtime.delNetworkList(conflist('1.0.0'), rt('tdl-interrupted', ns.path));
   });
 });
 
@@ -241,7 +255,10 @@ describe('the granular API (Cilium\'s plugin-driven flow)', () => {
     assert.equal(alloced?.expiresAt, undefined, 'the provisional address was confirmed');
     await agent.client.request('DELETE', `/endpoint/${ep.id}`);
     assert.deepEqual(await podAllocations(), []);
-    assert.equal((await inNode(['ip', 'link', 'show', 'tdladopt0'])).code, 1, 'the host interface went with the endpoint');
+    // The veth pair is its creator's: the endpoint's host route goes, the interface stays (issue 16).
+    assert.equal((await inNode(['ip', 'route', 'show', `${ip}/32`])).stdout, '', 'the host route went with the endpoint');
+    assert.equal((await inNode(['ip', 'link', 'show', 'tdladopt0'])).code, 0, 'the adopted interface stays');
+    assert.equal((await inNode(['ip', 'link', 'del', 'tdladopt0'])).code, 0);
   });
 });
 

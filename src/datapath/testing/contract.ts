@@ -136,6 +136,54 @@ export function runDatapathContract(name: string, newSubject: NewDatapathSubject
       await dp.removePod(spec);
     });
 
+    it('addPod replaces this attachment\'s own host end whose peer is elsewhere (an interrupted ADD into an older namespace)', async () => {
+      const spec = await podSpec(23);
+      const old = await s.newNetns();
+      const hostIf = dp.podHostIfName(spec.containerId, spec.ifName);
+      await s.createVethPair(hostIf, old, 'eth0');
+      const net = await dp.addPod(spec);
+      assert.equal(net.hostIfName, hostIf);
+      assert.equal(await s.linkExists('eth0', old), false, 'the old pair went');
+      await dp.checkPod(spec);
+      await dp.removePod(spec);
+    });
+
+    it('addPod refuses an interface of the pod\'s name that is another attachment\'s, and changes nothing', async () => {
+      const first = await podSpec(24);
+      const firstNet = await dp.addPod(first);
+      const second = await podSpec(25, { netns: first.netns });
+      const before = await dp.listPodHostInterfaces();
+      await rejectsWithKind(dp.addPod(second), 'exists');
+      assert.deepEqual(await dp.listPodHostInterfaces(), before, 'no host end of the second attachment');
+      assert.equal(await s.hostRouteDev(`${POD_NET}24/32`), firstNet.hostIfName);
+      assert.equal(await s.hostRouteDev(`${POD_NET}25/32`), undefined);
+      await dp.checkPod(first);
+      // Its teardown, with the same namespace and name, leaves the first attachment alone.
+      await dp.removePod(second);
+      await dp.checkPod(first);
+      await dp.removePod(first);
+    });
+
+    it('addPod refuses an interface of the pod\'s name that is no attachment\'s, also with its own leftover host end present', async () => {
+      const spec = await podSpec(26);
+      const foreign = `tdlfg${seq++}`;
+      await s.createVethPair(foreign, spec.netns, 'eth0');
+      await rejectsWithKind(dp.addPod(spec), 'exists');
+      assert.equal(await s.linkExists('eth0', spec.netns), true);
+      assert.equal(await s.linkExists(foreign), true);
+      // This attachment's host name left over with its peer in another namespace: the pod's eth0 is still not its peer.
+      const hostIf = dp.podHostIfName(spec.containerId, spec.ifName);
+      await s.createVethPair(hostIf, await s.newNetns(), 'eth0');
+      await rejectsWithKind(dp.addPod(spec), 'exists');
+      assert.equal(await s.linkExists('eth0', spec.netns), true);
+      assert.equal(await s.linkExists(foreign), true);
+      assert.equal(await s.linkExists(hostIf), true, 'nothing changed');
+      await dp.removePod(spec);
+      assert.equal(await s.linkExists(hostIf), false, 'the leftover host end is the attachment\'s own');
+      assert.equal(await s.linkExists('eth0', spec.netns), true, 'removePod never deletes by name in the pod');
+      await s.deleteLink(foreign);
+    });
+
     it('addPod into a namespace that does not exist fails with netns-gone and leaves nothing', async () => {
       const before = await dp.listPodHostInterfaces();
       await rejectsWithKind(dp.addPod(await podSpec(14, { netns: '/var/run/netns/tdl-contract-gone' })), 'netns-gone');
@@ -211,9 +259,9 @@ export function runDatapathContract(name: string, newSubject: NewDatapathSubject
     it('adoptPod takes over a veth pair made by someone else; releaseAdoptedPod leaves the interface', async () => {
       const netns = await s.newNetns();
       const hostIf = `tdlad${seq++}`;
-      await rejectsWithKind(dp.adoptPod({ hostIfName: hostIf, addresses: addresses(20) }), 'not-found');
+      await rejectsWithKind(dp.adoptPod({ hostIfName: hostIf, netns, ifName: 'eth0', addresses: addresses(20) }), 'not-found');
       await s.createVethPair(hostIf, netns, 'eth0');
-      const r = await dp.adoptPod({ hostIfName: hostIf, addresses: addresses(20) });
+      const r = await dp.adoptPod({ hostIfName: hostIf, netns, ifName: 'eth0', addresses: addresses(20) });
       assert.ok(r.hostIfIndex > 0);
       assert.equal(await s.hostRouteDev(`${POD_NET}20/32`), hostIf);
       assert.equal(await dp.podExists('whatever', 'eth0', hostIf), true);
@@ -224,6 +272,33 @@ export function runDatapathContract(name: string, newSubject: NewDatapathSubject
       await dp.releaseAdoptedPod({ hostIfName: hostIf, addresses: addresses(20) });
       await dp.removePod({ containerId: 'whatever', hostIfName: hostIf, netns, ifName: 'eth0', addresses: addresses(20) });
       assert.equal(await s.linkExists(hostIf), false);
+    });
+
+    it('adoptPod refuses, changing nothing, any interface that is not a veth into the given pod namespace under the given name', async () => {
+      const netns = await s.newNetns();
+      const other = await s.newNetns();
+      const mine = `tdlad${seq++}`;
+      const theirs = `tdlad${seq++}`;
+      await s.createVethPair(mine, netns, 'eth1');
+      await s.createVethPair(theirs, other, 'eth0');
+      const cases: Array<[string, string, string]> = [
+        // A device that is no veth (the node's loopback stands for its uplink), the host device's in-node pair, another pod's veth, a name that is not the pod side's.
+        ['lo', netns, 'eth0'],
+        ['tendril_host', netns, 'eth0'],
+        [theirs, netns, 'eth0'],
+        [mine, netns, 'eth0'],
+        [mine, s.nodeNetnsPath, 'eth1'],
+      ];
+      for (const [hostIfName, ns, ifName] of cases) {
+        await rejectsWithKind(dp.adoptPod({ hostIfName, netns: ns, ifName, addresses: addresses(22) }), 'refused');
+        assert.equal(await s.hostRouteDev(`${POD_NET}22/32`), undefined, `${hostIfName}: no route was added`);
+        assert.equal(await s.linkExists(hostIfName), true, `${hostIfName} is still there`);
+      }
+      await dp.adoptPod({ hostIfName: mine, netns, ifName: 'eth1', addresses: addresses(22) });
+      assert.equal(await s.hostRouteDev(`${POD_NET}22/32`), mine);
+      await dp.releaseAdoptedPod({ hostIfName: mine, addresses: addresses(22) });
+      await dp.removePod({ containerId: 'whatever', hostIfName: mine, netns, ifName: 'eth1', addresses: [] });
+      await dp.removePod({ containerId: 'whatever', hostIfName: theirs, netns: other, ifName: 'eth0', addresses: [] });
     });
 
     it('removeHostInterface deletes orphaned pod interfaces only', async () => {

@@ -13,7 +13,7 @@ export function registerAgentCommands(program: Command): void {
         ['Agent', `${h.status} (node ${h.nodeName}, up ${h.uptimeSeconds}s)`],
         ['KVStore', `${h.kvstore.backend} ${h.kvstore.connected ? 'connected' : 'DISCONNECTED'} at revision ${h.kvstore.revision}${h.kvstore.detail ? ` (${h.kvstore.detail})` : ''}`],
         ['IPAM', `${h.ipam.mode}, ${h.ipam.allocated} addresses allocated`],
-        ['Endpoints', String(h.endpoints)],
+        ['Endpoints', String(h.endpoints) + (h.quarantinedEndpoints ? ` (${h.quarantinedEndpoints} unreadable record(s) quarantined: see the agent's log)` : '')],
       ]),
     );
     if (h.status !== 'ok') process.exitCode = 1;

@@ -385,7 +385,7 @@ describe('restore', () => {
     w.datapath.removeNetns(vanished.netns);
     const leases = new Map<string, RecordingLease>();
     const report = await w.manager.restore({ lease: (ep) => leases.get(ep.containerId) ?? leases.set(ep.containerId, new RecordingLease()).get(ep.containerId)! });
-    assert.deepEqual(report, { restored: 1, released: 2, failed: 0, orphansRemoved: [orphan.hostIfName] });
+    assert.deepEqual(report, { restored: 1, released: 2, failed: 0, reclaimed: [], conflicts: [], quarantined: [], orphansRemoved: [orphan.hostIfName], orphansKept: [] });
     const back = w.manager.get(kept.id)!;
     assert.equal(back.containerId, 'tdl-kept');
     assert.equal(back.identity, kept.identity, 'the same identity number comes back');

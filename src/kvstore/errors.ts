@@ -14,6 +14,8 @@ export const KvstoreErrorCode = {
   UNAVAILABLE: 'KVSTORE_UNAVAILABLE',
   AUTH_FAILED: 'KVSTORE_AUTH_FAILED',
   LOCKED: 'KVSTORE_LOCKED',
+  /** The embedded store's file is no SQLite database, is damaged, or is a directory. */
+  CORRUPT: 'KVSTORE_CORRUPT',
   COMPACTED: 'KVSTORE_COMPACTED',
   LEASE_NOT_FOUND: 'KVSTORE_LEASE_NOT_FOUND',
   CLOSED: 'KVSTORE_CLOSED',
@@ -79,6 +81,17 @@ export class LockedError extends KvstoreError {
         (holderPid === undefined ? '' : ` (pid ${holderPid})`) +
         '; only one agent may open it',
     );
+  }
+}
+
+/** An embedded store that cannot be opened as a database; the message says what to do, in one line. */
+export class CorruptStoreError extends KvstoreError {
+  constructor(
+    readonly path: string,
+    message: string,
+    cause?: unknown,
+  ) {
+    super(KvstoreErrorCode.CORRUPT, message, { cause });
   }
 }
 

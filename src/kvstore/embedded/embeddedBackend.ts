@@ -34,6 +34,7 @@ import {
   validateValue,
 } from '../validate.js';
 import { migrate, type MetaName } from './schema.js';
+import { diagnoseOpenFailure } from './openFailure.js';
 import { openLocked, type JournalMode, type LockedDatabase, type Synchronous } from './storeLock.js';
 import { EmbeddedWatch, WatchHub } from './watchHub.js';
 
@@ -181,13 +182,19 @@ export class EmbeddedBackend implements Backend {
   private flushScheduled = false;
 
   static open(options: EmbeddedOptions): EmbeddedBackend {
-    const locked = openLocked({ path: options.path, synchronous: options.synchronous, journal: options.journal });
+    let locked: LockedDatabase;
+    try {
+      locked = openLocked({ path: options.path, synchronous: options.synchronous, journal: options.journal });
+    } catch (err) {
+      throw diagnoseOpenFailure(options.path, err) ?? err;
+    }
     try {
       return new EmbeddedBackend(options, locked);
     } catch (err) {
       locked.db.close();
       locked.release();
-      throw err;
+      // A damaged file can open and fail only at its first read (the schema).
+      throw diagnoseOpenFailure(options.path, err) ?? err;
     }
   }
 

@@ -4,9 +4,11 @@ import { join } from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import { pino } from 'pino';
 import { parseKvstoreOpts } from '../kvstore/factory.js';
+import { KvstoreError } from '../kvstore/errors.js';
 import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { Agent } from './agent.js';
 import { ConfigError, defaultConfig, IPAM_MODES, LOG_LEVELS, readConfigFile, validateConfig } from './config.js';
+import { OwnershipError } from './ownershipError.js';
 
 const list = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
 const repeat = (v: string, prev: string[] = []) => [...prev, v];
@@ -128,12 +130,27 @@ async function main(argv: string[]): Promise<number> {
   }
   const log = pino(
     { name: 'tendril-agent', level: config.logLevel, base: { pid: process.pid, node: config.nodeName } },
-    pino.destination(config.logFile ? { dest: config.logFile, mkdir: true, sync: false } : 2),
+    // The log names pods, addresses and the kvstore's endpoints: root-only, as the socket.
+    pino.destination(config.logFile ? { dest: config.logFile, mkdir: true, sync: false, mode: 0o600 } : 2),
   );
   let agent: Agent;
   try {
     agent = await Agent.start(config, log);
   } catch (err) {
+    if (err instanceof OwnershipError) {
+      // Another agent owns this node: one line, and the log file (if any) says it too.
+      if (config.logFile) log.fatal({ err }, 'not starting');
+      log.flush();
+      process.stderr.write(`tendril-agent: ${err.message}\n`);
+      return 1;
+    }
+    if (err instanceof KvstoreError) {
+      // The message is the diagnosis (a damaged store says what to do): one line, no stack; the log file (if any) says it too.
+      if (config.logFile) log.fatal({ err: err.toJSON() }, 'agent failed to start');
+      log.flush();
+      process.stderr.write(`tendril-agent: failed to start: ${err.message}\n`);
+      return 1;
+    }
     log.fatal({ err }, 'agent failed to start');
     process.stderr.write(`tendril-agent: failed to start: ${(err as Error).message}\n`);
     return 1;

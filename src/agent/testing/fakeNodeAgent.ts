@@ -1,10 +1,11 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { FakeDatapath } from '../../datapath/fake/fakeDatapath.js';
-import { createLogger } from '../../logging/logger.js';
+import { createLogger, type Logger } from '../../logging/logger.js';
 import { Agent } from '../agent.js';
 import { type AgentConfig, defaultConfig, validateConfig } from '../config.js';
+import { NetnsNodeLock } from '../nodeLock.js';
 
 export interface FakeNodeAgent {
   agent: Agent;
@@ -12,13 +13,19 @@ export interface FakeNodeAgent {
   datapath: FakeDatapath;
   /** Stops the agent and removes its directories. */
   stop(): Promise<void>;
+  /**
+   * Stops the agent, leaves its directories and the fake datapath as they
+   * are, runs `between` (a test damages the state there), and starts a new
+   * agent on them. A failed start removes the directories and rethrows.
+   */
+  restart(between?: () => Promise<void>, opts?: { logger?: Logger }): Promise<FakeNodeAgent>;
 }
 
 /**
  * A real agent (embedded kvstore in a temp dir, its API on a socket there)
  * over the fake datapath: the agent's logic and API without root.
  */
-export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string }): Promise<FakeNodeAgent> {
+export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger }): Promise<FakeNodeAgent> {
   const dir = await mkdtemp(join(tmpdir(), `${opts.nodeName}-`));
   const datapath = new FakeDatapath({ nodeLinks: ['eth0'] });
   const config = validateConfig({
@@ -30,9 +37,14 @@ export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: stri
     kvstoreOpts: { 'embedded.synchronous': 'normal' },
     podCidrs: [opts.podCidr],
   });
+  return startOn(dir, config, datapath, opts.logger ?? createLogger(opts.nodeName, process.env.TENDRIL_LOG_LEVEL ?? 'silent'));
+}
+
+async function startOn(dir: string, config: AgentConfig, datapath: FakeDatapath, logger: Logger): Promise<FakeNodeAgent> {
   let agent: Agent;
   try {
-    agent = await Agent.start(config, createLogger(opts.nodeName, process.env.TENDRIL_LOG_LEVEL ?? 'silent'), { datapath });
+    // Fake nodes share this process's network namespace: each gets a node lock name of its own.
+    agent = await Agent.start(config, logger, { datapath, nodeLock: new NetnsNodeLock({ name: `tendril-agent-fake-${basename(dir)}` }) });
   } catch (err) {
     await rm(dir, { recursive: true, force: true });
     throw err;
@@ -47,6 +59,11 @@ export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: stri
       } finally {
         await rm(dir, { recursive: true, force: true });
       }
+    },
+    restart: async (between, opts = {}) => {
+      await agent.stop();
+      await between?.();
+      return startOn(dir, config, datapath, opts.logger ?? logger);
     },
   };
 }

@@ -130,6 +130,41 @@ describe('the deletion queue', () => {
     assert.deepEqual(await agent.client.listEndpoints(), []);
     assert.deepEqual(await podAllocations(agent), []);
   });
+
+  // The race: the stopped agent received the DEL and does it when it runs
+  // again; the queued copy is drained at the next start. DEL is idempotent,
+  // so the second one finds nothing to do, and a copy older than an endpoint
+  // the runtime added again since is dropped rather than deleting it.
+  test('a DEL to a stopped (SIGSTOP) agent is queued within seconds and exits 0; done once the agent runs, the copy is harmless', async () => {
+    const ns = await pool.add('stopped');
+    const env = (verb: string) => cniEnv(verb, { CNI_CONTAINERID: 'tdl-relay-stopped', CNI_NETNS: ns.path });
+    ok(await runRelay(env('ADD'), conf('1.1.0')));
+    const pid = agent.pid!;
+    process.kill(pid, 'SIGSTOP');
+    let del: RelayRun;
+    try {
+      del = await runRelay(env('DEL'), conf('1.1.0'), 20_000);
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+    assert.equal(ok(del), undefined);
+    assert.ok(del.ms < 12_000, `DEL took ${del.ms} ms`);
+    const qdir = join(agent.stateDir, 'deletion-queue');
+    assert.equal((await readdir(qdir)).length, 1, 'queued');
+    for (let i = 0; (await agent.client.listEndpoints()).length > 0; i++) {
+      assert.ok(i < 100, 'the agent did the DEL it had received once it ran again');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.deepEqual(await podAllocations(agent), []);
+    // The runtime adds the same attachment again before the agent restarts.
+    ok(await runRelay(env('ADD'), conf('1.1.0')));
+    await agent.stop();
+    await agent.start();
+    assert.deepEqual(await readdir(qdir), [], 'drained on start');
+    assert.equal((await agent.client.listEndpoints()).length, 1, 'the stale queued DEL left the new endpoint alone');
+    ok(await runRelay(env('DEL'), conf('1.1.0')));
+    assert.deepEqual(await podAllocations(agent), []);
+  });
 });
 
 describe('start-up', () => {

@@ -2,7 +2,8 @@
 // relay, a socket it cannot use, and an agent that is not there (DEL queued
 // in the deletion queue the agent drains on start).
 import assert from 'node:assert/strict';
-import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { chmod, chown, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -15,6 +16,8 @@ let socket = '';
 
 before(async () => {
   dir = await mkdtemp(join(tmpdir(), 'tdl-relaylocal-'));
+  // The socket's directory exists, as the agent makes it (root, 0700): only the socket is missing.
+  await mkdir(join(dir, 'state'), { mode: 0o700 });
   socket = join(dir, 'state', 'tendril.sock');
 });
 after(async () => {
@@ -90,7 +93,6 @@ describe('the agent is not running', () => {
     assert.equal(r.code, 0, r.stdout);
     assert.equal(r.stdout, '');
     const qdir = join(dir, 'state', 'deletion-queue');
-    assert.equal((await stat(join(dir, 'state'))).mode & 0o777, 0o700, 'a missing socket dir is made too');
     assert.equal((await stat(qdir)).mode & 0o777, 0o700);
     const names = await readdir(qdir);
     assert.equal(names.length, 1, `no temporary file is left: ${names.join(', ')}`);
@@ -102,7 +104,7 @@ describe('the agent is not running', () => {
     assert.equal(await readFile(join(qdir, names[0]!), 'utf8'), JSON.stringify(expected), 'the same bytes JSON.stringify writes');
     // The agent reads the queue with the TypeScript reader.
     const listed = await listQueuedDeletions(socket);
-    assert.deepEqual(listed.map((q) => q.request), [expected]);
+    assert.deepEqual(listed.map((q) => ('request' in q ? q.request : q.refused)), [expected]);
     await rm(join(qdir, names[0]!));
   });
 
@@ -110,6 +112,63 @@ describe('the agent is not running', () => {
     const blocker = join(dir, 'blocker');
     await writeFile(blocker, '');
     const e = assertCniError(await runRelay(cniEnv('DEL'), conf({ socket: join(blocker, 'tendril.sock') })), CniErrorCode.IOFailure, /could not be queued/);
-    assert.match(String(e.details), /connect: Not a directory; cannot create .*blocker\/deletion-queue: Not a directory/);
+    assert.match(String(e.details), /connect: Not a directory; the socket's directory .*blocker does not exist or is not a directory/);
+  });
+});
+
+// The agent runs what it finds in the queue as root: the relay writes it only
+// where no one but root can write, and makes no directory tree on the way.
+describe('the deletion queue is written only where only root can write', () => {
+  const base = () => join(dir, 'q');
+  before(async () => {
+    await mkdir(base(), { mode: 0o700 });
+  });
+
+  async function refusedDel(sockDir: string, detail: RegExp): Promise<void> {
+    const e = assertCniError(await runRelay(cniEnv('DEL'), conf({ socket: join(sockDir, 'tendril.sock') })), CniErrorCode.IOFailure, /could not be queued/);
+    assert.match(String(e.details), detail);
+  }
+
+  test('a socket whose directory does not exist (a typo): code 5, no directory made', async () => {
+    await refusedDel(join(base(), 'typo', 'nested'), /the socket's directory .*\/typo\/nested does not exist or is not a directory: no agent can serve there/);
+    assert.equal(existsSync(join(base(), 'typo')), false, 'nothing created');
+  });
+
+  test('a socket directory writable by others (1777, like /tmp), or by its group: code 5, no queue made', async () => {
+    for (const mode of [0o1777, 0o770]) {
+      const d = join(base(), `open${mode.toString(8)}`);
+      await mkdir(d);
+      await chmod(d, mode);
+      await refusedDel(d, /writable by its group or others/);
+      assert.equal(existsSync(join(d, 'deletion-queue')), false);
+    }
+  });
+
+  test('a socket directory not owned by root: code 5, no queue made', async () => {
+    const d = join(base(), 'nobodys');
+    await mkdir(d, { mode: 0o700 });
+    await chown(d, 65534, 65534);
+    await refusedDel(d, /owned by uid 65534, not root/);
+    assert.equal(existsSync(join(d, 'deletion-queue')), false);
+  });
+
+  test('a queue that is a symlink, not 0700, or not root\'s: code 5, nothing written', async () => {
+    const target = join(base(), 'elsewhere');
+    await mkdir(target, { mode: 0o700 });
+    const cases: Array<[string, (q: string) => Promise<void>, RegExp]> = [
+      ['link', (q) => symlink(target, q), /deletion-queue is a symbolic link/],
+      ['mode755', async (q) => { await mkdir(q); await chmod(q, 0o755); }, /must be a directory owned by root with mode 0700 \(it is uid 0, mode 0755\)/],
+      ['nobody', async (q) => { await mkdir(q, { mode: 0o700 }); await chown(q, 65534, 65534); }, /\(it is uid 65534, mode 0700\)/],
+      ['file', (q) => writeFile(q, ''), /deletion-queue is not a directory/],
+    ];
+    for (const [name, make, detail] of cases) {
+      const d = join(base(), name);
+      await mkdir(d, { mode: 0o700 });
+      const q = join(d, 'deletion-queue');
+      await make(q);
+      await refusedDel(d, detail);
+      if (name !== 'file') assert.deepEqual(await readdir(q), []);
+    }
+    assert.deepEqual(await readdir(target), [], 'nothing written through the link');
   });
 });

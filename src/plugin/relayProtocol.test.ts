@@ -4,7 +4,7 @@
 // (or, for DEL, a queued deletion) and never a hang.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { readdir, writeFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, afterEach, describe, test } from 'node:test';
 import { CNI_EXIT_CODE_HEADER } from '../api/types.js';
@@ -96,16 +96,47 @@ describe('the request', () => {
 describe('an agent that misbehaves', () => {
   const timed = (extra: Record<string, string> = {}) => ({ TENDRIL_CNI_TIMEOUT_MS: String(TIMEOUT_MS), ...extra });
 
-  test('never answers: ADD, CHECK, GC and DEL are 11, STATUS is 50, after the timeout', async () => {
+  test('never answers: ADD, CHECK and GC are 11, STATUS is 50, after the timeout', async () => {
     const a = await withAgent(() => undefined);
-    for (const [verb, code] of [['ADD', 11], ['CHECK', 11], ['GC', 11], ['DEL', 11], ['STATUS', 50]] as const) {
+    for (const [verb, code] of [['ADD', 11], ['CHECK', 11], ['GC', 11], ['STATUS', 50]] as const) {
       const r = await runRelay(cniEnv(verb, timed()), conf(a.socket), 10_000);
       const e = assertCniError(r, code);
       assert.equal(e.cniVersion, '1.0.0', 'the error speaks the config\'s version');
       assert.match(String(e.details), /no complete answer in time \(0 bytes received\)/);
       assert.ok(r.ms >= TIMEOUT_MS - 50 && r.ms < TIMEOUT_MS + 3000, `${verb} took ${r.ms} ms`);
     }
-    assert.equal(existsSync(join(a.dir, 'deletion-queue')), false, 'a DEL the agent took but did not finish is not queued');
+    assert.equal(existsSync(join(a.dir, 'deletion-queue')), false, 'only DEL queues');
+  });
+
+  // A stopped (SIGSTOP) or wedged agent accepts the connection and says nothing.
+  // DEL must not fail (the runtime would retry it for ever) nor wait minutes:
+  // it is queued, and the agent drains it on start. The agent may also still
+  // take the request it received once it runs again: DEL is idempotent, so
+  // doing it twice is harmless (see relayAgent.test.ts).
+  test('never answers: DEL is queued after the timeout and exits 0, with the request the agent got', async () => {
+    const a = await withAgent(() => undefined);
+    const r = await runRelay(cniEnv('DEL', timed()), conf(a.socket), 10_000);
+    assert.equal(r.code, 0, `stdout: ${r.stdout} stderr: ${r.stderr}`);
+    assert.equal(r.stdout, '');
+    assert.ok(r.ms >= TIMEOUT_MS - 50 && r.ms < TIMEOUT_MS + 3000, `DEL took ${r.ms} ms`);
+    const queued = await readdir(join(a.dir, 'deletion-queue'));
+    assert.equal(queued.length, 1);
+    assert.deepEqual(JSON.parse(await readFile(join(a.dir, 'deletion-queue', queued[0]!), 'utf8')), JSON.parse(a.requests[0]!.body.toString('utf8')));
+  });
+
+  test('never answers: DEL gives up within seconds by default, ADD keeps its long deadline', async () => {
+    const a = await withAgent(() => undefined);
+    const [del, add] = await Promise.all([
+      runRelay(cniEnv('DEL'), conf(a.socket), 20_000),
+      runRelay(cniEnv('ADD'), conf(a.socket), 15_000).then(
+        () => assert.fail('ADD gave up within 15 s'),
+        (err: Error) => err,
+      ),
+    ]);
+    assert.equal(del.code, 0, `stdout: ${del.stdout} stderr: ${del.stderr}`);
+    assert.ok(del.ms >= 9_000 && del.ms < 12_000, `DEL took ${del.ms} ms`);
+    assert.equal((await readdir(join(a.dir, 'deletion-queue'))).length, 1);
+    assert.match(add.message, /did not exit within 15000 ms/);
   });
 
   test('dribbles a header that never ends: 11 after the timeout', async () => {

@@ -108,6 +108,11 @@ export class AgentProcess {
     return this.logs;
   }
 
+  /** The agent's process id (nsenter execs the agent in its place), while it runs. */
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
   /** The agent's log lines about responses it found not to match api/openapi.yaml (each was answered as a 500). */
   get contractViolations(): string[] {
     return this.logs.split('\n').filter((l) => l.includes(RESPONSE_MISMATCH));

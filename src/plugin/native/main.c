@@ -38,14 +38,18 @@
 /*
  * Time bounds, each for the whole call (reading stdin included). ADD waits
  * for the endpoint to be in force, which can mean the agent waiting on its
- * kvstore, so the verbs that change things get 5 minutes: the bound is there
- * so a wedged agent cannot keep the plugin forever, and runtimes usually
- * give up sooner. STATUS and VERSION are questions and get 30 s. A live
- * agent accepts a connection at once, so connecting gets 5 s, after which the
- * agent counts as unreachable. TENDRIL_CNI_TIMEOUT_MS replaces the call's
- * bound (tests use it; so may an operator).
+ * kvstore, so ADD, CHECK and GC get 5 minutes: the bound is there so a
+ * wedged agent cannot keep the plugin forever, and runtimes usually give up
+ * sooner. DEL gets 10 s: a DEL the agent does not answer in time is queued
+ * (as when it is down) and succeeds, since a failed DEL only makes the
+ * runtime retry it against the same stuck agent. STATUS and VERSION are
+ * questions and get 30 s. A live agent accepts a connection at once, so
+ * connecting gets 5 s, after which the agent counts as unreachable.
+ * TENDRIL_CNI_TIMEOUT_MS replaces the call's bound (tests use it; so may an
+ * operator).
  */
 #define CHANGE_TIMEOUT_MS (300 * 1000)
+#define DEL_TIMEOUT_MS (10 * 1000)
 #define QUESTION_TIMEOUT_MS (30 * 1000)
 #define CONNECT_TIMEOUT_MS (5 * 1000)
 #define TIMEOUT_MAX_MS (3600 * 1000)
@@ -202,23 +206,34 @@ struct call_context {
 	int timeout_ms;
 };
 
+/*
+ * DEL must not fail because the agent is down or stuck: it is queued, and the
+ * agent drains the queue when it starts. A stuck agent may also still do the
+ * DEL it received once it runs again; DEL is idempotent, so the queued copy
+ * then finds nothing left to do.
+ */
+static int queue_deletion(const struct call_context *c, const struct buf *body, const char *why)
+{
+	struct buf path, qwhy;
+	buf_init(&path, 8192);
+	buf_init(&qwhy, 8192);
+	int rc = 0;
+	if (deletion_queue_write(c->socket, body->data, body->len, &path, &qwhy) < 0) {
+		char details[2048];
+		snprintf(details, sizeof(details), "%s; %s", why, buf_cstr(&qwhy));
+		rc = cni_fail(CNI_ERR_IO, "tendril agent unreachable or not answering, and the deletion could not be queued", details, c->version);
+	} else {
+		fprintf(stderr, "tendril-cni: %s; the deletion is queued in %s\n", why, buf_cstr(&path));
+	}
+	buf_free(&path);
+	buf_free(&qwhy);
+	return rc;
+}
+
 static int unreachable(const struct call_context *c, const struct buf *body, const char *why)
 {
-	if (c->verb == VERB_DEL) {
-		/* DEL must not fail because the agent is down: the agent drains the queue when it starts. */
-		struct buf path, qwhy;
-		buf_init(&path, 8192);
-		buf_init(&qwhy, 8192);
-		int rc = 0;
-		if (deletion_queue_write(c->socket, body->data, body->len, &path, &qwhy) < 0) {
-			char details[2048];
-			snprintf(details, sizeof(details), "%s; %s", why, buf_cstr(&qwhy));
-			rc = cni_fail(CNI_ERR_IO, "agent unreachable and the deletion could not be queued", details, c->version);
-		}
-		buf_free(&path);
-		buf_free(&qwhy);
-		return rc;
-	}
+	if (c->verb == VERB_DEL)
+		return queue_deletion(c, body, why);
 	if (c->verb == VERB_STATUS)
 		return cni_fail(CNI_ERR_NOT_AVAILABLE, "tendril agent is not running", why, c->version);
 	return cni_fail(CNI_ERR_TRY_AGAIN_LATER, "tendril agent is unreachable; try again later", why, c->version);
@@ -251,7 +266,9 @@ static int relay(const struct call_context *c, const struct buf *body)
 		break;
 	case RELAY_TIMEOUT:
 		snprintf(details, sizeof(details), "%s: %s", c->socket, r.detail);
-		if (c->verb == VERB_STATUS)
+		if (c->verb == VERB_DEL)
+			rc = queue_deletion(c, body, details);
+		else if (c->verb == VERB_STATUS)
 			rc = cni_fail(CNI_ERR_NOT_AVAILABLE, "tendril agent is not answering", details, c->version);
 		else
 			rc = cni_fail(CNI_ERR_TRY_AGAIN_LATER, "tendril agent did not answer in time; try again later", details,
@@ -310,7 +327,7 @@ static const char *socket_path(const char *config, const struct json_field *f, c
 static int timeout_ms(enum verb v, int *out)
 {
 	const char *s = getenv(TIMEOUT_ENV);
-	*out = v == VERB_STATUS || v == VERB_VERSION ? QUESTION_TIMEOUT_MS : CHANGE_TIMEOUT_MS;
+	*out = v == VERB_STATUS || v == VERB_VERSION ? QUESTION_TIMEOUT_MS : v == VERB_DEL ? DEL_TIMEOUT_MS : CHANGE_TIMEOUT_MS;
 	if (!s || !*s)
 		return 0;
 	char *end;

@@ -29,6 +29,12 @@ export const EndpointSchema = z.object({
   containerId: z.string(),
   ifName: z.string(),
   netns: z.string(),
+  /**
+   * The CNI network (the netconf's `name`) the endpoint was added to; CNI GC
+   * acts only on its own network's endpoints. Absent for an adopted endpoint
+   * and in records written before the field existed: GC never deletes those.
+   */
+  networkName: z.string().optional(),
   podNamespace: z.string().optional(),
   podName: z.string().optional(),
   /** Labels in `source:key=value` form: every label the endpoint carries. */
@@ -41,6 +47,8 @@ export const EndpointSchema = z.object({
   identityLabels: z.array(z.string()).optional(),
   addresses: z.array(EndpointAddressSchema),
   hostIfName: z.string(),
+  /** Made of a veth pair someone else created (PUT /endpoint): its interfaces are not tendril's to delete. */
+  adopted: z.boolean().optional(),
   hostIfIndex: z.number().int().nonnegative(),
   hostMac: z.string(),
   podMac: z.string(),

@@ -15,6 +15,8 @@ export const EndpointErrorCode = {
   DISCONNECTING: 'ENDPOINT_DISCONNECTING',
   /** A regeneration could not put the endpoint's state in force (its policy does not fit its map). */
   REGENERATION_FAILED: 'ENDPOINT_REGENERATION_FAILED',
+  /** IPAM no longer holds the endpoint's addresses for it (a provisional allocation expired before it was confirmed). */
+  ADDRESSES_LOST: 'ENDPOINT_ADDRESSES_LOST',
 } as const;
 
 export type EndpointErrorCode = (typeof EndpointErrorCode)[keyof typeof EndpointErrorCode];

@@ -4,13 +4,14 @@
  * The agent imports only from here.
  */
 export { ENDPOINT_STATES, EndpointSchema, EndpointAddressSchema, type Endpoint, type EndpointState, type EndpointAddress } from './endpoint.js';
-export { EndpointStore, type RestoreProblem } from './endpointStore.js';
+export { EndpointStore, QUARANTINE_DIR, type LoadResult, type QuarantinedRecord, type QuarantineHolds, type RestoreProblem } from './endpointStore.js';
 export { EndpointError, EndpointErrorCode, isEndpointError } from './errors.js';
 export { endpointOwner } from './identityBinder.js';
 export { KeyedMutex } from './keyedMutex.js';
 export {
   EndpointManager,
   podAddress,
+  type AddressClaim,
   type AddressLease,
   type AdoptedEndpoint,
   type EndpointManagerOptions,

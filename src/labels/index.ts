@@ -5,6 +5,7 @@
  */
 export { LabelError, LabelErrorCode } from './errors.js';
 export { LabelSource, isLabelSource, parseLabelSource } from './source.js';
+export { POD_LABEL_SOURCES, isPodLabelSource, requirePodLabel } from './podSources.js';
 export { ReservedLabelKey, RESERVED_LABEL_KEYS, isReservedLabelKey } from './reserved.js';
 export {
   type Label,

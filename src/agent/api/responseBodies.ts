@@ -33,6 +33,7 @@ export function endpointBody(ep: EndpointStatus): ApiEndpoint {
     containerId: ep.containerId,
     ifName: ep.ifName,
     netns: ep.netns,
+    ...(ep.networkName !== undefined ? { networkName: ep.networkName } : {}),
     ...(ep.podNamespace !== undefined ? { podNamespace: ep.podNamespace } : {}),
     ...(ep.podName !== undefined ? { podName: ep.podName } : {}),
     labels: ep.labels,

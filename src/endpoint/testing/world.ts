@@ -16,17 +16,24 @@ import { PolicyRevisions } from '../policyRevisions.js';
 export const ROUTER = '10.77.0.1';
 const NODE = 'tdl-unit-node';
 
-/** An address lease that counts its calls; `failConfirm` makes the next confirm throw. */
+/**
+ * An address lease that counts its calls; `failConfirm` makes the next
+ * confirm throw, `lost` makes confirms answer that IPAM no longer holds the
+ * addresses (a provisional allocation that expired).
+ */
 export class RecordingLease implements AddressLease {
   confirmed = 0;
   released = 0;
   failConfirm: Error | undefined;
+  lost = false;
 
-  async confirm(): Promise<void> {
+  async confirm(): Promise<boolean> {
     const err = this.failConfirm;
     this.failConfirm = undefined;
     if (err) throw err;
+    if (this.lost) return false;
     this.confirmed++;
+    return true;
   }
 
   async release(): Promise<void> {
@@ -37,6 +44,8 @@ export class RecordingLease implements AddressLease {
 export interface WorldOptions {
   /** The policy engine's per-endpoint entry limit (small values make regenerations fail). */
   maxEntriesPerEndpoint?: number;
+  /** The managers' logger (default: silent unless TENDRIL_LOG_LEVEL says otherwise). */
+  log?: Logger;
 }
 
 /**
@@ -48,7 +57,7 @@ export interface WorldOptions {
  */
 export class EndpointWorld {
   readonly datapath = new FakeDatapath({ nodeLinks: ['eth0'] });
-  readonly log: Logger = createLogger('endpoint-test', process.env.TENDRIL_LOG_LEVEL ?? 'silent');
+  readonly log: Logger;
   /** Every state transition the current manager reported. */
   readonly transitions: EndpointStateChange[] = [];
   lease!: NodeLease;
@@ -65,7 +74,9 @@ export class EndpointWorld {
     readonly dir: string,
     readonly backend: Backend,
     private readonly options: WorldOptions,
-  ) {}
+  ) {
+    this.log = options.log ?? createLogger('endpoint-test', process.env.TENDRIL_LOG_LEVEL ?? 'silent');
+  }
 
   static async create(options: WorldOptions = {}): Promise<EndpointWorld> {
     const dir = await mkdtemp(join(tmpdir(), 'tdl-endpoint-'));

@@ -436,6 +436,21 @@ function translateAll(raws: RawDocument[]): Policy[] {
   return policies;
 }
 
+/**
+ * A document's value. Aliases are expanded with a budget (the yaml library's
+ * maxAliasCount weighs each alias by the aliases inside what it names), so a billion-laughs
+ * document of a few hundred bytes is refused before it grows; what toJS
+ * throws then (a ReferenceError) is a fault of the text, not of the agent.
+ */
+function documentValue(doc: { toJS(opts: { maxAliasCount: number }): unknown }, index: number): unknown {
+  try {
+    return doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    if (err instanceof ReferenceError) throw new PolicyParseError(index, `${err.message}: too many or too deeply nested aliases`);
+    throw err;
+  }
+}
+
 /** Parses YAML or JSON text with any number of documents. */
 export function parsePolicyText(text: string): Policy[] {
   const docs = parseAllDocuments(text);
@@ -448,7 +463,7 @@ export function parsePolicyText(text: string): Policy[] {
       const words = (err.message.split('\n')[0] ?? err.message).replace(/ at line \d+, column \d+:?$/, '');
       throw new PolicyParseError(i, words, err.linePos?.[0]?.line);
     }
-    flatten(i, doc.toJS({ maxAliasCount: 100 }), [], raws);
+    flatten(i, documentValue(doc, i), [], raws);
   });
   return translateAll(raws);
 }

@@ -1,7 +1,7 @@
 import { mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { listQueuedDeletions, removeQueuedDeletion } from '../api/deletionQueue.js';
+import { DeletionQueue, isRefused } from '../api/deletionQueue.js';
 import { AgentError } from '../api/errors.js';
 import type { AgentConfigView, CniRequest, ConfigPatch, Health } from '../api/types.js';
 import { LinuxDatapath } from '../datapath/linux/linuxDatapath.js';
@@ -14,10 +14,11 @@ import { PolicyEngine } from '../policy/index.js';
 import { openBackend } from '../kvstore/factory.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
-import { type AgentApi, buildServer, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
+import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
 import { CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentConfig, masqueradeCidrs } from './config.js';
 import { IpamProvider } from './ipamProvider.js';
+import { type NodeClaim, type NodeLock, NetnsNodeLock } from './nodeLock.js';
 
 /**
  * Test hook: TENDRIL_FAULT_POINT=<step> makes the agent kill itself with
@@ -35,6 +36,8 @@ function faultPointFromEnv(env: NodeJS.ProcessEnv): ((step: string) => void) | u
 export interface AgentDeps {
   /** Another datapath than the Linux one (tests run the agent over the fake). */
   datapath?: Datapath;
+  /** What makes this agent its node's only one (default: the abstract socket @tendril-agent of its network namespace). */
+  nodeLock?: NodeLock;
 }
 
 /**
@@ -44,11 +47,13 @@ export interface AgentDeps {
  */
 export class Agent {
   private server: FastifyInstance | undefined;
+  private nodeClaim: NodeClaim | undefined;
   private readonly startedAt = Date.now();
   private readonly routerAddresses = new Map<string, { family: 4 | 6; ip: string }>();
   private readonly policy: PolicyRevisions;
   private readonly endpoints: EndpointManager;
   private readonly cni: CniService;
+  private readonly endpointStore: EndpointStore;
 
   private constructor(
     private readonly config: AgentConfig,
@@ -62,10 +67,11 @@ export class Agent {
     private readonly ipcache: IPCache,
   ) {
     const faultPoint = faultPointFromEnv(process.env);
+    this.endpointStore = new EndpointStore(join(config.stateDir, 'endpoints'));
     this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: identities }));
     this.endpoints = new EndpointManager({
       datapath,
-      store: new EndpointStore(join(config.stateDir, 'endpoints')),
+      store: this.endpointStore,
       identities,
       ipcache,
       policy: this.policy,
@@ -84,7 +90,26 @@ export class Agent {
     });
   }
 
+  /**
+   * Ownership comes before anything is touched (directories, kvstore, links,
+   * addresses, the masquerade table): the node's lock, then the socket path
+   * (another agent serving it, or something that is no socket). A second
+   * agent fails here with an OwnershipError and has changed nothing.
+   */
   static async start(config: AgentConfig, log: Logger, deps: AgentDeps = {}): Promise<Agent> {
+    const claim = await (deps.nodeLock ?? new NetnsNodeLock()).claim();
+    try {
+      await checkSocketPath(config.socket);
+      const agent = await Agent.startOwned(config, log, deps);
+      agent.nodeClaim = claim;
+      return agent;
+    } catch (err) {
+      await claim.release();
+      throw err;
+    }
+  }
+
+  private static async startOwned(config: AgentConfig, log: Logger, deps: AgentDeps): Promise<Agent> {
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
     await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
     const backend = await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) });
@@ -103,6 +128,8 @@ export class Agent {
       await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(config) });
       await agent.endpoints.restore({
         lease: (ep) => agent.leaseOf(ep),
+        // IPAM may have lost the addresses (a kvstore that lost its latest writes): held for their endpoints again.
+        reclaim: (ep) => (ep.ipamOwned ? ipam.reclaim(ipamOwner(ep.containerId, ep.ifName), ep.addresses) : Promise.resolve({ addresses: ep.addresses, reclaimed: [] })),
         // A restored endpoint's routes take its gateway as source address: the host device must hold it first.
         prepare: async (ep) => {
           for (const a of ep.addresses) await agent.ensureRouterAddress(a.family, a.gateway);
@@ -137,8 +164,9 @@ export class Agent {
     };
   }
 
+  /** The endpoint's lease; its confirm answers false unless IPAM holds the endpoint's very addresses for it. */
   private leaseOf(ep: Endpoint) {
-    return ownerLease(this.ipam.all(), ipamOwner(ep.containerId, ep.ifName));
+    return ownerLease(this.ipam.all(), ipamOwner(ep.containerId, ep.ifName), ep.addresses);
   }
 
   private endpointApi(): EndpointApi {
@@ -220,28 +248,60 @@ export class Agent {
     await this.datapath.setupNode({ routerAddresses: [...this.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(this.config) });
   }
 
-  /** DELs the plugin queued while the agent was unreachable. */
+  /**
+   * DELs the plugin queued while the agent was unreachable. They run as root,
+   * so only a queue and entries root alone could have written are trusted
+   * (see deletionQueue.ts); anything else is logged and left in place for an
+   * operator to look at, since something wrote where it should not be able to.
+   */
   private async drainDeletionQueue(): Promise<void> {
     const sockets = new Set([this.config.socket, join(this.config.stateDir, 'tendril.sock')]);
     for (const socket of sockets) {
-      for (const q of await listQueuedDeletions(socket)) {
-        if (q.request === undefined) {
-          this.log.error({ file: q.file }, 'unreadable queued deletion; dropping it');
-          await removeQueuedDeletion(q.file);
-          continue;
-        }
-        try {
-          await this.cni.handle({ ...(q.request as CniRequest), command: 'DEL' });
-          this.log.info({ file: q.file }, 'queued deletion done');
-          await removeQueuedDeletion(q.file);
-        } catch (err) {
-          const e = err instanceof AgentError ? err : undefined;
-          if (e && e.httpStatus < 500) {
-            this.log.error({ file: q.file, err }, 'queued deletion is invalid; dropping it');
-            await removeQueuedDeletion(q.file);
-          } else {
-            this.log.error({ file: q.file, err }, 'queued deletion failed; kept for the next start');
-          }
+      const opened = await DeletionQueue.open(socket);
+      if (opened.kind === 'absent') continue;
+      if (opened.kind === 'refused') {
+        this.log.error({ dir: opened.dir, reason: opened.reason }, 'deletion queue not trusted, nothing in it is run: it must be a directory owned by root with mode 0700');
+        continue;
+      }
+      try {
+        await this.drainQueue(opened.queue);
+      } finally {
+        await opened.queue.close();
+      }
+    }
+  }
+
+  private async drainQueue(queue: DeletionQueue): Promise<void> {
+    for (const q of await queue.list()) {
+      if (isRefused(q)) {
+        this.log.error({ file: q.file, reason: q.refused }, 'queued deletion not trusted, left in place: entries must be regular files owned by root, not writable by others');
+        continue;
+      }
+      if (q.request === undefined) {
+        this.log.error({ file: q.file }, 'unreadable queued deletion; dropping it');
+        await queue.remove(q.name);
+        continue;
+      }
+      const req = q.request as CniRequest;
+      // A stuck agent may have done this DEL itself once it ran again (DEL is idempotent); if the
+      // runtime has since added the attachment again, this older request must not remove it.
+      const current = typeof req.containerId === 'string' && typeof req.ifName === 'string' ? this.endpoints.byContainer(req.containerId, req.ifName) : undefined;
+      if (current && Date.parse(current.createdAt) > q.queuedAtMs) {
+        this.log.warn({ file: q.file, endpoint: current.id, createdAt: current.createdAt }, 'queued deletion is older than the endpoint it names; dropping it');
+        await queue.remove(q.name);
+        continue;
+      }
+      try {
+        await this.cni.handle({ ...req, command: 'DEL' });
+        this.log.info({ file: q.file }, 'queued deletion done');
+        await queue.remove(q.name);
+      } catch (err) {
+        const e = err instanceof AgentError ? err : undefined;
+        if (e && e.httpStatus < 500) {
+          this.log.error({ file: q.file, err }, 'queued deletion is invalid; dropping it');
+          await queue.remove(q.name);
+        } else {
+          this.log.error({ file: q.file, err }, 'queued deletion failed; kept for the next start');
         }
       }
     }
@@ -249,12 +309,14 @@ export class Agent {
 
   private async health(): Promise<Health> {
     const kv = await this.backend.status();
+    const quarantined = (await this.endpointStore.quarantineHolds()).records;
     return {
       status: kv.connected ? 'ok' : 'degraded',
       nodeName: this.config.nodeName,
       uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000),
       kvstore: { backend: kv.backend, connected: kv.connected, revision: kv.revision, detail: kv.detail },
       endpoints: this.endpoints.size,
+      ...(quarantined > 0 ? { quarantinedEndpoints: quarantined } : {}),
       ipam: { mode: this.ipam.mode, allocated: (await this.ipam.list()).length },
     };
   }
@@ -285,6 +347,7 @@ export class Agent {
     await this.lease.stop();
     await this.ipam.stop();
     await this.backend.close();
+    await this.nodeClaim?.release();
     this.log.info('agent stopped; pod networking left in place');
   }
 }

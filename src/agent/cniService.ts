@@ -9,8 +9,9 @@ import {
   type NetConf,
   parseNetConf,
   pluginVersionInfo,
+  requireNetworkName,
   parseCniArgs,
-  reconcileVersion,
+  checkVerbVersion,
   type Result100,
   validateAbsolutePath,
   validateContainerId,
@@ -31,7 +32,7 @@ import {
 } from '../endpoint/index.js';
 import { IdentityError, IdentityErrorCode } from '../identity/index.js';
 import { LabelError } from '../labels/index.js';
-import { formatPrefix, hostPrefix, ipFamilyOf, parseIp } from '../netip/index.js';
+import { formatIp, formatPrefix, hostPrefix, ipFamilyOf, parseIp } from '../netip/index.js';
 import { isPolicyError, PolicyErrorCode, PolicyValidationError } from '../policy/index.js';
 import { type Allocation, type Allocator, IpamError, IpamErrorCode } from '../ipam/index.js';
 import type { Logger } from '../logging/logger.js';
@@ -53,12 +54,19 @@ interface ParsedCall {
 }
 
 /** Addresses asked for through CNI_ARGS `IP=` (comma-separated, one per family). */
-function requestedIps(args: CniArgs): string[] {
+function requestedIps(args: CniArgs, families: readonly (4 | 6)[]): string[] {
   const raw = args.find(([k]) => k === 'IP')?.[1];
   if (raw === undefined || raw === '') return [];
   const ips = raw.split(',').map((x) => x.trim());
   for (const ip of ips) {
-    if (ipFamilyOf(ip) === 0) throw new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP="${raw}" is not a list of IP addresses`);
+    const family = ipFamilyOf(ip);
+    if (family === 0) throw new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP="${raw}" is not a list of IP addresses`);
+    // Ignoring it would give the pod an address it did not ask for.
+    if (!families.includes(family)) throw new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP="${raw}": ${ip} is an IPv${family} address and this node has no IPv${family} pool`);
+  }
+  for (const family of families) {
+    const same = ips.filter((ip) => ipFamilyOf(ip) === family);
+    if (same.length > 1) throw new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP="${raw}" asks for ${same.length} IPv${family} addresses (${same.join(', ')}); a pod gets one address per family`);
   }
   return ips;
 }
@@ -73,11 +81,22 @@ export function ipamOwner(containerId: string, ifName: string): string {
   return ifName === 'eth0' ? containerId : `${containerId}:${ifName}`;
 }
 
-/** The addresses of one IPAM owner across allocators, as an endpoint's lease on them. */
-export function ownerLease(allocators: readonly Allocator[], owner: string): AddressLease {
+/**
+ * The addresses of one IPAM owner across allocators, as an endpoint's lease on
+ * them. With `expected` (the endpoint's addresses), confirm answers false
+ * unless IPAM still holds each of them for the owner under the same sequence
+ * number: a provisional allocation that expired may have been released and
+ * handed out again, even to a new allocation of the same owner.
+ */
+export function ownerLease(allocators: readonly Allocator[], owner: string, expected?: readonly Pick<EndpointAddress, 'ip' | 'seq'>[]): AddressLease {
   return {
     confirm: async () => {
-      for (const a of allocators) await a.confirm(owner);
+      let held = false;
+      for (const a of allocators) if (await a.confirm(owner)) held = true;
+      if (!held || expected === undefined) return held;
+      const now: Allocation[] = [];
+      for (const a of allocators) now.push(...(await a.get(owner)));
+      return expected.every((e) => now.some((h) => h.ip === e.ip && h.seq === e.seq));
     },
     release: async () => {
       for (const a of allocators) await a.releaseOwner(owner);
@@ -134,6 +153,9 @@ export function toAgentError(err: unknown): AgentError {
         return new AgentError('INVALID_ENVIRONMENT', `CNI_NETNS refused: ${err.message}`);
       case EndpointErrorCode.REGENERATION_FAILED:
         return new AgentError('DATAPATH_FAILED', err.message);
+      case EndpointErrorCode.ADDRESSES_LOST:
+        // Transient: the node was slower than --ipam-expiration; a retried ADD allocates afresh.
+        return new AgentError('TRY_AGAIN', err.message);
     }
   }
   if (isPolicyError(err)) {
@@ -151,8 +173,15 @@ export function toAgentError(err: unknown): AgentError {
     }
   }
   if (err instanceof IdentityError) {
-    return err.code === IdentityErrorCode.INVALID_LABELS ? new AgentError('INVALID_REQUEST', err.message) : new AgentError('TRY_AGAIN', `identity: ${err.message}`);
+    // Labels or an identity number the caller gave are its fault; trying again would not help.
+    if (err.code === IdentityErrorCode.INVALID_LABELS || err.code === IdentityErrorCode.INVALID_ID) return new AgentError('INVALID_REQUEST', err.message);
+    return new AgentError('TRY_AGAIN', `identity: ${err.message}`);
   }
+  // An interface of the pod's name that is not the attachment's own: CNI_IFNAME is taken in
+  // CNI_NETNS, which no retry changes (the reference bridge plugin says "already exists" too).
+  if (isDatapathError(err, 'exists')) return new AgentError('INVALID_ENVIRONMENT', err.message);
+  // `refused`: the request named something the datapath must not touch (e.g. PUT /endpoint with the node's uplink).
+  if (isDatapathError(err, 'refused')) return new AgentError('INVALID_REQUEST', err.message);
   if (isDatapathError(err)) return new AgentError('DATAPATH_FAILED', err.message);
   return new AgentError('INTERNAL', err instanceof Error ? err.message : String(err));
 }
@@ -226,7 +255,10 @@ export class CniService {
     }
     if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new CniError(CniErrorCode.DecodingFailure, 'network config is not a JSON object');
     const conf = parseNetConf(raw);
-    reconcileVersion(conf.cniVersion || IMPLICIT_VERSION, pluginVersionInfo(SUPPORTED_CNI_VERSIONS));
+    // As the skel in cniRoute does: the deletion queue reaches handle() without it.
+    requireNetworkName(conf);
+    // The skel in cniRoute checks this too, but the deletion queue and other callers reach handle() directly.
+    checkVerbVersion(req.command, conf.cniVersion || IMPLICIT_VERSION, pluginVersionInfo(SUPPORTED_CNI_VERSIONS));
     const call: ParsedCall = {
       command: req.command,
       containerId: req.containerId ?? '',
@@ -248,35 +280,44 @@ export class CniService {
     const owner = ipamOwner(call.containerId, call.ifName);
     const pod = podRefFromArgs(call.args);
     const labels = endpointLabels(labelTextsFromCni(call.args, call.conf), pod);
-    // Before anything is allocated or removed: never the node's own namespace.
-    await endpoints.requirePodNetns(call.netns);
+    const families = this.d.ipam.families();
+    const served = families.length > 0 ? families : ([4] as const);
+    // CNI_ARGS IP= (podman --ip, the spec's convention) asks for given addresses; checked
+    // before a previous endpoint of the attachment is replaced.
+    const wanted = requestedIps(call.args, served);
+    // Before anything is allocated or removed: never the node's own namespace, never a
+    // namespace that is missing or whose interface is someone else's (a refused call
+    // must not have deleted the attachment it meant to replace).
+    await endpoints.preflightCreate({ containerId: call.containerId, netns: call.netns, ifName: call.ifName });
 
     // A second ADD for the same attachment replaces the first, as a re-created sandbox expects.
     const previous = endpoints.byContainer(call.containerId, call.ifName);
     const allocator = await this.d.ipam.allocatorFor(call.conf);
     if (previous) await endpoints.delete(previous.id, { netns: call.netns, lease: ownerLease([allocator], owner) });
 
-    const families = this.d.ipam.families();
     const timer = new StepTimer();
     const undo = new UndoList(log, { containerId: call.containerId });
     try {
       const allocations: Allocation[] = [];
       undo.push('release addresses', () => allocator.releaseOwner(owner));
-      // CNI_ARGS IP= (podman --ip, the spec's convention) asks for given addresses.
-      const wanted = requestedIps(call.args);
-      for (const family of families.length > 0 ? families : ([4] as const)) {
+      for (const family of served) {
         const ip = wanted.find((w) => ipFamilyOf(w) === family);
-        allocations.push(
-          await allocator.allocate({
-            owner,
-            family,
-            ...(ip ? { ip } : {}),
-            // Delegated allocators exist per netconf and only once a call names them, so
-            // after a restart none would re-arm or confirm an expiry: no expiration there.
-            ...(config.ipam === 'delegated' ? {} : { expirationMs: config.ipamExpirationMs }),
-            cni: { netns: call.netns, ifname: call.ifName, args: formatCniArgs(call.args) },
-          }),
-        );
+        try {
+          allocations.push(
+            await allocator.allocate({
+              owner,
+              family,
+              ...(ip ? { ip } : {}),
+              // Delegated allocators exist per netconf and only once a call names them, so
+              // after a restart none would re-arm or confirm an expiry: no expiration there.
+              ...(config.ipam === 'delegated' ? {} : { expirationMs: config.ipamExpirationMs }),
+              cni: { netns: call.netns, ifname: call.ifName, args: formatCniArgs(call.args) },
+            }),
+          );
+        } catch (err) {
+          if (ip !== undefined && err instanceof IpamError && err.code === IpamErrorCode.IP_IN_USE) throw await this.unavailableAddress(allocator, ip, err);
+          throw err;
+        }
       }
       timer.mark('ipam');
       this.d.faultPoint?.('after-ipam');
@@ -289,6 +330,7 @@ export class CniService {
           containerId: call.containerId,
           ifName: call.ifName,
           netns: call.netns,
+          ...(call.conf.name ? { networkName: call.conf.name } : {}),
           mtu: config.mtu,
           ...(pod.namespace ? { podNamespace: pod.namespace } : {}),
           ...(pod.name ? { podName: pod.name } : {}),
@@ -297,13 +339,30 @@ export class CniService {
           ipamOwned: config.ipam !== 'delegated',
           timer,
         },
-        ownerLease([allocator], owner),
+        ownerLease([allocator], owner, allocations),
       );
       return this.result(call, ep);
     } catch (err) {
       await undo.rollBack();
       throw err;
     }
+  }
+
+  /**
+   * CNI_ARGS IP= named an address IPAM would not give. Another pod's may be
+   * freed, so that stays "try again" (CONFLICT, CNI 11). The node's router
+   * address and an address its block reserves (network, broadcast) never
+   * will: INVALID_ENVIRONMENT (CNI 4, HTTP 400), the code of a CNI_ARGS value
+   * that cannot be served, as for one that is no address; 11 would have the
+   * runtime retry forever, 7 would blame the netconf.
+   */
+  private async unavailableAddress(allocator: Allocator, ip: string, err: IpamError): Promise<AgentError> {
+    const text = formatIp(parseIp(ip));
+    if (this.d.ipam.routerAddresses().some((r) => formatIp(parseIp(r.ip)) === text)) {
+      return new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP=${ip} is this node's router address (the pods' gateway): it can never be a pod's`);
+    }
+    if ((await allocator.list()).some((a) => formatIp(parseIp(a.ip)) === text)) return new AgentError('CONFLICT', err.message);
+    return new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP=${ip} is reserved in its block (its network or broadcast address): it can never be a pod's`);
   }
 
   private result(call: ParsedCall, ep: EndpointStatus): Result100 {
@@ -385,22 +444,33 @@ export class CniService {
           addresses: allocations.map(endpointAddress),
           ipamOwned: true,
         },
-        ownerLease(this.d.ipam.all(), owner),
+        ownerLease(this.d.ipam.all(), owner, allocations),
       );
     });
   }
 
-  /** Removes endpoints and allocations not among the runtime's valid attachments (CNI GC, spec 1.1.0). */
+  /**
+   * CNI GC (spec 1.1.0): removes the endpoints of the netconf's network that
+   * are not among the runtime's valid attachments. The valid list speaks for
+   * that network only, so endpoints of other networks, and endpoints without
+   * a recorded network (adopted ones, and records older than the field), are
+   * never GC's to delete. Then addresses no endpoint of any network holds, no
+   * CNI call is working on and the runtime does not list are released (leaks
+   * of an ADD that died); provisional ones are left to expire.
+   */
   private async gc(call: ParsedCall): Promise<void> {
     const valid = new Set(validAttachments(call.conf).map((a) => ipamOwner(a.containerID, a.ifname)));
+    const network = call.conf.name ?? '';
     const allocator = await this.d.ipam.allocatorFor(call.conf);
     for (const ep of this.d.endpoints.list()) {
+      if (network === '' || ep.networkName !== network) continue;
       const owner = ipamOwner(ep.containerId, ep.ifName);
       if (valid.has(owner)) continue;
       // No namespace path: the recorded one may name another process's namespace by now.
       await this.locks.run(owner, () => this.d.endpoints.deleteAttachment({ containerId: ep.containerId, ifName: ep.ifName, netns: '' }, ownerLease([allocator], owner)));
     }
-    const live = new Set([...valid, ...this.inFlightOwners()]);
+    const endpointOwners = this.d.endpoints.list().map((ep) => ipamOwner(ep.containerId, ep.ifName));
+    const live = new Set([...valid, ...endpointOwners, ...this.inFlightOwners()]);
     const report = await allocator.gc(live);
     if (report.released.length > 0) this.d.log.info({ released: report.released.map((a) => `${a.owner}=${a.ip}`) }, 'CNI GC released stale addresses');
   }

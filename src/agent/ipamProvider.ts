@@ -7,9 +7,13 @@ import {
   DelegatedAllocator,
   HostScopeAllocator,
   type IpFamily,
+  IpamError,
+  IpamErrorCode,
 } from '../ipam/index.js';
+import type { AddressClaim, EndpointAddress } from '../endpoint/index.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
+import { formatIp, tryParseIp } from '../netip/index.js';
 import { AgentError } from '../api/errors.js';
 import type { AgentConfig } from './config.js';
 import { SerialAllocator } from './serialAllocator.js';
@@ -78,6 +82,21 @@ export class IpamProvider {
     return this.families().map((family) => ({ family, ip: this.main!.routerAddress(family)!.ip }));
   }
 
+  /**
+   * Refuses `ip` when it is one of the node's router addresses. The router
+   * address is every pod's gateway and sits on tendril_host: freed, the next
+   * start would pick another router while the old address stays on the host
+   * device, and a pod given it could never reach its gateway. `what` names
+   * the operation refused.
+   */
+  private refuseRouterAddress(ip: string, what: string): void {
+    const parsed = tryParseIp(ip);
+    if (parsed === undefined) return;
+    const text = formatIp(parsed);
+    const router = this.routerAddresses().find((r) => formatIp(tryParseIp(r.ip)!) === text);
+    if (router) throw new AgentError('CONFLICT', `${ip} is this node's router address (the pods' gateway on tendril_host): it cannot be ${what}`);
+  }
+
   /** The allocator for a CNI call's netconf. */
   async allocatorFor(conf: NetConf): Promise<Allocator> {
     if (this.main) return this.main;
@@ -127,6 +146,7 @@ export class IpamProvider {
   async allocateDirect(req: { owner: string; family: IpFamily; ip?: string; pool?: string; provisional: boolean }): Promise<{ allocation: Allocation; hostAddressing: { ipv4?: string; ipv6?: string } }> {
     const main = this.main;
     if (!main) throw new AgentError('INVALID_REQUEST', 'POST /ipam needs a kvstore-backed IPAM mode; delegated IPAM allocates through CNI ADD');
+    if (req.ip !== undefined) this.refuseRouterAddress(req.ip, 'allocated to a pod');
     const allocation = await main.allocate({
       owner: req.owner,
       family: req.family,
@@ -139,8 +159,61 @@ export class IpamProvider {
     return { allocation, hostAddressing: { ...(v4 ? { ipv4: v4 } : {}), ...(v6 ? { ipv6: v6 } : {}) } };
   }
 
-  /** Frees one address wherever it is allocated; false when nothing held it. */
+  /**
+   * Makes IPAM hold a restored endpoint's addresses for `owner` again: after a
+   * kvstore lost or rolled back its latest writes, IPAM no longer knows them
+   * and would hand them to the next pod. Held already: unchanged. Free:
+   * allocated to the owner, permanently. Held by another owner, reserved, or
+   * outside this node's pools: a conflict, and the remaining addresses are
+   * left as they are. Delegated IPAM keeps its state in its plugin, which
+   * the agent cannot ask for a given address outside a CNI call: unchanged.
+   */
+  async reclaim(owner: string, addresses: readonly EndpointAddress[]): Promise<AddressClaim> {
+    const main = this.main;
+    if (!main) return { addresses: [...addresses], reclaimed: [] };
+    const held = new Set((await main.get(owner)).map((a) => a.ip));
+    const out: EndpointAddress[] = [];
+    const reclaimed: string[] = [];
+    for (const [i, a] of addresses.entries()) {
+      if (held.has(a.ip)) {
+        out.push(a);
+        continue;
+      }
+      let got: Allocation;
+      try {
+        got = await main.allocate({ owner, family: a.family, ip: a.ip });
+      } catch (err) {
+        if (!(err instanceof IpamError)) throw err;
+        const conflict = await this.reclaimConflict(main, a.ip, err);
+        if (conflict === undefined) throw err;
+        return { addresses: [...out, ...addresses.slice(i)], reclaimed, conflict };
+      }
+      reclaimed.push(a.ip);
+      out.push({ ...a, pool: got.pool, cidr: got.cidr, seq: got.seq });
+    }
+    return { addresses: out, reclaimed };
+  }
+
+  /** Why an address cannot be re-claimed; undefined when the failure is not about the address. */
+  private async reclaimConflict(main: Allocator, ip: string, err: IpamError): Promise<string | undefined> {
+    switch (err.code) {
+      case IpamErrorCode.IP_IN_USE: {
+        const holder = (await main.list()).find((x) => x.ip === ip)?.owner;
+        return holder === undefined ? `address ${ip} is reserved in IPAM, or held by another node` : `address ${ip} is allocated to ${holder} in IPAM`;
+      }
+      case IpamErrorCode.INVALID_ARGUMENT:
+      case IpamErrorCode.UNKNOWN_POOL:
+      case IpamErrorCode.FAMILY_UNAVAILABLE:
+      case IpamErrorCode.INVALID_CIDR:
+        return `address ${ip} cannot be allocated on this node: ${err.message}`;
+      default:
+        return undefined;
+    }
+  }
+
+  /** Frees one address wherever it is allocated; false when nothing held it. A router address is refused (CONFLICT). */
   async releaseIp(ip: string): Promise<boolean> {
+    this.refuseRouterAddress(ip, 'released');
     for (const a of this.all()) {
       if (await a.releaseIp(ip)) return true;
     }

@@ -126,3 +126,9 @@ test('an error answer is an AgentResponseError with the document\'s ErrorRespons
   });
   await assert.rejects(client.deletePolicy({}), (err: unknown) => err instanceof AgentResponseError && err.status === 400 && /all=true/.test(err.message));
 });
+
+test('a request path longer than the agent could parse is refused before anything is sent', async () => {
+  // Sent, such a request got a 431 and a closed connection mid-body: an EPIPE that escaped the promise.
+  const unsent = new AgentClient({ socketPath: '/nonexistent/tendril.sock' });
+  await assert.rejects(unsent.request('PUT', `/endpoint/${'%61'.repeat(140_000)}`, {}), RangeError);
+});

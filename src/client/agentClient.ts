@@ -40,6 +40,9 @@ export interface AgentClientOptions {
   timeoutMs?: number;
 }
 
+/** Well under the 16 KiB of headers Node's HTTP server takes; no path of the API comes near it. */
+const MAX_PATH_BYTES = 8192;
+
 const UNREACHABLE_CODES = new Set(['ENOENT', 'ECONNREFUSED', 'EACCES', 'ENOTSOCK', 'ECONNRESET']);
 
 type Scalar = string | number | boolean | undefined;
@@ -75,6 +78,9 @@ export class AgentClient {
   /** One HTTP exchange over the socket: status, headers and the body parsed as JSON (undefined when empty). */
   #exchange(method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; headers: IncomingHttpHeaders; parsed: unknown; text: string }> {
     const payload = body === undefined ? undefined : JSON.stringify(body);
+    // The agent's HTTP parser answers a longer request line with 431 and closes the
+    // connection while the body is still being written (EPIPE): refuse it here instead.
+    if (Buffer.byteLength(path) > MAX_PATH_BYTES) return Promise.reject(new RangeError(`request path of ${Buffer.byteLength(path)} bytes is longer than ${MAX_PATH_BYTES}`));
     return new Promise((resolve, reject) => {
       const req = request(
         {

@@ -10,14 +10,19 @@ import type { MapEntry } from '../policy/index.js';
 
 export type { IpFamily };
 
-/** Why a datapath operation failed, as far as callers need to branch on it. */
-export type DatapathErrorKind = 'not-found' | 'exists' | 'netns-gone' | 'failed';
+/**
+ * Why a datapath operation failed, as far as callers need to branch on it.
+ * `refused`: the request names something the datapath must not touch (an
+ * interface that is not the pod's); nothing was changed.
+ */
+export type DatapathErrorKind = 'not-found' | 'exists' | 'netns-gone' | 'refused' | 'failed';
 
 /** The coded-error names of the kinds, one per kind. */
 export const DatapathErrorCode = {
   'not-found': 'DATAPATH_NOT_FOUND',
   exists: 'DATAPATH_EXISTS',
   'netns-gone': 'DATAPATH_NETNS_GONE',
+  refused: 'DATAPATH_REFUSED',
   failed: 'DATAPATH_FAILED',
 } as const satisfies Record<DatapathErrorKind, string>;
 
@@ -89,9 +94,21 @@ export interface PodTeardownSpec {
   hostIfName?: string;
   /**
    * May be empty or gone: runtimes send DEL after the namespace is destroyed.
-   * Empty also means "leave the pod's side alone" (a path the agent refused).
+   * Empty also means a path the agent refused. The pod's end is removed with
+   * the host end, never by its name in here (another attachment may hold it).
    */
   netns: string;
+  ifName: string;
+  addresses: PodAddress[];
+}
+
+/** A pod's veth pair made by someone else, as PUT /endpoint names it. */
+export interface AdoptedPodSpec {
+  /** The host end, in the node's namespace. */
+  hostIfName: string;
+  /** The pod's namespace, which must hold the peer. */
+  netns: string;
+  /** The peer's name inside the pod. */
   ifName: string;
   addresses: PodAddress[];
 }
@@ -143,17 +160,39 @@ export interface Datapath {
   /**
    * Plumbs a pod. Throws DatapathError `netns-gone` when the namespace does not
    * exist; on failure everything it created is removed before it throws.
-   * An interface of the same name in the way (an interrupted ADD) is replaced.
+   * Only this attachment's own leftovers (an interrupted ADD) are replaced:
+   * an interface on the host named `podHostIfName(containerId, ifName)`, with
+   * its peer if that is `ifName` in the pod. Any other interface named
+   * `ifName` in the pod (another attachment's, the runtime's) is
+   * DatapathError `exists`, and nothing is changed. Callers make sure no
+   * endpoint owns the host name.
    */
   addPod(spec: PodNetworkSpec): Promise<PodNetwork>;
-  /** Removes what addPod made; parts already gone (and a namespace already gone) are fine. */
+  /**
+   * What addPod would refuse, asked before anything changes: `netns-gone` when
+   * the namespace does not exist, `exists` when `ifName` in it is neither free
+   * nor this attachment's own veth peer. Lets a call that replaces an earlier
+   * attachment refuse before it deletes that one.
+   */
+  preflightPod(spec: Pick<PodNetworkSpec, 'containerId' | 'netns' | 'ifName'>): Promise<void>;
+  /**
+   * Removes what addPod made by deleting the host end (`hostIfName`, else
+   * `podHostIfName`); the pod's end of the pair goes with it. Nothing inside
+   * the pod's namespace is deleted by name: it may be another attachment's.
+   * Parts already gone (and a namespace already gone) are fine.
+   */
   removePod(spec: PodTeardownSpec): Promise<void>;
+  /** The host-side name addPod gives the attachment's interface (a pure function of its two names). */
+  podHostIfName(containerId: string, ifName: string): string;
   /**
    * Takes over a pod whose veth pair someone else created (Cilium's plugin-driven
    * PUT /endpoint): the host-side routes and proxy ARP for its addresses.
-   * DatapathError `not-found` when the host interface does not exist.
+   * Only a veth whose peer is `ifName` inside the pod's namespace `netns` is
+   * taken: anything else (the node's uplink, tendril_host, another pod's veth)
+   * is DatapathError `refused`, before anything is changed. `not-found` when
+   * the host interface does not exist.
    */
-  adoptPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<{ hostIfIndex: number; hostMac: string }>;
+  adoptPod(spec: AdoptedPodSpec): Promise<{ hostIfIndex: number; hostMac: string }>;
   /** Undoes adoptPod: the host routes go, the interface (not tendril's) stays. Idempotent. */
   releaseAdoptedPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<void>;
   /**

@@ -1,11 +1,11 @@
-import { type Datapath, type NetnsKind, type PodAddress } from '../datapath/types.js';
+import { type Datapath, isDatapathError, type NetnsKind, type PodAddress } from '../datapath/types.js';
 import { type IdentityAllocator, IdentityError, IdentityErrorCode } from '../identity/index.js';
 import type { IPCache } from '../ipcache/index.js';
-import { LabelFilter, type LabelSet } from '../labels/index.js';
+import { LabelFilter, type LabelSet, requirePodLabel } from '../labels/index.js';
 import type { Logger } from '../logging/logger.js';
 import { isPolicyError, PolicyErrorCode } from '../policy/index.js';
 import type { Endpoint, EndpointAddress, EndpointState } from './endpoint.js';
-import type { EndpointStore } from './endpointStore.js';
+import type { EndpointStore, QuarantinedRecord } from './endpointStore.js';
 import { EndpointError, EndpointErrorCode } from './errors.js';
 import { EndpointIdentityBinder } from './identityBinder.js';
 import { KeyedMutex } from './keyedMutex.js';
@@ -22,7 +22,12 @@ import { UndoList } from './undo.js';
  * between leaves a file that the next restore finishes).
  */
 export interface AddressLease {
-  confirm(): Promise<void>;
+  /**
+   * Makes the addresses permanent. False when IPAM no longer holds them for
+   * the endpoint: its provisional allocation expired (and the address may be
+   * someone else's by now).
+   */
+  confirm(): Promise<boolean>;
   release(): Promise<void>;
 }
 
@@ -43,6 +48,8 @@ export interface NewEndpoint {
   containerId: string;
   ifName: string;
   netns: string;
+  /** The CNI network (netconf `name`) of a CNI ADD; CNI GC acts only on its own network's endpoints. */
+  networkName?: string;
   mtu: number;
   podNamespace?: string;
   podName?: string;
@@ -60,9 +67,25 @@ export interface AdoptedEndpoint extends NewEndpoint {
   hostIfName: string;
 }
 
+/** A restored endpoint's addresses after IPAM was asked to hold them for it again. */
+export interface AddressClaim {
+  /** The endpoint's addresses as IPAM now holds them (a re-claimed one has a new sequence number). */
+  addresses: EndpointAddress[];
+  /** Addresses IPAM no longer held (its state was lost or rolled back) and now holds for the endpoint again. */
+  reclaimed: string[];
+  /** Why the endpoint cannot have its addresses: IPAM gives one to another owner, or cannot give it at all. */
+  conflict?: string;
+}
+
 export interface RestoreHooks {
   /** The lease of a restored endpoint's addresses (confirmed once it is back, released when it vanished). */
   lease(ep: Endpoint): AddressLease;
+  /**
+   * Makes IPAM hold a restored endpoint's addresses for it again (a kvstore
+   * that lost its latest writes forgets them, and would hand them to the next
+   * pod). Runs before anything of the endpoint is put back in force.
+   */
+  reclaim?(ep: Endpoint): Promise<AddressClaim>;
   /** Runs before a restored endpoint's first regeneration (the agent puts its gateway on the host device). */
   prepare?(ep: Endpoint): Promise<void>;
 }
@@ -73,8 +96,16 @@ export interface RestoreReport {
   released: number;
   /** Restored endpoints whose first regeneration failed (they are not-ready). */
   failed: number;
+  /** Addresses IPAM had lost and now holds for their endpoints again. */
+  reclaimed: string[];
+  /** Endpoints left not-ready because IPAM gives one of their addresses to someone else. */
+  conflicts: Array<{ endpoint: number; containerId: string; reason: string }>;
+  /** Unreadable records moved aside this start; their pods were left alone. */
+  quarantined: QuarantinedRecord[];
   /** Pod host interfaces no endpoint owns, removed. */
   orphansRemoved: string[];
+  /** Pod host interfaces no endpoint owns, kept because a quarantined record may own them. */
+  orphansKept: string[];
 }
 
 export interface EndpointManagerOptions {
@@ -228,6 +259,16 @@ export class EndpointManager {
     if (kind === 'not-netns') throw new EndpointError(EndpointErrorCode.NETNS_REFUSED, `${path} is not a network namespace`);
   }
 
+  /**
+   * Everything a creation in `netns` would refuse for reasons of the pod's
+   * namespace — not a pod's, missing, `ifName` taken by someone else — asked
+   * before the caller removes anything (an earlier attachment it replaces).
+   */
+  async preflightCreate(spec: { containerId: string; netns: string; ifName: string }): Promise<void> {
+    await this.requirePodNetns(spec.netns);
+    await this.o.datapath.preflightPod(spec);
+  }
+
   /** The namespace to hand the datapath for a teardown: empty (leave it alone) unless it is a pod's. */
   async #teardownNetns(path: string): Promise<string> {
     return (await this.classifyNetns(path)) === 'pod' ? path : '';
@@ -240,13 +281,17 @@ export class EndpointManager {
     return this.#locks.run(attachmentKey(spec.containerId, spec.ifName), async () => {
       await this.requirePodNetns(spec.netns);
       this.#refuseTaken(spec.containerId, spec.ifName);
+      const holder = this.#hostIfHolder(spec.containerId, spec.ifName);
+      if (holder) throw new EndpointError(EndpointErrorCode.CONFLICT, `host interface ${holder.hostIfName} already exists and belongs to endpoint ${holder.id} (container ${holder.containerId})`);
       const { datapath, log } = this.o;
       const addresses = spec.addresses.map(podAddress);
       const undo = new UndoList(log, { containerId: spec.containerId, ifName: spec.ifName });
       try {
-        undo.push('remove pod network', () => datapath.removePod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, addresses }));
         const timer = spec.timer ?? new StepTimer();
+        // A failed addPod removed what it made itself; undoing before it succeeded could only
+        // remove what was there before (another attachment's interface).
         const net = await datapath.addPod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, mtu: spec.mtu, addresses });
+        undo.push('remove pod network', () => datapath.removePod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, addresses }));
         timer.mark('links');
         this.o.faultPoint?.('after-datapath');
         const ep = this.#newModel(spec, this.#registry.allocateId(), net);
@@ -274,9 +319,16 @@ export class EndpointManager {
       const addresses = spec.addresses.map(podAddress);
       const undo = new UndoList(log, { containerId: spec.containerId, hostIfName: spec.hostIfName });
       try {
-        const net = await datapath.adoptPod({ hostIfName: spec.hostIfName, addresses });
+        let net: { hostIfIndex: number; hostMac: string };
+        try {
+          net = await datapath.adoptPod({ hostIfName: spec.hostIfName, netns: spec.netns, ifName: spec.ifName, addresses });
+        } catch (err) {
+          // The caller named an interface that is not this pod's veth (or none): the request's fault.
+          if (isDatapathError(err, 'refused', 'not-found', 'netns-gone')) throw new EndpointError(EndpointErrorCode.INVALID_ARGUMENT, err.message, { cause: err });
+          throw err;
+        }
         undo.push('remove host routes', () => datapath.releaseAdoptedPod({ hostIfName: spec.hostIfName, addresses }));
-        const ep = this.#newModel(spec, spec.id ?? this.#registry.allocateId(), { hostIfName: spec.hostIfName, hostIfIndex: net.hostIfIndex, hostMac: net.hostMac, podMac: '' });
+        const ep: Endpoint = { ...this.#newModel(spec, spec.id ?? this.#registry.allocateId(), { hostIfName: spec.hostIfName, hostIfIndex: net.hostIfIndex, hostMac: net.hostMac, podMac: '' }), adopted: true };
         const ready = await this.#commit(ep, lease, undo);
         log.info({ endpoint: ep.id, identity: ready.identity, containerId: spec.containerId, hostIfName: spec.hostIfName }, 'endpoint adopted');
         return ready;
@@ -314,8 +366,13 @@ export class EndpointManager {
     return this.#locks.run(attachmentKey(req.containerId, req.ifName), async () => {
       const ep = this.#registry.byContainer(req.containerId, req.ifName);
       if (ep) return this.#teardown(ep, req.netns, lease);
-      const netns = await this.#teardownNetns(req.netns);
-      await this.o.datapath.removePod({ containerId: req.containerId, netns, ifName: req.ifName, addresses: [] });
+      const holder = this.#hostIfHolder(req.containerId, req.ifName);
+      if (holder) {
+        this.o.log.warn({ containerId: req.containerId, ifName: req.ifName, endpoint: holder.id, hostIfName: holder.hostIfName }, 'DEL of an unknown attachment: its host interface name belongs to another endpoint; left alone');
+      } else {
+        const netns = await this.#teardownNetns(req.netns);
+        await this.o.datapath.removePod({ containerId: req.containerId, netns, ifName: req.ifName, addresses: [] });
+      }
       await lease.release();
     });
   }
@@ -333,10 +390,14 @@ export class EndpointManager {
    * endpoint always has one, and the ipcache switches in one upsert), its
    * policy, then a regeneration; answers once that is in force. A failed
    * regeneration leaves the new labels in place and the endpoint not-ready.
+   * A label of a source a pod may not carry (reserved, cidr, …) is a
+   * LabelError and nothing changes.
    */
   async updateLabels(id: number, labels: LabelSet): Promise<EndpointStatus> {
     const ep = this.#registry.get(id);
     if (!ep) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} not found`);
+    // Before anything changes: a pod given reserved:host would be the host to every policy.
+    for (const label of labels) requirePodLabel(label);
     return this.#locks.run(attachmentKey(ep.containerId, ep.ifName), async () => {
       const current = this.#registry.get(id);
       if (!current) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} is gone`);
@@ -385,29 +446,48 @@ export class EndpointManager {
 
   /**
    * Brings endpoints back from the state dir after a restart: each gets its
-   * identity (the same number unless another node reused it meanwhile),
-   * ipcache entries and policy, then all regenerate side by side while their
-   * pods keep the datapath state they had. Endpoints whose pod vanished (or
-   * whose deletion was interrupted) are finished off; pod interfaces no
-   * endpoint owns are removed.
+   * addresses held by IPAM again, its identity (the same number unless
+   * another node reused it meanwhile), ipcache entries and policy, then all
+   * regenerate side by side while their pods keep the datapath state they
+   * had. Endpoints whose pod vanished (or whose deletion was interrupted) are
+   * finished off; pod interfaces no endpoint owns are removed.
+   *
+   * Damaged state keeps pods online: an unreadable record is quarantined and
+   * its pod's interface kept; an endpoint whose address IPAM now gives to
+   * someone else is kept not-ready with the reason, its pod untouched.
    */
   async restore(hooks: RestoreHooks): Promise<RestoreReport> {
     const { datapath, store, log, policy } = this.o;
-    const report: RestoreReport = { restored: 0, released: 0, failed: 0, orphansRemoved: [] };
-    const { endpoints, problems } = await store.loadAll();
+    const report: RestoreReport = { restored: 0, released: 0, failed: 0, reclaimed: [], conflicts: [], quarantined: [], orphansRemoved: [], orphansKept: [] };
+    const { endpoints, quarantined, problems } = await store.loadAll();
+    for (const q of quarantined) {
+      log.error({ endpoint: q.id, movedTo: q.movedTo, error: q.error, hostIfName: q.hostIfName, containerId: q.containerId }, `endpoint record ${q.id} is unreadable: quarantined to ${q.movedTo}; its pod keeps its interface and address (CNI DEL still removes them); remove the quarantined record once the pod is gone`);
+    }
+    report.quarantined = quarantined;
     for (const p of problems) log.error({ dir: p.dir, error: p.error }, 'cannot restore endpoint state');
     const back: Endpoint[] = [];
-    for (const ep of endpoints) {
+    /** Interfaces of pods whose endpoint could not be registered: alive, and not to be swept. */
+    const keep = new Set<string>();
+    for (const recorded of endpoints) {
+      let ep = recorded;
       const interrupted = ep.state === 'disconnecting';
       if (interrupted || !(await datapath.podExists(ep.containerId, ep.ifName, ep.hostIfName))) {
         log.warn({ endpoint: ep.id, containerId: ep.containerId, interrupted }, interrupted ? 'finishing an interrupted endpoint deletion' : 'endpoint vanished while the agent was down; releasing it');
-        if (interrupted) {
-          await datapath.removePod({ containerId: ep.containerId, hostIfName: ep.hostIfName, netns: '', ifName: ep.ifName, addresses: ep.addresses.map(podAddress) });
-        }
+        if (interrupted) await this.#removePodNetwork(ep, '');
         await hooks.lease(ep).release();
         await store.remove(ep.id);
         report.released++;
         continue;
+      }
+      const claim = await hooks.reclaim?.(ep);
+      if (claim?.conflict !== undefined) {
+        if (!this.#restoreConflicted(ep, claim.conflict)) keep.add(ep.hostIfName);
+        report.conflicts.push({ endpoint: ep.id, containerId: ep.containerId, reason: claim.conflict });
+        continue;
+      }
+      if (claim) {
+        ep = { ...ep, addresses: claim.addresses };
+        report.reclaimed.push(...claim.reclaimed);
       }
       await hooks.prepare?.(ep);
       const fresh: Endpoint = { ...ep, state: 'waiting-for-identity' };
@@ -419,6 +499,9 @@ export class EndpointManager {
       this.#setState(ep.id, 'waiting-to-regenerate');
       back.push(bound);
     }
+    if (report.reclaimed.length > 0) {
+      log.warn({ addresses: report.reclaimed }, `IPAM had lost ${report.reclaimed.length} address(es) of restored endpoints (kvstore state lost or rolled back); re-claimed them for their endpoints`);
+    }
     const outcomes = await Promise.allSettled(back.map((ep) => this.#runtime.get(ep.id)!.queue.request()));
     for (const [i, ep] of back.entries()) {
       // A failed regeneration was logged and left the endpoint not-ready; its pod keeps what it had.
@@ -426,18 +509,63 @@ export class EndpointManager {
       else report.restored++;
       await store.save(this.#registry.get(ep.id)!);
       // An agent killed between saving the endpoint and confirming IPAM must not let the address expire under it.
-      await hooks.lease(ep).confirm();
+      const confirmed = await hooks.lease(ep).confirm();
+      // Delegated addresses (ipamOwned false) have no allocator to confirm with until a CNI call names one.
+      if (!confirmed && ep.ipamOwned) log.error({ endpoint: ep.id, containerId: ep.containerId, addresses: ep.addresses.map((a) => a.ip) }, `restored endpoint ${ep.id}'s addresses are not allocated to it: IPAM may hand them to another pod`);
     }
-    // An agent killed mid-ADD can leave a veth pair no endpoint owns; its address expires by itself.
-    const owned = new Set(this.#registry.list().map((e) => e.hostIfName));
-    for (const name of await datapath.listPodHostInterfaces()) {
-      if (owned.has(name)) continue;
+    await this.#sweepOrphans(report, keep, problems.length);
+    if (endpoints.length > 0 || quarantined.length > 0) log.info(report, 'endpoints restored');
+    return report;
+  }
+
+  /**
+   * A restored endpoint one of whose addresses IPAM gives to another owner:
+   * registered not-ready with the reason, and nothing of it put in force (no
+   * identity, ipcache entry, policy or regeneration), so the address's owner
+   * is not disturbed and the pod keeps what it has until it is deleted.
+   * False when it could not be registered either; the caller then keeps its
+   * interface out of the orphan sweep.
+   */
+  #restoreConflicted(ep: Endpoint, reason: string): boolean {
+    const { identity: _identity, identityLabels: _labels, ...rest } = ep;
+    let registered = true;
+    try {
+      this.#register({ ...rest, state: 'not-ready' });
+      this.#runtime.get(ep.id)!.error = reason;
+    } catch (err) {
+      // Another restored endpoint already claims its address or attachment: the record stays on disk for the operator.
+      registered = false;
+      reason = `${reason}; not registered either: ${(err as Error).message}`;
+    }
+    this.o.log.error(
+      { endpoint: ep.id, containerId: ep.containerId, hostIfName: ep.hostIfName, addresses: ep.addresses.map((a) => a.ip), conflict: reason },
+      `address conflict restoring endpoint ${ep.id}: ${reason}; the endpoint stays not-ready and its pod's interface is left alone — delete the pod (CNI DEL) or free the address, then restart the agent`,
+    );
+    return registered;
+  }
+
+  /**
+   * An agent killed mid-ADD can leave a veth pair no endpoint owns; its
+   * address expires by itself. An interface a quarantined (or unreadable)
+   * record may own is kept: such a pod is alive, only its record is not.
+   */
+  async #sweepOrphans(report: RestoreReport, keep: ReadonlySet<string>, unreadable: number): Promise<void> {
+    const { datapath, store, log } = this.o;
+    const holds = await store.quarantineHolds();
+    const owned = new Set([...this.#registry.list().map((e) => e.hostIfName), ...keep, ...holds.hostIfNames]);
+    const orphans = (await datapath.listPodHostInterfaces()).filter((name) => !owned.has(name));
+    if (orphans.length === 0) return;
+    if (holds.illegible > 0 || unreadable > 0) {
+      report.orphansKept = orphans;
+      // Said loudly the start a record is quarantined (above); afterwards the health endpoint counts the records.
+      log.info({ interfaces: orphans, quarantinedRecords: holds.records }, 'pod interfaces no endpoint owns are kept: an unreadable endpoint record may own them');
+      return;
+    }
+    for (const name of orphans) {
       log.warn({ interface: name }, 'removing pod interface no endpoint owns');
       await datapath.removeHostInterface(name);
       report.orphansRemoved.push(name);
     }
-    if (endpoints.length > 0) log.info(report, 'endpoints restored');
-    return report;
   }
 
   /** Stops reacting to policy and identity changes and waits for running regenerations. */
@@ -453,12 +581,23 @@ export class EndpointManager {
     if (taken) throw new EndpointError(EndpointErrorCode.CONFLICT, `container ${containerId} interface ${ifName} already has an endpoint (${taken.id})`);
   }
 
+  /**
+   * The endpoint of another attachment that holds the host interface name the
+   * datapath derives for this one (an adopted endpoint may carry any name):
+   * an ADD or DEL of this attachment must not replace or delete it.
+   */
+  #hostIfHolder(containerId: string, ifName: string): Endpoint | undefined {
+    const name = this.o.datapath.podHostIfName(containerId, ifName);
+    return this.#registry.list().find((e) => e.hostIfName === name && !(e.containerId === containerId && e.ifName === ifName));
+  }
+
   #newModel(spec: NewEndpoint, id: number, net: { hostIfName: string; hostIfIndex: number; hostMac: string; podMac: string }): Endpoint {
     return {
       id,
       containerId: spec.containerId,
       ifName: spec.ifName,
       netns: spec.netns,
+      ...(spec.networkName ? { networkName: spec.networkName } : {}),
       ...(spec.podNamespace ? { podNamespace: spec.podNamespace } : {}),
       ...(spec.podName ? { podName: spec.podName } : {}),
       labels: spec.labels.toStrings(),
@@ -501,7 +640,13 @@ export class EndpointManager {
     await store.save(ready);
     timer.mark('save');
     this.o.faultPoint?.('after-endpoint');
-    await lease.confirm();
+    if (!(await lease.confirm())) {
+      // The undo list takes the endpoint back down; the address is left to whoever holds it now.
+      throw new EndpointError(
+        EndpointErrorCode.ADDRESSES_LOST,
+        `the addresses of endpoint ${ep.id} (${ep.addresses.map((a) => a.ip).join(', ')}) are no longer allocated to it: the provisional allocation expired before the endpoint was ready (raise --ipam-expiration if the node is this slow)`,
+      );
+    }
     timer.mark('confirm');
     const rt = this.#runtime.get(ep.id);
     if (rt) rt.creationTimings = timer.timings();
@@ -515,7 +660,7 @@ export class EndpointManager {
    * end of the veth pair goes with it.
    */
   async #teardown(ep: Endpoint, netnsPath: string, lease: AddressLease): Promise<void> {
-    const { datapath, store, policy, log } = this.o;
+    const { store, policy, log } = this.o;
     const rt = this.#runtime.get(ep.id)!;
     const disconnecting: Endpoint = { ...ep, state: 'disconnecting' };
     this.#update(disconnecting);
@@ -536,12 +681,22 @@ export class EndpointManager {
       await this.#releaseIdentity(ep);
       rt.identityReleased = true;
     }
-    const netns = await this.#teardownNetns(netnsPath);
-    await datapath.removePod({ containerId: ep.containerId, hostIfName: ep.hostIfName, netns, ifName: ep.ifName, addresses: ep.addresses.map(podAddress) });
+    await this.#removePodNetwork(ep, await this.#teardownNetns(netnsPath));
     await lease.release();
     await store.remove(ep.id);
     await this.#forget(ep.id);
     log.info({ endpoint: ep.id, containerId: ep.containerId }, 'endpoint deleted');
+  }
+
+  /**
+   * The datapath side of a teardown. An adopted endpoint's veth pair is its
+   * creator's: only the host routes go, never the interface (whatever the
+   * record names, tendril deletes no interface it did not create).
+   */
+  async #removePodNetwork(ep: Endpoint, netns: string): Promise<void> {
+    const addresses = ep.addresses.map(podAddress);
+    if (ep.adopted) await this.o.datapath.releaseAdoptedPod({ hostIfName: ep.hostIfName, addresses });
+    else await this.o.datapath.removePod({ containerId: ep.containerId, hostIfName: ep.hostIfName, netns, ifName: ep.ifName, addresses });
   }
 
   /** Drops the endpoint's reference on its identity; one this node no longer holds must not stop a teardown. */

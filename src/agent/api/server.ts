@@ -1,4 +1,4 @@
-import { chmod, rm, stat } from 'node:fs/promises';
+import { chmod, lstat, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type RouteOptions } from 'fastify';
 import { AgentError } from '../../api/errors.js';
@@ -35,6 +35,7 @@ import {
   type TraceResult,
 } from '../../policy/index.js';
 import { type EndpointAdoption, toAgentError } from '../cniService.js';
+import { OwnershipError } from '../ownershipError.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
 import { OpenApiSchemas, type ServedRoute } from './openapiSchemas.js';
 import { allocationBody, endpointBody, endpointPolicyBody, ipcacheEntryBody, traceBody } from './responseBodies.js';
@@ -340,26 +341,49 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   return app;
 }
 
-/** A socket file nobody listens on is left over from a crash: remove it; refuse if an agent answers. */
-async function clearStaleSocket(path: string): Promise<void> {
-  const exists = await stat(path).then(
-    () => true,
-    (err: NodeJS.ErrnoException) => {
-      if (err.code === 'ENOENT') return false;
-      throw err;
-    },
-  );
-  if (!exists) return;
-  const live = await new Promise<boolean>((resolve) => {
+/**
+ * Whether the API socket path may be used: 'free' (nothing there) or 'stale'
+ * (a socket file nobody listens on, left over from a crash). An agent
+ * answering there, or anything that is not a socket (a regular file, a
+ * symlink, a directory), is refused and left as it is.
+ */
+export async function checkSocketPath(path: string): Promise<'free' | 'stale'> {
+  let st;
+  try {
+    st = await lstat(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 'free';
+    throw err;
+  }
+  if (!st.isSocket()) throw new OwnershipError('SOCKET_PATH_TAKEN', `socket path ${path} exists and is not a socket; not replacing it (nothing was changed)`);
+  const answer = await new Promise<'live' | 'refused' | 'gone' | NodeJS.ErrnoException>((resolve) => {
     const s = connect(path);
+    // A stopped agent still accepts into its backlog; one that takes longer than this to connect is there too.
+    s.setTimeout(2000, () => {
+      s.destroy();
+      resolve('live');
+    });
     s.once('connect', () => {
       s.destroy();
-      resolve(true);
+      resolve('live');
     });
-    s.once('error', () => resolve(false));
+    s.once('error', (err: NodeJS.ErrnoException) => {
+      if (err.code === 'ECONNREFUSED') resolve('refused');
+      else if (err.code === 'ENOENT') resolve('gone');
+      // A full backlog means someone listens.
+      else if (err.code === 'EAGAIN') resolve('live');
+      else resolve(err);
+    });
   });
-  if (live) throw new AgentError('CONFLICT', `another agent is already serving ${path}`);
-  await rm(path, { force: true });
+  if (answer === 'live') throw new OwnershipError('SOCKET_SERVED', `another agent is serving ${path} (nothing was changed)`);
+  if (answer === 'gone') return 'free';
+  if (answer === 'refused') return 'stale';
+  throw answer;
+}
+
+/** A socket file nobody listens on is left over from a crash: remove it; refuse if an agent answers or it is no socket. */
+async function clearStaleSocket(path: string): Promise<void> {
+  if ((await checkSocketPath(path)) === 'stale') await rm(path, { force: true });
 }
 
 /** Listens on the unix socket with mode 0600: the API changes the host's network and is root-only. */

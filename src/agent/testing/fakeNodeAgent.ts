@@ -7,10 +7,10 @@ import { Agent } from '../agent.js';
 import { type AgentConfig, defaultConfig, validateConfig } from '../config.js';
 import { NetnsNodeLock } from '../nodeLock.js';
 
-export interface FakeNodeAgent {
+export interface FakeNodeAgent<D extends FakeDatapath = FakeDatapath> {
   agent: Agent;
   config: AgentConfig;
-  datapath: FakeDatapath;
+  datapath: D;
   /** Stops the agent and removes its directories. */
   stop(): Promise<void>;
   /**
@@ -18,16 +18,19 @@ export interface FakeNodeAgent {
    * are, runs `between` (a test damages the state there), and starts a new
    * agent on them. A failed start removes the directories and rethrows.
    */
-  restart(between?: () => Promise<void>, opts?: { logger?: Logger }): Promise<FakeNodeAgent>;
+  restart(between?: () => Promise<void>, opts?: { logger?: Logger }): Promise<FakeNodeAgent<D>>;
 }
 
 /**
  * A real agent (embedded kvstore in a temp dir, its API on a socket there)
  * over the fake datapath: the agent's logic and API without root.
  */
-export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger }): Promise<FakeNodeAgent> {
+export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number }): Promise<FakeNodeAgent>;
+/** The same over a datapath of the caller's (a FakeDatapath that records more, say). */
+export async function startFakeNodeAgent<D extends FakeDatapath>(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; datapath: D }): Promise<FakeNodeAgent<D>>;
+export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; datapath?: FakeDatapath }): Promise<FakeNodeAgent> {
   const dir = await mkdtemp(join(tmpdir(), `${opts.nodeName}-`));
-  const datapath = new FakeDatapath({ nodeLinks: ['eth0'] });
+  const datapath = opts.datapath ?? new FakeDatapath({ nodeLinks: ['eth0'] });
   const config = validateConfig({
     ...defaultConfig(),
     nodeName: opts.nodeName,
@@ -36,11 +39,12 @@ export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: stri
     socket: join(dir, 'state', 'tendril.sock'),
     kvstoreOpts: { 'embedded.synchronous': 'normal' },
     podCidrs: [opts.podCidr],
+    ...(opts.ipamExpirationMs !== undefined ? { ipamExpirationMs: opts.ipamExpirationMs } : {}),
   });
   return startOn(dir, config, datapath, opts.logger ?? createLogger(opts.nodeName, process.env.TENDRIL_LOG_LEVEL ?? 'silent'));
 }
 
-async function startOn(dir: string, config: AgentConfig, datapath: FakeDatapath, logger: Logger): Promise<FakeNodeAgent> {
+async function startOn<D extends FakeDatapath>(dir: string, config: AgentConfig, datapath: D, logger: Logger): Promise<FakeNodeAgent<D>> {
   let agent: Agent;
   try {
     // Fake nodes share this process's network namespace: each gets a node lock name of its own.

@@ -1,6 +1,7 @@
 import { validateAbsolutePath, validateInterfaceName } from '../../cni/index.js';
 import { hostInterfaceName, hostPrefix } from '../linux/links.js';
 import {
+  type AdoptedPodSpec,
   type Datapath,
   DatapathError,
   type EndpointDatapathState,
@@ -230,6 +231,23 @@ export class FakeDatapath implements Datapath {
     return this.#namespaces.has(path) && path !== NODE ? 'pod' : 'missing';
   }
 
+  async preflightPod(spec: Pick<PodNetworkSpec, 'containerId' | 'netns' | 'ifName'>): Promise<void> {
+    validateAbsolutePath(spec.netns, 'netns path');
+    validateInterfaceName(spec.ifName);
+    const ns = this.#nsKey(spec.netns);
+    if (ns === undefined) throw new DatapathError('netns-gone', `network namespace ${spec.netns} does not exist`);
+    if (this.#notNetns.has(spec.netns)) throw new DatapathError('failed', `${spec.netns} is not a network namespace`);
+    this.#requireFreeOrOwn(ns, hostInterfaceName(spec.containerId, spec.ifName), spec);
+  }
+
+  /** As the Linux datapath: a pod interface that is not this attachment's own veth peer is someone else's. */
+  #requireFreeOrOwn(ns: string, hostIf: string, spec: { netns: string; ifName: string }): void {
+    const own = this.#link(NODE, hostIf);
+    if (this.#link(ns, spec.ifName) && !(own?.peer?.ns === ns && own.peer.name === spec.ifName)) {
+      throw new DatapathError('exists', `interface ${spec.ifName} already exists in ${spec.netns} and is not this attachment's: refusing to replace it`);
+    }
+  }
+
   async addPod(spec: PodNetworkSpec): Promise<PodNetwork> {
     validateAbsolutePath(spec.netns, 'netns path');
     validateInterfaceName(spec.ifName);
@@ -238,11 +256,11 @@ export class FakeDatapath implements Datapath {
     const ns = this.#nsKey(spec.netns);
     if (ns === undefined) throw new DatapathError('netns-gone', `network namespace ${spec.netns} does not exist`);
     if (this.#notNetns.has(spec.netns)) throw new DatapathError('failed', `${spec.netns} is not a network namespace`);
-    // As the Linux datapath does: a name in the way (an interrupted ADD) is replaced.
-    if (this.#link(NODE, hostIf) || this.#link(ns, spec.ifName)) {
-      if (this.#link(ns, spec.ifName)) this.#deleteLink(ns, spec.ifName);
-      if (this.#link(NODE, hostIf)) this.#deleteLink(NODE, hostIf);
-    }
+    // As the Linux datapath does: only this attachment's own leftover (an interrupted ADD) is
+    // replaced, its host name with the peer; a pod interface that is not that peer is someone else's.
+    this.#requireFreeOrOwn(ns, hostIf, spec);
+    const leftover = this.#link(NODE, hostIf);
+    if (leftover) this.#deleteLink(NODE, hostIf);
     const { host, pod } = this.#vethPair(hostIf, ns, spec.ifName, spec.mtu);
     try {
       pod.up = true;
@@ -264,19 +282,30 @@ export class FakeDatapath implements Datapath {
     const hostIf = spec.hostIfName ?? hostInterfaceName(spec.containerId, spec.ifName);
     validateInterfaceName(hostIf);
     await this.#enter('removePod', hostIf);
+    if (spec.netns !== '') validateAbsolutePath(spec.netns, 'netns path');
+    // The pod's end goes with the host end; nothing in the pod's namespace is deleted by name.
     if (this.#link(NODE, hostIf)) this.#deleteLink(NODE, hostIf);
-    if (spec.netns !== '') {
-      validateAbsolutePath(spec.netns, 'netns path');
-      const ns = this.#nsKey(spec.netns);
-      if (ns !== undefined && this.#link(ns, spec.ifName)) this.#deleteLink(ns, spec.ifName);
-    }
   }
 
-  async adoptPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<{ hostIfIndex: number; hostMac: string }> {
+  podHostIfName(containerId: string, ifName: string): string {
+    return hostInterfaceName(containerId, ifName);
+  }
+
+  async adoptPod(spec: AdoptedPodSpec): Promise<{ hostIfIndex: number; hostMac: string }> {
     validateInterfaceName(spec.hostIfName);
+    validateInterfaceName(spec.ifName);
+    validateAbsolutePath(spec.netns, 'netns path');
     await this.#enter('adoptPod', spec.hostIfName);
     const link = this.#link(NODE, spec.hostIfName);
     if (!link) throw new DatapathError('not-found', `host interface ${spec.hostIfName} does not exist`);
+    // The Linux datapath's check, on the fake's veth model: a veth whose peer is ifName in the pod's namespace.
+    const refuse = (why: string) => new DatapathError('refused', `refusing to adopt ${spec.hostIfName}: ${why}`);
+    if (!link.peer) throw refuse('it is not a veth (a device without a driver kind, such as a physical one)');
+    if (link.peer.ns === NODE) throw refuse('its veth peer is in the node\'s own namespace, not a pod\'s');
+    const ns = this.#nsKey(spec.netns);
+    if (ns === undefined) throw new DatapathError('netns-gone', `network namespace ${spec.netns} does not exist`);
+    if (link.peer.ns !== ns) throw refuse(`its veth peer is not in ${spec.netns}`);
+    if (link.peer.name !== spec.ifName) throw refuse(`its peer in ${spec.netns} is ${link.peer.name}, not ${spec.ifName}`);
     this.#hostSide(spec.hostIfName, spec.addresses);
     return { hostIfIndex: link.index, hostMac: link.mac };
   }

@@ -1,13 +1,36 @@
 import { validateAbsolutePath, validateInterfaceName } from '../../cni/index.js';
 import { isKernelError } from '../kernel/errors.js';
-import { type Link, NetlinkBatch, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
-import { DatapathError, type Datapath, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodAddress, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec } from '../types.js';
+import { type Link, type Netlink, NetlinkBatch, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
+import { type AdoptedPodSpec, DatapathError, type Datapath, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodAddress, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec } from '../types.js';
 import { ensureHostDevice } from './hostDevice.js';
 import { HostNetlink, deleteLinkIfPresent, kernel, openPodNetlink, openPodNetlinkIfPresent } from './kernel.js';
 import { POD_HOST_IFNAME, canonicalIp, hostInterfaceName, hostPrefix } from './links.js';
 import { applyMasquerade } from './masquerade.js';
 import { classifyNetnsPath } from './netnsKind.js';
 import { interfaceSysctl, setSysctl } from './sysctl.js';
+
+function alreadyExists(spec: Pick<PodNetworkSpec, 'netns' | 'ifName'>): DatapathError {
+  return new DatapathError('exists', `interface ${spec.ifName} already exists in ${spec.netns} and is not this attachment's: refusing to replace it`);
+}
+
+/** Whether two links are the two ends of one veth pair (each names the other's index as its peer). */
+function isVethPair(a: Link, b: Link): boolean {
+  return a.kind === 'veth' && b.kind === 'veth' && a.linkIndex === b.index && b.linkIndex === a.index && a.linkNetnsId !== undefined && b.linkNetnsId !== undefined;
+}
+
+/**
+ * Clears the way for an ADD whose veth could not be created: only what is
+ * provably this attachment's own leftover goes (an interrupted ADD). The
+ * host name is derived from the container and interface, and the caller
+ * made sure no endpoint owns it; deleting it takes its peer along. An
+ * interface of the pod's name that is not that peer belongs to someone else
+ * (another attachment, the runtime): DatapathError `exists`, nothing deleted.
+ */
+async function removeOwnLeftover(host: Netlink, pod: Netlink, hostIf: string, spec: PodNetworkSpec): Promise<void> {
+  const [hostLink, podLink] = await Promise.all([host.findLink(hostIf), pod.findLink(spec.ifName)]);
+  if (podLink && !(hostLink && isVethPair(hostLink, podLink))) throw alreadyExists(spec);
+  if (hostLink) await deleteLinkIfPresent(host, hostLink.index);
+}
 
 /**
  * Pods as routed veth pairs, the way Cilium plumbs them: a /32 (or /128) in the
@@ -30,6 +53,22 @@ export class LinuxDatapath implements Datapath {
     await applyMasquerade(spec.masqueradeCidrs);
   }
 
+  async preflightPod(spec: Pick<PodNetworkSpec, 'containerId' | 'netns' | 'ifName'>): Promise<void> {
+    validateAbsolutePath(spec.netns, 'netns path');
+    validateInterfaceName(spec.ifName);
+    const hostIf = hostInterfaceName(spec.containerId, spec.ifName);
+    const pod = await openPodNetlink(spec.netns);
+    try {
+      const host = await this.host.get();
+      await kernel(async () => {
+        const [hostLink, podLink] = await Promise.all([host.findLink(hostIf), pod.findLink(spec.ifName)]);
+        if (podLink && !(hostLink && isVethPair(hostLink, podLink))) throw alreadyExists(spec);
+      });
+    } finally {
+      await pod.close();
+    }
+  }
+
   async addPod(spec: PodNetworkSpec): Promise<PodNetwork> {
     validateAbsolutePath(spec.netns, 'netns path');
     validateInterfaceName(spec.ifName);
@@ -46,11 +85,15 @@ export class LinuxDatapath implements Datapath {
           await create();
         } catch (err) {
           if (!isKernelError(err, 'EEXIST')) throw err;
-          // An interrupted ADD (or the runtime's own interface) holds a name: replace it.
           // Only on this path, so a normal ADD pays no extra requests.
-          await deleteLinkIfPresent(pod, spec.ifName);
-          await deleteLinkIfPresent(host, hostIf);
-          await create();
+          await removeOwnLeftover(host, pod, hostIf, spec);
+          try {
+            await create();
+          } catch (retryErr) {
+            // Something not ours came back under the name meanwhile: still not ours to delete.
+            if (isKernelError(retryErr, 'EEXIST')) throw alreadyExists(spec);
+            throw retryErr;
+          }
         }
         try {
           const podSide = async (): Promise<Link> => {
@@ -116,13 +159,42 @@ export class LinuxDatapath implements Datapath {
     }
   }
 
-  async adoptPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<{ hostIfIndex: number; hostMac: string }> {
+  async adoptPod(spec: AdoptedPodSpec): Promise<{ hostIfIndex: number; hostMac: string }> {
     validateInterfaceName(spec.hostIfName);
+    validateInterfaceName(spec.ifName);
+    validateAbsolutePath(spec.netns, 'netns path');
     const host = await this.host.get();
     const link = await kernel(() => host.findLink(spec.hostIfName));
     if (!link) throw new DatapathError('not-found', `host interface ${spec.hostIfName} does not exist`);
+    await this.requireVethIntoPod(link, spec);
     await this.hostSide(spec.hostIfName, spec.addresses);
     return { hostIfIndex: link.index, hostMac: link.mac };
+  }
+
+  /**
+   * Adoption turns on proxy ARP and routes over the interface, and the
+   * caller's word is all that says it is a pod's: the node's uplink or
+   * tendril_host would take the node off the network. So the kernel is
+   * asked: the host end must be a veth whose peer lives in another
+   * namespace, and in `netns` the link at the peer's index must be a veth
+   * named `ifName` whose own peer is this host end. (Matching the two
+   * netnsids exactly would need RTM_GETNSID; both ends naming each other
+   * across namespaces, with the pod's name, is what is checked.)
+   */
+  private async requireVethIntoPod(link: Link, spec: AdoptedPodSpec): Promise<void> {
+    const refuse = (why: string) => new DatapathError('refused', `refusing to adopt ${spec.hostIfName}: ${why}`);
+    if (link.kind !== 'veth') throw refuse(`it is not a veth (${link.kind === undefined ? 'a device without a driver kind, such as a physical one' : `kind ${link.kind}`})`);
+    // tendril_host and tendril_net are a pair within the node's namespace: no IFLA_LINK_NETNSID.
+    if (link.linkNetnsId === undefined || link.linkIndex === undefined) throw refuse('its veth peer is in the node\'s own namespace, not a pod\'s');
+    const pod = await openPodNetlink(spec.netns);
+    try {
+      const peerIndex = link.linkIndex;
+      const peer = await kernel(() => pod.findLink(peerIndex));
+      if (peer?.kind !== 'veth' || peer.linkIndex !== link.index || peer.linkNetnsId === undefined) throw refuse(`its veth peer is not in ${spec.netns}`);
+      if (peer.name !== spec.ifName) throw refuse(`its peer in ${spec.netns} is ${peer.name}, not ${spec.ifName}`);
+    } finally {
+      await pod.close();
+    }
   }
 
   async releaseAdoptedPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<void> {
@@ -147,21 +219,17 @@ export class LinuxDatapath implements Datapath {
     validateInterfaceName(spec.ifName);
     const hostIf = spec.hostIfName ?? hostInterfaceName(spec.containerId, spec.ifName);
     validateInterfaceName(hostIf);
+    if (spec.netns !== '') validateAbsolutePath(spec.netns, 'netns path');
     const host = await this.host.get();
+    // The pod's end goes with the host end, in the same kernel call. Whatever else carries
+    // the pod's interface name in its namespace is not this attachment's (a second ADD into
+    // the same namespace is refused), so nothing there is deleted by name.
     await kernel(() => deleteLinkIfPresent(host, hostIf));
-    if (spec.netns !== '') {
-      validateAbsolutePath(spec.netns, 'netns path');
-      // A namespace already gone (or a path that is none) has nothing of the pod's left.
-      const pod = await openPodNetlinkIfPresent(spec.netns);
-      if (pod) {
-        try {
-          await kernel(() => deleteLinkIfPresent(pod, spec.ifName));
-        } finally {
-          await pod.close();
-        }
-      }
-    }
     // Routes over the lxc device went with it; a route left on another device would be someone else's.
+  }
+
+  podHostIfName(containerId: string, ifName: string): string {
+    return hostInterfaceName(containerId, ifName);
   }
 
   async checkPod(spec: PodNetworkSpec): Promise<void> {

@@ -184,6 +184,19 @@ export function runDatapathContract(name: string, newSubject: NewDatapathSubject
       await s.deleteLink(foreign);
     });
 
+    it('preflightPod answers what addPod would refuse, changing nothing', async () => {
+      const first = await podSpec(27);
+      await dp.addPod(first);
+      // Free, and this attachment's own pair (a re-ADD into the same namespace): fine.
+      await dp.preflightPod({ containerId: 'tdl-contract-preflight', netns: await s.newNetns(), ifName: 'eth0' });
+      await dp.preflightPod(first);
+      // Another attachment's interface, and a missing namespace: refused.
+      await rejectsWithKind(dp.preflightPod({ containerId: 'tdl-contract-other', netns: first.netns, ifName: first.ifName }), 'exists');
+      await rejectsWithKind(dp.preflightPod({ containerId: first.containerId, netns: '/var/run/netns/tdl-contract-gone', ifName: 'eth0' }), 'netns-gone');
+      await dp.checkPod(first);
+      await dp.removePod(first);
+    });
+
     it('addPod into a namespace that does not exist fails with netns-gone and leaves nothing', async () => {
       const before = await dp.listPodHostInterfaces();
       await rejectsWithKind(dp.addPod(await podSpec(14, { netns: '/var/run/netns/tdl-contract-gone' })), 'netns-gone');

@@ -132,7 +132,7 @@ class TcxAttachment implements Attachment {
     const link = this.current();
     this.link = undefined;
     try {
-      link.detach();
+      await link.detach();
     } finally {
       link.close();
     }

@@ -31,6 +31,9 @@ export const PER_CPU_MAP_TYPES: ReadonlySet<number> = new Set([
   MapType.PERCPU_CGROUP_STORAGE,
 ]);
 
+/** Map types whose values are inner maps (an fd in, an ID out). */
+export const MAP_OF_MAPS_TYPES: ReadonlySet<number> = new Set([MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS]);
+
 /** BPF_MAP_CREATE flags. */
 export const MapFlag = {
   NO_PREALLOC: 1 << 0,

@@ -82,12 +82,21 @@ export class TcxLink {
     bpfSync(() => nativeBpf().linkUpdate(this.#handle, program.handle(), opts.expected?.handle() ?? null));
   }
 
-  /** BPF_LINK_DETACH: the program leaves the device now, even while pins or fds hold the link. */
-  detach(): void {
-    bpfSync(() => nativeBpf().linkDetach(this.#handle));
+  /**
+   * BPF_LINK_DETACH on libuv's pool (the kernel waits for an RCU grace
+   * period): the program leaves the device, even while pins or fds hold the
+   * link.
+   */
+  detach(): Promise<void> {
+    return bpfAsync(() => nativeBpf().linkDetach(this.#handle));
   }
 
-  /** Closes this process's fd; an unpinned, undetached link detaches when its last fd closes. */
+  /**
+   * Closes this process's fd; an unpinned, undetached link detaches when its
+   * last fd closes. The close itself runs on libuv's pool (that detach waits
+   * for an RCU grace period too); only a link handle left to the garbage
+   * collector is closed where the collector runs.
+   */
   close(): void {
     nativeBpf().close(this.#handle);
   }

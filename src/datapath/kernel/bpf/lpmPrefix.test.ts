@@ -59,7 +59,7 @@ describe('src/netip prefixes as LPM trie keys in the kernel', () => {
 
   it('IPv6 prefixes nest: the longest one holding the address answers, none for an address outside all', async () => {
     const key = lpmPrefix(6);
-    const m = BpfMap.create({ name: 'tdl_t_lpm6', type: 'LPM_TRIE', maxEntries: 8, flags: MapFlag.NO_PREALLOC }, key, u32);
+    const m = await BpfMap.create({ name: 'tdl_t_lpm6', type: 'LPM_TRIE', maxEntries: 8, flags: MapFlag.NO_PREALLOC }, key, u32);
     open.push(m);
     assert.equal(m.info.keySize, 20);
     const entries: Array<[IpPrefix, number]> = [

@@ -1,6 +1,6 @@
 import { KernelError, errnoNumber, isKernelError } from '../errors.js';
 import { type Codec, decode, encode, perCpu } from './codec.js';
-import { MAX_OBJ_NAME, MapType, type MapTypeName, PER_CPU_MAP_TYPES, UpdateFlag, type UpdateMode } from './constants.js';
+import { MAP_OF_MAPS_TYPES, MAX_OBJ_NAME, MapType, type MapTypeName, PER_CPU_MAP_TYPES, UpdateFlag, type UpdateMode } from './constants.js';
 import { possibleCpus } from './cpus.js';
 import { type NativeHandle, type NativeMapInfo, bpfAsync, bpfSync, nativeBpf } from './native.js';
 
@@ -58,8 +58,12 @@ export function shapeMismatches(info: MapInfo, expect: MapShape): string[] {
 
 /**
  * A BPF map by raw bytes. Keys and values must be exactly the map's key size
- * and value buffer size (checked again natively). Element operations are
- * synchronous single bpf() calls; bulk ones return promises.
+ * and value buffer size (checked again natively). Creation returns a promise
+ * (a preallocated map fills every element first: 20 to 250 ms for a million
+ * entries here). Element operations on ordinary maps are synchronous single
+ * bpf() calls; bulk ones return promises. Maps of maps take writes and
+ * deletes only through setInnerMap/deleteInnerMap, which run off the event
+ * loop because the kernel waits for an RCU grace period after each.
  */
 export class RawMap {
   readonly info: MapInfo;
@@ -71,11 +75,11 @@ export class RawMap {
     this.info = Object.freeze(bpfSync(() => nativeBpf().mapInfo(handle)));
   }
 
-  /** BPF_MAP_CREATE: a map owned by this process until pinned or closed. */
-  static create(spec: MapSpec): RawMap {
+  /** BPF_MAP_CREATE on libuv's pool: a map owned by this process until pinned or closed. */
+  static async create(spec: MapSpec): Promise<RawMap> {
     if (Buffer.byteLength(spec.name) > MAX_OBJ_NAME) throw new RangeError(`map name ${spec.name} is longer than ${MAX_OBJ_NAME} bytes`);
     const bpf = nativeBpf();
-    const handle = bpfSync(() =>
+    const handle = await bpfAsync(() =>
       bpf.mapCreate({
         type: mapTypeNumber(spec.type),
         name: spec.name,
@@ -109,16 +113,17 @@ export class RawMap {
    * Reuses the map pinned at `path` when it has the spec's shape, or creates
    * and pins one. Another process pinning first is handled by reopening. A
    * pinned map of another shape is an error, never silently replaced: its
-   * entries are the datapath's state.
+   * entries are the datapath's state. Opening is synchronous; creating runs
+   * on libuv's pool.
    */
-  static openOrCreatePinned(path: string, spec: MapSpec): { map: RawMap; created: boolean } {
+  static async openOrCreatePinned(path: string, spec: MapSpec): Promise<{ map: RawMap; created: boolean }> {
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
         return { map: RawMap.openPinned(path, spec), created: false };
       } catch (err) {
         if (!isKernelError(err, 'ENOENT')) throw err;
       }
-      const map = RawMap.create(spec);
+      const map = await RawMap.create(spec);
       try {
         map.pin(path);
         return { map, created: true };
@@ -149,13 +154,34 @@ export class RawMap {
     return bpfSync(() => nativeBpf().mapLookup(this.#handle, key, 0));
   }
 
+  /** Writes one entry; a map of maps refuses (TypeError): see setInnerMap. */
   update(key: Uint8Array, value: Uint8Array, mode: UpdateMode = 'any'): void {
     bpfSync(() => nativeBpf().mapUpdate(this.#handle, key, value, UpdateFlag[mode]));
   }
 
-  /** Deletes a key; false when it was absent. */
+  /** Deletes a key; false when it was absent. A map of maps refuses (TypeError): see deleteInnerMap. */
   delete(key: Uint8Array): boolean {
     return bpfSync(() => nativeBpf().mapDelete(this.#handle, key));
+  }
+
+  /** Whether this is an ARRAY_OF_MAPS or HASH_OF_MAPS. */
+  get isMapOfMaps(): boolean {
+    return MAP_OF_MAPS_TYPES.has(this.info.type);
+  }
+
+  /**
+   * Maps of maps only: makes `inner` the map at `key`, on libuv's pool (the
+   * kernel returns only after an RCU grace period, so programs that read the
+   * old inner map have finished). `inner` may be closed as soon as this is
+   * called; the outer map holds it from then on.
+   */
+  setInnerMap(key: Uint8Array, inner: RawMap, mode: UpdateMode = 'any'): Promise<void> {
+    return bpfAsync(() => nativeBpf().mapSetInner(this.#handle, key, inner.handle(), UpdateFlag[mode]));
+  }
+
+  /** Maps of maps only: removes the inner map at `key`, on libuv's pool; false when there was none. */
+  deleteInnerMap(key: Uint8Array): Promise<boolean> {
+    return bpfAsync(() => nativeBpf().mapDeleteInner(this.#handle, key));
   }
 
   /** The key after `key` (the first key without one), or undefined at the end. */
@@ -167,7 +193,8 @@ export class RawMap {
    * Writes many entries: BPF_MAP_UPDATE_BATCH where the map type supports it
    * (hash and array kinds), one update per entry otherwise (LPM trie). A
    * failure says how many entries were written before it (`processed` on the
-   * cause, and in the operation).
+   * cause, and in the operation). Maps of maps refuse (TypeError): their
+   * values are fds, set one at a time with setInnerMap.
    */
   async updateBatch(entries: ReadonlyArray<readonly [Uint8Array, Uint8Array]>, mode: UpdateMode = 'any'): Promise<{ count: number; batched: boolean }> {
     const { keySize, valueBufferSize } = this.info;
@@ -246,6 +273,16 @@ function isPerCpuCodec(c: Codec<unknown>): c is PerCpuCodec<unknown> {
   return 'slot' in c && 'cpus' in c;
 }
 
+/** Wraps a raw map in a typed view, closing the raw map when the view refuses it. */
+export function adopt<T>(raw: RawMap, wrap: (raw: RawMap) => T): T {
+  try {
+    return wrap(raw);
+  } catch (err) {
+    raw.close();
+    throw err;
+  }
+}
+
 /** A map spec whose key and value sizes come from codecs. */
 export type TypedMapSpec = Omit<MapSpec, 'keySize' | 'valueSize'>;
 
@@ -261,7 +298,8 @@ function specWithSizes(spec: TypedMapSpec, key: Codec<unknown>, value: Codec<unk
 /**
  * A map with typed keys and values. The codecs are checked against the
  * kernel's sizes once, here, so a struct that drifted from its C definition
- * fails at open time rather than corrupting entries.
+ * fails at open time rather than corrupting entries. Maps of maps are
+ * refused: their values are inner maps (see MapOfMaps).
  */
 export class BpfMap<K, V> {
   constructor(
@@ -270,6 +308,7 @@ export class BpfMap<K, V> {
     readonly valueCodec: Codec<V>,
   ) {
     const { info } = raw;
+    if (raw.isMapOfMaps) throw new TypeError(`map ${info.name} is a map of maps: open it as a MapOfMaps`);
     if (keyCodec.size !== info.keySize) throw new RangeError(`key codec is ${keyCodec.size} bytes, map ${info.name} has ${info.keySize}-byte keys`);
     if (PER_CPU_MAP_TYPES.has(info.type)) {
       if (!isPerCpuCodec(valueCodec)) throw new TypeError(`map ${info.name} is per-CPU: its value codec must come from perCpuValue()`);
@@ -283,8 +322,9 @@ export class BpfMap<K, V> {
     }
   }
 
-  static create<K, V>(spec: TypedMapSpec, key: Codec<K>, value: Codec<V>): BpfMap<K, V> {
-    return new BpfMap(RawMap.create(specWithSizes(spec, key, value)), key, value);
+  /** See RawMap.create. */
+  static async create<K, V>(spec: TypedMapSpec, key: Codec<K>, value: Codec<V>): Promise<BpfMap<K, V>> {
+    return adopt(await RawMap.create(specWithSizes(spec, key, value)), (raw) => new BpfMap(raw, key, value));
   }
 
   /**
@@ -294,18 +334,13 @@ export class BpfMap<K, V> {
    */
   static openPinned<K, V>(path: string, key: Codec<K>, value: Codec<V>, expect: Omit<MapShape, 'keySize' | 'valueSize'> = {}): BpfMap<K, V> {
     const raw = RawMap.openPinned(path, { ...expect, keySize: key.size, valueSize: valueSizeOf(value) });
-    try {
-      return new BpfMap(raw, key, value);
-    } catch (err) {
-      raw.close();
-      throw err;
-    }
+    return adopt(raw, (r) => new BpfMap(r, key, value));
   }
 
   /** See RawMap.openOrCreatePinned. */
-  static openOrCreatePinned<K, V>(path: string, spec: TypedMapSpec, key: Codec<K>, value: Codec<V>): { map: BpfMap<K, V>; created: boolean } {
-    const { map, created } = RawMap.openOrCreatePinned(path, specWithSizes(spec, key, value));
-    return { map: new BpfMap(map, key, value), created };
+  static async openOrCreatePinned<K, V>(path: string, spec: TypedMapSpec, key: Codec<K>, value: Codec<V>): Promise<{ map: BpfMap<K, V>; created: boolean }> {
+    const { map, created } = await RawMap.openOrCreatePinned(path, specWithSizes(spec, key, value));
+    return { map: adopt(map, (raw) => new BpfMap(raw, key, value)), created };
   }
 
   get name(): string {

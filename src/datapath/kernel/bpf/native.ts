@@ -6,11 +6,15 @@ import { loadAddon } from '../native.js';
  * Handles are opaque externals owning one fd each; the native side checks
  * every key and value length against the sizes the kernel reported.
  *
- * Element operations (lookup, update, delete, next key, pin, info) are
- * synchronous: each is one bpf() call of a few microseconds, cheaper than a
- * round trip through libuv's pool. Everything that can take longer (object
- * load and verification, batch updates, dumps, test runs, tcx attach, which
- * may enter a namespace) returns a promise and runs off the event loop.
+ * Element operations on ordinary maps (lookup, update, delete, next key),
+ * pins and info are synchronous: each is one bpf() call of a few
+ * microseconds, cheaper than a round trip through libuv's pool. Everything
+ * that can take longer returns a promise and runs off the event loop: map
+ * creation (a preallocated hash fills every element first), writes and
+ * deletes on maps of maps (the kernel waits for an RCU grace period), object
+ * load and verification, batch updates, dumps, test runs, tcx attach (which
+ * may enter a namespace) and detach (another grace period). The synchronous
+ * update and delete refuse maps of maps with a TypeError.
  */
 export interface NativeHandle {
   readonly __brand: 'tendril bpf handle';
@@ -98,12 +102,15 @@ export interface NativeBpf {
   mountBpffs(path: string): void;
   possibleCpus(): number;
 
-  mapCreate(spec: NativeMapCreate): NativeHandle;
+  mapCreate(spec: NativeMapCreate): Promise<NativeHandle>;
   mapInfo(h: NativeHandle): NativeMapInfo;
   mapLookup(h: NativeHandle, key: Uint8Array, flags: number): Buffer | undefined;
   mapUpdate(h: NativeHandle, key: Uint8Array, value: Uint8Array, flags: number): void;
   mapDelete(h: NativeHandle, key: Uint8Array): boolean;
   mapNextKey(h: NativeHandle, key: Uint8Array | null): Buffer | undefined;
+  /** ARRAY_OF_MAPS / HASH_OF_MAPS only: the native side passes a dup of the inner map's fd. */
+  mapSetInner(h: NativeHandle, key: Uint8Array, inner: NativeHandle, flags: number): Promise<void>;
+  mapDeleteInner(h: NativeHandle, key: Uint8Array): Promise<boolean>;
   mapUpdateBatch(h: NativeHandle, keys: Uint8Array, values: Uint8Array, count: number, flags: number): Promise<{ count: number; batched: boolean }>;
   mapDump(h: NativeHandle, afterKey: Uint8Array | null, max: number, withValues: boolean): Promise<{ count: number; more: boolean; keys: Buffer; values?: Buffer }>;
 
@@ -111,7 +118,7 @@ export interface NativeBpf {
 
   tcxAttach(prog: NativeHandle, ifindex: number, attachType: number, flags: number, netns: string | null): Promise<NativeHandle>;
   linkUpdate(link: NativeHandle, prog: NativeHandle, expected: NativeHandle | null): void;
-  linkDetach(link: NativeHandle): void;
+  linkDetach(link: NativeHandle): Promise<void>;
   linkInfo(link: NativeHandle): NativeLinkInfo;
   progInfo(prog: NativeHandle): NativeProgInfo;
   progTestRun(

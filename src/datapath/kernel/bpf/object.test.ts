@@ -121,7 +121,7 @@ describe('bpf objects', () => {
 
   it('refuses a pinned map of another shape, with libbpf\'s reason', async () => {
     const root = join(pinRoot, 'incompatible');
-    const odd = RawMap.create({ name: 'tdl_count', type: 'HASH', keySize: 4, valueSize: 8, maxEntries: 1024 });
+    const odd = await RawMap.create({ name: 'tdl_count', type: 'HASH', keySize: 4, valueSize: 8, maxEntries: 1024 });
     try {
       await mkdirPinDir(root);
       odd.pin(join(root, 'tdl_count'));

@@ -2,6 +2,7 @@ import { basename } from 'node:path';
 import { mkdirPinDir } from './bpffs.js';
 import { type Codec } from './codec.js';
 import { BpfMap, RawMap } from './map.js';
+import { MapOfMaps } from './mapOfMaps.js';
 import { bpfAsync, nativeBpf } from './native.js';
 import { BpfProgram } from './program.js';
 
@@ -98,6 +99,11 @@ export class BpfObject {
   /** A typed view of one of the object's maps (closed with the object). */
   map<K, V>(name: string, key: Codec<K>, value: Codec<V>): BpfMap<K, V> {
     return new BpfMap(this.rawMap(name), key, value);
+  }
+
+  /** A typed view of one of the object's maps of maps (closed with the object). */
+  mapOfMaps<K>(name: string, key: Codec<K>): MapOfMaps<K> {
+    return new MapOfMaps(this.rawMap(name), key);
   }
 
   /** Closes every program and map fd; pinned maps and attached programs live on. */

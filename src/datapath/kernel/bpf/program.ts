@@ -3,7 +3,7 @@ import { type NativeHandle, bpfAsync, bpfSync, nativeBpf } from './native.js';
 export interface TestRunInput {
   /** The packet (from its Ethernet header for sched_cls programs). */
   data: Uint8Array;
-  /** Runs of the program; the duration is the kernel's mean per run. */
+  /** Runs of the program (1 to MAX_TEST_RUN_REPEAT, 1 unless given); the duration is the kernel's mean per run. */
   repeat?: number;
   /** Room for the packet the program leaves; input length + 512 unless given. */
   dataOutSize?: number;
@@ -32,6 +32,13 @@ export interface ProgramMeta {
 }
 
 const MAX_TEST_DATA = 1 << 20;
+
+/**
+ * The most runs one testRun may ask for: a run holds one of libuv's four
+ * pool threads until it ends, and a million runs of a short program take
+ * well under a second.
+ */
+export const MAX_TEST_RUN_REPEAT = 1_000_000;
 
 /** A loaded BPF program: attach it, pin it, or run packets through it. */
 export class BpfProgram {
@@ -78,6 +85,10 @@ export class BpfProgram {
    * real maps, so map side effects are visible afterwards.
    */
   testRun(input: TestRunInput): Promise<TestRunResult> {
+    const repeat = input.repeat ?? 1;
+    if (!Number.isInteger(repeat) || repeat < 1 || repeat > MAX_TEST_RUN_REPEAT) {
+      return Promise.reject(new RangeError(`test run repeat must be an integer from 1 to ${MAX_TEST_RUN_REPEAT}, got ${repeat}`));
+    }
     const dataOutSize = input.dataOutSize ?? Math.min(input.data.length + 512, MAX_TEST_DATA);
     return bpfAsync(async () => {
       const r = await nativeBpf().progTestRun(this.#handle, {
@@ -85,7 +96,7 @@ export class BpfProgram {
         dataOutSize,
         ...(input.ctx ? { ctx: input.ctx } : {}),
         ...(input.ctxOutSize !== undefined ? { ctxOutSize: input.ctxOutSize } : {}),
-        repeat: input.repeat ?? 1,
+        repeat,
         flags: input.flags ?? 0,
       });
       return { retval: r.retval | 0, durationNs: r.duration, data: r.data, ...(r.ctx ? { ctx: r.ctx } : {}) };

@@ -1,9 +1,13 @@
 /*
  * BPF maps: create, info, element operations, batch update and chunked dumps.
- * Element operations are one bpf() call each and run on the calling (main)
- * thread; batch updates and dumps can touch thousands of entries and run on
- * libuv's pool. Every key and value length is checked against the sizes the
- * kernel reported for the map.
+ * Element operations on ordinary maps are one quick bpf() call each and run
+ * on the calling (main) thread. Everything that can take milliseconds runs
+ * on libuv's pool: creating a map (a preallocated hash allocates and links
+ * every element up front: tens to hundreds of ms for a million entries),
+ * writing and deleting elements of maps of maps (the kernel waits for an RCU
+ * grace period after each, 4 to 40 ms), batch updates and dumps. Every key
+ * and value length is checked against the sizes the kernel reported for the
+ * map.
  */
 #include "bpf_internal.h"
 
@@ -34,6 +38,26 @@ static int check_len(napi_env env, const struct tdl_bpf_handle *h, size_t got, u
 	return -1;
 }
 
+static bool is_map_of_maps(const struct tdl_bpf_handle *h)
+{
+	return h->map_type == BPF_MAP_TYPE_ARRAY_OF_MAPS || h->map_type == BPF_MAP_TYPE_HASH_OF_MAPS;
+}
+
+/*
+ * The synchronous element calls refuse maps of maps: the kernel ends each
+ * write to one with synchronize_rcu(), which must not run on the event loop.
+ */
+static int refuse_map_of_maps(napi_env env, const struct tdl_bpf_handle *h, const char *call, const char *instead)
+{
+	char msg[192];
+	if (!is_map_of_maps(h))
+		return 0;
+	snprintf(msg, sizeof(msg), "map %s is a map of maps: %s waits for an RCU grace period, use %s (off the event loop)",
+		 h->name, call, instead);
+	tdl_throw_type(env, msg);
+	return -1;
+}
+
 static napi_value map_info_object(napi_env env, const struct tdl_bpf_handle *h)
 {
 	napi_value o;
@@ -50,19 +74,78 @@ static napi_value map_info_object(napi_env env, const struct tdl_bpf_handle *h)
 	return o;
 }
 
+/* ---- create (libuv pool) ----------------------------------------------------- */
+
+struct create_work {
+	napi_async_work work;
+	napi_deferred deferred;
+	char name[BPF_OBJ_NAME_LEN];
+	uint32_t type, key_size, value_size, max_entries, flags;
+	int inner_fd; /* a dup of the inner map's fd, or -1 */
+	struct tdl_bpf_handle map; /* fd -1 until created */
+	int err;
+	char op[64];
+};
+
+static void create_execute(napi_env env, void *data)
+{
+	struct create_work *w = data;
+	LIBBPF_OPTS(bpf_map_create_opts, opts);
+	int fd;
+	(void)env;
+
+	opts.map_flags = w->flags;
+	if (w->inner_fd >= 0)
+		opts.inner_map_fd = (uint32_t)w->inner_fd;
+	fd = bpf_map_create((enum bpf_map_type)w->type, w->name, w->key_size, w->value_size, w->max_entries, &opts);
+	if (fd < 0) {
+		w->err = errno;
+		return;
+	}
+	/* Closes the fd and leaves map.fd at -1 on failure. */
+	w->err = tdl_bpf_handle_fill(&w->map, TDL_BPF_MAP, fd);
+}
+
+static void create_complete(napi_env env, napi_status status, void *data)
+{
+	struct create_work *w = data;
+	napi_value handle;
+
+	if (status != napi_ok && w->err == 0) {
+		if (w->map.fd >= 0)
+			close(w->map.fd);
+		w->map.fd = -1;
+		w->err = ECANCELED;
+	}
+	if (w->err != 0) {
+		tdl_reject(env, w->deferred, tdl_errno_error(env, w->op, w->err));
+	} else {
+		/* tdl_bpf_wrap owns the fd from here, also when it fails (its exception is pending then). */
+		handle = tdl_bpf_wrap(env, &w->map);
+		if (handle == NULL)
+			tdl_reject(env, w->deferred, NULL);
+		else
+			napi_resolve_deferred(env, w->deferred, handle);
+	}
+	napi_delete_async_work(env, w->work);
+	if (w->inner_fd >= 0)
+		close(w->inner_fd);
+	free(w);
+}
+
 /*
  * mapCreate({type, name, keySize, valueSize, maxEntries, flags?, innerMap?})
- * → handle. The name is the kernel's (15 bytes at most).
+ * → Promise<handle>. The name is the kernel's (15 bytes at most). Bad
+ * arguments throw at once; the kernel's refusal rejects.
  */
 static napi_value js_map_create(napi_env env, napi_callback_info info)
 {
 	size_t argc = 1;
-	napi_value argv[1], v;
-	char name[BPF_OBJ_NAME_LEN], op[64];
+	napi_value argv[1], v, promise;
+	char name[BPF_OBJ_NAME_LEN];
 	uint32_t type, key_size, value_size, max_entries, flags = 0;
-	struct tdl_bpf_handle h;
-	LIBBPF_OPTS(bpf_map_create_opts, opts);
-	int fd, err;
+	struct tdl_bpf_handle *inner = NULL;
+	struct create_work *w;
 
 	napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
 	if (napi_get_named_property(env, argv[0], "name", &v) != napi_ok ||
@@ -80,20 +163,39 @@ static napi_value js_map_create(napi_env env, napi_callback_info info)
 	if (tdl_opt_value(env, argv[0], "innerMap", &v) != 0)
 		return NULL;
 	if (v != NULL) {
-		struct tdl_bpf_handle *inner = tdl_bpf_unwrap(env, v, TDL_BPF_MAP, "innerMap");
+		inner = tdl_bpf_unwrap(env, v, TDL_BPF_MAP, "innerMap");
 		if (inner == NULL)
 			return NULL;
-		opts.inner_map_fd = (uint32_t)inner->fd;
 	}
-	opts.map_flags = flags;
-	snprintf(op, sizeof(op), "BPF_MAP_CREATE %s", name);
-	fd = bpf_map_create((enum bpf_map_type)type, name, key_size, value_size, max_entries, &opts);
-	if (fd < 0)
-		return tdl_throw_errno(env, op, errno);
-	err = tdl_bpf_handle_fill(&h, TDL_BPF_MAP, fd);
-	if (err != 0)
-		return tdl_throw_errno(env, op, err);
-	return tdl_bpf_wrap(env, &h);
+	w = calloc(1, sizeof(*w));
+	if (w == NULL)
+		return tdl_throw_errno(env, "BPF_MAP_CREATE", ENOMEM);
+	memcpy(w->name, name, sizeof(w->name));
+	snprintf(w->op, sizeof(w->op), "BPF_MAP_CREATE %s", name);
+	w->type = type;
+	w->key_size = key_size;
+	w->value_size = value_size;
+	w->max_entries = max_entries;
+	w->flags = flags;
+	w->map.fd = -1;
+	w->inner_fd = -1;
+	/* A dup: JavaScript may close the inner map before the pool thread runs. */
+	if (inner != NULL) {
+		w->inner_fd = dup(inner->fd);
+		if (w->inner_fd < 0) {
+			int err = errno;
+			free(w);
+			return tdl_throw_errno(env, "BPF_MAP_CREATE", err);
+		}
+	}
+	if (tdl_queue_work(env, "tendril:bpf-map-create", create_execute, create_complete, w, &w->work, &w->deferred,
+			   &promise) != 0) {
+		if (w->inner_fd >= 0)
+			close(w->inner_fd);
+		free(w);
+		return NULL;
+	}
+	return promise;
 }
 
 /* mapInfo(handle) → {name, id, type, keySize, valueSize, valueBufferSize, maxEntries, flags} */
@@ -158,7 +260,8 @@ static napi_value js_map_update(napi_env env, napi_callback_info info)
 	if (h == NULL || tdl_get_bytes(env, argv[1], &key, &klen, "key") != 0 ||
 	    tdl_get_bytes(env, argv[2], &value, &vlen, "value") != 0 ||
 	    (argc > 3 && !tdl_is_nullish(env, argv[3]) && tdl_get_uint32(env, argv[3], &flags, "flags") != 0) ||
-	    check_len(env, h, klen, h->key_size, "key") != 0 || check_len(env, h, vlen, h->value_buf_size, "value") != 0)
+	    check_len(env, h, klen, h->key_size, "key") != 0 || check_len(env, h, vlen, h->value_buf_size, "value") != 0 ||
+	    refuse_map_of_maps(env, h, "an update", "MapOfMaps.set") != 0)
 		return NULL;
 	if (bpf_map_update_elem(h->fd, key, value, flags) != 0) {
 		int err = errno;
@@ -180,7 +283,7 @@ static napi_value js_map_delete(napi_env env, napi_callback_info info)
 	napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
 	h = tdl_bpf_unwrap(env, argv[0], TDL_BPF_MAP, "map");
 	if (h == NULL || tdl_get_bytes(env, argv[1], &key, &klen, "key") != 0 ||
-	    check_len(env, h, klen, h->key_size, "key") != 0)
+	    check_len(env, h, klen, h->key_size, "key") != 0 || refuse_map_of_maps(env, h, "a delete", "MapOfMaps.delete") != 0)
 		return NULL;
 	if (bpf_map_delete_elem(h->fd, key) != 0) {
 		int err = errno;
@@ -225,6 +328,159 @@ static napi_value js_map_next_key(napi_env env, napi_callback_info info)
 		return tdl_throw_errno(env, op, err);
 	}
 	return out;
+}
+
+/* ---- elements of maps of maps (libuv pool) ---------------------------------- */
+
+struct elem_work {
+	napi_async_work work;
+	napi_deferred deferred;
+	int fd; /* a dup of the map's fd, so closing the handle meanwhile cannot reuse the number */
+	int inner_fd; /* updates: a dup of the inner map's fd, which is the value the kernel takes; -1 for deletes */
+	uint32_t flags;
+	void *key;
+	bool absent; /* deletes: the key was not there */
+	int err;
+	char op[64];
+};
+
+static void elem_execute(napi_env env, void *data)
+{
+	struct elem_work *w = data;
+	int ret;
+	(void)env;
+
+	if (w->inner_fd >= 0) {
+		uint32_t value = (uint32_t)w->inner_fd;
+		ret = bpf_map_update_elem(w->fd, w->key, &value, w->flags);
+	} else {
+		ret = bpf_map_delete_elem(w->fd, w->key);
+	}
+	if (ret != 0) {
+		if (w->inner_fd < 0 && errno == ENOENT)
+			w->absent = true;
+		else
+			w->err = errno;
+	}
+}
+
+static void elem_complete(napi_env env, napi_status status, void *data)
+{
+	struct elem_work *w = data;
+	napi_value result;
+
+	if (status != napi_ok && w->err == 0)
+		w->err = ECANCELED;
+	if (w->err != 0) {
+		tdl_reject(env, w->deferred, tdl_errno_error(env, w->op, w->err));
+	} else if (w->inner_fd >= 0) {
+		napi_get_undefined(env, &result);
+		napi_resolve_deferred(env, w->deferred, result);
+	} else if (napi_get_boolean(env, !w->absent, &result) != napi_ok) {
+		tdl_reject(env, w->deferred, NULL);
+	} else {
+		napi_resolve_deferred(env, w->deferred, result);
+	}
+	napi_delete_async_work(env, w->work);
+	close(w->fd);
+	if (w->inner_fd >= 0)
+		close(w->inner_fd);
+	free(w->key);
+	free(w);
+}
+
+/* Copies the key and dups the fds, then queues the work; frees everything when nothing was queued. */
+static napi_value queue_elem_work(napi_env env, const struct tdl_bpf_handle *h, const void *key,
+				  const struct tdl_bpf_handle *inner, uint32_t flags, const char *opname)
+{
+	struct elem_work *w;
+	napi_value promise;
+	int err = 0;
+
+	w = calloc(1, sizeof(*w));
+	if (w == NULL)
+		return tdl_throw_errno(env, opname, ENOMEM);
+	op_name(w->op, sizeof(w->op), opname, h);
+	w->flags = flags;
+	w->inner_fd = -1;
+	w->key = malloc(h->key_size ? h->key_size : 1);
+	w->fd = dup(h->fd);
+	if (w->fd < 0)
+		err = errno;
+	if (err == 0 && inner != NULL) {
+		w->inner_fd = dup(inner->fd);
+		if (w->inner_fd < 0)
+			err = errno;
+	}
+	if (err == 0 && w->key == NULL)
+		err = ENOMEM;
+	if (err == 0) {
+		if (h->key_size > 0)
+			memcpy(w->key, key, h->key_size);
+		if (tdl_queue_work(env, "tendril:bpf-map-elem", elem_execute, elem_complete, w, &w->work, &w->deferred,
+				   &promise) == 0)
+			return promise;
+	}
+	if (w->fd >= 0)
+		close(w->fd);
+	if (w->inner_fd >= 0)
+		close(w->inner_fd);
+	free(w->key);
+	free(w);
+	/* tdl_queue_work left its exception pending; the others have an errno. */
+	return err != 0 ? tdl_throw_errno(env, opname, err) : NULL;
+}
+
+static int require_map_of_maps(napi_env env, const struct tdl_bpf_handle *h)
+{
+	char msg[128];
+	if (is_map_of_maps(h))
+		return 0;
+	snprintf(msg, sizeof(msg), "map %s is not a map of maps (ARRAY_OF_MAPS or HASH_OF_MAPS)", h->name);
+	tdl_throw_type(env, msg);
+	return -1;
+}
+
+/*
+ * mapSetInner(outer, key, inner, flags) → Promise<void>: makes `inner` the
+ * map at `key` of an ARRAY_OF_MAPS or HASH_OF_MAPS. The kernel takes the
+ * inner map's fd as the value; a dup of it is passed, so closing `inner`
+ * before the pool thread runs changes nothing.
+ */
+static napi_value js_map_set_inner(napi_env env, napi_callback_info info)
+{
+	size_t argc = 4, klen;
+	napi_value argv[4];
+	struct tdl_bpf_handle *h, *inner;
+	void *key;
+	uint32_t flags = 0;
+
+	napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+	h = tdl_bpf_unwrap(env, argv[0], TDL_BPF_MAP, "map");
+	if (h == NULL || require_map_of_maps(env, h) != 0 || tdl_get_bytes(env, argv[1], &key, &klen, "key") != 0 ||
+	    check_len(env, h, klen, h->key_size, "key") != 0 ||
+	    (argc > 3 && !tdl_is_nullish(env, argv[3]) && tdl_get_uint32(env, argv[3], &flags, "flags") != 0))
+		return NULL;
+	inner = tdl_bpf_unwrap(env, argv[2], TDL_BPF_MAP, "inner map");
+	if (inner == NULL)
+		return NULL;
+	return queue_elem_work(env, h, key, inner, flags, "BPF_MAP_UPDATE_ELEM");
+}
+
+/* mapDeleteInner(outer, key) → Promise<boolean>: false when the key was absent. */
+static napi_value js_map_delete_inner(napi_env env, napi_callback_info info)
+{
+	size_t argc = 2, klen;
+	napi_value argv[2];
+	struct tdl_bpf_handle *h;
+	void *key;
+
+	napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+	h = tdl_bpf_unwrap(env, argv[0], TDL_BPF_MAP, "map");
+	if (h == NULL || require_map_of_maps(env, h) != 0 || tdl_get_bytes(env, argv[1], &key, &klen, "key") != 0 ||
+	    check_len(env, h, klen, h->key_size, "key") != 0)
+		return NULL;
+	return queue_elem_work(env, h, key, NULL, 0, "BPF_MAP_DELETE_ELEM");
 }
 
 /* ---- batch update (libuv pool) --------------------------------------------- */
@@ -339,6 +595,11 @@ static napi_value js_map_update_batch(napi_env env, napi_callback_info info)
 	    tdl_get_uint32(env, argv[3], &count, "count") != 0 ||
 	    (argc > 4 && !tdl_is_nullish(env, argv[4]) && tdl_get_uint32(env, argv[4], &flags, "flags") != 0))
 		return NULL;
+	/* Its values would be fd numbers JavaScript may close and reuse before the pool thread reads them. */
+	if (is_map_of_maps(h)) {
+		snprintf(msg, sizeof(msg), "map %s is a map of maps: set its inner maps one at a time (MapOfMaps.set)", h->name);
+		return tdl_throw_type(env, msg);
+	}
 	if (count > MAX_BATCH_ENTRIES || (uint64_t)count * h->key_size > MAX_BATCH_BYTES ||
 	    (uint64_t)count * h->value_buf_size > MAX_BATCH_BYTES) {
 		snprintf(msg, sizeof(msg), "batch of %u entries for map %s is too large for one call", count, h->name);
@@ -565,6 +826,8 @@ napi_status tdl_bpf_map_register(napi_env env, napi_value exports)
 	    (st = tdl_export_fn(env, exports, "mapUpdate", js_map_update)) != napi_ok ||
 	    (st = tdl_export_fn(env, exports, "mapDelete", js_map_delete)) != napi_ok ||
 	    (st = tdl_export_fn(env, exports, "mapNextKey", js_map_next_key)) != napi_ok ||
+	    (st = tdl_export_fn(env, exports, "mapSetInner", js_map_set_inner)) != napi_ok ||
+	    (st = tdl_export_fn(env, exports, "mapDeleteInner", js_map_delete_inner)) != napi_ok ||
 	    (st = tdl_export_fn(env, exports, "mapUpdateBatch", js_map_update_batch)) != napi_ok ||
 	    (st = tdl_export_fn(env, exports, "mapDump", js_map_dump)) != napi_ok)
 		return st;

@@ -27,9 +27,15 @@ function isVethPair(a: Link, b: Link): boolean {
  * (another attachment, the runtime): DatapathError `exists`, nothing deleted.
  */
 async function removeOwnLeftover(host: Netlink, pod: Netlink, hostIf: string, spec: PodNetworkSpec): Promise<void> {
+  const hostLink = await requireFreeOrOwn(host, pod, hostIf, spec);
+  if (hostLink) await deleteLinkIfPresent(host, hostLink.index);
+}
+
+/** The pod's interface name is free or held by this attachment's own veth peer (else `exists`); answers the attachment's host end, if any. */
+async function requireFreeOrOwn(host: Netlink, pod: Netlink, hostIf: string, spec: Pick<PodNetworkSpec, 'netns' | 'ifName'>): Promise<Link | undefined> {
   const [hostLink, podLink] = await Promise.all([host.findLink(hostIf), pod.findLink(spec.ifName)]);
   if (podLink && !(hostLink && isVethPair(hostLink, podLink))) throw alreadyExists(spec);
-  if (hostLink) await deleteLinkIfPresent(host, hostLink.index);
+  return hostLink;
 }
 
 /**
@@ -60,10 +66,7 @@ export class LinuxDatapath implements Datapath {
     const pod = await openPodNetlink(spec.netns);
     try {
       const host = await this.host.get();
-      await kernel(async () => {
-        const [hostLink, podLink] = await Promise.all([host.findLink(hostIf), pod.findLink(spec.ifName)]);
-        if (podLink && !(hostLink && isVethPair(hostLink, podLink))) throw alreadyExists(spec);
-      });
+      await kernel(() => requireFreeOrOwn(host, pod, hostIf, spec));
     } finally {
       await pod.close();
     }

@@ -677,12 +677,19 @@ export class EndpointManager {
       rt.policyRemoved = true;
     }
     this.#binder.withdraw(ep);
-    if (ep.identity !== undefined && !rt.identityReleased) {
+    const netns = await this.#teardownNetns(netnsPath);
+    // Most of a DEL is the kernel deleting the veth (it waits out an RCU grace period):
+    // the identity's and the addresses' releases, kvstore writes, run meanwhile. An address
+    // handed to a new pod during that window is safe: its /32 host route replaces the old
+    // one on the new device, and the kernel removes only the old device's routes. (The
+    // reference bridge plugin releases its addresses before it deletes the veth at all.)
+    const releaseIdentity = async () => {
+      if (ep.identity === undefined || rt.identityReleased) return;
       await this.#releaseIdentity(ep);
       rt.identityReleased = true;
-    }
-    await this.#removePodNetwork(ep, await this.#teardownNetns(netnsPath));
-    await lease.release();
+    };
+    const outcomes = await Promise.allSettled([releaseIdentity(), this.#removePodNetwork(ep, netns), lease.release()]);
+    for (const o of outcomes) if (o.status === 'rejected') throw o.reason;
     await store.remove(ep.id);
     await this.#forget(ep.id);
     log.info({ endpoint: ep.id, containerId: ep.containerId }, 'endpoint deleted');

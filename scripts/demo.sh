@@ -119,5 +119,9 @@ CNI_IFNAME=this-is-too-long in_node "$TENDRIL" cni add tendril /var/run/netns/td
 say "the node's own namespace as a pod's netns is refused with CNI error 4; the node's links are untouched"
 in_node "$TENDRIL" cni add tendril /var/run/netns/$NODE --cache-dir "$WORK/cache" || echo "exit code $?"
 ip -n "$NODE" -br link show lo
+say "a pod may not claim a reserved identity: TENDRIL_LABELS=reserved:host is refused with CNI error 7"
+CNI_ARGS="IgnoreUnknown=1;TENDRIL_LABELS=reserved:host" in_node "$TENDRIL" cni add tendril /var/run/netns/tdldemo1 --cache-dir "$WORK/cache" || echo "exit code $?"
+say "a second agent on this node stops before touching anything"
+in_node "$REPO/bin/tendril-agent" --state-dir "$WORK/second" --lib-dir "$WORK/second/lib" --node-name demo-node-2 --pod-cidr 10.251.0.0/24 || echo "exit code $?"
 
 say "done; cleaning up"

@@ -177,6 +177,12 @@ async function runSequence(mode: Mode, ops: Op[], seen: Seen): Promise<void> {
   }
 }
 
+const EXHAUSTING: Op[] = [
+  ...Array.from({ length: OWNERS }, (_, owner): Op => ({ t: 'alloc', owner, family: 4, provisional: true })),
+  { t: 'advance', ms: 3_600_000 },
+  { t: 'expire' },
+];
+
 describe('ipam properties', () => {
   for (const mode of modes) {
     it(`${mode.name}: random allocate/release/confirm/expire/restart sequences keep the invariants`, async () => {
@@ -184,7 +190,10 @@ describe('ipam properties', () => {
       const seen: Seen = { exhausted: 0, expired: 0 };
       await fc.assert(
         fc.asyncProperty(fc.array(opArb, { minLength: 20, maxLength: 60 }), (ops) => runSequence(mode, ops, seen)),
-        { numRuns: Number(process.env.IPAM_PROPERTY_RUNS ?? 40) },
+        // Random sequences reach a full pool only sometimes: one example always does (every
+        // owner asks for a provisional IPv4 address, more than any mode's pool holds), then
+        // lets the deadlines pass, so the coverage check below can never depend on luck.
+        { numRuns: Number(process.env.IPAM_PROPERTY_RUNS ?? 40), examples: [[EXHAUSTING]] },
       );
       assert.ok(seen.exhausted > 0 && seen.expired > 0, `exhaustion and expiry exercised: ${JSON.stringify(seen)}`);
     });

@@ -285,13 +285,14 @@ export class CniService {
     // CNI_ARGS IP= (podman --ip, the spec's convention) asks for given addresses; checked
     // before a previous endpoint of the attachment is replaced.
     const wanted = requestedIps(call.args, served);
-    // Before anything is allocated or removed: never the node's own namespace, never a
-    // namespace that is missing or whose interface is someone else's (a refused call
-    // must not have deleted the attachment it meant to replace).
-    await endpoints.preflightCreate({ containerId: call.containerId, netns: call.netns, ifName: call.ifName });
-
     // A second ADD for the same attachment replaces the first, as a re-created sandbox expects.
     const previous = endpoints.byContainer(call.containerId, call.ifName);
+    // Before anything is allocated or removed: never the node's own namespace. A call that
+    // replaces an attachment also asks the datapath first (namespace present, interface
+    // free or its own), so a refusal cannot have deleted the attachment; a first ADD
+    // leaves that to addPod, which refuses the same way, and pays for no extra lookups.
+    if (previous) await endpoints.preflightCreate({ containerId: call.containerId, netns: call.netns, ifName: call.ifName });
+    else await endpoints.requirePodNetns(call.netns);
     const allocator = await this.d.ipam.allocatorFor(call.conf);
     if (previous) await endpoints.delete(previous.id, { netns: call.netns, lease: ownerLease([allocator], owner) });
 

@@ -16,6 +16,7 @@ import { type RelayRun, runRelay } from '../../src/plugin/testing/runRelay.js';
 import { type AgentProcess, podHostLinks, startSingleNode } from '../support/agentHarness.js';
 import { addressesIn, linkExists, NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
+import { seededRandom } from '../support/seededRandom.js';
 
 requireRoot('the chaos test');
 
@@ -28,18 +29,7 @@ const CALM_TAIL = 30;
 const FAULT_POINTS = ['after-ipam', 'after-datapath', 'after-endpoint'] as const;
 const SEED = Number(process.env.TENDRIL_CHAOS_SEED ?? Date.now() % 2 ** 31);
 
-/** mulberry32: a small seeded generator, so a schedule can be replayed. */
-function seeded(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
-const random = seeded(SEED);
+const random = seededRandom(SEED);
 const between = (lo: number, hi: number) => lo + Math.floor(random() * (hi - lo + 1));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

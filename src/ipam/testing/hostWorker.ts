@@ -18,21 +18,11 @@ import { createLogger } from '../../logging/logger.js';
 import { BlockAllocator } from '../blockAllocator.js';
 import { IpamErrorCode, isIpamError } from '../errors.js';
 import type { Allocation } from '../types.js';
+import { seededRandom } from '../../../test/support/seededRandom.js';
 
 export const WORKER_POOL = { name: 'mp-pool', cidr: '10.100.0.0/22', blockSize: 28 };
 export const HELD_PREFIX = 'ipamtest/held/';
 
-function rng(seed: number): () => number {
-  // mulberry32: a reproducible stream per host from the seed on the command line.
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 async function main(argv: string[]): Promise<void> {
   const [endpoint, host, opsText, seedText, strictText, maxBlocksText, targetText] = argv as [string, string, string, string, string, string, string];
@@ -41,7 +31,7 @@ async function main(argv: string[]): Promise<void> {
   const strict = strictText === '1';
   const alloc = new BlockAllocator({ backend, host, pools: [WORKER_POOL], strictAffinity: strict, maxBlocksPerHost: Number(maxBlocksText), routerAddress: false, logger });
   await alloc.start();
-  const random = rng(Number(seedText));
+  const random = seededRandom(Number(seedText));
   const target = Number(targetText) > 0 ? Number(targetText) : 30 + Math.floor(random() * 30);
   const live = new Map<string, Allocation>();
   const counts = { allocs: 0, releases: 0, releasesByIp: 0, borrowed: 0, exhausted: 0, noFreeBlock: 0, duplicates: 0 };

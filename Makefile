@@ -5,7 +5,7 @@ APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftab
   gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: all deps apt-deps build native lint typecheck test check-native demo bench clean
+.PHONY: all deps apt-deps build native bpf lint typecheck test check-native demo bench clean
 
 # --- native parts: the kernel addon, the tendril-cni relay, BPF objects ---------
 # Warnings are errors; the sanitizer builds back `make check-native`.
@@ -53,6 +53,22 @@ build/bpf/testdata/%.bpf.o: src/datapath/kernel/testdata/%.bpf.c
 
 native: build/native/tendril_kernel.node bin/tendril-cni $(BPF_TEST_OBJ)
 
+# The datapath's programs: one object per attach point, built once (never per
+# endpoint). Their shared constants are generated from TypeScript after tsc.
+BPF_SRC := $(wildcard bpf/*.c)
+BPF_OBJ := $(patsubst bpf/%.c,build/bpf/%.o,$(BPF_SRC))
+BPF_LIB_HDR := $(wildcard bpf/lib/*.h)
+BPF_GEN_HDR := build/bpf/include/tendril_constants.h build/bpf/include/identity.h
+
+$(BPF_GEN_HDR) &: dist/src/datapath/bpf/constants.js dist/src/identity/constants.js scripts/gen-bpf-headers.mjs
+	node scripts/gen-bpf-headers.mjs build/bpf/include
+
+build/bpf/%.o: bpf/%.c $(BPF_LIB_HDR) $(BPF_GEN_HDR)
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -Ibpf/lib -Ibuild/bpf/include -c $< -o $@
+
+bpf: $(BPF_OBJ)
+
 
 all: build
 
@@ -79,6 +95,7 @@ $(API_TYPES): api/openapi.yaml $(NODE_STAMP)
 
 build: $(NODE_STAMP) native $(API_TYPES)
 	npx tsc -p tsconfig.json
+	@$(MAKE) --no-print-directory bpf
 
 typecheck: $(NODE_STAMP) $(API_TYPES)
 	npx tsc -p tsconfig.json --noEmit

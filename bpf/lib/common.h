@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * What every tendril program includes: kernel UAPI types, libbpf's helpers
+ * and the constants generated from src/datapath/bpf/constants.ts.
+ */
+#ifndef __TENDRIL_LIB_COMMON_H_
+#define __TENDRIL_LIB_COMMON_H_
+
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "tendril_constants.h"
+#include "identity.h"
+
+#ifndef __always_inline
+#define __always_inline inline __attribute__((always_inline))
+#endif
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* A 16-byte address slot: IPv4 in ip[0] (network order), IPv6 in all four. */
+union addr_slot {
+	__u32 ip[4];
+	__u8 b[16];
+};
+
+#endif

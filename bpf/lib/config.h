@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* tendril_config: the agent's runtime settings for the programs (one entry). */
+#ifndef __TENDRIL_LIB_CONFIG_H_
+#define __TENDRIL_LIB_CONFIG_H_
+
+#include "common.h"
+
+struct datapath_config {
+	__u32 trace_level;  /* TRACE_LEVEL_* */
+	__u32 flags;
+	__u32 host_ifindex; /* tendril_host */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__type(key, __u32);
+	__type(value, struct datapath_config);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_config SEC(".maps");
+
+#endif

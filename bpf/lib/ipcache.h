@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* tendril_ipcache: prefix → security identity (+ tunnel endpoint), longest prefix wins. */
+#ifndef __TENDRIL_LIB_IPCACHE_H_
+#define __TENDRIL_LIB_IPCACHE_H_
+
+#include "common.h"
+
+struct ipcache_key {
+	__u32 prefixlen; /* IPCACHE_KEY_FIXED_BITS + the prefix's length */
+	__u16 pad1;
+	__u8 pad2;
+	__u8 family;
+	__u32 ip[4]; /* network order; IPv4 in ip[0] */
+};
+
+struct remote_endpoint_info {
+	__u32 identity;
+	__u32 tunnel_ip4; /* network order; 0 = no tunnel (overlay issue) */
+	__u8 flags;
+	__u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct ipcache_key);
+	__type(value, struct remote_endpoint_info);
+	__uint(max_entries, TENDRIL_IPCACHE_DEFAULT_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_ipcache SEC(".maps");
+
+#endif

@@ -1,0 +1,283 @@
+/**
+ * The byte layouts of the datapath's map keys, values and event records, as
+ * codecs over src/datapath/kernel/bpf. They mirror the structs in bpf/lib/*.h;
+ * layout.test.ts holds each codec to its struct in the objects' BTF (sizes
+ * and field offsets), so neither side can drift alone.
+ *
+ * Addresses travel as IpAddress (src/netip) in 16-byte slots: an IPv4
+ * address in the first 4 bytes, network order, the rest zero.
+ */
+import { byteLength, familyBits, ipFromBytes, ipToBytes, type IpAddress, type IpFamily, type IpPrefix, maskBits } from '../../netip/index.js';
+import { codec, type Codec } from '../kernel/bpf/index.js';
+import { IPCACHE_KEY_FIXED_BITS, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS } from './constants.js';
+
+const { struct, u8, u16, u16be, u32, u32be, u64, pad, bytes } = codec;
+
+function checkFamily(f: number): IpFamily {
+  if (f !== 4 && f !== 6) throw new RangeError(`address family ${f} is neither 4 nor 6`);
+  return f;
+}
+
+/** An address in a 16-byte slot whose family is given by `familyAt` (an offset relative to the slot). */
+function addressSlot(familyAt: number): Codec<IpAddress> {
+  return {
+    size: 16,
+    align: 4,
+    write(v, b, o) {
+      b.fill(0, o, o + 16);
+      ipToBytes(v, b, o);
+    },
+    read(b, o) {
+      const family = checkFamily(b.readUInt8(o + familyAt));
+      return ipFromBytes(b.subarray(o, o + byteLength(family)), family);
+    },
+  };
+}
+
+/** A MAC address as `aa:bb:cc:dd:ee:ff`. */
+export const macAddress: Codec<string> = codec.mapped(
+  bytes(6),
+  (b) => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':'),
+  (s) => {
+    const parts = s.split(':');
+    if (parts.length !== 6 || parts.some((p) => !/^[0-9a-fA-F]{2}$/.test(p))) throw new RangeError(`${JSON.stringify(s)} is not a MAC address`);
+    return Uint8Array.from(parts.map((p) => parseInt(p, 16)));
+  },
+);
+
+// ---- tendril_lxc: local endpoints (bpf/lib/endpoints.h) ----------------------
+
+/** struct endpoint_key { __u32 ip[4]; __u8 family; __u8 pad[3]; } */
+export const endpointKey: Codec<IpAddress> = {
+  size: 20,
+  align: 4,
+  write(v, b, o) {
+    b.fill(0, o, o + 20);
+    ipToBytes(v, b, o);
+    b.writeUInt8(v.family, o + 16);
+  },
+  read: (b, o) => addressSlot(16).read(b, o),
+};
+
+/** struct endpoint_info */
+export const endpointInfo = struct({
+  ifindex: u32,
+  identity: u32,
+  endpointId: u32,
+  flags: u32,
+  lxcMac: macAddress,
+  podMac: macAddress,
+});
+export type EndpointInfoValue = codec.CodecValue<typeof endpointInfo>;
+
+// ---- tendril_ipcache: prefix → identity (bpf/lib/ipcache.h) --------------------
+
+/**
+ * struct ipcache_key { __u32 prefixlen; __u16 pad1; __u8 pad2; __u8 family; __u32 ip[4]; }
+ * prefixlen counts the 32 bits of padding and family, then the prefix.
+ */
+export const ipcacheKey: Codec<IpPrefix> = {
+  size: 24,
+  align: 4,
+  write(p, b, o) {
+    b.fill(0, o, o + 24);
+    u32.write(IPCACHE_KEY_FIXED_BITS + p.length, b, o);
+    b.writeUInt8(p.family, o + 7);
+    ipToBytes(p, b, o + 8);
+  },
+  read(b, o) {
+    const family = checkFamily(b.readUInt8(o + 7));
+    const length = u32.read(b, o) - IPCACHE_KEY_FIXED_BITS;
+    if (length < 0 || length > familyBits(family)) throw new RangeError(`ipcache key prefix length ${length} is outside 0..${familyBits(family)}`);
+    const addr = ipFromBytes(b.subarray(o + 8, o + 8 + byteLength(family)), family);
+    return { family, bits: maskBits(family, addr.bits, length), length };
+  },
+};
+
+/** struct remote_endpoint_info { __u32 identity; __u32 tunnel_ip4; __u8 flags; __u8 pad[3]; } */
+export const ipcacheValue = struct({
+  identity: u32,
+  /** Node to tunnel to, network order; 0 = none (local, or reached through the stack). */
+  tunnelIp4: u32be,
+  flags: u8,
+  pad: pad(3),
+});
+export type IpcacheValue = codec.CodecValue<typeof ipcacheValue>;
+
+// ---- tendril_policy: per-endpoint policy entries (bpf/lib/policy.h) ------------
+
+export interface PolicyKey {
+  endpointId: number;
+  /** Peer identity; 0 = any. */
+  identity: number;
+  egress: boolean;
+  /** IANA protocol; 0 = any (then port and portPrefixLen are 0). */
+  proto: number;
+  port: number;
+  /** Significant leading bits of `port` (0..16); only with a protocol. */
+  portPrefixLen: number;
+}
+
+/**
+ * struct policy_key { __u32 prefixlen; __u32 endpoint_id; __u32 sec_identity; __u8 egress; __u8 protocol; __be16 dport; }
+ * prefixlen = POLICY_KEY_FIXED_BITS, + 8 with a protocol, + the port's prefix length.
+ */
+export const policyKey: Codec<PolicyKey> = {
+  size: 16,
+  align: 4,
+  write(k, b, o) {
+    if (k.proto === 0 && (k.port !== 0 || k.portPrefixLen !== 0)) throw new RangeError('a policy key without a protocol cannot name a port');
+    if (!Number.isInteger(k.portPrefixLen) || k.portPrefixLen < 0 || k.portPrefixLen > 16) throw new RangeError(`port prefix length ${k.portPrefixLen} is outside 0..16`);
+    b.fill(0, o, o + 16);
+    u32.write(POLICY_KEY_FIXED_BITS + (k.proto === 0 ? 0 : 8 + k.portPrefixLen), b, o);
+    u32.write(k.endpointId, b, o + 4);
+    u32.write(k.identity, b, o + 8);
+    b.writeUInt8(k.egress ? 1 : 0, o + 12);
+    b.writeUInt8(k.proto, o + 13);
+    u16be.write(k.port, b, o + 14);
+  },
+  read(b, o) {
+    const l4 = u32.read(b, o) - POLICY_KEY_FIXED_BITS;
+    if (l4 < 0 || l4 > POLICY_KEY_L4_BITS) throw new RangeError(`policy key prefix length ${l4 + POLICY_KEY_FIXED_BITS} is outside ${POLICY_KEY_FIXED_BITS}..${POLICY_KEY_FIXED_BITS + POLICY_KEY_L4_BITS}`);
+    return {
+      endpointId: u32.read(b, o + 4),
+      identity: u32.read(b, o + 8),
+      egress: b.readUInt8(o + 12) !== 0,
+      proto: l4 === 0 ? 0 : b.readUInt8(o + 13),
+      port: l4 <= 8 ? 0 : u16be.read(b, o + 14),
+      portPrefixLen: l4 <= 8 ? 0 : l4 - 8,
+    };
+  },
+};
+
+/** struct policy_entry { __u32 cookie; __u8 deny; __u8 l4_prefix_bits; __u16 pad; } */
+export const policyEntry = struct({
+  cookie: u32,
+  deny: u8,
+  /** Bits of (protocol, port) the key matched on, 0..24: the datapath compares an identity's match with the wildcard's by this. */
+  l4PrefixBits: u8,
+  pad: pad(2),
+});
+export type PolicyEntryValue = codec.CodecValue<typeof policyEntry>;
+
+// ---- tendril_ct4_tcp / tendril_ct4_any (bpf/lib/conntrack.h) -------------------
+
+/** struct ct4_key { __be32 saddr; __be32 daddr; __be16 sport; __be16 dport; __u8 proto; __u8 flags; __u16 pad; } — the flow's original direction. */
+export const ct4Key = struct({
+  saddr: codec.mapped(bytes(4), (x) => ipFromBytes(x, 4), (a: IpAddress) => ipToBytes(a)),
+  daddr: codec.mapped(bytes(4), (x) => ipFromBytes(x, 4), (a: IpAddress) => ipToBytes(a)),
+  sport: u16be,
+  dport: u16be,
+  proto: u8,
+  flags: u8,
+  pad: pad(2),
+});
+export type Ct4Key = codec.CodecValue<typeof ct4Key>;
+
+/** struct ct_entry */
+export const ctEntry = struct({
+  /** bpf_ktime_get_ns() deadline: CLOCK_MONOTONIC, as process.hrtime.bigint(). */
+  expiresNs: u64,
+  packets: u64,
+  bytes: u64,
+  srcIdentity: u32,
+  dstIdentity: u32,
+  /** Local endpoint that opened the flow; 0 when the node or the outside did. */
+  srcEndpoint: u32,
+  /** Local endpoint the flow was opened to; 0 when it leaves the node. */
+  dstEndpoint: u32,
+  revNatIndex: u16,
+  /** Union of the TCP flags seen. */
+  tcpFlags: u8,
+  /** CT_F_* */
+  flags: u8,
+  pad: pad(4),
+});
+export type CtEntryValue = codec.CodecValue<typeof ctEntry>;
+
+/** struct frag4_key { __be32 saddr; __be32 daddr; __be16 id; __u8 proto; __u8 pad; } */
+export const frag4Key = struct({ saddr: u32be, daddr: u32be, id: u16be, proto: u8, pad: pad(1) });
+/** struct frag4_ports { __be16 sport; __be16 dport; } */
+export const frag4Ports = struct({ sport: u16be, dport: u16be });
+
+// ---- tendril_metrics (bpf/lib/metrics.h) --------------------------------------
+
+/** struct metrics_key { __u8 reason; __u8 direction; __u16 pad; } — reason 0 = forwarded, else the drop code's absolute value. */
+export const metricsKey = struct({ reason: u8, direction: u8, pad: pad(2) });
+/** struct metrics_value { __u64 packets; __u64 bytes; } (one per CPU) */
+export const metricsValue = struct({ packets: u64, bytes: u64 });
+
+// ---- tendril_config (bpf/lib/config.h) -----------------------------------------
+
+/** struct datapath_config { __u32 trace_level; __u32 flags; __u32 host_ifindex; __u32 pad; } */
+export const datapathConfig = struct({ traceLevel: u32, flags: u32, hostIfindex: u32, pad: pad(4) });
+
+// ---- tendril_events records (bpf/lib/events.h) --------------------------------
+
+/** struct tendril_event: one ring buffer record. */
+export interface DatapathEvent {
+  type: number;
+  /** DROP: the reason's absolute code; POLICY_VERDICT: the verdict; TRACE: the trace point. */
+  subtype: number;
+  direction: number;
+  proto: number;
+  tcpFlags: number;
+  ifindex: number;
+  srcIdentity: number;
+  dstIdentity: number;
+  srcEndpoint: number;
+  dstEndpoint: number;
+  cookie: number;
+  origLen: number;
+  sport: number;
+  dport: number;
+  saddr: IpAddress;
+  daddr: IpAddress;
+  tsNs: bigint;
+}
+
+export const EVENT_SIZE = 88;
+
+export const datapathEvent: Codec<DatapathEvent> = {
+  size: EVENT_SIZE,
+  align: 8,
+  write(e, b, o) {
+    b.fill(0, o, o + EVENT_SIZE);
+    u8.write(e.type, b, o);
+    u8.write(e.subtype, b, o + 1);
+    u8.write(e.direction, b, o + 2);
+    u8.write(e.saddr.family, b, o + 3);
+    u8.write(e.proto, b, o + 4);
+    u8.write(e.tcpFlags, b, o + 5);
+    const words = [e.ifindex, e.srcIdentity, e.dstIdentity, e.srcEndpoint, e.dstEndpoint, e.cookie, e.origLen];
+    words.forEach((w, i) => u32.write(w, b, o + 8 + 4 * i));
+    u16.write(e.sport, b, o + 36);
+    u16.write(e.dport, b, o + 38);
+    ipToBytes(e.saddr, b, o + 40);
+    ipToBytes(e.daddr, b, o + 56);
+    u64.write(e.tsNs, b, o + 80);
+  },
+  read(b, o) {
+    const family = checkFamily(b.readUInt8(o + 3));
+    const n = byteLength(family);
+    return {
+      type: u8.read(b, o),
+      subtype: u8.read(b, o + 1),
+      direction: u8.read(b, o + 2),
+      proto: u8.read(b, o + 4),
+      tcpFlags: u8.read(b, o + 5),
+      ifindex: u32.read(b, o + 8),
+      srcIdentity: u32.read(b, o + 12),
+      dstIdentity: u32.read(b, o + 16),
+      srcEndpoint: u32.read(b, o + 20),
+      dstEndpoint: u32.read(b, o + 24),
+      cookie: u32.read(b, o + 28),
+      origLen: u32.read(b, o + 32),
+      sport: u16.read(b, o + 36),
+      dport: u16.read(b, o + 38),
+      saddr: ipFromBytes(b.subarray(o + 40, o + 40 + n), family),
+      daddr: ipFromBytes(b.subarray(o + 56, o + 56 + n), family),
+      tsNs: u64.read(b, o + 80),
+    };
+  },
+};

@@ -1,6 +1,6 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy kvstore
+// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
@@ -9,6 +9,8 @@ import { printCniPods, runCniPodsBench } from './cniPods.js';
 import { printIdentityBench, runIdentityBench } from './identity.js';
 import { printIpamBench, runIpamBench } from './ipam.js';
 import { printPolicyBench, runPolicyBench } from './policy.js';
+import { printPolicyLatency, runPolicyLatencyBench } from './policyLatency.js';
+import { printPolicyScale, runPolicyScaleBench } from './policyScale.js';
 import { printThroughput, runThroughputBench } from './throughput.js';
 
 if (process.getuid?.() !== 0) {
@@ -24,6 +26,8 @@ const benches: Record<string, () => Promise<void>> = {
   ipam: async () => printIpamBench(await runIpamBench(300)),
   identity: async () => printIdentityBench(await runIdentityBench(300)),
   policy: async () => printPolicyBench(runPolicyBench()),
+  'policy-scale': async () => printPolicyScale(await runPolicyScaleBench()),
+  'policy-latency': async () => printPolicyLatency(await runPolicyLatencyBench()),
   kvstore: async () => {
     // Runs as its own process: the script measures with top-level state of its own.
     const r = spawnSync(process.execPath, [fileURLToPath(new URL('./kvstore.js', import.meta.url)), '1', '3'], { stdio: 'inherit' });

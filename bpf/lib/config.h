@@ -20,4 +20,13 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_config SEC(".maps");
 
+/* The trace level the agent set; without a config entry tracing is off. */
+static __always_inline __u32 config_trace_level(void)
+{
+	__u32 zero = 0;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+
+	return cfg ? cfg->trace_level : TRACE_LEVEL_OFF;
+}
+
 #endif

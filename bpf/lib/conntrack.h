@@ -7,7 +7,10 @@
 #ifndef __TENDRIL_LIB_CONNTRACK_H_
 #define __TENDRIL_LIB_CONNTRACK_H_
 
+#include <linux/in.h>
+
 #include "common.h"
+#include "flow.h"
 
 struct ct4_key {
 	__be32 saddr;
@@ -70,5 +73,163 @@ struct {
 	__uint(max_entries, TENDRIL_FRAG4_DEFAULT_SIZE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_frag4 SEC(".maps");
+
+#define NSEC_PER_SEC 1000000000ULL
+
+/* What conntrack knows about a packet. */
+enum ct_status {
+	CT_NEW = 0,
+	CT_ESTABLISHED, /* the flow's original direction */
+	CT_REPLY,       /* the reverse direction */
+	CT_RELATED,     /* an ICMP error about a tracked flow */
+};
+
+static __always_inline struct ct_entry *ct_lookup_key(const struct ct4_key *key, __u64 now)
+{
+	struct ct_entry *e;
+
+	if (key->proto == IPPROTO_TCP)
+		e = bpf_map_lookup_elem(&tendril_ct4_tcp, key);
+	else
+		e = bpf_map_lookup_elem(&tendril_ct4_any, key);
+	/* An expired entry the GC has not removed yet opens nothing. */
+	if (e && e->expires_ns <= now)
+		return NULL;
+	return e;
+}
+
+static __always_inline void ct_key_init(struct ct4_key *key, __be32 saddr, __be32 daddr, __be16 sport, __be16 dport, __u8 proto)
+{
+	key->saddr = saddr;
+	key->daddr = daddr;
+	key->sport = sport;
+	key->dport = dport;
+	key->proto = proto;
+	key->flags = 0;
+	key->pad = 0;
+}
+
+/*
+ * Lifetime from the flags: FIN or RST seen → closing; a reply or an ACK seen
+ * → established; a lone SYN → the SYN timeout. Other protocols: CT_TIMEOUT_ANY.
+ */
+static __always_inline __u64 ct_lifetime_ns(__u8 proto, __u8 flags, __u8 tcp_flags)
+{
+	if (proto != IPPROTO_TCP)
+		return CT_TIMEOUT_ANY * NSEC_PER_SEC;
+	if (flags & CT_F_CLOSING)
+		return CT_TIMEOUT_TCP_CLOSING * NSEC_PER_SEC;
+	if ((flags & CT_F_REPLY_SEEN) || (tcp_flags & TCP_FLAG_ACK))
+		return CT_TIMEOUT_TCP_ESTABLISHED * NSEC_PER_SEC;
+	return CT_TIMEOUT_TCP_SYN * NSEC_PER_SEC;
+}
+
+/* Counts the packet in the entry and refreshes its lifetime. */
+static __always_inline void ct_refresh(struct ct_entry *e, const struct flow *f, int reply, __u64 now)
+{
+	__u8 flags = e->flags;
+	__u8 tcp_flags = e->tcp_flags;
+
+	if (f->proto == IPPROTO_TCP) {
+		/* A new SYN on a closing tuple reuses it: the connection starts over. */
+		if (!reply && (flags & CT_F_CLOSING) && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
+			flags = 0;
+			tcp_flags = 0;
+		}
+		tcp_flags |= f->tcp_flags;
+		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
+			flags |= CT_F_CLOSING;
+	}
+	if (reply)
+		flags |= CT_F_REPLY_SEEN;
+	e->flags = flags;
+	e->tcp_flags = tcp_flags;
+	e->expires_ns = now + ct_lifetime_ns(f->proto, flags, tcp_flags);
+	__sync_fetch_and_add(&e->packets, 1);
+	__sync_fetch_and_add(&e->bytes, f->len);
+}
+
+/*
+ * An ICMP error is related when the tuple it carries is tracked, in either
+ * orientation (the error may be about a packet of the original direction or
+ * of the reply).
+ */
+static __always_inline int ct_is_related(const struct flow *f, __u64 now)
+{
+	struct ct4_key key;
+
+	if (!f->has_inner)
+		return 0;
+	ct_key_init(&key, f->inner_saddr, f->inner_daddr, f->inner_sport, f->inner_dport, f->inner_proto);
+	if (ct_lookup_key(&key, now))
+		return 1;
+	ct_key_init(&key, f->inner_daddr, f->inner_saddr, f->inner_dport, f->inner_sport, f->inner_proto);
+	return ct_lookup_key(&key, now) != NULL;
+}
+
+/*
+ * Looks the packet up as it is (established), then reversed (reply), and
+ * counts it in the entry found; ICMP errors are checked for a related flow.
+ * On a hit, f's identities and endpoints come from the entry (as the flow's
+ * original direction saw them).
+ */
+static __always_inline enum ct_status ct_lookup(struct flow *f, __u64 now)
+{
+	struct ct4_key key;
+	struct ct_entry *e;
+
+	if (f->icmp_error)
+		return ct_is_related(f, now) ? CT_RELATED : CT_NEW;
+
+	ct_key_init(&key, f->saddr, f->daddr, f->sport, f->dport, f->proto);
+	e = ct_lookup_key(&key, now);
+	if (e) {
+		ct_refresh(e, f, 0, now);
+		f->src_identity = e->src_identity;
+		f->dst_identity = e->dst_identity;
+		f->src_endpoint = e->src_endpoint;
+		f->dst_endpoint = e->dst_endpoint;
+		return CT_ESTABLISHED;
+	}
+	ct_key_init(&key, f->daddr, f->saddr, f->dport, f->sport, f->proto);
+	e = ct_lookup_key(&key, now);
+	if (e) {
+		ct_refresh(e, f, 1, now);
+		f->src_identity = e->dst_identity;
+		f->dst_identity = e->src_identity;
+		f->src_endpoint = e->dst_endpoint;
+		f->dst_endpoint = e->src_endpoint;
+		return CT_REPLY;
+	}
+	return CT_NEW;
+}
+
+/* The entry of a new flow, opened by this packet in its original direction. */
+static __always_inline void ct_create(const struct flow *f, __u64 now)
+{
+	struct ct4_key key;
+	struct ct_entry e;
+	__u8 flags = 0;
+
+	__builtin_memset(&e, 0, sizeof(e));
+	ct_key_init(&key, f->saddr, f->daddr, f->sport, f->dport, f->proto);
+	if (f->proto == IPPROTO_TCP) {
+		e.tcp_flags = f->tcp_flags;
+		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
+			flags |= CT_F_CLOSING;
+	}
+	e.flags = flags;
+	e.expires_ns = now + ct_lifetime_ns(f->proto, flags, e.tcp_flags);
+	e.packets = 1;
+	e.bytes = f->len;
+	e.src_identity = f->src_identity;
+	e.dst_identity = f->dst_identity;
+	e.src_endpoint = f->src_endpoint;
+	e.dst_endpoint = f->dst_endpoint;
+	if (f->proto == IPPROTO_TCP)
+		bpf_map_update_elem(&tendril_ct4_tcp, &key, &e, BPF_ANY);
+	else
+		bpf_map_update_elem(&tendril_ct4_any, &key, &e, BPF_ANY);
+}
 
 #endif

@@ -29,4 +29,22 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_lxc SEC(".maps");
 
+/* The local endpoint (or node address, ENDPOINT_F_HOST) holding an IPv4 address. */
+static __always_inline struct endpoint_info *endpoint_lookup4(__be32 addr)
+{
+	struct endpoint_key key = { .ip = { addr, 0, 0, 0 }, .family = 4 };
+
+	return bpf_map_lookup_elem(&tendril_lxc, &key);
+}
+
+/* A pod's endpoint, not an address of the node's own. */
+static __always_inline struct endpoint_info *pod_endpoint_lookup4(__be32 addr)
+{
+	struct endpoint_info *ep = endpoint_lookup4(addr);
+
+	if (ep && (ep->flags & ENDPOINT_F_HOST))
+		return NULL;
+	return ep;
+}
+
 #endif

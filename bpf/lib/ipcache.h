@@ -29,4 +29,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_ipcache SEC(".maps");
 
+/* The identity of the longest prefix holding addr, or IDENTITY_WORLD when none does. */
+static __always_inline __u32 ipcache_identity4(__be32 addr)
+{
+	struct ipcache_key key = {
+		.prefixlen = IPCACHE_KEY_FIXED_BITS + 32,
+		.family = 4,
+		.ip = { addr, 0, 0, 0 },
+	};
+	struct remote_endpoint_info *info = bpf_map_lookup_elem(&tendril_ipcache, &key);
+
+	return info ? info->identity : IDENTITY_WORLD;
+}
+
 #endif

@@ -24,4 +24,32 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_metrics SEC(".maps");
 
+/* Counts one packet under (reason, direction); reason 0 = forwarded, else a drop code. */
+static __always_inline void metrics_update(int reason, __u8 direction, __u32 bytes)
+{
+	struct metrics_key key = {
+		.reason = (__u8)(reason < 0 ? -reason : reason),
+		.direction = direction,
+		.pad = 0,
+	};
+	struct metrics_value *v = bpf_map_lookup_elem(&tendril_metrics, &key);
+
+	if (v) {
+		/* Per-CPU slot: no other CPU writes it. */
+		v->packets += 1;
+		v->bytes += bytes;
+		return;
+	}
+	struct metrics_value first = { .packets = 1, .bytes = bytes };
+
+	if (bpf_map_update_elem(&tendril_metrics, &key, &first, BPF_NOEXIST) == 0)
+		return;
+	/* Another CPU created the key first: count in this CPU's slot. */
+	v = bpf_map_lookup_elem(&tendril_metrics, &key);
+	if (v) {
+		v->packets += 1;
+		v->bytes += bytes;
+	}
+}
+
 #endif

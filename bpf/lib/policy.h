@@ -35,4 +35,52 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_policy SEC(".maps");
 
+/* What the policy map decided for one direction of one flow. */
+struct policy_decision {
+	__u32 verdict; /* VERDICT_* */
+	__u32 cookie;  /* the deciding entry's cookie, COOKIE_NONE without one */
+};
+
+/*
+ * Two lookups, the peer's identity and the wildcard (0), each the longest
+ * (protocol, port prefix) match; the one matching more L4 bits wins and a
+ * tie goes to the identity-specific entry — MapState.lookup's order, so the
+ * engine's deny precedence holds. The port is only part of the key for
+ * protocols with ports; ICMP and the rest look up port 0.
+ */
+static __always_inline struct policy_decision policy_lookup(__u32 endpoint_id, __u32 peer_identity, __u8 egress, __u8 proto,
+							    __be16 dport)
+{
+	struct policy_key key = {
+		.prefixlen = POLICY_KEY_FIXED_BITS + POLICY_KEY_L4_BITS,
+		.endpoint_id = endpoint_id,
+		.sec_identity = peer_identity,
+		.egress = egress,
+		.protocol = proto,
+		.dport = dport,
+	};
+	struct policy_decision d = { .verdict = VERDICT_NO_MATCH, .cookie = COOKIE_NONE };
+	struct policy_entry *e;
+	int bits = -1;
+	__u8 deny = 0;
+
+	e = bpf_map_lookup_elem(&tendril_policy, &key);
+	if (e) {
+		bits = e->l4_prefix_bits;
+		deny = e->deny;
+		d.cookie = e->cookie;
+	}
+	key.sec_identity = 0;
+	e = bpf_map_lookup_elem(&tendril_policy, &key);
+	if (e && (int)e->l4_prefix_bits > bits) {
+		bits = e->l4_prefix_bits;
+		deny = e->deny;
+		d.cookie = e->cookie;
+	}
+	if (bits < 0)
+		return d;
+	d.verdict = deny ? VERDICT_DENIED : VERDICT_ALLOWED;
+	return d;
+}
+
 #endif

@@ -16,6 +16,7 @@ import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
 import { CniService, ipamOwner, ownerLease } from './cniService.js';
+import { agentBpfPinDir, BpfObservability } from './bpfObservability.js';
 import { type AgentConfig, masqueradeCidrs } from './config.js';
 import { IpamProvider } from './ipamProvider.js';
 import { type NodeClaim, type NodeLock, NetnsNodeLock } from './nodeLock.js';
@@ -54,6 +55,8 @@ export class Agent {
   private readonly endpoints: EndpointManager;
   private readonly cni: CniService;
   private readonly endpointStore: EndpointStore;
+  /** Monitor, /v1/bpf/* and conntrack GC: only with the eBPF datapath. */
+  private observability: BpfObservability | undefined;
 
   private constructor(
     private readonly config: AgentConfig,
@@ -126,6 +129,7 @@ export class Agent {
       const agent = new Agent(config, log, backend, ipam, deps.datapath ?? new LinuxDatapath(), lease, identities, ipcacheSync, ipcache);
       for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
       await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(config) });
+      agent.observability = agent.bpfObservability();
       await agent.endpoints.restore({
         lease: (ep) => agent.leaseOf(ep),
         // IPAM may have lost the addresses (a kvstore that lost its latest writes): held for their endpoints again.
@@ -140,6 +144,7 @@ export class Agent {
       await agent.drainDeletionQueue();
       agent.server = buildServer(agent.api());
       await listenOnSocket(agent.server, config.socket);
+      agent.observability?.start();
       await agent.drainDeletionQueue();
       log.info({ socket: config.socket, node: config.nodeName, ipam: config.ipam, routers: ipam.routerAddresses(), endpoints: agent.endpoints.size }, 'agent ready');
       return agent;
@@ -161,7 +166,24 @@ export class Agent {
       health: this.healthApi(),
       cni: this.cni,
       log: this.log,
+      ...(this.observability ? { monitor: this.observability.monitor, bpf: this.observability.bpf } : {}),
     };
+  }
+
+  /** The eBPF datapath's monitor, map inspection and conntrack GC, when the datapath pinned its maps. */
+  private bpfObservability(): BpfObservability | undefined {
+    const pinDir = agentBpfPinDir(this.datapath, this.config);
+    if (pinDir === undefined) return undefined;
+    return new BpfObservability({
+      pinDir,
+      log: this.log,
+      identityLabels: (id) => {
+        const identity = reservedIdentity(id) ?? this.identities.lookupById(id);
+        return identity && identityToJSON(identity).labels;
+      },
+      policies: () => this.policy.policies(),
+      policyRevision: () => this.policy.revision,
+    });
   }
 
   /** The endpoint's lease; its confirm answers false unless IPAM holds the endpoint's very addresses for it. */
@@ -340,6 +362,7 @@ export class Agent {
   /** Stops serving; pods keep their network, and state stays for the next start. */
   async stop(): Promise<void> {
     await this.server?.close();
+    await this.observability?.stop();
     await this.endpoints.stop();
     await this.ipcacheSync.stop();
     await this.identities.close();

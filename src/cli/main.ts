@@ -5,6 +5,8 @@ import { CliError } from './cliError.js';
 import { registerPolicyCommands } from './policyCommands.js';
 import { registerCniCommands } from './cniCommand.js';
 import { registerKvstoreCommands } from './kvstoreCommand.js';
+import { registerBpfCommands } from './bpfCommands.js';
+import { registerMonitorCommand } from './monitorCommand.js';
 
 export function buildProgram(): Command {
   const program = new Command('tendril')
@@ -17,6 +19,8 @@ export function buildProgram(): Command {
   registerPolicyCommands(program);
   registerCniCommands(program);
   registerKvstoreCommands(program);
+  registerMonitorCommand(program);
+  registerBpfCommands(program);
   return program;
 }
 

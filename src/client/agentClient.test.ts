@@ -110,6 +110,19 @@ test('every client method works against the agent, and every answer matches the 
   await client.cni({ command: 'DEL', ...cniReq });
   assert.deepEqual(await client.listEndpoints(), []);
 
+  // The fake datapath loads no eBPF programs: the monitor and map operations answer 409 saying so (bpfRoutes.test.ts serves real maps).
+  const noBpf = [
+    () => client.monitorEvents({ type: ['drop'] }, () => undefined),
+    () => client.listBpfEndpoints(),
+    () => client.listBpfIpcache(),
+    () => client.getBpfPolicy(1),
+    () => client.listBpfConntrack({ endpoint: 1 }),
+    () => client.flushBpfConntrack(),
+    () => client.gcBpfConntrack(),
+    () => client.listBpfMetrics(),
+  ];
+  for (const op of noBpf) await assert.rejects(op(), (err: unknown) => err instanceof AgentResponseError && err.status === 409 && /eBPF datapath is not running/.test(err.message));
+
   assert.deepEqual(
     Object.values(CLIENT_METHODS).filter((m) => !called.has(m)),
     [],

@@ -11,6 +11,8 @@ import {
 } from '../api/types.js';
 import { CniError } from '../cni/errors.js';
 import type { AnyResult } from '../cni/types.js';
+import { type MonitorStreamOptions, streamMonitor } from '../monitor/streamClient.js';
+import type { MonitorEvent } from '../monitor/types.js';
 
 /** The agent's socket could not be reached at all (not running, wrong path, no permission). */
 export class AgentUnreachableError extends Error {
@@ -234,6 +236,42 @@ export class AgentClient {
   tracePolicy(body: RequestBody<'tracePolicy'>): Promise<ResponseBody<'tracePolicy', 200>> {
     return this.request('POST', '/policy/trace', body);
   }
+
+  /** GET /monitor: events to `onEvent` until the agent ends the stream or `opts.signal` aborts. */
+  monitorEvents(query: QueryParams<'monitorEvents'>, onEvent: (e: MonitorEvent) => void, opts: MonitorStreamOptions = {}): Promise<void> {
+    return streamMonitor(this.socketPath, query, onEvent, opts, {
+      status: (status, body) => new AgentResponseError(status, normaliseError(status, body)),
+      connect: (err) => (err.code && UNREACHABLE_CODES.has(err.code) ? new AgentUnreachableError(this.socketPath, err) : err),
+    });
+  }
+
+  listBpfEndpoints(): Promise<ResponseBody<'listBpfEndpoints', 200>> {
+    return this.request('GET', '/bpf/endpoints');
+  }
+
+  listBpfIpcache(): Promise<ResponseBody<'listBpfIpcache', 200>> {
+    return this.request('GET', '/bpf/ipcache');
+  }
+
+  getBpfPolicy(id: string | number): Promise<ResponseBody<'getBpfPolicy', 200>> {
+    return this.request('GET', `/bpf/policy/${seg(id)}`);
+  }
+
+  listBpfConntrack(query: QueryParams<'listBpfConntrack'> = {}): Promise<ResponseBody<'listBpfConntrack', 200>> {
+    return this.request('GET', `/bpf/ct${queryString(query)}`);
+  }
+
+  flushBpfConntrack(): Promise<ResponseBody<'flushBpfConntrack', 200>> {
+    return this.request('DELETE', '/bpf/ct');
+  }
+
+  gcBpfConntrack(): Promise<ResponseBody<'gcBpfConntrack', 200>> {
+    return this.request('POST', '/bpf/ct/gc');
+  }
+
+  listBpfMetrics(): Promise<ResponseBody<'listBpfMetrics', 200>> {
+    return this.request('GET', '/bpf/metrics');
+  }
 }
 
 /** The client method of each operation of api/openapi.yaml; a test checks it against the document both ways. */
@@ -259,6 +297,14 @@ export const CLIENT_METHODS = {
   deletePolicy: 'deletePolicy',
   getPolicySelectors: 'getPolicySelectors',
   tracePolicy: 'tracePolicy',
+  monitorEvents: 'monitorEvents',
+  listBpfEndpoints: 'listBpfEndpoints',
+  listBpfIpcache: 'listBpfIpcache',
+  getBpfPolicy: 'getBpfPolicy',
+  listBpfConntrack: 'listBpfConntrack',
+  flushBpfConntrack: 'flushBpfConntrack',
+  gcBpfConntrack: 'gcBpfConntrack',
+  listBpfMetrics: 'listBpfMetrics',
   postCni: 'cni',
 } as const satisfies Record<OperationId, keyof AgentClient>;
 

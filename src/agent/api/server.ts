@@ -36,7 +36,9 @@ import {
 } from '../../policy/index.js';
 import { type EndpointAdoption, toAgentError } from '../cniService.js';
 import { OwnershipError } from '../ownershipError.js';
+import { type BpfApi, registerBpfRoutes } from './bpfRoutes.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
+import { type MonitorApi, registerMonitorRoute } from './monitorRoute.js';
 import { OpenApiSchemas, type ServedRoute } from './openapiSchemas.js';
 import { allocationBody, endpointBody, endpointPolicyBody, ipcacheEntryBody, traceBody } from './responseBodies.js';
 import { RESPONSE_MISMATCH, ResponseValidator } from './responseValidator.js';
@@ -104,6 +106,10 @@ export interface AgentApi {
   health: HealthApi;
   cni: CniHandler;
   log: Logger;
+  /** The eBPF datapath's event stream; absent without it (GET /monitor answers 409). */
+  monitor?: MonitorApi;
+  /** The eBPF datapath's maps; absent without it (/bpf/* answer 409). */
+  bpf?: BpfApi;
 }
 
 export interface ServerOptions {
@@ -335,6 +341,9 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     const ep = endpointRef(endpoints, (req.params as PathParams<'getEndpointPolicy'>).id);
     return endpointPolicyBody(policy.endpointPolicy(ep.id), policy.revision, ep.policyRevision);
   });
+
+  registerMonitorRoute(app, agent.monitor, agent.log);
+  registerBpfRoutes(app, agent.bpf);
 
   app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, cniRoute(agent.cni, agent.log));
 

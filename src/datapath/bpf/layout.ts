@@ -236,7 +236,8 @@ export interface DatapathEvent {
   tsNs: bigint;
 }
 
-export const EVENT_SIZE = 88;
+/** sizeof(struct tendril_event): ts_ns ends at 80 (daddr ends at 72, already 8-aligned). */
+export const EVENT_SIZE = 80;
 
 export const datapathEvent: Codec<DatapathEvent> = {
   size: EVENT_SIZE,
@@ -255,7 +256,7 @@ export const datapathEvent: Codec<DatapathEvent> = {
     u16.write(e.dport, b, o + 38);
     ipToBytes(e.saddr, b, o + 40);
     ipToBytes(e.daddr, b, o + 56);
-    u64.write(e.tsNs, b, o + 80);
+    u64.write(e.tsNs, b, o + 72);
   },
   read(b, o) {
     const family = checkFamily(b.readUInt8(o + 3));
@@ -277,7 +278,7 @@ export const datapathEvent: Codec<DatapathEvent> = {
       dport: u16.read(b, o + 38),
       saddr: ipFromBytes(b.subarray(o + 40, o + 40 + n), family),
       daddr: ipFromBytes(b.subarray(o + 56, o + 56 + n), family),
-      tsNs: u64.read(b, o + 80),
+      tsNs: u64.read(b, o + 72),
     };
   },
 };

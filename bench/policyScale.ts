@@ -1,0 +1,241 @@
+// Policy cost on packets as rules grow (0, 100, 1,000, 10,000), tendril against
+// an iptables baseline, side by side in one run with the same client:
+// - tendril: one client pod and one server pod per count on one node; the server
+//   of count N is selected by N tendril policies, each allowing TCP from the client
+//   to one port (10000+i), one of them allowing the measured port 8080. Every rule
+//   is a policy-map entry of that server endpoint (the count is printed).
+// - iptables: a client namespace and one server namespace per count routed through
+//   a node namespace by veth pairs (tendril's routed-veth topology, no eBPF).
+//   FORWARD: conntrack ESTABLISHED,RELATED → ACCEPT, then `-d <server k>` jumps to a
+//   chain of N rules: N-1 `-s client -p tcp --dport 10000+i -j ACCEPT` that do not
+//   match, the rule accepting port 8080 last, then DROP — the linear chain that
+//   Calico/kube-proxy-style iptables policy walks for every new connection
+//   (N = 0: the chain only ACCEPTs).
+// Measured per point: CRR (connect, 1-byte request, response, close; 4 concurrent) as
+// connections/s and latency p50/p99, and RR (1-byte request/response on one open
+// connection) p50/p99; all eight series interleave round by round.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { exec } from './benchProcess.js';
+import { type BenchPod, BenchNamespaces, TcpClientSession, TendrilBenchNode, ingressRuleDoc, inNs, runTcpClient, startTcpServer } from './policyDatapath.js';
+import { percentile } from './stats.js';
+
+const PORT = 8080;
+const COUNTS = [0, 100, 1000, 10000];
+
+interface CrrResult {
+  transactions: number;
+  errors: number;
+  seconds: number;
+  latenciesUs: number[];
+}
+interface RrResult {
+  transactions: number;
+  latenciesUs: number[];
+}
+
+export interface ScalePoint {
+  rules: number;
+  cps: number;
+  crrP50: number;
+  crrP99: number;
+  rrP50: number;
+  rrP99: number;
+  errors: number;
+  /** Paired against 0 rules: the median over rounds of (this point's / the 0-rule point's) figure in the same round. */
+  cpsVs0: number;
+  crrP50Vs0: number;
+  rrP50Vs0: number;
+  /** What a connection to a port no rule allows met: `timeout` = dropped (policy in force). */
+  otherPort: string;
+}
+
+export interface PolicyScaleReport {
+  rounds: number;
+  crrMs: number;
+  rrMs: number;
+  concurrency: number;
+  tendril: ScalePoint[];
+  iptables: ScalePoint[];
+  /** Each point's server endpoint: policy-map entries and whether the agent says they are enforced. */
+  tendrilEntries: Array<{ entries: number; datapathEnforced: boolean }>;
+  /** Importing all 11,100 rules (in batches) until every server realized them. */
+  importMs: number;
+}
+
+/**
+ * iptables-restore input for the baseline: one chain per server, `counts[k]` rules
+ * in the chain of server k (N = 0: the chain only ACCEPTs).
+ */
+function iptablesRuleset(counts: readonly number[], clientIp: string, serverIps: readonly string[]): string {
+  const lines = ['*filter', ':INPUT ACCEPT [0:0]', ':FORWARD ACCEPT [0:0]', ':OUTPUT ACCEPT [0:0]'];
+  counts.forEach((_, k) => lines.push(`:TDL-POL-${k} - [0:0]`));
+  lines.push('-A FORWARD -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT');
+  counts.forEach((_, k) => lines.push(`-A FORWARD -d ${serverIps[k]}/32 -j TDL-POL-${k}`));
+  counts.forEach((n, k) => {
+    if (n === 0) lines.push(`-A TDL-POL-${k} -j ACCEPT`);
+    else {
+      for (let i = 0; i < n - 1; i++) lines.push(`-A TDL-POL-${k} -s ${clientIp}/32 -p tcp -m tcp --dport ${10000 + i} -j ACCEPT`);
+      lines.push(`-A TDL-POL-${k} -s ${clientIp}/32 -p tcp -m tcp --dport ${PORT} -j ACCEPT`);
+      lines.push(`-A TDL-POL-${k} -j DROP`);
+    }
+  });
+  lines.push('COMMIT', '');
+  return lines.join('\n');
+}
+
+/** Namespaces routed through `node` by veth pairs: the client 10.249.1.2, server k 10.249.(2+k).2. */
+async function routedNamespaces(node: string, client: string, servers: readonly string[]): Promise<{ clientIp: string; serverIps: string[] }> {
+  await exec(inNs(node, ['sysctl', '-q', '-w', 'net.ipv4.ip_forward=1']));
+  const plumb = async (ns: string, hostIf: string, subnet: number) => {
+    await exec(['ip', '-n', node, 'link', 'add', hostIf, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', `/var/run/netns/${ns}`]);
+    await exec(['ip', '-n', node, 'addr', 'add', `10.249.${subnet}.1/24`, 'dev', hostIf]);
+    await exec(['ip', '-n', node, 'link', 'set', hostIf, 'up']);
+    await exec(['ip', '-n', ns, 'addr', 'add', `10.249.${subnet}.2/24`, 'dev', 'eth0']);
+    await exec(['ip', '-n', ns, 'link', 'set', 'eth0', 'up']);
+    await exec(['ip', '-n', ns, 'route', 'add', 'default', 'via', `10.249.${subnet}.1`]);
+  };
+  await plumb(client, 'vclient', 1);
+  for (const [k, ns] of servers.entries()) await plumb(ns, `vserver${k}`, 2 + k);
+  return { clientIp: '10.249.1.2', serverIps: servers.map((_, k) => `10.249.${2 + k}.2`) };
+}
+
+async function checkPort(ns: string, ip: string, port: number): Promise<string> {
+  return (await runTcpClient<{ result: string }>(ns, ['check', ip, String(port), '300'])).result;
+}
+
+/** The tendril rules of the server for `n` rules: the allowing one first, then n-1 that allow other ports. */
+function tendrilRules(n: number): string[] {
+  const docs: string[] = [];
+  for (let i = 0; i < n; i++) docs.push(ingressRuleDoc(`scale-${n}-${i}`, `scale-server-${n}`, 'scale-client', i === 0 ? PORT : 10000 + i - 1));
+  return docs;
+}
+
+/**
+ * Every rule count is in place at once — one server pod (and one baseline server
+ * namespace with its own chain) per count, one client — so the measurements of
+ * all points interleave round by round and the machine's load drifts onto all of
+ * them alike, instead of onto whichever count happened to run during a busy spell.
+ */
+export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, concurrency = 4): Promise<PolicyScaleReport> {
+  const tag = `tdlps${process.pid % 10000}`;
+  const namespaces = new BenchNamespaces();
+  const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-pscale-'));
+  const stoppers: Array<() => void> = [];
+  let tendrilNode: TendrilBenchNode | undefined;
+  try {
+    const [tn, tc, bn, bc] = [`${tag}tn`, `${tag}tc`, `${tag}bn`, `${tag}bc`];
+    const tServersNs = COUNTS.map((_, k) => `${tag}ts${k}`);
+    const bServersNs = COUNTS.map((_, k) => `${tag}bs${k}`);
+    await namespaces.add(tn, tc, bn, bc, ...tServersNs, ...bServersNs);
+
+    tendrilNode = await TendrilBenchNode.start(tn, join(scratch, 'state'), '10.248.0.0/24');
+    await tendrilNode.addPod('scale-client', tc, 'app=scale-client');
+    const tServers: BenchPod[] = [];
+    for (const [k, n] of COUNTS.entries()) tServers.push(await tendrilNode.addPod(`scale-server-${n}`, tServersNs[k]!, `app=scale-server-${n}`));
+    const base = await routedNamespaces(bn, bc, bServersNs);
+
+    for (const [k, pod] of tServers.entries()) stoppers.push((await startTcpServer(tServersNs[k]!, pod.ip, PORT)).stop);
+    for (const [k, ip] of base.serverIps.entries()) stoppers.push((await startTcpServer(bServersNs[k]!, ip, PORT)).stop);
+
+    // tendril: every count's rules, then wait until each server realizes them and the agent is idle.
+    const t0 = performance.now();
+    const revision = await tendrilNode.importPolicies(COUNTS.flatMap(tendrilRules));
+    await tendrilNode.waitRealized(revision, new Set(tServers.map((p) => p.endpointId)), 120_000);
+    const importMs = performance.now() - t0;
+    await tendrilNode.waitIdle();
+    const tendrilEntries: PolicyScaleReport['tendrilEntries'] = [];
+    for (const pod of tServers) {
+      const pol = await tendrilNode.client.getEndpointPolicy(pod.endpointId);
+      tendrilEntries.push({ entries: pol.entries.length, datapathEnforced: pol.datapathEnforced });
+    }
+    // iptables: the same counts, one chain per server.
+    await exec(inNs(bn, ['iptables-restore']), process.env, iptablesRuleset(COUNTS, base.clientIp, base.serverIps));
+
+    // One client process per side, kept running (the same code for both).
+    const clients = { tendril: TcpClientSession.start(tc), iptables: TcpClientSession.start(bc) };
+    stoppers.push(() => clients.tendril.stop(), () => clients.iptables.stop());
+    type Series = { side: 'tendril' | 'iptables'; k: number; clientNs: string; serverIp: string; crr: CrrResult[]; rr: RrResult[] };
+    const series: Series[] = [];
+    for (const k of COUNTS.keys()) {
+      series.push({ side: 'tendril', k, clientNs: tc, serverIp: tServers[k]!.ip, crr: [], rr: [] });
+      series.push({ side: 'iptables', k, clientNs: bc, serverIp: base.serverIps[k]!, crr: [], rr: [] });
+    }
+    for (const s of series) await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: 100, concurrency }); // warm-up
+    for (let r = 0; r < rounds; r++) {
+      // Each round starts one series further on, so no series always runs first.
+      const order = series.map((_, i) => series[(i + r) % series.length]!);
+      for (const s of order) s.crr.push(await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: crrMs, concurrency }));
+      for (const s of order) s.rr.push(await clients[s.side].run<RrResult>({ op: 'rr', ip: s.serverIp, port: PORT, ms: rrMs }));
+    }
+    const points = async (side: Series['side']) => {
+      const out: ScalePoint[] = [];
+      const zero = series.find((x) => x.side === side && x.k === 0)!;
+      const roundCps = (x: CrrResult) => x.transactions / x.seconds;
+      const roundP50 = (x: { latenciesUs: number[] }) => percentile(x.latenciesUs, 0.5);
+      // The machine is shared: a busy spell moves every point measured in it, so each
+      // round's figure is compared with the 0-rule figure of the same round.
+      const paired = <T>(of: (s: Series) => T[], s: Series, fig: (x: T) => number) => percentile(of(s).map((x, r) => fig(x) / fig(of(zero)[r]!)), 0.5);
+      const crrOf = (s: Series) => s.crr;
+      const rrOf = (s: Series) => s.rr;
+      for (const s of series.filter((x) => x.side === side)) {
+        const crrLat = s.crr.flatMap((x) => x.latenciesUs);
+        const rrLat = s.rr.flatMap((x) => x.latenciesUs);
+        out.push({
+          rules: COUNTS[s.k]!,
+          cps: percentile(s.crr.map((x) => x.transactions / x.seconds), 0.5),
+          crrP50: percentile(crrLat, 0.5),
+          crrP99: percentile(crrLat, 0.99),
+          rrP50: percentile(rrLat, 0.5),
+          rrP99: percentile(rrLat, 0.99),
+          errors: s.crr.reduce((a, x) => a + x.errors, 0),
+          cpsVs0: paired(crrOf, s, roundCps),
+          crrP50Vs0: paired(crrOf, s, roundP50),
+          rrP50Vs0: paired(rrOf, s, roundP50),
+          otherPort: await checkPort(s.clientNs, s.serverIp, PORT + 1),
+        });
+      }
+      return out;
+    };
+    return { rounds, crrMs, rrMs, concurrency, tendril: await points('tendril'), iptables: await points('iptables'), tendrilEntries, importMs };
+  } finally {
+    for (const stop of stoppers) stop();
+    if (tendrilNode) await tendrilNode.stop();
+    await namespaces.cleanup();
+    await rm(scratch, { recursive: true, force: true });
+  }
+}
+
+const spread = (xs: number[]) => (Math.max(...xs) - Math.min(...xs)) / Math.max(...xs);
+
+export function printPolicyScale(r: PolicyScaleReport): void {
+  const f = (x: number, d = 0) => x.toFixed(d).padStart(8);
+  console.log(`\nPolicy cost vs rule count, pod→pod TCP on one node: CRR (connect+1B req/resp+close, ${r.concurrency} concurrent, ${r.rounds}×${r.crrMs} ms) and RR (1B on an open connection, ${r.rounds}×${r.rrMs} ms), interleaved`);
+  console.log('  iptables baseline: routed veths through a node netns; FORWARD = ct ESTABLISHED accept, then a linear chain of N rules (allowing rule last)');
+  console.log(`  ${'rules'.padStart(6)} | ${'tendril'.padEnd(72)} | ${'iptables'.padEnd(72)} | tendril server map`);
+  const head = ['conn/s', 'vs 0', 'CRR p50', 'vs 0', 'CRR p99', 'RR p50', 'vs 0', 'RR p99', ''].map((h) => h.padStart(8)).join('');
+  console.log(`  ${''.padStart(6)} | ${head} | ${head} | (latencies µs; port 8081: timeout = dropped)`);
+  r.tendril.forEach((t, i) => {
+    const b = r.iptables[i]!;
+    const e = r.tendrilEntries[i]!;
+    const cols = (p: ScalePoint) => `${f(p.cps)}${f(p.cpsVs0, 2)}${f(p.crrP50)}${f(p.crrP50Vs0, 2)}${f(p.crrP99)}${f(p.rrP50)}${f(p.rrP50Vs0, 2)}${f(p.rrP99)}${(p.errors ? `e${p.errors}` : '').padStart(8)}`;
+    console.log(`  ${String(t.rules).padStart(6)} | ${cols(t)} | ${cols(b)} | ${e.entries} entries${e.datapathEnforced ? '' : ' (agent: not enforced)'}; 8081: ${t.otherPort}/${b.otherPort}`);
+  });
+  const tc = r.tendril.map((p) => p.cps);
+  const bc = r.iptables.map((p) => p.cps);
+  const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
+  const pairedSpread = (xs: number[]) => Math.max(...xs.map((x) => Math.abs(1 - x)));
+  console.log(
+    `  tendril spread 0→10,000 rules, paired per round: conn/s ${pct(pairedSpread(r.tendril.map((p) => p.cpsVs0)))}, RR p50 ${pct(pairedSpread(r.tendril.map((p) => p.rrP50Vs0)))}, CRR p50 ${pct(pairedSpread(r.tendril.map((p) => p.crrP50Vs0)))} (goal: within 5%);` +
+      ` of the medians: conn/s ${pct(spread(tc))}, CRR p50 ${pct(spread(r.tendril.map((p) => p.crrP50)))}, RR p50 ${pct(spread(r.tendril.map((p) => p.rrP50)))}`,
+  );
+  console.log(
+    `  conn/s at 10,000 vs 0 rules (paired): tendril ${r.tendril.at(-1)!.cpsVs0.toFixed(2)}x, iptables ${r.iptables.at(-1)!.cpsVs0.toFixed(2)}x (${r.iptables.map((p) => p.cpsVs0.toFixed(2)).join(' → ')}); tendril / iptables at 10,000: ${(tc.at(-1)! / bc.at(-1)!).toFixed(2)}x`,
+  );
+  console.log(`  tendril: ${r.tendril.map((p) => p.rules).reduce((a, b) => a + b, 0)} rules imported and realized in ${(r.importMs / 1000).toFixed(1)} s`);
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  printPolicyScale(await runPolicyScaleBench());
+}

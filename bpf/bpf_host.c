@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The programs on the host device pair:
+ *   tendril_from_host — tendril_host egress: what the node routes into
+ *     tendril_host, which is the pod CIDRs' fallback route behind every
+ *     pod's /32. A local endpoint's address (its /32 not in place yet) is
+ *     delivered after its ingress policy; any other address is a pod
+ *     address with no endpoint here: DROP_UNKNOWN_ENDPOINT.
+ *   tendril_to_host — tendril_host ingress: counted and traced, passed.
+ */
+#include <linux/if_ether.h>
+
+#include "common.h"
+#include "config.h"
+#include "drop.h"
+#include "endpoints.h"
+#include "enforce.h"
+#include "eth.h"
+#include "flow.h"
+#include "ipv4.h"
+#include "trace.h"
+
+static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
+{
+	struct endpoint_info *dst;
+	struct ipv4_info ip;
+	int ret;
+
+	ret = ipv4_load(skb, f, &ip);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	dst = pod_endpoint_lookup4(f->daddr);
+	if (!dst) {
+		f->src_identity = IDENTITY_HOST;
+		f->dst_identity = ipcache_identity4(f->daddr);
+		return drop_packet(skb, f, DROP_UNKNOWN_ENDPOINT, DIR_NONE, 0);
+	}
+	ret = ingress_to_endpoint4(skb, f, &ip, dst, TRACE_TO_ENDPOINT);
+	if (ret)
+		return ret;
+	/* The stack addressed the frame to tendril_net: the pod needs its own MAC. */
+	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0)
+		return drop_packet(skb, f, DROP_WRITE_ERROR, DIR_INGRESS, 0);
+	return pass_packet(skb, f, bpf_redirect(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+}
+
+SEC("tc")
+int tendril_from_host(struct __sk_buff *skb)
+{
+	struct flow f;
+
+	flow_init(&f, skb);
+	f.trace_level = config_trace_level();
+	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
+		return from_host_ipv4(skb, &f);
+	return pass_packet(skb, &f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
+}
+
+SEC("tc")
+int tendril_to_host(struct __sk_buff *skb)
+{
+	struct ipv4_info ip;
+	struct flow f;
+
+	flow_init(&f, skb);
+	f.trace_level = config_trace_level();
+	/* Addresses for the trace only: nothing here is dropped. */
+	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
+		ipv4_load(skb, &f, &ip);
+	return pass_packet(skb, &f, TC_ACT_OK, TRACE_TO_HOST, DIR_NONE);
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Dropping a packet: always a DROP event and a count under the reason, then TC_ACT_SHOT. */
+#ifndef __TENDRIL_LIB_DROP_H_
+#define __TENDRIL_LIB_DROP_H_
+
+#include "common.h"
+#include "events.h"
+#include "flow.h"
+#include "metrics.h"
+#include "trace.h"
+
+static __always_inline int drop_packet(struct __sk_buff *skb, const struct flow *f, int reason, __u8 direction, __u32 cookie)
+{
+	event_emit(skb, f, EVENT_DROP, (__u8)(-reason), direction, cookie);
+	metrics_update(reason, direction, f->len);
+	return TC_ACT_SHOT;
+}
+
+/* A forwarded packet: counted, and traced at level ALL. */
+static __always_inline int pass_packet(struct __sk_buff *skb, const struct flow *f, int action, __u8 point, __u8 direction)
+{
+	metrics_update(0, direction, f->len);
+	trace_packet(skb, f, point, direction);
+	return action;
+}
+
+#endif

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The decisions of a new flow: one direction's policy with its verdict
+ * event, and the whole ingress check of a packet the node's stack hands to
+ * a local endpoint (to_container, and tendril_host's fallback delivery).
+ */
+#ifndef __TENDRIL_LIB_ENFORCE_H_
+#define __TENDRIL_LIB_ENFORCE_H_
+
+#include "common.h"
+#include "conntrack.h"
+#include "drop.h"
+#include "endpoints.h"
+#include "events.h"
+#include "flow.h"
+#include "ipcache.h"
+#include "ipv4.h"
+#include "l4.h"
+#include "policy.h"
+#include "trace.h"
+
+/*
+ * The policy of `endpoint_id` for this flow in one direction. Emits the
+ * POLICY_VERDICT event (not for an allow that only says the direction is
+ * not enforced). Returns 0 when allowed, else the drop reason
+ * (DROP_POLICY_DENY for a deny entry, DROP_POLICY for no match); *cookie is
+ * the deciding entry's.
+ */
+static __always_inline int policy_enforce(struct __sk_buff *skb, const struct flow *f, __u32 endpoint_id, __u32 peer_identity,
+					  __u8 egress, __u32 *cookie)
+{
+	struct policy_decision d = policy_lookup(endpoint_id, peer_identity, egress, f->proto, l4_policy_port(f));
+	__u8 direction = egress ? DIR_EGRESS : DIR_INGRESS;
+
+	*cookie = d.cookie;
+	if (d.verdict != VERDICT_ALLOWED || d.cookie != COOKIE_NOT_ENFORCED)
+		event_emit(skb, f, EVENT_POLICY_VERDICT, (__u8)d.verdict, direction, d.cookie);
+	if (d.verdict == VERDICT_ALLOWED)
+		return 0;
+	return d.verdict == VERDICT_DENIED ? DROP_POLICY_DENY : DROP_POLICY;
+}
+
+/* The identity of a packet's source seen from the node: a local endpoint's, else the ipcache's (world when absent). */
+static __always_inline void flow_set_source4(struct flow *f)
+{
+	struct endpoint_info *src = endpoint_lookup4(f->saddr);
+
+	if (src) {
+		f->src_identity = src->identity;
+		if (!(src->flags & ENDPOINT_F_HOST))
+			f->src_endpoint = src->endpoint_id;
+		return;
+	}
+	f->src_identity = ipcache_identity4(f->saddr);
+}
+
+/*
+ * A packet from the node's stack to local endpoint `dst`: conntrack, and for
+ * a new flow the endpoint's ingress policy against the source's identity,
+ * then a conntrack entry. Returns 0 when the packet may go on, else
+ * TC_ACT_SHOT after reporting the drop.
+ */
+static __always_inline int ingress_to_endpoint4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip,
+						const struct endpoint_info *dst, __u8 trace_point)
+{
+	__u32 endpoint_id = dst->endpoint_id;
+	__u32 cookie = 0;
+	__u64 now;
+	int ret;
+
+	f->dst_identity = dst->identity;
+	f->dst_endpoint = endpoint_id;
+	flow_set_source4(f);
+	ret = l4_load(skb, f, ip);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	now = bpf_ktime_get_ns();
+	if (ct_lookup(f, now) != CT_NEW)
+		return 0;
+	ret = policy_enforce(skb, f, endpoint_id, f->src_identity, 0, &cookie);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_INGRESS, cookie);
+	if (!f->icmp_error)
+		ct_create(f, now);
+	trace_new_flow(skb, f, trace_point, DIR_INGRESS);
+	return 0;
+}
+
+#endif

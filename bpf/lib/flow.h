@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * struct flow: what a program learned about the packet in hand, filled in
+ * as parsing goes, so that a drop at any step can still say what it knew.
+ */
+#ifndef __TENDRIL_LIB_FLOW_H_
+#define __TENDRIL_LIB_FLOW_H_
+
+#include "common.h"
+
+/* TCP header flag bits (the 14th byte of the header). */
+#define TCP_FLAG_FIN 0x01
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_ACK 0x10
+
+struct flow {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport; /* ICMP echo: the identifier; other ICMP: 0 */
+	__be16 dport;
+	__u8 proto;
+	__u8 tcp_flags;
+	__u8 family;     /* 4 or 6 */
+	__u8 icmp_error; /* an ICMP error: its embedded tuple is in `inner` */
+	__u8 has_inner;  /* the error's embedded header was complete enough for a tuple */
+	__u8 pad[3];
+	__u32 len;     /* skb->len */
+	__u32 ifindex; /* skb->ifindex */
+	__u32 src_identity;
+	__u32 dst_identity;
+	__u32 src_endpoint;
+	__u32 dst_endpoint;
+	__u32 trace_level;
+	/* The tuple an ICMP error is about, as the packet that caused it carried it. */
+	__be32 inner_saddr;
+	__be32 inner_daddr;
+	__be16 inner_sport;
+	__be16 inner_dport;
+	__u8 inner_proto;
+	__u8 inner_pad[3];
+};
+
+static __always_inline void flow_init(struct flow *f, struct __sk_buff *skb)
+{
+	__builtin_memset(f, 0, sizeof(*f));
+	f->family = 4;
+	f->len = skb->len;
+	f->ifindex = skb->ifindex;
+}
+
+#endif

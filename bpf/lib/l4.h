@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * L4: the ports (or ICMP identifier) conntrack and policy key on, TCP flags,
+ * the ports of later fragments from their first one (tendril_frag4), and
+ * the tuple inside an ICMP error.
+ */
+#ifndef __TENDRIL_LIB_L4_H_
+#define __TENDRIL_LIB_L4_H_
+
+#include <linux/in.h>
+#include <linux/ip.h>
+
+#include "common.h"
+#include "conntrack.h"
+#include "flow.h"
+#include "ipv4.h"
+
+/* ICMP types conntrack knows. */
+#define ICMP_T_ECHOREPLY 0
+#define ICMP_T_DEST_UNREACH 3
+#define ICMP_T_ECHO 8
+#define ICMP_T_TIME_EXCEEDED 11
+#define ICMP_T_PARAMETERPROB 12
+
+static __always_inline int l4_has_ports(__u8 proto)
+{
+	return proto == IPPROTO_TCP || proto == IPPROTO_UDP || proto == IPPROTO_SCTP;
+}
+
+/* The smallest header conntrack accepts per protocol (0: no L4 header read). */
+static __always_inline __u32 l4_min_len(__u8 proto)
+{
+	switch (proto) {
+	case IPPROTO_TCP:
+		return 20;
+	case IPPROTO_UDP:
+		return 8;
+	case IPPROTO_SCTP:
+		return 12;
+	case IPPROTO_ICMP:
+		return 8;
+	default:
+		return 0;
+	}
+}
+
+static __always_inline int icmp_is_error(__u8 type)
+{
+	return type == ICMP_T_DEST_UNREACH || type == ICMP_T_TIME_EXCEEDED || type == ICMP_T_PARAMETERPROB;
+}
+
+/*
+ * The tuple an ICMP error carries (the header of the datagram that caused
+ * it and at least 8 bytes of its payload). Leaves f->has_inner 0 when the
+ * embedded header is too short for a tuple: then the error is not related.
+ */
+static __always_inline void icmp_load_inner(struct __sk_buff *skb, struct flow *f, __u32 inner_off)
+{
+	struct iphdr ip;
+	__u8 l4[8];
+	__u32 off;
+
+	if (bpf_skb_load_bytes(skb, inner_off, &ip, sizeof(ip)) < 0)
+		return;
+	if (ip.version != 4 || ip.ihl < 5)
+		return;
+	off = inner_off + ip.ihl * 4;
+	f->inner_saddr = ip.saddr;
+	f->inner_daddr = ip.daddr;
+	f->inner_proto = ip.protocol;
+	if (l4_has_ports(ip.protocol)) {
+		if (bpf_skb_load_bytes(skb, off, l4, 4) < 0)
+			return;
+		__builtin_memcpy(&f->inner_sport, &l4[0], 2);
+		__builtin_memcpy(&f->inner_dport, &l4[2], 2);
+	} else if (ip.protocol == IPPROTO_ICMP) {
+		if (bpf_skb_load_bytes(skb, off, l4, 8) < 0)
+			return;
+		if (l4[0] != ICMP_T_ECHO && l4[0] != ICMP_T_ECHOREPLY)
+			return;
+		__builtin_memcpy(&f->inner_sport, &l4[4], 2);
+		__builtin_memcpy(&f->inner_dport, &l4[4], 2);
+	} else {
+		f->inner_sport = 0;
+		f->inner_dport = 0;
+	}
+	f->has_inner = 1;
+}
+
+/*
+ * Fills f's ports, TCP flags and ICMP error tuple. A later fragment takes
+ * its ports from the first fragment's record (DROP_FRAG_NOT_FOUND without
+ * one); a first fragment leaves that record. DROP_CT_INVALID_HEADER when the
+ * datagram is too short for the protocol's header.
+ */
+static __always_inline int l4_load(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+{
+	struct frag4_key fk = { .saddr = f->saddr, .daddr = f->daddr, .id = ip->id, .proto = f->proto, .pad = 0 };
+	__u8 hdr[20];
+	__u32 need;
+
+	if (ipv4_is_later_fragment(ip)) {
+		struct frag4_ports *ports = bpf_map_lookup_elem(&tendril_frag4, &fk);
+
+		if (!ports)
+			return DROP_FRAG_NOT_FOUND;
+		f->sport = ports->sport;
+		f->dport = ports->dport;
+		return 0;
+	}
+
+	need = l4_min_len(f->proto);
+	if (need == 0)
+		return 0;
+	if (ip->l4_off + need > ip->ip_end)
+		return DROP_CT_INVALID_HEADER;
+	/* The longest minimum (TCP's) is read whenever the datagram holds it. */
+	if (ip->l4_off + sizeof(hdr) <= ip->ip_end) {
+		if (bpf_skb_load_bytes(skb, ip->l4_off, hdr, sizeof(hdr)) < 0)
+			return DROP_CT_INVALID_HEADER;
+	} else if (bpf_skb_load_bytes(skb, ip->l4_off, hdr, 8) < 0) {
+		return DROP_CT_INVALID_HEADER;
+	}
+
+	if (f->proto == IPPROTO_ICMP) {
+		__u8 type = hdr[0];
+
+		if (type == ICMP_T_ECHO || type == ICMP_T_ECHOREPLY) {
+			/* The identifier in both ports: request and reply share one tuple. */
+			__builtin_memcpy(&f->sport, &hdr[4], 2);
+			__builtin_memcpy(&f->dport, &hdr[4], 2);
+		} else if (icmp_is_error(type)) {
+			f->icmp_error = 1;
+			icmp_load_inner(skb, f, ip->l4_off + 8);
+		}
+	} else {
+		__builtin_memcpy(&f->sport, &hdr[0], 2);
+		__builtin_memcpy(&f->dport, &hdr[2], 2);
+		if (f->proto == IPPROTO_TCP)
+			f->tcp_flags = hdr[13];
+	}
+
+	if (ipv4_is_first_fragment(ip)) {
+		struct frag4_ports ports = { .sport = f->sport, .dport = f->dport };
+
+		bpf_map_update_elem(&tendril_frag4, &fk, &ports, BPF_ANY);
+	}
+	return 0;
+}
+
+/* The port a policy key carries: the destination port for protocols with ports, else 0. */
+static __always_inline __be16 l4_policy_port(const struct flow *f)
+{
+	return l4_has_ports(f->proto) ? f->dport : 0;
+}
+
+#endif

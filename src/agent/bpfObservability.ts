@@ -1,0 +1,78 @@
+/**
+ * What the agent runs for people to see the eBPF datapath: the monitor hub
+ * (events ring buffer, read only while a client listens), the map inspector
+ * behind /v1/bpf/*, and the conntrack GC on its interval. All of it works
+ * from the pins under `<bpffs root>/tendril/`, so it needs nothing of the
+ * BpfDatapath object but where the pins are.
+ */
+import { join } from 'node:path';
+import { collectConntrack, ConntrackGc } from '../datapath/bpf/conntrackGc.js';
+import { MapName } from '../datapath/bpf/constants.js';
+import { DatapathInspector, datapathPinDir } from '../datapath/bpf/inspect.js';
+import type { Logger } from '../logging/logger.js';
+import { agentMonitorContext, type AgentMonitorSources, MonitorHub, pinnedRingBuffer } from '../monitor/index.js';
+import type { BpfApi } from './api/bpfRoutes.js';
+
+/**
+ * A datapath that loaded the eBPF programs says where it pinned their maps;
+ * the routing datapath (and the fake) have no such property.
+ */
+export interface PinnedMapsDatapath {
+  readonly bpfPinDir: string;
+}
+
+export function bpfPinDirOf(datapath: object): string | undefined {
+  const dir = (datapath as Partial<PinnedMapsDatapath>).bpfPinDir;
+  return typeof dir === 'string' && dir !== '' ? dir : undefined;
+}
+
+/**
+ * Where the agent's eBPF maps are pinned: what the datapath says, else, for
+ * an agent configured with `datapath: bpf`, `<bpffsRoot>/tendril`. Undefined
+ * for the routing datapath.
+ */
+export function agentBpfPinDir(datapath: object, config: { bpffsRoot: string }): string | undefined {
+  const said = bpfPinDirOf(datapath);
+  if (said !== undefined) return said;
+  return (config as { datapath?: unknown }).datapath === 'bpf' ? datapathPinDir(config.bpffsRoot) : undefined;
+}
+
+export interface BpfObservabilityOptions extends AgentMonitorSources {
+  /** `<bpffs root>/tendril`. */
+  pinDir: string;
+  log: Logger;
+  /** Conntrack GC interval (default 30 s). */
+  ctGcIntervalMs?: number;
+}
+
+export class BpfObservability {
+  readonly monitor: MonitorHub;
+  readonly bpf: BpfApi;
+  readonly #gc: ConntrackGc;
+
+  constructor(opts: BpfObservabilityOptions) {
+    const inspector = new DatapathInspector(opts.pinDir);
+    const context = agentMonitorContext(opts);
+    this.monitor = new MonitorHub({ source: pinnedRingBuffer(join(opts.pinDir, MapName.EVENTS)), context, log: opts.log.child({ subsys: 'monitor' }) });
+    this.#gc = new ConntrackGc({ inspector, log: opts.log.child({ subsys: 'ct-gc' }), ...(opts.ctGcIntervalMs !== undefined ? { intervalMs: opts.ctGcIntervalMs } : {}) });
+    this.bpf = {
+      inspector,
+      context,
+      conntrackGc: async () => {
+        const r = await this.#gc.runOnce();
+        // runOnce logs and swallows failures for the timer; asked directly, the caller hears about them.
+        return r ?? collectConntrack(inspector);
+      },
+    };
+  }
+
+  start(): void {
+    this.#gc.start();
+  }
+
+  /** Ends monitor streams and stops the GC (the maps and programs stay). */
+  async stop(): Promise<void> {
+    await this.monitor.close();
+    await this.#gc.stop();
+  }
+}

@@ -1,0 +1,109 @@
+import type { Command } from 'commander';
+import type { ResponseBody } from '../api/types.js';
+import { protocolName } from '../monitor/index.js';
+import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
+import { CliError } from './cliError.js';
+
+type PolicyEntries = ResponseBody<'getBpfPolicy', 200>['entries'];
+type CtEntries = ResponseBody<'listBpfConntrack', 200>;
+
+function ports(e: { proto: number; portFirst: number; portLast: number }): string {
+  if (e.proto === 0) return 'ANY';
+  const range = e.portFirst === 0 && e.portLast === 65535 ? 'ANY' : e.portFirst === e.portLast ? String(e.portFirst) : `${e.portFirst}-${e.portLast}`;
+  return `${range}/${protocolName(e.proto).toUpperCase()}`;
+}
+
+export function policyTable(entries: PolicyEntries): string {
+  return table([
+    ['DIRECTION', 'IDENTITY', 'LABELS', 'PORT/PROTO', 'ACTION', 'RULE'],
+    ...entries.map((e) => [e.direction, e.identity === 0 ? 'ANY' : String(e.identity), e.identity === 0 ? '(any peer)' : e.identityLabels.join(' ') || '-', ports(e), e.action.toUpperCase(), e.rule.text]),
+  ]);
+}
+
+const TCP_FLAG_LETTERS: Array<[number, string]> = [
+  [0x02, 'S'],
+  [0x10, 'A'],
+  [0x01, 'F'],
+  [0x04, 'R'],
+];
+
+export function ctTable(rows: CtEntries): string {
+  return table([
+    ['PROTO', 'SOURCE', 'DESTINATION', 'EXPIRES', 'PACKETS', 'BYTES', 'STATE', 'ENDPOINTS', 'IDENTITIES'],
+    ...rows.map((r) => {
+      const flags = r.proto === 6 ? TCP_FLAG_LETTERS.filter(([b]) => (r.tcpFlags & b) !== 0).map(([, l]) => l).join('') : '';
+      const state = [r.replySeen ? 'replied' : 'new', ...(r.closing ? ['closing'] : []), ...(flags ? [flags] : [])].join(',');
+      return [
+        protocolName(r.proto),
+        `${r.saddr}:${r.sport}`,
+        `${r.daddr}:${r.dport}`,
+        r.expiresInSeconds < 0 ? 'expired' : `${Math.round(r.expiresInSeconds)}s`,
+        String(r.packets),
+        String(r.bytes),
+        state,
+        `${r.srcEndpoint || '-'} -> ${r.dstEndpoint || '-'}`,
+        `${r.srcIdentity} -> ${r.dstIdentity}`,
+      ];
+    }),
+  ]);
+}
+
+export function endpointId(text: string, what = 'endpoint'): number {
+  if (!/^\d{1,5}$/.test(text) || Number(text) > 0xffff) throw new CliError(`${what} must be an endpoint number (0-65535), got "${text}"`);
+  return Number(text);
+}
+
+/** `tendril bpf …`: the eBPF datapath's maps as the programs see them, decoded. */
+export function registerBpfCommands(program: Command): void {
+  const bpf = program.command('bpf').description('the eBPF datapath\'s maps: endpoints, ipcache, policy, conntrack, metrics');
+
+  const endpoint = bpf.command('endpoint').description('the local endpoint map');
+  withAgentOpts(endpoint.command('list').description('local endpoint map entries')).action(async (opts: AgentOpts) => {
+    const rows = await call(() => client(opts).listBpfEndpoints());
+    output(opts, rows, () =>
+      table([
+        ['IP', 'ENDPOINT', 'IDENTITY', 'IFACE', 'LXC MAC', 'POD MAC', 'FLAGS', 'LABELS'],
+        ...rows.map((r) => [r.ip, r.host ? 'host' : String(r.endpointId), String(r.identity), `${r.ifName ?? '?'} (${r.ifindex})`, r.lxcMac, r.podMac, String(r.flags), (r.identityLabels ?? []).join(' ')]),
+      ]),
+    );
+  });
+
+  const ipcache = bpf.command('ipcache').description('the ipcache map');
+  withAgentOpts(ipcache.command('list').description('ipcache map entries: prefix → identity')).action(async (opts: AgentOpts) => {
+    const rows = await call(() => client(opts).listBpfIpcache());
+    output(opts, rows, () =>
+      table([['PREFIX', 'IDENTITY', 'TUNNEL', 'LABELS'], ...rows.map((r) => [r.prefix, String(r.identity), r.tunnelEndpoint ?? '-', (r.identityLabels ?? []).join(' ')])]),
+    );
+  });
+
+  const policy = bpf.command('policy').description('the policy map');
+  withAgentOpts(policy.command('get <endpoint>').description('an endpoint\'s policy map entries, each with the rule that put it there')).action(
+    async (id: string, opts: AgentOpts) => {
+      const ep = endpointId(id);
+      const r = await call(() => client(opts).getBpfPolicy(ep));
+      output(opts, r, () => (r.entries.length === 0 ? `endpoint ${ep}: no policy map entries\n` : policyTable(r.entries)));
+    },
+  );
+
+  const ct = bpf.command('ct').description('the conntrack tables');
+  withAgentOpts(ct.command('list').description('conntrack entries'))
+    .option('--endpoint <id>', 'only flows this endpoint opened or that were opened to it')
+    .action(async (opts: AgentOpts & { endpoint?: string }) => {
+      const query = opts.endpoint !== undefined ? { endpoint: endpointId(opts.endpoint, '--endpoint') } : {};
+      const rows = await call(() => client(opts).listBpfConntrack(query));
+      output(opts, rows, () => ctTable(rows));
+    });
+  withAgentOpts(ct.command('flush').description('delete every conntrack entry (flows go through policy again)')).action(async (opts: AgentOpts) => {
+    const r = await call(() => client(opts).flushBpfConntrack());
+    output(opts, r, () => `Deleted ${r.removed.tcp} TCP and ${r.removed.any} other conntrack entries\n`);
+  });
+  withAgentOpts(ct.command('gc').description('remove expired conntrack entries now')).action(async (opts: AgentOpts) => {
+    const r = await call(() => client(opts).gcBpfConntrack());
+    output(opts, r, () => `Removed ${r.tcp.removed} of ${r.tcp.scanned} TCP and ${r.any.removed} of ${r.any.scanned} other entries in ${r.durationMs} ms\n${r.sample.length > 0 ? ctTable(r.sample) : ''}`);
+  });
+
+  withAgentOpts(bpf.command('metrics').description('packets and bytes by reason (forwarded or drop reason) and direction')).action(async (opts: AgentOpts) => {
+    const rows = await call(() => client(opts).listBpfMetrics());
+    output(opts, rows, () => table([['REASON', 'DIRECTION', 'PACKETS', 'BYTES'], ...rows.map((r) => [r.reasonName, r.direction, String(r.packets), String(r.bytes)])]));
+  });
+}

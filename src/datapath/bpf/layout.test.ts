@@ -1,0 +1,304 @@
+/**
+ * layout.ts against the built objects: every codec has its C struct's size,
+ * and each member of the struct is written by the codec exactly at the
+ * member's BTF offset (probed: one field changed, the bytes that change
+ * must fall inside that member). Also: the generated constants header is
+ * renderDatapathHeader()'s text, and both objects define every map with
+ * keys and values of the codecs' sizes.
+ */
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { parseIp, parsePrefix } from '../../netip/index.js';
+import { type Codec, codec } from '../kernel/bpf/index.js';
+import { MapName, renderDatapathHeader } from './constants.js';
+import {
+  ct4Key,
+  ctEntry,
+  datapathConfig,
+  datapathEvent,
+  type DatapathEvent,
+  endpointInfo,
+  endpointKey,
+  EVENT_SIZE,
+  frag4Key,
+  frag4Ports,
+  ipcacheKey,
+  ipcacheValue,
+  metricsKey,
+  metricsValue,
+  policyEntry,
+  policyKey,
+} from './layout.js';
+import { ObjectBtf } from './testing/btf.js';
+import { HOST_OBJECT, LXC_OBJECT } from './testing/programHarness.js';
+
+/** One struct member probed: `base` and `changed` differ in that member only. */
+interface Probe<T> {
+  base: T;
+  changed: T;
+}
+
+interface StructCheck<T> {
+  struct: string;
+  codec: Codec<T>;
+  /** Per C member; members named pad* are only covered by the size check. */
+  probes: Record<string, Probe<T>>;
+}
+
+/** A probe that sets one field of a struct value to a non-zero value. */
+function field<T extends object>(base: T, patch: Partial<T>): Probe<T> {
+  return { base, changed: { ...base, ...patch } };
+}
+
+const v4zero = parseIp('0.0.0.0');
+const mac0 = '00:00:00:00:00:00';
+
+const epInfo = { ifindex: 0, identity: 0, endpointId: 0, flags: 0, lxcMac: mac0, podMac: mac0 };
+const polKey = { endpointId: 0, identity: 0, egress: false, proto: 6, port: 0, portPrefixLen: 16 };
+const ctKey0 = { saddr: v4zero, daddr: v4zero, sport: 0, dport: 0, proto: 0, flags: 0 };
+const ct0 = { expiresNs: 0n, packets: 0n, bytes: 0n, srcIdentity: 0, dstIdentity: 0, srcEndpoint: 0, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 0, flags: 0 };
+const event0: DatapathEvent = {
+  type: 0,
+  subtype: 0,
+  direction: 0,
+  proto: 0,
+  tcpFlags: 0,
+  ifindex: 0,
+  srcIdentity: 0,
+  dstIdentity: 0,
+  srcEndpoint: 0,
+  dstEndpoint: 0,
+  cookie: 0,
+  origLen: 0,
+  sport: 0,
+  dport: 0,
+  saddr: v4zero,
+  daddr: v4zero,
+  tsNs: 0n,
+};
+const v6zero = parseIp('::');
+
+const CHECKS: Array<StructCheck<never>> = [
+  {
+    struct: 'endpoint_key',
+    codec: endpointKey,
+    probes: { ip: { base: v4zero, changed: parseIp('1.2.3.4') }, family: { base: v4zero, changed: v6zero } },
+  },
+  {
+    struct: 'endpoint_info',
+    codec: endpointInfo,
+    probes: {
+      ifindex: field(epInfo, { ifindex: 7 }),
+      identity: field(epInfo, { identity: 7 }),
+      endpoint_id: field(epInfo, { endpointId: 7 }),
+      flags: field(epInfo, { flags: 1 }),
+      lxc_mac: field(epInfo, { lxcMac: 'ff:ff:ff:ff:ff:ff' }),
+      pod_mac: field(epInfo, { podMac: 'ff:ff:ff:ff:ff:ff' }),
+    },
+  },
+  {
+    struct: 'ipcache_key',
+    codec: ipcacheKey,
+    probes: {
+      prefixlen: { base: parsePrefix('0.0.0.0/0'), changed: parsePrefix('0.0.0.0/8') },
+      family: { base: parsePrefix('0.0.0.0/0'), changed: parsePrefix('::/0') },
+      ip: { base: parsePrefix('0.0.0.0/32'), changed: parsePrefix('255.255.255.255/32') },
+    },
+  },
+  {
+    struct: 'remote_endpoint_info',
+    codec: ipcacheValue,
+    probes: {
+      identity: field({ identity: 0, tunnelIp4: 0, flags: 0 }, { identity: 9 }),
+      tunnel_ip4: field({ identity: 0, tunnelIp4: 0, flags: 0 }, { tunnelIp4: 0xffffffff }),
+      flags: field({ identity: 0, tunnelIp4: 0, flags: 0 }, { flags: 1 }),
+    },
+  },
+  {
+    struct: 'policy_key',
+    codec: policyKey,
+    probes: {
+      prefixlen: field(polKey, { portPrefixLen: 8 }),
+      endpoint_id: field(polKey, { endpointId: 0xffffffff }),
+      sec_identity: field(polKey, { identity: 0xffffffff }),
+      egress: field(polKey, { egress: true }),
+      protocol: field(polKey, { proto: 17 }),
+      dport: field(polKey, { port: 0xffff }),
+    },
+  },
+  {
+    struct: 'policy_entry',
+    codec: policyEntry,
+    probes: {
+      cookie: field({ cookie: 0, deny: 0, l4PrefixBits: 0 }, { cookie: 0xffffffff }),
+      deny: field({ cookie: 0, deny: 0, l4PrefixBits: 0 }, { deny: 1 }),
+      l4_prefix_bits: field({ cookie: 0, deny: 0, l4PrefixBits: 0 }, { l4PrefixBits: 24 }),
+    },
+  },
+  {
+    struct: 'ct4_key',
+    codec: ct4Key,
+    probes: {
+      saddr: field(ctKey0, { saddr: parseIp('255.255.255.255') }),
+      daddr: field(ctKey0, { daddr: parseIp('255.255.255.255') }),
+      sport: field(ctKey0, { sport: 0xffff }),
+      dport: field(ctKey0, { dport: 0xffff }),
+      proto: field(ctKey0, { proto: 6 }),
+      flags: field(ctKey0, { flags: 1 }),
+    },
+  },
+  {
+    struct: 'ct_entry',
+    codec: ctEntry,
+    probes: {
+      expires_ns: field(ct0, { expiresNs: 0xffffffffffffffffn }),
+      packets: field(ct0, { packets: 0xffffffffffffffffn }),
+      bytes: field(ct0, { bytes: 0xffffffffffffffffn }),
+      src_identity: field(ct0, { srcIdentity: 0xffffffff }),
+      dst_identity: field(ct0, { dstIdentity: 0xffffffff }),
+      src_endpoint: field(ct0, { srcEndpoint: 0xffffffff }),
+      dst_endpoint: field(ct0, { dstEndpoint: 0xffffffff }),
+      rev_nat_index: field(ct0, { revNatIndex: 0xffff }),
+      tcp_flags: field(ct0, { tcpFlags: 0xff }),
+      flags: field(ct0, { flags: 0xff }),
+    },
+  },
+  {
+    struct: 'frag4_key',
+    codec: frag4Key,
+    probes: {
+      saddr: field({ saddr: 0, daddr: 0, id: 0, proto: 0 }, { saddr: 0xffffffff }),
+      daddr: field({ saddr: 0, daddr: 0, id: 0, proto: 0 }, { daddr: 0xffffffff }),
+      id: field({ saddr: 0, daddr: 0, id: 0, proto: 0 }, { id: 0xffff }),
+      proto: field({ saddr: 0, daddr: 0, id: 0, proto: 0 }, { proto: 17 }),
+    },
+  },
+  {
+    struct: 'frag4_ports',
+    codec: frag4Ports,
+    probes: { sport: field({ sport: 0, dport: 0 }, { sport: 0xffff }), dport: field({ sport: 0, dport: 0 }, { dport: 0xffff }) },
+  },
+  {
+    struct: 'metrics_key',
+    codec: metricsKey,
+    probes: { reason: field({ reason: 0, direction: 0 }, { reason: 133 }), direction: field({ reason: 0, direction: 0 }, { direction: 2 }) },
+  },
+  {
+    struct: 'metrics_value',
+    codec: metricsValue,
+    probes: { packets: field({ packets: 0n, bytes: 0n }, { packets: 1n << 63n }), bytes: field({ packets: 0n, bytes: 0n }, { bytes: 1n }) },
+  },
+  {
+    struct: 'datapath_config',
+    codec: datapathConfig,
+    probes: {
+      trace_level: field({ traceLevel: 0, flags: 0, hostIfindex: 0 }, { traceLevel: 2 }),
+      flags: field({ traceLevel: 0, flags: 0, hostIfindex: 0 }, { flags: 1 }),
+      host_ifindex: field({ traceLevel: 0, flags: 0, hostIfindex: 0 }, { hostIfindex: 3 }),
+    },
+  },
+  {
+    struct: 'tendril_event',
+    codec: datapathEvent,
+    probes: {
+      type: field(event0, { type: 1 }),
+      subtype: field(event0, { subtype: 133 }),
+      direction: field(event0, { direction: 2 }),
+      family: { base: event0, changed: { ...event0, saddr: v6zero, daddr: v6zero } },
+      proto: field(event0, { proto: 6 }),
+      tcp_flags: field(event0, { tcpFlags: 0x12 }),
+      ifindex: field(event0, { ifindex: 0xffffffff }),
+      src_identity: field(event0, { srcIdentity: 0xffffffff }),
+      dst_identity: field(event0, { dstIdentity: 0xffffffff }),
+      src_endpoint: field(event0, { srcEndpoint: 0xffffffff }),
+      dst_endpoint: field(event0, { dstEndpoint: 0xffffffff }),
+      cookie: field(event0, { cookie: 0xffffffff }),
+      orig_len: field(event0, { origLen: 0xffffffff }),
+      sport: field(event0, { sport: 0xffff }),
+      dport: field(event0, { dport: 0xffff }),
+      saddr: field(event0, { saddr: parseIp('255.255.255.255') }),
+      daddr: field(event0, { daddr: parseIp('255.255.255.255') }),
+      ts_ns: field(event0, { tsNs: 0xffffffffffffffffn }),
+    },
+  },
+] as unknown as Array<StructCheck<never>>;
+
+/** Byte offsets where two encodings differ. */
+function changedBytes<T>(c: Codec<T>, p: Probe<T>): number[] {
+  const a = Buffer.alloc(c.size);
+  const b = Buffer.alloc(c.size);
+  c.write(p.base, a, 0);
+  c.write(p.changed, b, 0);
+  const out: number[] = [];
+  for (let i = 0; i < c.size; i++) if (a[i] !== b[i]) out.push(i);
+  return out;
+}
+
+const OBJECTS = { 'bpf_lxc.o': LXC_OBJECT, 'bpf_host.o': HOST_OBJECT };
+
+describe('datapath layouts against the objects\' BTF', () => {
+  const btf = Object.fromEntries(Object.entries(OBJECTS).map(([name, path]) => [name, ObjectBtf.load(path)]));
+
+  for (const check of CHECKS) {
+    it(`${check.struct}: size and every member's offset`, () => {
+      const layout = btf['bpf_lxc.o']!.struct(check.struct);
+      assert.ok(layout, `struct ${check.struct} is in bpf_lxc.o's BTF`);
+      assert.equal(check.codec.size, layout.size, `codec size vs sizeof(struct ${check.struct})`);
+      const probed = new Set(Object.keys(check.probes));
+      for (const m of layout.members) {
+        if (m.name.startsWith('pad')) continue;
+        assert.ok(probed.has(m.name), `member ${check.struct}.${m.name} has no probe (a field the codec may not know)`);
+        const changed = changedBytes(check.codec, check.probes[m.name]!);
+        assert.ok(changed.length > 0, `${check.struct}.${m.name}: the probe changes no byte`);
+        for (const off of changed) {
+          assert.ok(off >= m.offset && off < m.offset + m.size, `${check.struct}.${m.name} is bytes ${m.offset}..${m.offset + m.size - 1}, the codec wrote byte ${off}`);
+        }
+        probed.delete(m.name);
+      }
+      assert.deepEqual([...probed], [], 'probes for members the struct does not have');
+      // bpf_host.o, where it has the struct, agrees.
+      const other = btf['bpf_host.o']!.struct(check.struct);
+      if (other) assert.deepEqual(other, layout);
+    });
+  }
+
+  it('the event record is EVENT_SIZE bytes and decodes what it encodes', () => {
+    assert.equal(EVENT_SIZE, datapathEvent.size);
+    const e: DatapathEvent = { ...event0, type: 1, subtype: 133, saddr: parseIp('10.0.0.1'), daddr: parseIp('10.0.0.2'), tsNs: 123456789n, sport: 80, dport: 443 };
+    const b = Buffer.alloc(EVENT_SIZE);
+    datapathEvent.write(e, b, 0);
+    assert.deepEqual(datapathEvent.read(b, 0), e);
+  });
+
+  it('both objects define every map in MapName, with keys and values of the codecs\' sizes', () => {
+    const sizes: Record<string, { key?: number; value?: number }> = {
+      [MapName.ENDPOINTS]: { key: endpointKey.size, value: endpointInfo.size },
+      [MapName.IPCACHE]: { key: ipcacheKey.size, value: ipcacheValue.size },
+      [MapName.POLICY]: { key: policyKey.size, value: policyEntry.size },
+      [MapName.CT_TCP]: { key: ct4Key.size, value: ctEntry.size },
+      [MapName.CT_ANY]: { key: ct4Key.size, value: ctEntry.size },
+      [MapName.FRAG]: { key: frag4Key.size, value: frag4Ports.size },
+      [MapName.METRICS]: { key: metricsKey.size, value: metricsValue.size },
+      [MapName.EVENTS]: {},
+      [MapName.CONFIG]: { key: codec.u32.size, value: datapathConfig.size },
+    };
+    assert.deepEqual(Object.keys(sizes).sort(), Object.values(MapName).sort());
+    for (const [object, b] of Object.entries(btf)) {
+      const maps = new Map(b.maps().map((m) => [m.name, m]));
+      for (const [name, want] of Object.entries(sizes)) {
+        const def = maps.get(name);
+        assert.ok(def, `${object} defines ${name}`);
+        assert.equal(def.key?.size, want.key, `${object} ${name} key size`);
+        assert.equal(def.value?.size, want.value, `${object} ${name} value size`);
+      }
+      assert.deepEqual([...maps.keys()].filter((n) => !Object.values(MapName).includes(n as never)), [], `${object} defines no map outside MapName`);
+    }
+  });
+
+  it('build/bpf/include/tendril_constants.h is renderDatapathHeader()\'s text', () => {
+    const path = fileURLToPath(new URL('../../../../build/bpf/include/tendril_constants.h', import.meta.url));
+    assert.equal(readFileSync(path, 'utf8'), renderDatapathHeader());
+  });
+});

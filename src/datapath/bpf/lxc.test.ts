@@ -1,0 +1,677 @@
+/**
+ * bpf_lxc.o through BPF_PROG_TEST_RUN: crafted frames into
+ * tendril_from_container (what a pod sends) and tendril_to_container (what
+ * the node sends a pod), with prepared maps, asserting verdicts, rewritten
+ * bytes, conntrack entries, counters and ring buffer events.
+ */
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import { requireRoot } from '../../../test/support/root.js';
+import { TcAction } from '../kernel/bpf/index.js';
+import { CtFlag, CtTimeout, DropReason, EventType, PolicyVerdict, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
+import { assertEvents, assertLifetime } from './testing/expect.js';
+import { CIDR_24, IDENTITY, installNode, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER, WORLD_IP } from './testing/fixtures.js';
+import {
+  arpFrame,
+  datagramOf,
+  EtherType,
+  ethernetFrame,
+  fragmentFrame,
+  icmpEchoFrame,
+  icmpError,
+  IcmpType,
+  icmpv6NeighborSolicitation,
+  IpProto,
+  ipv4Datagram,
+  ipv4Frame,
+  ipv6Frame,
+  readArp,
+  readIpv4,
+  TcpFlag,
+  tcpFrame,
+  tcpSegment,
+  truncate,
+  udpDatagram,
+  udpFrame,
+} from './testing/packets.js';
+import { LXC_OBJECT, ProgramHarness } from './testing/programHarness.js';
+
+requireRoot('the bpf_lxc program tests');
+
+const FROM = 'tendril_from_container';
+const TO = 'tendril_to_container';
+const { DROP, POLICY_VERDICT, TRACE } = EventType;
+const { INGRESS, EGRESS } = TrafficDirection;
+const code = (r: keyof typeof DropReason): number => -DropReason[r].code;
+
+/** Cookies of test rules (>= MIN_RULE_COOKIE). */
+const COOKIE = { A_EGRESS: 0x1001, B_INGRESS: 0x2002, DENY: 0x3003, A_INGRESS: 0x4004, WILDCARD: 0x5005 };
+
+/** Frames from pod A (its MAC to its gateway's). */
+const fromA = { srcMac: POD_A.podMac, dstMac: POD_A.lxcMac };
+const fromB = { srcMac: POD_B.podMac, dstMac: POD_B.lxcMac };
+
+const synAtoB = (sport = 40000, dport = 80) => tcpFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, sport, dport, flags: TcpFlag.SYN });
+
+describe('bpf_lxc tendril_from_container', () => {
+  let h: ProgramHarness;
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(LXC_OBJECT);
+    installNode(h);
+  });
+  afterEach(async () => {
+    await h?.close();
+  });
+
+  /** A's egress to B and B's ingress from A allowed on TCP/80. */
+  function allowAtoB80(): void {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.TCP, port: 80, cookie: COOKIE.A_EGRESS });
+    h.addPolicy({ endpointId: POD_B.endpointId, identity: IDENTITY.A, egress: false, proto: IpProto.TCP, port: 80, cookie: COOKIE.B_INGRESS });
+  }
+
+  describe('ARP', () => {
+    it('answers a request for the gateway with the lxc MAC and sends it back out the device', async () => {
+      const req = arpFrame({ senderMac: POD_A.podMac, senderIp: POD_A.ip, targetIp: ROUTER.ip });
+      const r = await h.run(FROM, req);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.deepEqual(readArp(r.data), {
+        ethDst: POD_A.podMac,
+        ethSrc: POD_A.lxcMac,
+        op: 2,
+        senderMac: POD_A.lxcMac,
+        senderIp: ROUTER.ip,
+        targetMac: POD_A.podMac,
+        targetIp: POD_A.ip,
+      });
+      assert.equal(r.data.length, req.length);
+      assert.deepEqual(h.metric(0, EGRESS), { packets: 1n, bytes: BigInt(req.length) });
+      assertEvents(await h.takeEvents(), []);
+    });
+
+    it('answers for any other address too (a peer pod, the outside)', async () => {
+      for (const target of [POD_B.ip, WORLD_IP]) {
+        const r = await h.run(FROM, arpFrame({ senderMac: POD_A.podMac, senderIp: POD_A.ip, targetIp: target }));
+        assert.equal(r.retval, TcAction.REDIRECT);
+        assert.equal(readArp(r.data).senderIp, target);
+        assert.equal(readArp(r.data).senderMac, POD_A.lxcMac);
+      }
+    });
+
+    it('passes a request for the pod\'s own address (duplicate address detection), replies and strangers\' requests unchanged', async () => {
+      const frames = [
+        arpFrame({ senderMac: POD_A.podMac, senderIp: POD_A.ip, targetIp: POD_A.ip }),
+        arpFrame({ op: 2, senderMac: POD_A.podMac, senderIp: POD_A.ip, targetMac: POD_A.lxcMac, targetIp: ROUTER.ip, ethDst: POD_A.lxcMac }),
+        // Sender address of a pod on another device: not this device's endpoint to answer for.
+        arpFrame({ senderMac: POD_C.podMac, senderIp: POD_C.ip, targetIp: ROUTER.ip }),
+      ];
+      for (const f of frames) {
+        const r = await h.run(FROM, f);
+        assert.equal(r.retval, TcAction.OK);
+        assert.deepEqual(r.data, f);
+      }
+      assert.equal(h.metric(0, EGRESS).packets, 3n);
+    });
+
+    it('drops malformed ARP: not Ethernet/IPv4, or cut short', async () => {
+      const wrongHw = arpFrame({ senderMac: POD_A.podMac, senderIp: POD_A.ip, targetIp: ROUTER.ip, htype: 6 });
+      const wrongLen = arpFrame({ senderMac: POD_A.podMac, senderIp: POD_A.ip, targetIp: ROUTER.ip, hlen: 8 });
+      const short = truncate(arpFrame({ senderMac: POD_A.podMac, senderIp: POD_A.ip, targetIp: ROUTER.ip }), 14 + 20);
+      for (const f of [wrongHw, wrongLen, short]) assert.equal((await h.run(FROM, f)).retval, TcAction.SHOT);
+      assert.equal(h.metric(code('ARP_INVALID'), EGRESS).packets, 3n);
+      const events = await h.takeEvents(3);
+      assertEvents(events, [0, 1, 2].map(() => ({ type: DROP, subtype: code('ARP_INVALID'), direction: EGRESS })));
+    });
+  });
+
+  describe('TCP policy', () => {
+    it('drops a SYN no entry allows: NO_MATCH verdict, DROP_POLICY, no conntrack entry', async () => {
+      const syn = synAtoB();
+      const r = await h.run(FROM, syn);
+      assert.equal(r.retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: EGRESS, cookie: ReservedCookie.NONE, srcIdentity: IDENTITY.A, dstIdentity: IDENTITY.B, srcEndpoint: POD_A.endpointId, dstEndpoint: POD_B.endpointId, sport: 40000, dport: 80, proto: IpProto.TCP, tcpFlags: TcpFlag.SYN, saddr: POD_A.ip, daddr: POD_B.ip, ifindex: 1, origLen: syn.length },
+        { type: DROP, subtype: code('POLICY'), direction: EGRESS, cookie: ReservedCookie.NONE },
+      ]);
+      assert.deepEqual(h.metric(code('POLICY'), EGRESS), { packets: 1n, bytes: BigInt(syn.length) });
+      assert.equal(await h.ctCount(), 0);
+    });
+
+    it('drops a SYN a deny entry matches with DROP_POLICY_DENY and the deny rule\'s cookie', async () => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.TCP, port: 80, cookie: COOKIE.DENY, deny: true });
+      assert.equal((await h.run(FROM, synAtoB())).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.DENIED, direction: EGRESS, cookie: COOKIE.DENY },
+        { type: DROP, subtype: code('POLICY_DENY'), direction: EGRESS, cookie: COOKIE.DENY },
+      ]);
+      assert.equal(h.metric(code('POLICY_DENY'), EGRESS).packets, 1n);
+      assert.equal(h.metric(code('POLICY'), EGRESS).packets, 0n);
+    });
+
+    it('checks the destination pod\'s ingress after the source\'s egress', async () => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.TCP, port: 80, cookie: COOKIE.A_EGRESS });
+      assert.equal((await h.run(FROM, synAtoB())).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(3), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: EGRESS, cookie: COOKIE.A_EGRESS },
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, cookie: 0, srcIdentity: IDENTITY.A, dstEndpoint: POD_B.endpointId },
+        { type: DROP, subtype: code('POLICY'), direction: INGRESS },
+      ]);
+      assert.equal(h.metric(code('POLICY'), INGRESS).packets, 1n);
+      assert.equal(await h.ctCount(), 0);
+    });
+
+    it('delivers an allowed SYN to the local pod: MACs rewritten, TTL - 1 with a valid checksum, redirect, conntrack entry', async () => {
+      allowAtoB80();
+      h.setTraceLevel(TraceLevel.NEW_FLOWS);
+      const syn = synAtoB();
+      const before = process.hrtime.bigint();
+      const r = await h.run(FROM, syn);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      const ip = readIpv4(r.data);
+      assert.equal(ip.ethDst, POD_B.podMac);
+      assert.equal(ip.ethSrc, POD_B.lxcMac);
+      assert.equal(ip.ttl, 63);
+      assert.ok(ip.checksumValid, 'IPv4 header checksum');
+      assert.deepEqual(r.data.subarray(14 + 20), syn.subarray(14 + 20), 'TCP segment untouched');
+
+      const entry = h.ct({ saddr: POD_A.ip, daddr: POD_B.ip, sport: 40000, dport: 80, proto: IpProto.TCP });
+      assert.ok(entry, 'conntrack entry');
+      assert.equal(entry.packets, 1n);
+      assert.equal(entry.bytes, BigInt(syn.length));
+      assert.equal(entry.tcpFlags, TcpFlag.SYN);
+      assert.equal(entry.flags, 0);
+      assert.deepEqual([entry.srcIdentity, entry.dstIdentity, entry.srcEndpoint, entry.dstEndpoint], [IDENTITY.A, IDENTITY.B, POD_A.endpointId, POD_B.endpointId]);
+      assertLifetime(entry, CtTimeout.TCP_SYN, before);
+
+      assertEvents(await h.takeEvents(3), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: EGRESS, cookie: COOKIE.A_EGRESS },
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: INGRESS, cookie: COOKIE.B_INGRESS },
+        { type: TRACE, subtype: TracePoint.TO_ENDPOINT, direction: EGRESS, saddr: POD_A.ip, daddr: POD_B.ip, sport: 40000, dport: 80 },
+      ]);
+      assert.deepEqual(h.metric(0, EGRESS), { packets: 1n, bytes: BigInt(syn.length) });
+    });
+
+    it('lets the reply ride conntrack without policy, then tracks established and closing lifetimes', async () => {
+      allowAtoB80();
+      await h.run(FROM, synAtoB());
+      await h.takeEvents(2);
+      const tuple = { saddr: POD_A.ip, daddr: POD_B.ip, sport: 40000, dport: 80, proto: IpProto.TCP };
+
+      // B has no egress entries and A no ingress entries: only conntrack lets this through.
+      const synAck = tcpFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, sport: 80, dport: 40000, flags: TcpFlag.SYN | TcpFlag.ACK });
+      let before = process.hrtime.bigint();
+      const r = await h.run(FROM, synAck);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.equal(readIpv4(r.data).ethDst, POD_A.podMac);
+      let entry = h.ct(tuple)!;
+      assert.equal(entry.flags, CtFlag.REPLY_SEEN);
+      assert.equal(entry.tcpFlags, TcpFlag.SYN | TcpFlag.ACK);
+      assert.equal(entry.packets, 2n);
+      assertLifetime(entry, CtTimeout.TCP_ESTABLISHED, before);
+      assertEvents(await h.takeEvents(), []);
+
+      const ack = tcpFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, sport: 40000, dport: 80, flags: TcpFlag.ACK });
+      assert.equal((await h.run(FROM, ack)).retval, TcAction.REDIRECT);
+      const fin = tcpFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, sport: 40000, dport: 80, flags: TcpFlag.FIN | TcpFlag.ACK });
+      before = process.hrtime.bigint();
+      assert.equal((await h.run(FROM, fin)).retval, TcAction.REDIRECT);
+      entry = h.ct(tuple)!;
+      assert.equal(entry.flags, CtFlag.REPLY_SEEN | CtFlag.CLOSING);
+      assert.equal(entry.tcpFlags, TcpFlag.SYN | TcpFlag.ACK | TcpFlag.FIN);
+      assert.equal(entry.packets, 4n);
+      assertLifetime(entry, CtTimeout.TCP_CLOSING, before);
+      assert.equal(h.metric(0, EGRESS).packets, 4n);
+      assert.equal(await h.ctCount(), 1);
+    });
+
+    it('a one-way allow does not open new connections the other way', async () => {
+      allowAtoB80();
+      assert.equal((await h.run(FROM, synAtoB())).retval, TcAction.REDIRECT);
+      await h.takeEvents(2);
+      const synBtoA = tcpFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, sport: 41000, dport: 80, flags: TcpFlag.SYN });
+      assert.equal((await h.run(FROM, synBtoA)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: EGRESS, srcEndpoint: POD_B.endpointId, srcIdentity: IDENTITY.B, dstIdentity: IDENTITY.A },
+        { type: DROP, subtype: code('POLICY'), direction: EGRESS },
+      ]);
+    });
+
+    it('opens nothing with an expired entry the GC has not removed yet', async () => {
+      allowAtoB80();
+      await h.run(FROM, synAtoB());
+      await h.takeEvents(2);
+      const tuple = { saddr: POD_A.ip, daddr: POD_B.ip, sport: 40000, dport: 80, proto: IpProto.TCP };
+      h.ctTcp.set(h.ctKey(tuple), { ...h.ct(tuple)!, expiresNs: process.hrtime.bigint() - 1n });
+      const synAck = tcpFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, sport: 80, dport: 40000, flags: TcpFlag.SYN | TcpFlag.ACK });
+      assert.equal((await h.run(FROM, synAck)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, srcEndpoint: POD_B.endpointId },
+        { type: DROP, subtype: code('POLICY') },
+      ]);
+      // The original direction, allowed by policy, takes the slot over with a fresh entry.
+      const before = process.hrtime.bigint();
+      assert.equal((await h.run(FROM, synAtoB())).retval, TcAction.REDIRECT);
+      const entry = h.ct(tuple)!;
+      assert.equal(entry.packets, 1n);
+      assertLifetime(entry, CtTimeout.TCP_SYN, before);
+    });
+
+    it('reopens a closing tuple on a new SYN from the same side', async () => {
+      allowAtoB80();
+      const tuple = { saddr: POD_A.ip, daddr: POD_B.ip, sport: 40000, dport: 80, proto: IpProto.TCP };
+      await h.run(FROM, synAtoB());
+      await h.run(FROM, tcpFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, sport: 80, dport: 40000, flags: TcpFlag.RST | TcpFlag.ACK }));
+      assert.equal(h.ct(tuple)!.flags, CtFlag.REPLY_SEEN | CtFlag.CLOSING);
+      const before = process.hrtime.bigint();
+      assert.equal((await h.run(FROM, synAtoB())).retval, TcAction.REDIRECT);
+      const entry = h.ct(tuple)!;
+      assert.equal(entry.flags, 0);
+      assert.equal(entry.tcpFlags, TcpFlag.SYN);
+      assert.equal(entry.packets, 3n);
+      assertLifetime(entry, CtTimeout.TCP_SYN, before);
+    });
+
+    it('drops a delivery whose TTL would run out', async () => {
+      allowAtoB80();
+      const r = await h.run(FROM, tcpFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, sport: 40000, dport: 80, ttl: 1 }));
+      assert.equal(r.retval, TcAction.SHOT);
+      const events = await h.takeEvents(3);
+      assertEvents(events.slice(2), [{ type: DROP, subtype: code('TTL_EXCEEDED') }]);
+    });
+  });
+
+  describe('UDP and ICMP', () => {
+    it('passes UDP to the outside to the stack and tracks it in the non-TCP table; the reply comes back through to_container', async () => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
+      const query = udpFrame({ ...fromA, src: POD_A.ip, dst: WORLD_IP, sport: 5353, dport: 53, payload: Buffer.alloc(30) });
+      const before = process.hrtime.bigint();
+      const r = await h.run(FROM, query);
+      assert.equal(r.retval, TcAction.OK);
+      assert.deepEqual(r.data, query, 'the stack routes it: no rewrite');
+      const tuple = { saddr: POD_A.ip, daddr: WORLD_IP, sport: 5353, dport: 53, proto: IpProto.UDP };
+      const entry = h.ct(tuple)!;
+      assert.ok(entry);
+      assert.equal(entry.dstIdentity, IDENTITY.WORLD);
+      assert.equal(entry.dstEndpoint, 0);
+      assertLifetime(entry, CtTimeout.ANY, before);
+      assert.equal(h.ctTcp.nextKey(), undefined);
+      assertEvents(await h.takeEvents(1), [{ type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: EGRESS, dstIdentity: IDENTITY.WORLD, proto: IpProto.UDP, sport: 5353, dport: 53 }]);
+
+      const answer = udpFrame({ src: WORLD_IP, dst: POD_A.ip, sport: 53, dport: 5353 });
+      assert.equal((await h.run(TO, answer)).retval, TcAction.OK);
+      assert.equal(h.ct(tuple)!.flags, CtFlag.REPLY_SEEN);
+      assert.equal(h.ct(tuple)!.packets, 2n);
+      assert.equal(h.metric(0, INGRESS).packets, 1n);
+      assertEvents(await h.takeEvents(), []);
+    });
+
+    it('tracks ICMP echo by its identifier: the request needs policy, the reply rides conntrack', async () => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.ICMP, cookie: COOKIE.A_EGRESS });
+      h.addPolicy({ endpointId: POD_B.endpointId, identity: 0, egress: false, proto: IpProto.ICMP, cookie: COOKIE.B_INGRESS });
+      const echo = icmpEchoFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, id: 0x4242 });
+      assert.equal((await h.run(FROM, echo)).retval, TcAction.REDIRECT);
+      const tuple = { saddr: POD_A.ip, daddr: POD_B.ip, sport: 0x4242, dport: 0x4242, proto: IpProto.ICMP };
+      assert.ok(h.ct(tuple));
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: EGRESS, sport: 0x4242, dport: 0x4242 },
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: INGRESS, cookie: COOKIE.B_INGRESS },
+      ]);
+      const reply = icmpEchoFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, id: 0x4242, reply: true });
+      const r = await h.run(FROM, reply);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.equal(readIpv4(r.data).ethDst, POD_A.podMac);
+      assert.equal(h.ct(tuple)!.flags, CtFlag.REPLY_SEEN);
+      // Another identifier is another flow: B may not ping A.
+      const other = icmpEchoFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, id: 0x4343 });
+      assert.equal((await h.run(FROM, other)).retval, TcAction.SHOT);
+    });
+
+    it('allows an ICMP error about a tracked flow without policy, and holds an unrelated one to policy', async () => {
+      allowAtoB80();
+      const udpAllow = { endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.UDP, port: 9000, cookie: COOKIE.A_EGRESS };
+      h.addPolicy(udpAllow);
+      h.addPolicy({ ...udpAllow, endpointId: POD_B.endpointId, identity: IDENTITY.A, egress: false });
+      const probe = udpFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, sport: 33000, dport: 9000 });
+      assert.equal((await h.run(FROM, probe)).retval, TcAction.REDIRECT);
+      await h.takeEvents(2);
+
+      // B answers port-unreachable about A's datagram: B has no egress policy at all.
+      const unreachable = ipv4Frame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, proto: IpProto.ICMP, payload: icmpError(IcmpType.DEST_UNREACH, 3, datagramOf(probe)) });
+      assert.equal((await h.run(FROM, unreachable)).retval, TcAction.REDIRECT);
+      assertEvents(await h.takeEvents(), []);
+
+      // The same error about a datagram nobody sent is a new flow: B's egress policy drops it.
+      const stray = udpFrame({ src: POD_A.ip, dst: POD_B.ip, sport: 33001, dport: 9001 });
+      const unrelated = ipv4Frame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, proto: IpProto.ICMP, payload: icmpError(IcmpType.DEST_UNREACH, 3, datagramOf(stray)) });
+      assert.equal((await h.run(FROM, unrelated)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: EGRESS, proto: IpProto.ICMP, sport: 0, dport: 0 },
+        { type: DROP, subtype: code('POLICY') },
+      ]);
+      // An error no policy forbids is passed but opens no conntrack entry.
+      h.addPolicy({ endpointId: POD_B.endpointId, identity: IDENTITY.A, egress: true, proto: IpProto.ICMP, cookie: COOKIE.WILDCARD });
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: false, proto: IpProto.ICMP, cookie: COOKIE.A_INGRESS });
+      const entriesBefore = await h.ctCount();
+      assert.equal((await h.run(FROM, unrelated)).retval, TcAction.REDIRECT);
+      assert.equal(await h.ctCount(), entriesBefore);
+    });
+
+    it('relates a time-exceeded about the reply direction, and an error about a TCP flow', async () => {
+      allowAtoB80();
+      const syn = synAtoB();
+      await h.run(FROM, syn);
+      // An error B sends about a segment A sent (orientation as tracked).
+      const aboutSyn = ipv4Frame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, proto: IpProto.ICMP, payload: icmpError(IcmpType.TIME_EXCEEDED, 0, datagramOf(syn)) });
+      assert.equal((await h.run(FROM, aboutSyn)).retval, TcAction.REDIRECT);
+      // An error A sends about a segment B sent (reversed orientation).
+      const synAck = tcpFrame({ src: POD_B.ip, dst: POD_A.ip, sport: 80, dport: 40000, flags: TcpFlag.SYN | TcpFlag.ACK });
+      const aboutReply = ipv4Frame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.ICMP, payload: icmpError(IcmpType.PARAMETER_PROBLEM, 0, datagramOf(synAck)) });
+      assert.equal((await h.run(FROM, aboutReply)).retval, TcAction.REDIRECT);
+      // An error carrying too little of the datagram for ports is not related.
+      const cut = ipv4Frame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, proto: IpProto.ICMP, payload: icmpError(IcmpType.DEST_UNREACH, 1, datagramOf(syn), 22) });
+      assert.equal((await h.run(FROM, cut)).retval, TcAction.SHOT);
+    });
+  });
+
+  describe('fragments', () => {
+    const payload = Buffer.alloc(64, 0xab);
+    const udpAllow = (): void => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.UDP, port: 7000, cookie: COOKIE.A_EGRESS });
+      h.addPolicy({ endpointId: POD_B.endpointId, identity: IDENTITY.A, egress: false, proto: IpProto.UDP, port: 7000, cookie: COOKIE.B_INGRESS });
+    };
+    const fragments = (id: number): Buffer[] =>
+      fragmentFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.UDP, id, payload: udpDatagram({ src: POD_A.ip, dst: POD_B.ip, sport: 6000, dport: 7000, payload }) }, 32);
+
+    it('takes a later fragment\'s ports from the first one', async () => {
+      udpAllow();
+      const [first, ...rest] = fragments(0x7777);
+      assert.equal(rest.length, 2);
+      assert.equal((await h.run(FROM, first!)).retval, TcAction.REDIRECT);
+      assert.deepEqual(h.frag.get({ saddr: 0x0ac8000a, daddr: 0x0ac80014, id: 0x7777, proto: IpProto.UDP }), { sport: 6000, dport: 7000 });
+      for (const f of rest) {
+        const r = await h.run(FROM, f);
+        assert.equal(r.retval, TcAction.REDIRECT);
+        assert.ok(readIpv4(r.data).checksumValid);
+      }
+      const entry = h.ct({ saddr: POD_A.ip, daddr: POD_B.ip, sport: 6000, dport: 7000, proto: IpProto.UDP })!;
+      assert.equal(entry.packets, 3n);
+    });
+
+    it('drops a later fragment whose first fragment was not seen, and a later fragment of a flow policy denies', async () => {
+      const [, second] = fragments(0x8888);
+      assert.equal((await h.run(FROM, second!)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('FRAG_NOT_FOUND'), saddr: POD_A.ip, daddr: POD_B.ip, proto: IpProto.UDP }]);
+      assert.equal(h.metric(code('FRAG_NOT_FOUND'), EGRESS).packets, 1n);
+      const [first, later] = fragments(0x9999);
+      assert.equal((await h.run(FROM, first!)).retval, TcAction.SHOT);
+      assert.equal((await h.run(FROM, later!)).retval, TcAction.SHOT);
+      const events = await h.takeEvents(4);
+      assertEvents(events.filter((e) => e.type === DROP), [
+        { type: DROP, subtype: code('POLICY'), sport: 6000, dport: 7000 },
+        { type: DROP, subtype: code('POLICY'), sport: 6000, dport: 7000 },
+      ]);
+    });
+  });
+
+  describe('malformed and other protocols', () => {
+    it('drops truncated and inconsistent IPv4 headers', async () => {
+      const good = synAtoB();
+      const cases: Array<[string, Buffer, keyof typeof DropReason]> = [
+        // BPF_PROG_TEST_RUN itself refuses an IPv4 frame with less than 20 header bytes (EINVAL):
+        // cut short inside the options instead.
+        ['IP header cut short in its options', truncate(ipv4Frame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.UDP, options: Buffer.from([1, 1, 1, 0, 1, 1, 1, 0]), payload: Buffer.alloc(8) }), 14 + 24), 'INVALID_PACKET'],
+        ['datagram cut short', truncate(good, 14 + 20 + 10), 'INVALID_PACKET'],
+        ['total length beyond the frame', ipv4Frame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.UDP, payload: Buffer.alloc(8), totalLength: 200 }), 'INVALID_PACKET'],
+        ['IHL below 5', ipv4Frame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.UDP, payload: Buffer.alloc(8), ihl: 4 }), 'INVALID_PACKET'],
+        ['not version 4', ipv4Frame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.UDP, payload: Buffer.alloc(8), version: 6 }), 'INVALID_PACKET'],
+        ['TCP header too short for its datagram', ipv4Frame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.TCP, payload: tcpSegment({ src: POD_A.ip, dst: POD_B.ip, sport: 1, dport: 2 }).subarray(0, 12) }), 'CT_INVALID_HEADER'],
+        ['UDP header too short', ipv4Frame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.UDP, payload: Buffer.alloc(4) }), 'CT_INVALID_HEADER'],
+        ['ICMP header too short', ipv4Frame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.ICMP, payload: Buffer.from([8, 0, 0, 0]) }), 'CT_INVALID_HEADER'],
+      ];
+      for (const [what, frame, reason] of cases) {
+        const r = await h.run(FROM, frame);
+        assert.equal(r.retval, TcAction.SHOT, what);
+        const events = await h.takeEvents(1);
+        assertEvents(events, [{ type: DROP, subtype: code(reason), direction: EGRESS }]);
+      }
+      assert.equal(h.metric(code('INVALID_PACKET'), EGRESS).packets, 5n);
+      assert.equal(h.metric(code('CT_INVALID_HEADER'), EGRESS).packets, 3n);
+    });
+
+    it('keeps IPv4 options out of the way of the L4 header', async () => {
+      allowAtoB80();
+      const withOptions = ipv4Frame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, proto: IpProto.TCP, options: Buffer.from([1, 1, 1, 0]), payload: tcpSegment({ src: POD_A.ip, dst: POD_B.ip, sport: 40000, dport: 80 }) });
+      const r = await h.run(FROM, withOptions);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.ok(readIpv4(r.data).checksumValid);
+      assert.ok(h.ct({ saddr: POD_A.ip, daddr: POD_B.ip, sport: 40000, dport: 80, proto: IpProto.TCP }));
+    });
+
+    it('drops IPv6 except ICMPv6 (neighbour discovery), and unknown ethertypes', async () => {
+      const v6udp = ipv6Frame({ ...fromA, src: 'fd00::10', dst: 'fd00::20', nextHeader: IpProto.UDP, payload: Buffer.alloc(8) });
+      assert.equal((await h.run(FROM, v6udp)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('UNKNOWN_L3'), saddr: 'fd00::10', daddr: 'fd00::20', proto: IpProto.UDP }]);
+      const ns = ipv6Frame({ ...fromA, src: 'fe80::1', dst: 'ff02::1:ff00:1', nextHeader: IpProto.ICMPV6, hopLimit: 255, payload: icmpv6NeighborSolicitation('fe80::1', 'ff02::1:ff00:1', 'fe80::2') });
+      const r = await h.run(FROM, ns);
+      assert.equal(r.retval, TcAction.OK);
+      assert.deepEqual(r.data, ns);
+      const lldp = ethernetFrame({ src: POD_A.podMac, dst: '01:80:c2:00:00:0e', etherType: 0x88cc, payload: Buffer.alloc(46) });
+      assert.equal((await h.run(FROM, lldp)).retval, TcAction.SHOT);
+      // MLD: ICMPv6 behind a hop-by-hop header (Router Alert) passes; UDP behind one does not.
+      const hopByHop = (next: number) => Buffer.from([next, 0, 5, 2, 0, 0, 1, 0]);
+      const mld = ipv6Frame({ ...fromA, src: 'fe80::1', dst: 'ff02::16', nextHeader: 0, hopLimit: 1, payload: Buffer.concat([hopByHop(IpProto.ICMPV6), Buffer.from([143, 0, 0, 0, 0, 0, 0, 0])]) });
+      assert.equal((await h.run(FROM, mld)).retval, TcAction.OK);
+      const hbhUdp = ipv6Frame({ ...fromA, src: 'fe80::1', dst: 'ff02::16', nextHeader: 0, payload: Buffer.concat([hopByHop(IpProto.UDP), Buffer.alloc(8)]) });
+      assert.equal((await h.run(FROM, hbhUdp)).retval, TcAction.SHOT);
+      assert.equal(h.metric(code('UNKNOWN_L3'), EGRESS).packets, 3n);
+      assert.equal(h.metric(0, EGRESS).packets, 2n);
+      assert.equal(EtherType.IPV6, 0x86dd);
+    });
+
+    it('passes other IP protocols with ports 0/0 under policy', async () => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.REMOTE, egress: true, proto: IpProto.GRE, cookie: COOKIE.A_EGRESS });
+      const gre = ipv4Frame({ ...fromA, src: POD_A.ip, dst: REMOTE_POD_IP, proto: IpProto.GRE, payload: Buffer.alloc(4) });
+      assert.equal((await h.run(FROM, gre)).retval, TcAction.OK);
+      assert.ok(h.ct({ saddr: POD_A.ip, daddr: REMOTE_POD_IP, sport: 0, dport: 0, proto: IpProto.GRE }));
+    });
+  });
+
+  describe('source checks', () => {
+    it('drops a packet whose source is not this device\'s endpoint', async () => {
+      for (const src of [POD_C.ip, '10.200.0.99', ROUTER.ip]) {
+        const r = await h.run(FROM, tcpFrame({ src, dst: POD_B.ip, sport: 1234, dport: 80 }));
+        assert.equal(r.retval, TcAction.SHOT, src);
+      }
+      assertEvents(await h.takeEvents(3), [0, 1, 2].map(() => ({ type: DROP, subtype: code('INVALID_SOURCE'), direction: EGRESS, srcIdentity: 0 })));
+      assert.equal(h.metric(code('INVALID_SOURCE'), EGRESS).packets, 3n);
+      assert.equal(await h.ctCount(), 0);
+    });
+  });
+
+  describe('policy lookup', () => {
+    const toRemote = (dport: number, sport = 50000) => tcpFrame({ ...fromA, src: POD_A.ip, dst: REMOTE_POD_IP, sport, dport });
+    const egress = (e: { identity: number; proto?: number; port?: number; portPrefixLen?: number; cookie: number; deny?: boolean }) =>
+      h.addPolicy({ endpointId: POD_A.endpointId, egress: true, ...e });
+
+    it('prefers the match on more L4 bits, and the identity-specific entry on a tie', async () => {
+      // identity TCP/* allow (8 bits) vs wildcard TCP/80 deny (24 bits): the wildcard is more specific.
+      egress({ identity: IDENTITY.REMOTE, proto: IpProto.TCP, cookie: COOKIE.A_EGRESS });
+      egress({ identity: 0, proto: IpProto.TCP, port: 80, cookie: COOKIE.DENY, deny: true });
+      assert.equal((await h.run(FROM, toRemote(80))).retval, TcAction.SHOT);
+      assert.equal((await h.run(FROM, toRemote(81))).retval, TcAction.OK);
+      assertEvents((await h.takeEvents(3)).filter((e) => e.type === POLICY_VERDICT), [
+        { subtype: PolicyVerdict.DENIED, cookie: COOKIE.DENY, dstIdentity: IDENTITY.REMOTE },
+        { subtype: PolicyVerdict.ALLOWED, cookie: COOKIE.A_EGRESS },
+      ]);
+      // A tie on TCP/443: the identity's allow beats the wildcard's deny.
+      egress({ identity: IDENTITY.REMOTE, proto: IpProto.TCP, port: 443, cookie: COOKIE.A_INGRESS });
+      egress({ identity: 0, proto: IpProto.TCP, port: 443, cookie: COOKIE.WILDCARD, deny: true });
+      assert.equal((await h.run(FROM, toRemote(443))).retval, TcAction.OK);
+      assertEvents(await h.takeEvents(1), [{ subtype: PolicyVerdict.ALLOWED, cookie: COOKIE.A_INGRESS }]);
+    });
+
+    it('matches port ranges as port prefixes and the any-protocol entry last', async () => {
+      // 8080-8087 is 8080/13.
+      egress({ identity: IDENTITY.REMOTE, proto: IpProto.TCP, port: 8080, portPrefixLen: 13, cookie: COOKIE.A_EGRESS });
+      for (const [port, verdict] of [[8079, TcAction.SHOT], [8080, TcAction.OK], [8087, TcAction.OK], [8088, TcAction.SHOT]] as const) {
+        assert.equal((await h.run(FROM, toRemote(port))).retval, verdict, `port ${port}`);
+      }
+      await h.takeEvents(6);
+      // An any-protocol wildcard allow (0 L4 bits) loses to an identity's TCP/22 deny (24 bits) and covers the rest.
+      egress({ identity: 0, cookie: COOKIE.WILDCARD });
+      egress({ identity: IDENTITY.REMOTE, proto: IpProto.TCP, port: 22, cookie: COOKIE.DENY, deny: true });
+      assert.equal((await h.run(FROM, toRemote(22))).retval, TcAction.SHOT);
+      assert.equal((await h.run(FROM, toRemote(9999))).retval, TcAction.OK);
+      const udp = udpFrame({ ...fromA, src: POD_A.ip, dst: REMOTE_POD_IP, sport: 1, dport: 22 });
+      assert.equal((await h.run(FROM, udp)).retval, TcAction.OK);
+      assertEvents((await h.takeEvents(4)).filter((e) => e.type === POLICY_VERDICT), [
+        { subtype: PolicyVerdict.DENIED, cookie: COOKIE.DENY },
+        { subtype: PolicyVerdict.ALLOWED, cookie: COOKIE.WILDCARD },
+        { subtype: PolicyVerdict.ALLOWED, cookie: COOKIE.WILDCARD, proto: IpProto.UDP },
+      ]);
+    });
+
+    it('classifies destinations: world when the ipcache has nothing, CIDR identities by longest prefix, the node as host', async () => {
+      egress({ identity: IDENTITY.WORLD, proto: IpProto.TCP, port: 443, cookie: 0x100 });
+      egress({ identity: IDENTITY.CIDR_24, proto: IpProto.TCP, port: 443, cookie: 0x124 });
+      egress({ identity: IDENTITY.CIDR_25, proto: IpProto.TCP, port: 443, cookie: 0x125 });
+      egress({ identity: IDENTITY.HOST, proto: IpProto.TCP, port: 443, cookie: 0x101 });
+      const to = (dst: string) => tcpFrame({ ...fromA, src: POD_A.ip, dst, sport: 50000, dport: 443 });
+      for (const dst of [WORLD_IP, '203.0.113.7', '203.0.113.200', NODE_IP, ROUTER.ip]) assert.equal((await h.run(FROM, to(dst))).retval, TcAction.OK, dst);
+      assertEvents(await h.takeEvents(5), [
+        { dstIdentity: IDENTITY.WORLD, cookie: 0x100, dstEndpoint: 0 },
+        { dstIdentity: IDENTITY.CIDR_24, cookie: 0x124 },
+        { dstIdentity: IDENTITY.CIDR_25, cookie: 0x125 },
+        { dstIdentity: IDENTITY.HOST, cookie: 0x101, daddr: NODE_IP },
+        // The router address is in tendril_lxc as a node address: host identity, and no delivery to a pod.
+        { dstIdentity: IDENTITY.HOST, cookie: 0x101, daddr: ROUTER.ip, dstEndpoint: 0 },
+      ]);
+      assert.equal(CIDR_24, '203.0.113.0/24');
+    });
+
+    it('sends no verdict event for a direction that is not enforced', async () => {
+      egress({ identity: 0, cookie: ReservedCookie.NOT_ENFORCED });
+      h.addPolicy({ endpointId: POD_B.endpointId, identity: 0, egress: false, cookie: ReservedCookie.NOT_ENFORCED });
+      assert.equal((await h.run(FROM, synAtoB())).retval, TcAction.REDIRECT);
+      assertEvents(await h.takeEvents(), []);
+      assert.ok(h.ct({ saddr: POD_A.ip, daddr: POD_B.ip, sport: 40000, dport: 80, proto: IpProto.TCP }));
+    });
+  });
+
+  describe('trace levels', () => {
+    const traces = async () => (await h.takeEvents()).filter((e) => e.type === TRACE);
+
+    it('OFF (no config entry): no traces; NEW_FLOWS: one for the first packet; ALL: one per packet', async () => {
+      allowAtoB80();
+      const run2 = async (sport: number) => {
+        await h.run(FROM, synAtoB(sport));
+        await h.run(FROM, tcpFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, sport, dport: 80, flags: TcpFlag.ACK }));
+      };
+      await run2(40001);
+      assert.deepEqual(await traces(), []);
+      h.setTraceLevel(TraceLevel.OFF);
+      await run2(40002);
+      assert.deepEqual(await traces(), []);
+      h.setTraceLevel(TraceLevel.NEW_FLOWS);
+      await run2(40003);
+      assertEvents(await traces(), [{ subtype: TracePoint.TO_ENDPOINT, sport: 40003, tcpFlags: TcpFlag.SYN }]);
+      h.setTraceLevel(TraceLevel.ALL);
+      await run2(40004);
+      assertEvents(await traces(), [
+        { subtype: TracePoint.TO_ENDPOINT, sport: 40004, tcpFlags: TcpFlag.SYN },
+        { subtype: TracePoint.TO_ENDPOINT, sport: 40004, tcpFlags: TcpFlag.ACK, srcIdentity: IDENTITY.A, dstIdentity: IDENTITY.B },
+      ]);
+      // Outbound to the stack at ALL: TO_STACK.
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, cookie: 0x77 });
+      await h.run(FROM, udpFrame({ ...fromA, src: POD_A.ip, dst: WORLD_IP, sport: 1, dport: 2 }));
+      assertEvents(await traces(), [{ subtype: TracePoint.TO_STACK, direction: EGRESS }]);
+    });
+  });
+});
+
+describe('bpf_lxc tendril_to_container', () => {
+  let h: ProgramHarness;
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(LXC_OBJECT);
+    installNode(h);
+  });
+  afterEach(async () => {
+    await h?.close();
+  });
+
+  it('enforces the pod\'s ingress policy on the node\'s traffic with the host identity', async () => {
+    const fromNode = (sport: number) => tcpFrame({ src: NODE_IP, dst: POD_A.ip, sport, dport: 8080 });
+    assert.equal((await h.run(TO, fromNode(30000))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(2), [
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, srcIdentity: IDENTITY.HOST, dstIdentity: IDENTITY.A, dstEndpoint: POD_A.endpointId, srcEndpoint: 0 },
+      { type: DROP, subtype: code('POLICY'), direction: INGRESS },
+    ]);
+    assert.equal(h.metric(code('POLICY'), INGRESS).packets, 1n);
+
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
+    h.setTraceLevel(TraceLevel.NEW_FLOWS);
+    const frame = fromNode(30001);
+    const r = await h.run(TO, frame);
+    assert.equal(r.retval, TcAction.OK);
+    assert.deepEqual(r.data, frame, 'the stack already addressed it');
+    const entry = h.ct({ saddr: NODE_IP, daddr: POD_A.ip, sport: 30001, dport: 8080, proto: IpProto.TCP })!;
+    assert.deepEqual([entry.srcIdentity, entry.dstIdentity, entry.srcEndpoint, entry.dstEndpoint], [IDENTITY.HOST, IDENTITY.A, 0, POD_A.endpointId]);
+    assertEvents(await h.takeEvents(2), [
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: INGRESS, cookie: ReservedCookie.ALLOW_LOCALHOST },
+      { type: TRACE, subtype: TracePoint.FROM_STACK, direction: INGRESS },
+    ]);
+    assert.equal(h.metric(0, INGRESS).packets, 1n);
+
+    // The pod's answer leaves through from_container on conntrack alone (A has no egress entries).
+    const answer = tcpFrame({ ...fromA, src: POD_A.ip, dst: NODE_IP, sport: 8080, dport: 30001, flags: TcpFlag.SYN | TcpFlag.ACK });
+    assert.equal((await h.run(FROM, answer)).retval, TcAction.OK);
+    assert.equal(h.ct({ saddr: NODE_IP, daddr: POD_A.ip, sport: 30001, dport: 8080, proto: IpProto.TCP })!.flags, CtFlag.REPLY_SEEN);
+  });
+
+  it('classifies sources by the ipcache: world without an entry, CIDR identities, remote pods', async () => {
+    for (const [identity, cookie] of [[IDENTITY.CIDR_24, 0x24], [IDENTITY.REMOTE, 0x40]] as const) {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity, egress: false, proto: IpProto.UDP, cookie });
+    }
+    const from = (src: string) => udpFrame({ src, dst: POD_A.ip, sport: 1000, dport: 2000 });
+    assert.equal((await h.run(TO, from('203.0.113.9'))).retval, TcAction.OK);
+    assert.equal((await h.run(TO, from(REMOTE_POD_IP))).retval, TcAction.OK);
+    assert.equal((await h.run(TO, from(WORLD_IP))).retval, TcAction.SHOT);
+    assertEvents((await h.takeEvents(4)).filter((e) => e.type === POLICY_VERDICT), [
+      { subtype: PolicyVerdict.ALLOWED, srcIdentity: IDENTITY.CIDR_24, cookie: 0x24 },
+      { subtype: PolicyVerdict.ALLOWED, srcIdentity: IDENTITY.REMOTE, cookie: 0x40 },
+      { subtype: PolicyVerdict.NO_MATCH, srcIdentity: IDENTITY.WORLD },
+    ]);
+  });
+
+  it('allows an ICMP error about the pod\'s own outbound flow (after masquerade is undone)', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.UDP, cookie: 0x55 });
+    const out = udpFrame({ ...fromA, src: POD_A.ip, dst: WORLD_IP, sport: 40000, dport: 33434, ttl: 3 });
+    assert.equal((await h.run(FROM, out)).retval, TcAction.OK);
+    const timeExceeded = ipv4Frame({ src: '192.0.2.1', dst: POD_A.ip, proto: IpProto.ICMP, payload: icmpError(IcmpType.TIME_EXCEEDED, 0, datagramOf(out)) });
+    assert.equal((await h.run(TO, timeExceeded)).retval, TcAction.OK);
+    const unrelated = ipv4Frame({ src: '192.0.2.1', dst: POD_A.ip, proto: IpProto.ICMP, payload: icmpError(IcmpType.TIME_EXCEEDED, 0, datagramOf(udpFrame({ src: POD_A.ip, dst: WORLD_IP, sport: 40001, dport: 33434 }))) });
+    assert.equal((await h.run(TO, unrelated)).retval, TcAction.SHOT);
+  });
+
+  it('passes ARP, and traffic for an address that is no local pod', async () => {
+    const arp = arpFrame({ senderMac: POD_A.lxcMac, senderIp: ROUTER.ip, targetIp: POD_A.ip });
+    assert.equal((await h.run(TO, arp)).retval, TcAction.OK);
+    assert.equal((await h.run(TO, udpFrame({ src: WORLD_IP, dst: '10.200.0.99', sport: 1, dport: 2 }))).retval, TcAction.OK);
+    assert.equal(h.metric(0, INGRESS).packets, 2n);
+    assert.equal(await h.ctCount(), 0);
+    assertEvents(await h.takeEvents(), []);
+  });
+
+  it('drops a truncated IPv4 header and a later fragment with no first fragment', async () => {
+    assert.equal((await h.run(TO, truncate(udpFrame({ src: WORLD_IP, dst: POD_A.ip, sport: 1, dport: 2 }), 14 + 22))).retval, TcAction.SHOT);
+    const later = ipv4Frame({ src: WORLD_IP, dst: POD_A.ip, proto: IpProto.UDP, id: 5, fragmentOffset: 64, payload: Buffer.alloc(16) });
+    assert.equal((await h.run(TO, later)).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(2), [
+      { type: DROP, subtype: code('INVALID_PACKET'), direction: INGRESS },
+      { type: DROP, subtype: code('FRAG_NOT_FOUND'), direction: INGRESS, dstEndpoint: POD_A.endpointId, srcIdentity: IDENTITY.WORLD },
+    ]);
+    // ipv4Datagram is what ipv4Frame wraps.
+    assert.equal(ipv4Datagram({ src: WORLD_IP, dst: POD_A.ip, proto: 17, payload: Buffer.alloc(0) }).length, 20);
+  });
+});

@@ -1,0 +1,228 @@
+/**
+ * One datapath object (build/bpf/bpf_lxc.o or bpf_host.o) loaded for a
+ * BPF_PROG_TEST_RUN test: nothing pinned, so every load has fresh maps of
+ * its own, small enough to create quickly; typed access to each map through
+ * the codecs of layout.ts; the ring buffer read by a RingBufferReader and
+ * decoded with `datapathEvent`.
+ */
+import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { formatIp, parseIp, parsePrefix, type IpAddress } from '../../../netip/index.js';
+import { BpfObject, type BpfMap, codec, perCpuValue, RingBufferReader, type TestRunResult } from '../../kernel/bpf/index.js';
+import { MapName, POLICY_KEY_FIXED_BITS } from '../constants.js';
+import {
+  ct4Key,
+  ctEntry,
+  datapathConfig,
+  datapathEvent,
+  endpointInfo,
+  endpointKey,
+  frag4Key,
+  frag4Ports,
+  ipcacheKey,
+  ipcacheValue,
+  metricsKey,
+  metricsValue,
+  policyEntry,
+  policyKey,
+  type CtEntryValue,
+  type DatapathEvent,
+  type EndpointInfoValue,
+} from '../layout.js';
+
+const BUILD = fileURLToPath(new URL('../../../../../build/bpf/', import.meta.url));
+export const LXC_OBJECT = join(BUILD, 'bpf_lxc.o');
+export const HOST_OBJECT = join(BUILD, 'bpf_host.o');
+
+/** Map sizes for tests: the defaults preallocate hundreds of MiB of conntrack. */
+const TEST_MAP_SIZES: Readonly<Record<string, number>> = {
+  [MapName.ENDPOINTS]: 256,
+  [MapName.IPCACHE]: 256,
+  [MapName.POLICY]: 1024,
+  [MapName.CT_TCP]: 1024,
+  [MapName.CT_ANY]: 1024,
+  [MapName.FRAG]: 256,
+  [MapName.METRICS]: 256,
+  [MapName.EVENTS]: 1 << 16,
+};
+
+export interface TestEndpoint {
+  ip: string;
+  ifindex: number;
+  identity: number;
+  endpointId: number;
+  flags?: number;
+  lxcMac: string;
+  podMac: string;
+}
+
+export interface TestPolicyEntry {
+  endpointId: number;
+  /** Peer identity; 0 = any. */
+  identity: number;
+  egress: boolean;
+  /** 0 = any protocol. */
+  proto?: number;
+  port?: number;
+  portPrefixLen?: number;
+  cookie: number;
+  deny?: boolean;
+}
+
+export interface CtTuple {
+  saddr: string;
+  daddr: string;
+  sport: number;
+  dport: number;
+  proto: number;
+}
+
+export interface MetricCount {
+  packets: bigint;
+  bytes: bigint;
+}
+
+/** How long the reader has to deliver records before a test concludes there are no more. */
+const EVENT_SETTLE_MS = 40;
+
+export class ProgramHarness {
+  readonly endpoints: BpfMap<IpAddress, EndpointInfoValue>;
+  readonly ipcache: BpfMap<ReturnType<typeof ipcacheKey.read>, ReturnType<typeof ipcacheValue.read>>;
+  readonly policy: BpfMap<ReturnType<typeof policyKey.read>, ReturnType<typeof policyEntry.read>>;
+  readonly ctTcp: BpfMap<ReturnType<typeof ct4Key.read>, CtEntryValue>;
+  readonly ctAny: BpfMap<ReturnType<typeof ct4Key.read>, CtEntryValue>;
+  readonly frag: BpfMap<ReturnType<typeof frag4Key.read>, ReturnType<typeof frag4Ports.read>>;
+  readonly metrics: BpfMap<ReturnType<typeof metricsKey.read>, Array<ReturnType<typeof metricsValue.read>>>;
+  readonly config: BpfMap<number, ReturnType<typeof datapathConfig.read>>;
+  readonly #events: DatapathEvent[] = [];
+  readonly #reader: RingBufferReader;
+  #readerError: unknown;
+
+  private constructor(readonly object: BpfObject) {
+    this.endpoints = object.map(MapName.ENDPOINTS, endpointKey, endpointInfo);
+    this.ipcache = object.map(MapName.IPCACHE, ipcacheKey, ipcacheValue);
+    this.policy = object.map(MapName.POLICY, policyKey, policyEntry);
+    this.ctTcp = object.map(MapName.CT_TCP, ct4Key, ctEntry);
+    this.ctAny = object.map(MapName.CT_ANY, ct4Key, ctEntry);
+    this.frag = object.map(MapName.FRAG, frag4Key, frag4Ports);
+    this.metrics = object.map(MapName.METRICS, metricsKey, perCpuValue(metricsValue));
+    this.config = object.map(MapName.CONFIG, codec.u32, datapathConfig);
+    this.#reader = RingBufferReader.open(
+      object.rawMap(MapName.EVENTS),
+      (records) => {
+        for (const r of records) this.#events.push(datapathEvent.read(r, 0));
+      },
+      {
+        onError: (err) => {
+          this.#readerError = err;
+        },
+      },
+    );
+  }
+
+  /** Loads `path` with fresh, unpinned maps and starts reading its events. */
+  static async load(path: string): Promise<ProgramHarness> {
+    const object = await BpfObject.load(path, { maxEntries: TEST_MAP_SIZES });
+    try {
+      return new ProgramHarness(object);
+    } catch (err) {
+      object.close();
+      throw err;
+    }
+  }
+
+  /** Runs `program` once on `frame` (skb->ifindex is the loopback device's, 1). */
+  async run(program: string, frame: Uint8Array): Promise<TestRunResult> {
+    return this.object.program(program).testRun({ data: frame });
+  }
+
+  setTraceLevel(level: number): void {
+    this.config.set(0, { traceLevel: level, flags: 0, hostIfindex: 0 });
+  }
+
+  addEndpoint(ep: TestEndpoint): void {
+    this.endpoints.set(parseIp(ep.ip), {
+      ifindex: ep.ifindex,
+      identity: ep.identity,
+      endpointId: ep.endpointId,
+      flags: ep.flags ?? 0,
+      lxcMac: ep.lxcMac,
+      podMac: ep.podMac,
+    });
+  }
+
+  /** An ipcache prefix (`10.0.0.0/8`, or an address for a /32). */
+  addIpcache(prefix: string, identity: number): void {
+    this.ipcache.set(parsePrefix(prefix.includes('/') ? prefix : `${prefix}/32`), { identity, tunnelIp4: 0, flags: 0 });
+  }
+
+  /** A policy entry as the datapath control plane writes it (l4PrefixBits = 8 + port prefix with a protocol, else 0). */
+  addPolicy(e: TestPolicyEntry): void {
+    const proto = e.proto ?? 0;
+    const portPrefixLen = proto === 0 ? 0 : (e.portPrefixLen ?? (e.port === undefined ? 0 : 16));
+    const key = { endpointId: e.endpointId, identity: e.identity, egress: e.egress, proto, port: e.port ?? 0, portPrefixLen };
+    this.policy.set(key, { cookie: e.cookie, deny: e.deny ? 1 : 0, l4PrefixBits: proto === 0 ? 0 : 8 + portPrefixLen });
+    if (POLICY_KEY_FIXED_BITS !== 72) throw new Error('policy key layout changed: review addPolicy');
+  }
+
+  ctKey(t: CtTuple): ReturnType<typeof ct4Key.read> {
+    return { saddr: parseIp(t.saddr), daddr: parseIp(t.daddr), sport: t.sport, dport: t.dport, proto: t.proto, flags: 0 };
+  }
+
+  /** The conntrack entry of a flow's original direction (TCP map for TCP, else the other). */
+  ct(t: CtTuple): CtEntryValue | undefined {
+    return (t.proto === 6 ? this.ctTcp : this.ctAny).get(this.ctKey(t));
+  }
+
+  async ctCount(): Promise<number> {
+    let n = 0;
+    for await (const _ of this.ctTcp.keys()) n++;
+    for await (const _ of this.ctAny.keys()) n++;
+    return n;
+  }
+
+  /** Packets and bytes under (reason, direction), summed over CPUs; reason as a positive code or 0. */
+  metric(reason: number, direction: number): MetricCount {
+    const v = this.metrics.get({ reason: Math.abs(reason), direction });
+    const sum: MetricCount = { packets: 0n, bytes: 0n };
+    for (const c of v ?? []) {
+      sum.packets += c.packets;
+      sum.bytes += c.bytes;
+    }
+    return sum;
+  }
+
+  /**
+   * The events the programs emitted since the last call, in order. Waits
+   * for `atLeast` of them (5 s at most), then until none arrive for a short
+   * while, so a test also sees events it did not expect.
+   */
+  async takeEvents(atLeast = 0): Promise<DatapathEvent[]> {
+    const deadline = Date.now() + 5000;
+    while (this.#events.length < atLeast && Date.now() < deadline) await sleep(5);
+    let seen = -1;
+    while (seen !== this.#events.length) {
+      seen = this.#events.length;
+      await sleep(EVENT_SETTLE_MS);
+    }
+    if (this.#readerError !== undefined) throw this.#readerError;
+    return this.#events.splice(0);
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.#reader.stop();
+    } finally {
+      this.object.close();
+    }
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** An event's addresses as text, for assertions. */
+export function eventAddresses(e: DatapathEvent): { saddr: string; daddr: string } {
+  return { saddr: formatIp(e.saddr), daddr: formatIp(e.daddr) };
+}

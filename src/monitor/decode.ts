@@ -1,0 +1,106 @@
+/**
+ * Ring buffer record → MonitorEvent: decoded with the contract's codec
+ * (layout.ts datapathEvent), then resolved against what the agent knows now.
+ */
+import { DropReason, dropReasonName, EventType, PolicyVerdict, TracePoint, TrafficDirection } from '../datapath/bpf/constants.js';
+import { datapathEvent, type DatapathEvent, EVENT_SIZE } from '../datapath/bpf/layout.js';
+import type { RuleCookieIndex } from '../datapath/bpf/ruleCookie.js';
+import { formatIp } from '../netip/index.js';
+import { describeCookie } from './ruleText.js';
+import type { MonitorDirection, MonitorEvent, MonitorEventType, MonitorPeer, MonitorTracePoint, MonitorVerdict } from './types.js';
+
+/** What resolving an event needs from the agent. */
+export interface MonitorContext {
+  /** An identity's labels, or undefined when unknown. */
+  identityLabels(identity: number): readonly string[] | undefined;
+  /** An interface's name, or undefined when there is none by that index. */
+  interfaceName(ifindex: number): string | undefined;
+  /** Rule cookies of the current policies. */
+  ruleIndex(): RuleCookieIndex;
+}
+
+/** A ring buffer record as the contract's struct; undefined for a record too short or of an unknown family. */
+export function decodeRecord(record: Buffer): DatapathEvent | undefined {
+  if (record.length < EVENT_SIZE) return undefined;
+  try {
+    return datapathEvent.read(record, 0);
+  } catch {
+    return undefined;
+  }
+}
+
+const TYPE_NAMES: Record<number, MonitorEventType> = { [EventType.DROP]: 'drop', [EventType.POLICY_VERDICT]: 'policy-verdict', [EventType.TRACE]: 'trace' };
+const VERDICT_NAMES: Record<number, MonitorVerdict> = { [PolicyVerdict.ALLOWED]: 'allowed', [PolicyVerdict.DENIED]: 'denied', [PolicyVerdict.NO_MATCH]: 'no-match' };
+const TRACE_NAMES: Record<number, MonitorTracePoint> = {
+  [TracePoint.TO_ENDPOINT]: 'to-endpoint',
+  [TracePoint.TO_STACK]: 'to-stack',
+  [TracePoint.FROM_STACK]: 'from-stack',
+  [TracePoint.FROM_HOST]: 'from-host',
+  [TracePoint.TO_HOST]: 'to-host',
+};
+const PROTOCOLS: Record<number, string> = { 1: 'icmp', 6: 'tcp', 17: 'udp', 58: 'icmpv6', 132: 'sctp' };
+const TCP_FLAGS: Array<[number, string]> = [
+  [0x02, 'SYN'],
+  [0x10, 'ACK'],
+  [0x01, 'FIN'],
+  [0x04, 'RST'],
+  [0x08, 'PSH'],
+  [0x20, 'URG'],
+];
+const POLICY_DROPS = new Set<number>([Math.abs(DropReason.POLICY.code), Math.abs(DropReason.POLICY_DENY.code)]);
+
+export function directionOf(d: number): MonitorDirection {
+  return d === TrafficDirection.INGRESS ? 'ingress' : d === TrafficDirection.EGRESS ? 'egress' : 'none';
+}
+
+export function protocolName(proto: number): string {
+  return PROTOCOLS[proto] ?? String(proto);
+}
+
+export function tcpFlagNames(flags: number): string[] {
+  return TCP_FLAGS.filter(([bit]) => (flags & bit) !== 0).map(([, name]) => name);
+}
+
+/** The wall-clock time of a bpf_ktime_get_ns() (CLOCK_MONOTONIC) timestamp. */
+export function wallClockOf(tsNs: bigint, nowMonoNs: bigint = process.hrtime.bigint(), nowWallMs: number = Date.now()): Date {
+  return new Date(nowWallMs - Number((nowMonoNs - tsNs) / 1_000_000n));
+}
+
+/** The resolved event; undefined for an event type this agent does not know. */
+export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: bigint, nowWallMs?: number): MonitorEvent | undefined {
+  const type = TYPE_NAMES[e.type];
+  if (type === undefined) return undefined;
+  const peer = (endpoint: number, identity: number, ip: string, port: number): MonitorPeer => ({
+    ...(endpoint !== 0 ? { endpoint } : {}),
+    identity,
+    labels: [...(ctx.identityLabels(identity) ?? [])],
+    ip,
+    port,
+  });
+  const out: MonitorEvent = {
+    type,
+    time: wallClockOf(e.tsNs, nowMonoNs, nowWallMs).toISOString(),
+    direction: directionOf(e.direction),
+    source: peer(e.srcEndpoint, e.srcIdentity, formatIp(e.saddr), e.sport),
+    destination: peer(e.dstEndpoint, e.dstIdentity, formatIp(e.daddr), e.dport),
+    protocol: protocolName(e.proto),
+    interface: { ifindex: e.ifindex },
+    length: e.origLen,
+  };
+  const ifName = e.ifindex === 0 ? undefined : ctx.interfaceName(e.ifindex);
+  if (ifName !== undefined) out.interface.name = ifName;
+  if (e.proto === 6) out.tcpFlags = tcpFlagNames(e.tcpFlags);
+  if (type === 'drop') {
+    const name = dropReasonName(e.subtype);
+    out.drop = { reason: name ?? `UNKNOWN_${e.subtype}`, code: e.subtype, text: name ? DropReason[name].text : `unknown drop reason ${e.subtype}` };
+    if (POLICY_DROPS.has(e.subtype)) out.rule = describeCookie(e.cookie, ctx.ruleIndex());
+  } else if (type === 'policy-verdict') {
+    const verdict = VERDICT_NAMES[e.subtype];
+    if (verdict !== undefined) out.verdict = verdict;
+    out.rule = describeCookie(e.cookie, ctx.ruleIndex());
+  } else {
+    const point = TRACE_NAMES[e.subtype];
+    if (point !== undefined) out.tracePoint = point;
+  }
+  return out;
+}

@@ -1,0 +1,181 @@
+/**
+ * Fans the datapath's events out to monitor clients. The ring buffer is read
+ * only while at least one client is connected: with nobody watching, the
+ * kernel's ring fills and drops new records on its own, at no cost to the
+ * agent. Each record is decoded and resolved once, then handed to every
+ * client whose filter it passes.
+ */
+import type { Logger } from '../logging/logger.js';
+import { RawMap, RingBufferReader } from '../datapath/kernel/bpf/index.js';
+import { decodeRecord, type MonitorContext, resolveEvent } from './decode.js';
+import { matchesFilter } from './filter.js';
+import type { MonitorEvent, MonitorFilter } from './types.js';
+
+/** Where records come from: the pinned ring buffer, in the agent. */
+export interface EventSource {
+  /** Starts delivering records; throws when the source cannot be opened. */
+  open(onRecords: (records: Buffer[]) => void, onError: (err: unknown) => void): { stop(): Promise<void> };
+}
+
+/** The ring buffer pinned at `pinPath`, opened afresh for each reading period. */
+export function pinnedRingBuffer(pinPath: string): EventSource {
+  return {
+    open(onRecords, onError) {
+      const map = RawMap.openPinned(pinPath, { type: 'RINGBUF' });
+      let reader: RingBufferReader;
+      try {
+        // The API server keeps the agent alive; a reader alone must not.
+        reader = RingBufferReader.open(map, onRecords, { onError, keepAlive: false });
+      } catch (err) {
+        map.close();
+        throw err;
+      }
+      return {
+        stop: async () => {
+          try {
+            // Held while stopping, so the event loop waits for the thread to finish.
+            reader.ref();
+            await reader.stop();
+          } finally {
+            map.close();
+          }
+        },
+      };
+    },
+  };
+}
+
+export interface MonitorSubscription {
+  /** Leaves the hub; the last one out stops the reader. */
+  close(): Promise<void>;
+}
+
+interface Subscriber {
+  filter: MonitorFilter;
+  /**
+   * When the client came (CLOCK_MONOTONIC, as the events' timestamps): the
+   * ring keeps what nobody read, and a new client must not get that backlog
+   * as if it were happening now.
+   */
+  since: bigint;
+  onEvent(e: MonitorEvent): void;
+  /** The hub ends the subscription itself (the reader failed, the agent stops). */
+  onEnd(reason: string): void;
+}
+
+export interface MonitorHubStats {
+  subscribers: number;
+  reading: boolean;
+  records: number;
+  /** Records that were no event this agent can decode (short, unknown family or type). */
+  undecodable: number;
+  /** Records older than every client (left in the ring while nobody read it). */
+  stale: number;
+}
+
+export class MonitorHub {
+  readonly #source: EventSource;
+  readonly #context: MonitorContext;
+  readonly #log: Logger;
+  readonly #subscribers = new Set<Subscriber>();
+  #reader: { stop(): Promise<void> } | undefined;
+  /** Reader start/stop, one at a time: two readers on one ring would share its consumer position. */
+  #transition: Promise<void> = Promise.resolve();
+  #records = 0;
+  #undecodable = 0;
+  #stale = 0;
+
+  constructor(opts: { source: EventSource; context: MonitorContext; log: Logger }) {
+    this.#source = opts.source;
+    this.#context = opts.context;
+    this.#log = opts.log;
+  }
+
+  stats(): MonitorHubStats {
+    return { subscribers: this.#subscribers.size, reading: this.#reader !== undefined, records: this.#records, undecodable: this.#undecodable, stale: this.#stale };
+  }
+
+  /** Joins; the first client starts the reader (and fails here if the ring buffer cannot be opened). */
+  async subscribe(filter: MonitorFilter, onEvent: (e: MonitorEvent) => void, onEnd: (reason: string) => void = () => undefined): Promise<MonitorSubscription> {
+    const sub: Subscriber = { filter, onEvent, onEnd, since: process.hrtime.bigint() };
+    await this.#serialize(async () => {
+      if (this.#reader === undefined) {
+        this.#reader = this.#source.open(
+          (records) => this.handleRecords(records),
+          (err) => void this.#fail(err),
+        );
+        this.#log.info('monitor: reading datapath events');
+      }
+      this.#subscribers.add(sub);
+    });
+    let closed = false;
+    return {
+      close: async () => {
+        if (closed) return;
+        closed = true;
+        this.#subscribers.delete(sub);
+        await this.#stopIfIdle();
+      },
+    };
+  }
+
+  /** Decodes, resolves and dispatches records (the reader's callback). */
+  handleRecords(records: readonly Buffer[]): void {
+    let oldest: bigint | undefined;
+    for (const s of this.#subscribers) if (oldest === undefined || s.since < oldest) oldest = s.since;
+    for (const record of records) {
+      this.#records++;
+      if (this.#subscribers.size === 0) continue;
+      const raw = decodeRecord(record);
+      if (raw !== undefined && oldest !== undefined && raw.tsNs < oldest) {
+        this.#stale++;
+        continue;
+      }
+      const event = raw && resolveEvent(raw, this.#context);
+      if (event === undefined) {
+        this.#undecodable++;
+        continue;
+      }
+      for (const s of this.#subscribers) {
+        if (raw!.tsNs < s.since || !matchesFilter(event, s.filter)) continue;
+        try {
+          s.onEvent(event);
+        } catch (err) {
+          this.#log.warn({ err }, 'monitor client failed to take an event; ending it');
+          this.#subscribers.delete(s);
+          s.onEnd('internal error');
+        }
+      }
+    }
+  }
+
+  /** Ends every client and stops reading (agent shutdown). */
+  async close(reason = 'the agent is stopping'): Promise<void> {
+    const subs = [...this.#subscribers];
+    this.#subscribers.clear();
+    for (const s of subs) s.onEnd(reason);
+    await this.#stopIfIdle();
+  }
+
+  async #fail(err: unknown): Promise<void> {
+    this.#log.error({ err }, 'monitor: reading datapath events failed');
+    await this.close(`reading datapath events failed: ${(err as Error).message ?? String(err)}`);
+  }
+
+  #stopIfIdle(): Promise<void> {
+    return this.#serialize(async () => {
+      if (this.#subscribers.size > 0 || this.#reader === undefined) return;
+      const reader = this.#reader;
+      this.#reader = undefined;
+      await reader.stop();
+      this.#log.info('monitor: no client left, stopped reading datapath events');
+    });
+  }
+
+  #serialize(step: () => Promise<void>): Promise<void> {
+    const next = this.#transition.then(step);
+    // A failed step must not wedge the ones after it; its caller sees the failure.
+    this.#transition = next.catch(() => undefined);
+    return next;
+  }
+}

@@ -1,0 +1,13 @@
+/**
+ * `tendril monitor`: the datapath's events (drops, policy verdicts, traces)
+ * decoded, resolved and filtered for people. The agent reads the ring
+ * buffer (MonitorHub) and streams MonitorEvents as NDJSON; the CLI prints them.
+ */
+export { MONITOR_EVENT_TYPES, type MonitorDirection, type MonitorEvent, type MonitorEventType, type MonitorFilter, type MonitorPeer, type MonitorRule, type MonitorTracePoint, type MonitorVerdict } from './types.js';
+export { decodeRecord, type MonitorContext, resolveEvent, protocolName, tcpFlagNames, wallClockOf } from './decode.js';
+export { matchesFilter } from './filter.js';
+export { formatEventLine } from './format.js';
+export { describeCookie, originText } from './ruleText.js';
+export { InterfaceNames } from './interfaceNames.js';
+export { agentMonitorContext, type AgentMonitorSources, CurrentRuleIndex, policyRuleOrigins } from './agentContext.js';
+export { type EventSource, MonitorHub, type MonitorHubStats, type MonitorSubscription, pinnedRingBuffer } from './hub.js';

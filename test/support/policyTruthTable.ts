@@ -1,0 +1,78 @@
+import type { DatapathNode } from './datapathNode.js';
+import { traceDport, traceVerdict } from './datapathNode.js';
+import { describeProbe, inParallel, type NetnsProber, type ProbeOutcome, type Protocol, reachable } from './reachability.js';
+
+/** Something that sends or answers probes: a pod, the node, an address of an outside host. */
+export interface Peer {
+  name: string;
+  /** The labels `policy trace` gets for it (a pod's endpoint labels, reserved:host, a CIDR identity's). */
+  labels: string[];
+  /** The address others probe it at, and the one it sends from. */
+  address: string;
+  prober: NetnsProber;
+  /** Bind probes it sends to `address` (a namespace with several addresses, the node). */
+  bindSource: boolean;
+}
+
+export interface L4Probe {
+  proto: Protocol;
+  port?: number;
+}
+
+export interface TruthRow {
+  src: string;
+  dst: string;
+  probe: string;
+  trace: 'allow' | 'deny';
+  outcome: ProbeOutcome;
+  detail?: string;
+}
+
+/**
+ * Probes every (src, dst, probe) and asks the policy engine's trace for the
+ * same flow. Probes run `probeConcurrency` at a time (an expected drop costs
+ * its whole timeout, so they overlap); trace answers are cached per label
+ * sets and port, since pods of a namespace share none of their labels.
+ */
+export async function truthTable(
+  node: DatapathNode,
+  pairs: ReadonlyArray<[Peer, Peer]>,
+  probes: readonly L4Probe[],
+  opts: { timeoutMs: number; probeConcurrency: number },
+): Promise<TruthRow[]> {
+  const flows = pairs.flatMap(([src, dst]) => probes.map((p) => ({ src, dst, p })));
+  const traceCache = new Map<string, Promise<'allow' | 'deny'>>();
+  const trace = (src: Peer, dst: Peer, p: L4Probe) => {
+    const dport = traceDport(p);
+    const key = `${src.labels.join(',')}|${dst.labels.join(',')}|${dport}`;
+    let v = traceCache.get(key);
+    if (v === undefined) traceCache.set(key, (v = traceVerdict(node, src.labels, dst.labels, dport)));
+    return v;
+  };
+  const verdicts = await inParallel(flows, 8, ({ src, dst, p }) => trace(src, dst, p));
+  const results = await inParallel(flows, opts.probeConcurrency, ({ src, dst, p }) =>
+    src.prober.probe({ proto: p.proto, dst: dst.address, timeoutMs: opts.timeoutMs, ...(p.port !== undefined ? { port: p.port } : {}), ...(src.bindSource ? { src: src.address } : {}) }),
+  );
+  return flows.map(({ src, dst, p }, i) => ({
+    src: src.name,
+    dst: dst.name,
+    probe: describeProbe(p),
+    trace: verdicts[i]!,
+    outcome: results[i]!.outcome,
+    ...(results[i]!.detail ? { detail: results[i]!.detail } : {}),
+  }));
+}
+
+/** Rows where what the packets did differs from the trace, as readable lines. */
+export function mismatches(rows: readonly TruthRow[]): string[] {
+  return rows
+    .filter((r) => r.outcome === 'error' || reachable(r.outcome) !== (r.trace === 'allow'))
+    .map((r) => `${r.src} -> ${r.dst} ${r.probe}: trace ${r.trace.toUpperCase()}, packets ${r.outcome}${r.detail ? ` (${r.detail})` : ''}`);
+}
+
+/** The outcome of one flow of a table, for hand-written expectations. */
+export function rowOf(rows: readonly TruthRow[], src: string, dst: string, probe: string): TruthRow {
+  const r = rows.find((x) => x.src === src && x.dst === dst && x.probe === probe);
+  if (!r) throw new Error(`no row ${src} -> ${dst} ${probe} in the truth table`);
+  return r;
+}

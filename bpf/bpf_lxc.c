@@ -86,12 +86,13 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 		f->dst_identity = dst->identity;
 		if (local)
 			f->dst_endpoint = dst->endpoint_id;
-	} else {
-		f->dst_identity = ipcache_identity4(f->daddr);
 	}
 
 	now = bpf_ktime_get_ns();
 	if (ct_lookup(f, now) == CT_NEW) {
+		/* The ipcache (an LPM walk) only for new flows: a hit carries the identities. */
+		if (!dst)
+			f->dst_identity = ipcache_identity4(f->daddr);
 		ret = policy_enforce(skb, f, src_endpoint_id, f->dst_identity, 1, &cookie);
 		if (ret < 0)
 			return drop_packet(skb, f, ret, DIR_EGRESS, cookie);

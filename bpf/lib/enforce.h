@@ -70,13 +70,16 @@ static __always_inline int ingress_to_endpoint4(struct __sk_buff *skb, struct fl
 
 	f->dst_identity = dst->identity;
 	f->dst_endpoint = endpoint_id;
-	flow_set_source4(f);
 	ret = l4_load(skb, f, ip);
-	if (ret < 0)
+	if (ret < 0) {
+		flow_set_source4(f);
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	}
 	now = bpf_ktime_get_ns();
 	if (ct_lookup(f, now) != CT_NEW)
 		return 0;
+	/* The source's identity (an LPM walk) only for new flows: a hit carries it. */
+	flow_set_source4(f);
 	ret = policy_enforce(skb, f, endpoint_id, f->src_identity, 0, &cookie);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_INGRESS, cookie);

@@ -7,7 +7,11 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
-import { TcAction } from '../kernel/bpf/index.js';
+import { BpfObject, removePinDir, TcAction } from '../kernel/bpf/index.js';
+import { makePinRoot } from '../kernel/bpf/testing/kernelTest.js';
+import { MapName } from './constants.js';
+import { endpointInfo, endpointKey } from './layout.js';
+import { parseIp } from '../../netip/index.js';
 import { CtFlag, DropReason, EventType, PolicyVerdict, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
 import { assertEvents } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, WORLD_IP } from './testing/fixtures.js';
@@ -63,6 +67,25 @@ describe('bpf_host', () => {
       ]);
       assert.equal(h.metric(0, INGRESS).packets, 1n);
       assert.equal(h.metric(code('POLICY'), INGRESS).packets, 1n);
+    });
+
+    it('pins the same maps as bpf_lxc: the second object loaded into one pin directory reuses every map', async () => {
+      const pinRoot = await makePinRoot('h1-shared');
+      const loaded: BpfObject[] = [];
+      try {
+        loaded.push(await BpfObject.load(LXC_OBJECT, { pinRoot, maxEntries: { [MapName.CT_TCP]: 1024, [MapName.CT_ANY]: 1024 } }));
+        loaded.push(await BpfObject.load(HOST_OBJECT, { pinRoot, maxEntries: { [MapName.CT_TCP]: 1024, [MapName.CT_ANY]: 1024 } }));
+        const [lxc, host] = loaded as [BpfObject, BpfObject];
+        for (const name of Object.values(MapName)) {
+          assert.equal(lxc.maps.get(name)?.reusedPin, false, `${name} created by bpf_lxc.o`);
+          assert.equal(host.maps.get(name)?.reusedPin, true, `${name} reused by bpf_host.o`);
+        }
+        lxc.map(MapName.ENDPOINTS, endpointKey, endpointInfo).set(parseIp(POD_A.ip), { ...POD_A, flags: 0 });
+        assert.equal(host.map(MapName.ENDPOINTS, endpointKey, endpointInfo).get(parseIp(POD_A.ip))?.endpointId, POD_A.endpointId);
+      } finally {
+        for (const o of loaded) o.close();
+        await removePinDir(pinRoot);
+      }
     });
 
     it('shares conntrack with bpf_lxc: the pod\'s reply through from_container rides the entry', async () => {

@@ -3,7 +3,7 @@
 // node namespace, pins under a bpffs root of its own) with pods made through the
 // agent's CNI API, the TCP worker run inside a pod, and the policy documents.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { AgentClient } from '../src/client/agentClient.js';
@@ -64,7 +64,7 @@ export class TendrilBenchNode {
 
   /** `node` must already exist (in `namespaces`). */
   static async start(node: string, stateDir: string, podCidr: string): Promise<TendrilBenchNode> {
-    const a = await startBenchAgent(node, stateDir, podCidr);
+    const a = await startBenchAgent(node, stateDir, podCidr, ['--datapath', 'bpf']);
     return new TendrilBenchNode(node, a.client, a.socket, a.process, a.bpffsRoot);
   }
 
@@ -133,8 +133,21 @@ export class TendrilBenchNode {
   }
 }
 
-/** The TCP worker serving inside `ns`; `stop` ends it. */
-export async function startTcpServer(ns: string, ip: string, port: number): Promise<{ stop: () => void }> {
+/** CPU time (ns) a process's threads have run, from /proc/<pid>/task/<tid>/schedstat. */
+export async function processCpuNs(pid: number): Promise<number> {
+  let total = 0;
+  for (const tid of await readdir(`/proc/${pid}/task`)) {
+    try {
+      total += Number((await readFile(`/proc/${pid}/task/${tid}/schedstat`, 'utf8')).split(' ')[0]);
+    } catch {
+      // a thread that ended meanwhile
+    }
+  }
+  return total;
+}
+
+/** The TCP worker serving inside `ns`; `stop` ends it, `cpuNs` is the CPU its threads have used so far. */
+export async function startTcpServer(ns: string, ip: string, port: number): Promise<{ stop: () => void; cpuNs: () => Promise<number> }> {
   const proc = spawn('nsenter', [`--net=${netnsPath(ns)}`, '--', process.execPath, WORKER, 'serve', ip, String(port)], { stdio: ['pipe', 'pipe', 'inherit'] });
   await new Promise<void>((resolve, reject) => {
     proc.once('error', reject);
@@ -142,7 +155,8 @@ export async function startTcpServer(ns: string, ip: string, port: number): Prom
     createInterface({ input: proc.stdout! }).once('line', () => resolve());
   });
   proc.removeAllListeners('exit');
-  return { stop: () => proc.kill('SIGKILL') };
+  // nsenter execs the worker: the child's pid is the server's.
+  return { stop: () => proc.kill('SIGKILL'), cpuNs: () => processCpuNs(proc.pid!) };
 }
 
 /** One run of the TCP worker as a client inside `ns`; its JSON result. */

@@ -28,7 +28,10 @@ interface CrrResult {
   transactions: number;
   errors: number;
   seconds: number;
+  cpuUs: number;
   latenciesUs: number[];
+  /** Set by the bench: the server process's CPU over the same run. */
+  serverCpuUs?: number;
 }
 interface RrResult {
   transactions: number;
@@ -47,6 +50,13 @@ export interface ScalePoint {
   cpsVs0: number;
   crrP50Vs0: number;
   rrP50Vs0: number;
+  /**
+   * CPU µs per connection of client and server processes together (on veth the kernel's
+   * packet work, programs and rule walks included, runs mostly in the sender's context):
+   * a cost that a busy machine disturbs much less than wall-clock rates.
+   */
+  cpuPerConn: number;
+  cpuPerConnVs0: number;
   /** What a connection to a port no rule allows met: `timeout` = dropped (policy in force). */
   otherPort: string;
 }
@@ -136,8 +146,10 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
     for (const [k, n] of COUNTS.entries()) tServers.push(await tendrilNode.addPod(`scale-server-${n}`, tServersNs[k]!, `app=scale-server-${n}`));
     const base = await routedNamespaces(bn, bc, bServersNs);
 
-    for (const [k, pod] of tServers.entries()) stoppers.push((await startTcpServer(tServersNs[k]!, pod.ip, PORT)).stop);
-    for (const [k, ip] of base.serverIps.entries()) stoppers.push((await startTcpServer(bServersNs[k]!, ip, PORT)).stop);
+    const servers: Record<string, Awaited<ReturnType<typeof startTcpServer>>[]> = { tendril: [], iptables: [] };
+    for (const [k, pod] of tServers.entries()) servers.tendril!.push(await startTcpServer(tServersNs[k]!, pod.ip, PORT));
+    for (const [k, ip] of base.serverIps.entries()) servers.iptables!.push(await startTcpServer(bServersNs[k]!, ip, PORT));
+    for (const s of [...servers.tendril!, ...servers.iptables!]) stoppers.push(s.stop);
 
     // tendril: every count's rules, then wait until each server realizes them and the agent is idle.
     const t0 = performance.now();
@@ -166,13 +178,20 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
     for (let r = 0; r < rounds; r++) {
       // Each round starts one series further on, so no series always runs first.
       const order = series.map((_, i) => series[(i + r) % series.length]!);
-      for (const s of order) s.crr.push(await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: crrMs, concurrency }));
+      for (const s of order) {
+        const server = servers[s.side]![s.k]!;
+        const cpu0 = await server.cpuNs();
+        const res = await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: crrMs, concurrency });
+        res.serverCpuUs = ((await server.cpuNs()) - cpu0) / 1000;
+        s.crr.push(res);
+      }
       for (const s of order) s.rr.push(await clients[s.side].run<RrResult>({ op: 'rr', ip: s.serverIp, port: PORT, ms: rrMs }));
     }
     const points = async (side: Series['side']) => {
       const out: ScalePoint[] = [];
       const zero = series.find((x) => x.side === side && x.k === 0)!;
       const roundCps = (x: CrrResult) => x.transactions / x.seconds;
+      const roundCpu = (x: CrrResult) => (x.cpuUs + x.serverCpuUs!) / x.transactions;
       const roundP50 = (x: { latenciesUs: number[] }) => percentile(x.latenciesUs, 0.5);
       // The machine is shared: a busy spell moves every point measured in it, so each
       // round's figure is compared with the 0-rule figure of the same round.
@@ -193,6 +212,8 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
           cpsVs0: paired(crrOf, s, roundCps),
           crrP50Vs0: paired(crrOf, s, roundP50),
           rrP50Vs0: paired(rrOf, s, roundP50),
+          cpuPerConn: percentile(s.crr.map(roundCpu), 0.5),
+          cpuPerConnVs0: paired(crrOf, s, roundCpu),
           otherPort: await checkPort(s.clientNs, s.serverIp, PORT + 1),
         });
       }
@@ -210,16 +231,16 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
 const spread = (xs: number[]) => (Math.max(...xs) - Math.min(...xs)) / Math.max(...xs);
 
 export function printPolicyScale(r: PolicyScaleReport): void {
-  const f = (x: number, d = 0) => x.toFixed(d).padStart(8);
+  const f = (x: number, d = 0) => x.toFixed(d).padStart(9);
   console.log(`\nPolicy cost vs rule count, pod→pod TCP on one node: CRR (connect+1B req/resp+close, ${r.concurrency} concurrent, ${r.rounds}×${r.crrMs} ms) and RR (1B on an open connection, ${r.rounds}×${r.rrMs} ms), interleaved`);
   console.log('  iptables baseline: routed veths through a node netns; FORWARD = ct ESTABLISHED accept, then a linear chain of N rules (allowing rule last)');
-  console.log(`  ${'rules'.padStart(6)} | ${'tendril'.padEnd(72)} | ${'iptables'.padEnd(72)} | tendril server map`);
-  const head = ['conn/s', 'vs 0', 'CRR p50', 'vs 0', 'CRR p99', 'RR p50', 'vs 0', 'RR p99', ''].map((h) => h.padStart(8)).join('');
+  console.log(`  ${'rules'.padStart(6)} | ${'tendril'.padEnd(99)} | ${'iptables'.padEnd(99)} | tendril server map`);
+  const head = ['conn/s', 'vs 0', 'CPU/conn', 'vs 0', 'CRR p50', 'vs 0', 'CRR p99', 'RR p50', 'vs 0', 'RR p99', ''].map((h) => h.padStart(9)).join('');
   console.log(`  ${''.padStart(6)} | ${head} | ${head} | (latencies µs; port 8081: timeout = dropped)`);
   r.tendril.forEach((t, i) => {
     const b = r.iptables[i]!;
     const e = r.tendrilEntries[i]!;
-    const cols = (p: ScalePoint) => `${f(p.cps)}${f(p.cpsVs0, 2)}${f(p.crrP50)}${f(p.crrP50Vs0, 2)}${f(p.crrP99)}${f(p.rrP50)}${f(p.rrP50Vs0, 2)}${f(p.rrP99)}${(p.errors ? `e${p.errors}` : '').padStart(8)}`;
+    const cols = (p: ScalePoint) => `${f(p.cps)}${f(p.cpsVs0, 2)}${f(p.cpuPerConn, 1)}${f(p.cpuPerConnVs0, 2)}${f(p.crrP50)}${f(p.crrP50Vs0, 2)}${f(p.crrP99)}${f(p.rrP50)}${f(p.rrP50Vs0, 2)}${f(p.rrP99)}${(p.errors ? `e${p.errors}` : '').padStart(9)}`;
     console.log(`  ${String(t.rules).padStart(6)} | ${cols(t)} | ${cols(b)} | ${e.entries} entries${e.datapathEnforced ? '' : ' (agent: not enforced)'}; 8081: ${t.otherPort}/${b.otherPort}`);
   });
   const tc = r.tendril.map((p) => p.cps);
@@ -227,9 +248,10 @@ export function printPolicyScale(r: PolicyScaleReport): void {
   const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
   const pairedSpread = (xs: number[]) => Math.max(...xs.map((x) => Math.abs(1 - x)));
   console.log(
-    `  tendril spread 0→10,000 rules, paired per round: conn/s ${pct(pairedSpread(r.tendril.map((p) => p.cpsVs0)))}, RR p50 ${pct(pairedSpread(r.tendril.map((p) => p.rrP50Vs0)))}, CRR p50 ${pct(pairedSpread(r.tendril.map((p) => p.crrP50Vs0)))} (goal: within 5%);` +
+    `  tendril spread 0→10,000 rules, paired per round: conn/s ${pct(pairedSpread(r.tendril.map((p) => p.cpsVs0)))}, CPU/conn ${pct(pairedSpread(r.tendril.map((p) => p.cpuPerConnVs0)))}, RR p50 ${pct(pairedSpread(r.tendril.map((p) => p.rrP50Vs0)))}, CRR p50 ${pct(pairedSpread(r.tendril.map((p) => p.crrP50Vs0)))} (goal: within 5%);` +
       ` of the medians: conn/s ${pct(spread(tc))}, CRR p50 ${pct(spread(r.tendril.map((p) => p.crrP50)))}, RR p50 ${pct(spread(r.tendril.map((p) => p.rrP50)))}`,
   );
+  console.log(`  CPU µs per connection (client + server processes) at 10,000 vs 0 rules (paired): tendril ${r.tendril.at(-1)!.cpuPerConnVs0.toFixed(2)}x, iptables ${r.iptables.map((p) => p.cpuPerConnVs0.toFixed(2)).join(' → ')}`);
   console.log(
     `  conn/s at 10,000 vs 0 rules (paired): tendril ${r.tendril.at(-1)!.cpsVs0.toFixed(2)}x, iptables ${r.iptables.at(-1)!.cpsVs0.toFixed(2)}x (${r.iptables.map((p) => p.cpsVs0.toFixed(2)).join(' → ')}); tendril / iptables at 10,000: ${(tc.at(-1)! / bc.at(-1)!).toFixed(2)}x`,
   );

@@ -58,6 +58,7 @@ function transaction(): Promise<number> {
 async function crr(ms: number, concurrency: number): Promise<string> {
   const latencies: number[] = [];
   let errors = 0;
+  const cpu0 = process.cpuUsage();
   const start = nowNs();
   const end = start + BigInt(ms) * 1_000_000n;
   const loop = async () => {
@@ -71,7 +72,9 @@ async function crr(ms: number, concurrency: number): Promise<string> {
   };
   await Promise.all(Array.from({ length: concurrency }, loop));
   const seconds = Number(nowNs() - start) / 1e9;
-  return JSON.stringify({ transactions: latencies.length, errors, seconds, latenciesUs: latencies });
+  const cpu = process.cpuUsage(cpu0);
+  // cpuUs: this process's CPU (user + system, which carries most of the kernel's packet work on veth).
+  return JSON.stringify({ transactions: latencies.length, errors, seconds, cpuUs: cpu.user + cpu.system, latenciesUs: latencies });
 }
 
 async function rr(ms: number): Promise<string> {

@@ -4,20 +4,22 @@ import type { FastifyInstance } from 'fastify';
 import { DeletionQueue, isRefused } from '../api/deletionQueue.js';
 import { AgentError } from '../api/errors.js';
 import type { AgentConfigView, CniRequest, ConfigPatch, Health } from '../api/types.js';
-import { LinuxDatapath } from '../datapath/linux/linuxDatapath.js';
 import type { Datapath } from '../datapath/types.js';
 import { type Endpoint, EndpointManager, EndpointStore, PolicyRevisions } from '../endpoint/index.js';
 import { IdentityAllocator, identityToJSON, NodeLease, RESERVED_IDENTITIES, reservedIdentity } from '../identity/index.js';
-import { IPCache, KvstoreIPCacheSync } from '../ipcache/index.js';
+import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries } from '../ipcache/index.js';
 import { LabelFilter } from '../labels/index.js';
 import { PolicyEngine } from '../policy/index.js';
+import { PolicyStore } from '../policy/store/index.js';
 import { openBackend } from '../kvstore/factory.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
 import { CniService, ipamOwner, ownerLease } from './cniService.js';
+import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
 import { agentBpfPinDir, BpfObservability } from './bpfObservability.js';
 import { type AgentConfig, masqueradeCidrs } from './config.js';
+import { readInterfaceAddresses } from './interfaceAddresses.js';
 import { IpamProvider } from './ipamProvider.js';
 import { type NodeClaim, type NodeLock, NetnsNodeLock } from './nodeLock.js';
 
@@ -39,6 +41,8 @@ export interface AgentDeps {
   datapath?: Datapath;
   /** What makes this agent its node's only one (default: the abstract socket @tendril-agent of its network namespace). */
   nodeLock?: NodeLock;
+  /** The node's interface addresses (ipcache identity `host`); default: netlink in the agent's namespace, none over a datapath handed in. */
+  interfaceAddresses?: () => Promise<string[]>;
 }
 
 /**
@@ -52,9 +56,15 @@ export class Agent {
   private readonly startedAt = Date.now();
   private readonly routerAddresses = new Map<string, { family: 4 | 6; ip: string }>();
   private readonly policy: PolicyRevisions;
+  /** Imported policies in the kvstore: restored before endpoints, shared by the cluster's nodes. */
+  private readonly policyStore: PolicyStore<ReturnType<PolicyRevisions['upsertPolicies']>, ReturnType<PolicyRevisions['deletePolicies']>>;
+  /** The node's own addresses in the ipcache as identity `host`. */
+  private readonly nodeAddresses: NodeAddressEntries;
   private readonly endpoints: EndpointManager;
   private readonly cni: CniService;
   private readonly endpointStore: EndpointStore;
+  /** The datapath this agent opened (not one a test handed in): its handles are let go at stop. */
+  private ownedDatapath: AgentDatapath | undefined;
   /** Monitor, /v1/bpf/* and conntrack GC: only with the eBPF datapath. */
   private observability: BpfObservability | undefined;
 
@@ -71,7 +81,10 @@ export class Agent {
   ) {
     const faultPoint = faultPointFromEnv(process.env);
     this.endpointStore = new EndpointStore(join(config.stateDir, 'endpoints'));
-    this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: identities }));
+    // CIDR identities of policies come with their ipcache entries, so the datapath classifies those ranges.
+    this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: new IpcacheCidrIdentities(identities, ipcache) }));
+    this.policyStore = new PolicyStore({ backend, target: this.policy, logger: log.child({ subsys: 'policy-store' }) });
+    this.nodeAddresses = new NodeAddressEntries(ipcache, config.nodeName);
     this.endpoints = new EndpointManager({
       datapath,
       store: this.endpointStore,
@@ -113,10 +126,12 @@ export class Agent {
   }
 
   private static async startOwned(config: AgentConfig, log: Logger, deps: AgentDeps): Promise<Agent> {
+    let opened: AgentDatapath | undefined;
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
     await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
     const backend = await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) });
     const lease = new NodeLease(backend, { ttlSeconds: config.leaseTtlSeconds, logger: log.child({ subsys: 'lease' }) });
+    let created: Agent | undefined;
     try {
       const ipam = new IpamProvider(config, backend, log.child({ subsys: 'ipam' }));
       await ipam.start();
@@ -126,10 +141,18 @@ export class Agent {
       const nodeIP = config.nodeIp ?? ipam.routerAddresses().find((r) => r.family === 4)?.ip ?? ipam.routerAddresses()[0]?.ip ?? '0.0.0.0';
       const ipcacheSync = new KvstoreIPCacheSync({ backend, ipcache, nodeName: config.nodeName, nodeIP, lease, logger: log.child({ subsys: 'ipcache' }) });
       await ipcacheSync.start();
-      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? new LinuxDatapath(), lease, identities, ipcacheSync, ipcache);
+      // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.
+      opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log);
+      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? opened!.datapath, lease, identities, ipcacheSync, ipcache);
+      agent.ownedDatapath = opened;
+      created = agent;
       for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
       await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(config) });
       agent.observability = agent.bpfObservability();
+      await agent.refreshNodeAddresses(deps.interfaceAddresses ?? (deps.datapath ? async () => [] : readInterfaceAddresses));
+      // Policies before endpoints: a restored endpoint's first regeneration already holds them, so
+      // the pinned maps that enforced while the agent was down are never rewritten without them.
+      await agent.policyStore.start();
       await agent.endpoints.restore({
         lease: (ep) => agent.leaseOf(ep),
         // IPAM may have lost the addresses (a kvstore that lost its latest writes): held for their endpoints again.
@@ -139,6 +162,8 @@ export class Agent {
           for (const a of ep.addresses) await agent.ensureRouterAddress(a.family, a.gateway);
         },
       });
+      // Pinned datapath state of endpoints that did not come back goes now (the restored ones are synced).
+      await agent.datapath.restoreDone?.(agent.endpoints.list().map((ep) => ({ id: ep.id, hostIfName: ep.hostIfName })));
       // Drained before serving, so a client that sees the API up sees the queue done;
       // and once more after, for a DEL a plugin queued while the socket was not up yet.
       await agent.drainDeletionQueue();
@@ -149,6 +174,8 @@ export class Agent {
       log.info({ socket: config.socket, node: config.nodeName, ipam: config.ipam, routers: ipam.routerAddresses(), endpoints: agent.endpoints.size }, 'agent ready');
       return agent;
     } catch (err) {
+      await created?.policyStore.stop();
+      await opened?.close();
       await lease.stop();
       await backend.close();
       throw err;
@@ -237,11 +264,12 @@ export class Agent {
         return policy.revision;
       },
       list: (filter) => policy.policies(filter),
-      import: (text) => policy.importText(text),
-      delete: (filter) => policy.deletePolicies(filter),
+      import: (text) => this.policyStore.importText(text),
+      delete: (filter) => this.policyStore.deletePolicies(filter),
       selectors: () => policy.engine.selectors(),
       trace: (src, dst, proto, port) => policy.engine.trace(src, dst, proto, port),
       endpointPolicy: (id) => policy.engine.endpointPolicy(id),
+      datapathEnforced: this.datapath.enforcesPolicy === true,
     };
   }
 
@@ -264,9 +292,16 @@ export class Agent {
     };
   }
 
+  /** Router addresses, the node IP and the interfaces' addresses → ipcache identity `host` (at start). */
+  private async refreshNodeAddresses(interfaceAddresses: () => Promise<string[]>): Promise<void> {
+    const own = [...this.routerAddresses.keys(), ...(this.config.nodeIp !== undefined ? [this.config.nodeIp] : [])];
+    this.nodeAddresses.set([...own, ...(await interfaceAddresses())]);
+  }
+
   private async ensureRouterAddress(family: 4 | 6, ip: string): Promise<void> {
     if (this.routerAddresses.has(ip)) return;
     this.routerAddresses.set(ip, { family, ip });
+    this.nodeAddresses.add([ip]);
     await this.datapath.setupNode({ routerAddresses: [...this.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(this.config) });
   }
 
@@ -363,6 +398,7 @@ export class Agent {
   async stop(): Promise<void> {
     await this.server?.close();
     await this.observability?.stop();
+    await this.policyStore.stop();
     await this.endpoints.stop();
     await this.ipcacheSync.stop();
     await this.identities.close();
@@ -370,6 +406,8 @@ export class Agent {
     await this.lease.stop();
     await this.ipam.stop();
     await this.backend.close();
+    // Handles only: programs and maps stay in force, so pods keep being enforced while the agent is down.
+    await this.ownedDatapath?.close();
     await this.nodeClaim?.release();
     this.log.info('agent stopped; pod networking left in place');
   }

@@ -168,6 +168,9 @@ export function toAgentError(err: unknown): AgentError {
       case PolicyErrorCode.UNKNOWN_ENDPOINT:
       case PolicyErrorCode.UNKNOWN_IDENTITY:
         return new AgentError('NOT_FOUND', err.message);
+      case PolicyErrorCode.STORE_FAILED:
+        // The kvstore did not take the change (unreachable, refused): nothing changed, a retry may work.
+        return new AgentError('TRY_AGAIN', err.message);
       default:
         return new AgentError('INTERNAL', err.message);
     }

@@ -10,6 +10,11 @@ import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated'] as const;
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
+export const DATAPATH_KINDS = ['bpf', 'routing'] as const;
+export const TRACE_LEVELS = ['off', 'new-flows', 'all'] as const;
+/** Config keys of the eBPF map sizes, each a map of the datapath. */
+export const BPF_MAP_SIZE_KEYS = ['lxc', 'ipcache', 'policy', 'ctTcp', 'ctAny', 'frag', 'events'] as const;
+export type BpfMapSizeKey = (typeof BPF_MAP_SIZE_KEYS)[number];
 
 // Only the shape is checked here (host bits and "/08" pass, as in a CNI netconf): IPAM and the masquerade setup apply their own rules to the values.
 const cidr = z.string().refine((c) => tryParseInterfaceAddress(c, { leadingZeros: true }) !== undefined, { message: 'must be a CIDR such as 10.0.0.0/16' });
@@ -43,6 +48,14 @@ export const AgentConfigSchema = z
     /** How long a provisional allocation from an ADD survives unconfirmed. */
     ipamExpirationMs: z.number().int().min(1000).max(3_600_000),
     bpffsRoot: absPath,
+    /** `bpf`: the eBPF datapath (policy enforced on packets); `routing`: routes only, for nodes without BPF. */
+    datapath: z.enum(DATAPATH_KINDS),
+    /** eBPF map sizes by short name (lxc, ipcache, policy, ctTcp, ctAny, frag, events); missing ones take the defaults. */
+    bpfMapSizes: z.partialRecord(z.enum(BPF_MAP_SIZE_KEYS), z.number().int().min(1).max(0xffffffff)).optional(),
+    /** eBPF trace events: off, new-flows (one per new connection) or all (every packet). */
+    traceLevel: z.enum(TRACE_LEVELS),
+    /** How the eBPF programs go on pods' devices: tcx links (kernel 6.6+; an RCU grace period per attach) or clsact filters (faster ADD). */
+    bpfLxcAttach: z.enum(['tcx', 'clsact']),
     logFile: absPath.optional(),
     logLevel: z.enum(LOG_LEVELS),
   })
@@ -67,6 +80,9 @@ export function defaultConfig(): AgentConfig {
     ipamExpirationMs: 60_000,
     leaseTtlSeconds: 15,
     bpffsRoot: '/sys/fs/bpf',
+    datapath: 'bpf',
+    traceLevel: 'new-flows',
+    bpfLxcAttach: 'tcx',
     logLevel: 'info',
   };
 }

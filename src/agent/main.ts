@@ -7,7 +7,7 @@ import { parseKvstoreOpts } from '../kvstore/factory.js';
 import { KvstoreError } from '../kvstore/errors.js';
 import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { Agent } from './agent.js';
-import { ConfigError, defaultConfig, IPAM_MODES, LOG_LEVELS, readConfigFile, validateConfig } from './config.js';
+import { ConfigError, DATAPATH_KINDS, defaultConfig, IPAM_MODES, LOG_LEVELS, readConfigFile, TRACE_LEVELS, validateConfig } from './config.js';
 import { OwnershipError } from './ownershipError.js';
 
 const list = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
@@ -39,6 +39,16 @@ interface Flags {
   masqueradeCidr?: string[];
   ipamExpiration?: number;
   bpffsRoot?: string;
+  datapath?: string;
+  traceLevel?: string;
+  bpfLxcAttach?: string;
+  bpfLxcMax?: number;
+  bpfIpcacheMax?: number;
+  bpfPolicyMax?: number;
+  bpfCtTcpMax?: number;
+  bpfCtAnyMax?: number;
+  bpfFragMax?: number;
+  bpfEventsMax?: number;
   logFile?: string;
   logLevel?: string;
 }
@@ -71,6 +81,16 @@ export function agentCommand(): Command {
     .option('--masquerade-cidr <cidr[,cidr]>', 'masquerade traffic from these CIDRs leaving them (default: the pod CIDRs)', list)
     .option('--ipam-expiration <ms>', 'how long an unconfirmed ADD allocation lives (default 60000)', int('--ipam-expiration'))
     .option('--bpffs-root <dir>', 'bpffs mount for pinned datapath objects (default /sys/fs/bpf)')
+    .addOption(new Option('--datapath <kind>', 'bpf: policy enforced by eBPF programs (default); routing: routes only, for nodes without BPF').choices([...DATAPATH_KINDS]))
+    .addOption(new Option('--trace-level <level>', 'eBPF trace events: one per new flow (default), every packet, or none').choices([...TRACE_LEVELS]))
+    .addOption(new Option('--bpf-lxc-attach <how>', 'how programs go on pod devices: tcx links (default; ~27 ms per ADD in the kernel) or clsact filters (~2 ms)').choices(['tcx', 'clsact']))
+    .option('--bpf-lxc-max <n>', 'eBPF endpoint map entries (default 65535)', int('--bpf-lxc-max'))
+    .option('--bpf-ipcache-max <n>', 'eBPF ipcache entries (default 512000)', int('--bpf-ipcache-max'))
+    .option('--bpf-policy-max <n>', 'eBPF policy entries, all endpoints together (default 4194304)', int('--bpf-policy-max'))
+    .option('--bpf-ct-tcp-max <n>', 'eBPF TCP conntrack entries (default 524288)', int('--bpf-ct-tcp-max'))
+    .option('--bpf-ct-any-max <n>', 'eBPF non-TCP conntrack entries (default 262144)', int('--bpf-ct-any-max'))
+    .option('--bpf-frag-max <n>', 'eBPF fragment tracking entries (default 8192)', int('--bpf-frag-max'))
+    .option('--bpf-events-max <bytes>', 'eBPF event ring buffer size in bytes, a power of two (default 4194304)', int('--bpf-events-max'))
     .option('--log-file <path>', 'log to this file instead of stderr')
     .addOption(new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]))
     .exitOverride();
@@ -102,6 +122,12 @@ export async function resolveConfig(flags: Flags) {
   set('masqueradeCidrs', flags.masqueradeCidr);
   set('ipamExpirationMs', flags.ipamExpiration);
   set('bpffsRoot', flags.bpffsRoot);
+  set('datapath', flags.datapath);
+  set('traceLevel', flags.traceLevel);
+  set('bpfLxcAttach', flags.bpfLxcAttach);
+  const sizes: Record<string, number | undefined> = { lxc: flags.bpfLxcMax, ipcache: flags.bpfIpcacheMax, policy: flags.bpfPolicyMax, ctTcp: flags.bpfCtTcpMax, ctAny: flags.bpfCtAnyMax, frag: flags.bpfFragMax, events: flags.bpfEventsMax };
+  const sizeFlags = Object.fromEntries(Object.entries(sizes).filter(([, v]) => v !== undefined));
+  if (Object.keys(sizeFlags).length > 0) merged.bpfMapSizes = { ...(fromFile.bpfMapSizes as Record<string, number> | undefined), ...sizeFlags };
   set('logFile', flags.logFile);
   set('logLevel', flags.logLevel);
   return validateConfig(merged);

@@ -153,6 +153,18 @@ export interface EndpointDatapathState {
 export type NetnsKind = 'pod' | 'node' | 'missing' | 'not-netns';
 
 export interface Datapath {
+  /**
+   * Whether syncEndpoint puts the policy map state in force on packets (the
+   * eBPF datapath); absent or false for datapaths that only route.
+   */
+  readonly enforcesPolicy?: boolean;
+  /**
+   * Called once the agent has restored its endpoints after a start, with the
+   * endpoints it holds (ready or not): state the datapath kept across the
+   * restart (pinned map entries) of endpoints that are gone can go now.
+   * Optional.
+   */
+  restoreDone?(live: ReadonlyArray<{ id: number; hostIfName: string }>): Promise<void>;
   /** Host device, forwarding and masquerading; idempotent, run at every agent start. */
   setupNode(spec: NodeNetworkSpec): Promise<void>;
   /** What `path` names; callers use a path for a pod only when this says `pod`. */

@@ -65,6 +65,13 @@ export class PolicyRevisions {
     return { ...this.#apply(r, this.engine.revision !== before), policies: r.policies };
   }
 
+  /** Adds or replaces already-parsed policies (the policy store's import and restore). */
+  upsertPolicies(policies: readonly Policy[]): PolicyChange & { policies: readonly PolicyName[] } {
+    const before = this.engine.revision;
+    const r = this.engine.upsertPolicies(policies);
+    return { ...this.#apply(r, this.engine.revision !== before), policies: r.policies };
+  }
+
   /** Deletes the matching policies (PolicyNotFoundError when none match). */
   deletePolicies(filter: PolicyFilter): PolicyChange & { deleted: readonly PolicyName[] } {
     const before = this.engine.revision;

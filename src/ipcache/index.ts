@@ -19,3 +19,5 @@ export {
 export { PrefixMap } from './prefixMap.js';
 export { KvstoreIPCacheSync, kvstoreOwner, type KvstoreIPCacheSyncOptions, type SyncStats } from './kvstoreSync.js';
 export { type KvIpcacheValue, encodeValue, decodeValue } from './codec.js';
+export { IpcacheCidrIdentities, POLICY_CIDR_OWNER, type CidrIdentityAllocator } from './cidrIdentities.js';
+export { NodeAddressEntries, nodeAddressOwner } from './nodeAddresses.js';

@@ -1,6 +1,7 @@
 import type { Logger } from '../logging/logger.js';
 import { formatPrefix, tryParseIp } from '../netip/index.js';
 import { IPCACHE_PREFIX } from '../kvstore/keys.js';
+import { ReservedIdentity } from '../identity/constants.js';
 import type { Backend, KeyValue, WatchEvent } from '../kvstore/types.js';
 import { KeyedSerializer, ListWatcher, scopeOf, withLease, type LeaseProvider } from '../identity/index.js';
 import { decodeValue, encodeValue, parseKeySuffix, prefixKeySuffix } from './codec.js';
@@ -103,6 +104,8 @@ export class KvstoreIPCacheSync {
     const entry = change.entry;
     // A node-local (CIDR) identity means nothing on other nodes; it is never published.
     if (scopeOf(entry.identity) === 'local') return;
+    // The node's own addresses are `host` here only; other nodes know them as a remote node's, never as a pod's.
+    if (entry.identity === ReservedIdentity.Host) return;
     const key = this.key(entry.prefix);
     void this.#serial
       .run(key, () => (change.type === 'upsert' ? this.#write(key, entry) : this.#withdraw(key)))

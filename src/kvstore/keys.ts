@@ -19,6 +19,8 @@ export const IDENTITY_VALUE_PREFIX = `${IDENTITIES_PREFIX}value/`;
 export const IPCACHE_PREFIX = `${STATE}ip/v1/`;
 /** `tendril/state/nodes/v1/<name>` → node record, leased by that node. */
 export const NODES_PREFIX = `${STATE}nodes/v1/`;
+/** `tendril/state/policies/v1/<kind>/<namespace>/<name>` → an imported policy's document and its hash (not leased: policies outlive every agent). */
+export const POLICIES_PREFIX = `${STATE}policies/v1/`;
 export const IPAM_BLOCKS_PREFIX = `${IPAM}blocks/`;
 export const IPAM_AFFINITY_PREFIX = `${IPAM}affinity/`;
 export const IPAM_HANDLES_PREFIX = `${IPAM}handles/`;

@@ -16,6 +16,8 @@ export const PolicyErrorCode = {
   /** An endpoint's map state needs more entries than the per-endpoint limit. */
   MAP_OVERFLOW: 'POLICY_MAP_OVERFLOW',
   INVALID_ARGUMENT: 'POLICY_INVALID_ARGUMENT',
+  /** The policy store (kvstore) refused or could not take a change; the change was rolled back. */
+  STORE_FAILED: 'POLICY_STORE_FAILED',
   /** A broken invariant inside the engine: a bug, never the caller's input. */
   INTERNAL: 'POLICY_INTERNAL',
 } as const;
@@ -101,6 +103,13 @@ export class PolicyMapOverflowError extends PolicyError {
 export class PolicyArgumentError extends PolicyError {
   constructor(message: string) {
     super(PolicyErrorCode.INVALID_ARGUMENT, message);
+  }
+}
+
+/** A policy change the kvstore did not take: the engine was rolled back, nothing changed. */
+export class PolicyStoreError extends PolicyError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(PolicyErrorCode.STORE_FAILED, message, options);
   }
 }
 

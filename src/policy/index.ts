@@ -13,6 +13,7 @@ export {
   UnknownIdentityError,
   PolicyMapOverflowError,
   PolicyArgumentError,
+  PolicyStoreError,
   isPolicyError,
   formatIssue,
   type PolicyIssue,

@@ -128,11 +128,11 @@ export class MapState {
     return undefined;
   }
 
-  /** Sorted plain entries (for the API and stable test output). */
-  toJSON(): Array<{ key: MapKey; verdict: Verdict; derivedFrom: readonly RuleOrigin[] }> {
+  /** Sorted plain entries (for the API, the datapath and stable test output); `builtin` kept: the datapath's cookie for the entry comes from it. */
+  toJSON(): MapEntry[] {
     return [...this.#entries.values()]
       .sort((a, b) => compareKeys(a.key, b.key))
-      .map((e) => ({ key: e.key, verdict: e.verdict, derivedFrom: e.derivedFrom }));
+      .map((e) => ({ key: e.key, verdict: e.verdict, derivedFrom: e.derivedFrom, ...(e.builtin !== undefined ? { builtin: e.builtin } : {}) }));
   }
 }
 

@@ -50,7 +50,8 @@ test('an imported NetworkPolicy shapes the selected endpoint\'s map state and th
   const after = await agent.client.request<{ identity: number; entries: Array<{ key: { direction: string; identity: number } }>; datapathEnforced: boolean }>('GET', `/endpoint/${db.id}/policy`);
   assert.notDeepEqual(after.entries, before.entries);
   assert.ok(after.entries.some((e) => e.key.direction === 'ingress' && e.key.identity === web.identity), 'an ingress entry for the web identity');
-  assert.equal(after.datapathEnforced, false);
+  // The agent's default datapath is eBPF: the map state is in force on packets.
+  assert.equal(after.datapathEnforced, true);
 
   const allowed = await cli('policy', 'trace', '--src', 'app=web,io.kubernetes.pod.namespace=prod', '--dst', 'app=db,io.kubernetes.pod.namespace=prod', '--dport', '5432/tcp');
   assert.equal(allowed.code, 0, allowed.stdout + allowed.stderr);

@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -52,9 +53,20 @@ export class AgentProcess {
     return new AgentProcess(opts, dir);
   }
 
+  /**
+   * The agent's own bpffs root (unless its args name one): agents of
+   * different tests must never share pinned maps. Kept across restarts of
+   * this agent (they reuse the pins), removed at cleanup.
+   */
+  private readonly bpffsRoot = `/sys/fs/bpf/tdl-agent-${randomBytes(4).toString('hex')}`;
+
+  private bpffsArgs(): string[] {
+    return this.opts.args.some((a) => a === '--bpffs-root' || a.startsWith('--bpffs-root=')) ? [] : ['--bpffs-root', this.bpffsRoot];
+  }
+
   /** Starts the agent and waits until its API answers. */
   async start(extraEnv: Record<string, string> = {}): Promise<void> {
-    const argv = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.opts.args];
+    const argv = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.bpffsArgs(), ...this.opts.args];
     const env = { ...process.env, [VALIDATE_RESPONSES_ENV]: '1', ...this.opts.env, ...extraEnv };
     const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;
@@ -126,6 +138,8 @@ export class AgentProcess {
   async cleanup(): Promise<void> {
     await this.kill();
     await rm(this.stateDir, { recursive: true, force: true });
+    // Pins only (a pinned link's device went with the test's namespaces); nothing else lives there.
+    await rm(this.bpffsRoot, { recursive: true, force: true });
     const violations = this.contractViolations;
     if (violations.length > 0) process.stderr.write(`tendril-agent ${this.opts.nodeName}: ${violations.length} responses did not match api/openapi.yaml:\n${violations.join('\n')}\n`);
   }

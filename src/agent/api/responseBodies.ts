@@ -82,8 +82,11 @@ function mapEntryBody(e: MapEntry): PolicyMapEntryBody {
   };
 }
 
-/** `policyRevision`: the revision the map state was computed at; `realized`: the one the endpoint's datapath holds. */
-export function endpointPolicyBody(p: EndpointPolicy, policyRevision: number, realized: number): EndpointPolicyBody {
+/**
+ * `policyRevision`: the revision the map state was computed at; `realized`: the one the endpoint's datapath holds;
+ * `enforced`: whether that datapath enforces it on packets (the eBPF datapath does, the routing one does not).
+ */
+export function endpointPolicyBody(p: EndpointPolicy, policyRevision: number, realized: number, enforced = false): EndpointPolicyBody {
   return {
     endpointId: p.endpointId,
     identity: p.identity,
@@ -95,7 +98,6 @@ export function endpointPolicyBody(p: EndpointPolicy, policyRevision: number, re
     },
     entries: p.entries.map(mapEntryBody),
     ...(p.error ? { error: p.error.message } : {}),
-    // Computed here; the Linux datapath does not enforce policy maps yet.
-    datapathEnforced: false,
+    datapathEnforced: enforced,
   };
 }

@@ -72,11 +72,14 @@ export interface IpamApi {
 export interface PolicyApi {
   readonly revision: number;
   list(filter: PolicyFilter): Policy[];
-  import(text: string): { revision: number; policies: readonly PolicyName[]; endpoints: readonly number[] };
-  delete(filter: PolicyFilter): { revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[] };
+  /** Resolves once the policies are in force and stored (kvstore); a store failure rolls the import back. */
+  import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[] }>;
+  delete(filter: PolicyFilter): Promise<{ revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[] }>;
   selectors(): ReturnType<SelectorCache['list']>;
   trace(src: TracePeer, dst: TracePeer, proto: number, port: number): TraceResult;
   endpointPolicy(id: number): EndpointPolicy;
+  /** Whether the datapath enforces endpoints' map states on packets (the eBPF datapath). */
+  readonly datapathEnforced?: boolean;
 }
 
 /** /identity: reserved identities and those this node holds. */
@@ -319,7 +322,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     return { revision: policy.revision, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown> })) };
   });
   app.put('/v1/policy', async (req): Promise<ResponseBody<'putPolicy', 200>> => {
-    const r = policy.import((req.body as PolicyImport).text);
+    const r = await policy.import((req.body as PolicyImport).text);
     return { revision: r.revision, policies: r.policies.map(formatPolicyName), regenerated: [...r.endpoints] };
   });
   app.delete('/v1/policy', async (req): Promise<ResponseBody<'deletePolicy', 200>> => {
@@ -327,7 +330,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     const filter = policyFilter(q);
     // An empty filter deletes everything: demand that be said out loud.
     if (Object.keys(filter).length === 0 && q.all !== true) throw new AgentError('INVALID_REQUEST', 'give name, namespace or label to select policies, or all=true to delete every policy');
-    const r = policy.delete(filter);
+    const r = await policy.delete(filter);
     return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), regenerated: [...r.endpoints] };
   });
   app.get('/v1/policy/selectors', async (): Promise<ResponseBody<'getPolicySelectors', 200>> => policy.selectors());
@@ -339,7 +342,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
   app.get('/v1/endpoint/:id/policy', async (req): Promise<ResponseBody<'getEndpointPolicy', 200>> => {
     const ep = endpointRef(endpoints, (req.params as PathParams<'getEndpointPolicy'>).id);
-    return endpointPolicyBody(policy.endpointPolicy(ep.id), policy.revision, ep.policyRevision);
+    return endpointPolicyBody(policy.endpointPolicy(ep.id), policy.revision, ep.policyRevision, policy.datapathEnforced === true);
   });
 
   registerMonitorRoute(app, agent.monitor, agent.log);

@@ -25,10 +25,15 @@ export interface FakeNodeAgent<D extends FakeDatapath = FakeDatapath> {
  * A real agent (embedded kvstore in a temp dir, its API on a socket there)
  * over the fake datapath: the agent's logic and API without root.
  */
-export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number }): Promise<FakeNodeAgent>;
+/** An etcd for the fake node's kvstore instead of the embedded store (several fake nodes on one etcd make a cluster). */
+export interface FakeNodeKvstore {
+  etcdEndpoint: string;
+}
+
+export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore }): Promise<FakeNodeAgent>;
 /** The same over a datapath of the caller's (a FakeDatapath that records more, say). */
-export async function startFakeNodeAgent<D extends FakeDatapath>(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; datapath: D }): Promise<FakeNodeAgent<D>>;
-export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; datapath?: FakeDatapath }): Promise<FakeNodeAgent> {
+export async function startFakeNodeAgent<D extends FakeDatapath>(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; datapath: D }): Promise<FakeNodeAgent<D>>;
+export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; datapath?: FakeDatapath }): Promise<FakeNodeAgent> {
   const dir = await mkdtemp(join(tmpdir(), `${opts.nodeName}-`));
   const datapath = opts.datapath ?? new FakeDatapath({ nodeLinks: ['eth0'] });
   const config = validateConfig({
@@ -37,7 +42,7 @@ export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: stri
     stateDir: join(dir, 'state'),
     libDir: join(dir, 'lib'),
     socket: join(dir, 'state', 'tendril.sock'),
-    kvstoreOpts: { 'embedded.synchronous': 'normal' },
+    ...(opts.kvstore ? { kvstore: 'etcd' as const, kvstoreOpts: { 'etcd.endpoints': opts.kvstore.etcdEndpoint } } : { kvstoreOpts: { 'embedded.synchronous': 'normal' } }),
     podCidrs: [opts.podCidr],
     ...(opts.ipamExpirationMs !== undefined ? { ipamExpirationMs: opts.ipamExpirationMs } : {}),
   });

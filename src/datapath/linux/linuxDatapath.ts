@@ -47,6 +47,12 @@ async function requireFreeOrOwn(host: Netlink, pod: Netlink, hostIf: string, spe
 export class LinuxDatapath implements Datapath {
   /** Netlink in the agent's own namespace; pod namespaces get a handle per call. */
   private readonly host = new HostNetlink();
+  /** Whether the lxc device answers ARP for the gateway by proxy (off when eBPF answers it). */
+  private readonly proxyArp: boolean;
+
+  constructor(options: { proxyArp?: boolean } = {}) {
+    this.proxyArp = options.proxyArp ?? true;
+  }
 
   /** Closes the agent-namespace netlink socket (a later call opens it again). */
   close(): Promise<void> {
@@ -139,7 +145,7 @@ export class LinuxDatapath implements Datapath {
     return kernel(async () => {
       const link = await host.getLink(hostIf);
       // A sysctl of the agent's own namespace: a write under /proc/sys, no process.
-      await setSysctl(interfaceSysctl(4, hostIf, 'proxy_arp'), '1');
+      if (this.proxyArp) await setSysctl(interfaceSysctl(4, hostIf, 'proxy_arp'), '1');
       const batch = new NetlinkBatch().setLink(link.index, { up: true });
       for (const a of addresses) batch.replaceRoute({ dst: hostPrefix(a), oif: link.index, prefsrc: a.gateway });
       await host.apply(batch);

@@ -6,6 +6,7 @@ import { LOCAL_IDENTITY_SCOPE, NodeLease } from '../../identity/index.js';
 import { testLogger, uniquePrefix, waitFor, type TestStore } from '../../identity/testing/cluster.js';
 import { IPCache } from '../ipcache.js';
 import { KvstoreIPCacheSync } from '../kvstoreSync.js';
+import { NodeAddressEntries } from '../nodeAddresses.js';
 
 /** The ipcache proof list, run against every kvstore backend. */
 interface SyncNode {
@@ -197,6 +198,23 @@ export function runSyncSuite(name: string, newStore: () => Promise<TestStore>): 
       await a.sync.flush();
       assert.equal(await a.backend.get(a.sync.key('10.9.0.0/16')), undefined);
       assert.ok(await a.backend.get(a.sync.key('10.9.0.1')));
+    });
+
+    it("the node's own addresses (identity host) are never published: other nodes know them as a remote node's", async () => {
+      const prefix = uniquePrefix('ipcache-host');
+      const a = await node('node-a', '192.168.0.1', prefix);
+      const b = await node('node-b', '192.168.0.2', prefix);
+      const own = new NodeAddressEntries(a.ipcache, 'node-a');
+      own.set(['10.0.8.1', '192.168.0.1']);
+      a.ipcache.upsert('10.0.8.5', { source: 'local', owner: 'endpoint:1', identity: 300 });
+      await a.sync.flush();
+      assert.equal(await a.backend.get(a.sync.key('10.0.8.1')), undefined);
+      assert.equal(await a.backend.get(a.sync.key('192.168.0.1')), undefined);
+      await waitFor('the pod on b', () => b.ipcache.lookup('10.0.8.5')?.identity === 300);
+      assert.equal(b.ipcache.get('10.0.8.1'), undefined);
+      assert.equal(a.ipcache.get('10.0.8.1')?.identity, 1);
+      own.set([]);
+      assert.equal(a.ipcache.get('10.0.8.1'), undefined);
     });
 
     it('entries are published again after the node lease is lost', async () => {

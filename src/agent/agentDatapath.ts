@@ -1,0 +1,55 @@
+/**
+ * The datapath the agent's configuration asks for: the eBPF datapath (maps
+ * sized and trace level set from the config, the IPCache mirrored into it),
+ * or the routing datapath for nodes without BPF.
+ */
+import { BpfDatapath } from '../datapath/bpf/bpfDatapath.js';
+import { MapName, TraceLevel, type MapNameValue } from '../datapath/bpf/constants.js';
+import type { MapSizes } from '../datapath/bpf/objects.js';
+import { LinuxDatapath } from '../datapath/linux/linuxDatapath.js';
+import type { Datapath } from '../datapath/types.js';
+import type { IPCache } from '../ipcache/index.js';
+import type { Logger } from '../logging/logger.js';
+import type { AgentConfig, BpfMapSizeKey } from './config.js';
+
+const MAP_OF_SIZE_KEY: Record<BpfMapSizeKey, MapNameValue> = {
+  lxc: MapName.ENDPOINTS,
+  ipcache: MapName.IPCACHE,
+  policy: MapName.POLICY,
+  ctTcp: MapName.CT_TCP,
+  ctAny: MapName.CT_ANY,
+  frag: MapName.FRAG,
+  events: MapName.EVENTS,
+};
+
+const TRACE_LEVEL_OF: Record<AgentConfig['traceLevel'], number> = { off: TraceLevel.OFF, 'new-flows': TraceLevel.NEW_FLOWS, all: TraceLevel.ALL };
+
+export function bpfMapSizes(config: Pick<AgentConfig, 'bpfMapSizes'>): MapSizes {
+  const out: MapSizes = {};
+  for (const [key, n] of Object.entries(config.bpfMapSizes ?? {})) if (n !== undefined) out[MAP_OF_SIZE_KEY[key as BpfMapSizeKey]] = n;
+  return out;
+}
+
+export interface AgentDatapath {
+  datapath: Datapath;
+  /** Lets go of the datapath's handles at agent stop (programs and maps stay in force). */
+  close(): Promise<void>;
+}
+
+export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, log: Logger): Promise<AgentDatapath> {
+  if (config.datapath === 'routing') {
+    const linux = new LinuxDatapath();
+    return { datapath: linux, close: () => linux.close() };
+  }
+  const bpf = await BpfDatapath.open({
+    bpffsRoot: config.bpffsRoot,
+    log: log.child({ subsys: 'datapath' }),
+    mapSizes: bpfMapSizes(config),
+    traceLevel: TRACE_LEVEL_OF[config.traceLevel],
+    lxcAttach: config.bpfLxcAttach,
+    // Only host-scope CIDRs are this node's alone: a cluster-wide CIDR routed to tendril_host would drop other nodes' pods.
+    ...(config.ipam === 'host-scope' ? { fallbackRouteCidrs: config.podCidrs } : {}),
+  });
+  bpf.attachIpcache(ipcache);
+  return { datapath: bpf, close: () => bpf.close() };
+}

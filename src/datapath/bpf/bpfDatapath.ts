@@ -1,0 +1,288 @@
+/**
+ * The eBPF datapath: the routing datapath (src/datapath/linux) plumbs links,
+ * addresses and routes; this adds the programs on every lxc device and on
+ * the host device, and the per-endpoint facts in pinned maps — endpoint
+ * entries, policy entries (as diffs), the ipcache mirror, the trace level.
+ * Everything lives under `<bpffs root>/tendril/` and outlives the agent:
+ * pods stay enforced while it is down, and the next agent start reuses the
+ * maps (conntrack survives) and replaces the programs atomically.
+ */
+import { existsSync } from 'node:fs';
+import { dirname } from 'node:path';
+import type { IPCache } from '../../ipcache/index.js';
+import type { Logger } from '../../logging/logger.js';
+import { formatPrefix, type IpPrefix, prefixOf, tryParseInterfaceAddress } from '../../netip/index.js';
+import { NetlinkBatch } from '../kernel/netlink/index.js';
+import { BpfMap, codec, ensureBpffs, isOnBpffs, mkdirPinDir } from '../kernel/bpf/index.js';
+import { HOST_DEVICE } from '../linux/hostDevice.js';
+import { HostNetlink, kernel } from '../linux/kernel.js';
+import { LinuxDatapath } from '../linux/linuxDatapath.js';
+import { type AdoptedPodSpec, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress } from '../types.js';
+import { MapName, TraceLevel, type MapNameValue } from './constants.js';
+import { EndpointMap } from './endpointMap.js';
+import { datapathPinDir } from './inspect.js';
+import { IpcacheMapMirror } from './ipcacheMap.js';
+import { datapathConfig, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, policyEntry, policyKey } from './layout.js';
+import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
+import { PolicyMapWriter } from './policyMapWriter.js';
+
+type DatapathConfigValue = codec.CodecValue<typeof datapathConfig>;
+import { type AttachPolicy, ProgramLinks } from './programLinks.js';
+
+export interface BpfDatapathOptions {
+  /** The bpffs mount (mounted when missing); pins go under `<root>/tendril/`. */
+  bpffsRoot: string;
+  log: Logger;
+  mapSizes?: MapSizes;
+  /** TraceLevel; NEW_FLOWS unless given. */
+  traceLevel?: number;
+  /** Where bpf_lxc.o and bpf_host.o are (default: the package's build/bpf). */
+  objectDir?: string;
+  /**
+   * IPv4 pod CIDRs of this node routed to tendril_host behind every pod's /32,
+   * so a packet to a pod address without an endpoint is dropped by the host
+   * program (DROP_UNKNOWN_ENDPOINT) instead of leaving by the default route.
+   */
+  fallbackRouteCidrs?: readonly string[];
+  /** How programs go on pods' lxc devices (see AttachPolicy); `tcx` unless given. The host device always uses tcx where the kernel has it. */
+  lxcAttach?: AttachPolicy;
+}
+
+export class BpfDatapath implements Datapath {
+  readonly enforcesPolicy = true;
+  /** `<bpffs root>/tendril`: the monitor, inspection and CT GC find the maps here. */
+  readonly bpfPinDir: string;
+  readonly #linux = new LinuxDatapath({ proxyArp: false });
+  readonly #host: HostNetlink;
+  /** lxc device name → endpoint ID, as syncEndpoint last saw it. */
+  readonly #endpointByIf = new Map<string, number>();
+  readonly #ipcache: IpcacheMapMirror;
+  /** Attachments addPod started, by lxc device name, until syncEndpoint (or removePod) waits for them. */
+  readonly #attaching = new Map<string, Promise<void>>();
+  #closed = false;
+
+  private constructor(
+    host: HostNetlink,
+    private readonly opts: BpfDatapathOptions,
+    private readonly objects: DatapathObjects,
+    readonly endpoints: EndpointMap,
+    readonly policy: PolicyMapWriter,
+    readonly links: ProgramLinks,
+    ipcacheMap: BpfMap<IpPrefix, IpcacheValue>,
+    private readonly config: BpfMap<number, DatapathConfigValue>,
+  ) {
+    this.#host = host;
+    this.bpfPinDir = datapathPinDir(opts.bpffsRoot);
+    this.#ipcache = new IpcacheMapMirror(ipcacheMap, opts.log);
+  }
+
+  /**
+   * Mounts bpffs if needed, loads both objects with their maps pinned (or
+   * reused), and reads the maps' current entries into the shadows.
+   */
+  static async open(opts: BpfDatapathOptions): Promise<BpfDatapath> {
+    // A root that is a directory to be on an existing bpffs is made there; only elsewhere is a bpffs mounted.
+    if (!existsSync(opts.bpffsRoot) && isOnBpffs(dirname(opts.bpffsRoot))) await mkdirPinDir(opts.bpffsRoot);
+    await ensureBpffs(opts.bpffsRoot);
+    const pinDir = datapathPinDir(opts.bpffsRoot);
+    const objects = await loadDatapathObjects({ pinDir, ...(opts.mapSizes ? { mapSizes: opts.mapSizes } : {}), ...(opts.objectDir ? { objectDir: opts.objectDir } : {}) });
+    const host = new HostNetlink(1);
+    try {
+      const raw = (name: MapNameValue) => {
+        const m = objects.lxc.maps.get(name) ?? objects.host.maps.get(name);
+        if (!m) throw new DatapathError('failed', `neither eBPF object has map ${name}`);
+        return m.map;
+      };
+      const endpoints = await EndpointMap.open(new BpfMap(raw(MapName.ENDPOINTS), endpointKey, endpointInfo));
+      const policy = await PolicyMapWriter.open(new BpfMap(raw(MapName.POLICY), policyKey, policyEntry));
+      const links = await ProgramLinks.open(pinDir, () => host.get());
+      const dp = new BpfDatapath(host, opts, objects, endpoints, policy, links, new BpfMap(raw(MapName.IPCACHE), ipcacheKey, ipcacheValue), new BpfMap(raw(MapName.CONFIG), codec.u32, datapathConfig));
+      dp.#writeConfig(0);
+      opts.log.info({ pinDir, endpoints: endpoints.endpointIds().length, policyEndpoints: policy.endpointIds().length }, 'eBPF datapath loaded');
+      return dp;
+    } catch (err) {
+      objects.close();
+      await host.close();
+      throw err;
+    }
+  }
+
+  #writeConfig(hostIfindex: number): void {
+    this.config.set(0, { traceLevel: this.opts.traceLevel ?? TraceLevel.NEW_FLOWS, flags: 0, hostIfindex });
+  }
+
+  /** Mirrors the agent's IPCache into tendril_ipcache from now on (current entries first). */
+  attachIpcache(ipcache: IPCache): void {
+    this.#ipcache.start(ipcache);
+  }
+
+  /**
+   * After the agent's restore: the pinned entries of endpoints the agent no
+   * longer has go, unless their lxc device still exists (a pod whose record
+   * was quarantined keeps its network, as the routing datapath keeps its
+   * routes); stale ipcache entries and pins of links whose device is gone too.
+   */
+  async restoreDone(live: ReadonlyArray<{ id: number; hostIfName: string }>): Promise<void> {
+    for (const ep of live) if (!this.#endpointByIf.has(ep.hostIfName)) this.#endpointByIf.set(ep.hostIfName, ep.id);
+    const liveIds = new Set(live.map((ep) => ep.id));
+    const nl = await this.#host.get();
+    const devices = new Set((await kernel(() => nl.listLinks())).map((l) => l.index));
+    const gone = new Set(
+      [...this.endpoints.endpointIds(), ...this.policy.endpointIds()].filter((id) => {
+        if (liveIds.has(id)) return false;
+        const ifindex = this.endpoints.ifindexOf(id);
+        return ifindex === undefined || !devices.has(ifindex);
+      }),
+    );
+    for (const id of gone) {
+      this.endpoints.remove(id);
+      this.policy.remove(id);
+    }
+    const removedIpcache = await this.#ipcache.prune();
+    const prunedLinks = await this.links.pruneDetached();
+    if (gone.size > 0 || prunedLinks.length > 0) this.opts.log.info({ endpoints: [...gone], links: prunedLinks, ipcache: removedIpcache }, 'removed datapath state of endpoints that are gone');
+  }
+
+  /** Closes this process's handles; programs, links and maps stay in force. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#ipcache.stop();
+    this.objects.close();
+    await this.#host.close();
+    await this.#linux.close();
+  }
+
+  async setupNode(spec: NodeNetworkSpec): Promise<void> {
+    await this.#linux.setupNode(spec);
+    const nl = await this.#host.get();
+    const dev = await kernel(() => nl.getLink(HOST_DEVICE));
+    if (!this.links.isAttached(HOST_DEVICE, dev.index)) {
+      // tendril_host egress: what the node routes to it (the pod CIDRs' fallback); ingress: from tendril_net.
+      await this.links.attach(HOST_DEVICE, dev.index, { ingress: this.objects.toHost, egress: this.objects.fromHost });
+      this.#writeConfig(dev.index);
+    }
+    const cidrs = this.opts.fallbackRouteCidrs ?? [];
+    if (cidrs.length > 0) {
+      const batch = new NetlinkBatch();
+      // Behind every pod's /32; metric high so a route someone else made for the CIDR wins.
+      for (const text of cidrs) {
+        const a = tryParseInterfaceAddress(text, { leadingZeros: true });
+        if (a?.address.family === 4) batch.replaceRoute({ dst: formatPrefix(prefixOf(a.address, a.length)), oif: dev.index, priority: 4096 });
+      }
+      await kernel(() => nl.apply(batch));
+    }
+  }
+
+  classifyNetns(path: string): Promise<NetnsKind> {
+    return this.#linux.classifyNetns(path);
+  }
+
+  preflightPod(spec: Pick<PodNetworkSpec, 'containerId' | 'netns' | 'ifName'>): Promise<void> {
+    return this.#linux.preflightPod(spec);
+  }
+
+  /**
+   * The veth pair and routes; the programs' attachment starts here and
+   * syncEndpoint waits for it. A tcx attach waits out an RCU grace period in
+   * the kernel (10-30 ms here), so it runs while the endpoint's identity and
+   * policy are worked out instead of before: the ADD still answers only once
+   * it is in force (the first regeneration's syncEndpoint is part of the ADD),
+   * and until then the device runs no program of ours but has no endpoint
+   * entry either.
+   */
+  async addPod(spec: PodNetworkSpec): Promise<PodNetwork> {
+    const net = await this.#linux.addPod(spec);
+    const attaching = this.links.attach(net.hostIfName, net.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach);
+    // Observed by syncEndpoint or removePod; never an unhandled rejection meanwhile.
+    attaching.catch(() => undefined);
+    this.#attaching.set(net.hostIfName, attaching);
+    return net;
+  }
+
+  /** Waits for addPod's attachment to the device, if one is under way; its failure is thrown here. */
+  async #attached(hostIfName: string): Promise<void> {
+    const pending = this.#attaching.get(hostIfName);
+    if (!pending) return;
+    try {
+      await pending;
+    } finally {
+      if (this.#attaching.get(hostIfName) === pending) this.#attaching.delete(hostIfName);
+    }
+  }
+
+  #lxcPrograms() {
+    // lxc ingress = what the pod sends; lxc egress = what the node delivers to it.
+    return { ingress: this.objects.fromContainer, egress: this.objects.toContainer };
+  }
+
+  async removePod(spec: PodTeardownSpec): Promise<void> {
+    const hostIf = spec.hostIfName ?? this.#linux.podHostIfName(spec.containerId, spec.ifName);
+    // An attach still under way must end before the pins can go (its outcome does not matter now).
+    await this.#attached(hostIf).catch(() => undefined);
+    await this.#linux.removePod(spec);
+    this.#forgetEndpoint(hostIf);
+    this.links.forget(hostIf);
+  }
+
+  #forgetEndpoint(hostIf: string): void {
+    const id = this.#endpointByIf.get(hostIf);
+    if (id === undefined) return;
+    this.policy.remove(id);
+    this.endpoints.remove(id);
+    this.#endpointByIf.delete(hostIf);
+  }
+
+  podHostIfName(containerId: string, ifName: string): string {
+    return this.#linux.podHostIfName(containerId, ifName);
+  }
+
+  async adoptPod(spec: AdoptedPodSpec): Promise<{ hostIfIndex: number; hostMac: string }> {
+    const r = await this.#linux.adoptPod(spec);
+    await this.links.attach(spec.hostIfName, r.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach);
+    return r;
+  }
+
+  async releaseAdoptedPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<void> {
+    // The pod's entries first: a packet in between is dropped as an unknown source, never let through.
+    this.#forgetEndpoint(spec.hostIfName);
+    await this.links.detach(spec.hostIfName);
+    await this.#linux.releaseAdoptedPod(spec);
+  }
+
+  /**
+   * Routes and link state (the routing datapath), the programs if this
+   * process has not attached them yet (a restored endpoint: the new build
+   * replaces the old one through the pinned links), then the policy entries
+   * and last the endpoint entries: a new endpoint becomes known to the
+   * programs only once its policy is complete.
+   */
+  async syncEndpoint(state: EndpointDatapathState): Promise<void> {
+    await Promise.all([this.#linux.syncEndpoint(state), this.#attached(state.hostIfName)]);
+    if (!this.links.isAttached(state.hostIfName, state.hostIfIndex)) await this.links.attach(state.hostIfName, state.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach);
+    const previous = this.#endpointByIf.get(state.hostIfName);
+    if (previous !== undefined && previous !== state.id) this.#forgetEndpoint(state.hostIfName);
+    this.policy.sync(state.id, state.policy.entries);
+    this.endpoints.sync({ id: state.id, identity: state.identity, ifindex: state.hostIfIndex, lxcMac: state.hostMac, podMac: state.podMac, addresses: state.addresses });
+    this.#endpointByIf.set(state.hostIfName, state.id);
+  }
+
+  checkPod(spec: PodNetworkSpec): Promise<void> {
+    return this.#linux.checkPod(spec);
+  }
+
+  podExists(containerId: string, ifName: string, hostIfName?: string): Promise<boolean> {
+    return this.#linux.podExists(containerId, ifName, hostIfName);
+  }
+
+  listPodHostInterfaces(): Promise<string[]> {
+    return this.#linux.listPodHostInterfaces();
+  }
+
+  async removeHostInterface(name: string): Promise<void> {
+    await this.#attached(name).catch(() => undefined);
+    await this.#linux.removeHostInterface(name);
+    this.#forgetEndpoint(name);
+    this.links.forget(name);
+  }
+}

@@ -1,0 +1,98 @@
+/**
+ * The datapath's two ELF objects (build/bpf/bpf_lxc.o and bpf_host.o),
+ * loaded once per agent start with their maps pinned under
+ * `<bpffs root>/tendril/`. The second load reuses the first one's pins, so
+ * both objects' programs share every map; an agent restart reuses them too
+ * (entries, conntrack included, survive).
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { BpfObject, type BpfProgram } from '../kernel/bpf/index.js';
+import { DatapathError } from '../types.js';
+import { DefaultMapSize, type MapNameValue } from './constants.js';
+
+/** build/bpf of this package (objects.js lives in dist/src/datapath/bpf/). */
+export const DEFAULT_OBJECT_DIR = fileURLToPath(new URL('../../../../build/bpf/', import.meta.url));
+
+export const LXC_OBJECT_FILE = 'bpf_lxc.o';
+export const HOST_OBJECT_FILE = 'bpf_host.o';
+
+export const ProgramName = {
+  FROM_CONTAINER: 'tendril_from_container',
+  TO_CONTAINER: 'tendril_to_container',
+  FROM_HOST: 'tendril_from_host',
+  TO_HOST: 'tendril_to_host',
+} as const;
+
+/** Map sizes by map name; missing ones take DefaultMapSize. */
+export type MapSizes = Partial<Record<MapNameValue, number>>;
+
+export interface DatapathObjects {
+  readonly lxc: BpfObject;
+  readonly host: BpfObject;
+  readonly fromContainer: BpfProgram;
+  readonly toContainer: BpfProgram;
+  readonly fromHost: BpfProgram;
+  readonly toHost: BpfProgram;
+  close(): void;
+}
+
+export interface LoadDatapathOptions {
+  /** `<bpffs root>/tendril`. */
+  pinDir: string;
+  mapSizes?: MapSizes;
+  /** Where bpf_lxc.o and bpf_host.o are (default: the package's build/bpf). */
+  objectDir?: string;
+}
+
+function effectiveSizes(sizes: MapSizes = {}): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [name, n] of Object.entries(DefaultMapSize)) out[name] = sizes[name as MapNameValue] ?? n;
+  return out;
+}
+
+/**
+ * Loads both objects into one pin directory. A pinned map whose size differs
+ * from the configured one (a --bpf-*-max flag changed across a restart) is
+ * refused by libbpf: the error says so, since its entries are live state.
+ */
+export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<DatapathObjects> {
+  const dir = opts.objectDir ?? DEFAULT_OBJECT_DIR;
+  const maxEntries = effectiveSizes(opts.mapSizes);
+  const load = async (file: string): Promise<BpfObject> => {
+    const path = join(dir, file);
+    if (!existsSync(path)) throw new DatapathError('failed', `eBPF object ${path} is missing: build it with make build, or run the agent with --datapath routing`);
+    try {
+      return await BpfObject.load(path, { pinRoot: opts.pinDir, maxEntries });
+    } catch (err) {
+      throw new DatapathError('failed', `loading ${path} with maps pinned in ${opts.pinDir} failed (a pinned map of another size stays until removed: rm ${opts.pinDir}/<map> or keep the old --bpf-*-max): ${(err as Error).message}`, [], '', { cause: err });
+    }
+  };
+  const lxc = await load(LXC_OBJECT_FILE);
+  let host: BpfObject;
+  try {
+    host = await load(HOST_OBJECT_FILE);
+  } catch (err) {
+    lxc.close();
+    throw err;
+  }
+  try {
+    return {
+      lxc,
+      host,
+      fromContainer: lxc.program(ProgramName.FROM_CONTAINER),
+      toContainer: lxc.program(ProgramName.TO_CONTAINER),
+      fromHost: host.program(ProgramName.FROM_HOST),
+      toHost: host.program(ProgramName.TO_HOST),
+      close() {
+        lxc.close();
+        host.close();
+      },
+    };
+  } catch (err) {
+    lxc.close();
+    host.close();
+    throw new DatapathError('failed', (err as Error).message, [], '', { cause: err });
+  }
+}

@@ -17,7 +17,7 @@ import type { Logger } from '../logging/logger.js';
 import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
 import { CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
-import { agentBpfPinDir, BpfObservability } from './bpfObservability.js';
+import { BpfObservability, bpfPinDirOf } from './bpfObservability.js';
 import { type AgentConfig, masqueradeCidrs } from './config.js';
 import { readInterfaceAddresses } from './interfaceAddresses.js';
 import { IpamProvider } from './ipamProvider.js';
@@ -199,7 +199,8 @@ export class Agent {
 
   /** The eBPF datapath's monitor, map inspection and conntrack GC, when the datapath pinned its maps. */
   private bpfObservability(): BpfObservability | undefined {
-    const pinDir = agentBpfPinDir(this.datapath, this.config);
+    // What the datapath says, not the config: a datapath handed in (the fake in tests) pinned nothing.
+    const pinDir = bpfPinDirOf(this.datapath);
     if (pinDir === undefined) return undefined;
     return new BpfObservability({
       pinDir,
@@ -210,6 +211,7 @@ export class Agent {
       },
       policies: () => this.policy.policies(),
       policyRevision: () => this.policy.revision,
+      enforcedBy: (endpointId, direction) => this.policy.engine.endpointEnforcement(endpointId)?.[direction].by,
     });
   }
 

@@ -10,6 +10,7 @@ import type { CniRequest } from '../api/types.js';
 import type { EndpointDatapathState } from '../datapath/types.js';
 import { formatPolicyName, type MapEntry } from '../policy/index.js';
 import { dbFromWebPolicy } from '../policy/testing/policies.js';
+import { AgentClient, AgentResponseError } from '../client/agentClient.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
 const CONF = JSON.stringify({ cniVersion: '1.0.0', name: 'tdlpolicystore', type: 'tendril-cni' });
@@ -157,5 +158,39 @@ describe('policies shared by two agents on one etcd', () => {
         assert.equal(other.agent.api().ipcache.list().find((e) => e.prefix === `${r}/32`), undefined, `${r} not published`);
       }
     }
+  });
+
+  test('with the kvstore unreachable an import or delete answers 503 and changes nothing; the store holds what it held', async () => {
+    const fast = { 'etcd.callTimeout': '1s', 'etcd.retryTimeout': '1s' };
+    const c = await startFakeNodeAgent({ nodeName: 'tdl-ps-c', podCidr: '10.85.3.0/24', kvstore: { etcdEndpoint: etcd.endpoint, options: fast } });
+    nodes.push(c);
+    const db = await addPod(c, 'tdl-ps-db-c', 'app=db');
+    const client = new AgentClient({ socketPath: c.config.socket, timeoutMs: 30_000 });
+    await client.putPolicy({ text: dbFromWebPolicy({ namespace: 'default', tcpPort: 5432 }) });
+    await until('db realizes the policy', () => realizedIs(c, db));
+    const before = { names: policyNames(c), documents: c.agent.api().policy.list({}).map((p) => p.document), entries: entries(c, db) };
+
+    await etcd.stop();
+    try {
+      for (const call of [
+        () => client.putPolicy({ text: dbFromWebPolicy({ namespace: 'default', tcpPort: 6000 }) }),
+        () => client.putPolicy({ text: CIDR_POLICY }),
+        () => client.deletePolicy({ name: 'db-from-web' }),
+      ]) {
+        await assert.rejects(call(), (err: unknown) => err instanceof AgentResponseError && err.status === 503 && err.body.code === 'TRY_AGAIN');
+        assert.deepEqual(policyNames(c), before.names);
+        assert.deepEqual(c.agent.api().policy.list({}).map((p) => p.document), before.documents);
+      }
+      await until('db realizes the rolled-back state', () => realizedIs(c, db));
+      assert.deepEqual(entries(c, db), before.entries, 'the endpoint enforces what it did before');
+    } finally {
+      await etcd.start();
+    }
+    c.datapath.syncs.length = 0;
+    const again = await c.restart();
+    nodes[nodes.indexOf(c)] = again;
+    assert.deepEqual(policyNames(again), before.names, 'the store held the earlier version');
+    assert.deepEqual(again.agent.api().policy.list({}).map((p) => p.document), before.documents);
+    assert.deepEqual(entries(again, db), before.entries);
   });
 });

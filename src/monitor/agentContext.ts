@@ -22,6 +22,8 @@ export interface AgentMonitorSources {
   /** The policies in force and their revision (the cookie index is rebuilt when it moves). */
   policies(): readonly Policy[];
   policyRevision(): number;
+  /** The rules that put an endpoint's direction into default deny; undefined for an endpoint the agent does not know. */
+  enforcedBy?(endpointId: number, direction: 'ingress' | 'egress'): readonly RuleOrigin[] | undefined;
   interfaces?: InterfaceNames;
 }
 
@@ -53,5 +55,6 @@ export function agentMonitorContext(sources: AgentMonitorSources): MonitorContex
     identityLabels: (id) => sources.identityLabels(id),
     interfaceName: (ifindex) => interfaces.name(ifindex),
     ruleIndex: () => rules.get(),
+    ...(sources.enforcedBy ? { enforcedBy: sources.enforcedBy.bind(sources) } : {}),
   };
 }

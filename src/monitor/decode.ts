@@ -6,7 +6,8 @@ import { DropReason, dropReasonName, EventType, PolicyVerdict, TracePoint, Traff
 import { datapathEvent, type DatapathEvent, EVENT_SIZE } from '../datapath/bpf/layout.js';
 import type { RuleCookieIndex } from '../datapath/bpf/ruleCookie.js';
 import { formatIp } from '../netip/index.js';
-import { describeCookie } from './ruleText.js';
+import type { RuleOrigin } from '../policy/index.js';
+import { describeCookie, describeDefaultDeny } from './ruleText.js';
 import type { MonitorDirection, MonitorEvent, MonitorEventType, MonitorPeer, MonitorTracePoint, MonitorVerdict } from './types.js';
 
 /** What resolving an event needs from the agent. */
@@ -17,6 +18,8 @@ export interface MonitorContext {
   interfaceName(ifindex: number): string | undefined;
   /** Rule cookies of the current policies. */
   ruleIndex(): RuleCookieIndex;
+  /** The rules that put an endpoint's direction into default deny (undefined when the endpoint is unknown). */
+  enforcedBy?(endpointId: number, direction: 'ingress' | 'egress'): readonly RuleOrigin[] | undefined;
 }
 
 /** A ring buffer record as the contract's struct; undefined for a record too short or of an unknown family. */
@@ -93,14 +96,22 @@ export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: 
   if (type === 'drop') {
     const name = dropReasonName(e.subtype);
     out.drop = { reason: name ?? `UNKNOWN_${e.subtype}`, code: e.subtype, text: name ? DropReason[name].text : `unknown drop reason ${e.subtype}` };
-    if (POLICY_DROPS.has(e.subtype)) out.rule = describeCookie(e.cookie, ctx.ruleIndex());
+    if (POLICY_DROPS.has(e.subtype)) out.rule = e.subtype === Math.abs(DropReason.POLICY.code) ? defaultDenyRule(e, ctx) : describeCookie(e.cookie, ctx.ruleIndex());
   } else if (type === 'policy-verdict') {
     const verdict = VERDICT_NAMES[e.subtype];
     if (verdict !== undefined) out.verdict = verdict;
-    out.rule = describeCookie(e.cookie, ctx.ruleIndex());
+    out.rule = e.subtype === PolicyVerdict.NO_MATCH ? defaultDenyRule(e, ctx) : describeCookie(e.cookie, ctx.ruleIndex());
   } else {
     const point = TRACE_NAMES[e.subtype];
     if (point !== undefined) out.tracePoint = point;
   }
   return out;
+}
+
+/** A no-match decision, named by the rules of the enforcing endpoint (the source for egress, the destination for ingress). */
+function defaultDenyRule(e: DatapathEvent, ctx: MonitorContext) {
+  const egress = e.direction === TrafficDirection.EGRESS;
+  const endpoint = egress ? e.srcEndpoint : e.dstEndpoint;
+  const by = endpoint === 0 ? undefined : ctx.enforcedBy?.(endpoint, egress ? 'egress' : 'ingress');
+  return by === undefined ? describeCookie(e.cookie, ctx.ruleIndex()) : describeDefaultDeny(by);
 }

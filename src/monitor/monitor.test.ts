@@ -110,6 +110,30 @@ describe('decoding and resolving', () => {
     assert.ok(Math.abs(Date.parse(e.time) - Date.now()) < 2000, e.time);
   });
 
+  test('a default-deny drop names the rules that made the enforcing endpoint default-deny (the destination for ingress, the source for egress)', () => {
+    const by = [{ policy: 'NetworkPolicy/shop/db-ingress', rule: 0, path: 'spec' }];
+    const asked: Array<[number, string]> = [];
+    const withEnforcement = agentMonitorContext({
+      identityLabels: (id) => LABELS[id],
+      policies: () => POLICIES,
+      policyRevision: () => 1,
+      interfaces: new InterfaceNames(),
+      enforcedBy: (endpoint, direction) => {
+        asked.push([endpoint, direction]);
+        return endpoint === 13 && direction === 'ingress' ? by : undefined;
+      },
+    });
+    const drop = resolveEvent(event({}), withEnforcement)!;
+    assert.deepEqual(drop.rule, { cookie: 0, text: 'no rule allows (default deny set by NetworkPolicy/shop/db-ingress spec)', origins: by });
+    const verdict = resolveEvent(event({ type: EventType.POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: TrafficDirection.EGRESS }), withEnforcement)!;
+    // Endpoint 12's egress is unknown to the agent: the plain reserved text.
+    assert.equal(verdict.rule!.text, 'no rule allows (default deny)');
+    assert.deepEqual(asked, [
+      [13, 'ingress'],
+      [12, 'egress'],
+    ]);
+  });
+
   test('a deny-rule drop names the rule by its cookie', () => {
     const cookie = ruleCookie({ policy: 'TendrilNetworkPolicy/shop/no-world', rule: 0, path: 'spec.egressDeny[0]' });
     const e = resolveEvent(

@@ -27,3 +27,14 @@ export function describeCookie(cookie: number, index: RuleCookieIndex): MonitorR
   if (origins.length === 0) return { cookie, text: `unknown rule (cookie 0x${cookie.toString(16).padStart(8, '0')}: not in the current policies)`, origins };
   return { cookie, text: origins.map(originText).join(' or '), origins };
 }
+
+/**
+ * A flow no entry matched is dropped by default deny; no rule allowed it,
+ * but rules put the direction into default deny, and those are what a person
+ * changes. Named here with the direction's enforcing rules (none in `always`
+ * mode, where the mode itself enforces).
+ */
+export function describeDefaultDeny(enforcedBy: readonly RuleOrigin[]): MonitorRule {
+  const text = enforcedBy.length === 0 ? 'no rule allows (default deny: policy enforcement mode always)' : `no rule allows (default deny set by ${enforcedBy.map(originText).join(', ')})`;
+  return { cookie: ReservedCookie.NONE, text, origins: [...enforcedBy] };
+}

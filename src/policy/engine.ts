@@ -263,6 +263,11 @@ export class PolicyEngine {
     };
   }
 
+  /** Which directions the endpoint's policy enforces, and the rules that made them default-deny (undefined for an unknown endpoint). */
+  endpointEnforcement(id: number): Readonly<Record<Direction, DirectionEnforcement>> | undefined {
+    return this.#endpoints.get(id)?.group.resolved.enforcement;
+  }
+
   endpointIds(): number[] {
     return [...this.#endpoints.keys()].sort((a, b) => a - b);
   }

@@ -87,7 +87,7 @@ test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with n
   assert.equal((await sender.prober.probe({ proto: 'tcp', port: 80, dst: receiver.address })).outcome, 'open', 'sender -> receiver is allowed');
   assert.ok(await intruderDenied(), 'intruder -> receiver is denied before the restarts');
 
-  const server = spawnIn(scene!.pods.get(`${NS}/receiver`)!.netnsPath, ['iperf3', '-s', '-p', String(IPERF_PORT)]);
+  const server = spawnIn(scene!.pods.get(`${NS}/receiver`)!.netnsPath, ['iperf3', '-s', '-p', String(IPERF_PORT), '--forceflush']);
   for (let i = 0; !server.output().includes('Server listening'); i++) {
     if (i > 50) throw new Error(`iperf3 server did not start: ${server.output()}`);
     await sleep(100);

@@ -28,6 +28,8 @@ export interface FakeNodeAgent<D extends FakeDatapath = FakeDatapath> {
 /** An etcd for the fake node's kvstore instead of the embedded store (several fake nodes on one etcd make a cluster). */
 export interface FakeNodeKvstore {
   etcdEndpoint: string;
+  /** More etcd options (`etcd.callTimeout`, …). */
+  options?: Record<string, string>;
 }
 
 export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore }): Promise<FakeNodeAgent>;
@@ -42,7 +44,7 @@ export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: stri
     stateDir: join(dir, 'state'),
     libDir: join(dir, 'lib'),
     socket: join(dir, 'state', 'tendril.sock'),
-    ...(opts.kvstore ? { kvstore: 'etcd' as const, kvstoreOpts: { 'etcd.endpoints': opts.kvstore.etcdEndpoint } } : { kvstoreOpts: { 'embedded.synchronous': 'normal' } }),
+    ...(opts.kvstore ? { kvstore: 'etcd' as const, kvstoreOpts: { ...opts.kvstore.options, 'etcd.endpoints': opts.kvstore.etcdEndpoint } } : { kvstoreOpts: { 'embedded.synchronous': 'normal' } }),
     podCidrs: [opts.podCidr],
     ...(opts.ipamExpirationMs !== undefined ? { ipamExpirationMs: opts.ipamExpirationMs } : {}),
   });

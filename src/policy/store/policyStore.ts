@@ -245,8 +245,10 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
     if (this.#stopped) return;
     const present = new Set(kvs.map((kv) => kv.key));
     const deletes = [...this.#applied.keys()].filter((k) => !present.has(k)).map((key) => ({ key, revision: 0 }));
+    // In the order they were first stored: node-local CIDR identities are then numbered as when they were imported, in the usual case.
+    const ordered = [...kvs].sort((x, y) => x.createRevision - y.createRevision);
     this.#converge(
-      kvs.map((kv) => ({ key: kv.key, value: kv.value, revision: kv.modRevision })),
+      ordered.map((kv) => ({ key: kv.key, value: kv.value, revision: kv.modRevision })),
       deletes,
       'store',
     );

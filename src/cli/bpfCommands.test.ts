@@ -68,7 +68,7 @@ before(async () => {
   maps = await createTestDatapathMaps();
   node = await startFakeNodeAgent({ nodeName: 'tdl-bpfcli', podCidr: '10.92.0.0/24' });
   const api = node.agent.api();
-  api.policy.import(dbFromWebPolicy({ namespace: 'default' }));
+  await api.policy.import(dbFromWebPolicy({ namespace: 'default' }));
   obs = new BpfObservability({
     pinDir: maps.pinDir,
     log: pino({ level: 'silent' }),

@@ -124,7 +124,7 @@ test('NetworkPolicies imported: every selected endpoint realizes them in the dat
   assert.equal(inMap.find((x) => x.prefix === `${scene!.node.routerIp}/32`)?.identity, 1, 'tendril_ipcache: the router address is the host identity');
 });
 
-test('every pair × probe: observed reachability equals policy trace', async () => {
+test('every pair × probe: observed reachability equals policy trace', async (t) => {
   const podPeers = [...scene!.peers.values()].filter((p) => p.name.includes('/'));
   const [host, outIn, outEx] = [peer('host'), peer(`outside:${OUTSIDE_IN}`), peer(`outside:${OUTSIDE_EXCEPT}`)];
   const pairs: Array<[Peer, Peer]> = [];
@@ -135,6 +135,7 @@ test('every pair × probe: observed reachability equals policy trace', async () 
   const started = Date.now();
   table = await truthTable(scene!.node, pairs, PROBES, { timeoutMs: 400, probeConcurrency: 96 });
   const bad = mismatches(table);
+  t.diagnostic(`${table.length} flows (${table.filter((r) => r.trace === 'allow').length} allowed, ${table.filter((r) => r.trace === 'deny').length} denied) in ${Date.now() - started} ms`);
   assert.deepEqual(bad, [], `${bad.length} of ${table.length} flows differ from the trace (${Date.now() - started} ms)`);
   // Not trivially equal: both verdicts occur for every protocol.
   for (const proto of ['tcp', 'udp', 'icmp']) {

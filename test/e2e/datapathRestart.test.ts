@@ -81,7 +81,7 @@ async function intruderDenied(): Promise<boolean> {
   return r.outcome === 'timeout';
 }
 
-test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with no drop and no retransmit burst', async () => {
+test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with no drop and no retransmit burst', async (t) => {
   const node = scene!.node;
   const [sender, receiver] = [peer('sender'), peer('receiver')];
   assert.equal((await sender.prober.probe({ proto: 'tcp', port: 80, dst: receiver.address })).outcome, 'open', 'sender -> receiver is allowed');
@@ -124,6 +124,8 @@ test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with n
   assert.equal(result.error, undefined, result.error);
   assert.deepEqual(downChecks, []);
 
+  const rates = result.intervals.map((i) => i.sum.bits_per_second / 1e6);
+  t.diagnostic(`iperf3: ${(result.end.sum_sent.bits_per_second / 1e6).toFixed(0)} Mbit/s, ${result.end.sum_sent.retransmits} retransmits, slowest second ${Math.min(...rates).toFixed(0)} Mbit/s`);
   // No stall: every second of the stream carried a good part of the paced rate.
   const slow = result.intervals.filter((i) => i.sum.bits_per_second < RATE_BITS * 0.25).map((i) => `${i.sum.start.toFixed(0)}-${i.sum.end.toFixed(0)} s: ${(i.sum.bits_per_second / 1e6).toFixed(1)} Mbit/s`);
   assert.deepEqual(slow, [], 'intervals below a quarter of the paced rate');
@@ -141,6 +143,7 @@ test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with n
   }
   const policyDrops = Object.entries(delta).filter(([k]) => k.startsWith('POLICY')).reduce((s, [, v]) => s + v, 0);
   const otherDrops = Object.fromEntries(Object.entries(delta).filter(([k]) => !k.startsWith('POLICY')));
+  t.diagnostic(`drops counted during the stream: ${JSON.stringify(delta)}; intruder probes: ${deniedProbes}`);
   assert.deepEqual(otherDrops, {}, 'no drop of any other reason during the stream');
   assert.equal(policyDrops, deniedProbes, `policy drops during the stream are the intruder's ${deniedProbes} SYNs: ${JSON.stringify(delta)}`);
 });

@@ -39,7 +39,7 @@ before(async () => {
   maps = await createTestDatapathMaps();
   node = await startFakeNodeAgent({ nodeName: 'tdl-bpfapi', podCidr: '10.91.0.0/24' });
   api = node.agent.api();
-  api.policy.import(dbFromWebPolicy({ namespace: 'default' }));
+  await api.policy.import(dbFromWebPolicy({ namespace: 'default' }));
   obs = new BpfObservability({
     pinDir: maps.pinDir,
     log: pino({ level: 'silent' }),

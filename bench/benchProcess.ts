@@ -25,7 +25,11 @@ export function exec(argv: string[], env: NodeJS.ProcessEnv = process.env, input
 /** Each bench agent's own bpffs root (its pinned maps and links), removed when it stops. */
 const bpffsRoots = new WeakMap<ChildProcess, string>();
 
-/** A tendril-agent for a benchmark, in a node namespace, ready to serve; `extraArgs` go to the agent as they are. */
+/**
+ * A tendril-agent for a benchmark, in a node namespace, ready to serve; `extraArgs` go to
+ * the agent as they are, then TENDRIL_BENCH_AGENT_ARGS (space-separated) if set, so a
+ * whole bench run can try an agent flag (e.g. `--bpf-lxc-attach clsact`).
+ */
 export async function startBenchAgent(node: string, stateDir: string, podCidr: string, extraArgs: string[] = []): Promise<{ process: ChildProcess; client: AgentClient; socket: string; bpffsRoot: string }> {
   const socket = join(stateDir, 'tendril.sock');
   // Never the node's /sys/fs/bpf/tendril: a bench's pins live in a directory of their own on bpffs.
@@ -33,7 +37,7 @@ export async function startBenchAgent(node: string, stateDir: string, podCidr: s
   await mkdir(bpffsRoot, { recursive: true });
   const proc = spawn(
     'nsenter',
-    [`--net=/var/run/netns/${node}`, '--', AGENT, '--state-dir', stateDir, '--lib-dir', join(stateDir, 'lib'), '--node-name', 'tdl-bench', '--pod-cidr', podCidr, '--bpffs-root', bpffsRoot, '--log-level', 'warn', ...extraArgs],
+    [`--net=/var/run/netns/${node}`, '--', AGENT, '--state-dir', stateDir, '--lib-dir', join(stateDir, 'lib'), '--node-name', 'tdl-bench', '--pod-cidr', podCidr, '--bpffs-root', bpffsRoot, '--log-level', 'warn', ...extraArgs, ...(process.env.TENDRIL_BENCH_AGENT_ARGS ?? '').split(' ').filter((a) => a !== '')],
     { stdio: 'ignore' },
   );
   bpffsRoots.set(proc, bpffsRoot);

@@ -97,14 +97,14 @@ export class TendrilBenchNode {
   }
 
   /** Waits until every endpoint in `ids` (all when omitted) reports a realized policy revision ≥ `revision`. */
-  async waitRealized(revision: number, ids?: ReadonlySet<number>, timeoutMs = 60_000): Promise<void> {
+  async waitRealized(revision: number, ids?: ReadonlySet<number>, timeoutMs = 60_000, pollMs = 10): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const eps = await this.client.listEndpoints();
       const behind = eps.filter((e) => (!ids || ids.has(e.id)) && e.policyRevision < revision);
       if (behind.length === 0) return;
       if (Date.now() > deadline) throw new Error(`${behind.length} endpoints still below policy revision ${revision} after ${timeoutMs} ms`);
-      await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, pollMs));
     }
   }
 

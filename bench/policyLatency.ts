@@ -105,7 +105,7 @@ async function measureToggle(node: TendrilBenchNode, probe: ProbeLog, file: stri
   const r = await cliImport(node.socket, file);
   let realizedMs: number | undefined;
   const realized = fleet
-    ? node.waitRealized(r.revision, new Set(r.regenerated), 60_000).then(() => {
+    ? node.waitRealized(r.revision, new Set(r.regenerated), 60_000, 25).then(() => {
         realizedMs = Number(process.hrtime.bigint() - r.returnedNs) / 1e6;
       })
     : Promise.resolve();

@@ -11,11 +11,11 @@ import { existsSync } from 'node:fs';
 import { dirname } from 'node:path';
 import type { IPCache } from '../../ipcache/index.js';
 import type { Logger } from '../../logging/logger.js';
-import { formatPrefix, type IpPrefix, prefixOf, tryParseInterfaceAddress } from '../../netip/index.js';
+import { formatPrefix, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress } from '../../netip/index.js';
 import { NetlinkBatch } from '../kernel/netlink/index.js';
 import { BpfMap, codec, ensureBpffs, isOnBpffs, mkdirPinDir } from '../kernel/bpf/index.js';
 import { HOST_DEVICE } from '../linux/hostDevice.js';
-import { HostNetlink, kernel } from '../linux/kernel.js';
+import { HostNetlink, kernel, openPodNetlink } from '../linux/kernel.js';
 import { LinuxDatapath } from '../linux/linuxDatapath.js';
 import { type AdoptedPodSpec, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress } from '../types.js';
 import { MapName, TraceLevel, type MapNameValue } from './constants.js';
@@ -59,6 +59,8 @@ export class BpfDatapath implements Datapath {
   readonly #ipcache: IpcacheMapMirror;
   /** Attachments addPod started, by lxc device name, until syncEndpoint (or removePod) waits for them. */
   readonly #attaching = new Map<string, Promise<void>>();
+  /** Adopted pods' interface MACs by host interface (their endpoint records carry none). */
+  readonly #adoptedPodMac = new Map<string, string>();
   #closed = false;
 
   private constructor(
@@ -239,6 +241,14 @@ export class BpfDatapath implements Datapath {
 
   async adoptPod(spec: AdoptedPodSpec): Promise<{ hostIfIndex: number; hostMac: string }> {
     const r = await this.#linux.adoptPod(spec);
+    // Delivery rewrites the destination MAC to the pod's: the endpoint record of an adopted pod has none.
+    const pod = await openPodNetlink(spec.netns);
+    try {
+      const peer = await kernel(() => pod.findLink(spec.ifName));
+      if (peer) this.#adoptedPodMac.set(spec.hostIfName, peer.mac);
+    } finally {
+      await pod.close();
+    }
     await this.links.attach(spec.hostIfName, r.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach);
     return r;
   }
@@ -246,6 +256,7 @@ export class BpfDatapath implements Datapath {
   async releaseAdoptedPod(spec: { hostIfName: string; addresses: PodAddress[] }): Promise<void> {
     // The pod's entries first: a packet in between is dropped as an unknown source, never let through.
     this.#forgetEndpoint(spec.hostIfName);
+    this.#adoptedPodMac.delete(spec.hostIfName);
     await this.links.detach(spec.hostIfName);
     await this.#linux.releaseAdoptedPod(spec);
   }
@@ -263,8 +274,17 @@ export class BpfDatapath implements Datapath {
     const previous = this.#endpointByIf.get(state.hostIfName);
     if (previous !== undefined && previous !== state.id) this.#forgetEndpoint(state.hostIfName);
     this.policy.sync(state.id, state.policy.entries);
-    this.endpoints.sync({ id: state.id, identity: state.identity, ifindex: state.hostIfIndex, lxcMac: state.hostMac, podMac: state.podMac, addresses: state.addresses });
+    this.endpoints.sync({ id: state.id, identity: state.identity, ifindex: state.hostIfIndex, lxcMac: state.hostMac, podMac: state.podMac || this.#podMacOf(state), addresses: state.addresses });
     this.#endpointByIf.set(state.hostIfName, state.id);
+  }
+
+  /** An adopted pod's MAC: learnt at adoption, else (after a restart) what the endpoint map already holds for it. */
+  #podMacOf(state: EndpointDatapathState): string {
+    const learnt = this.#adoptedPodMac.get(state.hostIfName);
+    if (learnt !== undefined) return learnt;
+    const a = state.addresses[0];
+    const held = a && this.endpoints.map.get(parseIp(a.ip));
+    return held && held.endpointId === state.id && held.podMac !== '00:00:00:00:00:00' ? held.podMac : '';
   }
 
   checkPod(spec: PodNetworkSpec): Promise<void> {

@@ -12,6 +12,7 @@ import { createLogger } from '../../logging/logger.js';
 import { formatPrefix, parseIp, parsePrefix } from '../../netip/index.js';
 import type { MapEntry } from '../../policy/index.js';
 import { BpfMap, codec, removePinDir, TcxLink } from '../kernel/bpf/index.js';
+import { runOk } from '../../../test/support/run.js';
 import { runDatapathContract } from '../testing/contract.js';
 import { linuxSubject } from '../testing/linuxSubject.js';
 import { type EndpointDatapathState, isDatapathError, type PodNetwork, type PodNetworkSpec } from '../types.js';
@@ -42,19 +43,21 @@ after(async () => {
   for (const r of roots) await removePinDir(r);
 });
 
-runDatapathContract('bpf', async () => {
-  const base = await linuxSubject();
-  const bpffsRoot = await tempRoot();
-  const datapath = await BpfDatapath.open({ bpffsRoot, log, mapSizes: SIZES });
-  return {
-    ...base,
-    datapath,
-    cleanup: async () => {
-      await datapath.close();
-      await base.cleanup();
-    },
-  };
-});
+for (const lxcAttach of ['tcx', 'clsact'] as const) {
+  runDatapathContract(lxcAttach === 'tcx' ? 'bpf' : 'bpf (clsact on pods)', async () => {
+    const base = await linuxSubject();
+    const bpffsRoot = await tempRoot();
+    const datapath = await BpfDatapath.open({ bpffsRoot, log, mapSizes: SIZES, lxcAttach });
+    return {
+      ...base,
+      datapath,
+      cleanup: async () => {
+        await datapath.close();
+        await base.cleanup();
+      },
+    };
+  });
+}
 
 const origin = (i: number) => ({ policy: 'tendril/default/p', rule: 0, path: `spec.ingress[${i}]` });
 const allowTcp = (identity: number, port: number, prefixLen = 16, i = 0): MapEntry => ({
@@ -260,6 +263,12 @@ describe('BpfDatapath', { timeout: 120_000 }, () => {
     await dp.syncEndpoint({ id: 47, identity: 1000, hostIfName: hostIf, hostIfIndex: r.hostIfIndex, hostMac: r.hostMac, podMac: '', addresses, policy: { revision: 1, entries: [allowAllEgress] } });
     const link = TcxLink.openPinned(join(pinDir, 'links', `${hostIf}-egress`));
     assert.equal(link.info().ifindex, r.hostIfIndex);
+    // The record has no pod MAC; delivery needs it: learnt from the pod's interface at adoption.
+    const podLink = JSON.parse(await runOk(['nsenter', `--net=${netns}`, '--', 'ip', '-j', 'link', 'show', 'dev', 'eth0'])) as Array<{ address: string }>;
+    const { lxc, policy } = maps();
+    policy.close();
+    assert.equal(lxc.get(parseIp('10.214.0.99'))?.podMac, podLink[0]!.address);
+    lxc.close();
     await dp.releaseAdoptedPod({ hostIfName: hostIf, addresses });
     assert.equal(link.info().ifindex, 0, 'the link was detached from the device that stays');
     link.close();

@@ -3,7 +3,8 @@
 // node namespace, pins under a bpffs root of its own) with pods made through the
 // agent's CNI API, the TCP worker run inside a pod, and the policy documents.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import type { AgentClient } from '../src/client/agentClient.js';
@@ -145,6 +146,50 @@ export async function processCpuNs(pid: number): Promise<number> {
   }
   return total;
 }
+
+/**
+ * Run time of the agent's pod programs (from/to container), from the kernel's BPF
+ * statistics: a cost per packet measured inside the kernel, which a busy machine
+ * hardly disturbs. The statistics are a machine-wide switch
+ * (kernel.bpf_stats_enabled); `enable` turns it on and `restore` puts back what was
+ * there.
+ */
+export class BpfRunStats {
+  private constructor(
+    readonly programIds: number[],
+    private readonly previous: string,
+  ) {}
+
+  static async enable(node: TendrilBenchNode): Promise<BpfRunStats> {
+    const links = join(node.bpffsRoot, 'tendril', 'links');
+    const ids = new Set<number>();
+    for (const name of await readdir(links)) {
+      if (!name.startsWith('lxc')) continue;
+      ids.add((JSON.parse(await exec(['bpftool', 'link', 'show', 'pinned', join(links, name), '-j'])) as { prog_id: number }).prog_id);
+    }
+    if (ids.size === 0) throw new Error(`no pod program links pinned under ${links}`);
+    const previous = (await readFile(STATS_SWITCH, 'utf8')).trim();
+    await writeFile(STATS_SWITCH, '1');
+    return new BpfRunStats([...ids], previous);
+  }
+
+  /** Total run time (ns) and runs of the programs so far. */
+  async read(): Promise<{ ns: number; runs: number }> {
+    let ns = 0;
+    let runs = 0;
+    for (const id of this.programIds) {
+      const p = JSON.parse(await exec(['bpftool', 'prog', 'show', 'id', String(id), '-j'])) as { run_time_ns?: number; run_cnt?: number };
+      ns += p.run_time_ns ?? 0;
+      runs += p.run_cnt ?? 0;
+    }
+    return { ns, runs };
+  }
+
+  async restore(): Promise<void> {
+    await writeFile(STATS_SWITCH, this.previous);
+  }
+}
+const STATS_SWITCH = '/proc/sys/kernel/bpf_stats_enabled';
 
 /** The TCP worker serving inside `ns`; `stop` ends it, `cpuNs` is the CPU its threads have used so far. */
 export async function startTcpServer(ns: string, ip: string, port: number): Promise<{ stop: () => void; cpuNs: () => Promise<number> }> {

@@ -18,7 +18,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exec } from './benchProcess.js';
-import { type BenchPod, BenchNamespaces, TcpClientSession, TendrilBenchNode, ingressRuleDoc, inNs, runTcpClient, startTcpServer } from './policyDatapath.js';
+import { type BenchPod, BenchNamespaces, BpfRunStats, TcpClientSession, TendrilBenchNode, ingressRuleDoc, inNs, runTcpClient, startTcpServer } from './policyDatapath.js';
 import { percentile } from './stats.js';
 
 const PORT = 8080;
@@ -32,6 +32,8 @@ interface CrrResult {
   latenciesUs: number[];
   /** Set by the bench: the server process's CPU over the same run. */
   serverCpuUs?: number;
+  /** Set by the bench for tendril: the pod programs' run time and runs over the same run. */
+  bpf?: { ns: number; runs: number };
 }
 interface RrResult {
   transactions: number;
@@ -57,6 +59,9 @@ export interface ScalePoint {
    */
   cpuPerConn: number;
   cpuPerConnVs0: number;
+  /** tendril only: ns per run of the pod programs during the CRR runs (kernel BPF statistics), and paired vs 0. */
+  bpfNsPerRun?: number;
+  bpfNsPerRunVs0?: number;
   /** What a connection to a port no rule allows met: `timeout` = dropped (policy in force). */
   otherPort: string;
 }
@@ -134,6 +139,7 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
   const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-pscale-'));
   const stoppers: Array<() => void> = [];
   let tendrilNode: TendrilBenchNode | undefined;
+  let bpfStats: BpfRunStats | undefined;
   try {
     const [tn, tc, bn, bc] = [`${tag}tn`, `${tag}tc`, `${tag}bn`, `${tag}bc`];
     const tServersNs = COUNTS.map((_, k) => `${tag}ts${k}`);
@@ -175,23 +181,32 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
       series.push({ side: 'iptables', k, clientNs: bc, serverIp: base.serverIps[k]!, crr: [], rr: [] });
     }
     for (const s of series) await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: 100, concurrency }); // warm-up
+    bpfStats = await BpfRunStats.enable(tendrilNode);
     for (let r = 0; r < rounds; r++) {
       // Each round starts one series further on, so no series always runs first.
       const order = series.map((_, i) => series[(i + r) % series.length]!);
       for (const s of order) {
         const server = servers[s.side]![s.k]!;
+        const bpf0 = s.side === 'tendril' ? await bpfStats.read() : undefined;
         const cpu0 = await server.cpuNs();
         const res = await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: crrMs, concurrency });
         res.serverCpuUs = ((await server.cpuNs()) - cpu0) / 1000;
+        if (bpf0) {
+          const bpf1 = await bpfStats.read();
+          res.bpf = { ns: bpf1.ns - bpf0.ns, runs: bpf1.runs - bpf0.runs };
+        }
         s.crr.push(res);
       }
       for (const s of order) s.rr.push(await clients[s.side].run<RrResult>({ op: 'rr', ip: s.serverIp, port: PORT, ms: rrMs }));
     }
+    await bpfStats.restore();
+    bpfStats = undefined;
     const points = async (side: Series['side']) => {
       const out: ScalePoint[] = [];
       const zero = series.find((x) => x.side === side && x.k === 0)!;
       const roundCps = (x: CrrResult) => x.transactions / x.seconds;
       const roundCpu = (x: CrrResult) => (x.cpuUs + x.serverCpuUs!) / x.transactions;
+      const roundBpf = (x: CrrResult) => x.bpf!.ns / x.bpf!.runs;
       const roundP50 = (x: { latenciesUs: number[] }) => percentile(x.latenciesUs, 0.5);
       // The machine is shared: a busy spell moves every point measured in it, so each
       // round's figure is compared with the 0-rule figure of the same round.
@@ -214,6 +229,7 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
           rrP50Vs0: paired(rrOf, s, roundP50),
           cpuPerConn: percentile(s.crr.map(roundCpu), 0.5),
           cpuPerConnVs0: paired(crrOf, s, roundCpu),
+          ...(side === 'tendril' ? { bpfNsPerRun: percentile(s.crr.map(roundBpf), 0.5), bpfNsPerRunVs0: paired(crrOf, s, roundBpf) } : {}),
           otherPort: await checkPort(s.clientNs, s.serverIp, PORT + 1),
         });
       }
@@ -221,6 +237,7 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
     };
     return { rounds, crrMs, rrMs, concurrency, tendril: await points('tendril'), iptables: await points('iptables'), tendrilEntries, importMs };
   } finally {
+    if (bpfStats) await bpfStats.restore();
     for (const stop of stoppers) stop();
     if (tendrilNode) await tendrilNode.stop();
     await namespaces.cleanup();
@@ -250,6 +267,9 @@ export function printPolicyScale(r: PolicyScaleReport): void {
   console.log(
     `  tendril spread 0→10,000 rules, paired per round: conn/s ${pct(pairedSpread(r.tendril.map((p) => p.cpsVs0)))}, CPU/conn ${pct(pairedSpread(r.tendril.map((p) => p.cpuPerConnVs0)))}, RR p50 ${pct(pairedSpread(r.tendril.map((p) => p.rrP50Vs0)))}, CRR p50 ${pct(pairedSpread(r.tendril.map((p) => p.crrP50Vs0)))} (goal: within 5%);` +
       ` of the medians: conn/s ${pct(spread(tc))}, CRR p50 ${pct(spread(r.tendril.map((p) => p.crrP50)))}, RR p50 ${pct(spread(r.tendril.map((p) => p.rrP50)))}`,
+  );
+  console.log(
+    `  tendril pod programs, ns per run during CRR (kernel BPF stats): ${r.tendril.map((p) => `${p.rules}: ${p.bpfNsPerRun!.toFixed(0)}`).join(', ')}; paired vs 0: ${r.tendril.map((p) => p.bpfNsPerRunVs0!.toFixed(2)).join(' → ')}`,
   );
   console.log(`  CPU µs per connection (client + server processes) at 10,000 vs 0 rules (paired): tendril ${r.tendril.at(-1)!.cpuPerConnVs0.toFixed(2)}x, iptables ${r.iptables.map((p) => p.cpuPerConnVs0.toFixed(2)).join(' → ')}`);
   console.log(

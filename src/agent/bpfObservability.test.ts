@@ -8,7 +8,7 @@ import { AgentClient } from '../client/agentClient.js';
 import { createTestDatapathMaps, type TestDatapathMaps } from '../datapath/bpf/testing/inspectMaps.js';
 import { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
 import { parseIp } from '../netip/index.js';
-import { agentBpfPinDir, bpfPinDirOf } from './bpfObservability.js';
+import { bpfPinDirOf } from './bpfObservability.js';
 import { startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
 requireRoot('the agent\'s eBPF observability wiring test');
@@ -25,10 +25,6 @@ test('only a datapath with a pin directory turns it on', () => {
   assert.equal(bpfPinDirOf(new FakeDatapath()), undefined);
   assert.equal(bpfPinDirOf(Object.assign(new FakeDatapath(), { bpfPinDir: '' })), undefined);
   assert.equal(bpfPinDirOf(Object.assign(new FakeDatapath(), { bpfPinDir: '/sys/fs/bpf/x/tendril' })), '/sys/fs/bpf/x/tendril');
-  // Or the agent's configuration names the eBPF datapath: its maps are under <bpffsRoot>/tendril.
-  assert.equal(agentBpfPinDir(new FakeDatapath(), { bpffsRoot: '/sys/fs/bpf/y', datapath: 'bpf' } as { bpffsRoot: string }), '/sys/fs/bpf/y/tendril');
-  assert.equal(agentBpfPinDir(new FakeDatapath(), { bpffsRoot: '/sys/fs/bpf/y', datapath: 'linux' } as { bpffsRoot: string }), undefined);
-  assert.equal(agentBpfPinDir(new FakeDatapath(), { bpffsRoot: '/sys/fs/bpf/y' }), undefined);
 });
 
 test('an agent over a datapath that pinned maps serves them, and its stop ends monitor streams', async () => {

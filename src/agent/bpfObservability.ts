@@ -8,7 +8,7 @@
 import { join } from 'node:path';
 import { collectConntrack, ConntrackGc } from '../datapath/bpf/conntrackGc.js';
 import { MapName } from '../datapath/bpf/constants.js';
-import { DatapathInspector, datapathPinDir } from '../datapath/bpf/inspect.js';
+import { DatapathInspector } from '../datapath/bpf/inspect.js';
 import type { Logger } from '../logging/logger.js';
 import { agentMonitorContext, type AgentMonitorSources, MonitorHub, pinnedRingBuffer } from '../monitor/index.js';
 import type { BpfApi } from './api/bpfRoutes.js';
@@ -24,17 +24,6 @@ export interface PinnedMapsDatapath {
 export function bpfPinDirOf(datapath: object): string | undefined {
   const dir = (datapath as Partial<PinnedMapsDatapath>).bpfPinDir;
   return typeof dir === 'string' && dir !== '' ? dir : undefined;
-}
-
-/**
- * Where the agent's eBPF maps are pinned: what the datapath says, else, for
- * an agent configured with `datapath: bpf`, `<bpffsRoot>/tendril`. Undefined
- * for the routing datapath.
- */
-export function agentBpfPinDir(datapath: object, config: { bpffsRoot: string }): string | undefined {
-  const said = bpfPinDirOf(datapath);
-  if (said !== undefined) return said;
-  return (config as { datapath?: unknown }).datapath === 'bpf' ? datapathPinDir(config.bpffsRoot) : undefined;
 }
 
 export interface BpfObservabilityOptions extends AgentMonitorSources {

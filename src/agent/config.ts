@@ -82,7 +82,7 @@ export function defaultConfig(): AgentConfig {
     bpffsRoot: '/sys/fs/bpf',
     datapath: 'bpf',
     traceLevel: 'new-flows',
-    bpfLxcAttach: 'tcx',
+    bpfLxcAttach: 'clsact',
     logLevel: 'info',
   };
 }

@@ -83,7 +83,7 @@ export function agentCommand(): Command {
     .option('--bpffs-root <dir>', 'bpffs mount for pinned datapath objects (default /sys/fs/bpf)')
     .addOption(new Option('--datapath <kind>', 'bpf: policy enforced by eBPF programs (default); routing: routes only, for nodes without BPF').choices([...DATAPATH_KINDS]))
     .addOption(new Option('--trace-level <level>', 'eBPF trace events: one per new flow (default), every packet, or none').choices([...TRACE_LEVELS]))
-    .addOption(new Option('--bpf-lxc-attach <how>', 'how programs go on pod devices: tcx links (default; ~27 ms per ADD in the kernel) or clsact filters (~2 ms)').choices(['tcx', 'clsact']))
+    .addOption(new Option('--bpf-lxc-attach <how>', 'how programs go on pod devices: clsact filters (default; ~2 ms per ADD) or pinned tcx links (each attach waits out an RCU grace period: ~27 ms per ADD)').choices(['tcx', 'clsact']))
     .option('--bpf-lxc-max <n>', 'eBPF endpoint map entries (default 65535)', int('--bpf-lxc-max'))
     .option('--bpf-ipcache-max <n>', 'eBPF ipcache entries (default 512000)', int('--bpf-ipcache-max'))
     .option('--bpf-policy-max <n>', 'eBPF policy entries, all endpoints together (default 4194304)', int('--bpf-policy-max'))

@@ -44,7 +44,7 @@ export interface BpfDatapathOptions {
    * program (DROP_UNKNOWN_ENDPOINT) instead of leaving by the default route.
    */
   fallbackRouteCidrs?: readonly string[];
-  /** How programs go on pods' lxc devices (see AttachPolicy); `tcx` unless given. The host device always uses tcx where the kernel has it. */
+  /** How programs go on pods' lxc devices (see AttachPolicy); `clsact` unless given. The host device uses tcx where the kernel has it. */
   lxcAttach?: AttachPolicy;
 }
 
@@ -195,7 +195,7 @@ export class BpfDatapath implements Datapath {
    */
   async addPod(spec: PodNetworkSpec): Promise<PodNetwork> {
     const net = await this.#linux.addPod(spec);
-    const attaching = this.links.attach(net.hostIfName, net.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach);
+    const attaching = this.links.attach(net.hostIfName, net.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach ?? 'clsact');
     // Observed by syncEndpoint or removePod; never an unhandled rejection meanwhile.
     attaching.catch(() => undefined);
     this.#attaching.set(net.hostIfName, attaching);
@@ -249,7 +249,7 @@ export class BpfDatapath implements Datapath {
     } finally {
       await pod.close();
     }
-    await this.links.attach(spec.hostIfName, r.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach);
+    await this.links.attach(spec.hostIfName, r.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach ?? 'clsact');
     return r;
   }
 
@@ -270,7 +270,7 @@ export class BpfDatapath implements Datapath {
    */
   async syncEndpoint(state: EndpointDatapathState): Promise<void> {
     await Promise.all([this.#linux.syncEndpoint(state), this.#attached(state.hostIfName)]);
-    if (!this.links.isAttached(state.hostIfName, state.hostIfIndex)) await this.links.attach(state.hostIfName, state.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach);
+    if (!this.links.isAttached(state.hostIfName, state.hostIfIndex)) await this.links.attach(state.hostIfName, state.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach ?? 'clsact');
     const previous = this.#endpointByIf.get(state.hostIfName);
     if (previous !== undefined && previous !== state.id) this.#forgetEndpoint(state.hostIfName);
     this.policy.sync(state.id, state.policy.entries);

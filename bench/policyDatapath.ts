@@ -161,16 +161,15 @@ export class BpfRunStats {
   ) {}
 
   static async enable(node: TendrilBenchNode): Promise<BpfRunStats> {
-    const links = join(node.bpffsRoot, 'tendril', 'links');
-    const ids = new Set<number>();
-    for (const name of await readdir(links)) {
-      if (!name.startsWith('lxc')) continue;
-      ids.add((JSON.parse(await exec(['bpftool', 'link', 'show', 'pinned', join(links, name), '-j'])) as { prog_id: number }).prog_id);
-    }
-    if (ids.size === 0) throw new Error(`no pod program links pinned under ${links}`);
+    // This agent's pod programs: the container programs that use its pinned policy map
+    // (other agents on the machine load programs of the same names).
+    const policyMap = (JSON.parse(await exec(['bpftool', 'map', 'show', 'pinned', join(node.bpffsRoot, 'tendril', 'tendril_policy'), '-j'])) as { id: number }).id;
+    const progs = JSON.parse(await exec(['bpftool', 'prog', 'show', '-j'])) as Array<{ id: number; name?: string; map_ids?: number[] }>;
+    const ids = progs.filter((p) => /^tendril_(from|to)_c/.test(p.name ?? '') && p.map_ids?.includes(policyMap)).map((p) => p.id);
+    if (ids.length === 0) throw new Error(`no container programs use the policy map ${policyMap}`);
     const previous = (await readFile(STATS_SWITCH, 'utf8')).trim();
     await writeFile(STATS_SWITCH, '1');
-    return new BpfRunStats([...ids], previous);
+    return new BpfRunStats(ids, previous);
   }
 
   /** Total run time (ns) and runs of the programs so far. */

@@ -25,9 +25,9 @@ import { IpcacheMapMirror } from './ipcacheMap.js';
 import { datapathConfig, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, policyEntry, policyKey } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
 import { PolicyMapWriter } from './policyMapWriter.js';
+import { type AttachPolicy, ProgramLinks } from './programLinks.js';
 
 type DatapathConfigValue = codec.CodecValue<typeof datapathConfig>;
-import { type AttachPolicy, ProgramLinks } from './programLinks.js';
 
 export interface BpfDatapathOptions {
   /** The bpffs mount (mounted when missing); pins go under `<root>/tendril/`. */

@@ -1,7 +1,9 @@
 #!/bin/bash
 # make demo: starts tendril-agent on its embedded store inside a "node" network
 # namespace, installs tendril-cni and a conflist in a demo directory, networks
-# three labelled pods, shows them talking, then tears everything down.
+# three labelled pods, shows them talking, enforces a NetworkPolicy on their
+# traffic with the eBPF datapath (the drop in tendril monitor), then tears
+# everything down.
 # The host's root namespace is never touched; every name has the tdl prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,12 +14,16 @@ PODS=(tdldemo1 tdldemo2 tdldemo3)
 WORK=$(mktemp -d /tmp/tdl-demo.XXXXXX)
 STATE="$WORK/state"
 SOCK="$STATE/tendril.sock"
+# The agent's pinned maps and links go under a bpffs directory of the demo's own.
+BPFFS=/sys/fs/bpf/tdl-demo-$$
 AGENT_PID=""
+BG_PIDS=()
 
 cleanup() {
+  for pid in "${BG_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
   for p in "${PODS[@]}" "$NODE"; do ip netns del "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
+  rm -rf "$WORK" "$BPFFS"
 }
 trap cleanup EXIT
 for p in "${PODS[@]}" "$NODE"; do ip netns del "$p" 2>/dev/null || true; done
@@ -30,11 +36,11 @@ ip netns add "$NODE"
 ip -n "$NODE" link set lo up
 for p in "${PODS[@]}"; do ip netns add "$p"; done
 
-say "tendril-agent on the embedded kvstore, host-scope IPAM 10.250.0.0/24"
+say "tendril-agent on the embedded kvstore, host-scope IPAM 10.250.0.0/24, eBPF datapath (maps pinned under $BPFFS)"
 start_agent() {
   # nsenter directly (not through a shell function) so $! is the agent itself.
   nsenter --net=/var/run/netns/$NODE -- "$REPO/bin/tendril-agent" --state-dir "$STATE" --lib-dir "$STATE/lib" --node-name demo-node \
-    --pod-cidr 10.250.0.0/24 --log-file "$WORK/agent.log" &
+    --pod-cidr 10.250.0.0/24 --bpffs-root "$BPFFS" --log-file "$WORK/agent.log" &
   AGENT_PID=$!
   for _ in $(seq 100); do "$TENDRIL" status >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "agent did not start; log:"; cat "$WORK/agent.log"; return 1
@@ -97,12 +103,64 @@ say "pod <-> node"
 nsenter --net=/var/run/netns/tdldemo1 -- ping -c1 -W2 -q 10.250.0.1 >/dev/null && echo "tdldemo1 -> node router 10.250.0.1: ok"
 in_node ping -c1 -W2 -q "${IPS[tdldemo3]}" >/dev/null && echo "node -> tdldemo3 (${IPS[tdldemo3]}): ok"
 
-say "agent restart: traffic keeps flowing while it is down"
+DB=${IPS[tdldemo3]}
+web_to_db_ping() { nsenter --net=/var/run/netns/tdldemo1 -- ping -c1 -W1 -q "$DB" >/dev/null 2>&1; }
+web_to_db_tcp() { nsenter --net=/var/run/netns/tdldemo1 -- busybox nc -w 2 "$DB" 5432 </dev/null; }
+show_enforcement() {
+  if web_to_db_ping; then echo "tdldemo1 (web) -> db ping: allowed"; else echo "tdldemo1 (web) -> db ping: dropped"; fi
+  echo "tdldemo1 (web) -> db TCP 5432: $(web_to_db_tcp || echo 'no answer')"
+}
+
+say "the eBPF datapath: programs on every pod's device, per-pod facts in maps"
+"$TENDRIL" bpf endpoint list
+
+say "a NetworkPolicy: db pods accept only web pods, and only on TCP 5432"
+cat > "$WORK/policy.yaml" <<'YAML'
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: { name: db-from-web, namespace: demo }
+spec:
+  podSelector: { matchLabels: { app: db } }
+  policyTypes: [Ingress]
+  ingress:
+    - from: [ { podSelector: { matchLabels: { app: web } } } ]
+      ports: [ { protocol: TCP, port: 5432 } ]
+YAML
+cat "$WORK/policy.yaml"
+# A tiny "database" in the db pod: answers each connection with the time.
+nsenter --net=/var/run/netns/tdldemo3 -- busybox nc -ll -p 5432 -e /bin/date &
+BG_PIDS+=($!)
+"$TENDRIL" monitor --type drop --type policy-verdict >"$WORK/monitor.txt" 2>&1 &
+MONITOR_PID=$!
+BG_PIDS+=($MONITOR_PID)
+sleep 0.3
+echo "before: $(web_to_db_ping && echo 'web -> db ping allowed')"
+"$TENDRIL" policy import "$WORK/policy.yaml"
+show_enforcement
+nsenter --net=/var/run/netns/tdldemo1 -- ping -c1 -W2 -q "${IPS[tdldemo2]}" >/dev/null && echo "tdldemo1 (web) -> tdldemo2 (web) ping: allowed (not selected by the policy)"
+sleep 0.3
+kill "$MONITOR_PID" 2>/dev/null || true
+say "tendril monitor saw it, with the rule that decided"
+cat "$WORK/monitor.txt"
+say "tendril bpf policy get (db's entries in the policy map) and the datapath's counters"
+DB_EP=$("$TENDRIL" endpoint list -o json | jq -r '.[] | select(.podName == "tdldemo3") | .id')
+"$TENDRIL" bpf policy get "$DB_EP"
+"$TENDRIL" bpf metrics
+
+say "agent restart: policies come back from the kvstore and pods stay enforced while it is down"
 kill "$AGENT_PID"; wait "$AGENT_PID" || true; AGENT_PID=""
-nsenter --net=/var/run/netns/tdldemo1 -- ping -c1 -W2 -q "${IPS[tdldemo2]}" >/dev/null && echo "agent down: tdldemo1 -> tdldemo2 still ok"
+echo "agent down:"
+show_enforcement
+nsenter --net=/var/run/netns/tdldemo1 -- ping -c1 -W2 -q "${IPS[tdldemo2]}" >/dev/null && echo "tdldemo1 -> tdldemo2 still ok"
 start_agent
-echo "agent restarted; endpoints restored from its state dir:"
+echo "agent restarted; endpoints restored from its state dir, policies from the kvstore:"
 "$TENDRIL" endpoint list
+"$TENDRIL" policy get | jq -r '.policies[] | "restored: \(.kind)/\(.namespace)/\(.name)"' 
+show_enforcement
+
+say "policy deleted: traffic restored"
+"$TENDRIL" policy delete --all
+web_to_db_ping && echo "tdldemo1 (web) -> db ping: allowed"
 
 say "CHECK, then DEL every pod"
 for p in "${PODS[@]}"; do

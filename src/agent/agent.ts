@@ -17,6 +17,7 @@ import type { Logger } from '../logging/logger.js';
 import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
 import { CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
+import { InterfaceNames, netlinkLinks } from '../monitor/index.js';
 import { BpfObservability, bpfPinDirOf } from './bpfObservability.js';
 import { type AgentConfig, masqueradeCidrs } from './config.js';
 import { readInterfaceAddresses } from './interfaceAddresses.js';
@@ -202,9 +203,12 @@ export class Agent {
     // What the datapath says, not the config: a datapath handed in (the fake in tests) pinned nothing.
     const pinDir = bpfPinDirOf(this.datapath);
     if (pinDir === undefined) return undefined;
+    const interfaces = new InterfaceNames(netlinkLinks, (err) => this.log.warn({ err }, 'listing interfaces for monitor events failed'));
+    void interfaces.refresh();
     return new BpfObservability({
       pinDir,
       log: this.log,
+      interfaces,
       identityLabels: (id) => {
         const identity = reservedIdentity(id) ?? this.identities.lookupById(id);
         return identity && identityToJSON(identity).labels;

@@ -54,6 +54,7 @@ export function agentMonitorContext(sources: AgentMonitorSources): MonitorContex
   return {
     identityLabels: (id) => sources.identityLabels(id),
     interfaceName: (ifindex) => interfaces.name(ifindex),
+    refreshInterfaces: () => interfaces.refresh(),
     ruleIndex: () => rules.get(),
     ...(sources.enforcedBy ? { enforcedBy: sources.enforcedBy.bind(sources) } : {}),
   };

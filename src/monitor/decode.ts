@@ -14,8 +14,10 @@ import type { MonitorDirection, MonitorEvent, MonitorEventType, MonitorPeer, Mon
 export interface MonitorContext {
   /** An identity's labels, or undefined when unknown. */
   identityLabels(identity: number): readonly string[] | undefined;
-  /** An interface's name, or undefined when there is none by that index. */
+  /** An interface's name, or undefined when there is none by that index (or it is not known yet). */
   interfaceName(ifindex: number): string | undefined;
+  /** Lists the interfaces again now (for a listing that may name devices created since the last one). */
+  refreshInterfaces?(): Promise<void>;
   /** Rule cookies of the current policies. */
   ruleIndex(): RuleCookieIndex;
   /** The rules that put an endpoint's direction into default deny (undefined when the endpoint is unknown). */

@@ -8,6 +8,6 @@ export { decodeRecord, type MonitorContext, resolveEvent, protocolName, tcpFlagN
 export { matchesFilter } from './filter.js';
 export { formatEventLine } from './format.js';
 export { describeCookie, originText } from './ruleText.js';
-export { InterfaceNames } from './interfaceNames.js';
+export { InterfaceNames, type LinkLister, netlinkLinks } from './interfaceNames.js';
 export { agentMonitorContext, type AgentMonitorSources, CurrentRuleIndex, policyRuleOrigins } from './agentContext.js';
 export { type EventSource, MonitorHub, type MonitorHubStats, type MonitorSubscription, pinnedRingBuffer } from './hub.js';

@@ -49,12 +49,16 @@ spec:
 
 const LABELS: Record<number, string[]> = { 2: ['reserved:world'], 30012: ['k8s:app=web', 'k8s:io.kubernetes.pod.namespace=shop'], 30013: ['k8s:app=db', 'k8s:io.kubernetes.pod.namespace=shop'] };
 
+/** The names a netlink listing would give; the agent lists its own namespace's links. */
+const INTERFACES = new InterfaceNames(async () => [{ index: 1, name: 'lo' }]);
+before(() => INTERFACES.refresh());
+
 function context(): MonitorContext {
   return agentMonitorContext({
     identityLabels: (id) => LABELS[id],
     policies: () => POLICIES,
     policyRevision: () => 1,
-    interfaces: new InterfaceNames(),
+    interfaces: INTERFACES,
   });
 }
 
@@ -117,7 +121,7 @@ describe('decoding and resolving', () => {
       identityLabels: (id) => LABELS[id],
       policies: () => POLICIES,
       policyRevision: () => 1,
-      interfaces: new InterfaceNames(),
+      interfaces: INTERFACES,
       enforcedBy: (endpoint, direction) => {
         asked.push([endpoint, direction]);
         return endpoint === 13 && direction === 'ingress' ? by : undefined;

@@ -74,9 +74,12 @@ test('a packet denied by a deny rule: verdicts and drop reach the monitor resolv
     pinned(MapName.CONFIG, codec.u32, datapathConfig),
   ] as const;
   const [endpoints, ipcache, policy, config] = maps;
+  // The real listing of this namespace's links, over netlink, as the agent does.
+  const interfaces = new InterfaceNames();
+  await interfaces.refresh();
   const hub = new MonitorHub({
     source: pinnedRingBuffer(join(pinDir, MapName.EVENTS)),
-    context: agentMonitorContext({ identityLabels: (id) => LABELS[id], policies: () => POLICIES, policyRevision: () => 1, interfaces: new InterfaceNames() }),
+    context: agentMonitorContext({ identityLabels: (id) => LABELS[id], policies: () => POLICIES, policyRevision: () => 1, interfaces }),
     log: pino({ level: 'silent' }),
   });
   const events: MonitorEvent[] = [];

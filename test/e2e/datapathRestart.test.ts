@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import { importPolicyAndWait } from '../support/datapathNode.js';
-import { bpfConntrack, bpfMetrics, dropCounts } from '../support/datapathObserve.js';
+import { bpfConntrack, bpfMetrics, dropCounts, tcpCounters } from '../support/datapathObserve.js';
 import { type Scene, startScene } from '../support/datapathScene.js';
 import { NetnsPool } from '../support/netns.js';
 import type { Peer } from '../support/policyTruthTable.js';
@@ -92,6 +92,8 @@ test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with n
     if (i > 50) throw new Error(`iperf3 server did not start: ${server.output()}`);
     await sleep(100);
   }
+  const senderNetns = scene!.pods.get(`${NS}/sender`)!.netnsPath;
+  const tcpBefore = await tcpCounters(senderNetns);
   const dropsBefore = dropCounts(await bpfMetrics(node));
   deniedProbes = 0;
 
@@ -130,8 +132,17 @@ test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with n
   const slow = result.intervals.filter((i) => i.sum.bits_per_second < RATE_BITS * 0.25).map((i) => `${i.sum.start.toFixed(0)}-${i.sum.end.toFixed(0)} s: ${(i.sum.bits_per_second / 1e6).toFixed(1)} Mbit/s`);
   assert.deepEqual(slow, [], 'intervals below a quarter of the paced rate');
   assert.ok(result.intervals.length >= DURATION_S - 1, `${result.intervals.length} intervals`);
-  // No retransmit burst.
-  assert.ok(result.end.sum_sent.retransmits <= 3, `retransmits: ${result.end.sum_sent.retransmits} (per second: ${result.intervals.map((i) => i.sum.retransmits ?? 0).join(' ')})`);
+  // No retransmit burst. On a loaded machine a late ACK makes the sender send a tail loss probe
+  // that the receiver then reports as a duplicate (D-SACK): such spurious retransmits happen on a
+  // plain veth pair too. What a datapath gap would cause is different: segments really lost
+  // (retransmitted and not reported as duplicates) and retransmission timeouts.
+  const tcpAfter = await tcpCounters(senderNetns);
+  const retrans = tcpAfter.retransSegs - tcpBefore.retransSegs;
+  const spurious = tcpAfter.dsackRecvSegs - tcpBefore.dsackRecvSegs;
+  const perSecond = result.intervals.map((i) => i.sum.retransmits ?? 0).join(' ');
+  t.diagnostic(`retransmitted segments ${retrans}, of them reported duplicate (spurious) ${spurious}, loss probes ${tcpAfter.lossProbes - tcpBefore.lossProbes}; iperf3 per second: ${perSecond}`);
+  assert.equal(tcpAfter.timeouts - tcpBefore.timeouts, 0, 'no retransmission timeout (no stall)');
+  assert.ok(retrans - spurious <= 2, `segments really lost: ${retrans - spurious} (${retrans} retransmitted, ${spurious} spurious; per second ${perSecond})`);
 
   // The datapath counted no drop but the intruder's probes (one SYN each, dropped by policy).
   await sleep(200);

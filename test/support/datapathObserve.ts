@@ -3,6 +3,7 @@ import { createInterface } from 'node:readline';
 import type { MonitorEvent } from '../../src/monitor/types.js';
 import type { CtRow, IpcacheMapRow, MetricsRow } from '../../src/datapath/bpf/inspect.js';
 import { cliJson, type DatapathNode } from './datapathNode.js';
+import { run } from './run.js';
 import { TENDRIL_BIN } from './tendrilBin.js';
 
 /**
@@ -118,4 +119,43 @@ export async function eventually(check: () => Promise<boolean>, timeoutMs: numbe
     if (Date.now() - started > timeoutMs) throw new Error(`${what}: not so after ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/** TCP counters of a network namespace (/proc/net/snmp and /proc/net/netstat as seen from inside it). */
+export interface TcpCounters {
+  /** Segments retransmitted. */
+  retransSegs: number;
+  /** Retransmitted segments the receiver reported as duplicates (D-SACK): spurious, nothing was lost. */
+  dsackRecvSegs: number;
+  /** Retransmission timeouts: the sender heard nothing for a whole RTO (a stall). */
+  timeouts: number;
+  /** Tail loss probes sent (a late ACK is enough to send one). */
+  lossProbes: number;
+}
+
+function parseSnmpTable(text: string, prefix: string): Map<string, number> {
+  const rows = text.split('\n').filter((l) => l.startsWith(`${prefix}:`));
+  const out = new Map<string, number>();
+  for (let i = 0; i + 1 < rows.length; i += 2) {
+    const names = rows[i]!.split(/\s+/).slice(1);
+    const values = rows[i + 1]!.split(/\s+/).slice(1);
+    names.forEach((n, j) => out.set(n, Number(values[j])));
+  }
+  return out;
+}
+
+export async function tcpCounters(netnsPath: string): Promise<TcpCounters> {
+  const read = async (file: string) => {
+    const r = await run(['nsenter', `--net=${netnsPath}`, '--', 'cat', file]);
+    if (r.code !== 0) throw new Error(`cannot read ${file} in ${netnsPath}: ${r.stderr}`);
+    return r.stdout;
+  };
+  const tcp = parseSnmpTable(await read('/proc/net/snmp'), 'Tcp');
+  const ext = parseSnmpTable(await read('/proc/net/netstat'), 'TcpExt');
+  return {
+    retransSegs: tcp.get('RetransSegs') ?? 0,
+    dsackRecvSegs: ext.get('TCPDSACKRecvSegs') ?? 0,
+    timeouts: ext.get('TCPTimeouts') ?? 0,
+    lossProbes: ext.get('TCPLossProbes') ?? 0,
+  };
 }

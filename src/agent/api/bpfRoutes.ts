@@ -47,6 +47,8 @@ export function registerBpfRoutes(app: FastifyInstance, bpf: BpfApi | undefined)
   app.get('/v1/bpf/endpoints', async (): Promise<ResponseBody<'listBpfEndpoints', 200>> => {
     const b = need(bpf);
     const rows = await inspect(() => b.inspector.endpoints());
+    // Pods created since the last listing of interfaces: list again once, rather than show their devices unnamed.
+    if (rows.some((r) => b.context.interfaceName(r.ifindex) === undefined)) await b.context.refreshInterfaces?.();
     return rows.map((r) => {
       const ifName = b.context.interfaceName(r.ifindex);
       return { ...r, identityLabels: labels(b, r.identity), ...(ifName !== undefined ? { ifName } : {}) };

@@ -1,0 +1,305 @@
+/**
+ * fast-check generators of frames for the datapath programs' fuzz test
+ * (packetFuzz.test.ts): well-formed packets between the fixture node's
+ * addresses (TCP, UDP, SCTP, GRE, ICMP echo, ICMP errors about tracked and
+ * untracked flows, fragments, ARP, IPv6 with extension headers), the same
+ * packets mutated (bit flips, truncation at any offset, field overwrites
+ * with or without a fixed-up header checksum, trailers past the IP total
+ * length), and plain random bytes. Frames stay below FUZZ_MAX_FRAME so a
+ * test can use longer frames as markers.
+ */
+import fc from 'fast-check';
+import { CIDR_24, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER, WORLD_IP } from './fixtures.js';
+import {
+  arpFrame,
+  datagramOf,
+  EtherType,
+  ethernetFrame,
+  icmpEcho,
+  icmpError,
+  IpProto,
+  internetChecksum,
+  ipv4Datagram,
+  ipv4Frame,
+  ipv6Frame,
+  tcpSegment,
+  udpDatagram,
+} from './packets.js';
+
+/** No generated frame is this long: longer frames are free for markers. */
+export const FUZZ_MAX_FRAME = 1600;
+
+export interface FuzzFrame {
+  /** How the frame was made, for the report. */
+  readonly label: string;
+  readonly frame: Buffer;
+}
+
+/** A flow the fuzz test tracks in conntrack before every run (ICMP errors embed these). */
+export interface SeedFlow {
+  saddr: string;
+  daddr: string;
+  proto: number;
+  sport: number;
+  dport: number;
+}
+
+export const SEED_FLOWS: readonly SeedFlow[] = [
+  { saddr: POD_A.ip, daddr: WORLD_IP, proto: IpProto.UDP, sport: 5353, dport: 53 },
+  { saddr: POD_A.ip, daddr: POD_B.ip, proto: IpProto.TCP, sport: 40000, dport: 80 },
+  { saddr: NODE_IP, daddr: POD_A.ip, proto: IpProto.TCP, sport: 30001, dport: 8080 },
+  { saddr: POD_B.ip, daddr: REMOTE_POD_IP, proto: IpProto.ICMP, sport: 7, dport: 7 },
+];
+
+/** A flow whose entry has expired (the GC has not removed it): opens nothing. */
+export const EXPIRED_FLOW: SeedFlow = { saddr: POD_A.ip, daddr: '203.0.113.7', proto: IpProto.TCP, sport: 41000, dport: 443 };
+
+/** The fragment record every run starts with: (A → B, UDP, id 0x99) carried ports 1000 → 80. */
+export const SEED_FRAGMENT = { saddr: POD_A.ip, daddr: POD_B.ip, id: 0x99, proto: IpProto.UDP, sport: 1000, dport: 80 };
+
+const ADDRESSES = [POD_A.ip, POD_B.ip, POD_C.ip, ROUTER.ip, NODE_IP, REMOTE_POD_IP, WORLD_IP, '203.0.113.7', '203.0.113.200', '10.200.0.99', '0.0.0.0', '255.255.255.255', '224.0.0.251'];
+if (!CIDR_24.startsWith('203.0.113.')) throw new Error('fixture CIDRs changed: review ADDRESSES');
+
+const ipv4Arb: fc.Arbitrary<string> = fc.oneof(
+  { weight: 8, arbitrary: fc.constantFrom(POD_A.ip, POD_B.ip) },
+  { weight: 6, arbitrary: fc.constantFrom(...ADDRESSES) },
+  { weight: 1, arbitrary: fc.tuple(fc.nat(255), fc.nat(255), fc.nat(255), fc.nat(255)).map((b) => b.join('.')) },
+);
+
+export const PORTS = [80, 443, 53, 22, 8079, 8080, 8083, 8087, 8088, 9000, 40000, 30001, 5353, 1000, 0, 65535];
+const portArb: fc.Arbitrary<number> = fc.oneof({ weight: 4, arbitrary: fc.constantFrom(...PORTS) }, { weight: 1, arbitrary: fc.nat(65535) });
+const ttlArb = fc.oneof({ weight: 6, arbitrary: fc.constant(64) }, { weight: 1, arbitrary: fc.constantFrom(0, 1, 2, 255) });
+const payloadArb = fc.oneof({ weight: 3, arbitrary: fc.constant(Buffer.alloc(0)) }, { weight: 1, arbitrary: fc.uint8Array({ maxLength: 64 }).map((b) => Buffer.from(b)) });
+const tcpFlagsArb = fc.oneof({ weight: 3, arbitrary: fc.constantFrom(0x02, 0x12, 0x10, 0x11, 0x04, 0x14, 0x18) }, { weight: 1, arbitrary: fc.nat(255) });
+
+interface L3 {
+  src: string;
+  dst: string;
+  ttl: number;
+  id: number;
+  options: boolean;
+}
+const l3Arb: fc.Arbitrary<L3> = fc.record({
+  src: ipv4Arb,
+  dst: ipv4Arb,
+  ttl: ttlArb,
+  id: fc.oneof(fc.constantFrom(0x1234, 0x99), fc.nat(65535)),
+  options: fc.boolean(),
+});
+
+/** Frames from a pod carry its MACs; the programs do not look at them (only the rewrite does). */
+const macs = { srcMac: POD_A.podMac, dstMac: POD_A.lxcMac };
+
+function frame(l3: L3, proto: number, payload: Buffer, extra: { moreFragments?: boolean; fragmentOffset?: number } = {}): Buffer {
+  return ipv4Frame({
+    ...macs,
+    src: l3.src,
+    dst: l3.dst,
+    proto,
+    payload,
+    ttl: l3.ttl,
+    id: l3.id,
+    ...(l3.options ? { options: Buffer.from([1, 1, 1, 0]) } : {}),
+    ...extra,
+  });
+}
+
+const tcpArb = fc.record({ l3: l3Arb, sport: portArb, dport: portArb, flags: tcpFlagsArb, payload: payloadArb }).map(
+  (p): FuzzFrame => ({ label: 'tcp', frame: frame(p.l3, IpProto.TCP, tcpSegment({ src: p.l3.src, dst: p.l3.dst, sport: p.sport, dport: p.dport, flags: p.flags, payload: p.payload })) }),
+);
+const udpArb = fc.record({ l3: l3Arb, sport: portArb, dport: portArb, payload: payloadArb }).map(
+  (p): FuzzFrame => ({ label: 'udp', frame: frame(p.l3, IpProto.UDP, udpDatagram({ src: p.l3.src, dst: p.l3.dst, sport: p.sport, dport: p.dport, payload: p.payload })) }),
+);
+const echoArb = fc.record({ l3: l3Arb, id: fc.oneof(fc.constant(7), fc.nat(65535)), reply: fc.boolean() }).map(
+  (p): FuzzFrame => ({ label: p.reply ? 'icmp-echo-reply' : 'icmp-echo', frame: frame(p.l3, IpProto.ICMP, icmpEcho({ id: p.id, reply: p.reply })) }),
+);
+const otherProtoArb = fc.record({ l3: l3Arb, proto: fc.constantFrom(IpProto.SCTP, IpProto.GRE, 0, 4, 41, 50, 255), payload: fc.uint8Array({ minLength: 0, maxLength: 40 }) }).map(
+  (p): FuzzFrame => ({ label: `proto-${p.proto}`, frame: frame(p.l3, p.proto, Buffer.from(p.payload)) }),
+);
+
+/** The datagram an ICMP error is about: a seeded flow (either orientation), or any. */
+const offendingArb: fc.Arbitrary<Buffer> = fc.oneof(
+  fc.record({ flow: fc.constantFrom(...SEED_FLOWS, EXPIRED_FLOW), reversed: fc.boolean() }).map(({ flow, reversed }) => {
+    const f = reversed ? { saddr: flow.daddr, daddr: flow.saddr, sport: flow.dport, dport: flow.sport, proto: flow.proto } : flow;
+    return offending(f.saddr, f.daddr, f.proto, f.sport, f.dport);
+  }),
+  fc.record({ s: ipv4Arb, d: ipv4Arb, proto: fc.constantFrom(IpProto.TCP, IpProto.UDP, IpProto.ICMP, IpProto.GRE), sp: portArb, dp: portArb }).map((x) => offending(x.s, x.d, x.proto, x.sp, x.dp)),
+);
+
+function offending(src: string, dst: string, proto: number, sport: number, dport: number): Buffer {
+  const payload =
+    proto === IpProto.TCP
+      ? tcpSegment({ src, dst, sport, dport })
+      : proto === IpProto.UDP
+        ? udpDatagram({ src, dst, sport, dport })
+        : proto === IpProto.ICMP
+          ? icmpEcho({ id: sport })
+          : Buffer.alloc(8);
+  return ipv4Datagram({ src, dst, proto, payload });
+}
+
+const icmpErrorArb = fc
+  .record({ l3: l3Arb, type: fc.constantFrom(3, 11, 12), code: fc.nat(15), inner: offendingArb, embed: fc.option(fc.nat(48), { nil: undefined }) })
+  .map((p): FuzzFrame => ({ label: `icmp-error-${p.type}`, frame: frame(p.l3, IpProto.ICMP, icmpError(p.type, p.code, p.inner, p.embed)) }));
+
+/** First fragments (MF, offset 0) and later ones (offset > 0) of UDP/TCP/ICMP datagrams. */
+const fragmentArb = fc
+  .record({ l3: l3Arb, proto: fc.constantFrom(IpProto.UDP, IpProto.TCP, IpProto.ICMP), sport: portArb, dport: portArb, later: fc.boolean(), offset: fc.integer({ min: 1, max: 64 }), more: fc.boolean() })
+  .map((p): FuzzFrame => {
+    if (p.later) return { label: 'fragment-later', frame: frame(p.l3, p.proto, Buffer.alloc(16, 0xab), { fragmentOffset: p.offset * 8, moreFragments: p.more }) };
+    const whole =
+      p.proto === IpProto.TCP
+        ? tcpSegment({ src: p.l3.src, dst: p.l3.dst, sport: p.sport, dport: p.dport, payload: Buffer.alloc(16) })
+        : p.proto === IpProto.UDP
+          ? udpDatagram({ src: p.l3.src, dst: p.l3.dst, sport: p.sport, dport: p.dport, payload: Buffer.alloc(16) })
+          : icmpEcho({ id: p.sport, payload: Buffer.alloc(16) });
+    return { label: 'fragment-first', frame: frame(p.l3, p.proto, whole.subarray(0, 24), { moreFragments: true }) };
+  });
+
+const arpArb = fc
+  .record({
+    op: fc.oneof({ weight: 4, arbitrary: fc.constant(1) }, { weight: 1, arbitrary: fc.constantFrom(2, 0, 3, 0x100) }),
+    sender: ipv4Arb,
+    target: ipv4Arb,
+    htype: fc.oneof({ weight: 6, arbitrary: fc.constant(1) }, { weight: 1, arbitrary: fc.nat(0xffff) }),
+    hlen: fc.oneof({ weight: 6, arbitrary: fc.constant(6) }, { weight: 1, arbitrary: fc.nat(255) }),
+    plen: fc.oneof({ weight: 6, arbitrary: fc.constant(4) }, { weight: 1, arbitrary: fc.nat(255) }),
+    pad: fc.constantFrom(0, 18),
+  })
+  .map((p): FuzzFrame => {
+    const f = arpFrame({ op: p.op, senderMac: POD_A.podMac, senderIp: p.sender, targetIp: p.target, htype: p.htype, hlen: p.hlen });
+    f[14 + 5] = p.plen;
+    return { label: 'arp', frame: Buffer.concat([f, Buffer.alloc(p.pad)]) };
+  });
+
+/** IPv6: ICMPv6 straight or behind a hop-by-hop header, other next headers and extension chains. */
+const ipv6Arb = fc
+  .record({ chain: fc.array(fc.constantFrom(0, 43, 44, 60), { maxLength: 2 }), last: fc.constantFrom(IpProto.ICMPV6, IpProto.UDP, IpProto.TCP, 59), body: fc.uint8Array({ maxLength: 24 }) })
+  .map((p): FuzzFrame => {
+    const headers: Buffer[] = [];
+    const nexts = [...p.chain.slice(1), p.last];
+    for (const n of nexts.slice(0, p.chain.length)) headers.push(Buffer.from([n, 0, 0, 0, 0, 0, 0, 0]));
+    const first = p.chain.length > 0 ? p.chain[0]! : p.last;
+    const payload = Buffer.concat([...headers, Buffer.from([135, 0, 0, 0]), Buffer.from(p.body)]);
+    return { label: `ipv6-${[...p.chain, p.last].join('-')}`, frame: ipv6Frame({ ...macs, src: 'fe80::1', dst: 'ff02::1:ff00:1', nextHeader: first, payload }) };
+  });
+
+const randomArb: fc.Arbitrary<FuzzFrame> = fc.oneof(
+  fc.uint8Array({ maxLength: 120 }).map((b) => ({ label: 'random', frame: Buffer.from(b) })),
+  fc
+    .record({ etherType: fc.constantFrom(EtherType.IPV4, EtherType.ARP, EtherType.IPV6, 0x8100, 0x88cc, 0), body: fc.uint8Array({ maxLength: 100 }) })
+    .map((p) => ({ label: `random-after-${p.etherType.toString(16)}`, frame: ethernetFrame({ ...{ src: POD_A.podMac, dst: POD_A.lxcMac }, etherType: p.etherType, payload: Buffer.from(p.body) }) })),
+);
+
+export const wellFormedFrameArb: fc.Arbitrary<FuzzFrame> = fc.oneof(
+  { weight: 5, arbitrary: tcpArb },
+  { weight: 4, arbitrary: udpArb },
+  { weight: 2, arbitrary: echoArb },
+  { weight: 3, arbitrary: icmpErrorArb },
+  { weight: 1, arbitrary: otherProtoArb },
+  { weight: 2, arbitrary: fragmentArb },
+  { weight: 2, arbitrary: arpArb },
+  { weight: 1, arbitrary: ipv6Arb },
+);
+
+/** One change to a frame; `fix` recomputes the IPv4 header checksum afterwards (an inconsistent header that still verifies). */
+type Mutation =
+  | { kind: 'flip'; at: number; bit: number }
+  | { kind: 'truncate'; at: number }
+  | { kind: 'byte'; at: number; value: number }
+  | { kind: 'field'; field: 'ihl' | 'version' | 'totlen' | 'frag' | 'proto' | 'ttl' | 'tcpflags' | 'icmptype' | 'ethertype'; value: number; fix: boolean }
+  | { kind: 'trailer'; bytes: Uint8Array };
+
+const mutationArb: fc.Arbitrary<Mutation> = fc.oneof(
+  fc.record({ kind: fc.constant('flip' as const), at: fc.nat(200), bit: fc.nat(7) }),
+  fc.record({ kind: fc.constant('truncate' as const), at: fc.nat(120) }),
+  fc.record({ kind: fc.constant('byte' as const), at: fc.nat(100), value: fc.nat(255) }),
+  fc.record({
+    kind: fc.constant('field' as const),
+    field: fc.constantFrom('ihl', 'version', 'totlen', 'frag', 'proto', 'ttl', 'tcpflags', 'icmptype', 'ethertype'),
+    value: fc.nat(0xffff),
+    fix: fc.boolean(),
+  }),
+  fc.record({ kind: fc.constant('trailer' as const), bytes: fc.uint8Array({ minLength: 1, maxLength: 48 }) }),
+);
+
+function fixChecksum(f: Buffer): void {
+  if (f.length < 34) return;
+  const ihl = (f[14]! & 0x0f) * 4;
+  if (ihl < 20 || 14 + ihl > f.length) return;
+  f.writeUInt16BE(0, 24);
+  f.writeUInt16BE(internetChecksum(f.subarray(14, 14 + ihl)), 24);
+}
+
+export function mutate(input: Buffer, m: Mutation): Buffer {
+  const f = Buffer.from(input);
+  const ihl = f.length > 14 ? (f[14]! & 0x0f) * 4 : 20;
+  const setU8 = (at: number, v: number): void => {
+    if (at < f.length) f[at] = v & 0xff;
+  };
+  switch (m.kind) {
+    case 'flip':
+      if (f.length > 0) f[m.at % f.length]! ^= 1 << m.bit;
+      return f;
+    case 'truncate':
+      return f.subarray(0, Math.min(m.at, f.length));
+    case 'byte':
+      if (f.length > 0) f[m.at % f.length] = m.value & 0xff;
+      return f;
+    case 'trailer':
+      return Buffer.concat([f, m.bytes]);
+    case 'field': {
+      const v = m.value;
+      switch (m.field) {
+        case 'ihl':
+          setU8(14, (f[14] ?? 0x40) & 0xf0 | (v & 0x0f));
+          break;
+        case 'version':
+          setU8(14, ((v & 0x0f) << 4) | ((f[14] ?? 0) & 0x0f));
+          break;
+        case 'totlen':
+          if (f.length >= 18) f.writeUInt16BE(v % 3 === 0 ? v : Math.max(0, f.length - 14 + ((v % 9) - 4)) & 0xffff, 16);
+          break;
+        case 'frag':
+          if (f.length >= 22) f.writeUInt16BE(v & 0xbfff, 20);
+          break;
+        case 'proto':
+          setU8(23, v % 4 === 0 ? v : [1, 6, 17, 132][v % 4]!);
+          break;
+        case 'ttl':
+          setU8(22, v % 3);
+          break;
+        case 'tcpflags':
+          setU8(14 + ihl + 13, v);
+          break;
+        case 'icmptype':
+          setU8(14 + ihl, v % 2 === 0 ? v : [0, 3, 8, 11, 12, 5][v % 6]!);
+          break;
+        case 'ethertype':
+          if (f.length >= 14) f.writeUInt16BE(v % 2 === 0 ? v : [EtherType.IPV4, EtherType.ARP, EtherType.IPV6][v % 3]!, 12);
+          break;
+      }
+      if (m.fix) fixChecksum(f);
+      return f;
+    }
+  }
+}
+
+export const mutatedFrameArb: fc.Arbitrary<FuzzFrame> = fc
+  .record({ base: wellFormedFrameArb, mutations: fc.array(mutationArb, { minLength: 1, maxLength: 3 }) })
+  .map(({ base, mutations }) => ({
+    label: `${base.label}+${mutations.map((m) => (m.kind === 'field' ? `${m.field}${m.fix ? '!' : ''}` : m.kind)).join('+')}`,
+    frame: mutations.reduce((f, m) => mutate(f, m), base.frame),
+  }));
+
+/** Every frame of the fuzz test: well-formed, mutated, random; never FUZZ_MAX_FRAME bytes or more. */
+export const fuzzFrameArb: fc.Arbitrary<FuzzFrame> = fc
+  .oneof({ weight: 4, arbitrary: wellFormedFrameArb }, { weight: 5, arbitrary: mutatedFrameArb }, { weight: 1, arbitrary: randomArb })
+  .map((f) => (f.frame.length >= FUZZ_MAX_FRAME ? { ...f, frame: f.frame.subarray(0, FUZZ_MAX_FRAME - 1) } : f));
+
+/** Every truncation of a frame: the first `n` bytes for each n below its length. */
+export function truncations(frame: Buffer): Buffer[] {
+  return Array.from({ length: frame.length }, (_, n) => Buffer.from(frame.subarray(0, n)));
+}
+
+export { datagramOf };

@@ -39,10 +39,13 @@ const peer = (app: string): Peer => {
   return p;
 };
 
-/** One probe from `src` to `dst`'s address. */
+/** One probe from `src` to `dst`'s address (an expected drop costs the default 400 ms). */
 async function probe(src: Peer, dst: Peer, p: Omit<Probe, 'dst'>): Promise<ProbeOutcome> {
   return (await src.prober.probe({ ...p, dst: dst.address, ...(src.bindSource ? { src: src.address } : {}) })).outcome;
 }
+
+/** A probe expected to get through: a long timeout, since an answer comes in milliseconds unless the machine stalls. */
+const probeOpen = (src: Peer, dst: Peer, p: Omit<Probe, 'dst'>) => probe(src, dst, { timeoutMs: 2000, ...p });
 
 const TCP80 = { proto: 'tcp' as const, port: 80 };
 const UDP53 = { proto: 'udp' as const, port: 53 };
@@ -82,7 +85,7 @@ describe('conntrack: a one-way allow', () => {
     const [client, server] = [peer('client'), peer('server')];
     // server's egress and client's ingress deny everything: only conntrack lets the answers through.
     for (const p of [TCP80, UDP53, ICMP]) {
-      assert.equal(await probe(client, server, p), 'open', `client -> server ${p.proto}: the reply rides conntrack`);
+      assert.equal(await probeOpen(client, server, p), 'open', `client -> server ${p.proto}: the reply rides conntrack`);
       assert.equal(await probe(server, client, p), 'timeout', `server -> client ${p.proto}: no new flow the other way`);
     }
     const ct = await bpfConntrack(scene!.node);
@@ -101,8 +104,8 @@ describe('conntrack: a one-way allow', () => {
     assert.equal(await probe(server, client, TCP80), 'timeout');
     await deletePolicyAndWait(scene!.node, ['--namespace', NS, '--name', 'client']);
     for (const p of [TCP80, UDP53, ICMP]) {
-      assert.equal(await probe(server, client, p), 'open', `server -> client ${p.proto} after the delete`);
-      assert.equal(await probe(client, server, p), 'open', `client -> server ${p.proto} after the delete`);
+      assert.equal(await probeOpen(server, client, p), 'open', `server -> client ${p.proto} after the delete`);
+      assert.equal(await probeOpen(client, server, p), 'open', `client -> server ${p.proto} after the delete`);
     }
   });
 });
@@ -118,7 +121,7 @@ describe('labels', () => {
     const patched = await patch('other', 'web', 'other');
     assert.ok(patched.labels.includes('k8s:app=web'), JSON.stringify(patched.labels));
     await eventually(async () => reachable(await probe(other, db, TCP80)), 5000, 'other (now app=web) reaches db');
-    assert.equal(await probe(other, db, UDP53), 'open');
+    assert.equal(await probeOpen(other, db, UDP53), 'open');
     await patch('other', 'other', 'web');
     await eventually(async () => (await probe(other, db, TCP80)) === 'timeout', 5000, 'other (app=other again) is denied');
     assert.equal(await probe(other, db, ICMP), 'timeout');
@@ -159,8 +162,8 @@ describe('a new pod', () => {
     // The control: a pod no policy selects talks from its first packet on.
     const open = await scene!.addPod({ name: 'fresh', namespace: NS, labels: { app: 'fresh' } });
     const [openOut, openIn] = await Promise.all([
-      pool.exec(open.netns, ['ping', '-n', '-c', '1', '-W', '1', server.address]),
-      client.prober.probe({ proto: 'icmp', dst: open.ip, timeoutMs: 1000 }),
+      pool.exec(open.netns, ['ping', '-n', '-c', '1', '-W', '2', server.address]),
+      client.prober.probe({ proto: 'icmp', dst: open.ip, timeoutMs: 2000 }),
     ]);
     assert.equal(openOut.code, 0, `an unselected pod's first echo request gets its reply: ${openOut.stderr}`);
     assert.equal(openIn.outcome, 'open');
@@ -212,7 +215,7 @@ describe('tendril monitor', () => {
     assert.match(noMatch.rule?.text ?? '', /default deny/);
 
     // An allowed new flow: an ALLOWED verdict naming the allow rule.
-    assert.equal(await probe(client, watched, TCP80), 'open');
+    assert.equal(await probeOpen(client, watched, TCP80), 'open');
     const allowed = await monitor.waitFor(
       (e) => e.type === 'policy-verdict' && e.verdict === 'allowed' && e.source.ip === client.address && e.destination.ip === watched.address && e.direction === 'ingress',
       3000,

@@ -135,7 +135,7 @@ test('every pair × probe: observed reachability equals policy trace', async (t)
   const started = Date.now();
   table = await truthTable(scene!.node, pairs, PROBES, { timeoutMs: 400, probeConcurrency: 96 });
   const bad = mismatches(table);
-  t.diagnostic(`${table.length} flows (${table.filter((r) => r.trace === 'allow').length} allowed, ${table.filter((r) => r.trace === 'deny').length} denied) in ${Date.now() - started} ms`);
+  t.diagnostic(`${table.length} flows (${table.filter((r) => r.trace === 'allow').length} allowed, ${table.filter((r) => r.trace === 'deny').length} denied) in ${Date.now() - started} ms; ${table.filter((r) => r.retried).length} allowed ones probed again after a first timeout`);
   assert.deepEqual(bad, [], `${bad.length} of ${table.length} flows differ from the trace (${Date.now() - started} ms)`);
   // Not trivially equal: both verdicts occur for every protocol.
   for (const proto of ['tcp', 'udp', 'icmp']) {

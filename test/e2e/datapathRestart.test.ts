@@ -84,7 +84,7 @@ async function intruderDenied(): Promise<boolean> {
 test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with no drop and no retransmit burst', async (t) => {
   const node = scene!.node;
   const [sender, receiver] = [peer('sender'), peer('receiver')];
-  assert.equal((await sender.prober.probe({ proto: 'tcp', port: 80, dst: receiver.address })).outcome, 'open', 'sender -> receiver is allowed');
+  assert.equal((await sender.prober.probe({ proto: 'tcp', port: 80, dst: receiver.address, timeoutMs: 2000 })).outcome, 'open', 'sender -> receiver is allowed');
   assert.ok(await intruderDenied(), 'intruder -> receiver is denied before the restarts');
 
   const server = spawnIn(scene!.pods.get(`${NS}/receiver`)!.netnsPath, ['iperf3', '-s', '-p', String(IPERF_PORT), '--forceflush']);
@@ -93,7 +93,9 @@ test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with n
     await sleep(100);
   }
   const senderNetns = scene!.pods.get(`${NS}/sender`)!.netnsPath;
+  const receiverNetns = scene!.pods.get(`${NS}/receiver`)!.netnsPath;
   const tcpBefore = await tcpCounters(senderNetns);
+  const rxBefore = await tcpCounters(receiverNetns);
   const dropsBefore = dropCounts(await bpfMetrics(node));
   deniedProbes = 0;
 
@@ -132,17 +134,21 @@ test('an iperf3 stream survives SIGTERM and SIGKILL restarts of the agent with n
   const slow = result.intervals.filter((i) => i.sum.bits_per_second < RATE_BITS * 0.25).map((i) => `${i.sum.start.toFixed(0)}-${i.sum.end.toFixed(0)} s: ${(i.sum.bits_per_second / 1e6).toFixed(1)} Mbit/s`);
   assert.deepEqual(slow, [], 'intervals below a quarter of the paced rate');
   assert.ok(result.intervals.length >= DURATION_S - 1, `${result.intervals.length} intervals`);
-  // No retransmit burst. On a loaded machine a late ACK makes the sender send a tail loss probe
-  // that the receiver then reports as a duplicate (D-SACK): such spurious retransmits happen on a
-  // plain veth pair too. What a datapath gap would cause is different: segments really lost
-  // (retransmitted and not reported as duplicates) and retransmission timeouts.
+  // No retransmit burst. On a loaded machine a late ACK makes the sender send tail loss probes
+  // that the receiver reports as duplicates (D-SACK): such spurious retransmits happen on a plain
+  // veth pair too, in bursts when the machine stalls. What a datapath gap would cause is
+  // different: a segment lost or reordered leaves a hole the receiver has to queue out of order
+  // behind, and a stall long enough ends in a retransmission timeout.
   const tcpAfter = await tcpCounters(senderNetns);
+  const rxAfter = await tcpCounters(receiverNetns);
   const retrans = tcpAfter.retransSegs - tcpBefore.retransSegs;
   const spurious = tcpAfter.dsackRecvSegs - tcpBefore.dsackRecvSegs;
   const perSecond = result.intervals.map((i) => i.sum.retransmits ?? 0).join(' ');
-  t.diagnostic(`retransmitted segments ${retrans}, of them reported duplicate (spurious) ${spurious}, loss probes ${tcpAfter.lossProbes - tcpBefore.lossProbes}; iperf3 per second: ${perSecond}`);
+  const outOfOrder = rxAfter.ofoQueue - rxBefore.ofoQueue;
+  t.diagnostic(`retransmitted segments ${retrans} (reported duplicate: ${spurious}), loss probes ${tcpAfter.lossProbes - tcpBefore.lossProbes}, receiver out-of-order ${outOfOrder}; iperf3 per second: ${perSecond}`);
   assert.equal(tcpAfter.timeouts - tcpBefore.timeouts, 0, 'no retransmission timeout (no stall)');
-  assert.ok(retrans - spurious <= 2, `segments really lost: ${retrans - spurious} (${retrans} retransmitted, ${spurious} spurious; per second ${perSecond})`);
+  assert.equal(outOfOrder + rxAfter.ofoDrop - rxBefore.ofoDrop, 0, `the receiver got every segment in order: nothing lost or reordered (retransmits ${retrans}, ${spurious} reported duplicate; per second ${perSecond})`);
+  assert.ok(retrans <= 10 || spurious >= retrans / 2, `a retransmit burst that is not the receiver's duplicates: ${retrans} retransmitted, ${spurious} duplicate`);
 
   // The datapath counted no drop but the intruder's probes (one SYN each, dropped by policy).
   await sleep(200);
@@ -164,7 +170,7 @@ test('after the restarts the policy is still imported and enforced', async () =>
   const get = await node.agent.client.getPolicy();
   assert.deepEqual(get.policies.map((p) => p.name), [`TendrilNetworkPolicy/${NS}/receiver`]);
   assert.ok(await intruderDenied(), 'intruder -> receiver still denied');
-  assert.equal((await peer('sender').prober.probe({ proto: 'tcp', port: 80, dst: peer('receiver').address })).outcome, 'open', 'sender -> receiver still allowed');
+  assert.equal((await peer('sender').prober.probe({ proto: 'tcp', port: 80, dst: peer('receiver').address, timeoutMs: 2000 })).outcome, 'open', 'sender -> receiver still allowed');
   const receiverId = scene!.pods.get(`${NS}/receiver`)!.endpoint.id;
   const p = await node.agent.client.getEndpointPolicy(receiverId);
   assert.equal(p.datapathEnforced, true);

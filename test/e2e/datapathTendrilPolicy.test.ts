@@ -97,7 +97,7 @@ after(async () => {
 });
 
 /** Every flow between the pods, the node and both outside addresses, by hand where it matters and all against the trace. */
-test('deny beats allow, entities and CIDR rules: packets equal policy trace', async () => {
+test('deny beats allow, entities and CIDR rules: packets equal policy trace', async (t) => {
   const pods = APPS.map((a) => peer(pod(a)));
   const host = peer('host');
   const near = peer(NEAR);
@@ -109,6 +109,7 @@ test('deny beats allow, entities and CIDR rules: packets equal policy trace', as
   }
   const table = await truthTable(scene!.node, pairs, PROBES, { timeoutMs: 400, probeConcurrency: 96 });
   const bad = mismatches(table);
+  t.diagnostic(`${table.length} flows, ${table.filter((r) => r.retried).length} allowed ones probed again after a first timeout`);
   assert.deepEqual(bad, [], `${bad.length} of ${table.length} flows differ from the trace`);
 
   const expect: Array<[string, string, string, boolean, string]> = [

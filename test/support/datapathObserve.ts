@@ -131,6 +131,10 @@ export interface TcpCounters {
   timeouts: number;
   /** Tail loss probes sent (a late ACK is enough to send one). */
   lossProbes: number;
+  /** Receiver side: segments that arrived after a gap (one lost or reordered before them). */
+  ofoQueue: number;
+  /** Receiver side: out-of-order segments dropped. */
+  ofoDrop: number;
 }
 
 function parseSnmpTable(text: string, prefix: string): Map<string, number> {
@@ -157,5 +161,7 @@ export async function tcpCounters(netnsPath: string): Promise<TcpCounters> {
     dsackRecvSegs: ext.get('TCPDSACKRecvSegs') ?? 0,
     timeouts: ext.get('TCPTimeouts') ?? 0,
     lossProbes: ext.get('TCPLossProbes') ?? 0,
+    ofoQueue: ext.get('TCPOFOQueue') ?? 0,
+    ofoDrop: ext.get('TCPOFODrop') ?? 0,
   };
 }

@@ -26,6 +26,8 @@ export interface TruthRow {
   trace: 'allow' | 'deny';
   outcome: ProbeOutcome;
   detail?: string;
+  /** The first probe timed out although the trace allows the flow; a later one with a long timeout decided. */
+  retried?: boolean;
 }
 
 /**
@@ -38,7 +40,7 @@ export async function truthTable(
   node: DatapathNode,
   pairs: ReadonlyArray<[Peer, Peer]>,
   probes: readonly L4Probe[],
-  opts: { timeoutMs: number; probeConcurrency: number },
+  opts: { timeoutMs: number; probeConcurrency: number; retryTimeoutMs?: number },
 ): Promise<TruthRow[]> {
   const flows = pairs.flatMap(([src, dst]) => probes.map((p) => ({ src, dst, p })));
   const traceCache = new Map<string, Promise<'allow' | 'deny'>>();
@@ -53,6 +55,19 @@ export async function truthTable(
   const results = await inParallel(flows, opts.probeConcurrency, ({ src, dst, p }) =>
     src.prober.probe({ proto: p.proto, dst: dst.address, timeoutMs: opts.timeoutMs, ...(p.port !== undefined ? { port: p.port } : {}), ...(src.bindSource ? { src: src.address } : {}) }),
   );
+  // A flow the trace allows that timed out is probed again with a long timeout: on a loaded
+  // machine a stall of the probe agents can outlast the short one, and an allowed flow answers
+  // in milliseconds when it runs. A real drop times out again; an unexpected answer is never retried.
+  const retry = flows.map((f, i) => i).filter((i) => verdicts[i] === 'allow' && results[i]!.outcome === 'timeout');
+  const retried = new Set(retry);
+  for (let attempt = 0; attempt < 2 && retry.length > 0; attempt++) {
+    const again = await inParallel(retry, 8, (i) => {
+      const { src, dst, p } = flows[i]!;
+      return src.prober.probe({ proto: p.proto, dst: dst.address, timeoutMs: opts.retryTimeoutMs ?? 2000, ...(p.port !== undefined ? { port: p.port } : {}), ...(src.bindSource ? { src: src.address } : {}) });
+    });
+    retry.forEach((i, j) => (results[i] = again[j]!));
+    retry.splice(0, retry.length, ...retry.filter((i) => results[i]!.outcome === 'timeout'));
+  }
   return flows.map(({ src, dst, p }, i) => ({
     src: src.name,
     dst: dst.name,
@@ -60,6 +75,7 @@ export async function truthTable(
     trace: verdicts[i]!,
     outcome: results[i]!.outcome,
     ...(results[i]!.detail ? { detail: results[i]!.detail } : {}),
+    ...(retried.has(i) ? { retried: true } : {}),
   }));
 }
 

@@ -110,7 +110,7 @@ describe('BpfDatapath', { timeout: 120_000 }, () => {
     subject = await linuxSubject();
     root = await tempRoot();
     pinDir = join(root, 'tendril');
-    dp = await BpfDatapath.open({ bpffsRoot: root, log, mapSizes: SIZES, fallbackRouteCidrs: ['10.214.0.0/24'] });
+    dp = await BpfDatapath.open({ bpffsRoot: root, log, mapSizes: SIZES, fallbackRouteCidrs: ['10.214.0.0/24'], lxcAttach: 'tcx' });
     await dp.setupNode({ routerAddresses: [{ family: 4, ip: ROUTER }], masqueradeCidrs: [] });
   });
   after(async () => {
@@ -208,7 +208,7 @@ describe('BpfDatapath', { timeout: 120_000 }, () => {
     const before = link.info();
     link.close();
 
-    const second = await BpfDatapath.open({ bpffsRoot: root, log, mapSizes: SIZES });
+    const second = await BpfDatapath.open({ bpffsRoot: root, log, mapSizes: SIZES, lxcAttach: 'tcx' });
     try {
       const sorted = (es: Array<{ key: PolicyKey }>) => es.map((e) => JSON.stringify(e)).sort();
       assert.deepEqual(sorted(second.policy.entriesOf(44)), sorted(dp.policy.entriesOf(44)));
@@ -226,7 +226,7 @@ describe('BpfDatapath', { timeout: 120_000 }, () => {
       const gone = await newPod(second);
       await second.syncEndpoint(state(45, gone, [allowAllEgress]));
       await subject.deleteLink(gone.net.hostIfName);
-      const third = await BpfDatapath.open({ bpffsRoot: root, log, mapSizes: SIZES });
+      const third = await BpfDatapath.open({ bpffsRoot: root, log, mapSizes: SIZES, lxcAttach: 'tcx' });
       await third.restoreDone([{ id: 44, hostIfName: p.net.hostIfName }]);
       assert.deepEqual(third.policy.entriesOf(45), []);
       assert.ok(!third.endpoints.endpointIds().includes(45));

@@ -79,13 +79,42 @@ interface L3 {
   id: number;
   options: boolean;
 }
-const l3Arb: fc.Arbitrary<L3> = fc.record({
-  src: ipv4Arb,
-  dst: ipv4Arb,
+/** Source and destination: mostly pairs the fixture policy has something to say about, else any two. */
+const POD_SIDE_PAIRS: Array<[string, string]> = [
+  [POD_A.ip, POD_B.ip],
+  [POD_B.ip, POD_A.ip],
+  [POD_A.ip, WORLD_IP],
+  [POD_A.ip, REMOTE_POD_IP],
+  [POD_A.ip, NODE_IP],
+  [POD_A.ip, ROUTER.ip],
+  [POD_A.ip, '203.0.113.200'],
+  [POD_A.ip, POD_A.ip],
+  [POD_B.ip, POD_C.ip],
+  [POD_C.ip, POD_A.ip],
+];
+const STACK_SIDE_PAIRS: Array<[string, string]> = [
+  [NODE_IP, POD_A.ip],
+  [WORLD_IP, POD_A.ip],
+  [REMOTE_POD_IP, POD_B.ip],
+  ['203.0.113.7', POD_B.ip],
+  [POD_A.ip, POD_B.ip],
+  [WORLD_IP, POD_C.ip],
+  [NODE_IP, REMOTE_POD_IP],
+  [NODE_IP, '10.200.0.99'],
+];
+
+/** Which programs the frames are for: what a pod sends (lxc ingress) or what the node's stack hands on. */
+export type FuzzSide = 'pod' | 'stack';
+
+const pairArb = (side: FuzzSide): fc.Arbitrary<[string, string]> =>
+  fc.oneof({ weight: 3, arbitrary: fc.constantFrom(...(side === 'pod' ? POD_SIDE_PAIRS : STACK_SIDE_PAIRS)) }, { weight: 1, arbitrary: fc.tuple(ipv4Arb, ipv4Arb) });
+
+const l3Arb = (side: FuzzSide): fc.Arbitrary<L3> => fc.record({
+  pair: pairArb(side),
   ttl: ttlArb,
   id: fc.oneof(fc.constantFrom(0x1234, 0x99), fc.nat(65535)),
   options: fc.boolean(),
-});
+}).map(({ pair, ...rest }) => ({ src: pair[0], dst: pair[1], ...rest }));
 
 /** Frames from a pod carry its MACs; the programs do not look at them (only the rewrite does). */
 const macs = { srcMac: POD_A.podMac, dstMac: POD_A.lxcMac };
@@ -104,16 +133,16 @@ function frame(l3: L3, proto: number, payload: Buffer, extra: { moreFragments?: 
   });
 }
 
-const tcpArb = fc.record({ l3: l3Arb, sport: portArb, dport: portArb, flags: tcpFlagsArb, payload: payloadArb }).map(
+const tcpArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => fc.record({ l3: l3Arb(side), sport: portArb, dport: portArb, flags: tcpFlagsArb, payload: payloadArb }).map(
   (p): FuzzFrame => ({ label: 'tcp', frame: frame(p.l3, IpProto.TCP, tcpSegment({ src: p.l3.src, dst: p.l3.dst, sport: p.sport, dport: p.dport, flags: p.flags, payload: p.payload })) }),
 );
-const udpArb = fc.record({ l3: l3Arb, sport: portArb, dport: portArb, payload: payloadArb }).map(
+const udpArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => fc.record({ l3: l3Arb(side), sport: portArb, dport: portArb, payload: payloadArb }).map(
   (p): FuzzFrame => ({ label: 'udp', frame: frame(p.l3, IpProto.UDP, udpDatagram({ src: p.l3.src, dst: p.l3.dst, sport: p.sport, dport: p.dport, payload: p.payload })) }),
 );
-const echoArb = fc.record({ l3: l3Arb, id: fc.oneof(fc.constant(7), fc.nat(65535)), reply: fc.boolean() }).map(
+const echoArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => fc.record({ l3: l3Arb(side), id: fc.oneof(fc.constant(7), fc.nat(65535)), reply: fc.boolean() }).map(
   (p): FuzzFrame => ({ label: p.reply ? 'icmp-echo-reply' : 'icmp-echo', frame: frame(p.l3, IpProto.ICMP, icmpEcho({ id: p.id, reply: p.reply })) }),
 );
-const otherProtoArb = fc.record({ l3: l3Arb, proto: fc.constantFrom(IpProto.SCTP, IpProto.GRE, 0, 4, 41, 50, 255), payload: fc.uint8Array({ minLength: 0, maxLength: 40 }) }).map(
+const otherProtoArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => fc.record({ l3: l3Arb(side), proto: fc.constantFrom(IpProto.SCTP, IpProto.GRE, 0, 4, 41, 50, 255), payload: fc.uint8Array({ minLength: 0, maxLength: 40 }) }).map(
   (p): FuzzFrame => ({ label: `proto-${p.proto}`, frame: frame(p.l3, p.proto, Buffer.from(p.payload)) }),
 );
 
@@ -138,13 +167,13 @@ function offending(src: string, dst: string, proto: number, sport: number, dport
   return ipv4Datagram({ src, dst, proto, payload });
 }
 
-const icmpErrorArb = fc
-  .record({ l3: l3Arb, type: fc.constantFrom(3, 11, 12), code: fc.nat(15), inner: offendingArb, embed: fc.option(fc.nat(48), { nil: undefined }) })
+const icmpErrorArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => fc
+  .record({ l3: l3Arb(side), type: fc.constantFrom(3, 11, 12), code: fc.nat(15), inner: offendingArb, embed: fc.option(fc.nat(48), { nil: undefined }) })
   .map((p): FuzzFrame => ({ label: `icmp-error-${p.type}`, frame: frame(p.l3, IpProto.ICMP, icmpError(p.type, p.code, p.inner, p.embed)) }));
 
 /** First fragments (MF, offset 0) and later ones (offset > 0) of UDP/TCP/ICMP datagrams. */
-const fragmentArb = fc
-  .record({ l3: l3Arb, proto: fc.constantFrom(IpProto.UDP, IpProto.TCP, IpProto.ICMP), sport: portArb, dport: portArb, later: fc.boolean(), offset: fc.integer({ min: 1, max: 64 }), more: fc.boolean() })
+const fragmentArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => fc
+  .record({ l3: l3Arb(side), proto: fc.constantFrom(IpProto.UDP, IpProto.TCP, IpProto.ICMP), sport: portArb, dport: portArb, later: fc.boolean(), offset: fc.integer({ min: 1, max: 64 }), more: fc.boolean() })
   .map((p): FuzzFrame => {
     if (p.later) return { label: 'fragment-later', frame: frame(p.l3, p.proto, Buffer.alloc(16, 0xab), { fragmentOffset: p.offset * 8, moreFragments: p.more }) };
     const whole =
@@ -191,13 +220,13 @@ const randomArb: fc.Arbitrary<FuzzFrame> = fc.oneof(
     .map((p) => ({ label: `random-after-${p.etherType.toString(16)}`, frame: ethernetFrame({ ...{ src: POD_A.podMac, dst: POD_A.lxcMac }, etherType: p.etherType, payload: Buffer.from(p.body) }) })),
 );
 
-export const wellFormedFrameArb: fc.Arbitrary<FuzzFrame> = fc.oneof(
-  { weight: 5, arbitrary: tcpArb },
-  { weight: 4, arbitrary: udpArb },
-  { weight: 2, arbitrary: echoArb },
-  { weight: 3, arbitrary: icmpErrorArb },
-  { weight: 1, arbitrary: otherProtoArb },
-  { weight: 2, arbitrary: fragmentArb },
+export const wellFormedFrameArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => fc.oneof(
+  { weight: 5, arbitrary: tcpArb(side) },
+  { weight: 4, arbitrary: udpArb(side) },
+  { weight: 2, arbitrary: echoArb(side) },
+  { weight: 3, arbitrary: icmpErrorArb(side) },
+  { weight: 1, arbitrary: otherProtoArb(side) },
+  { weight: 2, arbitrary: fragmentArb(side) },
   { weight: 2, arbitrary: arpArb },
   { weight: 1, arbitrary: ipv6Arb },
 );
@@ -285,21 +314,40 @@ export function mutate(input: Buffer, m: Mutation): Buffer {
   }
 }
 
-export const mutatedFrameArb: fc.Arbitrary<FuzzFrame> = fc
-  .record({ base: wellFormedFrameArb, mutations: fc.array(mutationArb, { minLength: 1, maxLength: 3 }) })
+export const mutatedFrameArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => fc
+  .record({ base: wellFormedFrameArb(side), mutations: fc.array(mutationArb, { minLength: 1, maxLength: 3 }) })
   .map(({ base, mutations }) => ({
     label: `${base.label}+${mutations.map((m) => (m.kind === 'field' ? `${m.field}${m.fix ? '!' : ''}` : m.kind)).join('+')}`,
     frame: mutations.reduce((f, m) => mutate(f, m), base.frame),
   }));
 
-/** Every frame of the fuzz test: well-formed, mutated, random; never FUZZ_MAX_FRAME bytes or more. */
-export const fuzzFrameArb: fc.Arbitrary<FuzzFrame> = fc
-  .oneof({ weight: 4, arbitrary: wellFormedFrameArb }, { weight: 5, arbitrary: mutatedFrameArb }, { weight: 1, arbitrary: randomArb })
-  .map((f) => (f.frame.length >= FUZZ_MAX_FRAME ? { ...f, frame: f.frame.subarray(0, FUZZ_MAX_FRAME - 1) } : f));
+/** BPF_PROG_TEST_RUN refuses a sched_cls frame shorter than an Ethernet header (EINVAL); tc never sees one. */
+export const MIN_FRAME = 14;
 
-/** Every truncation of a frame: the first `n` bytes for each n below its length. */
+/** Every frame of the fuzz test: well-formed, mutated, random; MIN_FRAME bytes or more, never FUZZ_MAX_FRAME. */
+export const fuzzFrameArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => fc
+  .oneof({ weight: 4, arbitrary: wellFormedFrameArb(side) }, { weight: 5, arbitrary: mutatedFrameArb(side) }, { weight: 1, arbitrary: randomArb })
+  .map((f) => (f.frame.length >= FUZZ_MAX_FRAME ? { ...f, frame: f.frame.subarray(0, FUZZ_MAX_FRAME - 1) } : f))
+  .map((f) => (f.frame.length < MIN_FRAME ? { label: `${f.label}+pad`, frame: Buffer.concat([f.frame, Buffer.alloc(MIN_FRAME - f.frame.length)]) } : f));
+
+/**
+ * Whether BPF_PROG_TEST_RUN runs the frame: it refuses (EINVAL) one shorter
+ * than an Ethernet header, and an IPv4 or IPv6 ethertype whose frame cannot
+ * hold the fixed IP header (the kernel sets up the skb's network header
+ * first). A pod can still send such frames on its veth; the programs read
+ * them through bpf_skb_load_bytes, whose failure they turn into drops.
+ */
+export function testRunAccepts(frame: Uint8Array): boolean {
+  if (frame.length < MIN_FRAME) return false;
+  const type = (frame[12]! << 8) | frame[13]!;
+  if (type === EtherType.IPV4) return frame.length >= MIN_FRAME + 20;
+  if (type === EtherType.IPV6) return frame.length >= MIN_FRAME + 40;
+  return true;
+}
+
+/** Every truncation of a frame the kernel will run: the first `n` bytes for each n below its length. */
 export function truncations(frame: Buffer): Buffer[] {
-  return Array.from({ length: frame.length }, (_, n) => Buffer.from(frame.subarray(0, n)));
+  return Array.from({ length: frame.length }, (_, n) => Buffer.from(frame.subarray(0, n))).filter(testRunAccepts);
 }
 
 export { datagramOf };

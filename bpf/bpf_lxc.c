@@ -29,6 +29,18 @@
 #include "policy.h"
 #include "trace.h"
 
+/* Neither IPv4 nor ARP: ICMPv6 passes (neighbour discovery) until IPv6 is enforced; all else is dropped. */
+static __always_inline int other_l3(struct __sk_buff *skb, struct flow *f, __be16 proto, __u8 trace_point, __u8 direction)
+{
+	int ret = DROP_UNKNOWN_L3;
+
+	if (proto == bpf_htons(ETH_P_IPV6))
+		ret = ipv6_check(skb, f);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, direction, 0);
+	return pass_packet(skb, f, TC_ACT_OK, trace_point, direction);
+}
+
 static __always_inline int from_container_arp(struct __sk_buff *skb, struct flow *f)
 {
 	int ret = arp_respond(skb);
@@ -117,7 +129,6 @@ int tendril_from_container(struct __sk_buff *skb)
 {
 	struct flow f;
 	__be16 proto;
-	int ret;
 
 	flow_init(&f, skb);
 	f.trace_level = config_trace_level();
@@ -126,13 +137,7 @@ int tendril_from_container(struct __sk_buff *skb)
 		return from_container_ipv4(skb, &f);
 	if (proto == bpf_htons(ETH_P_ARP))
 		return from_container_arp(skb, &f);
-	if (proto == bpf_htons(ETH_P_IPV6)) {
-		ret = ipv6_check(skb, &f);
-		if (ret < 0)
-			return drop_packet(skb, &f, ret, DIR_EGRESS, 0);
-		return pass_packet(skb, &f, TC_ACT_OK, TRACE_TO_STACK, DIR_EGRESS);
-	}
-	return drop_packet(skb, &f, DROP_UNKNOWN_L3, DIR_EGRESS, 0);
+	return other_l3(skb, &f, proto, TRACE_TO_STACK, DIR_EGRESS);
 }
 
 static __always_inline int to_container_ipv4(struct __sk_buff *skb, struct flow *f)
@@ -158,7 +163,6 @@ int tendril_to_container(struct __sk_buff *skb)
 {
 	struct flow f;
 	__be16 proto;
-	int ret;
 
 	flow_init(&f, skb);
 	f.trace_level = config_trace_level();
@@ -167,13 +171,7 @@ int tendril_to_container(struct __sk_buff *skb)
 		return to_container_ipv4(skb, &f);
 	if (proto == bpf_htons(ETH_P_ARP))
 		return pass_packet(skb, &f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
-	if (proto == bpf_htons(ETH_P_IPV6)) {
-		ret = ipv6_check(skb, &f);
-		if (ret < 0)
-			return drop_packet(skb, &f, ret, DIR_INGRESS, 0);
-		return pass_packet(skb, &f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
-	}
-	return drop_packet(skb, &f, DROP_UNKNOWN_L3, DIR_INGRESS, 0);
+	return other_l3(skb, &f, proto, TRACE_FROM_STACK, DIR_INGRESS);
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -164,8 +164,8 @@ export type PolicyEntryValue = codec.CodecValue<typeof policyEntry>;
 
 /** struct ct4_key { __be32 saddr; __be32 daddr; __be16 sport; __be16 dport; __u8 proto; __u8 flags; __u16 pad; } — the flow's original direction. */
 export const ct4Key = struct({
-  saddr: codec.mapped(bytes(4), (x) => ipFromBytes(x, 4), (a: IpAddress) => ipToBytes(a)),
-  daddr: codec.mapped(bytes(4), (x) => ipFromBytes(x, 4), (a: IpAddress) => ipToBytes(a)),
+  saddr: codec.ipAddress(4),
+  daddr: codec.ipAddress(4),
   sport: u16be,
   dport: u16be,
   proto: u8,

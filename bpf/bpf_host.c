@@ -4,8 +4,9 @@
  *   tendril_from_host — tendril_host egress: what the node routes into
  *     tendril_host, which is the pod CIDRs' fallback route behind every
  *     pod's /32. A local endpoint's address (its /32 not in place yet) is
- *     delivered after its ingress policy; any other address is a pod
- *     address with no endpoint here: DROP_UNKNOWN_ENDPOINT.
+ *     delivered after its ingress policy; any other unicast address is a
+ *     pod address with no endpoint here: DROP_UNKNOWN_ENDPOINT. Multicast
+ *     and broadcast the node sends on tendril_host are no pod's: passed.
  *   tendril_to_host — tendril_host ingress: counted and traced, passed.
  */
 #include <linux/if_ether.h>
@@ -29,6 +30,8 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 	ret = ipv4_load(skb, f, &ip);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	if (ipv4_is_multicast_or_broadcast(f->daddr))
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
 	dst = pod_endpoint_lookup4(f->daddr);
 	if (!dst) {
 		f->src_identity = IDENTITY_HOST;

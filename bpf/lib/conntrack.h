@@ -158,7 +158,8 @@ static __always_inline int ct_is_related(const struct flow *f, __u64 now)
 {
 	struct ct4_key key;
 
-	if (!f->has_inner)
+	/* The datagram inside the error is one the error's destination sent: anything else is no reply to a flow of ours. */
+	if (!f->has_inner || f->inner_saddr != f->daddr)
 		return 0;
 	ct_key_init(&key, f->inner_saddr, f->inner_daddr, f->inner_sport, f->inner_dport, f->inner_proto);
 	if (ct_lookup_key(&key, now))

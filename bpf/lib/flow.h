@@ -14,10 +14,16 @@
 #define TCP_FLAG_RST 0x04
 #define TCP_FLAG_ACK 0x10
 
+/* A pair of ports as conntrack keys them. */
+struct flow_ports {
+	__be16 sport;
+	__be16 dport;
+};
+
 struct flow {
 	__be32 saddr;
 	__be32 daddr;
-	__be16 sport; /* ICMP echo: the identifier; other ICMP: 0 */
+	__be16 sport; /* ICMP echo request: the identifier (reply: dport); other ICMP: 0 */
 	__be16 dport;
 	__u8 proto;
 	__u8 tcp_flags;

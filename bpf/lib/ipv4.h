@@ -53,6 +53,12 @@ static __always_inline int ipv4_load(struct __sk_buff *skb, struct flow *f, stru
 	return 0;
 }
 
+/* 224.0.0.0/4 or the limited broadcast address. */
+static __always_inline int ipv4_is_multicast_or_broadcast(__be32 daddr)
+{
+	return (bpf_ntohl(daddr) & 0xf0000000) == 0xe0000000 || daddr == 0xffffffff;
+}
+
 static __always_inline int ipv4_is_later_fragment(const struct ipv4_info *info)
 {
 	return (info->frag_off & IP4_OFFSET_MASK) != 0;

@@ -50,17 +50,35 @@ static __always_inline int icmp_is_error(__u8 type)
 }
 
 /*
- * The tuple an ICMP error carries (the header of the datagram that caused
- * it and at least 8 bytes of its payload). Leaves f->has_inner 0 when the
- * embedded header is too short for a tuple: then the error is not related.
+ * The ports conntrack keys an ICMP echo on: the identifier as the source
+ * port of a request and as the destination port of a reply, so a reply
+ * finds its request's entry reversed, and a request the other way (same
+ * identifier) does not: it is a new flow and meets policy.
  */
-static __always_inline void icmp_load_inner(struct __sk_buff *skb, struct flow *f, __u32 inner_off)
+static __always_inline void icmp_echo_ports(struct flow_ports *p, __u8 type, const __u8 *id)
 {
+	__be16 ident;
+
+	__builtin_memcpy(&ident, id, 2);
+	p->sport = type == ICMP_T_ECHO ? ident : 0;
+	p->dport = type == ICMP_T_ECHO ? 0 : ident;
+}
+
+/*
+ * The tuple an ICMP error carries (the header of the datagram that caused
+ * it and at least 8 bytes of its payload), read only within the error's own
+ * datagram (`ip_end`), never from bytes trailing it in the frame. Leaves
+ * f->has_inner 0 when the embedded header is too short for a tuple: then
+ * the error is not related.
+ */
+static __always_inline void icmp_load_inner(struct __sk_buff *skb, struct flow *f, __u32 inner_off, __u32 ip_end)
+{
+	struct flow_ports ports;
 	struct iphdr ip;
 	__u8 l4[8];
 	__u32 off;
 
-	if (bpf_skb_load_bytes(skb, inner_off, &ip, sizeof(ip)) < 0)
+	if (inner_off + sizeof(ip) > ip_end || bpf_skb_load_bytes(skb, inner_off, &ip, sizeof(ip)) < 0)
 		return;
 	if (ip.version != 4 || ip.ihl < 5)
 		return;
@@ -69,17 +87,18 @@ static __always_inline void icmp_load_inner(struct __sk_buff *skb, struct flow *
 	f->inner_daddr = ip.daddr;
 	f->inner_proto = ip.protocol;
 	if (l4_has_ports(ip.protocol)) {
-		if (bpf_skb_load_bytes(skb, off, l4, 4) < 0)
+		if (off + 4 > ip_end || bpf_skb_load_bytes(skb, off, l4, 4) < 0)
 			return;
 		__builtin_memcpy(&f->inner_sport, &l4[0], 2);
 		__builtin_memcpy(&f->inner_dport, &l4[2], 2);
 	} else if (ip.protocol == IPPROTO_ICMP) {
-		if (bpf_skb_load_bytes(skb, off, l4, 8) < 0)
+		if (off + 8 > ip_end || bpf_skb_load_bytes(skb, off, l4, 8) < 0)
 			return;
 		if (l4[0] != ICMP_T_ECHO && l4[0] != ICMP_T_ECHOREPLY)
 			return;
-		__builtin_memcpy(&f->inner_sport, &l4[4], 2);
-		__builtin_memcpy(&f->inner_dport, &l4[4], 2);
+		icmp_echo_ports(&ports, l4[0], &l4[4]);
+		f->inner_sport = ports.sport;
+		f->inner_dport = ports.dport;
 	} else {
 		f->inner_sport = 0;
 		f->inner_dport = 0;
@@ -126,12 +145,14 @@ static __always_inline int l4_load(struct __sk_buff *skb, struct flow *f, const 
 		__u8 type = hdr[0];
 
 		if (type == ICMP_T_ECHO || type == ICMP_T_ECHOREPLY) {
-			/* The identifier in both ports: request and reply share one tuple. */
-			__builtin_memcpy(&f->sport, &hdr[4], 2);
-			__builtin_memcpy(&f->dport, &hdr[4], 2);
+			struct flow_ports ports;
+
+			icmp_echo_ports(&ports, type, &hdr[4]);
+			f->sport = ports.sport;
+			f->dport = ports.dport;
 		} else if (icmp_is_error(type)) {
 			f->icmp_error = 1;
-			icmp_load_inner(skb, f, ip->l4_off + 8);
+			icmp_load_inner(skb, f, ip->l4_off + 8, ip->ip_end);
 		}
 	} else {
 		__builtin_memcpy(&f->sport, &hdr[0], 2);

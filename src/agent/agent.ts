@@ -83,7 +83,7 @@ export class Agent {
     const faultPoint = faultPointFromEnv(process.env);
     this.endpointStore = new EndpointStore(join(config.stateDir, 'endpoints'));
     // CIDR identities of policies come with their ipcache entries, so the datapath classifies those ranges.
-    this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: new IpcacheCidrIdentities(identities, ipcache) }));
+    this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: new IpcacheCidrIdentities(identities, ipcache), maxEntriesPerEndpoint: config.policyEndpointMaxEntries }));
     this.policyStore = new PolicyStore({ backend, target: this.policy, logger: log.child({ subsys: 'policy-store' }) });
     this.nodeAddresses = new NodeAddressEntries(ipcache, config.nodeName);
     this.endpoints = new EndpointManager({

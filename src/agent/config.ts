@@ -7,6 +7,7 @@ import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
 import { validateAbsolutePath } from '../cni/index.js';
 import { CodedError } from '../errors/codedError.js';
 import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
+import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated'] as const;
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
@@ -51,6 +52,8 @@ export const AgentConfigSchema = z
     /** `bpf`: the eBPF datapath (policy enforced on packets); `routing`: routes only, for nodes without BPF. */
     datapath: z.enum(DATAPATH_KINDS),
     /** eBPF map sizes by short name (lxc, ipcache, policy, ctTcp, ctAny, frag, events); missing ones take the defaults. */
+    /** Policy map entries one endpoint may hold (Cilium's --bpf-policy-map-max): a map state beyond it fails the endpoint's regeneration. */
+    policyEndpointMaxEntries: z.number().int().min(1).max(1 << 22),
     bpfMapSizes: z.partialRecord(z.enum(BPF_MAP_SIZE_KEYS), z.number().int().min(1).max(0xffffffff)).optional(),
     /** eBPF trace events: off, new-flows (one per new connection) or all (every packet). */
     traceLevel: z.enum(TRACE_LEVELS),
@@ -83,6 +86,7 @@ export function defaultConfig(): AgentConfig {
     datapath: 'bpf',
     traceLevel: 'new-flows',
     bpfLxcAttach: 'clsact',
+    policyEndpointMaxEntries: DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
     logLevel: 'info',
   };
 }

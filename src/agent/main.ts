@@ -42,6 +42,7 @@ interface Flags {
   datapath?: string;
   traceLevel?: string;
   bpfLxcAttach?: string;
+  bpfPolicyEndpointMax?: number;
   bpfLxcMax?: number;
   bpfIpcacheMax?: number;
   bpfPolicyMax?: number;
@@ -84,6 +85,7 @@ export function agentCommand(): Command {
     .addOption(new Option('--datapath <kind>', 'bpf: policy enforced by eBPF programs (default); routing: routes only, for nodes without BPF').choices([...DATAPATH_KINDS]))
     .addOption(new Option('--trace-level <level>', 'eBPF trace events: one per new flow (default), every packet, or none').choices([...TRACE_LEVELS]))
     .addOption(new Option('--bpf-lxc-attach <how>', 'how programs go on pod devices: clsact filters (default; ~2 ms per ADD) or pinned tcx links (each attach waits out an RCU grace period: ~27 ms per ADD)').choices(['tcx', 'clsact']))
+    .option('--bpf-policy-endpoint-max <n>', 'policy map entries one endpoint may hold; more fails its regeneration (default 16384)', int('--bpf-policy-endpoint-max'))
     .option('--bpf-lxc-max <n>', 'eBPF endpoint map entries (default 65535)', int('--bpf-lxc-max'))
     .option('--bpf-ipcache-max <n>', 'eBPF ipcache entries (default 512000)', int('--bpf-ipcache-max'))
     .option('--bpf-policy-max <n>', 'eBPF policy entries, all endpoints together (default 4194304)', int('--bpf-policy-max'))
@@ -125,6 +127,7 @@ export async function resolveConfig(flags: Flags) {
   set('datapath', flags.datapath);
   set('traceLevel', flags.traceLevel);
   set('bpfLxcAttach', flags.bpfLxcAttach);
+  set('policyEndpointMaxEntries', flags.bpfPolicyEndpointMax);
   const sizes: Record<string, number | undefined> = { lxc: flags.bpfLxcMax, ipcache: flags.bpfIpcacheMax, policy: flags.bpfPolicyMax, ctTcp: flags.bpfCtTcpMax, ctAny: flags.bpfCtAnyMax, frag: flags.bpfFragMax, events: flags.bpfEventsMax };
   const sizeFlags = Object.fromEntries(Object.entries(sizes).filter(([, v]) => v !== undefined));
   if (Object.keys(sizeFlags).length > 0) merged.bpfMapSizes = { ...(fromFile.bpfMapSizes as Record<string, number> | undefined), ...sizeFlags };

@@ -32,10 +32,10 @@ export interface FakeNodeKvstore {
   options?: Record<string, string>;
 }
 
-export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore }): Promise<FakeNodeAgent>;
+export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; policyEndpointMaxEntries?: number }): Promise<FakeNodeAgent>;
 /** The same over a datapath of the caller's (a FakeDatapath that records more, say). */
 export async function startFakeNodeAgent<D extends FakeDatapath>(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; datapath: D }): Promise<FakeNodeAgent<D>>;
-export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; datapath?: FakeDatapath }): Promise<FakeNodeAgent> {
+export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; datapath?: FakeDatapath; policyEndpointMaxEntries?: number }): Promise<FakeNodeAgent> {
   const dir = await mkdtemp(join(tmpdir(), `${opts.nodeName}-`));
   const datapath = opts.datapath ?? new FakeDatapath({ nodeLinks: ['eth0'] });
   const config = validateConfig({
@@ -47,6 +47,7 @@ export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: stri
     ...(opts.kvstore ? { kvstore: 'etcd' as const, kvstoreOpts: { ...opts.kvstore.options, 'etcd.endpoints': opts.kvstore.etcdEndpoint } } : { kvstoreOpts: { 'embedded.synchronous': 'normal' } }),
     podCidrs: [opts.podCidr],
     ...(opts.ipamExpirationMs !== undefined ? { ipamExpirationMs: opts.ipamExpirationMs } : {}),
+    ...(opts.policyEndpointMaxEntries !== undefined ? { policyEndpointMaxEntries: opts.policyEndpointMaxEntries } : {}),
   });
   return startOn(dir, config, datapath, opts.logger ?? createLogger(opts.nodeName, process.env.TENDRIL_LOG_LEVEL ?? 'silent'));
 }

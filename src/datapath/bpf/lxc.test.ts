@@ -310,10 +310,11 @@ describe('bpf_lxc tendril_from_container', () => {
       h.addPolicy({ endpointId: POD_B.endpointId, identity: 0, egress: false, proto: IpProto.ICMP, cookie: COOKIE.B_INGRESS });
       const echo = icmpEchoFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, id: 0x4242 });
       assert.equal((await h.run(FROM, echo)).retval, TcAction.REDIRECT);
-      const tuple = { saddr: POD_A.ip, daddr: POD_B.ip, sport: 0x4242, dport: 0x4242, proto: IpProto.ICMP };
+      // The identifier is the request's source port (a reply carries it as the destination port).
+      const tuple = { saddr: POD_A.ip, daddr: POD_B.ip, sport: 0x4242, dport: 0, proto: IpProto.ICMP };
       assert.ok(h.ct(tuple));
       assertEvents(await h.takeEvents(2), [
-        { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: EGRESS, sport: 0x4242, dport: 0x4242 },
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: EGRESS, sport: 0x4242, dport: 0 },
         { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: INGRESS, cookie: COOKIE.B_INGRESS },
       ]);
       const reply = icmpEchoFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, id: 0x4242, reply: true });
@@ -324,6 +325,9 @@ describe('bpf_lxc tendril_from_container', () => {
       // Another identifier is another flow: B may not ping A.
       const other = icmpEchoFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, id: 0x4343 });
       assert.equal((await h.run(FROM, other)).retval, TcAction.SHOT);
+      // Nor with A's own identifier: a request is no reply, even when its identifier matches a tracked ping.
+      const sameId = icmpEchoFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, id: 0x4242 });
+      assert.equal((await h.run(FROM, sameId)).retval, TcAction.SHOT);
     });
 
     it('allows an ICMP error about a tracked flow without policy, and holds an unrelated one to policy', async () => {

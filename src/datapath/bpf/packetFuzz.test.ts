@@ -3,7 +3,7 @@
 // with fast-check through BPF_PROG_TEST_RUN: every packet a pod or the
 // network sends is outside input. Each run resets the maps (two local pods
 // A and B on the test device, pod C on another, the router address, an
-// ipcache with host, world-less and CIDR entries, a generated policy with
+// ipcache with pod, host and CIDR entries (anything else is world), a generated policy with
 // allow, deny and port-range entries, a few tracked flows and a fragment
 // record), then sends 1-3 generated frames (well-formed, mutated, random)
 // and checks after each:
@@ -21,17 +21,17 @@
 //     MapState.lookup (src/policy/mapState.ts) over the same entries.
 // TENDRIL_FUZZ_RUNS raises the runs per program, TENDRIL_FUZZ_SEED replays.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { after, describe, it } from 'node:test';
 import fc from 'fast-check';
 import { requireRoot } from '../../../test/support/root.js';
-import { BpfObject, type BpfMap, codec, perCpuValue, RingBufferReader, TcAction } from '../kernel/bpf/index.js';
+import { BpfObject, type BpfMap, perCpuValue, RingBufferReader, TcAction } from '../kernel/bpf/index.js';
 import { formatIp, parseIp, parsePrefix } from '../../netip/index.js';
 import { MapState } from '../../policy/mapState.js';
 import type { Direction } from '../../policy/types.js';
-import { DropReason, EndpointFlag, MapName, POLICY_KEY_FIXED_BITS, TrafficDirection } from './constants.js';
+import { DropReason, EndpointFlag, MapName, POLICY_KEY_FIXED_BITS } from './constants.js';
 import { ct4Key, ctEntry, endpointInfo, endpointKey, frag4Key, frag4Ports, ipcacheKey, ipcacheValue, metricsKey, metricsValue, policyEntry, policyKey, type CtEntryValue } from './layout.js';
 import { CIDR_24, CIDR_25, IDENTITY, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER, TEST_IFINDEX } from './testing/fixtures.js';
-import { EXPIRED_FLOW, FUZZ_MAX_FRAME, fuzzFrameArb, PORTS, SEED_FLOWS, SEED_FRAGMENT, testRunAccepts, truncations, type FuzzFrame, type FuzzSide } from './testing/packetArbitraries.js';
+import { EXPIRED_FLOW, FUZZ_MAX_FRAME, fuzzFrameArb, SEED_FLOWS, SEED_FRAGMENT, testRunAccepts, truncations, type FuzzFrame, type FuzzSide } from './testing/packetArbitraries.js';
 import { EtherType, ethernetFrame, icmpEcho, icmpError, IpProto, internetChecksum, ipv4Datagram, ipv4Frame, TcpFlag, tcpFrame, udpDatagram, udpFrame } from './testing/packets.js';
 import { HOST_OBJECT, LXC_OBJECT } from './testing/programHarness.js';
 
@@ -42,7 +42,6 @@ const SEED = Number(process.env.TENDRIL_FUZZ_SEED ?? Date.now() % 2 ** 31);
 
 type Program = 'tendril_from_container' | 'tendril_to_container' | 'tendril_from_host' | 'tendril_to_host';
 const { OK, SHOT, REDIRECT } = TcAction;
-const { NONE, INGRESS, EGRESS } = TrafficDirection;
 const KNOWN_DROP_CODES = new Set(Object.values(DropReason).map((r) => -r.code));
 const reason = (r: keyof typeof DropReason): number => -DropReason[r].code;
 
@@ -284,12 +283,13 @@ class FuzzHarness {
     return out;
   }
 
-  /** Runs a frame, then the marker, and returns the frame's verdict, output and events (those before the marker's). */
+  /** Runs a frame; its events come from eventsUpToMarker() (read the metrics first: the marker counts too). */
   async run(program: Program, frame: Buffer): Promise<{ retval: number; data: Buffer; events: RawEvent[] }> {
     const r = await this.object.program(program).testRun({ data: frame });
     return { retval: r.retval, data: r.data, events: [] };
   }
 
+  /** Runs the marker frame and returns the events before its DROP event: the ring buffer keeps order, so those are all of the previous frame's. */
   async eventsUpToMarker(): Promise<RawEvent[]> {
     await this.object.program(this.marker.program).testRun({ data: this.marker.frame });
     const deadline = Date.now() + 3000;
@@ -345,13 +345,17 @@ interface L4 {
   icmpError: boolean;
   inner?: { saddr: number; daddr: number; proto: number; sport: number; dport: number };
   /** What the program reads past the datagram's end (into the frame's trailer) to find the inner tuple. */
-  innerPastEnd?: boolean;
 }
 
 const hasPorts = (p: number): boolean => p === IpProto.TCP || p === IpProto.UDP || p === IpProto.SCTP;
 const MIN_L4: Record<number, number> = { [IpProto.TCP]: 20, [IpProto.UDP]: 8, [IpProto.SCTP]: 12, [IpProto.ICMP]: 8 };
 
 /** The tuple inside an ICMP error, read within `end`. */
+/** Conntrack's ports for an ICMP echo: the identifier is a request's source port and a reply's destination port. */
+function echoPorts(type: number, id: number): { sport: number; dport: number } {
+  return type === 8 ? { sport: id, dport: 0 } : { sport: 0, dport: id };
+}
+
 function parseInner(f: Buffer, off: number, end: number): L4['inner'] {
   if (off + 20 > end) return undefined;
   const vihl = f[off]!;
@@ -362,7 +366,7 @@ function parseInner(f: Buffer, off: number, end: number): L4['inner'] {
   if (hasPorts(proto)) return l4 + 4 > end ? undefined : { ...base, sport: f.readUInt16BE(l4), dport: f.readUInt16BE(l4 + 2) };
   if (proto === IpProto.ICMP) {
     if (l4 + 8 > end || (f[l4] !== 0 && f[l4] !== 8)) return undefined;
-    return { ...base, sport: f.readUInt16BE(l4 + 4), dport: f.readUInt16BE(l4 + 4) };
+    return { ...base, ...echoPorts(f[l4]!, f.readUInt16BE(l4 + 4)) };
   }
   return { ...base, sport: 0, dport: 0 };
 }
@@ -377,11 +381,10 @@ function parseL4(f: Buffer, ip: Ipv4, frags: Map<string, { sport: number; dport:
   if (ip.l4Off + need > ip.ipEnd) return reason('CT_INVALID_HEADER');
   if (ip.proto === IpProto.ICMP) {
     const type = f[ip.l4Off]!;
-    if (type === 0 || type === 8) return { sport: f.readUInt16BE(ip.l4Off + 4), dport: f.readUInt16BE(ip.l4Off + 4), icmpError: false };
+    if (type === 0 || type === 8) return { ...echoPorts(type, f.readUInt16BE(ip.l4Off + 4)), icmpError: false };
     if (type === 3 || type === 11 || type === 12) {
       const inner = parseInner(f, ip.l4Off + 8, ip.ipEnd);
-      const lenient = parseInner(f, ip.l4Off + 8, f.length);
-      return { sport: 0, dport: 0, icmpError: true, ...(inner ? { inner } : {}), innerPastEnd: !inner && lenient !== undefined };
+      return { sport: 0, dport: 0, icmpError: true, ...(inner ? { inner } : {}) };
     }
     return { sport: 0, dport: 0, icmpError: false };
   }
@@ -453,28 +456,19 @@ function expectArp(f: Buffer): Expected {
   return { action: REDIRECT, to: ep, wellFormed: false };
 }
 
-/** Names what an ICMP error's verdict hinged on, and the two ways the programs relate errors more loosely (h7-findings.md F1, F2). */
-function describeIcmp(f: Buffer, ip: Ipv4, l4: L4, s: ModelState, status: CtStatus): string | undefined {
+/** Names what an ICMP error's verdict hinged on (for a failure's message). */
+function describeIcmp(l4: L4, status: CtStatus): string | undefined {
   if (!l4.icmpError) return undefined;
-  const tracked = (i: NonNullable<L4['inner']>): boolean =>
-    [ctKeyString(i.saddr, i.daddr, i.sport, i.dport, i.proto), ctKeyString(i.daddr, i.saddr, i.dport, i.sport, i.proto)].some((k) => (s.ct.get(k)?.expiresNs ?? 0n) > s.now);
-  const loose = parseInner(f, ip.l4Off + 8, f.length);
-  if (status !== 'related' && l4.innerPastEnd && loose && tracked(loose)) return FINDING_PAST_END;
-  if (status !== 'related' && l4.inner && tracked(l4.inner) && l4.inner.saddr !== ip.daddr) return FINDING_NOT_TO_SENDER;
   return `ICMP error, ${status === 'related' ? 'related' : 'not related'} (inner ${l4.inner ? ctKeyString(l4.inner.saddr, l4.inner.daddr, l4.inner.sport, l4.inner.dport, l4.inner.proto) : 'none'})`;
 }
 
-/** h7-findings.md F1: an error about a tracked flow passes without policy whatever its destination. */
-const FINDING_NOT_TO_SENDER = 'F1: ICMP error about a tracked flow, not addressed to that datagram\'s sender';
-/** h7-findings.md F2: the embedded header is read from the frame's trailer, past the IP total length. */
-const FINDING_PAST_END = 'F2: ICMP error whose embedded header lies past the IP total length';
 
 /** The ingress half shared by to_container and from_host: conntrack, then the pod's ingress policy. */
 function expectIngress(f: Buffer, ip: Ipv4, dst: Endpoint, s: ModelState, pass: Expected): Expected {
   const l4 = parseL4(f, ip, s.frags);
   if (typeof l4 === 'number') return drop(l4, true);
   const status = ctStatus(ip, l4, s.ct, s.now);
-  const icmp = describeIcmp(f, ip, l4, s, status);
+  const icmp = describeIcmp(l4, status);
   const tag = icmp ? { icmp } : {};
   if (status !== 'new') return { ...pass, ...tag };
   const srcIdentity = endpointAt(ip.saddr)?.identity ?? ipcacheIdentity(ip.saddr);
@@ -497,7 +491,7 @@ function expectFromContainer(f: Buffer, s: ModelState): Expected {
   const dst = endpointAt(ip.daddr);
   const local = dst && !(dst.flags & EndpointFlag.HOST) ? dst : undefined;
   const status = ctStatus(ip, l4, s.ct, s.now);
-  const icmp = describeIcmp(f, ip, l4, s, status);
+  const icmp = describeIcmp(l4, status);
   const tag = icmp ? { icmp } : {};
   let creates: string | undefined;
   if (status === 'new') {
@@ -536,6 +530,8 @@ function expectFromHost(f: Buffer, s: ModelState): Expected {
   if (type !== EtherType.IPV4) return { action: OK, wellFormed: false };
   const ip = parseIpv4(f);
   if (!ip) return drop(reason('INVALID_PACKET'));
+  // The node's multicast and broadcast on tendril_host: no pod's.
+  if (ip.daddr >>> 28 === 0xe || ip.daddr === 0xffffffff) return { action: OK, wellFormed: false };
   const dst = podAt(ip.daddr);
   if (!dst) return drop(reason('UNKNOWN_ENDPOINT'));
   return expectIngress(f, ip, dst, s, { action: REDIRECT, to: dst, decTtl: false, wellFormed: true });
@@ -714,14 +710,6 @@ const MARKERS: Record<'lxc' | 'host', { program: Program; frame: Buffer }> = {
   host: { program: 'tendril_from_host', frame: ipv4Frame({ src: NODE_IP, dst: '10.200.0.99', proto: IpProto.GRE, payload: Buffer.alloc(MARKER_LEN - 34) }) },
 };
 
-/** Findings (h7-findings.md) the fuzzer trips over: excluded from the random runs, kept as named regressions below. */
-function knownFinding(v: string): string | undefined {
-  if (!v.includes('the reference model says')) return undefined;
-  if (v.includes(FINDING_NOT_TO_SENDER)) return 'F1';
-  if (v.includes(FINDING_PAST_END)) return 'F2';
-  return undefined;
-}
-
 const harnesses = new Map<string, FuzzHarness>();
 async function harness(object: 'lxc' | 'host'): Promise<FuzzHarness> {
   let h = harnesses.get(object);
@@ -744,20 +732,15 @@ describe(`datapath packet fuzz (seed ${SEED}, ${RUNS} runs per program; TENDRIL_
     it(`${program}: generated packets break no invariant`, async (t) => {
       const h = await harness(object);
       const started = Date.now();
-      const known = new Map<string, number>();
       const result = await fc.check(
         fc.asyncProperty(runArb(program === 'tendril_from_container' ? 'pod' : 'stack'), async (input) => {
-          const violations = (await runFrames(h, program, input)).filter((v) => {
-            const f = knownFinding(v);
-            if (f) known.set(f, (known.get(f) ?? 0) + 1);
-            return f === undefined;
-          });
+          const violations = await runFrames(h, program, input);
           if (violations.length > 0) throw new Error(`${violations.join('\n')}\n${show(input)}`);
         }),
         { numRuns: RUNS, seed: SEED },
       );
       t.diagnostic(`${program}: model outcomes ${JSON.stringify(Object.fromEntries([...(outcomes.get(program) ?? new Map<string, number>())].sort()))}`);
-      t.diagnostic(`${program}: ${result.numRuns} runs in ${Date.now() - started} ms; frames the kernel refuses to test-run so far: ${refused.count}; known findings hit: ${JSON.stringify(Object.fromEntries(known))}`);
+      t.diagnostic(`${program}: ${result.numRuns} runs in ${Date.now() - started} ms; frames the kernel refuses to test-run so far: ${refused.count}`);
       if (result.failed) {
         assert.fail(`invariants broken (reproduce with TENDRIL_FUZZ_SEED=${SEED} TENDRIL_FUZZ_RUNS=${RUNS}, counterexample path ${result.counterexamplePath}):\n${result.errorInstance instanceof Error ? result.errorInstance.message : String(result.errorInstance)}`);
       }
@@ -780,49 +763,49 @@ describe(`datapath packet fuzz (seed ${SEED}, ${RUNS} runs per program; TENDRIL_
     return ipv4Datagram({ src: s.saddr, dst: s.daddr, proto: s.proto, payload });
   };
 
-  // h7-findings.md F1: relatedness only checks that the embedded tuple is tracked, not that the error goes back to
-  // that datagram's sender, so any ICMP error naming any tracked flow skips policy (Cilium keys related entries on the outer addresses).
-  it('F1 regression: an ICMP error from pod A to pod B about A\'s own flow to the world is held to policy (no entry allows it)', { todo: 'h7-findings.md F1: the C passes it without policy' }, async (t) => {
+  // Found by this fuzzer: an ICMP error is related only when it goes back to the sender of the datagram it carries;
+  // relating it by the embedded tuple alone let any error naming any tracked flow skip policy.
+  it('regression: an ICMP error from pod A to pod B about A\'s own flow to the world is held to policy (no entry allows it)', async (t) => {
     const h = await harness('lxc');
     await h.reset([]);
     const frame = errorFrame(POD_A.ip, POD_B.ip, 3, seeded(0), false, { srcMac: POD_A.podMac, dstMac: POD_A.lxcMac });
     t.diagnostic(`frame ${frame.toString('hex')}`);
     const r = await h.run('tendril_from_container', frame);
     const events = await h.eventsUpToMarker();
-    assert.equal(r.retval, SHOT, 'F1: A may not send B anything, yet the error about A→world:53 is redirected into B');
+    assert.equal(r.retval, SHOT, 'A may not send B anything, yet the error about A→world:53 is redirected into B');
     assert.deepEqual(events.filter((e) => e.type === 1).map((e) => e.subtype), [reason('POLICY')]);
   });
 
-  it('F1 regression: an ICMP error from the world to pod A about pod B\'s flow is held to A\'s ingress policy', { todo: 'h7-findings.md F1: the C passes it without policy' }, async (t) => {
+  it('regression: an ICMP error from the world to pod A about pod B\'s flow is held to A\'s ingress policy', async (t) => {
     const h = await harness('lxc');
     await h.reset([]);
     const frame = errorFrame('198.51.100.9', POD_A.ip, 3, seeded(3));
     t.diagnostic(`frame ${frame.toString('hex')}`);
     const r = await h.run('tendril_to_container', frame);
     await h.eventsUpToMarker();
-    assert.equal(r.retval, SHOT, 'F1: the error is about B→remote, not about anything A sent');
+    assert.equal(r.retval, SHOT, 'the error is about B→remote, not about anything A sent');
   });
 
-  // h7-findings.md F2: the embedded header is read up to the frame's end, not the datagram's (IP total length).
-  it('F2 regression: an ICMP error whose datagram ends after the ICMP header is not related by bytes in the frame\'s trailer', { todo: 'h7-findings.md F2: the C reads the trailer' }, async (t) => {
+  // Found by this fuzzer: the embedded header is read within the datagram (IP total length), never from the frame's trailer.
+  it('regression: an ICMP error whose datagram ends after the ICMP header is not related by bytes in the frame\'s trailer', async (t) => {
     const h = await harness('lxc');
     await h.reset([]);
     const frame = errorFrame('192.0.2.1', POD_A.ip, 11, seeded(0), true);
     t.diagnostic(`frame ${frame.toString('hex')}`);
     const r = await h.run('tendril_to_container', frame);
     await h.eventsUpToMarker();
-    assert.equal(r.retval, SHOT, 'F2: the datagram carries no embedded header, so nothing relates it; no policy entry allows it');
+    assert.equal(r.retval, SHOT, 'the datagram carries no embedded header, so nothing relates it; no policy entry allows it');
   });
 
-  // h7-findings.md F3: the brief says tendril_from_host passes what is neither a local pod's nor another pod address; the C drops every such IPv4 packet.
-  it('F3 regression: tendril_from_host passes the node\'s multicast out of tendril_host (no pod address)', { todo: 'h7-findings.md F3: the C drops it as DROP_UNKNOWN_ENDPOINT' }, async (t) => {
+  // Found by this fuzzer: the node's own multicast on tendril_host is no pod's traffic and passes.
+  it('regression: tendril_from_host passes the node\'s multicast out of tendril_host (no pod address)', async (t) => {
     const h = await harness('host');
     await h.reset([]);
     const frame = udpFrame({ srcMac: '0a:00:00:00:ff:01', dstMac: '01:00:5e:00:00:fb', src: '10.200.0.1', dst: '224.0.0.251', sport: 5353, dport: 5353, ttl: 255 });
     t.diagnostic(`frame ${frame.toString('hex')}`);
     const r = await h.run('tendril_from_host', frame);
     await h.eventsUpToMarker();
-    assert.equal(r.retval, OK, 'F3: mDNS from the router address is no pod\'s traffic');
+    assert.equal(r.retval, OK, 'mDNS from the router address is no pod\'s traffic');
   });
 
   it('tendril_from_container and tendril_to_container: a valid packet truncated at every byte offset is dropped and tracks nothing', async () => {

@@ -112,7 +112,7 @@ test: deps build lint
 check-native: build build/native-asan/tendril_kernel.node build/asan/tendril-cni $(FUZZ_BIN)
 	TENDRIL_KERNEL_ADDON=$(CURDIR)/build/native-asan/tendril_kernel.node TENDRIL_CNI_BIN=$(CURDIR)/build/asan/tendril-cni \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	  node scripts/run-tests.mjs datapath/kernel/ plugin/
+	  node scripts/run-tests.mjs datapath/kernel/ datapath/bpf/ plugin/
 	@for f in $(FUZZ_BIN); do mkdir -p build/fuzz/corpus/$$(basename $$f); \
 	  echo "fuzzing $$f for $(FUZZ_SECONDS) s"; \
 	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=5 build/fuzz/corpus/$$(basename $$f) src/plugin/native/fuzz/seeds/$$(basename $$f) >build/fuzz/$$(basename $$f).log 2>&1 \

@@ -155,7 +155,7 @@ nsenter --net=/var/run/netns/tdldemo1 -- ping -c1 -W2 -q "${IPS[tdldemo2]}" >/de
 start_agent
 echo "agent restarted; endpoints restored from its state dir, policies from the kvstore:"
 "$TENDRIL" endpoint list
-"$TENDRIL" policy get | jq -r '.policies[] | "restored: \(.kind)/\(.namespace)/\(.name)"' 
+"$TENDRIL" policy get | jq -r '.policies[] | "restored: \(.name)"' 
 show_enforcement
 
 say "policy deleted: traffic restored"

@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "flow.h"
+#include "metrics.h"
 
 struct tendril_event {
 	__u8 type;      /* EVENT_* */
@@ -76,15 +77,18 @@ static __attribute__((noinline)) int event_fill(struct tendril_event *e, struct 
 
 /*
  * One record for `tendril monitor`. The ring buffer drops it when full (the
- * reader is behind): the packet's fate never depends on its event.
+ * reader is behind): the packet's fate never depends on its event, and the
+ * loss is counted under METRICS_REASON_EVENTS_LOST.
  */
 static __always_inline void event_emit(struct __sk_buff *skb, const struct flow *f, __u8 type, __u8 subtype, __u8 direction,
 				       __u32 cookie)
 {
 	struct tendril_event *e = bpf_ringbuf_reserve(&tendril_events, sizeof(*e), 0);
 
-	if (!e)
+	if (!e) {
+		metrics_update(METRICS_REASON_EVENTS_LOST, direction, f->len);
 		return;
+	}
 	event_fill(e, skb, f, type | ((__u32)subtype << 8) | ((__u32)direction << 16), cookie);
 	bpf_ringbuf_submit(e, 0);
 }

@@ -34,6 +34,16 @@ export function dropReasonName(code: number): DropReasonName | undefined {
   return dropByCode.get(Math.abs(code));
 }
 
+/**
+ * Metrics reasons besides 0 (forwarded) and the drop codes: events the ring
+ * buffer could not take (the reader was behind), counted per packet whose
+ * event was lost, so `tendril bpf metrics` shows what the monitor missed.
+ */
+export const MetricsReason = {
+  FORWARDED: 0,
+  EVENTS_LOST: 255,
+} as const;
+
 /** Event record types in the `tendril_events` ring buffer. */
 export const EventType = {
   DROP: 1,
@@ -169,6 +179,7 @@ export function renderDatapathHeader(): string {
   for (const [name, r] of Object.entries(DropReason)) lines.push(`/* ${r.text} */`, define(`DROP_${name}`, `(${r.code})`));
   lines.push('');
   const groups: Array<[string, Record<string, number>]> = [
+    ['METRICS_REASON', MetricsReason],
     ['EVENT', EventType],
     ['TRACE', TracePoint],
     ['DIR', TrafficDirection],

@@ -14,7 +14,7 @@ import { CodedError } from '../../errors/codedError.js';
 import { formatIp, formatPrefix, type IpAddress, type IpPrefix } from '../../netip/index.js';
 import { isKernelError } from '../kernel/errors.js';
 import { BpfMap, type Codec, perCpuValue } from '../kernel/bpf/index.js';
-import { CtFlag, dropReasonName, EndpointFlag, MapName, type MapNameValue, TrafficDirection } from './constants.js';
+import { CtFlag, dropReasonName, EndpointFlag, MapName, type MapNameValue, MetricsReason, TrafficDirection } from './constants.js';
 import {
   type Ct4Key,
   ct4Key,
@@ -119,7 +119,8 @@ export function directionName(d: number): 'ingress' | 'egress' | 'none' {
 }
 
 export function metricsReasonName(reason: number): string {
-  if (reason === 0) return 'FORWARDED';
+  if (reason === MetricsReason.FORWARDED) return 'FORWARDED';
+  if (reason === MetricsReason.EVENTS_LOST) return 'EVENTS_LOST';
   return dropReasonName(reason) ?? `UNKNOWN_${reason}`;
 }
 

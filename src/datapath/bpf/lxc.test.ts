@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
 import { TcAction } from '../kernel/bpf/index.js';
-import { CtFlag, CtTimeout, DropReason, EventType, PolicyVerdict, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
+import { CtFlag, CtTimeout, DropReason, EventType, MapName, MetricsReason, PolicyVerdict, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
 import { assertEvents, assertLifetime } from './testing/expect.js';
 import { CIDR_24, IDENTITY, installNode, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER, WORLD_IP } from './testing/fixtures.js';
 import {
@@ -677,5 +677,25 @@ describe('bpf_lxc tendril_to_container', () => {
     ]);
     // ipv4Datagram is what ipv4Frame wraps.
     assert.equal(ipv4Datagram({ src: WORLD_IP, dst: POD_A.ip, proto: 17, payload: Buffer.alloc(0) }).length, 20);
+  });
+});
+
+describe('bpf_lxc: a full events ring buffer', () => {
+  it('loses the records, never the verdict, and counts each lost one under EVENTS_LOST', async () => {
+    // 4 KiB holds about 46 records; 200 denied SYNs in one kernel call emit 400 with no reader in between.
+    const h = await ProgramHarness.load(LXC_OBJECT, { [MapName.EVENTS]: 4096 });
+    try {
+      installNode(h);
+      const syn = synAtoB();
+      const r = await h.run('tendril_from_container', syn, 200);
+      assert.equal(r.retval, TcAction.SHOT);
+      assert.deepEqual(h.metric(code('POLICY'), EGRESS), { packets: 200n, bytes: 200n * BigInt(syn.length) }, 'every drop is counted');
+      const lost = h.metric(MetricsReason.EVENTS_LOST, EGRESS);
+      const received = (await h.takeEvents(1)).length;
+      assert.ok(lost.packets > 0n, 'some records did not fit');
+      assert.equal(Number(lost.packets) + received, 400, `every record either arrived (${received}) or was counted lost (${lost.packets})`);
+    } finally {
+      await h.close();
+    }
   });
 });

@@ -120,9 +120,9 @@ export class ProgramHarness {
     );
   }
 
-  /** Loads `path` with fresh, unpinned maps and starts reading its events. */
-  static async load(path: string): Promise<ProgramHarness> {
-    const object = await BpfObject.load(path, { maxEntries: TEST_MAP_SIZES });
+  /** Loads `path` with fresh, unpinned maps (sizes overridable by map name) and starts reading its events. */
+  static async load(path: string, sizes: Readonly<Record<string, number>> = {}): Promise<ProgramHarness> {
+    const object = await BpfObject.load(path, { maxEntries: { ...TEST_MAP_SIZES, ...sizes } });
     try {
       return new ProgramHarness(object);
     } catch (err) {
@@ -131,9 +131,9 @@ export class ProgramHarness {
     }
   }
 
-  /** Runs `program` once on `frame` (skb->ifindex is the loopback device's, 1). */
-  async run(program: string, frame: Uint8Array): Promise<TestRunResult> {
-    return this.object.program(program).testRun({ data: frame });
+  /** Runs `program` on `frame` (skb->ifindex is the loopback device's, 1), `repeat` times in one kernel call. */
+  async run(program: string, frame: Uint8Array, repeat = 1): Promise<TestRunResult> {
+    return this.object.program(program).testRun({ data: frame, ...(repeat > 1 ? { repeat } : {}) });
   }
 
   setTraceLevel(level: number): void {

@@ -4,49 +4,25 @@
 // answer without the eBPF datapath.
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
-import { pino } from 'pino';
 import { requireRoot } from '../../test/support/root.js';
-import { BpfObservability } from '../agent/bpfObservability.js';
-import { buildServer, listenOnSocket } from '../agent/api/server.js';
-import { type FakeNodeAgent, startFakeNodeAgent } from '../agent/testing/fakeNodeAgent.js';
+import type { BpfObservability } from '../agent/bpfObservability.js';
+import { type BpfApiServer, startBpfApiServer } from '../agent/testing/bpfApiServer.js';
+import type { FakeNodeAgent } from '../agent/testing/fakeNodeAgent.js';
 import { DropReason, EventType, TrafficDirection } from '../datapath/bpf/constants.js';
 import { datapathEvent } from '../datapath/bpf/layout.js';
 import { ruleCookie } from '../datapath/bpf/ruleCookie.js';
-import { createTestDatapathMaps, type TestDatapathMaps } from '../datapath/bpf/testing/inspectMaps.js';
+import type { TestDatapathMaps } from '../datapath/bpf/testing/inspectMaps.js';
 import { encode } from '../datapath/kernel/bpf/codec.js';
 import type { MonitorEvent } from '../monitor/index.js';
 import { parseIp } from '../netip/index.js';
-import { dbFromWebPolicy } from '../policy/testing/policies.js';
+import { CLI_MAIN, runCli } from './testing/cliProcess.js';
 import { monitorLine, monitorQuery } from './monitorCommand.js';
 import { CliError } from './cliError.js';
 
 requireRoot('the bpf CLI tests');
 
-const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
-
-interface CliRun {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function tendril(args: string[]): Promise<CliRun> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const tendril = runCli;
 
 async function until(cond: () => boolean, what: string): Promise<void> {
   const deadline = Date.now() + 10_000;
@@ -56,30 +32,18 @@ async function until(cond: () => boolean, what: string): Promise<void> {
   }
 }
 
+let server: BpfApiServer;
 let maps: TestDatapathMaps;
-let node: FakeNodeAgent | undefined;
+let node: FakeNodeAgent;
 let obs: BpfObservability;
-let app: FastifyInstance;
-let dir: string;
 let sock: string;
 const COOKIE = ruleCookie({ policy: 'NetworkPolicy/default/db-from-web', rule: 0, path: 'spec.ingress[0]' });
 
 before(async () => {
-  maps = await createTestDatapathMaps();
-  node = await startFakeNodeAgent({ nodeName: 'tdl-bpfcli', podCidr: '10.92.0.0/24' });
-  const api = node.agent.api();
-  await api.policy.import(dbFromWebPolicy({ namespace: 'default' }));
-  obs = new BpfObservability({
-    pinDir: maps.pinDir,
-    log: pino({ level: 'silent' }),
-    identityLabels: (id) => api.identities.get(id)?.labels,
-    policies: () => api.policy.list({}),
-    policyRevision: () => api.policy.revision,
-  });
-  app = buildServer({ ...api, monitor: obs.monitor, bpf: obs.bpf }, { validateResponses: true });
-  dir = await mkdtemp(join(tmpdir(), 'tdl-bpfcli-'));
-  sock = join(dir, 'api.sock');
-  await listenOnSocket(app, sock);
+  server = await startBpfApiServer({ nodeName: 'tdl-bpfcli', podCidr: '10.92.0.0/24' });
+  ({ maps, node } = server);
+  obs = server.observability;
+  sock = server.socket;
   maps.policy.set({ endpointId: 5, identity: 2, egress: false, proto: 6, port: 5432, portPrefixLen: 16 }, { cookie: COOKIE, deny: 0, l4PrefixBits: 24 });
   maps.policy.set({ endpointId: 5, identity: 0, egress: true, proto: 17, port: 8000, portPrefixLen: 12 }, { cookie: 0, deny: 1, l4PrefixBits: 20 });
   const now = process.hrtime.bigint();
@@ -89,13 +53,7 @@ before(async () => {
   );
 });
 
-after(async () => {
-  await app?.close();
-  await obs?.stop();
-  await node?.stop();
-  await maps?.remove();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
+after(() => server?.stop());
 
 describe('argument checks (no agent needed)', () => {
   test('monitor: types, endpoint and identity are checked; repeated types kept once', () => {
@@ -172,7 +130,7 @@ describe('tendril bpf', () => {
 
 describe('tendril monitor', () => {
   function start(args: string[]): { child: ChildProcess; out: () => string; err: () => string } {
-    const child = spawn(process.execPath, [MAIN, 'monitor', ...args, '--socket', sock], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI_MAIN, 'monitor', ...args, '--socket', sock], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout!.setEncoding('utf8').on('data', (d: string) => (out += d));
@@ -234,10 +192,10 @@ describe('tendril monitor', () => {
   });
 
   test('without the eBPF datapath: exit code 1 and the agent\'s reason', async () => {
-    const r = await tendril(['monitor', '--socket', node!.config.socket]);
+    const r = await tendril(['monitor', '--socket', node.config.socket]);
     assert.equal(r.code, 1);
     assert.match(r.stderr, /agent: CONFLICT: the eBPF datapath is not running on this node/);
-    const b = await tendril(['bpf', 'metrics', '--socket', node!.config.socket]);
+    const b = await tendril(['bpf', 'metrics', '--socket', node.config.socket]);
     assert.equal(b.code, 1);
     assert.match(b.stderr, /eBPF datapath is not running/);
   });

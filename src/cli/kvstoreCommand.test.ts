@@ -1,33 +1,13 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
+import { runCli } from './testing/cliProcess.js';
 import { startEtcd, type EtcdHarness } from '../../test/support/etcdHarness.js';
 import { runChild, waitForLine } from '../kvstore/testing/childProcess.js';
 
-const MAIN = fileURLToPath(new URL('./main.js', import.meta.url));
-
-interface CliRun {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs the real CLI as a process: exit codes and stderr are part of the contract. */
-function tendril(args: string[]): Promise<CliRun> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    child.once('error', reject);
-    child.once('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const tendril = runCli;
 
 describe('tendril kvstore (embedded)', () => {
   let stateDir: string;

@@ -3,9 +3,7 @@
 // test's own, with labels and rule cookies resolved by a real agent (fake
 // datapath) holding a real policy.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
@@ -14,19 +12,18 @@ import { AgentClient, AgentResponseError } from '../../client/agentClient.js';
 import { DropReason, EventType, PolicyVerdict, TrafficDirection } from '../../datapath/bpf/constants.js';
 import { datapathEvent, type DatapathEvent } from '../../datapath/bpf/layout.js';
 import { ruleCookie } from '../../datapath/bpf/ruleCookie.js';
-import { createTestDatapathMaps, type TestDatapathMaps } from '../../datapath/bpf/testing/inspectMaps.js';
+import { type TestDatapathMaps } from '../../datapath/bpf/testing/inspectMaps.js';
 import { encode } from '../../datapath/kernel/bpf/codec.js';
 import { parseIp, parsePrefix } from '../../netip/index.js';
 import type { MonitorEvent } from '../../monitor/index.js';
-import { dbFromWebPolicy } from '../../policy/testing/policies.js';
 import { BpfObservability } from '../bpfObservability.js';
-import { type FakeNodeAgent, startFakeNodeAgent } from '../testing/fakeNodeAgent.js';
+import { type BpfApiServer, startBpfApiServer } from '../testing/bpfApiServer.js';
 import { type AgentApi, buildServer, listenOnSocket } from './server.js';
 
 requireRoot('the bpf route tests');
 
+let server: BpfApiServer;
 let maps: TestDatapathMaps;
-let node: FakeNodeAgent | undefined;
 let obs: BpfObservability;
 let app: FastifyInstance;
 let dir: string;
@@ -36,30 +33,14 @@ let api: AgentApi;
 const WORLD = 2;
 
 before(async () => {
-  maps = await createTestDatapathMaps();
-  node = await startFakeNodeAgent({ nodeName: 'tdl-bpfapi', podCidr: '10.91.0.0/24' });
-  api = node.agent.api();
-  await api.policy.import(dbFromWebPolicy({ namespace: 'default' }));
-  obs = new BpfObservability({
-    pinDir: maps.pinDir,
-    log: pino({ level: 'silent' }),
-    identityLabels: (id) => api.identities.get(id)?.labels,
-    policies: () => api.policy.list({}),
-    policyRevision: () => api.policy.revision,
-  });
-  app = buildServer({ ...api, monitor: obs.monitor, bpf: obs.bpf }, { validateResponses: true });
-  dir = await mkdtemp(join(tmpdir(), 'tdl-bpfapi-'));
-  await listenOnSocket(app, join(dir, 'api.sock'));
-  client = new AgentClient({ socketPath: join(dir, 'api.sock'), timeoutMs: 10_000 });
+  server = await startBpfApiServer({ nodeName: 'tdl-bpfapi', podCidr: '10.91.0.0/24' });
+  ({ maps, app, api } = server);
+  obs = server.observability;
+  dir = dirname(server.socket);
+  client = new AgentClient({ socketPath: server.socket, timeoutMs: 10_000 });
 });
 
-after(async () => {
-  await app?.close();
-  await obs?.stop();
-  await node?.stop();
-  await maps?.remove();
-  if (dir) await rm(dir, { recursive: true, force: true });
-});
+after(() => server?.stop());
 
 function event(over: Partial<DatapathEvent>): Buffer {
   return encode(datapathEvent, {

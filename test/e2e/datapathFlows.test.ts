@@ -12,6 +12,7 @@ import { NetnsPool } from '../support/netns.js';
 import type { Peer } from '../support/policyTruthTable.js';
 import { type Probe, type ProbeOutcome, reachable } from '../support/reachability.js';
 import { requireRoot } from '../support/root.js';
+import { tendrilPolicy } from '../support/policyDocuments.js';
 import type { MonitorEvent } from '../../src/monitor/types.js';
 
 requireRoot('the datapath flow tests');
@@ -19,17 +20,7 @@ requireRoot('the datapath flow tests');
 const NS = 'tdl-f';
 const POD_CIDR = '10.254.0.0/24';
 
-const TNP = (name: string, spec: string) => `apiVersion: tendril.io/v1
-kind: TendrilNetworkPolicy
-metadata: {name: ${name}, namespace: ${NS}}
-spec:
-${spec
-  .trim()
-  .split('\n')
-  .map((l) => `  ${l}`)
-  .join('\n')}
----
-`;
+const TNP = (name: string, spec: string): string => tendrilPolicy(NS, name, spec);
 
 const pool = new NetnsPool('dpf');
 let scene: Scene | undefined;

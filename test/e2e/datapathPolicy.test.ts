@@ -11,6 +11,7 @@ import { NetnsPool } from '../support/netns.js';
 import { type L4Probe, mismatches, type Peer, rowOf, truthTable, type TruthRow } from '../support/policyTruthTable.js';
 import { reachable } from '../support/reachability.js';
 import { requireRoot } from '../support/root.js';
+import { networkPolicy } from '../support/policyDocuments.js';
 
 requireRoot('the datapath NetworkPolicy truth table');
 
@@ -37,17 +38,7 @@ const APPS = [
   { app: 'db', role: 'backend' },
 ];
 
-const NP = (ns: string, name: string, spec: string) => `apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: {name: ${name}, namespace: ${ns}}
-spec:
-${spec
-  .trim()
-  .split('\n')
-  .map((l) => `  ${l}`)
-  .join('\n')}
----
-`;
+const NP = networkPolicy;
 
 const POLICIES = [
   // tdl-c: default deny, both directions, every pod.

@@ -10,6 +10,7 @@ import { NetnsPool } from '../support/netns.js';
 import { type L4Probe, mismatches, type Peer, rowOf, truthTable } from '../support/policyTruthTable.js';
 import { reachable } from '../support/reachability.js';
 import { requireRoot } from '../support/root.js';
+import { tendrilPolicy } from '../support/policyDocuments.js';
 
 requireRoot('the datapath tendril policy test');
 
@@ -22,17 +23,7 @@ const TCP_PORTS = [22, 80, 9090, 9500];
 const UDP_PORTS = [53];
 const PROBES: L4Probe[] = [...TCP_PORTS.map((port) => ({ proto: 'tcp' as const, port })), ...UDP_PORTS.map((port) => ({ proto: 'udp' as const, port })), { proto: 'icmp' }];
 
-const TNP = (name: string, spec: string) => `apiVersion: tendril.io/v1
-kind: TendrilNetworkPolicy
-metadata: {name: ${name}, namespace: ${NS}}
-spec:
-${spec
-  .trim()
-  .split('\n')
-  .map((l) => `  ${l}`)
-  .join('\n')}
----
-`;
+const TNP = (name: string, spec: string): string => tendrilPolicy(NS, name, spec);
 
 const POLICIES = [
   // db: web may reach it, except on 9000-9999; anyone may reach 9090, but web's wider deny still wins there.

@@ -51,6 +51,24 @@ export interface OwnClient {
   cleanup(): Promise<void>;
 }
 
+/** An OwnClient over `open`: every client it opened is closed by cleanup, then `afterClose` runs (removing a data dir, say). */
+export async function ownClientOf(open: () => Promise<Backend>, afterClose: () => void = () => undefined): Promise<OwnClient> {
+  const opened: Backend[] = [await open()];
+  return {
+    backend: opened[0]!,
+    reopen: async () => {
+      const b = await open();
+      opened.push(b);
+      return b;
+    },
+    cleanup: async () => {
+      // The test may have closed some itself: closing again is allowed to fail.
+      for (const b of opened) await b.close().catch(() => undefined);
+      afterClose();
+    },
+  };
+}
+
 export function runPolicyStoreSuite(kind: string, makeStore: () => Promise<TestStore>, ownClient: () => Promise<OwnClient>): void {
   describe(`policy store (${kind})`, () => {
     let store: TestStore;

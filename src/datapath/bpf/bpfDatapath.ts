@@ -186,16 +186,16 @@ export class BpfDatapath implements Datapath {
 
   /**
    * The veth pair and routes; the programs' attachment starts here and
-   * syncEndpoint waits for it. A tcx attach waits out an RCU grace period in
-   * the kernel (10-30 ms here), so it runs while the endpoint's identity and
-   * policy are worked out instead of before: the ADD still answers only once
+   * syncEndpoint waits for it, so it runs while the endpoint's identity and
+   * policy are worked out (a tcx attach, when configured, waits out an RCU
+   * grace period: 10-30 ms here): the ADD still answers only once
    * it is in force (the first regeneration's syncEndpoint is part of the ADD),
    * and until then the device runs no program of ours but has no endpoint
    * entry either.
    */
   async addPod(spec: PodNetworkSpec): Promise<PodNetwork> {
     const net = await this.#linux.addPod(spec);
-    const attaching = this.links.attach(net.hostIfName, net.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach ?? 'clsact');
+    const attaching = this.#attachLxc(net.hostIfName, net.hostIfIndex);
     // Observed by syncEndpoint or removePod; never an unhandled rejection meanwhile.
     attaching.catch(() => undefined);
     this.#attaching.set(net.hostIfName, attaching);
@@ -211,6 +211,11 @@ export class BpfDatapath implements Datapath {
     } finally {
       if (this.#attaching.get(hostIfName) === pending) this.#attaching.delete(hostIfName);
     }
+  }
+
+  /** Attaches the lxc programs to a pod's device the configured way (clsact unless told otherwise). */
+  #attachLxc(hostIfName: string, ifindex: number): Promise<void> {
+    return this.links.attach(hostIfName, ifindex, this.#lxcPrograms(), this.opts.lxcAttach ?? 'clsact');
   }
 
   #lxcPrograms() {
@@ -249,7 +254,7 @@ export class BpfDatapath implements Datapath {
     } finally {
       await pod.close();
     }
-    await this.links.attach(spec.hostIfName, r.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach ?? 'clsact');
+    await this.#attachLxc(spec.hostIfName, r.hostIfIndex);
     return r;
   }
 
@@ -270,7 +275,7 @@ export class BpfDatapath implements Datapath {
    */
   async syncEndpoint(state: EndpointDatapathState): Promise<void> {
     await Promise.all([this.#linux.syncEndpoint(state), this.#attached(state.hostIfName)]);
-    if (!this.links.isAttached(state.hostIfName, state.hostIfIndex)) await this.links.attach(state.hostIfName, state.hostIfIndex, this.#lxcPrograms(), this.opts.lxcAttach ?? 'clsact');
+    if (!this.links.isAttached(state.hostIfName, state.hostIfIndex)) await this.#attachLxc(state.hostIfName, state.hostIfIndex);
     const previous = this.#endpointByIf.get(state.hostIfName);
     if (previous !== undefined && previous !== state.id) this.#forgetEndpoint(state.hostIfName);
     this.policy.sync(state.id, state.policy.entries);

@@ -16,7 +16,7 @@ import { ruleCookie } from '../datapath/bpf/ruleCookie.js';
 import { POD_A, POD_B } from '../datapath/bpf/testing/fixtures.js';
 import { TcpFlag, tcpFrame } from '../datapath/bpf/testing/packets.js';
 import { LXC_OBJECT } from '../datapath/bpf/testing/programHarness.js';
-import { BPFFS_ROOT, BpfMap, BpfObject, codec, removePinDir, TcAction } from '../datapath/kernel/bpf/index.js';
+import { BPFFS_ROOT, BpfMap, BpfObject, codec, ensureBpffs, removePinDir, TcAction } from '../datapath/kernel/bpf/index.js';
 import { parseIp, parsePrefix } from '../netip/index.js';
 import { parsePolicyText } from '../policy/index.js';
 import { agentMonitorContext, InterfaceNames, type MonitorEvent, MonitorHub, pinnedRingBuffer } from './index.js';
@@ -50,6 +50,7 @@ const pinDir = join(root, 'tendril');
 let object: BpfObject | undefined;
 
 before(async () => {
+  await ensureBpffs();
   object = await BpfObject.load(LXC_OBJECT, {
     pinRoot: pinDir,
     maxEntries: { [MapName.IPCACHE]: 64, [MapName.POLICY]: 64, [MapName.CT_TCP]: 64, [MapName.CT_ANY]: 64, [MapName.FRAG]: 64, [MapName.ENDPOINTS]: 64, [MapName.METRICS]: 64, [MapName.EVENTS]: 1 << 16 },

@@ -8,12 +8,12 @@
  * maps (conntrack survives) and replaces the programs atomically.
  */
 import { existsSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { dirname, relative, resolve } from 'node:path';
 import type { IPCache } from '../../ipcache/index.js';
 import type { Logger } from '../../logging/logger.js';
 import { formatPrefix, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress } from '../../netip/index.js';
 import { NetlinkBatch } from '../kernel/netlink/index.js';
-import { BpfMap, codec, ensureBpffs, isOnBpffs, mkdirPinDir } from '../kernel/bpf/index.js';
+import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, isOnBpffs, mkdirPinDir } from '../kernel/bpf/index.js';
 import { HOST_DEVICE } from '../linux/hostDevice.js';
 import { HostNetlink, kernel, openPodNetlink } from '../linux/kernel.js';
 import { LinuxDatapath } from '../linux/linuxDatapath.js';
@@ -28,6 +28,12 @@ import { PolicyMapWriter } from './policyMapWriter.js';
 import { type AttachPolicy, ProgramLinks } from './programLinks.js';
 
 type DatapathConfigValue = codec.CodecValue<typeof datapathConfig>;
+
+/** Whether `path` lies strictly inside directory `dir`. */
+function isBelow(path: string, dir: string): boolean {
+  const rel = relative(resolve(dir), resolve(path));
+  return rel !== '' && !rel.startsWith('..') && !rel.startsWith('/');
+}
 
 export interface BpfDatapathOptions {
   /** The bpffs mount (mounted when missing); pins go under `<root>/tendril/`. */
@@ -83,7 +89,10 @@ export class BpfDatapath implements Datapath {
    * reused), and reads the maps' current entries into the shadows.
    */
   static async open(opts: BpfDatapathOptions): Promise<BpfDatapath> {
-    // A root that is a directory to be on an existing bpffs is made there; only elsewhere is a bpffs mounted.
+    // A root below the standard mount (a directory of its own there) needs that mount first: it is
+    // not there at boot. A root that is a directory to be on an existing bpffs is made there; only
+    // elsewhere is a bpffs mounted.
+    if (isBelow(opts.bpffsRoot, BPFFS_ROOT)) await ensureBpffs(BPFFS_ROOT);
     if (!existsSync(opts.bpffsRoot) && isOnBpffs(dirname(opts.bpffsRoot))) await mkdirPinDir(opts.bpffsRoot);
     await ensureBpffs(opts.bpffsRoot);
     const pinDir = datapathPinDir(opts.bpffsRoot);

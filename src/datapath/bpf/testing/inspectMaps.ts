@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { BPFFS_ROOT, BpfMap, codec, MapFlag, mkdirPinDir, perCpuValue, RawMap, removePinDir } from '../../kernel/bpf/index.js';
+import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, MapFlag, mkdirPinDir, perCpuValue, RawMap, removePinDir } from '../../kernel/bpf/index.js';
 import { MapName } from '../constants.js';
 import { ct4Key, ctEntry, datapathConfig, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, metricsKey, metricsValue, policyEntry, policyKey } from '../layout.js';
 
@@ -27,6 +27,8 @@ export interface TestDatapathMaps {
 }
 
 export async function createTestDatapathMaps(): Promise<TestDatapathMaps> {
+  // Not mounted at boot: the first test on a fresh machine mounts it.
+  await ensureBpffs();
   const bpffsRoot = join(BPFFS_ROOT, `tdl-${randomBytes(4).toString('hex')}`);
   const pinDir = join(bpffsRoot, 'tendril');
   await mkdirPinDir(pinDir);

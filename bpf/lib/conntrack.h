@@ -30,10 +30,10 @@ struct ct_entry {
 	__u32 dst_identity;
 	__u32 src_endpoint; /* 0 = not a local endpoint */
 	__u32 dst_endpoint;
-	__u16 rev_nat_index; /* services issue */
+	__u16 rev_nat_index; /* the service the flow was translated for; 0 = none */
 	__u8 tcp_flags;      /* union of TCP flags seen */
 	__u8 flags;          /* CT_F_* */
-	__u32 pad;
+	__u32 backend_id;    /* the backend a service flow is pinned to; 0 = none */
 };
 
 struct {

@@ -22,7 +22,11 @@ export const DropReason = {
   FRAG_NOT_FOUND: { code: -157, text: 'IP fragment whose first fragment was not seen' },
   NO_CONFIG: { code: -160, text: 'datapath configuration missing' },
   ARP_INVALID: { code: -161, text: 'malformed ARP packet' },
+  NO_SERVICE: { code: -158, text: 'service has no backend for this traffic' },
+  NAT_NO_MAPPING: { code: -162, text: 'no NAT mapping for a translated reply' },
+  FIB_LOOKUP_FAILED: { code: -169, text: 'no route for a translated packet' },
   POLICY_DENY: { code: -181, text: 'policy denied by a deny rule' },
+  NAT_PORT_EXHAUSTED: { code: -190, text: 'SNAT found no free port for this destination' },
 } as const satisfies Record<string, { code: number; text: string }>;
 
 export type DropReasonName = keyof typeof DropReason;
@@ -62,6 +66,10 @@ export const TracePoint = {
   /** Seen on the host device pair (tendril_host / tendril_net). */
   FROM_HOST: 4,
   TO_HOST: 5,
+  /** Arrived on a node device (--devices) from the network. */
+  FROM_NETWORK: 6,
+  /** Leaving by a node device. */
+  TO_NETWORK: 7,
 } as const;
 
 /** Direction of traffic relative to the endpoint in events and metrics (0 = not endpoint-relative). */
@@ -115,6 +123,76 @@ export const CtFlag = {
   REPLY_SEEN: 1 << 0,
   /** FIN or RST seen: the short closing lifetime applies. */
   CLOSING: 1 << 1,
+  /**
+   * A pod reaching its own service (hairpin): the flow's source was
+   * rewritten to LB_HAIRPIN_IP4, so replies get their destination back
+   * (the backend's own address) as well as the frontend as source.
+   */
+  HAIRPIN: 1 << 2,
+  /** The flow came from outside the node to a NodePort/externalIP/LoadBalancer frontend. */
+  NODEPORT: 1 << 3,
+} as const;
+
+/**
+ * Flags of a conntrack key (ct4_key.flags). A service entry is keyed by the
+ * client's tuple to the frontend (before DNAT) and holds the backend the
+ * connection is pinned to; the translated flow has a normal entry.
+ */
+export const CtKeyFlag = {
+  SERVICE: 1 << 0,
+} as const;
+
+/** Flags of a service map entry (lb4_service.flags). */
+export const ServiceFlag = {
+  NODEPORT: 1 << 0,
+  EXTERNAL_IP: 1 << 1,
+  LOADBALANCER: 1 << 2,
+  /** externalTrafficPolicy Local: traffic from outside the node only goes to this node's backends (the entry's slots list only those). */
+  LOCAL_TRAFFIC: 1 << 3,
+  /** ClientIP session affinity: tendril_lb4_aff pins a client to a backend for affinity_timeout seconds. */
+  AFFINITY: 1 << 4,
+  /** Backends are chosen through the service's Maglev table in tendril_lb4_mag instead of at random. */
+  MAGLEV: 1 << 5,
+  /** The frontend also has an internal-scope entry (scope LbScope.INTERNAL) with every backend, for traffic from inside the node. */
+  TWO_SCOPES: 1 << 6,
+} as const;
+
+/** The scope byte of a service key: which traffic an entry serves. */
+export const LbScope = {
+  /** Traffic from outside the node, and every frontend without TWO_SCOPES. */
+  EXTERNAL: 0,
+  /** Traffic from this node's pods and the node itself, when the frontend has TWO_SCOPES. */
+  INTERNAL: 1,
+} as const;
+
+/** A backend's state (lb4_backend.state, and the API's backend "state"). Only ACTIVE backends take new connections; the others keep the ones they have. */
+export const BackendState = {
+  ACTIVE: 0,
+  TERMINATING: 1,
+  QUARANTINED: 2,
+  MAINTENANCE: 3,
+} as const;
+
+/** The `dir` byte of a SNAT key: which side of the mapping the key is. */
+export const NatDirection = {
+  /** The original tuple as it leaves (pod or client → destination) → the translated source. */
+  EGRESS: 0,
+  /** The translated tuple as the reply arrives (destination → node address:port) → the original source. */
+  INGRESS: 1,
+} as const;
+
+/** Flags of a SNAT entry. */
+export const NatFlag = {
+  /** Pod traffic leaving the cluster CIDRs. */
+  MASQUERADE: 1 << 0,
+  /** A NodePort/externalIP flow sent on to a backend off this node. */
+  NODEPORT: 1 << 1,
+} as const;
+
+/** Flags of a node device entry (tendril_devices). */
+export const DeviceFlag = {
+  /** Pod traffic leaving by this device is SNATed to the device's address. */
+  MASQUERADE: 1 << 0,
 } as const;
 
 /** Flags of a local endpoint map entry. */
@@ -134,6 +212,22 @@ export const MapName = {
   METRICS: 'tendril_metrics',
   EVENTS: 'tendril_events',
   CONFIG: 'tendril_config',
+  /** Frontend (address, port, protocol, scope) + slot → backend ID; slot 0 holds the count and flags. */
+  LB_SERVICES: 'tendril_lb4_svc',
+  /** Backend ID → address, port, state. */
+  LB_BACKENDS: 'tendril_lb4_be',
+  /** Reverse NAT index (= service ID) → frontend address and port. */
+  LB_REVNAT: 'tendril_lb4_rev',
+  /** (client address, reverse NAT index) → backend, last used: ClientIP session affinity. */
+  LB_AFFINITY: 'tendril_lb4_aff',
+  /** Reverse NAT index → the service's Maglev table (an inner array of backend IDs). */
+  LB_MAGLEV: 'tendril_lb4_mag',
+  /** SNAT mappings, both directions (masquerade, and NodePort to a backend off the node). */
+  SNAT: 'tendril_snat4',
+  /** Node devices with programs (--devices): ifindex → the device's IPv4 address and flags. */
+  DEVICES: 'tendril_devices',
+  /** Prefixes that pod traffic is not masqueraded to (and masquerade sources): the masquerade CIDRs. */
+  NO_MASQUERADE: 'tendril_ipmasq4',
 } as const;
 export type MapNameValue = (typeof MapName)[keyof typeof MapName];
 
@@ -150,14 +244,46 @@ export const DefaultMapSize = {
   /** Bytes, a power of two. */
   [MapName.EVENTS]: 1 << 22,
   [MapName.CONFIG]: 1,
+  [MapName.LB_SERVICES]: 65536,
+  [MapName.LB_BACKENDS]: 65536,
+  [MapName.LB_REVNAT]: 65536,
+  [MapName.LB_AFFINITY]: 65536,
+  /** Services with a Maglev table (outer map entries). */
+  [MapName.LB_MAGLEV]: 65536,
+  [MapName.SNAT]: 1 << 19,
+  [MapName.DEVICES]: 64,
+  [MapName.NO_MASQUERADE]: 16384,
 } as const satisfies Record<MapNameValue, number>;
 
 /** Bits of a policy key before (protocol, port): endpoint ID, peer identity, direction. */
 export const POLICY_KEY_FIXED_BITS = 72;
 /** Bits of (protocol, port) in a policy key. */
 export const POLICY_KEY_L4_BITS = 24;
-/** Bits of an ipcache key before the address: padding and family. */
+/** Bits of an ipcache (and tendril_ipmasq4) key before the address: padding and family. */
 export const IPCACHE_KEY_FIXED_BITS = 32;
+
+/** Maglev's default table size (Cilium's): a prime; --lb-maglev-table-size takes another prime. */
+export const MAGLEV_DEFAULT_TABLE_SIZE = 16381;
+/** The largest service ID, and so reverse NAT index (a __u16 in the maps). */
+export const MAX_SERVICE_ID = 65535;
+/** The source a pod's own connection to its own service (hairpin) gets (Cilium's IPV4_LOOPBACK), network order in C. */
+export const LB_HAIRPIN_IP4 = '169.254.42.1';
+/**
+ * SNAT source ports (masquerade and NodePort to a backend off the node).
+ * Above Linux's default ephemeral range (32768-60999) so the node's own
+ * connections never collide with a mapping, and outside the NodePort range.
+ */
+export const NAT_PORT_MIN = 61000;
+export const NAT_PORT_MAX = 65535;
+/** Ports SNAT tries before it reports NAT_PORT_EXHAUSTED. */
+export const NAT_PORT_RETRIES = 32;
+
+/** A dotted IPv4 address as a host-order number (C turns it to network order with bpf_htonl). */
+function ipv4HostOrder(ip: string): number {
+  const parts = ip.split('.').map(Number);
+  if (parts.length !== 4 || parts.some((p) => !Number.isInteger(p) || p < 0 || p > 255)) throw new RangeError(`${ip} is not an IPv4 address`);
+  return ((parts[0]! << 24) | (parts[1]! << 16) | (parts[2]! << 8) | parts[3]!) >>> 0;
+}
 
 function macro(name: string): string {
   return name.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toUpperCase();
@@ -189,6 +315,13 @@ export function renderDatapathHeader(): string {
     ['CT_TIMEOUT', CtTimeout],
     ['CT_F', CtFlag],
     ['ENDPOINT_F', EndpointFlag],
+    ['CT_KEY_F', CtKeyFlag],
+    ['SVC_F', ServiceFlag],
+    ['LB_SCOPE', LbScope],
+    ['BACKEND_STATE', BackendState],
+    ['DEVICE_F', DeviceFlag],
+    ['NAT_DIR', NatDirection],
+    ['NAT_F', NatFlag],
   ];
   for (const [prefix, table] of groups) {
     for (const [name, value] of Object.entries(table)) lines.push(define(`${prefix}_${macro(name)}`, value));
@@ -200,6 +333,12 @@ export function renderDatapathHeader(): string {
     define('POLICY_KEY_FIXED_BITS', POLICY_KEY_FIXED_BITS),
     define('POLICY_KEY_L4_BITS', POLICY_KEY_L4_BITS),
     define('IPCACHE_KEY_FIXED_BITS', IPCACHE_KEY_FIXED_BITS),
+    define('MAX_SERVICE_ID', MAX_SERVICE_ID),
+    `/* ${LB_HAIRPIN_IP4} */`,
+    define('LB_HAIRPIN_IP4_HOST_ORDER', `0x${ipv4HostOrder(LB_HAIRPIN_IP4).toString(16).padStart(8, '0')}U`),
+    define('NAT_PORT_MIN', NAT_PORT_MIN),
+    define('NAT_PORT_MAX', NAT_PORT_MAX),
+    define('NAT_PORT_RETRIES', NAT_PORT_RETRIES),
     '',
     '#endif',
     '',

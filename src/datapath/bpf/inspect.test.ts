@@ -35,6 +35,7 @@ const ct = (o: { expiresNs: bigint; src?: number; dst?: number; flags?: number }
   revNatIndex: 0,
   tcpFlags: 0x12,
   flags: o.flags ?? 0,
+  backendId: 0,
 });
 const flow = (s: string, d: string, sport: number, dport: number, proto: number) => ({ saddr: parseIp(s), daddr: parseIp(d), sport, dport, proto, flags: 0 });
 

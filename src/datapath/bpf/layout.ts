@@ -191,7 +191,8 @@ export const ctEntry = struct({
   tcpFlags: u8,
   /** CT_F_* */
   flags: u8,
-  pad: pad(4),
+  /** The backend a service flow is pinned to (its service entry's, and the translated flow's); 0 = none. */
+  backendId: u32,
 });
 export type CtEntryValue = codec.CodecValue<typeof ctEntry>;
 
@@ -199,6 +200,92 @@ export type CtEntryValue = codec.CodecValue<typeof ctEntry>;
 export const frag4Key = struct({ saddr: u32be, daddr: u32be, id: u16be, proto: u8, pad: pad(1) });
 /** struct frag4_ports { __be16 sport; __be16 dport; } */
 export const frag4Ports = struct({ sport: u16be, dport: u16be });
+
+// ---- services: tendril_lb4_* (bpf/lib/lb.h) -----------------------------------
+
+/** struct lb4_key { __be32 address; __be16 dport; __u16 backend_slot; __u8 proto; __u8 scope; __u16 pad; } */
+export const lb4Key = struct({
+  /** The frontend; 0.0.0.0 with ServiceFlag.NODEPORT = every node address. */
+  address: codec.ipAddress(4),
+  dport: u16be,
+  /** 0: the service entry; 1..count: its backends. */
+  backendSlot: u16,
+  proto: u8,
+  /** LbScope */
+  scope: u8,
+  pad: pad(2),
+});
+export type Lb4Key = codec.CodecValue<typeof lb4Key>;
+
+/** struct lb4_service { __u32 backend_id; __u32 affinity_timeout; __u16 count; __u16 rev_nat_index; __u8 flags; __u8 pad[3]; } */
+export const lb4Service = struct({
+  /** Slot > 0: the backend in the slot; slot 0: 0. */
+  backendId: u32,
+  /** Seconds (ServiceFlag.AFFINITY). */
+  affinityTimeout: u32,
+  /** Slot 0: backends in slots 1..count. */
+  count: u16,
+  /** The service ID. */
+  revNatIndex: u16,
+  /** ServiceFlag */
+  flags: u8,
+  pad: pad(3),
+});
+export type Lb4ServiceValue = codec.CodecValue<typeof lb4Service>;
+
+/** struct lb4_backend { __be32 address; __be16 port; __u8 proto; __u8 state; } keyed by __u32 backend ID */
+export const lb4Backend = struct({
+  address: codec.ipAddress(4),
+  port: u16be,
+  proto: u8,
+  /** BackendState */
+  state: u8,
+});
+export type Lb4BackendValue = codec.CodecValue<typeof lb4Backend>;
+
+/** struct lb4_reverse_nat { __be32 address; __be16 port; __u16 pad; } keyed by __u16 reverse NAT index */
+export const lb4ReverseNat = struct({ address: codec.ipAddress(4), port: u16be, pad: pad(2) });
+export type Lb4ReverseNatValue = codec.CodecValue<typeof lb4ReverseNat>;
+
+/** struct lb4_affinity_key { __be32 client; __u16 rev_nat_index; __u16 pad; } */
+export const lb4AffinityKey = struct({ client: codec.ipAddress(4), revNatIndex: u16, pad: pad(2) });
+/** struct lb4_affinity_value { __u64 last_used_ns; __u32 backend_id; __u32 pad; } */
+export const lb4AffinityValue = struct({ lastUsedNs: u64, backendId: u32, pad: pad(4) });
+
+// ---- SNAT: tendril_snat4, tendril_ipmasq4 (bpf/lib/nat.h) ---------------------
+
+/** struct nat4_key { __be32 saddr; __be32 daddr; __be16 sport; __be16 dport; __u8 proto; __u8 dir; __u16 pad; } */
+export const nat4Key = struct({
+  saddr: codec.ipAddress(4),
+  daddr: codec.ipAddress(4),
+  sport: u16be,
+  dport: u16be,
+  proto: u8,
+  /** NatDirection */
+  dir: u8,
+  pad: pad(2),
+});
+export type Nat4Key = codec.CodecValue<typeof nat4Key>;
+
+/** struct nat4_entry { __u64 created_ns; __be32 to_addr; __be16 to_port; __u8 flags; __u8 pad; } */
+export const nat4Entry = struct({
+  createdNs: u64,
+  toAddr: codec.ipAddress(4),
+  toPort: u16be,
+  /** NatFlag */
+  flags: u8,
+  pad: pad(1),
+});
+export type Nat4EntryValue = codec.CodecValue<typeof nat4Entry>;
+
+/** struct ipmasq_key: laid out as the ipcache key (prefixlen counts the 32 bits of padding and family first). */
+export const ipmasqKey: Codec<IpPrefix> = ipcacheKey;
+
+// ---- tendril_devices (bpf/lib/devices.h) ---------------------------------------
+
+/** struct device_info { __be32 ipv4; __u32 flags; __u8 mac[6]; __u8 pad[2]; } keyed by __u32 ifindex */
+export const deviceInfo = struct({ ipv4: codec.ipAddress(4), flags: u32, mac: macAddress, pad: pad(2) });
+export type DeviceInfoValue = codec.CodecValue<typeof deviceInfo>;
 
 // ---- tendril_metrics (bpf/lib/metrics.h) --------------------------------------
 

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The programs on the node's own devices:
+ *   tendril_from_netdev — ingress of each --devices device: replies to SNAT
+ *     mappings get their original destination back; NodePort, externalIP
+ *     and LoadBalancer frontends are load-balanced; everything else goes
+ *     to the stack untouched.
+ *   tendril_to_netdev — egress of each --devices device: pod traffic
+ *     leaving the masquerade CIDRs is SNATed to the device's address.
+ *   tendril_to_lo — lo egress: the node's own connections to a NodePort on
+ *     one of its addresses.
+ * Nothing here drops traffic that is not tendril's.
+ */
+#include <linux/if_ether.h>
+
+#include "common.h"
+#include "config.h"
+#include "devices.h"
+#include "drop.h"
+#include "eth.h"
+#include "flow.h"
+#include "ipv4.h"
+#include "l4.h"
+#include "nat.h"
+#include "nodeport.h"
+#include "trace.h"
+
+static __always_inline int from_netdev_ipv4(struct __sk_buff *skb, struct flow *f)
+{
+	struct device_info *dev = device_lookup(skb->ifindex);
+	struct ipv4_info ip;
+	__u8 nat_flags = 0;
+	int action = TC_ACT_OK;
+
+	/* Malformed traffic from the network is the stack's to judge, not ours. */
+	if (!dev || ipv4_load(skb, f, &ip) < 0 || l4_load(skb, f, &ip) < 0)
+		return TC_ACT_OK;
+	if (snat4_rev_netdev(skb, f, &ip, &nat_flags, &action))
+		return action;
+	if (nodeport_lb4(skb, f, &ip, dev, nat_flags, &action))
+		return action;
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int tendril_from_netdev(struct __sk_buff *skb)
+{
+	struct flow f;
+
+	flow_init(&f, skb);
+	f.trace_level = config_trace_level();
+	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
+		return from_netdev_ipv4(skb, &f);
+	return TC_ACT_OK;
+}
+
+static __always_inline int to_netdev_ipv4(struct __sk_buff *skb, struct flow *f)
+{
+	struct device_info *dev = device_lookup(skb->ifindex);
+	struct ipv4_info ip;
+	int action = TC_ACT_OK;
+
+	if (!dev || !(dev->flags & DEVICE_F_MASQUERADE) || ipv4_load(skb, f, &ip) < 0)
+		return TC_ACT_OK;
+	if (snat4_masquerade(skb, f, &ip, dev, &action))
+		return action;
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int tendril_to_netdev(struct __sk_buff *skb)
+{
+	struct flow f;
+
+	flow_init(&f, skb);
+	f.trace_level = config_trace_level();
+	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
+		return to_netdev_ipv4(skb, &f);
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int tendril_to_lo(struct __sk_buff *skb)
+{
+	struct ipv4_info ip;
+	struct flow f;
+	int action = TC_ACT_OK;
+
+	flow_init(&f, skb);
+	f.trace_level = config_trace_level();
+	if (eth_load_proto(skb) != bpf_htons(ETH_P_IP) || ipv4_load(skb, &f, &ip) < 0 || l4_load(skb, &f, &ip) < 0)
+		return TC_ACT_OK;
+	if (nodeport_local4(skb, &f, &ip, &action))
+		return action;
+	return TC_ACT_OK;
+}
+
+char _license[] SEC("license") = "Dual BSD/GPL";

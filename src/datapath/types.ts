@@ -152,12 +152,69 @@ export interface EndpointDatapathState {
  */
 export type NetnsKind = 'pod' | 'node' | 'missing' | 'not-netns';
 
+/** A service backend's state: only `active` ones take new connections; the others keep those they have. */
+export type LbBackendState = 'active' | 'terminating' | 'quarantined' | 'maintenance';
+export type LbProtocol = 'TCP' | 'UDP' | 'SCTP';
+
+/** A backend as the datapath holds it: its ID is what conntrack pins a connection to. */
+export interface LbBackendEntry {
+  id: number;
+  /** IPv4 (IPv6 services are not built yet). */
+  address: string;
+  port: number;
+  protocol: LbProtocol;
+  state: LbBackendState;
+}
+
+/** One frontend of one service, rendered for the maps. */
+export interface LbServiceEntry {
+  /** The service ID, also its reverse NAT index (1..65535). */
+  id: number;
+  /** `0.0.0.0` with `nodePort` = every node address. */
+  address: string;
+  port: number;
+  protocol: LbProtocol;
+  type: 'ClusterIP' | 'NodePort' | 'ExternalIPs' | 'LoadBalancer';
+  /** externalTrafficPolicy Local: traffic from outside the node only reaches `backendIds` (this node's backends). */
+  localTraffic: boolean;
+  /** ClientIP session affinity, in seconds; 0 = none. */
+  affinityTimeoutSec: number;
+  /**
+   * Backends new connections may go to (external scope), in slot order.
+   * With `localTraffic`, only this node's.
+   */
+  backendIds: number[];
+  /** With `localTraffic`: every backend, for traffic from inside the node (internal scope). */
+  internalBackendIds?: number[];
+  /** With --lb-algorithm maglev: the table (backend ID per slot) over `backendIds`. */
+  maglevTable?: Uint32Array;
+}
+
+/**
+ * The load-balancer maps (the eBPF datapath only). The service subsystem
+ * owns IDs and computes entries; this writes them so that a packet never
+ * sees a half-written service (backends before the slots naming them, slots
+ * before the count that exposes them; the reverse on shrink).
+ */
+export interface LoadBalancerDatapath {
+  upsertBackends(backends: readonly LbBackendEntry[]): Promise<void>;
+  /** Removes backends, and at once every conntrack entry pinned to them (a connected UDP client re-selects on its next datagram). */
+  deleteBackends(ids: readonly number[]): Promise<void>;
+  /** Writes the service's entries (and, for a ClusterIP, the node's route to it through tendril_host); replaces what the ID had. */
+  upsertService(svc: LbServiceEntry): Promise<void>;
+  deleteService(id: number): Promise<void>;
+  /** After the agent restored its services: entries of IDs not in `liveServiceIds`/`liveBackendIds` go. */
+  restoreDone(liveServiceIds: readonly number[], liveBackendIds: readonly number[]): Promise<void>;
+}
+
 export interface Datapath {
   /**
    * Whether syncEndpoint puts the policy map state in force on packets (the
    * eBPF datapath); absent or false for datapaths that only route.
    */
   readonly enforcesPolicy?: boolean;
+  /** Service load-balancing in the datapath; absent where services are not supported (the routing datapath). */
+  readonly loadBalancer?: LoadBalancerDatapath;
   /**
    * Called once the agent has restored its endpoints after a start, with the
    * endpoints it holds (ready or not): state the datapath kept across the

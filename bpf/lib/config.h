@@ -9,7 +9,7 @@ struct datapath_config {
 	__u32 trace_level;  /* TRACE_LEVEL_* */
 	__u32 flags;
 	__u32 host_ifindex; /* tendril_host */
-	__u32 pad;
+	__u32 maglev_table_size; /* entries of every Maglev table in tendril_lb4_mag */
 };
 
 struct {

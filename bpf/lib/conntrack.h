@@ -34,6 +34,9 @@ struct ct_entry {
 	__u8 tcp_flags;      /* union of TCP flags seen */
 	__u8 flags;          /* CT_F_* */
 	__u32 backend_id;    /* the backend a service flow is pinned to; 0 = none */
+	__be32 nat_addr;     /* a service flow: the frontend as the client addressed it (replies' new source) */
+	__be16 nat_port;
+	__u16 pad;
 };
 
 struct {

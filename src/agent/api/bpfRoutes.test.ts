@@ -104,7 +104,7 @@ describe('/v1/bpf', () => {
 
   test('conntrack: list (by endpoint), GC of expired entries, flush', async () => {
     const now = process.hrtime.bigint();
-    const entry = (expiresNs: bigint, src: number, dst: number) => ({ expiresNs, packets: 1n, bytes: 60n, srcIdentity: WORLD, dstIdentity: WORLD, srcEndpoint: src, dstEndpoint: dst, revNatIndex: 0, tcpFlags: 2, flags: 0, backendId: 0 });
+    const entry = (expiresNs: bigint, src: number, dst: number) => ({ expiresNs, packets: 1n, bytes: 60n, srcIdentity: WORLD, dstIdentity: WORLD, srcEndpoint: src, dstEndpoint: dst, revNatIndex: 0, tcpFlags: 2, flags: 0, backendId: 0, natAddr: parseIp('0.0.0.0'), natPort: 0 });
     const key = (sport: number, proto: number) => ({ saddr: parseIp('10.91.0.7'), daddr: parseIp('10.91.0.8'), sport, dport: 80, proto, flags: 0 });
     maps.ctTcp.set(key(1000, 6), entry(now + 60_000_000_000n, 7, 8));
     maps.ctTcp.set(key(1001, 6), entry(now - 1n, 7, 8));

@@ -18,7 +18,7 @@ import { HOST_DEVICE } from '../linux/hostDevice.js';
 import { HostNetlink, kernel, openPodNetlink } from '../linux/kernel.js';
 import { LinuxDatapath } from '../linux/linuxDatapath.js';
 import { type AdoptedPodSpec, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress } from '../types.js';
-import { MapName, TraceLevel, type MapNameValue } from './constants.js';
+import { MAGLEV_DEFAULT_TABLE_SIZE, MapName, TraceLevel, type MapNameValue } from './constants.js';
 import { EndpointMap } from './endpointMap.js';
 import { datapathPinDir } from './inspect.js';
 import { IpcacheMapMirror } from './ipcacheMap.js';
@@ -52,6 +52,8 @@ export interface BpfDatapathOptions {
   fallbackRouteCidrs?: readonly string[];
   /** How programs go on pods' lxc devices (see AttachPolicy); `clsact` unless given. The host device uses tcx where the kernel has it. */
   lxcAttach?: AttachPolicy;
+  /** Entries of each service's Maglev table (a prime); MAGLEV_DEFAULT_TABLE_SIZE unless given. */
+  maglevTableSize?: number;
 }
 
 export class BpfDatapath implements Datapath {
@@ -119,7 +121,7 @@ export class BpfDatapath implements Datapath {
   }
 
   #writeConfig(hostIfindex: number): void {
-    this.config.set(0, { traceLevel: this.opts.traceLevel ?? TraceLevel.NEW_FLOWS, flags: 0, hostIfindex });
+    this.config.set(0, { traceLevel: this.opts.traceLevel ?? TraceLevel.NEW_FLOWS, flags: 0, hostIfindex, maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE });
   }
 
   /** Mirrors the agent's IPCache into tendril_ipcache from now on (current entries first). */

@@ -202,7 +202,7 @@ describe('BpfDatapath', { timeout: 120_000 }, () => {
     await dp.syncEndpoint(state(44, p, [allowTcp(300, 80), allowAllEgress]));
     const ct = BpfMap.openPinned(join(pinDir, MapName.CT_TCP), ct4Key, ctEntry);
     const flow = { saddr: parseIp(p.ip), daddr: parseIp('10.214.0.200'), sport: 40000, dport: 80, proto: 6, flags: 0 };
-    ct.set(flow, { expiresNs: 1n << 60n, packets: 1n, bytes: 60n, srcIdentity: 1000, dstIdentity: 2, srcEndpoint: 44, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 2, flags: 0, backendId: 0 });
+    ct.set(flow, { expiresNs: 1n << 60n, packets: 1n, bytes: 60n, srcIdentity: 1000, dstIdentity: 2, srcEndpoint: 44, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 2, flags: 0, backendId: 0, natAddr: parseIp('0.0.0.0'), natPort: 0 });
     const linkPath = join(pinDir, 'links', `${p.net.hostIfName}-ingress`);
     const link = TcxLink.openPinned(linkPath);
     const before = link.info();

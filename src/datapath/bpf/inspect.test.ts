@@ -36,6 +36,8 @@ const ct = (o: { expiresNs: bigint; src?: number; dst?: number; flags?: number }
   tcpFlags: 0x12,
   flags: o.flags ?? 0,
   backendId: 0,
+      natAddr: parseIp('0.0.0.0'),
+      natPort: 0,
 });
 const flow = (s: string, d: string, sport: number, dport: number, proto: number) => ({ saddr: parseIp(s), daddr: parseIp(d), sport, dport, proto, flags: 0 });
 

@@ -58,7 +58,7 @@ const mac0 = '00:00:00:00:00:00';
 const epInfo = { ifindex: 0, identity: 0, endpointId: 0, flags: 0, lxcMac: mac0, podMac: mac0 };
 const polKey = { endpointId: 0, identity: 0, egress: false, proto: 6, port: 0, portPrefixLen: 16 };
 const ctKey0 = { saddr: v4zero, daddr: v4zero, sport: 0, dport: 0, proto: 0, flags: 0 };
-const ct0 = { expiresNs: 0n, packets: 0n, bytes: 0n, srcIdentity: 0, dstIdentity: 0, srcEndpoint: 0, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 0, flags: 0, backendId: 0 };
+const ct0 = { expiresNs: 0n, packets: 0n, bytes: 0n, srcIdentity: 0, dstIdentity: 0, srcEndpoint: 0, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 0, flags: 0, backendId: 0, natAddr: parseIp('0.0.0.0'), natPort: 0 };
 const event0: DatapathEvent = {
   type: 0,
   subtype: 0,
@@ -164,6 +164,8 @@ const CHECKS: Array<StructCheck<never>> = [
       tcp_flags: field(ct0, { tcpFlags: 0xff }),
       flags: field(ct0, { flags: 0xff }),
       backend_id: field(ct0, { backendId: 0xffffffff }),
+      nat_addr: field(ct0, { natAddr: parseIp('255.255.255.255') }),
+      nat_port: field(ct0, { natPort: 0xffff }),
     },
   },
   {
@@ -195,9 +197,10 @@ const CHECKS: Array<StructCheck<never>> = [
     struct: 'datapath_config',
     codec: datapathConfig,
     probes: {
-      trace_level: field({ traceLevel: 0, flags: 0, hostIfindex: 0 }, { traceLevel: 2 }),
-      flags: field({ traceLevel: 0, flags: 0, hostIfindex: 0 }, { flags: 1 }),
-      host_ifindex: field({ traceLevel: 0, flags: 0, hostIfindex: 0 }, { hostIfindex: 3 }),
+      trace_level: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0 }, { traceLevel: 2 }),
+      flags: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0 }, { flags: 1 }),
+      host_ifindex: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0 }, { hostIfindex: 3 }),
+      maglev_table_size: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0 }, { maglevTableSize: 16381 }),
     },
   },
   {

@@ -193,6 +193,10 @@ export const ctEntry = struct({
   flags: u8,
   /** The backend a service flow is pinned to (its service entry's, and the translated flow's); 0 = none. */
   backendId: u32,
+  /** A service flow: the frontend as the client addressed it (a NodePort's node address, not 0.0.0.0); replies get it as their source. */
+  natAddr: codec.ipAddress(4),
+  natPort: u16be,
+  pad: pad(2),
 });
 export type CtEntryValue = codec.CodecValue<typeof ctEntry>;
 
@@ -296,8 +300,8 @@ export const metricsValue = struct({ packets: u64, bytes: u64 });
 
 // ---- tendril_config (bpf/lib/config.h) -----------------------------------------
 
-/** struct datapath_config { __u32 trace_level; __u32 flags; __u32 host_ifindex; __u32 pad; } */
-export const datapathConfig = struct({ traceLevel: u32, flags: u32, hostIfindex: u32, pad: pad(4) });
+/** struct datapath_config { __u32 trace_level; __u32 flags; __u32 host_ifindex; __u32 maglev_table_size; } */
+export const datapathConfig = struct({ traceLevel: u32, flags: u32, hostIfindex: u32, maglevTableSize: u32 });
 
 // ---- tendril_events records (bpf/lib/events.h) --------------------------------
 

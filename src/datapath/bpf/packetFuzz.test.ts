@@ -249,6 +249,8 @@ class FuzzHarness {
       tcpFlags: f.proto === IpProto.TCP ? TcpFlag.SYN | TcpFlag.ACK : 0,
       flags: 0,
       backendId: 0,
+      natAddr: parseIp('0.0.0.0'),
+      natPort: 0,
     });
     const key = (f: (typeof SEED_FLOWS)[number]) => ({ saddr: parseIp(f.saddr), daddr: parseIp(f.daddr), sport: f.sport, dport: f.dport, proto: f.proto, flags: 0 });
     for (const f of SEED_FLOWS) (f.proto === IpProto.TCP ? this.ctTcp : this.ctAny).set(key(f), entry(f, now + 3600n * 1_000_000_000n));

@@ -33,6 +33,7 @@ import {
 const BUILD = fileURLToPath(new URL('../../../../../build/bpf/', import.meta.url));
 export const LXC_OBJECT = join(BUILD, 'bpf_lxc.o');
 export const HOST_OBJECT = join(BUILD, 'bpf_host.o');
+export const NETDEV_OBJECT = join(BUILD, 'bpf_netdev.o');
 
 /** Map sizes for tests: the defaults preallocate hundreds of MiB of conntrack. */
 const TEST_MAP_SIZES: Readonly<Record<string, number>> = {
@@ -44,6 +45,14 @@ const TEST_MAP_SIZES: Readonly<Record<string, number>> = {
   [MapName.FRAG]: 256,
   [MapName.METRICS]: 256,
   [MapName.EVENTS]: 1 << 16,
+  [MapName.LB_SERVICES]: 1024,
+  [MapName.LB_BACKENDS]: 256,
+  [MapName.LB_REVNAT]: 256,
+  [MapName.LB_AFFINITY]: 256,
+  [MapName.LB_MAGLEV]: 16,
+  [MapName.SNAT]: 8192,
+  [MapName.DEVICES]: 16,
+  [MapName.NO_MASQUERADE]: 64,
 };
 
 export interface TestEndpoint {

@@ -13,12 +13,15 @@
 
 #include "common.h"
 #include "config.h"
+#include "devices.h"
 #include "drop.h"
 #include "endpoints.h"
 #include "enforce.h"
 #include "eth.h"
 #include "flow.h"
 #include "ipv4.h"
+#include "lb.h"
+#include "nat.h"
 #include "trace.h"
 
 static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)

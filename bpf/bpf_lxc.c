@@ -15,6 +15,7 @@
 #include "arp.h"
 #include "config.h"
 #include "conntrack.h"
+#include "devices.h"
 #include "drop.h"
 #include "endpoints.h"
 #include "enforce.h"
@@ -25,7 +26,9 @@
 #include "ipv4.h"
 #include "ipv6.h"
 #include "l4.h"
+#include "lb.h"
 #include "metrics.h"
+#include "nat.h"
 #include "policy.h"
 #include "trace.h"
 

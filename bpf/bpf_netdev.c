@@ -17,6 +17,7 @@
 #include "config.h"
 #include "devices.h"
 #include "drop.h"
+#include "enforce.h"
 #include "eth.h"
 #include "flow.h"
 #include "ipv4.h"

@@ -22,9 +22,19 @@ import {
   endpointInfo,
   endpointKey,
   EVENT_SIZE,
+  deviceInfo,
   frag4Key,
   frag4Ports,
   ipcacheKey,
+  ipmasqKey,
+  lb4AffinityKey,
+  lb4AffinityValue,
+  lb4Backend,
+  lb4Key,
+  lb4ReverseNat,
+  lb4Service,
+  nat4Entry,
+  nat4Key,
   ipcacheValue,
   metricsKey,
   metricsValue,
@@ -32,7 +42,7 @@ import {
   policyKey,
 } from './layout.js';
 import { ObjectBtf } from './testing/btf.js';
-import { HOST_OBJECT, LXC_OBJECT } from './testing/programHarness.js';
+import { HOST_OBJECT, LXC_OBJECT, NETDEV_OBJECT } from './testing/programHarness.js';
 
 /** One struct member probed: `base` and `changed` differ in that member only. */
 interface Probe<T> {
@@ -58,6 +68,12 @@ const mac0 = '00:00:00:00:00:00';
 const epInfo = { ifindex: 0, identity: 0, endpointId: 0, flags: 0, lxcMac: mac0, podMac: mac0 };
 const polKey = { endpointId: 0, identity: 0, egress: false, proto: 6, port: 0, portPrefixLen: 16 };
 const ctKey0 = { saddr: v4zero, daddr: v4zero, sport: 0, dport: 0, proto: 0, flags: 0 };
+const lb4Key0 = { address: v4zero, dport: 0, backendSlot: 0, proto: 0, scope: 0 };
+const lb4Svc0 = { backendId: 0, affinityTimeout: 0, count: 0, revNatIndex: 0, flags: 0 };
+const lb4Be0 = { address: v4zero, port: 0, proto: 0, state: 0 };
+const nat4Key0 = { saddr: v4zero, daddr: v4zero, sport: 0, dport: 0, proto: 0, dir: 0 };
+const nat4Entry0 = { createdNs: 0n, toAddr: v4zero, toPort: 0, flags: 0 };
+const dev0 = { ipv4: v4zero, flags: 0, mac: mac0 };
 const ct0 = { expiresNs: 0n, packets: 0n, bytes: 0n, srcIdentity: 0, dstIdentity: 0, srcEndpoint: 0, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 0, flags: 0, backendId: 0, natAddr: parseIp('0.0.0.0'), natPort: 0 };
 const event0: DatapathEvent = {
   type: 0,
@@ -227,6 +243,102 @@ const CHECKS: Array<StructCheck<never>> = [
       ts_ns: field(event0, { tsNs: 0xffffffffffffffffn }),
     },
   },
+  {
+    struct: 'lb4_key',
+    codec: lb4Key,
+    probes: {
+      address: field(lb4Key0, { address: parseIp('255.255.255.255') }),
+      dport: field(lb4Key0, { dport: 0xffff }),
+      backend_slot: field(lb4Key0, { backendSlot: 0xffff }),
+      proto: field(lb4Key0, { proto: 0xff }),
+      scope: field(lb4Key0, { scope: 0xff }),
+    },
+  },
+  {
+    struct: 'lb4_service',
+    codec: lb4Service,
+    probes: {
+      backend_id: field(lb4Svc0, { backendId: 0xffffffff }),
+      affinity_timeout: field(lb4Svc0, { affinityTimeout: 0xffffffff }),
+      count: field(lb4Svc0, { count: 0xffff }),
+      rev_nat_index: field(lb4Svc0, { revNatIndex: 0xffff }),
+      flags: field(lb4Svc0, { flags: 0xff }),
+    },
+  },
+  {
+    struct: 'lb4_backend',
+    codec: lb4Backend,
+    probes: {
+      address: field(lb4Be0, { address: parseIp('255.255.255.255') }),
+      port: field(lb4Be0, { port: 0xffff }),
+      proto: field(lb4Be0, { proto: 0xff }),
+      state: field(lb4Be0, { state: 0xff }),
+    },
+  },
+  {
+    struct: 'lb4_reverse_nat',
+    codec: lb4ReverseNat,
+    probes: {
+      address: field({ address: v4zero, port: 0 }, { address: parseIp('255.255.255.255') }),
+      port: field({ address: v4zero, port: 0 }, { port: 0xffff }),
+    },
+  },
+  {
+    struct: 'lb4_affinity_key',
+    codec: lb4AffinityKey,
+    probes: {
+      client: field({ client: v4zero, revNatIndex: 0 }, { client: parseIp('255.255.255.255') }),
+      rev_nat_index: field({ client: v4zero, revNatIndex: 0 }, { revNatIndex: 0xffff }),
+    },
+  },
+  {
+    struct: 'lb4_affinity_value',
+    codec: lb4AffinityValue,
+    probes: {
+      last_used_ns: field({ lastUsedNs: 0n, backendId: 0 }, { lastUsedNs: 0xffffffffffffffffn }),
+      backend_id: field({ lastUsedNs: 0n, backendId: 0 }, { backendId: 0xffffffff }),
+    },
+  },
+  {
+    struct: 'nat4_key',
+    codec: nat4Key,
+    probes: {
+      saddr: field(nat4Key0, { saddr: parseIp('255.255.255.255') }),
+      daddr: field(nat4Key0, { daddr: parseIp('255.255.255.255') }),
+      sport: field(nat4Key0, { sport: 0xffff }),
+      dport: field(nat4Key0, { dport: 0xffff }),
+      proto: field(nat4Key0, { proto: 0xff }),
+      dir: field(nat4Key0, { dir: 0xff }),
+    },
+  },
+  {
+    struct: 'nat4_entry',
+    codec: nat4Entry,
+    probes: {
+      created_ns: field(nat4Entry0, { createdNs: 0xffffffffffffffffn }),
+      to_addr: field(nat4Entry0, { toAddr: parseIp('255.255.255.255') }),
+      to_port: field(nat4Entry0, { toPort: 0xffff }),
+      flags: field(nat4Entry0, { flags: 0xff }),
+    },
+  },
+  {
+    struct: 'ipmasq_key',
+    codec: ipmasqKey,
+    probes: {
+      prefixlen: { base: parsePrefix('0.0.0.0/0'), changed: parsePrefix('0.0.0.0/1') },
+      family: { base: parsePrefix('0.0.0.0/0'), changed: parsePrefix('::/0') },
+      ip: { base: parsePrefix('0.0.0.0/32'), changed: parsePrefix('255.255.255.255/32') },
+    },
+  },
+  {
+    struct: 'device_info',
+    codec: deviceInfo,
+    probes: {
+      ipv4: field(dev0, { ipv4: parseIp('255.255.255.255') }),
+      flags: field(dev0, { flags: 0xffffffff }),
+      mac: field(dev0, { mac: 'ff:ff:ff:ff:ff:ff' }),
+    },
+  },
 ] as unknown as Array<StructCheck<never>>;
 
 /** Byte offsets where two encodings differ. */
@@ -240,7 +352,7 @@ function changedBytes<T>(c: Codec<T>, p: Probe<T>): number[] {
   return out;
 }
 
-const OBJECTS = { 'bpf_lxc.o': LXC_OBJECT, 'bpf_host.o': HOST_OBJECT };
+const OBJECTS = { 'bpf_lxc.o': LXC_OBJECT, 'bpf_host.o': HOST_OBJECT, 'bpf_netdev.o': NETDEV_OBJECT };
 
 describe('datapath layouts against the objects\' BTF', () => {
   const btf = Object.fromEntries(Object.entries(OBJECTS).map(([name, path]) => [name, ObjectBtf.load(path)]));
@@ -262,9 +374,11 @@ describe('datapath layouts against the objects\' BTF', () => {
         probed.delete(m.name);
       }
       assert.deepEqual([...probed], [], 'probes for members the struct does not have');
-      // bpf_host.o, where it has the struct, agrees.
-      const other = btf['bpf_host.o']!.struct(check.struct);
-      if (other) assert.deepEqual(other, layout);
+      // The other objects, where they have the struct, agree.
+      for (const name of ['bpf_host.o', 'bpf_netdev.o']) {
+        const other = btf[name]!.struct(check.struct);
+        if (other) assert.deepEqual(other, layout, name);
+      }
     });
   }
 
@@ -276,7 +390,7 @@ describe('datapath layouts against the objects\' BTF', () => {
     assert.deepEqual(datapathEvent.read(b, 0), e);
   });
 
-  it('both objects define every map in MapName, with keys and values of the codecs\' sizes', () => {
+  it('every object defines every map in MapName, with keys and values of the codecs\' sizes', () => {
     const sizes: Record<string, { key?: number; value?: number }> = {
       [MapName.ENDPOINTS]: { key: endpointKey.size, value: endpointInfo.size },
       [MapName.IPCACHE]: { key: ipcacheKey.size, value: ipcacheValue.size },
@@ -287,6 +401,15 @@ describe('datapath layouts against the objects\' BTF', () => {
       [MapName.METRICS]: { key: metricsKey.size, value: metricsValue.size },
       [MapName.EVENTS]: {},
       [MapName.CONFIG]: { key: codec.u32.size, value: datapathConfig.size },
+      [MapName.LB_SERVICES]: { key: lb4Key.size, value: lb4Service.size },
+      [MapName.LB_BACKENDS]: { key: codec.u32.size, value: lb4Backend.size },
+      [MapName.LB_REVNAT]: { key: codec.u16.size, value: lb4ReverseNat.size },
+      [MapName.LB_AFFINITY]: { key: lb4AffinityKey.size, value: lb4AffinityValue.size },
+      // A map of maps: its values are inner maps.
+      [MapName.LB_MAGLEV]: { key: codec.u32.size },
+      [MapName.SNAT]: { key: nat4Key.size, value: nat4Entry.size },
+      [MapName.DEVICES]: { key: codec.u32.size, value: deviceInfo.size },
+      [MapName.NO_MASQUERADE]: { key: ipmasqKey.size, value: codec.u8.size },
     };
     assert.deepEqual(Object.keys(sizes).sort(), Object.values(MapName).sort());
     for (const [object, b] of Object.entries(btf)) {

@@ -1,0 +1,67 @@
+/**
+ * A service as the agent's API carries it (Cilium's service model: one
+ * frontend, its backends and flags, under a stable ID that is also the
+ * datapath's reverse NAT index), and what the service subsystem offers the
+ * API routes. Field names are the API's (kebab-case where Cilium's are).
+ */
+import type { LbBackendState, LbProtocol } from '../datapath/types.js';
+
+export type ServiceType = 'ClusterIP' | 'NodePort' | 'ExternalIPs' | 'LoadBalancer';
+export type TrafficPolicy = 'Cluster' | 'Local';
+export type LbAlgorithm = 'random' | 'maglev';
+
+export interface FrontendAddress {
+  ip: string;
+  port: number;
+  protocol: LbProtocol;
+}
+
+export interface BackendAddress {
+  ip: string;
+  port: number;
+  /** Relative share under Maglev; 0 = no new connections. Default 1. */
+  weight?: number;
+  /** Default `active`. */
+  state?: LbBackendState;
+}
+
+export interface ServiceFlags {
+  type: ServiceType;
+  /** externalTrafficPolicy: `Local` keeps traffic from outside the node on this node's backends (and its source address). Default `Cluster`. */
+  trafficPolicy?: TrafficPolicy;
+  /** ClientIP session affinity. Default false. */
+  sessionAffinity?: boolean;
+  /** Seconds, 1..86400; default 10800 (Kubernetes'). */
+  sessionAffinityTimeout?: number;
+}
+
+/** The body of PUT /service/{id}. */
+export interface ServiceSpec {
+  /** When present, must equal the path's ID. */
+  id?: number;
+  'frontend-address': FrontendAddress;
+  'backend-addresses': BackendAddress[];
+  flags: ServiceFlags;
+}
+
+/** A backend as the agent holds it: defaults filled in, with the datapath's backend ID. */
+export interface ServiceBackendStatus {
+  ip: string;
+  port: number;
+  weight: number;
+  state: LbBackendState;
+  /** The datapath's backend ID (shared by every service with this address, port and protocol). */
+  id: number;
+  /** Whether the address is an endpoint on this node. */
+  local: boolean;
+}
+
+/** GET /service/{id}: the spec with defaults filled in, and what the datapath holds. */
+export interface ServiceStatus {
+  id: number;
+  'frontend-address': FrontendAddress;
+  'backend-addresses': ServiceBackendStatus[];
+  flags: Required<ServiceFlags>;
+  /** Whether the datapath's maps hold this service as it is now. */
+  realized: boolean;
+}

@@ -65,3 +65,17 @@ export interface ServiceStatus {
   /** Whether the datapath's maps hold this service as it is now. */
   realized: boolean;
 }
+
+/**
+ * What the API routes use. Errors are ServiceError: INVALID (400),
+ * NOT_FOUND (404), CONFLICT (409), UNSUPPORTED (409), DATAPATH_FAILED (503).
+ */
+export interface ServiceApi {
+  /** Creates or replaces service `id`; the same spec again changes nothing (`changed` false). */
+  upsert(id: number, spec: ServiceSpec): Promise<{ service: ServiceStatus; created: boolean; changed: boolean }>;
+  /** Removes service `id`; NOT_FOUND when there is none. */
+  delete(id: number): Promise<void>;
+  get(id: number): ServiceStatus | undefined;
+  /** Every service, by ID. */
+  list(): ServiceStatus[];
+}

@@ -1,6 +1,6 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency kvstore
+// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
@@ -11,6 +11,9 @@ import { printIpamBench, runIpamBench } from './ipam.js';
 import { printPolicyBench, runPolicyBench } from './policy.js';
 import { printPolicyLatency, runPolicyLatencyBench } from './policyLatency.js';
 import { printPolicyScale, runPolicyScaleBench } from './policyScale.js';
+import { printServiceProgram, runServiceProgramBench } from './serviceProgram.js';
+import { printServiceScale, runServiceScaleBench } from './serviceScale.js';
+import { printServiceThroughput, runServiceThroughputBench } from './serviceThroughput.js';
 import { printThroughput, runThroughputBench } from './throughput.js';
 
 if (process.getuid?.() !== 0) {
@@ -28,6 +31,9 @@ const benches: Record<string, () => Promise<void>> = {
   policy: async () => printPolicyBench(runPolicyBench()),
   'policy-scale': async () => printPolicyScale(await runPolicyScaleBench()),
   'policy-latency': async () => printPolicyLatency(await runPolicyLatencyBench()),
+  'service-scale': async () => printServiceScale(await runServiceScaleBench()),
+  'service-throughput': async () => printServiceThroughput(await runServiceThroughputBench()),
+  'service-program': async () => printServiceProgram(await runServiceProgramBench()),
   kvstore: async () => {
     // Runs as its own process: the script measures with top-level state of its own.
     const r = spawnSync(process.execPath, [fileURLToPath(new URL('./kvstore.js', import.meta.url)), '1', '3'], { stdio: 'inherit' });

@@ -7,6 +7,9 @@
  *     delivered after its ingress policy; any other unicast address is a
  *     pod address with no endpoint here: DROP_UNKNOWN_ENDPOINT. Multicast
  *     and broadcast the node sends on tendril_host are no pod's: passed.
+ *     The agent also routes each ClusterIP here: the node's connections to
+ *     a service are load-balanced (DNAT, the backend's ingress policy,
+ *     delivery to a local backend or back to the stack).
  *   tendril_to_host — tendril_host ingress: counted and traced, passed.
  */
 #include <linux/if_ether.h>
@@ -19,35 +22,95 @@
 #include "enforce.h"
 #include "eth.h"
 #include "flow.h"
+#include "ipcache.h"
 #include "ipv4.h"
+#include "l4.h"
 #include "lb.h"
 #include "nat.h"
 #include "trace.h"
+
+/* The stack addressed the frame to tendril_net: the pod needs its own MAC. */
+static __always_inline int from_host_deliver4(struct __sk_buff *skb, struct flow *f, const struct endpoint_info *dst)
+{
+	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0)
+		return drop_packet(skb, f, DROP_WRITE_ERROR, DIR_INGRESS, 0);
+	return pass_packet(skb, f, bpf_redirect(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+}
+
+/*
+ * The node reaching a ClusterIP (the agent routes each to tendril_host):
+ * backend chosen and DNAT, then the backend's ingress policy and delivery
+ * when it is local; a backend elsewhere goes back to the stack with its
+ * conntrack entry (the node's identity as source). Returns -1 when the
+ * packet addresses no service.
+ */
+static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+{
+	struct lb4_service *svc;
+	struct endpoint_info *dst;
+	struct lb4_key key;
+	__u64 now;
+	int ret;
+
+	svc = lb4_lookup(f, &key, 1);
+	if (!svc)
+		return -1;
+	now = bpf_ktime_get_ns();
+	ret = lb4_local(skb, f, ip, &key, svc, now);
+	if (ret < 0) {
+		flow_set_source4(f);
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	}
+	dst = pod_endpoint_lookup4(f->daddr);
+	if (dst) {
+		ret = ingress_ct_policy4(skb, f, ip, dst, TRACE_TO_ENDPOINT, now);
+		if (ret)
+			return ret;
+		return from_host_deliver4(skb, f, dst);
+	}
+	if (ct_lookup(f, now) == CT_NEW) {
+		flow_set_source4(f);
+		f->dst_identity = ipcache_identity4(f->daddr);
+		ct_create(f, now);
+		trace_new_flow(skb, f, TRACE_TO_STACK, DIR_NONE);
+	}
+	return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_NONE);
+}
 
 static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 {
 	struct endpoint_info *dst;
 	struct ipv4_info ip;
-	int ret;
+	int l4_ret, ret;
 
 	ret = ipv4_load(skb, f, &ip);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
 	if (ipv4_is_multicast_or_broadcast(f->daddr))
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
+	/* Ports for the service lookup; a header too short for them is judged below, as before services. */
+	l4_ret = l4_load(skb, f, &ip);
+	if (l4_ret == 0) {
+		ret = from_host_service4(skb, f, &ip);
+		if (ret >= 0)
+			return ret;
+	}
 	dst = pod_endpoint_lookup4(f->daddr);
 	if (!dst) {
 		f->src_identity = IDENTITY_HOST;
 		f->dst_identity = ipcache_identity4(f->daddr);
 		return drop_packet(skb, f, DROP_UNKNOWN_ENDPOINT, DIR_NONE, 0);
 	}
-	ret = ingress_to_endpoint4(skb, f, &ip, dst, TRACE_TO_ENDPOINT);
+	if (l4_ret < 0) {
+		f->dst_identity = dst->identity;
+		f->dst_endpoint = dst->endpoint_id;
+		flow_set_source4(f);
+		return drop_packet(skb, f, l4_ret, DIR_INGRESS, 0);
+	}
+	ret = ingress_ct_policy4(skb, f, &ip, dst, TRACE_TO_ENDPOINT, bpf_ktime_get_ns());
 	if (ret)
 		return ret;
-	/* The stack addressed the frame to tendril_net: the pod needs its own MAC. */
-	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0)
-		return drop_packet(skb, f, DROP_WRITE_ERROR, DIR_INGRESS, 0);
-	return pass_packet(skb, f, bpf_redirect(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+	return from_host_deliver4(skb, f, dst);
 }
 
 SEC("tc")

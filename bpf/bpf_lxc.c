@@ -2,10 +2,13 @@
 /*
  * The programs on a pod's host-side veth (lxc…):
  *   tendril_from_container — tc ingress: what the pod sends (ARP responder,
- *     anti-spoofing, conntrack, egress and local-ingress policy, delivery
- *     straight into a local destination pod with bpf_redirect_peer);
+ *     anti-spoofing, service load-balancing (DNAT, hairpin), conntrack,
+ *     egress and local-ingress policy, reverse NAT of a backend's replies,
+ *     delivery straight into a local destination pod with
+ *     bpf_redirect_peer);
  *   tendril_to_container — tc egress: what the node's stack sends the pod
- *     (conntrack, then the pod's ingress policy).
+ *     (conntrack with reverse NAT of service replies, then the pod's
+ *     ingress policy).
  * Everything per endpoint lives in maps; this object is built once.
  */
 #include <linux/if_ether.h>
@@ -71,11 +74,32 @@ static __always_inline int deliver_local4(struct __sk_buff *skb, struct flow *f,
 	return pass_packet(skb, f, bpf_redirect_peer(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_EGRESS);
 }
 
+/*
+ * A pod addressing a service frontend: backend chosen (pinned by the
+ * service conntrack entry), DNAT, and the hairpin source when the pod
+ * reaches itself. The packet then goes on as the translated flow.
+ */
+static __always_inline int from_container_service4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, __u64 now)
+{
+	struct lb4_service *svc;
+	struct lb4_key key;
+	int ret;
+
+	svc = lb4_lookup(f, &key, 1);
+	if (!svc)
+		return 0;
+	ret = lb4_local(skb, f, ip, &key, svc, now);
+	if (ret < 0)
+		return ret;
+	return lb4_hairpin_snat(skb, f, ip);
+}
+
 static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flow *f)
 {
 	struct endpoint_info *src, *dst;
 	struct ipv4_info ip;
 	__u32 src_endpoint_id, cookie = 0;
+	enum ct_status status;
 	int local, ret;
 	__u64 now;
 
@@ -95,6 +119,11 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_EGRESS, 0);
 
+	now = bpf_ktime_get_ns();
+	ret = from_container_service4(skb, f, &ip, now);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+
 	dst = endpoint_lookup4(f->daddr);
 	local = dst && !(dst->flags & ENDPOINT_F_HOST);
 	if (dst) {
@@ -103,8 +132,8 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 			f->dst_endpoint = dst->endpoint_id;
 	}
 
-	now = bpf_ktime_get_ns();
-	if (ct_lookup(f, now) == CT_NEW) {
+	status = ct_lookup(f, now);
+	if (status == CT_NEW) {
 		/* The ipcache (an LPM walk) only for new flows: a hit carries the identities. */
 		if (!dst)
 			f->dst_identity = ipcache_identity4(f->daddr);
@@ -120,6 +149,13 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 		if (!f->icmp_error)
 			ct_create(f, now);
 		trace_new_flow(skb, f, local ? TRACE_TO_ENDPOINT : TRACE_TO_STACK, DIR_EGRESS);
+	} else if (f->rev_nat_index) {
+		/* A service's backend answering: its client sees the frontend (a hairpin client, its own address). */
+		ret = lb4_rev_nat_ct(skb, f, &ip, status);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+		dst = endpoint_lookup4(f->daddr);
+		local = dst && !(dst->flags & ENDPOINT_F_HOST);
 	}
 
 	if (local && dst)

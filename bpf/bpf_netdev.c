@@ -9,7 +9,9 @@
  *     leaving the masquerade CIDRs is SNATed to the device's address.
  *   tendril_to_lo — lo egress: the node's own connections to a NodePort on
  *     one of its addresses.
- * Nothing here drops traffic that is not tendril's.
+ * Nothing here drops traffic that is not tendril's, and only what tendril
+ * translates is counted in tendril_metrics and traced (TRACE_FROM_NETWORK,
+ * TRACE_TO_NETWORK): the node's own traffic on these devices is not.
  */
 #include <linux/if_ether.h>
 
@@ -36,8 +38,9 @@ static __always_inline int from_netdev_ipv4(struct __sk_buff *skb, struct flow *
 	/* Malformed traffic from the network is the stack's to judge, not ours. */
 	if (!dev || ipv4_load(skb, f, &ip) < 0 || l4_load(skb, f, &ip) < 0)
 		return TC_ACT_OK;
+	/* A masquerade reply, now addressed to its pod: counted and traced as tendril's; a drop is already counted. */
 	if (snat4_rev_netdev(skb, f, &ip, &nat_flags, &action))
-		return action;
+		return action == TC_ACT_SHOT ? action : pass_packet(skb, f, action, TRACE_FROM_NETWORK, DIR_INGRESS);
 	if (nodeport_lb4(skb, f, &ip, dev, nat_flags, &action))
 		return action;
 	return TC_ACT_OK;
@@ -60,11 +63,16 @@ static __always_inline int to_netdev_ipv4(struct __sk_buff *skb, struct flow *f)
 	struct device_info *dev = device_lookup(skb->ifindex);
 	struct ipv4_info ip;
 	int action = TC_ACT_OK;
+	__be32 saddr;
 
-	if (!dev || !(dev->flags & DEVICE_F_MASQUERADE) || ipv4_load(skb, f, &ip) < 0)
+	if (!dev || !(dev->flags & DEVICE_F_MASQUERADE) || ipv4_load(skb, f, &ip) < 0 || l4_load(skb, f, &ip) < 0)
 		return TC_ACT_OK;
+	saddr = f->saddr;
 	if (snat4_masquerade(skb, f, &ip, dev, &action))
 		return action;
+	/* Only what was masqueraded is tendril's to count and trace; the node's own traffic is not. */
+	if (f->saddr != saddr)
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_NETWORK, DIR_EGRESS);
 	return TC_ACT_OK;
 }
 

@@ -79,6 +79,9 @@ struct {
 
 #define NSEC_PER_SEC 1000000000ULL
 
+/* Flags an entry keeps for its whole life (a reused closing tuple keeps them too). */
+#define CT_F_STICKY (CT_F_HAIRPIN | CT_F_NODEPORT)
+
 /* What conntrack knows about a packet. */
 enum ct_status {
 	CT_NEW = 0,
@@ -136,7 +139,7 @@ static __always_inline void ct_refresh(struct ct_entry *e, const struct flow *f,
 	if (f->proto == IPPROTO_TCP) {
 		/* A new SYN on a closing tuple reuses it: the connection starts over. */
 		if (!reply && (flags & CT_F_CLOSING) && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
-			flags = 0;
+			flags &= CT_F_STICKY;
 			tcp_flags = 0;
 		}
 		tcp_flags |= f->tcp_flags;
@@ -152,21 +155,38 @@ static __always_inline void ct_refresh(struct ct_entry *e, const struct flow *f,
 	__sync_fetch_and_add(&e->bytes, f->len);
 }
 
+/* What a flow learns from the entry it belongs to: the service translation, if any, and the entry's flags. */
+static __always_inline void ct_entry_to_flow(struct flow *f, const struct ct_entry *e)
+{
+	f->rev_nat_index = e->rev_nat_index;
+	f->backend_id = e->backend_id;
+	f->nat_addr = e->nat_addr;
+	f->nat_port = e->nat_port;
+	f->ct_flags = e->flags;
+}
+
 /*
  * An ICMP error is related when the tuple it carries is tracked, in either
  * orientation (the error may be about a packet of the original direction or
- * of the reply).
+ * of the reply). An error about the original direction travels to the
+ * flow's client: f gets the entry's service translation (related_orig) so
+ * the error can be translated back like a reply.
  */
-static __always_inline int ct_is_related(const struct flow *f, __u64 now)
+static __always_inline int ct_is_related(struct flow *f, __u64 now)
 {
 	struct ct4_key key;
+	struct ct_entry *e;
 
 	/* The datagram inside the error is one the error's destination sent: anything else is no reply to a flow of ours. */
 	if (!f->has_inner || f->inner_saddr != f->daddr)
 		return 0;
 	ct_key_init(&key, f->inner_saddr, f->inner_daddr, f->inner_sport, f->inner_dport, f->inner_proto);
-	if (ct_lookup_key(&key, now))
+	e = ct_lookup_key(&key, now);
+	if (e) {
+		ct_entry_to_flow(f, e);
+		f->related_orig = 1;
 		return 1;
+	}
 	ct_key_init(&key, f->inner_daddr, f->inner_saddr, f->inner_dport, f->inner_sport, f->inner_proto);
 	return ct_lookup_key(&key, now) != NULL;
 }
@@ -189,6 +209,7 @@ static __always_inline enum ct_status ct_lookup(struct flow *f, __u64 now)
 	e = ct_lookup_key(&key, now);
 	if (e) {
 		ct_refresh(e, f, 0, now);
+		ct_entry_to_flow(f, e);
 		f->src_identity = e->src_identity;
 		f->dst_identity = e->dst_identity;
 		f->src_endpoint = e->src_endpoint;
@@ -199,6 +220,7 @@ static __always_inline enum ct_status ct_lookup(struct flow *f, __u64 now)
 	e = ct_lookup_key(&key, now);
 	if (e) {
 		ct_refresh(e, f, 1, now);
+		ct_entry_to_flow(f, e);
 		f->src_identity = e->dst_identity;
 		f->dst_identity = e->src_identity;
 		f->src_endpoint = e->dst_endpoint;
@@ -208,12 +230,23 @@ static __always_inline enum ct_status ct_lookup(struct flow *f, __u64 now)
 	return CT_NEW;
 }
 
-/* The entry of a new flow, opened by this packet in its original direction. */
+/* Writes an entry into the map of its protocol. */
+static __always_inline int ct_update(const struct ct4_key *key, const struct ct_entry *e)
+{
+	if (key->proto == IPPROTO_TCP)
+		return bpf_map_update_elem(&tendril_ct4_tcp, key, e, BPF_ANY);
+	return bpf_map_update_elem(&tendril_ct4_any, key, e, BPF_ANY);
+}
+
+/*
+ * The entry of a new flow, opened by this packet in its original direction,
+ * with the service translation f carries (reply reverse NAT reads it).
+ */
 static __always_inline void ct_create(const struct flow *f, __u64 now)
 {
 	struct ct4_key key;
 	struct ct_entry e;
-	__u8 flags = 0;
+	__u8 flags = f->ct_flags & CT_F_STICKY;
 
 	__builtin_memset(&e, 0, sizeof(e));
 	ct_key_init(&key, f->saddr, f->daddr, f->sport, f->dport, f->proto);
@@ -230,10 +263,11 @@ static __always_inline void ct_create(const struct flow *f, __u64 now)
 	e.dst_identity = f->dst_identity;
 	e.src_endpoint = f->src_endpoint;
 	e.dst_endpoint = f->dst_endpoint;
-	if (f->proto == IPPROTO_TCP)
-		bpf_map_update_elem(&tendril_ct4_tcp, &key, &e, BPF_ANY);
-	else
-		bpf_map_update_elem(&tendril_ct4_any, &key, &e, BPF_ANY);
+	e.rev_nat_index = f->rev_nat_index;
+	e.backend_id = f->backend_id;
+	e.nat_addr = f->nat_addr;
+	e.nat_port = f->nat_port;
+	ct_update(&key, &e);
 }
 
 #endif

@@ -2,7 +2,9 @@
 /*
  * The decisions of a new flow: one direction's policy with its verdict
  * event, and the whole ingress check of a packet the node's stack hands to
- * a local endpoint (to_container, and tendril_host's fallback delivery).
+ * a local endpoint (to_container, tendril_host's fallback delivery, and
+ * service traffic the node's devices deliver), with the reverse NAT of
+ * service replies.
  */
 #ifndef __TENDRIL_LIB_ENFORCE_H_
 #define __TENDRIL_LIB_ENFORCE_H_
@@ -16,6 +18,7 @@
 #include "ipcache.h"
 #include "ipv4.h"
 #include "l4.h"
+#include "lb.h"
 #include "policy.h"
 #include "trace.h"
 
@@ -55,29 +58,29 @@ static __always_inline void flow_set_source4(struct flow *f)
 }
 
 /*
- * A packet from the node's stack to local endpoint `dst`: conntrack, and for
- * a new flow the endpoint's ingress policy against the source's identity,
- * then a conntrack entry. Returns 0 when the packet may go on, else
- * TC_ACT_SHOT after reporting the drop.
+ * ingress_to_endpoint4 after l4_load: conntrack (a reply or related error
+ * of a service flow gets its reverse NAT), and for a new flow the
+ * endpoint's ingress policy against the source's identity, then a
+ * conntrack entry. Returns 0 when the packet may go on, else TC_ACT_SHOT
+ * after reporting the drop.
  */
-static __always_inline int ingress_to_endpoint4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip,
-						const struct endpoint_info *dst, __u8 trace_point)
+static __always_inline int ingress_ct_policy4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip,
+					      const struct endpoint_info *dst, __u8 trace_point, __u64 now)
 {
 	__u32 endpoint_id = dst->endpoint_id;
 	__u32 cookie = 0;
-	__u64 now;
+	enum ct_status status;
 	int ret;
 
 	f->dst_identity = dst->identity;
 	f->dst_endpoint = endpoint_id;
-	ret = l4_load(skb, f, ip);
-	if (ret < 0) {
-		flow_set_source4(f);
-		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
-	}
-	now = bpf_ktime_get_ns();
-	if (ct_lookup(f, now) != CT_NEW)
+	status = ct_lookup(f, now);
+	if (status != CT_NEW) {
+		ret = lb4_rev_nat_ct(skb, f, ip, status);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 		return 0;
+	}
 	/* The source's identity (an LPM walk) only for new flows: a hit carries it. */
 	flow_set_source4(f);
 	ret = policy_enforce(skb, f, endpoint_id, f->src_identity, 0, &cookie);
@@ -87,6 +90,26 @@ static __always_inline int ingress_to_endpoint4(struct __sk_buff *skb, struct fl
 		ct_create(f, now);
 	trace_new_flow(skb, f, trace_point, DIR_INGRESS);
 	return 0;
+}
+
+/*
+ * A packet from the node's stack to local endpoint `dst`: its ports, then
+ * ingress_ct_policy4. Returns 0 when the packet may go on, else
+ * TC_ACT_SHOT after reporting the drop.
+ */
+static __always_inline int ingress_to_endpoint4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip,
+						const struct endpoint_info *dst, __u8 trace_point)
+{
+	int ret;
+
+	f->dst_identity = dst->identity;
+	f->dst_endpoint = dst->endpoint_id;
+	ret = l4_load(skb, f, ip);
+	if (ret < 0) {
+		flow_set_source4(f);
+		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	}
+	return ingress_ct_policy4(skb, f, ip, dst, trace_point, bpf_ktime_get_ns());
 }
 
 #endif

@@ -45,6 +45,17 @@ struct flow {
 	__be16 inner_dport;
 	__u8 inner_proto;
 	__u8 inner_pad[3];
+	/*
+	 * Service translation: what lb4_select chose for a new flow (written into
+	 * its conntrack entry), or what the conntrack entry found says.
+	 */
+	__u32 backend_id;  /* 0 = no service flow */
+	__be32 nat_addr;   /* the frontend as the client addressed it */
+	__be16 nat_port;
+	__u16 rev_nat_index;
+	__u8 ct_flags;     /* CT_F_* of the entry found; for a new flow, the CT_F_HAIRPIN/NODEPORT to record */
+	__u8 related_orig; /* an ICMP error about a packet of the flow's original direction (it travels to the client) */
+	__u8 svc_pad[2];
 };
 
 static __always_inline void flow_init(struct flow *f, struct __sk_buff *skb)

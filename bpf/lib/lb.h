@@ -9,7 +9,16 @@
 #ifndef __TENDRIL_LIB_LB_H_
 #define __TENDRIL_LIB_LB_H_
 
+#include <linux/in.h>
+#include <linux/ip.h>
+
 #include "common.h"
+#include "config.h"
+#include "conntrack.h"
+#include "flow.h"
+#include "ipcache.h"
+#include "ipv4.h"
+#include "rewrite.h"
 
 struct lb4_key {
 	__be32 address;     /* frontend; 0 with SVC_F_NODEPORT = every node address */
@@ -107,5 +116,436 @@ struct {
 } tendril_lb4_mag SEC(".maps");
 
 /* ---- logic below ---------------------------------------------------------- */
+
+/* Services are TCP and UDP only: anything else to a frontend goes on as addressed. */
+static __always_inline int lb4_proto_supported(__u8 proto)
+{
+	return proto == IPPROTO_TCP || proto == IPPROTO_UDP;
+}
+
+/*
+ * The service a packet addresses: the exact frontend; else, when the
+ * destination is a node address, a NodePort on every node address (address
+ * 0). Traffic from inside the node (`internal`: a pod or the node itself)
+ * takes the INTERNAL scope of a TWO_SCOPES frontend, which lists every
+ * backend; traffic from outside never does. *key is left as the entry found
+ * (slot 0), for its backend slots.
+ */
+static __always_inline struct lb4_service *lb4_lookup(const struct flow *f, struct lb4_key *key, int internal)
+{
+	struct lb4_service *svc, *scoped;
+
+	if (!lb4_proto_supported(f->proto))
+		return NULL;
+	key->address = f->daddr;
+	key->dport = f->dport;
+	key->backend_slot = 0;
+	key->proto = f->proto;
+	key->scope = LB_SCOPE_EXTERNAL;
+	key->pad = 0;
+	svc = bpf_map_lookup_elem(&tendril_lb4_svc, key);
+	if (!svc) {
+		key->address = 0;
+		svc = bpf_map_lookup_elem(&tendril_lb4_svc, key);
+		/* The ipcache walk only when a NodePort exists on this port. */
+		if (!svc || !(svc->flags & SVC_F_NODEPORT) || ipcache_identity4(f->daddr) != IDENTITY_HOST)
+			return NULL;
+	}
+	if (internal && (svc->flags & SVC_F_TWO_SCOPES)) {
+		key->scope = LB_SCOPE_INTERNAL;
+		scoped = bpf_map_lookup_elem(&tendril_lb4_svc, key);
+		if (scoped)
+			return scoped;
+		key->scope = LB_SCOPE_EXTERNAL;
+	}
+	return svc;
+}
+
+static __always_inline __u32 lb_rotl32(__u32 x, __u32 r)
+{
+	return (x << r) | (x >> (32 - r));
+}
+
+static __always_inline __u32 lb_hash_round(__u32 h, __u32 k)
+{
+	k *= 0xcc9e2d51U;
+	k = lb_rotl32(k, 15);
+	k *= 0x1b873593U;
+	h ^= k;
+	h = lb_rotl32(h, 13);
+	return h * 5 + 0xe6546b64U;
+}
+
+/*
+ * The flow hash Maglev indexes with: MurmurHash3 (x86, 32 bits, seed 0) of
+ * four host-order words — source address, destination address,
+ * sport << 16 | dport, protocol. Deterministic across nodes and restarts;
+ * src/datapath/bpf/flowHash.ts is its TypeScript twin.
+ */
+static __always_inline __u32 lb4_flow_hash(const struct flow *f)
+{
+	__u32 h = 0;
+
+	h = lb_hash_round(h, bpf_ntohl(f->saddr));
+	h = lb_hash_round(h, bpf_ntohl(f->daddr));
+	h = lb_hash_round(h, ((__u32)bpf_ntohs(f->sport) << 16) | bpf_ntohs(f->dport));
+	h = lb_hash_round(h, f->proto);
+	h ^= 16;
+	h ^= h >> 16;
+	h *= 0x85ebca6bU;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35U;
+	h ^= h >> 16;
+	return h;
+}
+
+/* The backend the service's Maglev table gives this flow; 0 without a table (or a size in the config). */
+static __always_inline __u32 lb4_maglev_backend(const struct flow *f, __u16 rev_nat_index)
+{
+	__u32 outer = rev_nat_index, zero = 0, idx, *id;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+	void *table;
+
+	if (!cfg || cfg->maglev_table_size == 0)
+		return 0;
+	idx = lb4_flow_hash(f) % cfg->maglev_table_size;
+	table = bpf_map_lookup_elem(&tendril_lb4_mag, &outer);
+	if (!table)
+		return 0;
+	id = bpf_map_lookup_elem(table, &idx);
+	return id ? *id : 0;
+}
+
+/* A backend from slots 1..count at random. */
+static __always_inline __u32 lb4_random_backend(const struct lb4_key *key, __u16 count)
+{
+	struct lb4_key slot = *key;
+	struct lb4_service *s;
+
+	slot.backend_slot = (__u16)(bpf_get_prandom_u32() % count) + 1;
+	s = bpf_map_lookup_elem(&tendril_lb4_svc, &slot);
+	return s ? s->backend_id : 0;
+}
+
+/* The client's affinity backend while fresh and ACTIVE; 0 otherwise. */
+static __always_inline __u32 lb4_affinity_backend(const struct flow *f, __u16 rev_nat_index, __u32 timeout_s, __u64 now)
+{
+	struct lb4_affinity_key key = { .client = f->saddr, .rev_nat_index = rev_nat_index, .pad = 0 };
+	struct lb4_affinity_value *v = bpf_map_lookup_elem(&tendril_lb4_aff, &key);
+	struct lb4_backend *be;
+	__u32 id;
+
+	if (!v || now - v->last_used_ns > (__u64)timeout_s * NSEC_PER_SEC)
+		return 0;
+	id = v->backend_id;
+	be = bpf_map_lookup_elem(&tendril_lb4_be, &id);
+	return be && be->state == BACKEND_STATE_ACTIVE ? id : 0;
+}
+
+/* The service conntrack key of a connection: the client's tuple to the frontend, before DNAT. */
+static __always_inline void lb4_service_ct_key(struct ct4_key *key, const struct flow *f)
+{
+	ct_key_init(key, f->saddr, f->daddr, f->sport, f->dport, f->proto);
+	key->flags = CT_KEY_F_SERVICE;
+}
+
+/* Pins the connection to backend `id` in a fresh service entry. */
+static __always_inline void lb4_service_ct_create(const struct ct4_key *key, const struct flow *f, __u16 rev_nat_index, __u32 id, __u64 now)
+{
+	struct ct_entry e;
+
+	__builtin_memset(&e, 0, sizeof(e));
+	if (f->proto == IPPROTO_TCP) {
+		e.tcp_flags = f->tcp_flags;
+		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
+			e.flags = CT_F_CLOSING;
+	}
+	e.expires_ns = now + ct_lifetime_ns(f->proto, e.flags, e.tcp_flags);
+	e.packets = 1;
+	e.bytes = f->len;
+	e.rev_nat_index = rev_nat_index;
+	e.backend_id = id;
+	e.nat_addr = f->daddr;
+	e.nat_port = f->dport;
+	ct_update(key, &e);
+}
+
+/*
+ * The backend of this connection: the one its service conntrack entry pins
+ * while that backend still exists (a terminating backend keeps its
+ * connections); else a new choice — the client's affinity backend, the
+ * Maglev table's, or a random slot — pinned in a new service entry. NULL
+ * with *reason = DROP_NO_SERVICE when the service has no backend for new
+ * connections. Sets f's service fields (backend, reverse NAT index, the
+ * frontend as addressed).
+ */
+static __always_inline struct lb4_backend *lb4_select(struct flow *f, const struct lb4_key *key, const struct lb4_service *svc, __u64 now,
+						      int *reason)
+{
+	__u16 rev_nat_index = svc->rev_nat_index, count = svc->count;
+	__u32 timeout_s = svc->affinity_timeout, id = 0;
+	__u8 flags = svc->flags;
+	struct lb4_backend *be = NULL;
+	struct ct4_key ckey;
+	struct ct_entry *e;
+
+	lb4_service_ct_key(&ckey, f);
+	e = ct_lookup_key(&ckey, now);
+	if (e && e->rev_nat_index == rev_nat_index && e->backend_id) {
+		id = e->backend_id;
+		be = bpf_map_lookup_elem(&tendril_lb4_be, &id);
+		if (be)
+			ct_refresh(e, f, 0, now);
+	}
+	if (!be) {
+		id = 0;
+		if (flags & SVC_F_AFFINITY)
+			id = lb4_affinity_backend(f, rev_nat_index, timeout_s, now);
+		if (!id && count == 0) {
+			*reason = DROP_NO_SERVICE;
+			return NULL;
+		}
+		if (!id && (flags & SVC_F_MAGLEV))
+			id = lb4_maglev_backend(f, rev_nat_index);
+		if (!id)
+			id = lb4_random_backend(key, count);
+		be = id ? bpf_map_lookup_elem(&tendril_lb4_be, &id) : NULL;
+		if (!be) {
+			*reason = DROP_NO_SERVICE;
+			return NULL;
+		}
+		lb4_service_ct_create(&ckey, f, rev_nat_index, id, now);
+	}
+	if (flags & SVC_F_AFFINITY) {
+		struct lb4_affinity_key ak = { .client = f->saddr, .rev_nat_index = rev_nat_index, .pad = 0 };
+		struct lb4_affinity_value av = { .last_used_ns = now, .backend_id = id, .pad = 0 };
+
+		bpf_map_update_elem(&tendril_lb4_aff, &ak, &av, BPF_ANY);
+	}
+	f->backend_id = id;
+	f->rev_nat_index = rev_nat_index;
+	f->nat_addr = f->daddr;
+	f->nat_port = f->dport;
+	return be;
+}
+
+/* Destination ← the backend (a later fragment has no port to rewrite); f follows. */
+static __always_inline int lb4_dnat(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, const struct lb4_backend *be)
+{
+	__be32 addr = be->address;
+	__be16 port = be->port;
+	int ret;
+
+	ret = ipv4_rewrite_addr(skb, ip, f->proto, REWRITE_DST, f->daddr, addr);
+	if (ret < 0)
+		return ret;
+	f->daddr = addr;
+	if (!port)
+		return 0;
+	if (!ipv4_is_later_fragment(ip)) {
+		ret = ipv4_rewrite_port(skb, ip, f->proto, REWRITE_DST, f->dport, port);
+		if (ret < 0)
+			return ret;
+	}
+	f->dport = port;
+	return 0;
+}
+
+/* Select and DNAT in one: 0, or the drop reason. */
+static __always_inline int lb4_local(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, const struct lb4_key *key,
+				     const struct lb4_service *svc, __u64 now)
+{
+	struct lb4_backend *be;
+	int reason = 0;
+
+	be = lb4_select(f, key, svc, now, &reason);
+	if (!be)
+		return reason;
+	return lb4_dnat(skb, f, ip, be);
+}
+
+/*
+ * A pod reaching its own service: the backend chosen is the client itself,
+ * which would drop a packet from its own address. The source becomes
+ * LB_HAIRPIN_IP4 and the flow CT_F_HAIRPIN, so replies get both addresses
+ * back.
+ */
+static __always_inline int lb4_hairpin_snat(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+{
+	__be32 hairpin = bpf_htonl(LB_HAIRPIN_IP4_HOST_ORDER);
+	int ret;
+
+	if (f->daddr != f->saddr)
+		return 0;
+	ret = ipv4_rewrite_addr(skb, ip, f->proto, REWRITE_SRC, f->saddr, hairpin);
+	if (ret < 0)
+		return ret;
+	f->saddr = hairpin;
+	f->ct_flags |= CT_F_HAIRPIN;
+	return 0;
+}
+
+/* The reverse NAT applies while the service exists (its tendril_lb4_rev entry). */
+static __always_inline int lb4_rev_nat_active(const struct flow *f)
+{
+	__u16 idx = f->rev_nat_index;
+
+	return idx && bpf_map_lookup_elem(&tendril_lb4_rev, &idx) != NULL;
+}
+
+/*
+ * A reply of a service flow (conntrack REPLY): source ← the frontend as the
+ * client addressed it; a hairpin reply also gets destination ← the client
+ * (its own source: the client is the backend). f follows.
+ */
+static __always_inline int lb4_rev_nat(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+{
+	__be32 client = f->saddr;
+	int ret;
+
+	if (!lb4_rev_nat_active(f))
+		return 0;
+	if (f->ct_flags & CT_F_HAIRPIN) {
+		ret = ipv4_rewrite_addr(skb, ip, f->proto, REWRITE_DST, f->daddr, client);
+		if (ret < 0)
+			return ret;
+		f->daddr = client;
+	}
+	ret = ipv4_rewrite_addr(skb, ip, f->proto, REWRITE_SRC, f->saddr, f->nat_addr);
+	if (ret < 0)
+		return ret;
+	f->saddr = f->nat_addr;
+	if (!f->nat_port)
+		return 0;
+	if (!ipv4_is_later_fragment(ip)) {
+		ret = ipv4_rewrite_port(skb, ip, f->proto, REWRITE_SRC, f->sport, f->nat_port);
+		if (ret < 0)
+			return ret;
+	}
+	f->sport = f->nat_port;
+	return 0;
+}
+
+/* RFC 1624 incremental update of a checksum for a 16-bit word changing from `from` to `to` (both as stored). */
+static __always_inline __u16 csum16_replace2(__u16 check, __u16 from, __u16 to)
+{
+	__u32 sum = (__u16)~check + (__u16)~from + (__u32)to;
+
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+static __always_inline __u16 csum16_replace4(__u16 check, __u32 from, __u32 to)
+{
+	check = csum16_replace2(check, (__u16)from, (__u16)to);
+	return csum16_replace2(check, (__u16)(from >> 16), (__u16)(to >> 16));
+}
+
+/* The part of an ICMP error the reverse NAT rewrites: the embedded IPv4 header and its first L4 bytes. */
+struct lb4_icmp_inner {
+	struct iphdr ip;
+	__be16 sport;
+	__be16 dport;
+	__be16 udp_len;
+	__be16 udp_check;
+};
+
+/*
+ * An ICMP error about a service flow's original direction, on its way to
+ * the client: the datagram it carries (client → backend) becomes client →
+ * frontend (destination address and port; its header checksum and a UDP
+ * checksum updated), the outer source becomes the frontend when the backend
+ * sent the error, and the ICMP checksum follows every change. A hairpin's
+ * error also gets the client back in place of LB_HAIRPIN_IP4, outside and
+ * inside.
+ */
+static __always_inline int lb4_rev_nat_icmp(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+{
+	__u32 inner_off = ip->l4_off + 8, icmp_csum_off = ip->l4_off + 2, l4_off;
+	__be32 front = f->nat_addr, backend = f->inner_daddr, hairpin = 0;
+	__be16 fport = f->nat_port, bport = f->inner_dport;
+	struct lb4_icmp_inner in;
+	__u16 icmp_check, old_ip_check;
+	int has_udp_check, ret;
+
+	if (!f->related_orig || !lb4_rev_nat_active(f))
+		return 0;
+	if (inner_off + sizeof(in.ip) > ip->ip_end || bpf_skb_load_bytes(skb, inner_off, &in.ip, sizeof(in.ip)) < 0)
+		return DROP_INVALID_PACKET;
+	if (bpf_skb_load_bytes(skb, icmp_csum_off, &icmp_check, sizeof(icmp_check)) < 0)
+		return DROP_INVALID_PACKET;
+	l4_off = inner_off + in.ip.ihl * 4;
+	/* icmp_load_inner saw the ports (has_inner); the UDP checksum only when the error carries it. */
+	if (l4_off + 4 > ip->ip_end || bpf_skb_load_bytes(skb, l4_off, &in.sport, 4) < 0)
+		return DROP_INVALID_PACKET;
+	has_udp_check = in.ip.protocol == IPPROTO_UDP && l4_off + 8 <= ip->ip_end && bpf_skb_load_bytes(skb, l4_off + 4, &in.udp_len, 4) == 0 &&
+			in.udp_check != 0;
+
+	if (f->ct_flags & CT_F_HAIRPIN)
+		hairpin = in.ip.saddr;
+	old_ip_check = in.ip.check;
+	in.ip.check = csum16_replace4(in.ip.check, in.ip.daddr, front);
+	icmp_check = csum16_replace4(icmp_check, in.ip.daddr, front);
+	if (has_udp_check) {
+		__u16 c = csum16_replace4(in.udp_check, in.ip.daddr, front);
+
+		c = csum16_replace2(c, bport, fport);
+		if (hairpin)
+			c = csum16_replace4(c, hairpin, backend);
+		if (c == 0)
+			c = 0xffff;
+		icmp_check = csum16_replace2(icmp_check, in.udp_check, c);
+		in.udp_check = c;
+	}
+	in.ip.daddr = front;
+	if (hairpin) {
+		in.ip.check = csum16_replace4(in.ip.check, hairpin, backend);
+		icmp_check = csum16_replace4(icmp_check, hairpin, backend);
+		in.ip.saddr = backend;
+	}
+	icmp_check = csum16_replace2(icmp_check, old_ip_check, in.ip.check);
+	if (fport) {
+		icmp_check = csum16_replace2(icmp_check, bport, fport);
+		in.dport = fport;
+	}
+	if (bpf_skb_store_bytes(skb, inner_off, &in.ip, sizeof(in.ip), 0) < 0 || bpf_skb_store_bytes(skb, l4_off, &in.sport, 4, 0) < 0)
+		return DROP_WRITE_ERROR;
+	if (has_udp_check && bpf_skb_store_bytes(skb, l4_off + 4, &in.udp_len, 4, 0) < 0)
+		return DROP_WRITE_ERROR;
+	if (bpf_skb_store_bytes(skb, icmp_csum_off, &icmp_check, sizeof(icmp_check), 0) < 0)
+		return DROP_WRITE_ERROR;
+	f->inner_daddr = front;
+	if (fport)
+		f->inner_dport = fport;
+
+	/* The ICMP checksum covers no pseudo-header: the outer rewrites touch the IP header checksum only. */
+	if (hairpin) {
+		ret = ipv4_rewrite_addr(skb, ip, f->proto, REWRITE_DST, f->daddr, backend);
+		if (ret < 0)
+			return ret;
+		f->daddr = backend;
+		f->inner_saddr = backend;
+	}
+	if (f->saddr == backend) {
+		ret = ipv4_rewrite_addr(skb, ip, f->proto, REWRITE_SRC, f->saddr, front);
+		if (ret < 0)
+			return ret;
+		f->saddr = front;
+	}
+	return 0;
+}
+
+/* The reverse NAT conntrack asks for (a REPLY, or an error RELATED to a service flow); 0 when none applies. */
+static __always_inline int lb4_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, enum ct_status status)
+{
+	if (!f->rev_nat_index)
+		return 0;
+	if (status == CT_REPLY)
+		return lb4_rev_nat(skb, f, ip);
+	if (status == CT_RELATED)
+		return lb4_rev_nat_icmp(skb, f, ip);
+	return 0;
+}
 
 #endif

@@ -8,11 +8,90 @@
 #define __TENDRIL_LIB_NODEPORT_H_
 
 #include "common.h"
+#include "conntrack.h"
 #include "devices.h"
+#include "drop.h"
+#include "endpoints.h"
+#include "enforce.h"
+#include "eth.h"
 #include "flow.h"
+#include "ipcache.h"
 #include "ipv4.h"
 #include "lb.h"
 #include "nat.h"
+#include "trace.h"
+
+/* From linux/socket.h, which a BPF build cannot include. */
+#define NODEPORT_AF_INET 2
+
+/*
+ * Sends a translated packet on towards its destination by the node's
+ * routes: TTL - 1, then out of the FIB's device with the neighbour
+ * resolved by the kernel. DROP_FIB_LOOKUP_FAILED without a route.
+ */
+static __always_inline int nodeport_fib_redirect4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+{
+	struct bpf_fib_lookup fib;
+	int ret;
+
+	if (ip->ttl <= 1)
+		return drop_packet(skb, f, DROP_TTL_EXCEEDED, DIR_NONE, 0);
+	__builtin_memset(&fib, 0, sizeof(fib));
+	fib.family = NODEPORT_AF_INET;
+	fib.l4_protocol = f->proto;
+	fib.sport = f->sport;
+	fib.dport = f->dport;
+	fib.tot_len = (__u16)(ip->ip_end - IP4_OFF);
+	fib.ifindex = skb->ifindex;
+	fib.ipv4_src = f->saddr;
+	fib.ipv4_dst = f->daddr;
+	ret = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return drop_packet(skb, f, DROP_FIB_LOOKUP_FAILED, DIR_NONE, 0);
+	ret = ipv4_dec_ttl(skb, ip, f->proto);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	return pass_packet(skb, f, bpf_redirect_neigh(fib.ifindex, NULL, 0, 0), TRACE_TO_NETWORK, DIR_NONE);
+}
+
+/*
+ * The reply of a NodePort flow SNATed to a backend off the node, its
+ * destination already the client again (snat4_rev_netdev): source ← the
+ * frontend the client addressed, then on to the client.
+ */
+static __always_inline int nodeport_snat_reply4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip)
+{
+	int ret;
+
+	if (ct_lookup(f, bpf_ktime_get_ns()) != CT_REPLY || !f->rev_nat_index)
+		return drop_packet(skb, f, DROP_NAT_NO_MAPPING, DIR_NONE, 0);
+	ret = lb4_rev_nat(skb, f, ip);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	return nodeport_fib_redirect4(skb, f, ip);
+}
+
+/*
+ * A NodePort/externalIP/LoadBalancer flow to a backend off this node
+ * (Cluster policy): conntrack keyed by the translated tuple before SNAT,
+ * then source ← this device's address and a NAT port, then out by the FIB.
+ */
+static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
+					       __u64 now)
+{
+	__be32 nat_addr = dev->ipv4;
+	int ret;
+
+	if (ct_lookup(f, now) == CT_NEW) {
+		f->dst_identity = ipcache_identity4(f->daddr);
+		ct_create(f, now);
+		trace_new_flow(skb, f, TRACE_TO_NETWORK, DIR_NONE);
+	}
+	ret = snat4_apply(skb, f, ip, nat_addr, NAT_F_NODEPORT, now);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	return nodeport_fib_redirect4(skb, f, ip);
+}
 
 /*
  * netdev ingress, after reverse SNAT: a packet to a service frontend from
@@ -26,16 +105,99 @@
 static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					__u8 nat_flags, int *action)
 {
-	return 0;
+	struct endpoint_info *dst;
+	struct lb4_service *svc;
+	struct lb4_key key;
+	__u8 svc_flags;
+	__u64 now;
+	int ret;
+
+	if (nat_flags & NAT_F_NODEPORT) {
+		*action = nodeport_snat_reply4(skb, f, ip);
+		return 1;
+	}
+	/* From outside the node: the EXTERNAL scope only (a Local service's lists this node's backends). */
+	svc = lb4_lookup(f, &key, 0);
+	if (!svc)
+		return 0;
+	svc_flags = svc->flags;
+	/* A ClusterIP is no frontend for the outside, even when a router sends its traffic here. */
+	if (!(svc_flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)))
+		return 0;
+	now = bpf_ktime_get_ns();
+	f->src_identity = ipcache_identity4(f->saddr);
+	ret = lb4_local(skb, f, ip, &key, svc, now);
+	if (ret < 0) {
+		*action = drop_packet(skb, f, ret, DIR_INGRESS, 0);
+		return 1;
+	}
+	f->ct_flags |= CT_F_NODEPORT;
+	dst = pod_endpoint_lookup4(f->daddr);
+	if (!dst) {
+		if (svc_flags & SVC_F_LOCAL_TRAFFIC)
+			*action = drop_packet(skb, f, DROP_NO_SERVICE, DIR_INGRESS, 0);
+		else
+			*action = nodeport_to_remote4(skb, f, ip, dev, now);
+		return 1;
+	}
+	/* A local backend sees the client's own address (Local and Cluster alike). */
+	ret = ingress_ct_policy4(skb, f, ip, dst, TRACE_TO_ENDPOINT, now);
+	if (ret) {
+		*action = ret;
+		return 1;
+	}
+	if (ip->ttl <= 1) {
+		*action = drop_packet(skb, f, DROP_TTL_EXCEEDED, DIR_INGRESS, 0);
+		return 1;
+	}
+	ret = ipv4_dec_ttl(skb, ip, f->proto);
+	if (ret == 0 && eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0)
+		ret = DROP_WRITE_ERROR;
+	if (ret < 0) {
+		*action = drop_packet(skb, f, ret, DIR_INGRESS, 0);
+		return 1;
+	}
+	*action = pass_packet(skb, f, bpf_redirect_peer(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+	return 1;
 }
 
 /*
  * lo egress: the node connecting to a NodePort on one of its own addresses.
- * Returns 1 with *action set when decided here, 0 otherwise.
+ * Only a backend on this node can be reached this way (DROP_NO_SERVICE
+ * otherwise): DNAT, the backend's ingress policy (the node's identity),
+ * then straight into the backend's device. Returns 1 with *action set when
+ * decided here, 0 otherwise.
  */
 static __always_inline int nodeport_local4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, int *action)
 {
-	return 0;
+	struct endpoint_info *dst;
+	struct lb4_service *svc;
+	struct lb4_key key;
+	__u64 now;
+	int ret;
+
+	svc = lb4_lookup(f, &key, 1);
+	if (!svc)
+		return 0;
+	now = bpf_ktime_get_ns();
+	ret = lb4_local(skb, f, ip, &key, svc, now);
+	dst = ret < 0 ? NULL : pod_endpoint_lookup4(f->daddr);
+	if (!dst) {
+		flow_set_source4(f);
+		*action = drop_packet(skb, f, ret < 0 ? ret : DROP_NO_SERVICE, DIR_INGRESS, 0);
+		return 1;
+	}
+	ret = ingress_ct_policy4(skb, f, ip, dst, TRACE_TO_ENDPOINT, now);
+	if (ret) {
+		*action = ret;
+		return 1;
+	}
+	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0) {
+		*action = drop_packet(skb, f, DROP_WRITE_ERROR, DIR_INGRESS, 0);
+		return 1;
+	}
+	*action = pass_packet(skb, f, bpf_redirect(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+	return 1;
 }
 
 #endif

@@ -19,7 +19,8 @@ import { CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
 import { InterfaceNames, netlinkLinks } from '../monitor/index.js';
 import { BpfObservability, bpfPinDirOf } from './bpfObservability.js';
-import { type AgentConfig, masqueradeCidrs } from './config.js';
+import { type AgentConfig, nodeMasqueradeCidrs } from './config.js';
+import { ServiceManager, ServiceStore } from '../service/index.js';
 import { readInterfaceAddresses } from './interfaceAddresses.js';
 import { IpamProvider } from './ipamProvider.js';
 import { type NodeClaim, type NodeLock, NetnsNodeLock } from './nodeLock.js';
@@ -68,6 +69,9 @@ export class Agent {
   private ownedDatapath: AgentDatapath | undefined;
   /** Monitor, /v1/bpf/* and conntrack GC: only with the eBPF datapath. */
   private observability: BpfObservability | undefined;
+  /** Services: restored before endpoints, their Local entries following the endpoints. */
+  private readonly services: ServiceManager;
+  private readonly unsubscribeEndpoints: () => void;
 
   private constructor(
     private readonly config: AgentConfig,
@@ -95,6 +99,20 @@ export class Agent {
       labelFilter: LabelFilter.DEFAULT,
       log: log.child({ subsys: 'endpoint' }),
       ...(faultPoint ? { faultPoint } : {}),
+    });
+    this.services = new ServiceManager({
+      loadBalancer: datapath.loadBalancer,
+      store: new ServiceStore(join(config.stateDir, 'services')),
+      log: log.child({ subsys: 'service' }),
+      algorithm: config.lbAlgorithm,
+      maglevTableSize: config.lbMaglevTableSize,
+      localAddresses: () => this.endpoints.list().flatMap((ep) => ep.addresses.filter((a) => a.family === 4).map((a) => a.ip)),
+      nodeAddresses: () => this.nodeAddresses.addresses.map((p) => p.slice(0, p.indexOf('/'))),
+    });
+    // An endpoint that comes or goes changes which backends are local (externalTrafficPolicy Local).
+    this.unsubscribeEndpoints = this.endpoints.subscribe((change) => {
+      if (change.from !== undefined && change.to !== 'disconnected') return;
+      this.services.localityChanged().catch((err: unknown) => log.error({ err }, 'updating services after an endpoint change failed'));
     });
     this.cni = new CniService({
       config,
@@ -148,12 +166,15 @@ export class Agent {
       agent.ownedDatapath = opened;
       created = agent;
       for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
-      await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(config) });
+      await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: nodeMasqueradeCidrs(config) });
       agent.observability = agent.bpfObservability();
       await agent.refreshNodeAddresses(deps.interfaceAddresses ?? (deps.datapath ? async () => [] : readInterfaceAddresses));
       // Policies before endpoints: a restored endpoint's first regeneration already holds them, so
       // the pinned maps that enforced while the agent was down are never rewritten without them.
       await agent.policyStore.start();
+      // Services before endpoints: backends keep their IDs (conntrack pins connections to them), and
+      // entries of services deleted while the agent was down go before any endpoint is synced.
+      await agent.services.restore();
       await agent.endpoints.restore({
         lease: (ep) => agent.leaseOf(ep),
         // IPAM may have lost the addresses (a kvstore that lost its latest writes): held for their endpoints again.
@@ -165,6 +186,8 @@ export class Agent {
       });
       // Pinned datapath state of endpoints that did not come back goes now (the restored ones are synced).
       await agent.datapath.restoreDone?.(agent.endpoints.list().map((ep) => ({ id: ep.id, hostIfName: ep.hostIfName })));
+      // Which backends are local is known now: Local services take it from the endpoints from here on.
+      await agent.services.endpointsRestored();
       // Drained before serving, so a client that sees the API up sees the queue done;
       // and once more after, for a DEL a plugin queued while the socket was not up yet.
       await agent.drainDeletionQueue();
@@ -175,6 +198,8 @@ export class Agent {
       log.info({ socket: config.socket, node: config.nodeName, ipam: config.ipam, routers: ipam.routerAddresses(), endpoints: agent.endpoints.size }, 'agent ready');
       return agent;
     } catch (err) {
+      created?.unsubscribeEndpoints();
+      await created?.services.idle();
       await created?.policyStore.stop();
       await opened?.close();
       await lease.stop();
@@ -194,6 +219,7 @@ export class Agent {
       health: this.healthApi(),
       cni: this.cni,
       log: this.log,
+      services: this.services,
       ...(this.observability ? { monitor: this.observability.monitor, bpf: this.observability.bpf } : {}),
     };
   }
@@ -308,7 +334,7 @@ export class Agent {
     if (this.routerAddresses.has(ip)) return;
     this.routerAddresses.set(ip, { family, ip });
     this.nodeAddresses.add([ip]);
-    await this.datapath.setupNode({ routerAddresses: [...this.routerAddresses.values()], masqueradeCidrs: masqueradeCidrs(this.config) });
+    await this.datapath.setupNode({ routerAddresses: [...this.routerAddresses.values()], masqueradeCidrs: nodeMasqueradeCidrs(this.config) });
   }
 
   /**
@@ -405,6 +431,8 @@ export class Agent {
     await this.server?.close();
     await this.observability?.stop();
     await this.policyStore.stop();
+    this.unsubscribeEndpoints();
+    await this.services.idle();
     await this.endpoints.stop();
     await this.ipcacheSync.stop();
     await this.identities.close();

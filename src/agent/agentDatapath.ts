@@ -20,6 +20,12 @@ const MAP_OF_SIZE_KEY: Record<BpfMapSizeKey, MapNameValue> = {
   ctAny: MapName.CT_ANY,
   frag: MapName.FRAG,
   events: MapName.EVENTS,
+  lbServices: MapName.LB_SERVICES,
+  lbBackends: MapName.LB_BACKENDS,
+  lbRevnat: MapName.LB_REVNAT,
+  lbAffinity: MapName.LB_AFFINITY,
+  lbMaglev: MapName.LB_MAGLEV,
+  snat: MapName.SNAT,
 };
 
 const TRACE_LEVEL_OF: Record<AgentConfig['traceLevel'], number> = { off: TraceLevel.OFF, 'new-flows': TraceLevel.NEW_FLOWS, all: TraceLevel.ALL };
@@ -47,6 +53,9 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     mapSizes: bpfMapSizes(config),
     traceLevel: TRACE_LEVEL_OF[config.traceLevel],
     lxcAttach: config.bpfLxcAttach,
+    maglevTableSize: config.lbMaglevTableSize,
+    masquerade: config.masquerade,
+    ...(config.devices ? { devices: config.devices } : {}),
     // Only host-scope CIDRs are this node's alone: a cluster-wide CIDR routed to tendril_host would drop other nodes' pods.
     ...(config.ipam === 'host-scope' ? { fallbackRouteCidrs: config.podCidrs } : {}),
   });

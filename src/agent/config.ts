@@ -4,21 +4,35 @@ import { join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
-import { validateAbsolutePath } from '../cni/index.js';
+import { validateAbsolutePath, validateInterfaceName } from '../cni/index.js';
+import { MAGLEV_DEFAULT_TABLE_SIZE } from '../datapath/bpf/constants.js';
 import { CodedError } from '../errors/codedError.js';
 import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
+import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
 
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated'] as const;
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
 export const DATAPATH_KINDS = ['bpf', 'routing'] as const;
 export const TRACE_LEVELS = ['off', 'new-flows', 'all'] as const;
 /** Config keys of the eBPF map sizes, each a map of the datapath. */
-export const BPF_MAP_SIZE_KEYS = ['lxc', 'ipcache', 'policy', 'ctTcp', 'ctAny', 'frag', 'events'] as const;
+export const BPF_MAP_SIZE_KEYS = ['lxc', 'ipcache', 'policy', 'ctTcp', 'ctAny', 'frag', 'events', 'lbServices', 'lbBackends', 'lbRevnat', 'lbAffinity', 'lbMaglev', 'snat'] as const;
+export const LB_ALGORITHMS = ['random', 'maglev'] as const;
 export type BpfMapSizeKey = (typeof BPF_MAP_SIZE_KEYS)[number];
 
 // Only the shape is checked here (host bits and "/08" pass, as in a CNI netconf): IPAM and the masquerade setup apply their own rules to the values.
 const cidr = z.string().refine((c) => tryParseInterfaceAddress(c, { leadingZeros: true }) !== undefined, { message: 'must be a CIDR such as 10.0.0.0/16' });
+const interfaceName = z.string().refine(
+  (n) => {
+    try {
+      validateInterfaceName(n);
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be an interface name (1..15 bytes, no / : or whitespace)' },
+);
 const absPath = z.string().refine((p) => p.startsWith('/') && !p.split('/').includes('..'), { message: 'must be an absolute path without ..' });
 
 /** The agent's configuration: YAML file keys and flags share these names. */
@@ -46,14 +60,25 @@ export const AgentConfigSchema = z
     /** TTL of the node's kvstore lease: a dead node's identities and ipcache entries go this long after it. */
     leaseTtlSeconds: z.number().int().min(2).max(3600),
     masqueradeCidrs: z.array(cidr).optional(),
+    /** Pod traffic leaving the masquerade CIDRs is SNATed to the node's address (in BPF with the eBPF datapath, nftables with the routing one). */
+    masquerade: z.boolean(),
+    /** The node's devices that get the NodePort and masquerade programs (Cilium's --devices); default: detected. */
+    devices: z.array(interfaceName).min(1).optional(),
+    /** How a service's backend is chosen for a new connection: at random, or by Maglev consistent hashing. */
+    lbAlgorithm: z.enum(LB_ALGORITHMS),
+    /** Entries of each service's Maglev table: a prime. */
+    lbMaglevTableSize: z
+      .number()
+      .int()
+      .refine(isValidMaglevTableSize, { message: `must be a prime ${MAGLEV_MIN_TABLE_SIZE}..${MAGLEV_MAX_TABLE_SIZE} (such as 16381 or 65521)` }),
     /** How long a provisional allocation from an ADD survives unconfirmed. */
     ipamExpirationMs: z.number().int().min(1000).max(3_600_000),
     bpffsRoot: absPath,
     /** `bpf`: the eBPF datapath (policy enforced on packets); `routing`: routes only, for nodes without BPF. */
     datapath: z.enum(DATAPATH_KINDS),
-    /** eBPF map sizes by short name (lxc, ipcache, policy, ctTcp, ctAny, frag, events); missing ones take the defaults. */
     /** Policy map entries one endpoint may hold (Cilium's --bpf-policy-map-max): a map state beyond it fails the endpoint's regeneration. */
     policyEndpointMaxEntries: z.number().int().min(1).max(1 << 22),
+    /** eBPF map sizes by short name (lxc, ipcache, policy, ctTcp, ctAny, frag, events, lbServices, lbBackends, lbRevnat, lbAffinity, lbMaglev, snat); missing ones take the defaults. */
     bpfMapSizes: z.partialRecord(z.enum(BPF_MAP_SIZE_KEYS), z.number().int().min(1).max(0xffffffff)).optional(),
     /** eBPF trace events: off, new-flows (one per new connection) or all (every packet). */
     traceLevel: z.enum(TRACE_LEVELS),
@@ -86,6 +111,9 @@ export function defaultConfig(): AgentConfig {
     datapath: 'bpf',
     traceLevel: 'new-flows',
     bpfLxcAttach: 'clsact',
+    masquerade: true,
+    lbAlgorithm: 'random',
+    lbMaglevTableSize: MAGLEV_DEFAULT_TABLE_SIZE,
     policyEndpointMaxEntries: DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
     logLevel: 'info',
   };
@@ -141,6 +169,16 @@ export async function readConfigFile(path: string): Promise<Record<string, unkno
   if (doc === null || doc === undefined) return {};
   if (typeof doc !== 'object' || Array.isArray(doc)) throw new ConfigError(`config file ${path} must be a mapping`, ConfigErrorCode.FILE_MALFORMED);
   return doc as Record<string, unknown>;
+}
+
+/**
+ * What the node's setup masquerades: the masquerade CIDRs, or none when
+ * masquerading is off with the routing datapath (its nftables table). The
+ * eBPF datapath takes the CIDRs either way (they are also what pod traffic
+ * is not masqueraded to) and is told about masquerading separately.
+ */
+export function nodeMasqueradeCidrs(c: AgentConfig): string[] {
+  return c.masquerade || c.datapath === 'bpf' ? masqueradeCidrs(c) : [];
 }
 
 /** The CIDRs whose traffic leaving them is masqueraded: explicit, else the pod address space. */

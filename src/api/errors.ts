@@ -1,5 +1,6 @@
 import { CniErrorCode } from '../cni/errors.js';
 import { CodedError, type CodedErrorJson } from '../errors/codedError.js';
+import { type ServiceError, ServiceErrorCode } from '../service/errors.js';
 import type { ErrorResponse } from './types.js';
 
 /**
@@ -20,6 +21,12 @@ export const AGENT_ERRORS = {
   IPAM_FAILED: { http: 500, cni: 101 },
   DATAPATH_FAILED: { http: 500, cni: 102 },
   INTERNAL: { http: 500, cni: CniErrorCode.Internal },
+  // The service subsystem's codes (ServiceErrorCode) keep their names on the wire; CNI never meets them.
+  [ServiceErrorCode.INVALID]: { http: 400, cni: CniErrorCode.InvalidNetworkConfig },
+  [ServiceErrorCode.NOT_FOUND]: { http: 404, cni: CniErrorCode.Internal },
+  [ServiceErrorCode.CONFLICT]: { http: 409, cni: CniErrorCode.Internal },
+  [ServiceErrorCode.UNSUPPORTED]: { http: 409, cni: CniErrorCode.Internal },
+  [ServiceErrorCode.DATAPATH_FAILED]: { http: 503, cni: CniErrorCode.TryAgainLater },
 } as const;
 export type AgentErrorCode = keyof typeof AGENT_ERRORS;
 
@@ -77,4 +84,9 @@ export function agentCodeForCni(code: number): AgentErrorCode {
     default:
       return 'INTERNAL';
   }
+}
+
+/** A service error as the API answers it: its code is kept (400/404/409/409/503, AGENT_ERRORS). */
+export function agentErrorFromService(err: ServiceError): AgentError {
+  return new AgentError(err.code, err.message, '', undefined, { cause: err });
 }

@@ -48,6 +48,35 @@ export function ctTable(rows: CtEntries): string {
   ]);
 }
 
+type LbServices = ResponseBody<'listBpfLoadBalancer', 200>['services'];
+
+/** As `cilium bpf lb list`: a frontend per block, slot 0 first (the service ID and count), then a line per slot. */
+export function lbServiceTable(services: LbServices): string {
+  const rows = [['SERVICE ADDRESS', 'SCOPE', 'BACKEND ADDRESS (SERVICE ID) (SLOT)', 'FLAGS']];
+  for (const s of services) {
+    const flags = [...s.flags, ...(s.affinityTimeoutSec > 0 && s.flags.includes('affinity') ? [`timeout ${s.affinityTimeoutSec}s`] : []), ...(s.maglevTable ? ['maglev-table'] : [])];
+    rows.push([s.frontend, s.scope, `0.0.0.0:0 (${s.id}) (0) [${s.count} backend${s.count === 1 ? '' : 's'}]`, flags.join(', ') || '-']);
+    for (const slot of s.slots) rows.push(['', '', `${slot.backend ?? `backend ${slot.backendId} (missing)`} (${s.id}) (${slot.slot})${slot.state && slot.state !== 'active' ? ` [${slot.state}]` : ''}`, '']);
+  }
+  return table(rows);
+}
+
+export function natTable(r: ResponseBody<'listBpfNat', 200>): string {
+  const mappings = table([
+    ['PROTO', 'DIR', 'TUPLE', 'TRANSLATION', 'FLAGS', 'AGE'],
+    ...r.mappings.map((m) => [
+      m.protocol,
+      m.direction === 'egress' ? 'OUT' : 'IN',
+      `${m.saddr}:${m.sport} -> ${m.daddr}:${m.dport}`,
+      `${m.direction === 'egress' ? 'source' : 'destination'} ${m.toAddr}:${m.toPort}`,
+      m.flags.join(',') || '-',
+      `${Math.round(m.ageSeconds)}s`,
+    ]),
+  ]);
+  const devices = table([['DEVICE', 'IPV4', 'MAC', 'MASQUERADE'], ...r.devices.map((d) => [`${d.ifName ?? '?'} (${d.ifindex})`, d.ipv4, d.mac, d.masquerade ? 'yes' : 'no'])]);
+  return `${mappings}\n${devices}`;
+}
+
 export function endpointId(text: string, what = 'endpoint'): number {
   if (!/^\d{1,5}$/.test(text) || Number(text) > 0xffff) throw new CliError(`${what} must be an endpoint number (0-65535), got "${text}"`);
   return Number(text);
@@ -100,6 +129,27 @@ export function registerBpfCommands(program: Command): void {
   withAgentOpts(ct.command('gc').description('remove expired conntrack entries now')).action(async (opts: AgentOpts) => {
     const r = await call(() => client(opts).gcBpfConntrack());
     output(opts, r, () => `Removed ${r.tcp.removed} of ${r.tcp.scanned} TCP and ${r.any.removed} of ${r.any.scanned} other entries in ${r.durationMs} ms\n${r.sample.length > 0 ? ctTable(r.sample) : ''}`);
+  });
+
+  const lb = bpf.command('lb').description('the load-balancer maps');
+  withAgentOpts(lb.command('list').description('service entries with each slot\'s backend; --backends, --revnat, --affinity for those maps'))
+    .option('--backends', 'the backend map')
+    .option('--revnat', 'the reverse NAT map')
+    .option('--affinity', 'the session affinity map')
+    .action(async (opts: AgentOpts & { backends?: boolean; revnat?: boolean; affinity?: boolean }) => {
+      const r = await call(() => client(opts).listBpfLoadBalancer());
+      output(opts, r, () => {
+        if (opts.backends) return table([['ID', 'ADDRESS', 'PROTO', 'STATE'], ...r.backends.map((b) => [String(b.id), `${b.address}:${b.port}`, b.protocol, b.state])]);
+        if (opts.revnat) return table([['ID', 'FRONTEND'], ...r.reverseNat.map((n) => [String(n.id), `${n.address}:${n.port}`])]);
+        if (opts.affinity) return table([['SERVICE', 'CLIENT', 'BACKEND', 'IDLE'], ...r.affinity.map((a) => [String(a.serviceId), a.client, String(a.backendId), `${Math.round(a.idleSeconds)}s`])]);
+        return lbServiceTable(r.services);
+      });
+    });
+
+  const nat = bpf.command('nat').description('the SNAT map');
+  withAgentOpts(nat.command('list').description('SNAT mappings (masquerade and NodePort) and the devices SNAT uses')).action(async (opts: AgentOpts) => {
+    const r = await call(() => client(opts).listBpfNat());
+    output(opts, r, () => natTable(r));
   });
 
   withAgentOpts(bpf.command('metrics').description('packets and bytes by reason (forwarded or drop reason) and direction')).action(async (opts: AgentOpts) => {

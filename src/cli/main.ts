@@ -7,6 +7,7 @@ import { registerCniCommands } from './cniCommand.js';
 import { registerKvstoreCommands } from './kvstoreCommand.js';
 import { registerBpfCommands } from './bpfCommands.js';
 import { registerMonitorCommand } from './monitorCommand.js';
+import { registerServiceCommands } from './serviceCommands.js';
 
 export function buildProgram(): Command {
   const program = new Command('tendril')
@@ -21,6 +22,7 @@ export function buildProgram(): Command {
   registerKvstoreCommands(program);
   registerMonitorCommand(program);
   registerBpfCommands(program);
+  registerServiceCommands(program);
   return program;
 }
 

@@ -272,6 +272,31 @@ export class AgentClient {
   listBpfMetrics(): Promise<ResponseBody<'listBpfMetrics', 200>> {
     return this.request('GET', '/bpf/metrics');
   }
+
+  listBpfLoadBalancer(): Promise<ResponseBody<'listBpfLoadBalancer', 200>> {
+    return this.request('GET', '/bpf/lb');
+  }
+
+  listBpfNat(): Promise<ResponseBody<'listBpfNat', 200>> {
+    return this.request('GET', '/bpf/nat');
+  }
+
+  listServices(): Promise<ResponseBody<'listServices', 200>> {
+    return this.request('GET', '/service');
+  }
+
+  getService(id: string | number): Promise<ResponseBody<'getService', 200>> {
+    return this.request('GET', `/service/${seg(id)}`);
+  }
+
+  /** PUT /service/{id}: creates or replaces the service; the same body again changes nothing. */
+  putService(id: string | number, body: RequestBody<'putService'>): Promise<ResponseBody<'putService', 200 | 201>> {
+    return this.request('PUT', `/service/${seg(id)}`, body);
+  }
+
+  deleteService(id: string | number): Promise<ResponseBody<'deleteService', 200>> {
+    return this.request('DELETE', `/service/${seg(id)}`);
+  }
 }
 
 /** The client method of each operation of api/openapi.yaml; a test checks it against the document both ways. */
@@ -305,6 +330,12 @@ export const CLIENT_METHODS = {
   flushBpfConntrack: 'flushBpfConntrack',
   gcBpfConntrack: 'gcBpfConntrack',
   listBpfMetrics: 'listBpfMetrics',
+  listBpfLoadBalancer: 'listBpfLoadBalancer',
+  listBpfNat: 'listBpfNat',
+  listServices: 'listServices',
+  getService: 'getService',
+  putService: 'putService',
+  deleteService: 'deleteService',
   postCni: 'cni',
 } as const satisfies Record<OperationId, keyof AgentClient>;
 

@@ -12,7 +12,7 @@ export type MonitorEventType = (typeof MONITOR_EVENT_TYPES)[number];
 
 export type MonitorVerdict = 'allowed' | 'denied' | 'no-match';
 export type MonitorDirection = 'ingress' | 'egress' | 'none';
-export type MonitorTracePoint = 'to-endpoint' | 'to-stack' | 'from-stack' | 'from-host' | 'to-host';
+export type MonitorTracePoint = 'to-endpoint' | 'to-stack' | 'from-stack' | 'from-host' | 'to-host' | 'from-network' | 'to-network';
 
 export interface MonitorPeer {
   /** Local endpoint ID; absent when the peer is not a local endpoint. */

@@ -8,6 +8,7 @@ import { AgentError } from '../../api/errors.js';
 import type { PathParams, QueryParams, ResponseBody } from '../../api/types.js';
 import type { CtGcResult } from '../../datapath/bpf/conntrackGc.js';
 import { DatapathInspectError, type DatapathInspector } from '../../datapath/bpf/inspect.js';
+import { LbInspector } from '../../datapath/bpf/lbInspect.js';
 import { type MonitorContext, describeCookie } from '../../monitor/index.js';
 
 /** What the bpf routes need from the agent. */
@@ -101,5 +102,23 @@ export function registerBpfRoutes(app: FastifyInstance, bpf: BpfApi | undefined)
   app.get('/v1/bpf/metrics', async (): Promise<ResponseBody<'listBpfMetrics', 200>> => {
     const b = need(bpf);
     return inspect(() => b.inspector.metrics());
+  });
+
+  app.get('/v1/bpf/lb', async (): Promise<ResponseBody<'listBpfLoadBalancer', 200>> => {
+    const b = need(bpf);
+    return inspect(() => new LbInspector(b.inspector).lbList());
+  });
+
+  app.get('/v1/bpf/nat', async (): Promise<ResponseBody<'listBpfNat', 200>> => {
+    const b = need(bpf);
+    const r = await inspect(() => new LbInspector(b.inspector).natList());
+    if (r.devices.some((d) => b.context.interfaceName(d.ifindex) === undefined)) await b.context.refreshInterfaces?.();
+    return {
+      mappings: r.mappings,
+      devices: r.devices.map((d) => {
+        const ifName = b.context.interfaceName(d.ifindex);
+        return { ...d, ...(ifName !== undefined ? { ifName } : {}) };
+      }),
+    };
   });
 }

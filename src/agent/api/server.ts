@@ -39,6 +39,8 @@ import { OwnershipError } from '../ownershipError.js';
 import { type BpfApi, registerBpfRoutes } from './bpfRoutes.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
 import { type MonitorApi, registerMonitorRoute } from './monitorRoute.js';
+import { registerServiceRoutes } from './serviceRoutes.js';
+import type { ServiceApi } from '../../service/types.js';
 import { OpenApiSchemas, type ServedRoute } from './openapiSchemas.js';
 import { allocationBody, endpointBody, endpointPolicyBody, ipcacheEntryBody, traceBody } from './responseBodies.js';
 import { RESPONSE_MISMATCH, ResponseValidator } from './responseValidator.js';
@@ -113,6 +115,8 @@ export interface AgentApi {
   monitor?: MonitorApi;
   /** The eBPF datapath's maps; absent without it (/bpf/* answer 409). */
   bpf?: BpfApi;
+  /** Services (load-balancing in the eBPF datapath); absent without it (/service answers 409 SERVICE_UNSUPPORTED). */
+  services?: ServiceApi;
 }
 
 export interface ServerOptions {
@@ -347,6 +351,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
 
   registerMonitorRoute(app, agent.monitor, agent.log);
   registerBpfRoutes(app, agent.bpf);
+  registerServiceRoutes(app, agent.services);
 
   app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, cniRoute(agent.cni, agent.log));
 

@@ -11,19 +11,43 @@ import { existsSync } from 'node:fs';
 import { dirname, relative, resolve } from 'node:path';
 import type { IPCache } from '../../ipcache/index.js';
 import type { Logger } from '../../logging/logger.js';
-import { formatPrefix, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress } from '../../netip/index.js';
+import { formatPrefix, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress, tryParsePrefix } from '../../netip/index.js';
 import { NetlinkBatch } from '../kernel/netlink/index.js';
-import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, isOnBpffs, mkdirPinDir } from '../kernel/bpf/index.js';
+import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, isOnBpffs, MapOfMaps, mkdirPinDir } from '../kernel/bpf/index.js';
 import { HOST_DEVICE } from '../linux/hostDevice.js';
 import { HostNetlink, kernel, openPodNetlink } from '../linux/kernel.js';
 import { LinuxDatapath } from '../linux/linuxDatapath.js';
+import { removeMasquerade } from '../linux/masquerade.js';
+import { interfaceSysctl, setSysctl } from '../linux/sysctl.js';
 import { type AdoptedPodSpec, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress } from '../types.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, MapName, TraceLevel, type MapNameValue } from './constants.js';
 import { EndpointMap } from './endpointMap.js';
 import { datapathPinDir } from './inspect.js';
 import { IpcacheMapMirror } from './ipcacheMap.js';
-import { datapathConfig, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, policyEntry, policyKey } from './layout.js';
+import { detectDevices, NodeDevices } from './devices.js';
+import { LbMaps } from './lbMaps.js';
+import {
+  ct4Key,
+  ctEntry,
+  datapathConfig,
+  deviceInfo,
+  type IpcacheValue,
+  endpointInfo,
+  endpointKey,
+  ipcacheKey,
+  ipcacheValue,
+  ipmasqKey,
+  lb4AffinityKey,
+  lb4AffinityValue,
+  lb4Backend,
+  lb4Key,
+  lb4ReverseNat,
+  lb4Service,
+  policyEntry,
+  policyKey,
+} from './layout.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
+import { ServiceRoutes } from './serviceRoutes.js';
 import { PolicyMapWriter } from './policyMapWriter.js';
 import { type AttachPolicy, ProgramLinks } from './programLinks.js';
 
@@ -54,13 +78,21 @@ export interface BpfDatapathOptions {
   lxcAttach?: AttachPolicy;
   /** Entries of each service's Maglev table (a prime); MAGLEV_DEFAULT_TABLE_SIZE unless given. */
   maglevTableSize?: number;
+  /**
+   * --devices: the node's devices (NodePort from outside, masquerade out);
+   * undefined = every interface that is up with a global IPv4 address, except
+   * lo, tendril's own and pods'. A named device that does not exist fails setupNode.
+   */
+  devices?: readonly string[];
+  /** Pod traffic leaving the masquerade CIDRs is SNATed to the device's address (in BPF; no nftables table); true unless false. */
+  masquerade?: boolean;
 }
 
 export class BpfDatapath implements Datapath {
   readonly enforcesPolicy = true;
   /** `<bpffs root>/tendril`: the monitor, inspection and CT GC find the maps here. */
   readonly bpfPinDir: string;
-  readonly #linux = new LinuxDatapath({ proxyArp: false });
+  readonly #linux = new LinuxDatapath({ proxyArp: false, nftMasquerade: false });
   readonly #host: HostNetlink;
   /** lxc device name → endpoint ID, as syncEndpoint last saw it. */
   readonly #endpointByIf = new Map<string, number>();
@@ -70,6 +102,10 @@ export class BpfDatapath implements Datapath {
   /** Adopted pods' interface MACs by host interface (their endpoint records carry none). */
   readonly #adoptedPodMac = new Map<string, string>();
   #closed = false;
+  /** The masquerade CIDRs written to tendril_ipmasq4 (canonical text). */
+  readonly #ipmasq: BpfMap<IpPrefix, number>;
+  /** tendril_devices and the programs on the node's devices. */
+  readonly devices: NodeDevices;
 
   private constructor(
     host: HostNetlink,
@@ -80,10 +116,22 @@ export class BpfDatapath implements Datapath {
     readonly links: ProgramLinks,
     ipcacheMap: BpfMap<IpPrefix, IpcacheValue>,
     private readonly config: BpfMap<number, DatapathConfigValue>,
+    /** Service load-balancing: the tendril_lb4_* maps and the node's routes to ClusterIPs. */
+    readonly loadBalancer: LbMaps,
+    ipmasq: BpfMap<IpPrefix, number>,
+    devices: BpfMap<number, codec.CodecValue<typeof deviceInfo>>,
   ) {
     this.#host = host;
     this.bpfPinDir = datapathPinDir(opts.bpffsRoot);
     this.#ipcache = new IpcacheMapMirror(ipcacheMap, opts.log);
+    this.#ipmasq = ipmasq;
+    this.devices = new NodeDevices({
+      map: devices,
+      links,
+      programs: { fromNetdev: objects.fromNetdev, toNetdev: objects.toNetdev, toLo: objects.toLo },
+      netlink: () => host.get(),
+      log: opts.log,
+    });
   }
 
   /**
@@ -102,14 +150,40 @@ export class BpfDatapath implements Datapath {
     const host = new HostNetlink(1);
     try {
       const raw = (name: MapNameValue) => {
-        const m = objects.lxc.maps.get(name) ?? objects.host.maps.get(name);
-        if (!m) throw new DatapathError('failed', `neither eBPF object has map ${name}`);
+        const m = objects.lxc.maps.get(name) ?? objects.host.maps.get(name) ?? objects.netdev.maps.get(name);
+        if (!m) throw new DatapathError('failed', `no eBPF object has map ${name}`);
         return m.map;
       };
       const endpoints = await EndpointMap.open(new BpfMap(raw(MapName.ENDPOINTS), endpointKey, endpointInfo));
       const policy = await PolicyMapWriter.open(new BpfMap(raw(MapName.POLICY), policyKey, policyEntry));
       const links = await ProgramLinks.open(pinDir, () => host.get());
-      const dp = new BpfDatapath(host, opts, objects, endpoints, policy, links, new BpfMap(raw(MapName.IPCACHE), ipcacheKey, ipcacheValue), new BpfMap(raw(MapName.CONFIG), codec.u32, datapathConfig));
+      const loadBalancer = await LbMaps.open({
+        maps: {
+          services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
+          backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
+          revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
+          affinity: new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue),
+          maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
+          ctTcp: new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry),
+          ctAny: new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry),
+        },
+        routes: new ServiceRoutes({ netlink: () => host.get(), log: opts.log }),
+        log: opts.log,
+        maglevTableSize: opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE,
+      });
+      const dp = new BpfDatapath(
+        host,
+        opts,
+        objects,
+        endpoints,
+        policy,
+        links,
+        new BpfMap(raw(MapName.IPCACHE), ipcacheKey, ipcacheValue),
+        new BpfMap(raw(MapName.CONFIG), codec.u32, datapathConfig),
+        loadBalancer,
+        new BpfMap(raw(MapName.NO_MASQUERADE), ipmasqKey, codec.u8),
+        new BpfMap(raw(MapName.DEVICES), codec.u32, deviceInfo),
+      );
       dp.#writeConfig(0);
       opts.log.info({ pinDir, endpoints: endpoints.endpointIds().length, policyEndpoints: policy.endpointIds().length }, 'eBPF datapath loaded');
       return dp;
@@ -185,6 +259,51 @@ export class BpfDatapath implements Datapath {
       }
       await kernel(() => nl.apply(batch));
     }
+    await this.#removeNftMasquerade();
+    await this.#syncMasqueradeCidrs(spec.masqueradeCidrs);
+    const endpointIfs = new Set(this.#endpointByIf.keys());
+    const devices = await detectDevices(nl, { ...(this.opts.devices !== undefined ? { configured: this.opts.devices } : {}), exclude: (name) => endpointIfs.has(name) || this.#adoptedPodMac.has(name) });
+    await this.devices.sync(devices, this.opts.masquerade ?? true);
+    const router = spec.routerAddresses.find((a) => a.family === 4);
+    if (router) await this.loadBalancer.setRouter(router.ip);
+  }
+
+  /** The routing datapath's nftables masquerade table, left by an earlier run: masquerading is the programs' job here. */
+  async #removeNftMasquerade(): Promise<void> {
+    try {
+      await removeMasquerade();
+    } catch (err) {
+      // No nft on the node means no table either.
+      this.opts.log.debug({ err }, 'removing the nftables masquerade table failed (nft missing?)');
+    }
+  }
+
+  /** tendril_ipmasq4 holds exactly the IPv4 masquerade CIDRs. */
+  async #syncMasqueradeCidrs(cidrs: readonly string[]): Promise<void> {
+    const wanted = new Map<string, IpPrefix>();
+    for (const text of cidrs) {
+      const p = tryParsePrefix(text, { hostBits: 'mask', leadingZeros: true });
+      if (p === undefined) throw new DatapathError('failed', `invalid masquerade CIDR ${JSON.stringify(text)}`);
+      if (p.family === 4) wanted.set(formatPrefix(p), p);
+    }
+    try {
+      for (const p of wanted.values()) this.#ipmasq.set(p, 1);
+      const stale: IpPrefix[] = [];
+      for await (const p of this.#ipmasq.keys()) if (!wanted.has(formatPrefix(p))) stale.push(p);
+      for (const p of stale) this.#ipmasq.delete(p);
+    } catch (err) {
+      throw new DatapathError('failed', `writing ${this.#ipmasq.name} failed: ${(err as Error).message}`, [], '', { cause: err });
+    }
+  }
+
+  /**
+   * A local backend's reply to the node (NodePort on the node's own address)
+   * gets a node address as source in from_container: the stack must take a
+   * local source on the lxc device, and not drop it by reverse path.
+   */
+  async #lxcSysctls(hostIfName: string): Promise<void> {
+    await setSysctl(interfaceSysctl(4, hostIfName, 'accept_local'), '1');
+    await setSysctl(interfaceSysctl(4, hostIfName, 'rp_filter'), '0');
   }
 
   classifyNetns(path: string): Promise<NetnsKind> {
@@ -224,9 +343,9 @@ export class BpfDatapath implements Datapath {
     }
   }
 
-  /** Attaches the lxc programs to a pod's device the configured way (clsact unless told otherwise). */
-  #attachLxc(hostIfName: string, ifindex: number): Promise<void> {
-    return this.links.attach(hostIfName, ifindex, this.#lxcPrograms(), this.opts.lxcAttach ?? 'clsact');
+  /** Attaches the lxc programs to a pod's device the configured way (clsact unless told otherwise), with the device's sysctls. */
+  async #attachLxc(hostIfName: string, ifindex: number): Promise<void> {
+    await Promise.all([this.links.attach(hostIfName, ifindex, this.#lxcPrograms(), this.opts.lxcAttach ?? 'clsact'), this.#lxcSysctls(hostIfName)]);
   }
 
   #lxcPrograms() {

@@ -7,9 +7,11 @@
  * report says what went.
  */
 import type { Logger } from '../../logging/logger.js';
+import { existsSync } from 'node:fs';
 import { type CtTable, ctRow, type CtRow, DatapathInspector } from './inspect.js';
 import { MapName } from './constants.js';
 import { ct4Key, ctEntry } from './layout.js';
+import { collectNat, type NatGcResult } from './natGc.js';
 
 export interface CtGcTableResult {
   /** Entries looked at. */
@@ -24,6 +26,8 @@ export interface CtGcResult {
   durationMs: number;
   /** The first expired flows removed (at most `sampleSize`), for the log and the CLI. */
   sample: CtRow[];
+  /** The SNAT mappings whose flow is gone (absent where the SNAT map is not pinned). */
+  nat?: NatGcResult;
 }
 
 export interface CtGcOptions {
@@ -114,10 +118,12 @@ export class ConntrackGc {
   async #pass(): Promise<CtGcResult | undefined> {
     try {
       const r = await collectConntrack(this.#inspector);
-      const removed = r.tcp.removed + r.any.removed;
-      const fields = { tcp: r.tcp, any: r.any, durationMs: r.durationMs };
+      // SNAT mappings live as long as their flows: right after the flows that ended went.
+      if (existsSync(this.#inspector.pinPath(MapName.SNAT))) r.nat = await collectNat(this.#inspector);
+      const removed = r.tcp.removed + r.any.removed + (r.nat ? r.nat.removed + r.nat.orphans : 0);
+      const fields = { tcp: r.tcp, any: r.any, ...(r.nat ? { nat: r.nat } : {}), durationMs: r.durationMs };
       if (removed > 0) {
-        this.#log.info({ ...fields, sample: r.sample.map((f) => `${f.table} ${f.saddr}:${f.sport} -> ${f.daddr}:${f.dport} proto ${f.proto}`) }, 'conntrack GC removed expired flows');
+        this.#log.info({ ...fields, sample: r.sample.map((f) => `${f.table} ${f.saddr}:${f.sport} -> ${f.daddr}:${f.dport} proto ${f.proto}`) }, 'conntrack GC removed expired flows (and their SNAT mappings)');
       } else {
         this.#log.debug(fields, 'conntrack GC: nothing expired');
       }

@@ -1,8 +1,8 @@
 /**
- * The datapath's two ELF objects (build/bpf/bpf_lxc.o and bpf_host.o),
- * loaded once per agent start with their maps pinned under
- * `<bpffs root>/tendril/`. The second load reuses the first one's pins, so
- * both objects' programs share every map; an agent restart reuses them too
+ * The datapath's three ELF objects (build/bpf/bpf_lxc.o, bpf_host.o and
+ * bpf_netdev.o), loaded once per agent start with their maps pinned under
+ * `<bpffs root>/tendril/`. Later loads reuse the first one's pins, so every
+ * object's programs share every map; an agent restart reuses them too
  * (entries, conntrack included, survive).
  */
 import { existsSync } from 'node:fs';
@@ -17,12 +17,16 @@ export const DEFAULT_OBJECT_DIR = fileURLToPath(new URL('../../../../build/bpf/'
 
 export const LXC_OBJECT_FILE = 'bpf_lxc.o';
 export const HOST_OBJECT_FILE = 'bpf_host.o';
+export const NETDEV_OBJECT_FILE = 'bpf_netdev.o';
 
 export const ProgramName = {
   FROM_CONTAINER: 'tendril_from_container',
   TO_CONTAINER: 'tendril_to_container',
   FROM_HOST: 'tendril_from_host',
   TO_HOST: 'tendril_to_host',
+  FROM_NETDEV: 'tendril_from_netdev',
+  TO_NETDEV: 'tendril_to_netdev',
+  TO_LO: 'tendril_to_lo',
 } as const;
 
 /** Map sizes by map name; missing ones take DefaultMapSize. */
@@ -31,10 +35,15 @@ export type MapSizes = Partial<Record<MapNameValue, number>>;
 export interface DatapathObjects {
   readonly lxc: BpfObject;
   readonly host: BpfObject;
+  readonly netdev: BpfObject;
   readonly fromContainer: BpfProgram;
   readonly toContainer: BpfProgram;
   readonly fromHost: BpfProgram;
   readonly toHost: BpfProgram;
+  /** Ingress, egress of each --devices device; lo's egress. */
+  readonly fromNetdev: BpfProgram;
+  readonly toNetdev: BpfProgram;
+  readonly toLo: BpfProgram;
   close(): void;
 }
 
@@ -42,7 +51,7 @@ export interface LoadDatapathOptions {
   /** `<bpffs root>/tendril`. */
   pinDir: string;
   mapSizes?: MapSizes;
-  /** Where bpf_lxc.o and bpf_host.o are (default: the package's build/bpf). */
+  /** Where the objects are (default: the package's build/bpf). */
   objectDir?: string;
 }
 
@@ -69,30 +78,33 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
       throw new DatapathError('failed', `loading ${path} with maps pinned in ${opts.pinDir} failed (a pinned map of another size stays until removed: rm ${opts.pinDir}/<map> or keep the old --bpf-*-max): ${(err as Error).message}`, [], '', { cause: err });
     }
   };
-  const lxc = await load(LXC_OBJECT_FILE);
-  let host: BpfObject;
+  const loaded: BpfObject[] = [];
+  const closeAll = () => {
+    for (const o of loaded) o.close();
+  };
   try {
-    host = await load(HOST_OBJECT_FILE);
+    for (const file of [LXC_OBJECT_FILE, HOST_OBJECT_FILE, NETDEV_OBJECT_FILE]) loaded.push(await load(file));
   } catch (err) {
-    lxc.close();
+    closeAll();
     throw err;
   }
+  const [lxc, host, netdev] = loaded as [BpfObject, BpfObject, BpfObject];
   try {
     return {
       lxc,
       host,
+      netdev,
       fromContainer: lxc.program(ProgramName.FROM_CONTAINER),
       toContainer: lxc.program(ProgramName.TO_CONTAINER),
       fromHost: host.program(ProgramName.FROM_HOST),
       toHost: host.program(ProgramName.TO_HOST),
-      close() {
-        lxc.close();
-        host.close();
-      },
+      fromNetdev: netdev.program(ProgramName.FROM_NETDEV),
+      toNetdev: netdev.program(ProgramName.TO_NETDEV),
+      toLo: netdev.program(ProgramName.TO_LO),
+      close: closeAll,
     };
   } catch (err) {
-    lxc.close();
-    host.close();
+    closeAll();
     throw new DatapathError('failed', (err as Error).message, [], '', { cause: err });
   }
 }

@@ -17,6 +17,9 @@ export interface ProgramPair {
   egress: BpfProgram;
 }
 
+/** Programs for some of a device's hooks (lo has only an egress one). */
+export type ProgramSet = Partial<ProgramPair>;
+
 /**
  * How programs go on pods' devices. `tcx`: pinned tcx links where the kernel
  * has tcx (clsact otherwise); each tcx attach waits out an RCU grace period
@@ -51,14 +54,15 @@ export class ProgramLinks {
   }
 
   /**
-   * Attaches both programs (in parallel), replacing what a pinned link of
-   * the same device and hook ran before. A failure removes what this call
-   * attached anew.
+   * Attaches the programs given (both in parallel), replacing what a pinned
+   * link of the same device and hook ran before. A failure removes what this
+   * call attached anew.
    */
-  async attach(ifName: string, ifindex: number, programs: ProgramPair, policy: AttachPolicy = 'tcx'): Promise<void> {
-    const one = (direction: Direction) =>
-      policy === 'clsact' ? attach({ ifindex, direction, program: programs[direction], mode: 'clsact' }) : attach({ ifindex, direction, program: programs[direction], pinPath: this.pinPath(ifName, direction) });
-    const results = await Promise.allSettled([one('ingress'), one('egress')]);
+  async attach(ifName: string, ifindex: number, programs: ProgramSet, policy: AttachPolicy = 'tcx'): Promise<void> {
+    const one = (direction: Direction, program: BpfProgram) =>
+      policy === 'clsact' ? attach({ ifindex, direction, program, mode: 'clsact' }) : attach({ ifindex, direction, program, pinPath: this.pinPath(ifName, direction) });
+    const hooks = (['ingress', 'egress'] as const).flatMap((d) => (programs[d] ? [one(d, programs[d])] : []));
+    const results = await Promise.allSettled(hooks);
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
     if (failed) {
       for (const r of results) {

@@ -12,6 +12,9 @@ import {
   type PodNetworkSpec,
   type PodTeardownSpec,
 } from '../types.js';
+import { FakeLoadBalancer, type FakeLoadBalancerOptions } from './fakeLoadBalancer.js';
+
+export { FakeLoadBalancer, type FakeLoadBalancerOptions, type FakeLoadBalancerOp } from './fakeLoadBalancer.js';
 
 /** The operations of the Datapath interface, for failure injection and gates. */
 export type FakeDatapathOp = keyof Datapath;
@@ -92,6 +95,8 @@ export interface FakeDatapathOptions {
   nodeNetnsPaths?: string[];
   /** Interfaces the node has before tendril runs (e.g. its uplink `eth0`). */
   nodeLinks?: string[];
+  /** Gives the fake an in-memory load balancer (as the eBPF datapath has); absent = services unsupported, as the routing datapath. */
+  loadBalancer?: boolean | FakeLoadBalancerOptions;
 }
 
 /**
@@ -117,12 +122,15 @@ export class FakeDatapath implements Datapath {
   readonly calls: Array<{ op: FakeDatapathOp; subject: string }> = [];
   /** Every regeneration (syncEndpoint) that succeeded, in order. */
   readonly syncs: EndpointDatapathState[] = [];
+  /** The service maps, when the options asked for them. */
+  readonly loadBalancer?: FakeLoadBalancer;
 
   constructor(options: FakeDatapathOptions = {}) {
     this.nodeNetnsPaths = options.nodeNetnsPaths ?? ['/proc/self/ns/net', '/proc/1/ns/net'];
     this.#namespaces.set(NODE, { links: new Map(), routes: [] });
     this.#newLink(NODE, 'lo', 65536);
     for (const name of options.nodeLinks ?? []) this.#newLink(NODE, name, 1500);
+    if (options.loadBalancer) this.loadBalancer = new FakeLoadBalancer(options.loadBalancer === true ? {} : options.loadBalancer);
   }
 
   // ---- the test's side of the world ----------------------------------------

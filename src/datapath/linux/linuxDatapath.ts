@@ -49,9 +49,12 @@ export class LinuxDatapath implements Datapath {
   private readonly host = new HostNetlink();
   /** Whether the lxc device answers ARP for the gateway by proxy (off when eBPF answers it). */
   private readonly proxyArp: boolean;
+  /** Whether setupNode installs the nftables masquerade table (off when eBPF masquerades). */
+  private readonly nftMasquerade: boolean;
 
-  constructor(options: { proxyArp?: boolean } = {}) {
+  constructor(options: { proxyArp?: boolean; nftMasquerade?: boolean } = {}) {
     this.proxyArp = options.proxyArp ?? true;
+    this.nftMasquerade = options.nftMasquerade ?? true;
   }
 
   /** Closes the agent-namespace netlink socket (a later call opens it again). */
@@ -62,7 +65,7 @@ export class LinuxDatapath implements Datapath {
   async setupNode(spec: NodeNetworkSpec): Promise<void> {
     await ensureHostDevice(await this.host.get(), spec.routerAddresses);
     // The one process the Linux datapath still runs: nft, once per agent start.
-    await applyMasquerade(spec.masqueradeCidrs);
+    if (this.nftMasquerade) await applyMasquerade(spec.masqueradeCidrs);
   }
 
   async preflightPod(spec: Pick<PodNetworkSpec, 'containerId' | 'netns' | 'ifName'>): Promise<void> {

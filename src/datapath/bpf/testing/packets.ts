@@ -365,3 +365,36 @@ export function readIpv4(frame: Uint8Array): Ipv4Fields {
     checksumValid: internetChecksum(header) === 0,
   };
 }
+
+export interface TransportFields {
+  proto: number;
+  /** TCP/UDP ports; ICMP: 0. */
+  sport: number;
+  dport: number;
+  /** ICMP type and echo identifier (0 for other ICMP and other protocols). */
+  icmpType: number;
+  icmpId: number;
+  /** The L4 checksum verifies over the whole datagram (pseudo header for TCP/UDP; UDP's 0 = none counts as valid). */
+  checksumValid: boolean;
+}
+
+/** The L4 header of an unfragmented IPv4 frame (TCP, UDP or ICMP), with its checksum checked. */
+export function readTransport(frame: Uint8Array): TransportFields {
+  const b = Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength);
+  if (b.length < ETH_HLEN + 20 || b.readUInt16BE(12) !== EtherType.IPV4) throw new RangeError('not an IPv4 frame');
+  const ip = b.subarray(ETH_HLEN, ETH_HLEN + b.readUInt16BE(ETH_HLEN + 2));
+  const ihl = (ip[0]! & 0x0f) * 4;
+  const proto = ip[9]!;
+  const l4 = ip.subarray(ihl);
+  const src = ipv4String(ip.subarray(12, 16));
+  const dst = ipv4String(ip.subarray(16, 20));
+  if (proto === IpProto.ICMP) {
+    const type = l4[0]!;
+    const echo = type === IcmpType.ECHO || type === IcmpType.ECHO_REPLY;
+    return { proto, sport: 0, dport: 0, icmpType: type, icmpId: echo ? l4.readUInt16BE(4) : 0, checksumValid: internetChecksum(l4) === 0 };
+  }
+  if (proto !== IpProto.TCP && proto !== IpProto.UDP) throw new RangeError(`protocol ${proto} is not TCP, UDP or ICMP`);
+  const noChecksum = proto === IpProto.UDP && l4.readUInt16BE(6) === 0;
+  const valid = noChecksum || internetChecksum(Buffer.concat([pseudoHeader4(src, dst, proto, l4.length), l4])) === 0;
+  return { proto, sport: l4.readUInt16BE(0), dport: l4.readUInt16BE(2), icmpType: 0, icmpId: 0, checksumValid: valid };
+}

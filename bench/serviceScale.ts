@@ -1,0 +1,224 @@
+// Connect cost through a ClusterIP as services grow (10, 1,000, 10,000), tendril
+// against a kube-proxy-style iptables baseline, side by side in one run:
+// - tendril: one node namespace (agent, eBPF datapath) per count, with a client pod
+//   and three server pods; N services through the agent's API (PUT /service/{id}),
+//   3 backends each: the measured service (ID N) is backed by the three server pods,
+//   the others by addresses no pod has.
+// - iptables: the same per count in a node namespace of its own, pods on routed
+//   veth pairs, and the same N services as kube-proxy's iptables mode would write
+//   them (nat: a services chain with one rule per service → per-service chain of
+//   `statistic --mode random` rules → per-endpoint DNAT chains), loaded with one
+//   iptables-restore. The measured service's rule is LAST in the services chain:
+//   its connections walk every rule — the worst case, which is what a chain of N
+//   services costs the service found last.
+// Measured per point: CRR (connect, 1-byte request, response, close; one at a
+// time, so each sample is one connection's latency) to the measured ClusterIP,
+// p50/p99; all six series interleave round by round, and each round's p50 is also
+// compared with the 10-service p50 of the same round (the machine is shared).
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { exec } from './benchProcess.js';
+import { BenchNamespaces, BpfRunStats, TcpClientSession, TendrilBenchNode, inNs, runTcpClient, startTcpServer } from './policyDatapath.js';
+import { benchServices, clusterIp, kubeProxyStyleRuleset, programServices, routedVethPods, serviceCounts } from './serviceCommon.js';
+import { percentile } from './stats.js';
+
+const COUNTS = [10, 1000, 10000];
+const SERVICE_PORT = 80;
+const BACKEND_PORT = 8080;
+const median = (xs: number[]) => percentile(xs, 0.5);
+
+interface CrrResult {
+  transactions: number;
+  errors: number;
+  seconds: number;
+  /** The client process's CPU over the run (user + system: on veth most of the kernel's packet work, rule walks included). */
+  cpuUs: number;
+  latenciesUs: number[];
+}
+
+export interface ServiceScalePoint {
+  services: number;
+  p50: number;
+  p99: number;
+  connPerS: number;
+  errors: number;
+  /** Median over rounds of (this point's p50 / the 10-service p50 of the same round). */
+  p50Vs10: number;
+  /**
+   * CPU µs per connection of the client and the three servers together, median
+   * over rounds, and paired vs 10: the kernel's work for a connection (netfilter
+   * walks, BPF programs) runs mostly in their context on veth, so this cost moves
+   * far less than latency when others load the machine.
+   */
+  cpuPerConn: number;
+  cpuPerConnVs10: number;
+  /** tendril: ns per run of the pod programs during the runs (kernel BPF statistics), and paired vs 10. */
+  bpfNsPerRun?: number;
+  bpfNsPerRunVs10?: number;
+}
+
+export interface ServiceScaleReport {
+  rounds: number;
+  ms: number;
+  tendril: ServiceScalePoint[];
+  iptables: ServiceScalePoint[];
+  /** Per count: wall time to PUT the services (16 in flight), and what GET /service then said. */
+  tendrilProgram: Array<{ ms: number; services: number; realized: number }>;
+  /** Per count: iptables-restore of the whole ruleset, and the nat rules it left. */
+  iptablesProgram: Array<{ ms: number; rules: number }>;
+}
+
+export async function runServiceScaleBench(rounds = 15, ms = 250): Promise<ServiceScaleReport> {
+  const tag = `tdlss${process.pid % 10000}`;
+  const namespaces = new BenchNamespaces();
+  const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-svcscale-'));
+  const stoppers: Array<() => void> = [];
+  const nodes: TendrilBenchNode[] = [];
+  const bpfStats: BpfRunStats[] = [];
+  try {
+    const names = (side: string, k: number) => ({ node: `${tag}${side}${k}n`, client: `${tag}${side}${k}c`, servers: [0, 1, 2].map((j) => `${tag}${side}${k}s${j}`) });
+    const tNames = COUNTS.map((_, k) => names('t', k));
+    const bNames = COUNTS.map((_, k) => names('b', k));
+    for (const n of [...tNames, ...bNames]) await namespaces.add(n.node, n.client, ...n.servers);
+
+    // tendril: an agent per count, a client and three server pods each.
+    const tClientIp: string[] = [];
+    const tServerIps: string[][] = [];
+    for (const [k, n] of tNames.entries()) {
+      const node = await TendrilBenchNode.start(n.node, join(scratch, `state${k}`), `10.248.${k}.0/24`);
+      nodes.push(node);
+      tClientIp.push((await node.addPod(`svc-client-${k}`, n.client, 'app=svc-client')).ip);
+      const ips: string[] = [];
+      for (const [j, ns] of n.servers.entries()) ips.push((await node.addPod(`svc-server-${k}-${j}`, ns, 'app=svc-server')).ip);
+      tServerIps.push(ips);
+    }
+    // iptables: routed veth pods per count.
+    const bServerIps: string[][] = [];
+    for (const [k, n] of bNames.entries()) bServerIps.push((await routedVethPods(n.node, [n.client, ...n.servers], 240 + k)).slice(1));
+    type Server = Awaited<ReturnType<typeof startTcpServer>>;
+    const servers: Record<'tendril' | 'iptables', Server[][]> = { tendril: [], iptables: [] };
+    for (const [side, all, ips] of [['tendril', tNames, tServerIps], ['iptables', bNames, bServerIps]] as const) {
+      for (const [k, n] of all.entries()) {
+        const mine: Server[] = [];
+        for (const [j, ns] of n.servers.entries()) {
+          const s = await startTcpServer(ns, ips[k]![j]!, BACKEND_PORT);
+          stoppers.push(s.stop);
+          mine.push(s);
+        }
+        servers[side].push(mine);
+      }
+    }
+    const serversCpuNs = async (side: 'tendril' | 'iptables', k: number) => (await Promise.all(servers[side][k]!.map((s) => s.cpuNs()))).reduce((a, b) => a + b, 0);
+
+    // Services: the agents program theirs at the same time (each its own process).
+    const realOf = (ips: string[]) => ips.map((ip) => ({ ip, port: BACKEND_PORT }));
+    const tendrilProgram = await Promise.all(
+      nodes.map(async (node, k) => {
+        const ms = await programServices(node.client, benchServices(COUNTS[k]!, SERVICE_PORT, BACKEND_PORT, realOf(tServerIps[k]!)));
+        return { ms, ...(await serviceCounts(node.client)) };
+      }),
+    );
+    const iptablesProgram: ServiceScaleReport['iptablesProgram'] = [];
+    for (const [k, n] of bNames.entries()) {
+      const text = kubeProxyStyleRuleset(benchServices(COUNTS[k]!, SERVICE_PORT, BACKEND_PORT, realOf(bServerIps[k]!)));
+      const t0 = performance.now();
+      await exec(inNs(n.node, ['iptables-restore']), process.env, text);
+      const restoreMs = performance.now() - t0;
+      const rules = (await exec(inNs(n.node, ['iptables', '-t', 'nat', '-S']))).split('\n').filter((l) => l.startsWith('-A ')).length;
+      iptablesProgram.push({ ms: restoreMs, rules });
+    }
+    for (const node of nodes) await node.waitIdle();
+
+    // Every measured ClusterIP answers before anything is timed.
+    const target = (k: number) => clusterIp(COUNTS[k]!);
+    for (const [k, n] of [...tNames.entries(), ...bNames.entries()]) {
+      const r = (await runTcpClient<{ result: string }>(n.client, ['check', target(k), String(SERVICE_PORT), '1000'])).result;
+      if (r !== 'connected') throw new Error(`${n.client} → ${target(k)}:${SERVICE_PORT} (${COUNTS[k]} services): ${r}`);
+    }
+
+    const clients = { tendril: tNames.map((n) => TcpClientSession.start(n.client)), iptables: bNames.map((n) => TcpClientSession.start(n.client)) };
+    for (const c of [...clients.tendril, ...clients.iptables]) stoppers.push(() => c.stop());
+    type Series = { side: 'tendril' | 'iptables'; k: number; runs: CrrResult[]; cpuPerConn: number[]; bpf: Array<{ ns: number; runs: number }> };
+    const series: Series[] = [];
+    for (const k of COUNTS.keys()) series.push({ side: 'tendril', k, runs: [], cpuPerConn: [], bpf: [] }, { side: 'iptables', k, runs: [], cpuPerConn: [], bpf: [] });
+    const run = (s: Series, runMs: number) => clients[s.side][s.k]!.run<CrrResult>({ op: 'crr', ip: target(s.k), port: SERVICE_PORT, ms: runMs, concurrency: 1 });
+    for (const s of series) await run(s, 150); // warm-up
+    for (const node of nodes) bpfStats.push(await BpfRunStats.enable(node));
+    for (let r = 0; r < rounds; r++) {
+      // Each round starts one series further on, so no series always runs first.
+      for (const s of series.map((_, i) => series[(i + r) % series.length]!)) {
+        const b0 = s.side === 'tendril' ? await bpfStats[s.k]!.read() : undefined;
+        const cpu0 = await serversCpuNs(s.side, s.k);
+        const res = await run(s, ms);
+        s.cpuPerConn.push((res.cpuUs + ((await serversCpuNs(s.side, s.k)) - cpu0) / 1000) / Math.max(1, res.transactions));
+        s.runs.push(res);
+        if (b0) {
+          const b1 = await bpfStats[s.k]!.read();
+          s.bpf.push({ ns: b1.ns - b0.ns, runs: b1.runs - b0.runs });
+        }
+      }
+    }
+    while (bpfStats.length > 0) await bpfStats.pop()!.restore();
+
+    const points = (side: Series['side']): ServiceScalePoint[] => {
+      const mine = series.filter((s) => s.side === side);
+      const base = mine[0]!;
+      const roundP50 = (x: CrrResult) => percentile(x.latenciesUs, 0.5);
+      return mine.map((s) => {
+        const lat = s.runs.flatMap((x) => x.latenciesUs);
+        const nsPerRun = (b: { ns: number; runs: number }) => b.ns / Math.max(1, b.runs);
+        return {
+          services: COUNTS[s.k]!,
+          p50: percentile(lat, 0.5),
+          p99: percentile(lat, 0.99),
+          connPerS: median(s.runs.map((x) => x.transactions / x.seconds)),
+          errors: s.runs.reduce((a, x) => a + x.errors, 0),
+          p50Vs10: median(s.runs.map((x, r) => roundP50(x) / roundP50(base.runs[r]!))),
+          cpuPerConn: median(s.cpuPerConn),
+          cpuPerConnVs10: median(s.cpuPerConn.map((c, r) => c / base.cpuPerConn[r]!)),
+          ...(side === 'tendril' ? { bpfNsPerRun: median(s.bpf.map(nsPerRun)), bpfNsPerRunVs10: median(s.bpf.map((b, r) => nsPerRun(b) / nsPerRun(base.bpf[r]!))) } : {}),
+        };
+      });
+    };
+    return { rounds, ms, tendril: points('tendril'), iptables: points('iptables'), tendrilProgram, iptablesProgram };
+  } finally {
+    while (bpfStats.length > 0) await bpfStats.pop()!.restore();
+    for (const stop of stoppers) stop();
+    for (const node of nodes) await node.stop();
+    // The baseline's rules live only in its node namespaces: they go with them.
+    await namespaces.cleanup();
+    await rm(scratch, { recursive: true, force: true });
+  }
+}
+
+export function printServiceScale(r: ServiceScaleReport): void {
+  const f = (x: number, d = 0) => x.toFixed(d).padStart(9);
+  console.log(`\nService connect cost vs services installed: pod → ClusterIP TCP CRR (connect + 1-byte request/response + close, one at a time), ${r.rounds}×${r.ms} ms per point, all points interleaved`);
+  console.log('  tendril: services via PUT /service/{id}, 3 backends each (the measured one: 3 server pods on the node), eBPF lookup at the client pod');
+  console.log('  iptables: kube-proxy-style nat chains (services chain → statistic-probability chain → DNAT chain), routed veth pods; the measured service is the LAST rule of the services chain (worst case: every rule walked)');
+  const head = ['p50 µs', 'p99 µs', 'p50 vs10', 'conn/s', 'CPU/conn', 'vs 10'].map((h) => h.padStart(9)).join('');
+  console.log(`  ${'services'.padStart(8)} | ${'tendril'.padEnd(72)} | ${'iptables'.padEnd(54)} |`);
+  console.log(`  ${''.padStart(8)} | ${head}${'BPF ns/run'.padStart(11)}${'vs 10'.padStart(7)} | ${head} | programmed in (tendril API, 16 in flight / iptables-restore)`);
+  r.tendril.forEach((t, i) => {
+    const b = r.iptables[i]!;
+    const tp = r.tendrilProgram[i]!;
+    const bp = r.iptablesProgram[i]!;
+    const cols = (p: ServiceScalePoint) => `${f(p.p50)}${f(p.p99)}${f(p.p50Vs10, 2)}${f(p.connPerS)}${f(p.cpuPerConn, 1)}${f(p.cpuPerConnVs10, 2)}`;
+    const errs = t.errors + b.errors > 0 ? `  errors ${t.errors}/${b.errors}` : '';
+    console.log(
+      `  ${String(t.services).padStart(8)} | ${cols(t)}${t.bpfNsPerRun!.toFixed(0).padStart(11)}${t.bpfNsPerRunVs10!.toFixed(2).padStart(7)} | ${cols(b)} | ${(tp.ms / 1000).toFixed(2)} s (${tp.realized}/${tp.services} realized) / ${(bp.ms / 1000).toFixed(2)} s (${bp.rules} nat rules)${errs}`,
+    );
+  });
+  const last = r.tendril.length - 1;
+  const ratio = (xs: ServiceScalePoint[], key: 'p50' | 'p99') => (xs[last]![key] / xs[0]![key]).toFixed(2);
+  console.log(
+    `  10,000 / 10 services: tendril p50 ${ratio(r.tendril, 'p50')}x (paired per round ${r.tendril[last]!.p50Vs10.toFixed(2)}x), p99 ${ratio(r.tendril, 'p99')}x, CPU/conn ${r.tendril[last]!.cpuPerConnVs10.toFixed(2)}x, BPF ns/run ${r.tendril[last]!.bpfNsPerRunVs10!.toFixed(2)}x (goal: within 5%);` +
+      ` iptables p50 ${ratio(r.iptables, 'p50')}x (paired ${r.iptables[last]!.p50Vs10.toFixed(2)}x), p99 ${ratio(r.iptables, 'p99')}x, CPU/conn ${r.iptables[last]!.cpuPerConnVs10.toFixed(2)}x`,
+  );
+  console.log(`  at 10,000 services: tendril p50 ${(r.tendril[last]!.p50 / r.iptables[last]!.p50).toFixed(2)}x the baseline's, p99 ${(r.tendril[last]!.p99 / r.iptables[last]!.p99).toFixed(2)}x`);
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  printServiceScale(await runServiceScaleBench());
+}

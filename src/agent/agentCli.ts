@@ -1,0 +1,178 @@
+/**
+ * tendril-agent's flags and how they and the optional YAML config file make
+ * the agent's configuration (flags win; file keys are the long flags in
+ * camelCase). Apart from main.ts so tests can parse flags without starting
+ * an agent.
+ */
+import { join } from 'node:path';
+import { Command, Option } from 'commander';
+import { parseKvstoreOpts } from '../kvstore/factory.js';
+import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
+import { MAGLEV_DEFAULT_TABLE_SIZE } from '../datapath/bpf/constants.js';
+import { ConfigError, DATAPATH_KINDS, defaultConfig, IPAM_MODES, LB_ALGORITHMS, LOG_LEVELS, readConfigFile, type AgentConfig, TRACE_LEVELS, validateConfig } from './config.js';
+
+const list = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
+const repeat = (v: string, prev: string[] = []) => [...prev, v];
+const int = (name: string) => (v: string) => {
+  if (!/^\d+$/.test(v)) throw new ConfigError(`${name} must be a whole number, got "${v}"`);
+  return Number(v);
+};
+
+export interface Flags {
+  config?: string;
+  nodeName?: string;
+  stateDir?: string;
+  libDir?: string;
+  socket?: string;
+  kvstore?: string;
+  kvstoreOpt?: string[];
+  ipam?: string;
+  podCidr?: string[];
+  clusterPoolCidr?: string[];
+  clusterPoolMaskSize?: number;
+  poolCidr?: string[];
+  blockSize?: number;
+  strictAffinity?: boolean;
+  cniPath?: string[];
+  mtu?: number;
+  nodeIp?: string;
+  leaseTtl?: number;
+  masqueradeCidr?: string[];
+  ipamExpiration?: number;
+  bpffsRoot?: string;
+  datapath?: string;
+  traceLevel?: string;
+  bpfLxcAttach?: string;
+  bpfPolicyEndpointMax?: number;
+  bpfLxcMax?: number;
+  bpfIpcacheMax?: number;
+  bpfPolicyMax?: number;
+  bpfCtTcpMax?: number;
+  bpfCtAnyMax?: number;
+  bpfFragMax?: number;
+  bpfEventsMax?: number;
+  bpfLbServiceMax?: number;
+  bpfLbBackendMax?: number;
+  bpfLbRevnatMax?: number;
+  bpfLbAffinityMax?: number;
+  bpfLbMaglevMax?: number;
+  bpfNatMax?: number;
+  lbAlgorithm?: string;
+  lbMaglevTableSize?: number;
+  devices?: string[];
+  masquerade?: boolean;
+  logFile?: string;
+  logLevel?: string;
+}
+
+export function agentCommand(): Command {
+  return new Command('tendril-agent')
+    .description('tendril node agent: IPAM, endpoints and the datapath, serving the API on a unix socket')
+    .option('--config <file>', 'YAML config file (keys as the long flags in camelCase)')
+    .option('--node-name <name>', 'this node\'s name (default: hostname)')
+    .option('--state-dir <dir>', 'runtime state: socket, endpoints, deletion queue (default /var/run/tendril)')
+    .option('--lib-dir <dir>', 'durable data: the embedded kvstore (default /var/lib/tendril)')
+    .option('--socket <path>', 'API socket (default <state-dir>/tendril.sock)')
+    .addOption(new Option('--kvstore <kind>', 'kvstore backend').choices(['embedded', 'etcd']))
+    .option(
+      '--kvstore-opt <key=value>',
+      `kvstore option, repeatable; ${describeKvstoreOptions()}`,
+      repeat,
+    )
+    .addOption(new Option('--ipam <mode>', 'IPAM mode').choices([...IPAM_MODES]))
+    .option('--pod-cidr <cidr[,cidr]>', 'host-scope: this node\'s pod CIDRs', list)
+    .option('--cluster-pool-cidr <cidr[,cidr]>', 'cluster-pool: cluster CIDRs', list)
+    .option('--cluster-pool-mask-size <n>', 'cluster-pool: per-node prefix length', int('--cluster-pool-mask-size'))
+    .option('--pool-cidr <cidr[,cidr]>', 'block: IP pools', list)
+    .option('--block-size <n>', 'block: block prefix length (default 26 / 122)', int('--block-size'))
+    .option('--strict-affinity', 'block: never borrow from other hosts\' blocks')
+    .option('--cni-path <dir[,dir]>', 'delegated: where the IPAM plugin lives', list)
+    .option('--mtu <n>', 'pod interface MTU (default 1500)', int('--mtu'))
+    .option('--node-ip <ip>', 'this node\'s IP as other nodes reach it (default: its IPv4 router address)')
+    .option('--lease-ttl <s>', 'kvstore lease TTL: a dead node\'s entries go this long after it (default 15)', int('--lease-ttl'))
+    .option('--masquerade-cidr <cidr[,cidr]>', 'masquerade traffic from these CIDRs leaving them (default: the pod CIDRs)', list)
+    .option('--ipam-expiration <ms>', 'how long an unconfirmed ADD allocation lives (default 60000)', int('--ipam-expiration'))
+    .option('--bpffs-root <dir>', 'bpffs mount for pinned datapath objects (default /sys/fs/bpf)')
+    .addOption(new Option('--datapath <kind>', 'bpf: policy enforced by eBPF programs (default); routing: routes only, for nodes without BPF').choices([...DATAPATH_KINDS]))
+    .addOption(new Option('--trace-level <level>', 'eBPF trace events: one per new flow (default), every packet, or none').choices([...TRACE_LEVELS]))
+    .addOption(new Option('--bpf-lxc-attach <how>', 'how programs go on pod devices: clsact filters (default; ~2 ms per ADD) or pinned tcx links (each attach waits out an RCU grace period: ~27 ms per ADD)').choices(['tcx', 'clsact']))
+    .option('--bpf-policy-endpoint-max <n>', 'policy map entries one endpoint may hold; more fails its regeneration (default 16384)', int('--bpf-policy-endpoint-max'))
+    .option('--bpf-lxc-max <n>', 'eBPF endpoint map entries (default 65535)', int('--bpf-lxc-max'))
+    .option('--bpf-ipcache-max <n>', 'eBPF ipcache entries (default 512000)', int('--bpf-ipcache-max'))
+    .option('--bpf-policy-max <n>', 'eBPF policy entries, all endpoints together (default 4194304)', int('--bpf-policy-max'))
+    .option('--bpf-ct-tcp-max <n>', 'eBPF TCP conntrack entries (default 524288)', int('--bpf-ct-tcp-max'))
+    .option('--bpf-ct-any-max <n>', 'eBPF non-TCP conntrack entries (default 262144)', int('--bpf-ct-any-max'))
+    .option('--bpf-frag-max <n>', 'eBPF fragment tracking entries (default 8192)', int('--bpf-frag-max'))
+    .option('--bpf-events-max <bytes>', 'eBPF event ring buffer size in bytes, a power of two (default 4194304)', int('--bpf-events-max'))
+    .option('--bpf-lb-service-max <n>', 'eBPF service map entries: one per frontend and scope, plus one per backend slot (default 65536)', int('--bpf-lb-service-max'))
+    .option('--bpf-lb-backend-max <n>', 'eBPF service backend entries (default 65536)', int('--bpf-lb-backend-max'))
+    .option('--bpf-lb-revnat-max <n>', 'eBPF reverse NAT entries, one per service (default 65536)', int('--bpf-lb-revnat-max'))
+    .option('--bpf-lb-affinity-max <n>', 'eBPF session affinity entries, one per client and service (default 65536)', int('--bpf-lb-affinity-max'))
+    .option('--bpf-lb-maglev-max <n>', 'eBPF Maglev tables, one per service (default 65536)', int('--bpf-lb-maglev-max'))
+    .option('--bpf-nat-max <n>', 'eBPF SNAT entries, two per masqueraded or NodePort-SNATed connection (default 524288)', int('--bpf-nat-max'))
+    .addOption(new Option('--lb-algorithm <alg>', 'how a service backend is chosen for a new connection: random (default) or maglev (consistent hashing)').choices([...LB_ALGORITHMS]))
+    .option('--lb-maglev-table-size <prime>', `entries of each service's Maglev table, a prime 251..131071 (default ${MAGLEV_DEFAULT_TABLE_SIZE})`, int('--lb-maglev-table-size'))
+    .option('--devices <name[,name]>', 'node devices for NodePort from outside and masquerading (default: every up interface with a global IPv4 address)', list)
+    .option('--masquerade', 'masquerade pod traffic leaving the masquerade CIDRs (default)')
+    .option('--no-masquerade', 'do not masquerade pod traffic')
+    .option('--log-file <path>', 'log to this file instead of stderr')
+    .addOption(new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]))
+    .exitOverride();
+}
+
+export async function resolveConfig(flags: Flags): Promise<AgentConfig> {
+  const fromFile = flags.config ? await readConfigFile(flags.config) : {};
+  const merged: Record<string, unknown> = { ...defaultConfig(), ...fromFile };
+  const set = (key: string, v: unknown) => {
+    if (v !== undefined) merged[key] = v;
+  };
+  set('nodeName', flags.nodeName);
+  set('stateDir', flags.stateDir);
+  set('libDir', flags.libDir);
+  set('socket', flags.socket ?? (flags.stateDir || fromFile.stateDir ? join(String(flags.stateDir ?? fromFile.stateDir), 'tendril.sock') : undefined));
+  set('kvstore', flags.kvstore);
+  if (flags.kvstoreOpt) merged.kvstoreOpts = parseKvstoreOpts(flags.kvstoreOpt);
+  set('ipam', flags.ipam);
+  set('podCidrs', flags.podCidr);
+  set('clusterPoolCidrs', flags.clusterPoolCidr);
+  set('clusterPoolMaskSize', flags.clusterPoolMaskSize);
+  set('poolCidrs', flags.poolCidr);
+  set('blockSize', flags.blockSize);
+  set('strictAffinity', flags.strictAffinity);
+  set('cniPath', flags.cniPath);
+  set('mtu', flags.mtu);
+  set('nodeIp', flags.nodeIp);
+  set('leaseTtlSeconds', flags.leaseTtl);
+  set('masqueradeCidrs', flags.masqueradeCidr);
+  set('ipamExpirationMs', flags.ipamExpiration);
+  set('bpffsRoot', flags.bpffsRoot);
+  set('datapath', flags.datapath);
+  set('traceLevel', flags.traceLevel);
+  set('bpfLxcAttach', flags.bpfLxcAttach);
+  set('policyEndpointMaxEntries', flags.bpfPolicyEndpointMax);
+  set('lbAlgorithm', flags.lbAlgorithm);
+  set('lbMaglevTableSize', flags.lbMaglevTableSize);
+  set('devices', flags.devices);
+  set('masquerade', flags.masquerade);
+  const sizes: Record<string, number | undefined> = {
+    lxc: flags.bpfLxcMax,
+    ipcache: flags.bpfIpcacheMax,
+    policy: flags.bpfPolicyMax,
+    ctTcp: flags.bpfCtTcpMax,
+    ctAny: flags.bpfCtAnyMax,
+    frag: flags.bpfFragMax,
+    events: flags.bpfEventsMax,
+    lbServices: flags.bpfLbServiceMax,
+    lbBackends: flags.bpfLbBackendMax,
+    lbRevnat: flags.bpfLbRevnatMax,
+    lbAffinity: flags.bpfLbAffinityMax,
+    lbMaglev: flags.bpfLbMaglevMax,
+    snat: flags.bpfNatMax,
+  };
+  const sizeFlags = Object.fromEntries(Object.entries(sizes).filter(([, v]) => v !== undefined));
+  if (Object.keys(sizeFlags).length > 0) merged.bpfMapSizes = { ...(fromFile.bpfMapSizes as Record<string, number> | undefined), ...sizeFlags };
+  set('logFile', flags.logFile);
+  set('logLevel', flags.logLevel);
+  return validateConfig(merged);
+}
+

@@ -1,0 +1,196 @@
+import { readFile } from 'node:fs/promises';
+import type { Command } from 'commander';
+import type { RequestBody, ResponseBody } from '../api/types.js';
+import { AgentResponseError } from '../client/agentClient.js';
+import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
+import { CliError } from './cliError.js';
+
+type ServiceBody = RequestBody<'putService'>;
+type ServiceRow = ResponseBody<'getService', 200>;
+type BackendBody = ServiceBody['backend-addresses'][number];
+
+const SERVICE_TYPES = ['ClusterIP', 'NodePort', 'ExternalIPs', 'LoadBalancer'] as const;
+const TRAFFIC_POLICIES = ['Cluster', 'Local'] as const;
+const BACKEND_STATES = ['active', 'terminating', 'quarantined', 'maintenance'] as const;
+const PROTOCOLS = ['TCP', 'UDP'] as const;
+
+/** One of `allowed`, matched without regard to case, in its canonical spelling. */
+function oneOf<T extends string>(text: string, allowed: readonly T[], what: string): T {
+  const hit = allowed.find((a) => a.toLowerCase() === text.toLowerCase());
+  if (!hit) throw new CliError(`${what} must be one of ${allowed.join(', ')}, got "${text}"`);
+  return hit;
+}
+
+function wholeNumber(text: string, what: string, min: number, max: number): number {
+  if (!/^\d{1,10}$/.test(text) || Number(text) < min || Number(text) > max) throw new CliError(`${what} must be a number from ${min} to ${max}, got "${text}"`);
+  return Number(text);
+}
+
+export function serviceId(text: string, what = 'service ID'): number {
+  return wholeNumber(text, what, 1, 65535);
+}
+
+/** `ip:port`; an IPv6 address in brackets (`[fd00::1]:80`) is passed on for the agent to judge. */
+export function parseAddressPort(text: string, what: string): { ip: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d+)$/.exec(text);
+  if (!m) throw new CliError(`${what} must be <ip>:<port>, got "${text}"`);
+  return { ip: (m[1] ?? m[2])!, port: wholeNumber(m[3]!, `${what} port`, 1, 65535) };
+}
+
+/** `--backends ip:port[@weight][=state],…`. */
+export function parseBackends(text: string): BackendBody[] {
+  const items = text.split(',').map((s) => s.trim());
+  if (text.trim() === '') return [];
+  return items.map((item) => {
+    if (item === '') throw new CliError(`--backends has an empty entry: "${text}"`);
+    const m = /^(.*?)(?:@(\d+))?(?:=([a-zA-Z]+))?$/.exec(item)!;
+    const { ip, port } = parseAddressPort(m[1]!, `backend "${item}"`);
+    return {
+      ip,
+      port,
+      ...(m[2] !== undefined ? { weight: wholeNumber(m[2], `backend "${item}" weight`, 0, 65535) } : {}),
+      ...(m[3] !== undefined ? { state: oneOf(m[3], BACKEND_STATES, `backend "${item}" state`) } : {}),
+    };
+  });
+}
+
+export interface UpsertFlags {
+  id?: string;
+  file?: string;
+  frontend?: string;
+  protocol?: string;
+  backends?: string;
+  type?: string;
+  trafficPolicy?: string;
+  sessionAffinity?: boolean;
+  sessionAffinityTimeout?: string;
+}
+
+const SPEC_FLAGS: Array<[keyof UpsertFlags, string]> = [
+  ['frontend', '--frontend'],
+  ['protocol', '--protocol'],
+  ['backends', '--backends'],
+  ['type', '--type'],
+  ['trafficPolicy', '--traffic-policy'],
+  ['sessionAffinity', '--session-affinity'],
+  ['sessionAffinityTimeout', '--session-affinity-timeout'],
+];
+
+/** The body `service upsert` sends, from its flags (without -f). */
+export function serviceBodyFromFlags(o: UpsertFlags): ServiceBody {
+  if (o.frontend === undefined) throw new CliError('give --frontend <ip:port> (or the whole service with -f <file|->)');
+  const frontend = parseAddressPort(o.frontend, '--frontend');
+  return {
+    'frontend-address': { ...frontend, protocol: oneOf(o.protocol ?? 'TCP', PROTOCOLS, '--protocol') },
+    'backend-addresses': parseBackends(o.backends ?? ''),
+    flags: {
+      type: oneOf(o.type ?? 'ClusterIP', SERVICE_TYPES, '--type'),
+      ...(o.trafficPolicy !== undefined ? { trafficPolicy: oneOf(o.trafficPolicy, TRAFFIC_POLICIES, '--traffic-policy') } : {}),
+      ...(o.sessionAffinity ? { sessionAffinity: true } : {}),
+      ...(o.sessionAffinityTimeout !== undefined ? { sessionAffinityTimeout: wholeNumber(o.sessionAffinityTimeout, '--session-affinity-timeout', 1, 86400) } : {}),
+    },
+  };
+}
+
+/** The service ID and body of `service upsert`: from the flags, or from -f with --id or the file's `id`. */
+export async function upsertRequest(o: UpsertFlags): Promise<{ id: number; body: ServiceBody }> {
+  if (o.file === undefined) {
+    if (o.id === undefined) throw new CliError('give --id <1-65535>');
+    return { id: serviceId(o.id, '--id'), body: serviceBodyFromFlags(o) };
+  }
+  const mixed = SPEC_FLAGS.filter(([k]) => o[k] !== undefined).map(([, flag]) => flag);
+  if (mixed.length > 0) throw new CliError(`-f gives the whole service: drop ${mixed.join(', ')}`);
+  let text: string;
+  try {
+    text = o.file === '-' ? await readStdin() : await readFile(o.file, 'utf8');
+  } catch (err) {
+    throw new CliError(`cannot read ${o.file}: ${(err as Error).message}`);
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (err) {
+    throw new CliError(`${o.file === '-' ? 'stdin' : o.file} is not JSON: ${(err as Error).message}`);
+  }
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new CliError(`${o.file === '-' ? 'stdin' : o.file} must hold one service object`);
+  const fileId = (body as { id?: unknown }).id;
+  if (o.id !== undefined) return { id: serviceId(o.id, '--id'), body: body as ServiceBody };
+  if (typeof fileId !== 'number') throw new CliError('give --id <1-65535>, or an "id" in the file');
+  return { id: serviceId(String(fileId), 'the file\'s id'), body: body as ServiceBody };
+}
+
+function typeText(s: ServiceRow): string {
+  const extra = [...(s.flags.trafficPolicy === 'Local' ? ['Local'] : []), ...(s.flags.sessionAffinity ? [`affinity ${s.flags.sessionAffinityTimeout}s`] : [])];
+  return extra.length === 0 ? s.flags.type : `${s.flags.type} (${extra.join(', ')})`;
+}
+
+/** As `cilium service list`: a service per block, one backend a line, numbered, with its state. */
+export function serviceTable(services: readonly ServiceRow[]): string {
+  const rows = [['ID', 'FRONTEND', 'SERVICE TYPE', 'BACKEND']];
+  for (const s of services) {
+    const fe = s['frontend-address'];
+    const head = [String(s.id), `${fe.ip}:${fe.port}/${fe.protocol}`, typeText(s) + (s.realized ? '' : ' [not realized]')];
+    const backends = s['backend-addresses'];
+    if (backends.length === 0) rows.push([...head, '(no backends)']);
+    backends.forEach((b, i) => {
+      const weight = b.weight === 1 ? '' : `, weight ${b.weight}`;
+      rows.push([...(i === 0 ? head : ['', '', '']), `${i + 1} => ${b.ip}:${b.port}/${fe.protocol} (${b.state}${weight})`]);
+    });
+  }
+  return table(rows);
+}
+
+/** `tendril service …`: the agent's services, as `cilium service` does it. */
+export function registerServiceCommands(program: Command): void {
+  const service = program.command('service').description('services: list, get, upsert, delete (load-balanced by the eBPF datapath)');
+
+  withAgentOpts(service.command('list').description('every service with its frontend, type and backends')).action(async (opts: AgentOpts) => {
+    const rows = await call(() => client(opts).listServices());
+    output(opts, rows, () => serviceTable(rows));
+  });
+
+  withAgentOpts(service.command('get <id>').description('one service')).action(async (id: string, opts: AgentOpts) => {
+    const sid = serviceId(id);
+    const r = await call(() => client(opts).getService(sid));
+    output(opts, r, () => serviceTable([r]));
+  });
+
+  withAgentOpts(service.command('upsert').description('create or replace a service, from flags or from a JSON file (-f <file|->) in the API\'s shape'))
+    .option('--id <id>', 'service ID (1-65535); with -f, the file\'s "id" when not given')
+    .option('-f, --file <file>', 'the service as JSON (PUT /service/{id} body); - for stdin')
+    .option('--frontend <ip:port>', 'frontend address and port (0.0.0.0 for a NodePort on every node address)')
+    .option('--protocol <tcp|udp>', 'frontend protocol (default tcp)')
+    .option('--backends <list>', 'backends: ip:port[@weight][=state],… (state active, terminating, quarantined, maintenance)')
+    .option('--type <type>', 'ClusterIP (default), NodePort, ExternalIPs or LoadBalancer')
+    .option('--traffic-policy <policy>', 'Cluster (default) or Local')
+    .option('--session-affinity', 'ClientIP session affinity')
+    .option('--session-affinity-timeout <seconds>', 'session affinity timeout (default 10800)')
+    .action(async (opts: AgentOpts & UpsertFlags) => {
+      const { id, body } = await upsertRequest(opts);
+      const c = client(opts);
+      // As `cilium service update`: say whether the ID was new.
+      const existed = await call(async () => {
+        try {
+          await c.getService(id);
+          return true;
+        } catch (err) {
+          if (err instanceof AgentResponseError && err.status === 404) return false;
+          throw err;
+        }
+      });
+      const r = await call(() => c.putService(id, body));
+      output(opts, r, () => `${existed ? 'Updated' : 'Created'} service ${id}\n${serviceTable([r])}`);
+    });
+
+  withAgentOpts(service.command('delete <id>').description('delete a service')).action(async (id: string, opts: AgentOpts) => {
+    const sid = serviceId(id);
+    const r = await call(() => client(opts).deleteService(sid));
+    output(opts, r, () => `Deleted service ${r.deleted}\n`);
+  });
+}
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of process.stdin) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString('utf8');
+}

@@ -1,0 +1,243 @@
+/**
+ * The load-balancer and NAT maps decoded for people: `tendril bpf lb list`
+ * (services grouped by frontend with each slot's backend, backends, reverse
+ * NAT, affinity) and `tendril bpf nat list` (SNAT mappings, node devices).
+ * Works from the pins alone, like inspect.ts, and writes nothing.
+ */
+import { formatIp } from '../../netip/index.js';
+import { isKernelError } from '../kernel/errors.js';
+import { codec, MapOfMaps } from '../kernel/bpf/index.js';
+import { BackendState, DeviceFlag, LbScope, MapName, NatDirection, NatFlag, ServiceFlag } from './constants.js';
+import { type DatapathInspector, DatapathInspectError } from './inspect.js';
+import { deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, nat4Entry, nat4Key } from './layout.js';
+
+const PROTOCOL_NAMES: Record<number, string> = { 1: 'ICMP', 6: 'TCP', 17: 'UDP', 132: 'SCTP' };
+const STATE_NAMES: Record<number, string> = {
+  [BackendState.ACTIVE]: 'active',
+  [BackendState.TERMINATING]: 'terminating',
+  [BackendState.QUARANTINED]: 'quarantined',
+  [BackendState.MAINTENANCE]: 'maintenance',
+};
+
+export function protocolName(proto: number): string {
+  return PROTOCOL_NAMES[proto] ?? String(proto);
+}
+
+function flagNames(flags: number, table: Record<string, number>): string[] {
+  return Object.entries(table)
+    .filter(([, bit]) => (flags & bit) !== 0)
+    .map(([name]) => name.toLowerCase().replace(/_/g, '-'));
+}
+
+export interface LbSlotRow {
+  slot: number;
+  backendId: number;
+  /** `address:port` of the backend; absent when the backend map has no such ID. */
+  backend?: string;
+  state?: string;
+}
+
+export interface LbServiceRow {
+  /** The service ID (= its reverse NAT index). */
+  id: number;
+  /** `address:port/PROTO`; address 0.0.0.0 = every node address (NodePort). */
+  frontend: string;
+  address: string;
+  port: number;
+  protocol: string;
+  scope: 'external' | 'internal';
+  /** ServiceFlag names: nodeport, external-ip, loadbalancer, local-traffic, affinity, maglev, two-scopes. */
+  flags: string[];
+  affinityTimeoutSec: number;
+  /** Slot 0's count: backends new connections may go to. */
+  count: number;
+  slots: LbSlotRow[];
+  /** A Maglev table is installed for the service. */
+  maglevTable: boolean;
+}
+
+export interface LbBackendRow {
+  id: number;
+  address: string;
+  port: number;
+  protocol: string;
+  state: string;
+}
+
+export interface LbReverseNatRow {
+  id: number;
+  address: string;
+  port: number;
+}
+
+export interface LbAffinityRow {
+  client: string;
+  serviceId: number;
+  backendId: number;
+  /** Seconds since the client last used the entry. */
+  idleSeconds: number;
+}
+
+export interface NatMappingRow {
+  /** egress: the original tuple → its new source; ingress: the reply's tuple → the original source. */
+  direction: 'egress' | 'ingress';
+  protocol: string;
+  saddr: string;
+  sport: number;
+  daddr: string;
+  dport: number;
+  toAddr: string;
+  toPort: number;
+  /** NatFlag names: masquerade, nodeport. */
+  flags: string[];
+  ageSeconds: number;
+}
+
+export interface NodeDeviceRow {
+  ifindex: number;
+  ipv4: string;
+  mac: string;
+  masquerade: boolean;
+}
+
+export interface LbListing {
+  services: LbServiceRow[];
+  backends: LbBackendRow[];
+  reverseNat: LbReverseNatRow[];
+  affinity: LbAffinityRow[];
+}
+
+export interface NatListing {
+  mappings: NatMappingRow[];
+  devices: NodeDeviceRow[];
+}
+
+const secondsSince = (ns: bigint, nowNs: bigint) => Number((nowNs - ns) / 1_000_000n) / 1000;
+
+export class LbInspector {
+  constructor(readonly inspector: DatapathInspector) {}
+
+  async backends(): Promise<LbBackendRow[]> {
+    return this.inspector.withMap(MapName.LB_BACKENDS, codec.u32, lb4Backend, async (m) => {
+      const rows: LbBackendRow[] = [];
+      for await (const [id, v] of m.entries()) rows.push({ id, address: formatIp(v.address), port: v.port, protocol: protocolName(v.proto), state: STATE_NAMES[v.state] ?? `unknown-${v.state}` });
+      return rows.sort((a, b) => a.id - b.id);
+    });
+  }
+
+  /** Service IDs with a Maglev table. */
+  async #maglevIds(): Promise<Set<number>> {
+    let m: MapOfMaps<number>;
+    try {
+      m = MapOfMaps.openPinned(this.inspector.pinPath(MapName.LB_MAGLEV), codec.u32);
+    } catch (err) {
+      if (isKernelError(err, 'ENOENT')) throw new DatapathInspectError('NOT_LOADED', `the eBPF datapath's map ${MapName.LB_MAGLEV} is not pinned at ${this.inspector.pinPath(MapName.LB_MAGLEV)}`, { cause: err });
+      throw err;
+    }
+    try {
+      const ids = new Set<number>();
+      for await (const id of m.keys()) ids.add(id);
+      return ids;
+    } finally {
+      m.close();
+    }
+  }
+
+  /** Services by frontend and scope, each with its slots resolved to backends. */
+  async services(backends?: readonly LbBackendRow[]): Promise<LbServiceRow[]> {
+    const byId = new Map((backends ?? (await this.backends())).map((b) => [b.id, b]));
+    const maglev = await this.#maglevIds();
+    return this.inspector.withMap(MapName.LB_SERVICES, lb4Key, lb4Service, async (m) => {
+      const groups = new Map<string, LbServiceRow>();
+      const slots: Array<[string, number, number]> = [];
+      for await (const [k, v] of m.entries()) {
+        const address = formatIp(k.address);
+        const protocol = protocolName(k.proto);
+        const group = `${address}:${k.dport}/${protocol}/${k.scope}`;
+        if (k.backendSlot === 0) {
+          groups.set(group, {
+            id: v.revNatIndex,
+            frontend: `${address}:${k.dport}/${protocol}`,
+            address,
+            port: k.dport,
+            protocol,
+            scope: k.scope === LbScope.INTERNAL ? 'internal' : 'external',
+            flags: flagNames(v.flags, ServiceFlag),
+            affinityTimeoutSec: v.affinityTimeout,
+            count: v.count,
+            slots: [],
+            maglevTable: maglev.has(v.revNatIndex),
+          });
+        } else {
+          slots.push([group, k.backendSlot, v.backendId]);
+        }
+      }
+      for (const [group, slot, backendId] of slots) {
+        const row = groups.get(group);
+        // A slot whose service entry is gone (being written or removed): nothing to show it under.
+        if (!row) continue;
+        const b = byId.get(backendId);
+        row.slots.push({ slot, backendId, ...(b ? { backend: `${b.address}:${b.port}`, state: b.state } : {}) });
+      }
+      const rows = [...groups.values()];
+      for (const r of rows) r.slots.sort((a, b) => a.slot - b.slot);
+      return rows.sort((a, b) => a.id - b.id || a.scope.localeCompare(b.scope));
+    });
+  }
+
+  async reverseNat(): Promise<LbReverseNatRow[]> {
+    return this.inspector.withMap(MapName.LB_REVNAT, codec.u16, lb4ReverseNat, async (m) => {
+      const rows: LbReverseNatRow[] = [];
+      for await (const [id, v] of m.entries()) rows.push({ id, address: formatIp(v.address), port: v.port });
+      return rows.sort((a, b) => a.id - b.id);
+    });
+  }
+
+  async affinity(nowNs: bigint = process.hrtime.bigint()): Promise<LbAffinityRow[]> {
+    return this.inspector.withMap(MapName.LB_AFFINITY, lb4AffinityKey, lb4AffinityValue, async (m) => {
+      const rows: LbAffinityRow[] = [];
+      for await (const [k, v] of m.entries()) rows.push({ client: formatIp(k.client), serviceId: k.revNatIndex, backendId: v.backendId, idleSeconds: secondsSince(v.lastUsedNs, nowNs) });
+      return rows.sort((a, b) => a.serviceId - b.serviceId || a.client.localeCompare(b.client, 'en', { numeric: true }));
+    });
+  }
+
+  /** Everything `tendril bpf lb list` shows. */
+  async lbList(): Promise<LbListing> {
+    const backends = await this.backends();
+    return { services: await this.services(backends), backends, reverseNat: await this.reverseNat(), affinity: await this.affinity() };
+  }
+
+  async natMappings(nowNs: bigint = process.hrtime.bigint()): Promise<NatMappingRow[]> {
+    return this.inspector.withMap(MapName.SNAT, nat4Key, nat4Entry, async (m) => {
+      const rows: NatMappingRow[] = [];
+      for await (const [k, v] of m.entries()) {
+        rows.push({
+          direction: k.dir === NatDirection.INGRESS ? 'ingress' : 'egress',
+          protocol: protocolName(k.proto),
+          saddr: formatIp(k.saddr),
+          sport: k.sport,
+          daddr: formatIp(k.daddr),
+          dport: k.dport,
+          toAddr: formatIp(v.toAddr),
+          toPort: v.toPort,
+          flags: flagNames(v.flags, NatFlag),
+          ageSeconds: secondsSince(v.createdNs, nowNs),
+        });
+      }
+      return rows.sort((a, b) => a.direction.localeCompare(b.direction) || a.saddr.localeCompare(b.saddr, 'en', { numeric: true }) || a.sport - b.sport);
+    });
+  }
+
+  async devices(): Promise<NodeDeviceRow[]> {
+    return this.inspector.withMap(MapName.DEVICES, codec.u32, deviceInfo, async (m) => {
+      const rows: NodeDeviceRow[] = [];
+      for await (const [ifindex, v] of m.entries()) rows.push({ ifindex, ipv4: formatIp(v.ipv4), mac: v.mac, masquerade: (v.flags & DeviceFlag.MASQUERADE) !== 0 });
+      return rows.sort((a, b) => a.ifindex - b.ifindex);
+    });
+  }
+
+  /** Everything `tendril bpf nat list` shows. */
+  async natList(nowNs?: bigint): Promise<NatListing> {
+    return { mappings: await this.natMappings(nowNs), devices: await this.devices() };
+  }
+}

@@ -1,0 +1,295 @@
+// LbMaps against the real pinned maps (the three objects loaded under a
+// temp bpffs root, small sizes) and real routes in a `tdl` namespace of its
+// own (netlink works there through its socket; nothing is attached).
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { NetnsPool } from '../../../test/support/netns.js';
+import { runOk } from '../../../test/support/run.js';
+import { requireRoot } from '../../../test/support/root.js';
+import { createLogger } from '../../logging/logger.js';
+import { parseIp } from '../../netip/index.js';
+import { BpfMap, codec, ensureBpffs, MapOfMaps, removePinDir } from '../kernel/bpf/index.js';
+import { Netlink } from '../kernel/netlink/index.js';
+import { isDatapathError, type LbServiceEntry } from '../types.js';
+import { CtKeyFlag, LbScope, MapName, ServiceFlag } from './constants.js';
+import { ct4Key, ctEntry, type CtEntryValue, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, type Lb4Key, lb4ReverseNat, lb4Service } from './layout.js';
+import { LbMaps, type LbMapSet } from './lbMaps.js';
+import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
+import { SERVICE_ROUTE_NEXTHOP, SERVICE_ROUTE_PROTOCOL, ServiceRoutes } from './serviceRoutes.js';
+
+requireRoot('the load-balancer map tests');
+
+const log = createLogger('lb-maps-test', 'warn');
+const SIZES: MapSizes = {
+  [MapName.ENDPOINTS]: 16,
+  [MapName.IPCACHE]: 16,
+  [MapName.POLICY]: 16,
+  [MapName.CT_TCP]: 256,
+  [MapName.CT_ANY]: 256,
+  [MapName.FRAG]: 16,
+  [MapName.METRICS]: 16,
+  [MapName.EVENTS]: 1 << 16,
+  [MapName.LB_SERVICES]: 256,
+  [MapName.LB_BACKENDS]: 64,
+  [MapName.LB_REVNAT]: 64,
+  [MapName.LB_AFFINITY]: 64,
+  [MapName.LB_MAGLEV]: 16,
+  [MapName.SNAT]: 64,
+  [MapName.DEVICES]: 4,
+  [MapName.NO_MASQUERADE]: 16,
+};
+const MAGLEV_SIZE = 7;
+const ROUTER = '10.215.0.1';
+
+const pool = new NetnsPool('lbm');
+const roots: string[] = [];
+const opened: Array<{ close(): void | Promise<void> }> = [];
+after(async () => {
+  for (const o of opened.reverse()) await o.close();
+  for (const r of roots) await removePinDir(r);
+  await pool.cleanup();
+});
+
+async function loadMaps(sizes: MapSizes = SIZES): Promise<{ objects: DatapathObjects; maps: LbMapSet }> {
+  await ensureBpffs();
+  const root = `/sys/fs/bpf/tdl-${randomBytes(4).toString('hex')}`;
+  roots.push(root);
+  const objects = await loadDatapathObjects({ pinDir: join(root, 'tendril'), mapSizes: sizes });
+  opened.push(objects);
+  const raw = (name: string) => objects.lxc.rawMap(name);
+  return {
+    objects,
+    maps: {
+      services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
+      backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
+      revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
+      affinity: new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue),
+      maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
+      ctTcp: new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry),
+      ctAny: new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry),
+    },
+  };
+}
+
+async function dumpServices(maps: LbMapSet): Promise<Map<string, { key: Lb4Key; value: ReturnType<typeof lb4Service.read> }>> {
+  const out = new Map<string, { key: Lb4Key; value: ReturnType<typeof lb4Service.read> }>();
+  for await (const [k, v] of maps.services.entries()) out.set(`${k.address.bits}:${k.dport}/${k.proto}/${k.scope}#${k.backendSlot}`, { key: k, value: v });
+  return out;
+}
+
+const fkey = (address: string, port: number, slot: number, scope: number = LbScope.EXTERNAL, proto = 6): Lb4Key => ({ address: parseIp(address), dport: port, backendSlot: slot, proto, scope });
+
+const be = (id: number, state: 'active' | 'terminating' = 'active') => ({ id, address: `10.215.1.${id}`, port: 8080, protocol: 'TCP' as const, state });
+const svc = (over: Partial<LbServiceEntry> = {}): LbServiceEntry => ({ id: 1, address: '10.96.0.10', port: 80, protocol: 'TCP', type: 'ClusterIP', localTraffic: false, affinityTimeoutSec: 0, backendIds: [1, 2, 3], ...over });
+
+const ctValue = (backendId: number, revNatIndex: number): CtEntryValue => ({
+  expiresNs: 1n << 60n,
+  packets: 1n,
+  bytes: 60n,
+  srcIdentity: 1,
+  dstIdentity: 2,
+  srcEndpoint: 0,
+  dstEndpoint: 0,
+  revNatIndex,
+  tcpFlags: 0,
+  flags: 0,
+  backendId,
+  natAddr: parseIp('10.96.0.10'),
+  natPort: 80,
+});
+
+/** The inner map's entries, read by ID (bpftool: this process has no fd of it). */
+function innerEntries(id: number): number[] {
+  const r = spawnSync('bpftool', ['-j', 'map', 'dump', 'id', String(id)], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  // Without BTF bpftool prints keys and values as little-endian byte lists ("0x04").
+  const u32 = (x: number | string[]) => (typeof x === 'number' ? x : Buffer.from(x.map((h) => parseInt(h, 16))).readUInt32LE(0));
+  const rows = JSON.parse(r.stdout) as Array<{ key: number | string[]; value: number | string[] }>;
+  return rows
+    .map((row) => [u32(row.key), u32(row.value)] as const)
+    .sort((a, b) => a[0] - b[0])
+    .map(([, v]) => v);
+}
+
+describe('LbMaps', { timeout: 120_000 }, () => {
+  let maps: LbMapSet;
+  let lb: LbMaps;
+  let nsPath: string;
+  let nl: Netlink;
+  let routes: ServiceRoutes;
+
+  const routeOf = async (address: string) => (await nl.listRoutes({ family: 4, table: 254 })).find((r) => r.dst === `${address}/32`);
+
+  before(async () => {
+    const ns = await pool.add('node');
+    nsPath = ns.path;
+    await runOk(['ip', '-n', ns.name, 'link', 'add', 'tendril_host', 'type', 'veth', 'peer', 'name', 'tendril_net']);
+    await runOk(['ip', '-n', ns.name, 'link', 'set', 'tendril_host', 'up']);
+    await runOk(['ip', '-n', ns.name, 'link', 'set', 'tendril_net', 'up']);
+    await runOk(['ip', '-n', ns.name, 'addr', 'add', `${ROUTER}/32`, 'dev', 'tendril_host']);
+    nl = await Netlink.open({ netns: nsPath });
+    opened.push({ close: () => nl.close() });
+    ({ maps } = await loadMaps());
+    routes = new ServiceRoutes({ netlink: async () => nl, log });
+    lb = await LbMaps.open({ maps, routes, log, maglevTableSize: MAGLEV_SIZE });
+  });
+
+  it('a ClusterIP: backends, slots 1..n, slot 0 with count and flags, reverse NAT; its route once the router is known', async () => {
+    await lb.upsertBackends([be(1), be(2), be(3, 'terminating')]);
+    assert.deepEqual(maps.backends.get(3), { address: parseIp('10.215.1.3'), port: 8080, proto: 6, state: 1 });
+    await lb.upsertService(svc());
+    const s = await dumpServices(maps);
+    assert.equal(s.size, 4);
+    assert.deepEqual(maps.services.get(fkey('10.96.0.10', 80, 0)), { backendId: 0, affinityTimeout: 0, count: 3, revNatIndex: 1, flags: 0 });
+    for (const slot of [1, 2, 3]) assert.equal(maps.services.get(fkey('10.96.0.10', 80, slot))?.backendId, slot);
+    assert.deepEqual(maps.revNat.get(1), { address: parseIp('10.96.0.10'), port: 80 });
+    assert.equal(await routeOf('10.96.0.10'), undefined, 'no route before the router address is known');
+    await lb.setRouter(ROUTER);
+    const r = await routeOf('10.96.0.10');
+    assert.ok(r);
+    assert.equal(r.gateway, SERVICE_ROUTE_NEXTHOP);
+    assert.equal(r.prefsrc, ROUTER);
+    assert.equal(r.protocol, SERVICE_ROUTE_PROTOCOL);
+    const neigh = (await nl.listNeighbours({ family: 4, link: 'tendril_host' })).find((n) => n.ip === SERVICE_ROUTE_NEXTHOP);
+    const peer = await nl.getLink('tendril_net');
+    assert.equal(neigh?.mac, peer.mac);
+  });
+
+  it('shrinks and grows in place; a second ClusterIP on the same address shares the route until the last goes', async () => {
+    await lb.upsertService(svc({ backendIds: [2] }));
+    let s = await dumpServices(maps);
+    assert.equal(s.size, 2);
+    assert.equal(maps.services.get(fkey('10.96.0.10', 80, 0))?.count, 1);
+    assert.equal(maps.services.get(fkey('10.96.0.10', 80, 1))?.backendId, 2);
+    await lb.upsertService(svc({ backendIds: [1, 2] }));
+    s = await dumpServices(maps);
+    assert.equal(s.size, 3);
+    await lb.upsertService(svc({ id: 2, port: 443, backendIds: [1] }));
+    await lb.deleteService(1);
+    assert.equal(maps.services.get(fkey('10.96.0.10', 80, 0)), undefined);
+    assert.equal(maps.revNat.get(1), undefined);
+    assert.ok(await routeOf('10.96.0.10'), 'service 2 still holds the address');
+    await lb.deleteService(2);
+    assert.equal(await routeOf('10.96.0.10'), undefined);
+    assert.equal((await dumpServices(maps)).size, 0);
+  });
+
+  it('flags from type, traffic policy, affinity, Maglev; two scopes with the internal one written and removed', async () => {
+    await lb.upsertBackends([be(4), be(5)]);
+    const np = svc({ id: 3, address: '0.0.0.0', port: 30080, type: 'NodePort', localTraffic: true, affinityTimeoutSec: 60, backendIds: [4], internalBackendIds: [4, 5] });
+    await lb.upsertService(np);
+    const slot0 = maps.services.get(fkey('0.0.0.0', 30080, 0))!;
+    assert.equal(slot0.flags, ServiceFlag.NODEPORT | ServiceFlag.LOCAL_TRAFFIC | ServiceFlag.AFFINITY | ServiceFlag.TWO_SCOPES);
+    assert.equal(slot0.affinityTimeout, 60);
+    assert.equal(slot0.count, 1);
+    assert.equal(maps.services.get(fkey('0.0.0.0', 30080, 0, LbScope.INTERNAL))?.count, 2);
+    assert.equal(maps.services.get(fkey('0.0.0.0', 30080, 2, LbScope.INTERNAL))?.backendId, 5);
+    assert.equal(await routeOf('0.0.0.0'), undefined, 'no route for a NodePort');
+    // Cluster policy again: the internal scope goes.
+    await lb.upsertService(svc({ id: 3, address: '0.0.0.0', port: 30080, type: 'NodePort', affinityTimeoutSec: 60, backendIds: [4, 5] }));
+    assert.equal(maps.services.get(fkey('0.0.0.0', 30080, 0, LbScope.INTERNAL)), undefined);
+    assert.equal(maps.services.get(fkey('0.0.0.0', 30080, 1, LbScope.INTERNAL)), undefined);
+    assert.equal(maps.services.get(fkey('0.0.0.0', 30080, 0))?.flags, ServiceFlag.NODEPORT | ServiceFlag.AFFINITY);
+    const ext = svc({ id: 4, address: '192.0.2.10', type: 'ExternalIPs', backendIds: [4, 5], maglevTable: Uint32Array.from([4, 5, 4, 5, 4, 5, 4]) });
+    await lb.upsertService(ext);
+    assert.equal(maps.services.get(fkey('192.0.2.10', 80, 0))?.flags, ServiceFlag.EXTERNAL_IP | ServiceFlag.MAGLEV);
+    const firstInner = maps.maglev.innerMapId(4)!;
+    assert.ok(firstInner > 0);
+    assert.deepEqual(innerEntries(firstInner), [4, 5, 4, 5, 4, 5, 4]);
+    await lb.upsertService({ ...ext, maglevTable: Uint32Array.from([5, 5, 5, 5, 5, 5, 5]) });
+    const second = maps.maglev.innerMapId(4)!;
+    assert.notEqual(second, firstInner, 'a new table is swapped in whole');
+    assert.deepEqual(innerEntries(second), [5, 5, 5, 5, 5, 5, 5]);
+    await assert.rejects(lb.upsertService({ ...ext, maglevTable: new Uint32Array(3) }), /Maglev table of 3 entries/);
+    await lb.upsertService(svc({ id: 4, address: '192.0.2.10', type: 'LoadBalancer', backendIds: [4, 5] }));
+    assert.equal(maps.maglev.has(4), false);
+    assert.equal(maps.services.get(fkey('192.0.2.10', 80, 0))?.flags, ServiceFlag.LOADBALANCER);
+    await lb.deleteService(3);
+    await lb.deleteService(4);
+  });
+
+  it('refuses a frontend another service has, and backends it does not know', async () => {
+    await lb.upsertService(svc({ id: 5, address: '10.96.0.20', backendIds: [4] }));
+    await assert.rejects(lb.upsertService(svc({ id: 6, address: '10.96.0.20', backendIds: [4] })), (err: unknown) => isDatapathError(err, 'exists'));
+    await assert.rejects(lb.upsertService(svc({ id: 6, address: '10.96.0.21', backendIds: [99] })), (err: unknown) => isDatapathError(err, 'not-found'));
+    assert.equal(maps.services.get(fkey('10.96.0.21', 80, 0)), undefined);
+    await lb.deleteService(5);
+  });
+
+  it('deleteBackends: refused while a slot names one; then the backend and every conntrack and affinity entry pinned to it go', async () => {
+    await lb.upsertBackends([be(6), be(7)]);
+    await lb.upsertService(svc({ id: 7, address: '10.96.0.30', protocol: 'UDP', backendIds: [6, 7] }));
+    await assert.rejects(lb.deleteBackends([6]), (err: unknown) => isDatapathError(err, 'refused'));
+    const client = parseIp('10.215.2.1');
+    const svcFlow = { saddr: client, daddr: parseIp('10.96.0.30'), sport: 5000, dport: 80, proto: 17, flags: CtKeyFlag.SERVICE };
+    const xlated = { saddr: client, daddr: parseIp('10.215.1.6'), sport: 5000, dport: 8080, proto: 17, flags: 0 };
+    const other = { saddr: client, daddr: parseIp('10.215.1.7'), sport: 5001, dport: 8080, proto: 17, flags: 0 };
+    const tcpFlow = { saddr: client, daddr: parseIp('10.215.1.6'), sport: 5002, dport: 8080, proto: 6, flags: 0 };
+    maps.ctAny.set(svcFlow, ctValue(6, 7));
+    maps.ctAny.set(xlated, ctValue(6, 7));
+    maps.ctAny.set(other, ctValue(7, 7));
+    maps.ctTcp.set(tcpFlow, ctValue(6, 7));
+    maps.affinity.set({ client, revNatIndex: 7 }, { lastUsedNs: 1n, backendId: 6 });
+    await lb.upsertService(svc({ id: 7, address: '10.96.0.30', protocol: 'UDP', backendIds: [7] }));
+    await lb.deleteBackends([6]);
+    assert.equal(maps.backends.get(6), undefined);
+    assert.equal(maps.ctAny.get(svcFlow), undefined);
+    assert.equal(maps.ctAny.get(xlated), undefined);
+    assert.equal(maps.ctTcp.get(tcpFlow), undefined);
+    assert.ok(maps.ctAny.get(other), 'a flow of another backend stays');
+    assert.equal(maps.affinity.get({ client, revNatIndex: 7 }), undefined);
+    maps.ctAny.delete(other);
+    await lb.deleteService(7);
+  });
+
+  it('a restart rebuilds the shadow from the maps; restoreDone removes services, backends, tables and routes the agent no longer has', async () => {
+    await lb.upsertBackends([be(8), be(9)]);
+    await lb.upsertService(svc({ id: 8, address: '10.96.0.40', backendIds: [8] }));
+    await lb.upsertService(svc({ id: 9, address: '10.96.0.41', backendIds: [9], maglevTable: Uint32Array.from([9, 9, 9, 9, 9, 9, 9]) }));
+    // A route of ours no service holds (a previous run's) and someone else's route, which stays.
+    await nl.replaceRoute({ dst: '10.96.0.99/32', gateway: SERVICE_ROUTE_NEXTHOP, onlink: true, link: 'tendril_host', prefsrc: ROUTER, protocol: SERVICE_ROUTE_PROTOCOL });
+    await nl.replaceRoute({ dst: '10.96.0.98/32', link: 'tendril_host' });
+    const restarted = await LbMaps.open({ maps, routes: new ServiceRoutes({ netlink: async () => nl, log }), log, maglevTableSize: MAGLEV_SIZE });
+    assert.deepEqual(restarted.serviceIds().filter((id) => id >= 8), [8, 9]);
+    await restarted.setRouter(ROUTER);
+    const liveBackends = restarted.backendIds().filter((id) => id !== 9);
+    await restarted.restoreDone([8], liveBackends);
+    assert.ok(maps.services.get(fkey('10.96.0.40', 80, 0)));
+    assert.equal(maps.services.get(fkey('10.96.0.41', 80, 0)), undefined);
+    assert.equal(maps.services.get(fkey('10.96.0.41', 80, 1)), undefined);
+    assert.equal(maps.revNat.get(9), undefined);
+    assert.equal(maps.maglev.has(9), false);
+    assert.equal(maps.backends.get(9), undefined);
+    assert.ok(maps.backends.get(8));
+    assert.ok(await routeOf('10.96.0.40'));
+    assert.equal(await routeOf('10.96.0.41'), undefined);
+    assert.equal(await routeOf('10.96.0.99'), undefined);
+    assert.ok(await routeOf('10.96.0.98'), "someone else's route stays");
+    // The restarted instance can delete what the first one wrote.
+    await restarted.deleteService(8);
+    assert.equal(maps.services.get(fkey('10.96.0.40', 80, 0)), undefined);
+    assert.equal(await routeOf('10.96.0.40'), undefined);
+    await nl.deleteRoute({ dst: '10.96.0.98/32', link: 'tendril_host' });
+  });
+
+  it('a failed upsert (service map full) puts back exactly what the map held', async () => {
+    const small = await loadMaps({ ...SIZES, [MapName.LB_SERVICES]: 5 });
+    const slb = await LbMaps.open({ maps: small.maps, routes: new ServiceRoutes({ netlink: async () => nl, log }), log, maglevTableSize: MAGLEV_SIZE });
+    await slb.upsertBackends([be(1), be(2), be(3), be(4), be(5)]);
+    await slb.upsertService(svc({ id: 1, address: '10.96.1.1', backendIds: [1, 2] }));
+    const before = await dumpServices(small.maps);
+    await assert.rejects(slb.upsertService(svc({ id: 2, address: '10.96.1.2', backendIds: [1, 2, 3] })), (err: unknown) => isDatapathError(err, 'failed') && /full/.test((err as Error).message));
+    assert.deepEqual(await dumpServices(small.maps), before);
+    // Growing in place: slots 3..5 are new keys, and the map has room for two.
+    await assert.rejects(slb.upsertService(svc({ id: 1, address: '10.96.1.1', backendIds: [1, 2, 3, 4, 5] })), /full/);
+    assert.deepEqual(await dumpServices(small.maps), before);
+    assert.equal(small.maps.revNat.get(2), undefined);
+    // Still consistent: the service can shrink and be deleted.
+    await slb.upsertService(svc({ id: 1, address: '10.96.1.1', backendIds: [3] }));
+    await slb.deleteService(1);
+    assert.equal((await dumpServices(small.maps)).size, 0);
+  });
+});

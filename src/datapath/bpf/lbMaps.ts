@@ -1,0 +1,485 @@
+/**
+ * The load-balancer maps (tendril_lb4_svc/_be/_rev/_aff/_mag) written for
+ * the service subsystem. Every write is ordered so that a packet never sees
+ * a half-written service: backends exist before a slot names them, slots
+ * 1..n before slot 0 exposes n of them (and its flags), the internal scope
+ * and the Maglev table before a flag points at them; on shrink slot 0 goes
+ * first and the slots it no longer counts after. A failed upsert puts back
+ * what it had changed. Deleting a backend also deletes every conntrack
+ * entry pinned to it, so a connected UDP client re-selects on its next
+ * datagram instead of sending into the void.
+ *
+ * A shadow of each service's keys (rebuilt from the pinned maps at start)
+ * lets a change touch exactly what it must without walking the maps.
+ */
+import type { Logger } from '../../logging/logger.js';
+import { formatIp, type IpAddress, tryParseIp } from '../../netip/index.js';
+import { isKernelError } from '../kernel/errors.js';
+import { type BpfMap, codec, MapOfMaps, RawMap } from '../kernel/bpf/index.js';
+import { DatapathError, type LbBackendEntry, type LbBackendState, type LbProtocol, type LbServiceEntry, type LoadBalancerDatapath } from '../types.js';
+import { BackendState, LbScope, MAX_SERVICE_ID, ServiceFlag } from './constants.js';
+import type { Ct4Key, CtEntryValue, Lb4BackendValue, Lb4Key, Lb4ReverseNatValue, Lb4ServiceValue } from './layout.js';
+import type { lb4AffinityKey, lb4AffinityValue } from './layout.js';
+import type { ServiceRoutes } from './serviceRoutes.js';
+
+/** BPF_F_INNER_MAP: an inner map whose max_entries may differ from the outer map's template. */
+export const BPF_F_INNER_MAP = 1 << 12;
+
+export const PROTOCOL_NUMBER: Record<LbProtocol, number> = { TCP: 6, UDP: 17, SCTP: 132 };
+export const BACKEND_STATE_NUMBER: Record<LbBackendState, number> = {
+  active: BackendState.ACTIVE,
+  terminating: BackendState.TERMINATING,
+  quarantined: BackendState.QUARANTINED,
+  maintenance: BackendState.MAINTENANCE,
+};
+
+type AffinityKey = codec.CodecValue<typeof lb4AffinityKey>;
+type AffinityValue = codec.CodecValue<typeof lb4AffinityValue>;
+
+export interface LbMapSet {
+  services: BpfMap<Lb4Key, Lb4ServiceValue>;
+  backends: BpfMap<number, Lb4BackendValue>;
+  revNat: BpfMap<number, Lb4ReverseNatValue>;
+  affinity: BpfMap<AffinityKey, AffinityValue>;
+  maglev: MapOfMaps<number>;
+  ctTcp: BpfMap<Ct4Key, CtEntryValue>;
+  ctAny: BpfMap<Ct4Key, CtEntryValue>;
+}
+
+export interface LbMapsOptions {
+  maps: LbMapSet;
+  routes: ServiceRoutes;
+  log: Logger;
+  /** Entries of every Maglev table (a prime). */
+  maglevTableSize: number;
+}
+
+/** A frontend as the maps key it (without slot and scope). */
+interface Frontend {
+  address: IpAddress;
+  port: number;
+  proto: number;
+}
+
+/** What the maps hold for one service ID. */
+interface ServiceShadow {
+  frontend: Frontend;
+  flags: number;
+  /** Slots written per scope (slot 0's count). */
+  counts: Map<number, number>;
+  /** The ClusterIP whose route the service holds, if it is one. */
+  routeAddress?: string;
+}
+
+const TYPE_FLAGS = ServiceFlag.NODEPORT | ServiceFlag.EXTERNAL_IP | ServiceFlag.LOADBALANCER;
+
+function frontendText(f: Frontend): string {
+  return `${formatIp(f.address)}:${f.port}/${f.proto}`;
+}
+
+function sameFrontend(a: Frontend, b: Frontend): boolean {
+  return a.address.bits === b.address.bits && a.port === b.port && a.proto === b.proto;
+}
+
+function key(f: Frontend, slot: number, scope: number): Lb4Key {
+  return { address: f.address, dport: f.port, backendSlot: slot, proto: f.proto, scope };
+}
+
+function invalid(message: string): DatapathError {
+  return new DatapathError('failed', message);
+}
+
+function wrap(what: string, err: unknown): DatapathError {
+  if (err instanceof DatapathError) return err;
+  const full = isKernelError(err, 'E2BIG', 'ENOMEM', 'ENOSPC') ? `${what}: the map is full (${(err as Error).message})` : `${what}: ${(err as Error).message}`;
+  return new DatapathError('failed', full, [], '', { cause: err });
+}
+
+function ipv4(text: string, what: string): IpAddress {
+  const ip = tryParseIp(text);
+  if (ip?.family !== 4) throw invalid(`${what} ${JSON.stringify(text)} is not an IPv4 address`);
+  return ip;
+}
+
+function checkPort(port: number, what: string, allowZero = false): void {
+  if (!Number.isInteger(port) || port < (allowZero ? 0 : 1) || port > 65535) throw invalid(`${what} port ${port} is outside ${allowZero ? 0 : 1}..65535`);
+}
+
+function checkId(id: number, what: string, max = 0xffffffff): void {
+  if (!Number.isInteger(id) || id < 1 || id > max) throw invalid(`${what} ID ${id} is outside 1..${max}`);
+}
+
+/** The service flags an entry asks for. */
+export function serviceFlags(svc: LbServiceEntry): number {
+  let flags = 0;
+  if (svc.type === 'NodePort') flags |= ServiceFlag.NODEPORT;
+  else if (svc.type === 'ExternalIPs') flags |= ServiceFlag.EXTERNAL_IP;
+  else if (svc.type === 'LoadBalancer') flags |= ServiceFlag.LOADBALANCER;
+  if (svc.localTraffic) flags |= ServiceFlag.LOCAL_TRAFFIC;
+  if (svc.affinityTimeoutSec > 0) flags |= ServiceFlag.AFFINITY;
+  if (svc.maglevTable !== undefined) flags |= ServiceFlag.MAGLEV;
+  if (svc.internalBackendIds !== undefined) flags |= ServiceFlag.TWO_SCOPES;
+  return flags;
+}
+
+/** Undo steps of one operation, run newest first when it fails. */
+class UndoLog {
+  readonly #steps: Array<() => Promise<void> | void> = [];
+  push(step: () => Promise<void> | void): void {
+    this.#steps.push(step);
+  }
+  async run(log: Logger): Promise<void> {
+    for (const step of this.#steps.reverse()) {
+      try {
+        await step();
+      } catch (err) {
+        log.error({ err }, 'putting back a load-balancer map entry after a failed change failed');
+      }
+    }
+  }
+}
+
+export class LbMaps implements LoadBalancerDatapath {
+  readonly #services = new Map<number, ServiceShadow>();
+  /** Backend IDs the backend map holds. */
+  readonly #backends = new Set<number>();
+  /** Services whose Maglev inner map is in tendril_lb4_mag. */
+  readonly #maglev = new Set<number>();
+  /** One change at a time: each reads the shadow another would change. */
+  #queue: Promise<unknown> = Promise.resolve();
+
+  private constructor(private readonly opts: LbMapsOptions) {}
+
+  /** Reads what the pinned maps hold (a previous run's services survive a restart). */
+  static async open(opts: LbMapsOptions): Promise<LbMaps> {
+    const lb = new LbMaps(opts);
+    const { maps } = opts;
+    for await (const [k, v] of maps.services.entries()) {
+      if (k.backendSlot !== 0) continue;
+      const id = v.revNatIndex;
+      let s = lb.#services.get(id);
+      if (!s) {
+        s = { frontend: { address: k.address, port: k.dport, proto: k.proto }, flags: 0, counts: new Map() };
+        lb.#services.set(id, s);
+      }
+      s.counts.set(k.scope, v.count);
+      if (k.scope === LbScope.EXTERNAL) {
+        s.flags = v.flags;
+        s.frontend = { address: k.address, port: k.dport, proto: k.proto };
+      }
+    }
+    for (const [id, s] of lb.#services) {
+      if ((s.flags & TYPE_FLAGS) === 0 && s.frontend.address.bits !== 0n) {
+        s.routeAddress = formatIp(s.frontend.address);
+        opts.routes.adopt(id, s.routeAddress);
+      }
+    }
+    for await (const id of maps.backends.keys()) lb.#backends.add(id);
+    for await (const id of maps.maglev.keys()) lb.#maglev.add(id);
+    return lb;
+  }
+
+  /** Service IDs the maps hold. */
+  serviceIds(): number[] {
+    return [...this.#services.keys()].sort((a, b) => a - b);
+  }
+
+  backendIds(): number[] {
+    return [...this.#backends].sort((a, b) => a - b);
+  }
+
+  #serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.#queue.then(fn, fn);
+    this.#queue = run.catch(() => undefined);
+    return run;
+  }
+
+  /** The router address is known (setupNode): routes to ClusterIPs go in with it as their source. */
+  setRouter(router: string): Promise<void> {
+    return this.#serial(() => this.opts.routes.setRouter(router));
+  }
+
+  upsertBackends(backends: readonly LbBackendEntry[]): Promise<void> {
+    return this.#serial(() => this.#upsertBackends(backends));
+  }
+
+  async #upsertBackends(backends: readonly LbBackendEntry[]): Promise<void> {
+    const { maps } = this.opts;
+    const entries: Array<[number, Lb4BackendValue]> = backends.map((b) => {
+      checkId(b.id, 'backend');
+      checkPort(b.port, `backend ${b.id}`);
+      const state = BACKEND_STATE_NUMBER[b.state];
+      const proto = PROTOCOL_NUMBER[b.protocol];
+      if (state === undefined) throw invalid(`backend ${b.id}: unknown state ${JSON.stringify(b.state)}`);
+      if (proto === undefined) throw invalid(`backend ${b.id}: unknown protocol ${JSON.stringify(b.protocol)}`);
+      return [b.id, { address: ipv4(b.address, `backend ${b.id} address`), port: b.port, proto, state }];
+    });
+    const undo = new UndoLog();
+    try {
+      for (const [id, value] of entries) {
+        const previous = maps.backends.get(id);
+        maps.backends.set(id, value);
+        undo.push(() => (previous ? maps.backends.set(id, previous) : void maps.backends.delete(id)));
+      }
+    } catch (err) {
+      await undo.run(this.opts.log);
+      throw wrap(`writing backends to ${maps.backends.name}`, err);
+    }
+    for (const [id] of entries) this.#backends.add(id);
+  }
+
+  deleteBackends(ids: readonly number[]): Promise<void> {
+    return this.#serial(() => this.#deleteBackends(ids));
+  }
+
+  async #deleteBackends(ids: readonly number[]): Promise<void> {
+    const gone = new Set(ids);
+    if (gone.size === 0) return;
+    const inSlots = await this.#slottedBackends(gone);
+    if (inSlots.length > 0) {
+      throw new DatapathError('refused', `backends still in service slots cannot go (remove them from the services first): ${inSlots.map(([b, s]) => `backend ${b} in service ${s}`).join(', ')}`);
+    }
+    const { maps } = this.opts;
+    try {
+      for (const id of gone) {
+        maps.backends.delete(id);
+        this.#backends.delete(id);
+      }
+    } catch (err) {
+      throw wrap(`deleting backends from ${maps.backends.name}`, err);
+    }
+    await this.#purgeConntrack(gone);
+    await this.#purgeAffinity((k, v) => gone.has(v.backendId));
+  }
+
+  /** (backend, service) pairs of `ids` that some slot still names. */
+  async #slottedBackends(ids: ReadonlySet<number>): Promise<Array<[number, number]>> {
+    const out: Array<[number, number]> = [];
+    const { services } = this.opts.maps;
+    for (const [id, s] of this.#services) {
+      for (const [scope, count] of s.counts) {
+        for (let slot = 1; slot <= count; slot++) {
+          const v = services.get(key(s.frontend, slot, scope));
+          if (v && ids.has(v.backendId)) out.push([v.backendId, id]);
+        }
+      }
+    }
+    return out;
+  }
+
+  /** Deletes every conntrack entry (service and translated) pinned to one of `ids`, in both tables; answers how many. */
+  async #purgeConntrack(ids: ReadonlySet<number>): Promise<number> {
+    let removed = 0;
+    for (const table of [this.opts.maps.ctTcp, this.opts.maps.ctAny]) {
+      // Keys first, deletes after: deleting during a hash walk restarts it.
+      const doomed: Buffer[] = [];
+      for await (const [k, v] of table.raw.entries()) {
+        // backend_id sits at a fixed offset: decoding the whole entry for every flow is wasted work.
+        if (ids.has(ctEntryBackendId(v))) doomed.push(Buffer.from(k));
+      }
+      for (const k of doomed) if (table.raw.delete(k)) removed++;
+    }
+    if (removed > 0) this.opts.log.info({ backends: [...ids], removed }, 'removed conntrack entries pinned to deleted backends');
+    return removed;
+  }
+
+  async #purgeAffinity(match: (k: AffinityKey, v: AffinityValue) => boolean): Promise<void> {
+    const { affinity } = this.opts.maps;
+    const doomed: AffinityKey[] = [];
+    for await (const [k, v] of affinity.entries()) if (match(k, v)) doomed.push(k);
+    for (const k of doomed) affinity.delete(k);
+  }
+
+  upsertService(svc: LbServiceEntry): Promise<void> {
+    return this.#serial(() => this.#upsertService(svc));
+  }
+
+  async #upsertService(svc: LbServiceEntry): Promise<void> {
+    checkId(svc.id, 'service', MAX_SERVICE_ID);
+    const proto = PROTOCOL_NUMBER[svc.protocol];
+    if (proto === undefined) throw invalid(`service ${svc.id}: unknown protocol ${JSON.stringify(svc.protocol)}`);
+    checkPort(svc.port, `service ${svc.id}`);
+    const frontend: Frontend = { address: ipv4(svc.address, `service ${svc.id} frontend`), port: svc.port, proto };
+    if (frontend.address.bits === 0n && svc.type !== 'NodePort') throw invalid(`service ${svc.id}: only a NodePort frontend may have address 0.0.0.0`);
+    for (const [other, s] of this.#services) {
+      if (other !== svc.id && sameFrontend(s.frontend, frontend)) throw new DatapathError('exists', `service ${svc.id}: frontend ${frontendText(frontend)} is service ${other}'s`);
+    }
+    const scopes = new Map<number, readonly number[]>([[LbScope.EXTERNAL, svc.backendIds]]);
+    if (svc.internalBackendIds !== undefined) scopes.set(LbScope.INTERNAL, svc.internalBackendIds);
+    for (const ids of scopes.values()) {
+      if (ids.length > 0xffff) throw invalid(`service ${svc.id}: ${ids.length} backends do not fit a slot count`);
+      const missing = ids.filter((b) => !this.#backends.has(b));
+      if (missing.length > 0) throw new DatapathError('not-found', `service ${svc.id}: backends ${missing.join(', ')} are not in the backend map (upsert them first)`);
+    }
+    const size = this.opts.maglevTableSize;
+    if (svc.maglevTable !== undefined) {
+      if (svc.maglevTable.length !== size) throw invalid(`service ${svc.id}: a Maglev table of ${svc.maglevTable.length} entries, the datapath's size is ${size}`);
+      const missing = svc.maglevTable.find((b) => b !== 0 && !this.#backends.has(b));
+      if (missing !== undefined) throw new DatapathError('not-found', `service ${svc.id}: its Maglev table names backend ${missing}, which is not in the backend map`);
+    }
+    const flags = serviceFlags(svc);
+    const routeAddress = (flags & TYPE_FLAGS) === 0 ? formatIp(frontend.address) : undefined;
+    const old = this.#services.get(svc.id);
+    const moved = old !== undefined && !sameFrontend(old.frontend, frontend);
+    const { maps } = this.opts;
+    const undo = new UndoLog();
+    const set = (k: Lb4Key, v: Lb4ServiceValue) => {
+      const previous = maps.services.get(k);
+      maps.services.set(k, v);
+      undo.push(() => (previous ? maps.services.set(k, previous) : void maps.services.delete(k)));
+    };
+    const counts = new Map<number, number>();
+    try {
+      const previousRev = maps.revNat.get(svc.id);
+      maps.revNat.set(svc.id, { address: frontend.address, port: frontend.port });
+      undo.push(() => (previousRev ? maps.revNat.set(svc.id, previousRev) : void maps.revNat.delete(svc.id)));
+      const writeScope = (scope: number, ids: readonly number[]) => {
+        ids.forEach((backendId, i) => set(key(frontend, i + 1, scope), { backendId, affinityTimeout: 0, count: 0, revNatIndex: svc.id, flags: 0 }));
+        set(key(frontend, 0, scope), { backendId: 0, affinityTimeout: svc.affinityTimeoutSec, count: ids.length, revNatIndex: svc.id, flags });
+        counts.set(scope, ids.length);
+      };
+      // The internal scope is complete before the external entry's TWO_SCOPES flag sends traffic to it.
+      const internal = scopes.get(LbScope.INTERNAL);
+      if (internal) writeScope(LbScope.INTERNAL, internal);
+      if (svc.maglevTable !== undefined) await this.#setMaglev(svc.id, svc.maglevTable, undo);
+      if (routeAddress !== undefined && old?.routeAddress !== routeAddress) {
+        const installed = await this.opts.routes.hold(svc.id, routeAddress);
+        undo.push(() => (installed ? this.opts.routes.release(svc.id, routeAddress) : undefined));
+      }
+      writeScope(LbScope.EXTERNAL, svc.backendIds);
+    } catch (err) {
+      await undo.run(this.opts.log);
+      throw wrap(`service ${svc.id} (${frontendText(frontend)}): writing the load-balancer maps`, err);
+    }
+    // In force; what the service no longer has goes now.
+    try {
+      if (old) {
+        for (const [scope, oldCount] of old.counts) {
+          const newCount = moved ? undefined : counts.get(scope);
+          // A scope (or frontend) that is no more: its slot 0 first, so nothing finds the slots while they go.
+          if (newCount === undefined) maps.services.delete(key(old.frontend, 0, scope));
+          for (let slot = (newCount ?? 0) + 1; slot <= oldCount; slot++) maps.services.delete(key(old.frontend, slot, scope));
+        }
+        if (old.routeAddress !== undefined && old.routeAddress !== routeAddress) await this.opts.routes.release(svc.id, old.routeAddress);
+        if ((old.flags & ServiceFlag.AFFINITY) !== 0 && (flags & ServiceFlag.AFFINITY) === 0) await this.#purgeAffinity((k) => k.revNatIndex === svc.id);
+      }
+      if (svc.maglevTable === undefined && this.#maglev.has(svc.id)) {
+        await maps.maglev.delete(svc.id);
+        this.#maglev.delete(svc.id);
+      }
+    } catch (err) {
+      throw wrap(`service ${svc.id}: removing entries it no longer has`, err);
+    } finally {
+      this.#services.set(svc.id, { frontend, flags, counts, ...(routeAddress !== undefined ? { routeAddress } : {}) });
+    }
+  }
+
+  /** A fresh inner array holding the table, swapped in whole: programs see the old table or the new one. */
+  async #setMaglev(id: number, table: Uint32Array, undo: UndoLog): Promise<void> {
+    const inner = await RawMap.create({ name: `tdl_mag_${id}`, type: 'ARRAY', keySize: 4, valueSize: 4, maxEntries: table.length, flags: BPF_F_INNER_MAP });
+    try {
+      const entries: Array<[Buffer, Buffer]> = [];
+      for (let i = 0; i < table.length; i++) {
+        const k = Buffer.alloc(4);
+        k.writeUInt32LE(i);
+        const v = Buffer.alloc(4);
+        v.writeUInt32LE(table[i]!);
+        entries.push([k, v]);
+      }
+      await inner.updateBatch(entries);
+      const had = this.#maglev.has(id);
+      await this.opts.maps.maglev.set(id, inner);
+      this.#maglev.add(id);
+      // A replaced table cannot be put back (the old inner map is gone with its last reference): its backends exist, which is what matters.
+      if (!had) {
+        undo.push(async () => {
+          await this.opts.maps.maglev.delete(id);
+          this.#maglev.delete(id);
+        });
+      }
+    } finally {
+      inner.close();
+    }
+  }
+
+  deleteService(id: number): Promise<void> {
+    return this.#serial(() => this.#deleteService(id));
+  }
+
+  async #deleteService(id: number): Promise<void> {
+    const s = this.#services.get(id);
+    const { maps } = this.opts;
+    try {
+      if (s) {
+        // The external entry first: from then on no packet finds the service.
+        const scopes = [...s.counts.keys()].sort((a, b) => a - b);
+        for (const scope of scopes) {
+          maps.services.delete(key(s.frontend, 0, scope));
+          for (let slot = 1; slot <= (s.counts.get(scope) ?? 0); slot++) maps.services.delete(key(s.frontend, slot, scope));
+        }
+        this.#services.delete(id);
+        if (s.routeAddress !== undefined) await this.opts.routes.release(id, s.routeAddress);
+        if ((s.flags & ServiceFlag.AFFINITY) !== 0) await this.#purgeAffinity((k) => k.revNatIndex === id);
+      }
+      if (this.#maglev.has(id)) {
+        await maps.maglev.delete(id);
+        this.#maglev.delete(id);
+      }
+      maps.revNat.delete(id);
+    } catch (err) {
+      throw wrap(`deleting service ${id}`, err);
+    }
+  }
+
+  restoreDone(liveServiceIds: readonly number[], liveBackendIds: readonly number[]): Promise<void> {
+    return this.#serial(() => this.#restoreDone(liveServiceIds, liveBackendIds));
+  }
+
+  async #restoreDone(liveServiceIds: readonly number[], liveBackendIds: readonly number[]): Promise<void> {
+    const liveSvc = new Set(liveServiceIds);
+    const liveBe = new Set(liveBackendIds);
+    const { maps } = this.opts;
+    const staleServices = [...this.#services.keys()].filter((id) => !liveSvc.has(id));
+    for (const id of staleServices) await this.#deleteService(id);
+    // Entries no shadow knows (a slot beyond a count, a scope left behind): walk once.
+    const strayKeys: Lb4Key[] = [];
+    for await (const [k, v] of maps.services.entries()) {
+      const s = this.#services.get(v.revNatIndex);
+      const count = s?.counts.get(k.scope);
+      if (!s || count === undefined || !sameFrontend(s.frontend, { address: k.address, port: k.dport, proto: k.proto }) || k.backendSlot > count) strayKeys.push(k);
+    }
+    const strayRev: number[] = [];
+    for await (const id of maps.revNat.keys()) if (!liveSvc.has(id)) strayRev.push(id);
+    const strayMaglev = [...this.#maglev].filter((id) => !liveSvc.has(id));
+    const staleBackends = [...this.#backends].filter((id) => !liveBe.has(id));
+    try {
+      // Slot 0 entries first: a service stops being found before its slots go.
+      strayKeys.sort((a, b) => a.backendSlot - b.backendSlot);
+      for (const k of strayKeys) maps.services.delete(k);
+      for (const id of strayRev) maps.revNat.delete(id);
+      for (const id of strayMaglev) {
+        await maps.maglev.delete(id);
+        this.#maglev.delete(id);
+      }
+    } catch (err) {
+      throw wrap('removing service entries the agent no longer has', err);
+    }
+    const inSlots = await this.#slottedBackends(new Set(staleBackends));
+    const slotted = new Set(inSlots.map(([b]) => b));
+    if (slotted.size > 0) this.opts.log.warn({ backends: [...slotted] }, 'backends the agent did not restore are still in service slots: kept');
+    const doomed = staleBackends.filter((b) => !slotted.has(b));
+    if (doomed.length > 0) await this.#deleteBackends(doomed);
+    await this.#purgeAffinity((k) => !liveSvc.has(k.revNatIndex));
+    const routes = await this.opts.routes.prune();
+    if (staleServices.length + strayKeys.length + doomed.length + strayMaglev.length + routes.length > 0) {
+      this.opts.log.info({ services: staleServices, strayEntries: strayKeys.length, backends: doomed, maglev: strayMaglev, routes }, 'removed load-balancer state the agent no longer has');
+    }
+  }
+}
+
+/** struct ct_entry's backend_id: after expires_ns, packets, bytes (3 × 8), four u32s (16), rev_nat_index, tcp_flags, flags (4). */
+const CT_ENTRY_BACKEND_ID_OFFSET = 44;
+
+function ctEntryBackendId(v: Buffer): number {
+  return v.readUInt32LE(CT_ENTRY_BACKEND_ID_OFFSET);
+}

@@ -1,0 +1,189 @@
+/**
+ * NodePort, externalIP and LoadBalancer frontends in bpf_netdev.o through
+ * BPF_PROG_TEST_RUN: tendril_from_netdev (outside → frontend, local
+ * backends: DNAT, the backend's ingress policy, straight into the pod with
+ * the client's address kept; Local services never reach past this node)
+ * and tendril_to_lo (the node to a NodePort on its own address). A backend
+ * off the node (SNAT, bpf_fib_lookup, bpf_redirect_neigh) needs real
+ * routes and neighbours: the end-to-end tests cover it.
+ */
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import { requireRoot } from '../../../test/support/root.js';
+import { parseIp } from '../../netip/index.js';
+import { codec, TcAction } from '../kernel/bpf/index.js';
+import { CtFlag, DropReason, EventType, LbScope, MapName, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
+import { deviceInfo } from './layout.js';
+import { assertEvents } from './testing/expect.js';
+import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
+import { LbNode, type TestFrontend } from './testing/lbNode.js';
+import { IpProto, readIpv4, readTransport, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
+import { LXC_OBJECT, NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
+
+requireRoot('the NodePort program tests');
+
+const FROM_NETDEV = 'tendril_from_netdev';
+const TO_LO = 'tendril_to_lo';
+const { DROP, POLICY_VERDICT } = EventType;
+const { INGRESS } = TrafficDirection;
+const code = (r: keyof typeof DropReason): number => -DropReason[r].code;
+
+const NODE_PORT: TestFrontend = { ip: '0.0.0.0', port: 30080, proto: IpProto.TCP };
+const EXTERNAL_IP: TestFrontend = { ip: '203.0.113.50', port: 443, proto: IpProto.TCP };
+const BE = {
+  A: { id: 201, ip: POD_A.ip, port: 8080, proto: IpProto.TCP },
+  A_TLS: { id: 202, ip: POD_A.ip, port: 8443, proto: IpProto.TCP },
+  REMOTE: { id: 203, ip: REMOTE_POD_IP, port: 8080, proto: IpProto.TCP },
+  A_UDP: { id: 204, ip: POD_A.ip, port: 5353, proto: IpProto.UDP },
+} as const;
+const ID = { NODE_PORT: 21, EXTERNAL_IP: 22, UDP: 23 } as const;
+const COOKIE = 0x1001;
+/** What arrives on the node's device: the router's MAC to the node's. */
+const wire = { srcMac: '0a:00:00:00:99:01', dstMac: '0a:00:00:00:ee:01' };
+
+function tuple(frame: Uint8Array): { src: string; dst: string; sport: number; dport: number } {
+  const ip = readIpv4(frame);
+  const l4 = readTransport(frame);
+  assert.ok(ip.checksumValid, 'IPv4 header checksum');
+  assert.ok(l4.checksumValid, 'L4 checksum');
+  return { src: ip.src, dst: ip.dst, sport: l4.sport, dport: l4.dport };
+}
+
+describe('bpf_netdev NodePort', () => {
+  let h: ProgramHarness;
+  let lb: LbNode;
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(NETDEV_OBJECT);
+    lb = new LbNode(h);
+    installNode(h);
+    h.object.map(MapName.DEVICES, codec.u32, deviceInfo).set(TEST_IFINDEX, { ipv4: parseIp(NODE_IP), flags: 0, mac: wire.dstMac });
+    for (const b of Object.values(BE)) lb.addBackend(b);
+  });
+  afterEach(async () => {
+    lb?.close();
+    await h?.close();
+  });
+
+  describe('tendril_from_netdev', () => {
+    it('delivers to a local backend with the client\'s source kept: DNAT, ingress policy, TTL - 1, the pod\'s MACs, NODEPORT conntrack', async () => {
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.A.id], flags: ServiceFlag.NODEPORT });
+      const syn = tcpFrame({ ...wire, src: WORLD_IP, dst: NODE_IP, sport: 50000, dport: 30080, flags: TcpFlag.SYN });
+      assert.equal((await h.run(FROM_NETDEV, syn)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, srcIdentity: IDENTITY.WORLD, dstEndpoint: POD_A.endpointId, daddr: POD_A.ip, dport: 8080 },
+        { type: DROP, subtype: code('POLICY'), direction: INGRESS },
+      ]);
+
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: false, proto: IpProto.TCP, port: 8080, cookie: COOKIE });
+      const r = await h.run(FROM_NETDEV, syn);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.deepEqual(tuple(r.data), { src: WORLD_IP, dst: POD_A.ip, sport: 50000, dport: 8080 });
+      const ip = readIpv4(r.data);
+      assert.deepEqual([ip.ttl, ip.ethDst, ip.ethSrc], [63, POD_A.podMac, POD_A.lxcMac]);
+      const t = { saddr: WORLD_IP, daddr: POD_A.ip, sport: 50000, dport: 8080, proto: IpProto.TCP };
+      const entry = h.ct(t)!;
+      assert.deepEqual(
+        [entry.flags, entry.srcIdentity, entry.dstIdentity, entry.revNatIndex, entry.backendId, entry.natAddr, entry.natPort],
+        [CtFlag.NODEPORT, IDENTITY.WORLD, IDENTITY.A, ID.NODE_PORT, BE.A.id, parseIp(NODE_IP), 30080],
+      );
+      const ack = await h.run(FROM_NETDEV, tcpFrame({ ...wire, src: WORLD_IP, dst: NODE_IP, sport: 50000, dport: 30080, flags: TcpFlag.ACK }));
+      assert.equal(ack.retval, TcAction.REDIRECT);
+      assert.equal(h.ct(t)!.packets, 2n, 'the SYN dropped by policy opened nothing; SYN and ACK counted');
+
+      // The backend's reply through bpf_lxc: source = the node address and NodePort, to the stack for the client.
+      const lxc = await ProgramHarness.load(LXC_OBJECT);
+      const lxcLb = new LbNode(lxc);
+      try {
+        installNode(lxc);
+        lxcLb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.A.id], flags: ServiceFlag.NODEPORT });
+        lxc.ctTcp.set(lxc.ctKey(t), h.ct(t)!);
+        const reply = await lxc.run('tendril_from_container', tcpFrame({ srcMac: POD_A.podMac, dstMac: POD_A.lxcMac, src: POD_A.ip, dst: WORLD_IP, sport: 8080, dport: 50000, flags: TcpFlag.SYN | TcpFlag.ACK }));
+        assert.equal(reply.retval, TcAction.OK);
+        assert.deepEqual(tuple(reply.data), { src: NODE_IP, dst: WORLD_IP, sport: 30080, dport: 50000 });
+      } finally {
+        lxcLb.close();
+        await lxc.close();
+      }
+    });
+
+    it('load-balances an externalIP and UDP NodePorts the same way', async () => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: false, cookie: COOKIE });
+      lb.addService({ id: ID.EXTERNAL_IP, frontend: EXTERNAL_IP, backends: [BE.A_TLS.id], flags: ServiceFlag.EXTERNAL_IP });
+      let r = await h.run(FROM_NETDEV, tcpFrame({ ...wire, src: WORLD_IP, dst: EXTERNAL_IP.ip, sport: 50001, dport: 443 }));
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.deepEqual(tuple(r.data), { src: WORLD_IP, dst: POD_A.ip, sport: 50001, dport: 8443 });
+
+      lb.addService({ id: ID.UDP, frontend: { ip: '0.0.0.0', port: 30053, proto: IpProto.UDP }, backends: [BE.A_UDP.id], flags: ServiceFlag.NODEPORT });
+      r = await h.run(FROM_NETDEV, udpFrame({ ...wire, src: WORLD_IP, dst: NODE_IP, sport: 50002, dport: 30053, payload: Buffer.from('q') }));
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.deepEqual(tuple(r.data), { src: WORLD_IP, dst: POD_A.ip, sport: 50002, dport: 5353 });
+    });
+
+    it('never uses the INTERNAL scope: a Local service without a backend on this node drops with DROP_NO_SERVICE', async () => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: false, cookie: COOKIE });
+      const flags = ServiceFlag.NODEPORT | ServiceFlag.LOCAL_TRAFFIC | ServiceFlag.TWO_SCOPES;
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [], flags });
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.REMOTE.id], flags, scope: LbScope.INTERNAL });
+      const syn = tcpFrame({ ...wire, src: WORLD_IP, dst: NODE_IP, sport: 50003, dport: 30080 });
+      assert.equal((await h.run(FROM_NETDEV, syn)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('NO_SERVICE'), direction: INGRESS, saddr: WORLD_IP, srcIdentity: IDENTITY.WORLD }]);
+      assert.equal(h.metric(code('NO_SERVICE'), INGRESS).packets, 1n);
+
+      // With a backend here the client's address reaches it unchanged.
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.A.id], flags });
+      const r = await h.run(FROM_NETDEV, syn);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.deepEqual(tuple(r.data), { src: WORLD_IP, dst: POD_A.ip, sport: 50003, dport: 8080 });
+    });
+
+    it('leaves traffic that addresses no service (or a ClusterIP, not routable from outside) to the stack untouched', async () => {
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.A.id], flags: ServiceFlag.NODEPORT });
+      lb.addService({ id: ID.UDP, frontend: { ip: '10.96.0.10', port: 80, proto: IpProto.TCP }, backends: [BE.A.id] });
+      const frames = [
+        tcpFrame({ ...wire, src: WORLD_IP, dst: '10.96.0.10', sport: 50007, dport: 80 }),
+        tcpFrame({ ...wire, src: WORLD_IP, dst: NODE_IP, sport: 50004, dport: 22 }),
+        udpFrame({ ...wire, src: WORLD_IP, dst: NODE_IP, sport: 50005, dport: 30080 }),
+        // The NodePort on an address that is not the node's.
+        tcpFrame({ ...wire, src: WORLD_IP, dst: '198.51.100.77', sport: 50006, dport: 30080 }),
+      ];
+      for (const f of frames) {
+        const r = await h.run(FROM_NETDEV, f);
+        assert.equal(r.retval, TcAction.OK);
+        assert.deepEqual(r.data, f);
+      }
+      assert.equal(await h.ctCount(), 0);
+    });
+  });
+
+  describe('tendril_to_lo', () => {
+    it('takes the node\'s connection to its own NodePort straight to a local backend (the node\'s identity, INTERNAL scope)', async () => {
+      const flags = ServiceFlag.NODEPORT | ServiceFlag.LOCAL_TRAFFIC | ServiceFlag.TWO_SCOPES;
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [], flags });
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.A.id], flags, scope: LbScope.INTERNAL });
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: COOKIE });
+      const loMacs = { srcMac: '00:00:00:00:00:00', dstMac: '00:00:00:00:00:00' };
+      const syn = tcpFrame({ ...loMacs, src: NODE_IP, dst: NODE_IP, sport: 45000, dport: 30080 });
+      const r = await h.run(TO_LO, syn);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.deepEqual(tuple(r.data), { src: NODE_IP, dst: POD_A.ip, sport: 45000, dport: 8080 });
+      const ip = readIpv4(r.data);
+      assert.deepEqual([ip.ttl, ip.ethDst, ip.ethSrc], [64, POD_A.podMac, POD_A.lxcMac]);
+      const entry = h.ct({ saddr: NODE_IP, daddr: POD_A.ip, sport: 45000, dport: 8080, proto: IpProto.TCP })!;
+      assert.deepEqual([entry.srcIdentity, entry.revNatIndex, entry.natAddr, entry.natPort, entry.flags], [IDENTITY.HOST, ID.NODE_PORT, parseIp(NODE_IP), 30080, 0]);
+
+      const other = tcpFrame({ ...loMacs, src: '127.0.0.1', dst: '127.0.0.1', sport: 45001, dport: 8080 });
+      const o = await h.run(TO_LO, other);
+      assert.equal(o.retval, TcAction.OK);
+      assert.deepEqual(o.data, other);
+    });
+
+    it('drops with DROP_NO_SERVICE when the backend chosen is off the node (lo cannot reach it)', async () => {
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.REMOTE.id], flags: ServiceFlag.NODEPORT });
+      const syn = tcpFrame({ src: NODE_IP, dst: NODE_IP, sport: 45002, dport: 30080 });
+      assert.equal((await h.run(TO_LO, syn)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('NO_SERVICE'), srcIdentity: IDENTITY.HOST }]);
+      assert.equal(h.metric(code('NO_SERVICE'), INGRESS).packets, 1n);
+    });
+  });
+});

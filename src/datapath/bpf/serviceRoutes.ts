@@ -1,0 +1,141 @@
+/**
+ * The node's routes to ClusterIPs: each ClusterIP /32 goes to tendril_host,
+ * whose egress program load-balances what the node itself sends to a
+ * service; the preferred source is the router address, so a backend's reply
+ * comes back to an address the datapath knows as the host.
+ *
+ * The routes go through one next hop on tendril_host with a permanent
+ * neighbour entry (tendril_net's MAC): a plain link route would make the
+ * kernel ARP for every ClusterIP on tendril_host, nobody answers, and the
+ * packet never reaches the program (tc egress runs after neighbour
+ * resolution). Our routes carry their own rtm_protocol, so a restart tells
+ * them from anyone else's.
+ */
+import type { Logger } from '../../logging/logger.js';
+import { isKernelError } from '../kernel/errors.js';
+import type { Netlink } from '../kernel/netlink/index.js';
+import { HOST_DEVICE, HOST_PEER_DEVICE } from '../linux/hostDevice.js';
+import { kernel, toDatapathError } from '../linux/kernel.js';
+
+/** rtm_protocol of tendril's service routes (unassigned in rt_protos). */
+export const SERVICE_ROUTE_PROTOCOL = 211;
+/** The next hop ClusterIP routes use on tendril_host (link-local, never a real host). */
+export const SERVICE_ROUTE_NEXTHOP = '169.254.42.2';
+
+export interface ServiceRoutesOptions {
+  netlink: () => Promise<Netlink>;
+  log: Logger;
+  /** The device routes go to (tendril_host unless given) and its peer, whose MAC the next hop gets. */
+  hostDevice?: string;
+  hostPeerDevice?: string;
+}
+
+export class ServiceRoutes {
+  /** ClusterIP → the services that hold it. */
+  readonly #holders = new Map<string, Set<number>>();
+  /** Addresses whose route is in the kernel (as this process put or found it). */
+  readonly #installed = new Set<string>();
+  #router: string | undefined;
+  readonly #dev: string;
+  readonly #peer: string;
+
+  constructor(private readonly opts: ServiceRoutesOptions) {
+    this.#dev = opts.hostDevice ?? HOST_DEVICE;
+    this.#peer = opts.hostPeerDevice ?? HOST_PEER_DEVICE;
+  }
+
+  /** Addresses some service holds. */
+  addresses(): string[] {
+    return [...this.#holders.keys()];
+  }
+
+  /** Records that `id` holds `address` without touching the kernel (state found in the maps at start). */
+  adopt(id: number, address: string): void {
+    this.#holdersOf(address).add(id);
+  }
+
+  #holdersOf(address: string): Set<number> {
+    let s = this.#holders.get(address);
+    if (!s) this.#holders.set(address, (s = new Set()));
+    return s;
+  }
+
+  /**
+   * The router address is known (setupNode): the next hop goes in and every
+   * route held so far is put in force. Until then routes are only recorded.
+   */
+  async setRouter(router: string): Promise<void> {
+    this.#router = router;
+    const nl = await this.opts.netlink();
+    await kernel(async () => {
+      const peer = await nl.getLink(this.#peer);
+      await nl.replaceNeighbour({ link: this.#dev, ip: SERVICE_ROUTE_NEXTHOP, mac: peer.mac, state: 'permanent' });
+    });
+    for (const address of this.#holders.keys()) await this.#install(address);
+  }
+
+  /** `id` holds a route to `address`; answers whether this call installed it (for undo). */
+  async hold(id: number, address: string): Promise<boolean> {
+    const holders = this.#holdersOf(address);
+    const fresh = !this.#installed.has(address);
+    holders.add(id);
+    if (this.#router === undefined) return false;
+    try {
+      await this.#install(address);
+    } catch (err) {
+      holders.delete(id);
+      if (holders.size === 0) this.#holders.delete(address);
+      throw err;
+    }
+    return fresh;
+  }
+
+  /** `id` no longer holds `address`: the route goes with its last holder. */
+  async release(id: number, address: string): Promise<void> {
+    const holders = this.#holders.get(address);
+    if (!holders?.delete(id) || holders.size > 0) return;
+    this.#holders.delete(address);
+    await this.#remove(address);
+  }
+
+  async #install(address: string): Promise<void> {
+    const nl = await this.opts.netlink();
+    await kernel(() =>
+      nl.replaceRoute({ dst: `${address}/32`, gateway: SERVICE_ROUTE_NEXTHOP, onlink: true, link: this.#dev, prefsrc: this.#router!, protocol: SERVICE_ROUTE_PROTOCOL }),
+    );
+    this.#installed.add(address);
+  }
+
+  async #remove(address: string): Promise<void> {
+    this.#installed.delete(address);
+    const nl = await this.opts.netlink();
+    try {
+      await nl.deleteRoute({ dst: `${address}/32`, link: this.#dev, protocol: SERVICE_ROUTE_PROTOCOL });
+    } catch (err) {
+      // Gone already (the device was recreated, someone deleted it): nothing to do.
+      if (!isKernelError(err, 'ESRCH', 'ENODEV', 'ENOENT')) throw toDatapathError(err);
+    }
+  }
+
+  /** Deletes our routes on the device to addresses no service holds (a previous run's); answers them. */
+  async prune(): Promise<string[]> {
+    const nl = await this.opts.netlink();
+    let routes;
+    try {
+      routes = await nl.listRoutes({ family: 4, link: this.#dev });
+    } catch (err) {
+      if (isKernelError(err, 'ENODEV')) return [];
+      throw err;
+    }
+    const removed: string[] = [];
+    for (const r of routes) {
+      if (r.protocol !== SERVICE_ROUTE_PROTOCOL || !r.dst.endsWith('/32')) continue;
+      const address = r.dst.slice(0, -3);
+      if (this.#holders.has(address)) continue;
+      await this.#remove(address);
+      removed.push(address);
+    }
+    if (removed.length > 0) this.opts.log.info({ removed }, 'removed routes to ClusterIPs no service holds');
+    return removed;
+  }
+}

@@ -1,0 +1,117 @@
+/**
+ * The service side of the node for the program tests: typed access to the
+ * tendril_lb4_* maps of a loaded object, services written as the agent
+ * writes them (slot 0, slots 1..count, reverse NAT entry), Maglev tables as
+ * inner arrays, and the service conntrack entries.
+ */
+import { parseIp } from '../../../netip/index.js';
+import { codec, type BpfMap, type MapOfMaps, RawMap } from '../../kernel/bpf/index.js';
+import { BackendState, CtKeyFlag, LbScope, MapName } from '../constants.js';
+import {
+  lb4AffinityKey,
+  lb4AffinityValue,
+  lb4Backend,
+  lb4Key,
+  lb4ReverseNat,
+  lb4Service,
+  type CtEntryValue,
+  type Lb4BackendValue,
+  type Lb4Key,
+  type Lb4ServiceValue,
+} from '../layout.js';
+import type { CtTuple, ProgramHarness } from './programHarness.js';
+
+/** BPF_F_INNER_MAP: inner maps may differ in max_entries from the template. */
+const BPF_F_INNER_MAP = 1 << 12;
+
+export interface TestFrontend {
+  ip: string;
+  port: number;
+  proto: number;
+}
+
+export interface TestBackend {
+  id: number;
+  ip: string;
+  port: number;
+  proto: number;
+  state?: number;
+}
+
+export interface TestService {
+  id: number;
+  frontend: TestFrontend;
+  /** Backend IDs in slots 1..n. */
+  backends: readonly number[];
+  /** ServiceFlag bits. */
+  flags?: number;
+  affinityTimeout?: number;
+  scope?: number;
+  /** Skip the reverse NAT entry (a service being deleted). */
+  noRevNat?: boolean;
+}
+
+export class LbNode {
+  readonly services: BpfMap<Lb4Key, Lb4ServiceValue>;
+  readonly backends: BpfMap<number, Lb4BackendValue>;
+  readonly revNat: BpfMap<number, ReturnType<typeof lb4ReverseNat.read>>;
+  readonly affinity: BpfMap<ReturnType<typeof lb4AffinityKey.read>, ReturnType<typeof lb4AffinityValue.read>>;
+  readonly maglev: MapOfMaps<number>;
+  readonly #inner: RawMap[] = [];
+
+  constructor(readonly h: ProgramHarness) {
+    this.services = h.object.map(MapName.LB_SERVICES, lb4Key, lb4Service);
+    this.backends = h.object.map(MapName.LB_BACKENDS, codec.u32, lb4Backend);
+    this.revNat = h.object.map(MapName.LB_REVNAT, codec.u16, lb4ReverseNat);
+    this.affinity = h.object.map(MapName.LB_AFFINITY, lb4AffinityKey, lb4AffinityValue);
+    this.maglev = h.object.mapOfMaps(MapName.LB_MAGLEV, codec.u32);
+  }
+
+  addBackend(b: TestBackend): void {
+    this.backends.set(b.id, { address: parseIp(b.ip), port: b.port, proto: b.proto, state: b.state ?? BackendState.ACTIVE });
+  }
+
+  serviceKey(f: TestFrontend, slot = 0, scope: number = LbScope.EXTERNAL): Lb4Key {
+    return { address: parseIp(f.ip), dport: f.port, backendSlot: slot, proto: f.proto, scope };
+  }
+
+  /** Slot 0, the backend slots, and (unless told) the reverse NAT entry. */
+  addService(s: TestService): void {
+    const scope = s.scope ?? LbScope.EXTERNAL;
+    this.services.set(this.serviceKey(s.frontend, 0, scope), {
+      backendId: 0,
+      affinityTimeout: s.affinityTimeout ?? 0,
+      count: s.backends.length,
+      revNatIndex: s.id,
+      flags: s.flags ?? 0,
+    });
+    s.backends.forEach((id, i) => {
+      this.services.set(this.serviceKey(s.frontend, i + 1, scope), { backendId: id, affinityTimeout: 0, count: 0, revNatIndex: s.id, flags: 0 });
+    });
+    if (!s.noRevNat) this.revNat.set(s.id, { address: parseIp(s.frontend.ip), port: s.frontend.port });
+  }
+
+  /** The service's Maglev table (slot → backend ID) as an inner array of exactly table.length entries. */
+  async setMaglev(id: number, table: readonly number[]): Promise<void> {
+    const inner = await RawMap.create({ name: `tdl_mag_${id}`, type: 'ARRAY', keySize: 4, valueSize: 4, maxEntries: table.length, flags: BPF_F_INNER_MAP });
+    this.#inner.push(inner);
+    const k = Buffer.alloc(4);
+    const v = Buffer.alloc(4);
+    table.forEach((backend, slot) => {
+      k.writeUInt32LE(slot);
+      v.writeUInt32LE(backend);
+      inner.update(k, v);
+    });
+    await this.maglev.set(id, inner);
+  }
+
+  /** The service conntrack entry pinning a client's connection (its tuple to the frontend). */
+  serviceCt(t: CtTuple): CtEntryValue | undefined {
+    const key = { saddr: parseIp(t.saddr), daddr: parseIp(t.daddr), sport: t.sport, dport: t.dport, proto: t.proto, flags: CtKeyFlag.SERVICE };
+    return (t.proto === 6 ? this.h.ctTcp : this.h.ctAny).get(key);
+  }
+
+  close(): void {
+    for (const m of this.#inner.splice(0)) m.close();
+  }
+}

@@ -1,0 +1,250 @@
+import assert from 'node:assert/strict';
+import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { pino } from 'pino';
+import { FakeLoadBalancer } from '../datapath/fake/fakeDatapath.js';
+import { isServiceError, ServiceErrorCode } from './errors.js';
+import { ServiceManager, type ServiceManagerOptions } from './manager.js';
+import { ServiceStore } from './serviceStore.js';
+import type { ServiceSpec } from './types.js';
+
+const log = pino({ level: 'silent' });
+
+const clusterIp = (ip: string, backends: ServiceSpec['backend-addresses'], extra: Partial<ServiceSpec['flags']> = {}): ServiceSpec => ({
+  'frontend-address': { ip, port: 80, protocol: 'TCP' },
+  'backend-addresses': backends,
+  flags: { type: 'ClusterIP', ...extra },
+});
+const be = (ip: string, extra: Partial<ServiceSpec['backend-addresses'][number]> = {}) => ({ ip, port: 8080, ...extra });
+const code = (c: ServiceErrorCode, message?: RegExp) => (err: unknown) => isServiceError(err, c) && (message === undefined || message.test(err.message));
+
+describe('ServiceManager', () => {
+  let dir: string;
+  let lb: FakeLoadBalancer;
+  let local: Set<string>;
+  const make = (opts: Partial<ServiceManagerOptions> = {}) =>
+    new ServiceManager({ loadBalancer: lb, store: new ServiceStore(join(dir, 'services')), log, localAddresses: () => local, nodeAddresses: () => ['192.0.2.10'], ...opts });
+
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'tdl-svc-'));
+  });
+  after(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+  beforeEach(async () => {
+    await rm(join(dir, 'services'), { recursive: true, force: true });
+    lb = new FakeLoadBalancer();
+    local = new Set();
+  });
+
+  it('refuses every write without a load-balancing datapath, and still reads', async () => {
+    const m = make({ loadBalancer: undefined });
+    await assert.rejects(m.upsert(1, clusterIp('10.96.0.1', [])), code(ServiceErrorCode.UNSUPPORTED, /eBPF datapath/));
+    await assert.rejects(m.delete(1), code(ServiceErrorCode.UNSUPPORTED));
+    assert.deepEqual(m.list(), []);
+    assert.equal(m.get(1), undefined);
+  });
+
+  it('creates a service, renders it for the maps, and a second identical upsert changes nothing', async () => {
+    const m = make();
+    const r = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1'), be('10.0.0.2', { weight: 3 })], { sessionAffinity: true }));
+    assert.equal(r.created, true);
+    assert.equal(r.changed, true);
+    assert.equal(r.service.realized, true);
+    const ids = r.service['backend-addresses'].map((b) => b.id);
+    assert.equal(new Set(ids).size, 2);
+    assert.deepEqual(lb.services.get(1), {
+      id: 1, address: '10.96.0.1', port: 80, protocol: 'TCP', type: 'ClusterIP', localTraffic: false, affinityTimeoutSec: 10800, backendIds: ids,
+    });
+    assert.deepEqual([...lb.backends.values()].map((b) => [b.id, b.address, b.port, b.protocol, b.state]), [[ids[0], '10.0.0.1', 8080, 'TCP', 'active'], [ids[1], '10.0.0.2', 8080, 'TCP', 'active']]);
+    const calls = lb.calls.length;
+    const again = await m.upsert(1, { id: 1, ...clusterIp('10.96.0.1', [be('10.0.0.1', { weight: 1, state: 'active' }), be('10.0.0.2', { weight: 3 })], { sessionAffinity: true, sessionAffinityTimeout: 10800 }) });
+    assert.equal(again.created, false);
+    assert.equal(again.changed, false);
+    assert.equal(lb.calls.length, calls, 'no datapath call for an unchanged service');
+    assert.deepEqual(m.get(1), r.service);
+    assert.deepEqual(m.list().map((s) => s.id), [1]);
+  });
+
+  it('keeps terminating and other non-active backends out of the slots but in the backend map, falling back to terminating ones', async () => {
+    const m = make();
+    const r = await m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.1', { state: 'terminating' }), be('10.0.0.2'), be('10.0.0.3', { weight: 0 }), be('10.0.0.4', { state: 'maintenance' })]));
+    const [t, a, z, mt] = r.service['backend-addresses'].map((b) => b.id);
+    assert.deepEqual(lb.services.get(2)!.backendIds, [a]);
+    for (const id of [t, a, z, mt]) assert.ok(lb.backends.has(id!), `backend ${id} in the map`);
+    assert.equal(lb.backends.get(t!)!.state, 'terminating');
+    await m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.1', { state: 'terminating' }), be('10.0.0.2', { state: 'terminating' }), be('10.0.0.4', { state: 'quarantined' })]));
+    assert.deepEqual(lb.services.get(2)!.backendIds, [t, a], 'no active backend: the terminating ones');
+    assert.equal(lb.backends.has(z!), false, 'a backend that left the service and is unused is deleted');
+    assert.deepEqual(lb.purgedBackends, [z]);
+    assert.equal(lb.backends.get(mt!)!.state, 'quarantined');
+  });
+
+  it('shares backend IDs between services and deletes a backend only with its last service', async () => {
+    const m = make();
+    const a = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1'), be('10.0.0.2')]));
+    const b = await m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.2', { state: 'terminating' }), be('10.0.0.3')]));
+    const shared = a.service['backend-addresses'][1]!.id;
+    assert.equal(b.service['backend-addresses'][0]!.id, shared);
+    assert.equal(lb.backends.get(shared)!.state, 'active', 'a backend one service still serves through stays active');
+    // Another protocol is another backend.
+    const u = await m.upsert(3, { ...clusterIp('10.96.0.1', [be('10.0.0.2')]), 'frontend-address': { ip: '10.96.0.1', port: 80, protocol: 'UDP' } });
+    assert.notEqual(u.service['backend-addresses'][0]!.id, shared);
+    await m.delete(1);
+    assert.equal(lb.services.has(1), false);
+    assert.ok(lb.backends.has(shared));
+    assert.equal(lb.backends.get(shared)!.state, 'terminating', 'the remaining reference decides the state');
+    assert.deepEqual(lb.purgedBackends, [a.service['backend-addresses'][0]!.id]);
+    await m.delete(2);
+    assert.equal(lb.backends.has(shared), false);
+    await assert.rejects(m.delete(2), code(ServiceErrorCode.NOT_FOUND, /service 2 not found/));
+    // A freed ID is not handed out again at once.
+    const c = await m.upsert(4, clusterIp('10.96.0.4', [be('10.0.0.9')]));
+    assert.ok(!lb.purgedBackends.includes(c.service['backend-addresses'][0]!.id));
+  });
+
+  it('refuses a frontend another service has, changing nothing', async () => {
+    const m = make();
+    await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1')]));
+    const before = structuredClone([...lb.services.entries()]);
+    await assert.rejects(m.upsert(2, clusterIp('10.96.0.1', [be('10.0.0.2')])), code(ServiceErrorCode.CONFLICT, /10\.96\.0\.1:80\/TCP already belongs to service 1/));
+    assert.deepEqual([...lb.services.entries()], before);
+    assert.equal(lb.backends.size, 1);
+    assert.equal(m.get(2), undefined);
+    // A service may move its own frontend, which frees the old one.
+    await m.upsert(1, clusterIp('10.96.0.5', [be('10.0.0.1')]));
+    await m.upsert(2, clusterIp('10.96.0.1', [be('10.0.0.2')]));
+    assert.deepEqual(m.list().map((s) => s['frontend-address'].ip), ['10.96.0.5', '10.96.0.1']);
+  });
+
+  it('leaves datapath, registry and disk as they were when the datapath fails', async () => {
+    const m = make();
+    const first = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1')]));
+    const disk = await readFile(join(dir, 'services', '1.json'), 'utf8');
+    for (const op of ['upsertBackends', 'upsertService'] as const) {
+      lb.failNext(op);
+      await assert.rejects(m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.2')])), code(ServiceErrorCode.DATAPATH_FAILED, /nothing was changed/));
+      assert.deepEqual(m.get(1), first.service, op);
+      assert.deepEqual(lb.services.get(1)!.backendIds, first.service['backend-addresses'].map((b) => b.id), op);
+      assert.deepEqual([...lb.backends.keys()], [first.service['backend-addresses'][0]!.id], `${op}: the new backend went again`);
+      assert.equal(await readFile(join(dir, 'services', '1.json'), 'utf8'), disk);
+    }
+    lb.failNext('upsertService');
+    await assert.rejects(m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.3')])), code(ServiceErrorCode.DATAPATH_FAILED));
+    assert.equal(m.get(2), undefined);
+    assert.equal(lb.services.has(2), false);
+    assert.deepEqual(await readdir(join(dir, 'services')), ['1.json']);
+    lb.failNext('deleteService');
+    await assert.rejects(m.delete(1), code(ServiceErrorCode.DATAPATH_FAILED));
+    assert.ok(m.get(1));
+    // The retry works and reuses nothing stale.
+    const ok = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.2')]));
+    assert.equal(ok.service.realized, true);
+    assert.deepEqual(lb.services.get(1)!.backendIds, [ok.service['backend-addresses'][0]!.id]);
+  });
+
+  it('refuses a service the maps have no room for', async () => {
+    lb = new FakeLoadBalancer({ maxServices: 1 });
+    const m = make();
+    await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1')]));
+    await assert.rejects(m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.2')])), code(ServiceErrorCode.DATAPATH_FAILED, /full/));
+    assert.deepEqual([...lb.services.keys()], [1]);
+    assert.equal(lb.backends.size, 1);
+  });
+
+  it('keeps backend IDs across a restart and lets the datapath drop what is gone', async () => {
+    const m = make();
+    const a = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1'), be('10.0.0.2')]));
+    const b = await m.upsert(7, clusterIp('10.96.0.7', [be('10.0.0.2'), be('10.0.0.3')]));
+    await m.upsert(9, clusterIp('10.96.0.9', [be('10.0.0.4')]));
+    await m.delete(9);
+    const oldLb = lb;
+    // The pinned maps survive; one stale service and backend are left in them.
+    lb = new FakeLoadBalancer();
+    for (const x of oldLb.backends.values()) lb.backends.set(x.id, x);
+    lb.backends.set(4242, { id: 4242, address: '10.0.9.9', port: 1, protocol: 'TCP', state: 'active' });
+    lb.services.set(9, { id: 9, address: '10.96.0.9', port: 80, protocol: 'TCP', type: 'ClusterIP', localTraffic: false, affinityTimeoutSec: 0, backendIds: [4242] });
+    await writeFile(join(dir, 'services', '12.json.tmp'), '{"half');
+    await writeFile(join(dir, 'services', '13.json'), '{"broken');
+    const m2 = make();
+    const report = await m2.restore();
+    assert.equal(report.restored, 2);
+    assert.equal(report.skipped.length, 1);
+    assert.deepEqual(m2.get(1), a.service);
+    assert.deepEqual(m2.get(7), b.service);
+    assert.deepEqual(lb.services.get(7)!.backendIds, b.service['backend-addresses'].map((x) => x.id));
+    assert.deepEqual(lb.restored!.services.sort(), [1, 7]);
+    assert.deepEqual(lb.restored!.backends.sort((x, y) => x - y), [...new Set([...a.service['backend-addresses'], ...b.service['backend-addresses']].map((x) => x.id))].sort((x, y) => x - y));
+    assert.equal(lb.services.has(9), false);
+    assert.equal(lb.backends.has(4242), false);
+    assert.deepEqual((await readdir(join(dir, 'services'))).sort(), ['.quarantine', '1.json', '7.json']);
+    // New backends do not take a restored ID.
+    const c = await m2.upsert(8, clusterIp('10.96.0.8', [be('10.0.0.8')]));
+    assert.ok(![...a.service['backend-addresses'], ...b.service['backend-addresses']].some((x) => x.id === c.service['backend-addresses'][0]!.id));
+  });
+
+  it('sends outside traffic of a Local service only to this node\'s backends, following endpoints', async () => {
+    const m = make();
+    const spec: ServiceSpec = { 'frontend-address': { ip: '0.0.0.0', port: 30080, protocol: 'TCP' }, 'backend-addresses': [be('10.0.0.1'), be('10.0.0.2')], flags: { type: 'NodePort', trafficPolicy: 'Local' } };
+    await m.restore();
+    local.add('10.0.0.2');
+    // Before endpoints are restored locality is not known yet: none is local.
+    const r = await m.upsert(3, spec);
+    const [id1, id2] = r.service['backend-addresses'].map((b) => b.id);
+    assert.deepEqual(lb.services.get(3)!.backendIds, []);
+    assert.deepEqual(lb.services.get(3)!.internalBackendIds, [id1, id2]);
+    assert.equal(lb.services.get(3)!.localTraffic, true);
+    await m.endpointsRestored();
+    assert.deepEqual(lb.services.get(3)!.backendIds, [id2]);
+    assert.deepEqual(m.get(3)!['backend-addresses'].map((b) => b.local), [false, true]);
+    local.add('10.0.0.1');
+    await Promise.all([m.localityChanged(), m.localityChanged(), m.localityChanged()]);
+    assert.deepEqual(lb.services.get(3)!.backendIds, [id1, id2]);
+    local.clear();
+    await m.localityChanged();
+    assert.deepEqual(lb.services.get(3)!.backendIds, []);
+    // A Cluster service ignores locality; a NodePort on a foreign address is refused.
+    const c = await m.upsert(4, { ...spec, 'frontend-address': { ip: '192.0.2.10', port: 30081, protocol: 'TCP' }, flags: { type: 'NodePort' } });
+    assert.deepEqual(lb.services.get(4)!.backendIds, c.service['backend-addresses'].map((b) => b.id));
+    assert.equal(lb.services.get(4)!.internalBackendIds, undefined);
+    await assert.rejects(m.upsert(5, { ...spec, 'frontend-address': { ip: '192.0.2.99', port: 30081, protocol: 'TCP' } }), code(ServiceErrorCode.INVALID, /^frontend-address\.ip/));
+    // The persisted locality serves the next start until endpoints are back.
+    local.add('10.0.0.1');
+    await m.localityChanged();
+    lb = new FakeLoadBalancer();
+    local.clear();
+    const m2 = make();
+    await m2.restore();
+    assert.deepEqual(lb.services.get(3)!.backendIds, [id1]);
+    await m2.endpointsRestored();
+    assert.deepEqual(lb.services.get(3)!.backendIds, []);
+  });
+
+  it('gives a Maglev table over the selectable backends with --lb-algorithm maglev', async () => {
+    const m = make({ algorithm: 'maglev', maglevTableSize: 251 });
+    const r = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1'), be('10.0.0.2', { weight: 2 }), be('10.0.0.3', { state: 'terminating' })]));
+    const [a, b] = r.service['backend-addresses'].map((x) => x.id);
+    const table = lb.services.get(1)!.maglevTable!;
+    assert.equal(table.length, 251);
+    const counts = new Map<number, number>();
+    for (const id of table) counts.set(id, (counts.get(id) ?? 0) + 1);
+    assert.deepEqual([...counts.keys()].sort(), [a, b].sort());
+    assert.ok(Math.abs(counts.get(b!)! / 251 - 2 / 3) < 0.02);
+    await m.upsert(2, clusterIp('10.96.0.2', []));
+    assert.equal(lb.services.get(2)!.maglevTable, undefined);
+    assert.deepEqual(lb.services.get(2)!.backendIds, []);
+  });
+
+  it('programs thousands of services quickly', async () => {
+    const m = make();
+    const start = Date.now();
+    for (let i = 1; i <= 2000; i++) {
+      await m.upsert(i, clusterIp(`10.96.${i >> 8}.${i & 255}`, [be(`10.1.${i >> 8}.${i & 255}`), be(`10.2.${i >> 8}.${i & 255}`), be('10.3.0.1')]));
+    }
+    const ms = Date.now() - start;
+    assert.equal(m.size, 2000);
+    assert.ok(ms < 10_000, `${ms} ms for 2000 services`);
+  });
+});

@@ -1,0 +1,429 @@
+/**
+ * ServiceManager: the agent's services (Cilium's model: one frontend per
+ * service ID), their backend IDs, and what the load-balancer maps hold for
+ * them. Writes run one at a time. Each goes to the datapath first and is
+ * persisted only once the datapath took it; a datapath (or disk) failure
+ * puts back what was there and answers DATAPATH_FAILED, so a caller never
+ * sees a service half-changed. Backends that no service refers to any more
+ * leave the maps after the service that dropped them was rewritten, which
+ * purges the conntrack entries pinned to them.
+ */
+import type { LbBackendEntry, LbServiceEntry, LoadBalancerDatapath } from '../datapath/types.js';
+import type { Logger } from '../logging/logger.js';
+import { BackendRegistry, type RefChange } from './backendRegistry.js';
+import { ServiceError, ServiceErrorCode } from './errors.js';
+import { MAGLEV_DEFAULT_TABLE_SIZE } from './maglev.js';
+import { isLocalTraffic, keyOfBackend, renderService, sameEntry, type RenderContext } from './render.js';
+import { SERVICE_RECORD_VERSION, type ServiceStore, type StoredService } from './serviceStore.js';
+import type { LbAlgorithm, ServiceApi, ServiceSpec, ServiceStatus } from './types.js';
+import { frontendKey, type NormalizedService, sameService, validateServiceId, validateServiceSpec } from './validate.js';
+
+export interface ServiceManagerOptions {
+  /** The datapath's load balancer; without one every write is UNSUPPORTED. */
+  loadBalancer: LoadBalancerDatapath | undefined;
+  store: ServiceStore;
+  log: Logger;
+  /** `random` unless given. */
+  algorithm?: LbAlgorithm;
+  maglevTableSize?: number;
+  /** This node's endpoint addresses: a backend there is local (externalTrafficPolicy Local). */
+  localAddresses?: () => Iterable<string>;
+  /** This node's own addresses: a NodePort frontend other than 0.0.0.0 must be one. */
+  nodeAddresses?: () => Iterable<string>;
+}
+
+interface ServiceState {
+  spec: NormalizedService;
+  /** Backend keys, in the spec's order. */
+  keys: string[];
+  /** What the datapath was last given for this service successfully. */
+  entry: LbServiceEntry | undefined;
+  /** Whether the datapath holds the service as `spec` renders now. */
+  realized: boolean;
+  /** Backend keys that were local when the service was last rendered (persisted; used until endpoints are restored). */
+  local: Set<string>;
+}
+
+export interface ServiceRestoreReport {
+  restored: number;
+  /** Services whose entries the datapath did not take at restore (realized false; retried on the next change). */
+  failed: number[];
+  /** Records that could not be used (unreadable, invalid, or a frontend another record has). */
+  skipped: Array<{ id: number | string; error: string }>;
+}
+
+const ipOfKey = (key: string) => key.slice(0, key.lastIndexOf(':'));
+
+function datapathFailed(what: string, err: unknown): ServiceError {
+  return new ServiceError(ServiceErrorCode.DATAPATH_FAILED, `${what}: ${err instanceof Error ? err.message : String(err)}; nothing was changed`, { cause: err });
+}
+
+export class ServiceManager implements ServiceApi {
+  readonly #services = new Map<number, ServiceState>();
+  /** Frontend key → service ID. */
+  readonly #frontends = new Map<string, number>();
+  readonly #registry = new BackendRegistry();
+  /** Backend IDs freed whose deletion from the datapath failed: retried before the next write (and by restoreDone at a start). */
+  readonly #pendingBackendDeletes = new Set<number>();
+  readonly #algorithm: LbAlgorithm;
+  readonly #maglevTableSize: number;
+  #tail: Promise<unknown> = Promise.resolve();
+  /** False until the endpoints are restored: locality comes from the records until then. */
+  #liveLocality = false;
+  #localityQueued = false;
+
+  constructor(private readonly o: ServiceManagerOptions) {
+    this.#algorithm = o.algorithm ?? 'random';
+    this.#maglevTableSize = o.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE;
+  }
+
+  get supported(): boolean {
+    return this.o.loadBalancer !== undefined;
+  }
+
+  get size(): number {
+    return this.#services.size;
+  }
+
+  // ---- ServiceApi --------------------------------------------------------------
+
+  get(id: number): ServiceStatus | undefined {
+    const s = this.#services.get(id);
+    return s && this.#status(s, this.#localSet());
+  }
+
+  list(): ServiceStatus[] {
+    const local = this.#localSet();
+    return [...this.#services.values()].sort((a, b) => a.spec.id - b.spec.id).map((s) => this.#status(s, local));
+  }
+
+  async upsert(id: number, body: ServiceSpec): Promise<{ service: ServiceStatus; created: boolean; changed: boolean }> {
+    const lb = this.#requireLb();
+    const nodeAddresses = this.o.nodeAddresses ? new Set([...this.o.nodeAddresses()].filter((a) => !a.includes(':'))) : undefined;
+    const spec = validateServiceSpec(id, body, nodeAddresses ? { nodeAddresses } : {});
+    return this.#serial(async () => {
+      await this.#retryBackendDeletes(lb);
+      const prev = this.#services.get(spec.id);
+      if (prev && prev.realized && sameService(prev.spec, spec)) return { service: this.#status(prev, this.#localSet()), created: false, changed: false };
+      const fk = frontendKey(spec.frontend);
+      const owner = this.#frontends.get(fk);
+      if (owner !== undefined && owner !== spec.id) throw new ServiceError(ServiceErrorCode.CONFLICT, `frontend-address: ${fk} already belongs to service ${owner}`);
+      const next = await this.#write(lb, spec, prev);
+      return { service: this.#status(next, this.#localSet()), created: prev === undefined, changed: true };
+    });
+  }
+
+  async delete(id: number): Promise<void> {
+    const lb = this.#requireLb();
+    validateServiceId(id);
+    return this.#serial(async () => {
+      await this.#retryBackendDeletes(lb);
+      const prev = this.#services.get(id);
+      if (!prev) throw new ServiceError(ServiceErrorCode.NOT_FOUND, `service ${id} not found`);
+      try {
+        await lb.deleteService(id);
+      } catch (err) {
+        prev.realized = false;
+        throw datapathFailed(`service ${id}: the datapath did not delete it`, err);
+      }
+      const change = this.#registry.replaceRefs(id, prev.keys, new Map());
+      try {
+        await this.o.store.remove(id);
+      } catch (err) {
+        change.undo();
+        await this.#putBack(lb, id, prev, []);
+        throw datapathFailed(`service ${id}: its record could not be removed`, err);
+      }
+      this.#services.delete(id);
+      this.#frontends.delete(frontendKey(prev.spec.frontend));
+      await this.#settleBackends(lb, prev.keys.filter((k) => this.#registry.idOf(k) !== undefined), change.freed);
+      this.o.log.debug({ service: id }, 'service deleted');
+    });
+  }
+
+  // ---- lifecycle ---------------------------------------------------------------
+
+  /**
+   * Takes the persisted services back and writes them to the datapath (at
+   * agent start, before endpoints regenerate), then lets the datapath drop
+   * entries of services and backends that are gone. Backend IDs are the
+   * persisted ones, so connections pinned to them survive the restart.
+   */
+  restore(): Promise<ServiceRestoreReport> {
+    return this.#serial(async () => {
+      const report: ServiceRestoreReport = { restored: 0, failed: [], skipped: [] };
+      const loaded = await this.o.store.loadAll();
+      for (const p of loaded.problems) {
+        this.o.log.error({ file: p.file, error: p.error }, 'service record unreadable; moved aside');
+        report.skipped.push({ id: p.file, error: p.error });
+      }
+      const lb = this.o.loadBalancer;
+      if (!lb) {
+        if (loaded.records.length > 0) this.o.log.warn({ services: loaded.records.length }, 'services are kept on disk but not served: this datapath does not load-balance');
+        return report;
+      }
+      const accepted: Array<{ rec: StoredService; spec: NormalizedService }> = [];
+      for (const rec of loaded.records) {
+        try {
+          const spec = validateServiceSpec(rec.id, rec.spec);
+          const fk = frontendKey(spec.frontend);
+          const owner = this.#frontends.get(fk);
+          if (owner !== undefined) throw new Error(`frontend ${fk} already belongs to restored service ${owner}`);
+          this.#frontends.set(fk, spec.id);
+          accepted.push({ rec, spec });
+        } catch (err) {
+          this.o.log.error({ service: rec.id, err }, 'service record not restored');
+          report.skipped.push({ id: rec.id, error: (err as Error).message });
+        }
+      }
+      // Every persisted ID is claimed before any is allocated, so no restored service takes another's.
+      for (const { rec } of accepted) for (const [key, id] of Object.entries(rec.backendIds)) this.#registry.claim(key, id);
+      const renumbered: number[] = [];
+      for (const { rec, spec } of accepted) {
+        const keys = spec.backends.map((b) => keyOfBackend(spec, b));
+        this.#registry.replaceRefs(spec.id, [], new Map(spec.backends.map((b, i) => [keys[i]!, b.state] as const)));
+        if (keys.some((k) => rec.backendIds[k] !== this.#registry.idOf(k))) renumbered.push(spec.id);
+        this.#services.set(spec.id, { spec, keys, entry: undefined, realized: false, local: new Set(rec.local) });
+      }
+      this.#registry.dropUnreferenced();
+      try {
+        await lb.upsertBackends(this.#registry.ids().map((id) => this.#backendEntry(this.#registry.keyOf(id)!)));
+      } catch (err) {
+        this.o.log.error({ err }, 'restoring service backends failed; services stay unrealized until changed');
+      }
+      for (const s of this.#services.values()) {
+        const entry = renderService(s.spec, this.#renderContext(s, undefined));
+        try {
+          await lb.upsertService(entry);
+          s.entry = entry;
+          s.realized = true;
+          report.restored++;
+        } catch (err) {
+          this.o.log.error({ service: s.spec.id, err }, 'restoring service failed; it stays unrealized until changed');
+          report.failed.push(s.spec.id);
+        }
+      }
+      for (const id of renumbered) {
+        const s = this.#services.get(id)!;
+        await this.o.store.save(this.#record(s)).catch((err: unknown) => this.o.log.error({ service: id, err }, 'persisting renumbered backends failed'));
+      }
+      await lb.restoreDone([...this.#services.keys()], this.#registry.ids());
+      this.o.log.info({ services: report.restored, failed: report.failed.length, skipped: report.skipped.length, backends: this.#registry.size }, 'services restored');
+      return report;
+    });
+  }
+
+  /**
+   * From now on locality comes from the node's endpoints (call once they
+   * are restored): services whose entries depend on it are rendered again.
+   */
+  endpointsRestored(): Promise<void> {
+    this.#liveLocality = true;
+    return this.localityChanged();
+  }
+
+  /**
+   * An endpoint came or went: services with externalTrafficPolicy Local (and
+   * any not realized) are rendered again. Calls in a burst coalesce into one pass.
+   */
+  localityChanged(): Promise<void> {
+    if (!this.#liveLocality || !this.o.loadBalancer) return Promise.resolve();
+    if (this.#localityQueued) return this.#tail.then(() => undefined);
+    this.#localityQueued = true;
+    return this.#serial(async () => {
+      this.#localityQueued = false;
+      await this.#refresh(this.o.loadBalancer!);
+    });
+  }
+
+  /** Waits for writes queued so far. */
+  async idle(): Promise<void> {
+    await this.#tail.catch(() => undefined);
+  }
+
+  // ---- internals ---------------------------------------------------------------
+
+  #requireLb(): LoadBalancerDatapath {
+    const lb = this.o.loadBalancer;
+    if (!lb) throw new ServiceError(ServiceErrorCode.UNSUPPORTED, 'services need the eBPF datapath (--datapath bpf); this agent runs the routing datapath');
+    return lb;
+  }
+
+  #serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.#tail.then(fn, fn);
+    this.#tail = run.catch(() => undefined);
+    return run;
+  }
+
+  #localSet(): ReadonlySet<string> | undefined {
+    if (!this.#liveLocality) return undefined;
+    return new Set(this.o.localAddresses ? this.o.localAddresses() : []);
+  }
+
+  /** `local` undefined: before endpoints are restored, the service's persisted locality. */
+  #renderContext(s: Pick<ServiceState, 'local'>, local: ReadonlySet<string> | undefined): RenderContext {
+    return {
+      algorithm: this.#algorithm,
+      maglevTableSize: this.#maglevTableSize,
+      idOf: (key) => {
+        const id = this.#registry.idOf(key);
+        if (id === undefined) throw new Error(`backend ${key} has no ID`);
+        return id;
+      },
+      isLocal: (key) => (local ? local.has(ipOfKey(key)) : s.local.has(key)),
+    };
+  }
+
+  #isLocal(s: ServiceState, key: string, local: ReadonlySet<string> | undefined): boolean {
+    return local ? local.has(ipOfKey(key)) : s.local.has(key);
+  }
+
+  #backendEntry(key: string): LbBackendEntry {
+    const i = key.lastIndexOf('/');
+    const addr = key.slice(0, i);
+    const j = addr.lastIndexOf(':');
+    return {
+      id: this.#registry.idOf(key)!,
+      address: addr.slice(0, j),
+      port: Number(addr.slice(j + 1)),
+      protocol: key.slice(i + 1) as LbBackendEntry['protocol'],
+      state: this.#registry.stateOf(key) ?? 'active',
+    };
+  }
+
+  #record(s: ServiceState): StoredService {
+    const backendIds: Record<string, number> = {};
+    for (const k of s.keys) backendIds[k] = this.#registry.idOf(k)!;
+    return { version: SERVICE_RECORD_VERSION, id: s.spec.id, spec: this.#specBody(s.spec), backendIds, local: [...s.local].sort() };
+  }
+
+  #specBody(spec: NormalizedService): ServiceSpec {
+    return { id: spec.id, 'frontend-address': { ...spec.frontend }, 'backend-addresses': spec.backends.map((b) => ({ ...b })), flags: { ...spec.flags } };
+  }
+
+  #status(s: ServiceState, local: ReadonlySet<string> | undefined): ServiceStatus {
+    return {
+      id: s.spec.id,
+      'frontend-address': { ...s.spec.frontend },
+      'backend-addresses': s.spec.backends.map((b, i) => ({ ...b, id: this.#registry.idOf(s.keys[i]!) ?? 0, local: this.#isLocal(s, s.keys[i]!, local) })),
+      flags: { ...s.spec.flags },
+      realized: s.realized,
+    };
+  }
+
+  /** Upsert's datapath and disk work for a spec that differs from what the service had (or was not realized). */
+  async #write(lb: LoadBalancerDatapath, spec: NormalizedService, prev: ServiceState | undefined): Promise<ServiceState> {
+    const id = spec.id;
+    const keys = spec.backends.map((b) => keyOfBackend(spec, b));
+    let change: RefChange;
+    try {
+      change = this.#registry.replaceRefs(id, prev?.keys ?? [], new Map(spec.backends.map((b, i) => [keys[i]!, b.state] as const)));
+    } catch (err) {
+      throw datapathFailed(`service ${id}: no backend ID for it`, err);
+    }
+    const localNow = this.#localSet();
+    const next: ServiceState = { spec, keys, entry: undefined, realized: false, local: new Set() };
+    const wasLocal = (k: string) => (localNow ? localNow.has(ipOfKey(k)) : prev?.local.has(k) === true);
+    for (const k of keys) if (wasLocal(k)) next.local.add(k);
+    const entry = renderService(spec, this.#renderContext(next, localNow));
+    // Backends the service had that others still use may change state (the most serving reference wins).
+    const stillUsed = (prev?.keys ?? []).filter((k) => !keys.includes(k) && this.#registry.idOf(k) !== undefined);
+    try {
+      await lb.upsertBackends([...keys, ...stillUsed].map((k) => this.#backendEntry(k)));
+      await lb.upsertService(entry);
+    } catch (err) {
+      change.undo();
+      await this.#putBack(lb, id, prev, change.allocated);
+      throw datapathFailed(`service ${id}: the datapath did not take it`, err);
+    }
+    next.entry = entry;
+    next.realized = true;
+    try {
+      await this.o.store.save(this.#record(next));
+    } catch (err) {
+      change.undo();
+      await this.#putBack(lb, id, prev, change.allocated);
+      throw datapathFailed(`service ${id}: its record could not be written`, err);
+    }
+    if (prev) this.#frontends.delete(frontendKey(prev.spec.frontend));
+    this.#frontends.set(frontendKey(spec.frontend), id);
+    this.#services.set(id, next);
+    await this.#settleBackends(lb, [], change.freed);
+    this.o.log.debug({ service: id, frontend: frontendKey(spec.frontend), backends: entry.backendIds.length }, prev ? 'service updated' : 'service created');
+    return next;
+  }
+
+  /**
+   * After a failed write (the registry already undone): the datapath gets
+   * the service as it was (or loses the new one) and the backends that
+   * were allocated for the write go again. When even that fails, the
+   * service is marked unrealized, so the next upsert writes it whole.
+   */
+  async #putBack(lb: LoadBalancerDatapath, id: number, prev: ServiceState | undefined, allocated: readonly number[]): Promise<void> {
+    try {
+      if (prev?.entry) {
+        await lb.upsertBackends(prev.keys.map((k) => this.#backendEntry(k)));
+        await lb.upsertService(prev.entry);
+      } else {
+        await lb.deleteService(id);
+      }
+      if (allocated.length > 0) await lb.deleteBackends(allocated);
+    } catch (err) {
+      if (prev) prev.realized = false;
+      for (const b of allocated) this.#pendingBackendDeletes.add(b);
+      this.o.log.error({ service: id, err }, 'putting the service back after a failed write failed; it is marked unrealized');
+    }
+  }
+
+  /** Shared backends whose state may have changed are rewritten; freed ones leave the maps (and their conntrack entries with them). */
+  async #settleBackends(lb: LoadBalancerDatapath, changedKeys: readonly string[], freed: readonly number[]): Promise<void> {
+    try {
+      if (changedKeys.length > 0) await lb.upsertBackends(changedKeys.map((k) => this.#backendEntry(k)));
+    } catch (err) {
+      this.o.log.warn({ err }, 'updating shared backends\' state failed');
+    }
+    if (freed.length === 0) return;
+    try {
+      await lb.deleteBackends(freed);
+    } catch (err) {
+      for (const b of freed) this.#pendingBackendDeletes.add(b);
+      this.o.log.warn({ backends: freed, err }, 'deleting unused backends failed; retried with the next change');
+    }
+  }
+
+  async #retryBackendDeletes(lb: LoadBalancerDatapath): Promise<void> {
+    if (this.#pendingBackendDeletes.size === 0) return;
+    // An ID handed out again since is in use: not ours to delete.
+    const ids = [...this.#pendingBackendDeletes].filter((id) => this.#registry.keyOf(id) === undefined);
+    try {
+      if (ids.length > 0) await lb.deleteBackends(ids);
+      this.#pendingBackendDeletes.clear();
+    } catch (err) {
+      this.o.log.warn({ backends: ids, err }, 'deleting unused backends failed again');
+    }
+  }
+
+  /** Renders again the services that depend on locality (and any not realized), writing what changed. */
+  async #refresh(lb: LoadBalancerDatapath): Promise<void> {
+    const local = this.#localSet();
+    for (const s of this.#services.values()) {
+      if (!isLocalTraffic(s.spec) && s.realized) continue;
+      const nowLocal = new Set(s.keys.filter((k) => this.#isLocal(s, k, local)));
+      const entry = renderService(s.spec, this.#renderContext(s, local));
+      const localChanged = nowLocal.size !== s.local.size || [...nowLocal].some((k) => !s.local.has(k));
+      if (s.realized && s.entry && sameEntry(entry, s.entry) && !localChanged) continue;
+      try {
+        if (!s.realized) await lb.upsertBackends(s.keys.map((k) => this.#backendEntry(k)));
+        await lb.upsertService(entry);
+        s.entry = entry;
+        s.realized = true;
+      } catch (err) {
+        s.realized = false;
+        this.o.log.error({ service: s.spec.id, err }, 'rewriting service after an endpoint change failed; it is marked unrealized');
+        continue;
+      }
+      s.local = nowLocal;
+      await this.o.store.save(this.#record(s)).catch((err: unknown) => this.o.log.warn({ service: s.spec.id, err }, 'persisting service locality failed'));
+    }
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * A service as the load-balancer maps hold it: which backends new
+ * connections may go to (in slot order), per scope, and the Maglev table
+ * over them. Pure: the manager supplies backend IDs and locality.
+ */
+import type { LbServiceEntry } from '../datapath/types.js';
+import { buildMaglevTable } from './maglev.js';
+import type { LbAlgorithm } from './types.js';
+import { backendKey, type NormalizedBackend, type NormalizedService } from './validate.js';
+
+export interface RenderContext {
+  algorithm: LbAlgorithm;
+  maglevTableSize: number;
+  /** The backend ID of a backend key. */
+  idOf(key: string): number;
+  /** Whether a backend key's address is an endpoint of this node. */
+  isLocal(key: string): boolean;
+}
+
+export const keyOfBackend = (svc: NormalizedService, b: NormalizedBackend) => backendKey(b.ip, b.port, svc.frontend.protocol);
+
+/**
+ * The backends that take new connections: the active ones with a weight;
+ * when there is none, the terminating ones (as Kubernetes falls back to
+ * serving-terminating endpoints), so a service being rolled over does not
+ * refuse connections it could still serve.
+ */
+export function selectableBackends(backends: readonly NormalizedBackend[]): NormalizedBackend[] {
+  const active = backends.filter((b) => b.state === 'active' && b.weight > 0);
+  return active.length > 0 ? active : backends.filter((b) => b.state === 'terminating' && b.weight > 0);
+}
+
+/** Whether externalTrafficPolicy Local changes the entries: only for traffic from outside the node. */
+export function isLocalTraffic(svc: NormalizedService): boolean {
+  return svc.flags.trafficPolicy === 'Local' && svc.flags.type !== 'ClusterIP';
+}
+
+export function renderService(svc: NormalizedService, ctx: RenderContext): LbServiceEntry {
+  const selectable = selectableBackends(svc.backends);
+  const localTraffic = isLocalTraffic(svc);
+  const external = localTraffic ? selectable.filter((b) => ctx.isLocal(keyOfBackend(svc, b))) : selectable;
+  const entry: LbServiceEntry = {
+    id: svc.id,
+    address: svc.frontend.ip,
+    port: svc.frontend.port,
+    protocol: svc.frontend.protocol,
+    type: svc.flags.type,
+    localTraffic,
+    affinityTimeoutSec: svc.flags.sessionAffinity ? svc.flags.sessionAffinityTimeout : 0,
+    backendIds: external.map((b) => ctx.idOf(keyOfBackend(svc, b))),
+  };
+  if (localTraffic) entry.internalBackendIds = selectable.map((b) => ctx.idOf(keyOfBackend(svc, b)));
+  if (ctx.algorithm === 'maglev' && external.length > 0) {
+    entry.maglevTable = buildMaglevTable(
+      external.map((b) => {
+        const key = keyOfBackend(svc, b);
+        return { id: ctx.idOf(key), key, weight: b.weight };
+      }),
+      ctx.maglevTableSize,
+    );
+  }
+  return entry;
+}
+
+/** Whether two rendered entries put the same thing in the maps. */
+export function sameEntry(a: LbServiceEntry, b: LbServiceEntry): boolean {
+  const { maglevTable: ta, ...ra } = a;
+  const { maglevTable: tb, ...rb } = b;
+  if (JSON.stringify(ra) !== JSON.stringify(rb)) return false;
+  if (ta === undefined || tb === undefined) return ta === tb;
+  return ta.length === tb.length && ta.every((v, i) => v === tb[i]);
+}

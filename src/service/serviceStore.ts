@@ -1,0 +1,84 @@
+/**
+ * Services persisted under the agent's state dir, one file per service ID
+ * (`<dir>/<id>.json`), written through a rename so a crash leaves the old or
+ * the new record, never half of one. A record carries the spec with its
+ * defaults, the backend IDs (so conntrack entries pinned to them stay valid
+ * across an agent restart) and which backends were local when it was
+ * written (what the restored entries use until endpoints are back).
+ */
+import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+
+const TMP_SUFFIX = '.tmp';
+export const SERVICE_QUARANTINE_DIR = '.quarantine';
+export const SERVICE_RECORD_VERSION = 1;
+
+export interface StoredService {
+  version: number;
+  id: number;
+  /** The spec as the API takes it, defaults filled in. */
+  spec: unknown;
+  /** Backend key (`ip:port/PROTO`) → backend ID. */
+  backendIds: Record<string, number>;
+  /** Backend keys that were this node's when the record was written. */
+  local: string[];
+}
+
+export interface LoadedServices {
+  records: StoredService[];
+  /** Files that could not be read, moved to `.quarantine` (or left where they are when that failed too). */
+  problems: Array<{ file: string; error: string }>;
+}
+
+export class ServiceStore {
+  constructor(readonly dir: string) {}
+
+  #path(id: number): string {
+    return join(this.dir, `${id}.json`);
+  }
+
+  async save(record: StoredService): Promise<void> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    const tmp = `${this.#path(record.id)}${TMP_SUFFIX}`;
+    await writeFile(tmp, JSON.stringify(record), { mode: 0o600 });
+    await rename(tmp, this.#path(record.id));
+  }
+
+  async remove(id: number): Promise<void> {
+    await rm(this.#path(id), { force: true });
+  }
+
+  /** Every committed record, by ID; leftovers of interrupted writes are removed. */
+  async loadAll(): Promise<LoadedServices> {
+    await mkdir(this.dir, { recursive: true, mode: 0o700 });
+    const out: LoadedServices = { records: [], problems: [] };
+    const names = (await readdir(this.dir)).sort((a, b) => parseInt(a, 10) - parseInt(b, 10));
+    for (const name of names) {
+      const file = join(this.dir, name);
+      if (name.endsWith(TMP_SUFFIX)) {
+        await rm(file, { force: true });
+        continue;
+      }
+      const m = /^(\d+)\.json$/.exec(name);
+      if (!m) continue;
+      try {
+        const rec = JSON.parse(await readFile(file, 'utf8')) as Partial<StoredService>;
+        if (rec.version !== SERVICE_RECORD_VERSION) throw new Error(`unknown record version ${JSON.stringify(rec.version)}`);
+        if (rec.id !== Number(m[1])) throw new Error(`record of service ${JSON.stringify(rec.id)} in the file of service ${m[1]}`);
+        if (typeof rec.backendIds !== 'object' || rec.backendIds === null || !Array.isArray(rec.local)) throw new Error('record lacks backendIds or local');
+        out.records.push(rec as StoredService);
+      } catch (err) {
+        const error = (err as Error).message;
+        try {
+          await mkdir(join(this.dir, SERVICE_QUARANTINE_DIR), { recursive: true, mode: 0o700 });
+          await rename(file, join(this.dir, SERVICE_QUARANTINE_DIR, `${name}-${new Date().toISOString().replace(/[:.]/g, '-')}`));
+        } catch (moveErr) {
+          out.problems.push({ file, error: `${error}; moving it aside failed: ${(moveErr as Error).message}` });
+          continue;
+        }
+        out.problems.push({ file, error });
+      }
+    }
+    return out;
+  }
+}

@@ -1,0 +1,106 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { isServiceError, ServiceErrorCode } from './errors.js';
+import { validateServiceSpec } from './validate.js';
+
+const base = () => ({
+  'frontend-address': { ip: '10.96.0.10', port: 80, protocol: 'TCP' },
+  'backend-addresses': [{ ip: '10.0.0.5', port: 8080 }],
+  flags: { type: 'ClusterIP' },
+});
+
+type Body = Record<string, any>;
+const edit = (f: (b: Body) => void): Body => {
+  const b: Body = structuredClone(base());
+  f(b);
+  return b;
+};
+
+describe('validateServiceSpec', () => {
+  it('fills in the defaults', () => {
+    assert.deepEqual(validateServiceSpec(7, base()), {
+      id: 7,
+      frontend: { ip: '10.96.0.10', port: 80, protocol: 'TCP' },
+      backends: [{ ip: '10.0.0.5', port: 8080, weight: 1, state: 'active' }],
+      flags: { type: 'ClusterIP', trafficPolicy: 'Cluster', sessionAffinity: false, sessionAffinityTimeout: 10800 },
+    });
+  });
+
+  it('accepts every type, state and protocol it serves', () => {
+    const nodeAddresses = new Set(['192.0.2.10']);
+    const ok: Body[] = [
+      edit((b) => (b.flags = { type: 'NodePort', trafficPolicy: 'Local' })).valueOf(),
+      edit((b) => {
+        b.flags = { type: 'NodePort' };
+        b['frontend-address'] = { ip: '0.0.0.0', port: 30080, protocol: 'UDP' };
+      }),
+      edit((b) => {
+        b.flags = { type: 'NodePort' };
+        b['frontend-address'].ip = '192.0.2.10';
+      }),
+      edit((b) => (b.flags = { type: 'ExternalIPs', trafficPolicy: 'Local', sessionAffinity: true, sessionAffinityTimeout: 1 })),
+      edit((b) => (b.flags = { type: 'LoadBalancer', sessionAffinityTimeout: 86400 })),
+      edit((b) => (b['backend-addresses'] = ['active', 'terminating', 'quarantined', 'maintenance'].map((state, i) => ({ ip: `10.0.0.${i + 1}`, port: 1, state, weight: i === 0 ? 0 : 65535 })))),
+      edit((b) => (b['backend-addresses'] = [])),
+      edit((b) => (b.id = 7)),
+      // What GET returns may be PUT back: status-only fields are ignored.
+      edit((b) => {
+        b.realized = true;
+        b['backend-addresses'][0].id = 3;
+        b['backend-addresses'][0].local = false;
+      }),
+    ];
+    for (const b of ok.slice(0, 1)) b['frontend-address'].ip = '0.0.0.0';
+    for (const b of ok) assert.doesNotThrow(() => validateServiceSpec(7, b, { nodeAddresses }), JSON.stringify(b));
+  });
+
+  const bad: Array<[string, unknown, RegExp, number?]> = [
+    ['not an object', 'x', /^body:/],
+    ['path id 0', base(), /^id: must be a whole number 1\.\.65535/, 0],
+    ['path id too big', base(), /^id:/, 65536],
+    ['body id differs', edit((b) => (b.id = 8)), /^id: the body's ID 8 is not the path's 7/],
+    ['unknown top field', edit((b) => (b.frontend = {})), /^frontend: unknown field/],
+    ['no frontend', edit((b) => delete b['frontend-address']), /^frontend-address:/],
+    ['IPv6 frontend', edit((b) => (b['frontend-address'].ip = 'fd00::10')), /^frontend-address\.ip: IPv6 services are not supported yet/],
+    ['not an address', edit((b) => (b['frontend-address'].ip = '10.96.0')), /^frontend-address\.ip: "10\.96\.0" is not an IPv4 address/],
+    ['ClusterIP 0.0.0.0', edit((b) => (b['frontend-address'].ip = '0.0.0.0')), /^frontend-address\.ip: 0\.0\.0\.0 is not a unicast/],
+    ['multicast', edit((b) => (b['frontend-address'].ip = '224.0.0.1')), /^frontend-address\.ip: .*multicast/],
+    ['broadcast', edit((b) => (b['frontend-address'].ip = '255.255.255.255')), /^frontend-address\.ip: .*broadcast/],
+    ['loopback', edit((b) => (b['frontend-address'].ip = '127.0.0.1')), /^frontend-address\.ip: .*loopback/],
+    ['hairpin address', edit((b) => (b['frontend-address'].ip = '169.254.42.1')), /^frontend-address\.ip: .*link-local/],
+    ['port 0', edit((b) => (b['frontend-address'].port = 0)), /^frontend-address\.port: must be a whole number 1\.\.65535/],
+    ['port 65536', edit((b) => (b['frontend-address'].port = 65536)), /^frontend-address\.port:/],
+    ['port string', edit((b) => (b['frontend-address'].port = '80')), /^frontend-address\.port:/],
+    ['SCTP', edit((b) => (b['frontend-address'].protocol = 'SCTP')), /^frontend-address\.protocol: SCTP services are not supported yet/],
+    ['lowercase tcp', edit((b) => (b['frontend-address'].protocol = 'tcp')), /^frontend-address\.protocol: must be TCP or UDP/],
+    ['NodePort on a foreign address', edit((b) => (b.flags.type = 'NodePort')), /^frontend-address\.ip: a NodePort frontend is 0\.0\.0\.0 .* got 10\.96\.0\.10/],
+    ['ExternalIPs 0.0.0.0', edit((b) => {
+      b.flags.type = 'ExternalIPs';
+      b['frontend-address'].ip = '0.0.0.0';
+    }), /^frontend-address\.ip:/],
+    ['type', edit((b) => (b.flags.type = 'ExternalName')), /^flags\.type: must be one of ClusterIP, NodePort, ExternalIPs, LoadBalancer/],
+    ['no flags', edit((b) => delete b.flags), /^flags:/],
+    ['traffic policy', edit((b) => (b.flags.trafficPolicy = 'local')), /^flags\.trafficPolicy: must be one of Cluster, Local/],
+    ['Local on ClusterIP', edit((b) => (b.flags.trafficPolicy = 'Local')), /^flags\.trafficPolicy: Local applies to NodePort/],
+    ['affinity not boolean', edit((b) => (b.flags.sessionAffinity = 'yes')), /^flags\.sessionAffinity:/],
+    ['affinity timeout 0', edit((b) => (b.flags.sessionAffinityTimeout = 0)), /^flags\.sessionAffinityTimeout: must be a whole number 1\.\.86400/],
+    ['affinity timeout too long', edit((b) => (b.flags.sessionAffinityTimeout = 86401)), /^flags\.sessionAffinityTimeout:/],
+    ['unknown flag', edit((b) => (b.flags.hairpin = true)), /^flags\.hairpin: unknown field/],
+    ['backends not a list', edit((b) => (b['backend-addresses'] = {})), /^backend-addresses: must be a list/],
+    ['backend IPv6', edit((b) => (b['backend-addresses'][0].ip = 'fd00::5')), /^backend-addresses\[0\]\.ip: IPv6 services are not supported yet/],
+    ['backend port', edit((b) => (b['backend-addresses'][0].port = 0)), /^backend-addresses\[0\]\.port:/],
+    ['backend weight', edit((b) => (b['backend-addresses'][0].weight = 65536)), /^backend-addresses\[0\]\.weight: must be a whole number 0\.\.65535/],
+    ['backend negative weight', edit((b) => (b['backend-addresses'][0].weight = -1)), /^backend-addresses\[0\]\.weight:/],
+    ['backend state', edit((b) => (b['backend-addresses'][0].state = 'draining')), /^backend-addresses\[0\]\.state: must be one of active, terminating, quarantined, maintenance/],
+    ['backend unknown field', edit((b) => (b['backend-addresses'][0].protocol = 'TCP')), /^backend-addresses\[0\]\.protocol: unknown field/],
+    ['duplicate backend', edit((b) => b['backend-addresses'].push({ ip: '10.0.0.6', port: 1 }, { ip: '10.0.0.5', port: 8080, weight: 3 })), /^backend-addresses\[2\]: duplicate of backend-addresses\[0\] \(10\.0\.0\.5:8080\)/],
+  ];
+  for (const [name, body, message, id] of bad) {
+    it(`refuses ${name}`, () => {
+      assert.throws(
+        () => validateServiceSpec(id ?? 7, body, { nodeAddresses: new Set(['192.0.2.10']) }),
+        (err: unknown) => isServiceError(err, ServiceErrorCode.INVALID) && message.test(err.message) || assert.fail(`${name}: ${(err as Error).message}`),
+      );
+    });
+  }
+});

@@ -1,0 +1,190 @@
+/**
+ * Checks a PUT /service/{id} body and fills in its defaults. Every refusal
+ * is a ServiceError INVALID whose message starts with the field it is
+ * about, so an API client can tell what to fix; nothing is changed by a body
+ * that fails here.
+ */
+import type { LbBackendState, LbProtocol } from '../datapath/types.js';
+import { MAX_SERVICE_ID } from '../datapath/bpf/constants.js';
+import { ipFamilyOf, parseIp } from '../netip/index.js';
+import { ServiceError, ServiceErrorCode } from './errors.js';
+import type { ServiceFlags, ServiceType, TrafficPolicy } from './types.js';
+
+export const SERVICE_TYPES: readonly ServiceType[] = ['ClusterIP', 'NodePort', 'ExternalIPs', 'LoadBalancer'];
+export const TRAFFIC_POLICIES: readonly TrafficPolicy[] = ['Cluster', 'Local'];
+export const BACKEND_STATES: readonly LbBackendState[] = ['active', 'terminating', 'quarantined', 'maintenance'];
+export const DEFAULT_AFFINITY_TIMEOUT = 10800;
+export const MAX_AFFINITY_TIMEOUT = 86400;
+export const MAX_BACKEND_WEIGHT = 65535;
+/** A service's slots are counted in 16 bits. */
+export const MAX_BACKENDS_PER_SERVICE = 65535;
+
+/** A backend with its defaults filled in. */
+export interface NormalizedBackend {
+  ip: string;
+  port: number;
+  weight: number;
+  state: LbBackendState;
+}
+
+/** A service spec with every default filled in: what the agent keeps, compares and persists. */
+export interface NormalizedService {
+  id: number;
+  frontend: { ip: string; port: number; protocol: Exclude<LbProtocol, 'SCTP'> };
+  backends: NormalizedBackend[];
+  flags: Required<ServiceFlags>;
+}
+
+export interface ValidationContext {
+  /** The node's IPv4 addresses: a NodePort frontend must be 0.0.0.0 or one of them. Unchecked when absent. */
+  nodeAddresses?: ReadonlySet<string>;
+}
+
+/** Fields of GET /service/{id} that a PUT may carry back unchanged: ignored (they are not the client's to set). */
+const STATUS_ONLY_TOP = new Set(['realized']);
+const STATUS_ONLY_BACKEND = new Set(['id', 'local']);
+
+function invalid(message: string): ServiceError {
+  return new ServiceError(ServiceErrorCode.INVALID, message);
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function refuseUnknown(obj: Record<string, unknown>, field: string, known: readonly string[], ignored: ReadonlySet<string> = new Set()): void {
+  for (const k of Object.keys(obj)) {
+    if (!known.includes(k) && !ignored.has(k)) throw invalid(`${field === '' ? '' : `${field}.`}${k}: unknown field (expected ${known.join(', ')})`);
+  }
+}
+
+function integerIn(v: unknown, field: string, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) throw invalid(`${field}: must be a whole number ${min}..${max}, got ${JSON.stringify(v)}`);
+  return v;
+}
+
+export function validateServiceId(id: unknown, field = 'id'): number {
+  return integerIn(id, field, 1, MAX_SERVICE_ID);
+}
+
+/** Why an IPv4 address cannot be a unicast service address, or undefined when it can. */
+function notUnicast(ip: string): string | undefined {
+  const v = Number(parseIp(ip).bits);
+  const first = v >>> 24;
+  if (first === 0) return 'is not a unicast address (0.0.0.0/8)';
+  if (first === 127) return 'is a loopback address';
+  if (first >= 224 && first <= 239) return 'is a multicast address';
+  if (first >= 240) return 'is not a unicast address (240.0.0.0/4, broadcast)';
+  if (v >>> 16 === ((169 << 8) | 254)) return 'is a link-local address (169.254.0.0/16; 169.254.42.1 is the datapath\'s hairpin address)';
+  return undefined;
+}
+
+function ipv4(v: unknown, field: string): string {
+  if (typeof v !== 'string') throw invalid(`${field}: must be an IPv4 address string, got ${JSON.stringify(v)}`);
+  const family = ipFamilyOf(v);
+  if (family === 6) throw invalid(`${field}: IPv6 services are not supported yet (${v})`);
+  if (family !== 4) throw invalid(`${field}: "${v}" is not an IPv4 address`);
+  return v;
+}
+
+function unicast(v: unknown, field: string): string {
+  const ip = ipv4(v, field);
+  const why = notUnicast(ip);
+  if (why) throw invalid(`${field}: ${ip} ${why}`);
+  return ip;
+}
+
+function protocol(v: unknown, field: string): 'TCP' | 'UDP' {
+  if (v === 'TCP' || v === 'UDP') return v;
+  if (v === 'SCTP') throw invalid(`${field}: SCTP services are not supported yet`);
+  throw invalid(`${field}: must be TCP or UDP, got ${JSON.stringify(v)}`);
+}
+
+function oneOf<T extends string>(v: unknown, field: string, allowed: readonly T[]): T {
+  if (typeof v === 'string' && (allowed as readonly string[]).includes(v)) return v as T;
+  throw invalid(`${field}: must be one of ${allowed.join(', ')}, got ${JSON.stringify(v)}`);
+}
+
+function frontend(v: unknown, type: ServiceType, ctx: ValidationContext): NormalizedService['frontend'] {
+  const field = 'frontend-address';
+  if (!isObject(v)) throw invalid(`${field}: must be an object with ip, port and protocol`);
+  refuseUnknown(v, field, ['ip', 'port', 'protocol']);
+  const port = integerIn(v.port, `${field}.port`, 1, 65535);
+  const proto = protocol(v.protocol, `${field}.protocol`);
+  let ip: string;
+  if (type === 'NodePort') {
+    ip = ipv4(v.ip, `${field}.ip`);
+    if (ip !== '0.0.0.0' && ctx.nodeAddresses && !ctx.nodeAddresses.has(ip)) {
+      throw invalid(`${field}.ip: a NodePort frontend is 0.0.0.0 (every node address) or one of this node's addresses (${[...ctx.nodeAddresses].join(', ') || 'none known'}), got ${ip}`);
+    }
+    if (ip !== '0.0.0.0') unicast(ip, `${field}.ip`);
+  } else {
+    ip = unicast(v.ip, `${field}.ip`);
+  }
+  return { ip, port, protocol: proto };
+}
+
+function backends(v: unknown): NormalizedBackend[] {
+  const field = 'backend-addresses';
+  if (!Array.isArray(v)) throw invalid(`${field}: must be a list (it may be empty)`);
+  if (v.length > MAX_BACKENDS_PER_SERVICE) throw invalid(`${field}: at most ${MAX_BACKENDS_PER_SERVICE} backends, got ${v.length}`);
+  const seen = new Map<string, number>();
+  return v.map((b, i) => {
+    const at = `${field}[${i}]`;
+    if (!isObject(b)) throw invalid(`${at}: must be an object with ip and port`);
+    refuseUnknown(b, at, ['ip', 'port', 'weight', 'state'], STATUS_ONLY_BACKEND);
+    const ip = unicast(b.ip, `${at}.ip`);
+    const port = integerIn(b.port, `${at}.port`, 1, 65535);
+    const weight = b.weight === undefined ? 1 : integerIn(b.weight, `${at}.weight`, 0, MAX_BACKEND_WEIGHT);
+    const state = b.state === undefined ? 'active' : oneOf(b.state, `${at}.state`, BACKEND_STATES);
+    const key = `${ip}:${port}`;
+    const dup = seen.get(key);
+    if (dup !== undefined) throw invalid(`${at}: duplicate of ${field}[${dup}] (${key})`);
+    seen.set(key, i);
+    return { ip, port, weight, state };
+  });
+}
+
+function flags(v: unknown): Required<ServiceFlags> {
+  const field = 'flags';
+  if (!isObject(v)) throw invalid(`${field}: must be an object with at least type`);
+  refuseUnknown(v, field, ['type', 'trafficPolicy', 'sessionAffinity', 'sessionAffinityTimeout']);
+  const type = oneOf(v.type, `${field}.type`, SERVICE_TYPES);
+  const trafficPolicy = v.trafficPolicy === undefined ? 'Cluster' : oneOf(v.trafficPolicy, `${field}.trafficPolicy`, TRAFFIC_POLICIES);
+  // Kubernetes' externalTrafficPolicy: traffic of a ClusterIP never comes from outside the node's pods.
+  if (trafficPolicy === 'Local' && type === 'ClusterIP') throw invalid(`${field}.trafficPolicy: Local applies to NodePort, ExternalIPs and LoadBalancer services, not ClusterIP`);
+  if (v.sessionAffinity !== undefined && typeof v.sessionAffinity !== 'boolean') throw invalid(`${field}.sessionAffinity: must be true or false, got ${JSON.stringify(v.sessionAffinity)}`);
+  const sessionAffinityTimeout = v.sessionAffinityTimeout === undefined ? DEFAULT_AFFINITY_TIMEOUT : integerIn(v.sessionAffinityTimeout, `${field}.sessionAffinityTimeout`, 1, MAX_AFFINITY_TIMEOUT);
+  return { type, trafficPolicy, sessionAffinity: v.sessionAffinity === true, sessionAffinityTimeout };
+}
+
+/**
+ * The body of PUT /service/{id} for service `id`, checked and with its
+ * defaults filled in. Throws ServiceError INVALID naming the field.
+ */
+export function validateServiceSpec(id: unknown, body: unknown, ctx: ValidationContext = {}): NormalizedService {
+  const sid = validateServiceId(id);
+  if (!isObject(body)) throw invalid('body: must be an object with frontend-address, backend-addresses and flags');
+  refuseUnknown(body, '', ['id', 'frontend-address', 'backend-addresses', 'flags'], STATUS_ONLY_TOP);
+  if (body.id !== undefined) {
+    const bodyId = validateServiceId(body.id);
+    if (bodyId !== sid) throw invalid(`id: the body's ID ${bodyId} is not the path's ${sid}`);
+  }
+  const f = flags(body.flags);
+  return { id: sid, frontend: frontend(body['frontend-address'], f.type, ctx), backends: backends(body['backend-addresses']), flags: f };
+}
+
+/** The datapath's key of a frontend: one service per (address, port, protocol). */
+export function frontendKey(f: NormalizedService['frontend']): string {
+  return `${f.ip}:${f.port}/${f.protocol}`;
+}
+
+/** The registry's key of a backend: shared by every service with this address, port and protocol. */
+export function backendKey(ip: string, port: number, protocol: string): string {
+  return `${ip}:${port}/${protocol}`;
+}
+
+/** Whether two normalized specs are the same service (backends in order: slot order is part of it). */
+export function sameService(a: NormalizedService, b: NormalizedService): boolean {
+  return JSON.stringify(a) === JSON.stringify(b);
+}

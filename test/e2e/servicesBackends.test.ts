@@ -1,0 +1,141 @@
+// Backends leaving a service under real traffic: a deleted backend's
+// conntrack pins go at once, so a connected UDP client's next datagrams reach
+// a live backend within a second while TCP to the others carries on; a
+// terminating backend keeps its existing connections but gets no new ones.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { NetnsPool } from '../support/netns.js';
+import { requireRoot } from '../support/root.js';
+import { lbDiagnostics, upsertService } from '../support/serviceApi.js';
+import { failures, shareByBackend, type StreamEvent } from '../support/serviceProcess.js';
+import { type ServiceScene, startServiceScene } from '../support/serviceScene.js';
+import type { LbBackendState } from '../../src/datapath/types.js';
+
+requireRoot('the service backend-change tests');
+
+const NS = 'tdl-svb';
+const POD_CIDR = '10.242.0.0/24';
+const TCP_PORT = 8080;
+const UDP_PORT = 5353;
+const BACKENDS = ['be-a', 'be-b', 'be-c'];
+const VIP = '10.96.1.10';
+const STREAM_INTERVAL_MS = 50;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const pool = new NetnsPool('svb');
+let scene: ServiceScene | undefined;
+const ip = (pod: string) => scene!.pod(pod).ip;
+
+/** Both services (TCP 80, UDP 53) with `backends` in the given states. */
+async function program(backends: ReadonlyArray<{ name: string; state?: LbBackendState }>): Promise<void> {
+  const list = (port: number) => backends.map((b) => ({ ip: ip(b.name), port, ...(b.state ? { state: b.state } : {}) }));
+  await Promise.all([
+    upsertService(scene!.node, 1, { frontend: { ip: VIP, port: 80, protocol: 'TCP' }, backends: list(TCP_PORT) }),
+    upsertService(scene!.node, 2, { frontend: { ip: VIP, port: 53, protocol: 'UDP' }, backends: list(UDP_PORT) }),
+  ]);
+}
+
+before(async () => {
+  scene = await startServiceScene(pool, {
+    nodeName: 'tdl-node-svb',
+    podCidr: POD_CIDR,
+    namespace: NS,
+    pods: [...BACKENDS.map((name) => ({ name, labels: { app: 'backend', pod: name } })), { name: 'client', labels: { app: 'client' } }],
+    tcpPorts: [TCP_PORT],
+    udpPorts: [UDP_PORT],
+  });
+  await program(BACKENDS.map((name) => ({ name })));
+});
+
+after(async () => {
+  if (scene) await scene.cleanup();
+  else await pool.cleanup();
+});
+
+/** Held connections: `count` of them, with the backend each reached. */
+async function holdConnections(count: number): Promise<Array<{ handle: number; backend: string }>> {
+  const c = scene!.agent('client');
+  const held: Array<{ handle: number; backend: string }> = [];
+  for (let i = 0; i < count; i++) {
+    const { handle, session } = await c.tcpOpen({ dst: VIP, port: 80 });
+    assert.equal(session.outcome, 'open', `held connection ${i}: ${session.outcome} ${session.detail ?? ''}`);
+    held.push({ handle, backend: session.answers[0]!.name });
+  }
+  return held;
+}
+
+const lastName = (events: readonly StreamEvent[]) => [...events].reverse().find((e) => e.name)?.name;
+
+test('a backend deleted mid-traffic: TCP to the others unaffected, a connected UDP client moves within 1 s', async (t) => {
+  const c = scene!.agent('client');
+  const held = await holdConnections(15);
+  // Several connected UDP clients; the victim is the backend the first one is on.
+  const streams = await Promise.all(Array.from({ length: 6 }, () => c.udpStream({ dst: VIP, port: 53 }, STREAM_INTERVAL_MS)));
+  await sleep(500);
+  const before = await Promise.all(streams.map((s) => c.udpStreamRead(s)));
+  for (const [i, ev] of before.entries()) assert.ok(lastName(ev), `stream ${i} got answers before the delete: ${JSON.stringify(ev.slice(-3))}`);
+  const victim = lastName(before[0]!)!;
+  const onVictim = before.filter((ev) => lastName(ev) === victim).length;
+  t.diagnostic(`victim ${victim}: ${onVictim} of 6 UDP streams, ${held.filter((h) => h.backend === victim).length} of 15 TCP connections`);
+
+  const deletedAt = Date.now();
+  await program(BACKENDS.filter((b) => b !== victim).map((name) => ({ name })));
+  const realizedMs = Date.now() - deletedAt;
+  await sleep(1500);
+  const afterDelete = await Promise.all(streams.map((s) => c.udpStreamRead(s)));
+  for (const s of streams) await c.udpStreamStop(s);
+
+  // Every stream that was on the victim: its first answer from a live backend came within 1 s, and nothing from the victim after that.
+  const report: string[] = [];
+  for (const [i, ev] of afterDelete.entries()) {
+    if (lastName(before[i]!) !== victim) continue;
+    const later = ev.filter((e) => e.t > deletedAt);
+    const firstLive = later.find((e) => e.name && e.name !== victim);
+    const lastVictim = [...later].reverse().find((e) => e.name === victim);
+    const errors = later.filter((e) => e.error).map((e) => e.error);
+    report.push(`stream ${i}: first live answer +${firstLive ? firstLive.t - deletedAt : 'never'} ms (${firstLive?.name}), last victim answer +${lastVictim ? lastVictim.t - deletedAt : '-'} ms, errors ${JSON.stringify(errors.slice(0, 3))}`);
+    assert.ok(firstLive && firstLive.t - deletedAt <= 1000, `stream ${i} reached a live backend within 1 s of the delete (PUT realized in ${realizedMs} ms): ${report.at(-1)}\n${await lbDiagnostics(scene!.node)}`);
+    assert.ok(!lastVictim || lastVictim.t < firstLive.t, `stream ${i} never went back to the deleted backend: ${report.at(-1)}`);
+  }
+  t.diagnostic(report.join('\n'));
+  // Streams on live backends stayed where they were.
+  for (const [i, ev] of afterDelete.entries()) {
+    if (lastName(before[i]!) === victim) continue;
+    const names = new Set(ev.filter((e) => e.t > deletedAt && e.name).map((e) => e.name));
+    assert.deepEqual([...names], [lastName(before[i]!)], `stream ${i} on a live backend stayed on it`);
+  }
+
+  // TCP: every held connection to a live backend answers from the same backend.
+  for (const h of held.filter((x) => x.backend !== victim)) {
+    const s = await c.tcpAsk(h.handle);
+    assert.equal(s.outcome, 'open', `held connection to ${h.backend}: ${s.outcome} ${s.detail ?? ''}`);
+    assert.equal(s.answers.at(-1)!.name, h.backend, 'still on its backend');
+  }
+  // New connections never go to the deleted backend.
+  const fresh = await c.tcpSessions({ dst: VIP, port: 80 }, { count: 60, requests: 2, concurrency: 10 });
+  assert.equal(failures(fresh), 'none');
+  const share = shareByBackend(fresh);
+  assert.ok(!share.has(victim), `no new connection to the deleted ${victim}: ${JSON.stringify(Object.fromEntries(share))}`);
+  for (const h of held) await c.tcpClose(h.handle);
+  await program(BACKENDS.map((name) => ({ name })));
+});
+
+test('a terminating backend keeps its existing TCP connections but gets no new ones', async () => {
+  const c = scene!.agent('client');
+  const held = await holdConnections(12);
+  const draining = held[0]!.backend;
+  await program(BACKENDS.map((name) => ({ name, state: name === draining ? ('terminating' as const) : ('active' as const) })));
+  for (const h of held) {
+    const s = await c.tcpAsk(h.handle);
+    assert.equal(s.outcome, 'open', `held connection to ${h.backend} (${draining} draining): ${s.outcome} ${s.detail ?? ''}\n${await lbDiagnostics(scene!.node)}`);
+    assert.equal(s.answers.at(-1)!.name, h.backend, 'still on its backend');
+  }
+  const fresh = await c.tcpSessions({ dst: VIP, port: 80 }, { count: 90, requests: 2, concurrency: 10 });
+  assert.equal(failures(fresh), 'none');
+  const share = shareByBackend(fresh);
+  assert.ok(!share.has(draining), `no new connection to the terminating ${draining}: ${JSON.stringify(Object.fromEntries(share))}`);
+  assert.equal(share.size, 2, 'new connections spread over the two active backends');
+  // The drained connections still work at the end.
+  for (const h of held.filter((x) => x.backend === draining)) assert.equal((await c.tcpAsk(h.handle)).answers.at(-1)!.name, draining);
+  for (const h of held) await c.tcpClose(h.handle);
+});

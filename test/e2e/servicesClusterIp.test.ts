@@ -1,0 +1,184 @@
+// ClusterIP services on the eBPF datapath with real traffic: new connections
+// spread over three backend pods and each stays on its backend for its life;
+// session affinity pins a client; the same over UDP; a pod reaching its own
+// service (hairpin); the node reaching a ClusterIP; an ICMP error for a
+// service flow translated back (ECONNREFUSED on a connected UDP socket);
+// policy still enforced through the service; no nftables table any more.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
+import { NetnsPool } from '../support/netns.js';
+import { networkPolicy } from '../support/policyDocuments.js';
+import { requireRoot } from '../support/root.js';
+import { run } from '../support/run.js';
+import { lbDiagnostics, upsertService } from '../support/serviceApi.js';
+import { failures, movedSessions, type SessionResult, shareByBackend, type ShotResult } from '../support/serviceProcess.js';
+import { type ServiceScene, startServiceScene } from '../support/serviceScene.js';
+
+requireRoot('the ClusterIP service tests');
+
+const NS = 'tdl-svc';
+const POD_CIDR = '10.241.0.0/24';
+const TCP_PORT = 8080;
+const UDP_PORT = 5353;
+/** No pod listens here: a datagram to it gets an ICMP port unreachable. */
+const CLOSED_UDP_PORT = 5999;
+const BACKENDS = ['be-a', 'be-b', 'be-c'];
+/** LB_HAIRPIN_IP4: the source a pod sees when it reached itself through its service. */
+const HAIRPIN_IP = '169.254.42.1';
+
+const VIP = '10.96.0.10';
+const VIP_AFFINITY = '10.96.0.11';
+const VIP_HAIRPIN = '10.96.0.12';
+const VIP_CLOSED = '10.96.0.13';
+
+const pool = new NetnsPool('svc');
+let scene: ServiceScene | undefined;
+const ip = (pod: string) => scene!.pod(pod).ip;
+
+before(async () => {
+  scene = await startServiceScene(pool, {
+    nodeName: 'tdl-node-svc',
+    podCidr: POD_CIDR,
+    namespace: NS,
+    pods: [...BACKENDS.map((name) => ({ name, labels: { app: 'backend', pod: name } })), { name: 'client', labels: { app: 'client' } }, { name: 'intruder', labels: { app: 'intruder' } }],
+    tcpPorts: [TCP_PORT],
+    udpPorts: [UDP_PORT],
+  });
+  const node = scene.node;
+  const all = (port: number) => BACKENDS.map((b) => ({ ip: ip(b), port }));
+  await upsertService(node, 1, { frontend: { ip: VIP, port: 80, protocol: 'TCP' }, backends: all(TCP_PORT) });
+  await upsertService(node, 2, { frontend: { ip: VIP, port: 53, protocol: 'UDP' }, backends: all(UDP_PORT) });
+  await upsertService(node, 3, { frontend: { ip: VIP_AFFINITY, port: 80, protocol: 'TCP' }, backends: all(TCP_PORT), sessionAffinity: true, sessionAffinityTimeout: 600 });
+  await upsertService(node, 4, { frontend: { ip: VIP_AFFINITY, port: 53, protocol: 'UDP' }, backends: all(UDP_PORT), sessionAffinity: true, sessionAffinityTimeout: 600 });
+  await upsertService(node, 5, { frontend: { ip: VIP_HAIRPIN, port: 80, protocol: 'TCP' }, backends: [{ ip: ip('client'), port: TCP_PORT }] });
+  await upsertService(node, 6, { frontend: { ip: VIP_CLOSED, port: 53, protocol: 'UDP' }, backends: [{ ip: ip('be-a'), port: CLOSED_UDP_PORT }] });
+});
+
+after(async () => {
+  if (scene) await scene.cleanup();
+  else await pool.cleanup();
+});
+
+/** Each backend's share of `total` lies in [min, max] (fractions), every backend got some. */
+function assertSpread(results: ReadonlyArray<SessionResult | ShotResult>, min: number, max: number, what: string): Map<string, number> {
+  const share = shareByBackend(results);
+  const text = JSON.stringify(Object.fromEntries(share));
+  assert.deepEqual([...share.keys()].sort(), [...BACKENDS].sort(), `${what}: answers from exactly the three backends: ${text}`);
+  for (const b of BACKENDS) {
+    const f = share.get(b)! / results.length;
+    assert.ok(f >= min && f <= max, `${what}: ${b} got ${(f * 100).toFixed(1)}% (bounds ${min * 100}–${max * 100}%): ${text}`);
+  }
+  return share;
+}
+
+describe('ClusterIP, three backends', () => {
+  test('TCP: 300 new connections spread over all three; each stays on its backend for its life', async (t) => {
+    const started = Date.now();
+    const sessions = await scene!.agent('client').tcpSessions({ dst: VIP, port: 80 }, { count: 300, requests: 8, concurrency: 20 });
+    const failed = sessions.filter((s) => s.outcome !== 'open');
+    assert.equal(failed.length, 0, `every connection answered all rounds: ${failures(sessions)}\n${await lbDiagnostics(scene!.node)}`);
+    const share = assertSpread(sessions, 0.2, 0.47, 'TCP');
+    t.diagnostic(`300 connections × 8 rounds in ${Date.now() - started} ms: ${JSON.stringify(Object.fromEntries(share))}`);
+    const moved = movedSessions(sessions);
+    assert.equal(moved.length, 0, `connections that changed backend: ${JSON.stringify(moved.slice(0, 3))}`);
+    // The backend sees the client pod itself: no SNAT inside the cluster.
+    const peers = new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)));
+    assert.deepEqual([...peers], [ip('client')], 'the backends saw the client pod\'s address');
+  });
+
+  test('TCP: session affinity pins a client to one backend', async () => {
+    const sessions = await scene!.agent('client').tcpSessions({ dst: VIP_AFFINITY, port: 80 }, { count: 40, requests: 2, concurrency: 8 });
+    assert.equal(failures(sessions), 'none');
+    const share = shareByBackend(sessions);
+    assert.equal(share.size, 1, `every connection of the client reached one backend: ${JSON.stringify(Object.fromEntries(share))}`);
+    // Another client is pinned too (to whichever backend it drew).
+    const other = shareByBackend(await scene!.agent('intruder').tcpSessions({ dst: VIP_AFFINITY, port: 80 }, { count: 20, requests: 1, concurrency: 5 }));
+    assert.equal(other.size, 1, `a second client is pinned as well: ${JSON.stringify(Object.fromEntries(other))}`);
+  });
+
+  test('UDP: 300 datagrams from distinct source ports spread over all three', async () => {
+    const shots = await scene!.agent('client').udpShots({ dst: VIP, port: 53 }, { count: 300, concurrency: 20 });
+    assert.equal(failures(shots), 'none', await lbDiagnostics(scene!.node));
+    assertSpread(shots, 0.2, 0.47, 'UDP');
+    const peers = new Set(shots.map((s) => s.answer!.peer));
+    assert.deepEqual([...peers], [ip('client')], 'the backends saw the client pod\'s address');
+  });
+
+  test('UDP: a connected socket stays on its backend; session affinity pins a client', async () => {
+    const c = scene!.agent('client');
+    const stream = await c.udpStream({ dst: VIP, port: 53 }, 20);
+    await new Promise((r) => setTimeout(r, 600));
+    await c.udpStreamStop(stream);
+    const events = await c.udpStreamRead(stream);
+    const names = new Set(events.map((e) => e.name ?? `error ${e.error}`));
+    assert.ok(events.length >= 10, `the stream got answers: ${events.length}`);
+    assert.equal(names.size, 1, `one flow, one backend: ${JSON.stringify([...names])}`);
+
+    const shots = await c.udpShots({ dst: VIP_AFFINITY, port: 53 }, { count: 40, concurrency: 8 });
+    assert.equal(failures(shots), 'none');
+    const share = shareByBackend(shots);
+    assert.equal(share.size, 1, `40 source ports, one backend under affinity: ${JSON.stringify(Object.fromEntries(share))}`);
+  });
+});
+
+test('hairpin: a pod reaches its own service and gets its own connection back', async () => {
+  const sessions = await scene!.agent('client').tcpSessions({ dst: VIP_HAIRPIN, port: 80 }, { count: 5, requests: 4, concurrency: 5 });
+  assert.equal(failures(sessions), 'none', await lbDiagnostics(scene!.node));
+  const answers = sessions.flatMap((s) => s.answers);
+  assert.ok(answers.every((a) => a.name === 'client'), 'the pod itself answered');
+  // Its own address as a source would be dropped by the pod's stack: the datapath puts the hairpin address there.
+  assert.deepEqual([...new Set(answers.map((a) => a.peer))], [HAIRPIN_IP], 'the pod saw its hairpin flow come from LB_HAIRPIN_IP4');
+});
+
+test('the node reaches a ClusterIP (TCP and UDP)', async () => {
+  const node = scene!.agent('node');
+  const sessions = await node.tcpSessions({ dst: VIP, port: 80 }, { count: 30, requests: 3, concurrency: 6 });
+  assert.equal(failures(sessions), 'none', await lbDiagnostics(scene!.node));
+  assert.equal(movedSessions(sessions).length, 0);
+  assert.ok(shareByBackend(sessions).size >= 2, `the node's connections spread too: ${JSON.stringify(Object.fromEntries(shareByBackend(sessions)))}`);
+  const peers = [...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))];
+  assert.deepEqual(peers, [scene!.node.routerIp], 'the node reaches services from the router address (the route through tendril_host)');
+  const shots = await node.udpShots({ dst: VIP, port: 53 }, { count: 30, concurrency: 6 });
+  assert.equal(failures(shots), 'none');
+});
+
+test('UDP to a service whose backend port is closed: ECONNREFUSED (the ICMP error translated back)', async () => {
+  const shots = await scene!.agent('client').udpShots({ dst: VIP_CLOSED, port: 53 }, { count: 3, concurrency: 1, timeoutMs: 1500 });
+  assert.deepEqual(
+    shots.map((s) => s.outcome),
+    ['refused', 'refused', 'refused'],
+    `a connected socket to ${VIP_CLOSED}:53 only takes an ICMP error quoting ${VIP_CLOSED}:53: ${failures(shots)}`,
+  );
+});
+
+test('policy holds through a service: a NetworkPolicy denying the client at the backends blocks it via the ClusterIP', async () => {
+  const node = scene!.node;
+  const policy = networkPolicy(NS, 'backend-from-client', 'podSelector: {matchLabels: {app: backend}}\npolicyTypes: [Ingress]\ningress:\n- from: [{podSelector: {matchLabels: {app: client}}}]');
+  await importPolicyAndWait(node, policy);
+  try {
+    const [client, intruder] = [scene!.agent('client'), scene!.agent('intruder')];
+    // The control: straight to a backend's address, denied.
+    assert.equal((await intruder.tcpOnce({ dst: ip('be-a'), port: TCP_PORT }, 500)).outcome, 'timeout', 'intruder -> be-a direct is denied');
+    const denied = await intruder.tcpSessions({ dst: VIP, port: 80 }, { count: 6, requests: 1, concurrency: 6, timeoutMs: 600 });
+    assert.deepEqual(
+      denied.map((s) => s.outcome),
+      Array(6).fill('timeout'),
+      `intruder -> ClusterIP: every connection dropped at the backend's ingress: ${failures(denied)} ${JSON.stringify(denied.flatMap((s) => s.answers))}`,
+    );
+    const deniedUdp = await intruder.udpShots({ dst: VIP, port: 53 }, { count: 6, concurrency: 6, timeoutMs: 600 });
+    assert.deepEqual(deniedUdp.map((s) => s.outcome), Array(6).fill('timeout'), `intruder -> ClusterIP over UDP: ${failures(deniedUdp)}`);
+    const allowed = await client.tcpSessions({ dst: VIP, port: 80 }, { count: 30, requests: 2, concurrency: 10 });
+    assert.equal(failures(allowed), 'none', 'client -> ClusterIP is allowed');
+    assert.equal(shareByBackend(allowed).size, 3, 'the allowed client reaches every backend');
+  } finally {
+    await deletePolicyAndWait(node, ['--namespace', NS, '--name', 'backend-from-client']);
+  }
+});
+
+test('no nftables table `tendril` with the eBPF datapath', async () => {
+  const r = await run(['nsenter', `--net=${scene!.node.nodePath}`, '--', 'nft', '-j', 'list', 'tables']);
+  assert.equal(r.code, 0, r.stderr);
+  const tables = (JSON.parse(r.stdout) as { nftables: Array<{ table?: { family: string; name: string } }> }).nftables.flatMap((x) => (x.table ? [`${x.table.family} ${x.table.name}`] : []));
+  assert.ok(!tables.some((tb) => tb.endsWith(' tendril')), `the node's tables: ${JSON.stringify(tables)}`);
+});

@@ -1,0 +1,157 @@
+// Traffic that crosses the node's devices: NodePorts and externalIPs reached
+// from an outside host (the backend sees the client's own address, with
+// trafficPolicy Cluster and Local alike), a NodePort whose backend is off the
+// node (SNAT to the node), the node reaching a NodePort on its own address,
+// and pods reaching servers outside the cluster masqueraded in BPF, their
+// NAT entries garbage-collected once the flow is over.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { NetnsPool } from '../support/netns.js';
+import { requireRoot } from '../support/root.js';
+import { runOk } from '../support/run.js';
+import { decodeNatKey, lbDiagnostics, snatEntries, upsertService } from '../support/serviceApi.js';
+import { failures, shareByBackend } from '../support/serviceProcess.js';
+import { OUTSIDE_CLIENT_IP, OUTSIDE_NODE_IP, REMOTE_HOST_IP, REMOTE_NODE_IP, type ServiceScene, startServiceScene } from '../support/serviceScene.js';
+import { eventually } from '../support/datapathObserve.js';
+
+requireRoot('the NodePort and masquerade tests');
+
+const NS = 'tdl-svn';
+const POD_CIDR = '10.243.0.0/24';
+const TCP_PORT = 8080;
+const UDP_PORT = 5353;
+const BACKENDS = ['be-a', 'be-b'];
+const NODE_PORT_CLUSTER = 30080;
+const NODE_PORT_LOCAL = 30081;
+const NODE_PORT_REMOTE = 30082;
+const NODE_PORT_UDP = 30053;
+/** Routed to the node by the outside host; no interface holds it. */
+const EXTERNAL_IP = '10.200.0.100';
+const NODE_ADDRESSES = [OUTSIDE_NODE_IP, REMOTE_NODE_IP];
+
+const pool = new NetnsPool('svn');
+let scene: ServiceScene | undefined;
+const ip = (pod: string) => scene!.pod(pod).ip;
+
+before(async () => {
+  scene = await startServiceScene(pool, {
+    nodeName: 'tdl-node-svn',
+    podCidr: POD_CIDR,
+    namespace: NS,
+    pods: [...BACKENDS.map((name) => ({ name, labels: { app: 'backend', pod: name } })), { name: 'client', labels: { app: 'client' } }],
+    tcpPorts: [TCP_PORT],
+    udpPorts: [UDP_PORT],
+    outside: true,
+    remote: true,
+  });
+  await runOk(['ip', '-n', scene.outside!.netns, 'route', 'add', `${EXTERNAL_IP}/32`, 'via', OUTSIDE_NODE_IP]);
+  const node = scene.node;
+  const local = (port: number) => BACKENDS.map((b) => ({ ip: ip(b), port }));
+  await upsertService(node, 10, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_CLUSTER }, backends: local(TCP_PORT), trafficPolicy: 'Cluster' });
+  await upsertService(node, 11, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_LOCAL }, backends: local(TCP_PORT), trafficPolicy: 'Local' });
+  await upsertService(node, 12, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_UDP, protocol: 'UDP' }, backends: local(UDP_PORT), trafficPolicy: 'Cluster' });
+  await upsertService(node, 14, { type: 'ExternalIPs', frontend: { ip: EXTERNAL_IP, port: 80 }, backends: local(TCP_PORT) });
+});
+
+after(async () => {
+  if (scene) await scene.cleanup();
+  else await pool.cleanup();
+});
+
+describe('NodePort from an outside host', () => {
+  for (const [policy, port] of [
+    ['Cluster', NODE_PORT_CLUSTER],
+    ['Local', NODE_PORT_LOCAL],
+  ] as const) {
+    test(`trafficPolicy ${policy}: local backends see the client's own address`, async () => {
+      const sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port }, { count: 40, requests: 3, concurrency: 8 });
+      assert.equal(failures(sessions), 'none', `outside -> ${OUTSIDE_NODE_IP}:${port}\n${await lbDiagnostics(scene!.node)}`);
+      const share = shareByBackend(sessions);
+      assert.deepEqual([...share.keys()].sort(), BACKENDS, `both local backends take connections: ${JSON.stringify(Object.fromEntries(share))}`);
+      const peers = [...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))];
+      assert.deepEqual(peers, [OUTSIDE_CLIENT_IP], 'the source address reached the pod unchanged');
+    });
+  }
+
+  test('UDP NodePort: answers come back from the node address, the backend saw the client', async () => {
+    const shots = await scene!.agent('outside').udpShots({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_UDP }, { count: 40, concurrency: 8 });
+    assert.equal(failures(shots), 'none', await lbDiagnostics(scene!.node));
+    assert.deepEqual([...shareByBackend(shots).keys()].sort(), BACKENDS);
+    assert.deepEqual([...new Set(shots.map((s) => s.answer!.peer))], [OUTSIDE_CLIENT_IP]);
+  });
+
+  test('externalIPs: reached from outside, the client address preserved', async () => {
+    const sessions = await scene!.agent('outside').tcpSessions({ dst: EXTERNAL_IP, port: 80 }, { count: 20, requests: 2, concurrency: 5 });
+    assert.equal(failures(sessions), 'none', await lbDiagnostics(scene!.node));
+    assert.deepEqual([...shareByBackend(sessions).keys()].sort(), BACKENDS);
+    assert.deepEqual([...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))], [OUTSIDE_CLIENT_IP]);
+    // The frontend is only on the node's devices' path: an externalIP is no ClusterIP for its port 8080.
+  });
+
+  test('trafficPolicy Cluster to a backend off the node: SNAT to the node, the reply returns', async () => {
+    await upsertService(scene!.node, 13, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_REMOTE }, backends: [{ ip: REMOTE_HOST_IP, port: TCP_PORT }], trafficPolicy: 'Cluster' });
+    const sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_REMOTE }, { count: 10, requests: 3, concurrency: 5 });
+    assert.equal(failures(sessions), 'none', await lbDiagnostics(scene!.node));
+    const answers = sessions.flatMap((s) => s.answers);
+    assert.ok(answers.every((a) => a.name === 'remote'));
+    const peers = [...new Set(answers.map((a) => a.peer))];
+    assert.equal(peers.length, 1, JSON.stringify(peers));
+    assert.ok(NODE_ADDRESSES.includes(peers[0]!), `the remote backend saw a node address, not the client: ${peers[0]}`);
+  });
+});
+
+test('the node reaches a NodePort on its own address', async () => {
+  const sessions = await scene!.agent('node').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLUSTER }, { count: 20, requests: 2, concurrency: 5 });
+  assert.equal(failures(sessions), 'none', await lbDiagnostics(scene!.node));
+  assert.ok(sessions.every((s) => BACKENDS.includes(s.answers[0]!.name)));
+});
+
+describe('masquerade in BPF', () => {
+  test('a pod reaching servers outside the cluster is seen as the node; replies come back (TCP, UDP)', async () => {
+    const client = scene!.agent('client');
+    for (const [dst, nodeIp, name] of [
+      [REMOTE_HOST_IP, REMOTE_NODE_IP, 'remote'],
+      [OUTSIDE_CLIENT_IP, OUTSIDE_NODE_IP, 'outside'],
+    ] as const) {
+      const sessions = await client.tcpSessions({ dst, port: TCP_PORT }, { count: 10, requests: 3, concurrency: 5 });
+      assert.equal(failures(sessions), 'none', `client -> ${dst}:${TCP_PORT}`);
+      const answers = sessions.flatMap((s) => s.answers);
+      assert.ok(answers.every((a) => a.name === name));
+      assert.deepEqual([...new Set(answers.map((a) => a.peer))], [nodeIp], `${name} saw the node's address on the way out, not the pod's`);
+      const shots = await client.udpShots({ dst, port: UDP_PORT }, { count: 10, concurrency: 5 });
+      assert.equal(failures(shots), 'none', `client -> ${dst}:${UDP_PORT} over UDP`);
+      assert.deepEqual([...new Set(shots.map((s) => s.answer!.peer))], [nodeIp]);
+    }
+  });
+
+  test('inside the masquerade CIDRs no SNAT: a pod reaching another pod is seen as itself', async () => {
+    const s = await scene!.agent('client').tcpOnce({ dst: ip('be-a'), port: TCP_PORT });
+    assert.equal(s.outcome, 'open');
+    assert.equal(s.answers[0]!.peer, ip('client'));
+  });
+
+  test('the NAT entries of a finished flow are garbage-collected', async (t) => {
+    const PORT_OF_TEST = TCP_PORT;
+    const mine = async () =>
+      (await snatEntries(scene!.node)).map((e) => decodeNatKey(e.key)).filter((k) => k.proto === 6 && (k.dport === PORT_OF_TEST || k.sport === PORT_OF_TEST) && (k.saddr === REMOTE_HOST_IP || k.daddr === REMOTE_HOST_IP));
+    const sessions = await scene!.agent('client').tcpSessions({ dst: REMOTE_HOST_IP, port: PORT_OF_TEST }, { count: 3, requests: 2, concurrency: 3 });
+    assert.equal(failures(sessions), 'none');
+    const live = await mine();
+    t.diagnostic(`SNAT entries of the flows: ${JSON.stringify(live)}`);
+    assert.ok(live.length >= 2, `each masqueraded flow has its NAT pair: ${JSON.stringify(live)}`);
+    // The connections are closed: conntrack gives them the closing lifetime (10 s); `bpf ct gc` then takes the entries, and NAT GC follows.
+    let left = live;
+    const tookMs = await eventually(
+      async () => {
+        await scene!.node.cli(['bpf', 'ct', 'gc']);
+        left = await mine();
+        return left.length === 0;
+      },
+      40_000,
+      `SNAT entries for the closed flows to ${REMOTE_HOST_IP}:${PORT_OF_TEST} are removed`,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; left: ${JSON.stringify(left)}`);
+    });
+    t.diagnostic(`NAT entries gone ${tookMs} ms after the flows closed`);
+  });
+});

@@ -1,0 +1,103 @@
+/** Services through the agent's API socket (PUT/GET/DELETE /service/{id}), and the maps behind them through the CLI. */
+import type { BackendAddress, ServiceSpec, ServiceStatus, ServiceType, TrafficPolicy } from '../../src/service/types.js';
+import type { LbBackendState, LbProtocol } from '../../src/datapath/types.js';
+import { cliJson, type DatapathNode } from './datapathNode.js';
+import { run } from './run.js';
+
+export type { ServiceSpec, ServiceStatus } from '../../src/service/types.js';
+
+export interface ServiceShape {
+  frontend: { ip: string; port: number; protocol?: LbProtocol };
+  backends: ReadonlyArray<{ ip: string; port: number; state?: LbBackendState; weight?: number }>;
+  type?: ServiceType;
+  trafficPolicy?: TrafficPolicy;
+  sessionAffinity?: boolean;
+  sessionAffinityTimeout?: number;
+}
+
+/** The API body for a service, in the issue's shape. */
+export function serviceSpec(s: ServiceShape): ServiceSpec {
+  return {
+    'frontend-address': { ip: s.frontend.ip, port: s.frontend.port, protocol: s.frontend.protocol ?? 'TCP' },
+    'backend-addresses': s.backends.map((b): BackendAddress => ({ ip: b.ip, port: b.port, weight: b.weight ?? 1, state: b.state ?? 'active' })),
+    flags: {
+      type: s.type ?? 'ClusterIP',
+      trafficPolicy: s.trafficPolicy ?? 'Cluster',
+      sessionAffinity: s.sessionAffinity ?? false,
+      ...(s.sessionAffinityTimeout !== undefined ? { sessionAffinityTimeout: s.sessionAffinityTimeout } : {}),
+    },
+  };
+}
+
+/**
+ * PUT /service/{id}, then waits until GET says the datapath holds it as it
+ * is now (`realized`): the test's next packet must meet the new maps.
+ */
+export async function upsertService(node: DatapathNode, id: number, s: ServiceShape, timeoutMs = 5000): Promise<ServiceStatus> {
+  await node.agent.client.request<unknown>('PUT', `/service/${id}`, serviceSpec(s));
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const st = await getService(node, id);
+    if (st.realized) return st;
+    if (Date.now() > deadline) throw new Error(`service ${id} not realized in ${timeoutMs} ms: ${JSON.stringify(st)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export async function getService(node: DatapathNode, id: number): Promise<ServiceStatus> {
+  return node.agent.client.request<ServiceStatus>('GET', `/service/${id}`);
+}
+
+export async function deleteService(node: DatapathNode, id: number): Promise<void> {
+  await node.agent.client.request<unknown>('DELETE', `/service/${id}`);
+}
+
+/** `tendril bpf lb list -o json`, as the CLI prints it (for diagnostics in assertion messages). */
+export async function bpfLbList(node: DatapathNode): Promise<unknown> {
+  try {
+    return await cliJson<unknown>(node, ['bpf', 'lb', 'list']);
+  } catch (err) {
+    return `(bpf lb list failed: ${(err as Error).message.slice(0, 300)})`;
+  }
+}
+
+/** Short text of what the node holds, attached to a failing assertion. */
+export async function lbDiagnostics(node: DatapathNode): Promise<string> {
+  return JSON.stringify(await bpfLbList(node)).slice(0, 3000);
+}
+
+/**
+ * Entries of the SNAT map as bpftool dumps them from the pin (the agent's
+ * CLI may not decode it): each key's and value's bytes. A key is
+ * nat4_key, whose addresses are the first 8 bytes (saddr, daddr).
+ */
+export async function snatEntries(node: DatapathNode): Promise<Array<{ key: number[]; value: number[] }>> {
+  const pin = `${node.bpffsRoot}/tendril/tendril_snat4`;
+  const r = await run(['bpftool', '-j', 'map', 'dump', 'pinned', pin]);
+  if (r.code !== 0) throw new Error(`bpftool map dump ${pin}: ${r.stderr.trim() || r.stdout.trim()}`);
+  const rows = JSON.parse(r.stdout) as Array<{ key: string[] | number[]; value: string[] | number[] } | { formatted?: unknown }>;
+  const bytes = (a: ReadonlyArray<string | number>) => a.map((x) => (typeof x === 'number' ? x : Number.parseInt(x, 16)));
+  return rows.flatMap((row) => ('key' in row && 'value' in row ? [{ key: bytes(row.key), value: bytes(row.value) }] : []));
+}
+
+/** A nat4_key (bpf/lib/nat.h): saddr, daddr, sport, dport (network order), proto, dir. */
+export interface NatKey {
+  saddr: string;
+  daddr: string;
+  sport: number;
+  dport: number;
+  proto: number;
+  dir: number;
+}
+
+export function decodeNatKey(b: readonly number[]): NatKey {
+  const ip = (o: number) => b.slice(o, o + 4).join('.');
+  return { saddr: ip(0), daddr: ip(4), sport: (b[8]! << 8) | b[9]!, dport: (b[10]! << 8) | b[11]!, proto: b[12]!, dir: b[13]! };
+}
+
+/** Whether an entry's bytes hold the IPv4 address `ip` anywhere (network order). */
+export function bytesHoldAddress(bytes: readonly number[], ip: string): boolean {
+  const a = ip.split('.').map(Number);
+  for (let i = 0; i + 4 <= bytes.length; i++) if (bytes[i] === a[0] && bytes[i + 1] === a[1] && bytes[i + 2] === a[2] && bytes[i + 3] === a[3]) return true;
+  return false;
+}

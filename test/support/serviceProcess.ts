@@ -1,0 +1,162 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import type { ServiceAgentConfig, ServiceCommand, ServiceReply, SessionResult, ShotResult, StreamEvent } from './serviceAgent.js';
+
+export type { Answer, SessionResult, ShotResult, StreamEvent } from './serviceAgent.js';
+
+const SERVICE_AGENT = fileURLToPath(new URL('./serviceAgent.js', import.meta.url));
+
+type Request = ServiceCommand extends infer C ? (C extends unknown ? Omit<C, 'id'> : never) : never;
+
+export interface Target {
+  dst: string;
+  port: number;
+  /** Source address to bind (a namespace with several addresses). */
+  src?: string;
+}
+
+/**
+ * The service agent (serviceAgent.ts) of one network namespace: a backend
+ * that answers with its name and the client address it saw, and a client
+ * that opens connections and sends datagrams from there.
+ */
+export class ServiceAgentProcess {
+  private nextId = 1;
+  private readonly pending = new Map<number, (r: ServiceReply) => void>();
+  private stderr = '';
+
+  private constructor(
+    readonly name: string,
+    private readonly child: ChildProcess,
+  ) {}
+
+  static async start(netnsPath: string, config: ServiceAgentConfig): Promise<ServiceAgentProcess> {
+    const child = spawn('nsenter', [`--net=${netnsPath}`, '--', process.execPath, SERVICE_AGENT, JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const p = new ServiceAgentProcess(config.name, child);
+    child.stderr!.on('data', (c: Buffer) => (p.stderr += c.toString()));
+    const lines = createInterface({ input: child.stdout! });
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`service agent ${config.name} not ready in 10 s: ${p.stderr}`)), 10_000);
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`service agent ${config.name} exited ${code}: ${p.stderr}`));
+      });
+      lines.on('line', (line) => {
+        const msg = JSON.parse(line) as ServiceReply | { ready: true };
+        if ('ready' in msg) {
+          clearTimeout(timer);
+          resolve();
+          return;
+        }
+        const waiter = p.pending.get(msg.id);
+        p.pending.delete(msg.id);
+        waiter?.(msg);
+      });
+    });
+    return p;
+  }
+
+  private async send(cmd: Request): Promise<ServiceReply> {
+    const id = this.nextId++;
+    const reply = await new Promise<ServiceReply>((resolve, reject) => {
+      if (this.child.exitCode !== null || this.child.signalCode !== null) {
+        reject(new Error(`service agent ${this.name} is gone: ${this.stderr}`));
+        return;
+      }
+      this.pending.set(id, resolve);
+      this.child.stdin!.write(`${JSON.stringify({ ...cmd, id })}\n`);
+    });
+    if ('error' in reply) throw new Error(`service agent ${this.name}: ${reply.error}`);
+    return reply;
+  }
+
+  /** `count` new TCP connections, `requests` request/answer rounds on each. */
+  async tcpSessions(t: Target, opts: { count: number; requests: number; concurrency?: number; timeoutMs?: number }): Promise<SessionResult[]> {
+    const r = await this.send({ op: 'tcpSessions', ...t, count: opts.count, requests: opts.requests, concurrency: opts.concurrency ?? 20, timeoutMs: opts.timeoutMs ?? 2000 });
+    if (!('sessions' in r)) throw new Error(`unexpected reply ${JSON.stringify(r)}`);
+    return r.sessions;
+  }
+
+  /** One TCP connection and one round (a short timeout for a flow expected to be dropped). */
+  async tcpOnce(t: Target, timeoutMs = 2000): Promise<SessionResult> {
+    return (await this.tcpSessions(t, { count: 1, requests: 1, concurrency: 1, timeoutMs }))[0]!;
+  }
+
+  /** `count` datagrams, each from a new socket (a new source port), each waiting for its answer. */
+  async udpShots(t: Target, opts: { count: number; concurrency?: number; timeoutMs?: number }): Promise<ShotResult[]> {
+    const r = await this.send({ op: 'udpShots', ...t, count: opts.count, concurrency: opts.concurrency ?? 20, timeoutMs: opts.timeoutMs ?? 2000 });
+    if (!('shots' in r)) throw new Error(`unexpected reply ${JSON.stringify(r)}`);
+    return r.shots;
+  }
+
+  /** A connection kept open: its handle and the first round's result. */
+  async tcpOpen(t: Target, timeoutMs = 2000): Promise<{ handle: number; session: SessionResult }> {
+    const r = await this.send({ op: 'tcpOpen', ...t, timeoutMs });
+    if (!('handle' in r)) throw new Error(`unexpected reply ${JSON.stringify(r)}`);
+    return { handle: r.handle, session: r.session };
+  }
+
+  /** One more round on a held connection: every answer so far, and whether this one came. */
+  async tcpAsk(handle: number, timeoutMs = 2000): Promise<SessionResult> {
+    const r = await this.send({ op: 'tcpAsk', handle, timeoutMs });
+    if (!('session' in r)) throw new Error(`unexpected reply ${JSON.stringify(r)}`);
+    return r.session;
+  }
+
+  async tcpClose(handle: number): Promise<void> {
+    await this.send({ op: 'tcpClose', handle });
+  }
+
+  /** A connected UDP socket sending every `intervalMs`; read what answered with `udpStreamRead`. */
+  async udpStream(t: Target, intervalMs: number): Promise<number> {
+    const r = await this.send({ op: 'udpStream', ...t, intervalMs });
+    if (!('handle' in r)) throw new Error(`unexpected reply ${JSON.stringify(r)}`);
+    return r.handle;
+  }
+
+  async udpStreamRead(handle: number): Promise<StreamEvent[]> {
+    const r = await this.send({ op: 'udpStreamRead', handle });
+    if (!('events' in r)) throw new Error(`unexpected reply ${JSON.stringify(r)}`);
+    return r.events;
+  }
+
+  async udpStreamStop(handle: number): Promise<void> {
+    await this.send({ op: 'udpStreamStop', handle });
+  }
+
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((r) => this.child.once('exit', r));
+    this.child.stdin!.end();
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 2000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+/** Connections per backend name (sessions that got no answer count under `''`). */
+export function shareByBackend(results: ReadonlyArray<SessionResult | ShotResult>): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const r of results) {
+    const name = 'answers' in r ? (r.answers[0]?.name ?? '') : (r.answer?.name ?? '');
+    out.set(name, (out.get(name) ?? 0) + 1);
+  }
+  return out;
+}
+
+/** Sessions whose answers came from more than one backend (a connection that moved). */
+export function movedSessions(sessions: readonly SessionResult[]): SessionResult[] {
+  return sessions.filter((s) => new Set(s.answers.map((a) => a.name)).size > 1);
+}
+
+/** A short text of failed results for assertion messages. */
+export function failures(results: ReadonlyArray<SessionResult | ShotResult>): string {
+  const counts = new Map<string, number>();
+  for (const r of results) {
+    if (r.outcome === 'open') continue;
+    const k = `${r.outcome}${r.detail ? ` (${r.detail})` : ''}`;
+    counts.set(k, (counts.get(k) ?? 0) + 1);
+  }
+  return [...counts].map(([k, n]) => `${n}× ${k}`).join(', ') || 'none';
+}

@@ -15,8 +15,8 @@
 // time, so each sample is one connection's latency) to the measured ClusterIP,
 // p50/p99; all six series interleave round by round, and each round's p50 is also
 // compared with the 10-service p50 of the same round (the machine is shared).
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exec } from './benchProcess.js';
 import { BenchNamespaces, BpfRunStats, TcpClientSession, TendrilBenchNode, inNs, runTcpClient, startTcpServer } from './policyDatapath.js';
@@ -27,6 +27,7 @@ const COUNTS = [10, 1000, 10000];
 const SERVICE_PORT = 80;
 const BACKEND_PORT = 8080;
 const median = (xs: number[]) => percentile(xs, 0.5);
+const loadAverage = async () => Number((await readFile('/proc/loadavg', 'utf8')).split(' ')[0]);
 
 interface CrrResult {
   transactions: number;
@@ -67,9 +68,11 @@ export interface ServiceScaleReport {
   tendrilProgram: Array<{ ms: number; services: number; realized: number }>;
   /** Per count: iptables-restore of the whole ruleset, and the nat rules it left. */
   iptablesProgram: Array<{ ms: number; rules: number }>;
+  /** The machine's 1-minute load average when the measurement started and ended (the machine is shared). */
+  load: [number, number];
 }
 
-export async function runServiceScaleBench(rounds = 15, ms = 250): Promise<ServiceScaleReport> {
+export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<ServiceScaleReport> {
   const tag = `tdlss${process.pid % 10000}`;
   const namespaces = new BenchNamespaces();
   const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-svcscale-'));
@@ -145,6 +148,7 @@ export async function runServiceScaleBench(rounds = 15, ms = 250): Promise<Servi
     const run = (s: Series, runMs: number) => clients[s.side][s.k]!.run<CrrResult>({ op: 'crr', ip: target(s.k), port: SERVICE_PORT, ms: runMs, concurrency: 1 });
     for (const s of series) await run(s, 150); // warm-up
     for (const node of nodes) bpfStats.push(await BpfRunStats.enable(node));
+    const loadStart = await loadAverage();
     for (let r = 0; r < rounds; r++) {
       // Each round starts one series further on, so no series always runs first.
       for (const s of series.map((_, i) => series[(i + r) % series.length]!)) {
@@ -160,6 +164,7 @@ export async function runServiceScaleBench(rounds = 15, ms = 250): Promise<Servi
       }
     }
     while (bpfStats.length > 0) await bpfStats.pop()!.restore();
+    const load: [number, number] = [loadStart, await loadAverage()];
 
     const points = (side: Series['side']): ServiceScalePoint[] => {
       const mine = series.filter((s) => s.side === side);
@@ -181,7 +186,7 @@ export async function runServiceScaleBench(rounds = 15, ms = 250): Promise<Servi
         };
       });
     };
-    return { rounds, ms, tendril: points('tendril'), iptables: points('iptables'), tendrilProgram, iptablesProgram };
+    return { rounds, ms, tendril: points('tendril'), iptables: points('iptables'), tendrilProgram, iptablesProgram, load };
   } finally {
     while (bpfStats.length > 0) await bpfStats.pop()!.restore();
     for (const stop of stoppers) stop();
@@ -194,7 +199,9 @@ export async function runServiceScaleBench(rounds = 15, ms = 250): Promise<Servi
 
 export function printServiceScale(r: ServiceScaleReport): void {
   const f = (x: number, d = 0) => x.toFixed(d).padStart(9);
-  console.log(`\nService connect cost vs services installed: pod → ClusterIP TCP CRR (connect + 1-byte request/response + close, one at a time), ${r.rounds}×${r.ms} ms per point, all points interleaved`);
+  console.log(
+    `\nService connect cost vs services installed: pod → ClusterIP TCP CRR (connect + 1-byte request/response + close, one at a time), ${r.rounds}×${r.ms} ms per point, all points interleaved (load average ${r.load[0].toFixed(1)} → ${r.load[1].toFixed(1)} on ${availableParallelism()} CPUs)`,
+  );
   console.log('  tendril: services via PUT /service/{id}, 3 backends each (the measured one: 3 server pods on the node), eBPF lookup at the client pod');
   console.log('  iptables: kube-proxy-style nat chains (services chain → statistic-probability chain → DNAT chain), routed veth pods; the measured service is the LAST rule of the services chain (worst case: every rule walked)');
   const head = ['p50 µs', 'p99 µs', 'p50 vs10', 'conn/s', 'CPU/conn', 'vs 10'].map((h) => h.padStart(9)).join('');

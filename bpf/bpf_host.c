@@ -56,7 +56,7 @@ static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow
 	if (!svc)
 		return -1;
 	now = bpf_ktime_get_ns();
-	ret = lb4_local(skb, f, ip, &key, svc, now);
+	ret = lb4_translate(skb, f, ip, &key, svc, now);
 	if (ret < 0) {
 		flow_set_source4(f);
 		return drop_packet(skb, f, ret, DIR_NONE, 0);

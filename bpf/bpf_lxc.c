@@ -88,7 +88,7 @@ static __always_inline int from_container_service4(struct __sk_buff *skb, struct
 	svc = lb4_lookup(f, &key, 1);
 	if (!svc)
 		return 0;
-	ret = lb4_local(skb, f, ip, &key, svc, now);
+	ret = lb4_translate(skb, f, ip, &key, svc, now);
 	if (ret < 0)
 		return ret;
 	return lb4_hairpin_snat(skb, f, ip);

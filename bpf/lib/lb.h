@@ -274,7 +274,8 @@ static __always_inline void lb4_service_ct_create(const struct ct4_key *key, con
  * The backend of this connection: the one its service conntrack entry pins
  * while that backend still exists (a terminating backend keeps its
  * connections); else a new choice — the client's affinity backend, the
- * Maglev table's, or a random slot — pinned in a new service entry. NULL
+ * Maglev table's (EXTERNAL scope), or a random slot — pinned in a new
+ * service entry. NULL
  * with *reason = DROP_NO_SERVICE when the service has no backend for new
  * connections. Sets f's service fields (backend, reverse NAT index, the
  * frontend as addressed).
@@ -305,7 +306,8 @@ static __always_inline struct lb4_backend *lb4_select(struct flow *f, const stru
 			*reason = DROP_NO_SERVICE;
 			return NULL;
 		}
-		if (!id && (flags & SVC_F_MAGLEV))
+		/* A service has one Maglev table, its EXTERNAL scope's backends: the INTERNAL scope (all of them) picks at random. */
+		if (!id && (flags & SVC_F_MAGLEV) && key->scope == LB_SCOPE_EXTERNAL)
 			id = lb4_maglev_backend(f, rev_nat_index);
 		if (!id)
 			id = lb4_random_backend(key, count);
@@ -351,9 +353,9 @@ static __always_inline int lb4_dnat(struct __sk_buff *skb, struct flow *f, const
 	return 0;
 }
 
-/* Select and DNAT in one: 0, or the drop reason. */
-static __always_inline int lb4_local(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, const struct lb4_key *key,
-				     const struct lb4_service *svc, __u64 now)
+/* A new or pinned connection to a frontend: backend selected, then DNAT. 0, or the drop reason. */
+static __always_inline int lb4_translate(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, const struct lb4_key *key,
+					 const struct lb4_service *svc, __u64 now)
 {
 	struct lb4_backend *be;
 	int reason = 0;

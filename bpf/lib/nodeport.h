@@ -31,6 +31,7 @@
  */
 static __always_inline int nodeport_fib_redirect4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
 {
+	struct bpf_redir_neigh nh;
 	struct bpf_fib_lookup fib;
 	int ret;
 
@@ -51,7 +52,11 @@ static __always_inline int nodeport_fib_redirect4(struct __sk_buff *skb, struct 
 	ret = ipv4_dec_ttl(skb, ip, f->proto);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
-	return pass_packet(skb, f, bpf_redirect_neigh(fib.ifindex, NULL, 0, 0), TRACE_TO_NETWORK, DIR_NONE);
+	/* The FIB's next hop (the gateway, or the destination itself), so the kernel does not route the packet twice. */
+	__builtin_memset(&nh, 0, sizeof(nh));
+	nh.nh_family = NODEPORT_AF_INET;
+	nh.ipv4_nh = fib.ipv4_dst;
+	return pass_packet(skb, f, bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0), TRACE_TO_NETWORK, DIR_NONE);
 }
 
 /*
@@ -94,13 +99,38 @@ static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flo
 }
 
 /*
+ * The reply of a backend off this node to the node's own connection to a
+ * ClusterIP (from_host made it with the router address as source): the
+ * frontend back as its source before the stack sees it. Only packets to an
+ * address of the node in tendril_lxc (the router address) cost a
+ * conntrack lookup. Returns 1 with *action set when translated.
+ */
+static __always_inline int nodeport_host_reply4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, int *action)
+{
+	struct endpoint_info *ep = endpoint_lookup4(f->daddr);
+	int ret;
+
+	if (!ep || !(ep->flags & ENDPOINT_F_HOST) || !lb4_proto_supported(f->proto))
+		return 0;
+	if (ct_lookup(f, bpf_ktime_get_ns()) != CT_REPLY || !f->rev_nat_index)
+		return 0;
+	ret = lb4_rev_nat(skb, f, ip);
+	if (ret < 0)
+		*action = drop_packet(skb, f, ret, DIR_NONE, 0);
+	else
+		*action = pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_NETWORK, DIR_NONE);
+	return 1;
+}
+
+/*
  * netdev ingress, after reverse SNAT: a packet to a service frontend from
  * outside is load-balanced (DNAT, conntrack, the backend's ingress policy,
  * delivery; SNAT to dev's address when the backend is off this node and
  * the service is not Local); a reply of a NodePort flow that was SNATed
  * (nat_flags & NAT_F_NODEPORT) gets the frontend back as its source and is
- * sent to the client. Returns 1 with *action set when decided here, 0 when
- * the packet is no service's.
+ * sent to the client; a backend's reply to the node's own ClusterIP
+ * connection gets the frontend back (nodeport_host_reply4). Returns 1 with
+ * *action set when decided here, 0 when the packet is no service's.
  */
 static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					__u8 nat_flags, int *action)
@@ -119,14 +149,14 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 	/* From outside the node: the EXTERNAL scope only (a Local service's lists this node's backends). */
 	svc = lb4_lookup(f, &key, 0);
 	if (!svc)
-		return 0;
+		return nodeport_host_reply4(skb, f, ip, action);
 	svc_flags = svc->flags;
 	/* A ClusterIP is no frontend for the outside, even when a router sends its traffic here. */
 	if (!(svc_flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)))
 		return 0;
 	now = bpf_ktime_get_ns();
 	f->src_identity = ipcache_identity4(f->saddr);
-	ret = lb4_local(skb, f, ip, &key, svc, now);
+	ret = lb4_translate(skb, f, ip, &key, svc, now);
 	if (ret < 0) {
 		*action = drop_packet(skb, f, ret, DIR_INGRESS, 0);
 		return 1;
@@ -180,7 +210,7 @@ static __always_inline int nodeport_local4(struct __sk_buff *skb, struct flow *f
 	if (!svc)
 		return 0;
 	now = bpf_ktime_get_ns();
-	ret = lb4_local(skb, f, ip, &key, svc, now);
+	ret = lb4_translate(skb, f, ip, &key, svc, now);
 	dst = ret < 0 ? NULL : pod_endpoint_lookup4(f->daddr);
 	if (!dst) {
 		flow_set_source4(f);

@@ -199,7 +199,7 @@ export class Agent {
       return agent;
     } catch (err) {
       created?.unsubscribeEndpoints();
-      await created?.services.idle();
+      await created?.services.stop();
       await created?.policyStore.stop();
       await opened?.close();
       await lease.stop();
@@ -219,7 +219,8 @@ export class Agent {
       health: this.healthApi(),
       cni: this.cni,
       log: this.log,
-      services: this.services,
+      // Without load-balancing maps the routes answer SERVICE_UNSUPPORTED themselves.
+      ...(this.datapath.loadBalancer ? { services: this.services } : {}),
       ...(this.observability ? { monitor: this.observability.monitor, bpf: this.observability.bpf } : {}),
     };
   }
@@ -432,7 +433,7 @@ export class Agent {
     await this.observability?.stop();
     await this.policyStore.stop();
     this.unsubscribeEndpoints();
-    await this.services.idle();
+    await this.services.stop();
     await this.endpoints.stop();
     await this.ipcacheSync.stop();
     await this.identities.close();

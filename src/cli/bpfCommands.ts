@@ -84,7 +84,7 @@ export function endpointId(text: string, what = 'endpoint'): number {
 
 /** `tendril bpf …`: the eBPF datapath's maps as the programs see them, decoded. */
 export function registerBpfCommands(program: Command): void {
-  const bpf = program.command('bpf').description('the eBPF datapath\'s maps: endpoints, ipcache, policy, conntrack, metrics');
+  const bpf = program.command('bpf').description('the eBPF datapath\'s maps: endpoints, ipcache, policy, conntrack, load balancer, SNAT, metrics');
 
   const endpoint = bpf.command('endpoint').description('the local endpoint map');
   withAgentOpts(endpoint.command('list').description('local endpoint map entries')).action(async (opts: AgentOpts) => {

@@ -92,7 +92,7 @@ describe('tendril service', () => {
     const again = await tendril(args);
     assert.equal(again.code, 0, again.stderr);
     assert.match(again.stdout, /^Updated service 10\n/);
-    assert.equal(server.manager.list().length, 1);
+    assert.equal(server.services.list().length, 1);
   });
 
   test('upsert -f: a JSON file (the ID from --id or the file), or stdin; -o json prints the service', async () => {
@@ -140,7 +140,7 @@ describe('tendril service', () => {
       .filter((x) => x !== undefined);
     assert.deepEqual(ids, ['10', '11', '12']);
     const json = JSON.parse((await tendril(['service', 'list', '-o', 'json', '--socket', sock])).stdout) as ServiceStatus[];
-    assert.deepEqual(json, server.manager.list());
+    assert.deepEqual(json, server.services.list());
     const one = await tendril(['service', 'get', '11', '--socket', sock]);
     assert.equal(one.code, 0, one.stderr);
     assert.match(one.stdout, /\n11\s+0\.0\.0\.0:30053\/UDP\s+NodePort \(Local, affinity 60s\)\s+1 => 10\.95\.0\.7:53\/UDP \(active\)\n$/);
@@ -159,7 +159,7 @@ describe('tendril service', () => {
     const schema = await run([process.execPath, CLI_MAIN, 'service', 'upsert', '--id', '14', '-f', '-', '--socket', sock], { input: JSON.stringify({ 'frontend-address': { ip: '10.96.0.14', port: 80, protocol: 'TCP' }, 'backend-addresses': [], flags: { type: 'ClusterIP' }, color: 'red' }) });
     assert.equal(schema.code, 1);
     assert.match(schema.stderr, /agent: INVALID_REQUEST: invalid request: body must NOT have additional properties "color"/);
-    assert.equal(server.manager.get(14), undefined);
+    assert.equal(server.services.get(14), undefined);
   });
 
   test('delete: "Deleted service <id>"; -o json the API\'s answer; a second delete is 404', async () => {
@@ -171,7 +171,7 @@ describe('tendril service', () => {
     const again = await tendril(['service', 'delete', '11', '--socket', sock]);
     assert.equal(again.code, 1);
     assert.match(again.stderr, /SERVICE_NOT_FOUND/);
-    assert.deepEqual(server.manager.list().map((s) => s.id), [10]);
+    assert.deepEqual(server.services.list().map((s) => s.id), [10]);
   });
 
   test('without the eBPF datapath: exit code 1 and the agent\'s reason', async () => {

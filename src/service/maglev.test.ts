@@ -39,6 +39,11 @@ describe('Maglev table', () => {
     assert.equal(buildMaglevTable(backends(3, () => 0), M).length, 0);
   });
 
+  it('builds the same table as before (every node and every version must agree)', () => {
+    const t = buildMaglevTable([{ id: 1, key: '10.0.0.1:80/TCP', weight: 1 }, { id: 2, key: '10.0.0.2:80/TCP', weight: 2 }, { id: 3, key: '10.0.0.3:80/TCP', weight: 1 }], 251);
+    assert.deepEqual([...t.slice(0, 16)], [1, 1, 2, 2, 1, 1, 2, 2, 1, 2, 2, 1, 2, 2, 2, 1]);
+  });
+
   it('gives each of 3..10 backends its weighted share within 1%', () => {
     for (let n = 3; n <= 10; n++) {
       for (const weight of [() => 1, (i: number) => i + 1, (i: number) => (i % 3) * 5 + 1]) {
@@ -67,14 +72,15 @@ describe('Maglev table', () => {
         const after = buildMaglevTable(bs.filter((_, i) => i !== gone), M);
         const share = 1 / n;
         const frac = moved(before, after, bs[gone]!.id) / M;
-        assert.ok(frac < 1.5 * share + 0.01, `remove 1 of ${n}: ${(frac * 100).toFixed(2)}% of slots of others moved`);
+        // Measured: under 1% at M=16381 for 3..30 backends; the bound leaves room, far below the backend's own share.
+        assert.ok(frac < Math.min(1.5 * share + 0.01, 0.02), `remove 1 of ${n}: ${(frac * 100).toFixed(2)}% of slots of others moved`);
         // The removed backend's slots are all reassigned, nothing else needs to be.
         assert.equal(after.includes(bs[gone]!.id), false);
       }
       const extra: MaglevBackend = { id: 999, key: '10.9.9.9:8080/TCP', weight: 1 };
       const grown = buildMaglevTable([...bs, extra], M);
       const frac = moved(before, grown, extra.id) / M;
-      assert.ok(frac < 1.5 / (n + 1) + 0.01, `add 1 to ${n}: ${(frac * 100).toFixed(2)}% of slots of others moved`);
+      assert.ok(frac < Math.min(1.5 / (n + 1) + 0.01, 0.02), `add 1 to ${n}: ${(frac * 100).toFixed(2)}% of slots of others moved`);
     }
   });
 

@@ -58,31 +58,35 @@ export function buildMaglevTable(backends: readonly MaglevBackend[], size: numbe
   const live = backends.filter((b) => b.weight > 0).sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   if (live.length === 0) return new Uint32Array(0);
   const n = live.length;
-  const offset = new Uint32Array(n);
-  const skip = new Uint32Array(n);
-  const next = new Uint32Array(n);
+  // Each backend's next candidate slot, walked as offset, offset+skip, … (mod size) without multiplying.
+  const pos = new Int32Array(n);
+  const skip = new Int32Array(n);
+  const weight = new Float64Array(n);
   for (let i = 0; i < n; i++) {
     const p = maglevPermutation(live[i]!.key, size);
-    offset[i] = p.offset;
+    pos[i] = p.offset;
     skip[i] = p.skip;
+    weight[i] = live[i]!.weight;
   }
-  const maxWeight = Math.max(...live.map((b) => b.weight));
+  const maxWeight = Math.max(...weight);
   const table = new Uint32Array(size);
   const filled = new Uint8Array(size);
   let count = 0;
   for (let round = 0; count < size; round++) {
     for (let i = 0; i < n && count < size; i++) {
-      const w = live[i]!.weight;
+      const w = weight[i]!;
       if (w !== maxWeight && Math.floor(((round + 1) * w) / maxWeight) === Math.floor((round * w) / maxWeight)) continue;
       // The backend's next preferred slot that is still free.
-      let slot: number;
-      do {
-        slot = (offset[i]! + next[i]! * skip[i]!) % size;
-        next[i]!++;
-      } while (filled[slot] === 1);
+      let slot = pos[i]!;
+      while (filled[slot] === 1) {
+        slot += skip[i]!;
+        if (slot >= size) slot -= size;
+      }
       filled[slot] = 1;
       table[slot] = live[i]!.id;
       count++;
+      slot += skip[i]!;
+      pos[i] = slot >= size ? slot - size : slot;
     }
   }
   return table;

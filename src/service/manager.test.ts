@@ -145,6 +145,24 @@ describe('ServiceManager', () => {
     assert.deepEqual(lb.services.get(1)!.backendIds, [ok.service['backend-addresses'][0]!.id]);
   });
 
+  it('writes a service the datapath did not take again after a while', async () => {
+    const m = make({ retryIntervalMs: 20 });
+    await m.restore();
+    await m.endpointsRestored();
+    const spec: ServiceSpec = { 'frontend-address': { ip: '0.0.0.0', port: 30080, protocol: 'TCP' }, 'backend-addresses': [be('10.0.0.1')], flags: { type: 'NodePort', trafficPolicy: 'Local' } };
+    const r = await m.upsert(1, spec);
+    local.add('10.0.0.1');
+    lb.failNext('upsertService');
+    await m.localityChanged();
+    assert.equal(m.get(1)!.realized, false);
+    assert.deepEqual(lb.services.get(1)!.backendIds, [], 'the maps keep what they had');
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    await m.idle();
+    assert.equal(m.get(1)!.realized, true);
+    assert.deepEqual(lb.services.get(1)!.backendIds, [r.service['backend-addresses'][0]!.id]);
+    await m.stop();
+  });
+
   it('refuses a service the maps have no room for', async () => {
     lb = new FakeLoadBalancer({ maxServices: 1 });
     const m = make();

@@ -30,6 +30,8 @@ export interface ServiceManagerOptions {
   localAddresses?: () => Iterable<string>;
   /** This node's own addresses: a NodePort frontend other than 0.0.0.0 must be one. */
   nodeAddresses?: () => Iterable<string>;
+  /** How long after a failure services the datapath did not take are written again (default 10 s). */
+  retryIntervalMs?: number;
 }
 
 interface ServiceState {
@@ -71,6 +73,8 @@ export class ServiceManager implements ServiceApi {
   /** False until the endpoints are restored: locality comes from the records until then. */
   #liveLocality = false;
   #localityQueued = false;
+  #retryTimer: NodeJS.Timeout | undefined;
+  #stopped = false;
 
   constructor(private readonly o: ServiceManagerOptions) {
     this.#algorithm = o.algorithm ?? 'random';
@@ -123,7 +127,9 @@ export class ServiceManager implements ServiceApi {
       try {
         await lb.deleteService(id);
       } catch (err) {
+        // Half-deleted, perhaps: written whole again by the retry unless deleted first.
         prev.realized = false;
+        this.#scheduleRetry();
         throw datapathFailed(`service ${id}: the datapath did not delete it`, err);
       }
       const change = this.#registry.replaceRefs(id, prev.keys, new Map());
@@ -199,15 +205,21 @@ export class ServiceManager implements ServiceApi {
           s.realized = true;
           report.restored++;
         } catch (err) {
-          this.o.log.error({ service: s.spec.id, err }, 'restoring service failed; it stays unrealized until changed');
+          this.o.log.error({ service: s.spec.id, err }, 'restoring service failed; it is retried');
           report.failed.push(s.spec.id);
+          this.#scheduleRetry();
         }
       }
       for (const id of renumbered) {
         const s = this.#services.get(id)!;
         await this.o.store.save(this.#record(s)).catch((err: unknown) => this.o.log.error({ service: id, err }, 'persisting renumbered backends failed'));
       }
-      await lb.restoreDone([...this.#services.keys()], this.#registry.ids());
+      try {
+        await lb.restoreDone([...this.#services.keys()], this.#registry.ids());
+      } catch (err) {
+        // Entries of services deleted while the agent was down stay until the next start; not worth refusing to start over.
+        this.o.log.error({ err }, 'dropping the load-balancer entries of services gone while the agent was down failed');
+      }
       this.o.log.info({ services: report.restored, failed: report.failed.length, skipped: report.skipped.length, backends: this.#registry.size }, 'services restored');
       return report;
     });
@@ -239,6 +251,24 @@ export class ServiceManager implements ServiceApi {
   /** Waits for writes queued so far. */
   async idle(): Promise<void> {
     await this.#tail.catch(() => undefined);
+  }
+
+  /** No more retries; waits for writes queued so far. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = undefined;
+    await this.idle();
+  }
+
+  /** A service is not realized: it is written again after a while (and by any change before that). */
+  #scheduleRetry(): void {
+    if (this.#stopped || this.#retryTimer !== undefined || !this.o.loadBalancer) return;
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = undefined;
+      void this.#serial(() => this.#refresh(this.o.loadBalancer!)).catch((err: unknown) => this.o.log.error({ err }, 'retrying unrealized services failed'));
+    }, this.o.retryIntervalMs ?? 10_000);
+    this.#retryTimer.unref();
   }
 
   // ---- internals ---------------------------------------------------------------
@@ -364,12 +394,16 @@ export class ServiceManager implements ServiceApi {
       if (prev?.entry) {
         await lb.upsertBackends(prev.keys.map((k) => this.#backendEntry(k)));
         await lb.upsertService(prev.entry);
-      } else {
+      } else if (!prev) {
         await lb.deleteService(id);
       }
+      // A service that was never realized keeps whatever the maps held for it (a previous run's entries).
       if (allocated.length > 0) await lb.deleteBackends(allocated);
     } catch (err) {
-      if (prev) prev.realized = false;
+      if (prev) {
+        prev.realized = false;
+        this.#scheduleRetry();
+      }
       for (const b of allocated) this.#pendingBackendDeletes.add(b);
       this.o.log.error({ service: id, err }, 'putting the service back after a failed write failed; it is marked unrealized');
     }
@@ -405,6 +439,7 @@ export class ServiceManager implements ServiceApi {
 
   /** Renders again the services that depend on locality (and any not realized), writing what changed. */
   async #refresh(lb: LoadBalancerDatapath): Promise<void> {
+    await this.#retryBackendDeletes(lb);
     const local = this.#localSet();
     for (const s of this.#services.values()) {
       if (!isLocalTraffic(s.spec) && s.realized) continue;
@@ -419,7 +454,8 @@ export class ServiceManager implements ServiceApi {
         s.realized = true;
       } catch (err) {
         s.realized = false;
-        this.o.log.error({ service: s.spec.id, err }, 'rewriting service after an endpoint change failed; it is marked unrealized');
+        this.o.log.error({ service: s.spec.id, err }, 'rewriting service failed; it is marked unrealized and retried');
+        this.#scheduleRetry();
         continue;
       }
       s.local = nowLocal;

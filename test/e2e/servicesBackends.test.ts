@@ -2,11 +2,15 @@
 // conntrack pins go at once, so a connected UDP client's next datagrams reach
 // a live backend within a second while TCP to the others carries on; a
 // terminating backend keeps its existing connections but gets no new ones.
+// This node selects backends with Maglev (--lb-algorithm maglev), so the
+// tables' rebuild on every change is exercised under traffic too; the
+// ClusterIP tests run with the default (random). Last, agent restarts:
+// services, backend IDs and pinned connections outlive the agent.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
-import { lbDiagnostics, upsertService } from '../support/serviceApi.js';
+import { getService, lbDiagnostics, upsertService } from '../support/serviceApi.js';
 import { failures, shareByBackend, type StreamEvent } from '../support/serviceProcess.js';
 import { type ServiceScene, startServiceScene } from '../support/serviceScene.js';
 import type { LbBackendState } from '../../src/datapath/types.js';
@@ -43,6 +47,7 @@ before(async () => {
     pods: [...BACKENDS.map((name) => ({ name, labels: { app: 'backend', pod: name } })), { name: 'client', labels: { app: 'client' } }],
     tcpPorts: [TCP_PORT],
     udpPorts: [UDP_PORT],
+    extraAgentArgs: ['--lb-algorithm', 'maglev'],
   });
   await program(BACKENDS.map((name) => ({ name })));
 });
@@ -65,6 +70,23 @@ async function holdConnections(count: number): Promise<Array<{ handle: number; b
 }
 
 const lastName = (events: readonly StreamEvent[]) => [...events].reverse().find((e) => e.name)?.name;
+
+test('Maglev: 300 new connections (TCP) and 300 datagrams (UDP) spread over the three backends', async () => {
+  const c = scene!.agent('client');
+  const sessions = await c.tcpSessions({ dst: VIP, port: 80 }, { count: 300, requests: 4, concurrency: 20 });
+  assert.equal(failures(sessions), 'none', await lbDiagnostics(scene!.node));
+  const shots = await c.udpShots({ dst: VIP, port: 53 }, { count: 300, concurrency: 20 });
+  assert.equal(failures(shots), 'none');
+  for (const [what, share] of [
+    ['TCP', shareByBackend(sessions)],
+    ['UDP', shareByBackend(shots)],
+  ] as const) {
+    const text = JSON.stringify(Object.fromEntries(share));
+    assert.deepEqual([...share.keys()].sort(), BACKENDS, `${what}: all three backends: ${text}`);
+    for (const n of share.values()) assert.ok(n >= 60 && n <= 141, `${what}: each share within 20–47%: ${text}`);
+  }
+  assert.ok(sessions.every((x) => new Set(x.answers.map((a) => a.name)).size === 1), 'each connection stayed on its backend');
+});
 
 test('a backend deleted mid-traffic: TCP to the others unaffected, a connected UDP client moves within 1 s', async (t) => {
   const c = scene!.agent('client');
@@ -97,7 +119,7 @@ test('a backend deleted mid-traffic: TCP to the others unaffected, a connected U
     assert.ok(firstLive && firstLive.t - deletedAt <= 1000, `stream ${i} reached a live backend within 1 s of the delete (PUT realized in ${realizedMs} ms): ${report.at(-1)}\n${await lbDiagnostics(scene!.node)}`);
     assert.ok(!lastVictim || lastVictim.t < firstLive.t, `stream ${i} never went back to the deleted backend: ${report.at(-1)}`);
   }
-  t.diagnostic(report.join('\n'));
+  for (const line of report) t.diagnostic(line);
   // Streams on live backends stayed where they were.
   for (const [i, ev] of afterDelete.entries()) {
     if (lastName(before[i]!) === victim) continue;
@@ -116,6 +138,10 @@ test('a backend deleted mid-traffic: TCP to the others unaffected, a connected U
   assert.equal(failures(fresh), 'none');
   const share = shareByBackend(fresh);
   assert.ok(!share.has(victim), `no new connection to the deleted ${victim}: ${JSON.stringify(Object.fromEntries(share))}`);
+  assert.equal(share.size, 2, `new connections spread over the two left: ${JSON.stringify(Object.fromEntries(share))}`);
+  // What became of the connections to the deleted backend (not part of the contract: its conntrack entries are gone).
+  const orphaned = await Promise.all(held.filter((h) => h.backend === victim).map((h) => c.tcpAsk(h.handle, 1000)));
+  t.diagnostic(`connections held to the deleted ${victim}: ${JSON.stringify(orphaned.map((o) => `${o.outcome}${o.outcome === 'open' ? ` (${o.answers.at(-1)!.name})` : ''}`))}`);
   for (const h of held) await c.tcpClose(h.handle);
   await program(BACKENDS.map((name) => ({ name })));
 });
@@ -137,5 +163,43 @@ test('a terminating backend keeps its existing TCP connections but gets no new o
   assert.equal(share.size, 2, 'new connections spread over the two active backends');
   // The drained connections still work at the end.
   for (const h of held.filter((x) => x.backend === draining)) assert.equal((await c.tcpAsk(h.handle)).answers.at(-1)!.name, draining);
+  for (const h of held) await c.tcpClose(h.handle);
+});
+
+test('the agent restarted (SIGTERM, then SIGKILL): services and their connections live on', async (t) => {
+  const c = scene!.agent('client');
+  const node = scene!.node;
+  const held = await holdConnections(6);
+  const stream = await c.udpStream({ dst: VIP, port: 53 }, STREAM_INTERVAL_MS);
+  await sleep(300);
+  const streamBackend = lastName(await c.udpStreamRead(stream));
+  assert.ok(streamBackend, 'the UDP stream got answers');
+  const before = await getService(node, 1);
+  for (const how of ['stop', 'kill'] as const) {
+    const downAt = Date.now();
+    await node.agent[how]();
+    // With the agent down the pinned maps and programs keep serving.
+    const whileDown = await c.tcpSessions({ dst: VIP, port: 80 }, { count: 10, requests: 2, concurrency: 5 });
+    assert.equal(failures(whileDown), 'none', `new connections while the agent is down (${how})`);
+    await node.agent.start();
+    t.diagnostic(`agent ${how} + start: ${Date.now() - downAt} ms`);
+    const after = await getService(node, 1);
+    assert.equal(after.realized, true, `service 1 realized after the restart: ${JSON.stringify(after)}`);
+    assert.deepEqual(after['backend-addresses'].map((b) => [b.ip, b.id]), before['backend-addresses'].map((b) => [b.ip, b.id]), 'backend IDs are stable');
+    for (const h of held) {
+      const s = await c.tcpAsk(h.handle);
+      assert.equal(s.outcome, 'open', `held connection to ${h.backend} after ${how}: ${s.outcome} ${s.detail ?? ''}\n${await lbDiagnostics(node)}`);
+      assert.equal(s.answers.at(-1)!.name, h.backend);
+    }
+    const fresh = await c.tcpSessions({ dst: VIP, port: 80 }, { count: 60, requests: 2, concurrency: 10 });
+    assert.equal(failures(fresh), 'none');
+    assert.equal(shareByBackend(fresh).size, 3, `new connections spread after ${how}: ${JSON.stringify(Object.fromEntries(shareByBackend(fresh)))}`);
+  }
+  const events = await c.udpStreamRead(stream);
+  await c.udpStreamStop(stream);
+  const names = new Set(events.filter((e) => e.name).map((e) => e.name));
+  assert.deepEqual([...names], [streamBackend], `the connected UDP client stayed on ${streamBackend} through both restarts`);
+  const errors = events.filter((e) => e.error);
+  assert.equal(errors.length, 0, JSON.stringify(errors.slice(0, 3)));
   for (const h of held) await c.tcpClose(h.handle);
 });

@@ -6,12 +6,13 @@
 // policy still enforced through the service; no nftables table any more.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
+import { cliJson, deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
+import { bpfConntrack, eventually } from '../support/datapathObserve.js';
 import { NetnsPool } from '../support/netns.js';
 import { networkPolicy } from '../support/policyDocuments.js';
 import { requireRoot } from '../support/root.js';
 import { run } from '../support/run.js';
-import { lbDiagnostics, upsertService } from '../support/serviceApi.js';
+import { getService, lbDiagnostics, upsertService } from '../support/serviceApi.js';
 import { failures, movedSessions, type SessionResult, shareByBackend, type ShotResult } from '../support/serviceProcess.js';
 import { type ServiceScene, startServiceScene } from '../support/serviceScene.js';
 
@@ -31,6 +32,9 @@ const VIP = '10.96.0.10';
 const VIP_AFFINITY = '10.96.0.11';
 const VIP_HAIRPIN = '10.96.0.12';
 const VIP_CLOSED = '10.96.0.13';
+/** Two services whose only backend is be-a. */
+const VIP_ONE_A = '10.96.0.14';
+const VIP_ONE_B = '10.96.0.15';
 
 const pool = new NetnsPool('svc');
 let scene: ServiceScene | undefined;
@@ -53,12 +57,27 @@ before(async () => {
   await upsertService(node, 4, { frontend: { ip: VIP_AFFINITY, port: 53, protocol: 'UDP' }, backends: all(UDP_PORT), sessionAffinity: true, sessionAffinityTimeout: 600 });
   await upsertService(node, 5, { frontend: { ip: VIP_HAIRPIN, port: 80, protocol: 'TCP' }, backends: [{ ip: ip('client'), port: TCP_PORT }] });
   await upsertService(node, 6, { frontend: { ip: VIP_CLOSED, port: 53, protocol: 'UDP' }, backends: [{ ip: ip('be-a'), port: CLOSED_UDP_PORT }] });
+  for (const [id, vip] of [
+    [7, VIP_ONE_A],
+    [8, VIP_ONE_B],
+  ] as const) {
+    await upsertService(node, id, { frontend: { ip: vip, port: 80, protocol: 'TCP' }, backends: [{ ip: ip('be-a'), port: TCP_PORT }] });
+    await upsertService(node, id + 2, { frontend: { ip: vip, port: 53, protocol: 'UDP' }, backends: [{ ip: ip('be-a'), port: UDP_PORT }] });
+  }
 });
 
 after(async () => {
   if (scene) await scene.cleanup();
   else await pool.cleanup();
 });
+
+/** Conntrack entries of the client ports of failed flows: what a failure message shows. */
+async function ctOfFailed(results: ReadonlyArray<SessionResult | ShotResult>): Promise<string> {
+  const ports = results.flatMap((r) => (r.outcome !== 'open' && 'localPort' in r && r.localPort ? [r.localPort] : []));
+  if (ports.length === 0) return '';
+  const rows = (await bpfConntrack(scene!.node)).filter((r) => ports.includes(r.sport) || ports.includes(r.dport));
+  return `conntrack of the failed flows' ports ${JSON.stringify(ports)}: ${JSON.stringify(rows.map((r) => `${r.table} ${r.saddr}:${r.sport}->${r.daddr}:${r.dport} pkts ${r.packets} reply ${r.replySeen} closing ${r.closing} ttl ${r.expiresInSeconds}`))}`;
+}
 
 /** Each backend's share of `total` lies in [min, max] (fractions), every backend got some. */
 function assertSpread(results: ReadonlyArray<SessionResult | ShotResult>, min: number, max: number, what: string): Map<string, number> {
@@ -89,7 +108,7 @@ describe('ClusterIP, three backends', () => {
 
   test('TCP: session affinity pins a client to one backend', async () => {
     const sessions = await scene!.agent('client').tcpSessions({ dst: VIP_AFFINITY, port: 80 }, { count: 40, requests: 2, concurrency: 8 });
-    assert.equal(failures(sessions), 'none');
+    assert.equal(failures(sessions), 'none', await ctOfFailed(sessions));
     const share = shareByBackend(sessions);
     assert.equal(share.size, 1, `every connection of the client reached one backend: ${JSON.stringify(Object.fromEntries(share))}`);
     // Another client is pinned too (to whichever backend it drew).
@@ -109,8 +128,8 @@ describe('ClusterIP, three backends', () => {
     const c = scene!.agent('client');
     const stream = await c.udpStream({ dst: VIP, port: 53 }, 20);
     await new Promise((r) => setTimeout(r, 600));
-    await c.udpStreamStop(stream);
     const events = await c.udpStreamRead(stream);
+    await c.udpStreamStop(stream);
     const names = new Set(events.map((e) => e.name ?? `error ${e.error}`));
     assert.ok(events.length >= 10, `the stream got answers: ${events.length}`);
     assert.equal(names.size, 1, `one flow, one backend: ${JSON.stringify([...names])}`);
@@ -120,6 +139,24 @@ describe('ClusterIP, three backends', () => {
     const share = shareByBackend(shots);
     assert.equal(share.size, 1, `40 source ports, one backend under affinity: ${JSON.stringify(Object.fromEntries(share))}`);
   });
+});
+
+test('a client port reused toward another service with the same backend: replies come from the frontend it addressed', async () => {
+  // Both flows translate to the same tuple (client:port -> be-a): the second must not ride the first's conntrack entry and its frontend.
+  const c = scene!.agent('client');
+  const udpPort = 40_001;
+  const first = await c.udpShots({ dst: VIP_ONE_A, port: 53, srcPort: udpPort }, { count: 1, concurrency: 1 });
+  assert.equal(failures(first), 'none', `client:${udpPort} -> ${VIP_ONE_A}:53`);
+  const second = await c.udpShots({ dst: VIP_ONE_B, port: 53, srcPort: udpPort }, { count: 1, concurrency: 1, timeoutMs: 1500 });
+  const tcpPort = 40_002;
+  const firstTcp = await c.tcpSessions({ dst: VIP_ONE_A, port: 80, srcPort: tcpPort }, { count: 1, requests: 2, concurrency: 1 });
+  assert.equal(failures(firstTcp), 'none', `client:${tcpPort} -> ${VIP_ONE_A}:80`);
+  const secondTcp = await c.tcpSessions({ dst: VIP_ONE_B, port: 80, srcPort: tcpPort }, { count: 1, requests: 2, concurrency: 1, timeoutMs: 1500 });
+  assert.deepEqual(
+    { udp: failures(second), tcp: failures(secondTcp) },
+    { udp: 'none', tcp: 'none' },
+    `client:${udpPort} -> ${VIP_ONE_B}:53 after the same port went to ${VIP_ONE_A}:53; client:${tcpPort} -> ${VIP_ONE_B}:80 while the closed connection from that port to ${VIP_ONE_A}:80 is still in conntrack (each answer must come from the frontend addressed)`,
+  );
 });
 
 test('hairpin: a pod reaches its own service and gets its own connection back', async () => {
@@ -174,6 +211,31 @@ test('policy holds through a service: a NetworkPolicy denying the client at the 
   } finally {
     await deletePolicyAndWait(node, ['--namespace', NS, '--name', 'backend-from-client']);
   }
+});
+
+test('`tendril service upsert|list|delete` and `tendril bpf lb list` on the CLI, traffic following each step', async () => {
+  const node = scene!.node;
+  const vip = '10.96.0.20';
+  const up = await node.cli(['service', 'upsert', '--id', '20', '--frontend', `${vip}:80`, '--backends', `${ip('be-b')}:${TCP_PORT}`, '-o', 'json']);
+  assert.equal(up.code, 0, up.stderr + up.stdout);
+  const listed = await cliJson<Array<{ id: number; 'frontend-address': { ip: string; port: number } }>>(node, ['service', 'list']);
+  assert.ok(listed.some((x) => x.id === 20 && x['frontend-address'].ip === vip), JSON.stringify(listed).slice(0, 500));
+  // The CLI answers once the agent took the service; the maps may follow a moment later.
+  await eventually(async () => (await getService(node, 20)).realized, 5000, 'service 20 realized');
+  const lb = await cliJson<{ services: Array<{ id: number; address: string; port: number; count: number; slots: Array<{ backend?: string }> }> }>(node, ['bpf', 'lb', 'list']);
+  const entry = lb.services.find((x) => x.address === vip && x.port === 80);
+  assert.ok(entry, `bpf lb list holds ${vip}:80: ${JSON.stringify(lb.services.map((x) => `${x.address}:${x.port}`))}`);
+  assert.equal(entry.count, 1);
+  assert.equal(entry.slots[0]?.backend, `${ip('be-b')}:${TCP_PORT}`, JSON.stringify(entry));
+  const before = await scene!.agent('client').tcpSessions({ dst: vip, port: 80 }, { count: 5, requests: 2, concurrency: 5 });
+  assert.equal(failures(before), 'none');
+  assert.deepEqual(Object.fromEntries(shareByBackend(before)), { 'be-b': 5 });
+  const del = await node.cli(['service', 'delete', '20']);
+  assert.equal(del.code, 0, del.stderr + del.stdout);
+  const lbAfter = await cliJson<{ services: Array<{ address: string; port: number }> }>(node, ['bpf', 'lb', 'list']);
+  assert.ok(!lbAfter.services.some((x) => x.address === vip), 'the maps no longer hold the frontend');
+  const gone = await scene!.agent('client').tcpOnce({ dst: vip, port: 80 }, 800);
+  assert.notEqual(gone.outcome, 'open', `a deleted service answers no more: ${JSON.stringify(gone)}`);
 });
 
 test('no nftables table `tendril` with the eBPF datapath', async () => {

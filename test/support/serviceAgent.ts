@@ -49,6 +49,8 @@ export type ClientOutcome = 'open' | 'refused' | 'unreachable' | 'timeout' | 're
 export interface SessionResult {
   outcome: ClientOutcome;
   detail?: string;
+  /** The client's source port (for finding the flow in conntrack when it failed). */
+  localPort?: number;
   /** Every answer of the connection, in order. */
   answers: Answer[];
 }
@@ -67,7 +69,7 @@ export interface StreamEvent {
   error?: string;
 }
 
-type Target = { dst: string; port: number; src?: string };
+type Target = { dst: string; port: number; src?: string; srcPort?: number };
 
 export type ServiceCommand =
   | ({ id: number; op: 'tcpSessions'; count: number; requests: number; concurrency: number; timeoutMs: number } & Target)
@@ -177,10 +179,11 @@ class Connection {
 
   static open(t: Target, timeoutMs: number): Promise<Connection> {
     return new Promise((resolve, reject) => {
-      const sock = connect({ host: t.dst, port: t.port, ...(t.src ? { localAddress: t.src } : {}) });
+      const sock = connect({ host: t.dst, port: t.port, ...(t.src ? { localAddress: t.src } : {}), ...(t.srcPort ? { localPort: t.srcPort } : {}) });
       const timer = setTimeout(() => {
+        const localPort = sock.localPort;
         sock.destroy();
-        reject(Object.assign(new Error('connect timed out'), { code: 'ETIMEDOUT' }));
+        reject(Object.assign(new Error(`connect timed out (source port ${localPort ?? '?'})`), { code: 'ETIMEDOUT', localPort }));
       }, timeoutMs);
       sock.once('connect', () => {
         clearTimeout(timer);
@@ -215,8 +218,8 @@ class Connection {
   }
 }
 
-function failure(err: NodeJS.ErrnoException): { outcome: ClientOutcome; detail: string } {
-  return { outcome: err.code === 'ETIMEDOUT' ? 'timeout' : outcomeOf(err), detail: err.message };
+function failure(err: NodeJS.ErrnoException & { localPort?: number }): { outcome: ClientOutcome; detail: string; localPort?: number } {
+  return { outcome: err.code === 'ETIMEDOUT' ? 'timeout' : outcomeOf(err), detail: err.message, ...(err.localPort ? { localPort: err.localPort } : {}) };
 }
 
 async function tcpSession(t: Target, requests: number, timeoutMs: number): Promise<SessionResult> {
@@ -226,9 +229,10 @@ async function tcpSession(t: Target, requests: number, timeoutMs: number): Promi
   } catch (err) {
     return { ...failure(err as NodeJS.ErrnoException), answers: [] };
   }
+  const localPort = conn.sock.localPort;
   try {
     for (let i = 0; i < requests; i++) await conn.ask(timeoutMs);
-    return { outcome: 'open', answers: conn.answers };
+    return { outcome: 'open', answers: conn.answers, ...(localPort ? { localPort } : {}) };
   } catch (err) {
     return { ...failure(err as NodeJS.ErrnoException), answers: conn.answers };
   } finally {
@@ -267,7 +271,7 @@ function udpShot(t: Target, timeoutMs: number): Promise<ShotResult> {
     sock.on('error', (err: NodeJS.ErrnoException) => done({ outcome: outcomeOf(err), detail: err.message }));
     sock.on('message', (msg) => done({ outcome: 'open', answer: JSON.parse(msg.toString()) as Answer }));
     // Connected: an ICMP port unreachable comes back as ECONNREFUSED.
-    sock.bind({ address: t.src ?? '0.0.0.0', port: 0 }, () => sock.connect(t.port, t.dst, () => sock.send('?')));
+    sock.bind({ address: t.src ?? '0.0.0.0', port: t.srcPort ?? 0 }, () => sock.connect(t.port, t.dst, () => sock.send('?')));
   });
 }
 
@@ -307,7 +311,7 @@ const connections = new Map<number, Connection>();
 const streams = new Map<number, Stream>();
 let nextHandle = 1;
 
-const targetOf = (c: Target): Target => ({ dst: c.dst, port: c.port, ...(c.src ? { src: c.src } : {}) });
+const targetOf = (c: Target): Target => ({ dst: c.dst, port: c.port, ...(c.src ? { src: c.src } : {}), ...(c.srcPort ? { srcPort: c.srcPort } : {}) });
 
 async function handle(cmd: ServiceCommand): Promise<ServiceReply> {
   switch (cmd.op) {

@@ -14,6 +14,8 @@ export interface Target {
   port: number;
   /** Source address to bind (a namespace with several addresses). */
   src?: string;
+  /** Source port to bind (a flow that reuses another's port); default: an ephemeral one. */
+  srcPort?: number;
 }
 
 /**

@@ -1,7 +1,8 @@
 // /v1/service served by the agent's server (every response checked against
-// api/openapi.yaml) over a real ServiceManager whose load-balancer maps are
-// kept in memory: what a bad body is told, 404, 409, 503, idempotent upserts,
-// stable IDs, deletion, and the answer without the eBPF datapath.
+// api/openapi.yaml) over the agent's own ServiceManager, the load-balancer
+// maps the fake datapath's in-memory ones: what a bad body is told, 404,
+// 409, 503, idempotent upserts, stable IDs, deletion, and the answer
+// without the eBPF datapath.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { AgentClient, AgentResponseError } from '../../client/agentClient.js';
@@ -98,7 +99,7 @@ describe('/v1/service', () => {
     await expectRefused(put({ ...spec(), flags: { type: 'ClusterIP', sessionAffinity: true, sessionAffinityTimeout: 0 } }), 400, 'INVALID_REQUEST', /sessionAffinityTimeout/);
     await expectRefused(put({ ...spec(), 'backend-addresses': {} }), 400, 'INVALID_REQUEST', /backend-addresses must be array/);
     await expectRefused(put([]), 400, 'INVALID_REQUEST', /object/);
-    assert.equal(server.manager.get(8), undefined, 'nothing was created');
+    assert.equal(server.services.get(8), undefined, 'nothing was created');
   });
 
   test('a service tendril cannot serve: 400 SERVICE_INVALID naming the field', async () => {
@@ -115,7 +116,7 @@ describe('/v1/service', () => {
     for (const bad of ['0', '65536', 'web', '-1']) await expectRefused(put(spec(), bad), 400, 'SERVICE_INVALID', /invalid service ID .*1 to 65535/);
     await expectRefused(client.getService('x'), 400, 'SERVICE_INVALID', /invalid service ID "x"/);
     await expectRefused(client.deleteService(0), 400, 'SERVICE_INVALID', /invalid service ID "0"/);
-    assert.equal(server.manager.get(8), undefined, 'nothing was created');
+    assert.equal(server.services.get(8), undefined, 'nothing was created');
   });
 
   test('404 for a service that does not exist', async () => {
@@ -135,7 +136,7 @@ describe('/v1/service', () => {
 
   test('503 when the maps do not take the service; nothing changed', async () => {
     const before7 = await client.getService(7);
-    server.lb.failNext = new Error('tdl: map full');
+    server.lb.failNext('upsertBackends', new Error('tdl: map full'));
     await expectRefused(client.putService(7, spec({ 'backend-addresses': [{ ip: '10.93.0.9', port: 8080 }] })), 503, 'SERVICE_DATAPATH_FAILED', /map full/);
     assert.deepEqual((await client.getService(7))['backend-addresses'], before7['backend-addresses']);
   });

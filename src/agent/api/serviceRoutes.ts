@@ -4,8 +4,8 @@
  * body's shape; the subsystem decides whether it is a service tendril can
  * serve, and its errors keep their codes on the wire (SERVICE_INVALID 400,
  * SERVICE_NOT_FOUND 404, SERVICE_CONFLICT and SERVICE_UNSUPPORTED 409,
- * SERVICE_DATAPATH_FAILED 503). Without the eBPF datapath every route
- * answers 409 SERVICE_UNSUPPORTED, never 500.
+ * SERVICE_DATAPATH_FAILED 503). Without the eBPF datapath (no subsystem, or
+ * one that is not `supported`) every route answers 409 SERVICE_UNSUPPORTED.
  */
 import type { FastifyInstance } from 'fastify';
 import { AgentError, agentErrorFromService } from '../../api/errors.js';
@@ -17,8 +17,11 @@ import { describeErrors } from './validatorCompiler.js';
 
 export const SERVICES_UNSUPPORTED = 'services need the eBPF datapath: this node runs the routing datapath, which does not load-balance';
 
-function need(services: ServiceApi | undefined): ServiceApi {
-  if (!services) throw new AgentError(ServiceErrorCode.UNSUPPORTED, SERVICES_UNSUPPORTED);
+/** The service subsystem; one that says it is not `supported` (no load balancer in the datapath) is treated as absent, reads included. */
+export type ServiceRoutesApi = ServiceApi & { readonly supported?: boolean };
+
+function need(services: ServiceRoutesApi | undefined): ServiceApi {
+  if (!services || services.supported === false) throw new AgentError(ServiceErrorCode.UNSUPPORTED, SERVICES_UNSUPPORTED);
   return services;
 }
 
@@ -51,7 +54,7 @@ function statusBody(s: ServiceStatus): ResponseBody<'getService', 200> {
   };
 }
 
-export function registerServiceRoutes(app: FastifyInstance, services: ServiceApi | undefined): void {
+export function registerServiceRoutes(app: FastifyInstance, services: ServiceRoutesApi | undefined): void {
   app.get('/v1/service', async (): Promise<ResponseBody<'listServices', 200>> => {
     const svc = need(services);
     return serve(() => svc.list().map(statusBody));

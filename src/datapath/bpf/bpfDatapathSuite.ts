@@ -12,13 +12,15 @@ import { createLogger } from '../../logging/logger.js';
 import { formatPrefix, parseIp, parsePrefix } from '../../netip/index.js';
 import type { MapEntry } from '../../policy/index.js';
 import { BpfMap, codec, removePinDir, TcxLink } from '../kernel/bpf/index.js';
-import { runOk } from '../../../test/support/run.js';
+import { run, runOk } from '../../../test/support/run.js';
+import { getSysctl, interfaceSysctl } from '../linux/sysctl.js';
 import { runDatapathContract } from '../testing/contract.js';
 import { linuxSubject } from '../testing/linuxSubject.js';
 import { type EndpointDatapathState, isDatapathError, type PodNetwork, type PodNetworkSpec } from '../types.js';
 import { BpfDatapath } from './bpfDatapath.js';
-import { MapName, ReservedCookie, TraceLevel } from './constants.js';
-import { ct4Key, ctEntry, datapathConfig, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, policyEntry, policyKey, type PolicyKey } from './layout.js';
+import { DeviceFlag, MapName, ReservedCookie, TraceLevel } from './constants.js';
+import { ct4Key, ctEntry, datapathConfig, deviceInfo, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, ipmasqKey, lb4Key, lb4Service, policyEntry, policyKey, type PolicyKey } from './layout.js';
+import { SERVICE_ROUTE_NEXTHOP } from './serviceRoutes.js';
 import type { MapSizes } from './objects.js';
 import { ruleCookie } from './ruleCookie.js';
 
@@ -337,5 +339,78 @@ describe('BpfDatapath', { timeout: 120_000 }, () => {
     } finally {
       ipcMap.close();
     }
+  });
+  it('setupNode programs the node devices (netdev programs, tendril_devices), lo egress, tendril_ipmasq4, and removes an old nftables masquerade table', async () => {
+    const outside = await subject.newNetns();
+    const dev = `tdlup${randomBytes(2).toString('hex')}`;
+    await subject.createVethPair(dev, outside, 'eth0');
+    await runOk(['ip', 'addr', 'add', '192.0.2.10/24', 'dev', dev]);
+    await runOk(['ip', 'link', 'set', dev, 'up']);
+    // What the routing datapath (or an earlier build) left.
+    await runOk(['nft', 'add', 'table', 'inet', 'tendril']);
+    await dp.setupNode({ routerAddresses: [{ family: 4, ip: ROUTER }], masqueradeCidrs: ['10.214.0.0/16', 'fd00:214::/64'] });
+    const objects = dp['objects'];
+    const linkInfo = (name: string) => {
+      const l = TcxLink.openPinned(join(pinDir, 'links', name));
+      try {
+        return l.info();
+      } finally {
+        l.close();
+      }
+    };
+    // /sys is the root namespace's here (nsenter keeps it): ask ip.
+    const [link] = JSON.parse(await runOk(['ip', '-j', 'link', 'show', 'dev', dev])) as Array<{ ifindex: number; address: string }>;
+    const ifindex = link!.ifindex;
+    assert.equal(linkInfo(`${dev}-ingress`).progId, objects.fromNetdev.id);
+    assert.equal(linkInfo(`${dev}-egress`).progId, objects.toNetdev.id);
+    assert.equal(linkInfo(`${dev}-egress`).ifindex, ifindex);
+    assert.equal(linkInfo('lo-egress').progId, objects.toLo.id);
+    assert.equal(existsSync(join(pinDir, 'links', 'lo-ingress')), false, 'lo has no ingress program');
+    const devices = BpfMap.openPinned(join(pinDir, MapName.DEVICES), codec.u32, deviceInfo);
+    assert.deepEqual(devices.get(ifindex), { ipv4: parseIp('192.0.2.10'), flags: DeviceFlag.MASQUERADE, mac: link!.address });
+    const ipmasq = BpfMap.openPinned(join(pinDir, MapName.NO_MASQUERADE), ipmasqKey, codec.u8);
+    const masq: string[] = [];
+    for await (const p of ipmasq.keys()) masq.push(formatPrefix(p));
+    ipmasq.close();
+    assert.deepEqual(masq, ['10.214.0.0/16']);
+    assert.notEqual((await run(['nft', 'list', 'table', 'inet', 'tendril'])).code, 0, 'no nftables masquerade table with the eBPF datapath');
+    // The device loses its address: no longer a device; its entry and programs go.
+    await runOk(['ip', 'addr', 'del', '192.0.2.10/24', 'dev', dev]);
+    await dp.setupNode({ routerAddresses: [{ family: 4, ip: ROUTER }], masqueradeCidrs: [] });
+    assert.equal(devices.get(ifindex), undefined);
+    devices.close();
+    assert.equal(existsSync(join(pinDir, 'links', `${dev}-ingress`)), false);
+    await subject.deleteLink(dev);
+  });
+
+  it('a configured device that does not exist fails setupNode', async () => {
+    const strict = await BpfDatapath.open({ bpffsRoot: root, log, mapSizes: SIZES, devices: ['tdlmissing0'] });
+    try {
+      await assert.rejects(strict.setupNode({ routerAddresses: [{ family: 4, ip: ROUTER }], masqueradeCidrs: [] }), (err: unknown) => isDatapathError(err, 'not-found') && /tdlmissing0/.test((err as Error).message));
+    } finally {
+      await strict.close();
+    }
+  });
+
+  it('pods\' lxc devices take replies from a node address: accept_local on, rp_filter off', async () => {
+    const p = await newPod();
+    await dp.syncEndpoint(state(49, p, [allowAllEgress]));
+    assert.equal(await getSysctl(interfaceSysctl(4, p.net.hostIfName, 'accept_local')), '1');
+    assert.equal(await getSysctl(interfaceSysctl(4, p.net.hostIfName, 'rp_filter')), '0');
+    await dp.removePod({ ...p.spec, hostIfName: p.net.hostIfName });
+  });
+
+  it('loadBalancer writes a ClusterIP to the pinned maps and routes it to tendril_host from the router address', async () => {
+    await dp.loadBalancer.upsertBackends([{ id: 1, address: '10.214.0.77', port: 8080, protocol: 'TCP', state: 'active' }]);
+    await dp.loadBalancer.upsertService({ id: 1, address: '10.96.0.10', port: 80, protocol: 'TCP', type: 'ClusterIP', localTraffic: false, affinityTimeoutSec: 0, backendIds: [1] });
+    const svc = BpfMap.openPinned(join(pinDir, MapName.LB_SERVICES), lb4Key, lb4Service);
+    assert.equal(svc.get({ address: parseIp('10.96.0.10'), dport: 80, backendSlot: 0, proto: 6, scope: 0 })?.count, 1);
+    const routes = JSON.parse(await runOk(['ip', '-j', 'route', 'show', 'exact', '10.96.0.10/32'])) as Array<{ dev: string; gateway: string; prefsrc: string }>;
+    assert.deepEqual(routes.map((r) => [r.dev, r.gateway, r.prefsrc]), [['tendril_host', SERVICE_ROUTE_NEXTHOP, ROUTER]]);
+    await dp.loadBalancer.deleteService(1);
+    await dp.loadBalancer.deleteBackends([1]);
+    assert.equal(svc.get({ address: parseIp('10.96.0.10'), dport: 80, backendSlot: 0, proto: 6, scope: 0 }), undefined);
+    svc.close();
+    assert.equal(await subject.hostRouteDev('10.96.0.10/32'), undefined);
   });
 });

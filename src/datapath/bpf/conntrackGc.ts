@@ -123,7 +123,7 @@ export class ConntrackGc {
       const removed = r.tcp.removed + r.any.removed + (r.nat ? r.nat.removed + r.nat.orphans : 0);
       const fields = { tcp: r.tcp, any: r.any, ...(r.nat ? { nat: r.nat } : {}), durationMs: r.durationMs };
       if (removed > 0) {
-        this.#log.info({ ...fields, sample: r.sample.map((f) => `${f.table} ${f.saddr}:${f.sport} -> ${f.daddr}:${f.dport} proto ${f.proto}`) }, 'conntrack GC removed expired flows (and their SNAT mappings)');
+        this.#log.info({ ...fields, sample: r.sample.map((f) => `${f.table} ${f.saddr}:${f.sport} -> ${f.daddr}:${f.dport} proto ${f.proto}`) }, 'conntrack GC removed expired flows');
       } else {
         this.#log.debug(fields, 'conntrack GC: nothing expired');
       }

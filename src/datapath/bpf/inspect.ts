@@ -14,7 +14,7 @@ import { CodedError } from '../../errors/codedError.js';
 import { formatIp, formatPrefix, type IpAddress, type IpPrefix } from '../../netip/index.js';
 import { isKernelError } from '../kernel/errors.js';
 import { BpfMap, type Codec, perCpuValue } from '../kernel/bpf/index.js';
-import { CtFlag, dropReasonName, EndpointFlag, MapName, type MapNameValue, MetricsReason, TrafficDirection } from './constants.js';
+import { CtFlag, CtKeyFlag, dropReasonName, EndpointFlag, MapName, type MapNameValue, MetricsReason, TrafficDirection } from './constants.js';
 import {
   type Ct4Key,
   ct4Key,
@@ -102,6 +102,21 @@ export interface CtRow {
   tcpFlags: number;
   replySeen: boolean;
   closing: boolean;
+  /** A service flow's load-balancing state; absent for flows no service translated. */
+  service?: CtServiceInfo;
+}
+
+export interface CtServiceInfo {
+  /** The entry is the service entry (keyed by the client's tuple to the frontend), not the translated flow's. */
+  serviceEntry: boolean;
+  /** The service ID (reverse NAT index); 0 = none. */
+  revNatIndex: number;
+  /** The backend the connection is pinned to; 0 = none. */
+  backendId: number;
+  /** The frontend as the client addressed it (`address:port`): replies' source. */
+  frontend: string;
+  hairpin: boolean;
+  nodePort: boolean;
 }
 
 export interface MetricsRow {
@@ -168,7 +183,23 @@ export function ctRow(table: CtTable, k: Ct4Key, v: CtEntryValue, nowNs: bigint)
     tcpFlags: v.tcpFlags,
     replySeen: (v.flags & CtFlag.REPLY_SEEN) !== 0,
     closing: (v.flags & CtFlag.CLOSING) !== 0,
+    ...(isServiceFlow(k, v)
+      ? {
+          service: {
+            serviceEntry: (k.flags & CtKeyFlag.SERVICE) !== 0,
+            revNatIndex: v.revNatIndex,
+            backendId: v.backendId,
+            frontend: `${formatIp(v.natAddr)}:${v.natPort}`,
+            hairpin: (v.flags & CtFlag.HAIRPIN) !== 0,
+            nodePort: (v.flags & CtFlag.NODEPORT) !== 0,
+          },
+        }
+      : {}),
   };
+}
+
+function isServiceFlow(k: Ct4Key, v: CtEntryValue): boolean {
+  return (k.flags & CtKeyFlag.SERVICE) !== 0 || v.revNatIndex !== 0 || v.backendId !== 0;
 }
 
 /** The eBPF datapath's maps as pinned under one directory. */

@@ -211,12 +211,17 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     await lb.deleteService(4);
   });
 
-  it('refuses a frontend another service has, and backends it does not know', async () => {
-    await lb.upsertService(svc({ id: 5, address: '10.96.0.20', backendIds: [4] }));
-    await assert.rejects(lb.upsertService(svc({ id: 6, address: '10.96.0.20', backendIds: [4] })), (err: unknown) => isDatapathError(err, 'exists'));
-    await assert.rejects(lb.upsertService(svc({ id: 6, address: '10.96.0.21', backendIds: [99] })), (err: unknown) => isDatapathError(err, 'not-found'));
+  it('a frontend another (stale) ID holds is taken over; backends it does not know are refused', async () => {
+    await lb.upsertService(svc({ id: 5, address: '10.96.0.20', backendIds: [4, 5] }));
+    await lb.upsertService(svc({ id: 6, address: '10.96.0.20', backendIds: [4] }));
+    assert.deepEqual(maps.services.get(fkey('10.96.0.20', 80, 0)), { backendId: 0, affinityTimeout: 0, count: 1, revNatIndex: 6, flags: 0 });
+    assert.equal(maps.services.get(fkey('10.96.0.20', 80, 2)), undefined);
+    assert.equal(maps.revNat.get(5), undefined);
+    assert.ok(await routeOf('10.96.0.20'), 'the new holder keeps the route');
+    await assert.rejects(lb.upsertService(svc({ id: 7, address: '10.96.0.21', backendIds: [99] })), (err: unknown) => isDatapathError(err, 'not-found'));
     assert.equal(maps.services.get(fkey('10.96.0.21', 80, 0)), undefined);
-    await lb.deleteService(5);
+    await lb.deleteService(6);
+    assert.equal(await routeOf('10.96.0.20'), undefined);
   });
 
   it('deleteBackends: refused while a slot names one; then the backend and every conntrack and affinity entry pinned to it go', async () => {
@@ -233,6 +238,9 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     maps.ctAny.set(other, ctValue(7, 7));
     maps.ctTcp.set(tcpFlow, ctValue(6, 7));
     maps.affinity.set({ client, revNatIndex: 7 }, { lastUsedNs: 1n, backendId: 6 });
+    // Out of the slots but still in the Maglev table: still refused (the table would send flows to a missing backend).
+    await lb.upsertService(svc({ id: 7, address: '10.96.0.30', protocol: 'UDP', backendIds: [7], maglevTable: Uint32Array.from([6, 7, 6, 7, 6, 7, 6]) }));
+    await assert.rejects(lb.deleteBackends([6]), (err: unknown) => isDatapathError(err, 'refused') && /service 7/.test((err as Error).message));
     await lb.upsertService(svc({ id: 7, address: '10.96.0.30', protocol: 'UDP', backendIds: [7] }));
     await lb.deleteBackends([6]);
     assert.equal(maps.backends.get(6), undefined);

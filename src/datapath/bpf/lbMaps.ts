@@ -145,6 +145,8 @@ export class LbMaps implements LoadBalancerDatapath {
   readonly #backends = new Set<number>();
   /** Services whose Maglev inner map is in tendril_lb4_mag. */
   readonly #maglev = new Set<number>();
+  /** Backends each Maglev table written by this process names (a table found at start is not read back). */
+  readonly #maglevBackends = new Map<number, Set<number>>();
   /** One change at a time: each reads the shadow another would change. */
   #queue: Promise<unknown> = Promise.resolve();
 
@@ -237,7 +239,7 @@ export class LbMaps implements LoadBalancerDatapath {
     if (gone.size === 0) return;
     const inSlots = await this.#slottedBackends(gone);
     if (inSlots.length > 0) {
-      throw new DatapathError('refused', `backends still in service slots cannot go (remove them from the services first): ${inSlots.map(([b, s]) => `backend ${b} in service ${s}`).join(', ')}`);
+      throw new DatapathError('refused', `backends still in service slots or Maglev tables cannot go (remove them from the services first): ${inSlots.map(([b, s]) => `backend ${b} in service ${s}`).join(', ')}`);
     }
     const { maps } = this.opts;
     try {
@@ -252,10 +254,11 @@ export class LbMaps implements LoadBalancerDatapath {
     await this.#purgeAffinity((k, v) => gone.has(v.backendId));
   }
 
-  /** (backend, service) pairs of `ids` that some slot still names. */
+  /** (backend, service) pairs of `ids` that some slot or Maglev table still names. */
   async #slottedBackends(ids: ReadonlySet<number>): Promise<Array<[number, number]>> {
     const out: Array<[number, number]> = [];
     const { services } = this.opts.maps;
+    for (const [id, names] of this.#maglevBackends) for (const b of names) if (ids.has(b)) out.push([b, id]);
     for (const [id, s] of this.#services) {
       for (const [scope, count] of s.counts) {
         for (let slot = 1; slot <= count; slot++) {
@@ -301,9 +304,6 @@ export class LbMaps implements LoadBalancerDatapath {
     checkPort(svc.port, `service ${svc.id}`);
     const frontend: Frontend = { address: ipv4(svc.address, `service ${svc.id} frontend`), port: svc.port, proto };
     if (frontend.address.bits === 0n && svc.type !== 'NodePort') throw invalid(`service ${svc.id}: only a NodePort frontend may have address 0.0.0.0`);
-    for (const [other, s] of this.#services) {
-      if (other !== svc.id && sameFrontend(s.frontend, frontend)) throw new DatapathError('exists', `service ${svc.id}: frontend ${frontendText(frontend)} is service ${other}'s`);
-    }
     const scopes = new Map<number, readonly number[]>([[LbScope.EXTERNAL, svc.backendIds]]);
     if (svc.internalBackendIds !== undefined) scopes.set(LbScope.INTERNAL, svc.internalBackendIds);
     for (const ids of scopes.values()) {
@@ -316,6 +316,14 @@ export class LbMaps implements LoadBalancerDatapath {
       if (svc.maglevTable.length !== size) throw invalid(`service ${svc.id}: a Maglev table of ${svc.maglevTable.length} entries, the datapath's size is ${size}`);
       const missing = svc.maglevTable.find((b) => b !== 0 && !this.#backends.has(b));
       if (missing !== undefined) throw new DatapathError('not-found', `service ${svc.id}: its Maglev table names backend ${missing}, which is not in the backend map`);
+    }
+    // The service subsystem keeps frontends unique among live services: another ID here is stale
+    // (a previous run's, not restored): it goes, and this service takes the frontend over.
+    for (const [other, s] of [...this.#services]) {
+      if (other !== svc.id && sameFrontend(s.frontend, frontend)) {
+        this.opts.log.warn({ service: svc.id, stale: other, frontend: frontendText(frontend) }, 'frontend held by a service the agent no longer has: taking it over');
+        await this.#deleteService(other);
+      }
     }
     const flags = serviceFlags(svc);
     const routeAddress = (flags & TYPE_FLAGS) === 0 ? formatIp(frontend.address) : undefined;
@@ -338,10 +346,11 @@ export class LbMaps implements LoadBalancerDatapath {
         set(key(frontend, 0, scope), { backendId: 0, affinityTimeout: svc.affinityTimeoutSec, count: ids.length, revNatIndex: svc.id, flags });
         counts.set(scope, ids.length);
       };
-      // The internal scope is complete before the external entry's TWO_SCOPES flag sends traffic to it.
+      // The table is in place before any slot 0 carries the MAGLEV flag; the internal scope is
+      // complete before the external entry's TWO_SCOPES flag sends traffic to it.
+      if (svc.maglevTable !== undefined) await this.#setMaglev(svc.id, svc.maglevTable, undo);
       const internal = scopes.get(LbScope.INTERNAL);
       if (internal) writeScope(LbScope.INTERNAL, internal);
-      if (svc.maglevTable !== undefined) await this.#setMaglev(svc.id, svc.maglevTable, undo);
       if (routeAddress !== undefined && old?.routeAddress !== routeAddress) {
         const installed = await this.opts.routes.hold(svc.id, routeAddress);
         undo.push(() => (installed ? this.opts.routes.release(svc.id, routeAddress) : undefined));
@@ -366,6 +375,7 @@ export class LbMaps implements LoadBalancerDatapath {
       if (svc.maglevTable === undefined && this.#maglev.has(svc.id)) {
         await maps.maglev.delete(svc.id);
         this.#maglev.delete(svc.id);
+        this.#maglevBackends.delete(svc.id);
       }
     } catch (err) {
       throw wrap(`service ${svc.id}: removing entries it no longer has`, err);
@@ -390,11 +400,13 @@ export class LbMaps implements LoadBalancerDatapath {
       const had = this.#maglev.has(id);
       await this.opts.maps.maglev.set(id, inner);
       this.#maglev.add(id);
+      this.#maglevBackends.set(id, new Set(table.filter((b) => b !== 0)));
       // A replaced table cannot be put back (the old inner map is gone with its last reference): its backends exist, which is what matters.
       if (!had) {
         undo.push(async () => {
           await this.opts.maps.maglev.delete(id);
           this.#maglev.delete(id);
+          this.#maglevBackends.delete(id);
         });
       }
     } finally {
@@ -424,6 +436,7 @@ export class LbMaps implements LoadBalancerDatapath {
       if (this.#maglev.has(id)) {
         await maps.maglev.delete(id);
         this.#maglev.delete(id);
+        this.#maglevBackends.delete(id);
       }
       maps.revNat.delete(id);
     } catch (err) {
@@ -460,6 +473,7 @@ export class LbMaps implements LoadBalancerDatapath {
       for (const id of strayMaglev) {
         await maps.maglev.delete(id);
         this.#maglev.delete(id);
+        this.#maglevBackends.delete(id);
       }
     } catch (err) {
       throw wrap('removing service entries the agent no longer has', err);

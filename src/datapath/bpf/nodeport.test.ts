@@ -3,19 +3,20 @@
  * BPF_PROG_TEST_RUN: tendril_from_netdev (outside → frontend, local
  * backends: DNAT, the backend's ingress policy, straight into the pod with
  * the client's address kept; Local services never reach past this node)
- * and tendril_to_lo (the node to a NodePort on its own address). A backend
- * off the node (SNAT, bpf_fib_lookup, bpf_redirect_neigh) needs real
- * routes and neighbours: the end-to-end tests cover it.
+ * and tendril_to_lo (the node to a NodePort on its own address). For a
+ * backend off the node the SNAT and reverse translation are checked here;
+ * where bpf_fib_lookup sends the packet depends on the host's routes, so
+ * the end-to-end tests cover the forwarding itself.
  */
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
 import { parseIp } from '../../netip/index.js';
 import { codec, TcAction } from '../kernel/bpf/index.js';
-import { CtFlag, DropReason, EventType, LbScope, MapName, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
+import { CtFlag, DropReason, EventType, LbScope, MapName, NAT_PORT_MAX, NAT_PORT_MIN, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
 import { deviceInfo } from './layout.js';
 import { assertEvents } from './testing/expect.js';
-import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
+import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
 import { LbNode, type TestFrontend } from './testing/lbNode.js';
 import { IpProto, readIpv4, readTransport, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
 import { LXC_OBJECT, NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
@@ -135,6 +136,40 @@ describe('bpf_netdev NodePort', () => {
       const r = await h.run(FROM_NETDEV, syn);
       assert.equal(r.retval, TcAction.REDIRECT);
       assert.deepEqual(tuple(r.data), { src: WORLD_IP, dst: POD_A.ip, sport: 50003, dport: 8080 });
+    });
+
+    it('SNATs a Cluster NodePort flow to a backend off the node and reverse-translates its reply (the FIB\'s verdict is the host\'s: either way the rewrites are checked)', async () => {
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.REMOTE.id], flags: ServiceFlag.NODEPORT });
+      const r = await h.run(FROM_NETDEV, tcpFrame({ ...wire, src: WORLD_IP, dst: NODE_IP, sport: 50010, dport: 30080 }));
+      assert.ok(r.retval === TcAction.REDIRECT || r.retval === TcAction.SHOT, `verdict ${r.retval}`);
+      const out = tuple(r.data);
+      assert.deepEqual([out.src, out.dst, out.dport], [NODE_IP, REMOTE_POD_IP, 8080]);
+      assert.ok(out.sport >= NAT_PORT_MIN && out.sport <= NAT_PORT_MAX, `NAT port ${out.sport}`);
+      const t = { saddr: WORLD_IP, daddr: REMOTE_POD_IP, sport: 50010, dport: 8080, proto: IpProto.TCP };
+      const entry = h.ct(t)!;
+      assert.ok(entry, 'conntrack keyed by the translated tuple before SNAT');
+      assert.deepEqual([entry.flags, entry.revNatIndex, entry.natAddr, entry.natPort], [CtFlag.NODEPORT, ID.NODE_PORT, parseIp(NODE_IP), 30080]);
+      await h.takeEvents();
+
+      const reply = await h.run(FROM_NETDEV, tcpFrame({ ...wire, src: REMOTE_POD_IP, dst: NODE_IP, sport: 8080, dport: out.sport, flags: TcpFlag.SYN | TcpFlag.ACK }));
+      assert.ok(reply.retval === TcAction.REDIRECT || reply.retval === TcAction.SHOT, `verdict ${reply.retval}`);
+      assert.deepEqual(tuple(reply.data), { src: NODE_IP, dst: WORLD_IP, sport: 30080, dport: 50010 });
+      assert.equal(h.ct(t)!.flags, CtFlag.NODEPORT | CtFlag.REPLY_SEEN);
+      if (reply.retval === TcAction.SHOT) assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('FIB_LOOKUP_FAILED') }]);
+    });
+
+    it('gives the reply of a backend off the node to the node\'s ClusterIP connection (router address) the frontend back', async () => {
+      const t = { saddr: ROUTER.ip, daddr: REMOTE_POD_IP, sport: 36001, dport: 8080, proto: IpProto.TCP };
+      lb.addService({ id: ID.UDP, frontend: { ip: '10.96.0.10', port: 80, proto: IpProto.TCP }, backends: [BE.REMOTE.id] });
+      const now = process.hrtime.bigint();
+      h.ctTcp.set(h.ctKey(t), {
+        expiresNs: now + 60_000_000_000n, packets: 1n, bytes: 60n, srcIdentity: IDENTITY.HOST, dstIdentity: IDENTITY.REMOTE, srcEndpoint: 0, dstEndpoint: 0,
+        revNatIndex: ID.UDP, tcpFlags: TcpFlag.SYN, flags: 0, backendId: BE.REMOTE.id, natAddr: parseIp('10.96.0.10'), natPort: 80,
+      });
+      const r = await h.run(FROM_NETDEV, tcpFrame({ ...wire, src: REMOTE_POD_IP, dst: ROUTER.ip, sport: 8080, dport: 36001, flags: TcpFlag.SYN | TcpFlag.ACK }));
+      assert.equal(r.retval, TcAction.OK);
+      assert.deepEqual(tuple(r.data), { src: '10.96.0.10', dst: ROUTER.ip, sport: 80, dport: 36001 });
+      assert.equal(h.ct(t)!.flags, CtFlag.REPLY_SEEN);
     });
 
     it('leaves traffic that addresses no service (or a ClusterIP, not routable from outside) to the stack untouched', async () => {

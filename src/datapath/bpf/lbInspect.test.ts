@@ -1,0 +1,149 @@
+// The load-balancer and NAT listings decoded from real pinned maps (the
+// objects loaded under a temp bpffs root), written through LbMaps as the
+// agent writes them.
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { requireRoot } from '../../../test/support/root.js';
+import { createLogger } from '../../logging/logger.js';
+import { parseIp } from '../../netip/index.js';
+import { BpfMap, codec, ensureBpffs, MapOfMaps, removePinDir } from '../kernel/bpf/index.js';
+import { CtKeyFlag, DeviceFlag, MapName, NatDirection, NatFlag } from './constants.js';
+import { DatapathInspector } from './inspect.js';
+import { ct4Key, ctEntry, deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, nat4Entry, nat4Key } from './layout.js';
+import { LbInspector } from './lbInspect.js';
+import { LbMaps } from './lbMaps.js';
+import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
+import { ServiceRoutes } from './serviceRoutes.js';
+
+requireRoot('the load-balancer inspection tests');
+
+const SIZES: MapSizes = {
+  [MapName.ENDPOINTS]: 16,
+  [MapName.IPCACHE]: 16,
+  [MapName.POLICY]: 16,
+  [MapName.CT_TCP]: 64,
+  [MapName.CT_ANY]: 64,
+  [MapName.FRAG]: 16,
+  [MapName.EVENTS]: 1 << 16,
+  [MapName.LB_SERVICES]: 64,
+  [MapName.LB_BACKENDS]: 16,
+  [MapName.LB_REVNAT]: 16,
+  [MapName.LB_AFFINITY]: 16,
+  [MapName.LB_MAGLEV]: 4,
+  [MapName.SNAT]: 64,
+  [MapName.DEVICES]: 4,
+  [MapName.NO_MASQUERADE]: 16,
+};
+const log = createLogger('lb-inspect-test', 'warn');
+
+describe('LbInspector', { timeout: 60_000 }, () => {
+  let root: string;
+  let objects: DatapathObjects;
+  let inspector: LbInspector;
+
+  before(async () => {
+    await ensureBpffs();
+    root = `/sys/fs/bpf/tdl-${randomBytes(4).toString('hex')}`;
+    const pinDir = join(root, 'tendril');
+    objects = await loadDatapathObjects({ pinDir, mapSizes: SIZES });
+    const raw = (n: string) => objects.lxc.rawMap(n);
+    const ctAny = new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry);
+    const lb = await LbMaps.open({
+      maps: {
+        services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
+        backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
+        revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
+        affinity: new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue),
+        maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
+        ctTcp: new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry),
+        ctAny,
+      },
+      // No router address is ever given: routes are only recorded.
+      routes: new ServiceRoutes({ netlink: () => Promise.reject(new Error('no netlink in this test')), log }),
+      log,
+      maglevTableSize: 3,
+    });
+    await lb.upsertBackends([
+      { id: 11, address: '10.218.0.11', port: 8080, protocol: 'UDP', state: 'active' },
+      { id: 12, address: '10.218.0.12', port: 8080, protocol: 'UDP', state: 'terminating' },
+    ]);
+    await lb.upsertService({ id: 5, address: '0.0.0.0', port: 30053, protocol: 'UDP', type: 'NodePort', localTraffic: true, affinityTimeoutSec: 30, backendIds: [11], internalBackendIds: [11, 12], maglevTable: Uint32Array.from([11, 11, 11]) });
+    const aff = new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue);
+    aff.set({ client: parseIp('192.0.2.7'), revNatIndex: 5 }, { lastUsedNs: process.hrtime.bigint() - 2_000_000_000n, backendId: 11 });
+    const snat = new BpfMap(raw(MapName.SNAT), nat4Key, nat4Entry);
+    snat.set({ saddr: parseIp('10.218.0.11'), daddr: parseIp('198.51.100.1'), sport: 4000, dport: 53, proto: 17, dir: NatDirection.EGRESS }, { createdNs: process.hrtime.bigint(), toAddr: parseIp('192.0.2.1'), toPort: 61000, flags: NatFlag.MASQUERADE });
+    const devices = new BpfMap(raw(MapName.DEVICES), codec.u32, deviceInfo);
+    devices.set(7, { ipv4: parseIp('192.0.2.1'), flags: DeviceFlag.MASQUERADE, mac: '02:00:00:00:00:07' });
+    ctAny.set(
+      { saddr: parseIp('192.0.2.7'), daddr: parseIp('192.0.2.1'), sport: 5000, dport: 30053, proto: 17, flags: CtKeyFlag.SERVICE },
+      { expiresNs: process.hrtime.bigint() + 60_000_000_000n, packets: 1n, bytes: 40n, srcIdentity: 2, dstIdentity: 1, srcEndpoint: 0, dstEndpoint: 0, revNatIndex: 5, tcpFlags: 0, flags: 0, backendId: 11, natAddr: parseIp('192.0.2.1'), natPort: 30053 },
+    );
+    inspector = new LbInspector(new DatapathInspector(pinDir));
+  });
+  after(async () => {
+    objects?.close();
+    if (root) await removePinDir(root);
+  });
+
+  it('lists services by frontend and scope with slots resolved to backends, backends, reverse NAT and affinity', async () => {
+    const l = await inspector.lbList();
+    assert.deepEqual(l.services, [
+      {
+        id: 5,
+        frontend: '0.0.0.0:30053/UDP',
+        address: '0.0.0.0',
+        port: 30053,
+        protocol: 'UDP',
+        scope: 'external',
+        flags: ['nodeport', 'local-traffic', 'affinity', 'maglev', 'two-scopes'],
+        affinityTimeoutSec: 30,
+        count: 1,
+        slots: [{ slot: 1, backendId: 11, backend: '10.218.0.11:8080', state: 'active' }],
+        maglevTable: true,
+      },
+      {
+        id: 5,
+        frontend: '0.0.0.0:30053/UDP',
+        address: '0.0.0.0',
+        port: 30053,
+        protocol: 'UDP',
+        scope: 'internal',
+        flags: ['nodeport', 'local-traffic', 'affinity', 'maglev', 'two-scopes'],
+        affinityTimeoutSec: 30,
+        count: 2,
+        slots: [
+          { slot: 1, backendId: 11, backend: '10.218.0.11:8080', state: 'active' },
+          { slot: 2, backendId: 12, backend: '10.218.0.12:8080', state: 'terminating' },
+        ],
+        maglevTable: true,
+      },
+    ]);
+    assert.deepEqual(
+      l.backends.map((b) => [b.id, b.protocol, b.state]),
+      [
+        [11, 'UDP', 'active'],
+        [12, 'UDP', 'terminating'],
+      ],
+    );
+    assert.deepEqual(l.reverseNat, [{ id: 5, address: '0.0.0.0', port: 30053 }]);
+    assert.equal(l.affinity.length, 1);
+    assert.equal(l.affinity[0]!.backendId, 11);
+    assert.ok(l.affinity[0]!.idleSeconds >= 2 && l.affinity[0]!.idleSeconds < 60);
+  });
+
+  it('lists SNAT mappings and node devices', async () => {
+    const n = await inspector.natList();
+    assert.equal(n.mappings.length, 1);
+    const { ageSeconds, ...m } = n.mappings[0]!;
+    assert.ok(ageSeconds >= 0 && ageSeconds < 60);
+    assert.deepEqual(m, { direction: 'egress', protocol: 'UDP', saddr: '10.218.0.11', sport: 4000, daddr: '198.51.100.1', dport: 53, toAddr: '192.0.2.1', toPort: 61000, flags: ['masquerade'] });
+    assert.deepEqual(n.devices, [{ ifindex: 7, ipv4: '192.0.2.1', mac: '02:00:00:00:00:07', masquerade: true }]);
+  });
+
+  it('conntrack rows of service flows say which service and backend', async () => {
+    const rows = await new DatapathInspector(join(root, 'tendril')).conntrack();
+    assert.deepEqual(rows[0]!.service, { serviceEntry: true, revNatIndex: 5, backendId: 11, frontend: '192.0.2.1:30053', hairpin: false, nodePort: false });
+  });
+});

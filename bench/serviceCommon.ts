@@ -182,3 +182,28 @@ export async function lbMapsMemory(bpffsRoot: string): Promise<Record<string, nu
 }
 
 export const mib = (bytes: number): string => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+
+/**
+ * Runs `cleanup` (once) when the bench is interrupted (SIGINT, SIGTERM) and then
+ * exits, so namespaces, pins and agents do not outlive an interrupted run as they
+ * would if only `finally` blocks cleaned up; the returned function removes the
+ * handlers once the bench has cleaned up itself.
+ */
+export function cleanupOnSignal(cleanup: () => Promise<void>): () => void {
+  const handler = (signal: NodeJS.Signals) => {
+    console.error(`bench: ${signal}, cleaning up`);
+    void cleanup().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+  };
+  process.once('SIGINT', handler);
+  process.once('SIGTERM', handler);
+  return () => {
+    process.off('SIGINT', handler);
+    process.off('SIGTERM', handler);
+  };
+}
+
+/** `fn` made safe to call more than once (from `finally` and from a signal): the first call's promise. */
+export function once(fn: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  return () => (running ??= fn());
+}

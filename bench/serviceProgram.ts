@@ -10,7 +10,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BenchNamespaces, TendrilBenchNode } from './policyDatapath.js';
-import { benchServices, lbMapsMemory, mib, programServices, rssBytes, serviceCounts } from './serviceCommon.js';
+import { benchServices, cleanupOnSignal, lbMapsMemory, mib, once, programServices, rssBytes, serviceCounts } from './serviceCommon.js';
 import { percentile } from './stats.js';
 
 export interface ServiceProgramReport {
@@ -35,6 +35,12 @@ export async function runServiceProgramBench(count = 10_000, concurrency = 16): 
   const namespaces = new BenchNamespaces();
   const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-svcprog-'));
   let node: TendrilBenchNode | undefined;
+  const cleanup = once(async () => {
+    if (node) await node.stop();
+    await namespaces.cleanup();
+    await rm(scratch, { recursive: true, force: true });
+  });
+  const unhook = cleanupOnSignal(cleanup);
   try {
     await namespaces.add(`${tag}n`);
     node = await TendrilBenchNode.start(`${tag}n`, join(scratch, 'state'), '10.248.20.0/24');
@@ -67,9 +73,8 @@ export async function runServiceProgramBench(count = 10_000, concurrency = 16): 
       mapsAfter,
     };
   } finally {
-    if (node) await node.stop();
-    await namespaces.cleanup();
-    await rm(scratch, { recursive: true, force: true });
+    await cleanup();
+    unhook();
   }
 }
 

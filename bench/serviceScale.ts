@@ -20,7 +20,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exec } from './benchProcess.js';
 import { BenchNamespaces, BpfRunStats, TcpClientSession, TendrilBenchNode, inNs, runTcpClient, startTcpServer } from './policyDatapath.js';
-import { benchServices, clusterIp, kubeProxyStyleRuleset, programServices, routedVethPods, serviceCounts } from './serviceCommon.js';
+import { benchServices, cleanupOnSignal, clusterIp, kubeProxyStyleRuleset, once, programServices, routedVethPods, serviceCounts } from './serviceCommon.js';
 import { percentile } from './stats.js';
 
 const COUNTS = [10, 1000, 10000];
@@ -79,6 +79,15 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
   const stoppers: Array<() => void> = [];
   const nodes: TendrilBenchNode[] = [];
   const bpfStats: BpfRunStats[] = [];
+  const cleanup = once(async () => {
+    while (bpfStats.length > 0) await bpfStats.pop()!.restore();
+    for (const stop of stoppers) stop();
+    for (const node of nodes) await node.stop();
+    // The baseline's rules live only in its node namespaces: they go with them.
+    await namespaces.cleanup();
+    await rm(scratch, { recursive: true, force: true });
+  });
+  const unhook = cleanupOnSignal(cleanup);
   try {
     const names = (side: string, k: number) => ({ node: `${tag}${side}${k}n`, client: `${tag}${side}${k}c`, servers: [0, 1, 2].map((j) => `${tag}${side}${k}s${j}`) });
     const tNames = COUNTS.map((_, k) => names('t', k));
@@ -188,12 +197,8 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
     };
     return { rounds, ms, tendril: points('tendril'), iptables: points('iptables'), tendrilProgram, iptablesProgram, load };
   } finally {
-    while (bpfStats.length > 0) await bpfStats.pop()!.restore();
-    for (const stop of stoppers) stop();
-    for (const node of nodes) await node.stop();
-    // The baseline's rules live only in its node namespaces: they go with them.
-    await namespaces.cleanup();
-    await rm(scratch, { recursive: true, force: true });
+    await cleanup();
+    unhook();
   }
 }
 

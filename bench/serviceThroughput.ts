@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exec } from './benchProcess.js';
 import { BenchNamespaces, TendrilBenchNode, inNs, netnsPath } from './policyDatapath.js';
-import { clusterIp, programServices, serviceCounts } from './serviceCommon.js';
+import { cleanupOnSignal, clusterIp, once, programServices, serviceCounts } from './serviceCommon.js';
 import { percentile } from './stats.js';
 
 const IPERF_PORT = 5201;
@@ -51,6 +51,13 @@ export async function runServiceThroughputBench(seconds = 2, pairs = 6): Promise
   const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-svctput-'));
   let node: TendrilBenchNode | undefined;
   let server: ChildProcess | undefined;
+  const cleanup = once(async () => {
+    server?.kill('SIGKILL');
+    if (node) await node.stop();
+    await namespaces.cleanup();
+    await rm(scratch, { recursive: true, force: true });
+  });
+  const unhook = cleanupOnSignal(cleanup);
   try {
     const [tn, tc, ts] = [`${tag}n`, `${tag}c`, `${tag}s`];
     await namespaces.add(tn, tc, ts);
@@ -83,10 +90,8 @@ export async function runServiceThroughputBench(seconds = 2, pairs = 6): Promise
     const cpuRatios = service.map((x, i) => x.gbitPerCpuSecond / direct[i]!.gbitPerCpuSecond);
     return { seconds, pairs, direct, service, ratios, cpuRatios, realized };
   } finally {
-    server?.kill('SIGKILL');
-    if (node) await node.stop();
-    await namespaces.cleanup();
-    await rm(scratch, { recursive: true, force: true });
+    await cleanup();
+    unhook();
   }
 }
 

@@ -8,12 +8,12 @@
  * leave the maps after the service that dropped them was rewritten, which
  * purges the conntrack entries pinned to them.
  */
-import type { LbBackendEntry, LbServiceEntry, LoadBalancerDatapath } from '../datapath/types.js';
+import type { LbBackendEntry, LoadBalancerDatapath } from '../datapath/types.js';
 import type { Logger } from '../logging/logger.js';
 import { BackendRegistry, type RefChange } from './backendRegistry.js';
 import { ServiceError, ServiceErrorCode } from './errors.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE } from './maglev.js';
-import { isLocalTraffic, keyOfBackend, renderService, sameEntry, type RenderContext } from './render.js';
+import { isLocalTraffic, keyOfBackend, renderService, type RenderContext } from './render.js';
 import { SERVICE_RECORD_VERSION, type ServiceStore, type StoredService } from './serviceStore.js';
 import type { LbAlgorithm, ServiceApi, ServiceSpec, ServiceStatus } from './types.js';
 import { frontendKey, type NormalizedService, sameService, validateServiceId, validateServiceSpec } from './validate.js';
@@ -38,8 +38,12 @@ interface ServiceState {
   spec: NormalizedService;
   /** Backend keys, in the spec's order. */
   keys: string[];
-  /** What the datapath was last given for this service successfully. */
-  entry: LbServiceEntry | undefined;
+  /**
+   * Whether the datapath took an entry rendered from `spec` and `local`
+   * (so it can be rendered again to put it back; entries are not kept:
+   * 10,000 Maglev tables would be 640 MB).
+   */
+  written: boolean;
   /** Whether the datapath holds the service as `spec` renders now. */
   realized: boolean;
   /** Backend keys that were local when the service was last rendered (persisted; used until endpoints are restored). */
@@ -189,7 +193,7 @@ export class ServiceManager implements ServiceApi {
         const keys = spec.backends.map((b) => keyOfBackend(spec, b));
         this.#registry.replaceRefs(spec.id, [], new Map(spec.backends.map((b, i) => [keys[i]!, b.state] as const)));
         if (keys.some((k) => rec.backendIds[k] !== this.#registry.idOf(k))) renumbered.push(spec.id);
-        this.#services.set(spec.id, { spec, keys, entry: undefined, realized: false, local: new Set(rec.local) });
+        this.#services.set(spec.id, { spec, keys, written: false, realized: false, local: new Set(rec.local) });
       }
       this.#registry.dropUnreferenced();
       try {
@@ -201,7 +205,7 @@ export class ServiceManager implements ServiceApi {
         const entry = renderService(s.spec, this.#renderContext(s, undefined));
         try {
           await lb.upsertService(entry);
-          s.entry = entry;
+          s.written = true;
           s.realized = true;
           report.restored++;
         } catch (err) {
@@ -352,7 +356,7 @@ export class ServiceManager implements ServiceApi {
       throw datapathFailed(`service ${id}: no backend ID for it`, err);
     }
     const localNow = this.#localSet();
-    const next: ServiceState = { spec, keys, entry: undefined, realized: false, local: new Set() };
+    const next: ServiceState = { spec, keys, written: false, realized: false, local: new Set() };
     const wasLocal = (k: string) => (localNow ? localNow.has(ipOfKey(k)) : prev?.local.has(k) === true);
     for (const k of keys) if (wasLocal(k)) next.local.add(k);
     const entry = renderService(spec, this.#renderContext(next, localNow));
@@ -366,7 +370,7 @@ export class ServiceManager implements ServiceApi {
       await this.#putBack(lb, id, prev, change.allocated);
       throw datapathFailed(`service ${id}: the datapath did not take it`, err);
     }
-    next.entry = entry;
+    next.written = true;
     next.realized = true;
     try {
       await this.o.store.save(this.#record(next));
@@ -391,9 +395,9 @@ export class ServiceManager implements ServiceApi {
    */
   async #putBack(lb: LoadBalancerDatapath, id: number, prev: ServiceState | undefined, allocated: readonly number[]): Promise<void> {
     try {
-      if (prev?.entry) {
+      if (prev?.written) {
         await lb.upsertBackends(prev.keys.map((k) => this.#backendEntry(k)));
-        await lb.upsertService(prev.entry);
+        await lb.upsertService(renderService(prev.spec, this.#renderContext(prev, undefined)));
       } else if (!prev) {
         await lb.deleteService(id);
       }
@@ -444,13 +448,14 @@ export class ServiceManager implements ServiceApi {
     for (const s of this.#services.values()) {
       if (!isLocalTraffic(s.spec) && s.realized) continue;
       const nowLocal = new Set(s.keys.filter((k) => this.#isLocal(s, k, local)));
-      const entry = renderService(s.spec, this.#renderContext(s, local));
       const localChanged = nowLocal.size !== s.local.size || [...nowLocal].some((k) => !s.local.has(k));
-      if (s.realized && s.entry && sameEntry(entry, s.entry) && !localChanged) continue;
+      // The entry is a function of the spec, the IDs and locality: unchanged locality, unchanged entry.
+      if (s.realized && !localChanged) continue;
+      const entry = renderService(s.spec, this.#renderContext(s, local));
       try {
         if (!s.realized) await lb.upsertBackends(s.keys.map((k) => this.#backendEntry(k)));
         await lb.upsertService(entry);
-        s.entry = entry;
+        s.written = true;
         s.realized = true;
       } catch (err) {
         s.realized = false;

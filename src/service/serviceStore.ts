@@ -38,9 +38,16 @@ export class ServiceStore {
   }
 
   async save(record: StoredService): Promise<void> {
-    await mkdir(this.dir, { recursive: true, mode: 0o700 });
     const tmp = `${this.#path(record.id)}${TMP_SUFFIX}`;
-    await writeFile(tmp, JSON.stringify(record), { mode: 0o600 });
+    const text = JSON.stringify(record);
+    try {
+      await writeFile(tmp, text, { mode: 0o600 });
+    } catch (err) {
+      // The directory is made on the first write (and again if someone removed it), not before every one: 10,000 services are 10,000 writes.
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      await mkdir(this.dir, { recursive: true, mode: 0o700 });
+      await writeFile(tmp, text, { mode: 0o600 });
+    }
     await rename(tmp, this.#path(record.id));
   }
 

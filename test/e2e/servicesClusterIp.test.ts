@@ -7,12 +7,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { cliJson, deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
-import { bpfConntrack, eventually } from '../support/datapathObserve.js';
+import { bpfMetrics, dropCounts, eventually } from '../support/datapathObserve.js';
 import { NetnsPool } from '../support/netns.js';
 import { networkPolicy } from '../support/policyDocuments.js';
 import { requireRoot } from '../support/root.js';
 import { run } from '../support/run.js';
-import { getService, lbDiagnostics, upsertService } from '../support/serviceApi.js';
+import { assertAllAnswered, getService, upsertService } from '../support/serviceApi.js';
 import { failures, movedSessions, type SessionResult, shareByBackend, type ShotResult } from '../support/serviceProcess.js';
 import { type ServiceScene, startServiceScene } from '../support/serviceScene.js';
 
@@ -32,6 +32,8 @@ const VIP = '10.96.0.10';
 const VIP_AFFINITY = '10.96.0.11';
 const VIP_HAIRPIN = '10.96.0.12';
 const VIP_CLOSED = '10.96.0.13';
+/** A service without backends. */
+const VIP_EMPTY = '10.96.0.16';
 /** Two services whose only backend is be-a. */
 const VIP_ONE_A = '10.96.0.14';
 const VIP_ONE_B = '10.96.0.15';
@@ -56,6 +58,8 @@ before(async () => {
   await upsertService(node, 3, { frontend: { ip: VIP_AFFINITY, port: 80, protocol: 'TCP' }, backends: all(TCP_PORT), sessionAffinity: true, sessionAffinityTimeout: 600 });
   await upsertService(node, 4, { frontend: { ip: VIP_AFFINITY, port: 53, protocol: 'UDP' }, backends: all(UDP_PORT), sessionAffinity: true, sessionAffinityTimeout: 600 });
   await upsertService(node, 5, { frontend: { ip: VIP_HAIRPIN, port: 80, protocol: 'TCP' }, backends: [{ ip: ip('client'), port: TCP_PORT }] });
+  await upsertService(node, 11, { frontend: { ip: VIP_HAIRPIN, port: 53, protocol: 'UDP' }, backends: [{ ip: ip('client'), port: UDP_PORT }] });
+  await upsertService(node, 12, { frontend: { ip: VIP_EMPTY, port: 80, protocol: 'TCP' }, backends: [] });
   await upsertService(node, 6, { frontend: { ip: VIP_CLOSED, port: 53, protocol: 'UDP' }, backends: [{ ip: ip('be-a'), port: CLOSED_UDP_PORT }] });
   for (const [id, vip] of [
     [7, VIP_ONE_A],
@@ -70,14 +74,6 @@ after(async () => {
   if (scene) await scene.cleanup();
   else await pool.cleanup();
 });
-
-/** Conntrack entries of the client ports of failed flows: what a failure message shows. */
-async function ctOfFailed(results: ReadonlyArray<SessionResult | ShotResult>): Promise<string> {
-  const ports = results.flatMap((r) => (r.outcome !== 'open' && 'localPort' in r && r.localPort ? [r.localPort] : []));
-  if (ports.length === 0) return '';
-  const rows = (await bpfConntrack(scene!.node)).filter((r) => ports.includes(r.sport) || ports.includes(r.dport));
-  return `conntrack of the failed flows' ports ${JSON.stringify(ports)}: ${JSON.stringify(rows.map((r) => `${r.table} ${r.saddr}:${r.sport}->${r.daddr}:${r.dport} pkts ${r.packets} reply ${r.replySeen} closing ${r.closing} ttl ${r.expiresInSeconds}`))}`;
-}
 
 /** Each backend's share of `total` lies in [min, max] (fractions), every backend got some. */
 function assertSpread(results: ReadonlyArray<SessionResult | ShotResult>, min: number, max: number, what: string): Map<string, number> {
@@ -95,8 +91,7 @@ describe('ClusterIP, three backends', () => {
   test('TCP: 300 new connections spread over all three; each stays on its backend for its life', async (t) => {
     const started = Date.now();
     const sessions = await scene!.agent('client').tcpSessions({ dst: VIP, port: 80 }, { count: 300, requests: 8, concurrency: 20 });
-    const failed = sessions.filter((s) => s.outcome !== 'open');
-    assert.equal(failed.length, 0, `every connection answered all rounds: ${failures(sessions)}\n${await lbDiagnostics(scene!.node)}`);
+    await assertAllAnswered(scene!.node, sessions, `client -> ${VIP}:80, every connection answers all rounds`);
     const share = assertSpread(sessions, 0.2, 0.47, 'TCP');
     t.diagnostic(`300 connections × 8 rounds in ${Date.now() - started} ms: ${JSON.stringify(Object.fromEntries(share))}`);
     const moved = movedSessions(sessions);
@@ -108,7 +103,7 @@ describe('ClusterIP, three backends', () => {
 
   test('TCP: session affinity pins a client to one backend', async () => {
     const sessions = await scene!.agent('client').tcpSessions({ dst: VIP_AFFINITY, port: 80 }, { count: 40, requests: 2, concurrency: 8 });
-    assert.equal(failures(sessions), 'none', await ctOfFailed(sessions));
+    await assertAllAnswered(scene!.node, sessions, `client -> ${VIP_AFFINITY}:80 (affinity)`);
     const share = shareByBackend(sessions);
     assert.equal(share.size, 1, `every connection of the client reached one backend: ${JSON.stringify(Object.fromEntries(share))}`);
     // Another client is pinned too (to whichever backend it drew).
@@ -118,7 +113,7 @@ describe('ClusterIP, three backends', () => {
 
   test('UDP: 300 datagrams from distinct source ports spread over all three', async () => {
     const shots = await scene!.agent('client').udpShots({ dst: VIP, port: 53 }, { count: 300, concurrency: 20 });
-    assert.equal(failures(shots), 'none', await lbDiagnostics(scene!.node));
+    await assertAllAnswered(scene!.node, shots, `client -> ${VIP}:53/udp`);
     assertSpread(shots, 0.2, 0.47, 'UDP');
     const peers = new Set(shots.map((s) => s.answer!.peer));
     assert.deepEqual([...peers], [ip('client')], 'the backends saw the client pod\'s address');
@@ -135,7 +130,7 @@ describe('ClusterIP, three backends', () => {
     assert.equal(names.size, 1, `one flow, one backend: ${JSON.stringify([...names])}`);
 
     const shots = await c.udpShots({ dst: VIP_AFFINITY, port: 53 }, { count: 40, concurrency: 8 });
-    assert.equal(failures(shots), 'none');
+    await assertAllAnswered(scene!.node, shots, `client -> ${VIP_AFFINITY}:53/udp (affinity)`);
     const share = shareByBackend(shots);
     assert.equal(share.size, 1, `40 source ports, one backend under affinity: ${JSON.stringify(Object.fromEntries(share))}`);
   });
@@ -146,11 +141,11 @@ test('a client port reused toward another service with the same backend: replies
   const c = scene!.agent('client');
   const udpPort = 40_001;
   const first = await c.udpShots({ dst: VIP_ONE_A, port: 53, srcPort: udpPort }, { count: 1, concurrency: 1 });
-  assert.equal(failures(first), 'none', `client:${udpPort} -> ${VIP_ONE_A}:53`);
+  await assertAllAnswered(scene!.node, first, `client:${udpPort} -> ${VIP_ONE_A}:53`);
   const second = await c.udpShots({ dst: VIP_ONE_B, port: 53, srcPort: udpPort }, { count: 1, concurrency: 1, timeoutMs: 1500 });
   const tcpPort = 40_002;
   const firstTcp = await c.tcpSessions({ dst: VIP_ONE_A, port: 80, srcPort: tcpPort }, { count: 1, requests: 2, concurrency: 1 });
-  assert.equal(failures(firstTcp), 'none', `client:${tcpPort} -> ${VIP_ONE_A}:80`);
+  await assertAllAnswered(scene!.node, firstTcp, `client:${tcpPort} -> ${VIP_ONE_A}:80`);
   const secondTcp = await c.tcpSessions({ dst: VIP_ONE_B, port: 80, srcPort: tcpPort }, { count: 1, requests: 2, concurrency: 1, timeoutMs: 1500 });
   assert.deepEqual(
     { udp: failures(second), tcp: failures(secondTcp) },
@@ -161,23 +156,35 @@ test('a client port reused toward another service with the same backend: replies
 
 test('hairpin: a pod reaches its own service and gets its own connection back', async () => {
   const sessions = await scene!.agent('client').tcpSessions({ dst: VIP_HAIRPIN, port: 80 }, { count: 5, requests: 4, concurrency: 5 });
-  assert.equal(failures(sessions), 'none', await lbDiagnostics(scene!.node));
+  await assertAllAnswered(scene!.node, sessions, `client -> ${VIP_HAIRPIN}:80 (its own service)`);
   const answers = sessions.flatMap((s) => s.answers);
   assert.ok(answers.every((a) => a.name === 'client'), 'the pod itself answered');
   // Its own address as a source would be dropped by the pod's stack: the datapath puts the hairpin address there.
   assert.deepEqual([...new Set(answers.map((a) => a.peer))], [HAIRPIN_IP], 'the pod saw its hairpin flow come from LB_HAIRPIN_IP4');
+  const shots = await scene!.agent('client').udpShots({ dst: VIP_HAIRPIN, port: 53 }, { count: 5, concurrency: 5 });
+  await assertAllAnswered(scene!.node, shots, 'UDP hairpin');
+  assert.deepEqual([...new Set(shots.map((x) => `${x.answer!.name} saw ${x.answer!.peer}`))], [`client saw ${HAIRPIN_IP}`]);
+});
+
+test('a service without backends: the connection is dropped and counted as NO_SERVICE', async () => {
+  const before = dropCounts(await bpfMetrics(scene!.node));
+  const r = await scene!.agent('client').tcpOnce({ dst: VIP_EMPTY, port: 80 }, 700);
+  assert.notEqual(r.outcome, 'open');
+  const after = dropCounts(await bpfMetrics(scene!.node));
+  const noService = (m: Record<string, number>) => Object.entries(m).filter(([k]) => k.startsWith('NO_SERVICE')).reduce((sum, [, v]) => sum + v, 0);
+  assert.ok(noService(after) > noService(before), `NO_SERVICE drops counted: ${JSON.stringify(before)} -> ${JSON.stringify(after)} (client saw ${r.outcome})`);
 });
 
 test('the node reaches a ClusterIP (TCP and UDP)', async () => {
   const node = scene!.agent('node');
   const sessions = await node.tcpSessions({ dst: VIP, port: 80 }, { count: 30, requests: 3, concurrency: 6 });
-  assert.equal(failures(sessions), 'none', await lbDiagnostics(scene!.node));
+  await assertAllAnswered(scene!.node, sessions, `node -> ${VIP}:80`);
   assert.equal(movedSessions(sessions).length, 0);
   assert.ok(shareByBackend(sessions).size >= 2, `the node's connections spread too: ${JSON.stringify(Object.fromEntries(shareByBackend(sessions)))}`);
   const peers = [...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))];
   assert.deepEqual(peers, [scene!.node.routerIp], 'the node reaches services from the router address (the route through tendril_host)');
   const shots = await node.udpShots({ dst: VIP, port: 53 }, { count: 30, concurrency: 6 });
-  assert.equal(failures(shots), 'none');
+  await assertAllAnswered(scene!.node, shots, `node -> ${VIP}:53/udp`);
 });
 
 test('UDP to a service whose backend port is closed: ECONNREFUSED (the ICMP error translated back)', async () => {
@@ -206,7 +213,7 @@ test('policy holds through a service: a NetworkPolicy denying the client at the 
     const deniedUdp = await intruder.udpShots({ dst: VIP, port: 53 }, { count: 6, concurrency: 6, timeoutMs: 600 });
     assert.deepEqual(deniedUdp.map((s) => s.outcome), Array(6).fill('timeout'), `intruder -> ClusterIP over UDP: ${failures(deniedUdp)}`);
     const allowed = await client.tcpSessions({ dst: VIP, port: 80 }, { count: 30, requests: 2, concurrency: 10 });
-    assert.equal(failures(allowed), 'none', 'client -> ClusterIP is allowed');
+    await assertAllAnswered(scene!.node, allowed, 'client -> ClusterIP is allowed');
     assert.equal(shareByBackend(allowed).size, 3, 'the allowed client reaches every backend');
   } finally {
     await deletePolicyAndWait(node, ['--namespace', NS, '--name', 'backend-from-client']);
@@ -228,7 +235,7 @@ test('`tendril service upsert|list|delete` and `tendril bpf lb list` on the CLI,
   assert.equal(entry.count, 1);
   assert.equal(entry.slots[0]?.backend, `${ip('be-b')}:${TCP_PORT}`, JSON.stringify(entry));
   const before = await scene!.agent('client').tcpSessions({ dst: vip, port: 80 }, { count: 5, requests: 2, concurrency: 5 });
-  assert.equal(failures(before), 'none');
+  await assertAllAnswered(scene!.node, before, `client -> ${vip}:80 (service from the CLI)`);
   assert.deepEqual(Object.fromEntries(shareByBackend(before)), { 'be-b': 5 });
   const del = await node.cli(['service', 'delete', '20']);
   assert.equal(del.code, 0, del.stderr + del.stdout);

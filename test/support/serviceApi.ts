@@ -3,6 +3,8 @@ import type { BackendAddress, ServiceSpec, ServiceStatus, ServiceType, TrafficPo
 import type { LbBackendState, LbProtocol } from '../../src/datapath/types.js';
 import { cliJson, type DatapathNode } from './datapathNode.js';
 import { run } from './run.js';
+import { bpfConntrack } from './datapathObserve.js';
+import { failures, type SessionResult, type ShotResult } from './serviceProcess.js';
 
 export type { ServiceSpec, ServiceStatus } from '../../src/service/types.js';
 
@@ -100,4 +102,24 @@ export function bytesHoldAddress(bytes: readonly number[], ip: string): boolean 
   const a = ip.split('.').map(Number);
   for (let i = 0; i + 4 <= bytes.length; i++) if (bytes[i] === a[0] && bytes[i + 1] === a[1] && bytes[i + 2] === a[2] && bytes[i + 3] === a[3]) return true;
   return false;
+}
+
+/** Conntrack entries on the client ports of failed flows, as text for a failure message ('' when none failed). */
+export async function ctOfFailed(node: DatapathNode, results: ReadonlyArray<SessionResult | ShotResult>): Promise<string> {
+  const ports = results.flatMap((r) => (r.outcome !== 'open' && 'localPort' in r && r.localPort ? [r.localPort] : []));
+  if (ports.length === 0) return '';
+  const rows = (await bpfConntrack(node)).filter((r) => ports.includes(r.sport) || ports.includes(r.dport));
+  const text = rows.map((r) => `${r.table} ${r.saddr}:${r.sport}->${r.daddr}:${r.dport} pkts ${r.packets} reply ${r.replySeen} closing ${r.closing} ttl ${r.expiresInSeconds}`);
+  return `conntrack on the failed flows' client ports ${JSON.stringify(ports)}: ${JSON.stringify(text)}`;
+}
+
+/**
+ * Fails unless every connection or datagram got its answers; the message
+ * then carries what the node holds for them (conntrack on their client
+ * ports, the load-balancer maps), gathered only on failure.
+ */
+export async function assertAllAnswered(node: DatapathNode, results: ReadonlyArray<SessionResult | ShotResult>, what: string): Promise<void> {
+  const text = failures(results);
+  if (text === 'none') return;
+  throw new Error(`${what}: ${text}\n${await ctOfFailed(node, results)}\nbpf lb list: ${(await lbDiagnostics(node)).slice(0, 1500)}`);
 }

@@ -26,8 +26,6 @@ export interface CtGcResult {
   durationMs: number;
   /** The first expired flows removed (at most `sampleSize`), for the log and the CLI. */
   sample: CtRow[];
-  /** The SNAT mappings whose flow is gone (absent where the SNAT map is not pinned). */
-  nat?: NatGcResult;
 }
 
 export interface CtGcOptions {
@@ -86,6 +84,8 @@ export class ConntrackGc {
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<CtGcResult | undefined> | undefined;
   #stopped = false;
+  /** What the last pass's SNAT GC did (undefined before one ran, or where the SNAT map is not pinned). */
+  lastNat: NatGcResult | undefined;
 
   constructor(opts: ConntrackGcOptions) {
     this.#inspector = opts.inspector;
@@ -119,9 +119,10 @@ export class ConntrackGc {
     try {
       const r = await collectConntrack(this.#inspector);
       // SNAT mappings live as long as their flows: right after the flows that ended went.
-      if (existsSync(this.#inspector.pinPath(MapName.SNAT))) r.nat = await collectNat(this.#inspector);
-      const removed = r.tcp.removed + r.any.removed + (r.nat ? r.nat.removed + r.nat.orphans : 0);
-      const fields = { tcp: r.tcp, any: r.any, ...(r.nat ? { nat: r.nat } : {}), durationMs: r.durationMs };
+      const nat = existsSync(this.#inspector.pinPath(MapName.SNAT)) ? await collectNat(this.#inspector) : undefined;
+      this.lastNat = nat;
+      const removed = r.tcp.removed + r.any.removed + (nat ? nat.removed + nat.orphans : 0);
+      const fields = { tcp: r.tcp, any: r.any, ...(nat ? { nat } : {}), durationMs: r.durationMs };
       if (removed > 0) {
         this.#log.info({ ...fields, sample: r.sample.map((f) => `${f.table} ${f.saddr}:${f.sport} -> ${f.daddr}:${f.dport} proto ${f.proto}`) }, 'conntrack GC removed expired flows');
       } else {

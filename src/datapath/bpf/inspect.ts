@@ -102,8 +102,6 @@ export interface CtRow {
   tcpFlags: number;
   replySeen: boolean;
   closing: boolean;
-  /** A service flow's load-balancing state; absent for flows no service translated. */
-  service?: CtServiceInfo;
 }
 
 export interface CtServiceInfo {
@@ -183,23 +181,23 @@ export function ctRow(table: CtTable, k: Ct4Key, v: CtEntryValue, nowNs: bigint)
     tcpFlags: v.tcpFlags,
     replySeen: (v.flags & CtFlag.REPLY_SEEN) !== 0,
     closing: (v.flags & CtFlag.CLOSING) !== 0,
-    ...(isServiceFlow(k, v)
-      ? {
-          service: {
-            serviceEntry: (k.flags & CtKeyFlag.SERVICE) !== 0,
-            revNatIndex: v.revNatIndex,
-            backendId: v.backendId,
-            frontend: `${formatIp(v.natAddr)}:${v.natPort}`,
-            hairpin: (v.flags & CtFlag.HAIRPIN) !== 0,
-            nodePort: (v.flags & CtFlag.NODEPORT) !== 0,
-          },
-        }
-      : {}),
   };
 }
 
-function isServiceFlow(k: Ct4Key, v: CtEntryValue): boolean {
-  return (k.flags & CtKeyFlag.SERVICE) !== 0 || v.revNatIndex !== 0 || v.backendId !== 0;
+/**
+ * A service flow's load-balancing state, undefined for flows no service
+ * translated. Kept out of ctRow until the API's BpfCtEntry schema has it.
+ */
+export function ctServiceInfo(k: Ct4Key, v: CtEntryValue): CtServiceInfo | undefined {
+  if ((k.flags & CtKeyFlag.SERVICE) === 0 && v.revNatIndex === 0 && v.backendId === 0) return undefined;
+  return {
+    serviceEntry: (k.flags & CtKeyFlag.SERVICE) !== 0,
+    revNatIndex: v.revNatIndex,
+    backendId: v.backendId,
+    frontend: `${formatIp(v.natAddr)}:${v.natPort}`,
+    hairpin: (v.flags & CtFlag.HAIRPIN) !== 0,
+    nodePort: (v.flags & CtFlag.NODEPORT) !== 0,
+  };
 }
 
 /** The eBPF datapath's maps as pinned under one directory. */

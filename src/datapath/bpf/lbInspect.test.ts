@@ -10,7 +10,7 @@ import { createLogger } from '../../logging/logger.js';
 import { parseIp } from '../../netip/index.js';
 import { BpfMap, codec, ensureBpffs, MapOfMaps, removePinDir } from '../kernel/bpf/index.js';
 import { CtKeyFlag, DeviceFlag, MapName, NatDirection, NatFlag } from './constants.js';
-import { DatapathInspector } from './inspect.js';
+import { ctServiceInfo, DatapathInspector } from './inspect.js';
 import { ct4Key, ctEntry, deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, nat4Entry, nat4Key } from './layout.js';
 import { LbInspector } from './lbInspect.js';
 import { LbMaps } from './lbMaps.js';
@@ -142,8 +142,17 @@ describe('LbInspector', { timeout: 60_000 }, () => {
     assert.deepEqual(n.devices, [{ ifindex: 7, ipv4: '192.0.2.1', mac: '02:00:00:00:00:07', masquerade: true }]);
   });
 
-  it('conntrack rows of service flows say which service and backend', async () => {
-    const rows = await new DatapathInspector(join(root, 'tendril')).conntrack();
-    assert.deepEqual(rows[0]!.service, { serviceEntry: true, revNatIndex: 5, backendId: 11, frontend: '192.0.2.1:30053', hairpin: false, nodePort: false });
+  it('a service flow\'s conntrack entry says which service and backend', async () => {
+    const pinned = BpfMap.openPinned(join(root, 'tendril', MapName.CT_ANY), ct4Key, ctEntry);
+    try {
+      const rows = [];
+      for await (const row of pinned.entries()) rows.push(row);
+      assert.equal(rows.length, 1);
+      const [k, v] = rows[0]!;
+      assert.deepEqual(ctServiceInfo(k, v), { serviceEntry: true, revNatIndex: 5, backendId: 11, frontend: '192.0.2.1:30053', hairpin: false, nodePort: false });
+      assert.equal(ctServiceInfo({ ...k, flags: 0 }, { ...v, revNatIndex: 0, backendId: 0 }), undefined);
+    } finally {
+      pinned.close();
+    }
   });
 });

@@ -276,7 +276,8 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     assert.equal(await routeOf('10.96.0.41'), undefined);
     assert.equal(await routeOf('10.96.0.99'), undefined);
     assert.ok(await routeOf('10.96.0.98'), "someone else's route stays");
-    // The restarted instance can delete what the first one wrote.
+    // The restarted instance knows the slots the first one wrote, and can delete what it wrote.
+    await assert.rejects(restarted.deleteBackends([8]), (err: unknown) => isDatapathError(err, 'refused'));
     await restarted.deleteService(8);
     assert.equal(maps.services.get(fkey('10.96.0.40', 80, 0)), undefined);
     assert.equal(await routeOf('10.96.0.40'), undefined);

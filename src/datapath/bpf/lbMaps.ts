@@ -67,6 +67,8 @@ interface ServiceShadow {
   flags: number;
   /** Slots written per scope (slot 0's count). */
   counts: Map<number, number>;
+  /** The backend in each slot per scope (slot i at index i-1), so a backend's users are found without map reads. */
+  slots: Map<number, readonly number[]>;
   /** The ClusterIP whose route the service holds, if it is one. */
   routeAddress?: string;
 }
@@ -156,12 +158,16 @@ export class LbMaps implements LoadBalancerDatapath {
   static async open(opts: LbMapsOptions): Promise<LbMaps> {
     const lb = new LbMaps(opts);
     const { maps } = opts;
+    const slotEntries: Array<[Lb4Key, Lb4ServiceValue]> = [];
     for await (const [k, v] of maps.services.entries()) {
-      if (k.backendSlot !== 0) continue;
+      if (k.backendSlot !== 0) {
+        slotEntries.push([k, v]);
+        continue;
+      }
       const id = v.revNatIndex;
       let s = lb.#services.get(id);
       if (!s) {
-        s = { frontend: { address: k.address, port: k.dport, proto: k.proto }, flags: 0, counts: new Map() };
+        s = { frontend: { address: k.address, port: k.dport, proto: k.proto }, flags: 0, counts: new Map(), slots: new Map() };
         lb.#services.set(id, s);
       }
       s.counts.set(k.scope, v.count);
@@ -169,6 +175,14 @@ export class LbMaps implements LoadBalancerDatapath {
         s.flags = v.flags;
         s.frontend = { address: k.address, port: k.dport, proto: k.proto };
       }
+    }
+    for (const [k, v] of slotEntries) {
+      const s = lb.#services.get(v.revNatIndex);
+      const count = s?.counts.get(k.scope);
+      if (!s || count === undefined || k.backendSlot > count || !sameFrontend(s.frontend, { address: k.address, port: k.dport, proto: k.proto })) continue;
+      let ids = s.slots.get(k.scope) as number[] | undefined;
+      if (!ids) s.slots.set(k.scope, (ids = new Array<number>(count).fill(0)));
+      ids[k.backendSlot - 1] = v.backendId;
     }
     for (const [id, s] of lb.#services) {
       if ((s.flags & TYPE_FLAGS) === 0 && s.frontend.address.bits !== 0n) {
@@ -237,7 +251,7 @@ export class LbMaps implements LoadBalancerDatapath {
   async #deleteBackends(ids: readonly number[]): Promise<void> {
     const gone = new Set(ids);
     if (gone.size === 0) return;
-    const inSlots = await this.#slottedBackends(gone);
+    const inSlots = this.#slottedBackends(gone);
     if (inSlots.length > 0) {
       throw new DatapathError('refused', `backends still in service slots or Maglev tables cannot go (remove them from the services first): ${inSlots.map(([b, s]) => `backend ${b} in service ${s}`).join(', ')}`);
     }
@@ -255,18 +269,10 @@ export class LbMaps implements LoadBalancerDatapath {
   }
 
   /** (backend, service) pairs of `ids` that some slot or Maglev table still names. */
-  async #slottedBackends(ids: ReadonlySet<number>): Promise<Array<[number, number]>> {
+  #slottedBackends(ids: ReadonlySet<number>): Array<[number, number]> {
     const out: Array<[number, number]> = [];
-    const { services } = this.opts.maps;
     for (const [id, names] of this.#maglevBackends) for (const b of names) if (ids.has(b)) out.push([b, id]);
-    for (const [id, s] of this.#services) {
-      for (const [scope, count] of s.counts) {
-        for (let slot = 1; slot <= count; slot++) {
-          const v = services.get(key(s.frontend, slot, scope));
-          if (v && ids.has(v.backendId)) out.push([v.backendId, id]);
-        }
-      }
-    }
+    for (const [id, s] of this.#services) for (const slots of s.slots.values()) for (const b of slots) if (ids.has(b)) out.push([b, id]);
     return out;
   }
 
@@ -337,6 +343,7 @@ export class LbMaps implements LoadBalancerDatapath {
       undo.push(() => (previous ? maps.services.set(k, previous) : void maps.services.delete(k)));
     };
     const counts = new Map<number, number>();
+    const slots = new Map<number, readonly number[]>();
     try {
       const previousRev = maps.revNat.get(svc.id);
       maps.revNat.set(svc.id, { address: frontend.address, port: frontend.port });
@@ -345,6 +352,7 @@ export class LbMaps implements LoadBalancerDatapath {
         ids.forEach((backendId, i) => set(key(frontend, i + 1, scope), { backendId, affinityTimeout: 0, count: 0, revNatIndex: svc.id, flags: 0 }));
         set(key(frontend, 0, scope), { backendId: 0, affinityTimeout: svc.affinityTimeoutSec, count: ids.length, revNatIndex: svc.id, flags });
         counts.set(scope, ids.length);
+        slots.set(scope, [...ids]);
       };
       // The table is in place before any slot 0 carries the MAGLEV flag; the internal scope is
       // complete before the external entry's TWO_SCOPES flag sends traffic to it.
@@ -352,8 +360,8 @@ export class LbMaps implements LoadBalancerDatapath {
       const internal = scopes.get(LbScope.INTERNAL);
       if (internal) writeScope(LbScope.INTERNAL, internal);
       if (routeAddress !== undefined && old?.routeAddress !== routeAddress) {
-        const installed = await this.opts.routes.hold(svc.id, routeAddress);
-        undo.push(() => (installed ? this.opts.routes.release(svc.id, routeAddress) : undefined));
+        await this.opts.routes.hold(svc.id, routeAddress);
+        undo.push(() => this.opts.routes.release(svc.id, routeAddress));
       }
       writeScope(LbScope.EXTERNAL, svc.backendIds);
     } catch (err) {
@@ -380,7 +388,7 @@ export class LbMaps implements LoadBalancerDatapath {
     } catch (err) {
       throw wrap(`service ${svc.id}: removing entries it no longer has`, err);
     } finally {
-      this.#services.set(svc.id, { frontend, flags, counts, ...(routeAddress !== undefined ? { routeAddress } : {}) });
+      this.#services.set(svc.id, { frontend, flags, counts, slots, ...(routeAddress !== undefined ? { routeAddress } : {}) });
     }
   }
 
@@ -478,7 +486,7 @@ export class LbMaps implements LoadBalancerDatapath {
     } catch (err) {
       throw wrap('removing service entries the agent no longer has', err);
     }
-    const inSlots = await this.#slottedBackends(new Set(staleBackends));
+    const inSlots = this.#slottedBackends(new Set(staleBackends));
     const slotted = new Set(inSlots.map(([b]) => b));
     if (slotted.size > 0) this.opts.log.warn({ backends: [...slotted] }, 'backends the agent did not restore are still in service slots: kept');
     const doomed = staleBackends.filter((b) => !slotted.has(b));

@@ -146,7 +146,7 @@ describe('SNAT GC', { timeout: 60_000 }, () => {
     const r = await gc.runOnce();
     assert.ok(r);
     assert.equal(r.tcp.removed, 1);
-    assert.deepEqual(r.nat, { scanned: 2, removed: 1, orphans: 0 });
+    assert.deepEqual(gc.lastNat, { scanned: 2, removed: 1, orphans: 0 });
     assert.equal(snat.get(m.egress), undefined);
     assert.equal(snat.get(m.ingress), undefined);
   });

@@ -74,12 +74,11 @@ export class ServiceRoutes {
     for (const address of this.#holders.keys()) await this.#install(address);
   }
 
-  /** `id` holds a route to `address`; answers whether this call installed it (for undo). */
-  async hold(id: number, address: string): Promise<boolean> {
+  /** `id` holds a route to `address` (in force once the router address is known). */
+  async hold(id: number, address: string): Promise<void> {
     const holders = this.#holdersOf(address);
-    const fresh = !this.#installed.has(address);
     holders.add(id);
-    if (this.#router === undefined) return false;
+    if (this.#router === undefined) return;
     try {
       await this.#install(address);
     } catch (err) {
@@ -87,7 +86,6 @@ export class ServiceRoutes {
       if (holders.size === 0) this.#holders.delete(address);
       throw err;
     }
-    return fresh;
   }
 
   /** `id` no longer holds `address`: the route goes with its last holder. */
@@ -106,8 +104,9 @@ export class ServiceRoutes {
     this.#installed.add(address);
   }
 
-  async #remove(address: string): Promise<void> {
-    this.#installed.delete(address);
+  async #remove(address: string, found = false): Promise<void> {
+    // Nothing was put in force yet (no router address): a previous run's route goes with prune().
+    if (!this.#installed.delete(address) && this.#router === undefined && !found) return;
     const nl = await this.opts.netlink();
     try {
       await nl.deleteRoute({ dst: `${address}/32`, link: this.#dev, protocol: SERVICE_ROUTE_PROTOCOL });
@@ -132,7 +131,7 @@ export class ServiceRoutes {
       if (r.protocol !== SERVICE_ROUTE_PROTOCOL || !r.dst.endsWith('/32')) continue;
       const address = r.dst.slice(0, -3);
       if (this.#holders.has(address)) continue;
-      await this.#remove(address);
+      await this.#remove(address, true);
       removed.push(address);
     }
     if (removed.length > 0) this.opts.log.info({ removed }, 'removed routes to ClusterIPs no service holds');

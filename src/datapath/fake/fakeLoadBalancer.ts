@@ -25,6 +25,8 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
   /** The arguments of the last restoreDone. */
   restored: { services: number[]; backends: number[] } | undefined;
   readonly #failures = new Map<FakeLoadBalancerOp, Error[]>();
+  /** Frontend (`address:port/PROTO`) → the service ID holding it. */
+  readonly #frontends = new Map<string, number>();
 
   constructor(private readonly options: FakeLoadBalancerOptions = {}) {}
 
@@ -64,16 +66,22 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
     for (const m of svc.maglevTable ?? []) {
       if (!svc.backendIds.includes(m)) throw new DatapathError('failed', `fake: service ${svc.id}'s Maglev table names backend ${m}, not one of its slots`);
     }
-    const clash = [...this.services.values()].find((s) => s.id !== svc.id && s.address === svc.address && s.port === svc.port && s.protocol === svc.protocol);
-    if (clash) throw new DatapathError('failed', `fake: frontend ${svc.address}:${svc.port}/${svc.protocol} is service ${clash.id}'s`);
+    const frontend = `${svc.address}:${svc.port}/${svc.protocol}`;
+    const clash = this.#frontends.get(frontend);
+    if (clash !== undefined && clash !== svc.id) throw new DatapathError('failed', `fake: frontend ${frontend} is service ${clash}'s`);
     if (this.options.maxServices !== undefined && !this.services.has(svc.id) && this.services.size >= this.options.maxServices) {
       throw new DatapathError('failed', `fake: tendril_lb4_svc is full (${this.options.maxServices} services)`);
     }
+    const old = this.services.get(svc.id);
+    if (old) this.#frontends.delete(`${old.address}:${old.port}/${old.protocol}`);
+    this.#frontends.set(frontend, svc.id);
     this.services.set(svc.id, { ...svc, backendIds: [...svc.backendIds], ...(svc.internalBackendIds ? { internalBackendIds: [...svc.internalBackendIds] } : {}) });
   }
 
   async deleteService(id: number): Promise<void> {
     this.#enter('deleteService', [id]);
+    const old = this.services.get(id);
+    if (old) this.#frontends.delete(`${old.address}:${old.port}/${old.protocol}`);
     this.services.delete(id);
   }
 
@@ -81,7 +89,11 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
     this.#enter('restoreDone', []);
     const services = new Set(liveServiceIds);
     const backends = new Set(liveBackendIds);
-    for (const id of [...this.services.keys()]) if (!services.has(id)) this.services.delete(id);
+    for (const [id, old] of [...this.services]) {
+      if (services.has(id)) continue;
+      this.#frontends.delete(`${old.address}:${old.port}/${old.protocol}`);
+      this.services.delete(id);
+    }
     for (const id of [...this.backends.keys()]) {
       if (backends.has(id)) continue;
       this.backends.delete(id);

@@ -85,6 +85,7 @@ static __always_inline int from_container_service4(struct __sk_buff *skb, struct
 	struct lb4_key key;
 	int ret;
 
+	f->lb_checked = 1;
 	svc = lb4_lookup(f, &key, 1);
 	if (!svc)
 		return 0;

@@ -166,6 +166,27 @@ static __always_inline void ct_entry_to_flow(struct flow *f, const struct ct_ent
 }
 
 /*
+ * The original direction's packet, looked up as a service here, says what
+ * the flow is now: an entry left by another frontend on the same translated
+ * tuple (a client port reused for a second service with the same backend,
+ * or for the backend directly) takes the packet's translation, so replies
+ * come from the address this client is talking to.
+ */
+static __always_inline void ct_take_translation(struct ct_entry *e, const struct flow *f)
+{
+	__u8 flags = (e->flags & ~CT_F_STICKY) | (f->ct_flags & CT_F_STICKY);
+
+	if (e->rev_nat_index == f->rev_nat_index && e->backend_id == f->backend_id && e->nat_addr == f->nat_addr &&
+	    e->nat_port == f->nat_port && e->flags == flags)
+		return;
+	e->rev_nat_index = f->rev_nat_index;
+	e->backend_id = f->backend_id;
+	e->nat_addr = f->nat_addr;
+	e->nat_port = f->nat_port;
+	e->flags = flags;
+}
+
+/*
  * An ICMP error is related when the tuple it carries is tracked, in either
  * orientation (the error may be about a packet of the original direction or
  * of the reply). An error about the original direction travels to the
@@ -209,6 +230,8 @@ static __always_inline enum ct_status ct_lookup(struct flow *f, __u64 now)
 	e = ct_lookup_key(&key, now);
 	if (e) {
 		ct_refresh(e, f, 0, now);
+		if (f->lb_checked)
+			ct_take_translation(e, f);
 		ct_entry_to_flow(f, e);
 		f->src_identity = e->src_identity;
 		f->dst_identity = e->dst_identity;

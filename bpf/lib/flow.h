@@ -55,7 +55,14 @@ struct flow {
 	__u16 rev_nat_index;
 	__u8 ct_flags;     /* CT_F_* of the entry found; for a new flow, the CT_F_HAIRPIN/NODEPORT to record */
 	__u8 related_orig; /* an ICMP error about a packet of the flow's original direction (it travels to the client) */
-	__u8 svc_pad[2];
+	/*
+	 * This program looked the packet up as a service (a pod's packet): its
+	 * translation, or the lack of one, is what the flow's original direction
+	 * means now, and an entry recorded for another frontend on the same
+	 * translated tuple (a client port reused) takes it.
+	 */
+	__u8 lb_checked;
+	__u8 svc_pad;
 };
 
 static __always_inline void flow_init(struct flow *f, struct __sk_buff *skb)

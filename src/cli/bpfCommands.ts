@@ -128,7 +128,8 @@ export function registerBpfCommands(program: Command): void {
   });
   withAgentOpts(ct.command('gc').description('remove expired conntrack entries now')).action(async (opts: AgentOpts) => {
     const r = await call(() => client(opts).gcBpfConntrack());
-    output(opts, r, () => `Removed ${r.tcp.removed} of ${r.tcp.scanned} TCP and ${r.any.removed} of ${r.any.scanned} other entries in ${r.durationMs} ms\n${r.sample.length > 0 ? ctTable(r.sample) : ''}`);
+    const nat = r.nat ? `; ${r.nat.removed} SNAT mappings of ended flows (${r.nat.orphans} orphaned reply sides)` : '';
+    output(opts, r, () => `Removed ${r.tcp.removed} of ${r.tcp.scanned} TCP and ${r.any.removed} of ${r.any.scanned} other entries${nat} in ${r.durationMs} ms\n${r.sample.length > 0 ? ctTable(r.sample) : ''}`);
   });
 
   const lb = bpf.command('lb').description('the load-balancer maps');

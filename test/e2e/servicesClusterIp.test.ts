@@ -147,10 +147,14 @@ test('a client port reused toward another service with the same backend: replies
   const firstTcp = await c.tcpSessions({ dst: VIP_ONE_A, port: 80, srcPort: tcpPort }, { count: 1, requests: 2, concurrency: 1 });
   await assertAllAnswered(scene!.node, firstTcp, `client:${tcpPort} -> ${VIP_ONE_A}:80`);
   const secondTcp = await c.tcpSessions({ dst: VIP_ONE_B, port: 80, srcPort: tcpPort }, { count: 1, requests: 2, concurrency: 1, timeoutMs: 1500 });
+  // And a direct flow (no service) on the tuple a service flow translated to.
+  const directPort = 40_003;
+  await assertAllAnswered(scene!.node, await c.udpShots({ dst: VIP_ONE_A, port: 53, srcPort: directPort }, { count: 1, concurrency: 1 }), `client:${directPort} -> ${VIP_ONE_A}:53`);
+  const direct = await c.udpShots({ dst: ip('be-a'), port: UDP_PORT, srcPort: directPort }, { count: 1, concurrency: 1, timeoutMs: 1500 });
   assert.deepEqual(
-    { udp: failures(second), tcp: failures(secondTcp) },
-    { udp: 'none', tcp: 'none' },
-    `client:${udpPort} -> ${VIP_ONE_B}:53 after the same port went to ${VIP_ONE_A}:53; client:${tcpPort} -> ${VIP_ONE_B}:80 while the closed connection from that port to ${VIP_ONE_A}:80 is still in conntrack (each answer must come from the frontend addressed)`,
+    { udp: failures(second), tcp: failures(secondTcp), direct: failures(direct) },
+    { udp: 'none', tcp: 'none', direct: 'none' },
+    `client:${udpPort} -> ${VIP_ONE_B}:53 after the same port went to ${VIP_ONE_A}:53; client:${tcpPort} -> ${VIP_ONE_B}:80 while the closed connection from that port to ${VIP_ONE_A}:80 is still in conntrack; client:${directPort} -> be-a:${UDP_PORT} straight after client:${directPort} -> ${VIP_ONE_A}:53 (each answer must come from the address the client sent to)`,
   );
 });
 

@@ -30,6 +30,8 @@ const NODE_PORT_MIXED_LOCAL = 30083;
 const NODE_PORT_MIXED_CLUSTER = 30084;
 /** Routed to the node by the outside host; no interface holds it. */
 const EXTERNAL_IP = '10.200.0.100';
+/** A LoadBalancer service's address, routed the same way. */
+const LB_IP = '10.200.0.101';
 const NODE_ADDRESSES = [OUTSIDE_NODE_IP, REMOTE_NODE_IP];
 
 const pool = new NetnsPool('svn');
@@ -47,13 +49,14 @@ before(async () => {
     outside: true,
     remote: true,
   });
-  await runOk(['ip', '-n', scene.outside!.netns, 'route', 'add', `${EXTERNAL_IP}/32`, 'via', OUTSIDE_NODE_IP]);
+  await runOk(['ip', '-n', scene.outside!.netns, 'route', 'add', '10.200.0.0/24', 'via', OUTSIDE_NODE_IP]);
   const node = scene.node;
   const local = (port: number) => BACKENDS.map((b) => ({ ip: ip(b), port }));
   await upsertService(node, 10, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_CLUSTER }, backends: local(TCP_PORT), trafficPolicy: 'Cluster' });
   await upsertService(node, 11, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_LOCAL }, backends: local(TCP_PORT), trafficPolicy: 'Local' });
   await upsertService(node, 12, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_UDP, protocol: 'UDP' }, backends: local(UDP_PORT), trafficPolicy: 'Cluster' });
   await upsertService(node, 14, { type: 'ExternalIPs', frontend: { ip: EXTERNAL_IP, port: 80 }, backends: local(TCP_PORT) });
+  await upsertService(node, 17, { type: 'LoadBalancer', frontend: { ip: LB_IP, port: 80 }, backends: local(TCP_PORT) });
   const mixed = [
     { ip: ip('be-a'), port: TCP_PORT },
     { ip: REMOTE_HOST_IP, port: TCP_PORT },
@@ -89,12 +92,22 @@ describe('NodePort from an outside host', () => {
     assert.deepEqual([...new Set(shots.map((s) => s.answer!.peer))], [OUTSIDE_CLIENT_IP]);
   });
 
-  test('externalIPs: reached from outside, the client address preserved', async () => {
+  test('externalIPs: reached from outside (the client address preserved) and from a pod', async () => {
     const sessions = await scene!.agent('outside').tcpSessions({ dst: EXTERNAL_IP, port: 80 }, { count: 20, requests: 2, concurrency: 5 });
     await assertAllAnswered(scene!.node, sessions, `outside -> ${EXTERNAL_IP}:80`);
     assert.deepEqual([...shareByBackend(sessions).keys()].sort(), BACKENDS);
     assert.deepEqual([...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))], [OUTSIDE_CLIENT_IP]);
-    // The frontend is only on the node's devices' path: an externalIP is no ClusterIP for its port 8080.
+    // From inside the cluster too, as kube-proxy does.
+    const fromPod = await scene!.agent('client').tcpSessions({ dst: EXTERNAL_IP, port: 80 }, { count: 10, requests: 2, concurrency: 5 });
+    await assertAllAnswered(scene!.node, fromPod, `client pod -> ${EXTERNAL_IP}:80`);
+    assert.deepEqual([...new Set(fromPod.flatMap((s) => s.answers.map((a) => a.peer)))], [ip('client')]);
+  });
+
+  test('LoadBalancer: reached from outside, the client address preserved', async () => {
+    const sessions = await scene!.agent('outside').tcpSessions({ dst: LB_IP, port: 80 }, { count: 20, requests: 2, concurrency: 5 });
+    await assertAllAnswered(scene!.node, sessions, `outside -> ${LB_IP}:80`);
+    assert.deepEqual([...shareByBackend(sessions).keys()].sort(), BACKENDS);
+    assert.deepEqual([...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))], [OUTSIDE_CLIENT_IP]);
   });
 
   test('trafficPolicy Cluster to a backend off the node: SNAT to the node, the reply returns', async (t) => {

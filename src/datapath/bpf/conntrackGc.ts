@@ -26,6 +26,8 @@ export interface CtGcResult {
   durationMs: number;
   /** The first expired flows removed (at most `sampleSize`), for the log and the CLI. */
   sample: CtRow[];
+  /** The SNAT mappings removed with the flows (absent where the SNAT map is not pinned). */
+  nat?: NatGcResult;
 }
 
 export interface CtGcOptions {
@@ -128,7 +130,7 @@ export class ConntrackGc {
       } else {
         this.#log.debug(fields, 'conntrack GC: nothing expired');
       }
-      return r;
+      return nat ? { ...r, nat } : r;
     } catch (err) {
       this.#log.warn({ err }, 'conntrack GC pass failed');
       return undefined;

@@ -102,6 +102,8 @@ export interface CtRow {
   tcpFlags: number;
   replySeen: boolean;
   closing: boolean;
+  /** A service flow's load-balancing state; absent for flows no service translated. */
+  service?: CtServiceInfo;
 }
 
 export interface CtServiceInfo {
@@ -164,6 +166,7 @@ export function policyRow(k: PolicyKey, v: PolicyEntryValue): PolicyMapRow {
 }
 
 export function ctRow(table: CtTable, k: Ct4Key, v: CtEntryValue, nowNs: bigint): CtRow {
+  const service = ctServiceInfo(k, v);
   return {
     table,
     saddr: formatIp(k.saddr),
@@ -181,13 +184,11 @@ export function ctRow(table: CtTable, k: Ct4Key, v: CtEntryValue, nowNs: bigint)
     tcpFlags: v.tcpFlags,
     replySeen: (v.flags & CtFlag.REPLY_SEEN) !== 0,
     closing: (v.flags & CtFlag.CLOSING) !== 0,
+    ...(service ? { service } : {}),
   };
 }
 
-/**
- * A service flow's load-balancing state, undefined for flows no service
- * translated. Kept out of ctRow until the API's BpfCtEntry schema has it.
- */
+/** A service flow's load-balancing state, undefined for flows no service translated. */
 export function ctServiceInfo(k: Ct4Key, v: CtEntryValue): CtServiceInfo | undefined {
   if ((k.flags & CtKeyFlag.SERVICE) === 0 && v.revNatIndex === 0 && v.backendId === 0) return undefined;
   return {

@@ -2,8 +2,10 @@
 # make demo: starts tendril-agent on its embedded store inside a "node" network
 # namespace, installs tendril-cni and a conflist in a demo directory, networks
 # three labelled pods, shows them talking, enforces a NetworkPolicy on their
-# traffic with the eBPF datapath (the drop in tendril monitor), then tears
-# everything down.
+# traffic with the eBPF datapath (the drop in tendril monitor), load-balances
+# a ClusterIP and a NodePort and masquerades pods leaving the cluster (to an
+# "outside" namespace behind the node's own device), then tears everything
+# down.
 # The host's root namespace is never touched; every name has the tdl prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +13,8 @@ REPO="$PWD"
 TENDRIL="$REPO/bin/tendril"
 NODE=tdldemonode
 PODS=(tdldemo1 tdldemo2 tdldemo3)
+# A host outside the cluster, reached through the node's own device.
+OUTSIDE=tdldemoext
 WORK=$(mktemp -d /tmp/tdl-demo.XXXXXX)
 STATE="$WORK/state"
 SOCK="$STATE/tendril.sock"
@@ -22,11 +26,11 @@ BG_PIDS=()
 cleanup() {
   for pid in "${BG_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
-  for p in "${PODS[@]}" "$NODE"; do ip netns del "$p" 2>/dev/null || true; done
+  for p in "${PODS[@]}" "$NODE" "$OUTSIDE"; do ip netns del "$p" 2>/dev/null || true; done
   rm -rf "$WORK" "$BPFFS"
 }
 trap cleanup EXIT
-for p in "${PODS[@]}" "$NODE"; do ip netns del "$p" 2>/dev/null || true; done
+for p in "${PODS[@]}" "$NODE" "$OUTSIDE"; do ip netns del "$p" 2>/dev/null || true; done
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 in_node() { nsenter --net=/var/run/netns/$NODE -- "$@"; }
@@ -35,6 +39,20 @@ say "node namespace $NODE and three pod namespaces"
 ip netns add "$NODE"
 ip -n "$NODE" link set lo up
 for p in "${PODS[@]}"; do ip netns add "$p"; done
+say "an outside host ($OUTSIDE, 10.199.9.2) behind the node's device tdlext0 (10.199.9.1): the agent puts its NodePort and masquerade programs there"
+ip netns add "$OUTSIDE"
+ip link add tdlext0 netns "$NODE" type veth peer name eth0 netns "$OUTSIDE"
+ip -n "$NODE" addr add 10.199.9.1/24 dev tdlext0
+ip -n "$NODE" link set tdlext0 up
+ip -n "$OUTSIDE" addr add 10.199.9.2/24 dev eth0
+ip -n "$OUTSIDE" link set eth0 up
+ip -n "$OUTSIDE" link set lo up
+# Who answered and the address it saw: one line per TCP connection.
+cat > "$WORK/hello.mjs" <<'JS'
+import { createServer } from 'node:net';
+const [name, port] = process.argv.slice(2);
+createServer((s) => s.end(`hello from ${name}, you are ${s.remoteAddress?.replace(/^::ffff:/, '')}\n`)).listen(Number(port));
+JS
 
 say "tendril-agent on the embedded kvstore, host-scope IPAM 10.250.0.0/24, eBPF datapath (maps pinned under $BPFFS)"
 start_agent() {
@@ -161,6 +179,41 @@ show_enforcement
 say "policy deleted: traffic restored"
 "$TENDRIL" policy delete --all
 web_to_db_ping && echo "tdldemo1 (web) -> db ping: allowed"
+
+say "services: a ClusterIP load-balanced in eBPF over two backend pods (tdldemo2, tdldemo3 answer on TCP 8080)"
+for p in tdldemo2 tdldemo3; do
+  nsenter --net=/var/run/netns/$p -- node "$WORK/hello.mjs" "$p" 8080 &
+  BG_PIDS+=($!)
+done
+nsenter --net=/var/run/netns/$OUTSIDE -- node "$WORK/hello.mjs" outside 9000 &
+BG_PIDS+=($!)
+sleep 0.5
+"$TENDRIL" service upsert --id 1 --frontend 10.96.0.10:80 --backends "${IPS[tdldemo2]}:8080,${IPS[tdldemo3]}:8080"
+echo "tdldemo1 -> 10.96.0.10:80, 8 new connections (each one pinned to its backend by conntrack):"
+for _ in $(seq 8); do nsenter --net=/var/run/netns/tdldemo1 -- busybox nc -w 2 10.96.0.10 80 </dev/null; done | sort | uniq -c
+echo "the node itself -> 10.96.0.10:80:"
+in_node busybox nc -w 2 10.96.0.10 80 </dev/null
+echo "a pod -> its own service (hairpin): tdldemo2 -> 10.96.0.11:80 backed only by itself:"
+"$TENDRIL" service upsert --id 3 --frontend 10.96.0.11:80 --backends "${IPS[tdldemo2]}:8080" >/dev/null
+nsenter --net=/var/run/netns/tdldemo2 -- busybox nc -w 2 10.96.0.11 80 </dev/null
+
+say "NodePort 30080 with externalTrafficPolicy Local, from the outside host: the backend sees the client's own address"
+"$TENDRIL" service upsert --id 2 --type NodePort --traffic-policy Local --frontend 0.0.0.0:30080 --backends "${IPS[tdldemo3]}:8080"
+nsenter --net=/var/run/netns/$OUTSIDE -- busybox nc -w 2 10.199.9.1 30080 </dev/null
+
+say "tendril bpf lb list: the frontends' slots, backends and reverse NAT as the datapath holds them"
+"$TENDRIL" bpf lb list
+
+say "pods leaving the cluster are masqueraded in eBPF (no nftables table): the outside server sees the node's address"
+nsenter --net=/var/run/netns/tdldemo1 -- busybox nc -w 2 10.199.9.2 9000 </dev/null
+in_node nft list table inet tendril >/dev/null 2>&1 && echo "an nft table tendril exists (unexpected)" || echo "nft: no tendril table"
+"$TENDRIL" bpf nat list
+
+say "a backend deleted: its conntrack entries go at once, new connections go to the one left"
+"$TENDRIL" service upsert --id 1 --frontend 10.96.0.10:80 --backends "${IPS[tdldemo3]}:8080" >/dev/null
+for _ in $(seq 3); do nsenter --net=/var/run/netns/tdldemo1 -- busybox nc -w 2 10.96.0.10 80 </dev/null; done | sort | uniq -c
+for id in 1 2 3; do "$TENDRIL" service delete "$id" >/dev/null; done
+"$TENDRIL" service list
 
 say "CHECK, then DEL every pod"
 for p in "${PODS[@]}"; do

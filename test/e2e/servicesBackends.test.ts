@@ -167,6 +167,29 @@ test('a terminating backend keeps its existing TCP connections but gets no new o
   await program(BACKENDS.map((name) => ({ name })));
 });
 
+test('maintenance and quarantined backends get no new connections; Maglev follows the weights', async () => {
+  const c = scene!.agent('client');
+  await program([{ name: 'be-a', state: 'maintenance' }, { name: 'be-b', state: 'quarantined' }, { name: 'be-c' }]);
+  const onlyC = await c.tcpSessions({ dst: VIP, port: 80 }, { count: 40, requests: 1, concurrency: 10 });
+  await assertAllAnswered(scene!.node, onlyC, 'new connections with be-a in maintenance, be-b quarantined');
+  assert.deepEqual(Object.fromEntries(shareByBackend(onlyC)), { 'be-c': 40 });
+  // Weights: 3 : 1 : 0.
+  const weighted = (port: number) => [
+    { ip: ip('be-a'), port, weight: 3 },
+    { ip: ip('be-b'), port, weight: 1 },
+    { ip: ip('be-c'), port, weight: 0 },
+  ];
+  await upsertService(scene!.node, 1, { frontend: { ip: VIP, port: 80, protocol: 'TCP' }, backends: weighted(TCP_PORT) });
+  const sessions = await c.tcpSessions({ dst: VIP, port: 80 }, { count: 300, requests: 1, concurrency: 20 });
+  await assertAllAnswered(scene!.node, sessions, 'new connections over weights 3:1:0');
+  const share = shareByBackend(sessions);
+  const text = JSON.stringify(Object.fromEntries(share));
+  assert.ok(!share.has('be-c'), `weight 0 takes no new connection: ${text}`);
+  const a = (share.get('be-a') ?? 0) / 300;
+  assert.ok(a >= 0.65 && a <= 0.85, `be-a (weight 3 of 4) took ${(a * 100).toFixed(1)}%: ${text}`);
+  await program(BACKENDS.map((name) => ({ name })));
+});
+
 test('the agent restarted (SIGTERM, then SIGKILL): services and their connections live on', async (t) => {
   const c = scene!.agent('client');
   const node = scene!.node;

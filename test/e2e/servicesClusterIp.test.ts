@@ -30,6 +30,7 @@ const HAIRPIN_IP = '169.254.42.1';
 
 const VIP = '10.96.0.10';
 const VIP_AFFINITY = '10.96.0.11';
+const VIP_AFFINITY_SHORT = '10.96.0.17';
 const VIP_HAIRPIN = '10.96.0.12';
 const VIP_CLOSED = '10.96.0.13';
 /** A service without backends. */
@@ -109,6 +110,21 @@ describe('ClusterIP, three backends', () => {
     // Another client is pinned too (to whichever backend it drew).
     const other = shareByBackend(await scene!.agent('intruder').tcpSessions({ dst: VIP_AFFINITY, port: 80 }, { count: 20, requests: 1, concurrency: 5 }));
     assert.equal(other.size, 1, `a second client is pinned as well: ${JSON.stringify(Object.fromEntries(other))}`);
+  });
+
+  test('TCP: session affinity expires after its timeout (1 s here)', async () => {
+    // Each round's first connection pins the client again, to a backend drawn anew: over 8 rounds, more than one.
+    await upsertService(scene!.node, 13, { frontend: { ip: VIP_AFFINITY_SHORT, port: 80, protocol: 'TCP' }, backends: BACKENDS.map((b) => ({ ip: ip(b), port: TCP_PORT })), sessionAffinity: true, sessionAffinityTimeout: 1 });
+    const rounds: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      const sessions = await scene!.agent('client').tcpSessions({ dst: VIP_AFFINITY_SHORT, port: 80 }, { count: 5, requests: 1, concurrency: 1 });
+      await assertAllAnswered(scene!.node, sessions, `client -> ${VIP_AFFINITY_SHORT}:80 round ${i}`);
+      const names = [...shareByBackend(sessions).keys()];
+      assert.equal(names.length, 1, `within the timeout one backend: ${JSON.stringify(names)}`);
+      rounds.push(names[0]!);
+      await new Promise((r) => setTimeout(r, 1600));
+    }
+    assert.ok(new Set(rounds).size > 1, `after each expiry the client was pinned anew: ${JSON.stringify(rounds)}`);
   });
 
   test('UDP: 300 datagrams from distinct source ports spread over all three', async () => {

@@ -8,13 +8,16 @@
 //   veth pairs, and the same N services as kube-proxy's iptables mode would write
 //   them (nat: a services chain with one rule per service → per-service chain of
 //   `statistic --mode random` rules → per-endpoint DNAT chains), loaded with one
-//   iptables-restore. The measured service's rule is LAST in the services chain:
-//   its connections walk every rule — the worst case, which is what a chain of N
-//   services costs the service found last.
+//   iptables-restore (the machine's iptables; TENDRIL_BENCH_IPTABLES=iptables-legacy
+//   for the legacy backend). The measured service's rule is LAST in the services
+//   chain: its connections walk every rule — the worst case, which is what a chain
+//   of N services costs the service found last.
 // Measured per point: CRR (connect, 1-byte request, response, close; one at a
 // time, so each sample is one connection's latency) to the measured ClusterIP,
 // p50/p99; all six series interleave round by round, and each round's p50 is also
 // compared with the 10-service p50 of the same round (the machine is shared).
+// Beside latency, figures a busy machine moves less: CPU per connection of client
+// and servers, and for tendril the pod programs' ns per run (kernel BPF stats).
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -27,6 +30,8 @@ const COUNTS = [10, 1000, 10000];
 const SERVICE_PORT = 80;
 const BACKEND_PORT = 8080;
 const median = (xs: number[]) => percentile(xs, 0.5);
+/** The iptables the baseline uses: `iptables` (this machine's default backend) unless TENDRIL_BENCH_IPTABLES names another (e.g. iptables-legacy). */
+const IPTABLES = process.env.TENDRIL_BENCH_IPTABLES ?? 'iptables';
 const loadAverage = async () => Number((await readFile('/proc/loadavg', 'utf8')).split(' ')[0]);
 
 interface CrrResult {
@@ -68,6 +73,8 @@ export interface ServiceScaleReport {
   tendrilProgram: Array<{ ms: number; services: number; realized: number }>;
   /** Per count: iptables-restore of the whole ruleset, and the nat rules it left. */
   iptablesProgram: Array<{ ms: number; rules: number }>;
+  /** `iptables -V` of the baseline's iptables (its backend: nf_tables or legacy). */
+  iptablesVersion: string;
   /** The machine's 1-minute load average when the measurement started and ended (the machine is shared). */
   load: [number, number];
 }
@@ -135,9 +142,9 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
     for (const [k, n] of bNames.entries()) {
       const text = kubeProxyStyleRuleset(benchServices(COUNTS[k]!, SERVICE_PORT, BACKEND_PORT, realOf(bServerIps[k]!)));
       const t0 = performance.now();
-      await exec(inNs(n.node, ['iptables-restore']), process.env, text);
+      await exec(inNs(n.node, [`${IPTABLES}-restore`]), process.env, text);
       const restoreMs = performance.now() - t0;
-      const rules = (await exec(inNs(n.node, ['iptables', '-t', 'nat', '-S']))).split('\n').filter((l) => l.startsWith('-A ')).length;
+      const rules = (await exec(inNs(n.node, [IPTABLES, '-t', 'nat', '-S']))).split('\n').filter((l) => l.startsWith('-A ')).length;
       iptablesProgram.push({ ms: restoreMs, rules });
     }
     for (const node of nodes) await node.waitIdle();
@@ -195,7 +202,8 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
         };
       });
     };
-    return { rounds, ms, tendril: points('tendril'), iptables: points('iptables'), tendrilProgram, iptablesProgram, load };
+    const iptablesVersion = (await exec([IPTABLES, '-V'])).trim();
+    return { rounds, ms, tendril: points('tendril'), iptables: points('iptables'), tendrilProgram, iptablesProgram, load, iptablesVersion };
   } finally {
     await cleanup();
     unhook();
@@ -208,7 +216,9 @@ export function printServiceScale(r: ServiceScaleReport): void {
     `\nService connect cost vs services installed: pod → ClusterIP TCP CRR (connect + 1-byte request/response + close, one at a time), ${r.rounds}×${r.ms} ms per point, all points interleaved (load average ${r.load[0].toFixed(1)} → ${r.load[1].toFixed(1)} on ${availableParallelism()} CPUs)`,
   );
   console.log('  tendril: services via PUT /service/{id}, 3 backends each (the measured one: 3 server pods on the node), eBPF lookup at the client pod');
-  console.log('  iptables: kube-proxy-style nat chains (services chain → statistic-probability chain → DNAT chain), routed veth pods; the measured service is the LAST rule of the services chain (worst case: every rule walked)');
+  console.log(
+    `  iptables (${r.iptablesVersion}): kube-proxy-style nat chains (services chain → statistic-probability chain → DNAT chain), routed veth pods; the measured service is the LAST rule of the services chain (worst case: every rule walked)`,
+  );
   const head = ['p50 µs', 'p99 µs', 'p50 vs10', 'conn/s', 'CPU/conn', 'vs 10'].map((h) => h.padStart(9)).join('');
   console.log(`  ${'services'.padStart(8)} | ${'tendril'.padEnd(72)} | ${'iptables'.padEnd(54)} |`);
   console.log(`  ${''.padStart(8)} | ${head}${'BPF ns/run'.padStart(11)}${'vs 10'.padStart(7)} | ${head} | programmed in (tendril API, 16 in flight / iptables-restore)`);

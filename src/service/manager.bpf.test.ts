@@ -15,37 +15,20 @@ import { runOk } from '../../test/support/run.js';
 import { Netlink } from '../datapath/kernel/netlink/index.js';
 import { createLogger } from '../logging/logger.js';
 import { parseIp } from '../netip/index.js';
-import { BpfMap, codec, ensureBpffs, MapOfMaps, removePinDir } from '../datapath/kernel/bpf/index.js';
-import { CtKeyFlag, LbScope, MapName } from '../datapath/bpf/constants.js';
-import { ct4Key, ctEntry, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service } from '../datapath/bpf/layout.js';
-import { LbMaps, type LbMapSet } from '../datapath/bpf/lbMaps.js';
+import { ensureBpffs, removePinDir } from '../datapath/kernel/bpf/index.js';
+import { CtKeyFlag, LbScope } from '../datapath/bpf/constants.js';
+import { lbMapSet, LbMaps, type LbMapSet } from '../datapath/bpf/lbMaps.js';
 import { loadDatapathObjects, type MapSizes } from '../datapath/bpf/objects.js';
 import { ServiceRoutes } from '../datapath/bpf/serviceRoutes.js';
 import { ServiceManager } from './manager.js';
 import { ServiceStore } from './serviceStore.js';
+import { TEST_MAP_SIZES } from '../datapath/bpf/testing/programHarness.js';
 
 requireRoot('the service manager test over the real maps');
 
 const log = createLogger('svc-bpf-test', 'warn');
 const MAGLEV_SIZE = 251;
-const SIZES: MapSizes = {
-  [MapName.ENDPOINTS]: 16,
-  [MapName.IPCACHE]: 16,
-  [MapName.POLICY]: 16,
-  [MapName.CT_TCP]: 256,
-  [MapName.CT_ANY]: 256,
-  [MapName.FRAG]: 16,
-  [MapName.METRICS]: 16,
-  [MapName.EVENTS]: 1 << 16,
-  [MapName.LB_SERVICES]: 256,
-  [MapName.LB_BACKENDS]: 64,
-  [MapName.LB_REVNAT]: 64,
-  [MapName.LB_AFFINITY]: 64,
-  [MapName.LB_MAGLEV]: 16,
-  [MapName.SNAT]: 64,
-  [MapName.DEVICES]: 4,
-  [MapName.NO_MASQUERADE]: 16,
-};
+const SIZES: MapSizes = TEST_MAP_SIZES;
 
 describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
   let root: string;
@@ -70,15 +53,7 @@ describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
     const objects = await loadDatapathObjects({ pinDir: join(root, 'tendril'), mapSizes: SIZES });
     closers.push(() => objects.close());
     const raw = (name: string) => objects.lxc.rawMap(name);
-    maps = {
-      services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
-      backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
-      revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
-      affinity: new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue),
-      maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
-      ctTcp: new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry),
-      ctAny: new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry),
-    };
+    maps = lbMapSet(raw);
   });
   after(async () => {
     for (const c of closers.reverse()) await c();

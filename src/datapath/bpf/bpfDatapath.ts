@@ -13,7 +13,7 @@ import type { IPCache } from '../../ipcache/index.js';
 import type { Logger } from '../../logging/logger.js';
 import { formatPrefix, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress, tryParsePrefix } from '../../netip/index.js';
 import { NetlinkBatch } from '../kernel/netlink/index.js';
-import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, isOnBpffs, MapOfMaps, mkdirPinDir } from '../kernel/bpf/index.js';
+import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, isOnBpffs, mkdirPinDir } from '../kernel/bpf/index.js';
 import { HOST_DEVICE } from '../linux/hostDevice.js';
 import { HostNetlink, kernel, openPodNetlink } from '../linux/kernel.js';
 import { LinuxDatapath } from '../linux/linuxDatapath.js';
@@ -25,27 +25,8 @@ import { EndpointMap } from './endpointMap.js';
 import { datapathPinDir } from './inspect.js';
 import { IpcacheMapMirror } from './ipcacheMap.js';
 import { detectDevices, NodeDevices } from './devices.js';
-import { LbMaps } from './lbMaps.js';
-import {
-  ct4Key,
-  ctEntry,
-  datapathConfig,
-  deviceInfo,
-  type IpcacheValue,
-  endpointInfo,
-  endpointKey,
-  ipcacheKey,
-  ipcacheValue,
-  ipmasqKey,
-  lb4AffinityKey,
-  lb4AffinityValue,
-  lb4Backend,
-  lb4Key,
-  lb4ReverseNat,
-  lb4Service,
-  policyEntry,
-  policyKey,
-} from './layout.js';
+import { lbMapSet, LbMaps } from './lbMaps.js';
+import { datapathConfig, deviceInfo, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, ipmasqKey, policyEntry, policyKey } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
 import { ServiceRoutes } from './serviceRoutes.js';
 import { PolicyMapWriter } from './policyMapWriter.js';
@@ -158,15 +139,7 @@ export class BpfDatapath implements Datapath {
       const policy = await PolicyMapWriter.open(new BpfMap(raw(MapName.POLICY), policyKey, policyEntry));
       const links = await ProgramLinks.open(pinDir, () => host.get());
       const loadBalancer = await LbMaps.open({
-        maps: {
-          services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
-          backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
-          revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
-          affinity: new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue),
-          maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
-          ctTcp: new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry),
-          ctAny: new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry),
-        },
+        maps: lbMapSet(raw),
         routes: new ServiceRoutes({ netlink: () => host.get(), log: opts.log }),
         log: opts.log,
         maglevTableSize: opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE,

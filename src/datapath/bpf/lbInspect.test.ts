@@ -8,34 +8,19 @@ import { after, before, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
 import { createLogger } from '../../logging/logger.js';
 import { parseIp } from '../../netip/index.js';
-import { BpfMap, codec, ensureBpffs, MapOfMaps, removePinDir } from '../kernel/bpf/index.js';
+import { BpfMap, codec, ensureBpffs, removePinDir } from '../kernel/bpf/index.js';
 import { CtKeyFlag, DeviceFlag, MapName, NatDirection, NatFlag } from './constants.js';
 import { ctServiceInfo, DatapathInspector } from './inspect.js';
-import { ct4Key, ctEntry, deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, nat4Entry, nat4Key } from './layout.js';
+import { ct4Key, ctEntry, deviceInfo, lb4AffinityKey, lb4AffinityValue, nat4Entry, nat4Key } from './layout.js';
 import { LbInspector } from './lbInspect.js';
-import { LbMaps } from './lbMaps.js';
+import { lbMapSet, LbMaps } from './lbMaps.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
 import { ServiceRoutes } from './serviceRoutes.js';
+import { TEST_MAP_SIZES } from './testing/programHarness.js';
 
 requireRoot('the load-balancer inspection tests');
 
-const SIZES: MapSizes = {
-  [MapName.ENDPOINTS]: 16,
-  [MapName.IPCACHE]: 16,
-  [MapName.POLICY]: 16,
-  [MapName.CT_TCP]: 64,
-  [MapName.CT_ANY]: 64,
-  [MapName.FRAG]: 16,
-  [MapName.EVENTS]: 1 << 16,
-  [MapName.LB_SERVICES]: 64,
-  [MapName.LB_BACKENDS]: 16,
-  [MapName.LB_REVNAT]: 16,
-  [MapName.LB_AFFINITY]: 16,
-  [MapName.LB_MAGLEV]: 4,
-  [MapName.SNAT]: 64,
-  [MapName.DEVICES]: 4,
-  [MapName.NO_MASQUERADE]: 16,
-};
+const SIZES: MapSizes = TEST_MAP_SIZES;
 const log = createLogger('lb-inspect-test', 'warn');
 
 describe('LbInspector', { timeout: 60_000 }, () => {
@@ -49,17 +34,10 @@ describe('LbInspector', { timeout: 60_000 }, () => {
     const pinDir = join(root, 'tendril');
     objects = await loadDatapathObjects({ pinDir, mapSizes: SIZES });
     const raw = (n: string) => objects.lxc.rawMap(n);
-    const ctAny = new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry);
+    const maps = lbMapSet(raw);
+    const ctAny = maps.ctAny;
     const lb = await LbMaps.open({
-      maps: {
-        services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
-        backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
-        revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
-        affinity: new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue),
-        maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
-        ctTcp: new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry),
-        ctAny,
-      },
+      maps,
       // No router address is ever given: routes are only recorded.
       routes: new ServiceRoutes({ netlink: () => Promise.reject(new Error('no netlink in this test')), log }),
       log,

@@ -11,36 +11,20 @@ import { runOk } from '../../../test/support/run.js';
 import { requireRoot } from '../../../test/support/root.js';
 import { createLogger } from '../../logging/logger.js';
 import { parseIp } from '../../netip/index.js';
-import { BpfMap, codec, ensureBpffs, MapOfMaps, removePinDir } from '../kernel/bpf/index.js';
+import { ensureBpffs, removePinDir } from '../kernel/bpf/index.js';
 import { Netlink } from '../kernel/netlink/index.js';
 import { isDatapathError, type LbServiceEntry } from '../types.js';
 import { CtKeyFlag, LbScope, MapName, ServiceFlag } from './constants.js';
-import { ct4Key, ctEntry, type CtEntryValue, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, type Lb4Key, lb4ReverseNat, lb4Service } from './layout.js';
-import { LbMaps, type LbMapSet } from './lbMaps.js';
+import { type CtEntryValue, type Lb4Key, lb4Service } from './layout.js';
+import { lbMapSet, LbMaps, type LbMapSet } from './lbMaps.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
 import { SERVICE_ROUTE_NEXTHOP, SERVICE_ROUTE_PROTOCOL, ServiceRoutes } from './serviceRoutes.js';
+import { TEST_MAP_SIZES } from './testing/programHarness.js';
 
 requireRoot('the load-balancer map tests');
 
 const log = createLogger('lb-maps-test', 'warn');
-const SIZES: MapSizes = {
-  [MapName.ENDPOINTS]: 16,
-  [MapName.IPCACHE]: 16,
-  [MapName.POLICY]: 16,
-  [MapName.CT_TCP]: 256,
-  [MapName.CT_ANY]: 256,
-  [MapName.FRAG]: 16,
-  [MapName.METRICS]: 16,
-  [MapName.EVENTS]: 1 << 16,
-  [MapName.LB_SERVICES]: 256,
-  [MapName.LB_BACKENDS]: 64,
-  [MapName.LB_REVNAT]: 64,
-  [MapName.LB_AFFINITY]: 64,
-  [MapName.LB_MAGLEV]: 16,
-  [MapName.SNAT]: 64,
-  [MapName.DEVICES]: 4,
-  [MapName.NO_MASQUERADE]: 16,
-};
+const SIZES: MapSizes = TEST_MAP_SIZES;
 const MAGLEV_SIZE = 7;
 const ROUTER = '10.215.0.1';
 
@@ -62,15 +46,7 @@ async function loadMaps(sizes: MapSizes = SIZES): Promise<{ objects: DatapathObj
   const raw = (name: string) => objects.lxc.rawMap(name);
   return {
     objects,
-    maps: {
-      services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
-      backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
-      revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
-      affinity: new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue),
-      maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
-      ctTcp: new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry),
-      ctAny: new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry),
-    },
+    maps: lbMapSet(raw),
   };
 }
 

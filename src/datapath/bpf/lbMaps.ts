@@ -15,11 +15,10 @@
 import type { Logger } from '../../logging/logger.js';
 import { formatIp, type IpAddress, tryParseIp } from '../../netip/index.js';
 import { isKernelError } from '../kernel/errors.js';
-import { type BpfMap, codec, MapOfMaps, RawMap } from '../kernel/bpf/index.js';
+import { BpfMap, codec, MapOfMaps, RawMap } from '../kernel/bpf/index.js';
 import { DatapathError, type LbBackendEntry, type LbBackendState, type LbProtocol, type LbServiceEntry, type LoadBalancerDatapath } from '../types.js';
-import { BackendState, LbScope, MAX_SERVICE_ID, ServiceFlag } from './constants.js';
-import type { Ct4Key, CtEntryValue, Lb4BackendValue, Lb4Key, Lb4ReverseNatValue, Lb4ServiceValue } from './layout.js';
-import type { lb4AffinityKey, lb4AffinityValue } from './layout.js';
+import { BackendState, LbScope, MapName, type MapNameValue, MAX_SERVICE_ID, ServiceFlag } from './constants.js';
+import { type Ct4Key, ct4Key, ctEntry, type CtEntryValue, lb4AffinityKey, lb4AffinityValue, lb4Backend, type Lb4BackendValue, lb4Key, type Lb4Key, lb4ReverseNat, type Lb4ReverseNatValue, lb4Service, type Lb4ServiceValue } from './layout.js';
 import type { ServiceRoutes } from './serviceRoutes.js';
 
 /** BPF_F_INNER_MAP: an inner map whose max_entries may differ from the outer map's template. */
@@ -44,6 +43,19 @@ export interface LbMapSet {
   maglev: MapOfMaps<number>;
   ctTcp: BpfMap<Ct4Key, CtEntryValue>;
   ctAny: BpfMap<Ct4Key, CtEntryValue>;
+}
+
+/** The load-balancer's typed views of the datapath's maps, given a way to find each raw map by name. */
+export function lbMapSet(raw: (name: MapNameValue) => RawMap): LbMapSet {
+  return {
+    services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
+    backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
+    revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
+    affinity: new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue),
+    maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
+    ctTcp: new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry),
+    ctAny: new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry),
+  };
 }
 
 export interface LbMapsOptions {

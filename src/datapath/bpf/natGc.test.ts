@@ -14,26 +14,11 @@ import { DatapathInspector } from './inspect.js';
 import { type Ct4Key, ct4Key, ctEntry, type CtEntryValue, nat4Entry, type Nat4Key, nat4Key } from './layout.js';
 import { collectNat } from './natGc.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
+import { TEST_MAP_SIZES } from './testing/programHarness.js';
 
 requireRoot('the SNAT GC tests');
 
-const SIZES: MapSizes = {
-  [MapName.ENDPOINTS]: 16,
-  [MapName.IPCACHE]: 16,
-  [MapName.POLICY]: 16,
-  [MapName.CT_TCP]: 256,
-  [MapName.CT_ANY]: 256,
-  [MapName.FRAG]: 16,
-  [MapName.EVENTS]: 1 << 16,
-  [MapName.LB_SERVICES]: 16,
-  [MapName.LB_BACKENDS]: 16,
-  [MapName.LB_REVNAT]: 16,
-  [MapName.LB_AFFINITY]: 16,
-  [MapName.LB_MAGLEV]: 4,
-  [MapName.SNAT]: 256,
-  [MapName.DEVICES]: 4,
-  [MapName.NO_MASQUERADE]: 16,
-};
+const SIZES: MapSizes = TEST_MAP_SIZES;
 
 const NOW = 1_000_000_000_000n;
 const OLD = NOW - 60_000_000_000n;

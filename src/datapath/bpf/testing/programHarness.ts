@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { formatIp, parseIp, parsePrefix, type IpAddress } from '../../../netip/index.js';
 import { BpfObject, type BpfMap, codec, perCpuValue, RingBufferReader, type TestRunResult } from '../../kernel/bpf/index.js';
 import { MapName, POLICY_KEY_FIXED_BITS } from '../constants.js';
+import type { MapSizes } from '../objects.js';
 import {
   ct4Key,
   ctEntry,
@@ -35,8 +36,8 @@ export const LXC_OBJECT = join(BUILD, 'bpf_lxc.o');
 export const HOST_OBJECT = join(BUILD, 'bpf_host.o');
 export const NETDEV_OBJECT = join(BUILD, 'bpf_netdev.o');
 
-/** Map sizes for tests: the defaults preallocate hundreds of MiB of conntrack. */
-const TEST_MAP_SIZES: Readonly<Record<string, number>> = {
+/** Map sizes for tests (every datapath map): the defaults preallocate hundreds of MiB of conntrack. */
+export const TEST_MAP_SIZES: Readonly<MapSizes> = {
   [MapName.ENDPOINTS]: 256,
   [MapName.IPCACHE]: 256,
   [MapName.POLICY]: 1024,

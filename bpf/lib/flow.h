@@ -62,7 +62,8 @@ struct flow {
 	 * translated tuple (a client port reused) takes it.
 	 */
 	__u8 lb_checked;
-	__u8 svc_pad;
+	/* Only a backend on this node will do (the node's own connection to its NodePort, over lo). */
+	__u8 lb_local_only;
 };
 
 static __always_inline void flow_init(struct flow *f, struct __sk_buff *skb)

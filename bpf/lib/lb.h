@@ -15,6 +15,7 @@
 #include "common.h"
 #include "config.h"
 #include "conntrack.h"
+#include "endpoints.h"
 #include "flow.h"
 #include "ipcache.h"
 #include "ipv4.h"
@@ -227,6 +228,38 @@ static __always_inline __u32 lb4_random_backend(const struct lb4_key *key, __u16
 	return s ? s->backend_id : 0;
 }
 
+/* Slots a local-only choice looks at, from a random one on, before it gives up. */
+#define LB_LOCAL_PROBES 16
+
+static __always_inline int lb4_backend_is_local(const struct lb4_backend *be)
+{
+	return pod_endpoint_lookup4(be->address) != NULL;
+}
+
+/* A backend of this node from the slots (up to LB_LOCAL_PROBES of them, from a random one on); 0 when none is found. */
+static __always_inline __u32 lb4_local_backend(const struct lb4_key *key, __u16 count)
+{
+	struct lb4_key slot = *key;
+	struct lb4_backend *be;
+	struct lb4_service *s;
+	__u32 start, i, id;
+
+	if (count == 0)
+		return 0;
+	start = bpf_get_prandom_u32() % count;
+	for (i = 0; i < LB_LOCAL_PROBES && i < count; i++) {
+		slot.backend_slot = (__u16)((start + i) % count) + 1;
+		s = bpf_map_lookup_elem(&tendril_lb4_svc, &slot);
+		if (!s)
+			continue;
+		id = s->backend_id;
+		be = bpf_map_lookup_elem(&tendril_lb4_be, &id);
+		if (be && lb4_backend_is_local(be))
+			return id;
+	}
+	return 0;
+}
+
 /* The client's affinity backend while fresh and ACTIVE; 0 otherwise. */
 static __always_inline __u32 lb4_affinity_backend(const struct flow *f, __u16 rev_nat_index, __u32 timeout_s, __u64 now)
 {
@@ -295,6 +328,8 @@ static __always_inline struct lb4_backend *lb4_select(struct flow *f, const stru
 	if (e && e->rev_nat_index == rev_nat_index && e->backend_id) {
 		id = e->backend_id;
 		be = bpf_map_lookup_elem(&tendril_lb4_be, &id);
+		if (be && f->lb_local_only && !lb4_backend_is_local(be))
+			be = NULL;
 		if (be)
 			ct_refresh(e, f, 0, now);
 	}
@@ -312,6 +347,10 @@ static __always_inline struct lb4_backend *lb4_select(struct flow *f, const stru
 		if (!id)
 			id = lb4_random_backend(key, count);
 		be = id ? bpf_map_lookup_elem(&tendril_lb4_be, &id) : NULL;
+		if (be && f->lb_local_only && !lb4_backend_is_local(be)) {
+			id = lb4_local_backend(key, count);
+			be = id ? bpf_map_lookup_elem(&tendril_lb4_be, &id) : NULL;
+		}
 		if (!be) {
 			*reason = DROP_NO_SERVICE;
 			return NULL;

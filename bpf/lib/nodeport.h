@@ -193,10 +193,11 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 
 /*
  * lo egress: the node connecting to a NodePort on one of its own addresses.
- * Only a backend on this node can be reached this way (DROP_NO_SERVICE
- * otherwise): DNAT, the backend's ingress policy (the node's identity),
- * then straight into the backend's device. Returns 1 with *action set when
- * decided here, 0 otherwise.
+ * Only a backend on this node can be reached this way: one is chosen among
+ * the service's (DROP_NO_SERVICE when it has none here); DNAT, the
+ * backend's ingress policy (the node's identity), then straight into the
+ * backend's device. Returns 1 with *action set when decided here, 0
+ * otherwise.
  */
 static __always_inline int nodeport_local4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, int *action)
 {
@@ -210,6 +211,7 @@ static __always_inline int nodeport_local4(struct __sk_buff *skb, struct flow *f
 	if (!svc)
 		return 0;
 	now = bpf_ktime_get_ns();
+	f->lb_local_only = 1;
 	ret = lb4_translate(skb, f, ip, &key, svc, now);
 	dst = ret < 0 ? NULL : pod_endpoint_lookup4(f->daddr);
 	if (!dst) {

@@ -32,6 +32,9 @@ const NODE_PORT_MIXED_CLUSTER = 30084;
 const EXTERNAL_IP = '10.200.0.100';
 /** A LoadBalancer service's address, routed the same way. */
 const LB_IP = '10.200.0.101';
+/** An externalIP and a NodePort whose only backend is be-a (TCP and UDP alike). */
+const EXTERNAL_IP_ONE = '10.200.0.102';
+const NODE_PORT_ONE = 30085;
 const NODE_ADDRESSES = [OUTSIDE_NODE_IP, REMOTE_NODE_IP];
 
 const pool = new NetnsPool('svn');
@@ -57,6 +60,10 @@ before(async () => {
   await upsertService(node, 12, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_UDP, protocol: 'UDP' }, backends: local(UDP_PORT), trafficPolicy: 'Cluster' });
   await upsertService(node, 14, { type: 'ExternalIPs', frontend: { ip: EXTERNAL_IP, port: 80 }, backends: local(TCP_PORT) });
   await upsertService(node, 17, { type: 'LoadBalancer', frontend: { ip: LB_IP, port: 80 }, backends: local(TCP_PORT) });
+  await upsertService(node, 18, { type: 'ExternalIPs', frontend: { ip: EXTERNAL_IP_ONE, port: 80 }, backends: [{ ip: ip('be-a'), port: TCP_PORT }] });
+  await upsertService(node, 19, { type: 'ExternalIPs', frontend: { ip: EXTERNAL_IP_ONE, port: 53, protocol: 'UDP' }, backends: [{ ip: ip('be-a'), port: UDP_PORT }] });
+  await upsertService(node, 20, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_ONE }, backends: [{ ip: ip('be-a'), port: TCP_PORT }] });
+  await upsertService(node, 21, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_ONE, protocol: 'UDP' }, backends: [{ ip: ip('be-a'), port: UDP_PORT }] });
   const mixed = [
     { ip: ip('be-a'), port: TCP_PORT },
     { ip: REMOTE_HOST_IP, port: TCP_PORT },
@@ -138,6 +145,24 @@ describe('NodePort from an outside host', () => {
     assert.equal(seenBy('remote').length, 1);
     assert.ok(NODE_ADDRESSES.includes(seenBy('remote')[0]!), `the remote backend saw ${seenBy('remote')[0]}`);
   });
+});
+
+test('an outside client port reused toward another frontend with the same backend: answers come from the frontend it addressed', async () => {
+  // Both flows translate to the same tuple (outside:port -> be-a): the second must not take the first's conntrack entry and its frontend.
+  const out = scene!.agent('outside');
+  const outcome = async (kind: 'tcp' | 'udp', srcPort: number, dst: string, port: number) => {
+    const r = kind === 'tcp' ? await out.tcpSessions({ dst, port, srcPort }, { count: 1, requests: 2, concurrency: 1, timeoutMs: 1500 }) : await out.udpShots({ dst, port, srcPort }, { count: 1, concurrency: 1, timeoutMs: 1500 });
+    return failures(r);
+  };
+  const seen = {
+    tcpFirst: await outcome('tcp', 41_001, EXTERNAL_IP_ONE, 80),
+    tcpSecond: await outcome('tcp', 41_001, OUTSIDE_NODE_IP, NODE_PORT_ONE),
+    udpFirst: await outcome('udp', 41_002, EXTERNAL_IP_ONE, 53),
+    udpSecond: await outcome('udp', 41_002, OUTSIDE_NODE_IP, NODE_PORT_ONE),
+    // The direct flow (the outside host routes the pod CIDR through the node) on the tuple a NodePort flow translated to.
+    udpDirect: await outcome('udp', 41_002, ip('be-a'), UDP_PORT),
+  };
+  assert.deepEqual(seen, { tcpFirst: 'none', tcpSecond: 'none', udpFirst: 'none', udpSecond: 'none', udpDirect: 'none' }, `outside:41001 ${EXTERNAL_IP_ONE}:80 then ${OUTSIDE_NODE_IP}:${NODE_PORT_ONE}; outside:41002 the same over UDP, then be-a:${UDP_PORT} directly`);
 });
 
 test('a pod reaches a NodePort on the node address; a Local one uses every backend from inside', async () => {

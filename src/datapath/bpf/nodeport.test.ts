@@ -213,7 +213,17 @@ describe('bpf_netdev NodePort', () => {
       assert.deepEqual(o.data, other);
     });
 
-    it('drops with DROP_NO_SERVICE when the backend chosen is off the node (lo cannot reach it)', async () => {
+    it('chooses among the backends on this node when the service also has some off it', async () => {
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.REMOTE.id, BE.A.id, BE.REMOTE.id], flags: ServiceFlag.NODEPORT });
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: COOKIE });
+      for (let sport = 46000; sport < 46020; sport++) {
+        const r = await h.run(TO_LO, tcpFrame({ src: NODE_IP, dst: NODE_IP, sport, dport: 30080 }));
+        assert.equal(r.retval, TcAction.REDIRECT, `connection from port ${sport}`);
+        assert.equal(tuple(r.data).dst, POD_A.ip);
+      }
+    });
+
+    it('drops with DROP_NO_SERVICE when the service has no backend on this node (lo cannot reach it)', async () => {
       lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.REMOTE.id], flags: ServiceFlag.NODEPORT });
       const syn = tcpFrame({ src: NODE_IP, dst: NODE_IP, sport: 45002, dport: 30080 });
       assert.equal((await h.run(TO_LO, syn)).retval, TcAction.SHOT);

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
-import { assertAllAnswered, getService, lbDiagnostics, upsertService } from '../support/serviceApi.js';
+import { assertAllAnswered, deleteService, getService, lbDiagnostics, upsertService } from '../support/serviceApi.js';
 import { shareByBackend, type StreamEvent } from '../support/serviceProcess.js';
 import { type ServiceScene, startServiceScene } from '../support/serviceScene.js';
 import type { LbBackendState } from '../../src/datapath/types.js';
@@ -23,6 +23,7 @@ const TCP_PORT = 8080;
 const UDP_PORT = 5353;
 const BACKENDS = ['be-a', 'be-b', 'be-c'];
 const VIP = '10.96.1.10';
+const VIP_OTHER = '10.96.1.11';
 const STREAM_INTERVAL_MS = 50;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -144,6 +145,37 @@ test('a backend deleted mid-traffic: TCP to the others unaffected, a connected U
   t.diagnostic(`connections held to the deleted ${victim}: ${JSON.stringify(orphaned.map((o) => `${o.outcome}${o.outcome === 'open' ? ` (${o.answers.at(-1)!.name})` : ''}`))}`);
   for (const h of held) await c.tcpClose(h.handle);
   await program(BACKENDS.map((name) => ({ name })));
+});
+
+test('a backend removed from one service but still backing another: that service\'s connected UDP client moves within 1 s', async (t) => {
+  const c = scene!.agent('client');
+  // Service 3 shares every UDP backend with service 2 (same address, port, protocol: the same datapath backend).
+  const other = { frontend: { ip: VIP_OTHER, port: 53, protocol: 'UDP' as const }, backends: BACKENDS.map((b) => ({ ip: ip(b), port: UDP_PORT })) };
+  await upsertService(scene!.node, 3, other);
+  try {
+    const stream = await c.udpStream({ dst: VIP, port: 53 }, STREAM_INTERVAL_MS);
+    const otherStream = await c.udpStream({ dst: VIP_OTHER, port: 53 }, STREAM_INTERVAL_MS);
+    await sleep(400);
+    const victim = lastName(await c.udpStreamRead(stream))!;
+    assert.ok(victim, 'the stream got answers');
+    const removedAt = Date.now();
+    await program(BACKENDS.filter((b) => b !== victim).map((name) => ({ name })));
+    await sleep(1500);
+    const events = (await c.udpStreamRead(stream)).filter((e) => e.t > removedAt);
+    const otherEvents = (await c.udpStreamRead(otherStream)).filter((e) => e.t > removedAt);
+    await c.udpStreamStop(stream);
+    await c.udpStreamStop(otherStream);
+    const firstLive = events.find((e) => e.name && e.name !== victim);
+    const lastVictim = [...events].reverse().find((e) => e.name === victim);
+    t.diagnostic(`${victim} removed from service 2: first live answer +${firstLive ? firstLive.t - removedAt : 'never'} ms, last answer from ${victim} +${lastVictim ? lastVictim.t - removedAt : '-'} ms`);
+    assert.ok(firstLive && firstLive.t - removedAt <= 1000, `service 2's stream left ${victim} within 1 s (${victim} still backs service 3, so its backend entry stays): ${JSON.stringify(events.slice(-3))}\n${await lbDiagnostics(scene!.node)}`);
+    assert.ok(!lastVictim || lastVictim.t < firstLive.t, 'and never went back');
+    // Service 3 still has it: its own stream was not disturbed.
+    assert.equal(new Set(otherEvents.map((e) => e.name ?? e.error)).size, 1, `service 3's stream stayed put: ${JSON.stringify([...new Set(otherEvents.map((e) => e.name ?? e.error))])}`);
+  } finally {
+    await deleteService(scene!.node, 3);
+    await program(BACKENDS.map((name) => ({ name })));
+  }
 });
 
 test('a terminating backend keeps its existing TCP connections but gets no new ones', async () => {

@@ -1,9 +1,11 @@
 // ClusterIP services on the eBPF datapath with real traffic: new connections
 // spread over three backend pods and each stays on its backend for its life;
-// session affinity pins a client; the same over UDP; a pod reaching its own
-// service (hairpin); the node reaching a ClusterIP; an ICMP error for a
-// service flow translated back (ECONNREFUSED on a connected UDP socket);
-// policy still enforced through the service; no nftables table any more.
+// session affinity pins a client and expires; the same over UDP; a client
+// port reused toward another frontend; a pod reaching its own service
+// (hairpin); a service without backends; the node reaching a ClusterIP; an
+// ICMP error for a service flow translated back (ECONNREFUSED on a connected
+// UDP socket); policy still enforced through the service; the CLI's service
+// commands and `bpf lb list`; no nftables table any more.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { cliJson, deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
@@ -110,6 +112,25 @@ describe('ClusterIP, three backends', () => {
     // Another client is pinned too (to whichever backend it drew).
     const other = shareByBackend(await scene!.agent('intruder').tcpSessions({ dst: VIP_AFFINITY, port: 80 }, { count: 20, requests: 1, concurrency: 5 }));
     assert.equal(other.size, 1, `a second client is pinned as well: ${JSON.stringify(Object.fromEntries(other))}`);
+  });
+
+  test('TCP: session affinity never leads to a backend removed from the service (while other services keep it)', async () => {
+    const c = scene!.agent('client');
+    const pinned = [...shareByBackend(await c.tcpSessions({ dst: VIP_AFFINITY, port: 80 }, { count: 3, requests: 1, concurrency: 1 })).keys()];
+    assert.equal(pinned.length, 1, JSON.stringify(pinned));
+    const removed = pinned[0]!;
+    const rest = BACKENDS.filter((b) => b !== removed);
+    const affinity = { frontend: { ip: VIP_AFFINITY, port: 80, protocol: 'TCP' as const }, sessionAffinity: true, sessionAffinityTimeout: 600 };
+    await upsertService(scene!.node, 3, { ...affinity, backends: rest.map((b) => ({ ip: ip(b), port: TCP_PORT })) });
+    try {
+      const after = await c.tcpSessions({ dst: VIP_AFFINITY, port: 80 }, { count: 20, requests: 1, concurrency: 4 });
+      await assertAllAnswered(scene!.node, after, `client -> ${VIP_AFFINITY}:80 after ${removed} left the service`);
+      const share = shareByBackend(after);
+      assert.ok(!share.has(removed), `the client was pinned to ${removed}, which left service 3 (it still backs service 1): ${JSON.stringify(Object.fromEntries(share))}`);
+      assert.equal(share.size, 1, `pinned anew to one backend: ${JSON.stringify(Object.fromEntries(share))}`);
+    } finally {
+      await upsertService(scene!.node, 3, { ...affinity, backends: BACKENDS.map((b) => ({ ip: ip(b), port: TCP_PORT })) });
+    }
   });
 
   test('TCP: session affinity expires after its timeout (1 s here)', async () => {

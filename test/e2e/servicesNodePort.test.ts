@@ -1,9 +1,11 @@
-// Traffic that crosses the node's devices: NodePorts and externalIPs reached
-// from an outside host (the backend sees the client's own address, with
-// trafficPolicy Cluster and Local alike), a NodePort whose backend is off the
-// node (SNAT to the node), the node reaching a NodePort on its own address,
-// and pods reaching servers outside the cluster masqueraded in BPF, their
-// NAT entries garbage-collected once the flow is over.
+// Traffic that crosses the node's devices. From an outside host: NodePorts
+// (Cluster and Local; a local backend sees the client's own address, a
+// backend off the node sees the node's), externalIPs, a LoadBalancer address,
+// ICMP errors translated back, a client port reused between frontends, and
+// policy at the backend. From pods and the node: NodePorts on node addresses
+// (hairpin included), a ClusterIP whose backend is off the node. Pods reaching
+// servers outside the cluster masqueraded in BPF (TCP, UDP, ICMP echo and
+// errors), their NAT entries garbage-collected once the flow is over.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { NetnsPool } from '../support/netns.js';
@@ -12,7 +14,10 @@ import { runOk } from '../support/run.js';
 import { assertAllAnswered, ctOfFailed, decodeNatKey, snatEntries, upsertService } from '../support/serviceApi.js';
 import { failures, shareByBackend } from '../support/serviceProcess.js';
 import { OUTSIDE_CLIENT_IP, OUTSIDE_NODE_IP, REMOTE_HOST_IP, REMOTE_NODE_IP, type ServiceScene, startServiceScene } from '../support/serviceScene.js';
-import { eventually } from '../support/datapathObserve.js';
+import { bpfMetrics, dropCounts, eventually } from '../support/datapathObserve.js';
+import { NAT_PORT_MAX, NAT_PORT_MIN } from '../../src/datapath/bpf/constants.js';
+import { deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
+import { networkPolicy } from '../support/policyDocuments.js';
 
 requireRoot('the NodePort and masquerade tests');
 
@@ -35,7 +40,16 @@ const LB_IP = '10.200.0.101';
 /** An externalIP and a NodePort whose only backend is be-a (TCP and UDP alike). */
 const EXTERNAL_IP_ONE = '10.200.0.102';
 const NODE_PORT_ONE = 30085;
+/** UDP NodePorts whose backend port is closed: on the node (be-a), off it (remote). */
+const NODE_PORT_CLOSED_LOCAL = 30086;
+const NODE_PORT_CLOSED_REMOTE = 30087;
+const CLOSED_PORT = 5999;
+/** A ClusterIP whose only backend is the remote host (off the node). */
+const VIP_REMOTE = '10.96.2.10';
+/** A NodePort whose only backend is the client pod itself. */
+const NODE_PORT_HAIRPIN = 30088;
 const NODE_ADDRESSES = [OUTSIDE_NODE_IP, REMOTE_NODE_IP];
+const NAT_PORTS = NAT_PORT_MAX - NAT_PORT_MIN + 1;
 
 const pool = new NetnsPool('svn');
 let scene: ServiceScene | undefined;
@@ -64,6 +78,10 @@ before(async () => {
   await upsertService(node, 19, { type: 'ExternalIPs', frontend: { ip: EXTERNAL_IP_ONE, port: 53, protocol: 'UDP' }, backends: [{ ip: ip('be-a'), port: UDP_PORT }] });
   await upsertService(node, 20, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_ONE }, backends: [{ ip: ip('be-a'), port: TCP_PORT }] });
   await upsertService(node, 21, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_ONE, protocol: 'UDP' }, backends: [{ ip: ip('be-a'), port: UDP_PORT }] });
+  await upsertService(node, 22, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_CLOSED_LOCAL, protocol: 'UDP' }, backends: [{ ip: ip('be-a'), port: CLOSED_PORT }] });
+  await upsertService(node, 23, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_CLOSED_REMOTE, protocol: 'UDP' }, backends: [{ ip: REMOTE_HOST_IP, port: CLOSED_PORT }] });
+  await upsertService(node, 24, { frontend: { ip: VIP_REMOTE, port: 80 }, backends: [{ ip: REMOTE_HOST_IP, port: TCP_PORT }] });
+  await upsertService(node, 25, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_HAIRPIN }, backends: [{ ip: ip('client'), port: TCP_PORT }] });
   const mixed = [
     { ip: ip('be-a'), port: TCP_PORT },
     { ip: REMOTE_HOST_IP, port: TCP_PORT },
@@ -97,6 +115,17 @@ describe('NodePort from an outside host', () => {
     await assertAllAnswered(scene!.node, shots, `outside -> ${OUTSIDE_NODE_IP}:${NODE_PORT_UDP}/udp`);
     assert.deepEqual([...shareByBackend(shots).keys()].sort(), BACKENDS);
     assert.deepEqual([...new Set(shots.map((s) => s.answer!.peer))], [OUTSIDE_CLIENT_IP]);
+  });
+
+  test('UDP NodePort to a closed backend port: the outside client gets ECONNREFUSED (local and remote backend)', async () => {
+    const out = scene!.agent('outside');
+    const local = await out.udpShots({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLOSED_LOCAL }, { count: 2, concurrency: 1, timeoutMs: 1500 });
+    const remote = await out.udpShots({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLOSED_REMOTE }, { count: 2, concurrency: 1, timeoutMs: 1500 });
+    assert.deepEqual(
+      { local: local.map((x) => x.outcome), remote: remote.map((x) => x.outcome) },
+      { local: ['refused', 'refused'], remote: ['refused', 'refused'] },
+      'the ICMP port unreachable, translated back to quote the NodePort frontend',
+    );
   });
 
   test('externalIPs: reached from outside (the client address preserved) and from a pod', async () => {
@@ -175,6 +204,21 @@ test('a pod reaches a NodePort on the node address; a Local one uses every backe
   const local = await client.tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_MIXED_LOCAL }, { count: 30, requests: 2, concurrency: 6 });
   await assertAllAnswered(scene!.node, local, `client pod -> ${OUTSIDE_NODE_IP}:${NODE_PORT_MIXED_LOCAL}`);
   assert.deepEqual([...shareByBackend(local).keys()].sort(), ['be-a', 'remote']);
+  // Every node address is a NodePort frontend, the one toward the remote host too.
+  const other = await client.tcpSessions({ dst: REMOTE_NODE_IP, port: NODE_PORT_CLUSTER }, { count: 10, requests: 2, concurrency: 5 });
+  await assertAllAnswered(scene!.node, other, `client pod -> ${REMOTE_NODE_IP}:${NODE_PORT_CLUSTER}`);
+  // Hairpin through a NodePort: the pod is the service's only backend.
+  const hairpin = await client.tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_HAIRPIN }, { count: 5, requests: 2, concurrency: 5 });
+  await assertAllAnswered(scene!.node, hairpin, `client pod -> ${OUTSIDE_NODE_IP}:${NODE_PORT_HAIRPIN} (itself)`);
+  assert.deepEqual([...new Set(hairpin.flatMap((x) => x.answers.map((a) => `${a.name} saw ${a.peer}`)))], ['client saw 169.254.42.1']);
+});
+
+test('a ClusterIP whose backend is off the node, from a pod and from the node: SNAT out, the reply translated back', async (t) => {
+  const fromPod = await scene!.agent('client').tcpSessions({ dst: VIP_REMOTE, port: 80 }, { count: 10, requests: 2, concurrency: 5 });
+  const fromNode = await scene!.agent('node').tcpSessions({ dst: VIP_REMOTE, port: 80 }, { count: 10, requests: 2, concurrency: 5 });
+  t.diagnostic(`remote saw: from the pod ${JSON.stringify([...new Set(fromPod.flatMap((x) => x.answers.map((a) => a.peer)))])}, from the node ${JSON.stringify([...new Set(fromNode.flatMap((x) => x.answers.map((a) => a.peer)))])}`);
+  assert.deepEqual({ fromPod: failures(fromPod), fromNode: failures(fromNode) }, { fromPod: 'none', fromNode: 'none' }, `-> ${VIP_REMOTE}:80 (backend ${REMOTE_HOST_IP}:${TCP_PORT})`);
+  assert.ok([...fromPod, ...fromNode].every((x) => x.answers.every((a) => a.name === 'remote' && NODE_ADDRESSES.includes(a.peer))), 'the remote backend saw a node address');
 });
 
 test('the node reaches a NodePort on its own address', async (t) => {
@@ -182,6 +226,23 @@ test('the node reaches a NodePort on its own address', async (t) => {
   await assertAllAnswered(scene!.node, sessions, `node -> ${OUTSIDE_NODE_IP}:${NODE_PORT_CLUSTER}`);
   assert.ok(sessions.every((s) => BACKENDS.includes(s.answers[0]!.name)));
   t.diagnostic(`the backends saw ${JSON.stringify([...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))])}`);
+  // With a backend on the node and one off it, the node's own connections over lo can only use the one on the node.
+  const mixed = await scene!.agent('node').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_MIXED_CLUSTER }, { count: 20, requests: 2, concurrency: 5 });
+  await assertAllAnswered(scene!.node, mixed, `node -> ${OUTSIDE_NODE_IP}:${NODE_PORT_MIXED_CLUSTER} (be-a + remote)`);
+  assert.deepEqual(Object.fromEntries(shareByBackend(mixed)), { 'be-a': 20 });
+});
+
+test('policy holds for NodePort traffic: the backends\' ingress policy sees the outside client, not the node', async () => {
+  const policy = networkPolicy(NS, 'backend-from-client', 'podSelector: {matchLabels: {app: backend}}\npolicyTypes: [Ingress]\ningress:\n- from: [{podSelector: {matchLabels: {app: client}}}]');
+  await importPolicyAndWait(scene!.node, policy);
+  try {
+    const denied = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLUSTER }, { count: 4, requests: 1, concurrency: 4, timeoutMs: 700 });
+    assert.deepEqual(denied.map((x) => x.outcome), Array(4).fill('timeout'), `outside -> NodePort: the backends admit app=client only: ${failures(denied)} ${JSON.stringify(denied.flatMap((x) => x.answers))}`);
+    const allowed = await scene!.agent('client').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLUSTER }, { count: 10, requests: 1, concurrency: 5 });
+    await assertAllAnswered(scene!.node, allowed, 'client pod -> NodePort under the policy');
+  } finally {
+    await deletePolicyAndWait(scene!.node, ['--namespace', NS, '--name', 'backend-from-client']);
+  }
 });
 
 describe('masquerade in BPF', () => {
@@ -202,9 +263,31 @@ describe('masquerade in BPF', () => {
     }
   });
 
+  test('ICMP echo from a pod to a server outside: masqueraded (a NAT mapping keyed by the echo identifier), replies come back', async () => {
+    const r = await pool.exec(scene!.pod('client').netns, ['ping', '-n', '-c', '3', '-i', '0.2', '-W', '1', REMOTE_HOST_IP]);
+    assert.equal(r.code, 0, `ping ${REMOTE_HOST_IP} from the pod: ${r.stdout}${r.stderr}`);
+    const icmp = (await snatEntries(scene!.node)).map((e) => decodeNatKey(e.key)).filter((k) => k.proto === 1 && (k.saddr === ip('client') || k.daddr === REMOTE_NODE_IP));
+    assert.ok(icmp.some((k) => k.saddr === ip('client') && k.daddr === REMOTE_HOST_IP), `an EGRESS mapping for the echo: ${JSON.stringify(icmp)}`);
+    assert.ok(icmp.some((k) => k.saddr === REMOTE_HOST_IP && k.daddr === REMOTE_NODE_IP), `an INGRESS mapping on the node address: ${JSON.stringify(icmp)}`);
+  });
+
   test('an ICMP error for a masqueraded flow reaches the pod: UDP to a closed port outside gets ECONNREFUSED', async () => {
     const shots = await scene!.agent('client').udpShots({ dst: REMOTE_HOST_IP, port: 5999 }, { count: 2, concurrency: 1, timeoutMs: 1500 });
     assert.deepEqual(shots.map((x) => x.outcome), ['refused', 'refused'], `the remote's port unreachable, addressed to the node, must be translated back to the pod: ${failures(shots)}`);
+  });
+
+  test('a pod port reused between a masqueraded flow and a service flow to the same remote backend', async () => {
+    // pod:port -> remote:8080 directly, then pod:port -> NodePort 30082 (whose backend is remote:8080): one translated tuple, two meanings.
+    await upsertService(scene!.node, 13, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_REMOTE }, backends: [{ ip: REMOTE_HOST_IP, port: TCP_PORT }], trafficPolicy: 'Cluster' });
+    const c = scene!.agent('client');
+    const run = async (srcPort: number, dst: string, port: number) => failures(await c.tcpSessions({ dst, port, srcPort }, { count: 1, requests: 2, concurrency: 1, timeoutMs: 1500 }));
+    const seen = {
+      directFirst: await run(42_001, REMOTE_HOST_IP, TCP_PORT),
+      serviceSecond: await run(42_001, OUTSIDE_NODE_IP, NODE_PORT_REMOTE),
+      serviceFirst: await run(42_003, OUTSIDE_NODE_IP, NODE_PORT_REMOTE),
+      directSecond: await run(42_003, REMOTE_HOST_IP, TCP_PORT),
+    };
+    assert.deepEqual(seen, { directFirst: 'none', serviceSecond: 'none', serviceFirst: 'none', directSecond: 'none' });
   });
 
   test('inside the masquerade CIDRs no SNAT: a pod reaching another pod is seen as itself', async () => {
@@ -241,4 +324,50 @@ describe('masquerade in BPF', () => {
     });
     t.diagnostic(`NAT entries gone ${tookMs} ms after the flows closed`);
   });
+});
+
+test('the agent killed and started again: NodePort and masqueraded connections held open carry on, new ones work', async () => {
+  const node = scene!.node;
+  const [outside, client] = [scene!.agent('outside'), scene!.agent('client')];
+  const viaNodePort = await outside.tcpOpen({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLUSTER });
+  const viaRemoteNodePort = await outside.tcpOpen({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_REMOTE });
+  const masqueraded = await client.tcpOpen({ dst: REMOTE_HOST_IP, port: TCP_PORT });
+  const held = { viaNodePort, viaRemoteNodePort, masqueraded };
+  for (const [k, h] of Object.entries(held)) assert.equal(h.session.outcome, 'open', `${k} before the restart: ${h.session.detail ?? ''}`);
+  await node.agent.kill();
+  await node.agent.start();
+  const after: Record<string, string> = {};
+  for (const [k, h] of Object.entries(held)) {
+    const agent = k === 'masqueraded' ? client : outside;
+    const s = await agent.tcpAsk(h.handle);
+    after[k] = s.outcome === 'open' ? `open ${s.answers.at(-1)!.name}` : `${s.outcome} ${s.detail ?? ''}`;
+    await agent.tcpClose(h.handle);
+  }
+  assert.deepEqual(after, {
+    viaNodePort: `open ${viaNodePort.session.answers[0]!.name}`,
+    viaRemoteNodePort: 'open remote',
+    masqueraded: 'open remote',
+  });
+  const fresh = await outside.tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLUSTER }, { count: 10, requests: 2, concurrency: 5 });
+  await assertAllAnswered(node, fresh, 'outside -> NodePort after the restart');
+  assert.deepEqual([...new Set(fresh.flatMap((x) => x.answers.map((a) => a.peer)))], [OUTSIDE_CLIENT_IP]);
+  const out = await client.tcpSessions({ dst: REMOTE_HOST_IP, port: TCP_PORT }, { count: 5, requests: 2, concurrency: 5 });
+  await assertAllAnswered(node, out, 'client pod -> remote after the restart');
+  assert.deepEqual([...new Set(out.flatMap((x) => x.answers.map((a) => a.peer)))], [REMOTE_NODE_IP], 'still masqueraded');
+});
+
+// Last: it leaves every NAT port toward the remote's UDP port taken for a minute.
+test('masquerade port exhaustion: more flows to one remote ip:port than NAT ports, the rest dropped and counted', async (t) => {
+  const before = dropCounts(await bpfMetrics(scene!.node));
+  const shots = await scene!.agent('client').udpShots({ dst: REMOTE_HOST_IP, port: UDP_PORT }, { count: 5200, concurrency: 100, timeoutMs: 1000 });
+  const after = dropCounts(await bpfMetrics(scene!.node));
+  const exhausted = (m: Record<string, number>) => Object.entries(m).filter(([k]) => k.startsWith('NAT_PORT_EXHAUSTED')).reduce((s, [, v]) => s + v, 0);
+  // A source port the pod's stack picks twice is one flow and one mapping: count ports, not datagrams.
+  const answered = new Set(shots.filter((x) => x.outcome === 'open').map((x) => x.localPort)).size;
+  const failed = shots.filter((x) => x.outcome !== 'open');
+  t.diagnostic(`${answered} source ports masqueraded (${NAT_PORTS} NAT ports), ${failed.length} datagrams unanswered, NAT_PORT_EXHAUSTED drops ${exhausted(before)} -> ${exhausted(after)}`);
+  assert.ok(answered <= NAT_PORTS, `no more flows than NAT ports got through: ${answered}`);
+  assert.ok(answered >= NAT_PORTS * 0.9, `most of the port range was used before the allocator gave up: ${answered}`);
+  assert.ok(failed.length > 0, 'some flows found no port');
+  assert.ok(exhausted(after) - exhausted(before) >= failed.length, `each flow without a port is counted as NAT_PORT_EXHAUSTED: ${failures(failed)}; drops ${JSON.stringify(after)}`);
 });

@@ -59,6 +59,8 @@ export interface ShotResult {
   outcome: ClientOutcome;
   detail?: string;
   answer?: Answer;
+  /** The datagram's source port. */
+  localPort?: number;
 }
 
 export interface StreamEvent {
@@ -267,9 +269,12 @@ function udpShot(t: Target, timeoutMs: number): Promise<ShotResult> {
       sock.close();
       resolve(r);
     };
-    const timer = setTimeout(() => done({ outcome: 'timeout' }), timeoutMs);
-    sock.on('error', (err: NodeJS.ErrnoException) => done({ outcome: outcomeOf(err), detail: err.message }));
-    sock.on('message', (msg) => done({ outcome: 'open', answer: JSON.parse(msg.toString()) as Answer }));
+    let localPort: number | undefined;
+    const port = () => (localPort ? { localPort } : {});
+    const timer = setTimeout(() => done({ outcome: 'timeout', ...port() }), timeoutMs);
+    sock.on('error', (err: NodeJS.ErrnoException) => done({ outcome: outcomeOf(err), detail: err.message, ...port() }));
+    sock.on('message', (msg) => done({ outcome: 'open', answer: JSON.parse(msg.toString()) as Answer, ...port() }));
+    sock.on('listening', () => (localPort = sock.address().port));
     // Connected: an ICMP port unreachable comes back as ECONNREFUSED.
     sock.bind({ address: t.src ?? '0.0.0.0', port: t.srcPort ?? 0 }, () => sock.connect(t.port, t.dst, () => sock.send('?')));
   });

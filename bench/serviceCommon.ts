@@ -207,3 +207,15 @@ export function once(fn: () => Promise<void>): () => Promise<void> {
   let running: Promise<void> | undefined;
   return () => (running ??= fn());
 }
+
+/**
+ * Pins every process in namespace `ns` (all threads) to `cpu`. On a machine of a
+ * few CPUs, where the scheduler happens to put a client and its server (same CPU
+ * or not) changes a connection's latency more than what a bench compares; pinning
+ * every series' clients to one CPU and servers to another gives them all the same
+ * placement.
+ */
+export async function pinNamespaceProcesses(ns: string, cpu: number): Promise<void> {
+  const pids = (await exec(['ip', 'netns', 'pids', ns])).split('\n').filter((p) => /^\d+$/.test(p));
+  for (const pid of pids) await exec(['taskset', '-a', '-p', '-c', String(cpu), pid]);
+}

@@ -16,6 +16,8 @@
 // time, so each sample is one connection's latency) to the measured ClusterIP,
 // p50/p99; all six series interleave round by round, and each round's p50 is also
 // compared with the 10-service p50 of the same round (the machine is shared).
+// Clients run on CPU 0 and servers on CPU 1, every series alike, and the client
+// processes are new every 5 rounds.
 // Beside latency, figures a busy machine moves less: CPU per connection of client
 // and servers, and for tendril the pod programs' ns per run (kernel BPF stats).
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -23,12 +25,14 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exec } from './benchProcess.js';
 import { BenchNamespaces, BpfRunStats, TcpClientSession, TendrilBenchNode, inNs, runTcpClient, startTcpServer } from './policyDatapath.js';
-import { benchServices, cleanupOnSignal, clusterIp, kubeProxyStyleRuleset, once, programServices, routedVethPods, serviceCounts } from './serviceCommon.js';
+import { benchServices, cleanupOnSignal, clusterIp, kubeProxyStyleRuleset, once, pinNamespaceProcesses, programServices, routedVethPods, serviceCounts } from './serviceCommon.js';
 import { percentile } from './stats.js';
 
 const COUNTS = [10, 1000, 10000];
 const SERVICE_PORT = 80;
 const BACKEND_PORT = 8080;
+/** Rounds each generation of client processes runs. */
+const CLIENT_ROUNDS = 5;
 const median = (xs: number[]) => percentile(xs, 0.5);
 /** The iptables the baseline uses: `iptables` (this machine's default backend) unless TENDRIL_BENCH_IPTABLES names another (e.g. iptables-legacy). */
 const IPTABLES = process.env.TENDRIL_BENCH_IPTABLES ?? 'iptables';
@@ -73,6 +77,8 @@ export interface ServiceScaleReport {
   tendrilProgram: Array<{ ms: number; services: number; realized: number }>;
   /** Per count: iptables-restore of the whole ruleset, and the nat rules it left. */
   iptablesProgram: Array<{ ms: number; rules: number }>;
+  /** Whether clients ran pinned to CPU 0 and servers to CPU 1. */
+  pinned: boolean;
   /** `iptables -V` of the baseline's iptables (its backend: nf_tables or legacy). */
   iptablesVersion: string;
   /** The machine's 1-minute load average when the measurement started and ended (the machine is shared). */
@@ -156,16 +162,37 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
       if (r !== 'connected') throw new Error(`${n.client} → ${target(k)}:${SERVICE_PORT} (${COUNTS[k]} services): ${r}`);
     }
 
-    const clients = { tendril: tNames.map((n) => TcpClientSession.start(n.client)), iptables: bNames.map((n) => TcpClientSession.start(n.client)) };
-    for (const c of [...clients.tendril, ...clients.iptables]) stoppers.push(() => c.stop());
     type Series = { side: 'tendril' | 'iptables'; k: number; runs: CrrResult[]; cpuPerConn: number[]; bpf: Array<{ ns: number; runs: number }> };
     const series: Series[] = [];
     for (const k of COUNTS.keys()) series.push({ side: 'tendril', k, runs: [], cpuPerConn: [], bpf: [] }, { side: 'iptables', k, runs: [], cpuPerConn: [], bpf: [] });
+    const clients: Record<Series['side'], TcpClientSession[]> = { tendril: [], iptables: [] };
+    const stopClients = () => {
+      for (const c of [...clients.tendril, ...clients.iptables]) c.stop();
+    };
+    stoppers.push(stopClients);
     const run = (s: Series, runMs: number) => clients[s.side][s.k]!.run<CrrResult>({ op: 'crr', ip: target(s.k), port: SERVICE_PORT, ms: runMs, concurrency: 1 });
-    for (const s of series) await run(s, 150); // warm-up
+    const pinned = availableParallelism() >= 2;
+    if (pinned) {
+      for (const n of [...tNames, ...bNames]) for (const ns of n.servers) await pinNamespaceProcesses(ns, 1);
+    }
+    /**
+     * Fresh client processes (one per series, the same code for both sides), warmed
+     * up and pinned. The client's own work is most of a connection's latency, and one
+     * process can run steadily faster or slower than another (its JIT and heap): new
+     * processes every few rounds spread that over every series instead of leaving it
+     * on one.
+     */
+    const freshClients = async () => {
+      stopClients();
+      clients.tendril = tNames.map((n) => TcpClientSession.start(n.client));
+      clients.iptables = bNames.map((n) => TcpClientSession.start(n.client));
+      for (const s of series) await run(s, 100);
+      if (pinned) for (const n of [...tNames, ...bNames]) await pinNamespaceProcesses(n.client, 0);
+    };
     for (const node of nodes) bpfStats.push(await BpfRunStats.enable(node));
     const loadStart = await loadAverage();
     for (let r = 0; r < rounds; r++) {
+      if (r % CLIENT_ROUNDS === 0) await freshClients();
       // Each round starts one series further on, so no series always runs first.
       for (const s of series.map((_, i) => series[(i + r) % series.length]!)) {
         const b0 = s.side === 'tendril' ? await bpfStats[s.k]!.read() : undefined;
@@ -203,7 +230,7 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
       });
     };
     const iptablesVersion = (await exec([IPTABLES, '-V'])).trim();
-    return { rounds, ms, tendril: points('tendril'), iptables: points('iptables'), tendrilProgram, iptablesProgram, load, iptablesVersion };
+    return { rounds, ms, tendril: points('tendril'), iptables: points('iptables'), tendrilProgram, iptablesProgram, load, iptablesVersion, pinned };
   } finally {
     await cleanup();
     unhook();
@@ -213,7 +240,7 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
 export function printServiceScale(r: ServiceScaleReport): void {
   const f = (x: number, d = 0) => x.toFixed(d).padStart(9);
   console.log(
-    `\nService connect cost vs services installed: pod → ClusterIP TCP CRR (connect + 1-byte request/response + close, one at a time), ${r.rounds}×${r.ms} ms per point, all points interleaved (load average ${r.load[0].toFixed(1)} → ${r.load[1].toFixed(1)} on ${availableParallelism()} CPUs)`,
+    `\nService connect cost vs services installed: pod → ClusterIP TCP CRR (connect + 1-byte request/response + close, one at a time), ${r.rounds}×${r.ms} ms per point, all points interleaved${r.pinned ? ', clients on CPU 0 and servers on CPU 1' : ''} (load average ${r.load[0].toFixed(1)} → ${r.load[1].toFixed(1)} on ${availableParallelism()} CPUs)`,
   );
   console.log('  tendril: services via PUT /service/{id}, 3 backends each (the measured one: 3 server pods on the node), eBPF lookup at the client pod');
   console.log(

@@ -1,11 +1,13 @@
 // ClusterIP services on the eBPF datapath with real traffic: new connections
 // spread over three backend pods and each stays on its backend for its life;
-// session affinity pins a client and expires; the same over UDP; a client
-// port reused toward another frontend; a pod reaching its own service
-// (hairpin); a service without backends; the node reaching a ClusterIP; an
-// ICMP error for a service flow translated back (ECONNREFUSED on a connected
-// UDP socket); policy still enforced through the service; the CLI's service
-// commands and `bpf lb list`; no nftables table any more.
+// session affinity pins a client, expires, and never outlives the backend's
+// membership; the same over UDP; a client port reused toward another
+// frontend; a pod reaching its own service (hairpin); a service without
+// backends; the node reaching a ClusterIP; an ICMP error for a service flow
+// translated back (ECONNREFUSED on a connected UDP socket); policy still
+// enforced through the service; the CLI's service commands and `bpf lb
+// list`; a frontend moved by an upsert; TCP and UDP on one address and port;
+// no nftables table any more.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { cliJson, deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
@@ -14,7 +16,7 @@ import { NetnsPool } from '../support/netns.js';
 import { networkPolicy } from '../support/policyDocuments.js';
 import { requireRoot } from '../support/root.js';
 import { run } from '../support/run.js';
-import { assertAllAnswered, getService, upsertService } from '../support/serviceApi.js';
+import { assertAllAnswered, bpfLbList, deleteService, getService, upsertService } from '../support/serviceApi.js';
 import { failures, movedSessions, type SessionResult, shareByBackend, type ShotResult } from '../support/serviceProcess.js';
 import { type ServiceScene, startServiceScene } from '../support/serviceScene.js';
 
@@ -176,16 +178,16 @@ describe('ClusterIP, three backends', () => {
 test('a client port reused toward another service with the same backend: replies come from the frontend it addressed', async () => {
   // Both flows translate to the same tuple (client:port -> be-a): the second must not ride the first's conntrack entry and its frontend.
   const c = scene!.agent('client');
-  const udpPort = 40_001;
+  const udpPort = 20_001;
   const first = await c.udpShots({ dst: VIP_ONE_A, port: 53, srcPort: udpPort }, { count: 1, concurrency: 1 });
   await assertAllAnswered(scene!.node, first, `client:${udpPort} -> ${VIP_ONE_A}:53`);
   const second = await c.udpShots({ dst: VIP_ONE_B, port: 53, srcPort: udpPort }, { count: 1, concurrency: 1, timeoutMs: 1500 });
-  const tcpPort = 40_002;
+  const tcpPort = 20_002;
   const firstTcp = await c.tcpSessions({ dst: VIP_ONE_A, port: 80, srcPort: tcpPort }, { count: 1, requests: 2, concurrency: 1 });
   await assertAllAnswered(scene!.node, firstTcp, `client:${tcpPort} -> ${VIP_ONE_A}:80`);
   const secondTcp = await c.tcpSessions({ dst: VIP_ONE_B, port: 80, srcPort: tcpPort }, { count: 1, requests: 2, concurrency: 1, timeoutMs: 1500 });
   // And a direct flow (no service) on the tuple a service flow translated to.
-  const directPort = 40_003;
+  const directPort = 20_003;
   await assertAllAnswered(scene!.node, await c.udpShots({ dst: VIP_ONE_A, port: 53, srcPort: directPort }, { count: 1, concurrency: 1 }), `client:${directPort} -> ${VIP_ONE_A}:53`);
   const direct = await c.udpShots({ dst: ip('be-a'), port: UDP_PORT, srcPort: directPort }, { count: 1, concurrency: 1, timeoutMs: 1500 });
   assert.deepEqual(
@@ -229,11 +231,12 @@ test('the node reaches a ClusterIP (TCP and UDP)', async () => {
 });
 
 test('UDP to a service whose backend port is closed: ECONNREFUSED (the ICMP error translated back)', async () => {
-  const shots = await scene!.agent('client').udpShots({ dst: VIP_CLOSED, port: 53 }, { count: 3, concurrency: 1, timeoutMs: 1500 });
+  const fromPod = await scene!.agent('client').udpShots({ dst: VIP_CLOSED, port: 53 }, { count: 3, concurrency: 1, timeoutMs: 1500 });
+  const fromNode = await scene!.agent('node').udpShots({ dst: VIP_CLOSED, port: 53 }, { count: 3, concurrency: 1, timeoutMs: 1500 });
   assert.deepEqual(
-    shots.map((s) => s.outcome),
-    ['refused', 'refused', 'refused'],
-    `a connected socket to ${VIP_CLOSED}:53 only takes an ICMP error quoting ${VIP_CLOSED}:53: ${failures(shots)}`,
+    { fromPod: fromPod.map((s) => s.outcome), fromNode: fromNode.map((s) => s.outcome) },
+    { fromPod: ['refused', 'refused', 'refused'], fromNode: ['refused', 'refused', 'refused'] },
+    `a connected socket to ${VIP_CLOSED}:53 only takes an ICMP error quoting ${VIP_CLOSED}:53`,
   );
 });
 
@@ -284,6 +287,44 @@ test('`tendril service upsert|list|delete` and `tendril bpf lb list` on the CLI,
   assert.ok(!lbAfter.services.some((x) => x.address === vip), 'the maps no longer hold the frontend');
   const gone = await scene!.agent('client').tcpOnce({ dst: vip, port: 80 }, 800);
   assert.notEqual(gone.outcome, 'open', `a deleted service answers no more: ${JSON.stringify(gone)}`);
+});
+
+test('a service upserted with a new frontend and backend port: the old frontend stops answering, the new one works', async () => {
+  const node = scene!.node;
+  const [oldVip, newVip] = ['10.96.0.30', '10.96.0.31'];
+  await upsertService(node, 30, { frontend: { ip: oldVip, port: 80 }, backends: [{ ip: ip('be-c'), port: TCP_PORT }] });
+  await assertAllAnswered(node, await scene!.agent('client').tcpSessions({ dst: oldVip, port: 80 }, { count: 3, requests: 1 }), `client -> ${oldVip}:80`);
+  await assertAllAnswered(node, await scene!.agent('node').tcpSessions({ dst: oldVip, port: 80 }, { count: 3, requests: 1 }), `node -> ${oldVip}:80`);
+  // Same ID, another frontend; the backend's port changes too (UDP_PORT has no TCP listener: refused proves the new port is used).
+  await upsertService(node, 30, { frontend: { ip: newVip, port: 81 }, backends: [{ ip: ip('be-c'), port: UDP_PORT }] });
+  const seen = {
+    oldFromPod: (await scene!.agent('client').tcpOnce({ dst: oldVip, port: 80 }, 700)).outcome,
+    oldFromNode: (await scene!.agent('node').tcpOnce({ dst: oldVip, port: 80 }, 700)).outcome,
+    newFromPod: (await scene!.agent('client').tcpOnce({ dst: newVip, port: 81 }, 1500)).outcome,
+    newFromNode: (await scene!.agent('node').tcpOnce({ dst: newVip, port: 81 }, 1500)).outcome,
+  };
+  const lb = JSON.stringify(await bpfLbList(node));
+  await deleteService(node, 30);
+  assert.notEqual(seen.oldFromPod, 'open', 'the old frontend no longer reaches the backend from a pod');
+  assert.notEqual(seen.oldFromNode, 'open', 'nor from the node');
+  assert.deepEqual({ newFromPod: seen.newFromPod, newFromNode: seen.newFromNode }, { newFromPod: 'refused', newFromNode: 'refused' }, `the new frontend leads to be-c's new (closed) port: ${lb.slice(0, 1200)}`);
+  assert.ok(!lb.includes(`"${oldVip}"`), `bpf lb list has no entry for the old frontend: ${lb.slice(0, 1200)}`);
+});
+
+test('one address and port, TCP and UDP as two services with different backends', async () => {
+  const node = scene!.node;
+  const vip = '10.96.0.40';
+  await upsertService(node, 40, { frontend: { ip: vip, port: 53, protocol: 'TCP' }, backends: [{ ip: ip('be-a'), port: TCP_PORT }] });
+  await upsertService(node, 41, { frontend: { ip: vip, port: 53, protocol: 'UDP' }, backends: [{ ip: ip('be-b'), port: UDP_PORT }] });
+  try {
+    const tcp = await scene!.agent('client').tcpSessions({ dst: vip, port: 53 }, { count: 5, requests: 1 });
+    const udp = await scene!.agent('client').udpShots({ dst: vip, port: 53 }, { count: 5 });
+    await assertAllAnswered(node, [...tcp, ...udp], `client -> ${vip}:53 over TCP and UDP`);
+    assert.deepEqual({ tcp: Object.fromEntries(shareByBackend(tcp)), udp: Object.fromEntries(shareByBackend(udp)) }, { tcp: { 'be-a': 5 }, udp: { 'be-b': 5 } });
+  } finally {
+    await deleteService(node, 40);
+    await deleteService(node, 41);
+  }
 });
 
 test('no nftables table `tendril` with the eBPF datapath', async () => {

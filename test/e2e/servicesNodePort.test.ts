@@ -48,6 +48,8 @@ const CLOSED_PORT = 5999;
 const VIP_REMOTE = '10.96.2.10';
 /** A NodePort whose only backend is the client pod itself. */
 const NODE_PORT_HAIRPIN = 30088;
+/** A Local NodePort whose only backend is off the node. */
+const NODE_PORT_LOCAL_NONE = 30089;
 const NODE_ADDRESSES = [OUTSIDE_NODE_IP, REMOTE_NODE_IP];
 const NAT_PORTS = NAT_PORT_MAX - NAT_PORT_MIN + 1;
 
@@ -82,6 +84,7 @@ before(async () => {
   await upsertService(node, 23, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_CLOSED_REMOTE, protocol: 'UDP' }, backends: [{ ip: REMOTE_HOST_IP, port: CLOSED_PORT }] });
   await upsertService(node, 24, { frontend: { ip: VIP_REMOTE, port: 80 }, backends: [{ ip: REMOTE_HOST_IP, port: TCP_PORT }] });
   await upsertService(node, 25, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_HAIRPIN }, backends: [{ ip: ip('client'), port: TCP_PORT }] });
+  await upsertService(node, 26, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT_LOCAL_NONE }, backends: [{ ip: REMOTE_HOST_IP, port: TCP_PORT }], trafficPolicy: 'Local' });
   const mixed = [
     { ip: ip('be-a'), port: TCP_PORT },
     { ip: REMOTE_HOST_IP, port: TCP_PORT },
@@ -139,6 +142,13 @@ describe('NodePort from an outside host', () => {
     assert.deepEqual([...new Set(fromPod.flatMap((s) => s.answers.map((a) => a.peer)))], [ip('client')]);
   });
 
+  test('externalIPs and LoadBalancer addresses reached from the node itself', async () => {
+    const node = scene!.agent('node');
+    const seen: Record<string, string> = {};
+    for (const dst of [EXTERNAL_IP, LB_IP]) seen[dst] = failures(await node.tcpSessions({ dst, port: 80 }, { count: 5, requests: 1, concurrency: 5, timeoutMs: 1500 }));
+    assert.deepEqual(seen, { [EXTERNAL_IP]: 'none', [LB_IP]: 'none' }, 'node -> externalIP / LoadBalancer :80');
+  });
+
   test('LoadBalancer: reached from outside, the client address preserved', async () => {
     const sessions = await scene!.agent('outside').tcpSessions({ dst: LB_IP, port: 80 }, { count: 20, requests: 2, concurrency: 5 });
     await assertAllAnswered(scene!.node, sessions, `outside -> ${LB_IP}:80`);
@@ -165,6 +175,17 @@ describe('NodePort from an outside host', () => {
     assert.deepEqual([...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))], [OUTSIDE_CLIENT_IP]);
   });
 
+  test('trafficPolicy Local without a backend on the node: external traffic is dropped (NO_SERVICE), a pod still gets through', async () => {
+    const before = dropCounts(await bpfMetrics(scene!.node));
+    const r = await scene!.agent('outside').tcpOnce({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_LOCAL_NONE }, 700);
+    const after = dropCounts(await bpfMetrics(scene!.node));
+    const noService = (m: Record<string, number>) => Object.entries(m).filter(([k]) => k.startsWith('NO_SERVICE')).reduce((sum, [, v]) => sum + v, 0);
+    assert.notEqual(r.outcome, 'open', `outside -> Local NodePort without a local backend: ${JSON.stringify(r.answers)}`);
+    assert.ok(noService(after) > noService(before), `counted as NO_SERVICE: ${JSON.stringify(before)} -> ${JSON.stringify(after)} (client saw ${r.outcome})`);
+    const fromPod = await scene!.agent('client').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_LOCAL_NONE }, { count: 3, requests: 1, concurrency: 3 });
+    await assertAllAnswered(scene!.node, fromPod, 'client pod -> Local NodePort (internal scope: every backend)');
+  });
+
   test('trafficPolicy Cluster with a local and a remote backend: the local one sees the client, the remote one the node', async () => {
     const sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_MIXED_CLUSTER }, { count: 30, requests: 2, concurrency: 6 });
     await assertAllAnswered(scene!.node, sessions, `outside -> ${OUTSIDE_NODE_IP}:${NODE_PORT_MIXED_CLUSTER} (Cluster, be-a + remote)`);
@@ -184,14 +205,14 @@ test('an outside client port reused toward another frontend with the same backen
     return failures(r);
   };
   const seen = {
-    tcpFirst: await outcome('tcp', 41_001, EXTERNAL_IP_ONE, 80),
-    tcpSecond: await outcome('tcp', 41_001, OUTSIDE_NODE_IP, NODE_PORT_ONE),
-    udpFirst: await outcome('udp', 41_002, EXTERNAL_IP_ONE, 53),
-    udpSecond: await outcome('udp', 41_002, OUTSIDE_NODE_IP, NODE_PORT_ONE),
+    tcpFirst: await outcome('tcp', 21_001, EXTERNAL_IP_ONE, 80),
+    tcpSecond: await outcome('tcp', 21_001, OUTSIDE_NODE_IP, NODE_PORT_ONE),
+    udpFirst: await outcome('udp', 21_002, EXTERNAL_IP_ONE, 53),
+    udpSecond: await outcome('udp', 21_002, OUTSIDE_NODE_IP, NODE_PORT_ONE),
     // The direct flow (the outside host routes the pod CIDR through the node) on the tuple a NodePort flow translated to.
-    udpDirect: await outcome('udp', 41_002, ip('be-a'), UDP_PORT),
+    udpDirect: await outcome('udp', 21_002, ip('be-a'), UDP_PORT),
   };
-  assert.deepEqual(seen, { tcpFirst: 'none', tcpSecond: 'none', udpFirst: 'none', udpSecond: 'none', udpDirect: 'none' }, `outside:41001 ${EXTERNAL_IP_ONE}:80 then ${OUTSIDE_NODE_IP}:${NODE_PORT_ONE}; outside:41002 the same over UDP, then be-a:${UDP_PORT} directly`);
+  assert.deepEqual(seen, { tcpFirst: 'none', tcpSecond: 'none', udpFirst: 'none', udpSecond: 'none', udpDirect: 'none' }, `outside:21001 ${EXTERNAL_IP_ONE}:80 then ${OUTSIDE_NODE_IP}:${NODE_PORT_ONE}; outside:21002 the same over UDP, then be-a:${UDP_PORT} directly`);
 });
 
 test('a pod reaches a NodePort on the node address; a Local one uses every backend from inside', async () => {
@@ -282,10 +303,10 @@ describe('masquerade in BPF', () => {
     const c = scene!.agent('client');
     const run = async (srcPort: number, dst: string, port: number) => failures(await c.tcpSessions({ dst, port, srcPort }, { count: 1, requests: 2, concurrency: 1, timeoutMs: 1500 }));
     const seen = {
-      directFirst: await run(42_001, REMOTE_HOST_IP, TCP_PORT),
-      serviceSecond: await run(42_001, OUTSIDE_NODE_IP, NODE_PORT_REMOTE),
-      serviceFirst: await run(42_003, OUTSIDE_NODE_IP, NODE_PORT_REMOTE),
-      directSecond: await run(42_003, REMOTE_HOST_IP, TCP_PORT),
+      directFirst: await run(22_001, REMOTE_HOST_IP, TCP_PORT),
+      serviceSecond: await run(22_001, OUTSIDE_NODE_IP, NODE_PORT_REMOTE),
+      serviceFirst: await run(22_003, OUTSIDE_NODE_IP, NODE_PORT_REMOTE),
+      directSecond: await run(22_003, REMOTE_HOST_IP, TCP_PORT),
     };
     assert.deepEqual(seen, { directFirst: 'none', serviceSecond: 'none', serviceFirst: 'none', directSecond: 'none' });
   });

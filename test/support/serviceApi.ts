@@ -69,9 +69,9 @@ export async function lbDiagnostics(node: DatapathNode): Promise<string> {
 }
 
 /**
- * Entries of the SNAT map as bpftool dumps them from the pin (the agent's
- * CLI may not decode it): each key's and value's bytes. A key is
- * nat4_key, whose addresses are the first 8 bytes (saddr, daddr).
+ * Entries of the SNAT map as bpftool dumps them from the pin, each key's and
+ * value's bytes: read without the agent, so a test of NAT GC does not trust
+ * the agent's own decoder. Keys decode with decodeNatKey.
  */
 export async function snatEntries(node: DatapathNode): Promise<Array<{ key: number[]; value: number[] }>> {
   const pin = `${node.bpffsRoot}/tendril/tendril_snat4`;
@@ -95,13 +95,6 @@ export interface NatKey {
 export function decodeNatKey(b: readonly number[]): NatKey {
   const ip = (o: number) => b.slice(o, o + 4).join('.');
   return { saddr: ip(0), daddr: ip(4), sport: (b[8]! << 8) | b[9]!, dport: (b[10]! << 8) | b[11]!, proto: b[12]!, dir: b[13]! };
-}
-
-/** Whether an entry's bytes hold the IPv4 address `ip` anywhere (network order). */
-export function bytesHoldAddress(bytes: readonly number[], ip: string): boolean {
-  const a = ip.split('.').map(Number);
-  for (let i = 0; i + 4 <= bytes.length; i++) if (bytes[i] === a[0] && bytes[i + 1] === a[1] && bytes[i + 2] === a[2] && bytes[i + 3] === a[3]) return true;
-  return false;
 }
 
 /** Conntrack entries on the client ports of failed flows, as text for a failure message ('' when none failed). */

@@ -14,7 +14,11 @@ export interface Target {
   port: number;
   /** Source address to bind (a namespace with several addresses). */
   src?: string;
-  /** Source port to bind (a flow that reuses another's port); default: an ephemeral one. */
+  /**
+   * Source port to bind (a flow that reuses another's port); default: an
+   * ephemeral one. Pick it below the ephemeral range (32768+), where no
+   * connection of the test's own can hold it.
+   */
   srcPort?: number;
 }
 

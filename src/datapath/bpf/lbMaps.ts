@@ -155,6 +155,8 @@ class UndoLog {
 
 export class LbMaps implements LoadBalancerDatapath {
   readonly #services = new Map<number, ServiceShadow>();
+  /** Service IDs by frontend (frontendText): a frontend's holder is found without walking every service. */
+  readonly #byFrontend = new Map<string, Set<number>>();
   /** Backend IDs the backend map holds. */
   readonly #backends = new Set<number>();
   /** Services whose Maglev inner map is in tendril_lb4_mag. */
@@ -197,6 +199,7 @@ export class LbMaps implements LoadBalancerDatapath {
       ids[k.backendSlot - 1] = v.backendId;
     }
     for (const [id, s] of lb.#services) {
+      lb.#index(id, s);
       if ((s.flags & TYPE_FLAGS) === 0 && s.frontend.address.bits !== 0n) {
         s.routeAddress = formatIp(s.frontend.address);
         opts.routes.adopt(id, s.routeAddress);
@@ -205,6 +208,34 @@ export class LbMaps implements LoadBalancerDatapath {
     for await (const id of maps.backends.keys()) lb.#backends.add(id);
     for await (const id of maps.maglev.keys()) lb.#maglev.add(id);
     return lb;
+  }
+
+  #index(id: number, s: ServiceShadow): void {
+    const text = frontendText(s.frontend);
+    let ids = this.#byFrontend.get(text);
+    if (!ids) this.#byFrontend.set(text, (ids = new Set()));
+    ids.add(id);
+  }
+
+  #unindex(id: number, s: ServiceShadow): void {
+    const text = frontendText(s.frontend);
+    const ids = this.#byFrontend.get(text);
+    ids?.delete(id);
+    if (ids?.size === 0) this.#byFrontend.delete(text);
+  }
+
+  #setShadow(id: number, s: ServiceShadow): void {
+    const old = this.#services.get(id);
+    if (old) this.#unindex(id, old);
+    this.#services.set(id, s);
+    this.#index(id, s);
+  }
+
+  #dropShadow(id: number): void {
+    const old = this.#services.get(id);
+    if (!old) return;
+    this.#unindex(id, old);
+    this.#services.delete(id);
   }
 
   /** Service IDs the maps hold. */
@@ -337,8 +368,8 @@ export class LbMaps implements LoadBalancerDatapath {
     }
     // The service subsystem keeps frontends unique among live services: another ID here is stale
     // (a previous run's, not restored): it goes, and this service takes the frontend over.
-    for (const [other, s] of [...this.#services]) {
-      if (other !== svc.id && sameFrontend(s.frontend, frontend)) {
+    for (const other of [...(this.#byFrontend.get(frontendText(frontend)) ?? [])]) {
+      if (other !== svc.id) {
         this.opts.log.warn({ service: svc.id, stale: other, frontend: frontendText(frontend) }, 'frontend held by a service the agent no longer has: taking it over');
         await this.#deleteService(other);
       }
@@ -400,7 +431,7 @@ export class LbMaps implements LoadBalancerDatapath {
     } catch (err) {
       throw wrap(`service ${svc.id}: removing entries it no longer has`, err);
     } finally {
-      this.#services.set(svc.id, { frontend, flags, counts, slots, ...(routeAddress !== undefined ? { routeAddress } : {}) });
+      this.#setShadow(svc.id, { frontend, flags, counts, slots, ...(routeAddress !== undefined ? { routeAddress } : {}) });
     }
   }
 
@@ -449,7 +480,7 @@ export class LbMaps implements LoadBalancerDatapath {
           maps.services.delete(key(s.frontend, 0, scope));
           for (let slot = 1; slot <= (s.counts.get(scope) ?? 0); slot++) maps.services.delete(key(s.frontend, slot, scope));
         }
-        this.#services.delete(id);
+        this.#dropShadow(id);
         if (s.routeAddress !== undefined) await this.opts.routes.release(id, s.routeAddress);
         if ((s.flags & ServiceFlag.AFFINITY) !== 0) await this.#purgeAffinity((k) => k.revNatIndex === id);
       }

@@ -36,6 +36,8 @@ export class ServiceRoutes {
   /** Addresses whose route is in the kernel (as this process put or found it). */
   readonly #installed = new Set<string>();
   #router: string | undefined;
+  /** tendril_host's ifindex, resolved with the router address: one lookup, not one per route. */
+  #devIndex: number | undefined;
   readonly #dev: string;
   readonly #peer: string;
 
@@ -69,7 +71,8 @@ export class ServiceRoutes {
     const nl = await this.opts.netlink();
     await kernel(async () => {
       const peer = await nl.getLink(this.#peer);
-      await nl.replaceNeighbour({ link: this.#dev, ip: SERVICE_ROUTE_NEXTHOP, mac: peer.mac, state: 'permanent' });
+      this.#devIndex = (await nl.getLink(this.#dev)).index;
+      await nl.replaceNeighbour({ link: this.#devIndex, ip: SERVICE_ROUTE_NEXTHOP, mac: peer.mac, state: 'permanent' });
     });
     for (const address of this.#holders.keys()) await this.#install(address);
   }
@@ -99,7 +102,7 @@ export class ServiceRoutes {
   async #install(address: string): Promise<void> {
     const nl = await this.opts.netlink();
     await kernel(() =>
-      nl.replaceRoute({ dst: `${address}/32`, gateway: SERVICE_ROUTE_NEXTHOP, onlink: true, link: this.#dev, prefsrc: this.#router!, protocol: SERVICE_ROUTE_PROTOCOL }),
+      nl.replaceRoute({ dst: `${address}/32`, gateway: SERVICE_ROUTE_NEXTHOP, onlink: true, link: this.#devIndex ?? this.#dev, prefsrc: this.#router!, protocol: SERVICE_ROUTE_PROTOCOL }),
     );
     this.#installed.add(address);
   }
@@ -109,7 +112,7 @@ export class ServiceRoutes {
     if (!this.#installed.delete(address) && this.#router === undefined && !found) return;
     const nl = await this.opts.netlink();
     try {
-      await nl.deleteRoute({ dst: `${address}/32`, link: this.#dev, protocol: SERVICE_ROUTE_PROTOCOL });
+      await nl.deleteRoute({ dst: `${address}/32`, link: this.#devIndex ?? this.#dev, protocol: SERVICE_ROUTE_PROTOCOL });
     } catch (err) {
       // Gone already (the device was recreated, someone deleted it): nothing to do.
       if (!isKernelError(err, 'ESRCH', 'ENODEV', 'ENOENT')) throw toDatapathError(err);

@@ -27,6 +27,7 @@
 #include "l4.h"
 #include "lb.h"
 #include "nat.h"
+#include "nodeport.h"
 #include "trace.h"
 
 /* The stack addressed the frame to tendril_net: the pod needs its own MAC. */
@@ -72,9 +73,10 @@ static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow
 		flow_set_source4(f);
 		f->dst_identity = ipcache_identity4(f->daddr);
 		ct_create(f, now);
-		trace_new_flow(skb, f, TRACE_TO_STACK, DIR_NONE);
+		trace_new_flow(skb, f, TRACE_TO_NETWORK, DIR_NONE);
 	}
-	return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_NONE);
+	/* Not back through tendril_net: the stack would take the router address as source for a martian. */
+	return nodeport_fib_redirect4(skb, f, ip);
 }
 
 static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)

@@ -156,6 +156,8 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 		return 0;
 	now = bpf_ktime_get_ns();
 	f->src_identity = ipcache_identity4(f->saddr);
+	/* This client's packet says what its flow is now (its port may have gone to another frontend before). */
+	f->lb_checked = 1;
 	ret = lb4_translate(skb, f, ip, &key, svc, now);
 	if (ret < 0) {
 		*action = drop_packet(skb, f, ret, DIR_INGRESS, 0);

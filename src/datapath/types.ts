@@ -200,7 +200,7 @@ export interface LoadBalancerDatapath {
   upsertBackends(backends: readonly LbBackendEntry[]): Promise<void>;
   /** Removes backends, and at once every conntrack entry pinned to them (a connected UDP client re-selects on its next datagram). */
   deleteBackends(ids: readonly number[]): Promise<void>;
-  /** Writes the service's entries (and, for a ClusterIP, the node's route to it through tendril_host); replaces what the ID had. */
+  /** Writes the service's entries (and, for a frontend other than a NodePort, the node's route to it through tendril_host); replaces what the ID had. */
   upsertService(svc: LbServiceEntry): Promise<void>;
   deleteService(id: number): Promise<void>;
   /** After the agent restored its services: entries of IDs not in `liveServiceIds`/`liveBackendIds` go. */

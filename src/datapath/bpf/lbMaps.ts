@@ -81,11 +81,19 @@ interface ServiceShadow {
   counts: Map<number, number>;
   /** The backend in each slot per scope (slot i at index i-1), so a backend's users are found without map reads. */
   slots: Map<number, readonly number[]>;
-  /** The ClusterIP whose route the service holds, if it is one. */
+  /** The frontend address whose route to tendril_host the service holds (a ClusterIP, external IP or LoadBalancer address). */
   routeAddress?: string;
 }
 
-const TYPE_FLAGS = ServiceFlag.NODEPORT | ServiceFlag.EXTERNAL_IP | ServiceFlag.LOADBALANCER;
+
+/**
+ * Whether the node's own connections to the frontend need a route to
+ * tendril_host: a ClusterIP, external IP or LoadBalancer address (a
+ * NodePort is on the node's addresses, reached over lo).
+ */
+function routedFrontend(flags: number, f: Frontend): boolean {
+  return (flags & ServiceFlag.NODEPORT) === 0 && f.address.bits !== 0n;
+}
 
 function frontendText(f: Frontend): string {
   return `${formatIp(f.address)}:${f.port}/${f.proto}`;
@@ -200,7 +208,7 @@ export class LbMaps implements LoadBalancerDatapath {
     }
     for (const [id, s] of lb.#services) {
       lb.#index(id, s);
-      if ((s.flags & TYPE_FLAGS) === 0 && s.frontend.address.bits !== 0n) {
+      if (routedFrontend(s.flags, s.frontend)) {
         s.routeAddress = formatIp(s.frontend.address);
         opts.routes.adopt(id, s.routeAddress);
       }
@@ -375,7 +383,7 @@ export class LbMaps implements LoadBalancerDatapath {
       }
     }
     const flags = serviceFlags(svc);
-    const routeAddress = (flags & TYPE_FLAGS) === 0 ? formatIp(frontend.address) : undefined;
+    const routeAddress = routedFrontend(flags, frontend) ? formatIp(frontend.address) : undefined;
     const old = this.#services.get(svc.id);
     const moved = old !== undefined && !sameFrontend(old.frontend, frontend);
     const { maps } = this.opts;

@@ -1,5 +1,6 @@
 /**
- * The node's routes to ClusterIPs: each ClusterIP /32 goes to tendril_host,
+ * The node's routes to service frontends (ClusterIPs, external and
+ * LoadBalancer IPs): each such /32 goes to tendril_host,
  * whose egress program load-balances what the node itself sends to a
  * service; the preferred source is the router address, so a backend's reply
  * comes back to an address the datapath knows as the host.

@@ -203,6 +203,12 @@ export interface LoadBalancerDatapath {
   /** Writes the service's entries (and, for a frontend other than a NodePort, the node's route to it through tendril_host); replaces what the ID had. */
   upsertService(svc: LbServiceEntry): Promise<void>;
   deleteService(id: number): Promise<void>;
+  /**
+   * Backends that left service `id` but stay in the backend map for other
+   * services: the service's connections pinned to them (conntrack and
+   * affinity) go, so its clients are load-balanced again at once.
+   */
+  purgeServiceBackends(id: number, backendIds: readonly number[]): Promise<void>;
   /** After the agent restored its services: entries of IDs not in `liveServiceIds`/`liveBackendIds` go. */
   restoreDone(liveServiceIds: readonly number[], liveBackendIds: readonly number[]): Promise<void>;
 }

@@ -382,6 +382,7 @@ export class ServiceManager implements ServiceApi {
     if (prev) this.#frontends.delete(frontendKey(prev.spec.frontend));
     this.#frontends.set(frontendKey(spec.frontend), id);
     this.#services.set(id, next);
+    await this.#purgeLeft(lb, id, stillUsed);
     await this.#settleBackends(lb, [], change.freed);
     this.o.log.debug({ service: id, frontend: frontendKey(spec.frontend), backends: entry.backendIds.length }, prev ? 'service updated' : 'service created');
     return next;
@@ -410,6 +411,22 @@ export class ServiceManager implements ServiceApi {
       }
       for (const b of allocated) this.#pendingBackendDeletes.add(b);
       this.o.log.error({ service: id, err }, 'putting the service back after a failed write failed; it is marked unrealized');
+    }
+  }
+
+  /**
+   * Backends that left service `id` but back other services stay in the
+   * maps: the connections of this service pinned to them go all the same
+   * (its connected UDP clients move at once). A failure is logged: the
+   * service itself is in force.
+   */
+  async #purgeLeft(lb: LoadBalancerDatapath, id: number, keys: readonly string[]): Promise<void> {
+    const ids = keys.map((k) => this.#registry.idOf(k)).filter((b): b is number => b !== undefined);
+    if (ids.length === 0) return;
+    try {
+      await lb.purgeServiceBackends(id, ids);
+    } catch (err) {
+      this.o.log.warn({ service: id, backends: ids, err }, 'removing the connections of backends that left the service failed');
     }
   }
 

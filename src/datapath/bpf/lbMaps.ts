@@ -327,15 +327,28 @@ export class LbMaps implements LoadBalancerDatapath {
     return out;
   }
 
-  /** Deletes every conntrack entry (service and translated) pinned to one of `ids`, in both tables; answers how many. */
-  async #purgeConntrack(ids: ReadonlySet<number>): Promise<number> {
+  purgeServiceBackends(id: number, backendIds: readonly number[]): Promise<void> {
+    const gone = new Set(backendIds);
+    if (gone.size === 0) return Promise.resolve();
+    return this.#serial(async () => {
+      await this.#purgeConntrack(gone, id);
+      await this.#purgeAffinity((k, v) => k.revNatIndex === id && gone.has(v.backendId));
+    });
+  }
+
+  /**
+   * Deletes every conntrack entry (service and translated) pinned to one of
+   * `ids` — of service `serviceId` only, when given — in both tables;
+   * answers how many.
+   */
+  async #purgeConntrack(ids: ReadonlySet<number>, serviceId?: number): Promise<number> {
     let removed = 0;
     for (const table of [this.opts.maps.ctTcp, this.opts.maps.ctAny]) {
       // Keys first, deletes after: deleting during a hash walk restarts it.
       const doomed: Buffer[] = [];
       for await (const [k, v] of table.raw.entries()) {
-        // backend_id sits at a fixed offset: decoding the whole entry for every flow is wasted work.
-        if (ids.has(ctEntryBackendId(v))) doomed.push(Buffer.from(k));
+        // backend_id and rev_nat_index sit at fixed offsets: decoding the whole entry for every flow is wasted work.
+        if (ids.has(ctEntryBackendId(v)) && (serviceId === undefined || ctEntryRevNatIndex(v) === serviceId)) doomed.push(Buffer.from(k));
       }
       for (const k of doomed) if (table.raw.delete(k)) removed++;
     }
@@ -552,6 +565,11 @@ export class LbMaps implements LoadBalancerDatapath {
 
 /** struct ct_entry's backend_id: after expires_ns, packets, bytes (3 × 8), four u32s (16), rev_nat_index, tcp_flags, flags (4). */
 const CT_ENTRY_BACKEND_ID_OFFSET = 44;
+const CT_ENTRY_REV_NAT_INDEX_OFFSET = 40;
+
+function ctEntryRevNatIndex(v: Buffer): number {
+  return v.readUInt16LE(CT_ENTRY_REV_NAT_INDEX_OFFSET);
+}
 
 function ctEntryBackendId(v: Buffer): number {
   return v.readUInt32LE(CT_ENTRY_BACKEND_ID_OFFSET);

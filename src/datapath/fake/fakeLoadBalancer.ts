@@ -58,6 +58,14 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
     }
   }
 
+  /** (service, backend) pairs whose connections purgeServiceBackends removed, in order. */
+  readonly purgedServiceBackends: Array<[number, number]> = [];
+
+  async purgeServiceBackends(id: number, backendIds: readonly number[]): Promise<void> {
+    this.#enter('purgeServiceBackends', [id, ...backendIds]);
+    for (const b of backendIds) this.purgedServiceBackends.push([id, b]);
+  }
+
   async upsertService(svc: LbServiceEntry): Promise<void> {
     this.#enter('upsertService', [svc.id]);
     for (const id of [...svc.backendIds, ...(svc.internalBackendIds ?? [])]) {

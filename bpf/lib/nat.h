@@ -16,6 +16,7 @@
 #include "common.h"
 #include "conntrack.h"
 #include "devices.h"
+#include "ipcache.h"
 #include "drop.h"
 #include "flow.h"
 #include "ipv4.h"
@@ -351,6 +352,12 @@ static __always_inline int snat4_rev_icmp_error(struct __sk_buff *skb, struct fl
 	return 1;
 }
 
+/* An address of the node's own (its router address): no pod's. */
+static __always_inline int nat4_to_node_address(__be32 addr)
+{
+	return ipcache_identity4(addr) == IDENTITY_HOST;
+}
+
 /*
  * netdev ingress: a reply to a SNAT mapping (destination = a node address
  * and a mapped port) gets its original destination back (f->daddr/dport
@@ -406,6 +413,13 @@ static __always_inline int snat4_rev_netdev(struct __sk_buff *skb, struct flow *
 	f->dport = to_port;
 	*nat_flags = flags;
 	if (flags & NAT_F_NODEPORT)
+		return 0;
+	/*
+	 * The node's own connection to a service backend off the node left with
+	 * the router address masqueraded: the reply goes on to the service's
+	 * reverse NAT (nodeport_host_reply4) before the stack takes it.
+	 */
+	if (nat4_to_node_address(to_addr))
 		return 0;
 	*action = TC_ACT_OK;
 	return 1;

@@ -60,17 +60,20 @@ static __always_inline int nodeport_fib_redirect4(struct __sk_buff *skb, struct 
 }
 
 /*
- * The reply of a NodePort flow SNATed to a backend off the node, its
- * destination already the client again (snat4_rev_netdev): source ← the
- * frontend the client addressed, then on to the client.
+ * The reply of a NodePort flow SNATed to a backend off the node (or an ICMP
+ * error about it), its destination already the client again
+ * (snat4_rev_netdev): source ← the frontend the client addressed, then on
+ * to the client.
  */
 static __always_inline int nodeport_snat_reply4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip)
 {
+	enum ct_status status = ct_lookup(f, bpf_ktime_get_ns());
 	int ret;
 
-	if (ct_lookup(f, bpf_ktime_get_ns()) != CT_REPLY || !f->rev_nat_index)
+	/* A reply, or an ICMP error about the flow (the backend's port unreachable): both go back to the client translated. */
+	if ((status != CT_REPLY && status != CT_RELATED) || !f->rev_nat_index)
 		return drop_packet(skb, f, DROP_NAT_NO_MAPPING, DIR_NONE, 0);
-	ret = lb4_rev_nat(skb, f, ip);
+	ret = lb4_rev_nat_ct(skb, f, ip, status);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
 	return nodeport_fib_redirect4(skb, f, ip);
@@ -100,17 +103,17 @@ static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flo
 
 /*
  * The reply of a backend off this node to the node's own connection to a
- * ClusterIP (from_host made it with the router address as source): the
- * frontend back as its source before the stack sees it. Only packets to an
- * address of the node in tendril_lxc (the router address) cost a
- * conntrack lookup. Returns 1 with *action set when translated.
+ * service (from_host made it with the router address as source; the
+ * masquerade on the way out has given that back already): the frontend
+ * back as its source before the stack sees it. Only packets to an address
+ * of the node cost a conntrack lookup. Returns 1 with *action set when
+ * translated.
  */
 static __always_inline int nodeport_host_reply4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, int *action)
 {
-	struct endpoint_info *ep = endpoint_lookup4(f->daddr);
 	int ret;
 
-	if (!ep || !(ep->flags & ENDPOINT_F_HOST) || !lb4_proto_supported(f->proto))
+	if (!lb4_proto_supported(f->proto) || ipcache_identity4(f->daddr) != IDENTITY_HOST)
 		return 0;
 	if (ct_lookup(f, bpf_ktime_get_ns()) != CT_REPLY || !f->rev_nat_index)
 		return 0;
@@ -149,7 +152,8 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 	/* From outside the node: the EXTERNAL scope only (a Local service's lists this node's backends). */
 	svc = lb4_lookup(f, &key, 0);
 	if (!svc)
-		return nodeport_host_reply4(skb, f, ip, action);
+		/* Without masquerading on the device a reply comes straight to the router address; with it, after snat4_rev_netdev. */
+		return (nat_flags & NAT_F_MASQUERADE) || !(dev->flags & DEVICE_F_MASQUERADE) ? nodeport_host_reply4(skb, f, ip, action) : 0;
 	svc_flags = svc->flags;
 	/* A ClusterIP is no frontend for the outside, even when a router sends its traffic here. */
 	if (!(svc_flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)))

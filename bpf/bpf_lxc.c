@@ -192,6 +192,7 @@ static __always_inline int to_container_ipv4(struct __sk_buff *skb, struct flow 
 	dst = pod_endpoint_lookup4(f->daddr);
 	if (!dst)
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
+	f->lb_direct = 1;
 	ret = ingress_to_endpoint4(skb, f, &ip, dst, TRACE_FROM_STACK);
 	if (ret)
 		return ret;

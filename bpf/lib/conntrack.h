@@ -230,7 +230,7 @@ static __always_inline enum ct_status ct_lookup(struct flow *f, __u64 now)
 	e = ct_lookup_key(&key, now);
 	if (e) {
 		ct_refresh(e, f, 0, now);
-		if (f->lb_checked)
+		if (f->lb_checked || (f->lb_direct && (e->flags & CT_F_NODEPORT)))
 			ct_take_translation(e, f);
 		ct_entry_to_flow(f, e);
 		f->src_identity = e->src_identity;

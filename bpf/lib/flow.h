@@ -64,6 +64,13 @@ struct flow {
 	__u8 lb_checked;
 	/* Only a backend on this node will do (the node's own connection to its NodePort, over lo). */
 	__u8 lb_local_only;
+	/*
+	 * The stack hands the packet to the pod: a NodePort never does (it
+	 * delivers straight into the pod), so an entry a NodePort translation
+	 * left on this tuple is stale — the client now talks to the pod itself.
+	 */
+	__u8 lb_direct;
+	__u8 svc_pad[3];
 };
 
 static __always_inline void flow_init(struct flow *f, struct __sk_buff *skb)

@@ -24,39 +24,61 @@
 /* From linux/socket.h, which a BPF build cannot include. */
 #define NODEPORT_AF_INET 2
 
+/* The FIB's answer for the packet as it is now: 0 with *fib filled in, or DROP_FIB_LOOKUP_FAILED without a route. */
+static __always_inline int nodeport_fib_lookup4(struct __sk_buff *skb, const struct flow *f, const struct ipv4_info *ip, struct bpf_fib_lookup *fib)
+{
+	int ret;
+
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = NODEPORT_AF_INET;
+	fib->l4_protocol = f->proto;
+	fib->sport = f->sport;
+	fib->dport = f->dport;
+	fib->tot_len = (__u16)(ip->ip_end - IP4_OFF);
+	fib->ifindex = skb->ifindex;
+	fib->ipv4_src = f->saddr;
+	fib->ipv4_dst = f->daddr;
+	ret = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return DROP_FIB_LOOKUP_FAILED;
+	return 0;
+}
+
 /*
- * Sends a translated packet on towards its destination by the node's
- * routes: TTL - 1, then out of the FIB's device with the neighbour
- * resolved by the kernel. DROP_FIB_LOOKUP_FAILED without a route.
+ * Sends a translated packet out of the device the FIB chose (`fib`, looked
+ * up for its destination): TTL - 1, then the neighbour resolved by the
+ * kernel.
  */
-static __always_inline int nodeport_fib_redirect4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+static __always_inline int nodeport_redirect4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, const struct bpf_fib_lookup *fib)
 {
 	struct bpf_redir_neigh nh;
-	struct bpf_fib_lookup fib;
 	int ret;
 
 	if (ip->ttl <= 1)
 		return drop_packet(skb, f, DROP_TTL_EXCEEDED, DIR_NONE, 0);
-	__builtin_memset(&fib, 0, sizeof(fib));
-	fib.family = NODEPORT_AF_INET;
-	fib.l4_protocol = f->proto;
-	fib.sport = f->sport;
-	fib.dport = f->dport;
-	fib.tot_len = (__u16)(ip->ip_end - IP4_OFF);
-	fib.ifindex = skb->ifindex;
-	fib.ipv4_src = f->saddr;
-	fib.ipv4_dst = f->daddr;
-	ret = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
-	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return drop_packet(skb, f, DROP_FIB_LOOKUP_FAILED, DIR_NONE, 0);
 	ret = ipv4_dec_ttl(skb, ip, f->proto);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
 	/* The FIB's next hop (the gateway, or the destination itself), so the kernel does not route the packet twice. */
 	__builtin_memset(&nh, 0, sizeof(nh));
 	nh.nh_family = NODEPORT_AF_INET;
-	nh.ipv4_nh = fib.ipv4_dst;
-	return pass_packet(skb, f, bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0), TRACE_TO_NETWORK, DIR_NONE);
+	nh.ipv4_nh = fib->ipv4_dst;
+	return pass_packet(skb, f, bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0), TRACE_TO_NETWORK, DIR_NONE);
+}
+
+/*
+ * Sends a translated packet on towards its destination by the node's
+ * routes (nodeport_redirect4). DROP_FIB_LOOKUP_FAILED without a route.
+ */
+static __always_inline int nodeport_fib_redirect4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+{
+	struct bpf_fib_lookup fib;
+	int ret;
+
+	ret = nodeport_fib_lookup4(skb, f, ip, &fib);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	return nodeport_redirect4(skb, f, ip, &fib);
 }
 
 /*
@@ -82,14 +104,23 @@ static __always_inline int nodeport_snat_reply4(struct __sk_buff *skb, struct fl
 /*
  * A NodePort/externalIP/LoadBalancer flow to a backend off this node
  * (Cluster policy): conntrack keyed by the translated tuple before SNAT,
- * then source ← this device's address and a NAT port, then out by the FIB.
+ * then source ← the address of the device the FIB sends it out of (this
+ * device's when that one is none of ours) and a NAT port, then out.
  */
 static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					       __u64 now)
 {
-	__be32 nat_addr = dev->ipv4;
+	struct device_info *out;
+	struct bpf_fib_lookup fib;
+	__be32 nat_addr;
 	int ret;
 
+	/* The source becomes the address of the device the backend is reached by (the backend's way back), as Cilium does. */
+	ret = nodeport_fib_lookup4(skb, f, ip, &fib);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	out = device_lookup(fib.ifindex);
+	nat_addr = out && out->ipv4 ? out->ipv4 : dev->ipv4;
 	if (ct_lookup(f, now) == CT_NEW) {
 		f->dst_identity = ipcache_identity4(f->daddr);
 		ct_create(f, now);
@@ -98,7 +129,7 @@ static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flo
 	ret = snat4_apply(skb, f, ip, nat_addr, NAT_F_NODEPORT, now);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
-	return nodeport_fib_redirect4(skb, f, ip);
+	return nodeport_redirect4(skb, f, ip, &fib);
 }
 
 /*

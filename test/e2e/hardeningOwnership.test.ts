@@ -38,7 +38,8 @@ async function nodeSnapshot(): Promise<Record<string, string[]>> {
   const links = await json<Array<{ ifindex: number; ifname: string; flags: string[] }>>(['ip', '-j', 'link', 'show']);
   const addrs = await json<Array<{ ifname: string; addr_info: Array<{ local: string; prefixlen: number }> }>>(['ip', '-j', 'addr', 'show']);
   const routes = await json<Array<{ dst: string }>>(['ip', '-j', 'route', 'show', 'table', 'all']);
-  const nft = await pool.exec(node, ['nft', 'list', 'table', 'inet', 'tendril']);
+  // The whole ruleset: the eBPF datapath installs no table of its own, and a second agent must not add one either.
+  const nft = await pool.exec(node, ['nft', 'list', 'ruleset']);
   assert.equal(nft.code, 0, nft.stderr);
   // IPv6 link-local addresses and their routes are the kernel's, added whenever it gets round to a device coming up.
   const kernelLinkLocal = (dst: string) => /^(fe80:|ff00::\/8$)/.test(dst);

@@ -1,12 +1,11 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { createInterface } from 'node:readline';
+import { NetnsAgentChannel, type Unnumbered } from './netnsAgentChannel.js';
 import type { ProbeAgentConfig, ProbeCommand, ProbeOutcome, ProbeReply } from './probeAgent.js';
 
 export type { ProbeOutcome } from './probeAgent.js';
 
 /** A command without its id (the prober numbers them). */
-type ProbeRequest = ProbeCommand extends infer C ? (C extends unknown ? Omit<C, 'id'> : never) : never;
+type ProbeRequest = Unnumbered<ProbeCommand>;
 
 const PROBE_AGENT = fileURLToPath(new URL('./probeAgent.js', import.meta.url));
 
@@ -42,52 +41,18 @@ export const DEFAULT_PROBE_TIMEOUT_MS = 400;
  * answer probes from elsewhere, and `probe` sends one from this namespace.
  */
 export class NetnsProber {
-  private nextId = 1;
-  private readonly pending = new Map<number, (r: ProbeReply) => void>();
-  private stderr = '';
-
   private constructor(
     readonly name: string,
-    private readonly child: ChildProcess,
+    private readonly channel: NetnsAgentChannel<ProbeReply>,
   ) {}
 
   /** Starts the agent inside the namespace at `netnsPath` and waits until its listeners are bound. */
   static async start(name: string, netnsPath: string, config: ProbeAgentConfig): Promise<NetnsProber> {
-    const child = spawn('nsenter', [`--net=${netnsPath}`, '--', process.execPath, PROBE_AGENT, JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'pipe'] });
-    const prober = new NetnsProber(name, child);
-    child.stderr!.on('data', (c: Buffer) => (prober.stderr += c.toString()));
-    const lines = createInterface({ input: child.stdout! });
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`probe agent ${name} not ready in 10 s: ${prober.stderr}`)), 10_000);
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`probe agent ${name} exited ${code}: ${prober.stderr}`));
-      });
-      lines.on('line', (line) => {
-        const msg = JSON.parse(line) as ProbeReply | { ready: true };
-        if ('ready' in msg) {
-          clearTimeout(timer);
-          resolve();
-          return;
-        }
-        const waiter = prober.pending.get(msg.id);
-        prober.pending.delete(msg.id);
-        waiter?.(msg);
-      });
-    });
-    return prober;
+    return new NetnsProber(name, await NetnsAgentChannel.start<ProbeReply>(`probe agent ${name}`, PROBE_AGENT, netnsPath, config));
   }
 
   private send(cmd: ProbeRequest): Promise<ProbeReply> {
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      if (this.child.exitCode !== null || this.child.signalCode !== null) {
-        reject(new Error(`probe agent ${this.name} is gone: ${this.stderr}`));
-        return;
-      }
-      this.pending.set(id, resolve);
-      this.child.stdin!.write(`${JSON.stringify({ ...cmd, id })}\n`);
-    });
+    return this.channel.send(cmd);
   }
 
   async probe(p: Probe): Promise<ProbeResult> {
@@ -107,14 +72,10 @@ export class NetnsProber {
   }
 
   /** Ends the agent (closing its stdin ends it; SIGKILL if it lingers). */
-  async stop(): Promise<void> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    const exited = new Promise((r) => this.child.once('exit', r));
-    this.child.stdin!.end();
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), 2000);
-    await exited;
-    clearTimeout(timer);
+  stop(): Promise<void> {
+    return this.channel.stop();
   }
+
 }
 
 function portOf(p: Probe): number {

@@ -1,13 +1,12 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { NetnsAgentChannel, type Unnumbered } from './netnsAgentChannel.js';
 import type { ServiceAgentConfig, ServiceCommand, ServiceReply, SessionResult, ShotResult, StreamEvent } from './serviceAgent.js';
 
 export type { Answer, SessionResult, ShotResult, StreamEvent } from './serviceAgent.js';
 
 const SERVICE_AGENT = fileURLToPath(new URL('./serviceAgent.js', import.meta.url));
 
-type Request = ServiceCommand extends infer C ? (C extends unknown ? Omit<C, 'id'> : never) : never;
+type Request = Unnumbered<ServiceCommand>;
 
 export interface Target {
   dst: string;
@@ -28,51 +27,17 @@ export interface Target {
  * that opens connections and sends datagrams from there.
  */
 export class ServiceAgentProcess {
-  private nextId = 1;
-  private readonly pending = new Map<number, (r: ServiceReply) => void>();
-  private stderr = '';
-
   private constructor(
     readonly name: string,
-    private readonly child: ChildProcess,
+    private readonly channel: NetnsAgentChannel<ServiceReply>,
   ) {}
 
   static async start(netnsPath: string, config: ServiceAgentConfig): Promise<ServiceAgentProcess> {
-    const child = spawn('nsenter', [`--net=${netnsPath}`, '--', process.execPath, SERVICE_AGENT, JSON.stringify(config)], { stdio: ['pipe', 'pipe', 'pipe'] });
-    const p = new ServiceAgentProcess(config.name, child);
-    child.stderr!.on('data', (c: Buffer) => (p.stderr += c.toString()));
-    const lines = createInterface({ input: child.stdout! });
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`service agent ${config.name} not ready in 10 s: ${p.stderr}`)), 10_000);
-      child.once('exit', (code) => {
-        clearTimeout(timer);
-        reject(new Error(`service agent ${config.name} exited ${code}: ${p.stderr}`));
-      });
-      lines.on('line', (line) => {
-        const msg = JSON.parse(line) as ServiceReply | { ready: true };
-        if ('ready' in msg) {
-          clearTimeout(timer);
-          resolve();
-          return;
-        }
-        const waiter = p.pending.get(msg.id);
-        p.pending.delete(msg.id);
-        waiter?.(msg);
-      });
-    });
-    return p;
+    return new ServiceAgentProcess(config.name, await NetnsAgentChannel.start<ServiceReply>(`service agent ${config.name}`, SERVICE_AGENT, netnsPath, config));
   }
 
   private async send(cmd: Request): Promise<ServiceReply> {
-    const id = this.nextId++;
-    const reply = await new Promise<ServiceReply>((resolve, reject) => {
-      if (this.child.exitCode !== null || this.child.signalCode !== null) {
-        reject(new Error(`service agent ${this.name} is gone: ${this.stderr}`));
-        return;
-      }
-      this.pending.set(id, resolve);
-      this.child.stdin!.write(`${JSON.stringify({ ...cmd, id })}\n`);
-    });
+    const reply = await this.channel.send(cmd);
     if ('error' in reply) throw new Error(`service agent ${this.name}: ${reply.error}`);
     return reply;
   }
@@ -131,14 +96,10 @@ export class ServiceAgentProcess {
     await this.send({ op: 'udpStreamStop', handle });
   }
 
-  async stop(): Promise<void> {
-    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
-    const exited = new Promise((r) => this.child.once('exit', r));
-    this.child.stdin!.end();
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), 2000);
-    await exited;
-    clearTimeout(timer);
+  stop(): Promise<void> {
+    return this.channel.stop();
   }
+
 }
 
 /** Connections per backend name (sessions that got no answer count under `''`). */

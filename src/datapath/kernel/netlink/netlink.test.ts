@@ -333,7 +333,9 @@ describe('rtnetlink in real namespaces', () => {
       const p99 = h.percentile(99) / 1e6;
       const max = h.max / 1e6;
       console.log(`# 200 concurrent netlink requests on 4 sockets: ${elapsed.toFixed(1)} ms, event-loop delay p99 ${p99.toFixed(2)} ms, max ${max.toFixed(2)} ms`);
-      assert.ok(p99 < 20, `event-loop delay p99 ${p99} ms`);
+      // Blocking calls would hold the loop for about the whole run; a busy machine (another test file on the
+      // other core, sanitizers) delays a tick now and then without anything blocking.
+      assert.ok(p99 < Math.max(20, elapsed / 2), `event-loop delay p99 ${p99} ms over ${elapsed} ms`);
     } finally {
       await Promise.all(handles.map((x) => x.close()));
     }

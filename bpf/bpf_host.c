@@ -121,7 +121,6 @@ int tendril_from_host(struct __sk_buff *skb)
 	struct flow f;
 
 	flow_init(&f, skb);
-	f.trace_level = config_trace_level();
 	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
 		return from_host_ipv4(skb, &f);
 	return pass_packet(skb, &f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
@@ -134,7 +133,6 @@ int tendril_to_host(struct __sk_buff *skb)
 	struct flow f;
 
 	flow_init(&f, skb);
-	f.trace_level = config_trace_level();
 	/* Addresses for the trace only: nothing here is dropped. */
 	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
 		ipv4_load(skb, &f, &ip);

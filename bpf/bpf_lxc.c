@@ -171,7 +171,6 @@ int tendril_from_container(struct __sk_buff *skb)
 	__be16 proto;
 
 	flow_init(&f, skb);
-	f.trace_level = config_trace_level();
 	proto = eth_load_proto(skb);
 	if (proto == bpf_htons(ETH_P_IP))
 		return from_container_ipv4(skb, &f);
@@ -206,7 +205,6 @@ int tendril_to_container(struct __sk_buff *skb)
 	__be16 proto;
 
 	flow_init(&f, skb);
-	f.trace_level = config_trace_level();
 	proto = eth_load_proto(skb);
 	if (proto == bpf_htons(ETH_P_IP))
 		return to_container_ipv4(skb, &f);

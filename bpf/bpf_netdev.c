@@ -52,7 +52,6 @@ int tendril_from_netdev(struct __sk_buff *skb)
 	struct flow f;
 
 	flow_init(&f, skb);
-	f.trace_level = config_trace_level();
 	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
 		return from_netdev_ipv4(skb, &f);
 	return TC_ACT_OK;
@@ -82,7 +81,6 @@ int tendril_to_netdev(struct __sk_buff *skb)
 	struct flow f;
 
 	flow_init(&f, skb);
-	f.trace_level = config_trace_level();
 	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
 		return to_netdev_ipv4(skb, &f);
 	return TC_ACT_OK;
@@ -96,7 +94,6 @@ int tendril_to_lo(struct __sk_buff *skb)
 	int action = TC_ACT_OK;
 
 	flow_init(&f, skb);
-	f.trace_level = config_trace_level();
 	if (eth_load_proto(skb) != bpf_htons(ETH_P_IP) || ipv4_load(skb, &f, &ip) < 0 || l4_load(skb, &f, &ip) < 0)
 		return TC_ACT_OK;
 	if (nodeport_local4(skb, &f, &ip, &action))

@@ -7,6 +7,7 @@
 #define __TENDRIL_LIB_FLOW_H_
 
 #include "common.h"
+#include "config.h"
 
 /* TCP header flag bits (the 14th byte of the header). */
 #define TCP_FLAG_FIN 0x01
@@ -73,12 +74,14 @@ struct flow {
 	__u8 svc_pad[3];
 };
 
+/* Every program's start: the packet's size and device, and the trace level the agent set. */
 static __always_inline void flow_init(struct flow *f, struct __sk_buff *skb)
 {
 	__builtin_memset(f, 0, sizeof(*f));
 	f->family = 4;
 	f->len = skb->len;
 	f->ifindex = skb->ifindex;
+	f->trace_level = config_trace_level();
 }
 
 #endif

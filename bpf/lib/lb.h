@@ -467,95 +467,33 @@ static __always_inline int lb4_rev_nat(struct __sk_buff *skb, struct flow *f, co
 	return 0;
 }
 
-/* RFC 1624 incremental update of a checksum for a 16-bit word changing from `from` to `to` (both as stored). */
-static __always_inline __u16 csum16_replace2(__u16 check, __u16 from, __u16 to)
-{
-	__u32 sum = (__u16)~check + (__u16)~from + (__u32)to;
-
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
-}
-
-static __always_inline __u16 csum16_replace4(__u16 check, __u32 from, __u32 to)
-{
-	check = csum16_replace2(check, (__u16)from, (__u16)to);
-	return csum16_replace2(check, (__u16)(from >> 16), (__u16)(to >> 16));
-}
-
-/* The part of an ICMP error the reverse NAT rewrites: the embedded IPv4 header and its first L4 bytes. */
-struct lb4_icmp_inner {
-	struct iphdr ip;
-	__be16 sport;
-	__be16 dport;
-	__be16 udp_len;
-	__be16 udp_check;
-};
-
 /*
  * An ICMP error about a service flow's original direction, on its way to
  * the client: the datagram it carries (client → backend) becomes client →
- * frontend (destination address and port; its header checksum and a UDP
- * checksum updated), the outer source becomes the frontend when the backend
- * sent the error, and the ICMP checksum follows every change. A hairpin's
- * error also gets the client back in place of LB_HAIRPIN_IP4, outside and
- * inside.
+ * frontend, the outer source becomes the frontend when the backend sent the
+ * error, and every checksum follows (rewrite.h). A hairpin's error also gets
+ * the client back in place of LB_HAIRPIN_IP4, outside and inside.
  */
 static __always_inline int lb4_rev_nat_icmp(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
 {
-	__u32 inner_off = ip->l4_off + 8, icmp_csum_off = ip->l4_off + 2, l4_off;
 	__be32 front = f->nat_addr, backend = f->inner_daddr, hairpin = 0;
 	__be16 fport = f->nat_port, bport = f->inner_dport;
-	struct lb4_icmp_inner in;
-	__u16 icmp_check, old_ip_check;
-	int has_udp_check, ret;
+	struct icmp_inner in;
+	int ret;
 
 	if (!f->related_orig || !lb4_rev_nat_active(f))
 		return 0;
-	if (inner_off + sizeof(in.ip) > ip->ip_end || bpf_skb_load_bytes(skb, inner_off, &in.ip, sizeof(in.ip)) < 0)
-		return DROP_INVALID_PACKET;
-	if (bpf_skb_load_bytes(skb, icmp_csum_off, &icmp_check, sizeof(icmp_check)) < 0)
-		return DROP_INVALID_PACKET;
-	l4_off = inner_off + in.ip.ihl * 4;
-	/* icmp_load_inner saw the ports (has_inner); the UDP checksum only when the error carries it. */
-	if (l4_off + 4 > ip->ip_end || bpf_skb_load_bytes(skb, l4_off, &in.sport, 4) < 0)
-		return DROP_INVALID_PACKET;
-	has_udp_check = in.ip.protocol == IPPROTO_UDP && l4_off + 8 <= ip->ip_end && bpf_skb_load_bytes(skb, l4_off + 4, &in.udp_len, 4) == 0 &&
-			in.udp_check != 0;
-
 	if (f->ct_flags & CT_F_HAIRPIN)
-		hairpin = in.ip.saddr;
-	old_ip_check = in.ip.check;
-	in.ip.check = csum16_replace4(in.ip.check, in.ip.daddr, front);
-	icmp_check = csum16_replace4(icmp_check, in.ip.daddr, front);
-	if (has_udp_check) {
-		__u16 c = csum16_replace4(in.udp_check, in.ip.daddr, front);
-
-		c = csum16_replace2(c, bport, fport);
-		if (hairpin)
-			c = csum16_replace4(c, hairpin, backend);
-		if (c == 0)
-			c = 0xffff;
-		icmp_check = csum16_replace2(icmp_check, in.udp_check, c);
-		in.udp_check = c;
-	}
-	in.ip.daddr = front;
-	if (hairpin) {
-		in.ip.check = csum16_replace4(in.ip.check, hairpin, backend);
-		icmp_check = csum16_replace4(icmp_check, hairpin, backend);
-		in.ip.saddr = backend;
-	}
-	icmp_check = csum16_replace2(icmp_check, old_ip_check, in.ip.check);
-	if (fport) {
-		icmp_check = csum16_replace2(icmp_check, bport, fport);
-		in.dport = fport;
-	}
-	if (bpf_skb_store_bytes(skb, inner_off, &in.ip, sizeof(in.ip), 0) < 0 || bpf_skb_store_bytes(skb, l4_off, &in.sport, 4, 0) < 0)
-		return DROP_WRITE_ERROR;
-	if (has_udp_check && bpf_skb_store_bytes(skb, l4_off + 4, &in.udp_len, 4, 0) < 0)
-		return DROP_WRITE_ERROR;
-	if (bpf_skb_store_bytes(skb, icmp_csum_off, &icmp_check, sizeof(icmp_check), 0) < 0)
-		return DROP_WRITE_ERROR;
+		hairpin = f->inner_saddr;
+	ret = icmp_inner_load(skb, ip, &in);
+	if (ret == 0)
+		ret = icmp_inner_rewrite_addr(skb, &in, REWRITE_DST, backend, front);
+	if (ret == 0 && fport)
+		ret = icmp_inner_rewrite_port(skb, ip, &in, REWRITE_DST, bport, fport);
+	if (ret == 0 && hairpin)
+		ret = icmp_inner_rewrite_addr(skb, &in, REWRITE_SRC, hairpin, backend);
+	if (ret < 0)
+		return ret;
 	f->inner_daddr = front;
 	if (fport)
 		f->inner_dport = fport;

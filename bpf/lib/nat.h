@@ -232,43 +232,6 @@ static __always_inline int snat4_apply(struct __sk_buff *skb, struct flow *f, co
 }
 
 /*
- * Rewrites `size` (2 or 4) bytes at `off` inside an ICMP error's payload
- * and carries the change into the error's own checksum, which covers them.
- */
-static __always_inline int nat4_icmp_store(struct __sk_buff *skb, __u32 icmp_csum_off, __u32 off, __be32 old_val, __be32 new_val, __u32 size)
-{
-	if (old_val == new_val)
-		return 0;
-	if (bpf_l3_csum_replace(skb, icmp_csum_off, old_val, new_val, size) < 0)
-		return DROP_WRITE_ERROR;
-	if (bpf_skb_store_bytes(skb, off, &new_val, size, 0) < 0)
-		return DROP_WRITE_ERROR;
-	return 0;
-}
-
-/*
- * Updates the checksum field at `csum_off` inside an ICMP error's payload
- * for a change of `size` bytes it covers, and carries the field's own
- * change into the ICMP checksum.
- */
-static __always_inline int nat4_icmp_fix_csum(struct __sk_buff *skb, __u32 icmp_csum_off, __u32 csum_off, __be32 from, __be32 to, __u32 size)
-{
-	__be16 before, after;
-
-	if (from == to)
-		return 0;
-	if (bpf_skb_load_bytes(skb, csum_off, &before, sizeof(before)) < 0)
-		return DROP_INVALID_PACKET;
-	if (bpf_l3_csum_replace(skb, csum_off, from, to, size) < 0)
-		return DROP_WRITE_ERROR;
-	if (bpf_skb_load_bytes(skb, csum_off, &after, sizeof(after)) < 0)
-		return DROP_INVALID_PACKET;
-	if (bpf_l3_csum_replace(skb, icmp_csum_off, before, after, sizeof(after)) < 0)
-		return DROP_WRITE_ERROR;
-	return 0;
-}
-
-/*
  * An ICMP error from outside about a translated flow (the datagram inside
  * is one the node sent: source node address and mapped port) goes back to
  * the original source: the outer destination, and the embedded datagram's
@@ -279,12 +242,11 @@ static __always_inline int nat4_icmp_fix_csum(struct __sk_buff *skb, __u32 icmp_
  */
 static __always_inline int snat4_rev_icmp_error(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, __u8 *nat_flags)
 {
-	__u32 icmp_csum = ip->l4_off + 2, inner = ip->l4_off + 8, inner_l4, csum_off = 0, port_off;
+	struct icmp_inner in;
 	struct nat4_entry *m;
 	struct nat4_key key;
-	struct iphdr iph;
-	__be32 old_addr, to_addr;
-	__be16 old_port, to_port, l4_csum;
+	__be32 to_addr;
+	__be16 to_port;
 	__u8 flags;
 	int ret;
 
@@ -297,52 +259,14 @@ static __always_inline int snat4_rev_icmp_error(struct __sk_buff *skb, struct fl
 	to_addr = m->to_addr;
 	to_port = m->to_port;
 	flags = m->flags;
-	if (bpf_skb_load_bytes(skb, inner, &iph, sizeof(iph)) < 0)
-		return DROP_INVALID_PACKET;
-	inner_l4 = inner + iph.ihl * 4;
-	old_addr = iph.saddr;
-	old_port = f->inner_sport;
-
-	/* The embedded L4 checksum, when the error carries it: TCP and UDP cover addresses and ports, ICMP the identifier. */
-	if (f->inner_proto == IPPROTO_UDP)
-		csum_off = inner_l4 + 6;
-	else if (f->inner_proto == IPPROTO_TCP)
-		csum_off = inner_l4 + 16;
-	else if (f->inner_proto == IPPROTO_ICMP)
-		csum_off = inner_l4 + 2;
-	if (csum_off && csum_off + 2 <= ip->ip_end) {
-		if (bpf_skb_load_bytes(skb, csum_off, &l4_csum, sizeof(l4_csum)) < 0)
-			return DROP_INVALID_PACKET;
-		if (!(f->inner_proto == IPPROTO_UDP && l4_csum == 0)) {
-			if (f->inner_proto != IPPROTO_ICMP) {
-				ret = nat4_icmp_fix_csum(skb, icmp_csum, csum_off, old_addr, to_addr, sizeof(to_addr));
-				if (ret < 0)
-					return ret;
-			}
-			ret = nat4_icmp_fix_csum(skb, icmp_csum, csum_off, old_port, to_port, sizeof(to_port));
-			if (ret < 0)
-				return ret;
-		}
-	}
-
-	/* The embedded source port (echo: the identifier). */
-	port_off = f->inner_proto == IPPROTO_ICMP ? inner_l4 + 4 : inner_l4;
-	if (port_off + 2 > ip->ip_end)
-		return DROP_INVALID_PACKET;
-	ret = nat4_icmp_store(skb, icmp_csum, port_off, old_port, to_port, sizeof(to_port));
-	if (ret < 0)
-		return ret;
-
-	/* The embedded source address and the embedded header's checksum. */
-	ret = nat4_icmp_fix_csum(skb, icmp_csum, inner + offsetof(struct iphdr, check), old_addr, to_addr, sizeof(to_addr));
-	if (ret < 0)
-		return ret;
-	ret = nat4_icmp_store(skb, icmp_csum, inner + offsetof(struct iphdr, saddr), old_addr, to_addr, sizeof(to_addr));
-	if (ret < 0)
-		return ret;
-
+	ret = icmp_inner_load(skb, ip, &in);
+	if (ret == 0)
+		ret = icmp_inner_rewrite_port(skb, ip, &in, REWRITE_SRC, f->inner_sport, to_port);
+	if (ret == 0)
+		ret = icmp_inner_rewrite_addr(skb, &in, REWRITE_SRC, f->inner_saddr, to_addr);
 	/* The outer destination: ICMP's checksum has no pseudo-header, the IP header's alone changes. */
-	ret = ipv4_rewrite_addr(skb, ip, IPPROTO_ICMP, REWRITE_DST, f->daddr, to_addr);
+	if (ret == 0)
+		ret = ipv4_rewrite_addr(skb, ip, IPPROTO_ICMP, REWRITE_DST, f->daddr, to_addr);
 	if (ret < 0)
 		return ret;
 	*nat_flags = flags;

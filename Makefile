@@ -2,7 +2,7 @@
 # needs first; the install steps are idempotent.
 SHELL := /bin/bash
 APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc containerd \
-  gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace
+  gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump
 NODE_STAMP := node_modules/.package-lock.json
 
 .PHONY: all deps apt-deps build native bpf lint typecheck test check-native demo bench clean

@@ -10,6 +10,7 @@ struct datapath_config {
 	__u32 flags;
 	__u32 host_ifindex; /* tendril_host */
 	__u32 maglev_table_size; /* entries of every Maglev table in tendril_lb4_mag */
+	__u32 tunnel_ifindex;    /* tendril_vxlan, with CONFIG_F_TUNNEL */
 };
 
 struct {

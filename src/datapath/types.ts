@@ -221,6 +221,8 @@ export interface Datapath {
   readonly enforcesPolicy?: boolean;
   /** Service load-balancing in the datapath; absent where services are not supported (the routing datapath). */
   readonly loadBalancer?: LoadBalancerDatapath;
+  /** Routes (and, in tunnel mode, the overlay) to other nodes' pods; absent on a datapath without them (the fake in unit tests has one). */
+  readonly nodeRouting?: NodeRoutingDatapath;
   /**
    * Called once the agent has restored its endpoints after a start, with the
    * endpoints it holds (ready or not): state the datapath kept across the
@@ -286,4 +288,40 @@ export interface Datapath {
   listPodHostInterfaces(): Promise<string[]>;
   /** Deletes an orphaned host-side pod interface (and so its peer and routes); refuses other names. */
   removeHostInterface(name: string): Promise<void>;
+}
+
+/**
+ * How this node reaches other nodes' pods, as Cilium names it:
+ * `tunnel`: encapsulated on tendril_vxlan to the node the ipcache names, the
+ * source identity in the VNI; `native`: routed on the underlay, each remote
+ * pod CIDR via its node's IP.
+ */
+export type RoutingMode = 'tunnel' | 'native';
+
+/** Another node as the datapath needs it. */
+export interface RemoteNodeRoute {
+  /** The node's name (what its routes are kept by). */
+  name: string;
+  /** Its IPv4 underlay address: the tunnel endpoint, or the native next hop. */
+  nodeIp: string;
+  /** Its IPv4 pod CIDRs, canonical `addr/len`. */
+  podCidrs: readonly string[];
+}
+
+/**
+ * The datapath's side of the node registry: routes to other nodes' pod
+ * CIDRs (tunnel: into tendril_host, whose program encapsulates; native: via
+ * the node's IP). Calls are idempotent and each names the whole state of one
+ * node, so a watch that replays events converges.
+ */
+export interface NodeRoutingDatapath {
+  readonly mode: RoutingMode;
+  /** Makes `node`'s routes exactly its pod CIDRs now (routes of CIDRs it no longer has go). */
+  upsertRemoteNode(node: RemoteNodeRoute): Promise<void>;
+  /** Removes every route of the node `name`; unknown names are not an error. */
+  removeRemoteNode(name: string): Promise<void>;
+  /** Removes routes of nodes not in `live` (left by an earlier run), after the registry's first listing. */
+  pruneRemoteNodes(live: readonly string[]): Promise<void>;
+  /** The node routes in force, by node name (for tests and `tendril node list`). */
+  remoteNodes(): ReadonlyMap<string, RemoteNodeRoute>;
 }

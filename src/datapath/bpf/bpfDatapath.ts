@@ -168,7 +168,7 @@ export class BpfDatapath implements Datapath {
   }
 
   #writeConfig(hostIfindex: number): void {
-    this.config.set(0, { traceLevel: this.opts.traceLevel ?? TraceLevel.NEW_FLOWS, flags: 0, hostIfindex, maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE });
+    this.config.set(0, { traceLevel: this.opts.traceLevel ?? TraceLevel.NEW_FLOWS, flags: 0, hostIfindex, maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE, tunnelIfindex: 0 });
   }
 
   /** Mirrors the agent's IPCache into tendril_ipcache from now on (current entries first). */

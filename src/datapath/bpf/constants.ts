@@ -27,6 +27,9 @@ export const DropReason = {
   FIB_LOOKUP_FAILED: { code: -169, text: 'no route for a translated packet' },
   POLICY_DENY: { code: -181, text: 'policy denied by a deny rule' },
   NAT_PORT_EXHAUSTED: { code: -190, text: 'SNAT found no free port for this destination' },
+  NO_TUNNEL_KEY: { code: -196, text: 'overlay packet without tunnel metadata' },
+  NOT_FOR_NODE: { code: -197, text: 'overlay packet for an address that is neither a local pod nor this node' },
+  ENCAP_FAILED: { code: -198, text: 'failed to set the tunnel key' },
 } as const satisfies Record<string, { code: number; text: string }>;
 
 export type DropReasonName = keyof typeof DropReason;
@@ -70,6 +73,10 @@ export const TracePoint = {
   FROM_NETWORK: 6,
   /** Leaving by a node device. */
   TO_NETWORK: 7,
+  /** Encapsulated to another node (tendril_vxlan, the tunnel key holding the source identity). */
+  TO_OVERLAY: 8,
+  /** Arrived from another node through tendril_vxlan. */
+  FROM_OVERLAY: 9,
 } as const;
 
 /** Direction of traffic relative to the endpoint in events and metrics (0 = not endpoint-relative). */
@@ -188,6 +195,22 @@ export const NatFlag = {
   /** A NodePort/externalIP flow sent on to a backend off this node. */
   NODEPORT: 1 << 1,
 } as const;
+
+/** Flags of the datapath config (datapath_config.flags). */
+export const ConfigFlag = {
+  /**
+   * --routing-mode tunnel: a packet for an address whose ipcache entry names
+   * a tunnel endpoint (another node) is encapsulated on tendril_vxlan
+   * (datapath_config.tunnel_ifindex) with the source identity as VNI.
+   * Without it (native routing) such packets go to the node's stack.
+   */
+  TUNNEL: 1 << 0,
+} as const;
+
+/** VXLAN's default UDP port for the overlay (Linux's and Cilium's choice, not IANA's 4789). */
+export const TUNNEL_DEFAULT_PORT = 8472;
+/** Bytes VXLAN adds to an IPv4 packet: outer IPv4 (20) + UDP (8) + VXLAN (8) + inner Ethernet (14). */
+export const TUNNEL_OVERHEAD = 50;
 
 /** Flags of a node device entry (tendril_devices). */
 export const DeviceFlag = {
@@ -320,6 +343,7 @@ export function renderDatapathHeader(): string {
     ['LB_SCOPE', LbScope],
     ['BACKEND_STATE', BackendState],
     ['DEVICE_F', DeviceFlag],
+    ['CONFIG_F', ConfigFlag],
     ['NAT_DIR', NatDirection],
     ['NAT_F', NatFlag],
   ];
@@ -339,6 +363,7 @@ export function renderDatapathHeader(): string {
     define('NAT_PORT_MIN', NAT_PORT_MIN),
     define('NAT_PORT_MAX', NAT_PORT_MAX),
     define('NAT_PORT_RETRIES', NAT_PORT_RETRIES),
+    define('TUNNEL_OVERHEAD', TUNNEL_OVERHEAD),
     '',
     '#endif',
     '',

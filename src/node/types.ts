@@ -1,0 +1,60 @@
+/**
+ * The node registry's model: what each node publishes about itself under
+ * `tendril/state/nodes/v1/<name>`, held by its kvstore lease, so a node that
+ * dies disappears from every other node's view when its lease expires.
+ */
+import type { RoutingMode } from '../datapath/types.js';
+
+export type { RoutingMode };
+
+export const TUNNEL_PROTOCOLS = ['vxlan'] as const;
+export type TunnelProtocol = (typeof TUNNEL_PROTOCOLS)[number];
+
+/** An address of a node; the types follow Kubernetes' and Cilium's node address types. */
+export interface NodeAddress {
+  /**
+   * `InternalIP`: the underlay address other nodes reach it at (the first
+   * IPv4 one is the tunnel endpoint / native next hop);
+   * `RouterIP`: its router address in its pod CIDR (Cilium's CiliumInternalIP),
+   * the source of its own traffic to pods.
+   */
+  type: 'InternalIP' | 'RouterIP';
+  ip: string;
+}
+
+/** A node's record in the kvstore (JSON), as the node itself writes it. */
+export interface NodeRecord {
+  name: string;
+  addresses: NodeAddress[];
+  /** Its pod CIDRs, from IPAM: host-scope CIDRs, the cluster-pool CIDRs it was given, its affine blocks. Canonical `addr/len`. */
+  podCidrs: string[];
+  routingMode: RoutingMode;
+  /** With routingMode tunnel. */
+  tunnel?: { protocol: TunnelProtocol; port: number };
+  /** The node's own view of itself: `ok`, or `degraded` with a reason (kvstore or datapath trouble). */
+  health: { status: 'ok' | 'degraded'; reason?: string };
+  /** When the agent that wrote it started (ISO 8601): a restart shows as a new value. */
+  startedAt: string;
+}
+
+/** A change the registry's watch saw. */
+export type NodeChange = { type: 'upsert'; node: NodeRecord; previous?: NodeRecord } | { type: 'delete'; node: NodeRecord };
+
+/** What consumers (the agent's RemoteNodes, the API) need of the registry. */
+export interface NodeRegistryView {
+  /** Every node known, this one included, by name. */
+  list(): NodeRecord[];
+  get(name: string): NodeRecord | undefined;
+  /** Called for each change after the first listing; returns the unsubscribe. */
+  subscribe(listener: (change: NodeChange) => void): () => void;
+}
+
+/** A node as `GET /node` answers it: its record, and what this node made of it. */
+export interface NodeStatus extends NodeRecord {
+  /** This agent's own node. */
+  local: boolean;
+  /** The kvstore revision of the record as last seen. */
+  revision: number;
+  /** For a remote node: whether this node has installed its routes (and ipcache entries). */
+  routesInstalled?: boolean;
+}

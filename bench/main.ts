@@ -1,11 +1,14 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program kvstore
+// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program cluster-throughput cluster-latency cluster-propagation kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
 import { printCniLatency, runCniLatencyBench } from './cniLatency.js';
 import { printCniPods, runCniPodsBench } from './cniPods.js';
+import { printClusterLatency, runClusterLatencyBench } from './clusterLatency.js';
+import { printClusterPropagation, runClusterPropagationBench } from './clusterPropagation.js';
+import { printClusterThroughput, runClusterThroughputBench } from './clusterThroughput.js';
 import { printIdentityBench, runIdentityBench } from './identity.js';
 import { printIpamBench, runIpamBench } from './ipam.js';
 import { printPolicyBench, runPolicyBench } from './policy.js';
@@ -34,6 +37,9 @@ const benches: Record<string, () => Promise<void>> = {
   'service-scale': async () => printServiceScale(await runServiceScaleBench()),
   'service-throughput': async () => printServiceThroughput(await runServiceThroughputBench()),
   'service-program': async () => printServiceProgram(await runServiceProgramBench()),
+  'cluster-throughput': async () => printClusterThroughput(await runClusterThroughputBench()),
+  'cluster-latency': async () => printClusterLatency(await runClusterLatencyBench()),
+  'cluster-propagation': async () => printClusterPropagation(await runClusterPropagationBench()),
   kvstore: async () => {
     // Runs as its own process: the script measures with top-level state of its own.
     const r = spawnSync(process.execPath, [fileURLToPath(new URL('./kvstore.js', import.meta.url)), '1', '3'], { stdio: 'inherit' });

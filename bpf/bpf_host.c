@@ -4,12 +4,15 @@
  *   tendril_from_host — tendril_host egress: what the node routes into
  *     tendril_host, which is the pod CIDRs' fallback route behind every
  *     pod's /32. A local endpoint's address (its /32 not in place yet) is
- *     delivered after its ingress policy; any other unicast address is a
- *     pod address with no endpoint here: DROP_UNKNOWN_ENDPOINT. Multicast
+ *     delivered after its ingress policy; in tunnel mode an address another
+ *     node hosts goes through the overlay (the node's identity as VNI); any
+ *     other unicast address is a pod address with no endpoint here:
+ *     DROP_UNKNOWN_ENDPOINT. Multicast
  *     and broadcast the node sends on tendril_host are no pod's: passed.
  *     The agent also routes each ClusterIP here: the node's connections to
  *     a service are load-balanced (DNAT, the backend's ingress policy,
- *     delivery to a local backend or back to the stack).
+ *     delivery to a local backend, through the overlay to a backend on
+ *     another node in tunnel mode, else out by the FIB's route).
  *   tendril_to_host — tendril_host ingress: counted and traced, passed.
  */
 #include <linux/if_ether.h>
@@ -29,6 +32,7 @@
 #include "nat.h"
 #include "nodeport.h"
 #include "trace.h"
+#include "tunnel.h"
 
 /* The stack addressed the frame to tendril_net: the pod needs its own MAC. */
 static __always_inline int from_host_deliver4(struct __sk_buff *skb, struct flow *f, const struct endpoint_info *dst)
@@ -49,9 +53,10 @@ static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow
 {
 	struct lb4_service *svc;
 	struct endpoint_info *dst;
+	struct tunnel_route route;
 	struct lb4_key key;
+	int ret, tunneled;
 	__u64 now;
-	int ret;
 
 	svc = lb4_lookup(f, &key, 1);
 	if (!svc)
@@ -69,12 +74,16 @@ static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow
 			return ret;
 		return from_host_deliver4(skb, f, dst);
 	}
+	tunneled = tunnel_route4(f->daddr, &route);
 	if (ct_lookup(f, now) == CT_NEW) {
 		flow_set_source4(f);
-		f->dst_identity = ipcache_identity4(f->daddr);
+		f->dst_identity = tunneled ? route.identity : ipcache_identity4(f->daddr);
 		ct_create(f, now);
-		trace_new_flow(skb, f, TRACE_TO_NETWORK, DIR_NONE);
+		trace_new_flow(skb, f, tunneled ? TRACE_TO_OVERLAY : TRACE_TO_NETWORK, DIR_NONE);
 	}
+	/* A backend on another node in tunnel mode: the overlay, the node's own identity as VNI. */
+	if (tunneled)
+		return tunnel_encap4(skb, f, &route, IDENTITY_HOST, DIR_NONE);
 	/* Not back through tendril_net: the stack would take the router address as source for a martian. */
 	return nodeport_fib_redirect4(skb, f, ip);
 }
@@ -82,6 +91,7 @@ static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow
 static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 {
 	struct endpoint_info *dst;
+	struct tunnel_route route;
 	struct ipv4_info ip;
 	int l4_ret, ret;
 
@@ -100,6 +110,11 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 	dst = pod_endpoint_lookup4(f->daddr);
 	if (!dst) {
 		f->src_identity = IDENTITY_HOST;
+		/* A pod on another node in tunnel mode (the agent routes remote pod CIDRs here): the overlay. */
+		if (tunnel_route4(f->daddr, &route)) {
+			f->dst_identity = route.identity;
+			return tunnel_encap4(skb, f, &route, IDENTITY_HOST, DIR_NONE);
+		}
 		f->dst_identity = ipcache_identity4(f->daddr);
 		return drop_packet(skb, f, DROP_UNKNOWN_ENDPOINT, DIR_NONE, 0);
 	}

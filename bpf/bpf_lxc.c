@@ -5,7 +5,8 @@
  *     anti-spoofing, service load-balancing (DNAT, hairpin), conntrack,
  *     egress and local-ingress policy, reverse NAT of a backend's replies,
  *     delivery straight into a local destination pod with
- *     bpf_redirect_peer);
+ *     bpf_redirect_peer, or in tunnel mode through the overlay to the
+ *     node hosting the destination);
  *   tendril_to_container — tc egress: what the node's stack sends the pod
  *     (conntrack with reverse NAT of service replies, then the pod's
  *     ingress policy).
@@ -34,6 +35,7 @@
 #include "nat.h"
 #include "policy.h"
 #include "trace.h"
+#include "tunnel.h"
 
 /* Neither IPv4 nor ARP: ICMPv6 passes (neighbour discovery) until IPv6 is enforced; all else is dropped. */
 static __always_inline int other_l3(struct __sk_buff *skb, struct flow *f, __be16 proto, __u8 trace_point, __u8 direction)
@@ -98,6 +100,7 @@ static __always_inline int from_container_service4(struct __sk_buff *skb, struct
 static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flow *f)
 {
 	struct endpoint_info *src, *dst;
+	struct tunnel_route route;
 	struct ipv4_info ip;
 	__u32 src_endpoint_id, cookie = 0;
 	enum ct_status status;
@@ -161,6 +164,11 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 
 	if (local && dst)
 		return deliver_local4(skb, f, &ip, dst);
+	/* Another node's address or pod, in tunnel mode: through the overlay with the pod's identity as VNI. */
+	if (!dst && tunnel_route4(f->daddr, &route)) {
+		f->dst_identity = route.identity;
+		return tunnel_encap4(skb, f, &route, f->src_identity, DIR_EGRESS);
+	}
 	return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_EGRESS);
 }
 

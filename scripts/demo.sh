@@ -4,8 +4,9 @@
 # three labelled pods, shows them talking, enforces a NetworkPolicy on their
 # traffic with the eBPF datapath (the drop in tendril monitor), load-balances
 # a ClusterIP and a NodePort and masquerades pods leaving the cluster (to an
-# "outside" namespace behind the node's own device), then tears everything
-# down.
+# "outside" namespace behind the node's own device); then two nodes on one
+# etcd reach each other's pods through the VXLAN overlay (a capture shows the
+# VNI carrying the source pod's identity); then tears everything down.
 # The host's root namespace is never touched; every name has the tdl prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,14 +24,24 @@ BPFFS=/sys/fs/bpf/tdl-demo-$$
 AGENT_PID=""
 BG_PIDS=()
 
+# The two-node part: a hub with etcd, two nodes, a pod on each.
+CL_HUB=tdldemohub
+CL_A=tdldemoa
+CL_B=tdldemob
+CL_NS=("$CL_HUB" "$CL_A" "$CL_B" "${CL_A}p" "${CL_B}p")
+CL_PIDS=()
+ETCD_PID=""
+
 cleanup() {
-  for pid in "${BG_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${BG_PIDS[@]}" "${CL_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
-  for p in "${PODS[@]}" "$NODE" "$OUTSIDE"; do ip netns del "$p" 2>/dev/null || true; done
-  rm -rf "$WORK" "$BPFFS"
+  for pid in "${CL_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2>/dev/null && wait "$ETCD_PID" 2>/dev/null || true
+  for p in "${PODS[@]}" "$NODE" "$OUTSIDE" "${CL_NS[@]}"; do ip netns del "$p" 2>/dev/null || true; done
+  rm -rf "$WORK" "$BPFFS" "$BPFFS-$CL_A" "$BPFFS-$CL_B"
 }
 trap cleanup EXIT
-for p in "${PODS[@]}" "$NODE" "$OUTSIDE"; do ip netns del "$p" 2>/dev/null || true; done
+for p in "${PODS[@]}" "$NODE" "$OUTSIDE" "${CL_NS[@]}"; do ip netns del "$p" 2>/dev/null || true; done
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 in_node() { nsenter --net=/var/run/netns/$NODE -- "$@"; }
@@ -234,5 +245,61 @@ say "a pod may not claim a reserved identity: TENDRIL_LABELS=reserved:host is re
 CNI_ARGS="IgnoreUnknown=1;TENDRIL_LABELS=reserved:host" in_node "$TENDRIL" cni add tendril /var/run/netns/tdldemo1 --cache-dir "$WORK/cache" || echo "exit code $?"
 say "a second agent on this node stops before touching anything"
 in_node "$REPO/bin/tendril-agent" --state-dir "$WORK/second" --lib-dir "$WORK/second/lib" --node-name demo-node-2 --pod-cidr 10.251.0.0/24 || echo "exit code $?"
+
+say "two nodes on one etcd: a hub namespace with a bridge and etcd, nodes $CL_A and $CL_B on it (10.198.0.11, .12)"
+ip netns add "$CL_HUB"
+ip -n "$CL_HUB" link add tdlhub0 type bridge
+ip -n "$CL_HUB" addr add 10.198.0.1/24 dev tdlhub0
+ip -n "$CL_HUB" link set tdlhub0 up
+nsenter --net=/var/run/netns/$CL_HUB -- etcd --name tdl-demo --data-dir "$WORK/etcd" \
+  --listen-client-urls http://10.198.0.1:2379 --advertise-client-urls http://10.198.0.1:2379 \
+  --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+  --initial-cluster tdl-demo=http://127.0.0.1:2380 >"$WORK/etcd.log" 2>&1 &
+ETCD_PID=$!
+declare -A CL_SOCK CL_POD_IP
+i=0
+for n in "$CL_A" "$CL_B"; do
+  i=$((i + 1))
+  ip netns add "$n"
+  ip -n "$n" link set lo up
+  ip -n "$CL_HUB" link add "tdlport$i" type veth peer name eth0 netns "$n"
+  ip -n "$CL_HUB" link set "tdlport$i" master tdlhub0 up
+  ip -n "$n" addr add "10.198.0.1$i/24" dev eth0
+  ip -n "$n" link set eth0 up
+  ip netns add "${n}p"
+done
+for _ in $(seq 100); do grep -q 'ready to serve client requests' "$WORK/etcd.log" && break; sleep 0.1; done
+i=0
+for n in "$CL_A" "$CL_B"; do
+  i=$((i + 1))
+  CL_SOCK[$n]="$WORK/$n/tendril.sock"
+  nsenter --net=/var/run/netns/$n -- "$REPO/bin/tendril-agent" --state-dir "$WORK/$n" --lib-dir "$WORK/$n/lib" --node-name "$n" \
+    --kvstore etcd --kvstore-opt etcd.endpoints=http://10.198.0.1:2379 --ipam block --pool-cidr 10.197.0.0/16 \
+    --routing-mode tunnel --node-ip "10.198.0.1$i" --bpffs-root "$BPFFS-$n" --log-file "$WORK/$n.log" &
+  CL_PIDS+=($!)
+done
+for n in "$CL_A" "$CL_B"; do
+  for _ in $(seq 100); do TENDRIL_SOCK=${CL_SOCK[$n]} "$TENDRIL" status >/dev/null 2>&1 && break; sleep 0.1; done
+  mkdir -p "$WORK/$n/net.d"
+  printf '{"cniVersion":"1.0.0","name":"tendril","plugins":[{"type":"tendril-cni","socket":"%s"}]}\n' "${CL_SOCK[$n]}" >"$WORK/$n/net.d/10-tendril.conflist"
+  out=$(NETCONFPATH="$WORK/$n/net.d" CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=${n}p;TENDRIL_LABELS=app%3Dhello" \
+    nsenter --net=/var/run/netns/$n -- "$TENDRIL" cni add tendril "/var/run/netns/${n}p" --cache-dir "$WORK/$n/cache")
+  CL_POD_IP[$n]=$(jq -r '.ips[0].address | split("/")[0]' <<<"$out")
+  echo "pod ${n}p on $n: ${CL_POD_IP[$n]}"
+done
+say "tendril node list (on $CL_A): each node's addresses and pod CIDRs, from the registry in etcd"
+for _ in $(seq 100); do [ "$(TENDRIL_SOCK=${CL_SOCK[$CL_A]} "$TENDRIL" node list -o json | jq '[.[] | select(.local or .routesInstalled)] | length')" = 2 ] && break; sleep 0.1; done
+TENDRIL_SOCK=${CL_SOCK[$CL_A]} "$TENDRIL" node list
+say "pod on $CL_A -> pod on $CL_B through the VXLAN overlay (tendril_vxlan, UDP 8472); a capture on the underlay"
+nsenter --net=/var/run/netns/$CL_B -- timeout 5 tcpdump -n -l -i eth0 -c 2 udp port 8472 2>/dev/null >"$WORK/capture.txt" &
+CAPTURE_PID=$!
+sleep 0.5
+nsenter --net=/var/run/netns/${CL_A}p -- ping -c3 -W2 "${CL_POD_IP[$CL_B]}" | tail -2
+wait "$CAPTURE_PID" || true
+cat "$WORK/capture.txt"
+SRC_ID=$(TENDRIL_SOCK=${CL_SOCK[$CL_A]} "$TENDRIL" endpoint list -o json | jq -r '.[0].identity')
+echo "the VNI is the source pod's security identity: $SRC_ID"
+say "$CL_B's ipcache in eBPF: the remote pod and node with their tunnel endpoint"
+TENDRIL_SOCK=${CL_SOCK[$CL_B]} "$TENDRIL" bpf ipcache list | grep -E "PREFIX|${CL_POD_IP[$CL_A]}|10\.198\.0\.11" || true
 
 say "done; cleaning up"

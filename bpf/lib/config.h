@@ -30,4 +30,13 @@ static __always_inline __u32 config_trace_level(void)
 	return cfg ? cfg->trace_level : TRACE_LEVEL_OFF;
 }
 
+/* tendril_vxlan's ifindex in tunnel routing mode (CONFIG_F_TUNNEL), else 0: no overlay. */
+static __always_inline __u32 config_tunnel_ifindex(void)
+{
+	__u32 zero = 0;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+
+	return cfg && (cfg->flags & CONFIG_F_TUNNEL) ? cfg->tunnel_ifindex : 0;
+}
+
 #endif

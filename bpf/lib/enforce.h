@@ -61,11 +61,13 @@ static __always_inline void flow_set_source4(struct flow *f)
  * ingress_to_endpoint4 after l4_load: conntrack (a reply or related error
  * of a service flow gets its reverse NAT), and for a new flow the
  * endpoint's ingress policy against the source's identity, then a
- * conntrack entry. Returns 0 when the packet may go on, else TC_ACT_SHOT
- * after reporting the drop.
+ * conntrack entry. The source's identity is f->src_identity as the caller
+ * set it when `source_known` (the overlay's, from the tunnel key), else the
+ * one its address has here (flow_set_source4). Returns 0 when the packet
+ * may go on, else TC_ACT_SHOT after reporting the drop.
  */
-static __always_inline int ingress_ct_policy4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip,
-					      const struct endpoint_info *dst, __u8 trace_point, __u64 now)
+static __always_inline int ingress_ct_policy4_source(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip,
+						     const struct endpoint_info *dst, __u8 trace_point, __u64 now, int source_known)
 {
 	__u32 endpoint_id = dst->endpoint_id;
 	__u32 cookie = 0;
@@ -82,7 +84,8 @@ static __always_inline int ingress_ct_policy4(struct __sk_buff *skb, struct flow
 		return 0;
 	}
 	/* The source's identity (an LPM walk) only for new flows: a hit carries it. */
-	flow_set_source4(f);
+	if (!source_known)
+		flow_set_source4(f);
 	ret = policy_enforce(skb, f, endpoint_id, f->src_identity, 0, &cookie);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_INGRESS, cookie);
@@ -90,6 +93,13 @@ static __always_inline int ingress_ct_policy4(struct __sk_buff *skb, struct flow
 		ct_create(f, now);
 	trace_new_flow(skb, f, trace_point, DIR_INGRESS);
 	return 0;
+}
+
+/* ingress_ct_policy4_source for a packet whose source is judged by its address. */
+static __always_inline int ingress_ct_policy4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip,
+					      const struct endpoint_info *dst, __u8 trace_point, __u64 now)
+{
+	return ingress_ct_policy4_source(skb, f, ip, dst, trace_point, now, 0);
 }
 
 /*

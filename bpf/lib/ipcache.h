@@ -15,7 +15,7 @@ struct ipcache_key {
 
 struct remote_endpoint_info {
 	__u32 identity;
-	__u32 tunnel_ip4; /* network order; 0 = no tunnel (overlay issue) */
+	__u32 tunnel_ip4; /* network order: the node hosting the address (overlay endpoint); 0 = none */
 	__u8 flags;
 	__u8 pad[3];
 };
@@ -29,17 +29,43 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_ipcache SEC(".maps");
 
-/* The identity of the longest prefix holding addr, or IDENTITY_WORLD when none does. */
-static __always_inline __u32 ipcache_identity4(__be32 addr)
+/* The entry of the longest prefix holding addr, or NULL when none does. */
+static __always_inline struct remote_endpoint_info *ipcache_lookup4(__be32 addr)
 {
 	struct ipcache_key key = {
 		.prefixlen = IPCACHE_KEY_FIXED_BITS + 32,
 		.family = 4,
 		.ip = { addr, 0, 0, 0 },
 	};
-	struct remote_endpoint_info *info = bpf_map_lookup_elem(&tendril_ipcache, &key);
 
+	return bpf_map_lookup_elem(&tendril_ipcache, &key);
+}
+
+/* The identity an ipcache entry gives an address: IDENTITY_WORLD without one. */
+static __always_inline __u32 ipcache_entry_identity(const struct remote_endpoint_info *info)
+{
 	return info ? info->identity : IDENTITY_WORLD;
+}
+
+/* The identity of the longest prefix holding addr, or IDENTITY_WORLD when none does. */
+static __always_inline __u32 ipcache_identity4(__be32 addr)
+{
+	return ipcache_entry_identity(ipcache_lookup4(addr));
+}
+
+/*
+ * Whether an address belongs to the cluster's nodes or is reached through
+ * one: a tunnel endpoint (another node hosts it), or a node's own address
+ * (this node's or a remote one's). Traffic to these keeps its source
+ * address: the peer's policy judges the pod, not the node.
+ */
+static __always_inline int ipcache_is_cluster4(__be32 addr)
+{
+	struct remote_endpoint_info *info = ipcache_lookup4(addr);
+
+	if (!info)
+		return 0;
+	return info->tunnel_ip4 != 0 || info->identity == IDENTITY_REMOTE_NODE || info->identity == IDENTITY_HOST;
 }
 
 #endif

@@ -380,7 +380,8 @@ static __always_inline int snat4_is_inbound_reply(const struct flow *f, __u64 no
 /*
  * netdev egress: pod traffic from the masquerade CIDRs to outside them
  * leaving by a device with DEVICE_F_MASQUERADE is SNATed to the device's
- * address. Returns 1 and sets *action when it decided (a drop), 0 when the
+ * address, unless it goes to a node of the cluster or to an address another
+ * node hosts (ipcache_is_cluster4): only traffic leaving the cluster is. Returns 1 and sets *action when it decided (a drop), 0 when the
  * packet goes on (translated or not).
  */
 static __always_inline int snat4_masquerade(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
@@ -394,6 +395,9 @@ static __always_inline int snat4_masquerade(struct __sk_buff *skb, struct flow *
 	if (!nat4_translatable(skb, f, ip))
 		return 0;
 	if (!ipmasq_contains4(f->saddr) || ipmasq_contains4(f->daddr))
+		return 0;
+	/* Another node's pod or a node itself is inside the cluster: it sees the pod's own address. */
+	if (ipcache_is_cluster4(f->daddr))
 		return 0;
 	now = bpf_ktime_get_ns();
 	if (f->proto != IPPROTO_ICMP && snat4_is_inbound_reply(f, now))

@@ -20,6 +20,7 @@
 #include "lb.h"
 #include "nat.h"
 #include "trace.h"
+#include "tunnel.h"
 
 /* From linux/socket.h, which a BPF build cannot include. */
 #define NODEPORT_AF_INET 2
@@ -105,30 +106,45 @@ static __always_inline int nodeport_snat_reply4(struct __sk_buff *skb, struct fl
  * A NodePort/externalIP/LoadBalancer flow to a backend off this node
  * (Cluster policy): conntrack keyed by the translated tuple before SNAT,
  * then source ← the address of the device the FIB sends it out of (this
- * device's when that one is none of ours) and a NAT port, then out.
+ * device's when that one is none of ours, or when the backend is reached
+ * through the overlay) and a NAT port, then out (or encapsulated).
  */
 static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					       __u64 now)
 {
+	struct tunnel_route route;
 	struct device_info *out;
 	struct bpf_fib_lookup fib;
 	__be32 nat_addr;
-	int ret;
+	int ret, tunneled;
 
-	/* The source becomes the address of the device the backend is reached by (the backend's way back), as Cilium does. */
-	ret = nodeport_fib_lookup4(skb, f, ip, &fib);
-	if (ret < 0)
-		return drop_packet(skb, f, ret, DIR_NONE, 0);
-	out = device_lookup(fib.ifindex);
-	nat_addr = out && out->ipv4 ? out->ipv4 : dev->ipv4;
+	/*
+	 * In tunnel mode a backend on another node is reached through the
+	 * overlay: the source becomes this device's address, which the
+	 * backend's node reaches back through the overlay too.
+	 */
+	tunneled = tunnel_route4(f->daddr, &route);
+	if (tunneled) {
+		nat_addr = dev->ipv4;
+	} else {
+		/* The source becomes the address of the device the backend is reached by (the backend's way back), as Cilium does. */
+		ret = nodeport_fib_lookup4(skb, f, ip, &fib);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_NONE, 0);
+		out = device_lookup(fib.ifindex);
+		nat_addr = out && out->ipv4 ? out->ipv4 : dev->ipv4;
+	}
 	if (ct_lookup(f, now) == CT_NEW) {
-		f->dst_identity = ipcache_identity4(f->daddr);
+		f->dst_identity = tunneled ? route.identity : ipcache_identity4(f->daddr);
 		ct_create(f, now);
-		trace_new_flow(skb, f, TRACE_TO_NETWORK, DIR_NONE);
+		trace_new_flow(skb, f, tunneled ? TRACE_TO_OVERLAY : TRACE_TO_NETWORK, DIR_NONE);
 	}
 	ret = snat4_apply(skb, f, ip, nat_addr, NAT_F_NODEPORT, now);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	/* The source is the node's own address now: its identity is the node's. */
+	if (tunneled)
+		return tunnel_encap4(skb, f, &route, IDENTITY_HOST, DIR_NONE);
 	return nodeport_redirect4(skb, f, ip, &fib);
 }
 

@@ -14,6 +14,7 @@ import { PolicyStore } from '../policy/store/index.js';
 import { openBackend } from '../kvstore/factory.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
+import type { NodeApi } from './api/nodeRoutes.js';
 import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
 import { CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
@@ -24,6 +25,8 @@ import { ServiceManager, ServiceStore } from '../service/index.js';
 import { readInterfaceAddresses } from './interfaceAddresses.js';
 import { IpamProvider } from './ipamProvider.js';
 import { type NodeClaim, type NodeLock, NetnsNodeLock } from './nodeLock.js';
+import { detectUnderlay, type Underlay } from '../datapath/linux/underlay.js';
+import { type NodeAddress, NodeConfigError, type NodeRecord, NodeRegistry, RemoteNodes, resolvePodMtu } from '../node/index.js';
 
 /**
  * Test hook: TENDRIL_FAULT_POINT=<step> makes the agent kill itself with
@@ -45,6 +48,37 @@ export interface AgentDeps {
   nodeLock?: NodeLock;
   /** The node's interface addresses (ipcache identity `host`); default: netlink in the agent's namespace, none over a datapath handed in. */
   interfaceAddresses?: () => Promise<string[]>;
+  /**
+   * The underlay device (node IP and MTU); default: detected over netlink, none over a datapath
+   * handed in (the test process's own devices are not the fake node's).
+   */
+  underlay?: Underlay;
+}
+
+/** What the agent settled on for its node before anything is touched: its IP and the pods' MTU. */
+interface NodeBasics {
+  /** The node IP given or found on the underlay; undefined: the router address stands in once IPAM has one. */
+  ip: string | undefined;
+  podMtu: number;
+}
+
+/**
+ * The underlay, the node IP and the pod MTU, before anything is touched: an
+ * MTU the underlay cannot carry is a start-up error with one clear message,
+ * never silent fragmentation later.
+ */
+async function nodeBasics(config: AgentConfig, deps: AgentDeps, log: Logger): Promise<NodeBasics> {
+  const underlay = deps.underlay ?? (deps.datapath ? undefined : await detectUnderlay({ ...(config.nodeIp !== undefined ? { nodeIp: config.nodeIp } : {}), ...(config.devices ? { devices: config.devices } : {}) }));
+  let podMtu: number;
+  try {
+    podMtu = resolvePodMtu({ mode: config.routingMode, ...(underlay ? { underlayMtu: underlay.mtu } : {}), ...(config.mtu !== undefined ? { configured: config.mtu } : {}) });
+  } catch (err) {
+    if (!(err instanceof NodeConfigError)) throw err;
+    const where = underlay ? ` (underlay ${underlay.device}, MTU ${underlay.mtu})` : '';
+    throw new NodeConfigError(`${err.message}${where}; lower --mtu or leave it out to use the largest that fits`, { cause: err });
+  }
+  log.info({ underlay: underlay && { device: underlay.device, mtu: underlay.mtu, ip: underlay.ip }, routingMode: config.routingMode, podMtu }, 'node underlay');
+  return { ip: config.nodeIp ?? underlay?.ip, podMtu };
 }
 
 /**
@@ -72,6 +106,11 @@ export class Agent {
   /** Services: restored before endpoints, their Local entries following the endpoints. */
   private readonly services: ServiceManager;
   private readonly unsubscribeEndpoints: () => void;
+  /** This node and the others in the kvstore: started after the ipcache sync, before endpoints are restored. */
+  private nodeRegistry: NodeRegistry | undefined;
+  /** The other nodes' ipcache entries and routes, from the registry. */
+  private remoteNodes: RemoteNodes | undefined;
+  private unsubscribePodCidrs: (() => void) | undefined;
 
   private constructor(
     private readonly config: AgentConfig,
@@ -83,6 +122,9 @@ export class Agent {
     private readonly identities: IdentityAllocator,
     private readonly ipcacheSync: KvstoreIPCacheSync,
     private readonly ipcache: IPCache,
+    /** The node IP: given, the underlay's, or the router address. */
+    private readonly nodeIp: string,
+    podMtu: number,
   ) {
     const faultPoint = faultPointFromEnv(process.env);
     this.endpointStore = new EndpointStore(join(config.stateDir, 'endpoints'));
@@ -119,6 +161,7 @@ export class Agent {
       ipam,
       endpoints: this.endpoints,
       log,
+      podMtu,
       ready: async () => (await this.backend.status()).connected,
       ...(faultPoint ? { faultPoint } : {}),
       ensureRouterAddress: (family, ip) => this.ensureRouterAddress(family, ip),
@@ -146,6 +189,7 @@ export class Agent {
 
   private static async startOwned(config: AgentConfig, log: Logger, deps: AgentDeps): Promise<Agent> {
     let opened: AgentDatapath | undefined;
+    const basics = await nodeBasics(config, deps, log);
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
     await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
     const backend = await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) });
@@ -157,18 +201,19 @@ export class Agent {
       const identities = new IdentityAllocator({ backend, nodeName: config.nodeName, lease, logger: log.child({ subsys: 'identity' }) });
       await identities.start();
       const ipcache = new IPCache({ logger: log.child({ subsys: 'ipcache' }) });
-      const nodeIP = config.nodeIp ?? ipam.routerAddresses().find((r) => r.family === 4)?.ip ?? ipam.routerAddresses()[0]?.ip ?? '0.0.0.0';
+      const nodeIP = basics.ip ?? ipam.routerAddresses().find((r) => r.family === 4)?.ip ?? ipam.routerAddresses()[0]?.ip ?? '0.0.0.0';
       const ipcacheSync = new KvstoreIPCacheSync({ backend, ipcache, nodeName: config.nodeName, nodeIP, lease, logger: log.child({ subsys: 'ipcache' }) });
       await ipcacheSync.start();
       // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.
-      opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log);
-      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? opened!.datapath, lease, identities, ipcacheSync, ipcache);
+      opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu });
+      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? opened!.datapath, lease, identities, ipcacheSync, ipcache, nodeIP, basics.podMtu);
       agent.ownedDatapath = opened;
       created = agent;
       for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
       await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: nodeMasqueradeCidrs(config) });
       agent.observability = agent.bpfObservability();
       await agent.refreshNodeAddresses(deps.interfaceAddresses ?? (deps.datapath ? async () => [] : readInterfaceAddresses));
+      await agent.startNodes();
       // Policies before endpoints: a restored endpoint's first regeneration already holds them, so
       // the pinned maps that enforced while the agent was down are never rewritten without them.
       await agent.policyStore.start();
@@ -199,6 +244,7 @@ export class Agent {
       return agent;
     } catch (err) {
       created?.unsubscribeEndpoints();
+      await created?.stopNodes();
       await created?.services.stop();
       await created?.policyStore.stop();
       await opened?.close();
@@ -222,7 +268,73 @@ export class Agent {
       // Without load-balancing maps the routes answer SERVICE_UNSUPPORTED themselves.
       ...(this.datapath.loadBalancer ? { services: this.services } : {}),
       ...(this.observability ? { monitor: this.observability.monitor, bpf: this.observability.bpf } : {}),
+      ...(this.nodeRegistry ? { nodes: this.nodeApi(this.nodeRegistry) } : {}),
     };
+  }
+
+  private nodeApi(registry: NodeRegistry): NodeApi {
+    return {
+      nodeName: this.config.nodeName,
+      registry,
+      routesInstalled: (name) => this.remoteNodes?.installed(name) === true,
+    };
+  }
+
+  /**
+   * Publishes this node in the registry (under its lease) and follows the
+   * others: their addresses into the ipcache (identity remote-node, tunnel
+   * endpoint their node IP), their pod CIDRs routed. Before endpoints are
+   * restored, so a restored pod reaches the other nodes' pods at once.
+   */
+  private async startNodes(): Promise<void> {
+    const registry = new NodeRegistry({ backend: this.backend, lease: this.lease, nodeName: this.config.nodeName, logger: this.log.child({ subsys: 'nodes' }) });
+    this.nodeRegistry = registry;
+    await registry.start(await this.ownNodeRecord());
+    this.remoteNodes = new RemoteNodes({
+      registry,
+      nodeName: this.config.nodeName,
+      ipcache: this.ipcache,
+      ...(this.datapath.nodeRouting ? { routing: this.datapath.nodeRouting } : {}),
+      logger: this.log.child({ subsys: 'nodes' }),
+    });
+    await this.remoteNodes.start();
+    this.unsubscribePodCidrs = this.ipam.onPodCidrsChanged(() => this.publishOwnNode('pod CIDRs changed'));
+  }
+
+  private async stopNodes(): Promise<void> {
+    this.unsubscribePodCidrs?.();
+    this.unsubscribePodCidrs = undefined;
+    await this.remoteNodes?.stop();
+    // The record stays: the lease keeps it while a restarted agent takes over, its expiry removes it.
+    await this.nodeRegistry?.stop();
+  }
+
+  /** This node as the registry publishes it. */
+  private async ownNodeRecord(): Promise<NodeRecord> {
+    const kv = await this.backend.status();
+    const addresses: NodeAddress[] = [
+      // 0.0.0.0 stands for "no address yet" (delegated IPAM before its first ADD): nothing to publish.
+      ...(this.nodeIp !== '0.0.0.0' ? [{ type: 'InternalIP' as const, ip: this.nodeIp }] : []),
+      ...[...this.routerAddresses.values()].map((r) => ({ type: 'RouterIP' as const, ip: r.ip })),
+    ];
+    return {
+      name: this.config.nodeName,
+      addresses,
+      podCidrs: this.ipam.podCidrs(),
+      routingMode: this.config.routingMode,
+      ...(this.config.routingMode === 'tunnel' ? { tunnel: { protocol: this.config.tunnelProtocol, port: this.config.tunnelPort } } : {}),
+      health: kv.connected ? { status: 'ok' } : { status: 'degraded', reason: `kvstore ${kv.backend} disconnected${kv.detail ? `: ${kv.detail}` : ''}` },
+      startedAt: new Date(this.startedAt).toISOString(),
+    };
+  }
+
+  /** Writes the own record again (pod CIDRs, router addresses); a failure is logged, the next change or lease renewal writes it. */
+  private publishOwnNode(why: string): void {
+    const registry = this.nodeRegistry;
+    if (!registry) return;
+    this.ownNodeRecord()
+      .then((record) => registry.update(record))
+      .catch((err: unknown) => this.log.error({ err, why }, 'publishing this node\'s record failed'));
   }
 
   /** The eBPF datapath's monitor, map inspection and conntrack GC, when the datapath pinned its maps. */
@@ -291,10 +403,13 @@ export class Agent {
   }
 
   private policyApi(): PolicyApi {
-    const { policy } = this;
+    const { policy, policyStore } = this;
     return {
       get revision() {
         return policy.revision;
+      },
+      get clusterRevision() {
+        return policyStore.clusterRevision;
       },
       list: (filter) => policy.policies(filter),
       import: (text) => this.policyStore.importText(text),
@@ -327,7 +442,7 @@ export class Agent {
 
   /** Router addresses, the node IP and the interfaces' addresses → ipcache identity `host` (at start). */
   private async refreshNodeAddresses(interfaceAddresses: () => Promise<string[]>): Promise<void> {
-    const own = [...this.routerAddresses.keys(), ...(this.config.nodeIp !== undefined ? [this.config.nodeIp] : [])];
+    const own = [...this.routerAddresses.keys(), ...(this.nodeIp !== '0.0.0.0' ? [this.nodeIp] : [])];
     this.nodeAddresses.set([...own, ...(await interfaceAddresses())]);
   }
 
@@ -336,6 +451,7 @@ export class Agent {
     this.routerAddresses.set(ip, { family, ip });
     this.nodeAddresses.add([ip]);
     await this.datapath.setupNode({ routerAddresses: [...this.routerAddresses.values()], masqueradeCidrs: nodeMasqueradeCidrs(this.config) });
+    this.publishOwnNode('router address added');
   }
 
   /**
@@ -406,6 +522,8 @@ export class Agent {
       uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000),
       kvstore: { backend: kv.backend, connected: kv.connected, revision: kv.revision, detail: kv.detail },
       endpoints: this.endpoints.size,
+      routingMode: this.config.routingMode,
+      ...(this.nodeRegistry ? { nodes: this.nodeRegistry.list().length } : {}),
       ...(quarantined > 0 ? { quarantinedEndpoints: quarantined } : {}),
       ipam: { mode: this.ipam.mode, allocated: (await this.ipam.list()).length },
     };
@@ -435,6 +553,7 @@ export class Agent {
     this.unsubscribeEndpoints();
     await this.services.stop();
     await this.endpoints.stop();
+    await this.stopNodes();
     await this.ipcacheSync.stop();
     await this.identities.close();
     // The lease is not revoked: another agent start within its TTL keeps this node's entries alive.

@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { MapName, MAGLEV_DEFAULT_TABLE_SIZE } from '../datapath/bpf/constants.js';
+import { MapName, MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT } from '../datapath/bpf/constants.js';
 import { agentCommand, type Flags, resolveConfig } from './agentCli.js';
 import { bpfMapSizes } from './agentDatapath.js';
 import { ConfigError, ConfigErrorCode, defaultConfig, nodeMasqueradeCidrs, validateConfig } from './config.js';
@@ -74,5 +74,63 @@ describe('agent flags for services, devices and masquerading', () => {
     assert.throws(() => validateConfig({ ...base, lbAlgorithm: 'hash' }), invalid(/lbAlgorithm/));
     assert.throws(() => validateConfig({ ...base, masquerade: 'yes' }), invalid(/masquerade/));
     assert.throws(() => validateConfig({ ...base, devices: [] }), invalid(/devices/));
+  });
+});
+
+describe('agent flags for many nodes: routing mode, tunnel, MTU', () => {
+  let dir: string;
+  before(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'tdl-agentcli-nodes-'));
+  });
+  after(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('defaults: native with the embedded kvstore, tunnel (vxlan on 8472) with etcd, the MTU automatic', async () => {
+    const single = await resolveConfig(parse());
+    assert.equal(single.routingMode, 'native');
+    assert.equal(single.tunnelProtocol, 'vxlan');
+    assert.equal(single.tunnelPort, TUNNEL_DEFAULT_PORT);
+    assert.equal(single.mtu, undefined, 'no MTU configured: the agent takes the underlay\'s');
+    assert.equal((await resolveConfig(parse('--kvstore', 'etcd'))).routingMode, 'tunnel');
+    // The file's kvstore decides the default as a flag's does.
+    const file = join(dir, 'etcd.yaml');
+    await writeFile(file, 'kvstore: etcd\n');
+    assert.equal((await resolveConfig(parse('--config', file))).routingMode, 'tunnel');
+  });
+
+  it('takes the flags and the file keys, the flags winning', async () => {
+    const c = await resolveConfig(parse('--kvstore', 'etcd', '--routing-mode', 'native', '--mtu', '1400', '--tunnel-port', '4789', '--tunnel-protocol', 'vxlan'));
+    assert.equal(c.routingMode, 'native');
+    assert.equal(c.mtu, 1400);
+    assert.equal(c.tunnelPort, 4789);
+    assert.equal((await resolveConfig(parse('--routing-mode', 'tunnel'))).routingMode, 'tunnel', 'tunnel with the embedded store when asked');
+    const file = join(dir, 'nodes.yaml');
+    await writeFile(file, 'routingMode: tunnel\ntunnelPort: 9000\nmtu: 1350\n');
+    const f = await resolveConfig(parse('--config', file));
+    assert.deepEqual([f.routingMode, f.tunnelPort, f.mtu], ['tunnel', 9000, 1350]);
+    assert.equal((await resolveConfig(parse('--config', file, '--routing-mode', 'native'))).routingMode, 'native');
+  });
+
+  it('refuses tunnel mode without the eBPF datapath, unknown modes and protocols, bad ports', async () => {
+    await assert.rejects(resolveConfig(parse('--routing-mode', 'tunnel', '--datapath', 'routing')), invalid(/--routing-mode tunnel needs --datapath bpf/));
+    // The default follows the kvstore: etcd with the routing datapath must say native.
+    await assert.rejects(resolveConfig(parse('--kvstore', 'etcd', '--datapath', 'routing')), invalid(/--routing-mode tunnel needs --datapath bpf/));
+    assert.equal((await resolveConfig(parse('--kvstore', 'etcd', '--datapath', 'routing', '--routing-mode', 'native'))).routingMode, 'native');
+    const quiet = () => agentCommand().configureOutput({ writeErr: () => {} });
+    assert.throws(() => quiet().parse(['node', 'a', '--routing-mode', 'overlay']), /Allowed choices are tunnel, native/);
+    assert.throws(() => quiet().parse(['node', 'a', '--tunnel-protocol', 'geneve']), /Allowed choices are vxlan/);
+    for (const port of ['0', '65536']) await assert.rejects(resolveConfig(parse('--tunnel-port', port)), invalid(/tunnelPort/), port);
+    assert.throws(() => parse('--tunnel-port', 'x'), /--tunnel-port must be a whole number/);
+    await assert.rejects(resolveConfig(parse('--mtu', '500')), invalid(/mtu/));
+  });
+
+  it('says the new defaults in --help', () => {
+    // Commander wraps the descriptions: compare with the line breaks folded.
+    const help = agentCommand().helpInformation().replace(/\s+/g, ' ');
+    assert.match(help, /--routing-mode <mode>[\s\S]*default tunnel with --kvstore etcd, else native/);
+    assert.match(help, /--tunnel-port <port>[\s\S]*default 8472/);
+    assert.match(help, /--mtu <n>[\s\S]*default: auto/);
+    assert.match(help, /--node-ip <ip>[\s\S]*default: the underlay device's IPv4 address/);
   });
 });

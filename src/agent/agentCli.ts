@@ -8,8 +8,21 @@ import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import { parseKvstoreOpts } from '../kvstore/factory.js';
 import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
-import { MAGLEV_DEFAULT_TABLE_SIZE } from '../datapath/bpf/constants.js';
-import { ConfigError, DATAPATH_KINDS, defaultConfig, IPAM_MODES, LB_ALGORITHMS, LOG_LEVELS, readConfigFile, type AgentConfig, TRACE_LEVELS, validateConfig } from './config.js';
+import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT, TUNNEL_OVERHEAD } from '../datapath/bpf/constants.js';
+import {
+  ConfigError,
+  DATAPATH_KINDS,
+  defaultConfig,
+  IPAM_MODES,
+  LB_ALGORITHMS,
+  LOG_LEVELS,
+  readConfigFile,
+  ROUTING_MODES,
+  type AgentConfig,
+  TRACE_LEVELS,
+  TUNNEL_PROTOCOLS,
+  validateConfig,
+} from './config.js';
 
 const list = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
 const repeat = (v: string, prev: string[] = []) => [...prev, v];
@@ -35,6 +48,9 @@ export interface Flags {
   strictAffinity?: boolean;
   cniPath?: string[];
   mtu?: number;
+  routingMode?: string;
+  tunnelProtocol?: string;
+  tunnelPort?: number;
   nodeIp?: string;
   leaseTtl?: number;
   masqueradeCidr?: string[];
@@ -87,8 +103,15 @@ export function agentCommand(): Command {
     .option('--block-size <n>', 'block: block prefix length (default 26 / 122)', int('--block-size'))
     .option('--strict-affinity', 'block: never borrow from other hosts\' blocks')
     .option('--cni-path <dir[,dir]>', 'delegated: where the IPAM plugin lives', list)
-    .option('--mtu <n>', 'pod interface MTU (default 1500)', int('--mtu'))
-    .option('--node-ip <ip>', 'this node\'s IP as other nodes reach it (default: its IPv4 router address)')
+    .option('--mtu <n>', `pod interface MTU (default: auto, the underlay device's MTU, less ${TUNNEL_OVERHEAD} in tunnel mode; a larger value is refused)`, int('--mtu'))
+    .addOption(
+      new Option('--routing-mode <mode>', 'how pods reach other nodes\' pods: tunnel (VXLAN overlay, needs --datapath bpf) or native (routes via the nodes\' IPs); default tunnel with --kvstore etcd, else native').choices([
+        ...ROUTING_MODES,
+      ]),
+    )
+    .addOption(new Option('--tunnel-protocol <protocol>', 'tunnel mode: the overlay\'s encapsulation (default vxlan)').choices([...TUNNEL_PROTOCOLS]))
+    .option('--tunnel-port <port>', `tunnel mode: the overlay's UDP port, the same on every node (default ${TUNNEL_DEFAULT_PORT})`, int('--tunnel-port'))
+    .option('--node-ip <ip>', 'this node\'s IP as other nodes reach it: tunnel endpoint, native next hop (default: the underlay device\'s IPv4 address)')
     .option('--lease-ttl <s>', 'kvstore lease TTL: a dead node\'s entries go this long after it (default 15)', int('--lease-ttl'))
     .option('--masquerade-cidr <cidr[,cidr]>', 'masquerade traffic from these CIDRs leaving them (default: the pod CIDRs)', list)
     .option('--ipam-expiration <ms>', 'how long an unconfirmed ADD allocation lives (default 60000)', int('--ipam-expiration'))
@@ -141,6 +164,9 @@ export async function resolveConfig(flags: Flags): Promise<AgentConfig> {
   set('strictAffinity', flags.strictAffinity);
   set('cniPath', flags.cniPath);
   set('mtu', flags.mtu);
+  set('routingMode', flags.routingMode);
+  set('tunnelProtocol', flags.tunnelProtocol);
+  set('tunnelPort', flags.tunnelPort);
   set('nodeIp', flags.nodeIp);
   set('leaseTtlSeconds', flags.leaseTtl);
   set('masqueradeCidrs', flags.masqueradeCidr);

@@ -42,8 +42,15 @@ export interface AgentDatapath {
   close(): Promise<void>;
 }
 
-export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, log: Logger): Promise<AgentDatapath> {
+/** What the agent settled on before the datapath opens. */
+export interface AgentDatapathNode {
+  /** The pods' MTU (tendril_host's too in tunnel mode). */
+  podMtu: number;
+}
+
+export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, log: Logger, node: AgentDatapathNode): Promise<AgentDatapath> {
   if (config.datapath === 'routing') {
+    // Native routing only (config validation refuses tunnel mode here): the datapath routes other nodes' pod CIDRs via their IPs.
     const linux = new LinuxDatapath();
     return { datapath: linux, close: () => linux.close() };
   }
@@ -55,6 +62,7 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     lxcAttach: config.bpfLxcAttach,
     maglevTableSize: config.lbMaglevTableSize,
     masquerade: config.masquerade,
+    routing: { mode: config.routingMode, tunnelPort: config.tunnelPort, podMtu: node.podMtu },
     ...(config.devices ? { devices: config.devices } : {}),
     // Only host-scope CIDRs are this node's alone: a cluster-wide CIDR routed to tendril_host would drop other nodes' pods.
     ...(config.ipam === 'host-scope' ? { fallbackRouteCidrs: config.podCidrs } : {}),

@@ -191,6 +191,8 @@ export function toAgentError(err: unknown): AgentError {
 
 export interface CniServiceDeps {
   config: AgentConfig;
+  /** Pods' interface MTU: the configured one, or the underlay's (less the overlay's overhead in tunnel mode). */
+  podMtu: number;
   ipam: IpamProvider;
   endpoints: EndpointManager;
   log: Logger;
@@ -335,7 +337,7 @@ export class CniService {
           ifName: call.ifName,
           netns: call.netns,
           ...(call.conf.name ? { networkName: call.conf.name } : {}),
-          mtu: config.mtu,
+          mtu: this.d.podMtu,
           ...(pod.namespace ? { podNamespace: pod.namespace } : {}),
           ...(pod.name ? { podName: pod.name } : {}),
           labels,
@@ -441,7 +443,7 @@ export class CniService {
           ifName: req.ifName,
           netns: req.netns,
           hostIfName: req.hostIfName,
-          mtu: this.d.config.mtu,
+          mtu: this.d.podMtu,
           ...(pod.namespace ? { podNamespace: pod.namespace } : {}),
           ...(pod.name ? { podName: pod.name } : {}),
           labels,

@@ -26,6 +26,17 @@ describe('agent configuration', () => {
     assert.throws(() => validateConfig({ ...defaultConfig(), ipam: 'block' }), isConfigError(ConfigErrorCode.INVALID, /--pool-cidr/));
   });
 
+  it('resolves the routing mode from the kvstore when not given, so the config holds the mode in effect', () => {
+    assert.equal(validateConfig(hostScope({})).routingMode, 'native');
+    assert.equal(validateConfig(hostScope({ kvstore: 'etcd' })).routingMode, 'tunnel');
+    assert.equal(validateConfig(hostScope({ kvstore: 'etcd', routingMode: 'native' })).routingMode, 'native');
+    assert.equal(validateConfig(hostScope({ mtu: undefined })).mtu, undefined);
+    assert.throws(() => validateConfig(hostScope({ routingMode: 'tunnel', datapath: 'routing' })), isConfigError(ConfigErrorCode.INVALID, /--routing-mode tunnel needs --datapath bpf/));
+    assert.throws(() => validateConfig(hostScope({ routingMode: 'geneve' })), isConfigError(ConfigErrorCode.INVALID, /routingMode/));
+    assert.throws(() => validateConfig(hostScope({ tunnelProtocol: 'geneve' })), isConfigError(ConfigErrorCode.INVALID, /tunnelProtocol/));
+    assert.throws(() => validateConfig(hostScope({ tunnelPort: 70000 })), isConfigError(ConfigErrorCode.INVALID, /tunnelPort/));
+  });
+
   describe('the config file', () => {
     let dir: string;
     before(async () => {

@@ -5,7 +5,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
 import { validateAbsolutePath, validateInterfaceName } from '../cni/index.js';
-import { MAGLEV_DEFAULT_TABLE_SIZE } from '../datapath/bpf/constants.js';
+import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT } from '../datapath/bpf/constants.js';
 import { CodedError } from '../errors/codedError.js';
 import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
@@ -18,6 +18,9 @@ export const TRACE_LEVELS = ['off', 'new-flows', 'all'] as const;
 /** Config keys of the eBPF map sizes, each a map of the datapath. */
 export const BPF_MAP_SIZE_KEYS = ['lxc', 'ipcache', 'policy', 'ctTcp', 'ctAny', 'frag', 'events', 'lbServices', 'lbBackends', 'lbRevnat', 'lbAffinity', 'lbMaglev', 'snat'] as const;
 export const LB_ALGORITHMS = ['random', 'maglev'] as const;
+/** How pods reach pods on other nodes (Cilium's names): through the VXLAN overlay, or routed on the underlay. */
+export const ROUTING_MODES = ['tunnel', 'native'] as const;
+export const TUNNEL_PROTOCOLS = ['vxlan'] as const;
 export type BpfMapSizeKey = (typeof BPF_MAP_SIZE_KEYS)[number];
 
 // Only the shape is checked here (host bits and "/08" pass, as in a CNI netconf): IPAM and the masquerade setup apply their own rules to the values.
@@ -54,8 +57,19 @@ export const AgentConfigSchema = z
     strictAffinity: z.boolean(),
     /** Directories holding the delegated IPAM plugin (delegated mode). */
     cniPath: z.array(absPath),
-    mtu: z.number().int().min(576).max(65535),
-    /** This node's IP as other nodes reach it (the tunnel endpoint in the ipcache); default: its IPv4 router address. */
+    /** Pod interface MTU; absent: the underlay device's MTU, less the overlay's 50 bytes in tunnel mode. */
+    mtu: z.number().int().min(576).max(65535).optional(),
+    /**
+     * `tunnel`: pods reach other nodes' pods through the VXLAN overlay (needs the eBPF datapath);
+     * `native`: routed on the underlay via the nodes' IPs. Default: tunnel with the etcd kvstore
+     * (a cluster), native with the embedded one (a single node); resolved by resolveConfigDefaults.
+     */
+    routingMode: z.enum(ROUTING_MODES),
+    /** The overlay's encapsulation (tunnel mode). */
+    tunnelProtocol: z.enum(TUNNEL_PROTOCOLS),
+    /** UDP port of the overlay (tunnel mode); the same on every node. */
+    tunnelPort: z.number().int().min(1).max(65535),
+    /** This node's IP as other nodes reach it (the tunnel endpoint in the ipcache); default: the underlay device's IPv4 address. */
     nodeIp: z.string().refine((ip) => ipFamilyOf(ip) !== 0, { message: 'must be an IP address' }).optional(),
     /** TTL of the node's kvstore lease: a dead node's identities and ipcache entries go this long after it. */
     leaseTtlSeconds: z.number().int().min(2).max(3600),
@@ -90,7 +104,8 @@ export const AgentConfigSchema = z
   .strict();
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
 
-export function defaultConfig(): AgentConfig {
+/** The defaults; `routingMode` is absent here since it follows the kvstore (see defaultRoutingMode). */
+export function defaultConfig(): Omit<AgentConfig, 'routingMode'> {
   return {
     nodeName: hostname().split('.')[0] || 'node',
     stateDir: DEFAULT_STATE_DIR,
@@ -104,7 +119,8 @@ export function defaultConfig(): AgentConfig {
     poolCidrs: [],
     strictAffinity: false,
     cniPath: ['/opt/cni/bin', '/usr/lib/cni'],
-    mtu: 1500,
+    tunnelProtocol: 'vxlan',
+    tunnelPort: TUNNEL_DEFAULT_PORT,
     ipamExpirationMs: 60_000,
     leaseTtlSeconds: 15,
     bpffsRoot: '/sys/fs/bpf',
@@ -135,9 +151,22 @@ export class ConfigError extends CodedError<ConfigErrorCode> {
   }
 }
 
-/** Validates a merged configuration; the message names every bad field. */
+/** Tunnel with the etcd kvstore (several nodes share it), native with the embedded one (one node). */
+export function defaultRoutingMode(kvstore: AgentConfig['kvstore']): AgentConfig['routingMode'] {
+  return kvstore === 'etcd' ? 'tunnel' : 'native';
+}
+
+/**
+ * Validates a merged configuration; the message names every bad field. A
+ * missing routingMode takes the kvstore's default here, so the resolved
+ * configuration (and GET /config) holds the mode in effect.
+ */
 export function validateConfig(raw: unknown): AgentConfig {
-  const parsed = AgentConfigSchema.safeParse(raw);
+  const withMode =
+    raw !== null && typeof raw === 'object' && !Array.isArray(raw) && (raw as Record<string, unknown>).routingMode === undefined
+      ? { ...(raw as Record<string, unknown>), routingMode: defaultRoutingMode((raw as Record<string, unknown>).kvstore === 'etcd' ? 'etcd' : 'embedded') }
+      : raw;
+  const parsed = AgentConfigSchema.safeParse(withMode);
   if (!parsed.success) {
     throw new ConfigError(`invalid agent configuration: ${z.prettifyError(parsed.error).replace(/\n/g, '; ')}`);
   }
@@ -148,6 +177,10 @@ export function validateConfig(raw: unknown): AgentConfig {
   need(c.ipam !== 'host-scope' || c.podCidrs.length > 0, '--ipam host-scope needs --pod-cidr');
   need(c.ipam !== 'cluster-pool' || c.clusterPoolCidrs.length > 0, '--ipam cluster-pool needs --cluster-pool-cidr');
   need(c.ipam !== 'block' || c.poolCidrs.length > 0, '--ipam block needs --pool-cidr');
+  need(
+    c.routingMode !== 'tunnel' || c.datapath === 'bpf',
+    '--routing-mode tunnel needs --datapath bpf (the overlay is the eBPF datapath\'s); use --routing-mode native with --datapath routing',
+  );
   validateAbsolutePath(c.socket, 'socket path');
   return c;
 }

@@ -125,6 +125,19 @@ export class IpamProvider {
     return this.main ? [this.main] : [...this.delegated.values()];
   }
 
+  /**
+   * The CIDRs this node's pods are numbered from, for the node registry
+   * (delegated IPAM: none, its plugin's ranges are not the node's to announce).
+   */
+  podCidrs(): string[] {
+    return this.main?.podCidrs() ?? [];
+  }
+
+  /** Calls `cb` after podCidrs() changed (block IPAM claimed or released a block); returns the unsubscribe. */
+  onPodCidrsChanged(cb: () => void): () => void {
+    return this.main?.onPodCidrsChanged?.(cb) ?? (() => undefined);
+  }
+
   /** Every allocation of this node. */
   async list(): Promise<Allocation[]> {
     const out: Allocation[] = [];

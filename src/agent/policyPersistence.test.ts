@@ -10,6 +10,7 @@ import type { CniRequest } from '../api/types.js';
 import type { EndpointDatapathState } from '../datapath/types.js';
 import { formatPolicyName, type MapEntry } from '../policy/index.js';
 import { dbFromWebPolicy } from '../policy/testing/policies.js';
+import { ReservedIdentity } from '../identity/index.js';
 import { AgentClient, AgentResponseError } from '../client/agentClient.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
@@ -152,10 +153,18 @@ describe('policies shared by two agents on one etcd', () => {
     await until('A drops the policy B deleted', () => policyNames(a).length === 0);
     await until('B\'s db is open again', () => JSON.stringify(entries(b, db)) === JSON.stringify(dbOpen));
 
-    // Each node's router addresses are host on that node only: the other learns none of them from the kvstore.
+    // Each node's router addresses are host on that node only: the other knows them only as the
+    // remote node's (from the node registry, identity remote-node), never as a pod's from the ipcache sync.
     for (const [self, other] of [[a, b], [b, a]] as const) {
       for (const r of self.datapath.node().routerAddresses) {
-        assert.equal(other.agent.api().ipcache.list().find((e) => e.prefix === `${r}/32`), undefined, `${r} not published`);
+        const known = () => other.agent.api().ipcache.list().filter((e) => e.prefix === `${r}/32`);
+        await until(`${other.config.nodeName} installs ${self.config.nodeName}'s addresses`, () => known().length > 0);
+        const seen = known();
+        assert.deepEqual(
+          seen.map((e) => [e.identity, e.owner]),
+          [[ReservedIdentity.RemoteNode, `node:${self.config.nodeName}`]],
+          `${r} is known on ${other.config.nodeName} as ${self.config.nodeName}'s router address only`,
+        );
       }
     }
   });

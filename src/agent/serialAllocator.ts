@@ -60,4 +60,10 @@ export class SerialAllocator implements Allocator {
   stats(): IpamStats {
     return this.inner.stats();
   }
+  podCidrs(): string[] {
+    return this.inner.podCidrs();
+  }
+  onPodCidrsChanged(cb: () => void): () => void {
+    return this.inner.onPodCidrsChanged?.(cb) ?? (() => undefined);
+  }
 }

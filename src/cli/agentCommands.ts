@@ -14,6 +14,7 @@ export function registerAgentCommands(program: Command): void {
         ['KVStore', `${h.kvstore.backend} ${h.kvstore.connected ? 'connected' : 'DISCONNECTED'} at revision ${h.kvstore.revision}${h.kvstore.detail ? ` (${h.kvstore.detail})` : ''}`],
         ['IPAM', `${h.ipam.mode}, ${h.ipam.allocated} addresses allocated`],
         ['Endpoints', String(h.endpoints) + (h.quarantinedEndpoints ? ` (${h.quarantinedEndpoints} unreadable record(s) quarantined: see the agent's log)` : '')],
+        ...(h.routingMode !== undefined || h.nodes !== undefined ? [['Nodes', `${h.nodes ?? '-'} in the cluster, routing mode ${h.routingMode ?? '-'}`]] : []),
       ]),
     );
     if (h.status !== 'ok') process.exitCode = 1;

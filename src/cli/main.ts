@@ -8,6 +8,7 @@ import { registerKvstoreCommands } from './kvstoreCommand.js';
 import { registerBpfCommands } from './bpfCommands.js';
 import { registerMonitorCommand } from './monitorCommand.js';
 import { registerServiceCommands } from './serviceCommands.js';
+import { registerNodeCommands } from './nodeCommands.js';
 
 export function buildProgram(): Command {
   const program = new Command('tendril')
@@ -23,6 +24,7 @@ export function buildProgram(): Command {
   registerMonitorCommand(program);
   registerBpfCommands(program);
   registerServiceCommands(program);
+  registerNodeCommands(program);
   return program;
 }
 

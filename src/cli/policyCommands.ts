@@ -23,11 +23,13 @@ export function registerPolicyCommands(program: Command): void {
     },
   );
 
-  withAgentOpts(policy.command('get').description('the policies in the repository'))
+  withAgentOpts(policy.command('get').description('the policies in the repository, with the revisions (this node\'s, and the cluster\'s: the same on every node once synced)'))
     .option('--name <name>', 'only this policy')
     .option('--namespace <ns>', 'only this namespace')
     .action(async (opts: AgentOpts & { name?: string; namespace?: string }) => {
       const r = await call(() => client(opts).getPolicy({ ...(opts.name ? { name: opts.name } : {}), ...(opts.namespace ? { namespace: opts.namespace } : {}) }));
+      // The JSON carries both revisions; without -o the cluster's is said on stderr too, leaving stdout the document.
+      if (opts.output === undefined) process.stderr.write(`Cluster revision: ${r.clusterRevision} (node revision ${r.revision})\n`);
       output({ ...opts, output: opts.output ?? 'json' }, r, () => '');
     });
 

@@ -106,6 +106,13 @@ test('every client method works against the agent, and every answer matches the 
   assert.equal(dbPolicy.enforcement.ingress.enforced, true);
   assert.deepEqual((await client.deletePolicy({ all: true })).deleted, ['NetworkPolicy/default/db-from-web']);
 
+  // The node registry: this node alone, and 404 for a name it does not hold.
+  const [self] = await client.listNodes();
+  assert.equal(self?.name, 'tdl-client');
+  assert.equal(self?.local, true);
+  assert.equal((await client.getNode('tdl-client')).name, 'tdl-client');
+  await assert.rejects(client.getNode('tdl-nobody'), (err: unknown) => err instanceof AgentResponseError && err.status === 404 && err.body.code === 'NOT_FOUND');
+
   assert.deepEqual(await client.deleteEndpoint(db.id), { deleted: db.id });
   await client.cni({ command: 'DEL', ...cniReq });
   assert.deepEqual(await client.listEndpoints(), []);

@@ -297,6 +297,15 @@ export class AgentClient {
   deleteService(id: string | number): Promise<ResponseBody<'deleteService', 200>> {
     return this.request('DELETE', `/service/${seg(id)}`);
   }
+
+  /** GET /node: every node in the registry, this one included. */
+  listNodes(): Promise<ResponseBody<'listNodes', 200>> {
+    return this.request('GET', '/node');
+  }
+
+  getNode(name: string): Promise<ResponseBody<'getNode', 200>> {
+    return this.request('GET', `/node/${seg(name)}`);
+  }
 }
 
 /** The client method of each operation of api/openapi.yaml; a test checks it against the document both ways. */
@@ -336,6 +345,8 @@ export const CLIENT_METHODS = {
   getService: 'getService',
   putService: 'putService',
   deleteService: 'deleteService',
+  listNodes: 'listNodes',
+  getNode: 'getNode',
   postCni: 'cni',
 } as const satisfies Record<OperationId, keyof AgentClient>;
 

@@ -1,4 +1,5 @@
 import { fullLength } from './block.js';
+import { sortCidrs } from './cidr.js';
 import { claimFreeBlock, existingBlocks } from './claim.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
@@ -42,6 +43,13 @@ export class BlockAllocator extends KvAllocator {
    * without telling us.
    */
   private readonly fullHint = new Set<string>();
+  /**
+   * This host's confirmed blocks as last known, for podCidrs(), which must
+   * answer without a store read: set from the store at start and whenever
+   * the cache above is rebuilt, kept up to date by this host's own claims
+   * and releases (only this host writes its affinities).
+   */
+  private readonly affine = new Set<string>();
 
   constructor(opts: BlockAllocatorOptions) {
     if (opts.pools.length === 0) throw new IpamError(IpamErrorCode.INVALID_CONFIG, 'block IPAM needs at least one pool');
@@ -57,6 +65,21 @@ export class BlockAllocator extends KvAllocator {
   protected async prepare(): Promise<void> {
     // Blocks are claimed on demand; only the cache of owned ones is (re)built.
     this.own = undefined;
+    await this.ownBlocks();
+  }
+
+  /** The blocks affine to this host. */
+  podCidrs(): string[] {
+    return sortCidrs(this.affine);
+  }
+
+  /** Makes the known affine blocks exactly `cidrs`, telling listeners when that changed anything. */
+  private setAffine(cidrs: Iterable<string>): void {
+    const next = new Set(cidrs);
+    if (next.size === this.affine.size && [...next].every((c) => this.affine.has(c))) return;
+    this.affine.clear();
+    for (const c of next) this.affine.add(c);
+    this.podCidrsChanged();
   }
 
   protected override onReleased(cidrs: readonly string[]): void {
@@ -67,19 +90,24 @@ export class BlockAllocator extends KvAllocator {
     if (this.own === undefined) {
       const list = (await this.affinities.list()).filter((a) => a.rec.state === 'confirmed');
       this.own = new Map(list.map((a) => [a.cidr, a.rec.pool]));
+      this.setAffine(this.own.keys());
     }
     return this.own;
   }
 
   /** CIDRs of the blocks affine to this host. */
   async affineBlocks(): Promise<string[]> {
-    return (await this.affinities.list()).filter((a) => a.rec.state === 'confirmed').map((a) => a.cidr);
+    const cidrs = (await this.affinities.list()).filter((a) => a.rec.state === 'confirmed').map((a) => a.cidr);
+    this.setAffine(cidrs);
+    return cidrs;
   }
 
   /** Gives back this host's empty blocks (Calico releases them when strict affinity frees space). */
   async releaseEmptyBlocks(): Promise<string[]> {
     this.own = undefined;
-    return this.affinities.releaseEmptyBlocks();
+    const released = await this.affinities.releaseEmptyBlocks();
+    this.setAffine([...this.affine].filter((c) => !released.includes(c)));
+    return released;
   }
 
   // Borrowed addresses do not sit in this host's block: routing is per address.
@@ -113,6 +141,7 @@ export class BlockAllocator extends KvAllocator {
           if (cidr === undefined) break;
           owned += 1;
           this.own?.set(cidr, pool.name);
+          this.setAffine([...this.affine, cidr]);
           const out = await this.store.assign(cidr, owner, own);
           if (typeof out === 'object') return placed(out, false);
           // Filled by borrowers between claim and assign (or fully reserved): claim another.

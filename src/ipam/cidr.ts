@@ -1,4 +1,4 @@
-import { NetipError, parseIp as parseAddress, parsePrefix, type IpAddress, type IpPrefix } from '../netip/index.js';
+import { NetipError, compareIp, parseIp as parseAddress, parsePrefix, type IpAddress, type IpPrefix } from '../netip/index.js';
 import { IpamError, IpamErrorCode } from './errors.js';
 
 /**
@@ -35,4 +35,11 @@ export function parseCidr(text: string, allowHostBits = false): IpPrefix {
   } catch (err) {
     throw asIpamError(err);
   }
+}
+
+/** Canonical CIDR texts in address order (IPv4 first), each once: how pod CIDRs are reported. */
+export function sortCidrs(cidrs: Iterable<string>): string[] {
+  const parsed = [...new Set(cidrs)].map((c) => ({ c, p: parsePrefix(c) }));
+  parsed.sort((a, b) => compareIp(a.p, b.p) || a.p.length - b.p.length);
+  return parsed.map((x) => x.c);
 }

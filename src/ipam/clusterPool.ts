@@ -1,4 +1,5 @@
 import { removeHost, type RemoveHostReport } from './affinity.js';
+import { sortCidrs } from './cidr.js';
 import { claimFreeBlock } from './claim.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
@@ -38,7 +39,21 @@ export class ClusterPoolAllocator extends KvAllocator {
     return [...this.nodeCidrMap.values()].flat().map((n) => n.cidr);
   }
 
+  /** The per-node CIDRs this node was given (empty before start). */
+  podCidrs(): string[] {
+    return sortCidrs(this.nodeCidrs());
+  }
+
   protected async prepare(): Promise<void> {
+    const before = this.podCidrs().join(',');
+    try {
+      await this.claimNodeCidrs();
+    } finally {
+      if (this.podCidrs().join(',') !== before) this.podCidrsChanged();
+    }
+  }
+
+  private async claimNodeCidrs(): Promise<void> {
     const own = (await this.affinities.list()).filter((a) => a.rec.state === 'confirmed');
     for (const family of [4, 6] as const) {
       const pools = this.pools.filter((p) => p.family === family);
@@ -89,6 +104,7 @@ export class ClusterPoolAllocator extends KvAllocator {
   async removeNode(): Promise<RemoveHostReport> {
     await this.stop();
     this.nodeCidrMap.clear();
+    this.podCidrsChanged();
     return removeHost(this.store.backend, this.host, { releaseAllocations: true, stats: this.store.stats });
   }
 

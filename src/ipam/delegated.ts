@@ -142,6 +142,11 @@ export class DelegatedAllocator implements Allocator {
     return { ...this.statsRec };
   }
 
+  /** The plugin's ranges are its own business (host-local may span several nodes' subnets): none to announce. */
+  podCidrs(): string[] {
+    return [];
+  }
+
   async allocate(req: AllocateRequest): Promise<Allocation> {
     if (req.ip !== undefined) {
       throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, 'delegated IPAM cannot allocate a given address; the IPAM plugin chooses');

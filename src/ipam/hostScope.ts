@@ -1,4 +1,5 @@
 import { newBlock } from './block.js';
+import { sortCidrs } from './cidr.js';
 import { formatPrefix } from '../netip/index.js';
 import { IpamError, IpamErrorCode, poolExhausted } from './errors.js';
 import { KvAllocator, type KvAllocatorOptions, type NewAddress, placed } from './kvAllocator.js';
@@ -22,6 +23,11 @@ export class HostScopeAllocator extends KvAllocator {
   constructor(opts: HostScopeOptions) {
     if (opts.podCidrs.length === 0) throw new IpamError(IpamErrorCode.INVALID_CONFIG, 'host-scope IPAM needs at least one pod CIDR');
     super(opts, parsePools(opts.podCidrs.map((p) => ({ ...p, blockSize: undefined })), (c) => c.length));
+  }
+
+  /** The configured pod CIDRs: fixed for the allocator's life. */
+  podCidrs(): string[] {
+    return sortCidrs(this.pools.map((p) => formatPrefix(p.cidr)));
   }
 
   protected async prepare(): Promise<void> {

@@ -68,6 +68,7 @@ export abstract class KvAllocator implements Allocator {
   private readonly routers = new Map<IpFamily, Allocation>();
   private readonly expirer: Expirer | undefined;
   private readonly wantRouter: boolean;
+  private readonly podCidrListeners = new Set<() => void>();
   private started = false;
 
   constructor(
@@ -92,6 +93,23 @@ export abstract class KvAllocator implements Allocator {
 
   /** Claims the CIDRs this node allocates from. */
   protected abstract prepare(): Promise<void>;
+  abstract podCidrs(): string[];
+
+  onPodCidrsChanged(cb: () => void): () => void {
+    this.podCidrListeners.add(cb);
+    return () => this.podCidrListeners.delete(cb);
+  }
+
+  /** Tells listeners podCidrs() changed; a listener's failure is logged, never the allocator's. */
+  protected podCidrsChanged(): void {
+    for (const cb of this.podCidrListeners) {
+      try {
+        cb();
+      } catch (err) {
+        this.log.error({ err }, 'pod CIDR listener threw');
+      }
+    }
+  }
   /** Takes a fresh address of one family from `pools` for `owner`. */
   protected abstract place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress>;
 

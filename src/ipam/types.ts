@@ -125,4 +125,16 @@ export interface Allocator {
   /** Compares this node's allocations with the live owners; never touches a live owner's address. */
   gc(liveOwners: ReadonlySet<string>, opts?: GcOptions): Promise<GcReport>;
   stats(): IpamStats;
+  /**
+   * The CIDRs this node's pods are numbered from, canonical `addr/len`, for
+   * the node registry (other nodes route them here): host-scope its
+   * configured CIDRs, cluster-pool the per-node CIDRs it was given, block its
+   * affine blocks; delegated IPAM cannot know them and says [].
+   */
+  podCidrs(): string[];
+  /**
+   * Calls `cb` after podCidrs() changed (block: a block claimed or released);
+   * returns the unsubscribe. Absent: the CIDRs never change after start.
+   */
+  onPodCidrsChanged?(cb: () => void): () => void;
 }

@@ -21,6 +21,8 @@ export interface AgentProcessOptions {
   nodeName: string;
   args: string[];
   env?: Record<string, string>;
+  /** How long `start` waits for the API (default 20 s); several eBPF agents loading at once on a busy machine take longer. */
+  startTimeoutMs?: number;
 }
 
 /**
@@ -73,7 +75,8 @@ export class AgentProcess {
     child.stdout!.on('data', (c: Buffer) => (this.logs += c.toString()));
     child.stderr!.on('data', (c: Buffer) => (this.logs += c.toString()));
     this.exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
-    const deadline = Date.now() + 20_000;
+    const startTimeoutMs = this.opts.startTimeoutMs ?? 20_000;
+    const deadline = Date.now() + startTimeoutMs;
     for (;;) {
       if (child.exitCode !== null || child.signalCode !== null) throw new Error(`agent exited during start-up:\n${this.logs}`);
       try {
@@ -82,7 +85,7 @@ export class AgentProcess {
       } catch {
         // Not listening yet.
       }
-      if (Date.now() > deadline) throw new Error(`agent did not become ready in 20 s:\n${this.logs}`);
+      if (Date.now() > deadline) throw new Error(`agent did not become ready in ${startTimeoutMs / 1000} s:\n${this.logs}`);
       await new Promise((r) => setTimeout(r, 100));
     }
   }

@@ -23,6 +23,9 @@ const HUB_IP = '10.248.0.1';
 export class ClusterInABox {
   readonly etcdEndpoint = `http://${HUB_IP}:2379`;
   readonly nodes: ClusterNode[] = [];
+  /** The hub namespace: the bridge every node (and every extra host) hangs off, and etcd. */
+  hub = '';
+  private hostSeq = 0;
   private etcd: ChildProcess | undefined;
   private etcdDir = '';
 
@@ -41,6 +44,7 @@ export class ClusterInABox {
 
   private async build(nodeCount: number): Promise<void> {
     const hub = (await this.pool.add('hub')).name;
+    this.hub = hub;
     await runOk(['ip', '-n', hub, 'link', 'add', 'tdlhub0', 'type', 'bridge']);
     await runOk(['ip', '-n', hub, 'addr', 'add', `${HUB_IP}/24`, 'dev', 'tdlhub0']);
     await runOk(['ip', '-n', hub, 'link', 'set', 'tdlhub0', 'up']);
@@ -80,6 +84,21 @@ export class ClusterInABox {
         reject(new Error(`etcd exited ${code}:\n${log.slice(-2000)}`));
       });
     });
+  }
+
+  /**
+   * Another host on the cluster network that is no node (a server outside the
+   * cluster, an attacker on the underlay): a namespace on the hub bridge with
+   * `ip`/24 on its eth0.
+   */
+  async addUnderlayHost(suffix: string, ip: string): Promise<{ netns: string; netnsPath: string }> {
+    const ns = await this.pool.add(suffix);
+    const port = `tdlhost${this.hostSeq++}`;
+    await runOk(['ip', '-n', this.hub, 'link', 'add', port, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.path]);
+    await runOk(['ip', '-n', this.hub, 'link', 'set', port, 'master', 'tdlhub0', 'up']);
+    await runOk(['ip', '-n', ns.name, 'addr', 'add', `${ip}/24`, 'dev', 'eth0']);
+    await runOk(['ip', '-n', ns.name, 'link', 'set', 'eth0', 'up']);
+    return { netns: ns.name, netnsPath: ns.path };
   }
 
   async cleanup(): Promise<void> {

@@ -40,6 +40,7 @@ import { type BpfApi, registerBpfRoutes } from './bpfRoutes.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
 import { type MonitorApi, registerMonitorRoute } from './monitorRoute.js';
 import { registerServiceRoutes } from './serviceRoutes.js';
+import { type NodeApi, registerNodeRoutes } from './nodeRoutes.js';
 import type { ServiceApi } from '../../service/types.js';
 import { OpenApiSchemas, type ServedRoute } from './openapiSchemas.js';
 import { allocationBody, endpointBody, endpointPolicyBody, ipcacheEntryBody, traceBody } from './responseBodies.js';
@@ -73,6 +74,8 @@ export interface IpamApi {
 /** /policy: import, delete, explain; revisions are the ones endpoints realize. */
 export interface PolicyApi {
   readonly revision: number;
+  /** The kvstore revision of the last policy change this node applied (equal on every node once synced); 0 when unknown. */
+  readonly clusterRevision?: number;
   list(filter: PolicyFilter): Policy[];
   /** Resolves once the policies are in force and stored (kvstore); a store failure rolls the import back. */
   import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[] }>;
@@ -117,6 +120,8 @@ export interface AgentApi {
   bpf?: BpfApi;
   /** Services (load-balancing in the eBPF datapath); absent without it (/service answers 409 SERVICE_UNSUPPORTED). */
   services?: ServiceApi;
+  /** The node registry; absent: GET /node answers no nodes. */
+  nodes?: NodeApi;
 }
 
 export interface ServerOptions {
@@ -323,7 +328,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
   app.get('/v1/policy', async (req): Promise<ResponseBody<'getPolicy', 200>> => {
     const policies = policy.list(policyFilter(req.query as QueryParams<'getPolicy'>));
-    return { revision: policy.revision, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown> })) };
+    return { revision: policy.revision, clusterRevision: policy.clusterRevision ?? 0, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown> })) };
   });
   app.put('/v1/policy', async (req): Promise<ResponseBody<'putPolicy', 200>> => {
     const r = await policy.import((req.body as PolicyImport).text);
@@ -352,6 +357,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   registerMonitorRoute(app, agent.monitor, agent.log);
   registerBpfRoutes(app, agent.bpf);
   registerServiceRoutes(app, agent.services);
+  registerNodeRoutes(app, agent.nodes);
 
   app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, cniRoute(agent.cni, agent.log));
 

@@ -6,6 +6,7 @@ import { createLogger, type Logger } from '../../logging/logger.js';
 import { Agent } from '../agent.js';
 import { type AgentConfig, defaultConfig, validateConfig } from '../config.js';
 import { NetnsNodeLock } from '../nodeLock.js';
+import type { Underlay } from '../../datapath/linux/underlay.js';
 
 export interface FakeNodeAgent<D extends FakeDatapath = FakeDatapath> {
   agent: Agent;
@@ -25,6 +26,13 @@ export interface FakeNodeAgent<D extends FakeDatapath = FakeDatapath> {
  * A real agent (embedded kvstore in a temp dir, its API on a socket there)
  * over the fake datapath: the agent's logic and API without root.
  */
+/** More of the fake node: config keys over the defaults (routingMode, mtu, leaseTtlSeconds, …), and the underlay it is told it has. */
+export interface FakeNodeExtras {
+  config?: Partial<AgentConfig>;
+  /** Default none (the fake node has no underlay: the MTU is the mode's default, the node IP its router address). */
+  underlay?: Underlay;
+}
+
 /** An etcd for the fake node's kvstore instead of the embedded store (several fake nodes on one etcd make a cluster). */
 export interface FakeNodeKvstore {
   etcdEndpoint: string;
@@ -32,10 +40,10 @@ export interface FakeNodeKvstore {
   options?: Record<string, string>;
 }
 
-export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; policyEndpointMaxEntries?: number }): Promise<FakeNodeAgent>;
+export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; policyEndpointMaxEntries?: number } & FakeNodeExtras): Promise<FakeNodeAgent>;
 /** The same over a datapath of the caller's (a FakeDatapath that records more, say). */
-export async function startFakeNodeAgent<D extends FakeDatapath>(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; datapath: D }): Promise<FakeNodeAgent<D>>;
-export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; datapath?: FakeDatapath; policyEndpointMaxEntries?: number }): Promise<FakeNodeAgent> {
+export async function startFakeNodeAgent<D extends FakeDatapath>(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; datapath: D } & FakeNodeExtras): Promise<FakeNodeAgent<D>>;
+export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: string; logger?: Logger; ipamExpirationMs?: number; kvstore?: FakeNodeKvstore; datapath?: FakeDatapath; policyEndpointMaxEntries?: number } & FakeNodeExtras): Promise<FakeNodeAgent> {
   const dir = await mkdtemp(join(tmpdir(), `${opts.nodeName}-`));
   const datapath = opts.datapath ?? new FakeDatapath({ nodeLinks: ['eth0'] });
   const config = validateConfig({
@@ -48,15 +56,16 @@ export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: stri
     podCidrs: [opts.podCidr],
     ...(opts.ipamExpirationMs !== undefined ? { ipamExpirationMs: opts.ipamExpirationMs } : {}),
     ...(opts.policyEndpointMaxEntries !== undefined ? { policyEndpointMaxEntries: opts.policyEndpointMaxEntries } : {}),
+    ...opts.config,
   });
-  return startOn(dir, config, datapath, opts.logger ?? createLogger(opts.nodeName, process.env.TENDRIL_LOG_LEVEL ?? 'silent'));
+  return startOn(dir, config, datapath, opts.logger ?? createLogger(opts.nodeName, process.env.TENDRIL_LOG_LEVEL ?? 'silent'), opts.underlay);
 }
 
-async function startOn<D extends FakeDatapath>(dir: string, config: AgentConfig, datapath: D, logger: Logger): Promise<FakeNodeAgent<D>> {
+async function startOn<D extends FakeDatapath>(dir: string, config: AgentConfig, datapath: D, logger: Logger, underlay?: Underlay): Promise<FakeNodeAgent<D>> {
   let agent: Agent;
   try {
     // Fake nodes share this process's network namespace: each gets a node lock name of its own.
-    agent = await Agent.start(config, logger, { datapath, nodeLock: new NetnsNodeLock({ name: `tendril-agent-fake-${basename(dir)}` }) });
+    agent = await Agent.start(config, logger, { datapath, nodeLock: new NetnsNodeLock({ name: `tendril-agent-fake-${basename(dir)}` }), ...(underlay ? { underlay } : {}) });
   } catch (err) {
     await rm(dir, { recursive: true, force: true });
     throw err;
@@ -75,7 +84,7 @@ async function startOn<D extends FakeDatapath>(dir: string, config: AgentConfig,
     restart: async (between, opts = {}) => {
       await agent.stop();
       await between?.();
-      return startOn(dir, config, datapath, opts.logger ?? logger);
+      return startOn(dir, config, datapath, opts.logger ?? logger, underlay);
     },
   };
 }

@@ -12,15 +12,16 @@ import { dirname, relative, resolve } from 'node:path';
 import type { IPCache } from '../../ipcache/index.js';
 import type { Logger } from '../../logging/logger.js';
 import { formatPrefix, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress, tryParsePrefix } from '../../netip/index.js';
-import { NetlinkBatch } from '../kernel/netlink/index.js';
+import { type Netlink, NetlinkBatch } from '../kernel/netlink/index.js';
 import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, isOnBpffs, mkdirPinDir } from '../kernel/bpf/index.js';
 import { HOST_DEVICE } from '../linux/hostDevice.js';
 import { HostNetlink, kernel, openPodNetlink } from '../linux/kernel.js';
 import { LinuxDatapath } from '../linux/linuxDatapath.js';
 import { removeMasquerade } from '../linux/masquerade.js';
+import { RemoteNodeRoutes } from '../linux/remoteNodeRoutes.js';
 import { interfaceSysctl, setSysctl } from '../linux/sysctl.js';
-import { type AdoptedPodSpec, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress } from '../types.js';
-import { MAGLEV_DEFAULT_TABLE_SIZE, MapName, TraceLevel, type MapNameValue } from './constants.js';
+import { type AdoptedPodSpec, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress, type RoutingMode } from '../types.js';
+import { ConfigFlag, MAGLEV_DEFAULT_TABLE_SIZE, MapName, TraceLevel, type MapNameValue } from './constants.js';
 import { EndpointMap } from './endpointMap.js';
 import { datapathPinDir } from './inspect.js';
 import { IpcacheMapMirror } from './ipcacheMap.js';
@@ -28,6 +29,7 @@ import { detectDevices, NodeDevices } from './devices.js';
 import { lbMapSet, LbMaps } from './lbMaps.js';
 import { datapathConfig, deviceInfo, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, ipmasqKey, policyEntry, policyKey } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
+import { TunnelDevice } from './overlay.js';
 import { ServiceRoutes } from './serviceRoutes.js';
 import { PolicyMapWriter } from './policyMapWriter.js';
 import { type AttachPolicy, ProgramLinks } from './programLinks.js';
@@ -67,6 +69,19 @@ export interface BpfDatapathOptions {
   devices?: readonly string[];
   /** Pod traffic leaving the masquerade CIDRs is SNATed to the device's address (in BPF; no nftables table); true unless false. */
   masquerade?: boolean;
+  /**
+   * How other nodes' pods are reached (--routing-mode, --tunnel-port, the
+   * pod MTU); absent = native routing without touching tendril_host's MTU.
+   * Tunnel: tendril_vxlan on `tunnelPort` with MTU `podMtu`. Both modes give
+   * tendril_host the pod MTU (what the node sends to remote pods fits).
+   */
+  routing?: BpfRoutingOptions;
+}
+
+export interface BpfRoutingOptions {
+  mode: RoutingMode;
+  tunnelPort: number;
+  podMtu: number;
 }
 
 export class BpfDatapath implements Datapath {
@@ -87,6 +102,13 @@ export class BpfDatapath implements Datapath {
   readonly #ipmasq: BpfMap<IpPrefix, number>;
   /** tendril_devices and the programs on the node's devices. */
   readonly devices: NodeDevices;
+  /** Routes to other nodes' pod CIDRs (the node registry drives it). */
+  readonly nodeRouting: RemoteNodeRoutes;
+  /** tendril_vxlan: made in tunnel mode, removed in native mode. */
+  readonly tunnel: TunnelDevice;
+  /** What tendril_config holds besides the options: the devices the programs redirect to (0 = none yet). */
+  #hostIfindex = 0;
+  #tunnelIfindex = 0;
 
   private constructor(
     host: HostNetlink,
@@ -113,6 +135,8 @@ export class BpfDatapath implements Datapath {
       netlink: () => host.get(),
       log: opts.log,
     });
+    this.nodeRouting = new RemoteNodeRoutes({ mode: opts.routing?.mode ?? 'native', netlink: () => host.get(), log: opts.log });
+    this.tunnel = new TunnelDevice({ netlink: () => host.get(), links, log: opts.log });
   }
 
   /**
@@ -157,7 +181,7 @@ export class BpfDatapath implements Datapath {
         new BpfMap(raw(MapName.NO_MASQUERADE), ipmasqKey, codec.u8),
         new BpfMap(raw(MapName.DEVICES), codec.u32, deviceInfo),
       );
-      dp.#writeConfig(0);
+      dp.#restoreConfig();
       opts.log.info({ pinDir, endpoints: endpoints.endpointIds().length, policyEndpoints: policy.endpointIds().length }, 'eBPF datapath loaded');
       return dp;
     } catch (err) {
@@ -167,8 +191,28 @@ export class BpfDatapath implements Datapath {
     }
   }
 
-  #writeConfig(hostIfindex: number): void {
-    this.config.set(0, { traceLevel: this.opts.traceLevel ?? TraceLevel.NEW_FLOWS, flags: 0, hostIfindex, maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE, tunnelIfindex: 0 });
+  /**
+   * At open: the options' values, with the devices a previous run wrote kept
+   * until setupNode checks them (the devices outlive the agent; packets
+   * keep being redirected meanwhile). Native mode drops the tunnel at once.
+   */
+  #restoreConfig(): void {
+    const previous = this.config.get(0);
+    this.#hostIfindex = previous?.hostIfindex ?? 0;
+    const wasTunnel = previous !== undefined && (previous.flags & ConfigFlag.TUNNEL) !== 0;
+    this.#tunnelIfindex = wasTunnel && this.opts.routing?.mode === 'tunnel' ? previous.tunnelIfindex : 0;
+    this.#writeConfig();
+  }
+
+  /** tendril_config in one write: the host and tunnel devices always go together. */
+  #writeConfig(): void {
+    this.config.set(0, {
+      traceLevel: this.opts.traceLevel ?? TraceLevel.NEW_FLOWS,
+      flags: this.#tunnelIfindex !== 0 ? ConfigFlag.TUNNEL : 0,
+      hostIfindex: this.#hostIfindex,
+      maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE,
+      tunnelIfindex: this.#tunnelIfindex,
+    });
   }
 
   /** Mirrors the agent's IPCache into tendril_ipcache from now on (current entries first). */
@@ -220,8 +264,10 @@ export class BpfDatapath implements Datapath {
     if (!this.links.isAttached(HOST_DEVICE, dev.index)) {
       // tendril_host egress: what the node routes to it (the pod CIDRs' fallback); ingress: from tendril_net.
       await this.links.attach(HOST_DEVICE, dev.index, { ingress: this.objects.toHost, egress: this.objects.fromHost });
-      this.#writeConfig(dev.index);
     }
+    this.#hostIfindex = dev.index;
+    await this.#setupRouting(nl, dev.index, dev.mtu);
+    this.#writeConfig();
     const cidrs = this.opts.fallbackRouteCidrs ?? [];
     if (cidrs.length > 0) {
       const batch = new NetlinkBatch();
@@ -238,7 +284,29 @@ export class BpfDatapath implements Datapath {
     const devices = await detectDevices(nl, { ...(this.opts.devices !== undefined ? { configured: this.opts.devices } : {}), exclude: (name) => endpointIfs.has(name) || this.#adoptedPodMac.has(name) });
     await this.devices.sync(devices, this.opts.masquerade ?? true);
     const router = spec.routerAddresses.find((a) => a.family === 4);
-    if (router) await this.loadBalancer.setRouter(router.ip);
+    if (router) {
+      await this.loadBalancer.setRouter(router.ip);
+      // Last: the routes to remote pods lead into tendril_host once the tunnel is in the config.
+      await this.nodeRouting.setRouter(router.ip);
+    }
+  }
+
+  /**
+   * tendril_host takes the pod MTU (what the node sends to remote pods must
+   * fit them, and the overlay's header in tunnel mode); tunnel mode makes
+   * tendril_vxlan, native mode removes one a tunnel-mode run left.
+   */
+  async #setupRouting(nl: Netlink, hostIfindex: number, hostMtu: number): Promise<void> {
+    const routing = this.opts.routing;
+    if (routing !== undefined && hostMtu !== routing.podMtu) await kernel(() => nl.setLinkMtu(hostIfindex, routing.podMtu));
+    if (routing?.mode === 'tunnel') {
+      this.#tunnelIfindex = await this.tunnel.ensure({ port: routing.tunnelPort, mtu: routing.podMtu, program: this.objects.fromOverlay });
+      return;
+    }
+    this.#tunnelIfindex = 0;
+    // The config stops naming the device before it goes.
+    this.#writeConfig();
+    if (await this.tunnel.remove()) this.opts.log.info({ device: this.tunnel.name }, 'removed the overlay device a tunnel-mode run left (native routing now)');
   }
 
   /** The routing datapath's nftables masquerade table, left by an earlier run: masquerading is the programs' job here. */

@@ -3,7 +3,7 @@
  * and each member of the struct is written by the codec exactly at the
  * member's BTF offset (probed: one field changed, the bytes that change
  * must fall inside that member). Also: the generated constants header is
- * renderDatapathHeader()'s text, and both objects define every map with
+ * renderDatapathHeader()'s text, and every object defines every map with
  * keys and values of the codecs' sizes.
  */
 import assert from 'node:assert/strict';
@@ -42,7 +42,7 @@ import {
   policyKey,
 } from './layout.js';
 import { ObjectBtf } from './testing/btf.js';
-import { HOST_OBJECT, LXC_OBJECT, NETDEV_OBJECT } from './testing/programHarness.js';
+import { HOST_OBJECT, LXC_OBJECT, NETDEV_OBJECT, OVERLAY_OBJECT } from './testing/programHarness.js';
 
 /** One struct member probed: `base` and `changed` differ in that member only. */
 interface Probe<T> {
@@ -353,7 +353,7 @@ function changedBytes<T>(c: Codec<T>, p: Probe<T>): number[] {
   return out;
 }
 
-const OBJECTS = { 'bpf_lxc.o': LXC_OBJECT, 'bpf_host.o': HOST_OBJECT, 'bpf_netdev.o': NETDEV_OBJECT };
+const OBJECTS = { 'bpf_lxc.o': LXC_OBJECT, 'bpf_host.o': HOST_OBJECT, 'bpf_netdev.o': NETDEV_OBJECT, 'bpf_overlay.o': OVERLAY_OBJECT };
 
 describe('datapath layouts against the objects\' BTF', () => {
   const btf = Object.fromEntries(Object.entries(OBJECTS).map(([name, path]) => [name, ObjectBtf.load(path)]));
@@ -376,7 +376,7 @@ describe('datapath layouts against the objects\' BTF', () => {
       }
       assert.deepEqual([...probed], [], 'probes for members the struct does not have');
       // The other objects, where they have the struct, agree.
-      for (const name of ['bpf_host.o', 'bpf_netdev.o']) {
+      for (const name of ['bpf_host.o', 'bpf_netdev.o', 'bpf_overlay.o']) {
         const other = btf[name]!.struct(check.struct);
         if (other) assert.deepEqual(other, layout, name);
       }

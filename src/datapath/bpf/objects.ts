@@ -1,6 +1,6 @@
 /**
- * The datapath's three ELF objects (build/bpf/bpf_lxc.o, bpf_host.o and
- * bpf_netdev.o), loaded once per agent start with their maps pinned under
+ * The datapath's four ELF objects (build/bpf/bpf_lxc.o, bpf_host.o,
+ * bpf_netdev.o and bpf_overlay.o), loaded once per agent start with their maps pinned under
  * `<bpffs root>/tendril/`. Later loads reuse the first one's pins, so every
  * object's programs share every map; an agent restart reuses them too
  * (entries, conntrack included, survive).
@@ -18,6 +18,7 @@ export const DEFAULT_OBJECT_DIR = fileURLToPath(new URL('../../../../build/bpf/'
 export const LXC_OBJECT_FILE = 'bpf_lxc.o';
 export const HOST_OBJECT_FILE = 'bpf_host.o';
 export const NETDEV_OBJECT_FILE = 'bpf_netdev.o';
+export const OVERLAY_OBJECT_FILE = 'bpf_overlay.o';
 
 export const ProgramName = {
   FROM_CONTAINER: 'tendril_from_container',
@@ -27,6 +28,7 @@ export const ProgramName = {
   FROM_NETDEV: 'tendril_from_netdev',
   TO_NETDEV: 'tendril_to_netdev',
   TO_LO: 'tendril_to_lo',
+  FROM_OVERLAY: 'tendril_from_overlay',
 } as const;
 
 /** Map sizes by map name; missing ones take DefaultMapSize. */
@@ -36,6 +38,7 @@ export interface DatapathObjects {
   readonly lxc: BpfObject;
   readonly host: BpfObject;
   readonly netdev: BpfObject;
+  readonly overlay: BpfObject;
   readonly fromContainer: BpfProgram;
   readonly toContainer: BpfProgram;
   readonly fromHost: BpfProgram;
@@ -44,6 +47,8 @@ export interface DatapathObjects {
   readonly fromNetdev: BpfProgram;
   readonly toNetdev: BpfProgram;
   readonly toLo: BpfProgram;
+  /** tendril_vxlan's ingress (--routing-mode tunnel). */
+  readonly fromOverlay: BpfProgram;
   close(): void;
 }
 
@@ -62,7 +67,7 @@ function effectiveSizes(sizes: MapSizes = {}): Record<string, number> {
 }
 
 /**
- * Loads both objects into one pin directory. A pinned map whose size differs
+ * Loads every object into one pin directory. A pinned map whose size differs
  * from the configured one (a --bpf-*-max flag changed across a restart) is
  * refused by libbpf: the error says so, since its entries are live state.
  */
@@ -83,17 +88,18 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
     for (const o of loaded) o.close();
   };
   try {
-    for (const file of [LXC_OBJECT_FILE, HOST_OBJECT_FILE, NETDEV_OBJECT_FILE]) loaded.push(await load(file));
+    for (const file of [LXC_OBJECT_FILE, HOST_OBJECT_FILE, NETDEV_OBJECT_FILE, OVERLAY_OBJECT_FILE]) loaded.push(await load(file));
   } catch (err) {
     closeAll();
     throw err;
   }
-  const [lxc, host, netdev] = loaded as [BpfObject, BpfObject, BpfObject];
+  const [lxc, host, netdev, overlay] = loaded as [BpfObject, BpfObject, BpfObject, BpfObject];
   try {
     return {
       lxc,
       host,
       netdev,
+      overlay,
       fromContainer: lxc.program(ProgramName.FROM_CONTAINER),
       toContainer: lxc.program(ProgramName.TO_CONTAINER),
       fromHost: host.program(ProgramName.FROM_HOST),
@@ -101,6 +107,7 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
       fromNetdev: netdev.program(ProgramName.FROM_NETDEV),
       toNetdev: netdev.program(ProgramName.TO_NETDEV),
       toLo: netdev.program(ProgramName.TO_LO),
+      fromOverlay: overlay.program(ProgramName.FROM_OVERLAY),
       close: closeAll,
     };
   } catch (err) {

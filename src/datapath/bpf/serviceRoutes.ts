@@ -16,12 +16,13 @@ import type { Logger } from '../../logging/logger.js';
 import { isKernelError } from '../kernel/errors.js';
 import type { Netlink } from '../kernel/netlink/index.js';
 import { HOST_DEVICE, HOST_PEER_DEVICE } from '../linux/hostDevice.js';
+import { ensureHostNextHop, HOST_NEXTHOP } from '../linux/hostNextHop.js';
 import { kernel, toDatapathError } from '../linux/kernel.js';
 
 /** rtm_protocol of tendril's service routes (unassigned in rt_protos). */
 export const SERVICE_ROUTE_PROTOCOL = 211;
-/** The next hop ClusterIP routes use on tendril_host (link-local, never a real host). */
-export const SERVICE_ROUTE_NEXTHOP = '169.254.42.2';
+/** The next hop ClusterIP routes use on tendril_host (link-local, never a real host; shared with the tunnel-mode node routes). */
+export const SERVICE_ROUTE_NEXTHOP = HOST_NEXTHOP;
 
 export interface ServiceRoutesOptions {
   netlink: () => Promise<Netlink>;
@@ -69,12 +70,7 @@ export class ServiceRoutes {
    */
   async setRouter(router: string): Promise<void> {
     this.#router = router;
-    const nl = await this.opts.netlink();
-    await kernel(async () => {
-      const peer = await nl.getLink(this.#peer);
-      this.#devIndex = (await nl.getLink(this.#dev)).index;
-      await nl.replaceNeighbour({ link: this.#devIndex, ip: SERVICE_ROUTE_NEXTHOP, mac: peer.mac, state: 'permanent' });
-    });
+    this.#devIndex = await ensureHostNextHop(await this.opts.netlink(), this.#dev, this.#peer);
     for (const address of this.#holders.keys()) await this.#install(address);
   }
 

@@ -11,10 +11,13 @@ import {
   type PodNetwork,
   type PodNetworkSpec,
   type PodTeardownSpec,
+  type RoutingMode,
 } from '../types.js';
 import { FakeLoadBalancer, type FakeLoadBalancerOptions } from './fakeLoadBalancer.js';
+import { FakeNodeRouting } from './fakeNodeRouting.js';
 
 export { FakeLoadBalancer, type FakeLoadBalancerOptions, type FakeLoadBalancerOp } from './fakeLoadBalancer.js';
+export { FakeNodeRouting, type FakeNodeRoutingOp } from './fakeNodeRouting.js';
 
 /** The operations of the Datapath interface, for failure injection and gates. */
 export type FakeDatapathOp = keyof Datapath;
@@ -97,6 +100,8 @@ export interface FakeDatapathOptions {
   nodeLinks?: string[];
   /** Gives the fake an in-memory load balancer (as the eBPF datapath has); absent = services unsupported, as the routing datapath. */
   loadBalancer?: boolean | FakeLoadBalancerOptions;
+  /** Mode of the in-memory node routing (`nodeRouting`); default tunnel. */
+  routingMode?: RoutingMode;
 }
 
 /**
@@ -124,6 +129,8 @@ export class FakeDatapath implements Datapath {
   readonly syncs: EndpointDatapathState[] = [];
   /** The service maps, when the options asked for them. */
   readonly loadBalancer?: FakeLoadBalancer;
+  /** Routes to other nodes' pod CIDRs, in memory. */
+  readonly nodeRouting: FakeNodeRouting;
 
   constructor(options: FakeDatapathOptions = {}) {
     this.nodeNetnsPaths = options.nodeNetnsPaths ?? ['/proc/self/ns/net', '/proc/1/ns/net'];
@@ -131,6 +138,7 @@ export class FakeDatapath implements Datapath {
     this.#newLink(NODE, 'lo', 65536);
     for (const name of options.nodeLinks ?? []) this.#newLink(NODE, name, 1500);
     if (options.loadBalancer) this.loadBalancer = new FakeLoadBalancer(options.loadBalancer === true ? {} : options.loadBalancer);
+    this.nodeRouting = new FakeNodeRouting(options.routingMode ?? 'tunnel');
   }
 
   // ---- the test's side of the world ----------------------------------------

@@ -1,4 +1,5 @@
 import { validateAbsolutePath, validateInterfaceName } from '../../cni/index.js';
+import type { Logger } from '../../logging/logger.js';
 import { isKernelError } from '../kernel/errors.js';
 import { type Link, type Netlink, NetlinkBatch, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
 import { type AdoptedPodSpec, DatapathError, type Datapath, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodAddress, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec } from '../types.js';
@@ -6,6 +7,7 @@ import { ensureHostDevice } from './hostDevice.js';
 import { HostNetlink, deleteLinkIfPresent, kernel, openPodNetlink, openPodNetlinkIfPresent } from './kernel.js';
 import { POD_HOST_IFNAME, canonicalIp, hostInterfaceName, hostPrefix } from './links.js';
 import { applyMasquerade } from './masquerade.js';
+import { RemoteNodeRoutes } from './remoteNodeRoutes.js';
 import { classifyNetnsPath } from './netnsKind.js';
 import { interfaceSysctl, setSysctl } from './sysctl.js';
 
@@ -51,10 +53,13 @@ export class LinuxDatapath implements Datapath {
   private readonly proxyArp: boolean;
   /** Whether setupNode installs the nftables masquerade table (off when eBPF masquerades). */
   private readonly nftMasquerade: boolean;
+  /** Routes to other nodes' pod CIDRs via their node IPs; only native routing (the overlay needs the eBPF datapath). */
+  readonly nodeRouting?: RemoteNodeRoutes;
 
-  constructor(options: { proxyArp?: boolean; nftMasquerade?: boolean } = {}) {
+  constructor(options: { proxyArp?: boolean; nftMasquerade?: boolean; nodeRouting?: { mode: 'native'; log: Logger } } = {}) {
     this.proxyArp = options.proxyArp ?? true;
     this.nftMasquerade = options.nftMasquerade ?? true;
+    if (options.nodeRouting) this.nodeRouting = new RemoteNodeRoutes({ mode: options.nodeRouting.mode, netlink: () => this.host.get(), log: options.nodeRouting.log });
   }
 
   /** Closes the agent-namespace netlink socket (a later call opens it again). */

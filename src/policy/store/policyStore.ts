@@ -16,6 +16,15 @@
  *   wrote at and by content hash (a put whose document is already in force
  *   changes nothing).
  *
+ * - Every transaction that changes policies also writes a marker key outside
+ *   the policy prefix (`tendril/state/policies-meta/v1/revision`), so the
+ *   kvstore revision of the last change is the marker's mod revision, deletes
+ *   included (a deleted key leaves no mod revision behind to list).
+ *   `clusterRevision` is that revision as far as this node has applied the
+ *   changes: one watch covers the policies and the marker, so a node reports
+ *   a revision only once it holds the policies of that revision, and every
+ *   node that has caught up reports the same number.
+ *
  * Every change, local or from the watch, runs in one queue, so a rollback
  * never interleaves with another change. The store depends on the engine only
  * through PolicyTarget (PolicyRevisions is one), never on the agent.
@@ -44,6 +53,11 @@ export interface PolicyStoreOptions<I extends { readonly policies: readonly Poli
   target: PolicyTarget<I, D>;
   /** Default `tendril/state/policies/v1/`; tests pass a private prefix. */
   keyPrefix?: string;
+  /**
+   * The marker key every change also writes; must lie outside keyPrefix.
+   * Default: POLICIES_REVISION_KEY, or `<keyPrefix without its last />-meta/revision` with a keyPrefix.
+   */
+  revisionKey?: string;
   logger?: Logger;
 }
 
@@ -54,6 +68,16 @@ interface Applied {
   readonly revision: number;
 }
 
+/** The marker written with every policy change: its mod revision is the revision of the last change. */
+export const POLICIES_REVISION_KEY = 'tendril/state/policies-meta/v1/revision';
+
+/** The longest common start of two keys: the one prefix whose watch sees both. */
+function commonPrefix(a: string, b: string): string {
+  let i = 0;
+  while (i < a.length && i < b.length && a[i] === b[i]) i++;
+  return a.slice(0, i);
+}
+
 /** Bytes of values per transaction: well below etcd's 1.5 MiB request limit with the keys and framing. */
 const TXN_VALUE_BYTES = 1024 * 1024;
 
@@ -61,6 +85,7 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
   readonly #backend: Backend;
   readonly #target: PolicyTarget<I, D>;
   readonly #prefix: string;
+  readonly #revisionKey: string;
   readonly #log: Logger | undefined;
   readonly #watcher: ListWatcher;
   readonly #applied = new Map<string, Applied>();
@@ -68,15 +93,19 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
   readonly #deletedAt = new Map<string, number>();
   #tail: Promise<unknown> = Promise.resolve();
   #stopped = false;
+  #clusterRevision = 0;
 
   constructor(options: PolicyStoreOptions<I, D>) {
     this.#backend = options.backend;
     this.#target = options.target;
     this.#prefix = options.keyPrefix ?? POLICIES_PREFIX;
+    this.#revisionKey = options.revisionKey ?? (options.keyPrefix === undefined ? POLICIES_REVISION_KEY : `${options.keyPrefix.replace(/\/$/, '')}-meta/revision`);
+    if (this.#revisionKey.startsWith(this.#prefix)) throw new Error(`policy store: the revision key ${this.#revisionKey} must lie outside the policy prefix ${this.#prefix}`);
     this.#log = options.logger;
     this.#watcher = new ListWatcher(
       this.#backend,
-      this.#prefix,
+      // One watch for the policies and the marker: their events come in revision order, a transaction's together.
+      commonPrefix(this.#prefix, this.#revisionKey),
       {
         onReset: (kvs) => void this.#enqueue(() => this.#reset(kvs)),
         onEvents: (events) => void this.#enqueue(() => this.#apply(events)),
@@ -87,6 +116,11 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
 
   key(name: PolicyName): string {
     return `${this.#prefix}${policyKeySuffix(name)}`;
+  }
+
+  /** The kvstore revision of the last policy change (any node's) this node has applied; 0 before any. */
+  get clusterRevision(): number {
+    return this.#clusterRevision;
   }
 
   /** Imports every stored policy, then follows the prefix; resolves once the stored policies are in the engine. */
@@ -194,7 +228,8 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
     ops.forEach((op, i) => {
       const size = op.type === 'put' ? Buffer.byteLength(op.value, 'utf8') : 0;
       let last = chunks[chunks.length - 1];
-      if (last === undefined || last.ops.length >= MAX_TXN_OPS || (last.ops.length > 0 && bytes + size > TXN_VALUE_BYTES)) {
+      // One op of each transaction is the revision marker.
+      if (last === undefined || last.ops.length >= MAX_TXN_OPS - 1 || (last.ops.length > 0 && bytes + size > TXN_VALUE_BYTES)) {
         chunks.push((last = { ops: [], undo: [] }));
         bytes = 0;
       }
@@ -205,15 +240,29 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
     let revision = 0;
     for (let i = 0; i < chunks.length; i++) {
       try {
-        revision = (await this.#backend.txn({ compare: [], success: chunks[i]!.ops })).revision;
+        revision = (await this.#backend.txn({ compare: [], success: [...chunks[i]!.ops, this.#markerOp()] })).revision;
       } catch (err) {
         for (const done of chunks.slice(0, i).reverse()) {
-          await this.#backend.txn({ compare: [], success: done.undo }).catch((e: unknown) => this.#log?.error({ err: e }, 'undoing a partly stored policy change failed; the store may hold part of it'));
+          await this.#backend.txn({ compare: [], success: [...done.undo, this.#markerOp()] }).catch((e: unknown) => this.#log?.error({ err: e }, 'undoing a partly stored policy change failed; the store may hold part of it'));
         }
         throw err;
       }
     }
+    if (revision > this.#clusterRevision) this.#clusterRevision = revision;
     return revision;
+  }
+
+  /** The marker's put: its value only says when; what matters is the revision the transaction gives it. */
+  #markerOp(): TxnOp {
+    return { type: 'put', key: this.#revisionKey, value: JSON.stringify({ changedAt: new Date().toISOString() }) };
+  }
+
+  /** Raises clusterRevision to the newest mod revision of the policy keys and the marker among `kvs`. */
+  #sawRevisions(kvs: ReadonlyArray<{ key: string; modRevision: number }>): void {
+    for (const kv of kvs) {
+      if (kv.key !== this.#revisionKey && !kv.key.startsWith(this.#prefix)) continue;
+      if (kv.modRevision > this.#clusterRevision) this.#clusterRevision = kv.modRevision;
+    }
   }
 
   #rollBackImport(previous: ReadonlyArray<{ key: string; name: PolicyName; policy: Policy | undefined }>): void {
@@ -241,8 +290,10 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
   }
 
   /** Full state from a listing: at start, and after a watch failure. */
-  #reset(kvs: readonly KeyValue[]): void {
+  #reset(all: readonly KeyValue[]): void {
     if (this.#stopped) return;
+    // The watched prefix may hold other keys than the policies (the marker, a neighbour of the prefix).
+    const kvs = all.filter((kv) => kv.key.startsWith(this.#prefix));
     const present = new Set(kvs.map((kv) => kv.key));
     const deletes = [...this.#applied.keys()].filter((k) => !present.has(k)).map((key) => ({ key, revision: 0 }));
     // In the order they were first stored: node-local CIDR identities are then numbered as when they were imported, in the usual case.
@@ -252,13 +303,14 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
       deletes,
       'store',
     );
+    this.#sawRevisions(all);
   }
 
   #apply(events: readonly WatchEvent[]): void {
     if (this.#stopped) return;
     // The last event per key decides; older ones (and echoes of this node's writes) change nothing.
     const last = new Map<string, WatchEvent>();
-    for (const ev of events) last.set(ev.key, ev);
+    for (const ev of events) if (ev.key.startsWith(this.#prefix)) last.set(ev.key, ev);
     const puts: Array<{ key: string; value: string; revision: number }> = [];
     const deletes: Array<{ key: string; revision: number }> = [];
     for (const ev of last.values()) {
@@ -267,6 +319,7 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
       else deletes.push({ key: ev.key, revision: ev.modRevision });
     }
     this.#converge(puts, deletes, 'watch');
+    this.#sawRevisions(events);
   }
 
   /** Brings the engine to the given stored versions: one upsert for every changed document, one delete per key gone. */

@@ -35,6 +35,7 @@ const BUILD = fileURLToPath(new URL('../../../../../build/bpf/', import.meta.url
 export const LXC_OBJECT = join(BUILD, 'bpf_lxc.o');
 export const HOST_OBJECT = join(BUILD, 'bpf_host.o');
 export const NETDEV_OBJECT = join(BUILD, 'bpf_netdev.o');
+export const OVERLAY_OBJECT = join(BUILD, 'bpf_overlay.o');
 
 /** Map sizes for tests (every datapath map): the defaults preallocate hundreds of MiB of conntrack. */
 export const TEST_MAP_SIZES: Readonly<MapSizes> = {

@@ -188,6 +188,53 @@ export function runPolicyStoreSuite(kind: string, makeStore: () => Promise<TestS
       assert.deepEqual(b.policy.snapshot(3).entries, bOpen, 'B is open again');
       assert.deepEqual(a.policy.snapshot(4).entries, bOpen);
     });
+
+    test('clusterRevision: the kvstore revision of the last change, deletes included, the same on every node once synced', async () => {
+      const a = await node();
+      const b = await node();
+      assert.equal(a.store.clusterRevision, 0, 'nothing stored yet');
+      assert.equal(b.store.clusterRevision, 0);
+
+      await a.store.importText(dbFromWebPolicy({ namespace: 'prod', tcpPort: 5432 }));
+      const [stored] = (await a.backend.list(prefix)).kvs;
+      assert.equal(a.store.clusterRevision, stored!.modRevision, 'the writer reports its own write\'s revision at once');
+      await until('B reports A\'s import', () => b.store.clusterRevision === a.store.clusterRevision);
+      assert.deepEqual(names(b), ['NetworkPolicy/prod/db-from-web'], 'B holds the policies of the revision it reports');
+
+      // A delete leaves no key behind: the marker written in the same transaction carries its revision.
+      const beforeDelete = a.store.clusterRevision;
+      await b.store.deletePolicies({ name: 'db-from-web' });
+      assert.ok(b.store.clusterRevision > beforeDelete, 'a delete raises the revision');
+      await until('A reports B\'s delete', () => a.store.clusterRevision === b.store.clusterRevision);
+      assert.deepEqual(names(a), []);
+      const marker = await a.backend.get(`${prefix.replace(/\/$/, '')}-meta/revision`);
+      assert.equal(marker?.modRevision, b.store.clusterRevision, 'the marker\'s mod revision is the revision reported');
+
+      // A node started later reads the same number from the listing (no policy left, only the marker).
+      const c = await node();
+      assert.equal(c.store.clusterRevision, b.store.clusterRevision);
+      assert.deepEqual(names(c), []);
+      // The marker lies outside the policy prefix: no policy listing sees it.
+      assert.deepEqual((await a.backend.list(prefix)).kvs, []);
+
+      // Writes that are not policy changes (a failed delete) leave it alone.
+      const settled = a.store.clusterRevision;
+      await assert.rejects(a.store.deletePolicies({ name: 'nothing-here' }));
+      await sleep(100);
+      assert.equal(a.store.clusterRevision, settled);
+      assert.equal(c.store.clusterRevision, settled);
+    });
+
+    test('clusterRevision follows a large import written in several transactions to its last one', async () => {
+      const a = await node();
+      const b = await node();
+      const text = Array.from({ length: 300 }, (_, i) => tendrilPolicy(`p${i}`, `a${i}`, `198.51.${i % 256}.0/24`)).join('---');
+      await a.store.importText(text);
+      const newest = Math.max(...(await a.backend.list(prefix)).kvs.map((kv) => kv.modRevision));
+      assert.equal(a.store.clusterRevision, newest);
+      await until('B has caught up', () => b.store.clusterRevision === newest);
+      assert.equal(b.policy.policies().length, 300);
+    });
   });
 }
 

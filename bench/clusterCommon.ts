@@ -1,0 +1,372 @@
+// What the cluster benchmarks (cluster-throughput, cluster-latency,
+// cluster-propagation) share: a cluster in a box built for a bench — node
+// namespaces on one bridge in a hub namespace, optionally an etcd in the hub —
+// tendril agents on that etcd in one routing mode, pods made through each
+// agent's CNI API, and the cleanup of all of it (also on a failure or a signal).
+// A box without etcd and agents is the underlay reference: the same veths and
+// bridge with nothing of tendril on them.
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { AgentClient } from '../src/client/agentClient.js';
+import { ETCD_BIN } from '../test/support/etcdHarness.js';
+import { exec } from './benchProcess.js';
+import { BenchNamespaces, netnsPath } from './policyDatapath.js';
+import { cleanupOnSignal, once } from './serviceCommon.js';
+
+const AGENT = fileURLToPath(new URL('../../bin/tendril-agent', import.meta.url));
+const PLUGINS = '/usr/lib/cni';
+
+export type BenchRoutingMode = 'tunnel' | 'native';
+
+/** The underlay of every box: 10.248.0.0/24 on the hub's bridge (each box is its own set of namespaces). */
+const HUB_IP = '10.248.0.1';
+const nodeIp = (i: number) => `10.248.0.${11 + i}`;
+/** Block IPAM's pool of every box's pods. */
+export const CLUSTER_POOL = '10.249.0.0/16';
+
+export interface BoxNode {
+  /** The node's network namespace. */
+  ns: string;
+  /** Its address on the underlay (eth0, on the hub's bridge). */
+  ip: string;
+}
+
+/**
+ * Namespaces of one box: a hub with a bridge (and etcd when asked), `nodes`
+ * node namespaces each wired to the bridge by a veth pair. Everything it made is
+ * removed by `cleanup` (namespaces take their links and routes with them).
+ */
+export class BenchBox {
+  readonly nodes: BoxNode[] = [];
+  readonly hub: string;
+  #etcd: ChildProcess | undefined;
+  #etcdDir = '';
+
+  private constructor(
+    readonly tag: string,
+    readonly namespaces: BenchNamespaces,
+  ) {
+    this.hub = `${tag}h`;
+  }
+
+  get etcdEndpoint(): string {
+    return `http://${HUB_IP}:2379`;
+  }
+
+  /**
+   * `tag`: the namespaces' prefix (tdl…, short: node names are `<tag>n<i>`).
+   * `register` gets the box's cleanup before anything is made, so a signal
+   * during the build removes what was made so far.
+   */
+  static async create(tag: string, nodes: number, withEtcd: boolean, register?: (cleanup: () => Promise<void>) => void): Promise<BenchBox> {
+    const box = new BenchBox(tag, new BenchNamespaces());
+    register?.(() => box.cleanup());
+    try {
+      await box.#build(nodes, withEtcd);
+    } catch (err) {
+      await box.cleanup();
+      throw err;
+    }
+    return box;
+  }
+
+  async #build(nodes: number, withEtcd: boolean): Promise<void> {
+    const names = [this.hub, ...Array.from({ length: nodes }, (_, i) => `${this.tag}n${i}`)];
+    await this.namespaces.add(...names);
+    await exec(['ip', '-n', this.hub, 'link', 'add', 'tdlhub0', 'type', 'bridge']);
+    await exec(['ip', '-n', this.hub, 'addr', 'add', `${HUB_IP}/24`, 'dev', 'tdlhub0']);
+    await exec(['ip', '-n', this.hub, 'link', 'set', 'tdlhub0', 'up']);
+    for (let i = 0; i < nodes; i++) {
+      const ns = names[i + 1]!;
+      await exec(['ip', '-n', this.hub, 'link', 'add', `tdlport${i}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netnsPath(ns)]);
+      await exec(['ip', '-n', this.hub, 'link', 'set', `tdlport${i}`, 'master', 'tdlhub0', 'up']);
+      await exec(['ip', '-n', ns, 'addr', 'add', `${nodeIp(i)}/24`, 'dev', 'eth0']);
+      await exec(['ip', '-n', ns, 'link', 'set', 'eth0', 'up']);
+      this.nodes.push({ ns, ip: nodeIp(i) });
+    }
+    if (withEtcd) await this.#startEtcd();
+  }
+
+  async #startEtcd(): Promise<void> {
+    this.#etcdDir = await mkdtemp(join(tmpdir(), 'tdl-bench-etcd-'));
+    const peer = 'http://127.0.0.1:2380';
+    const ep = this.etcdEndpoint;
+    const argv = [`--net=${netnsPath(this.hub)}`, '--', ETCD_BIN, '--name', 'tdl-hub', '--data-dir', this.#etcdDir, '--listen-client-urls', ep, '--advertise-client-urls', ep];
+    argv.push('--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer, '--initial-cluster', `tdl-hub=${peer}`);
+    const etcd = spawn('nsenter', argv, { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.#etcd = etcd;
+    // Ready when it says so (its client URL is on the hub's bridge, out of this process's reach).
+    await new Promise<void>((resolve, reject) => {
+      let log = '';
+      let ready = false;
+      const timer = setTimeout(() => reject(new Error(`etcd did not become ready in 20 s:\n${log.slice(-2000)}`)), 20_000);
+      const onData = (c: Buffer) => {
+        log = (log + c.toString()).slice(-8000);
+        if (!ready && log.includes('ready to serve client requests')) {
+          ready = true;
+          clearTimeout(timer);
+          resolve();
+        }
+      };
+      etcd.stdout!.on('data', onData);
+      etcd.stderr!.on('data', onData);
+      etcd.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`etcd exited ${code}:\n${log.slice(-2000)}`));
+      });
+    });
+  }
+
+  async cleanup(): Promise<void> {
+    const etcd = this.#etcd;
+    if (etcd && etcd.exitCode === null && etcd.signalCode === null) {
+      const exited = new Promise((r) => etcd.once('exit', r));
+      etcd.kill('SIGKILL');
+      await exited;
+    }
+    await this.namespaces.cleanup();
+    if (this.#etcdDir) await rm(this.#etcdDir, { recursive: true, force: true });
+  }
+}
+
+export interface ClusterPod {
+  name: string;
+  ns: string;
+  ip: string;
+  containerId: string;
+}
+
+/** A tendril agent of a box's node, on the box's etcd, block IPAM, in one routing mode. */
+export class ClusterAgent {
+  #log = '';
+  private constructor(
+    readonly node: BoxNode,
+    readonly name: string,
+    readonly process: ChildProcess,
+    readonly client: AgentClient,
+    readonly socket: string,
+    readonly bpffsRoot: string,
+  ) {
+    process.stderr!.on('data', (c: Buffer) => (this.#log = (this.#log + c.toString()).slice(-6000)));
+  }
+
+  /** The tail of the agent's stderr (its warnings and errors), for failure messages. */
+  get log(): string {
+    return this.#log;
+  }
+
+  /** The pinned ipcache map of this agent (what its programs look up). */
+  get ipcacheMapPath(): string {
+    return join(this.bpffsRoot, 'tendril', 'tendril_ipcache');
+  }
+
+  static async start(box: BenchBox, index: number, mode: BenchRoutingMode, stateRoot: string, extraArgs: string[] = []): Promise<ClusterAgent> {
+    const node = box.nodes[index]!;
+    const name = `${box.tag}-n${index}`;
+    const stateDir = join(stateRoot, name);
+    const socket = join(stateDir, 'tendril.sock');
+    // Never the node's /sys/fs/bpf/tendril: each agent's pins live in a directory of their own on bpffs.
+    const bpffsRoot = `/sys/fs/bpf/tdl-bench-${randomBytes(4).toString('hex')}`;
+    await mkdir(bpffsRoot, { recursive: true });
+    const args = [
+      '--state-dir', stateDir, '--lib-dir', join(stateDir, 'lib'), '--node-name', name, '--bpffs-root', bpffsRoot,
+      '--kvstore', 'etcd', '--kvstore-opt', `etcd.endpoints=${box.etcdEndpoint}`,
+      '--ipam', 'block', '--pool-cidr', CLUSTER_POOL, '--node-ip', node.ip, '--routing-mode', mode,
+      '--datapath', 'bpf', '--log-level', 'warn',
+      ...extraArgs,
+      ...(process.env.TENDRIL_BENCH_AGENT_ARGS ?? '').split(' ').filter((a) => a !== ''),
+    ];
+    const proc = spawn('nsenter', [`--net=${netnsPath(node.ns)}`, '--', AGENT, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const client = new AgentClient({ socketPath: socket, timeoutMs: 30_000 });
+    const agent = new ClusterAgent(node, name, proc, client, socket, bpffsRoot);
+    // Generous: several agents loading their BPF objects at once on a busy two-core machine take tens of seconds.
+    const deadline = Date.now() + 120_000;
+    for (;;) {
+      try {
+        if ((await client.health()).status === 'ok') return agent;
+      } catch {
+        // not listening yet
+      }
+      if (proc.exitCode !== null || proc.signalCode !== null || Date.now() > deadline) {
+        await agent.stop();
+        throw new Error(`agent ${name} (${mode}) did not become ready (exit ${proc.exitCode ?? proc.signalCode ?? 'none'}): ${lastLines(agent.log)}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** ADD of a pod whose namespace exists, through the agent's CNI API (what tendril-cni relays); ready when it returns. */
+  async addPod(name: string, ns: string, labels: string): Promise<ClusterPod> {
+    const containerId = `tdl-${name}`;
+    const result = (await this.client.cni({
+      command: 'ADD',
+      containerId,
+      netns: netnsPath(ns),
+      ifName: 'eth0',
+      args: `K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${name};TENDRIL_LABELS=${labels}`,
+      path: PLUGINS,
+      config: JSON.stringify({ cniVersion: '1.0.0', name: 'tdlbenchcluster', type: 'tendril-cni' }),
+    })) as { ips?: Array<{ address: string }> } | undefined;
+    const ip = result?.ips?.[0]?.address.split('/')[0];
+    if (!ip) throw new Error(`ADD of ${name} on ${this.name} returned no address`);
+    return { name, ns, ip, containerId };
+  }
+
+  /** SIGTERM, SIGKILL after 10 s; then its bpffs root goes (pins of links whose devices went with the namespaces). */
+  async stop(): Promise<void> {
+    const proc = this.process;
+    if (proc.exitCode === null && proc.signalCode === null) {
+      const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+      proc.kill('SIGTERM');
+      const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
+      await exited;
+      clearTimeout(timer);
+    }
+    await rm(this.bpffsRoot, { recursive: true, force: true });
+  }
+}
+
+/** A box with etcd and an agent on every node in `mode` (agents[i] on nodes[i]). */
+export class BenchCluster {
+  readonly agents: ClusterAgent[] = [];
+  private constructor(
+    readonly box: BenchBox,
+    readonly mode: BenchRoutingMode,
+    readonly stateRoot: string,
+  ) {}
+
+  /** `register` as for BenchBox.create: gets the cluster's cleanup (agents, box, state) before anything is made. */
+  static async create(tag: string, nodes: number, mode: BenchRoutingMode, register?: (cleanup: () => Promise<void>) => void, extraArgs: string[] = []): Promise<BenchCluster> {
+    let c: BenchCluster | undefined;
+    let boxCleanup: (() => Promise<void>) | undefined;
+    const stateRoot = await mkdtemp(join(tmpdir(), 'tdl-bench-cluster-'));
+    const cleanup = once(async () => {
+      if (c) await c.cleanup();
+      else {
+        await boxCleanup?.();
+        await rm(stateRoot, { recursive: true, force: true });
+      }
+    });
+    register?.(cleanup);
+    try {
+      const box = await BenchBox.create(tag, nodes, true, (fn) => (boxCleanup = fn));
+      const cluster = new BenchCluster(box, mode, stateRoot);
+      c = cluster;
+      // In parallel: an agent's start (loading the BPF objects) takes seconds on a busy machine.
+      const started = await Promise.allSettled(
+        Array.from({ length: nodes }, async (_, i) => {
+          const agent = await ClusterAgent.start(box, i, mode, stateRoot, extraArgs);
+          cluster.agents[i] = agent;
+        }),
+      );
+      const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
+    } catch (err) {
+      await cleanup();
+      throw err;
+    }
+    return c;
+  }
+
+  /** Pod namespaces (loopback up), removed with the box. */
+  async addNamespaces(...names: string[]): Promise<void> {
+    await this.box.namespaces.add(...names);
+  }
+
+  /** Agents first (while etcd still answers their shutdown), then etcd and the namespaces, then state. */
+  async cleanup(): Promise<void> {
+    await Promise.all(this.agents.filter((a) => a !== undefined).map((a) => a.stop().catch(() => undefined)));
+    await this.box.cleanup();
+    await rm(this.stateRoot, { recursive: true, force: true });
+  }
+}
+
+/**
+ * A tendril cluster of two nodes in `mode` with a client pod on node 0 and a
+ * server pod on node 1 (labels app=<name>-client, app=<name>-server).
+ */
+export async function crossNodePodPair(
+  mode: BenchRoutingMode,
+  name: string,
+  register: (fn: () => Promise<void>) => void,
+): Promise<{ cluster: BenchCluster; clientNs: string; serverNs: string; serverIp: string }> {
+  const tag = boxTag(`${name.slice(0, 3)}${mode === 'native' ? 'n' : 't'}`);
+  const cluster = await BenchCluster.create(tag, 2, mode, register);
+  const [clientNs, serverNs] = [`${tag}pc`, `${tag}ps`];
+  await cluster.addNamespaces(clientNs, serverNs);
+  await cluster.agents[0]!.addPod(`${name}-client`, clientNs, `app=${name}-client`);
+  const server = await cluster.agents[1]!.addPod(`${name}-server`, serverNs, `app=${name}-server`);
+  return { cluster, clientNs, serverNs, serverIp: server.ip };
+}
+
+/** The paths the cross-node benches compare: the underlay (node → node, no tendril) and pod → pod in each routing mode. */
+export type ClusterPath = 'underlay' | BenchRoutingMode;
+export const CLUSTER_PATHS: readonly ClusterPath[] = ['underlay', 'native', 'tunnel'];
+
+/** Where a path's client runs and its server listens; `error` when it could not be set up. */
+export interface PathEnds {
+  clientNs: string;
+  serverNs: string;
+  serverIp: string;
+  error?: string;
+}
+
+/**
+ * The three paths, built at once (agents take seconds to start): an underlay
+ * box of two node namespaces (client in node 0, server on node 1's own
+ * address), and a two-node cluster per routing mode (`crossNodePodPair`). A mode
+ * that cannot be set up is reported in its `error`, not thrown: the others are
+ * still measured.
+ */
+export async function crossNodePaths(name: string, register: (fn: () => Promise<void>) => void): Promise<Record<ClusterPath, PathEnds>> {
+  const underlay = (async (): Promise<PathEnds> => {
+    const box = await BenchBox.create(boxTag(`${name.slice(0, 3)}u`), 2, false, register);
+    return { clientNs: box.nodes[0]!.ns, serverNs: box.nodes[1]!.ns, serverIp: box.nodes[1]!.ip };
+  })();
+  const pair = (mode: BenchRoutingMode) =>
+    crossNodePodPair(mode, name, register).then(
+      (p): PathEnds => ({ clientNs: p.clientNs, serverNs: p.serverNs, serverIp: p.serverIp }),
+      (err: unknown): PathEnds => ({ clientNs: '', serverNs: '', serverIp: '', error: `set-up: ${errorLine(err)}` }),
+    );
+  // Settled all, so nothing is still being built when a failure starts the cleanup.
+  const [u, native, tunnel] = await Promise.allSettled([underlay, pair('native'), pair('tunnel')]);
+  if (u.status === 'rejected') throw u.reason;
+  return { underlay: u.value, native: (native as PromiseFulfilledResult<PathEnds>).value, tunnel: (tunnel as PromiseFulfilledResult<PathEnds>).value };
+}
+
+/**
+ * Runs `body` with cleanups registered as it goes, all run (last first) when it
+ * ends, fails or the process gets SIGINT/SIGTERM.
+ */
+export async function withCleanup<T>(body: (onCleanup: (fn: () => Promise<void>) => void) => Promise<T>): Promise<T> {
+  const fns: Array<() => Promise<void>> = [];
+  const cleanup = once(async () => {
+    for (const fn of fns.splice(0).reverse()) await fn().catch((err: Error) => console.error(`bench cleanup: ${err.message}`));
+  });
+  const unhook = cleanupOnSignal(cleanup);
+  try {
+    return await body((fn) => fns.push(fn));
+  } finally {
+    await cleanup();
+    unhook();
+  }
+}
+
+/** A short tag unique to this process for a box's namespaces: tdl<kind><pid>. */
+export const boxTag = (kind: string): string => `tdl${kind}${process.pid % 10000}`;
+
+/** The last lines of a log as one line (an agent's reason to exit, for a one-line failure). */
+const lastLines = (log: string, n = 3): string =>
+  log
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .slice(-n)
+    .join(' | ')
+    .slice(-1500);
+
+/** `fn`'s error message as one line (for a row that could not be measured). */
+export const errorLine = (err: unknown): string => ((err as Error).message ?? String(err)).split('\n')[0]!.slice(0, 1500);

@@ -1,0 +1,257 @@
+// How long a change made through one node takes to act on another, in a
+// three-node tendril cluster on etcd (nodes A, B, C):
+// - policy: an import through A's API to the change being enforced on packets at
+//   C. A client pod on B probes a server pod on C (a new TCP connection every
+//   millisecond, each abandoned after 50 ms: a dropped SYN is only retransmitted
+//   after 1 s); the server is in default-deny ingress and each import toggles a
+//   policy between allowing the probe port and allowing another. "Enforced" is
+//   the start of the first attempt from which every attempt has the new outcome
+//   (connects after an allow, times out after a removal) minus the moment the
+//   API call returned (0: in force before it returned).
+// - pod ADD: an ADD through A's CNI API to C knowing the pod's address, in C's
+//   ipcache (GET /ip on C's socket, polled back to back every 2 ms) and in C's
+//   datapath (C's pinned tendril_ipcache map, looked up from here every
+//   millisecond: what C's programs see), each from the ADD's start and after it
+//   returned. The API call, not the CLI, so no process start sits in the numbers.
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ipcacheKey, ipcacheValue } from '../src/datapath/bpf/layout.js';
+import { BpfMap } from '../src/datapath/kernel/bpf/index.js';
+import { hostPrefix, parseIp } from '../src/netip/index.js';
+import { BenchCluster, type BenchRoutingMode, type ClusterAgent, boxTag, errorLine, withCleanup } from './clusterCommon.js';
+import { ingressRuleDoc, runTcpClient, startProbe, startTcpServer } from './policyDatapath.js';
+import { percentile } from './stats.js';
+
+const PORT = 8080;
+const FLEET_LABELS = 'app=prop-fleet';
+
+export interface PolicySample {
+  allow: boolean;
+  /** ms from the API call returning to the first attempt of the new outcome at C (0: before it returned); undefined: not seen in 3 s. */
+  enforcedMs: number | undefined;
+  /** ms from the API call's start to that attempt. */
+  fromStartMs: number | undefined;
+  importMs: number;
+}
+
+export interface AddSample {
+  addMs: number;
+  /** ms from the ADD's start until C's GET /ip lists the address, and until C's pinned map holds it; undefined: not in 5 s. */
+  apiFromStartMs: number | undefined;
+  mapFromStartMs: number | undefined;
+  /** ms from the ADD's start until A's own pinned map holds it (the reference: C's map minus this is the trip from A's datapath to C's). */
+  localMapFromStartMs: number | undefined;
+  /** The map poll knew the address only once the ADD returned (the address was not the one expected): its time is from then on. */
+  mapLate: boolean;
+}
+
+export interface ClusterPropagationReport {
+  mode: BenchRoutingMode;
+  policy: PolicySample[];
+  /** Why the policy series did not run or stopped. */
+  policyError?: string;
+  add: AddSample[];
+  addError?: string;
+  setupMs: number;
+}
+
+/** Probe attempts of the current trial (older ones dropped at each trial's start, so a lookup stays short). */
+class ProbeLog {
+  #since = 0n;
+  #attempts: Array<{ startNs: bigint; ok: boolean }> = [];
+  add = (startNs: bigint, ok: boolean) => {
+    if (startNs >= this.#since) this.#attempts.push({ startNs, ok });
+  };
+
+  reset(since: bigint): void {
+    this.#since = since;
+    this.#attempts = this.#attempts.filter((a) => a.startNs >= since);
+  }
+
+  /** The start of the first attempt from which every attempt started before `finishedBefore` has outcome `ok`, once `stable` of them have it. */
+  settled(ok: boolean, finishedBefore: bigint, stable = 30): bigint | undefined {
+    const xs = this.#attempts.filter((a) => a.startNs < finishedBefore).sort((a, b) => (a.startNs < b.startNs ? -1 : a.startNs > b.startNs ? 1 : 0));
+    let from = 0;
+    for (let i = 0; i < xs.length; i++) if (xs[i]!.ok !== ok) from = i + 1;
+    return xs.length - from >= stable ? xs[from]!.startNs : undefined;
+  }
+
+  /** Waits until the outcome `ok` holds (`settled`), up to `timeoutMs`; its start, or undefined. */
+  async waitSettled(ok: boolean, timeoutMs: number): Promise<bigint | undefined> {
+    const deadline = process.hrtime.bigint() + BigInt(timeoutMs) * 1_000_000n;
+    for (;;) {
+      const now = process.hrtime.bigint();
+      // Only attempts old enough to have an outcome (a failure reports after its 50 ms timeout).
+      const at = this.settled(ok, now - 70_000_000n);
+      if (at !== undefined || now > deadline) return at;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function policySeries(a: ClusterAgent, clientNs: string, serverIp: string, trials: number, out: PolicySample[]): Promise<void> {
+  const probe = new ProbeLog();
+  const prober = startProbe(clientNs, serverIp, PORT, probe.add);
+  try {
+    probe.reset(process.hrtime.bigint());
+    if ((await probe.waitSettled(false, 5000)) === undefined) throw new Error('the server never became unreachable under its default-deny policy');
+    let unseen = 0;
+    for (let i = 0; i < trials; i++) {
+      const allow = i % 2 === 0;
+      const startNs = process.hrtime.bigint();
+      probe.reset(startNs);
+      await a.client.putPolicy({ text: ingressRuleDoc('prop-toggle', 'prop-server', 'prop-client', allow ? PORT : PORT + 1) });
+      const returnedNs = process.hrtime.bigint();
+      const at = await probe.waitSettled(allow, 3000);
+      out.push({
+        allow,
+        enforcedMs: at === undefined ? undefined : Math.max(0, Number(at - returnedNs) / 1e6),
+        fromStartMs: at === undefined ? undefined : Number(at - startNs) / 1e6,
+        importMs: Number(returnedNs - startNs) / 1e6,
+      });
+      if (at === undefined) unseen++;
+      // Nothing seen at all in the first imports: the path does not work, more trials would only take 3 s each.
+      if (i === 3 && unseen === 4) throw new Error('no change enforced in the first 4 imports');
+    }
+  } finally {
+    await prober.stop();
+  }
+}
+
+async function addSeries(cluster: BenchCluster, trials: number, out: AddSample[]): Promise<void> {
+  const [a, , c] = cluster.agents as [ClusterAgent, ClusterAgent, ClusterAgent];
+  const tag = cluster.box.tag;
+  const names = Array.from({ length: trials + 1 }, (_, i) => `${tag}f${i}`);
+  await cluster.box.namespaces.addBare(names);
+  // The first pod allocates the fleet's identity (every later ADD finds it) and sets where addresses start.
+  const warm = await a.addPod('prop-fleet-0', names[0]!, FLEET_LABELS);
+  const identity = (await a.client.getEndpoint(`container-id:${warm.containerId}`)).identity;
+  if (identity === undefined) throw new Error('the fleet pod has no identity');
+  const tunnel = Number(parseIp(a.node.ip).bits);
+  const map = BpfMap.openPinned(c.ipcacheMapPath, ipcacheKey, ipcacheValue);
+  const localMap = BpfMap.openPinned(a.ipcacheMapPath, ipcacheKey, ipcacheValue);
+  // LPM lookups: a covering prefix answers for an address not there, so the entry must be the pod's own.
+  const inMap = (ip: string) => {
+    const v = map.get(hostPrefix(parseIp(ip)));
+    return v !== undefined && v.identity === identity && v.tunnelIp4 === tunnel;
+  };
+  const inLocalMap = (ip: string) => localMap.get(hostPrefix(parseIp(ip)))?.identity === identity;
+  try {
+    let last = parseIp(warm.ip).bits;
+    for (let i = 1; i <= trials; i++) {
+      const known = new Set((await c.client.listIpcache()).map((e) => e.prefix));
+      let done = false;
+      const t0 = performance.now();
+      // C's API: a new /32 of A's with the fleet's identity (its address is not known before the ADD returns).
+      const api = (async () => {
+        while (!done) {
+          const entries = await c.client.listIpcache();
+          if (entries.some((e) => !known.has(e.prefix) && e.identity === identity && e.hostIP === a.node.ip)) return performance.now() - t0;
+          await sleep(2);
+        }
+        return undefined;
+      })();
+      // C's map: the address block IPAM hands out next (the one after the last), then the real one once known.
+      let expected: string | undefined = formatV4(last + 1n);
+      let mapLate = false;
+      const pollMap = async (has: (ip: string) => boolean) => {
+        while (!done) {
+          if (expected !== undefined && has(expected)) return performance.now() - t0;
+          await sleep(1);
+        }
+        return undefined;
+      };
+      const mapSeen = pollMap(inMap);
+      const localSeen = pollMap(inLocalMap);
+      const pod = await a.addPod(`prop-fleet-${i}`, names[i]!, FLEET_LABELS);
+      const addMs = performance.now() - t0;
+      if (pod.ip !== expected) {
+        mapLate = true;
+        expected = pod.ip;
+      }
+      last = parseIp(pod.ip).bits;
+      const timer = setTimeout(() => (done = true), 5000);
+      const [apiFromStartMs, mapFromStartMs, localMapFromStartMs] = await Promise.all([api, mapSeen, localSeen]);
+      clearTimeout(timer);
+      done = true;
+      out.push({ addMs, apiFromStartMs, mapFromStartMs, localMapFromStartMs, mapLate });
+      if (i === 3 && out.every((s) => s.apiFromStartMs === undefined && s.mapFromStartMs === undefined)) throw new Error('C never learned the first 3 pods');
+    }
+  } finally {
+    map.close();
+    localMap.close();
+  }
+}
+
+const formatV4 = (bits: bigint) => [24n, 16n, 8n, 0n].map((s) => String((bits >> s) & 255n)).join('.');
+
+export async function runClusterPropagationBench(trials = 100, mode: BenchRoutingMode = 'tunnel'): Promise<ClusterPropagationReport> {
+  return withCleanup(async (onCleanup) => {
+    const t0 = performance.now();
+    const tag = boxTag('cp');
+    const cluster = await BenchCluster.create(tag, 3, mode, onCleanup);
+    const [a, b, c] = cluster.agents as [ClusterAgent, ClusterAgent, ClusterAgent];
+    const [clientNs, serverNs] = [`${tag}pc`, `${tag}ps`];
+    await cluster.addNamespaces(clientNs, serverNs);
+    await b.addPod('prop-client', clientNs, 'app=prop-client');
+    const server = await c.addPod('prop-server', serverNs, 'app=prop-server');
+    const tcp = await startTcpServer(serverNs, server.ip, PORT);
+    onCleanup(async () => tcp.stop());
+    const setupMs = performance.now() - t0;
+    const report: ClusterPropagationReport = { mode, policy: [], add: [], setupMs };
+
+    const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-cprop-'));
+    onCleanup(() => rm(scratch, { recursive: true, force: true }));
+    try {
+      const reach = (await runTcpClient<{ result: string }>(clientNs, ['check', server.ip, String(PORT), '1000'])).result;
+      if (reach !== 'connected') throw new Error(`the pod on B cannot reach the pod on C before any policy (${reach})`);
+      // The server in default-deny ingress: a base policy that allows only a peer that does not exist.
+      await a.client.putPolicy({ text: ingressRuleDoc('prop-base', 'prop-server', 'nobody', PORT) });
+      await policySeries(a, clientNs, server.ip, trials, report.policy);
+    } catch (err) {
+      report.policyError = errorLine(err);
+    }
+    try {
+      await addSeries(cluster, trials, report.add);
+    } catch (err) {
+      report.addError = errorLine(err);
+    }
+    return report;
+  });
+}
+
+export function printClusterPropagation(r: ClusterPropagationReport): void {
+  const f = (x: number | undefined) => (x === undefined ? '    n/a' : x.toFixed(1).padStart(7));
+  const q = (xs: number[], p: number) => (xs.length ? percentile(xs, p) : undefined);
+  const seen = <T>(xs: T[], get: (x: T) => number | undefined) => xs.flatMap((x) => (get(x) === undefined ? [] : [get(x)!]));
+  const row = (name: string, xs: number[], n: number, extra = '') => console.log(`  ${name.padEnd(44)} ${f(q(xs, 0.5))} ${f(q(xs, 0.99))} ${f(xs.length ? Math.max(...xs) : undefined)}   ${String(n - xs.length).padStart(6)}   ${extra}`);
+  console.log(`\nPropagation across a three-node cluster on etcd (${r.mode} routing): a change through node A, acting at node C (ms; goal p99 < 20)`);
+  console.log(`  ${''.padEnd(44)} ${'p50'.padStart(7)} ${'p99'.padStart(7)} ${'max'.padStart(7)}   unseen`);
+  const enforced = seen(r.policy, (x) => x.enforcedMs);
+  row(`policy import on A → enforced at C (${r.policy.length})`, enforced, r.policy.length, r.policyError ? `FAILED: ${r.policyError}` : '');
+  if (r.policy.length) {
+    const allow = seen(r.policy.filter((x) => x.allow), (x) => x.enforcedMs);
+    const deny = seen(r.policy.filter((x) => !x.allow), (x) => x.enforcedMs);
+    const imp = r.policy.map((x) => x.importMs);
+    console.log(`    allow→ p50 ${f(q(allow, 0.5))}, removal→ p50 ${f(q(deny, 0.5))}; import call p50 ${f(q(imp, 0.5))}; from the call's start p50 ${f(q(seen(r.policy, (x) => x.fromStartMs), 0.5))} p99 ${f(q(seen(r.policy, (x) => x.fromStartMs), 0.99))}; in force before it returned: ${r.policy.filter((x) => x.enforcedMs === 0).length}/${r.policy.length}`);
+  } else if (r.policyError) console.log(`    policy series FAILED: ${r.policyError}`);
+  const api = seen(r.add, (x) => x.apiFromStartMs);
+  const mapAll = seen(r.add, (x) => x.mapFromStartMs);
+  const addMs = r.add.map((x) => x.addMs);
+  const after = (xs: AddSample[], get: (x: AddSample) => number | undefined) => seen(xs, (x) => (get(x) === undefined ? undefined : Math.max(0, get(x)! - x.addMs)));
+  row(`pod ADD on A → C's ipcache, GET /ip (${r.add.length})`, api, r.add.length, 'from the ADD\'s start');
+  row(`pod ADD on A → C's datapath, pinned map`, mapAll, r.add.length, 'from the ADD\'s start');
+  row(`  after the ADD returned: GET /ip`, after(r.add, (x) => x.apiFromStartMs), r.add.length);
+  row(`  after the ADD returned: pinned map`, after(r.add, (x) => x.mapFromStartMs), r.add.length);
+  const trip = r.add.flatMap((x) => (x.mapFromStartMs === undefined || x.localMapFromStartMs === undefined || x.mapLate ? [] : [Math.max(0, x.mapFromStartMs - x.localMapFromStartMs)]));
+  row(`  A's pinned map → C's pinned map`, trip, r.add.filter((x) => !x.mapLate).length, 'the trip through etcd alone');
+  console.log(`    ADD on A p50 ${f(q(addMs, 0.5))} p99 ${f(q(addMs, 0.99))}; map polled for a guessed address, wrong in ${r.add.filter((x) => x.mapLate).length} (timed from the ADD's return there)${r.addError ? `; FAILED: ${r.addError}` : ''}`);
+  console.log(`  (set-up ${(r.setupMs / 1000).toFixed(1)} s; "unseen": not within 3 s (policy) / 5 s (ADD))`);
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  printClusterPropagation(await runClusterPropagationBench(Number(process.argv[2] ?? 100), (process.argv[3] as BenchRoutingMode | undefined) ?? 'tunnel'));
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The VXLAN overlay (--routing-mode tunnel). A packet for an address that
+ * another node hosts (its ipcache entry names that node as tunnel
+ * endpoint) leaves through tendril_vxlan, a collect_md device, with the
+ * tunnel key set: the endpoint as outer destination and the source's
+ * security identity as VNI. The receiving node takes the source identity
+ * from the key, never from the inner source address, which any sender can
+ * write.
+ */
+#ifndef __TENDRIL_LIB_TUNNEL_H_
+#define __TENDRIL_LIB_TUNNEL_H_
+
+#include "common.h"
+#include "config.h"
+#include "drop.h"
+#include "flow.h"
+#include "ipcache.h"
+#include "trace.h"
+
+#define TUNNEL_TTL 64
+/* A VXLAN network identifier has 24 bits: every global identity fits. */
+#define TUNNEL_VNI_MAX 0xffffff
+
+/* Where a destination is reached through the overlay. */
+struct tunnel_route {
+	__be32 endpoint; /* the hosting node's address, network order */
+	__u32 ifindex;   /* tendril_vxlan */
+	__u32 identity;  /* the destination's (ipcache) */
+};
+
+/*
+ * Whether daddr is reached through the overlay: tunnel routing mode, and an
+ * ipcache entry naming a tunnel endpoint. The node's own addresses never
+ * are, whatever their entry says. Fills *r when it is. An ipcache lookup,
+ * for every packet that is not for this node (established flows too: the
+ * endpoint can change under a flow).
+ */
+static __always_inline int tunnel_route4(__be32 daddr, struct tunnel_route *r)
+{
+	struct remote_endpoint_info *info;
+	__u32 ifindex = config_tunnel_ifindex();
+
+	if (!ifindex)
+		return 0;
+	info = ipcache_lookup4(daddr);
+	if (!info || !info->tunnel_ip4 || info->identity == IDENTITY_HOST)
+		return 0;
+	r->endpoint = info->tunnel_ip4;
+	r->ifindex = ifindex;
+	r->identity = info->identity;
+	return 1;
+}
+
+/*
+ * Encapsulates towards r's endpoint with src_identity as VNI and sends the
+ * packet to tendril_vxlan (TRACE_TO_OVERLAY). DROP_ENCAP_FAILED when the
+ * kernel refuses the key or the identity does not fit a VNI.
+ */
+static __always_inline int tunnel_encap4(struct __sk_buff *skb, struct flow *f, const struct tunnel_route *r, __u32 src_identity,
+					 __u8 direction)
+{
+	struct bpf_tunnel_key key;
+
+	if (src_identity > TUNNEL_VNI_MAX)
+		return drop_packet(skb, f, DROP_ENCAP_FAILED, direction, 0);
+	__builtin_memset(&key, 0, sizeof(key));
+	key.tunnel_id = src_identity;
+	/* The helper takes the address in host order. */
+	key.remote_ipv4 = bpf_ntohl(r->endpoint);
+	key.tunnel_ttl = TUNNEL_TTL;
+	/* No outer UDP checksum: the inner packet carries its own, as Linux's VXLAN does by default over IPv4. */
+	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX) < 0)
+		return drop_packet(skb, f, DROP_ENCAP_FAILED, direction, 0);
+	return pass_packet(skb, f, bpf_redirect(r->ifindex, 0), TRACE_TO_OVERLAY, direction);
+}
+
+/*
+ * The sender's identity as a VNI carries it, seen from this node: a node
+ * sends its own traffic as IDENTITY_HOST, which here is a remote node.
+ */
+static __always_inline __u32 tunnel_source_identity(__u32 vni)
+{
+	return vni == IDENTITY_HOST ? IDENTITY_REMOTE_NODE : vni;
+}
+
+/* The source identity of a decapsulated packet from its tunnel key, or DROP_NO_TUNNEL_KEY when it has none. */
+static __always_inline int tunnel_key_identity(struct __sk_buff *skb, __u32 *identity)
+{
+	struct bpf_tunnel_key key;
+
+	__builtin_memset(&key, 0, sizeof(key));
+	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+		return DROP_NO_TUNNEL_KEY;
+	*identity = tunnel_source_identity(key.tunnel_id);
+	return 0;
+}
+
+#endif

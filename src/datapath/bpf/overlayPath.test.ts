@@ -1,0 +1,274 @@
+/**
+ * The overlay on real devices: two node namespaces joined by a veth
+ * underlay, each with a collect_md VXLAN device carrying
+ * tendril_from_overlay on its ingress, a pod namespace behind a veth with
+ * tendril_from_container, and the node's tendril_host pair with
+ * tendril_from_host — the datapath objects loaded per node with their maps
+ * pinned under a bpffs directory of the test's own, filled by hand as the
+ * agent would. What BPF_PROG_TEST_RUN cannot show (overlay.test.ts):
+ * bpf_skb_set_tunnel_key and the redirect really encapsulate to the
+ * endpoint with the source identity as VNI, the receiving side takes that
+ * identity for the pod's ingress policy whatever the inner source address
+ * says, and decapsulated frames reach a pod (bpf_redirect_peer) and the
+ * node's own stack (PACKET_HOST).
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { NetnsPool } from '../../../test/support/netns.js';
+import { requireRoot } from '../../../test/support/root.js';
+import { runOk } from '../../../test/support/run.js';
+import { parseIp, parsePrefix } from '../../netip/index.js';
+import { attach, type Attachment, codec, ensureBpffs, perCpuValue, removePinDir } from '../kernel/bpf/index.js';
+import { BackendState, ConfigFlag, DropReason, LbScope, MapName, ReservedCookie, TraceLevel, TrafficDirection } from './constants.js';
+import { datapathConfig, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, metricsKey, metricsValue, policyEntry, policyKey } from './layout.js';
+import { type DatapathObjects, loadDatapathObjects } from './objects.js';
+import { IpProto } from './testing/packets.js';
+import { TEST_MAP_SIZES } from './testing/programHarness.js';
+
+requireRoot('the overlay path tests');
+
+const VXLAN_PORT = 8472;
+const REMOTE_NODE_IDENTITY = 6;
+const HOST_IDENTITY = 1;
+/** The agent's next hop for routes into tendril_host. */
+const HOST_NEXT_HOP = '169.254.42.2';
+
+interface PodDef {
+  name: string;
+  ip: string;
+  identity: number;
+  endpointId: number;
+}
+
+interface NodeDef {
+  tag: 'a' | 'b';
+  underlayIp: string;
+  routerIp: string;
+  podCidr: string;
+  pods: PodDef[];
+}
+
+const NODES: NodeDef[] = [
+  {
+    tag: 'a',
+    underlayIp: '192.168.250.1',
+    routerIp: '10.210.0.1',
+    podCidr: '10.210.0.0/24',
+    pods: [
+      { name: 'api', ip: '10.210.0.10', identity: 1000, endpointId: 11 },
+      // Not allowed into db: with the allowed pod's identity in B's ipcache, as if it had taken an allowed pod's address.
+      { name: 'web', ip: '10.210.0.11', identity: 1001, endpointId: 12 },
+    ],
+  },
+  {
+    tag: 'b',
+    underlayIp: '192.168.250.2',
+    routerIp: '10.211.0.1',
+    podCidr: '10.211.0.0/24',
+    pods: [{ name: 'db', ip: '10.211.0.20', identity: 2000, endpointId: 21 }],
+  },
+];
+
+interface LiveNode {
+  def: NodeDef;
+  ns: string;
+  objects: DatapathObjects;
+  attachments: Attachment[];
+}
+
+describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
+  const pool = new NetnsPool('ovl');
+  const root = `/sys/fs/bpf/tdl-${randomBytes(4).toString('hex')}`;
+  const nodes: LiveNode[] = [];
+  const podNs = new Map<string, string>();
+
+  async function inNs(ns: string, argv: string[]): Promise<string> {
+    return runOk(['nsenter', `--net=/var/run/netns/${ns}`, '--', ...argv]);
+  }
+  async function link(ns: string, dev: string): Promise<{ ifindex: number; address: string }> {
+    const [l] = JSON.parse(await inNs(ns, ['ip', '-j', 'link', 'show', 'dev', dev])) as Array<{ ifindex: number; address: string }>;
+    assert.ok(l, `${dev} in ${ns}`);
+    return l;
+  }
+
+  before(async () => {
+    await ensureBpffs();
+    for (const def of NODES) {
+      const { name: ns } = await pool.add(`n${def.tag}`);
+      const objects = await loadDatapathObjects({ pinDir: join(root, def.tag, 'tendril'), mapSizes: TEST_MAP_SIZES });
+      nodes.push({ def, ns, objects, attachments: [] });
+    }
+    const [a, b] = nodes as [LiveNode, LiveNode];
+    await runOk(['ip', '-n', a.ns, 'link', 'add', 'tdlu0', 'type', 'veth', 'peer', 'name', 'tdlu1', 'netns', b.ns]);
+    for (const [n, dev] of [
+      [a, 'tdlu0'],
+      [b, 'tdlu1'],
+    ] as const) {
+      await inNs(n.ns, ['ip', 'addr', 'add', `${n.def.underlayIp}/24`, 'dev', dev]);
+      await inNs(n.ns, ['ip', 'link', 'set', dev, 'up']);
+    }
+
+    for (const n of nodes) {
+      const { def, ns, objects } = n;
+      const ep = objects.lxc.map(MapName.ENDPOINTS, endpointKey, endpointInfo);
+      const ipcache = objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue);
+      const policy = objects.lxc.map(MapName.POLICY, policyKey, policyEntry);
+      const config = objects.lxc.map(MapName.CONFIG, codec.u32, datapathConfig);
+
+      // The overlay device as the agent makes it: collect_md, no learning, MTU of the underlay minus VXLAN's overhead.
+      await inNs(ns, ['ip', 'link', 'add', 'tdlvx', 'mtu', '1450', 'type', 'vxlan', 'external', 'dstport', String(VXLAN_PORT), 'nolearning']);
+      await inNs(ns, ['ip', 'link', 'set', 'tdlvx', 'up']);
+      // Decapsulated packets for the node arrive on a device without address: any reverse-path filter (the larger of
+      // `all` and the device's applies) drops them, so the agent turns it off for both.
+      await inNs(ns, ['sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.tdlvx.rp_filter=0']);
+      // The host device pair: the router address, and the routes of the other node's pods into it.
+      await inNs(ns, ['ip', 'link', 'add', 'tdlhost', 'type', 'veth', 'peer', 'name', 'tdlnet']);
+      await inNs(ns, ['ip', 'link', 'set', 'tdlhost', 'up']);
+      await inNs(ns, ['ip', 'link', 'set', 'tdlnet', 'up']);
+      await inNs(ns, ['ip', 'addr', 'add', `${def.routerIp}/32`, 'dev', 'tdlhost']);
+      const net = await link(ns, 'tdlnet');
+      await inNs(ns, ['ip', 'neigh', 'replace', HOST_NEXT_HOP, 'lladdr', net.address, 'dev', 'tdlhost', 'nud', 'permanent']);
+      const vx = await link(ns, 'tdlvx');
+      const host = await link(ns, 'tdlhost');
+      config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.TUNNEL, hostIfindex: host.ifindex, maglevTableSize: 0, tunnelIfindex: vx.ifindex });
+      n.attachments.push(await attach({ ifindex: vx.ifindex, direction: 'ingress', program: objects.fromOverlay, netns: `/var/run/netns/${ns}` }));
+      n.attachments.push(await attach({ ifindex: host.ifindex, direction: 'egress', program: objects.fromHost, netns: `/var/run/netns/${ns}` }));
+      ipcache.set(parsePrefix(`${def.routerIp}/32`), { identity: HOST_IDENTITY, tunnelIp4: 0, flags: 0 });
+      ipcache.set(parsePrefix(`${def.underlayIp}/32`), { identity: HOST_IDENTITY, tunnelIp4: 0, flags: 0 });
+
+      for (const [i, pod] of def.pods.entries()) {
+        const { name: pns } = await pool.add(`p${pod.name}`);
+        podNs.set(pod.name, pns);
+        const lxc = `tdllxc${i}`;
+        await inNs(ns, ['ip', 'link', 'add', lxc, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pns]);
+        await inNs(ns, ['ip', 'link', 'set', lxc, 'up']);
+        await inNs(pns, ['ip', 'addr', 'add', `${pod.ip}/32`, 'dev', 'eth0']);
+        await inNs(pns, ['ip', 'link', 'set', 'eth0', 'up']);
+        await inNs(pns, ['ip', 'route', 'add', 'default', 'dev', 'eth0']);
+        const hostSide = await link(ns, lxc);
+        const podSide = await link(pns, 'eth0');
+        ep.set(parseIp(pod.ip), { ifindex: hostSide.ifindex, identity: pod.identity, endpointId: pod.endpointId, flags: 0, lxcMac: hostSide.address, podMac: podSide.address });
+        ipcache.set(parsePrefix(`${pod.ip}/32`), { identity: pod.identity, tunnelIp4: 0, flags: 0 });
+        n.attachments.push(await attach({ ifindex: hostSide.ifindex, direction: 'ingress', program: objects.fromContainer, netns: `/var/run/netns/${ns}` }));
+        policy.set({ endpointId: pod.endpointId, identity: 0, egress: true, proto: 0, port: 0, portPrefixLen: 0 }, { cookie: ReservedCookie.NOT_ENFORCED, deny: 0, l4PrefixBits: 0 });
+      }
+    }
+
+    // Each node learns the other's pods and addresses (as the kvstore and the node registry would write them).
+    for (const n of nodes) {
+      const other = nodes.find((o) => o !== n)!;
+      const ipcache = n.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue);
+      const endpoint = Number(parseIp(other.def.underlayIp).bits);
+      for (const pod of other.def.pods) ipcache.set(parsePrefix(`${pod.ip}/32`), { identity: pod.identity, tunnelIp4: endpoint, flags: 0 });
+      for (const ip of [other.def.routerIp, other.def.underlayIp]) ipcache.set(parsePrefix(`${ip}/32`), { identity: REMOTE_NODE_IDENTITY, tunnelIp4: endpoint, flags: 0 });
+      await inNs(n.ns, ['ip', 'route', 'add', other.def.podCidr, 'via', HOST_NEXT_HOP, 'dev', 'tdlhost', 'onlink', 'src', n.def.routerIp]);
+    }
+    // B's ipcache says web's address is api's identity: only the VNI can tell them apart.
+    const b0 = nodes[1]!;
+    b0.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue).set(parsePrefix('10.210.0.11/32'), { identity: 1000, tunnelIp4: Number(parseIp(NODES[0]!.underlayIp).bits), flags: 0 });
+    // db admits api (identity 1000) and the remote node, nothing else.
+    const bPolicy = b0.objects.lxc.map(MapName.POLICY, policyKey, policyEntry);
+    for (const identity of [1000, REMOTE_NODE_IDENTITY]) {
+      bPolicy.set({ endpointId: 21, identity, egress: false, proto: 0, port: 0, portPrefixLen: 0 }, { cookie: 0x2000 + identity, deny: 0, l4PrefixBits: 0 });
+    }
+    // A's pods admit the other node's pods' replies only through conntrack: no ingress rule at all.
+  });
+
+  after(async () => {
+    for (const n of nodes) {
+      for (const a of n.attachments) await a.detach().catch(() => undefined);
+      n.objects.close();
+    }
+    await pool.cleanup();
+    await removePinDir(root).catch(() => undefined);
+  });
+
+  async function ping(ns: string, dst: string): Promise<boolean> {
+    const r = await pool.exec(ns, ['ping', '-c', '1', '-W', '2', dst]);
+    return r.code === 0;
+  }
+  function metric(n: LiveNode, reason: number, direction: number): bigint {
+    const m = n.objects.lxc.map(MapName.METRICS, metricsKey, perCpuValue(metricsValue));
+    return (m.get({ reason: Math.abs(reason), direction }) ?? []).reduce((s, c) => s + c.packets, 0n);
+  }
+
+  it('a pod reaches a pod on the other node and back (encapsulated both ways, delivered into the pod)', async () => {
+    assert.ok(await ping(podNs.get('api')!, '10.211.0.20'), 'api → db');
+  });
+
+  it('the VNI is the source pod\'s identity, the outer destination the other node: as captured on the underlay', async () => {
+    const [a] = nodes as [LiveNode, LiveNode];
+    // tcpdump takes 8472 for OTV by default: -T vxlan decodes the header as what it is.
+    const capture = pool.exec(a.ns, ['timeout', '5', 'tcpdump', '-n', '-l', '-c', '1', '-T', 'vxlan', '-i', 'tdlu0', 'udp', 'dst', 'port', String(VXLAN_PORT), 'and', 'src', 'host', NODES[0]!.underlayIp]);
+    await new Promise((r) => setTimeout(r, 700));
+    assert.ok(await ping(podNs.get('api')!, '10.211.0.20'));
+    const text = (await capture).stdout;
+    assert.match(text, new RegExp(`${NODES[0]!.underlayIp.replaceAll('.', '\\.')}\\.\\d+ > ${NODES[1]!.underlayIp.replaceAll('.', '\\.')}\\.${VXLAN_PORT}`), text);
+    assert.match(text, /vni 1000\b/, text);
+    assert.match(text, /10\.210\.0\.10 > 10\.211\.0\.20: ICMP echo request/, text);
+  });
+
+  it('the receiving node judges by the VNI, not by the inner source: web is denied although B\'s ipcache gives its address api\'s identity', async () => {
+    const [, b] = nodes as [LiveNode, LiveNode];
+    const before = metric(b, DropReason.POLICY.code, TrafficDirection.INGRESS);
+    assert.equal(await ping(podNs.get('web')!, '10.211.0.20'), false, 'web → db must be denied');
+    assert.ok(metric(b, DropReason.POLICY.code, TrafficDirection.INGRESS) > before, 'dropped by db\'s ingress policy on B');
+  });
+
+  it('a node reaches a pod on the other node (VNI HOST, seen as REMOTE_NODE), and the reply reaches the node\'s own stack', async () => {
+    const [a] = nodes as [LiveNode, LiveNode];
+    assert.ok(await ping(a.ns, '10.211.0.20'), 'node A → db');
+  });
+
+  it('a pod\'s ClusterIP flow to a backend on the other node: DNAT before the overlay, the reply reverse-translated where it arrives', async () => {
+    const [a] = nodes as [LiveNode, LiveNode];
+    const frontend = { ip: '10.96.0.50', port: 53 };
+    const backendId = 71;
+    const revNat = 7;
+    const services = a.objects.lxc.map(MapName.LB_SERVICES, lb4Key, lb4Service);
+    const key = (slot: number) => ({ address: parseIp(frontend.ip), dport: frontend.port, backendSlot: slot, proto: IpProto.UDP, scope: LbScope.EXTERNAL });
+    a.objects.lxc.map(MapName.LB_BACKENDS, codec.u32, lb4Backend).set(backendId, { address: parseIp('10.211.0.20'), port: 5353, proto: IpProto.UDP, state: BackendState.ACTIVE });
+    services.set(key(0), { backendId: 0, affinityTimeout: 0, count: 1, revNatIndex: revNat, flags: 0 });
+    services.set(key(1), { backendId, affinityTimeout: 0, count: 0, revNatIndex: revNat, flags: 0 });
+    a.objects.lxc.map(MapName.LB_REVNAT, codec.u16, lb4ReverseNat).set(revNat, { address: parseIp(frontend.ip), port: frontend.port });
+
+    // db echoes one datagram and says who sent it; api says who answered.
+    const server = pool.exec(podNs.get('db')!, ['python3', '-c', UDP_ECHO_ONCE, '5353']);
+    await new Promise((r) => setTimeout(r, 500));
+    const client = await pool.exec(podNs.get('api')!, ['python3', '-c', UDP_ASK, frontend.ip, String(frontend.port)]);
+    const seen = await server;
+    assert.equal(client.code, 0, client.stderr);
+    assert.equal(client.stdout.trim(), `${frontend.ip}:${frontend.port} hello`, 'the answer comes from the frontend');
+    assert.equal(seen.stdout.trim(), '10.210.0.10', 'the backend sees the client pod\'s own address');
+  });
+
+  it('counts nothing as NO_TUNNEL_KEY or NOT_FOR_NODE on the way', () => {
+    for (const n of nodes) {
+      assert.equal(metric(n, DropReason.NO_TUNNEL_KEY.code, TrafficDirection.INGRESS), 0n);
+      assert.equal(metric(n, DropReason.NOT_FOR_NODE.code, TrafficDirection.INGRESS), 0n);
+    }
+  });
+});
+
+/** python3: receive one UDP datagram on argv[1], send it back, print the sender's address. */
+const UDP_ECHO_ONCE = [
+  'import socket, sys',
+  's = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)',
+  "s.bind(('0.0.0.0', int(sys.argv[1])))",
+  's.settimeout(10)',
+  'd, a = s.recvfrom(100)',
+  's.sendto(d, a)',
+  'print(a[0])',
+].join('\n');
+
+/** python3: send "hello" to argv[1]:argv[2], print who answered and what. */
+const UDP_ASK = [
+  'import socket, sys',
+  's = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)',
+  's.settimeout(5)',
+  "s.sendto(b'hello', (sys.argv[1], int(sys.argv[2])))",
+  'd, a = s.recvfrom(100)',
+  "print(f'{a[0]}:{a[1]} {d.decode()}')",
+].join('\n');

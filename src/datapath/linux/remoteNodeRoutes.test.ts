@@ -1,0 +1,201 @@
+// RemoteNodeRoutes against a real `tdl` namespace: the routes it makes are
+// read back with iproute2 (an independent witness), in both routing modes.
+import assert from 'node:assert/strict';
+import { after, before, beforeEach, describe, it } from 'node:test';
+import { NetnsPool } from '../../../test/support/netns.js';
+import { requireRoot } from '../../../test/support/root.js';
+import { createLogger } from '../../logging/logger.js';
+import { Netlink, NetlinkBatch } from '../kernel/netlink/index.js';
+import { isDatapathError } from '../types.js';
+import { HOST_NEXTHOP } from './hostNextHop.js';
+import { NODE_ROUTE_PROTOCOL, RemoteNodeRoutes } from './remoteNodeRoutes.js';
+
+requireRoot('the remote node routes tests');
+
+const log = createLogger('remote-node-routes-test', 'warn');
+const ROUTER = '10.215.0.1';
+/** The underlay: tdlu0 192.0.2.1/24 (its veth peer tdlu1 is up too, so the link has carrier). */
+const UNDERLAY = 'tdlu0';
+
+interface IpRoute {
+  dst: string;
+  gateway?: string;
+  dev?: string;
+  protocol?: string | number;
+  prefsrc?: string;
+  flags?: string[];
+}
+
+describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
+  const pool = new NetnsPool('rnr');
+  let ns: { name: string; path: string };
+  let nl: Netlink;
+  const routes = (mode: 'tunnel' | 'native') => new RemoteNodeRoutes({ mode, netlink: async () => nl, log });
+
+  /** Main-table IPv4 routes as `ip` shows them, by destination (protocol as a number). */
+  async function ipRoutes(): Promise<Map<string, IpRoute>> {
+    const r = await pool.exec(ns.name, ['ip', '-j', '-N', '-4', 'route', 'show', 'table', 'main']);
+    assert.equal(r.code, 0, r.stderr);
+    const list = JSON.parse(r.stdout) as IpRoute[];
+    return new Map(list.map((x) => [x.dst, { ...x, protocol: Number(x.protocol ?? 3) }]));
+  }
+  async function ours(): Promise<string[]> {
+    return [...(await ipRoutes()).values()].filter((r) => r.protocol === NODE_ROUTE_PROTOCOL).map((r) => r.dst).sort();
+  }
+
+  before(async () => {
+    ns = await pool.add('node');
+    nl = await Netlink.open({ netns: ns.path });
+    await nl.createVeth({ name: 'tendril_host', peer: { name: 'tendril_net' } });
+    await nl.createVeth({ name: UNDERLAY, peer: { name: 'tdlu1' } });
+    const [host, net, u0, u1] = await Promise.all(['tendril_host', 'tendril_net', UNDERLAY, 'tdlu1'].map((n) => nl.getLink(n)));
+    await nl.apply(
+      new NetlinkBatch()
+        .setLink(host!.index, { up: true })
+        .setLink(net!.index, { up: true })
+        .setLink(u0!.index, { up: true })
+        .setLink(u1!.index, { up: true })
+        .addAddress({ index: host!.index, address: `${ROUTER}/32` })
+        .addAddress({ index: u0!.index, address: '192.0.2.1/24' }),
+    );
+    // Someone else's routes: never touched, whatever the datapath does.
+    await nl.addRoute({ dst: '198.51.100.0/24', gateway: '192.0.2.9' });
+    await nl.addRoute({ dst: '10.9.9.0/24', gateway: '192.0.2.9', protocol: 211 });
+  });
+  after(async () => {
+    await nl?.close();
+    await pool.cleanup();
+  });
+  beforeEach(async () => {
+    // Each test starts from a namespace without node routes (a failed test leaves none behind for the next).
+    for (const dst of await ours()) await nl.deleteRoute({ dst, protocol: NODE_ROUTE_PROTOCOL });
+  });
+
+  async function othersIntact(): Promise<void> {
+    const all = await ipRoutes();
+    assert.equal(all.get('198.51.100.0/24')?.gateway, '192.0.2.9');
+    assert.equal(all.get('10.9.9.0/24')?.protocol, 211);
+  }
+
+  it('native: each IPv4 pod CIDR via the node IP (the kernel picks the device), protocol 212; IPv6 CIDRs are ignored', async () => {
+    const r = routes('native');
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24', '10.1.2.0/24', 'fd00:1::/64'] });
+    const all = await ipRoutes();
+    for (const cidr of ['10.1.1.0/24', '10.1.2.0/24']) {
+      const route = all.get(cidr);
+      assert.deepEqual([route?.gateway, route?.dev, route?.protocol], ['192.0.2.2', UNDERLAY, NODE_ROUTE_PROTOCOL], cidr);
+    }
+    const v6 = await pool.exec(ns.name, ['ip', '-j', '-N', '-6', 'route', 'show', 'proto', String(NODE_ROUTE_PROTOCOL)]);
+    assert.deepEqual(JSON.parse(v6.stdout || '[]'), []);
+    assert.deepEqual(r.remoteNodes().get('b'), { name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24', '10.1.2.0/24'] });
+    // Idempotent: the same call again changes nothing and does not fail.
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24', '10.1.2.0/24'] });
+    assert.deepEqual(await ours(), ['10.1.1.0/24', '10.1.2.0/24']);
+    await othersIntact();
+    await r.removeRemoteNode('b');
+  });
+
+  it('native: an upsert replaces the node\'s CIDR set and next hop; remove takes them all; unknown names are fine', async () => {
+    const r = routes('native');
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24', '10.1.2.0/24'] });
+    await r.upsertRemoteNode({ name: 'c', nodeIp: '192.0.2.3', podCidrs: ['10.1.3.0/24'] });
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.4', podCidrs: ['10.1.2.0/24', '10.1.4.0/26'] });
+    const all = await ipRoutes();
+    assert.deepEqual(await ours(), ['10.1.2.0/24', '10.1.3.0/24', '10.1.4.0/26']);
+    assert.equal(all.get('10.1.2.0/24')?.gateway, '192.0.2.4');
+    assert.equal(all.get('10.1.4.0/26')?.gateway, '192.0.2.4');
+    assert.equal(all.get('10.1.3.0/24')?.gateway, '192.0.2.3');
+    await r.removeRemoteNode('b');
+    assert.deepEqual(await ours(), ['10.1.3.0/24']);
+    assert.deepEqual([...r.remoteNodes().keys()], ['c']);
+    await r.removeRemoteNode('b');
+    await r.removeRemoteNode('never-seen');
+    await r.removeRemoteNode('c');
+    assert.deepEqual(await ours(), []);
+    await othersIntact();
+  });
+
+  it('a CIDR two nodes claim (a block moving) routes to the newer claim, and back to the older when it lets go', async () => {
+    const r = routes('native');
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.5.0/26'] });
+    await r.upsertRemoteNode({ name: 'c', nodeIp: '192.0.2.3', podCidrs: ['10.1.5.0/26'] });
+    assert.equal((await ipRoutes()).get('10.1.5.0/26')?.gateway, '192.0.2.3');
+    await r.upsertRemoteNode({ name: 'c', nodeIp: '192.0.2.3', podCidrs: [] });
+    assert.equal((await ipRoutes()).get('10.1.5.0/26')?.gateway, '192.0.2.2');
+    await r.removeRemoteNode('b');
+    assert.deepEqual(await ours(), []);
+  });
+
+  it('prune after a restart: routes of nodes not live and protocol-212 routes nobody claims go; live nodes\' and others\' stay', async () => {
+    const first = routes('native');
+    await first.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24'] });
+    await first.upsertRemoteNode({ name: 'gone', nodeIp: '192.0.2.3', podCidrs: ['10.1.6.0/24', '10.1.7.0/24'] });
+    // A route a run in the other mode left, to a CIDR no node has now.
+    await nl.addRoute({ dst: '10.1.8.0/24', gateway: HOST_NEXTHOP, onlink: true, link: 'tendril_host', protocol: NODE_ROUTE_PROTOCOL });
+    const second = routes('native');
+    await second.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24'] });
+    await second.pruneRemoteNodes(['b']);
+    assert.deepEqual(await ours(), ['10.1.1.0/24']);
+    await othersIntact();
+    // Prune also forgets nodes this instance held that are not live any more.
+    await second.upsertRemoteNode({ name: 'c', nodeIp: '192.0.2.3', podCidrs: ['10.1.9.0/24'] });
+    await second.pruneRemoteNodes(['c']);
+    assert.deepEqual(await ours(), ['10.1.9.0/24']);
+    assert.deepEqual([...second.remoteNodes().keys()], ['c']);
+    await second.pruneRemoteNodes([]);
+    assert.deepEqual(await ours(), []);
+    await othersIntact();
+  });
+
+  it('tunnel: routes wait for the router address, then go via the next hop onlink on tendril_host from the router address, with its permanent neighbour', async () => {
+    await nl.deleteNeighbour({ link: 'tendril_host', ip: HOST_NEXTHOP }).catch(() => undefined);
+    const r = routes('tunnel');
+    assert.equal(r.mode, 'tunnel');
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.2.1.0/24'] });
+    assert.deepEqual(await ours(), [], 'nothing before the router address is known');
+    await r.setRouter(ROUTER);
+    await r.upsertRemoteNode({ name: 'c', nodeIp: '192.0.2.3', podCidrs: ['10.2.2.0/24', '10.2.3.0/24'] });
+    const all = await ipRoutes();
+    for (const cidr of ['10.2.1.0/24', '10.2.2.0/24', '10.2.3.0/24']) {
+      const route = all.get(cidr);
+      assert.deepEqual([route?.gateway, route?.dev, route?.prefsrc, route?.protocol, route?.flags?.includes('onlink')], [HOST_NEXTHOP, 'tendril_host', ROUTER, NODE_ROUTE_PROTOCOL, true], cidr);
+    }
+    const neigh = JSON.parse((await pool.exec(ns.name, ['ip', '-j', 'neigh', 'show', HOST_NEXTHOP, 'dev', 'tendril_host'])).stdout) as Array<{ lladdr: string; state: string[] }>;
+    assert.equal(neigh[0]?.lladdr, (await nl.getLink('tendril_net')).mac);
+    assert.deepEqual(neigh[0]?.state, ['PERMANENT']);
+    await r.upsertRemoteNode({ name: 'c', nodeIp: '192.0.2.3', podCidrs: ['10.2.3.0/24'] });
+    assert.deepEqual(await ours(), ['10.2.1.0/24', '10.2.3.0/24']);
+    await r.removeRemoteNode('c');
+    await r.removeRemoteNode('b');
+    assert.deepEqual(await ours(), []);
+    await othersIntact();
+  });
+
+  it('a native-mode start replaces a tunnel-mode run\'s route to a live node in place', async () => {
+    const tunnel = routes('tunnel');
+    await tunnel.setRouter(ROUTER);
+    await tunnel.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.2.4.0/24'] });
+    const native = routes('native');
+    await native.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.2.4.0/24'] });
+    await native.pruneRemoteNodes(['b']);
+    const route = (await ipRoutes()).get('10.2.4.0/24');
+    assert.deepEqual([route?.gateway, route?.dev], ['192.0.2.2', UNDERLAY]);
+    await native.removeRemoteNode('b');
+  });
+
+  it('errors are DatapathErrors: a node IP that is not IPv4 (nothing changes), a next hop off the underlay, a bad CIDR', async () => {
+    const r = routes('native');
+    await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: 'fd00::2', podCidrs: ['10.3.1.0/24'] }), (err: unknown) => isDatapathError(err, 'failed') && /not an IPv4 address/.test((err as Error).message));
+    assert.equal(r.remoteNodes().size, 0);
+    await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.3.1.0/33'] }), (err: unknown) => isDatapathError(err, 'failed') && /not a CIDR/.test((err as Error).message));
+    await assert.rejects(r.upsertRemoteNode({ name: 'far', nodeIp: '203.0.113.7', podCidrs: ['10.3.2.0/24'] }), (err: unknown) => isDatapathError(err) && /10\.3\.2\.0\/24.*far/.test((err as Error).message));
+    // A later, correct call for the node converges.
+    await r.upsertRemoteNode({ name: 'far', nodeIp: '192.0.2.7', podCidrs: ['10.3.2.0/24'] });
+    assert.equal((await ipRoutes()).get('10.3.2.0/24')?.gateway, '192.0.2.7');
+    await r.removeRemoteNode('far');
+    // Tunnel mode: the router address must be IPv4, and the host device must exist.
+    await assert.rejects(routes('tunnel').setRouter('fd00::1'), (err: unknown) => isDatapathError(err, 'failed'));
+    const missing = new RemoteNodeRoutes({ mode: 'tunnel', netlink: async () => nl, log, hostDevice: 'tdlnothere0' });
+    await assert.rejects(missing.setRouter(ROUTER), (err: unknown) => isDatapathError(err, 'not-found'));
+  });
+});

@@ -1,0 +1,219 @@
+/**
+ * The node's routes to other nodes' pod CIDRs, one per CIDR:
+ * - native: `<cidr> via <node IP>`; the kernel finds the device (the node IP
+ *   must be reachable on the underlay: a flat L2/L3 network);
+ * - tunnel: `<cidr> via 169.254.42.2 onlink dev tendril_host src <router>`,
+ *   the ClusterIP routes' next hop: what the node itself sends to a remote
+ *   pod reaches tendril_host's egress program, which encapsulates it to the
+ *   node the ipcache names. The router address as source brings the reply
+ *   back to an address the datapath knows as the host.
+ * Every route carries rtm_protocol NODE_ROUTE_PROTOCOL, so a restarted agent
+ * finds its own (and only its own) to prune; deletes name the protocol, so
+ * a route someone else made to the same CIDR is never deleted.
+ */
+import type { Logger } from '../../logging/logger.js';
+import { formatIp, formatPrefix, tryParseIp, tryParsePrefix } from '../../netip/index.js';
+import { isKernelError } from '../kernel/errors.js';
+import { type LinkRouteSpec, type Netlink, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
+import { DatapathError, isDatapathError, type NodeRoutingDatapath, type RemoteNodeRoute, type RoutingMode } from '../types.js';
+import { HOST_DEVICE, HOST_PEER_DEVICE } from './hostDevice.js';
+import { ensureHostNextHop, HOST_NEXTHOP } from './hostNextHop.js';
+import { kernel, toDatapathError } from './kernel.js';
+
+/** rtm_protocol of tendril's routes to other nodes' pod CIDRs (unassigned in rt_protos; services use 211). */
+export const NODE_ROUTE_PROTOCOL = 212;
+
+export interface RemoteNodeRoutesOptions {
+  mode: RoutingMode;
+  /** Netlink in the agent's namespace (where the routes go). */
+  netlink: () => Promise<Netlink>;
+  log: Logger;
+  /** Tunnel mode: the device the routes go to (tendril_host unless given)... */
+  hostDevice?: string;
+  /** ...and its peer, whose MAC the next hop's neighbour entry gets (tendril_net unless given). */
+  hostPeerDevice?: string;
+}
+
+export class RemoteNodeRoutes implements NodeRoutingDatapath {
+  readonly mode: RoutingMode;
+  /** Each node's routes as last asked for (IPv4 CIDRs only, canonical). */
+  readonly #nodes = new Map<string, RemoteNodeRoute>();
+  /**
+   * CIDR → the nodes claiming it, oldest first. Two nodes claim one CIDR only
+   * in passing (a block moving between nodes, a replayed watch): the route
+   * goes to the newest claim, and back to the older one when it lets go.
+   */
+  readonly #claims = new Map<string, string[]>();
+  /** Tunnel mode: the routes' source; until it is known routes are only recorded. */
+  #router: string | undefined;
+  #devIndex: number | undefined;
+  readonly #dev: string;
+  readonly #peer: string;
+  /** Calls run one at a time: each reads and changes the claims across kernel round trips. */
+  #tail: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly opts: RemoteNodeRoutesOptions) {
+    this.mode = opts.mode;
+    this.#dev = opts.hostDevice ?? HOST_DEVICE;
+    this.#peer = opts.hostPeerDevice ?? HOST_PEER_DEVICE;
+  }
+
+  #serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.#tail.then(fn, fn);
+    this.#tail = run.catch(() => undefined);
+    return run;
+  }
+
+  /**
+   * The router address is known (setupNode). Tunnel mode: the next hop's
+   * neighbour entry goes in (also with no service) and every route recorded
+   * so far is put in force. Native mode needs no source: nothing to do.
+   */
+  setRouter(ip: string): Promise<void> {
+    return this.#serial(async () => {
+      if (this.mode !== 'tunnel') return;
+      const parsed = tryParseIp(ip);
+      if (parsed?.family !== 4) throw new DatapathError('failed', `router address ${JSON.stringify(ip)} is not an IPv4 address`);
+      this.#router = formatIp(parsed);
+      this.#devIndex = await ensureHostNextHop(await this.opts.netlink(), this.#dev, this.#peer);
+      await this.#installAll([...this.#claims.keys()]);
+    });
+  }
+
+  remoteNodes(): ReadonlyMap<string, RemoteNodeRoute> {
+    return new Map(this.#nodes);
+  }
+
+  upsertRemoteNode(node: RemoteNodeRoute): Promise<void> {
+    return this.#serial(async () => {
+      const wanted = this.#normalize(node);
+      const previous = this.#nodes.get(node.name);
+      this.#nodes.set(node.name, wanted);
+      const dropped = (previous?.podCidrs ?? []).filter((c) => !wanted.podCidrs.includes(c));
+      for (const cidr of wanted.podCidrs) {
+        const claims = this.#claims.get(cidr) ?? [];
+        if (!claims.includes(node.name)) this.#claims.set(cidr, [...claims, node.name]);
+      }
+      await this.#settle([...this.#release(node.name, dropped), ...wanted.podCidrs]);
+      this.opts.log.debug({ node: node.name, nodeIp: wanted.nodeIp, podCidrs: wanted.podCidrs, mode: this.mode }, 'routes to a remote node\'s pods');
+    });
+  }
+
+  removeRemoteNode(name: string): Promise<void> {
+    return this.#serial(async () => {
+      const previous = this.#nodes.get(name);
+      if (!previous) return;
+      this.#nodes.delete(name);
+      await this.#settle(this.#release(name, previous.podCidrs));
+      this.opts.log.debug({ node: name, podCidrs: previous.podCidrs }, 'removed the routes to a remote node\'s pods');
+    });
+  }
+
+  pruneRemoteNodes(live: readonly string[]): Promise<void> {
+    return this.#serial(async () => {
+      const keep = new Set(live);
+      const gone = [...this.#nodes.keys()].filter((name) => !keep.has(name));
+      const released: string[] = [];
+      for (const name of gone) {
+        released.push(...this.#release(name, this.#nodes.get(name)!.podCidrs));
+        this.#nodes.delete(name);
+      }
+      await this.#settle(released);
+      // Routes of ours in the kernel to CIDRs no node claims: a previous run's (or another mode's).
+      const nl = await this.opts.netlink();
+      const routes = await kernel(() => nl.listRoutes({ family: 4, table: RT_TABLE_MAIN }));
+      const stale = [...new Set(routes.filter((r) => r.protocol === NODE_ROUTE_PROTOCOL && !this.#claims.has(r.dst)).map((r) => r.dst))];
+      await this.#settle(stale);
+      if (gone.length > 0 || stale.length > 0) this.opts.log.info({ nodes: gone, routes: stale }, 'removed routes to pods of nodes that are gone');
+    });
+  }
+
+  /** IPv4 CIDRs in canonical form; a node IP that is not IPv4 is refused. */
+  #normalize(node: RemoteNodeRoute): RemoteNodeRoute {
+    const ip = tryParseIp(node.nodeIp);
+    if (ip?.family !== 4) throw new DatapathError('failed', `node ${node.name}: node IP ${JSON.stringify(node.nodeIp)} is not an IPv4 address`);
+    const cidrs: string[] = [];
+    for (const text of node.podCidrs) {
+      const p = tryParsePrefix(text, { hostBits: 'mask' });
+      if (p === undefined) throw new DatapathError('failed', `node ${node.name}: pod CIDR ${JSON.stringify(text)} is not a CIDR`);
+      if (p.family !== 4) {
+        // Routes to IPv6 pods are not built yet; the node's IPv4 pods still get theirs.
+        this.opts.log.debug({ node: node.name, cidr: text }, 'ignoring an IPv6 pod CIDR of a remote node');
+        continue;
+      }
+      const canonical = formatPrefix(p);
+      if (!cidrs.includes(canonical)) cidrs.push(canonical);
+    }
+    return { name: node.name, nodeIp: formatIp(ip), podCidrs: cidrs };
+  }
+
+  /** Takes `name`'s claims on `cidrs` back; answers them (their routes must be settled again). */
+  #release(name: string, cidrs: readonly string[]): string[] {
+    for (const cidr of cidrs) {
+      const rest = (this.#claims.get(cidr) ?? []).filter((n) => n !== name);
+      if (rest.length > 0) this.#claims.set(cidr, rest);
+      else this.#claims.delete(cidr);
+    }
+    return [...cidrs];
+  }
+
+  /**
+   * Puts each CIDR's route in the state its claims say: to the newest
+   * claimant, or gone. Every CIDR is tried; the first failure is thrown
+   * after (a later call for the node converges the rest).
+   */
+  async #settle(cidrs: readonly string[]): Promise<void> {
+    const unclaimed = cidrs.filter((c) => !this.#claims.has(c));
+    const claimed = cidrs.filter((c) => this.#claims.has(c));
+    let first: unknown;
+    for (const cidr of new Set(unclaimed)) {
+      try {
+        await this.#delete(cidr);
+      } catch (err) {
+        first ??= err;
+      }
+    }
+    try {
+      await this.#installAll(claimed);
+    } catch (err) {
+      first ??= err;
+    }
+    if (first !== undefined) throw first;
+  }
+
+  async #installAll(cidrs: readonly string[]): Promise<void> {
+    let first: unknown;
+    for (const cidr of new Set(cidrs)) {
+      const claims = this.#claims.get(cidr);
+      const owner = claims && this.#nodes.get(claims[claims.length - 1]!);
+      if (!owner) continue;
+      const spec = this.#routeTo(cidr, owner);
+      if (!spec) continue;
+      try {
+        const nl = await this.opts.netlink();
+        await kernel(() => nl.replaceRoute(spec));
+      } catch (err) {
+        first ??= new DatapathError(isDatapathError(err, 'not-found') ? 'not-found' : 'failed', `route to ${cidr} (pods of node ${owner.name}) failed: ${(err as Error).message}`, [], '', { cause: err });
+      }
+    }
+    if (first !== undefined) throw first;
+  }
+
+  /** The route for `cidr` to `node`; undefined in tunnel mode until the router address is known. */
+  #routeTo(cidr: string, node: RemoteNodeRoute): LinkRouteSpec | undefined {
+    if (this.mode === 'native') return { dst: cidr, gateway: node.nodeIp, protocol: NODE_ROUTE_PROTOCOL };
+    if (this.#router === undefined) return undefined;
+    return { dst: cidr, gateway: HOST_NEXTHOP, onlink: true, link: this.#devIndex ?? this.#dev, prefsrc: this.#router, protocol: NODE_ROUTE_PROTOCOL };
+  }
+
+  async #delete(cidr: string): Promise<void> {
+    const nl = await this.opts.netlink();
+    try {
+      await nl.deleteRoute({ dst: cidr, table: RT_TABLE_MAIN, protocol: NODE_ROUTE_PROTOCOL });
+    } catch (err) {
+      // Not there (never installed, or removed with its device): the goal is reached.
+      if (isKernelError(err, 'ESRCH', 'ENOENT', 'ENODEV')) return;
+      throw toDatapathError(err);
+    }
+  }
+}

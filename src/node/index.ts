@@ -1,0 +1,11 @@
+/**
+ * Public API of src/node: the cluster's nodes in the kvstore (the registry),
+ * what this node makes of the others (ipcache entries and routes), and the
+ * pod MTU that the routing mode leaves.
+ */
+export * from './types.js';
+export { NodeError, NodeErrorCode, NodeConfigError, NodeRecordError } from './errors.js';
+export { NODE_NAME, isNodeName, encodeNodeRecord, decodeNodeRecord, normalizeNodeRecord, primaryNodeIp, ipv4PodCidrs } from './nodeRecord.js';
+export { NodeRegistry, type NodeRegistryOptions } from './nodeRegistry.js';
+export { RemoteNodes, type RemoteNodesOptions, remoteNodeOwner } from './remoteNodes.js';
+export { resolvePodMtu, routingOverhead, DEFAULT_UNDERLAY_MTU, MIN_POD_MTU } from './mtu.js';

@@ -1,0 +1,54 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { NodeRecordError } from './errors.js';
+import { decodeNodeRecord, encodeNodeRecord, ipv4PodCidrs, primaryNodeIp } from './nodeRecord.js';
+import { nodeRecord } from './testing/registrySuite.js';
+
+describe('node record codec', () => {
+  it('round-trips a record in canonical form', () => {
+    const r = nodeRecord('node-a', 1, {
+      addresses: [
+        { type: 'InternalIP', ip: 'FD00:0:0::1' },
+        { type: 'InternalIP', ip: '192.168.50.1' },
+        { type: 'RouterIP', ip: '10.200.1.1' },
+      ],
+      podCidrs: ['10.200.1.0/24', 'FD00:200::/64'],
+    });
+    const text = encodeNodeRecord(r);
+    const back = decodeNodeRecord(text, 'node-a');
+    assert.ok(typeof back !== 'string', String(back));
+    assert.equal(back.addresses[0]!.ip, 'fd00::1');
+    assert.deepEqual(back.podCidrs, ['10.200.1.0/24', 'fd00:200::/64']);
+    assert.equal(encodeNodeRecord(back), text.replace('FD00:0:0::1', 'fd00::1').replace('FD00:200::/64', 'fd00:200::/64'));
+    assert.equal(primaryNodeIp(back), '192.168.50.1', 'the first IPv4 InternalIP, not the first address');
+    assert.deepEqual(ipv4PodCidrs(back), ['10.200.1.0/24']);
+  });
+
+  it('says why a record is unusable instead of throwing', () => {
+    const good = nodeRecord('node-a', 1);
+    const cases: Array<[string, RegExp]> = [
+      ['{', /not JSON/],
+      ['null', /record/],
+      [JSON.stringify({ ...good, name: 'a/b' }), /name/],
+      [JSON.stringify({ ...good, podCidrs: ['10.0.0.1/8'] }), /podCidrs/],
+      [JSON.stringify({ ...good, addresses: [{ type: 'ExternalIP', ip: '1.2.3.4' }] }), /addresses/],
+      [JSON.stringify({ ...good, routingMode: 'geneve' }), /routingMode/],
+      [JSON.stringify({ ...good, tunnel: { protocol: 'vxlan', port: 70000 } }), /tunnel/],
+      [JSON.stringify({ ...good, startedAt: 'yesterday' }), /startedAt/],
+      [JSON.stringify({ ...good, podCidrs: Array.from({ length: 5000 }, () => '10.0.0.0/8') }), /podCidrs/],
+    ];
+    for (const [text, why] of cases) {
+      const r = decodeNodeRecord(text);
+      assert.equal(typeof r, 'string', text.slice(0, 80));
+      assert.match(r as string, why);
+    }
+    assert.match(decodeNodeRecord(JSON.stringify(good), 'node-b') as string, /node-a.*node-b/);
+  });
+
+  it('refuses to encode a record other nodes could not decode', () => {
+    assert.throws(() => encodeNodeRecord(nodeRecord('node-a', 1, { tunnel: undefined })), NodeRecordError);
+    assert.doesNotThrow(() => encodeNodeRecord(nodeRecord('node-a', 1, { routingMode: 'native', tunnel: undefined })));
+    const long = decodeNodeRecord(encodeNodeRecord(nodeRecord('node-a', 1, { health: { status: 'degraded', reason: 'x'.repeat(5000) } })));
+    assert.ok(typeof long !== 'string' && long.health.reason!.length === 1024, 'a long health reason is cut, not refused');
+  });
+});

@@ -1,0 +1,251 @@
+import type { Logger } from '../logging/logger.js';
+import { NODES_PREFIX } from '../kvstore/keys.js';
+import type { Backend, KeyValue, WatchEvent } from '../kvstore/types.js';
+import { ListWatcher, withLease, type LeaseProvider } from '../identity/index.js';
+import { NodeError, NodeErrorCode, NodeRecordError } from './errors.js';
+import { decodeNodeRecord, encodeNodeRecord, isNodeName } from './nodeRecord.js';
+import type { NodeChange, NodeRecord, NodeRegistryView } from './types.js';
+
+export interface NodeRegistryOptions {
+  backend: Backend;
+  /** The node's kvstore session (NodeLease): its record lives and dies with it. */
+  lease: LeaseProvider;
+  nodeName: string;
+  logger?: Logger;
+  /** Default `tendril/state/nodes/v1/`; tests pass a private prefix. */
+  keyPrefix?: string;
+}
+
+/** A record as the watch last saw it. */
+interface Known {
+  record: NodeRecord;
+  /** Canonical JSON: equal text, nothing changed for consumers. */
+  text: string;
+  revision: number;
+}
+
+/**
+ * The cluster's nodes as the kvstore holds them (Cilium's node registry over
+ * the kvstore). This node publishes its own record under its lease, so a node
+ * that dies without a word leaves every other node's view one TTL later; every
+ * node follows the prefix with a list-then-watch and tells subscribers what
+ * changed.
+ *
+ * - The own record is written again when the lease is replaced (expired while
+ *   the store was unreachable) and when the watch sees the key gone, so a live
+ *   node never stays missing from the others' view.
+ * - A record that does not decode is logged and treated as absent: one broken
+ *   writer must not stop a node from seeing the others.
+ * - After a failed watch the state is listed again and the difference is
+ *   handed to subscribers as upserts and deletes.
+ */
+export class NodeRegistry implements NodeRegistryView {
+  readonly #backend: Backend;
+  readonly #lease: LeaseProvider;
+  readonly #nodeName: string;
+  readonly #log: Logger | undefined;
+  readonly #prefix: string;
+  readonly #watcher: ListWatcher;
+  readonly #nodes = new Map<string, Known>();
+  readonly #listeners = new Set<(change: NodeChange) => void>();
+  #state: 'new' | 'running' | 'stopped' = 'new';
+  #listed = false;
+  #own: NodeRecord | undefined;
+  #ownText = '';
+  /** Store revision of this node's last successful write of its record. */
+  #ownRevision = 0;
+  /** Own-record writes run one at a time, each writing the newest record. */
+  #writes: Promise<unknown> = Promise.resolve();
+  #unsubscribeLease: (() => void) | undefined;
+
+  constructor(o: { backend: Backend; lease: LeaseProvider; nodeName: string; logger?: Logger; keyPrefix?: string }) {
+    if (!isNodeName(o.nodeName)) throw new NodeRecordError(`node name ${JSON.stringify(o.nodeName)} is not a DNS-style name`);
+    this.#backend = o.backend;
+    this.#lease = o.lease;
+    this.#nodeName = o.nodeName;
+    this.#log = o.logger;
+    this.#prefix = o.keyPrefix ?? NODES_PREFIX;
+    this.#watcher = new ListWatcher(
+      this.#backend,
+      this.#prefix,
+      { onReset: (kvs, revision) => this.#reset(kvs, revision), onEvents: (events) => this.#apply(events) },
+      this.#log === undefined ? {} : { logger: this.#log },
+    );
+  }
+
+  get nodeName(): string {
+    return this.#nodeName;
+  }
+
+  /** The key of a node's record. */
+  key(name: string): string {
+    return `${this.#prefix}${name}`;
+  }
+
+  /** Publishes `own` under the lease, lists and watches the prefix; resolves after the first listing. */
+  async start(own: NodeRecord): Promise<void> {
+    if (this.#state !== 'new') throw new NodeError(NodeErrorCode.NOT_RUNNING, `node registry of ${this.#nodeName} was started before`);
+    this.#setOwn(own);
+    this.#state = 'running';
+    this.#unsubscribeLease = this.#lease.onRenewed(() => this.#rewrite('node lease replaced'));
+    try {
+      await this.#queueWrite();
+      await this.#watcher.start();
+    } catch (err) {
+      await this.stop().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Publishes a new version of this node's record (pod CIDRs or health changed). */
+  async update(own: NodeRecord): Promise<void> {
+    if (this.#state !== 'running') throw new NodeError(NodeErrorCode.NOT_RUNNING, `node registry of ${this.#nodeName} is not running`);
+    const before = this.#ownText;
+    this.#setOwn(own);
+    if (this.#ownText === before) return;
+    await this.#queueWrite();
+  }
+
+  /** Stops following the prefix. The own key stays: the lease's end removes it (revoked on a clean shutdown, expired after a crash). */
+  async stop(): Promise<void> {
+    this.#state = 'stopped';
+    this.#unsubscribeLease?.();
+    this.#unsubscribeLease = undefined;
+    await this.#watcher.stop();
+    await this.#writes;
+  }
+
+  list(): NodeRecord[] {
+    const out = new Map([...this.#nodes].map(([name, k]) => [name, k.record]));
+    // What this node says of itself is the truth here, also while its write is on the way.
+    if (this.#own !== undefined && this.#state === 'running') out.set(this.#nodeName, this.#own);
+    return [...out.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  get(name: string): NodeRecord | undefined {
+    if (name === this.#nodeName && this.#own !== undefined && this.#state === 'running') return this.#own;
+    return this.#nodes.get(name)?.record;
+  }
+
+  /** The kvstore revision of the node's record as last seen (own: as last written or seen). */
+  revisionOf(name: string): number | undefined {
+    const seen = this.#nodes.get(name)?.revision;
+    if (name !== this.#nodeName || this.#ownRevision === 0) return seen;
+    return Math.max(seen ?? 0, this.#ownRevision);
+  }
+
+  subscribe(listener: (change: NodeChange) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  // ---- own record -------------------------------------------------------------
+
+  #setOwn(own: NodeRecord): void {
+    if (own.name !== this.#nodeName) throw new NodeRecordError(`node record names ${JSON.stringify(own.name)}, but this node is ${JSON.stringify(this.#nodeName)}`);
+    this.#ownText = encodeNodeRecord(own); // throws NodeRecordError for a record others could not decode
+    this.#own = JSON.parse(this.#ownText) as NodeRecord;
+  }
+
+  /** Queues a write of the newest own record; the promise fails with the write. */
+  #queueWrite(): Promise<void> {
+    const run = this.#writes.then(() => this.#writeOwn());
+    this.#writes = run.catch(() => undefined);
+    return run;
+  }
+
+  async #writeOwn(): Promise<void> {
+    if (this.#state !== 'running') return;
+    const key = this.key(this.#nodeName);
+    const text = this.#ownText;
+    const res = await withLease(this.#lease, (lease) => this.#backend.put(key, text, { lease }));
+    this.#ownRevision = Math.max(this.#ownRevision, res.revision);
+    this.#log?.debug({ node: this.#nodeName, revision: res.revision }, 'node record written');
+  }
+
+  /** Background re-publish: failures are logged (the next lease change or delete tries again). */
+  #rewrite(why: string): void {
+    if (this.#state !== 'running') return;
+    this.#log?.info({ node: this.#nodeName, why }, 'writing the node record again');
+    this.#queueWrite().catch((err: unknown) => this.#log?.error({ err, node: this.#nodeName, why }, 'cannot write the node record again'));
+  }
+
+  // ---- watch ------------------------------------------------------------------
+
+  #decode(key: string, value: string, revision: number): Known | undefined {
+    const name = key.slice(this.#prefix.length);
+    if (!isNodeName(name)) {
+      this.#log?.error({ key }, 'node key does not end in a node name; ignored');
+      return undefined;
+    }
+    const record = decodeNodeRecord(value, name);
+    if (typeof record === 'string') {
+      this.#log?.error({ key, reason: record }, 'unusable node record in the kvstore; ignored');
+      return undefined;
+    }
+    return { record, text: JSON.stringify(record), revision };
+  }
+
+  #reset(kvs: KeyValue[], revision: number): void {
+    const next = new Map<string, Known>();
+    for (const kv of kvs) {
+      const k = this.#decode(kv.key, kv.value, kv.modRevision);
+      if (k !== undefined) next.set(k.record.name, k);
+    }
+    const previous = new Map(this.#nodes);
+    this.#nodes.clear();
+    for (const [name, k] of next) this.#nodes.set(name, k);
+    if (this.#listed) {
+      // A re-list after a failed watch: hand on only what changed meanwhile.
+      for (const [name, old] of previous) if (!next.has(name)) this.#emit({ type: 'delete', node: old.record });
+      for (const [name, k] of next) {
+        const old = previous.get(name);
+        if (old === undefined) this.#emit({ type: 'upsert', node: k.record });
+        else if (old.text !== k.text) this.#emit({ type: 'upsert', node: k.record, previous: old.record });
+      }
+    }
+    this.#listed = true;
+    if (!next.has(this.#nodeName) && revision > this.#ownRevision) this.#rewrite('own record missing from the listing');
+  }
+
+  #apply(events: WatchEvent[]): void {
+    for (const ev of events) {
+      const name = ev.key.slice(this.#prefix.length);
+      const old = this.#nodes.get(name);
+      if (ev.type === 'put') {
+        const k = this.#decode(ev.key, ev.value, ev.modRevision);
+        if (k === undefined) {
+          // The key now says nothing usable: the node's previous record no longer stands.
+          if (old !== undefined) {
+            this.#nodes.delete(name);
+            this.#emit({ type: 'delete', node: old.record });
+          }
+          continue;
+        }
+        this.#nodes.set(name, k);
+        if (old === undefined) this.#emit({ type: 'upsert', node: k.record });
+        else if (old.text !== k.text) this.#emit({ type: 'upsert', node: k.record, previous: old.record });
+        if (name === this.#nodeName && k.text !== this.#ownText && ev.modRevision > this.#ownRevision) {
+          this.#log?.warn({ node: name, revision: ev.modRevision }, 'another writer changed this node\'s record (two agents with one node name?)');
+        }
+        continue;
+      }
+      if (old !== undefined) {
+        this.#nodes.delete(name);
+        this.#emit({ type: 'delete', node: old.record });
+      }
+      // Our key went with a lease the store lost, or by hand: a live node puts it back.
+      if (name === this.#nodeName && ev.modRevision > this.#ownRevision) this.#rewrite('own record deleted');
+    }
+  }
+
+  #emit(change: NodeChange): void {
+    for (const l of this.#listeners) {
+      try {
+        l(change);
+      } catch (err) {
+        this.#log?.error({ err, node: change.node.name, change: change.type }, 'node registry subscriber threw');
+      }
+    }
+  }
+}

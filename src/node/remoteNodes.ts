@@ -1,0 +1,222 @@
+import type { Logger } from '../logging/logger.js';
+import { ReservedIdentity } from '../identity/constants.js';
+import { KeyedSerializer } from '../identity/index.js';
+import type { IPCache } from '../ipcache/ipcache.js';
+import { IpcacheSource } from '../ipcache/source.js';
+import { formatPrefix, hostPrefix, tryParseIp } from '../netip/index.js';
+import type { NodeRoutingDatapath, RemoteNodeRoute } from '../datapath/types.js';
+import { ipv4PodCidrs, primaryNodeIp } from './nodeRecord.js';
+import type { NodeRecord, NodeRegistryView } from './types.js';
+
+export interface RemoteNodesOptions {
+  registry: NodeRegistryView;
+  nodeName: string;
+  ipcache: IPCache;
+  /** Routes to other nodes' pod CIDRs; absent: ipcache entries only (a datapath without node routing). */
+  routing?: NodeRoutingDatapath;
+  logger?: Logger;
+  /** First retry delay of a failed route install (doubles up to 5 s). */
+  retryMs?: number;
+}
+
+/** Owner of a remote node's addresses in this node's ipcache (the same owner its kvstore entries carry). */
+export function remoteNodeOwner(name: string): string {
+  return `node:${name}`;
+}
+
+const MAX_RETRY_MS = 5000;
+
+/** What is in force for one remote node. */
+interface Installed {
+  /** Host prefixes of its addresses in the ipcache. */
+  prefixes: Set<string>;
+  /** The route last installed, or undefined when none is (or the last call failed). */
+  route: RemoteNodeRoute | undefined;
+  /** Ipcache and routes match the registry's record. */
+  complete: boolean;
+}
+
+function sameRoute(a: RemoteNodeRoute | undefined, b: RemoteNodeRoute): boolean {
+  return a !== undefined && a.nodeIp === b.nodeIp && a.podCidrs.length === b.podCidrs.length && a.podCidrs.every((c, i) => c === b.podCidrs[i]);
+}
+
+/**
+ * Turns the registry's other nodes into this node's state: each of their
+ * addresses in the ipcache as identity remote-node with the node's InternalIP
+ * as tunnel endpoint (so pod → remote node traffic and replies to a remote
+ * router address go through the tunnel), and the datapath's routes to their
+ * pod CIDRs. A node that leaves the registry loses both.
+ *
+ * Work is per node and serialised per node: each run applies the registry's
+ * current record of the node, so a burst of changes collapses into the last
+ * one. A failed route install is logged and retried on a timer; nothing here
+ * ends in an unhandled rejection.
+ */
+export class RemoteNodes {
+  readonly #registry: NodeRegistryView;
+  readonly #nodeName: string;
+  readonly #ipcache: IPCache;
+  readonly #routing: NodeRoutingDatapath | undefined;
+  readonly #log: Logger | undefined;
+  readonly #retryMs: number;
+  readonly #serial = new KeyedSerializer();
+  readonly #installed = new Map<string, Installed>();
+  /** Pending retries by node, with the delay the next failure waits. */
+  readonly #retries = new Map<string, { timer: NodeJS.Timeout | undefined; delay: number }>();
+  #unsubscribe: (() => void) | undefined;
+  #running = false;
+
+  constructor(o: { registry: NodeRegistryView; nodeName: string; ipcache: IPCache; routing?: NodeRoutingDatapath; logger?: Logger; retryMs?: number }) {
+    this.#registry = o.registry;
+    this.#nodeName = o.nodeName;
+    this.#ipcache = o.ipcache;
+    this.#routing = o.routing;
+    this.#log = o.logger;
+    this.#retryMs = o.retryMs ?? 200;
+  }
+
+  /**
+   * Installs every remote node the registry lists (call it after the
+   * registry's start), then removes routes of nodes that are gone (left by an
+   * earlier run). Resolves after one attempt per node: failures are retried in
+   * the background.
+   */
+  async start(): Promise<void> {
+    if (this.#running) return;
+    this.#running = true;
+    this.#unsubscribe = this.#registry.subscribe((change) => {
+      if (change.node.name !== this.#nodeName) this.#schedule(change.node.name);
+    });
+    const names = this.#registry
+      .list()
+      .map((n) => n.name)
+      .filter((n) => n !== this.#nodeName);
+    await Promise.all(names.map((n) => this.#schedule(n)));
+    if (this.#routing !== undefined) {
+      try {
+        await this.#routing.pruneRemoteNodes(names);
+      } catch (err) {
+        // Stale routes of dead nodes point nowhere useful but break nothing live; the next start prunes again.
+        this.#log?.error({ err }, 'cannot prune routes of nodes that are gone');
+      }
+    }
+  }
+
+  /** Stops following the registry. What is installed stays (the next start prunes what is stale). */
+  async stop(): Promise<void> {
+    this.#running = false;
+    this.#unsubscribe?.();
+    this.#unsubscribe = undefined;
+    for (const r of this.#retries.values()) if (r.timer !== undefined) clearTimeout(r.timer);
+    this.#retries.clear();
+    await this.#serial.idle();
+  }
+
+  /** Whether the node's ipcache entries and routes match its record. */
+  installed(name: string): boolean {
+    return this.#installed.get(name)?.complete === true;
+  }
+
+  /** Resolves when every queued node update has run (tests). */
+  idle(): Promise<void> {
+    return this.#serial.idle();
+  }
+
+  /** Queues a sync of one node; never rejects. */
+  #schedule(name: string): Promise<void> {
+    const retry = this.#retries.get(name);
+    if (retry?.timer !== undefined) {
+      // A fresh change goes now; the backoff carries on if it fails again.
+      clearTimeout(retry.timer);
+      retry.timer = undefined;
+    }
+    return this.#serial.run(name, () => this.#sync(name)).catch((err: unknown) => {
+      this.#log?.warn({ err, node: name }, 'remote node update failed; retrying');
+      this.#retryLater(name);
+    });
+  }
+
+  async #sync(name: string): Promise<void> {
+    if (!this.#running) return;
+    const record = name === this.#nodeName ? undefined : this.#registry.get(name);
+    if (record === undefined) await this.#remove(name);
+    else await this.#install(record);
+  }
+
+  async #install(node: NodeRecord): Promise<void> {
+    const state = this.#installed.get(node.name) ?? { prefixes: new Set<string>(), route: undefined, complete: false };
+    this.#installed.set(node.name, state);
+    state.complete = false;
+    const hostIP = primaryNodeIp(node);
+    if (hostIP === undefined) this.#log?.warn({ node: node.name }, 'remote node has no IPv4 InternalIP: no tunnel endpoint and no routes to its pods');
+    this.#setEntries(node.name, state, node.addresses.map((a) => a.ip), hostIP);
+    if (this.#routing !== undefined) {
+      if (node.routingMode !== this.#routing.mode) {
+        // Both ends must agree for pod traffic to flow; the record says what the other side expects, so say it loudly.
+        this.#log?.warn({ node: node.name, theirs: node.routingMode, ours: this.#routing.mode }, 'remote node runs another routing mode');
+      }
+      if (hostIP === undefined) {
+        if (state.route !== undefined) await this.#routing.removeRemoteNode(node.name);
+        state.route = undefined;
+      } else {
+        const route: RemoteNodeRoute = { name: node.name, nodeIp: hostIP, podCidrs: ipv4PodCidrs(node) };
+        if (!sameRoute(state.route, route)) {
+          state.route = undefined;
+          await this.#routing.upsertRemoteNode(route);
+          state.route = route;
+          this.#log?.info({ node: node.name, nodeIp: hostIP, podCidrs: route.podCidrs }, 'routes to remote node installed');
+        }
+      }
+    }
+    state.complete = true;
+    this.#settled(node.name);
+  }
+
+  async #remove(name: string): Promise<void> {
+    const state = this.#installed.get(name);
+    if (state === undefined) return;
+    state.complete = false;
+    this.#setEntries(name, state, [], undefined);
+    // Called even when the last install failed: it may have left part of the routes.
+    if (this.#routing !== undefined) await this.#routing.removeRemoteNode(name);
+    this.#installed.delete(name);
+    this.#settled(name);
+    this.#log?.info({ node: name }, 'remote node removed');
+  }
+
+  /** Makes the node's ipcache entries exactly `ips` (addresses that went are deleted). */
+  #setEntries(name: string, state: Installed, ips: readonly string[], hostIP: string | undefined): void {
+    const meta = { source: IpcacheSource.Kvstore, owner: remoteNodeOwner(name) };
+    const next = new Set<string>();
+    for (const ip of ips) {
+      const addr = tryParseIp(ip);
+      if (addr !== undefined) next.add(formatPrefix(hostPrefix(addr)));
+    }
+    for (const prefix of state.prefixes) if (!next.has(prefix)) this.#ipcache.delete(prefix, meta);
+    for (const prefix of next) {
+      this.#ipcache.upsert(prefix, { ...meta, identity: ReservedIdentity.RemoteNode, ...(hostIP === undefined ? {} : { hostIP }) });
+    }
+    state.prefixes = next;
+  }
+
+  /** The node is in its wanted state: no retry pending, the backoff starts over. */
+  #settled(name: string): void {
+    const r = this.#retries.get(name);
+    if (r?.timer !== undefined) clearTimeout(r.timer);
+    this.#retries.delete(name);
+  }
+
+  #retryLater(name: string): void {
+    if (!this.#running) return;
+    const r = this.#retries.get(name) ?? { timer: undefined, delay: this.#retryMs };
+    this.#retries.set(name, r);
+    if (r.timer !== undefined) return;
+    const delay = r.delay;
+    r.delay = Math.min(MAX_RETRY_MS, r.delay * 2);
+    r.timer = setTimeout(() => {
+      r.timer = undefined;
+      void this.#schedule(name);
+    }, delay);
+    r.timer.unref();
+  }
+}

@@ -1,0 +1,180 @@
+/**
+ * The connectivity suite every routing mode and IPAM mode of a many-node
+ * cluster must pass (registered by one test file per mode): nodes agree,
+ * pod MTU fits the underlay, every pod reaches every pod on other nodes over
+ * TCP, UDP and ICMP keeping its address, nodes reach remote pods, pods reach
+ * remote nodes, traffic leaving the cluster is masqueraded, and in tunnel
+ * mode the packets on the underlay are VXLAN carrying the source identity.
+ */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { bpfIpcache } from './datapathObserve.js';
+import { inParallel } from './reachability.js';
+import { requireRoot } from './root.js';
+import { type ClusterIpam, type ClusterPod, ClusterScene, distinct, POD_TCP_PORT, POD_UDP_PORT, type RoutingMode, TUNNEL_OVERHEAD, VXLAN_PORT } from './clusterScene.js';
+import { failures } from './serviceProcess.js';
+import { VxlanCapture } from './vxlanCapture.js';
+
+/** A host on the cluster network that is no node: traffic to it leaves the cluster. */
+const OUTSIDE_IP = '10.248.0.200';
+const UNDERLAY_MTU = 1500;
+const T = { timeout: 90_000 };
+
+export function clusterConnectivitySuite(opts: { tag: string; routingMode: RoutingMode; ipam: ClusterIpam }): void {
+  requireRoot(`the cluster connectivity suite (${opts.routingMode}, ${opts.ipam})`);
+  let scene: ClusterScene | undefined;
+  const pods: ClusterPod[] = [];
+  const s = () => scene!;
+  const label = `${opts.routingMode}/${opts.ipam}`;
+
+  before(async () => {
+    scene = await ClusterScene.create({ tag: opts.tag, routingMode: opts.routingMode, ipam: opts.ipam });
+    for (const i of [0, 1, 2]) pods.push(await scene.addPod(i, { name: `p${i}`, labels: { app: `p${i}` } }));
+    const out = await scene.cluster.addUnderlayHost('out', OUTSIDE_IP);
+    await scene.agentIn(out.netnsPath, 'outside', { tcp: [POD_TCP_PORT], udp: [POD_UDP_PORT] });
+  });
+
+  after(async () => {
+    await scene?.cleanup();
+  });
+
+  test(`[${label}] every node lists every node, with the routing mode, and installs the others' routes`, T, async (t) => {
+    const ms = await s().waitConverged(20_000);
+    t.diagnostic(`converged ${ms.toFixed(0)} ms after the last pod's ADD`);
+    for (const n of s().nodes) {
+      const status = await s().nodeStatus(n.index);
+      for (const peer of s().nodes) {
+        const st = status.find((x) => x.name === peer.name)!;
+        assert.equal(st.routingMode, opts.routingMode, `${n.name} sees ${peer.name}'s routing mode`);
+        assert.ok(st.addresses.some((a) => a.type === 'InternalIP' && a.ip === peer.ip), `${peer.name}'s InternalIP ${peer.ip}: ${JSON.stringify(st.addresses)}`);
+        if (opts.routingMode === 'tunnel') assert.deepEqual(st.tunnel, { protocol: 'vxlan', port: VXLAN_PORT });
+        assert.equal(st.local, peer.index === n.index);
+      }
+      const routes = await s().nodeRoutes(n.index);
+      const remoteCidrs = status.filter((x) => !x.local).flatMap((x) => x.podCidrs);
+      assert.deepEqual(distinct(routes.map((r) => r.dst)), distinct(remoteCidrs), `${n.name}: one proto-212 route per remote pod CIDR: ${JSON.stringify(routes)}`);
+      if (opts.routingMode === 'native') {
+        for (const r of routes) {
+          const owner = status.find((x) => x.podCidrs.includes(r.dst))!;
+          assert.equal(r.gateway, owner.addresses.find((a) => a.type === 'InternalIP')!.ip, `native: ${r.dst} via ${owner.name}'s node IP`);
+        }
+      } else {
+        assert.ok(routes.every((r) => r.dev === 'tendril_host'), `tunnel: remote pod CIDRs go to tendril_host: ${JSON.stringify(routes)}`);
+      }
+    }
+  });
+
+  test(`[${label}] the pods' MTU: the underlay's${opts.routingMode === 'tunnel' ? ' minus the VXLAN overhead' : ''}`, T, async () => {
+    const want = opts.routingMode === 'tunnel' ? UNDERLAY_MTU - TUNNEL_OVERHEAD : UNDERLAY_MTU;
+    const seen: Record<string, number | undefined> = {};
+    for (const p of pods) seen[p.spec.name] = await s().mtuOf(p.netns, 'eth0');
+    assert.deepEqual(seen, Object.fromEntries(pods.map((p) => [p.spec.name, want])));
+    for (const n of s().nodes) {
+      const vxlan = await s().mtuOf(n.node, 'tendril_vxlan');
+      assert.equal(vxlan, opts.routingMode === 'tunnel' ? want : undefined, `${n.name}: tendril_vxlan ${opts.routingMode === 'tunnel' ? `with MTU ${want}` : 'absent in native mode'}`);
+    }
+  });
+
+  test(`[${label}] every pod reaches every pod on the other nodes (TCP, UDP, ICMP); the server sees the client pod's address`, T, async () => {
+    await s().waitConverged();
+    const pairs = pods.flatMap((a) => pods.filter((b) => b.node.index !== a.node.index).map((b) => [a, b] as const));
+    const seen: Record<string, string> = {};
+    await inParallel(pairs, 3, async ([a, b]) => {
+      const key = `${a.spec.name}@n${a.node.index} -> ${b.spec.name}@n${b.node.index}`;
+      const tcp = await a.agent.tcpSessions({ dst: b.ip, port: POD_TCP_PORT }, { count: 3, requests: 2, concurrency: 3 });
+      const udp = await a.agent.udpShots({ dst: b.ip, port: POD_UDP_PORT }, { count: 3, concurrency: 3 });
+      const icmp = await s().ping(a.netns, b.ip, { count: 2 });
+      const peers = distinct([...tcp.flatMap((x) => x.answers.map((an) => an.peer)), ...udp.flatMap((x) => (x.answer ? [x.answer.peer] : []))]);
+      seen[key] = `tcp ${failures(tcp)}, udp ${failures(udp)}, icmp ${icmp.ok ? 'ok' : 'lost'}, seen as ${peers.join(' ')}`;
+    });
+    const want = Object.fromEntries(pairs.map(([a, b]) => [`${a.spec.name}@n${a.node.index} -> ${b.spec.name}@n${b.node.index}`, `tcp none, udp none, icmp ok, seen as ${a.ip}`]));
+    assert.deepEqual(seen, want);
+  });
+
+  test(`[${label}] each node reaches the pods of the other nodes (TCP, UDP, ICMP)`, T, async (t) => {
+    const seen: Record<string, string> = {};
+    const want: Record<string, string> = {};
+    const sources: Record<string, string[]> = {};
+    for (const n of s().nodes) {
+      const agent = await s().nodeAgent(n.index);
+      for (const p of pods.filter((x) => x.node.index !== n.index)) {
+        const key = `node ${n.index} -> ${p.spec.name}@n${p.node.index}`;
+        const tcp = await agent.tcpSessions({ dst: p.ip, port: POD_TCP_PORT }, { count: 3, requests: 2, concurrency: 3 });
+        const udp = await agent.udpShots({ dst: p.ip, port: POD_UDP_PORT }, { count: 3, concurrency: 3 });
+        const icmp = await s().ping(n.node, p.ip, { count: 2 });
+        seen[key] = `tcp ${failures(tcp)}, udp ${failures(udp)}, icmp ${icmp.ok ? 'ok' : 'lost'}`;
+        want[key] = 'tcp none, udp none, icmp ok';
+        sources[key] = distinct(tcp.flatMap((x) => x.answers.map((a) => a.peer)));
+      }
+    }
+    t.diagnostic(`the pods saw the nodes as ${JSON.stringify(sources)}`);
+    assert.deepEqual(seen, want);
+  });
+
+  test(`[${label}] a pod reaches the other nodes' addresses, seen with its own address (no masquerade inside the cluster)`, T, async () => {
+    const seen: Record<string, string> = {};
+    const want: Record<string, string> = {};
+    for (const n of s().nodes) await s().nodeAgent(n.index);
+    for (const p of pods) {
+      for (const n of s().nodes.filter((x) => x.index !== p.node.index)) {
+        const key = `${p.spec.name}@n${p.node.index} -> node ${n.index} (${n.ip})`;
+        const tcp = await p.agent.tcpSessions({ dst: n.ip, port: POD_TCP_PORT }, { count: 2, requests: 1, concurrency: 2 });
+        seen[key] = `tcp ${failures(tcp)}, seen as ${distinct(tcp.flatMap((x) => x.answers.map((a) => a.peer))).join(' ')}`;
+        want[key] = `tcp none, seen as ${p.ip}`;
+      }
+    }
+    assert.deepEqual(seen, want);
+  });
+
+  test(`[${label}] a pod reaching a host outside the cluster is masqueraded to its node's address`, T, async () => {
+    const seen: Record<string, string> = {};
+    const want: Record<string, string> = {};
+    for (const p of pods) {
+      const tcp = await p.agent.tcpSessions({ dst: OUTSIDE_IP, port: POD_TCP_PORT }, { count: 3, requests: 2, concurrency: 3 });
+      const udp = await p.agent.udpShots({ dst: OUTSIDE_IP, port: POD_UDP_PORT }, { count: 3, concurrency: 3 });
+      const icmp = await s().ping(p.netns, OUTSIDE_IP, { count: 2 });
+      const peers = distinct([...tcp.flatMap((x) => x.answers.map((a) => a.peer)), ...udp.flatMap((x) => (x.answer ? [x.answer.peer] : []))]);
+      seen[p.spec.name] = `tcp ${failures(tcp)}, udp ${failures(udp)}, icmp ${icmp.ok ? 'ok' : 'lost'}, seen as ${peers.join(' ')}`;
+      want[p.spec.name] = `tcp none, udp none, icmp ok, seen as ${p.node.ip}`;
+    }
+    assert.deepEqual(seen, want);
+  });
+
+  if (opts.routingMode === 'tunnel') {
+    test(`[${label}] on the underlay, pod to pod is VXLAN on UDP ${VXLAN_PORT} with the source pod's identity as VNI`, T, async (t) => {
+      const [a, b] = [pods[0]!, pods[1]!];
+      const identity = (await s().endpointOf(a)).identity;
+      assert.ok(identity !== undefined && identity >= 256, `the source pod has a cluster identity: ${identity}`);
+      const cap = await VxlanCapture.start(a.node.nodePath, 'eth0', `udp port ${VXLAN_PORT} and src host ${a.node.ip} and dst host ${b.node.ip}`, 3);
+      const ping = await s().ping(a.netns, b.ip, { count: 5 });
+      const { packets, text } = await cap.done(5000);
+      for (const p of packets) t.diagnostic(`captured on ${a.node.name} eth0: ${p.outerSrc} > ${p.outerDst}:${p.dstPort} VXLAN vni ${p.vni} | ${p.inner}`);
+      if (packets.length === 0) t.diagnostic(`tcpdump on ${a.node.name} eth0: ${text}`);
+      assert.ok(ping.ok, `ping ${b.ip}: ${ping.output}`);
+      const echoes = packets.filter((p) => p.inner.includes(`IP ${a.ip} > ${b.ip}: ICMP echo request`));
+      assert.ok(echoes.length >= 3, `the echo requests crossed the underlay encapsulated: ${JSON.stringify(packets)}`);
+      assert.deepEqual(distinct(echoes.map((p) => `${p.outerSrc} > ${p.outerDst}:${p.dstPort} vni ${p.vni}`)), [`${a.node.ip} > ${b.node.ip}:${VXLAN_PORT} vni ${identity}`]);
+      // The reply carries the other pod's identity back.
+      const idB = (await s().endpointOf(b)).identity;
+      const back = await VxlanCapture.start(a.node.nodePath, 'eth0', `udp port ${VXLAN_PORT} and src host ${b.node.ip}`, 2);
+      await s().ping(a.netns, b.ip, { count: 3 });
+      const replies = (await back.done(5000)).packets.filter((p) => p.inner.includes(`IP ${b.ip} > ${a.ip}: ICMP echo reply`));
+      assert.ok(replies.length >= 2 && replies.every((p) => p.vni === idB), `replies carry ${b.spec.name}'s identity ${idB}: ${JSON.stringify(replies)}`);
+    });
+
+    test(`[${label}] the node to a remote pod is VXLAN with the host identity (1); the ipcache names each remote pod's tunnel endpoint`, T, async () => {
+      const [a, b] = [s().node(0), pods[1]!];
+      const cap = await VxlanCapture.start(a.nodePath, 'eth0', `udp port ${VXLAN_PORT} and src host ${a.ip} and dst host ${b.node.ip}`, 2);
+      const ping = await s().ping(a.node, b.ip, { count: 3 });
+      const { packets } = await cap.done(5000);
+      assert.ok(ping.ok, ping.output);
+      const echoes = packets.filter((p) => p.inner.includes(`> ${b.ip}: ICMP echo request`));
+      assert.ok(echoes.length >= 2 && echoes.every((p) => p.vni === 1), `node -> remote pod carries VNI 1: ${JSON.stringify(packets)}`);
+      const rows = await bpfIpcache(a);
+      for (const p of pods.filter((x) => x.node.index !== a.index)) {
+        const row = rows.find((r) => r.prefix === `${p.ip}/32`);
+        assert.equal(row?.tunnelEndpoint, p.node.ip, `${a.name}'s datapath ipcache: ${p.ip} tunnels to ${p.node.ip}: ${JSON.stringify(row)}`);
+      }
+    });
+  }
+}

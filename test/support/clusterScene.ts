@@ -1,0 +1,313 @@
+/**
+ * A many-node cluster in real namespaces for end-to-end tests: the
+ * ClusterInABox (node namespaces on a hub bridge, etcd in the hub), an agent
+ * with the eBPF datapath in every node namespace on that etcd, pods added
+ * through the CNI runtime of their node, each pod running a service agent
+ * (a TCP/UDP backend that reports the client address it saw, and a client),
+ * a service agent in every node namespace (the node as a client), and waits
+ * for the cluster to agree on its nodes and pods.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { randomBytes } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import type { Endpoint } from '../../src/endpoint/endpoint.js';
+import { CniRuntime, confListFromBytes } from '../../src/libcni/index.js';
+import type { NodeStatus } from '../../src/node/types.js';
+import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
+import { ClusterInABox } from './clusterInABox.js';
+import { addPod, type DatapathNode, delPod, type Pod, type PodSpec } from './datapathNode.js';
+import { run, runOk } from './run.js';
+import { ServiceAgentProcess } from './serviceProcess.js';
+import { REFERENCE_PLUGIN_DIR, TENDRIL_BIN } from './tendrilBin.js';
+
+export type RoutingMode = 'tunnel' | 'native';
+export type ClusterIpam = 'block' | 'cluster-pool';
+
+/** The pods' address space (block pool or cluster-pool CIDR). */
+export const CLUSTER_POD_POOL = '10.249.0.0/16';
+/** The rtm_protocol of the routes the agent installs toward other nodes' pod CIDRs. */
+export const NODE_ROUTE_PROTOCOL = 212;
+/** The TCP and UDP port every pod's service agent answers on. */
+export const POD_TCP_PORT = 8080;
+export const POD_UDP_PORT = 5353;
+/** The VXLAN port and overhead of tunnel mode. */
+export { TUNNEL_DEFAULT_PORT as VXLAN_PORT, TUNNEL_OVERHEAD } from '../../src/datapath/bpf/constants.js';
+
+/** One node of the scene; a DatapathNode, so the single-node helpers (policy import, bpf lists) work on it. */
+export interface SceneNode extends DatapathNode {
+  index: number;
+  name: string;
+  /** The node's address on the cluster network (eth0). */
+  ip: string;
+}
+
+export interface ClusterPod extends Pod {
+  node: SceneNode;
+  /** Backend (answers on POD_TCP_PORT/POD_UDP_PORT with its name and the client address it saw) and client. */
+  agent: ServiceAgentProcess;
+}
+
+export interface ClusterSceneOptions {
+  /** Short tag for namespace names. */
+  tag: string;
+  nodeCount?: number;
+  routingMode: RoutingMode;
+  ipam: ClusterIpam;
+  /** The kvstore lease TTL in seconds: a dead node vanishes from the others this long after it. */
+  leaseTtl?: number;
+  /** Extra agent arguments per node (index). */
+  nodeArgs?: (index: number) => string[];
+  /** Devices of a node's agent (default: eth0). */
+  devices?: (index: number) => string[];
+  /** Runs after the nodes' namespaces exist, before any agent starts (links the agent should find). */
+  beforeAgents?: (cluster: ClusterInABox) => Promise<void>;
+}
+
+export class ClusterScene {
+  readonly nodes: SceneNode[] = [];
+  readonly pods: ClusterPod[] = [];
+  private readonly nodeAgents = new Map<number, ServiceAgentProcess>();
+  private readonly extraAgents: ServiceAgentProcess[] = [];
+  private readonly cleanups: Array<() => Promise<void>> = [];
+  private readonly cniCleanups: Array<() => Promise<void>> = [];
+
+  private constructor(
+    readonly cluster: ClusterInABox,
+    readonly opts: ClusterSceneOptions,
+  ) {}
+
+  get leaseTtl(): number {
+    return this.opts.leaseTtl ?? 3;
+  }
+
+  get routingMode(): RoutingMode {
+    return this.opts.routingMode;
+  }
+
+  static async create(opts: ClusterSceneOptions): Promise<ClusterScene> {
+    const cluster = await ClusterInABox.create(opts.tag, opts.nodeCount ?? 3);
+    const scene = new ClusterScene(cluster, opts);
+    try {
+      await scene.start();
+    } catch (err) {
+      await scene.cleanup();
+      throw err;
+    }
+    return scene;
+  }
+
+  private agentArgs(index: number, ip: string, bpffsRoot: string): string[] {
+    const ipam = this.opts.ipam === 'block' ? ['--ipam', 'block', '--pool-cidr', CLUSTER_POD_POOL] : ['--ipam', 'cluster-pool', '--cluster-pool-cidr', CLUSTER_POD_POOL, '--cluster-pool-mask-size', '24'];
+    return [
+      '--kvstore', 'etcd', '--kvstore-opt', `etcd.endpoints=${this.cluster.etcdEndpoint}`,
+      '--node-ip', ip,
+      '--routing-mode', this.opts.routingMode,
+      ...ipam,
+      '--lease-ttl', String(this.leaseTtl),
+      '--datapath', 'bpf', '--bpffs-root', bpffsRoot,
+      '--devices', (this.opts.devices?.(index) ?? ['eth0']).join(','),
+      ...(this.opts.nodeArgs?.(index) ?? []),
+    ];
+  }
+
+  private async start(): Promise<void> {
+    if (this.opts.beforeAgents) await this.opts.beforeAgents(this.cluster);
+    const bin = await tendrilPluginDir();
+    this.cniCleanups.push(bin.cleanup);
+    for (const [index, cn] of this.cluster.nodes.entries()) {
+      const name = `tdl-${this.opts.tag}-n${index}`;
+      const bpffsRoot = `/sys/fs/bpf/tdl-${randomBytes(4).toString('hex')}`;
+      // Pins go after the agent is dead (cleanups run in reverse).
+      this.cleanups.push(() => rm(bpffsRoot, { recursive: true, force: true }));
+      const agent = await AgentProcess.create({ nodeNetns: cn.netns, nodeName: name, args: this.agentArgs(index, cn.ip, bpffsRoot), startTimeoutMs: 90_000 });
+      this.cleanups.push(() => agent.cleanup());
+      const cache = await mkdtemp(join(tmpdir(), 'tdl-cache-'));
+      this.cniCleanups.push(() => rm(cache, { recursive: true, force: true }));
+      const runtime = new CniRuntime({ pluginDirs: [bin.dir, REFERENCE_PLUGIN_DIR], cacheDir: cache });
+      const conflist = confListFromBytes(JSON.stringify({ cniVersion: '1.0.0', name: 'tdlcluster', plugins: [{ type: 'tendril-cni', socket: agent.socket }] }));
+      this.nodes.push({
+        index,
+        name,
+        ip: cn.ip,
+        node: cn.netns,
+        nodePath: `/var/run/netns/${cn.netns}`,
+        agent,
+        runtime,
+        bpffsRoot,
+        // Block and cluster-pool IPAM: the node's CIDRs come from IPAM (GET /node), not from a flag.
+        podCidr: '',
+        routerIp: '',
+        conflist,
+        cli: (args, input) => run([TENDRIL_BIN, ...args, '--socket', agent.socket], input === undefined ? {} : { input }),
+        cleanup: () => agent.cleanup(),
+      });
+    }
+    await Promise.all(this.nodes.map((n) => n.agent.start()));
+  }
+
+  node(index: number): SceneNode {
+    const n = this.nodes[index];
+    if (!n) throw new Error(`no node ${index}`);
+    return n;
+  }
+
+  /** A pod on a node through the CNI runtime, its service agent listening. */
+  async addPod(nodeIndex: number, spec: { name: string; labels: Record<string, string>; namespace?: string }): Promise<ClusterPod> {
+    const node = this.node(nodeIndex);
+    const podSpec: PodSpec = { name: spec.name, namespace: spec.namespace ?? 'tdl-cluster', labels: spec.labels };
+    const pod = await addPod(this.cluster.pool, node, podSpec);
+    const agent = await ServiceAgentProcess.start(pod.netnsPath, { name: spec.name, tcpPorts: [POD_TCP_PORT], udpPorts: [POD_UDP_PORT] });
+    const cp: ClusterPod = { ...pod, node, agent };
+    this.pods.push(cp);
+    return cp;
+  }
+
+  /** CNI DEL of a pod (its namespace goes with the scene). */
+  async delPod(pod: ClusterPod): Promise<void> {
+    await pod.agent.stop();
+    await delPod(pod.node, pod);
+    this.pods.splice(this.pods.indexOf(pod), 1);
+  }
+
+  /** The endpoint as its node's agent holds it now (identity after a label change too). */
+  async endpointOf(pod: ClusterPod): Promise<Endpoint> {
+    return (await pod.node.agent.client.getEndpoint(pod.endpoint.id)) as Endpoint;
+  }
+
+  /** A service agent in a node's own namespace: the node as a client, and a server on the pods' ports. */
+  async nodeAgent(index: number): Promise<ServiceAgentProcess> {
+    let a = this.nodeAgents.get(index);
+    if (!a) {
+      a = await ServiceAgentProcess.start(this.node(index).nodePath, { name: `node${index}`, tcpPorts: [POD_TCP_PORT], udpPorts: [POD_UDP_PORT] });
+      this.nodeAgents.set(index, a);
+    }
+    return a;
+  }
+
+  /** A service agent in any namespace the scene made (an outside host), stopped with the scene. */
+  async agentIn(netnsPath: string, name: string, ports: { tcp?: number[]; udp?: number[] } = {}): Promise<ServiceAgentProcess> {
+    const a = await ServiceAgentProcess.start(netnsPath, { name, tcpPorts: ports.tcp ?? [], udpPorts: ports.udp ?? [] });
+    this.extraAgents.push(a);
+    return a;
+  }
+
+  /** Runs a command in a namespace of the scene. */
+  exec(netns: string, argv: readonly string[]): ReturnType<typeof run> {
+    return this.cluster.pool.exec(netns, argv);
+  }
+
+  /** ICMP echo from a namespace: whether `count` requests got a reply (ping's exit status). */
+  async ping(netns: string, ip: string, opts: { count?: number; waitSeconds?: number } = {}): Promise<{ ok: boolean; output: string }> {
+    const r = await this.exec(netns, ['ping', '-n', '-q', '-c', String(opts.count ?? 1), '-i', '0.2', '-W', String(opts.waitSeconds ?? 1), ip]);
+    return { ok: r.code === 0, output: `${r.stdout}${r.stderr}`.trim() };
+  }
+
+  async nodeStatus(index: number): Promise<NodeStatus[]> {
+    return this.node(index).agent.client.request<NodeStatus[]>('GET', '/node');
+  }
+
+  async ipcache(index: number): Promise<Array<{ prefix: string; identity: number; hostIP?: string; source: string }>> {
+    return this.node(index).agent.client.request('GET', '/ip');
+  }
+
+  /** The node-route protocol's IPv4 routes in a node namespace (every table). */
+  async nodeRoutes(index: number): Promise<Array<{ dst: string; gateway?: string; dev?: string; prefsrc?: string; table?: string }>> {
+    const out = await runOk(['ip', '-n', this.node(index).node, '-j', '-4', 'route', 'show', 'table', 'all', 'proto', String(NODE_ROUTE_PROTOCOL)]);
+    return out.trim() === '' ? [] : (JSON.parse(out) as Array<{ dst: string; gateway?: string; dev?: string; prefsrc?: string; table?: string }>);
+  }
+
+  /** An interface's MTU in a namespace. */
+  async mtuOf(netns: string, ifName: string): Promise<number | undefined> {
+    const r = await this.exec(netns, ['ip', '-j', 'link', 'show', 'dev', ifName]);
+    if (r.code !== 0) return undefined;
+    return (JSON.parse(r.stdout) as Array<{ mtu: number }>)[0]?.mtu;
+  }
+
+  /**
+   * Why `nodes` (indexes; default every node) do not yet agree, or '' when
+   * they do: each lists exactly those nodes, has installed the routes of the
+   * remote ones, and every pod of those nodes is in its ipcache with its
+   * node as host.
+   */
+  async convergenceGap(nodes: readonly number[] = this.nodes.map((n) => n.index)): Promise<string> {
+    const names = nodes.map((i) => this.node(i).name).sort();
+    const pods = this.pods.filter((p) => nodes.includes(p.node.index));
+    for (const i of nodes) {
+      const status = await this.nodeStatus(i);
+      const listed = status.map((s) => s.name).sort();
+      if (JSON.stringify(listed) !== JSON.stringify(names)) return `node ${i} lists ${JSON.stringify(listed)}, want ${JSON.stringify(names)}`;
+      const pending = status.filter((s) => !s.local && s.routesInstalled !== true).map((s) => s.name);
+      if (pending.length > 0) return `node ${i} has not installed the routes of ${pending.join(', ')}`;
+      const ipc = await this.ipcache(i);
+      for (const p of pods) {
+        const e = ipc.find((x) => x.prefix === `${p.ip}/32`);
+        if (!e) return `node ${i} has no ipcache entry for pod ${p.spec.name} (${p.ip})`;
+        if (p.node.index !== i && e.hostIP !== p.node.ip) return `node ${i}: pod ${p.spec.name} (${p.ip}) has host ${e.hostIP}, want ${p.node.ip}`;
+        if (p.node.index !== i && !status.find((s) => s.name === p.node.name)?.podCidrs.some((c) => cidrHolds(c, p.ip))) {
+          return `node ${i}: node ${p.node.name}'s pod CIDRs do not hold pod ${p.spec.name} (${p.ip})`;
+        }
+      }
+    }
+    return '';
+  }
+
+  /** Waits until `nodes` agree (convergenceGap); answers how long it took. */
+  async waitConverged(timeoutMs = 15_000, nodes?: readonly number[]): Promise<number> {
+    const t0 = performance.now();
+    let gap = '';
+    for (;;) {
+      gap = await this.convergenceGap(nodes);
+      if (gap === '') return performance.now() - t0;
+      if (performance.now() - t0 > timeoutMs) throw new Error(`the cluster did not converge in ${timeoutMs} ms: ${gap}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /** SIGKILL of a node's agent: no clean shutdown, its pods and pinned programs stay. */
+  async killAgent(index: number): Promise<void> {
+    await this.node(index).agent.kill();
+  }
+
+  /** Starts a killed or stopped agent again on the same node, state dir and pins. */
+  async restartAgent(index: number): Promise<void> {
+    await this.node(index).agent.start();
+  }
+
+  /** What an agent logged (for failure messages). */
+  agentLog(index: number, tail = 3000): string {
+    return this.node(index).agent.output.slice(-tail);
+  }
+
+  async cleanup(): Promise<void> {
+    const step = async (what: string, fn: () => Promise<void>) => {
+      try {
+        await fn();
+      } catch (err) {
+        process.stderr.write(`cluster scene cleanup (${what}): ${(err as Error).message}\n`);
+      }
+    };
+    for (const p of this.pods.splice(0)) await step(`pod agent ${p.spec.name}`, () => p.agent.stop());
+    for (const a of [...this.nodeAgents.values(), ...this.extraAgents.splice(0)]) await step(`agent ${a.name}`, () => a.stop());
+    this.nodeAgents.clear();
+    for (const c of this.cleanups.splice(0).reverse()) await step('node', c);
+    await step('cluster', () => this.cluster.cleanup());
+    for (const c of this.cniCleanups.splice(0).reverse()) await step('cni', c);
+  }
+}
+
+/** Whether an IPv4 CIDR holds an address. */
+export function cidrHolds(cidr: string, ip: string): boolean {
+  const [base, lenText] = cidr.split('/');
+  const len = Number(lenText);
+  const n = (a: string) => a.split('.').reduce((acc, o) => (acc << 8) | Number(o), 0) >>> 0;
+  if (!base || !Number.isInteger(len) || len < 0 || len > 32 || base.includes(':') || ip.includes(':')) return false;
+  const mask = len === 0 ? 0 : (0xffffffff << (32 - len)) >>> 0;
+  return (n(base) & mask) === (n(ip) & mask);
+}
+
+/** The distinct values of a list, sorted, for assertion messages. */
+export function distinct<T>(items: readonly T[]): T[] {
+  return [...new Set(items)].sort();
+}

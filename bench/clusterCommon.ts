@@ -164,7 +164,8 @@ export class ClusterAgent {
     return join(this.bpffsRoot, 'tendril', 'tendril_ipcache');
   }
 
-  static async start(box: BenchBox, index: number, mode: BenchRoutingMode, stateRoot: string, extraArgs: string[] = []): Promise<ClusterAgent> {
+  /** `onSpawn` gets the agent as soon as its process exists, so a cleanup during its start-up stops it too. */
+  static async start(box: BenchBox, index: number, mode: BenchRoutingMode, stateRoot: string, extraArgs: string[] = [], onSpawn?: (agent: ClusterAgent) => void): Promise<ClusterAgent> {
     const node = box.nodes[index]!;
     const name = `${box.tag}-n${index}`;
     const stateDir = join(stateRoot, name);
@@ -183,6 +184,7 @@ export class ClusterAgent {
     const proc = spawn('nsenter', [`--net=${netnsPath(node.ns)}`, '--', AGENT, ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
     const client = new AgentClient({ socketPath: socket, timeoutMs: 30_000 });
     const agent = new ClusterAgent(node, name, proc, client, socket, bpffsRoot);
+    onSpawn?.(agent);
     // Generous: several agents loading their BPF objects at once on a busy two-core machine take tens of seconds.
     const deadline = Date.now() + 120_000;
     for (;;) {
@@ -258,10 +260,7 @@ export class BenchCluster {
       c = cluster;
       // In parallel: an agent's start (loading the BPF objects) takes seconds on a busy machine.
       const started = await Promise.allSettled(
-        Array.from({ length: nodes }, async (_, i) => {
-          const agent = await ClusterAgent.start(box, i, mode, stateRoot, extraArgs);
-          cluster.agents[i] = agent;
-        }),
+        Array.from({ length: nodes }, (_, i) => ClusterAgent.start(box, i, mode, stateRoot, extraArgs, (agent) => (cluster.agents[i] = agent))),
       );
       const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
       if (failed) throw failed.reason;

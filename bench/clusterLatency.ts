@@ -9,6 +9,7 @@
 // paths interleaved (every other round reversed); p50/p99 over all rounds.
 import { CLUSTER_PATHS, type ClusterPath, crossNodePaths, errorLine, withCleanup } from './clusterCommon.js';
 import { TcpClientSession, startTcpServer } from './policyDatapath.js';
+import { pinNamespaceProcesses } from './serviceCommon.js';
 import { percentile } from './stats.js';
 
 const PORT = 8080;
@@ -35,6 +36,17 @@ interface CrrResult {
   errors: number;
 }
 
+/** A session command bounded in time: a connection that never opens (a dropped SYN) would hang the session for minutes. */
+async function bounded<T>(ms: number, x: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('no answer within 10 s')), ms + 10_000)));
+  try {
+    return await Promise.race([x, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export async function runClusterLatencyBench(msPerSample = 700, rounds = 3): Promise<ClusterLatencyReport> {
   return withCleanup(async (onCleanup) => {
     const t0 = performance.now();
@@ -55,6 +67,11 @@ export async function runClusterLatencyBench(msPerSample = 700, rounds = 3): Pro
         stopAll.push(server.stop);
         const session = TcpClientSession.start(e.clientNs);
         stopAll.push(() => session.stop());
+        // A short warm-up (neighbours resolved, the client's session surely started), then every
+        // path's client on CPU 0 and server on CPU 1 (only the worker runs in these namespaces).
+        await bounded(50, session.run<RrResult>({ op: 'rr', ip: e.serverIp, port: PORT, ms: 50 }));
+        await pinNamespaceProcesses(e.clientNs, 0);
+        await pinNamespaceProcesses(e.serverNs, 1);
         ends[name] = { session, ip: e.serverIp };
       } catch (err) {
         paths[name].error = `set-up: ${errorLine(err)}`;
@@ -67,19 +84,9 @@ export async function runClusterLatencyBench(msPerSample = 700, rounds = 3): Pro
       const end = ends[name];
       if (p.error || !end) return;
       try {
-        // A time-bounded sample that times out (a dropped SYN) would hang the session: bound it.
-        const bounded = async <T>(x: Promise<T>): Promise<T> => {
-          let timer: NodeJS.Timeout | undefined;
-          const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('no answer within 10 s')), msPerSample + 10_000)));
-          try {
-            return await Promise.race([x, timeout]);
-          } finally {
-            clearTimeout(timer);
-          }
-        };
-        const rr = await bounded(end.session.run<RrResult>({ op: 'rr', ip: end.ip, port: PORT, ms: msPerSample }));
+        const rr = await bounded(msPerSample, end.session.run<RrResult>({ op: 'rr', ip: end.ip, port: PORT, ms: msPerSample }));
         p.rrUs.push(...rr.latenciesUs);
-        const crr = await bounded(end.session.run<CrrResult>({ op: 'crr', ip: end.ip, port: PORT, ms: msPerSample, concurrency: 1 }));
+        const crr = await bounded(msPerSample, end.session.run<CrrResult>({ op: 'crr', ip: end.ip, port: PORT, ms: msPerSample, concurrency: 1 }));
         p.crrUs.push(...crr.latenciesUs);
         p.crrErrors += crr.errors;
       } catch (err) {

@@ -8,6 +8,8 @@
 //   the start of the first attempt from which every attempt has the new outcome
 //   (connects after an allow, times out after a removal) minus the moment the
 //   API call returned (0: in force before it returned).
+// - the revision `tendril policy get` shows: an import through A (of a policy
+//   that selects no pod) until C's GET /policy reports a newer clusterRevision.
 // - pod ADD: an ADD through A's CNI API to C knowing the pod's address, in C's
 //   ipcache (GET /ip on C's socket, polled back to back every 2 ms) and in C's
 //   datapath (C's pinned tendril_ipcache map, looked up from here every
@@ -35,6 +37,14 @@ export interface PolicySample {
   importMs: number;
 }
 
+export interface RevisionSample {
+  /** ms from the import call on A returning until C's GET /policy reports a newer clusterRevision (0: already when it returned); undefined: not in 3 s. */
+  seenMs: number | undefined;
+  importMs: number;
+  /** C's clusterRevision then equals A's. */
+  equal: boolean;
+}
+
 export interface AddSample {
   addMs: number;
   /** ms from the ADD's start until C's GET /ip lists the address, and until C's pinned map holds it; undefined: not in 5 s. */
@@ -51,6 +61,9 @@ export interface ClusterPropagationReport {
   policy: PolicySample[];
   /** Why the policy series did not run or stopped. */
   policyError?: string;
+  /** The revision `tendril policy get` shows: an import on A until C reports it. */
+  revision: RevisionSample[];
+  revisionError?: string;
   add: AddSample[];
   addError?: string;
   setupMs: number;
@@ -91,6 +104,29 @@ class ProbeLog {
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Imports through A (a policy no pod is selected by: no datapath work), each time until C's `GET /policy` reports a newer clusterRevision, polled every 2 ms. */
+async function revisionSeries(a: ClusterAgent, c: ClusterAgent, trials: number, out: RevisionSample[]): Promise<void> {
+  for (let i = 0; i < trials; i++) {
+    const before = (await c.client.getPolicy()).clusterRevision;
+    const t0 = performance.now();
+    await a.client.putPolicy({ text: ingressRuleDoc('prop-revision', 'prop-nobody', 'prop-client', 10000 + i) });
+    const returned = performance.now();
+    let seenMs: number | undefined;
+    let now = 0;
+    for (;;) {
+      now = (await c.client.getPolicy()).clusterRevision;
+      if (now > before) {
+        seenMs = Math.max(0, performance.now() - returned);
+        break;
+      }
+      if (performance.now() - returned > 3000) break;
+      await sleep(2);
+    }
+    out.push({ seenMs, importMs: returned - t0, equal: seenMs !== undefined && now === (await a.client.getPolicy()).clusterRevision });
+    if (i === 3 && out.every((x) => x.seenMs === undefined)) throw new Error('C never reported a newer clusterRevision');
+  }
+}
 
 async function policySeries(a: ClusterAgent, clientNs: string, serverIp: string, trials: number, out: PolicySample[]): Promise<void> {
   const probe = new ProbeLog();
@@ -201,7 +237,7 @@ export async function runClusterPropagationBench(trials = 100, mode: BenchRoutin
     const tcp = await startTcpServer(serverNs, server.ip, PORT);
     onCleanup(async () => tcp.stop());
     const setupMs = performance.now() - t0;
-    const report: ClusterPropagationReport = { mode, policy: [], add: [], setupMs };
+    const report: ClusterPropagationReport = { mode, policy: [], revision: [], add: [], setupMs };
 
     const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-cprop-'));
     onCleanup(() => rm(scratch, { recursive: true, force: true }));
@@ -213,6 +249,11 @@ export async function runClusterPropagationBench(trials = 100, mode: BenchRoutin
       await policySeries(a, clientNs, server.ip, trials, report.policy);
     } catch (err) {
       report.policyError = errorLine(err);
+    }
+    try {
+      await revisionSeries(a, c, trials, report.revision);
+    } catch (err) {
+      report.revisionError = errorLine(err);
     }
     try {
       await addSeries(cluster, trials, report.add);
@@ -238,6 +279,8 @@ export function printClusterPropagation(r: ClusterPropagationReport): void {
     const imp = r.policy.map((x) => x.importMs);
     console.log(`    allow→ p50 ${f(q(allow, 0.5))}, removal→ p50 ${f(q(deny, 0.5))}; import call p50 ${f(q(imp, 0.5))}; from the call's start p50 ${f(q(seen(r.policy, (x) => x.fromStartMs), 0.5))} p99 ${f(q(seen(r.policy, (x) => x.fromStartMs), 0.99))}; in force before it returned: ${r.policy.filter((x) => x.enforcedMs === 0).length}/${r.policy.length}`);
   } else if (r.policyError) console.log(`    policy series FAILED: ${r.policyError}`);
+  const rev = seen(r.revision, (x) => x.seenMs);
+  row(`policy import on A → C's clusterRevision (${r.revision.length})`, rev, r.revision.length, `equal to A's then: ${r.revision.filter((x) => x.equal).length}/${r.revision.length}${r.revisionError ? `; FAILED: ${r.revisionError}` : ''}`);
   const api = seen(r.add, (x) => x.apiFromStartMs);
   const mapAll = seen(r.add, (x) => x.mapFromStartMs);
   const addMs = r.add.map((x) => x.addMs);

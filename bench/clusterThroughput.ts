@@ -24,6 +24,8 @@ export interface ClusterThroughputPath {
   /** Client namespace and the server's address (the node's own for the underlay, a pod's for the others). */
   clientNs: string;
   serverIp: string;
+  /** MTU of the client's eth0 (a pod's: what tendril chose for the mode). */
+  mtu?: number;
   runs: IperfRun[];
   /** Why the path could not be measured (set up or a run failed); its runs stop there. */
   error?: string;
@@ -39,11 +41,16 @@ export interface ClusterThroughputReport {
 }
 
 async function iperfRun(clientNs: string, ip: string, seconds: number): Promise<IperfRun> {
-  const out = await exec(inNs(clientNs, ['iperf3', '-c', ip, '-p', String(IPERF_PORT), '-t', String(seconds), '-J']));
+  // -A 0,1: the client on CPU 0 and the server on CPU 1 for every path, so where the scheduler happens to put them does not differ between paths.
+  const out = await exec(inNs(clientNs, ['iperf3', '-c', ip, '-p', String(IPERF_PORT), '-t', String(seconds), '-A', '0,1', '-J']));
   const end = (JSON.parse(out) as { end: { sum_received: { bits_per_second: number }; cpu_utilization_percent: { host_total: number; remote_total: number } } }).end;
   const gbps = end.sum_received.bits_per_second / 1e9;
   const cpus = (end.cpu_utilization_percent.host_total + end.cpu_utilization_percent.remote_total) / 100;
   return { gbps, gbitPerCpuSecond: gbps / Math.max(cpus, 1e-9) };
+}
+
+async function linkMtu(ns: string, dev: string): Promise<number> {
+  return (JSON.parse(await exec(['ip', '-n', ns, '-j', 'link', 'show', 'dev', dev])) as Array<{ mtu: number }>)[0]!.mtu;
 }
 
 /** An iperf3 server for every run of a path (one run at a time), bound to `ip` in `ns`. */
@@ -51,7 +58,7 @@ function iperfServer(ns: string, ip: string): ChildProcess {
   return spawn('nsenter', [`--net=${netnsPath(ns)}`, '--', 'iperf3', '-s', '-B', ip, '-p', String(IPERF_PORT)], { stdio: 'ignore' });
 }
 
-export async function runClusterThroughputBench(seconds = 2, rounds = 3): Promise<ClusterThroughputReport> {
+export async function runClusterThroughputBench(seconds = 2, rounds = 4): Promise<ClusterThroughputReport> {
   return withCleanup(async (onCleanup) => {
     const t0 = performance.now();
     const servers: ChildProcess[] = [];
@@ -66,7 +73,9 @@ export async function runClusterThroughputBench(seconds = 2, rounds = 3): Promis
     for (const name of CLUSTER_PATHS) {
       const e = ends[name];
       paths[name] = { clientNs: e.clientNs, serverIp: e.serverIp, runs: [], ...(e.error ? { error: e.error } : {}) };
-      if (!e.error) servers.push(iperfServer(e.serverNs, e.serverIp));
+      if (e.error) continue;
+      servers.push(iperfServer(e.serverNs, e.serverIp));
+      paths[name].mtu = await linkMtu(e.clientNs, 'eth0').catch(() => undefined);
     }
     const setupMs = performance.now() - t0;
     await new Promise((r) => setTimeout(r, 300));
@@ -119,7 +128,7 @@ export function printClusterThroughput(r: ClusterThroughputReport): void {
     const body = x.runs.length
       ? `${med(x.runs.map((y) => y.gbps)).padStart(7)} Gbit/s, ${med(x.runs.map((y) => y.gbitPerCpuSecond))} Gbit per CPU-second (runs: ${list(x.runs.map((y) => y.gbps))})`
       : '    n/a';
-    console.log(`  ${names[p].padEnd(28)} ${body}${x.error ? ` — FAILED: ${x.error}` : ''}`);
+    console.log(`  ${names[p].padEnd(28)} ${body}${x.mtu ? `, MTU ${x.mtu}` : ''}${x.error ? ` — FAILED: ${x.error}` : ''}`);
   }
   const ratio = (mode: BenchRoutingMode, label: string, note: string) => {
     const q = r.ratios[mode];
@@ -131,5 +140,5 @@ export function printClusterThroughput(r: ClusterThroughputReport): void {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  printClusterThroughput(await runClusterThroughputBench(Number(process.argv[2] ?? 2), Number(process.argv[3] ?? 3)));
+  printClusterThroughput(await runClusterThroughputBench(Number(process.argv[2] ?? 2), Number(process.argv[3] ?? 4)));
 }

@@ -55,6 +55,8 @@ static __always_inline int overlay_to_endpoint4(struct __sk_buff *skb, struct fl
 
 	f->dst_identity = dst->identity;
 	f->dst_endpoint = dst->endpoint_id;
+	/* Another node's packet for the pod itself: a NodePort translation this node made on the tuple is stale. */
+	f->lb_direct = 1;
 	ret = l4_load(skb, f, ip);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);

@@ -205,7 +205,7 @@ export class Agent {
       const ipcacheSync = new KvstoreIPCacheSync({ backend, ipcache, nodeName: config.nodeName, nodeIP, lease, logger: log.child({ subsys: 'ipcache' }) });
       await ipcacheSync.start();
       // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.
-      opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu });
+      opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu, nodeIp: nodeIP });
       const agent = new Agent(config, log, backend, ipam, deps.datapath ?? opened!.datapath, lease, identities, ipcacheSync, ipcache, nodeIP, basics.podMtu);
       agent.ownedDatapath = opened;
       created = agent;

@@ -46,12 +46,14 @@ export interface AgentDatapath {
 export interface AgentDatapathNode {
   /** The pods' MTU (tendril_host's too in tunnel mode). */
   podMtu: number;
+  /** The node's IP, the hostIP of the ipcache entries it publishes. */
+  nodeIp: string;
 }
 
 export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, log: Logger, node: AgentDatapathNode): Promise<AgentDatapath> {
   if (config.datapath === 'routing') {
     // Native routing only (config validation refuses tunnel mode here): the datapath routes other nodes' pod CIDRs via their IPs.
-    const linux = new LinuxDatapath();
+    const linux = new LinuxDatapath({ nodeRouting: { mode: 'native', log: log.child({ subsys: 'datapath' }) } });
     return { datapath: linux, close: () => linux.close() };
   }
   const bpf = await BpfDatapath.open({
@@ -62,7 +64,7 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     lxcAttach: config.bpfLxcAttach,
     maglevTableSize: config.lbMaglevTableSize,
     masquerade: config.masquerade,
-    routing: { mode: config.routingMode, tunnelPort: config.tunnelPort, podMtu: node.podMtu },
+    routing: { mode: config.routingMode, tunnelPort: config.tunnelPort, podMtu: node.podMtu, nodeIp: node.nodeIp },
     ...(config.devices ? { devices: config.devices } : {}),
     // Only host-scope CIDRs are this node's alone: a cluster-wide CIDR routed to tendril_host would drop other nodes' pods.
     ...(config.ipam === 'host-scope' ? { fallbackRouteCidrs: config.podCidrs } : {}),

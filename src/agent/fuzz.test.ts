@@ -305,7 +305,7 @@ const bodyFor: Record<string, fc.Arbitrary<unknown>> = {
 const apiFuzz: fc.Arbitrary<ApiFuzz> = fc
   .record({
     method: fc.oneof({ weight: 9, arbitrary: fc.constantFrom('GET', 'POST', 'PUT', 'PATCH', 'DELETE') }, { weight: 1, arbitrary: fc.constantFrom('HEAD', 'OPTIONS', 'TRACE') }),
-    template: fc.constantFrom('/healthz', '/config', '/ipam', '/ipam/{x}', '/endpoint', '/endpoint/{x}', '/endpoint/{x}/labels', '/endpoint/{x}/policy', '/identity', '/identity/{x}', '/ip', '/policy', '/policy/selectors', '/policy/trace', '/cni', '/{x}', '/endpoint/{x}/{x}'),
+    template: fc.constantFrom('/healthz', '/config', '/ipam', '/ipam/{x}', '/endpoint', '/endpoint/{x}', '/endpoint/{x}/labels', '/endpoint/{x}/policy', '/identity', '/identity/{x}', '/ip', '/policy', '/policy/selectors', '/policy/trace', '/node', '/node/{x}', '/cni', '/{x}', '/endpoint/{x}/{x}'),
     seg: segArb,
     query: queryArb,
     expiration: maybe(fc.constantFrom('true', 'false', 'yes', '')),

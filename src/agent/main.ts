@@ -3,6 +3,7 @@
 import { CommanderError } from 'commander';
 import { pino } from 'pino';
 import { KvstoreError } from '../kvstore/errors.js';
+import { NodeConfigError } from '../node/index.js';
 import { Agent } from './agent.js';
 import { agentCommand, type Flags, resolveConfig } from './agentCli.js';
 import { OwnershipError } from './ownershipError.js';
@@ -45,6 +46,13 @@ async function main(argv: string[]): Promise<number> {
       log.flush();
       process.stderr.write(`tendril-agent: ${err.message}\n`);
       return 1;
+    }
+    if (err instanceof NodeConfigError) {
+      // A configuration the node cannot run (an MTU above what the underlay carries): said as the config errors are, one line, exit code 2.
+      if (config.logFile) log.fatal({ err: { code: err.code, message: err.message } }, 'not starting');
+      log.flush();
+      process.stderr.write(`tendril-agent: ${err.message}\n`);
+      return 2;
     }
     if (err instanceof KvstoreError) {
       // The message is the diagnosis (a damaged store says what to do): one line, no stack; the log file (if any) says it too.

@@ -69,6 +69,8 @@ before(async () => {
       nodeNetns: node.netns,
       nodeName: `tdl-node-${i}`,
       args: ['--kvstore', 'etcd', '--kvstore-opt', `etcd.endpoints=${cluster.etcdEndpoint}`, '--ipam', 'block', '--pool-cidr', '10.249.0.0/16', '--node-ip', node.ip, '--lease-ttl', String(LEASE_TTL)],
+      // Three agents loading their eBPF programs (the overlay's too: tunnel is the default on etcd) at once.
+      startTimeoutMs: 60_000,
     });
     cleanups.push(() => agent.cleanup());
     agents.push(agent);

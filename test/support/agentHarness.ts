@@ -75,7 +75,7 @@ export class AgentProcess {
     child.stdout!.on('data', (c: Buffer) => (this.logs += c.toString()));
     child.stderr!.on('data', (c: Buffer) => (this.logs += c.toString()));
     this.exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
-    const startTimeoutMs = this.opts.startTimeoutMs ?? 20_000;
+    const startTimeoutMs = this.opts.startTimeoutMs ?? 45_000;
     const deadline = Date.now() + startTimeoutMs;
     for (;;) {
       if (child.exitCode !== null || child.signalCode !== null) throw new Error(`agent exited during start-up:\n${this.logs}`);

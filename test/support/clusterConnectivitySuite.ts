@@ -72,7 +72,25 @@ export function clusterConnectivitySuite(opts: { tag: string; routingMode: Routi
     for (const n of s().nodes) {
       const vxlan = await s().mtuOf(n.node, 'tendril_vxlan');
       assert.equal(vxlan, opts.routingMode === 'tunnel' ? want : undefined, `${n.name}: tendril_vxlan ${opts.routingMode === 'tunnel' ? `with MTU ${want}` : 'absent in native mode'}`);
+      if (opts.routingMode === 'tunnel') assert.equal(await s().mtuOf(n.node, 'tendril_host'), want, `${n.name}: tendril_host carries node -> remote pod traffic into the overlay`);
     }
+  });
+
+  test(`[${label}] packets of the full pod MTU cross between nodes whole (ICMP with DF set)`, T, async () => {
+    const mtu = (await s().mtuOf(pods[0]!.netns, 'eth0'))!;
+    const seen: Record<string, string> = {};
+    for (const [a, b] of [[pods[0]!, pods[1]!], [pods[2]!, pods[0]!]] as const) {
+      const r = await s().exec(a.netns, ['ping', '-n', '-q', '-M', 'do', '-s', String(mtu - 28), '-c', '2', '-i', '0.2', '-W', '1', b.ip]);
+      seen[`${a.spec.name} -> ${b.spec.name}`] = r.code === 0 ? 'ok' : `${r.stdout}${r.stderr}`.trim();
+    }
+    assert.deepEqual(seen, { 'p0 -> p1': 'ok', 'p2 -> p0': 'ok' }, `${mtu}-byte packets`);
+  });
+
+  test(`[${label}] a --mtu above what the underlay carries is a start-up error`, T, async () => {
+    const limit = opts.routingMode === 'tunnel' ? UNDERLAY_MTU - TUNNEL_OVERHEAD : UNDERLAY_MTU;
+    const host = await s().cluster.addUnderlayHost('mtu', '10.248.0.99');
+    const agent = await s().extraAgent({ netns: host.netns, nodeName: `tdl-${opts.tag}-mtu`, ip: '10.248.0.99', extraArgs: ['--mtu', String(limit + 1)] });
+    await assert.rejects(agent.start(), (err: Error) => /exited during start-up/.test(err.message) && err.message.includes(`--mtu ${limit + 1} is larger than the underlay carries`), `--mtu ${limit + 1} must stop the agent with an MTU error`);
   });
 
   test(`[${label}] every pod reaches every pod on the other nodes (TCP, UDP, ICMP); the server sees the client pod's address`, T, async () => {

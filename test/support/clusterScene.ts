@@ -147,6 +147,19 @@ export class ClusterScene {
     await Promise.all(this.nodes.map((n) => n.agent.start()));
   }
 
+  /**
+   * An agent configured as the scene's nodes are, for another namespace
+   * (say, one on the hub bridge): created, not started; killed and removed
+   * with the scene.
+   */
+  async extraAgent(o: { netns: string; nodeName: string; ip: string; extraArgs?: string[] }): Promise<AgentProcess> {
+    const bpffsRoot = `/sys/fs/bpf/tdl-${randomBytes(4).toString('hex')}`;
+    this.cleanups.push(() => rm(bpffsRoot, { recursive: true, force: true }));
+    const agent = await AgentProcess.create({ nodeNetns: o.netns, nodeName: o.nodeName, args: [...this.agentArgs(-1, o.ip, bpffsRoot), ...(o.extraArgs ?? [])], startTimeoutMs: 90_000 });
+    this.cleanups.push(() => agent.cleanup());
+    return agent;
+  }
+
   node(index: number): SceneNode {
     const n = this.nodes[index];
     if (!n) throw new Error(`no node ${index}`);

@@ -25,12 +25,15 @@ export function clusterServicesSuite(opts: { tag: string; routingMode: RoutingMo
   const NODE_PORT_LOCAL = 30081;
   const OUTSIDE_GATEWAY = '10.199.0.1';
   const OUTSIDE_CLIENT = '10.199.0.10';
+  /** A client on the cluster network itself (the hub bridge), no node: it reaches node A's eth0 directly. */
+  const LAN_CLIENT = '10.248.0.201';
   const A = 0;
   const B = 1;
 
   let scene: ClusterScene | undefined;
   let outside: OutsideHost | undefined;
   let outsideAgent: ServiceAgentProcess | undefined;
+  let lanAgent: ServiceAgentProcess | undefined;
   const backends: ClusterPod[] = [];
   const clients: ClusterPod[] = [];
   const s = () => scene!;
@@ -52,6 +55,7 @@ export function clusterServicesSuite(opts: { tag: string; routingMode: RoutingMo
       clients.push(await scene.addPod(i, { name: `client${i}`, labels: { app: 'client' } }));
     }
     outsideAgent = await scene.agentIn(outside!.netnsPath, 'outside');
+    lanAgent = await scene.agentIn((await scene.cluster.addUnderlayHost('lan', LAN_CLIENT)).netnsPath, 'lan');
     await scene.waitConverged(20_000);
     for (const n of scene.nodes) {
       await upsertService(n, 1, { frontend: { ip: VIP, port: 80 }, backends: backends.map((b) => ({ ip: b.ip, port: POD_TCP_PORT })) });
@@ -111,6 +115,17 @@ export function clusterServicesSuite(opts: { tag: string; routingMode: RoutingMo
       t.diagnostic(`the backend on B saw ${JSON.stringify(peers)} (node A's addresses ${JSON.stringify(addrs)})`);
       assert.equal(peers.length, 1);
       assert.ok(addrs.includes(peers[0]!) || peers[0] === OUTSIDE_GATEWAY, `the backend saw an address of node A, not the client ${OUTSIDE_CLIENT}: ${peers[0]}`);
+    });
+
+    test('trafficPolicy Cluster from a client on the underlay network (arriving on A\'s eth0): answered by the backend on B, which sees node A\'s address', T, async (t) => {
+      const a = s().node(A);
+      const sessions = await lanAgent!.tcpSessions({ dst: a.ip, port: NODE_PORT_CLUSTER }, { count: 10, requests: 3, concurrency: 5 });
+      await assertAllAnswered(a, sessions, `underlay client -> ${a.ip}:${NODE_PORT_CLUSTER}`);
+      const answers = sessions.flatMap((x) => x.answers);
+      assert.deepEqual(distinct(answers.map((x) => x.name)), [backends[B]!.spec.name]);
+      const peers = distinct(answers.map((x) => x.peer));
+      t.diagnostic(`the backend on B saw ${JSON.stringify(peers)}`);
+      assert.deepEqual(peers, [a.ip], 'SNAT to node A\'s address on the underlay');
     });
 
     test('trafficPolicy Local: node A has no backend of its own and refuses', T, async () => {

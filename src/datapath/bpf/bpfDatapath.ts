@@ -82,6 +82,8 @@ export interface BpfRoutingOptions {
   mode: RoutingMode;
   tunnelPort: number;
   podMtu: number;
+  /** This node's underlay address (its ipcache entries' hostIP): entries it hosts are never tunnelled. */
+  nodeIp?: string;
 }
 
 export class BpfDatapath implements Datapath {
@@ -126,7 +128,7 @@ export class BpfDatapath implements Datapath {
   ) {
     this.#host = host;
     this.bpfPinDir = datapathPinDir(opts.bpffsRoot);
-    this.#ipcache = new IpcacheMapMirror(ipcacheMap, opts.log);
+    this.#ipcache = new IpcacheMapMirror(ipcacheMap, opts.log, opts.routing?.nodeIp);
     this.#ipmasq = ipmasq;
     this.devices = new NodeDevices({
       map: devices,

@@ -14,11 +14,18 @@ function prefixOf(text: string): IpPrefix | undefined {
   return tryParsePrefix(text, { bareAddress: true });
 }
 
-/** A tunnel endpoint as the map holds it: an IPv4 address as a number, 0 for none. */
-function tunnelOf(hostIP: string | undefined): number {
+/**
+ * A tunnel endpoint as the map holds it: an IPv4 address as a number, 0 for
+ * none. An entry hosted by this very node (its own kvstore entries, which
+ * outlive an endpoint until their lease or owner removes them) has none: a
+ * stale address of this node must meet the host program's
+ * UNKNOWN_ENDPOINT, not be tunnelled back to this node.
+ */
+function tunnelOf(hostIP: string | undefined, ownNodeIp: string | undefined): number {
   if (hostIP === undefined) return 0;
   const ip = parseIp(hostIP);
-  return ip.family === 4 ? Number(ip.bits) : 0;
+  if (ip.family !== 4) return 0;
+  return ownNodeIp !== undefined && Number(parseIp(ownNodeIp).bits) === Number(ip.bits) ? 0 : Number(ip.bits);
 }
 
 export class IpcacheMapMirror {
@@ -30,6 +37,8 @@ export class IpcacheMapMirror {
   constructor(
     readonly map: BpfMap<IpPrefix, IpcacheValue>,
     private readonly log: Logger,
+    /** This node's underlay address: entries it hosts get no tunnel endpoint. */
+    private readonly ownNodeIp?: string,
   ) {}
 
   /** Subscribes with replay: every current entry is written now, later changes as they happen. */
@@ -58,7 +67,7 @@ export class IpcacheMapMirror {
     const prefix = prefixOf(entry.prefix);
     if (!prefix) return;
     try {
-      this.map.set(prefix, { identity: entry.identity, tunnelIp4: tunnelOf(entry.hostIP), flags: 0 });
+      this.map.set(prefix, { identity: entry.identity, tunnelIp4: tunnelOf(entry.hostIP, this.ownNodeIp), flags: 0 });
       this.#written.add(formatPrefix(prefix));
     } catch (err) {
       this.#failures++;

@@ -96,14 +96,18 @@ export class TunnelDevice {
   /**
    * Decapsulated packets for the node go to its stack with the inner source
    * (a remote pod, a remote node's router address), whose route leads to
-   * tendril_host, not back out of this device: strict reverse-path
-   * filtering would drop them. The kernel applies the larger of the
-   * device's and `all`'s value, so a strict `all` is reported.
+   * tendril_host, not back out of this device, which has no address either:
+   * reverse-path filtering, strict or loose, drops them. The kernel applies
+   * the larger of the device's and `all`'s value, so `all` goes to 0 as
+   * well (Cilium does the same); a changed `all` is logged.
    */
   async #sysctls(): Promise<void> {
     await setSysctl(interfaceSysctl(4, this.name, 'rp_filter'), '0');
     const all = await getSysctl('net/ipv4/conf/all/rp_filter').catch(() => '0');
-    if (all === '1') this.opts.log.warn({ device: this.name }, 'net.ipv4.conf.all.rp_filter is 1 (strict): packets from remote pods to this node are dropped by the kernel; set it to 0 or 2');
+    if (all !== '0') {
+      await setSysctl('net/ipv4/conf/all/rp_filter', '0');
+      this.opts.log.info({ device: this.name, was: all }, 'net.ipv4.conf.all.rp_filter set to 0: reverse-path filtering drops packets from remote pods to this node');
+    }
   }
 
   /**

@@ -21,8 +21,8 @@ import { requireRoot } from '../../../test/support/root.js';
 import { runOk } from '../../../test/support/run.js';
 import { parseIp, parsePrefix } from '../../netip/index.js';
 import { attach, type Attachment, codec, ensureBpffs, perCpuValue, removePinDir } from '../kernel/bpf/index.js';
-import { BackendState, ConfigFlag, DropReason, LbScope, MapName, ReservedCookie, TraceLevel, TrafficDirection } from './constants.js';
-import { datapathConfig, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, metricsKey, metricsValue, policyEntry, policyKey } from './layout.js';
+import { BackendState, ConfigFlag, DropReason, LbScope, MapName, ReservedCookie, ServiceFlag, TraceLevel, TrafficDirection } from './constants.js';
+import { datapathConfig, deviceInfo, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, metricsKey, metricsValue, policyEntry, policyKey } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects } from './objects.js';
 import { IpProto } from './testing/packets.js';
 import { TEST_MAP_SIZES } from './testing/programHarness.js';
@@ -121,11 +121,12 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
       await inNs(ns, ['ip', 'link', 'add', 'tdlvx', 'mtu', '1450', 'type', 'vxlan', 'external', 'dstport', String(VXLAN_PORT), 'nolearning']);
       await inNs(ns, ['ip', 'link', 'set', 'tdlvx', 'up']);
       // Decapsulated packets for the node arrive on a device without address: any reverse-path filter (the larger of
-      // `all` and the device's applies) drops them, so the agent turns it off for both.
-      await inNs(ns, ['sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.tdlvx.rp_filter=0']);
+      // `all` and the device's applies) drops them, so the agent turns it off for both. Forwarding on, as the agent
+      // has it (bpf_fib_lookup answers nothing for a packet from a device that does not forward).
+      await inNs(ns, ['sysctl', '-qw', 'net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.tdlvx.rp_filter=0', 'net.ipv4.ip_forward=1']);
       // The host device pair: the router address, and the routes of the other node's pods into it.
       await inNs(ns, ['ip', 'link', 'add', 'tdlhost', 'type', 'veth', 'peer', 'name', 'tdlnet']);
-      await inNs(ns, ['ip', 'link', 'set', 'tdlhost', 'up']);
+      await inNs(ns, ['ip', 'link', 'set', 'tdlhost', 'mtu', '1450', 'up']);
       await inNs(ns, ['ip', 'link', 'set', 'tdlnet', 'up']);
       await inNs(ns, ['ip', 'addr', 'add', `${def.routerIp}/32`, 'dev', 'tdlhost']);
       const net = await link(ns, 'tdlnet');
@@ -144,6 +145,9 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
         const lxc = `tdllxc${i}`;
         await inNs(ns, ['ip', 'link', 'add', lxc, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', pns]);
         await inNs(ns, ['ip', 'link', 'set', lxc, 'up']);
+        // The pod MTU of tunnel mode: the underlay's minus VXLAN's 50 bytes, so the outer packet is never fragmented.
+        await inNs(ns, ['ip', 'link', 'set', lxc, 'mtu', '1450']);
+        await inNs(pns, ['ip', 'link', 'set', 'eth0', 'mtu', '1450']);
         await inNs(pns, ['ip', 'addr', 'add', `${pod.ip}/32`, 'dev', 'eth0']);
         await inNs(pns, ['ip', 'link', 'set', 'eth0', 'up']);
         await inNs(pns, ['ip', 'route', 'add', 'default', 'dev', 'eth0']);
@@ -166,10 +170,9 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
       await inNs(n.ns, ['ip', 'route', 'add', other.def.podCidr, 'via', HOST_NEXT_HOP, 'dev', 'tdlhost', 'onlink', 'src', n.def.routerIp]);
     }
     // B's ipcache says web's address is api's identity: only the VNI can tell them apart.
-    const b0 = nodes[1]!;
-    b0.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue).set(parsePrefix('10.210.0.11/32'), { identity: 1000, tunnelIp4: Number(parseIp(NODES[0]!.underlayIp).bits), flags: 0 });
+    b.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue).set(parsePrefix('10.210.0.11/32'), { identity: 1000, tunnelIp4: Number(parseIp(NODES[0]!.underlayIp).bits), flags: 0 });
     // db admits api (identity 1000) and the remote node, nothing else.
-    const bPolicy = b0.objects.lxc.map(MapName.POLICY, policyKey, policyEntry);
+    const bPolicy = b.objects.lxc.map(MapName.POLICY, policyKey, policyEntry);
     for (const identity of [1000, REMOTE_NODE_IDENTITY]) {
       bPolicy.set({ endpointId: 21, identity, egress: false, proto: 0, port: 0, portPrefixLen: 0 }, { cookie: 0x2000 + identity, deny: 0, l4PrefixBits: 0 });
     }
@@ -198,6 +201,16 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
     assert.ok(await ping(podNs.get('api')!, '10.211.0.20'), 'api → db');
   });
 
+  it('a TCP stream of a few MiB crosses intact (segmentation offload and checksums through encapsulation and delivery)', async () => {
+    const server = pool.exec(podNs.get('db')!, ['python3', '-c', TCP_SEND, '8080', String(TCP_BYTES)]);
+    await new Promise((r) => setTimeout(r, 500));
+    const client = await pool.exec(podNs.get('api')!, ['python3', '-c', TCP_RECEIVE, '10.211.0.20', '8080']);
+    const sent = await server;
+    assert.equal(sent.code, 0, `server: ${sent.stderr}`);
+    assert.equal(client.code, 0, `client: ${client.stderr}`);
+    assert.equal(client.stdout.trim(), `${TCP_BYTES} ${sent.stdout.trim()}`, 'every byte, the same digest');
+  });
+
   it('the VNI is the source pod\'s identity, the outer destination the other node: as captured on the underlay', async () => {
     const [a] = nodes as [LiveNode, LiveNode];
     // tcpdump takes 8472 for OTV by default: -T vxlan decodes the header as what it is.
@@ -223,25 +236,53 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
   });
 
   it('a pod\'s ClusterIP flow to a backend on the other node: DNAT before the overlay, the reply reverse-translated where it arrives', async () => {
+    serviceToDb({ ip: '10.96.0.50', port: 53 }, 71);
+    const r = await askDb(podNs.get('api')!, '10.96.0.50', 53);
+    assert.equal(r.answer, '10.96.0.50:53 hello', 'the answer comes from the frontend');
+    assert.equal(r.seenBy, '10.210.0.10', 'the backend sees the client pod\'s own address');
+  });
+
+  /** A UDP service on node A with db (on B) as its only backend. */
+  function serviceToDb(frontend: { ip: string; port: number }, id: number, flags = 0): void {
     const [a] = nodes as [LiveNode, LiveNode];
-    const frontend = { ip: '10.96.0.50', port: 53 };
-    const backendId = 71;
-    const revNat = 7;
     const services = a.objects.lxc.map(MapName.LB_SERVICES, lb4Key, lb4Service);
     const key = (slot: number) => ({ address: parseIp(frontend.ip), dport: frontend.port, backendSlot: slot, proto: IpProto.UDP, scope: LbScope.EXTERNAL });
-    a.objects.lxc.map(MapName.LB_BACKENDS, codec.u32, lb4Backend).set(backendId, { address: parseIp('10.211.0.20'), port: 5353, proto: IpProto.UDP, state: BackendState.ACTIVE });
-    services.set(key(0), { backendId: 0, affinityTimeout: 0, count: 1, revNatIndex: revNat, flags: 0 });
-    services.set(key(1), { backendId, affinityTimeout: 0, count: 0, revNatIndex: revNat, flags: 0 });
-    a.objects.lxc.map(MapName.LB_REVNAT, codec.u16, lb4ReverseNat).set(revNat, { address: parseIp(frontend.ip), port: frontend.port });
+    a.objects.lxc.map(MapName.LB_BACKENDS, codec.u32, lb4Backend).set(id, { address: parseIp('10.211.0.20'), port: 5353, proto: IpProto.UDP, state: BackendState.ACTIVE });
+    services.set(key(0), { backendId: 0, affinityTimeout: 0, count: 1, revNatIndex: id, flags });
+    services.set(key(1), { backendId: id, affinityTimeout: 0, count: 0, revNatIndex: id, flags: 0 });
+    a.objects.lxc.map(MapName.LB_REVNAT, codec.u16, lb4ReverseNat).set(id, { address: parseIp(frontend.ip === '0.0.0.0' ? NODES[0]!.underlayIp : frontend.ip), port: frontend.port });
+  }
 
-    // db echoes one datagram and says who sent it; api says who answered.
+  /** db answers one datagram; returns what the client printed and the address db saw. */
+  async function askDb(clientNs: string, ip: string, port: number): Promise<{ answer: string; seenBy: string }> {
     const server = pool.exec(podNs.get('db')!, ['python3', '-c', UDP_ECHO_ONCE, '5353']);
     await new Promise((r) => setTimeout(r, 500));
-    const client = await pool.exec(podNs.get('api')!, ['python3', '-c', UDP_ASK, frontend.ip, String(frontend.port)]);
+    const client = await pool.exec(clientNs, ['python3', '-c', UDP_ASK, ip, String(port)]);
     const seen = await server;
-    assert.equal(client.code, 0, client.stderr);
-    assert.equal(client.stdout.trim(), `${frontend.ip}:${frontend.port} hello`, 'the answer comes from the frontend');
-    assert.equal(seen.stdout.trim(), '10.210.0.10', 'the backend sees the client pod\'s own address');
+    assert.equal(client.code, 0, `client: ${client.stderr}`);
+    return { answer: client.stdout.trim(), seenBy: seen.stdout.trim() };
+  }
+
+  it('the node\'s own ClusterIP connection to a backend on the other node: encapsulated after DNAT, the reply gets the frontend back on arrival', async () => {
+    const [a] = nodes as [LiveNode, LiveNode];
+    serviceToDb({ ip: '10.96.0.51', port: 53 }, 72);
+    // The agent routes each ClusterIP into tendril_host from the router address.
+    await inNs(a.ns, ['ip', 'route', 'add', '10.96.0.51/32', 'via', HOST_NEXT_HOP, 'dev', 'tdlhost', 'onlink', 'src', NODES[0]!.routerIp]);
+    const r = await askDb(a.ns, '10.96.0.51', 53);
+    assert.equal(r.answer, '10.96.0.51:53 hello');
+    assert.equal(r.seenBy, NODES[0]!.routerIp, 'the backend sees the node\'s router address');
+  });
+
+  it('a NodePort on A to a backend on B: SNAT to A\'s address, encapsulated, the reply back through A to the client outside', async () => {
+    const [a, b] = nodes as [LiveNode, LiveNode];
+    const dev = await link(a.ns, 'tdlu0');
+    a.objects.lxc.map(MapName.DEVICES, codec.u32, deviceInfo).set(dev.ifindex, { ipv4: parseIp(NODES[0]!.underlayIp), flags: 0, mac: dev.address });
+    a.attachments.push(await attach({ ifindex: dev.ifindex, direction: 'ingress', program: a.objects.fromNetdev, netns: `/var/run/netns/${a.ns}` }));
+    serviceToDb({ ip: '0.0.0.0', port: 30053 }, 73, ServiceFlag.NODEPORT);
+    // B's namespace plays the client outside A: it reaches A's address on the underlay.
+    const r = await askDb(b.ns, NODES[0]!.underlayIp, 30053);
+    assert.equal(r.answer, `${NODES[0]!.underlayIp}:30053 hello`);
+    assert.equal(r.seenBy, NODES[0]!.underlayIp, 'the backend sees A\'s address (SNAT)');
   });
 
   it('counts nothing as NO_TUNNEL_KEY or NOT_FOR_NODE on the way', () => {
@@ -271,4 +312,36 @@ const UDP_ASK = [
   "s.sendto(b'hello', (sys.argv[1], int(sys.argv[2])))",
   'd, a = s.recvfrom(100)',
   "print(f'{a[0]}:{a[1]} {d.decode()}')",
+].join('\n');
+
+const TCP_BYTES = 4 * 1024 * 1024;
+
+/** python3: accept one TCP connection on argv[1], send argv[2] pseudo-random bytes, print their sha256. */
+const TCP_SEND = [
+  'import hashlib, os, socket, sys',
+  's = socket.socket(socket.AF_INET, socket.SOCK_STREAM)',
+  's.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)',
+  "s.bind(('0.0.0.0', int(sys.argv[1])))",
+  's.listen(1)',
+  's.settimeout(10)',
+  'c, _ = s.accept()',
+  'data = os.urandom(int(sys.argv[2]))',
+  'c.sendall(data)',
+  'c.close()',
+  'print(hashlib.sha256(data).hexdigest())',
+].join('\n');
+
+/** python3: connect to argv[1]:argv[2], read to the end, print the length and the sha256. */
+const TCP_RECEIVE = [
+  'import hashlib, socket, sys',
+  's = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)',
+  'h = hashlib.sha256()',
+  'n = 0',
+  'while True:',
+  '    b = s.recv(65536)',
+  '    if not b:',
+  '        break',
+  '    h.update(b)',
+  '    n += len(b)',
+  "print(n, h.hexdigest())",
 ].join('\n');

@@ -1,0 +1,229 @@
+/**
+ * Policy across nodes, in either routing mode (one test file per mode): a
+ * NetworkPolicy imported through node A holds on node C (every node shows
+ * the same cluster revision); a pod that takes an allowed pod's address is
+ * stopped at its own node. In tunnel mode the identity the VXLAN header
+ * carries decides: a forged VXLAN packet from the underlay with the allowed
+ * source address but another identity in its VNI is dropped, while the same
+ * packet with the allowed identity arrives. A label change on node A
+ * changes what node C admits, measured.
+ */
+import assert from 'node:assert/strict';
+import { performance } from 'node:perf_hooks';
+import { after, before, describe, test } from 'node:test';
+import type { Endpoint } from '../../src/endpoint/endpoint.js';
+import { importPolicy } from './datapathNode.js';
+import { bpfMetrics, dropCounts } from './datapathObserve.js';
+import { type ClusterPod, ClusterScene, POD_TCP_PORT, POD_UDP_PORT, type RoutingMode, VXLAN_PORT } from './clusterScene.js';
+import { networkPolicy } from './policyDocuments.js';
+import { NetnsProber } from './reachability.js';
+import { requireRoot } from './root.js';
+import { runOk } from './run.js';
+import { failures } from './serviceProcess.js';
+
+
+export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode }): void {
+  requireRoot(`the cross-node policy suite (${opts.routingMode})`);
+
+  const NS = 'tdl-cluster';
+  /** The db pod's counting UDP receiver (probe agent): how many datagrams arrived from an address. */
+  const COUNT_PORT = 5454;
+  const ATTACKER_IP = '10.248.0.66';
+  const T = { timeout: 90_000 };
+  const POLICY = networkPolicy(NS, 'db-from-api', 'podSelector: {matchLabels: {app: db}}\npolicyTypes: [Ingress]\ningress:\n- from: [{podSelector: {matchLabels: {app: api}}}]');
+
+  let scene: ClusterScene | undefined;
+  let counter: NetnsProber | undefined;
+  let attacker: NetnsProber | undefined;
+  let attackerNs = '';
+  const pods: Record<string, ClusterPod> = {};
+  const s = () => scene!;
+  const A = 0;
+  const C = 2;
+
+  before(async () => {
+    scene = await ClusterScene.create({ tag: opts.tag, routingMode: opts.routingMode, ipam: 'block' });
+    const placed: Array<[string, number, Record<string, string>]> = [
+      ['db', C, { app: 'db' }],
+      ['api', 1, { app: 'api' }],
+      ['otherb', 1, { app: 'other' }],
+      ['othera', A, { app: 'other' }],
+      ['spoofer', A, { app: 'spoof' }],
+      ['web', A, { app: 'web', tier: 'canary' }],
+    ];
+    for (const [name, node, labels] of placed) pods[name] = await scene.addPod(node, { name, labels, namespace: NS });
+    counter = await NetnsProber.start('db counter', pods.db!.netnsPath, { tcpPorts: [], udpPorts: [COUNT_PORT] });
+    const host = await scene.cluster.addUnderlayHost('atk', ATTACKER_IP);
+    attackerNs = host.netns;
+    attacker = await NetnsProber.start('attacker', host.netnsPath, { tcpPorts: [], udpPorts: [] });
+    await scene.waitConverged(20_000);
+  });
+
+  after(async () => {
+    await counter?.stop();
+    await attacker?.stop();
+    await scene?.cleanup();
+  });
+
+  /** One TCP connection and one UDP datagram from a pod to db: `open` or what failed. */
+  async function toDb(from: ClusterPod, timeoutMs = 700, src?: string): Promise<string> {
+    const target = { dst: pods.db!.ip, ...(src ? { src } : {}) };
+    const tcp = await from.agent.tcpOnce({ ...target, port: POD_TCP_PORT }, timeoutMs);
+    const udp = await from.agent.udpShots({ ...target, port: POD_UDP_PORT }, { count: 1, concurrency: 1, timeoutMs });
+    return `tcp ${tcp.outcome}, udp ${udp[0]!.outcome}`;
+  }
+
+  async function clusterRevisions(): Promise<number[]> {
+    return Promise.all(s().nodes.map(async (n) => (await n.agent.client.getPolicy()).clusterRevision));
+  }
+
+  /** Waits until db's datapath on node C enforces every policy change C has applied. */
+  async function waitDbEnforced(timeoutMs: number): Promise<void> {
+    const c = s().node(C);
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const revision = (await c.agent.client.getPolicy()).revision;
+      const p = await c.agent.client.getEndpointPolicy(pods.db!.endpoint.id);
+      if (p.datapathEnforced && p.realizedPolicyRevision >= revision) return;
+      if (Date.now() > deadline) throw new Error(`db on node C: realized ${p.realizedPolicyRevision} of ${revision} (enforced ${p.datapathEnforced})`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  const policyDrops = (m: Record<string, number>) => Object.entries(m).filter(([k]) => k.startsWith('POLICY')).reduce((sum, [, v]) => sum + v, 0);
+  const dropsOf = (m: Record<string, number>, prefix: string) => Object.entries(m).filter(([k]) => k.startsWith(prefix)).reduce((sum, [, v]) => sum + v, 0);
+
+  test('before any policy, every pod reaches db on node C', T, async () => {
+    const seen: Record<string, string> = {};
+    for (const name of ['api', 'otherb', 'othera', 'spoofer', 'web']) seen[name] = await toDb(pods[name]!);
+    assert.deepEqual(seen, { api: 'tcp open, udp open', otherb: 'tcp open, udp open', othera: 'tcp open, udp open', spoofer: 'tcp open, udp open', web: 'tcp open, udp open' });
+  });
+
+  describe('a NetworkPolicy imported on node A, enforced on node C', () => {
+    test('every node applies it: the same clusterRevision everywhere; db on C enforces it', T, async (t) => {
+      const before = await clusterRevisions();
+      const t0 = performance.now();
+      const r = await importPolicy(s().node(A), POLICY);
+      const imported = performance.now();
+      let revs: number[] = [];
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        revs = await clusterRevisions();
+        if (revs.every((x) => x === revs[0] && x > Math.max(...before))) break;
+        if (Date.now() > deadline) assert.fail(`clusterRevision differs across nodes after 10 s: ${JSON.stringify(revs)} (before ${JSON.stringify(before)})`);
+        await new Promise((res) => setTimeout(res, 20));
+      }
+      const synced = performance.now();
+      await waitDbEnforced(10_000);
+      const enforced = performance.now();
+      t.diagnostic(`import on A answered in ${(imported - t0).toFixed(1)} ms (local revision ${r.revision}); every node at clusterRevision ${revs[0]} ${(synced - t0).toFixed(1)} ms after the import started; db on C enforcing ${(enforced - t0).toFixed(1)} ms after`);
+      for (const n of s().nodes) {
+        const body = await n.agent.client.getPolicy();
+        assert.ok(body.policies.some((p) => p.name.endsWith('/db-from-api')), `${n.name} holds the policy: ${JSON.stringify(body.policies.map((p) => p.name))}`);
+      }
+      const cli = await s().node(C).cli(['policy', 'get']);
+      assert.equal(cli.code, 0, cli.stderr);
+      assert.ok(cli.stdout.includes(String(revs[0])), `tendril policy get on C prints the cluster revision ${revs[0]}:\n${cli.stdout}`);
+    });
+
+    test('api on node B reaches db on node C; other pods on B and A are denied, the drops counted on C', T, async () => {
+      const before = dropCounts(await bpfMetrics(s().node(C)));
+      const seen: Record<string, string> = {};
+      for (const name of ['api', 'otherb', 'othera', 'web']) seen[name] = await toDb(pods[name]!);
+      const after = dropCounts(await bpfMetrics(s().node(C)));
+      assert.deepEqual(seen, { api: 'tcp open, udp open', otherb: 'tcp timeout, udp timeout', othera: 'tcp timeout, udp timeout', web: 'tcp timeout, udp timeout' });
+      assert.ok(policyDrops(after) - policyDrops(before) >= 6, `node C counted the denied packets as POLICY drops: ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+    });
+
+    test('a pod on node A that takes the api pod\'s address is stopped at node A (anti-spoofing), never reaching db', T, async () => {
+      const spoofer = pods.spoofer!;
+      const apiIp = pods.api!.ip;
+      await runOk(['ip', '-n', spoofer.netns, 'addr', 'add', `${apiIp}/32`, 'dev', 'eth0']);
+      try {
+        const beforeA = dropCounts(await bpfMetrics(s().node(A)));
+        const received = await counter!.udpReceived(COUNT_PORT, apiIp);
+        const seen = await toDb(spoofer, 700, apiIp);
+        const shots = await spoofer.agent.udpShots({ dst: pods.db!.ip, port: COUNT_PORT, src: apiIp }, { count: 3, concurrency: 3, timeoutMs: 300 });
+        await new Promise((r) => setTimeout(r, 200));
+        const afterA = dropCounts(await bpfMetrics(s().node(A)));
+        assert.equal(seen, 'tcp timeout, udp timeout', 'spoofed flows get nowhere');
+        assert.equal(await counter!.udpReceived(COUNT_PORT, apiIp), received, `no spoofed datagram reached db (${failures(shots)})`);
+        assert.ok(dropsOf(afterA, 'INVALID_SOURCE') - dropsOf(beforeA, 'INVALID_SOURCE') >= 5, `node A dropped them as INVALID_SOURCE: ${JSON.stringify(beforeA)} -> ${JSON.stringify(afterA)}`);
+      } finally {
+        await runOk(['ip', '-n', spoofer.netns, 'addr', 'del', `${apiIp}/32`, 'dev', 'eth0']);
+      }
+    });
+
+    // Only an overlay carries an identity in its packets; in native mode the source address is all there is.
+    if (opts.routingMode === 'tunnel') {
+      test('the VNI decides: a forged VXLAN packet from the underlay with the api pod\'s address arrives only when its VNI is the api identity', T, async (t) => {
+        const apiIp = pods.api!.ip;
+        const dbIp = pods.db!.ip;
+        const c = s().node(C);
+        const apiIdentity = (await s().endpointOf(pods.api!)).identity!;
+        const otherIdentity = (await s().endpointOf(pods.otherb!)).identity!;
+        assert.notEqual(apiIdentity, otherIdentity);
+        /** Sends `count` datagrams through a plain VXLAN device with a fixed VNI to node C; answers how many db received. */
+        const forge = async (vni: number, count: number): Promise<number> => {
+          const ip = (args: string[]) => runOk(['ip', '-n', attackerNs, ...args]);
+          await ip(['link', 'add', 'tdlspoof', 'type', 'vxlan', 'id', String(vni), 'remote', c.ip, 'dstport', String(VXLAN_PORT), 'dev', 'eth0']);
+          try {
+            await ip(['addr', 'add', `${apiIp}/32`, 'dev', 'tdlspoof']);
+            await ip(['link', 'set', 'tdlspoof', 'up']);
+            await ip(['route', 'add', `${dbIp}/32`, 'dev', 'tdlspoof']);
+            await ip(['neigh', 'add', dbIp, 'lladdr', '02:00:00:00:00:01', 'dev', 'tdlspoof', 'nud', 'permanent']);
+            const before = await counter!.udpReceived(COUNT_PORT, apiIp);
+            // One-way: db's answer goes to the real api pod on node B, so the sender only times out.
+            for (let i = 0; i < count; i++) await attacker!.probe({ proto: 'udp', dst: dbIp, port: COUNT_PORT, src: apiIp, timeoutMs: 100 });
+            await new Promise((r) => setTimeout(r, 300));
+            return (await counter!.udpReceived(COUNT_PORT, apiIp)) - before;
+          } finally {
+            await ip(['link', 'del', 'tdlspoof']);
+          }
+        };
+        const beforeC = dropCounts(await bpfMetrics(c));
+        const forgedOther = await forge(otherIdentity, 3);
+        const afterC = dropCounts(await bpfMetrics(c));
+        const control = await forge(apiIdentity, 3);
+        const forgedAgain = await forge(otherIdentity, 3);
+        t.diagnostic(`VNI ${otherIdentity} (app=other): ${forgedOther} of 3 arrived; VNI ${apiIdentity} (app=api): ${control} of 3; VNI ${otherIdentity} again: ${forgedAgain} of 3; C's drops ${JSON.stringify(beforeC)} -> ${JSON.stringify(afterC)}`);
+        assert.deepEqual({ forgedOther, control, forgedAgain }, { forgedOther: 0, control: 3, forgedAgain: 0 }, 'only the VNI of the allowed identity gets through, whatever the inner source address');
+        assert.ok(policyDrops(afterC) - policyDrops(beforeC) >= 3, `node C counted the forged packets as POLICY drops: ${JSON.stringify(beforeC)} -> ${JSON.stringify(afterC)}`);
+      });
+    }
+
+    test('a label change on node A changes what node C admits (measured)', T, async (t) => {
+      const web = pods.web!;
+      const a = s().node(A);
+      assert.equal(await toDb(web, 500), 'tcp timeout, udp timeout', 'app=web is denied at first');
+      /** Polls until db admits (or denies) new connections from web; answers the time and what C's ipcache says meanwhile. */
+      const measure = async (patch: { delete: string[]; add: string[] }, wantOpen: boolean) => {
+        const t0 = performance.now();
+        const ep = (await a.agent.client.request<Endpoint>('PATCH', `/endpoint/${web.endpoint.id}/labels`, patch)).identity;
+        const patched = performance.now();
+        let ipcacheMs: number | undefined;
+        let packetMs: number | undefined;
+        const deadline = t0 + 15_000;
+        while (performance.now() < deadline && (ipcacheMs === undefined || packetMs === undefined)) {
+          if (ipcacheMs === undefined) {
+            const e = (await s().ipcache(C)).find((x) => x.prefix === `${web.ip}/32`);
+            if (e?.identity === ep) ipcacheMs = performance.now() - t0;
+          }
+          if (packetMs === undefined) {
+            const r = await web.agent.tcpOnce({ dst: pods.db!.ip, port: POD_TCP_PORT }, 150);
+            if ((r.outcome === 'open') === wantOpen) packetMs = performance.now() - t0;
+          }
+        }
+        return { identity: ep, patchMs: patched - t0, ipcacheMs, packetMs };
+      };
+      const toApi = await measure({ delete: ['app'], add: ['app=api'] }, true);
+      const back = await measure({ delete: ['app'], add: ['app=web'] }, false);
+      t.diagnostic(`app=web -> app=api on A (identity ${toApi.identity}): PATCH ${toApi.patchMs.toFixed(1)} ms, C's ipcache ${toApi.ipcacheMs?.toFixed(1)} ms, first connection admitted by C ${toApi.packetMs?.toFixed(1)} ms`);
+      t.diagnostic(`app=api -> app=web on A (identity ${back.identity}): PATCH ${back.patchMs.toFixed(1)} ms, C's ipcache ${back.ipcacheMs?.toFixed(1)} ms, first connection denied by C ${back.packetMs?.toFixed(1)} ms`);
+      assert.ok(toApi.packetMs !== undefined && toApi.packetMs < 10_000, `web admitted within 10 s of becoming app=api: ${JSON.stringify(toApi)}`);
+      assert.ok(back.packetMs !== undefined && back.packetMs < 10_000, `web denied within 10 s of becoming app=web again: ${JSON.stringify(back)}`);
+      assert.equal(await toDb(web, 500), 'tcp timeout, udp timeout');
+      assert.equal(await toDb(pods.api!), 'tcp open, udp open');
+    });
+  });
+}

@@ -248,6 +248,7 @@ in_node "$REPO/bin/tendril-agent" --state-dir "$WORK/second" --lib-dir "$WORK/se
 
 say "two nodes on one etcd: a hub namespace with a bridge and etcd, nodes $CL_A and $CL_B on it (10.198.0.11, .12)"
 ip netns add "$CL_HUB"
+ip -n "$CL_HUB" link set lo up
 ip -n "$CL_HUB" link add tdlhub0 type bridge
 ip -n "$CL_HUB" addr add 10.198.0.1/24 dev tdlhub0
 ip -n "$CL_HUB" link set tdlhub0 up
@@ -256,7 +257,7 @@ nsenter --net=/var/run/netns/$CL_HUB -- etcd --name tdl-demo --data-dir "$WORK/e
   --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
   --initial-cluster tdl-demo=http://127.0.0.1:2380 >"$WORK/etcd.log" 2>&1 &
 ETCD_PID=$!
-declare -A CL_SOCK CL_POD_IP
+declare -A CL_SOCK CL_POD_IP CL_APP=([$CL_A]=client [$CL_B]=server)
 i=0
 for n in "$CL_A" "$CL_B"; do
   i=$((i + 1))
@@ -268,7 +269,8 @@ for n in "$CL_A" "$CL_B"; do
   ip -n "$n" link set eth0 up
   ip netns add "${n}p"
 done
-for _ in $(seq 100); do grep -q 'ready to serve client requests' "$WORK/etcd.log" && break; sleep 0.1; done
+for _ in $(seq 300); do grep -q 'ready to serve client requests' "$WORK/etcd.log" && break; sleep 0.1; done
+grep -q 'ready to serve client requests' "$WORK/etcd.log" || { echo "etcd did not start; log:"; tail -20 "$WORK/etcd.log"; exit 1; }
 i=0
 for n in "$CL_A" "$CL_B"; do
   i=$((i + 1))
@@ -282,23 +284,22 @@ for n in "$CL_A" "$CL_B"; do
   for _ in $(seq 100); do TENDRIL_SOCK=${CL_SOCK[$n]} "$TENDRIL" status >/dev/null 2>&1 && break; sleep 0.1; done
   mkdir -p "$WORK/$n/net.d"
   printf '{"cniVersion":"1.0.0","name":"tendril","plugins":[{"type":"tendril-cni","socket":"%s"}]}\n' "${CL_SOCK[$n]}" >"$WORK/$n/net.d/10-tendril.conflist"
-  out=$(NETCONFPATH="$WORK/$n/net.d" CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=${n}p;TENDRIL_LABELS=app%3Dhello" \
+  out=$(NETCONFPATH="$WORK/$n/net.d" CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=${n}p;TENDRIL_LABELS=app%3D${CL_APP[$n]}" \
     nsenter --net=/var/run/netns/$n -- "$TENDRIL" cni add tendril "/var/run/netns/${n}p" --cache-dir "$WORK/$n/cache")
   CL_POD_IP[$n]=$(jq -r '.ips[0].address | split("/")[0]' <<<"$out")
-  echo "pod ${n}p on $n: ${CL_POD_IP[$n]}"
+  echo "pod ${n}p (app=${CL_APP[$n]}) on $n: ${CL_POD_IP[$n]}, identity $(TENDRIL_SOCK=${CL_SOCK[$n]} "$TENDRIL" endpoint list -o json | jq -r '.[0].identity')"
 done
 say "tendril node list (on $CL_A): each node's addresses and pod CIDRs, from the registry in etcd"
 for _ in $(seq 100); do [ "$(TENDRIL_SOCK=${CL_SOCK[$CL_A]} "$TENDRIL" node list -o json | jq '[.[] | select(.local or .routesInstalled)] | length')" = 2 ] && break; sleep 0.1; done
 TENDRIL_SOCK=${CL_SOCK[$CL_A]} "$TENDRIL" node list
 say "pod on $CL_A -> pod on $CL_B through the VXLAN overlay (tendril_vxlan, UDP 8472); a capture on the underlay"
-nsenter --net=/var/run/netns/$CL_B -- timeout 5 tcpdump -n -l -i eth0 -c 2 udp port 8472 2>/dev/null >"$WORK/capture.txt" &
+nsenter --net=/var/run/netns/$CL_B -- timeout 5 tcpdump -n -l -T vxlan -i eth0 -c 2 udp port 8472 2>/dev/null >"$WORK/capture.txt" &
 CAPTURE_PID=$!
 sleep 0.5
 nsenter --net=/var/run/netns/${CL_A}p -- ping -c3 -W2 "${CL_POD_IP[$CL_B]}" | tail -2
 wait "$CAPTURE_PID" || true
 cat "$WORK/capture.txt"
-SRC_ID=$(TENDRIL_SOCK=${CL_SOCK[$CL_A]} "$TENDRIL" endpoint list -o json | jq -r '.[0].identity')
-echo "the VNI is the source pod's security identity: $SRC_ID"
+echo "each packet's VNI is its source pod's security identity: the receiving node enforces policy on it, not on the inner source address"
 say "$CL_B's ipcache in eBPF: the remote pod and node with their tunnel endpoint"
 TENDRIL_SOCK=${CL_SOCK[$CL_B]} "$TENDRIL" bpf ipcache list | grep -E "PREFIX|${CL_POD_IP[$CL_A]}|10\.198\.0\.11" || true
 

@@ -7,10 +7,12 @@
  * mode the packets on the underlay are VXLAN carrying the source identity.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import { bpfIpcache } from './datapathObserve.js';
 import { inParallel } from './reachability.js';
 import { requireRoot } from './root.js';
+import { toolEnv } from './run.js';
 import { type ClusterIpam, type ClusterPod, ClusterScene, distinct, POD_TCP_PORT, POD_UDP_PORT, type RoutingMode, TUNNEL_OVERHEAD, VXLAN_PORT } from './clusterScene.js';
 import { failures } from './serviceProcess.js';
 import { VxlanCapture } from './vxlanCapture.js';
@@ -18,6 +20,7 @@ import { VxlanCapture } from './vxlanCapture.js';
 /** A host on the cluster network that is no node: traffic to it leaves the cluster. */
 const OUTSIDE_IP = '10.248.0.200';
 const UNDERLAY_MTU = 1500;
+const IPERF_PORT = 5201;
 const T = { timeout: 90_000 };
 
 export function clusterConnectivitySuite(opts: { tag: string; routingMode: RoutingMode; ipam: ClusterIpam }): void {
@@ -84,6 +87,23 @@ export function clusterConnectivitySuite(opts: { tag: string; routingMode: Routi
       seen[`${a.spec.name} -> ${b.spec.name}`] = r.code === 0 ? 'ok' : `${r.stdout}${r.stderr}`.trim();
     }
     assert.deepEqual(seen, { 'p0 -> p1': 'ok', 'p2 -> p0': 'ok' }, `${mtu}-byte packets`);
+  });
+
+  test(`[${label}] a bulk TCP stream crosses between nodes (iperf3, full-size and offloaded segments)`, T, async (t) => {
+    const [a, b] = [pods[0]!, pods[1]!];
+    const server = spawn('nsenter', [`--net=${b.netnsPath}`, '--', 'iperf3', '-s', '-1', '-p', String(IPERF_PORT)], { env: toolEnv(), stdio: 'ignore' });
+    try {
+      const ready = Date.now() + 5000;
+      while ((await s().exec(b.netns, ['ss', '-Hltn', `sport = :${IPERF_PORT}`])).stdout.trim() === '' && Date.now() < ready) await new Promise((r) => setTimeout(r, 50));
+      const r = await s().exec(a.netns, ['iperf3', '-c', b.ip, '-p', String(IPERF_PORT), '-t', '1', '-J', '--connect-timeout', '2000']);
+      const report = JSON.parse(r.stdout || '{}') as { error?: string; end?: { sum_sent?: { bytes: number; retransmits?: number }; sum_received?: { bytes: number } } };
+      assert.equal(report.error, undefined, `iperf3: ${report.error ?? ''}${r.stderr}`);
+      const [sent, received] = [report.end?.sum_sent, report.end?.sum_received];
+      t.diagnostic(`${a.spec.name} -> ${b.spec.name} for 1 s: ${(((received?.bytes ?? 0) * 8) / 1e9).toFixed(2)} Gbit received, ${sent?.retransmits ?? '?'} retransmits (a loaded 2-core machine: not a benchmark)`);
+      assert.ok((received?.bytes ?? 0) >= 8 * 1024 * 1024, `at least 8 MiB arrived in a second: ${JSON.stringify(report.end).slice(0, 600)}`);
+    } finally {
+      server.kill('SIGKILL');
+    }
   });
 
   test(`[${label}] a --mtu above what the underlay carries is a start-up error`, T, async () => {

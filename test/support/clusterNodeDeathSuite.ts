@@ -94,6 +94,11 @@ export function clusterNodeDeathSuite(opts: { tag: string; routingMode: RoutingM
     const started = performance.now();
     await s().waitConverged(20_000);
     const converged = performance.now();
+    const bNow = (await s().nodeStatus(0)).find((n) => n.name === s().node(B).name)!.podCidrs;
+    for (const i of [0, 2]) {
+      const routes = (await s().nodeRoutes(i)).map((r) => r.dst);
+      assert.ok(bNow.every((c) => routes.includes(c)), `node ${i} routes node B's pod CIDRs ${JSON.stringify(bNow)} again: ${JSON.stringify(routes)}`);
+    }
     let result: Record<string, string> = {};
     const deadline = performance.now() + 10_000;
     for (;;) {

@@ -311,6 +311,8 @@ export interface PathEnds {
   clientNs: string;
   serverNs: string;
   serverIp: string;
+  /** A cluster's own node namespaces as a path (node 0 → node 1's address, tendril's programs on their devices). */
+  nodes?: { clientNs: string; serverNs: string; serverIp: string };
   error?: string;
 }
 
@@ -328,7 +330,10 @@ export async function crossNodePaths(name: string, register: (fn: () => Promise<
   })();
   const pair = (mode: BenchRoutingMode) =>
     crossNodePodPair(mode, name, register).then(
-      (p): PathEnds => ({ clientNs: p.clientNs, serverNs: p.serverNs, serverIp: p.serverIp }),
+      (p): PathEnds => {
+        const [n0, n1] = [p.cluster.box.nodes[0]!, p.cluster.box.nodes[1]!];
+        return { clientNs: p.clientNs, serverNs: p.serverNs, serverIp: p.serverIp, nodes: { clientNs: n0.ns, serverNs: n1.ns, serverIp: n1.ip } };
+      },
       (err: unknown): PathEnds => ({ clientNs: '', serverNs: '', serverIp: '', error: `set-up: ${errorLine(err)}` }),
     );
   // Settled all, so nothing is still being built when a failure starts the cleanup.

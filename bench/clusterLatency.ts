@@ -47,7 +47,7 @@ async function bounded<T>(ms: number, x: Promise<T>): Promise<T> {
   }
 }
 
-export async function runClusterLatencyBench(msPerSample = 700, rounds = 3): Promise<ClusterLatencyReport> {
+export async function runClusterLatencyBench(msPerSample = 700, rounds = 3, pin = true): Promise<ClusterLatencyReport> {
   return withCleanup(async (onCleanup) => {
     const t0 = performance.now();
     const paths = {} as Record<ClusterPath, LatencyPath>;
@@ -70,8 +70,10 @@ export async function runClusterLatencyBench(msPerSample = 700, rounds = 3): Pro
         // A short warm-up (neighbours resolved, the client's session surely started), then every
         // path's client on CPU 0 and server on CPU 1 (only the worker runs in these namespaces).
         await bounded(50, session.run<RrResult>({ op: 'rr', ip: e.serverIp, port: PORT, ms: 50 }));
-        await pinNamespaceProcesses(e.clientNs, 0);
-        await pinNamespaceProcesses(e.serverNs, 1);
+        if (pin) {
+          await pinNamespaceProcesses(e.clientNs, 0);
+          await pinNamespaceProcesses(e.serverNs, 1);
+        }
         ends[name] = { session, ip: e.serverIp };
       } catch (err) {
         paths[name].error = `set-up: ${errorLine(err)}`;
@@ -117,5 +119,5 @@ export function printClusterLatency(r: ClusterLatencyReport): void {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  printClusterLatency(await runClusterLatencyBench(Number(process.argv[2] ?? 700), Number(process.argv[3] ?? 3)));
+  printClusterLatency(await runClusterLatencyBench(Number(process.argv[2] ?? 700), Number(process.argv[3] ?? 3), process.argv[4] !== 'unpinned'));
 }

@@ -21,7 +21,7 @@ import { join } from 'node:path';
 import { ipcacheKey, ipcacheValue } from '../src/datapath/bpf/layout.js';
 import { BpfMap } from '../src/datapath/kernel/bpf/index.js';
 import { hostPrefix, parseIp } from '../src/netip/index.js';
-import { BenchCluster, type BenchRoutingMode, type ClusterAgent, boxTag, errorLine, withCleanup } from './clusterCommon.js';
+import { BenchCluster, type BenchRoutingMode, type ClusterAgent, type ClusterPod, boxTag, errorLine, withCleanup } from './clusterCommon.js';
 import { ingressRuleDoc, runTcpClient, startProbe, startTcpServer } from './policyDatapath.js';
 import { percentile } from './stats.js';
 
@@ -202,7 +202,15 @@ async function addSeries(cluster: BenchCluster, trials: number, out: AddSample[]
       };
       const mapSeen = pollMap(inMap);
       const localSeen = pollMap(inLocalMap);
-      const pod = await a.addPod(`prop-fleet-${i}`, names[i]!, FLEET_LABELS);
+      let pod: ClusterPod;
+      try {
+        pod = await a.addPod(`prop-fleet-${i}`, names[i]!, FLEET_LABELS);
+      } catch (err) {
+        // The pollers stop with the trial (else they would poll on after the bench).
+        done = true;
+        await Promise.allSettled([api, mapSeen, localSeen]);
+        throw err;
+      }
       const addMs = performance.now() - t0;
       if (pod.ip !== expected) {
         mapLate = true;
@@ -210,9 +218,12 @@ async function addSeries(cluster: BenchCluster, trials: number, out: AddSample[]
       }
       last = parseIp(pod.ip).bits;
       const timer = setTimeout(() => (done = true), 5000);
-      const [apiFromStartMs, mapFromStartMs, localMapFromStartMs] = await Promise.all([api, mapSeen, localSeen]);
+      const settled = await Promise.allSettled([api, mapSeen, localSeen]);
       clearTimeout(timer);
       done = true;
+      const failed = settled.find((x): x is PromiseRejectedResult => x.status === 'rejected');
+      if (failed) throw failed.reason;
+      const [apiFromStartMs, mapFromStartMs, localMapFromStartMs] = settled.map((x) => (x as PromiseFulfilledResult<number | undefined>).value);
       out.push({ addMs, apiFromStartMs, mapFromStartMs, localMapFromStartMs, mapLate });
       if (i === 3 && out.every((s) => s.apiFromStartMs === undefined && s.mapFromStartMs === undefined)) throw new Error('C never learned the first 3 pods');
     }

@@ -35,14 +35,16 @@ export interface ClusterThroughputReport {
   seconds: number;
   rounds: number;
   paths: Record<ClusterPath, ClusterThroughputPath>;
+  /** The native cluster's node namespaces between themselves: the underlay with tendril's programs on the nodes' devices (where a pod path's cost is not the pods' own). */
+  clusterNodes?: ClusterThroughputPath;
   /** Per round, path / underlay (Gbit/s and Gbit per CPU-second), where both ran. */
   ratios: Record<BenchRoutingMode, { gbps: number[]; cpu: number[] }>;
   setupMs: number;
 }
 
-async function iperfRun(clientNs: string, ip: string, seconds: number): Promise<IperfRun> {
+async function iperfRun(clientNs: string, ip: string, seconds: number, pin: boolean): Promise<IperfRun> {
   // -A 0,1: the client on CPU 0 and the server on CPU 1 for every path, so where the scheduler happens to put them does not differ between paths.
-  const out = await exec(inNs(clientNs, ['iperf3', '-c', ip, '-p', String(IPERF_PORT), '-t', String(seconds), '-A', '0,1', '-J']));
+  const out = await exec(inNs(clientNs, ['iperf3', '-c', ip, '-p', String(IPERF_PORT), '-t', String(seconds), ...(pin ? ['-A', '0,1'] : []), '-J']));
   const end = (JSON.parse(out) as { end: { sum_received: { bits_per_second: number }; cpu_utilization_percent: { host_total: number; remote_total: number } } }).end;
   const gbps = end.sum_received.bits_per_second / 1e9;
   const cpus = (end.cpu_utilization_percent.host_total + end.cpu_utilization_percent.remote_total) / 100;
@@ -58,7 +60,7 @@ function iperfServer(ns: string, ip: string): ChildProcess {
   return spawn('nsenter', [`--net=${netnsPath(ns)}`, '--', 'iperf3', '-s', '-B', ip, '-p', String(IPERF_PORT)], { stdio: 'ignore' });
 }
 
-export async function runClusterThroughputBench(seconds = 2, rounds = 4): Promise<ClusterThroughputReport> {
+export async function runClusterThroughputBench(seconds = 2, rounds = 4, pin = true): Promise<ClusterThroughputReport> {
   return withCleanup(async (onCleanup) => {
     const t0 = performance.now();
     const servers: ChildProcess[] = [];
@@ -77,6 +79,9 @@ export async function runClusterThroughputBench(seconds = 2, rounds = 4): Promis
       servers.push(iperfServer(e.serverNs, e.serverIp));
       paths[name].mtu = await linkMtu(e.clientNs, 'eth0').catch(() => undefined);
     }
+    const nodes = ends.native.nodes;
+    const clusterNodes: ClusterThroughputPath | undefined = nodes ? { clientNs: nodes.clientNs, serverIp: nodes.serverIp, runs: [] } : undefined;
+    if (nodes) servers.push(iperfServer(nodes.serverNs, nodes.serverIp));
     const setupMs = performance.now() - t0;
     await new Promise((r) => setTimeout(r, 300));
 
@@ -84,11 +89,11 @@ export async function runClusterThroughputBench(seconds = 2, rounds = 4): Promis
       if (p.error) return;
       // The first run may come before the server listens: one retry after a pause.
       try {
-        p.runs.push(await iperfRun(p.clientNs, p.serverIp, seconds));
+        p.runs.push(await iperfRun(p.clientNs, p.serverIp, seconds, pin));
       } catch {
         await new Promise((r) => setTimeout(r, 500));
         try {
-          p.runs.push(await iperfRun(p.clientNs, p.serverIp, seconds));
+          p.runs.push(await iperfRun(p.clientNs, p.serverIp, seconds, pin));
         } catch (err) {
           p.error = `iperf3: ${errorLine(err)}`;
         }
@@ -101,6 +106,7 @@ export async function runClusterThroughputBench(seconds = 2, rounds = 4): Promis
         await run(paths[name]);
         if (paths[name].runs.length > before) roundOf[name].push(i);
       }
+      if (clusterNodes) await run(clusterNodes);
     }
     // A ratio per round in which both the path and the underlay ran.
     const ratios = {} as ClusterThroughputReport['ratios'];
@@ -114,7 +120,7 @@ export async function runClusterThroughputBench(seconds = 2, rounds = 4): Promis
         ratios[mode].cpu.push(x.gbitPerCpuSecond / ref.gbitPerCpuSecond);
       });
     }
-    return { seconds, rounds, paths, ratios, setupMs };
+    return { seconds, rounds, paths, ...(clusterNodes ? { clusterNodes } : {}), ratios, setupMs };
   });
 }
 
@@ -130,6 +136,15 @@ export function printClusterThroughput(r: ClusterThroughputReport): void {
       : '    n/a';
     console.log(`  ${names[p].padEnd(28)} ${body}${x.mtu ? `, MTU ${x.mtu}` : ''}${x.error ? ` — FAILED: ${x.error}` : ''}`);
   }
+  const n = r.clusterNodes;
+  if (n) {
+    const g = n.runs.map((y) => y.gbps);
+    const ug = r.paths.underlay.runs.map((y) => y.gbps);
+    const vsUnderlay = g.length && ug.length ? `, ${(percentile(g, 0.5) / percentile(ug, 0.5)).toFixed(2)}x the underlay` : '';
+    console.log(
+      `  ${'native nodes (node → node)'.padEnd(28)} ${g.length ? `${med(g).padStart(7)} Gbit/s, ${med(n.runs.map((y) => y.gbitPerCpuSecond))} Gbit per CPU-second (runs: ${list(g)})${vsUnderlay}: tendril's programs on the nodes' devices alone` : '    n/a'}${n.error ? ` — FAILED: ${n.error}` : ''}`,
+    );
+  }
   const ratio = (mode: BenchRoutingMode, label: string, note: string) => {
     const q = r.ratios[mode];
     console.log(`  ${label.padEnd(28)} ${med(q.gbps).padStart(7)}x Gbit/s, ${med(q.cpu)}x Gbit per CPU-second, medians of rounds (${note}; per round: ${list(q.gbps)})`);
@@ -140,5 +155,5 @@ export function printClusterThroughput(r: ClusterThroughputReport): void {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  printClusterThroughput(await runClusterThroughputBench(Number(process.argv[2] ?? 2), Number(process.argv[3] ?? 4)));
+  printClusterThroughput(await runClusterThroughputBench(Number(process.argv[2] ?? 2), Number(process.argv[3] ?? 4), process.argv[4] !== 'unpinned'));
 }

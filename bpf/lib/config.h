@@ -11,6 +11,7 @@ struct datapath_config {
 	__u32 host_ifindex; /* tendril_host */
 	__u32 maglev_table_size; /* entries of every Maglev table in tendril_lb4_mag */
 	__u32 tunnel_ifindex;    /* tendril_vxlan, with CONFIG_F_TUNNEL */
+	__be32 node_ipv4;        /* this node's InternalIP (the tunnel endpoint other nodes know it by); 0 = unknown */
 };
 
 struct {
@@ -37,6 +38,19 @@ static __always_inline __u32 config_tunnel_ifindex(void)
 	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
 
 	return cfg && (cfg->flags & CONFIG_F_TUNNEL) ? cfg->tunnel_ifindex : 0;
+}
+
+/*
+ * This node's InternalIP, network order, or 0: the address other nodes
+ * reach it at through the overlay (their ipcache holds it as a remote
+ * node's), and so the source a NodePort flow to a backend there takes.
+ */
+static __always_inline __be32 config_node_ipv4(void)
+{
+	__u32 zero = 0;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+
+	return cfg ? cfg->node_ipv4 : 0;
 }
 
 #endif

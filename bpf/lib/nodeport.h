@@ -106,8 +106,9 @@ static __always_inline int nodeport_snat_reply4(struct __sk_buff *skb, struct fl
  * A NodePort/externalIP/LoadBalancer flow to a backend off this node
  * (Cluster policy): conntrack keyed by the translated tuple before SNAT,
  * then source ← the address of the device the FIB sends it out of (this
- * device's when that one is none of ours, or when the backend is reached
- * through the overlay) and a NAT port, then out (or encapsulated).
+ * device's when that one is none of ours; the node's InternalIP when the
+ * backend is reached through the overlay) and a NAT port, then out (or
+ * encapsulated).
  */
 static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					       __u64 now)
@@ -120,12 +121,15 @@ static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flo
 
 	/*
 	 * In tunnel mode a backend on another node is reached through the
-	 * overlay: the source becomes this device's address, which the
-	 * backend's node reaches back through the overlay too.
+	 * overlay: the source becomes this node's InternalIP, which the
+	 * backend's node knows as this node's and sends back through the
+	 * overlay (a device address of some other network it would not know).
 	 */
 	tunneled = tunnel_route4(f->daddr, &route);
 	if (tunneled) {
-		nat_addr = dev->ipv4;
+		nat_addr = config_node_ipv4();
+		if (!nat_addr)
+			nat_addr = dev->ipv4;
 	} else {
 		/* The source becomes the address of the device the backend is reached by (the backend's way back), as Cilium does. */
 		ret = nodeport_fib_lookup4(skb, f, ip, &fib);
@@ -199,8 +203,13 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 	/* From outside the node: the EXTERNAL scope only (a Local service's lists this node's backends). */
 	svc = lb4_lookup(f, &key, 0);
 	if (!svc)
-		/* Without masquerading on the device a reply comes straight to the router address; with it, after snat4_rev_netdev. */
-		return (nat_flags & NAT_F_MASQUERADE) || !(dev->flags & DEVICE_F_MASQUERADE) ? nodeport_host_reply4(skb, f, ip, action) : 0;
+		/*
+		 * The node's own connection to a service whose backend is elsewhere:
+		 * the reply comes to the router address straight (no masquerade on
+		 * the device, or a backend inside the cluster, which is never
+		 * masqueraded) or after snat4_rev_netdev.
+		 */
+		return nodeport_host_reply4(skb, f, ip, action);
 	svc_flags = svc->flags;
 	/* A ClusterIP is no frontend for the outside, even when a router sends its traffic here. */
 	if (!(svc_flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)))

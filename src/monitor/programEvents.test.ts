@@ -86,7 +86,7 @@ test('a packet denied by a deny rule: verdicts and drop reach the monitor resolv
   const events: MonitorEvent[] = [];
   const sub = await hub.subscribe({ endpoint: POD_A.endpointId }, (e) => events.push(e));
   try {
-    config.set(0, { traceLevel: TraceLevel.NEW_FLOWS, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0 });
+    config.set(0, { traceLevel: TraceLevel.NEW_FLOWS, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
     for (const ep of [POD_A, POD_B]) {
       endpoints.set(parseIp(ep.ip), { ifindex: ep.ifindex, identity: ep.identity, endpointId: ep.endpointId, flags: 0, lxcMac: ep.lxcMac, podMac: ep.podMac });
       ipcache.set(parsePrefix(`${ep.ip}/32`), { identity: ep.identity, tunnelIp4: 0, flags: 0 });

@@ -137,7 +137,8 @@ describe('remote nodes', () => {
     assert.deepEqual([...routing.remoteNodes().keys()], ['node-b']);
     assert.deepEqual(routing.remoteNodes().get('node-b')?.podCidrs, ['10.200.2.0/24'], 'stale routes of a live node replaced');
     const ops = routing.calls.map((c) => c.op);
-    assert.ok(ops.indexOf('upsertRemoteNode') < ops.indexOf('pruneRemoteNodes'), 'installs first, then prunes');
+    // Pruning first: an install that comes after can never be undone by the prune of a listing older than it.
+    assert.ok(ops.indexOf('pruneRemoteNodes') < ops.indexOf('upsertRemoteNode'), 'prunes first, then installs');
   });
 
   it('retries a failed route install on a timer, without unhandled rejections', async () => {

@@ -77,29 +77,28 @@ export class RemoteNodes {
 
   /**
    * Installs every remote node the registry lists (call it after the
-   * registry's start), then removes routes of nodes that are gone (left by an
-   * earlier run). Resolves after one attempt per node: failures are retried in
-   * the background.
+   * registry's start), after removing routes of nodes that are gone (left by
+   * an earlier run). Resolves after one attempt per node: failures are
+   * retried in the background.
    */
   async start(): Promise<void> {
     if (this.#running) return;
     this.#running = true;
-    this.#unsubscribe = this.#registry.subscribe((change) => {
-      if (change.node.name !== this.#nodeName) this.#schedule(change.node.name);
-    });
     const names = this.#registry
       .list()
       .map((n) => n.name)
       .filter((n) => n !== this.#nodeName);
-    await Promise.all(names.map((n) => this.#schedule(n)));
-    if (this.#routing !== undefined) {
-      try {
-        await this.#routing.pruneRemoteNodes(names);
-      } catch (err) {
-        // Stale routes of dead nodes point nowhere useful but break nothing live; the next start prunes again.
-        this.#log?.error({ err }, 'cannot prune routes of nodes that are gone');
-      }
-    }
+    // The prune goes to the datapath first, in the same tick as the listing: every install — of a node
+    // listed now or of one that joins while this start runs — queues behind it, so it never removes a
+    // node this agent has just installed.
+    const pruned = this.#routing?.pruneRemoteNodes(names).catch((err: unknown) => {
+      // Stale routes of dead nodes point nowhere useful but break nothing live; the next start prunes again.
+      this.#log?.error({ err }, 'cannot prune routes of nodes that are gone');
+    });
+    this.#unsubscribe = this.#registry.subscribe((change) => {
+      if (change.node.name !== this.#nodeName) void this.#schedule(change.node.name);
+    });
+    await Promise.all([pruned, ...names.map((n) => this.#schedule(n))]);
   }
 
   /** Stops following the registry. What is installed stays (the next start prunes what is stale). */

@@ -14,6 +14,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { CniRuntime, confListFromBytes } from '../../src/libcni/index.js';
+import type { RoutingMode } from '../../src/datapath/types.js';
 import type { NodeStatus } from '../../src/node/types.js';
 import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
 import { ClusterInABox } from './clusterInABox.js';
@@ -22,7 +23,7 @@ import { run, runOk } from './run.js';
 import { ServiceAgentProcess } from './serviceProcess.js';
 import { REFERENCE_PLUGIN_DIR, TENDRIL_BIN } from './tendrilBin.js';
 
-export type RoutingMode = 'tunnel' | 'native';
+export type { RoutingMode };
 export type ClusterIpam = 'block' | 'cluster-pool';
 
 /** The pods' address space (block pool or cluster-pool CIDR). */
@@ -253,6 +254,9 @@ export class ClusterScene {
       if (JSON.stringify(listed) !== JSON.stringify(names)) return `node ${i} lists ${JSON.stringify(listed)}, want ${JSON.stringify(names)}`;
       const pending = status.filter((s) => !s.local && s.routesInstalled !== true).map((s) => s.name);
       if (pending.length > 0) return `node ${i} has not installed the routes of ${pending.join(', ')}`;
+      const routed = (await this.nodeRoutes(i)).map((r) => r.dst);
+      const unrouted = status.filter((s) => !s.local).flatMap((s) => s.podCidrs.filter((c) => !routed.includes(c)).map((c) => `${s.name} ${c}`));
+      if (unrouted.length > 0) return `node ${i} has no proto ${NODE_ROUTE_PROTOCOL} route for ${unrouted.join(', ')} (routes: ${routed.join(' ')})`;
       const ipc = await this.ipcache(i);
       for (const p of pods) {
         const e = ipc.find((x) => x.prefix === `${p.ip}/32`);
@@ -273,9 +277,27 @@ export class ClusterScene {
     for (;;) {
       gap = await this.convergenceGap(nodes);
       if (gap === '') return performance.now() - t0;
-      if (performance.now() - t0 > timeoutMs) throw new Error(`the cluster did not converge in ${timeoutMs} ms: ${gap}`);
+      if (performance.now() - t0 > timeoutMs) {
+        const logs = this.nodes.map((n) => `${n.name}: ${n.agent.output.split('\n').filter((l) => /route|remote node|prune/i.test(l)).slice(-12).join('\n  ')}`);
+        throw new Error(`the cluster did not converge in ${timeoutMs} ms: ${gap}\n${await this.diagnostics()}\nagents' route log lines:\n${logs.join('\n')}`);
+      }
       await new Promise((r) => setTimeout(r, 50));
     }
+  }
+
+  /** What every node holds toward the others (its proto-212 routes, the pod CIDRs it knows), for failure messages. */
+  async diagnostics(): Promise<string> {
+    const lines: string[] = [];
+    for (const n of this.nodes) {
+      try {
+        const routes = (await this.nodeRoutes(n.index)).map((r) => `${r.dst}${r.gateway ? ` via ${r.gateway}` : ''}${r.dev ? ` dev ${r.dev}` : ''}`);
+        const status = (await this.nodeStatus(n.index)).map((x) => `${x.name}${x.local ? '*' : ''} ${x.podCidrs.join(',')} installed=${x.routesInstalled ?? '-'}`);
+        lines.push(`${n.name} (${n.ip}): routes [${routes.join('; ')}] nodes [${status.join('; ')}]`);
+      } catch (err) {
+        lines.push(`${n.name}: ${(err as Error).message}`);
+      }
+    }
+    return lines.join('\n');
   }
 
   /** SIGKILL of a node's agent: no clean shutdown, its pods and pinned programs stay. */

@@ -13,8 +13,8 @@ import { bpfMetrics, dropCounts } from './datapathObserve.js';
 import { type ClusterPod, ClusterScene, distinct, POD_TCP_PORT, POD_UDP_PORT, type RoutingMode, type SceneNode } from './clusterScene.js';
 import { addOutsideHost, type OutsideHost } from './datapathNode.js';
 import { requireRoot } from './root.js';
-import { assertAllAnswered, upsertService } from './serviceApi.js';
-import { failures, type ServiceAgentProcess, shareByBackend } from './serviceProcess.js';
+import { assertAllAnswered as assertAnsweredOnNode, upsertService } from './serviceApi.js';
+import { type ServiceAgentProcess, shareByBackend } from './serviceProcess.js';
 
 export function clusterServicesSuite(opts: { tag: string; routingMode: RoutingMode }): void {
   requireRoot(`clusterServicesSuite (${opts.routingMode})`);
@@ -70,6 +70,14 @@ export function clusterServicesSuite(opts: { tag: string; routingMode: RoutingMo
     await scene?.cleanup();
   });
 
+  /** assertAllAnswered, the failure message completed with what every node routes toward the others. */
+  const assertAllAnswered = async (...args: Parameters<typeof assertAnsweredOnNode>): Promise<void> => {
+    try {
+      await assertAnsweredOnNode(...args);
+    } catch (err) {
+      throw new Error(`${(err as Error).message}\n${await s().diagnostics()}`);
+    }
+  };
   const nodeOfBackend = (name: string) => backends.find((b) => b.spec.name === name)?.node.index;
 
   async function nodeAddresses(n: SceneNode): Promise<string[]> {
@@ -138,7 +146,7 @@ export function clusterServicesSuite(opts: { tag: string; routingMode: RoutingMo
       assert.ok(noService(after) > noService(before), `counted as NO_SERVICE on A: ${JSON.stringify(before)} -> ${JSON.stringify(after)} (client saw ${r.outcome})`);
       // A pod is internal traffic: every backend of the service, B's too.
       const fromPod = await clients[A]!.agent.tcpSessions({ dst: a.ip, port: NODE_PORT_LOCAL }, { count: 3, requests: 1, concurrency: 3 });
-      assert.equal(failures(fromPod), 'none', 'a pod on A reaches the Local NodePort\'s backend on B');
+      await assertAllAnswered(a, fromPod, 'a pod on A reaches the Local NodePort\'s backend on B');
     });
   });
 }

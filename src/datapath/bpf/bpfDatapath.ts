@@ -11,7 +11,7 @@ import { existsSync } from 'node:fs';
 import { dirname, relative, resolve } from 'node:path';
 import type { IPCache } from '../../ipcache/index.js';
 import type { Logger } from '../../logging/logger.js';
-import { formatPrefix, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress, tryParsePrefix } from '../../netip/index.js';
+import { formatPrefix, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress, tryParseIp, tryParsePrefix } from '../../netip/index.js';
 import { type Netlink, NetlinkBatch } from '../kernel/netlink/index.js';
 import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, isOnBpffs, mkdirPinDir } from '../kernel/bpf/index.js';
 import { HOST_DEVICE } from '../linux/hostDevice.js';
@@ -206,6 +206,12 @@ export class BpfDatapath implements Datapath {
     this.#writeConfig();
   }
 
+  /** The node's InternalIP as tendril_config holds it (host-order number; 0 when it is not IPv4 or not known). */
+  get #nodeIpv4(): number {
+    const ip = this.opts.routing?.nodeIp === undefined ? undefined : tryParseIp(this.opts.routing.nodeIp);
+    return ip?.family === 4 ? Number(ip.bits) : 0;
+  }
+
   /** tendril_config in one write: the host and tunnel devices always go together. */
   #writeConfig(): void {
     this.config.set(0, {
@@ -214,6 +220,7 @@ export class BpfDatapath implements Datapath {
       hostIfindex: this.#hostIfindex,
       maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE,
       tunnelIfindex: this.#tunnelIfindex,
+      nodeIpv4: this.#nodeIpv4,
     });
   }
 

@@ -213,11 +213,12 @@ const CHECKS: Array<StructCheck<never>> = [
     struct: 'datapath_config',
     codec: datapathConfig,
     probes: {
-      trace_level: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0 }, { traceLevel: 2 }),
-      flags: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0 }, { flags: 1 }),
-      host_ifindex: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0 }, { hostIfindex: 3 }),
-      maglev_table_size: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0 }, { maglevTableSize: 16381 }),
-      tunnel_ifindex: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0 }, { tunnelIfindex: 7 }),
+      trace_level: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { traceLevel: 2 }),
+      flags: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { flags: 1 }),
+      host_ifindex: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { hostIfindex: 3 }),
+      maglev_table_size: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { maglevTableSize: 16381 }),
+      tunnel_ifindex: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { tunnelIfindex: 7 }),
+      node_ipv4: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { nodeIpv4: 0x0a000001 }),
     },
   },
   {

@@ -300,8 +300,8 @@ export const metricsValue = struct({ packets: u64, bytes: u64 });
 
 // ---- tendril_config (bpf/lib/config.h) -----------------------------------------
 
-/** struct datapath_config { __u32 trace_level; __u32 flags; __u32 host_ifindex; __u32 maglev_table_size; __u32 tunnel_ifindex; } */
-export const datapathConfig = struct({ traceLevel: u32, flags: u32, hostIfindex: u32, maglevTableSize: u32, tunnelIfindex: u32 });
+/** struct datapath_config { __u32 trace_level; __u32 flags; __u32 host_ifindex; __u32 maglev_table_size; __u32 tunnel_ifindex; __be32 node_ipv4; } */
+export const datapathConfig = struct({ traceLevel: u32, flags: u32, hostIfindex: u32, maglevTableSize: u32, tunnelIfindex: u32, nodeIpv4: u32be });
 
 // ---- tendril_events records (bpf/lib/events.h) --------------------------------
 

@@ -220,7 +220,7 @@ describe('services in bpf_lxc', () => {
       lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.B.id, BE.C.id, BE.REMOTE.id], flags: ServiceFlag.MAGLEV });
       const table = [BE.B.id, BE.C.id, BE.REMOTE.id, BE.C.id, BE.B.id, BE.REMOTE.id, BE.REMOTE.id];
       await lb.setMaglev(ID.WEB, table);
-      h.config.set(0, { traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: table.length, tunnelIfindex: 0 });
+      h.config.set(0, { traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: table.length, tunnelIfindex: 0, nodeIpv4: 0 });
       const counts = new Map<number, number>();
       for (let sport = 44000; sport < 44040; sport++) {
         const slot = maglevSlot({ saddr: POD_A.ip, daddr: VIP, sport, dport: 80, proto: IpProto.TCP }, table.length);

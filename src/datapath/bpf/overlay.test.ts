@@ -40,8 +40,10 @@ const TUNNEL_IFINDEX = 42;
 const fromA = { srcMac: POD_A.podMac, dstMac: POD_A.lxcMac };
 const toTendrilHost = { srcMac: '0a:00:00:00:ff:01', dstMac: '0a:00:00:00:ff:02' };
 
-function tunnelMode(h: ProgramHarness, on = true): void {
-  h.config.set(0, { traceLevel: TraceLevel.ALL, flags: on ? ConfigFlag.TUNNEL : 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: TUNNEL_IFINDEX });
+/** Tunnel routing on (or off); `nodeIp`: the node's InternalIP in the config (none unless given). */
+function tunnelMode(h: ProgramHarness, on = true, nodeIp?: string): void {
+  const nodeIpv4 = nodeIp === undefined ? 0 : Number(parseIp(nodeIp).bits);
+  h.config.set(0, { traceLevel: TraceLevel.ALL, flags: on ? ConfigFlag.TUNNEL : 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: TUNNEL_IFINDEX, nodeIpv4 });
 }
 
 /** The ipcache as the node subsystem and the kvstore fill it in tunnel mode: remote pods and nodes with their node as endpoint. */
@@ -231,11 +233,12 @@ describe('overlay: bpf_netdev', () => {
     }
   });
 
-  it('SNATs a NodePort flow to a backend on another node to the device\'s address and encapsulates it with the node\'s identity', async () => {
-    tunnelMode(h);
+  it('SNATs a NodePort flow to a backend on another node to the node\'s InternalIP (not the device\'s address) and encapsulates it with the node\'s identity', async () => {
+    // The client came in on a device of another network, which the backend's node could not send back to.
+    tunnelMode(h, true, NODE_IP);
     const lb = new LbNode(h);
     try {
-      h.object.map(MapName.DEVICES, codec.u32, deviceInfo).set(TEST_IFINDEX, { ipv4: parseIp(NODE_IP), flags: 0, mac: out.srcMac });
+      h.object.map(MapName.DEVICES, codec.u32, deviceInfo).set(TEST_IFINDEX, { ipv4: parseIp('10.199.0.1'), flags: 0, mac: out.srcMac });
       lb.addBackend({ id: 303, ip: REMOTE_POD_IP, port: 8080, proto: IpProto.TCP });
       lb.addService({ id: 33, frontend: { ip: '0.0.0.0', port: 30080, proto: IpProto.TCP }, backends: [303], flags: 1 /* NODEPORT */ });
       const r = await h.run('tendril_from_netdev', tcpFrame({ srcMac: out.dstMac, dstMac: out.srcMac, src: WORLD_IP, dst: NODE_IP, sport: 50010, dport: 30080, flags: TcpFlag.SYN }));

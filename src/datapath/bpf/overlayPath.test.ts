@@ -133,7 +133,7 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
       await inNs(ns, ['ip', 'neigh', 'replace', HOST_NEXT_HOP, 'lladdr', net.address, 'dev', 'tdlhost', 'nud', 'permanent']);
       const vx = await link(ns, 'tdlvx');
       const host = await link(ns, 'tdlhost');
-      config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.TUNNEL, hostIfindex: host.ifindex, maglevTableSize: 0, tunnelIfindex: vx.ifindex });
+      config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.TUNNEL, hostIfindex: host.ifindex, maglevTableSize: 0, tunnelIfindex: vx.ifindex, nodeIpv4: 0 });
       n.attachments.push(await attach({ ifindex: vx.ifindex, direction: 'ingress', program: objects.fromOverlay, netns: `/var/run/netns/${ns}` }));
       n.attachments.push(await attach({ ifindex: host.ifindex, direction: 'egress', program: objects.fromHost, netns: `/var/run/netns/${ns}` }));
       ipcache.set(parsePrefix(`${def.routerIp}/32`), { identity: HOST_IDENTITY, tunnelIp4: 0, flags: 0 });

@@ -148,7 +148,7 @@ export class ProgramHarness {
   }
 
   setTraceLevel(level: number): void {
-    this.config.set(0, { traceLevel: level, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0 });
+    this.config.set(0, { traceLevel: level, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
   }
 
   addEndpoint(ep: TestEndpoint): void {

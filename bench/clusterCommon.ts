@@ -13,12 +13,11 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AgentClient } from '../src/client/agentClient.js';
 import { ETCD_BIN } from '../test/support/etcdHarness.js';
-import { exec } from './benchProcess.js';
-import { BenchNamespaces, netnsPath } from './policyDatapath.js';
+import { exec, stopBenchAgent } from './benchProcess.js';
+import { BenchNamespaces, cniAddPod, netnsPath } from './policyDatapath.js';
 import { cleanupOnSignal, once } from './serviceCommon.js';
 
 const AGENT = fileURLToPath(new URL('../../bin/tendril-agent', import.meta.url));
-const PLUGINS = '/usr/lib/cni';
 
 export type BenchRoutingMode = 'tunnel' | 'native';
 
@@ -203,31 +202,13 @@ export class ClusterAgent {
 
   /** ADD of a pod whose namespace exists, through the agent's CNI API (what tendril-cni relays); ready when it returns. */
   async addPod(name: string, ns: string, labels: string): Promise<ClusterPod> {
-    const containerId = `tdl-${name}`;
-    const result = (await this.client.cni({
-      command: 'ADD',
-      containerId,
-      netns: netnsPath(ns),
-      ifName: 'eth0',
-      args: `K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${name};TENDRIL_LABELS=${labels}`,
-      path: PLUGINS,
-      config: JSON.stringify({ cniVersion: '1.0.0', name: 'tdlbenchcluster', type: 'tendril-cni' }),
-    })) as { ips?: Array<{ address: string }> } | undefined;
-    const ip = result?.ips?.[0]?.address.split('/')[0];
-    if (!ip) throw new Error(`ADD of ${name} on ${this.name} returned no address`);
+    const { containerId, ip } = await cniAddPod(this.client, { name, ns, labels, network: 'tdlbenchcluster' });
     return { name, ns, ip, containerId };
   }
 
   /** SIGTERM, SIGKILL after 10 s; then its bpffs root goes (pins of links whose devices went with the namespaces). */
   async stop(): Promise<void> {
-    const proc = this.process;
-    if (proc.exitCode === null && proc.signalCode === null) {
-      const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-      proc.kill('SIGTERM');
-      const timer = setTimeout(() => proc.kill('SIGKILL'), 10_000);
-      await exited;
-      clearTimeout(timer);
-    }
+    await stopBenchAgent(this.process);
     await rm(this.bpffsRoot, { recursive: true, force: true });
   }
 }

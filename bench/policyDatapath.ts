@@ -14,6 +14,26 @@ const WORKER = fileURLToPath(new URL('./tcpWorker.js', import.meta.url));
 const PLUGINS = '/usr/lib/cni';
 
 export const netnsPath = (ns: string) => `/var/run/netns/${ns}`;
+
+/**
+ * ADD of a pod whose namespace exists, through the agent's CNI API (what
+ * tendril-cni relays), labelled `labels` (`k=v,…`); ready when it returns.
+ */
+export async function cniAddPod(client: AgentClient, pod: { name: string; ns: string; labels: string; network: string }): Promise<{ containerId: string; ip: string }> {
+  const containerId = `tdl-${pod.name}`;
+  const result = (await client.cni({
+    command: 'ADD',
+    containerId,
+    netns: netnsPath(pod.ns),
+    ifName: 'eth0',
+    args: `K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${pod.name};TENDRIL_LABELS=${pod.labels}`,
+    path: PLUGINS,
+    config: JSON.stringify({ cniVersion: '1.0.0', name: pod.network, type: 'tendril-cni' }),
+  })) as { ips?: Array<{ address: string }> } | undefined;
+  const ip = result?.ips?.[0]?.address.split('/')[0];
+  if (!ip) throw new Error(`ADD of ${pod.name} returned no address`);
+  return { containerId, ip };
+}
 export const inNs = (ns: string, argv: string[]) => ['nsenter', `--net=${netnsPath(ns)}`, '--', ...argv];
 
 /** Network namespaces a bench made, created in batches and all removed by `cleanup`, also after a failure. */
@@ -71,19 +91,7 @@ export class TendrilBenchNode {
 
   /** ADD of a pod whose namespace exists, with `labels` (`k=v,…`); ready when the call returns. */
   async addPod(name: string, ns: string, labels: string): Promise<BenchPod> {
-    const containerId = `tdl-${name}`;
-    const config = JSON.stringify({ cniVersion: '1.0.0', name: 'tdlbenchpol', type: 'tendril-cni' });
-    const result = (await this.client.cni({
-      command: 'ADD',
-      containerId,
-      netns: netnsPath(ns),
-      ifName: 'eth0',
-      args: `K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${name};TENDRIL_LABELS=${labels}`,
-      path: PLUGINS,
-      config,
-    })) as { ips?: Array<{ address: string }> } | undefined;
-    const ip = result?.ips?.[0]?.address.split('/')[0];
-    if (!ip) throw new Error(`ADD of ${name} returned no address`);
+    const { containerId, ip } = await cniAddPod(this.client, { name, ns, labels, network: 'tdlbenchpol' });
     const ep = await this.client.getEndpoint(`container-id:${containerId}`);
     const pod = { name, ns, ip, endpointId: ep.id, containerId };
     this.pods.push(pod);

@@ -60,6 +60,8 @@ interface NodeBasics {
   /** The node IP given or found on the underlay; undefined: the router address stands in once IPAM has one. */
   ip: string | undefined;
   podMtu: number;
+  /** What the MTU and the IP were taken from (logged once the agent is ready). */
+  underlay: Underlay | undefined;
 }
 
 /**
@@ -77,8 +79,7 @@ async function nodeBasics(config: AgentConfig, deps: AgentDeps, log: Logger): Pr
     const where = underlay ? ` (underlay ${underlay.device}, MTU ${underlay.mtu})` : '';
     throw new NodeConfigError(`${err.message}${where}; lower --mtu or leave it out to use the largest that fits`, { cause: err });
   }
-  log.info({ underlay: underlay && { device: underlay.device, mtu: underlay.mtu, ip: underlay.ip }, routingMode: config.routingMode, podMtu }, 'node underlay');
-  return { ip: config.nodeIp ?? underlay?.ip, podMtu };
+  return { ip: config.nodeIp ?? underlay?.ip, podMtu, underlay };
 }
 
 /**
@@ -111,6 +112,8 @@ export class Agent {
   /** The other nodes' ipcache entries and routes, from the registry. */
   private remoteNodes: RemoteNodes | undefined;
   private unsubscribePodCidrs: (() => void) | undefined;
+  /** The own record's writes, in order (publishOwnNode). */
+  private publishing: Promise<void> = Promise.resolve();
 
   private constructor(
     private readonly config: AgentConfig,
@@ -240,7 +243,21 @@ export class Agent {
       await listenOnSocket(agent.server, config.socket);
       agent.observability?.start();
       await agent.drainDeletionQueue();
-      log.info({ socket: config.socket, node: config.nodeName, ipam: config.ipam, routers: ipam.routerAddresses(), endpoints: agent.endpoints.size }, 'agent ready');
+      const { underlay } = basics;
+      log.info(
+        {
+          socket: config.socket,
+          node: config.nodeName,
+          ipam: config.ipam,
+          routers: ipam.routerAddresses(),
+          endpoints: agent.endpoints.size,
+          nodeIp: nodeIP,
+          routingMode: config.routingMode,
+          podMtu: basics.podMtu,
+          underlay: underlay && { device: underlay.device, mtu: underlay.mtu },
+        },
+        'agent ready',
+      );
       return agent;
     } catch (err) {
       created?.unsubscribeEndpoints();
@@ -305,6 +322,7 @@ export class Agent {
     this.unsubscribePodCidrs?.();
     this.unsubscribePodCidrs = undefined;
     await this.remoteNodes?.stop();
+    await this.publishing;
     // The record stays: the lease keeps it while a restarted agent takes over, its expiry removes it.
     await this.nodeRegistry?.stop();
   }
@@ -328,12 +346,17 @@ export class Agent {
     };
   }
 
-  /** Writes the own record again (pod CIDRs, router addresses); a failure is logged, the next change or lease renewal writes it. */
+  /**
+   * Writes the own record again (pod CIDRs, router addresses); a failure is
+   * logged, the next change or lease renewal writes it. One write at a time,
+   * each reading the state when it runs: two block claims close together
+   * never leave the older CIDR list as the last word.
+   */
   private publishOwnNode(why: string): void {
     const registry = this.nodeRegistry;
     if (!registry) return;
-    this.ownNodeRecord()
-      .then((record) => registry.update(record))
+    this.publishing = this.publishing
+      .then(async () => registry.update(await this.ownNodeRecord()))
       .catch((err: unknown) => this.log.error({ err, why }, 'publishing this node\'s record failed'));
   }
 

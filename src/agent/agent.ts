@@ -69,7 +69,7 @@ interface NodeBasics {
  * MTU the underlay cannot carry is a start-up error with one clear message,
  * never silent fragmentation later.
  */
-async function nodeBasics(config: AgentConfig, deps: AgentDeps, log: Logger): Promise<NodeBasics> {
+async function nodeBasics(config: AgentConfig, deps: AgentDeps): Promise<NodeBasics> {
   const underlay = deps.underlay ?? (deps.datapath ? undefined : await detectUnderlay({ ...(config.nodeIp !== undefined ? { nodeIp: config.nodeIp } : {}), ...(config.devices ? { devices: config.devices } : {}) }));
   let podMtu: number;
   try {
@@ -192,7 +192,7 @@ export class Agent {
 
   private static async startOwned(config: AgentConfig, log: Logger, deps: AgentDeps): Promise<Agent> {
     let opened: AgentDatapath | undefined;
-    const basics = await nodeBasics(config, deps, log);
+    const basics = await nodeBasics(config, deps);
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
     await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
     const backend = await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) });

@@ -304,9 +304,20 @@ static __always_inline void lb4_service_ct_create(const struct ct4_key *key, con
 }
 
 /*
+ * A TCP SYN on a service entry whose connection is closing: the client
+ * reuses its port for a new connection, which is chosen afresh (a backend
+ * drained since must not take it).
+ */
+static __always_inline int lb4_port_reused(const struct ct_entry *e, const struct flow *f)
+{
+	return f->proto == IPPROTO_TCP && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN && (e->flags & CT_F_CLOSING);
+}
+
+/*
  * The backend of this connection: the one its service conntrack entry pins
  * while that backend still exists (a terminating backend keeps its
- * connections); else a new choice — the client's affinity backend, the
+ * connections) and the entry is not a closed connection's whose client
+ * port a new one reuses; else a new choice — the client's affinity backend, the
  * Maglev table's (EXTERNAL scope), or a random slot — pinned in a new
  * service entry. NULL
  * with *reason = DROP_NO_SERVICE when the service has no backend for new
@@ -325,7 +336,7 @@ static __always_inline struct lb4_backend *lb4_select(struct flow *f, const stru
 
 	lb4_service_ct_key(&ckey, f);
 	e = ct_lookup_key(&ckey, now);
-	if (e && e->rev_nat_index == rev_nat_index && e->backend_id) {
+	if (e && e->rev_nat_index == rev_nat_index && e->backend_id && !lb4_port_reused(e, f)) {
 		id = e->backend_id;
 		be = bpf_map_lookup_elem(&tendril_lb4_be, &id);
 		if (be && f->lb_local_only && !lb4_backend_is_local(be))

@@ -198,6 +198,21 @@ describe('services in bpf_lxc', () => {
       assert.equal(Object.values(BE).find((b) => b.id === repinned)!.ip, next);
     });
 
+    it('chooses afresh for a SYN that reuses a closed connection\'s client port: a backend drained since takes none', async () => {
+      const t = { saddr: POD_A.ip, daddr: VIP, sport: 41100, dport: 80, proto: IpProto.TCP };
+      const first = tuple((await h.run(FROM, synAtoWeb(41100))).data).dst;
+      const pinned = lb.serviceCt(t)!.backendId;
+      await h.run(FROM, tcpFrame({ ...fromA, src: POD_A.ip, dst: VIP, sport: 41100, dport: 80, flags: TcpFlag.FIN | TcpFlag.ACK }));
+      // The pinned backend goes into maintenance: out of the slots, still a backend (its connections would live on).
+      const rest: number[] = [BE.B.id, BE.C.id, BE.REMOTE.id].filter((id) => id !== pinned);
+      lb.addService({ id: ID.WEB, frontend: WEB, backends: rest });
+      lb.services.delete(lb.serviceKey(WEB, 3));
+      lb.backends.set(pinned, { ...lb.backends.get(pinned)!, state: BackendState.MAINTENANCE });
+      const next = tuple((await h.run(FROM, synAtoWeb(41100))).data).dst;
+      assert.notEqual(next, first, 'the new connection on the reused port is not pinned to the drained backend');
+      assert.ok(rest.includes(lb.serviceCt(t)!.backendId));
+    });
+
     it('pins a client to one backend with ClientIP affinity, and lets go once the timeout passed', async () => {
       lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.B.id, BE.C.id, BE.REMOTE.id], flags: ServiceFlag.AFFINITY, affinityTimeout: 300 });
       const first = tuple((await h.run(FROM, synAtoWeb(42000))).data).dst;

@@ -20,17 +20,10 @@ import { ConfigFlag, MapName, TUNNEL_DEFAULT_PORT } from './constants.js';
 import { datapathConfig } from './layout.js';
 import type { MapSizes } from './objects.js';
 import { TUNNEL_DEVICE } from './overlay.js';
+import { TEST_MAP_SIZES } from './testing/programHarness.js';
 
 const log = createLogger('bpf-datapath-tunnel-test', 'warn');
-const SIZES: MapSizes = {
-  [MapName.ENDPOINTS]: 256,
-  [MapName.IPCACHE]: 256,
-  [MapName.POLICY]: 1024,
-  [MapName.CT_TCP]: 1024,
-  [MapName.CT_ANY]: 1024,
-  [MapName.FRAG]: 64,
-  [MapName.EVENTS]: 1 << 16,
-};
+const SIZES: MapSizes = TEST_MAP_SIZES;
 const ROUTER = '10.218.0.1';
 const NODE = { routerAddresses: [{ family: 4 as const, ip: ROUTER }], masqueradeCidrs: [] };
 const TUNNEL: BpfRoutingOptions = { mode: 'tunnel', tunnelPort: TUNNEL_DEFAULT_PORT, podMtu: 1450 };

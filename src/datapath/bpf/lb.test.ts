@@ -12,7 +12,7 @@ import { parseIp } from '../../netip/index.js';
 import { TcAction } from '../kernel/bpf/index.js';
 import { BackendState, CtFlag, DropReason, EventType, LB_HAIRPIN_IP4, LbScope, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
 import { flowHash4, maglevSlot } from './flowHash.js';
-import { assertEvents } from './testing/expect.js';
+import { assertEvents, checkedTuple as tuple } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER } from './testing/fixtures.js';
 import { LbNode, type TestFrontend } from './testing/lbNode.js';
 import {
@@ -60,13 +60,6 @@ const ID = { WEB: 7, DNS: 8, NODEPORT: 9, SCOPED: 10 } as const;
 const COOKIE = { ALLOW: 0x1001, DENY: 0x3003 };
 
 /** Where a translated frame goes: addresses and ports, with every checksum checked. */
-function tuple(frame: Uint8Array): { src: string; dst: string; sport: number; dport: number } {
-  const ip = readIpv4(frame);
-  const l4 = readTransport(frame);
-  assert.ok(ip.checksumValid, 'IPv4 header checksum');
-  assert.ok(l4.checksumValid, `${l4.proto === IpProto.TCP ? 'TCP' : l4.proto === IpProto.UDP ? 'UDP' : 'ICMP'} checksum`);
-  return { src: ip.src, dst: ip.dst, sport: l4.sport, dport: l4.dport };
-}
 
 const synAtoWeb = (sport = 40000) => tcpFrame({ ...fromA, src: POD_A.ip, dst: VIP, sport, dport: 80, flags: TcpFlag.SYN, payload: Buffer.from('hello') });
 

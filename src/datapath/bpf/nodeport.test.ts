@@ -15,10 +15,10 @@ import { parseIp } from '../../netip/index.js';
 import { codec, TcAction } from '../kernel/bpf/index.js';
 import { CtFlag, DropReason, EventType, LbScope, MapName, NAT_PORT_MAX, NAT_PORT_MIN, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
 import { deviceInfo } from './layout.js';
-import { assertEvents } from './testing/expect.js';
+import { assertEvents, checkedTuple as tuple } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
 import { LbNode, type TestFrontend } from './testing/lbNode.js';
-import { IpProto, readIpv4, readTransport, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
+import { IpProto, readIpv4, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
 import { LXC_OBJECT, NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
 
 requireRoot('the NodePort program tests');
@@ -42,13 +42,6 @@ const COOKIE = 0x1001;
 /** What arrives on the node's device: the router's MAC to the node's. */
 const wire = { srcMac: '0a:00:00:00:99:01', dstMac: '0a:00:00:00:ee:01' };
 
-function tuple(frame: Uint8Array): { src: string; dst: string; sport: number; dport: number } {
-  const ip = readIpv4(frame);
-  const l4 = readTransport(frame);
-  assert.ok(ip.checksumValid, 'IPv4 header checksum');
-  assert.ok(l4.checksumValid, 'L4 checksum');
-  return { src: ip.src, dst: ip.dst, sport: l4.sport, dport: l4.dport };
-}
 
 describe('bpf_netdev NodePort', () => {
   let h: ProgramHarness;

@@ -16,10 +16,10 @@ import { parseIp, parsePrefix } from '../../netip/index.js';
 import { codec, TcAction } from '../kernel/bpf/index.js';
 import { ConfigFlag, DropReason, EventType, MapName, NAT_PORT_MAX, NAT_PORT_MIN, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
 import { deviceInfo } from './layout.js';
-import { assertEvents } from './testing/expect.js';
+import { assertEvents, checkedTuple as tuple } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
 import { LbNode } from './testing/lbNode.js';
-import { IpProto, readIpv4, readTransport, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
+import { IpProto, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
 import { HOST_OBJECT, LXC_OBJECT, NETDEV_OBJECT, OVERLAY_OBJECT, ProgramHarness } from './testing/programHarness.js';
 import { SnatNode } from './testing/snatNode.js';
 
@@ -58,13 +58,6 @@ function installRemote(h: ProgramHarness): void {
   tunnel(NODE_IP, IDENTITY.HOST, NODE_IP);
 }
 
-function tuple(frame: Uint8Array): { src: string; dst: string; sport: number; dport: number } {
-  const ip = readIpv4(frame);
-  const l4 = readTransport(frame);
-  assert.ok(ip.checksumValid, 'IPv4 header checksum');
-  assert.ok(l4.checksumValid, 'L4 checksum');
-  return { src: ip.src, dst: ip.dst, sport: l4.sport, dport: l4.dport };
-}
 
 describe('overlay: tendril_from_container', () => {
   const FROM = 'tendril_from_container';

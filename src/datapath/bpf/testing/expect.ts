@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { formatIp } from '../../../netip/index.js';
 import { CtTimeout } from '../constants.js';
 import type { CtEntryValue, DatapathEvent } from '../layout.js';
+import { IpProto, readIpv4, readTransport } from './packets.js';
 
 /** What a test says about one event; addresses as text. */
 export type EventExpectation = Partial<Omit<DatapathEvent, 'saddr' | 'daddr' | 'tsNs'>> & { saddr?: string; daddr?: string };
@@ -35,3 +36,12 @@ export function assertLifetime(entry: CtEntryValue, seconds: number, before: big
 }
 
 export { CtTimeout };
+
+/** The addresses and ports of an IPv4 frame a program sent on, after asserting both checksums hold. */
+export function checkedTuple(frame: Uint8Array): { src: string; dst: string; sport: number; dport: number } {
+  const ip = readIpv4(frame);
+  const l4 = readTransport(frame);
+  assert.ok(ip.checksumValid, 'IPv4 header checksum');
+  assert.ok(l4.checksumValid, `${l4.proto === IpProto.TCP ? 'TCP' : l4.proto === IpProto.UDP ? 'UDP' : 'ICMP'} checksum`);
+  return { src: ip.src, dst: ip.dst, sport: l4.sport, dport: l4.dport };
+}

@@ -22,10 +22,11 @@ if (files.length === 0) {
   console.error('run-tests: no test files found under dist/ (did the build run?)');
   process.exit(1);
 }
-// Files that assert no packet loss across agent restarts run alone, after the rest: beside
-// another file's agents loading their eBPF objects (a cluster test starts three), the two
-// cores starve the stream they measure, and the loss would be the machine's, not tendril's.
-const ALONE = ['/e2e/datapathRestart.test.js'];
+// Files that assert no packet loss across agent restarts, or count every outcome of hundreds
+// of concurrent connections, run alone after the rest: beside another file's agents loading
+// their eBPF objects (a cluster test starts three), the two cores starve the traffic they
+// measure, and the failures would be the machine's, not tendril's.
+const ALONE = ['/e2e/datapathRestart.test.js', '/e2e/servicesBackends.test.js'];
 const alone = files.filter((f) => ALONE.some((s) => f.endsWith(s)));
 const together = files.filter((f) => !alone.includes(f));
 let status = 0;

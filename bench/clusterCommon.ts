@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AgentClient } from '../src/client/agentClient.js';
 import { ETCD_BIN } from '../test/support/etcdHarness.js';
+import { HUB_BRIDGE_MAC } from '../test/support/clusterInABox.js';
 import { exec, stopBenchAgent } from './benchProcess.js';
 import { BenchNamespaces, cniAddPod, netnsPath } from './policyDatapath.js';
 import { cleanupOnSignal, once } from './serviceCommon.js';
@@ -76,7 +77,7 @@ export class BenchBox {
   async #build(nodes: number, withEtcd: boolean): Promise<void> {
     const names = [this.hub, ...Array.from({ length: nodes }, (_, i) => `${this.tag}n${i}`)];
     await this.namespaces.add(...names);
-    await exec(['ip', '-n', this.hub, 'link', 'add', 'tdlhub0', 'type', 'bridge']);
+    await exec(['ip', '-n', this.hub, 'link', 'add', 'tdlhub0', 'address', HUB_BRIDGE_MAC, 'type', 'bridge']);
     await exec(['ip', '-n', this.hub, 'addr', 'add', `${HUB_IP}/24`, 'dev', 'tdlhub0']);
     await exec(['ip', '-n', this.hub, 'link', 'set', 'tdlhub0', 'up']);
     for (let i = 0; i < nodes; i++) {

@@ -249,7 +249,8 @@ in_node "$REPO/bin/tendril-agent" --state-dir "$WORK/second" --lib-dir "$WORK/se
 say "two nodes on one etcd: a hub namespace with a bridge and etcd, nodes $CL_A and $CL_B on it (10.198.0.11, .12)"
 ip netns add "$CL_HUB"
 ip -n "$CL_HUB" link set lo up
-ip -n "$CL_HUB" link add tdlhub0 type bridge
+# A fixed MAC: a bridge without one takes its lowest port MAC, which changes as ports join.
+ip -n "$CL_HUB" link add tdlhub0 address 02:74:64:6c:00:01 type bridge
 ip -n "$CL_HUB" addr add 10.198.0.1/24 dev tdlhub0
 ip -n "$CL_HUB" link set tdlhub0 up
 nsenter --net=/var/run/netns/$CL_HUB -- etcd --name tdl-demo --data-dir "$WORK/etcd" \

@@ -79,7 +79,7 @@ struct {
 
 #define NSEC_PER_SEC 1000000000ULL
 
-/* Flags an entry keeps for its whole life (a reused closing tuple keeps them too). */
+/* Flags of a flow that only its creation sets (from the service translation the flow carries then). */
 #define CT_F_STICKY (CT_F_HAIRPIN | CT_F_NODEPORT)
 
 /* What conntrack knows about a packet. */
@@ -130,6 +130,12 @@ static __always_inline __u64 ct_lifetime_ns(__u8 proto, __u8 flags, __u8 tcp_fla
 	return CT_TIMEOUT_TCP_SYN * NSEC_PER_SEC;
 }
 
+/* A lone SYN (no ACK) on a TCP entry that saw FIN or RST. */
+static __always_inline int ct_syn_reopens(const struct ct_entry *e, const struct flow *f)
+{
+	return f->proto == IPPROTO_TCP && (e->flags & CT_F_CLOSING) && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
+}
+
 /* Counts the packet in the entry and refreshes its lifetime. */
 static __always_inline void ct_refresh(struct ct_entry *e, const struct flow *f, int reply, __u64 now)
 {
@@ -137,11 +143,6 @@ static __always_inline void ct_refresh(struct ct_entry *e, const struct flow *f,
 	__u8 tcp_flags = e->tcp_flags;
 
 	if (f->proto == IPPROTO_TCP) {
-		/* A new SYN on a closing tuple reuses it: the connection starts over. */
-		if (!reply && (flags & CT_F_CLOSING) && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
-			flags &= CT_F_STICKY;
-			tcp_flags = 0;
-		}
 		tcp_flags |= f->tcp_flags;
 		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
 			flags |= CT_F_CLOSING;
@@ -228,6 +229,14 @@ static __always_inline enum ct_status ct_lookup(struct flow *f, __u64 now)
 
 	ct_key_init(&key, f->saddr, f->daddr, f->sport, f->dport, f->proto);
 	e = ct_lookup_key(&key, now);
+	/*
+	 * A new SYN on a closing tuple is a new connection (a client port
+	 * reused): it is judged by the policy in force now, as a new flow, and
+	 * its ct_create replaces the entry. Until a SYN is allowed the closing
+	 * entry stays as it was, so a denied SYN's retransmit is denied again.
+	 */
+	if (e && ct_syn_reopens(e, f))
+		return CT_NEW;
 	if (e) {
 		ct_refresh(e, f, 0, now);
 		if (f->lb_checked || (f->lb_direct && (e->flags & CT_F_NODEPORT)))

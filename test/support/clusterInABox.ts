@@ -14,6 +14,13 @@ export interface ClusterNode {
 }
 
 const HUB_IP = '10.248.0.1';
+/**
+ * The hub bridge's MAC, set at creation: a bridge without one takes the
+ * lowest MAC among its ports, so a host added later could change it and
+ * black-hole the nodes' traffic to etcd until their ARP entries age out
+ * (long enough for node leases to expire).
+ */
+export const HUB_BRIDGE_MAC = '02:74:64:6c:00:01';
 
 /**
  * Several "nodes" and an etcd on one machine: a hub namespace holds a bridge
@@ -45,7 +52,7 @@ export class ClusterInABox {
   private async build(nodeCount: number): Promise<void> {
     const hub = (await this.pool.add('hub')).name;
     this.hub = hub;
-    await runOk(['ip', '-n', hub, 'link', 'add', 'tdlhub0', 'type', 'bridge']);
+    await runOk(['ip', '-n', hub, 'link', 'add', 'tdlhub0', 'address', HUB_BRIDGE_MAC, 'type', 'bridge']);
     await runOk(['ip', '-n', hub, 'addr', 'add', `${HUB_IP}/24`, 'dev', 'tdlhub0']);
     await runOk(['ip', '-n', hub, 'link', 'set', 'tdlhub0', 'up']);
     for (let i = 0; i < nodeCount; i++) {

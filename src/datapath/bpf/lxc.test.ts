@@ -256,7 +256,7 @@ describe('bpf_lxc tendril_from_container', () => {
       assertLifetime(entry, CtTimeout.TCP_SYN, before);
     });
 
-    it('reopens a closing tuple on a new SYN from the same side', async () => {
+    it('a new SYN on a closing tuple from the same side opens a fresh entry', async () => {
       allowAtoB80();
       const tuple = { saddr: POD_A.ip, daddr: POD_B.ip, sport: 40000, dport: 80, proto: IpProto.TCP };
       await h.run(FROM, synAtoB());
@@ -267,8 +267,29 @@ describe('bpf_lxc tendril_from_container', () => {
       const entry = h.ct(tuple)!;
       assert.equal(entry.flags, 0);
       assert.equal(entry.tcpFlags, TcpFlag.SYN);
-      assert.equal(entry.packets, 3n);
+      assert.equal(entry.packets, 1n);
       assertLifetime(entry, CtTimeout.TCP_SYN, before);
+    });
+
+    it('a new SYN on a closing tuple is judged by the policy in force now: denied, it leaves the entry closing', async () => {
+      allowAtoB80();
+      const tuple = { saddr: POD_A.ip, daddr: POD_B.ip, sport: 40000, dport: 80, proto: IpProto.TCP };
+      await h.run(FROM, synAtoB());
+      await h.run(FROM, tcpFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, sport: 80, dport: 40000, flags: TcpFlag.RST | TcpFlag.ACK }));
+      await h.takeEvents(2);
+      const closing = h.ct(tuple)!;
+      assert.equal(closing.flags, CtFlag.REPLY_SEEN | CtFlag.CLOSING);
+      const entries = [];
+      for await (const k of h.policy.keys()) entries.push(k);
+      for (const k of entries) h.policy.delete(k);
+      for (const attempt of ['SYN', 'its retransmit']) {
+        assert.equal((await h.run(FROM, synAtoB())).retval, TcAction.SHOT, attempt);
+        assertEvents(await h.takeEvents(2), [
+          { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: EGRESS, srcEndpoint: POD_A.endpointId },
+          { type: DROP, subtype: code('POLICY'), direction: EGRESS },
+        ]);
+        assert.deepEqual(h.ct(tuple), closing, `${attempt}: the closing entry is untouched`);
+      }
     });
 
     it('drops a delivery whose TTL would run out', async () => {

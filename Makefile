@@ -1,5 +1,7 @@
 # tendril — `make demo`, `make test`, `make bench`. Every target installs what it
-# needs first; the install steps are idempotent.
+# needs first; the install steps are idempotent. kubectl (Debian's kubernetes-client,
+# for the tests that point it at the fake API server) is installed only when no
+# kubectl is on the PATH: another package's kubectl owns the same file.
 SHELL := /bin/bash
 APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc containerd \
   gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump
@@ -76,6 +78,7 @@ apt-deps:
 	@missing=""; for p in $(APT_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
 	done; \
+	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \

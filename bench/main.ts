@@ -1,6 +1,6 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program cluster-throughput cluster-latency cluster-propagation kvstore
+// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
@@ -11,6 +11,8 @@ import { printClusterPropagation, runClusterPropagationBench } from './clusterPr
 import { printClusterThroughput, runClusterThroughputBench } from './clusterThroughput.js';
 import { printIdentityBench, runIdentityBench } from './identity.js';
 import { printIpamBench, runIpamBench } from './ipam.js';
+import { printK8sPolicy, runK8sPolicyBench } from './k8sPolicy.js';
+import { printK8sSync, runK8sSyncBench } from './k8sSync.js';
 import { printPolicyBench, runPolicyBench } from './policy.js';
 import { printPolicyLatency, runPolicyLatencyBench } from './policyLatency.js';
 import { printPolicyScale, runPolicyScaleBench } from './policyScale.js';
@@ -40,6 +42,8 @@ const benches: Record<string, () => Promise<void>> = {
   'cluster-throughput': async () => printClusterThroughput(await runClusterThroughputBench()),
   'cluster-latency': async () => printClusterLatency(await runClusterLatencyBench()),
   'cluster-propagation': async () => printClusterPropagation(await runClusterPropagationBench()),
+  'k8s-policy': async () => printK8sPolicy(await runK8sPolicyBench()),
+  'k8s-sync': async () => printK8sSync(await runK8sSyncBench()),
   kvstore: async () => {
     // Runs as its own process: the script measures with top-level state of its own.
     const r = spawnSync(process.execPath, [fileURLToPath(new URL('./kvstore.js', import.meta.url)), '1', '3'], { stdio: 'inherit' });

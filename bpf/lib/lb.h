@@ -128,8 +128,8 @@ static __always_inline int lb4_proto_supported(__u8 proto)
  * The service a packet addresses: the exact frontend; else, when the
  * destination is a node address, a NodePort on every node address (address
  * 0). Traffic from inside the node (`internal`: a pod or the node itself)
- * takes the INTERNAL scope of a TWO_SCOPES frontend, which lists every
- * backend; traffic from outside never does. *key is left as the entry found
+ * takes the INTERNAL scope of a TWO_SCOPES frontend (the backends its
+ * internalTrafficPolicy allows); traffic from outside never does. *key is left as the entry found
  * (slot 0), for its backend slots.
  */
 static __always_inline struct lb4_service *lb4_lookup(const struct flow *f, struct lb4_key *key, int internal)

@@ -20,7 +20,9 @@ import { CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
 import { InterfaceNames, netlinkLinks } from '../monitor/index.js';
 import { BpfObservability, bpfPinDirOf } from './bpfObservability.js';
-import { type AgentConfig, nodeMasqueradeCidrs } from './config.js';
+import { type AgentConfig, k8sConnection, nodeMasqueradeCidrs } from './config.js';
+import { k8sEnabled, type RetryOptions } from '../k8s/index.js';
+import { AgentKubernetes, configWithNode, registryAddresses, requireKubernetesForIpam } from './kubernetes.js';
 import { ServiceManager, ServiceStore } from '../service/index.js';
 import { readInterfaceAddresses } from './interfaceAddresses.js';
 import { IpamProvider } from './ipamProvider.js';
@@ -53,6 +55,8 @@ export interface AgentDeps {
    * handed in (the test process's own devices are not the fake node's).
    */
   underlay?: Underlay;
+  /** Kubernetes knobs for tests: the environment that says in-cluster (default process.env), how long an ADD waits for its pod, the watchers' back-off. */
+  kubernetes?: { env?: NodeJS.ProcessEnv; podWaitMs?: number; retry?: RetryOptions };
 }
 
 /** What the agent settled on for its node before anything is touched: its IP and the pods' MTU. */
@@ -114,6 +118,9 @@ export class Agent {
   private unsubscribePodCidrs: (() => void) | undefined;
   /** The own record's writes, in order (publishOwnNode). */
   private publishing: Promise<void> = Promise.resolve();
+  /** The Kubernetes watchers; absent when Kubernetes is off. */
+  private kubernetes: AgentKubernetes | undefined;
+  private stopping: Promise<void> | undefined;
 
   private constructor(
     private readonly config: AgentConfig,
@@ -128,7 +135,9 @@ export class Agent {
     /** The node IP: given, the underlay's, or the router address. */
     private readonly nodeIp: string,
     podMtu: number,
+    kubernetes?: AgentKubernetes,
   ) {
+    this.kubernetes = kubernetes;
     const faultPoint = faultPointFromEnv(process.env);
     this.endpointStore = new EndpointStore(join(config.stateDir, 'endpoints'));
     // CIDR identities of policies come with their ipcache entries, so the datapath classifies those ranges.
@@ -168,6 +177,7 @@ export class Agent {
       ready: async () => (await this.backend.status()).connected,
       ...(faultPoint ? { faultPoint } : {}),
       ensureRouterAddress: (family, ip) => this.ensureRouterAddress(family, ip),
+      ...(kubernetes ? { kubernetes } : {}),
     });
   }
 
@@ -190,7 +200,35 @@ export class Agent {
     }
   }
 
-  private static async startOwned(config: AgentConfig, log: Logger, deps: AgentDeps): Promise<Agent> {
+  /**
+   * With Kubernetes on, the watchers come first: this node's Node object
+   * (its pod CIDRs with --ipam kubernetes, its InternalIP as the node IP
+   * when --node-ip is not given) is read before anything else is set up.
+   */
+  private static async startOwned(given: AgentConfig, log: Logger, deps: AgentDeps): Promise<Agent> {
+    let kubernetes: AgentKubernetes | undefined;
+    if (k8sEnabled(k8sConnection(given), deps.kubernetes?.env)) {
+      kubernetes = new AgentKubernetes({
+        config: given,
+        log,
+        // Services and EndpointSlices only where the datapath load-balances.
+        services: deps.datapath ? deps.datapath.loadBalancer !== undefined : given.datapath === 'bpf',
+        ...(deps.kubernetes?.podWaitMs !== undefined ? { podWaitMs: deps.kubernetes.podWaitMs } : {}),
+        ...(deps.kubernetes?.retry ? { retry: deps.kubernetes.retry } : {}),
+      });
+    } else {
+      requireKubernetesForIpam(given, deps.kubernetes?.env);
+    }
+    try {
+      const config = configWithNode(given, await kubernetes?.loadOwnNode());
+      return await Agent.startWith(config, log, deps, kubernetes);
+    } catch (err) {
+      await kubernetes?.stop();
+      throw err;
+    }
+  }
+
+  private static async startWith(config: AgentConfig, log: Logger, deps: AgentDeps, kubernetes: AgentKubernetes | undefined): Promise<Agent> {
     let opened: AgentDatapath | undefined;
     const basics = await nodeBasics(config, deps);
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
@@ -209,7 +247,7 @@ export class Agent {
       await ipcacheSync.start();
       // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.
       opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu, nodeIp: nodeIP });
-      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? opened!.datapath, lease, identities, ipcacheSync, ipcache, nodeIP, basics.podMtu);
+      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? opened!.datapath, lease, identities, ipcacheSync, ipcache, nodeIP, basics.podMtu, kubernetes);
       agent.ownedDatapath = opened;
       created = agent;
       for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
@@ -223,6 +261,9 @@ export class Agent {
       // Services before endpoints: backends keep their IDs (conntrack pins connections to them), and
       // entries of services deleted while the agent was down go before any endpoint is synced.
       await agent.services.restore();
+      // Kubernetes after the stored policies and services, before endpoints: the policies and services
+      // the API server holds are in force when restored endpoints regenerate.
+      await agent.startKubernetes();
       await agent.endpoints.restore({
         lease: (ep) => agent.leaseOf(ep),
         // IPAM may have lost the addresses (a kvstore that lost its latest writes): held for their endpoints again.
@@ -232,6 +273,8 @@ export class Agent {
           for (const a of ep.addresses) await agent.ensureRouterAddress(a.family, a.gateway);
         },
       });
+      // Labels changed while the agent was down (pods relabelled, namespaces too) reach the restored endpoints.
+      await agent.kubernetes?.reconcileEndpoints();
       // Pinned datapath state of endpoints that did not come back goes now (the restored ones are synced).
       await agent.datapath.restoreDone?.(agent.endpoints.list().map((ep) => ({ id: ep.id, hostIfName: ep.hostIfName })));
       // Which backends are local is known now: Local services take it from the endpoints from here on.
@@ -255,11 +298,14 @@ export class Agent {
           routingMode: config.routingMode,
           podMtu: basics.podMtu,
           underlay: underlay && { device: underlay.device, mtu: underlay.mtu },
+          ...(agent.kubernetes ? { kubernetes: { apiServer: agent.kubernetes.status().apiServer, synced: agent.kubernetes.status().synced } } : {}),
         },
         'agent ready',
       );
       return agent;
     } catch (err) {
+      // Stopped first, so they change nothing while the subsystems go (the caller's stop then has nothing left to do).
+      await kubernetes?.stop();
       created?.unsubscribeEndpoints();
       await created?.stopNodes();
       await created?.services.stop();
@@ -269,6 +315,24 @@ export class Agent {
       await backend.close();
       throw err;
     }
+  }
+
+  /**
+   * Hands the watchers the subsystems they change and waits for their first
+   * sync (bounded: past the timeout the agent goes on, /healthz failing until
+   * they are synced). A watcher's relabel replaces an endpoint's k8s labels
+   * and keeps the others (container labels from the runtime).
+   */
+  private async startKubernetes(): Promise<void> {
+    const k8s = this.kubernetes;
+    if (!k8s) return;
+    k8s.bind({
+      endpoints: this.endpoints,
+      policy: this.policy,
+      ...(this.datapath.loadBalancer ? { services: this.services } : {}),
+    });
+    await k8s.start();
+    k8s.followOwnNode(() => this.publishOwnNode('Node addresses changed'));
   }
 
   /** What the API serves, each part a narrow interface over the subsystems. */
@@ -333,6 +397,8 @@ export class Agent {
     const addresses: NodeAddress[] = [
       // 0.0.0.0 stands for "no address yet" (delegated IPAM before its first ADD): nothing to publish.
       ...(this.nodeIp !== '0.0.0.0' ? [{ type: 'InternalIP' as const, ip: this.nodeIp }] : []),
+      // The Node's other addresses (Kubernetes on): after the node IP, which stays the tunnel endpoint.
+      ...registryAddresses(this.kubernetes?.ownNode, this.nodeIp),
       ...[...this.routerAddresses.values()].map((r) => ({ type: 'RouterIP' as const, ip: r.ip })),
     ];
     return {
@@ -539,8 +605,9 @@ export class Agent {
   private async health(): Promise<Health> {
     const kv = await this.backend.status();
     const quarantined = (await this.endpointStore.quarantineHolds()).records;
+    const k8s = this.kubernetes?.status();
     return {
-      status: kv.connected ? 'ok' : 'degraded',
+      status: kv.connected && (k8s === undefined || (k8s.synced && k8s.connected)) ? 'ok' : 'degraded',
       nodeName: this.config.nodeName,
       uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000),
       kvstore: { backend: kv.backend, connected: kv.connected, revision: kv.revision, detail: kv.detail },
@@ -549,6 +616,7 @@ export class Agent {
       ...(this.nodeRegistry ? { nodes: this.nodeRegistry.list().length } : {}),
       ...(quarantined > 0 ? { quarantinedEndpoints: quarantined } : {}),
       ipam: { mode: this.ipam.mode, allocated: (await this.ipam.list()).length },
+      ...(k8s ? { kubernetes: k8s } : {}),
     };
   }
 
@@ -568,9 +636,16 @@ export class Agent {
     return this.publicConfig();
   }
 
-  /** Stops serving; pods keep their network, and state stays for the next start. */
-  async stop(): Promise<void> {
+  /** Stops serving; pods keep their network, and state stays for the next start. A second call waits for the first. */
+  stop(): Promise<void> {
+    this.stopping ??= this.stopOnce();
+    return this.stopping;
+  }
+
+  private async stopOnce(): Promise<void> {
     await this.server?.close();
+    // First: nothing the API server says changes the subsystems while they stop.
+    await this.kubernetes?.stop();
     await this.observability?.stop();
     await this.policyStore.stop();
     this.unsubscribeEndpoints();

@@ -4,14 +4,16 @@
  * camelCase). Apart from main.ts so tests can parse flags without starting
  * an agent.
  */
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { Command, Option } from 'commander';
+import { requireKubernetesForIpam } from './kubernetes.js';
 import { parseKvstoreOpts } from '../kvstore/factory.js';
 import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT, TUNNEL_OVERHEAD } from '../datapath/bpf/constants.js';
 import {
   ConfigError,
   DATAPATH_KINDS,
+  DEFAULT_K8S_SYNC_TIMEOUT_SECONDS,
   defaultConfig,
   IPAM_MODES,
   LB_ALGORITHMS,
@@ -77,6 +79,9 @@ export interface Flags {
   lbMaglevTableSize?: number;
   devices?: string[];
   masquerade?: boolean;
+  k8sKubeconfig?: string;
+  k8sApiServer?: string;
+  k8sSyncTimeout?: number;
   logFile?: string;
   logLevel?: string;
 }
@@ -138,6 +143,9 @@ export function agentCommand(): Command {
     .option('--devices <name[,name]>', 'node devices for NodePort from outside and masquerading (default: every up interface with a global IPv4 address)', list)
     .option('--masquerade', 'masquerade pod traffic leaving the masquerade CIDRs (default)')
     .option('--no-masquerade', 'do not masquerade pod traffic')
+    .option('--k8s-kubeconfig <file>', 'follow this Kubernetes API server (pods, namespaces, nodes, NetworkPolicies, tendril policies, Services, EndpointSlices); default: in-cluster when run in a pod')
+    .option('--k8s-api-server <url>', 'the Kubernetes API server\'s URL, over the kubeconfig\'s or the in-cluster one')
+    .option('--k8s-sync-timeout <s>', `how long start-up waits for the first Kubernetes sync and this node's Node object (default ${DEFAULT_K8S_SYNC_TIMEOUT_SECONDS})`, int('--k8s-sync-timeout'))
     .option('--log-file <path>', 'log to this file instead of stderr')
     .addOption(new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]))
     .exitOverride();
@@ -197,8 +205,16 @@ export async function resolveConfig(flags: Flags): Promise<AgentConfig> {
   };
   const sizeFlags = Object.fromEntries(Object.entries(sizes).filter(([, v]) => v !== undefined));
   if (Object.keys(sizeFlags).length > 0) merged.bpfMapSizes = { ...(fromFile.bpfMapSizes as Record<string, number> | undefined), ...sizeFlags };
+  // Absolute, so GET /config says which file the agent read.
+  set('k8sKubeconfig', flags.k8sKubeconfig === undefined ? undefined : resolve(flags.k8sKubeconfig));
+  set('k8sApiServer', flags.k8sApiServer);
+  set('k8sSyncTimeoutSeconds', flags.k8sSyncTimeout);
   set('logFile', flags.logFile);
   set('logLevel', flags.logLevel);
-  return validateConfig(merged);
+  const config = validateConfig(merged);
+  requireKubernetesForIpam(config);
+  return config;
 }
+
+
 

@@ -67,7 +67,7 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     routing: { mode: config.routingMode, tunnelPort: config.tunnelPort, podMtu: node.podMtu, nodeIp: node.nodeIp },
     ...(config.devices ? { devices: config.devices } : {}),
     // Only host-scope CIDRs are this node's alone: a cluster-wide CIDR routed to tendril_host would drop other nodes' pods.
-    ...(config.ipam === 'host-scope' ? { fallbackRouteCidrs: config.podCidrs } : {}),
+    ...(config.ipam === 'host-scope' || config.ipam === 'kubernetes' ? { fallbackRouteCidrs: config.podCidrs } : {}),
   });
   bpf.attachIpcache(ipcache);
   return { datapath: bpf, close: () => bpf.close() };

@@ -31,13 +31,13 @@ import {
   UndoList,
 } from '../endpoint/index.js';
 import { IdentityError, IdentityErrorCode } from '../identity/index.js';
-import { LabelError } from '../labels/index.js';
+import { LabelError, type LabelSet } from '../labels/index.js';
 import { formatIp, formatPrefix, hostPrefix, ipFamilyOf, parseIp } from '../netip/index.js';
 import { isPolicyError, PolicyErrorCode, PolicyValidationError } from '../policy/index.js';
 import { type Allocation, type Allocator, IpamError, IpamErrorCode } from '../ipam/index.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentConfig } from './config.js';
-import { endpointLabels, labelTextsFromCni, podRefFromArgs } from './endpointLabels.js';
+import { endpointLabels, labelTextsFromCni, type PodRef, podRefFromArgs } from './endpointLabels.js';
 import type { IpamProvider } from './ipamProvider.js';
 
 /** PUT /endpoint/{id}: a pod set up by someone else, to be made an endpoint (the body, and the ID when the path gave a number). */
@@ -202,6 +202,17 @@ export interface CniServiceDeps {
   ensureRouterAddress: (family: 4 | 6, ip: string) => Promise<void>;
   /** Crash-test hook called at each ADD step (see faultPointFromEnv). */
   faultPoint?: (step: string) => void;
+  /** With Kubernetes on: the pods' labels as the API server has them (an ADD naming a pod waits for it). */
+  kubernetes?: PodLabelSource;
+}
+
+/** Pods' labels from the Kubernetes API server (the agent's watchers). */
+export interface PodLabelSource {
+  /** The pod's endpoint labels, waited for up to `podWaitSeconds`; undefined when the pod did not appear. */
+  podLabels(namespace: string, name: string): Promise<LabelSet | undefined>;
+  readonly podWaitSeconds: number;
+  /** The pod's endpoint exists now: labels changed since podLabels() answered are applied to it. */
+  endpointCreated(namespace: string, name: string): void;
 }
 
 /**
@@ -284,7 +295,8 @@ export class CniService {
     const { config, endpoints, log } = this.d;
     const owner = ipamOwner(call.containerId, call.ifName);
     const pod = podRefFromArgs(call.args);
-    const labels = endpointLabels(labelTextsFromCni(call.args, call.conf), pod);
+    // Before anything is allocated or replaced: a pod the API server does not know yet makes the ADD retry.
+    const labels = await this.withPodLabels(endpointLabels(labelTextsFromCni(call.args, call.conf), pod), pod);
     const families = this.d.ipam.families();
     const served = families.length > 0 ? families : ([4] as const);
     // CNI_ARGS IP= (podman --ip, the spec's convention) asks for given addresses; checked
@@ -347,11 +359,29 @@ export class CniService {
         },
         ownerLease([allocator], owner, allocations),
       );
+      if (this.d.kubernetes && pod.namespace && pod.name) this.d.kubernetes.endpointCreated(pod.namespace, pod.name);
       return this.result(call, ep);
     } catch (err) {
       await undo.rollBack();
       throw err;
     }
+  }
+
+  /**
+   * With Kubernetes on, a call naming a pod (namespace and name) gets the
+   * pod's labels from the API server; they win over CNI_ARGS and netconf
+   * labels of the same key, which still add the keys the pod lacks. A pod
+   * that does not appear in time is TRY_AGAIN (CNI 11): the kubelet retries
+   * the sandbox, by when the watch has usually delivered it.
+   */
+  private async withPodLabels(labels: LabelSet, pod: PodRef): Promise<LabelSet> {
+    const k8s = this.d.kubernetes;
+    if (!k8s || !pod.namespace || !pod.name) return labels;
+    const fromApi = await k8s.podLabels(pod.namespace, pod.name);
+    if (!fromApi) {
+      throw new AgentError('TRY_AGAIN', `pod ${pod.namespace}/${pod.name} is not known from the Kubernetes API server (waited ${k8s.podWaitSeconds} s for it among this node's pods); nothing was created, try again`);
+    }
+    return labels.with(fromApi);
   }
 
   /**
@@ -435,8 +465,8 @@ export class CniService {
       });
       if (allocations.length === 0) throw new AgentError('INVALID_REQUEST', 'an endpoint needs at least one address');
       const pod = { ...(req.podNamespace ? { namespace: req.podNamespace } : {}), ...(req.podName ? { name: req.podName } : {}) };
-      const labels = endpointLabels((req.labels ?? []).map((text) => ({ text, from: 'the request\'s labels' })), pod);
-      return this.d.endpoints.adopt(
+      const labels = await this.withPodLabels(endpointLabels((req.labels ?? []).map((text) => ({ text, from: 'the request\'s labels' })), pod), pod);
+      const adopted = await this.d.endpoints.adopt(
         {
           ...(req.id !== undefined ? { id: req.id } : {}),
           containerId: req.containerId,
@@ -452,6 +482,8 @@ export class CniService {
         },
         ownerLease(this.d.ipam.all(), owner, allocations),
       );
+      if (this.d.kubernetes && pod.namespace && pod.name) this.d.kubernetes.endpointCreated(pod.namespace, pod.name);
+      return adopted;
     });
   }
 

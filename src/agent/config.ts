@@ -11,7 +11,10 @@ import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
 
-export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated'] as const;
+/** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */
+export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated', 'kubernetes'] as const;
+/** How long the agent waits for the first sync of the Kubernetes watchers (and its Node) by default. */
+export const DEFAULT_K8S_SYNC_TIMEOUT_SECONDS = 60;
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
 export const DATAPATH_KINDS = ['bpf', 'routing'] as const;
 export const TRACE_LEVELS = ['off', 'new-flows', 'all'] as const;
@@ -98,6 +101,15 @@ export const AgentConfigSchema = z
     traceLevel: z.enum(TRACE_LEVELS),
     /** How the eBPF programs go on pods' devices: tcx links (kernel 6.6+; an RCU grace period per attach) or clsact filters (faster ADD). */
     bpfLxcAttach: z.enum(['tcx', 'clsact']),
+    /** A kubeconfig to reach the Kubernetes API server with; given (or --k8s-api-server, or in-cluster), the agent follows the API server. */
+    k8sKubeconfig: z.string().min(1).optional(),
+    /** The API server's URL, over the kubeconfig's (or the in-cluster) one. */
+    k8sApiServer: z
+      .string()
+      .refine((u) => URL.canParse(u) && /^https?:$/.test(new URL(u).protocol), { message: 'must be an http:// or https:// URL' })
+      .optional(),
+    /** How long start-up waits for the watchers' first sync (and for this node's Node object); past it the agent goes on unsynced. */
+    k8sSyncTimeoutSeconds: z.number().int().min(1).max(3600),
     logFile: absPath.optional(),
     logLevel: z.enum(LOG_LEVELS),
   })
@@ -131,6 +143,7 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode'> {
     lbAlgorithm: 'random',
     lbMaglevTableSize: MAGLEV_DEFAULT_TABLE_SIZE,
     policyEndpointMaxEntries: DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
+    k8sSyncTimeoutSeconds: DEFAULT_K8S_SYNC_TIMEOUT_SECONDS,
     logLevel: 'info',
   };
 }
@@ -149,6 +162,11 @@ export class ConfigError extends CodedError<ConfigErrorCode> {
   constructor(message: string, code: ConfigErrorCode = ConfigErrorCode.INVALID, options?: { cause?: unknown }) {
     super(code, message, options);
   }
+}
+
+/** How the agent reaches the Kubernetes API server, from its configuration (src/k8s's K8sConnectionOptions). */
+export function k8sConnection(config: Pick<AgentConfig, 'k8sKubeconfig' | 'k8sApiServer'>): { kubeconfig?: string; apiServer?: string } {
+  return { ...(config.k8sKubeconfig !== undefined ? { kubeconfig: config.k8sKubeconfig } : {}), ...(config.k8sApiServer !== undefined ? { apiServer: config.k8sApiServer } : {}) };
 }
 
 /** Tunnel with the etcd kvstore (several nodes share it), native with the embedded one (one node). */
@@ -177,6 +195,8 @@ export function validateConfig(raw: unknown): AgentConfig {
   need(c.ipam !== 'host-scope' || c.podCidrs.length > 0, '--ipam host-scope needs --pod-cidr');
   need(c.ipam !== 'cluster-pool' || c.clusterPoolCidrs.length > 0, '--ipam cluster-pool needs --cluster-pool-cidr');
   need(c.ipam !== 'block' || c.poolCidrs.length > 0, '--ipam block needs --pool-cidr');
+  // Whether Kubernetes is on also depends on the environment (in-cluster): resolveConfig and the agent check that.
+  need(c.ipam !== 'kubernetes' || c.podCidrs.length === 0, '--ipam kubernetes takes the pod CIDRs from this node\'s Node object (spec.podCIDRs): leave out --pod-cidr');
   need(
     c.routingMode !== 'tunnel' || c.datapath === 'bpf',
     '--routing-mode tunnel needs --datapath bpf (the overlay is the eBPF datapath\'s); use --routing-mode native with --datapath routing',
@@ -219,6 +239,8 @@ export function masqueradeCidrs(c: AgentConfig): string[] {
   if (c.masqueradeCidrs) return c.masqueradeCidrs;
   switch (c.ipam) {
     case 'host-scope':
+    case 'kubernetes':
+      // kubernetes: the Node's pod CIDRs, which the agent puts in podCidrs before anything uses them.
       return c.podCidrs;
     case 'cluster-pool':
       return c.clusterPoolCidrs;

@@ -34,7 +34,9 @@ export class IpamProvider {
   ) {
     const common = { backend, host: config.nodeName, logger: log };
     switch (config.ipam) {
+      // kubernetes: the agent has put the Node's spec.podCIDRs in podCidrs; from there it is host-scope (router address, allocation, release).
       case 'host-scope':
+      case 'kubernetes':
         this.main = new HostScopeAllocator({ ...common, podCidrs: config.podCidrs.map((cidr) => ({ cidr })) });
         break;
       case 'cluster-pool':

@@ -7,6 +7,8 @@ import { NodeConfigError } from '../node/index.js';
 import { Agent } from './agent.js';
 import { agentCommand, type Flags, resolveConfig } from './agentCli.js';
 import { OwnershipError } from './ownershipError.js';
+import { ConfigError } from './config.js';
+import { K8sConfigError } from '../k8s/index.js';
 
 export { agentCommand, resolveConfig };
 
@@ -47,8 +49,9 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`tendril-agent: ${err.message}\n`);
       return 1;
     }
-    if (err instanceof NodeConfigError) {
-      // A configuration the node cannot run (an MTU above what the underlay carries): said as the config errors are, one line, exit code 2.
+    if (err instanceof NodeConfigError || err instanceof ConfigError || err instanceof K8sConfigError) {
+      // A configuration the node cannot run (an MTU above what the underlay carries, no usable kubeconfig,
+      // --ipam kubernetes on a Node without pod CIDRs): said as the config errors are, one line, exit code 2.
       if (config.logFile) log.fatal({ err: { code: err.code, message: err.message } }, 'not starting');
       log.flush();
       process.stderr.write(`tendril-agent: ${err.message}\n`);

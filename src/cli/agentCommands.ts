@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import type { K8sStatus } from '../api/types.js';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
 import { registerEndpointPolicyCommand } from './policyCommands.js';
@@ -6,8 +7,8 @@ import { registerEndpointPolicyCommand } from './policyCommands.js';
 /** Commands that talk to the local agent: status, endpoints, IPAM. */
 
 export function registerAgentCommands(program: Command): void {
-  withAgentOpts(program.command('status').description('agent health, kvstore, IPAM usage and endpoint count')).action(async (opts: AgentOpts) => {
-    const h = await call(() => client(opts).health());
+  withAgentOpts(program.command('status').description('agent health, kvstore, Kubernetes, IPAM usage and endpoint count')).action(async (opts: AgentOpts) => {
+    const h = await call(() => client(opts).status());
     output(opts, h, () =>
       table([
         ['Agent', `${h.status} (node ${h.nodeName}, up ${h.uptimeSeconds}s)`],
@@ -15,6 +16,7 @@ export function registerAgentCommands(program: Command): void {
         ['IPAM', `${h.ipam.mode}, ${h.ipam.allocated} addresses allocated`],
         ['Endpoints', String(h.endpoints) + (h.quarantinedEndpoints ? ` (${h.quarantinedEndpoints} unreadable record(s) quarantined: see the agent's log)` : '')],
         ...(h.routingMode !== undefined || h.nodes !== undefined ? [['Nodes', `${h.nodes ?? '-'} in the cluster, routing mode ${h.routingMode ?? '-'}`]] : []),
+        ...(h.kubernetes ? [['Kubernetes', kubernetesLine(h.kubernetes)]] : []),
       ]),
     );
     if (h.status !== 'ok') process.exitCode = 1;
@@ -60,6 +62,28 @@ export function registerAgentCommands(program: Command): void {
       ]),
     );
   });
+}
+
+/** "2s ago", "3m ago", "1h ago": how long since an ISO time. */
+function ago(iso: string, now: number): string {
+  const s = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
+  if (s < 120) return `${s}s ago`;
+  if (s < 7200) return `${Math.round(s / 60)}m ago`;
+  return `${Math.round(s / 3600)}h ago`;
+}
+
+/**
+ * One line on the agent's watch of the API server: connected or not, synced
+ * (objects per resource) or which resources are still listing, the last
+ * event, and the last error while disconnected.
+ */
+export function kubernetesLine(k: K8sStatus, now = Date.now()): string {
+  const connection = k.connected ? `connected to ${k.apiServer}` : `DISCONNECTED from ${k.apiServer}`;
+  const pending = k.resources.filter((r) => !r.synced).map((r) => r.resource);
+  const sync = k.synced ? `synced (${k.resources.map((r) => `${r.resource} ${r.objects}`).join(', ')})` : `NOT SYNCED (waiting for ${pending.join(', ') || 'the first list'})`;
+  const last = k.resources.map((r) => r.lastEventAt).filter((t): t is string => t !== undefined).sort().at(-1);
+  const errors = k.connected ? [] : k.resources.filter((r) => r.lastError !== undefined).map((r) => `${r.resource}: ${r.lastError}`);
+  return [connection, sync, ...(last ? [`last event ${ago(last, now)}`] : []), ...(errors.length > 0 ? [`last error ${errors[0]}`] : [])].join(', ');
 }
 
 const repeatable = (v: string, prev: string[] = []) => [...prev, v];

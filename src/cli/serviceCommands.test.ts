@@ -12,7 +12,7 @@ import { run } from '../../test/support/run.js';
 import type { ServiceStatus } from '../service/types.js';
 import { type ServiceApiServer, startServiceApiServer } from '../agent/testing/serviceApiServer.js';
 import { CliError } from './cliError.js';
-import { parseBackends, serviceBodyFromFlags } from './serviceCommands.js';
+import { parseBackends, serviceBodyFromFlags, serviceTable } from './serviceCommands.js';
 import { CLI_MAIN, runCli } from './testing/cliProcess.js';
 
 const tendril = runCli;
@@ -54,9 +54,23 @@ describe('argument checks (no agent needed)', () => {
       flags: { type: 'NodePort', trafficPolicy: 'Local', sessionAffinity: true, sessionAffinityTimeout: 60 },
     });
     assert.deepEqual(serviceBodyFromFlags({ frontend: '10.96.0.1:443' }).flags, { type: 'ClusterIP' });
+    assert.deepEqual(serviceBodyFromFlags({ frontend: '10.96.0.1:443', internalTrafficPolicy: 'local' }).flags, { type: 'ClusterIP', internalTrafficPolicy: 'Local' });
+    assert.throws(() => serviceBodyFromFlags({ frontend: '10.96.0.1:443', internalTrafficPolicy: 'Node' }), /--internal-traffic-policy must be one of Cluster, Local/);
     assert.throws(() => serviceBodyFromFlags({ frontend: '10.96.0.1:443', protocol: 'sctp' }), /--protocol must be one of TCP, UDP/);
     assert.throws(() => serviceBodyFromFlags({ frontend: '10.96.0.1:443', type: 'Headless' }), /--type must be one of ClusterIP, NodePort, ExternalIPs, LoadBalancer/);
     assert.throws(() => serviceBodyFromFlags({}), /give --frontend/);
+  });
+
+  test('the table names the traffic policies that are Local', () => {
+    const row: ServiceStatus = {
+      id: 40000,
+      'frontend-address': { ip: '0.0.0.0', port: 30080, protocol: 'TCP' },
+      'backend-addresses': [],
+      flags: { type: 'NodePort', trafficPolicy: 'Local', internalTrafficPolicy: 'Local', sessionAffinity: false, sessionAffinityTimeout: 10800 },
+      realized: true,
+    };
+    assert.match(serviceTable([row]), /\n40000\s+0\.0\.0\.0:30080\/TCP\s+NodePort \(Local, internal Local\)\s+\(no backends\)\n/);
+    assert.match(serviceTable([{ ...row, flags: { ...row.flags, trafficPolicy: 'Cluster' } }]), /NodePort \(internal Local\)/);
   });
 
   test('the CLI refuses bad arguments with exit code 1 before calling the agent', async () => {
@@ -108,7 +122,7 @@ describe('tendril service', () => {
     assert.equal(r.code, 0, r.stderr);
     const status = JSON.parse(r.stdout) as ServiceStatus;
     assert.equal(status.id, 11);
-    assert.deepEqual(status.flags, { type: 'NodePort', trafficPolicy: 'Local', sessionAffinity: true, sessionAffinityTimeout: 60 });
+    assert.deepEqual(status.flags, { type: 'NodePort', trafficPolicy: 'Local', internalTrafficPolicy: 'Cluster', sessionAffinity: true, sessionAffinityTimeout: 60 });
     const { id: _id, ...withoutId } = body;
     const viaStdin = await run([process.execPath, CLI_MAIN, 'service', 'upsert', '--id', '12', '-f', '-', '--socket', sock], {
       input: JSON.stringify({ ...withoutId, 'frontend-address': { ip: '0.0.0.0', port: 30054, protocol: 'TCP' } }),

@@ -62,6 +62,7 @@ export interface UpsertFlags {
   backends?: string;
   type?: string;
   trafficPolicy?: string;
+  internalTrafficPolicy?: string;
   sessionAffinity?: boolean;
   sessionAffinityTimeout?: string;
 }
@@ -72,6 +73,7 @@ const SPEC_FLAGS: Array<[keyof UpsertFlags, string]> = [
   ['backends', '--backends'],
   ['type', '--type'],
   ['trafficPolicy', '--traffic-policy'],
+  ['internalTrafficPolicy', '--internal-traffic-policy'],
   ['sessionAffinity', '--session-affinity'],
   ['sessionAffinityTimeout', '--session-affinity-timeout'],
 ];
@@ -86,6 +88,7 @@ export function serviceBodyFromFlags(o: UpsertFlags): ServiceBody {
     flags: {
       type: oneOf(o.type ?? 'ClusterIP', SERVICE_TYPES, '--type'),
       ...(o.trafficPolicy !== undefined ? { trafficPolicy: oneOf(o.trafficPolicy, TRAFFIC_POLICIES, '--traffic-policy') } : {}),
+      ...(o.internalTrafficPolicy !== undefined ? { internalTrafficPolicy: oneOf(o.internalTrafficPolicy, TRAFFIC_POLICIES, '--internal-traffic-policy') } : {}),
       ...(o.sessionAffinity ? { sessionAffinity: true } : {}),
       ...(o.sessionAffinityTimeout !== undefined ? { sessionAffinityTimeout: wholeNumber(o.sessionAffinityTimeout, '--session-affinity-timeout', 1, 86400) } : {}),
     },
@@ -120,7 +123,11 @@ export async function upsertRequest(o: UpsertFlags): Promise<{ id: number; body:
 }
 
 function typeText(s: ServiceRow): string {
-  const extra = [...(s.flags.trafficPolicy === 'Local' ? ['Local'] : []), ...(s.flags.sessionAffinity ? [`affinity ${s.flags.sessionAffinityTimeout}s`] : [])];
+  const extra = [
+    ...(s.flags.trafficPolicy === 'Local' ? ['Local'] : []),
+    ...(s.flags.internalTrafficPolicy === 'Local' ? ['internal Local'] : []),
+    ...(s.flags.sessionAffinity ? [`affinity ${s.flags.sessionAffinityTimeout}s`] : []),
+  ];
   return extra.length === 0 ? s.flags.type : `${s.flags.type} (${extra.join(', ')})`;
 }
 
@@ -162,7 +169,8 @@ export function registerServiceCommands(program: Command): void {
     .option('--protocol <tcp|udp>', 'frontend protocol (default tcp)')
     .option('--backends <list>', 'backends: ip:port[@weight][=state],… (state active, terminating, quarantined, maintenance)')
     .option('--type <type>', 'ClusterIP (default), NodePort, ExternalIPs or LoadBalancer')
-    .option('--traffic-policy <policy>', 'Cluster (default) or Local')
+    .option('--traffic-policy <policy>', 'externalTrafficPolicy: Cluster (default) or Local')
+    .option('--internal-traffic-policy <policy>', 'internalTrafficPolicy: Cluster (default) or Local')
     .option('--session-affinity', 'ClientIP session affinity')
     .option('--session-affinity-timeout <seconds>', 'session affinity timeout (default 10800)')
     .action(async (opts: AgentOpts & UpsertFlags) => {

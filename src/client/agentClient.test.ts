@@ -53,6 +53,9 @@ after(async () => {
 test('every client method works against the agent, and every answer matches the document', async () => {
   const health = await client.health();
   assert.equal(health.status, 'ok');
+  const status = await client.status();
+  assert.equal(status.nodeName, health.nodeName);
+  assert.equal(status.kubernetes, undefined, 'Kubernetes is off');
   assert.equal((await client.getConfig()).nodeName, 'tdl-client');
   assert.equal((await client.patchConfig({ ipamExpirationMs: 30_000 })).ipamExpirationMs, 30_000);
 

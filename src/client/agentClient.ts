@@ -147,9 +147,14 @@ export class AgentClient {
     throw CniError.fromJson(parsed) ?? new Error(`agent answered exit code 1 without a CNI error: ${text.slice(0, 200)}`);
   }
 
-  /** GET /healthz. */
+  /** GET /healthz: rejects with 503 NOT_READY while Kubernetes is on and not synced yet. */
   health(): Promise<ResponseBody<'getHealthz', 200>> {
     return this.request('GET', '/healthz');
+  }
+
+  /** GET /status: the same state as /healthz, answered also while Kubernetes is not synced. */
+  status(): Promise<ResponseBody<'getStatus', 200>> {
+    return this.request('GET', '/status');
   }
 
   getConfig(): Promise<ResponseBody<'getConfig', 200>> {
@@ -311,6 +316,7 @@ export class AgentClient {
 /** The client method of each operation of api/openapi.yaml; a test checks it against the document both ways. */
 export const CLIENT_METHODS = {
   getHealthz: 'health',
+  getStatus: 'status',
   getConfig: 'getConfig',
   patchConfig: 'patchConfig',
   listIpam: 'listIpam',

@@ -184,7 +184,11 @@ export interface LbServiceEntry {
    * With `localTraffic`, only this node's.
    */
   backendIds: number[];
-  /** With `localTraffic`: every backend, for traffic from inside the node (internal scope). */
+  /**
+   * The internal scope, for traffic from inside the node, when it differs from
+   * the external one (externalTrafficPolicy and internalTrafficPolicy differ):
+   * every backend, or only this node's.
+   */
   internalBackendIds?: number[];
   /** With --lb-algorithm maglev: the table (backend ID per slot) over `backendIds`. */
   maglevTable?: Uint32Array;

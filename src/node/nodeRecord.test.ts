@@ -31,7 +31,7 @@ describe('node record codec', () => {
       ['null', /record/],
       [JSON.stringify({ ...good, name: 'a/b' }), /name/],
       [JSON.stringify({ ...good, podCidrs: ['10.0.0.1/8'] }), /podCidrs/],
-      [JSON.stringify({ ...good, addresses: [{ type: 'ExternalIP', ip: '1.2.3.4' }] }), /addresses/],
+      [JSON.stringify({ ...good, addresses: [{ type: 'Hostname', ip: '1.2.3.4' }] }), /addresses/],
       [JSON.stringify({ ...good, routingMode: 'geneve' }), /routingMode/],
       [JSON.stringify({ ...good, tunnel: { protocol: 'vxlan', port: 70000 } }), /tunnel/],
       [JSON.stringify({ ...good, startedAt: 'yesterday' }), /startedAt/],

@@ -31,7 +31,7 @@ const cidrText = z.string().refine((s) => tryParsePrefix(s) !== undefined, 'not 
 const NodeRecordSchema = z
   .object({
     name: z.string().regex(NODE_NAME, 'not a DNS-style node name'),
-    addresses: z.array(z.object({ type: z.enum(['InternalIP', 'RouterIP']), ip: ipText })).max(MAX_ADDRESSES),
+    addresses: z.array(z.object({ type: z.enum(['InternalIP', 'ExternalIP', 'RouterIP']), ip: ipText })).max(MAX_ADDRESSES),
     podCidrs: z.array(cidrText).max(MAX_POD_CIDRS),
     routingMode: z.enum(['tunnel', 'native']),
     tunnel: z.object({ protocol: z.enum(TUNNEL_PROTOCOLS), port: z.number().int().min(1).max(65535) }).optional(),

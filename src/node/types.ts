@@ -16,9 +16,11 @@ export interface NodeAddress {
    * `InternalIP`: the underlay address other nodes reach it at (the first
    * IPv4 one is the tunnel endpoint / native next hop);
    * `RouterIP`: its router address in its pod CIDR (Cilium's CiliumInternalIP),
-   * the source of its own traffic to pods.
+   * the source of its own traffic to pods;
+   * `ExternalIP`: an address of the node's Kubernetes Node object reachable
+   * from outside the cluster (informational: never a tunnel endpoint).
    */
-  type: 'InternalIP' | 'RouterIP';
+  type: 'InternalIP' | 'ExternalIP' | 'RouterIP';
   ip: string;
 }
 

@@ -40,6 +40,7 @@ import {
   type IdentitySelector,
 } from './selector.js';
 import type { ProtocolName } from './types.js';
+import { stripUnsupportedFields, type StrippedDocument } from './unsupportedFields.js';
 
 /** Namespace labels are part of a pod's identity under this prefix (namespaceSelector matches them). */
 export const NAMESPACE_LABEL_PREFIX = 'io.tendril.k8s.namespace.labels.';
@@ -67,9 +68,11 @@ class DocumentContext {
     this.issues.push({ document: this.document, path: formatPath([...this.base, ...path]), message });
   }
 
-  zodIssues(error: z.ZodError): void {
+  /** `skip` drops issues that follow from a problem already reported (a field missing because it was refused). */
+  zodIssues(error: z.ZodError, skip: (path: readonly PathSeg[]) => boolean = () => false): void {
     for (const i of error.issues) {
       const path = i.path.filter((p): p is PathSeg => typeof p !== 'symbol');
+      if (skip(path)) continue;
       if (i.code === 'unrecognized_keys') {
         for (const k of i.keys) this.issue([...path, k], 'unknown field');
       } else {
@@ -379,6 +382,15 @@ function flatten(document: number, value: unknown, base: PathSeg[], out: RawDocu
   }
 }
 
+/** A required field absent from an object that lost a refused field (a CIDR rule that had only cidrGroupRef). */
+function missingAfterRefusal(stripped: StrippedDocument, path: readonly PathSeg[]): boolean {
+  const parent = path.slice(0, -1);
+  if (!stripped.strippedObjects.some((o) => o.length === parent.length && o.every((seg, i) => seg === parent[i]))) return false;
+  let v: unknown = stripped.value;
+  for (const seg of path) v = isRecord(v) || Array.isArray(v) ? (v as Record<PathSeg, unknown>)[seg] : undefined;
+  return v === undefined;
+}
+
 function translateDocument(raw: RawDocument, issues: PolicyIssue[]): Policy | undefined {
   const ctx = new DocumentContext(raw.document, raw.base, issues);
   const before = issues.length;
@@ -393,8 +405,11 @@ function translateDocument(raw: RawDocument, issues: PolicyIssue[]): Policy | un
     if (!r.success) ctx.zodIssues(r.error);
     else translated = translateK8s(ctx, r.data);
   } else if (typeof kind === 'string' && /NetworkPolicy$/.test(kind) && kind !== 'NetworkPolicy') {
-    const r = tendrilPolicySchema.safeParse(raw.value);
-    if (!r.success) ctx.zodIssues(r.error);
+    // Cilium fields tendril does not enforce get their own message; the rest of the document is still checked.
+    const stripped = stripUnsupportedFields(raw.value);
+    for (const f of stripped.refused) ctx.issue(f.path, f.message);
+    const r = tendrilPolicySchema.safeParse(stripped.value);
+    if (!r.success) ctx.zodIssues(r.error, (path) => missingAfterRefusal(stripped, path));
     else translated = translateTendril(ctx, r.data);
   } else {
     ctx.issue(

@@ -240,6 +240,46 @@ describe('ServiceManager', () => {
     assert.deepEqual(lb.services.get(3)!.backendIds, []);
   });
 
+  it('keeps traffic from inside the node on its backends with internalTrafficPolicy Local, following endpoints', async () => {
+    const m = make();
+    await m.restore();
+    await m.endpointsRestored();
+    local.add('10.0.0.2');
+    const cip = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1'), be('10.0.0.2')], { internalTrafficPolicy: 'Local' }));
+    const [c1, c2] = cip.service['backend-addresses'].map((b) => b.id);
+    assert.deepEqual(m.get(1)!.flags, { type: 'ClusterIP', trafficPolicy: 'Cluster', internalTrafficPolicy: 'Local', sessionAffinity: false, sessionAffinityTimeout: 10800 });
+    assert.deepEqual(lb.services.get(1)!.backendIds, [c2]);
+    assert.equal(lb.services.get(1)!.internalBackendIds, undefined, 'a ClusterIP has one scope');
+    const np: ServiceSpec = { 'frontend-address': { ip: '0.0.0.0', port: 30080, protocol: 'TCP' }, 'backend-addresses': [be('10.0.0.1'), be('10.0.0.2')], flags: { type: 'NodePort', internalTrafficPolicy: 'Local' } };
+    await m.upsert(2, np);
+    assert.deepEqual(lb.services.get(2)!.backendIds, [c1, c2], 'from outside: every backend');
+    assert.deepEqual(lb.services.get(2)!.internalBackendIds, [c2], 'from inside: this node\'s');
+    assert.equal(lb.services.get(2)!.localTraffic, false);
+    local.clear();
+    await m.localityChanged();
+    assert.deepEqual(lb.services.get(1)!.backendIds, [], 'no local backend: the datapath drops (NO_SERVICE)');
+    assert.deepEqual(lb.services.get(2)!.internalBackendIds, []);
+    assert.deepEqual(lb.services.get(2)!.backendIds, [c1, c2]);
+    local.add('10.0.0.1');
+    await m.localityChanged();
+    assert.deepEqual(lb.services.get(1)!.backendIds, [c1]);
+    assert.deepEqual(lb.services.get(2)!.internalBackendIds, [c1]);
+    // Both Local: one scope, this node's backends.
+    await m.upsert(2, { ...np, flags: { type: 'NodePort', trafficPolicy: 'Local', internalTrafficPolicy: 'Local' } });
+    assert.deepEqual(lb.services.get(2)!.backendIds, [c1]);
+    assert.equal(lb.services.get(2)!.internalBackendIds, undefined);
+    assert.equal(lb.services.get(2)!.localTraffic, true);
+    // Back to Cluster: locality no longer matters.
+    await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1'), be('10.0.0.2')]));
+    assert.deepEqual(lb.services.get(1)!.backendIds, [c1, c2]);
+    // The policy is persisted: a restart brings it back as it was.
+    lb = new FakeLoadBalancer();
+    const m2 = make();
+    await m2.restore();
+    assert.equal(m2.get(2)!.flags.internalTrafficPolicy, 'Local');
+    assert.deepEqual(lb.services.get(2)!.backendIds, [c1]);
+  });
+
   it('gives a Maglev table over the selectable backends with --lb-algorithm maglev', async () => {
     const m = make({ algorithm: 'maglev', maglevTableSize: 251 });
     const r = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1'), be('10.0.0.2', { weight: 2 }), be('10.0.0.3', { state: 'terminating' })]));

@@ -13,7 +13,7 @@ import type { Logger } from '../logging/logger.js';
 import { BackendRegistry, type RefChange } from './backendRegistry.js';
 import { ServiceError, ServiceErrorCode } from './errors.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE } from './maglev.js';
-import { isLocalTraffic, keyOfBackend, renderService, type RenderContext } from './render.js';
+import { dependsOnLocality, keyOfBackend, renderService, type RenderContext } from './render.js';
 import { SERVICE_RECORD_VERSION, type ServiceStore, type StoredService } from './serviceStore.js';
 import type { LbAlgorithm, ServiceApi, ServiceSpec, ServiceStatus } from './types.js';
 import { frontendKey, type NormalizedService, sameService, validateServiceId, validateServiceSpec } from './validate.js';
@@ -26,7 +26,7 @@ export interface ServiceManagerOptions {
   /** `random` unless given. */
   algorithm?: LbAlgorithm;
   maglevTableSize?: number;
-  /** This node's endpoint addresses: a backend there is local (externalTrafficPolicy Local). */
+  /** This node's endpoint addresses: a backend there is local (external or internal traffic policy Local). */
   localAddresses?: () => Iterable<string>;
   /** This node's own addresses: a NodePort frontend other than 0.0.0.0 must be one. */
   nodeAddresses?: () => Iterable<string>;
@@ -239,8 +239,8 @@ export class ServiceManager implements ServiceApi {
   }
 
   /**
-   * An endpoint came or went: services with externalTrafficPolicy Local (and
-   * any not realized) are rendered again. Calls in a burst coalesce into one pass.
+   * An endpoint came or went: services with an external or internal traffic
+   * policy Local (and any not realized) are rendered again. Calls in a burst coalesce into one pass.
    */
   localityChanged(): Promise<void> {
     if (!this.#liveLocality || !this.o.loadBalancer) return Promise.resolve();
@@ -463,7 +463,7 @@ export class ServiceManager implements ServiceApi {
     await this.#retryBackendDeletes(lb);
     const local = this.#localSet();
     for (const s of this.#services.values()) {
-      if (!isLocalTraffic(s.spec) && s.realized) continue;
+      if (!dependsOnLocality(s.spec) && s.realized) continue;
       const nowLocal = new Set(s.keys.filter((k) => this.#isLocal(s, k, local)));
       const localChanged = nowLocal.size !== s.local.size || [...nowLocal].some((k) => !s.local.has(k));
       // The entry is a function of the spec, the IDs and locality: unchanged locality, unchanged entry.

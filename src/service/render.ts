@@ -35,21 +35,47 @@ export function isLocalTraffic(svc: NormalizedService): boolean {
   return svc.flags.trafficPolicy === 'Local' && svc.flags.type !== 'ClusterIP';
 }
 
+/** Whether internalTrafficPolicy Local changes the entries: traffic from the node's pods and the node itself. */
+export function isLocalInternalTraffic(svc: NormalizedService): boolean {
+  return svc.flags.internalTrafficPolicy === 'Local';
+}
+
+/** Whether the entry changes when endpoints come to or leave this node. */
+export function dependsOnLocality(svc: NormalizedService): boolean {
+  return isLocalTraffic(svc) || isLocalInternalTraffic(svc);
+}
+
+/**
+ * The datapath has one list of backends per scope: EXTERNAL (traffic from
+ * outside the node, and from inside when there is no INTERNAL scope) and
+ * INTERNAL. A ClusterIP takes no traffic from outside, so its one scope
+ * follows internalTrafficPolicy; other types get a second scope only when
+ * the two policies differ. A Local scope lists this node's backends, chosen
+ * among them as among all (active ones, else the terminating ones), as
+ * kube-proxy does: a local terminating backend serves before traffic is
+ * dropped for want of a local one. An empty Local scope drops new
+ * connections (NO_SERVICE), never sends them off the node.
+ */
 export function renderService(svc: NormalizedService, ctx: RenderContext): LbServiceEntry {
-  const selectable = selectableBackends(svc.backends);
-  const localTraffic = isLocalTraffic(svc);
-  const external = localTraffic ? selectable.filter((b) => ctx.isLocal(keyOfBackend(svc, b))) : selectable;
+  const cluster = selectableBackends(svc.backends);
+  let localCache: NormalizedBackend[] | undefined;
+  const local = () => (localCache ??= selectableBackends(svc.backends.filter((b) => ctx.isLocal(keyOfBackend(svc, b)))));
+  const externalLocal = isLocalTraffic(svc);
+  const internalLocal = isLocalInternalTraffic(svc);
+  const external = (svc.flags.type === 'ClusterIP' ? internalLocal : externalLocal) ? local() : cluster;
+  const twoScopes = svc.flags.type !== 'ClusterIP' && externalLocal !== internalLocal;
+  const ids = (list: readonly NormalizedBackend[]) => list.map((b) => ctx.idOf(keyOfBackend(svc, b)));
   const entry: LbServiceEntry = {
     id: svc.id,
     address: svc.frontend.ip,
     port: svc.frontend.port,
     protocol: svc.frontend.protocol,
     type: svc.flags.type,
-    localTraffic,
+    localTraffic: externalLocal,
     affinityTimeoutSec: svc.flags.sessionAffinity ? svc.flags.sessionAffinityTimeout : 0,
-    backendIds: external.map((b) => ctx.idOf(keyOfBackend(svc, b))),
+    backendIds: ids(external),
   };
-  if (localTraffic) entry.internalBackendIds = selectable.map((b) => ctx.idOf(keyOfBackend(svc, b)));
+  if (twoScopes) entry.internalBackendIds = ids(internalLocal ? local() : cluster);
   if (ctx.algorithm === 'maglev' && external.length > 0) {
     entry.maglevTable = buildMaglevTable(
       external.map((b) => {

@@ -29,6 +29,12 @@ export interface ServiceFlags {
   type: ServiceType;
   /** externalTrafficPolicy: `Local` keeps traffic from outside the node on this node's backends (and its source address). Default `Cluster`. */
   trafficPolicy?: TrafficPolicy;
+  /**
+   * internalTrafficPolicy: `Local` keeps traffic from inside the node (its
+   * pods, the node itself) on this node's backends; with none here it is
+   * dropped, as Kubernetes does. Default `Cluster`.
+   */
+  internalTrafficPolicy?: TrafficPolicy;
   /** ClientIP session affinity. Default false. */
   sessionAffinity?: boolean;
   /** Seconds, 1..86400; default 10800 (Kubernetes'). */

@@ -24,7 +24,7 @@ describe('validateServiceSpec', () => {
       id: 7,
       frontend: { ip: '10.96.0.10', port: 80, protocol: 'TCP' },
       backends: [{ ip: '10.0.0.5', port: 8080, weight: 1, state: 'active' }],
-      flags: { type: 'ClusterIP', trafficPolicy: 'Cluster', sessionAffinity: false, sessionAffinityTimeout: 10800 },
+      flags: { type: 'ClusterIP', trafficPolicy: 'Cluster', internalTrafficPolicy: 'Cluster', sessionAffinity: false, sessionAffinityTimeout: 10800 },
     });
   });
 
@@ -42,6 +42,9 @@ describe('validateServiceSpec', () => {
       }),
       edit((b) => (b.flags = { type: 'ExternalIPs', trafficPolicy: 'Local', sessionAffinity: true, sessionAffinityTimeout: 1 })),
       edit((b) => (b.flags = { type: 'LoadBalancer', sessionAffinityTimeout: 86400 })),
+      // internalTrafficPolicy concerns the node's own traffic, which a ClusterIP has.
+      edit((b) => (b.flags = { type: 'ClusterIP', internalTrafficPolicy: 'Local' })),
+      edit((b) => (b.flags = { type: 'LoadBalancer', trafficPolicy: 'Local', internalTrafficPolicy: 'Local' })),
       edit((b) => (b['backend-addresses'] = ['active', 'terminating', 'quarantined', 'maintenance'].map((state, i) => ({ ip: `10.0.0.${i + 1}`, port: 1, state, weight: i === 0 ? 0 : 65535 })))),
       edit((b) => (b['backend-addresses'] = [])),
       edit((b) => (b.id = 7)),
@@ -83,6 +86,7 @@ describe('validateServiceSpec', () => {
     ['type', edit((b) => (b.flags.type = 'ExternalName')), /^flags\.type: must be one of ClusterIP, NodePort, ExternalIPs, LoadBalancer/],
     ['no flags', edit((b) => delete b.flags), /^flags:/],
     ['traffic policy', edit((b) => (b.flags.trafficPolicy = 'local')), /^flags\.trafficPolicy: must be one of Cluster, Local/],
+    ['internal traffic policy', edit((b) => (b.flags.internalTrafficPolicy = 'Node')), /^flags\.internalTrafficPolicy: must be one of Cluster, Local/],
     ['Local on ClusterIP', edit((b) => (b.flags.trafficPolicy = 'Local')), /^flags\.trafficPolicy: Local applies to NodePort/],
     ['affinity not boolean', edit((b) => (b.flags.sessionAffinity = 'yes')), /^flags\.sessionAffinity:/],
     ['affinity timeout 0', edit((b) => (b.flags.sessionAffinityTimeout = 0)), /^flags\.sessionAffinityTimeout: must be a whole number 1\.\.86400/],

@@ -148,14 +148,15 @@ function backends(v: unknown): NormalizedBackend[] {
 function flags(v: unknown): Required<ServiceFlags> {
   const field = 'flags';
   if (!isObject(v)) throw invalid(`${field}: must be an object with at least type`);
-  refuseUnknown(v, field, ['type', 'trafficPolicy', 'sessionAffinity', 'sessionAffinityTimeout']);
+  refuseUnknown(v, field, ['type', 'trafficPolicy', 'internalTrafficPolicy', 'sessionAffinity', 'sessionAffinityTimeout']);
   const type = oneOf(v.type, `${field}.type`, SERVICE_TYPES);
   const trafficPolicy = v.trafficPolicy === undefined ? 'Cluster' : oneOf(v.trafficPolicy, `${field}.trafficPolicy`, TRAFFIC_POLICIES);
   // Kubernetes' externalTrafficPolicy: traffic of a ClusterIP never comes from outside the node's pods.
   if (trafficPolicy === 'Local' && type === 'ClusterIP') throw invalid(`${field}.trafficPolicy: Local applies to NodePort, ExternalIPs and LoadBalancer services, not ClusterIP`);
+  const internalTrafficPolicy = v.internalTrafficPolicy === undefined ? 'Cluster' : oneOf(v.internalTrafficPolicy, `${field}.internalTrafficPolicy`, TRAFFIC_POLICIES);
   if (v.sessionAffinity !== undefined && typeof v.sessionAffinity !== 'boolean') throw invalid(`${field}.sessionAffinity: must be true or false, got ${JSON.stringify(v.sessionAffinity)}`);
   const sessionAffinityTimeout = v.sessionAffinityTimeout === undefined ? DEFAULT_AFFINITY_TIMEOUT : integerIn(v.sessionAffinityTimeout, `${field}.sessionAffinityTimeout`, 1, MAX_AFFINITY_TIMEOUT);
-  return { type, trafficPolicy, sessionAffinity: v.sessionAffinity === true, sessionAffinityTimeout };
+  return { type, trafficPolicy, internalTrafficPolicy, sessionAffinity: v.sessionAffinity === true, sessionAffinityTimeout };
 }
 
 /**

@@ -8,6 +8,7 @@ import {
   type ConfigPatch,
   type EndpointAdoptionBody,
   type Health,
+  type K8sStatus,
   type LabelsPatch,
   type PathParams,
   type PolicyImport,
@@ -97,8 +98,9 @@ export interface IpcacheApi {
   list(): IpcacheEntry[];
 }
 
-/** /healthz and /config. */
+/** /healthz, /status and /config. */
 export interface HealthApi {
+  /** The agent's state; with `kubernetes` not synced, /healthz answers 503 with it and /status 200. */
   health(): Promise<Health>;
   config(): AgentConfigView;
   patchConfig(patch: ConfigPatch): AgentConfigView;
@@ -138,6 +140,12 @@ function endpointRef(endpoints: EndpointApi, ref: string): EndpointStatus {
   const ep = endpoints.lookup(ref);
   if (!ep) throw new AgentError('NOT_FOUND', `endpoint ${ref} not found`);
   return ep;
+}
+
+/** Which resources a not yet synced Kubernetes watch still lists. */
+export function k8sNotSyncedMessage(k: K8sStatus): string {
+  const pending = k.resources.filter((r) => !r.synced).map((r) => r.resource);
+  return `Kubernetes not synced yet (API server ${k.apiServer}${k.connected ? '' : ', not connected'}): ${pending.length > 0 ? pending.join(', ') : 'no resource listed yet'}`;
 }
 
 const servedByApp = new WeakMap<FastifyInstance, ServedRoute[]>();
@@ -229,7 +237,13 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     return reply.status(404).send(e.toResponse());
   });
 
-  app.get('/v1/healthz', async (): Promise<ResponseBody<'getHealthz', 200>> => health.health());
+  app.get('/v1/healthz', async (): Promise<ResponseBody<'getHealthz', 200>> => {
+    const h = await health.health();
+    // Before the first sync the agent would enforce an incomplete picture of the cluster: not healthy yet.
+    if (h.kubernetes && !h.kubernetes.synced) throw new AgentError('NOT_READY', k8sNotSyncedMessage(h.kubernetes));
+    return h;
+  });
+  app.get('/v1/status', async (): Promise<ResponseBody<'getStatus', 200>> => health.health());
 
   app.get('/v1/config', async (): Promise<ResponseBody<'getConfig', 200>> => health.config());
   app.patch('/v1/config', async (req): Promise<ResponseBody<'patchConfig', 200>> => health.patchConfig(req.body as ConfigPatch));

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { FakeDatapath } from '../../datapath/fake/fakeDatapath.js';
 import { createLogger, type Logger } from '../../logging/logger.js';
-import { Agent } from '../agent.js';
+import { Agent, type AgentDeps } from '../agent.js';
 import { type AgentConfig, defaultConfig, validateConfig } from '../config.js';
 import { NetnsNodeLock } from '../nodeLock.js';
 import type { Underlay } from '../../datapath/linux/underlay.js';
@@ -31,6 +31,8 @@ export interface FakeNodeExtras {
   config?: Partial<AgentConfig>;
   /** Default none (the fake node has no underlay: the MTU is the mode's default, the node IP its router address). */
   underlay?: Underlay;
+  /** Kubernetes knobs (the pod wait of an ADD, the watchers' back-off, the environment); the connection is config's k8sKubeconfig. */
+  kubernetes?: AgentDeps['kubernetes'];
 }
 
 /** An etcd for the fake node's kvstore instead of the embedded store (several fake nodes on one etcd make a cluster). */
@@ -58,14 +60,19 @@ export async function startFakeNodeAgent(opts: { nodeName: string; podCidr: stri
     ...(opts.policyEndpointMaxEntries !== undefined ? { policyEndpointMaxEntries: opts.policyEndpointMaxEntries } : {}),
     ...opts.config,
   });
-  return startOn(dir, config, datapath, opts.logger ?? createLogger(opts.nodeName, process.env.TENDRIL_LOG_LEVEL ?? 'silent'), opts.underlay);
+  return startOn(dir, config, datapath, opts.logger ?? createLogger(opts.nodeName, process.env.TENDRIL_LOG_LEVEL ?? 'silent'), opts.underlay, opts.kubernetes);
 }
 
-async function startOn<D extends FakeDatapath>(dir: string, config: AgentConfig, datapath: D, logger: Logger, underlay?: Underlay): Promise<FakeNodeAgent<D>> {
+async function startOn<D extends FakeDatapath>(dir: string, config: AgentConfig, datapath: D, logger: Logger, underlay?: Underlay, kubernetes?: AgentDeps['kubernetes']): Promise<FakeNodeAgent<D>> {
   let agent: Agent;
   try {
     // Fake nodes share this process's network namespace: each gets a node lock name of its own.
-    agent = await Agent.start(config, logger, { datapath, nodeLock: new NetnsNodeLock({ name: `tendril-agent-fake-${basename(dir)}` }), ...(underlay ? { underlay } : {}) });
+    agent = await Agent.start(config, logger, {
+      datapath,
+      nodeLock: new NetnsNodeLock({ name: `tendril-agent-fake-${basename(dir)}` }),
+      ...(underlay ? { underlay } : {}),
+      ...(kubernetes ? { kubernetes } : {}),
+    });
   } catch (err) {
     await rm(dir, { recursive: true, force: true });
     throw err;
@@ -84,7 +91,7 @@ async function startOn<D extends FakeDatapath>(dir: string, config: AgentConfig,
     restart: async (between, opts = {}) => {
       await agent.stop();
       await between?.();
-      return startOn(dir, config, datapath, opts.logger ?? logger, underlay);
+      return startOn(dir, config, datapath, opts.logger ?? logger, underlay, kubernetes);
     },
   };
 }

@@ -1,0 +1,57 @@
+import { CodedError } from '../errors/codedError.js';
+
+/** Kubernetes watcher error codes with stable names. */
+export const K8sErrorCode = {
+  /** No usable kubeconfig or in-cluster service account; the message says what is missing. */
+  CONFIG: 'K8S_CONFIG',
+  /** The informers did not all finish their first list in time. */
+  SYNC_TIMEOUT: 'K8S_SYNC_TIMEOUT',
+  /** This node's Node object did not appear in time. */
+  NODE_TIMEOUT: 'K8S_NODE_TIMEOUT',
+  /** The watchers were stopped while a caller waited. */
+  STOPPED: 'K8S_STOPPED',
+} as const;
+
+export type K8sErrorCode = (typeof K8sErrorCode)[keyof typeof K8sErrorCode];
+
+export class K8sError<C extends K8sErrorCode = K8sErrorCode> extends CodedError<C> {}
+
+/** A one-line message a user can act on (which file, which variable). */
+export class K8sConfigError extends K8sError<'K8S_CONFIG'> {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(K8sErrorCode.CONFIG, message, options);
+  }
+}
+
+export class K8sSyncTimeoutError extends K8sError<'K8S_SYNC_TIMEOUT'> {
+  /** The resources that had not listed yet. */
+  readonly pending: readonly string[];
+
+  constructor(timeoutMs: number, pending: readonly string[]) {
+    super(K8sErrorCode.SYNC_TIMEOUT, `Kubernetes resources not synced after ${timeoutMs} ms: ${pending.join(', ')}`);
+    this.pending = pending;
+  }
+
+  protected override toJSONAt(depth: number) {
+    return { ...super.toJSONAt(depth), pending: this.pending };
+  }
+}
+
+export class K8sNodeTimeoutError extends K8sError<'K8S_NODE_TIMEOUT'> {
+  constructor(nodeName: string, timeoutMs: number, lastError?: string) {
+    super(
+      K8sErrorCode.NODE_TIMEOUT,
+      `Node ${JSON.stringify(nodeName)} not found in the Kubernetes API after ${timeoutMs} ms` + (lastError ? ` (last error: ${lastError})` : ''),
+    );
+  }
+}
+
+export class K8sStoppedError extends K8sError<'K8S_STOPPED'> {
+  constructor(what: string) {
+    super(K8sErrorCode.STOPPED, `Kubernetes watchers stopped while waiting for ${what}`);
+  }
+}
+
+export function isK8sError(err: unknown, code?: K8sErrorCode): err is K8sError {
+  return err instanceof K8sError && (code === undefined || err.code === code);
+}

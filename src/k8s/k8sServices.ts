@@ -1,0 +1,148 @@
+/**
+ * A Kubernetes Service and its EndpointSlices (discovery.k8s.io/v1) as
+ * tendril services: one per frontend, as Cilium's agent and kube-proxy
+ * read them. Pure: IDs, the service API and logging are the caller's.
+ */
+import type { V1Endpoint, V1EndpointSlice, V1Service, V1ServicePort } from '@kubernetes/client-node';
+import { compareIp, ipFamilyOf, parseIp } from '../netip/index.js';
+import type { BackendAddress, ServiceFlags, ServiceSpec, ServiceType, TrafficPolicy } from '../service/index.js';
+
+/** What a Service's port or address could not become, with why (logged by the caller). */
+export interface SkippedPart {
+  what: string;
+  reason: string;
+}
+
+export interface K8sServiceFrontends {
+  /** One spec per frontend, in a stable order (ClusterIPs, NodePort, external IPs, LoadBalancer IPs; per port). */
+  specs: ServiceSpec[];
+  skipped: SkippedPart[];
+}
+
+/** `ip:port/PROTO`: the service API's frontend identity. */
+export function specFrontendKey(spec: ServiceSpec): string {
+  const f = spec['frontend-address'];
+  return `${f.ip}:${f.port}/${f.protocol}`;
+}
+
+const isIpv4 = (ip: string | undefined): ip is string => ip !== undefined && ipFamilyOf(ip) === 4;
+
+/** Kubernetes' default for a missing sessionAffinityConfig, in seconds. */
+const K8S_DEFAULT_AFFINITY_TIMEOUT = 10800;
+
+/**
+ * An endpoint's state as a backend's (kube-proxy's reading of the
+ * conditions: `ready` unset means ready, `serving` unset means `ready`):
+ * ready → active; still serving while terminating → terminating (used only
+ * when no backend is active); anything else is no backend.
+ */
+export function endpointState(e: V1Endpoint): 'active' | 'terminating' | undefined {
+  const ready = e.conditions?.ready ?? true;
+  const serving = e.conditions?.serving ?? ready;
+  const terminating = e.conditions?.terminating ?? false;
+  if (ready) return 'active';
+  if (serving && terminating) return 'terminating';
+  return undefined;
+}
+
+/**
+ * The backends of one Service port: every IPv4 slice whose ports carry the
+ * port's name (an unnamed slice port is the Service's single unnamed port)
+ * and protocol. An endpoint is its first address (the addresses of one
+ * endpoint are fungible; kube-proxy and Cilium take the first). The same
+ * address and port in two slices (a slice being split or merged) is one
+ * backend, in the more serving state. Sorted, so slice order never changes
+ * the slots.
+ */
+export function portBackends(port: V1ServicePort, slices: readonly V1EndpointSlice[]): BackendAddress[] {
+  const name = port.name ?? '';
+  const protocol = port.protocol ?? 'TCP';
+  const byKey = new Map<string, BackendAddress & { state: 'active' | 'terminating' }>();
+  for (const slice of slices) {
+    if (slice.addressType !== 'IPv4') continue;
+    const sp = (slice.ports ?? []).find((p) => (p.name ?? '') === name && (p.protocol ?? 'TCP') === protocol);
+    // A slice port without a number means "all ports", which a load balancer cannot translate to.
+    if (sp?.port === undefined) continue;
+    for (const e of slice.endpoints ?? []) {
+      const ip = e.addresses?.[0];
+      const state = endpointState(e);
+      if (!isIpv4(ip) || state === undefined) continue;
+      const key = `${ip}:${sp.port}`;
+      const had = byKey.get(key);
+      if (had?.state === 'active') continue;
+      byKey.set(key, { ip, port: sp.port, state });
+    }
+  }
+  return [...byKey.values()].sort((a, b) => compareIp(parseIp(a.ip), parseIp(b.ip)) || a.port - b.port);
+}
+
+function policy(v: string | undefined): TrafficPolicy {
+  return v === 'Local' ? 'Local' : 'Cluster';
+}
+
+/**
+ * Every frontend of a Service with its backends. Headless (clusterIP None)
+ * and ExternalName Services have none: nothing load-balances them. Only
+ * IPv4 addresses and TCP/UDP ports are served; the rest is listed in
+ * `skipped`. externalTrafficPolicy concerns the frontends reached from
+ * outside the node (NodePort, external IPs, LoadBalancer IPs);
+ * internalTrafficPolicy every frontend's traffic from inside the node (as
+ * Cilium applies it).
+ */
+export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointSlice[]): K8sServiceFrontends {
+  const out: K8sServiceFrontends = { specs: [], skipped: [] };
+  const spec = svc.spec;
+  const type = spec?.type ?? 'ClusterIP';
+  if (!spec || type === 'ExternalName') return out;
+  const clusterIps = spec.clusterIPs && spec.clusterIPs.length > 0 ? spec.clusterIPs : spec.clusterIP ? [spec.clusterIP] : [];
+  if (clusterIps.includes('None') || clusterIps.length === 0) return out;
+  const affinity = spec.sessionAffinity === 'ClientIP';
+  const baseFlags: Omit<ServiceFlags, 'type'> = {
+    internalTrafficPolicy: policy(spec.internalTrafficPolicy),
+    ...(affinity ? { sessionAffinity: true, sessionAffinityTimeout: spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? K8S_DEFAULT_AFFINITY_TIMEOUT } : {}),
+  };
+  const externalPolicy = policy(spec.externalTrafficPolicy);
+  const skipIpv6 = (what: string, ips: readonly string[]) => {
+    for (const ip of ips) if (!isIpv4(ip)) out.skipped.push({ what: `${what} ${ip}`, reason: 'only IPv4 services are served' });
+    return ips.filter(isIpv4);
+  };
+  const v4ClusterIps = skipIpv6('clusterIP', clusterIps);
+  const v4ExternalIps = skipIpv6('externalIP', spec.externalIPs ?? []);
+  const lbIps: string[] = [];
+  if (type === 'LoadBalancer') {
+    for (const ing of svc.status?.loadBalancer?.ingress ?? []) {
+      if (ing.ip === undefined) continue;
+      // The load balancer proxies itself (KEP-1860): its address must reach it, not be short-circuited here.
+      if (ing.ipMode === 'Proxy') {
+        out.skipped.push({ what: `loadBalancer ingress ${ing.ip}`, reason: 'ipMode Proxy: traffic goes through the load balancer' });
+        continue;
+      }
+      lbIps.push(ing.ip);
+    }
+  }
+  const v4LbIps = skipIpv6('loadBalancer ingress', lbIps);
+  if (v4LbIps.length > 0 && (spec.loadBalancerSourceRanges ?? []).length > 0) {
+    out.skipped.push({ what: 'loadBalancerSourceRanges', reason: 'not enforced: the LoadBalancer IPs take traffic from every source' });
+  }
+  for (const port of spec.ports ?? []) {
+    const protocol = port.protocol ?? 'TCP';
+    const what = `port ${port.name ? `${port.name} ` : ''}${port.port}/${protocol}`;
+    if (protocol !== 'TCP' && protocol !== 'UDP') {
+      out.skipped.push({ what, reason: `${protocol} services are not supported` });
+      continue;
+    }
+    const backends = portBackends(port, slices);
+    const add = (ip: string, p: number, t: ServiceType, trafficPolicy: TrafficPolicy) => {
+      out.specs.push({
+        'frontend-address': { ip, port: p, protocol },
+        'backend-addresses': backends.map((b) => ({ ...b })),
+        flags: { type: t, ...(trafficPolicy === 'Local' ? { trafficPolicy } : {}), ...baseFlags },
+      });
+    };
+    for (const ip of v4ClusterIps) add(ip, port.port, 'ClusterIP', 'Cluster');
+    if ((type === 'NodePort' || type === 'LoadBalancer') && port.nodePort !== undefined && port.nodePort > 0) add('0.0.0.0', port.nodePort, 'NodePort', externalPolicy);
+    for (const ip of v4ExternalIps) add(ip, port.port, 'ExternalIPs', externalPolicy);
+    for (const ip of v4LbIps) add(ip, port.port, 'LoadBalancer', externalPolicy);
+  }
+  return out;
+}

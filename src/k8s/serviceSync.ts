@@ -1,0 +1,311 @@
+/**
+ * Kubernetes Services and EndpointSlices → the agent's services. Each
+ * frontend of a Service is one tendril service whose ID comes from a range
+ * only Kubernetes uses, so `initialSyncDone` can tell what Kubernetes left
+ * behind (a Service deleted while the agent was down) from what a user made
+ * through the API. A frontend keeps its ID for as long as some Service has
+ * it — across agent restarts too, since restored services are found by
+ * frontend — because the datapath's conntrack entries name the service by
+ * its ID: a new ID would cut every open connection.
+ */
+import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
+import { MAX_SERVICE_ID } from '../datapath/bpf/constants.js';
+import type { Logger } from '../logging/logger.js';
+import { isServiceError, ServiceErrorCode, type ServiceApi, type ServiceSpec } from '../service/index.js';
+import { k8sServiceFrontends, specFrontendKey } from './k8sServices.js';
+
+/** Service IDs of Kubernetes' frontends: the upper half of the datapath's range (the lower half is left to the API's users). */
+export const K8S_SERVICE_ID_MIN = Math.floor(MAX_SERVICE_ID / 2) + 1;
+export const K8S_SERVICE_ID_MAX = MAX_SERVICE_ID;
+
+export const isK8sServiceId = (id: number): boolean => id >= K8S_SERVICE_ID_MIN && id <= K8S_SERVICE_ID_MAX;
+
+/** Default wait before writing again a frontend the datapath did not take. */
+const DEFAULT_RETRY_MS = 10_000;
+
+export interface ServiceSyncOptions {
+  services: ServiceApi;
+  nodeName: string;
+  logger: Logger;
+  /** How long after a datapath failure a frontend is written again (default 10 s). */
+  retryIntervalMs?: number;
+}
+
+/** A frontend a Service holds: its ID stays while the Service has the frontend. */
+interface Held {
+  key: string;
+  id: number;
+}
+
+interface QueuedUpdate {
+  svc: V1Service | undefined;
+  slices: readonly V1EndpointSlice[];
+  done: Promise<void>;
+}
+
+const frontendOfStatus = (f: { ip: string; port: number; protocol: string }) => `${f.ip}:${f.port}/${f.protocol}`;
+
+export class ServiceSync {
+  readonly #services: ServiceApi;
+  readonly #log: Logger;
+  readonly #retryMs: number;
+  /** What each Service wants: frontend key → spec (a Service being deleted wants nothing). */
+  readonly #wanted = new Map<string, Map<string, ServiceSpec>>();
+  /** Frontend key → the Service holding it and its ID. A frontend two Services want is the first one's. */
+  readonly #held = new Map<string, Held>();
+  /** Frontend keys per Service holding them. */
+  readonly #heldBy = new Map<string, Set<string>>();
+  /**
+   * Services in the Kubernetes range the API had when this sync began (restored
+   * ones), by frontend, not yet taken by a Service: a Service wanting one of
+   * these frontends takes its ID.
+   */
+  #unclaimed: Map<string, number> | undefined;
+  /** IDs in use: held, unclaimed, or whose deletion failed. */
+  readonly #usedIds = new Set<number>();
+  /** Frontends to write again (the datapath failed them). */
+  readonly #retry = new Set<string>();
+  /** IDs whose deletion failed: deleted again on the next retry. */
+  readonly #pendingDeletes = new Map<number, string>();
+  /** What each Service could not serve, as last logged (logged again when it changes). */
+  readonly #skippedLogged = new Map<string, string>();
+  /** Updates waiting in the queue, by Service: a later call for the same Service replaces the state it applies. */
+  readonly #queued = new Map<string, QueuedUpdate>();
+  #tail: Promise<unknown> = Promise.resolve();
+  #retryTimer: NodeJS.Timeout | undefined;
+  #stopped = false;
+
+  constructor(o: ServiceSyncOptions) {
+    this.#services = o.services;
+    this.#log = o.logger.child({ component: 'k8s-services', node: o.nodeName });
+    this.#retryMs = o.retryIntervalMs ?? DEFAULT_RETRY_MS;
+  }
+
+  /**
+   * The desired state of one Service (undefined: deleted) with all its
+   * EndpointSlices; applies the difference. Calls are serialized. The
+   * agent's services must be restored before the first call (restored
+   * frontends keep their IDs).
+   */
+  update(key: string, svc: V1Service | undefined, slices: readonly V1EndpointSlice[]): Promise<void> {
+    // A burst of changes to one Service (a rollout moving endpoints slice by slice) is applied once, in its latest state.
+    const queued = this.#queued.get(key);
+    if (queued) {
+      queued.svc = svc;
+      queued.slices = slices;
+      return queued.done;
+    }
+    const entry: QueuedUpdate = { svc, slices, done: Promise.resolve() };
+    this.#queued.set(key, entry);
+    entry.done = this.#serial(() => {
+      this.#queued.delete(key);
+      return this.#update(key, entry.svc, entry.slices);
+    });
+    return entry.done;
+  }
+
+  /**
+   * After the initial list of services and slices: removes the services in
+   * the Kubernetes range that no Service wants (left from before a restart).
+   */
+  initialSyncDone(): Promise<void> {
+    return this.#serial(async () => {
+      this.#index();
+      let removed = 0;
+      for (const s of this.#services.list()) {
+        if (!isK8sServiceId(s.id)) continue;
+        const fk = frontendOfStatus(s['frontend-address']);
+        const held = this.#held.get(fk);
+        if (held?.id === s.id) continue;
+        if (!(await this.#delete(s.id, fk, undefined))) continue;
+        removed++;
+        // It had refused a Service's write of the same frontend under another ID: that write goes now.
+        const spec = held && this.#wanted.get(held.key)?.get(fk);
+        if (held && spec) await this.#upsert(held.key, fk, held.id, spec);
+      }
+      this.#log.info({ services: this.#wanted.size, frontends: this.#held.size, removed }, 'Kubernetes services synced');
+    });
+  }
+
+  /** No more retries; waits for the calls queued so far. */
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    clearTimeout(this.#retryTimer);
+    this.#retryTimer = undefined;
+    await this.#tail.catch(() => undefined);
+  }
+
+  // ---- internals ---------------------------------------------------------------
+
+  #serial<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.#tail.then(fn, fn);
+    this.#tail = run.catch(() => undefined);
+    return run;
+  }
+
+  /** The services the API holds in the Kubernetes range, read once (the first call). */
+  #index(): void {
+    if (this.#unclaimed) return;
+    this.#unclaimed = new Map();
+    for (const s of this.#services.list()) {
+      if (!isK8sServiceId(s.id)) continue;
+      this.#unclaimed.set(frontendOfStatus(s['frontend-address']), s.id);
+      this.#usedIds.add(s.id);
+    }
+  }
+
+  async #update(key: string, svc: V1Service | undefined, slices: readonly V1EndpointSlice[]): Promise<void> {
+    this.#index();
+    const wanted = new Map<string, ServiceSpec>();
+    if (svc) {
+      const { specs, skipped } = k8sServiceFrontends(svc, slices);
+      // A frontend listed twice (an external IP that is also a LoadBalancer IP) is served once.
+      for (const spec of specs) if (!wanted.has(specFrontendKey(spec))) wanted.set(specFrontendKey(spec), spec);
+      const skippedText = JSON.stringify(skipped);
+      if (skipped.length > 0 && this.#skippedLogged.get(key) !== skippedText) this.#log.info({ service: key, skipped }, 'parts of a Kubernetes Service are not served');
+      if (skipped.length > 0) this.#skippedLogged.set(key, skippedText);
+      else this.#skippedLogged.delete(key);
+    } else {
+      this.#skippedLogged.delete(key);
+    }
+    if (wanted.size > 0) this.#wanted.set(key, wanted);
+    else this.#wanted.delete(key);
+
+    const released: string[] = [];
+    for (const fk of [...(this.#heldBy.get(key) ?? [])]) {
+      if (wanted.has(fk)) continue;
+      const { id } = this.#held.get(fk)!;
+      this.#release(key, fk);
+      await this.#delete(id, fk, key);
+      released.push(fk);
+    }
+    for (const [fk, spec] of wanted) await this.#claim(key, fk, spec);
+    // A frontend this Service let go may be one another Service was refused.
+    for (const fk of released) {
+      for (const [other, w] of this.#wanted) {
+        const spec = w.get(fk);
+        if (other === key || spec === undefined) continue;
+        await this.#claim(other, fk, spec);
+        break;
+      }
+    }
+  }
+
+  /** Service `key` takes (or keeps) frontend fk and writes it. */
+  async #claim(key: string, fk: string, spec: ServiceSpec): Promise<void> {
+    const held = this.#held.get(fk);
+    if (held && held.key !== key) {
+      this.#log.warn({ service: key, frontend: fk, holder: held.key }, 'frontend already belongs to another Kubernetes Service; not served for this one');
+      return;
+    }
+    let id = held?.id;
+    if (id === undefined) {
+      id = this.#takeId(fk);
+      if (id === undefined) {
+        this.#log.error({ service: key, frontend: fk, range: `${K8S_SERVICE_ID_MIN}-${K8S_SERVICE_ID_MAX}` }, 'no free service ID for a Kubernetes frontend');
+        return;
+      }
+      this.#held.set(fk, { key, id });
+      let set = this.#heldBy.get(key);
+      if (!set) this.#heldBy.set(key, (set = new Set()));
+      set.add(fk);
+    }
+    await this.#upsert(key, fk, id, spec);
+  }
+
+  #release(key: string, fk: string): void {
+    const held = this.#held.get(fk);
+    this.#held.delete(fk);
+    this.#retry.delete(fk);
+    const set = this.#heldBy.get(key);
+    set?.delete(fk);
+    if (set?.size === 0) this.#heldBy.delete(key);
+    if (held) this.#usedIds.delete(held.id);
+  }
+
+  /** The ID a frontend restored from before keeps, else the lowest free one of the range. */
+  #takeId(fk: string): number | undefined {
+    const restored = this.#unclaimed!.get(fk);
+    if (restored !== undefined) {
+      this.#unclaimed!.delete(fk);
+      this.#pendingDeletes.delete(restored);
+      return restored;
+    }
+    for (let id = K8S_SERVICE_ID_MIN; id <= K8S_SERVICE_ID_MAX; id++) {
+      if (this.#usedIds.has(id)) continue;
+      // Made through the API meanwhile (the range is a convention, not enforced there).
+      if (this.#services.get(id) !== undefined) {
+        this.#usedIds.add(id);
+        continue;
+      }
+      this.#usedIds.add(id);
+      return id;
+    }
+    return undefined;
+  }
+
+  async #upsert(key: string, fk: string, id: number, spec: ServiceSpec): Promise<void> {
+    try {
+      const r = await this.#services.upsert(id, spec);
+      this.#retry.delete(fk);
+      if (r.changed) this.#log.debug({ service: key, frontend: fk, id, backends: spec['backend-addresses'].length, created: r.created }, 'Kubernetes frontend written');
+    } catch (err) {
+      const code = isServiceError(err) ? err.code : undefined;
+      // Refused as it is (invalid, a frontend the API's user holds, no eBPF datapath): written again only when the Service changes.
+      const retried = code === undefined || code === ServiceErrorCode.DATAPATH_FAILED;
+      this.#log.warn({ service: key, frontend: fk, id, code, error: (err as Error).message, retried }, 'Kubernetes frontend refused by the service API');
+      if (retried) {
+        this.#retry.add(fk);
+        this.#scheduleRetry();
+      }
+    }
+  }
+
+  /** Deletes service `id`; false when that failed (retried later). */
+  async #delete(id: number, fk: string, key: string | undefined): Promise<boolean> {
+    try {
+      await this.#services.delete(id);
+      this.#log.debug({ service: key, frontend: fk, id }, 'Kubernetes frontend deleted');
+    } catch (err) {
+      if (!isServiceError(err, ServiceErrorCode.NOT_FOUND)) {
+        this.#log.warn({ service: key, frontend: fk, id, code: isServiceError(err) ? err.code : undefined, error: (err as Error).message }, 'deleting a Kubernetes frontend failed; retried');
+        // Still there under its ID: a Service wanting the frontend again takes it back.
+        this.#unclaimed!.set(fk, id);
+        this.#usedIds.add(id);
+        this.#pendingDeletes.set(id, fk);
+        this.#scheduleRetry();
+        return false;
+      }
+    }
+    this.#unclaimed!.delete(fk);
+    this.#pendingDeletes.delete(id);
+    // Never held at the same time: a frontend is released before its service is deleted.
+    this.#usedIds.delete(id);
+    return true;
+  }
+
+  #scheduleRetry(): void {
+    if (this.#stopped || this.#retryTimer !== undefined) return;
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = undefined;
+      void this.#serial(() => this.#retryFailed()).catch((err: unknown) => this.#log.error({ err }, 'retrying Kubernetes frontends failed'));
+    }, this.#retryMs);
+    this.#retryTimer.unref();
+  }
+
+  async #retryFailed(): Promise<void> {
+    for (const [id, fk] of [...this.#pendingDeletes]) {
+      if (this.#held.get(fk)?.id === id) {
+        this.#pendingDeletes.delete(id);
+        continue;
+      }
+      await this.#delete(id, fk, undefined);
+    }
+    for (const fk of [...this.#retry]) {
+      const held = this.#held.get(fk);
+      const spec = held && this.#wanted.get(held.key)?.get(fk);
+      this.#retry.delete(fk);
+      if (held && spec) await this.#upsert(held.key, fk, held.id, spec);
+    }
+  }
+}

@@ -1,0 +1,491 @@
+// The Kubernetes manifests in deploy/kubernetes: every document well-formed, RBAC
+// read-only on what the agent watches, the DaemonSet's flags and paths the agent's
+// own, the agent config and CNI conflist valid as the agent and libcni read them,
+// the CRDs structural and field for field the tendril policy of src/policy/schema.ts,
+// every example valid against its CRD (ajv) and as `tendril policy import` takes it,
+// and the whole directory applied by Debian's kubectl to the fake API server.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFile, spawnSync } from 'node:child_process';
+import { promisify } from 'node:util';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Ajv, type ValidateFunction } from 'ajv';
+import { pino } from 'pino';
+import { parseAllDocuments } from 'yaml';
+import { z } from 'zod';
+import { agentCommand } from '../../src/agent/agentCli.js';
+import { defaultConfig, validateConfig } from '../../src/agent/config.js';
+import { SOCKET_ENV } from '../../src/api/types.js';
+import { parseEtcdOptions } from '../../src/kvstore/etcd/etcdOptions.js';
+import { KVSTORE_OPTION_KEYS } from '../../src/kvstore/optionKeys.js';
+import { confListFromBytes } from '../../src/libcni/conf.js';
+import { parsePolicyText } from '../../src/policy/ruleParser.js';
+import {
+  cidrSetSchema,
+  egressRuleSchema,
+  ingressRuleSchema,
+  labelSelectorSchema,
+  portProtocolSchema,
+  portRuleSchema,
+  tendrilRuleSchema,
+} from '../../src/policy/schema.js';
+import { ENTITIES } from '../../src/policy/selector.js';
+import { FakeKubeApi } from '../support/fakeKubeApi.js';
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+const DEPLOY = join(ROOT, 'deploy/kubernetes');
+const KUBECTL = '/usr/bin/kubectl';
+const execFileAsync = promisify(execFile);
+
+type Obj = Record<string, unknown>;
+interface Doc {
+  file: string;
+  index: number;
+  value: Obj;
+}
+
+function yamlFiles(dir: string): string[] {
+  return readdirSync(dir)
+    .flatMap((n) => {
+      const p = join(dir, n);
+      return statSync(p).isDirectory() ? yamlFiles(p) : /\.ya?ml$/.test(n) ? [p] : [];
+    })
+    .sort();
+}
+
+function loadDocs(): Doc[] {
+  const out: Doc[] = [];
+  for (const file of yamlFiles(DEPLOY)) {
+    parseAllDocuments(readFileSync(file, 'utf8')).forEach((d, index) => {
+      assert.deepEqual(d.errors, [], `${relative(ROOT, file)} document ${index} is not valid YAML`);
+      const value: unknown = d.toJS();
+      if (value === null) return;
+      assert.ok(typeof value === 'object' && !Array.isArray(value), `${relative(ROOT, file)} document ${index} is not a mapping`);
+      out.push({ file: relative(DEPLOY, file), index, value: value as Obj });
+    });
+  }
+  return out;
+}
+
+const DOCS = loadDocs();
+const obj = (v: unknown, what: string): Obj => {
+  assert.ok(typeof v === 'object' && v !== null && !Array.isArray(v), `${what} is an object`);
+  return v as Obj;
+};
+const arr = (v: unknown, what: string): unknown[] => {
+  assert.ok(Array.isArray(v), `${what} is a list`);
+  return v;
+};
+function one(kind: string, name?: string): Obj {
+  const found = DOCS.filter((d) => d.value.kind === kind && (name === undefined || obj(d.value.metadata, 'metadata').name === name));
+  assert.equal(found.length, 1, `exactly one ${kind}${name ? ` ${name}` : ''} in deploy/kubernetes`);
+  return found[0]!.value;
+}
+const crdOf = (kind: string): Obj =>
+  DOCS.map((d) => d.value).find((v) => v.kind === 'CustomResourceDefinition' && obj(obj(v.spec, 'spec').names, 'names').kind === kind)!;
+const schemaOf = (crd: Obj): Obj => obj(obj(arr(obj(crd.spec, 'spec').versions, 'versions')[0], 'version').schema, 'schema').openAPIV3Schema as Obj;
+
+describe('deploy/kubernetes manifests', () => {
+  test('every document has apiVersion, kind and metadata.name; the expected objects are there', () => {
+    assert.ok(DOCS.length >= 10, `found ${DOCS.length} documents`);
+    for (const d of DOCS) {
+      const where = `${d.file} document ${d.index}`;
+      assert.equal(typeof d.value.apiVersion, 'string', `${where}: apiVersion`);
+      assert.equal(typeof d.value.kind, 'string', `${where}: kind`);
+      const meta = obj(d.value.metadata, `${where}: metadata`);
+      assert.match(String(meta.name), /^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/, `${where}: metadata.name`);
+    }
+    const kinds = DOCS.map((d) => `${d.value.kind}/${obj(d.value.metadata, 'metadata').name}`).sort();
+    for (const k of [
+      'ServiceAccount/tendril',
+      'ClusterRole/tendril',
+      'ClusterRoleBinding/tendril',
+      'ConfigMap/tendril-config',
+      'DaemonSet/tendril',
+      'CustomResourceDefinition/tendrilnetworkpolicies.tendril.io',
+      'CustomResourceDefinition/tendrilclusterwidenetworkpolicies.tendril.io',
+    ]) {
+      assert.ok(kinds.includes(k), `${k} in ${kinds.join(', ')}`);
+    }
+    for (const d of DOCS.filter((x) => ['ServiceAccount', 'ConfigMap', 'DaemonSet'].includes(String(x.value.kind)))) {
+      assert.equal(obj(d.value.metadata, 'metadata').namespace, 'kube-system', `${d.file}: ${String(d.value.kind)} in kube-system`);
+    }
+  });
+
+  test('the ClusterRole grants get/list/watch only, on exactly what the agent watches, bound to its service account', () => {
+    const role = one('ClusterRole', 'tendril');
+    const granted: string[] = [];
+    for (const r of arr(role.rules, 'rules').map((x) => obj(x, 'rule'))) {
+      assert.deepEqual([...arr(r.verbs, 'verbs')].sort(), ['get', 'list', 'watch'], 'verbs of every rule');
+      assert.equal(r.resourceNames, undefined);
+      assert.equal(r.nonResourceURLs, undefined);
+      for (const g of arr(r.apiGroups, 'apiGroups')) for (const res of arr(r.resources, 'resources')) granted.push(`${String(g)}/${String(res)}`);
+    }
+    assert.deepEqual(granted.sort(), [
+      '/namespaces',
+      '/nodes',
+      '/pods',
+      '/services',
+      'discovery.k8s.io/endpointslices',
+      'networking.k8s.io/networkpolicies',
+      'tendril.io/tendrilclusterwidenetworkpolicies',
+      'tendril.io/tendrilnetworkpolicies',
+    ]);
+    const binding = one('ClusterRoleBinding', 'tendril');
+    assert.deepEqual(binding.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'tendril' });
+    assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: 'tendril', namespace: 'kube-system' }]);
+    const ds = one('DaemonSet', 'tendril');
+    assert.equal(obj(obj(obj(ds.spec, 'spec').template, 'template').spec, 'pod').serviceAccountName, 'tendril');
+  });
+
+  const pod = (): Obj => obj(obj(obj(one('DaemonSet', 'tendril').spec, 'spec').template, 'template').spec, 'pod spec');
+  const hostPaths = (): Map<string, string> =>
+    new Map(arr(pod().volumes, 'volumes').flatMap((v) => {
+      const vol = obj(v, 'volume');
+      return vol.hostPath === undefined ? [] : [[String(vol.name), String(obj(vol.hostPath, 'hostPath').path)] as [string, string]];
+    }));
+  /** mountPath → {host path, propagation, readOnly} of a container's hostPath mounts. */
+  const hostMounts = (c: Obj): Map<string, { host: string; propagation?: string; readOnly?: boolean }> => {
+    const hp = hostPaths();
+    return new Map(
+      arr(c.volumeMounts, 'volumeMounts').flatMap((m) => {
+        const mount = obj(m, 'mount');
+        const host = hp.get(String(mount.name));
+        if (host === undefined) return [];
+        return [[String(mount.mountPath), { host, propagation: mount.mountPropagation as string | undefined, readOnly: mount.readOnly as boolean | undefined }]];
+      }),
+    );
+  };
+
+  test('the DaemonSet: host network, no host PID, privileged agent, every taint tolerated, node-critical, the host paths it needs', () => {
+    const p = pod();
+    assert.equal(p.hostNetwork, true);
+    assert.equal(p.hostPID, false);
+    assert.equal(p.priorityClassName, 'system-node-critical');
+    assert.deepEqual(p.tolerations, [{ operator: 'Exists' }], 'one toleration that matches every taint');
+    const [agent] = arr(p.containers, 'containers').map((c) => obj(c, 'container'));
+    assert.equal(arr(p.containers, 'containers').length, 1);
+    assert.equal(obj(agent!.securityContext, 'securityContext').privileged, true);
+    const mounts = hostMounts(agent!);
+    const want: Record<string, { propagation?: string; readOnly?: boolean }> = {
+      '/sys/fs/bpf': { propagation: 'Bidirectional' },
+      '/var/run/tendril': {},
+      '/var/lib/tendril': {},
+      '/var/run/netns': { propagation: 'HostToContainer' },
+      '/lib/modules': { readOnly: true },
+      '/opt/cni/bin': {},
+      '/etc/cni/net.d': {},
+    };
+    for (const [path, w] of Object.entries(want)) {
+      const m = mounts.get(path);
+      assert.ok(m !== undefined, `agent mounts host ${path}`);
+      assert.equal(m.host, path, `${path} is the host's own path`);
+      if (w.propagation !== undefined) assert.equal(m.propagation, w.propagation, `${path} propagation`);
+      if (w.readOnly !== undefined) assert.equal(m.readOnly, w.readOnly, `${path} read-only`);
+    }
+    const env = arr(agent!.env, 'env').map((e) => obj(e, 'env var'));
+    assert.deepEqual(env.find((e) => e.name === 'NODE_NAME')?.valueFrom, { fieldRef: { fieldPath: 'spec.nodeName' } });
+  });
+
+  test("the agent's args are tendril-agent's own flags; the node name comes from the downward API", () => {
+    const agent = obj(arr(pod().containers, 'containers')[0], 'agent');
+    assert.deepEqual(agent.command, ['/opt/tendril/bin/tendril-agent']);
+    const known = new Map(agentCommand().options.map((o) => [o.long!, o]));
+    const args = arr(agent.args, 'args').map(String);
+    const given = new Map<string, string | undefined>();
+    for (const a of args) {
+      const m = /^(--[a-z0-9-]+)(?:=(.*))?$/.exec(a);
+      assert.ok(m !== null, `${a} is --flag or --flag=value`);
+      const opt = known.get(m[1]!);
+      assert.ok(opt !== undefined, `${m[1]} is a tendril-agent flag (known: ${[...known.keys()].join(' ')})`);
+      assert.equal(opt.required || opt.optional ? m[2] !== undefined : m[2] === undefined, true, `${a}: a value exactly when the flag takes one`);
+      if (opt.argChoices !== undefined && m[2] !== undefined) assert.ok(opt.argChoices.includes(m[2]), `${a}: one of ${opt.argChoices.join(', ')}`);
+      given.set(m[1]!, m[2]);
+    }
+    assert.equal(given.get('--node-name'), '$(NODE_NAME)');
+    assert.equal(given.get('--config'), '/etc/tendril/agent.yaml');
+    // commander parses them as the agent would (the kubelet has put the node name in by then).
+    const parsed = agentCommand().parse(args.map((a) => a.replace('$(NODE_NAME)', 'node-1')), { from: 'user' }).opts();
+    assert.equal(parsed.nodeName, 'node-1');
+    // $(VAR) references resolve only to variables the container defines.
+    const defined = new Set(arr(agent.env, 'env').map((e) => String(obj(e, 'env').name)));
+    for (const a of args) for (const [, v] of a.matchAll(/\$\(([A-Z_]+)\)/g)) assert.ok(defined.has(v!), `$(${v}) is defined in env`);
+    // The config file comes from the ConfigMap, mounted where --config points.
+    const configMount = arr(agent.volumeMounts, 'mounts').map((m) => obj(m, 'mount')).find((m) => m.mountPath === '/etc/tendril');
+    const configVol = arr(pod().volumes, 'volumes').map((v) => obj(v, 'volume')).find((v) => v.name === configMount?.name);
+    assert.deepEqual(configVol?.configMap, { name: 'tendril-config' });
+  });
+
+  test('the ConfigMap: agent.yaml is a valid agent configuration, the conflist valid for libcni and aimed at the agent socket', () => {
+    const data = obj(one('ConfigMap', 'tendril-config').data, 'data');
+    const docs = parseAllDocuments(String(data['agent.yaml']));
+    assert.equal(docs.length, 1);
+    const file = obj(docs[0]!.toJS(), 'agent.yaml');
+    const config = validateConfig({ ...defaultConfig(), ...file, nodeName: 'node-1' });
+    assert.equal(config.ipam, 'kubernetes');
+    const kvKeys: readonly string[] = KVSTORE_OPTION_KEYS[config.kvstore];
+    for (const k of Object.keys(config.kvstoreOpts)) assert.ok(kvKeys.includes(k), `kvstore option ${k} is one of ${config.kvstore}'s`);
+    if (config.kvstore === 'etcd') parseEtcdOptions(config.kvstoreOpts, pino({ level: 'silent' }));
+
+    const conflistName = Object.keys(data).find((k) => k.endsWith('.conflist'))!;
+    const list = confListFromBytes(String(data[conflistName]));
+    assert.equal(list.plugins[0]!.network.type, 'tendril-cni');
+    assert.equal(list.plugins[0]!.raw.socket, config.socket, "tendril-cni's socket is the agent's");
+    assert.equal(config.socket, '/var/run/tendril/tendril.sock');
+    // The probes and the CLI in the pod use the same socket.
+    const agent = obj(arr(pod().containers, 'containers')[0], 'agent');
+    for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
+      const cmd = arr(obj(obj(agent[probe], probe).exec, `${probe}.exec`).command, 'command').map(String);
+      assert.deepEqual(cmd, ['/opt/tendril/bin/tendril', 'status', '--socket', config.socket], probe);
+    }
+    const env = arr(agent.env, 'env').map((e) => obj(e, 'env var'));
+    assert.equal(env.find((e) => e.name === SOCKET_ENV)?.value, config.socket, `${SOCKET_ENV}: \`kubectl exec … tendril\` finds the agent`);
+    const help = spawnSync(process.execPath, [join(ROOT, 'dist/src/cli/main.js'), 'status', '--help'], { encoding: 'utf8' });
+    assert.equal(help.status, 0, help.stderr);
+    assert.match(help.stdout, /--socket <path>/, '`tendril status` takes --socket');
+
+    // The init container installs exactly that file and the relay, on the host paths the runtime reads.
+    const init = obj(arr(pod().initContainers, 'initContainers')[0], 'init container');
+    const mounts = hostMounts(init);
+    assert.equal(mounts.get('/host/opt/cni/bin')?.host, '/opt/cni/bin');
+    assert.equal(mounts.get('/host/etc/cni/net.d')?.host, '/etc/cni/net.d');
+    const script = arr(init.command, 'command').map(String).join(' ');
+    assert.match(script, /\/opt\/tendril\/bin\/tendril-cni .*\/host\/opt\/cni\/bin\//);
+    assert.match(script, new RegExp(`mv -f \\S+ /host/etc/cni/net\\.d/${conflistName.replace(/\./g, '\\.')}`));
+    assert.match(script, new RegExp(`/etc/tendril/${conflistName.replace(/\./g, '\\.')}`));
+  });
+
+  test('the Containerfile copies what the agent needs at run time and starts tendril-agent', () => {
+    const text = readFileSync(join(DEPLOY, 'Containerfile'), 'utf8');
+    const lines = text.split('\n').filter((l) => !l.startsWith('#'));
+    assert.ok(lines.filter((l) => /^FROM /.test(l)).every((l) => /^FROM docker\.io\/library\/debian:/.test(l)), 'Debian images only');
+    for (const path of ['package.json', 'node_modules', 'dist/src', 'api/openapi.yaml', 'build/native/tendril_kernel.node', 'bin/tendril-cni']) {
+      assert.ok(lines.some((l) => l.startsWith('COPY --from=build') && l.includes(`/src/${path}`)), `copies ${path}`);
+    }
+    for (const o of ['bpf_lxc.o', 'bpf_host.o', 'bpf_netdev.o', 'bpf_overlay.o']) {
+      assert.ok(readdirSync(join(ROOT, 'bpf')).includes(o.replace(/\.o$/, '.c')), `${o} is one of the datapath's objects`);
+      assert.ok(lines.some((l) => l.startsWith('COPY --from=bpf') && l.includes(`/src/build/bpf/${o}`)), `copies ${o} from the clang 14 stage`);
+    }
+    assert.equal(readdirSync(join(ROOT, 'bpf')).filter((f) => f.endsWith('.c')).length, 4, 'every datapath object is copied');
+    assert.match(text, /^ENTRYPOINT \["\/opt\/tendril\/bin\/tendril-agent"\]$/m);
+    // The paths the manifests use exist in the image.
+    assert.match(text, /^WORKDIR \/opt\/tendril$/m);
+  });
+});
+
+// ---- CRDs ---------------------------------------------------------------------
+
+/** Problems that make a CRD schema non-structural, by JSON path. */
+function structuralProblems(node: unknown, path: string, out: string[], root = true): void {
+  if (typeof node !== 'object' || node === null) {
+    out.push(`${path}: not a schema`);
+    return;
+  }
+  const s = node as Obj;
+  const intOrString = s['x-kubernetes-int-or-string'] === true;
+  const preserve = s['x-kubernetes-preserve-unknown-fields'] === true;
+  if (typeof s.type !== 'string' && !intOrString) out.push(`${path}: no type`);
+  if (s.type === 'object' && s.properties === undefined && s.additionalProperties === undefined && !preserve) {
+    out.push(`${path}: an object with neither properties, additionalProperties nor x-kubernetes-preserve-unknown-fields`);
+  }
+  if (s.type === 'object' && s.properties !== undefined && s.additionalProperties !== undefined) out.push(`${path}: properties and additionalProperties together`);
+  if (s.type === 'array' && s.items === undefined) out.push(`${path}: an array without items`);
+  for (const k of ['allOf', 'anyOf', 'oneOf', 'not']) {
+    const branches = s[k] === undefined ? [] : k === 'not' ? [s[k]] : (s[k] as unknown[]);
+    for (const b of branches) {
+      for (const banned of ['type', 'description', 'default', 'additionalProperties', 'nullable', 'properties', 'items']) {
+        if (typeof b === 'object' && b !== null && banned in b) out.push(`${path}.${k}: ${banned} inside a logical junctor`);
+      }
+    }
+  }
+  for (const [name, child] of Object.entries((s.properties as Obj | undefined) ?? {})) {
+    if (root && name === 'metadata') {
+      const m = child as Obj;
+      if (m.type !== 'object' || Object.keys(m).some((k) => k !== 'type')) out.push(`${path}.metadata: only {type: object} is allowed at the root`);
+      continue;
+    }
+    structuralProblems(child, `${path}.properties.${name}`, out, false);
+  }
+  if (typeof s.additionalProperties === 'object') structuralProblems(s.additionalProperties, `${path}.additionalProperties`, out, false);
+  if (s.items !== undefined) structuralProblems(s.items, `${path}.items`, out, false);
+}
+
+/** A zod object schema's field names, looking through optional and array wrappers. */
+function zodFields(schema: z.ZodType): string[] {
+  const s = unwrap(schema);
+  assert.ok(s instanceof z.ZodObject, 'a zod object schema');
+  return Object.keys(s.shape).sort();
+}
+function unwrap(schema: z.ZodType): z.ZodType {
+  let s: z.ZodType = schema;
+  for (;;) {
+    if (s instanceof z.ZodOptional) s = s.unwrap() as z.ZodType;
+    else if (s instanceof z.ZodArray) s = s.element as z.ZodType;
+    else return s;
+  }
+}
+const props = (s: Obj, ...path: string[]): Obj => {
+  let cur = s;
+  for (const p of path) {
+    const next = obj(obj(cur.properties, `properties at ${p}`)[p], p);
+    cur = next.type === 'array' ? obj(next.items, `${p}.items`) : next;
+  }
+  return cur;
+};
+const keysOf = (s: Obj): string[] => Object.keys(obj(s.properties, 'properties')).sort();
+
+function crdAjv(): Ajv {
+  const ajv = new Ajv({ allErrors: true });
+  ajv.addKeyword({
+    keyword: 'x-kubernetes-int-or-string',
+    schemaType: 'boolean',
+    validate: (on: boolean, data: unknown) => !on || typeof data === 'string' || Number.isInteger(data),
+  });
+  ajv.addKeyword({ keyword: 'x-kubernetes-preserve-unknown-fields', schemaType: 'boolean' });
+  return ajv;
+}
+
+describe('tendril CRDs', () => {
+  const cases = [
+    { kind: 'TendrilNetworkPolicy', plural: 'tendrilnetworkpolicies', scope: 'Namespaced', short: 'tnp' },
+    { kind: 'TendrilClusterwideNetworkPolicy', plural: 'tendrilclusterwidenetworkpolicies', scope: 'Cluster', short: 'tcnp' },
+  ];
+  for (const c of cases) {
+    test(`${c.kind}: apiextensions.k8s.io/v1, tendril.io/v1 served and stored, ${c.scope}, short name ${c.short}, structural schema`, () => {
+      const crd = crdOf(c.kind);
+      assert.ok(crd !== undefined, `a CRD for ${c.kind}`);
+      assert.equal(crd.apiVersion, 'apiextensions.k8s.io/v1');
+      assert.equal(obj(crd.metadata, 'metadata').name, `${c.plural}.tendril.io`);
+      const spec = obj(crd.spec, 'spec');
+      assert.equal(spec.group, 'tendril.io');
+      assert.equal(spec.scope, c.scope);
+      const names = obj(spec.names, 'names');
+      assert.equal(names.plural, c.plural);
+      assert.equal(names.listKind, `${c.kind}List`);
+      assert.deepEqual(names.shortNames, [c.short]);
+      const versions = arr(spec.versions, 'versions').map((v) => obj(v, 'version'));
+      assert.deepEqual(versions.map((v) => [v.name, v.served, v.storage]), [['v1', true, true]]);
+      const problems: string[] = [];
+      structuralProblems(schemaOf(crd), 'openAPIV3Schema', problems);
+      assert.deepEqual(problems, []);
+    });
+
+    test(`${c.kind}: the schema has exactly the fields of src/policy/schema.ts`, () => {
+      const root = schemaOf(crdOf(c.kind));
+      assert.deepEqual(keysOf(root), ['apiVersion', 'kind', 'metadata', 'spec', 'specs']);
+      assert.deepEqual(props(root, 'specs'), props(root, 'spec'), 'spec and specs[] are the same rule');
+      const rule = props(root, 'spec');
+      assert.deepEqual(keysOf(rule), zodFields(tendrilRuleSchema));
+      assert.deepEqual(rule.required, ['endpointSelector']);
+      assert.deepEqual(keysOf(props(rule, 'endpointSelector')), zodFields(labelSelectorSchema));
+      assert.deepEqual(keysOf(props(rule, 'endpointSelector', 'matchExpressions')), zodFields(labelSelectorSchema.shape.matchExpressions));
+      assert.deepEqual(keysOf(props(rule, 'enableDefaultDeny')), zodFields(tendrilRuleSchema.shape.enableDefaultDeny));
+      for (const [field, zodRule, dir] of [
+        ['ingress', ingressRuleSchema, 'from'],
+        ['ingressDeny', ingressRuleSchema, 'from'],
+        ['egress', egressRuleSchema, 'to'],
+        ['egressDeny', egressRuleSchema, 'to'],
+      ] as const) {
+        const r = props(rule, field);
+        assert.deepEqual(keysOf(r), zodFields(zodRule), field);
+        assert.deepEqual(obj(props(r, `${dir}Entities`), 'entity').enum, [...ENTITIES], `${field}.${dir}Entities`);
+        assert.deepEqual(keysOf(props(r, `${dir}CIDRSet`)), zodFields(cidrSetSchema));
+        assert.deepEqual(keysOf(props(r, `${dir}Endpoints`)), zodFields(labelSelectorSchema));
+        assert.deepEqual(keysOf(props(r, 'toPorts')), zodFields(portRuleSchema));
+        const port = props(r, 'toPorts', 'ports');
+        assert.deepEqual(keysOf(port), zodFields(portProtocolSchema));
+        assert.deepEqual(obj(props(port, 'protocol'), 'protocol').enum, (unwrap(portProtocolSchema.shape.protocol) as z.ZodEnum).options);
+      }
+    });
+  }
+
+  test('every example is valid against its CRD (ajv) and as `tendril policy import` reads it', () => {
+    const ajv = crdAjv();
+    const validators = new Map<string, ValidateFunction>(cases.map((c) => [c.kind, ajv.compile(schemaOf(crdOf(c.kind)))]));
+    // A CiliumNetworkPolicy tendril accepts is a valid TendrilNetworkPolicy body too (the same shape).
+    const schemaKind: Record<string, string> = {
+      TendrilNetworkPolicy: 'TendrilNetworkPolicy',
+      TendrilClusterwideNetworkPolicy: 'TendrilClusterwideNetworkPolicy',
+      CiliumNetworkPolicy: 'TendrilNetworkPolicy',
+      CiliumClusterwideNetworkPolicy: 'TendrilClusterwideNetworkPolicy',
+    };
+    const examples = DOCS.filter((d) => d.file.startsWith('examples/'));
+    assert.deepEqual([...new Set(examples.map((d) => d.value.kind))].sort(), ['CiliumNetworkPolicy', 'TendrilClusterwideNetworkPolicy', 'TendrilNetworkPolicy']);
+    for (const d of examples) {
+      const validate = validators.get(schemaKind[String(d.value.kind)]!)!;
+      assert.ok(validate(d.value), `${d.file}: ${ajv.errorsText(validate.errors)}`);
+      const policies = parsePolicyText(readFileSync(join(DEPLOY, d.file), 'utf8'));
+      assert.equal(policies.length, 1, d.file);
+      assert.equal(policies[0]!.name.name, obj(d.value.metadata, 'metadata').name);
+      assert.equal(policies[0]!.name.namespace === '', String(d.value.kind).includes('Clusterwide'), `${d.file}: scope`);
+    }
+    // The schema has teeth: what the parser refuses, ajv refuses too.
+    const tnp = validators.get('TendrilNetworkPolicy')!;
+    const base = { apiVersion: 'tendril.io/v1', kind: 'TendrilNetworkPolicy', metadata: { name: 'x' } };
+    for (const bad of [
+      { ...base },
+      { ...base, spec: {} },
+      { ...base, spec: { endpointSelector: {}, ingress: [{ fromEntities: ['everything'] }] } },
+      { ...base, spec: { endpointSelector: {}, egress: [{ toPorts: [{ ports: [{ port: 53, protocol: 'ICMP' }] }] }] } },
+      { ...base, spec: { endpointSelector: {}, egress: [{ toPorts: [{ ports: [] }] }] } },
+      { ...base, spec: { endpointSelector: { matchExpressions: [{ key: 'a', operator: 'Near' }] } } },
+      { ...base, spec: { endpointSelector: {}, egress: [{ toPorts: [{ ports: [{ port: true }] }] }] } },
+    ]) {
+      assert.equal(tnp(bad), false, `ajv refuses ${JSON.stringify(bad)}`);
+      assert.throws(() => parsePolicyText(JSON.stringify(bad)), `the parser refuses ${JSON.stringify(bad)}`);
+    }
+    assert.ok(tnp({ ...base, spec: { endpointSelector: {}, egress: [{ toPorts: [{ ports: [{ port: 53 }, { port: 'dns' }] }] }] } }), 'port: int or string');
+  });
+});
+
+// ---- kubectl against the fake API server ---------------------------------------
+
+describe('kubectl applies deploy/kubernetes', () => {
+  let api: FakeKubeApi;
+  let kubeconfig: string;
+  before(async () => {
+    api = await FakeKubeApi.start();
+    // Every cluster has kube-system, where tendril.yaml goes.
+    api.create('namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'kube-system' } });
+    kubeconfig = await api.kubeconfig();
+  });
+  after(async () => {
+    await api.stop();
+  });
+  // Asynchronous: the fake API server answers from this process's event loop.
+  const kubectl = async (...args: string[]): Promise<string> => {
+    try {
+      const r = await execFileAsync(KUBECTL, ['--kubeconfig', kubeconfig, ...args], { encoding: 'utf8', timeout: 60_000 });
+      return r.stdout;
+    } catch (err) {
+      const e = err as { code?: unknown; stderr?: string; stdout?: string };
+      assert.fail(`kubectl ${args.join(' ')} failed (${String(e.code)}): ${e.stderr ?? ''}${e.stdout ?? ''}`);
+    }
+  };
+
+  test('the CRDs, then tendril.yaml, then the tendril examples; the objects are served back', async () => {
+    // --validate=false: the fake serves no OpenAPI document (kubectl would fetch it to validate).
+    await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'crds'));
+    assert.ok(api.get('customresourcedefinitions', undefined, 'tendrilnetworkpolicies.tendril.io') !== undefined);
+    const out = await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'tendril.yaml'));
+    for (const o of ['serviceaccount/tendril', 'clusterrole.rbac.authorization.k8s.io/tendril', 'clusterrolebinding.rbac.authorization.k8s.io/tendril', 'configmap/tendril-config', 'daemonset.apps/tendril']) {
+      assert.match(out, new RegExp(`${o.replace(/\./g, '\\.')} created`));
+    }
+    const ds = api.get('daemonsets', 'kube-system', 'tendril') as Obj;
+    assert.equal(obj(obj(obj(ds.spec, 'spec').template, 'template').spec, 'pod').hostNetwork, true);
+    // The example's namespace (kubectl create would send protobuf, which the fake does not speak).
+    api.create('namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'demo' } });
+    await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'examples/tendrilnetworkpolicy.yaml'), '-f', join(DEPLOY, 'examples/tendrilclusterwidenetworkpolicy.yaml'));
+    assert.equal((await kubectl('get', 'tnp', '-n', 'demo', '-o', 'name')).trim(), 'tendrilnetworkpolicy.tendril.io/backend');
+    assert.equal((await kubectl('get', 'tcnp', '-o', 'name')).trim(), 'tendrilclusterwidenetworkpolicy.tendril.io/cluster-baseline');
+    const stored = api.get('tendrilnetworkpolicies', 'demo', 'backend') as Obj;
+    const example = DOCS.find((d) => d.file === 'examples/tendrilnetworkpolicy.yaml')!.value;
+    assert.deepEqual(stored.spec, example.spec, 'the spec arrives unchanged');
+    // What the API server hands the agent is what `tendril policy import` takes.
+    assert.equal(parsePolicyText(JSON.stringify(stored)).length, 1);
+    // Applying again changes nothing.
+    assert.match(await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'tendril.yaml')), /daemonset\.apps\/tendril unchanged/);
+  });
+});

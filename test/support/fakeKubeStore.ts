@@ -1,0 +1,377 @@
+// The fake API server's state: objects by resource type, one global
+// resourceVersion counter (etcd's revision), and the ordered history of
+// changes that watches replay from a resourceVersion until compact() forgets
+// it. Custom resource types come and go with their CustomResourceDefinition
+// objects, as on the real server.
+import { randomUUID } from 'node:crypto';
+import { crdSchemas, type CustomResourceSchema } from './fakeKubeCrdSchema.js';
+import { defaultEndpointSlice, defaultNamespace, defaultService } from './fakeKubeDefaults.js';
+import { apiVersionOf, builtinResourceTypes, type FakeResourceType, resourceTypeFromCrd } from './fakeKubeResources.js';
+
+export type KubeObject = Record<string, unknown> & { metadata?: Record<string, unknown> };
+
+export interface KubeStatus {
+  kind: 'Status';
+  apiVersion: 'v1';
+  metadata: Record<string, never>;
+  status: 'Failure' | 'Success';
+  message: string;
+  reason: string;
+  details?: { name?: string; group?: string; kind?: string; causes?: Array<{ message: string }> };
+  code: number;
+}
+
+/** A request the real server would refuse: carries the Status it would answer. */
+export class KubeStatusError extends Error {
+  constructor(readonly status: KubeStatus) {
+    super(status.message);
+    this.name = 'KubeStatusError';
+  }
+}
+
+export function kubeStatus(code: number, reason: string, message: string, details?: KubeStatus['details']): KubeStatus {
+  const s: KubeStatus = { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Failure', message, reason, code };
+  if (details !== undefined) s.details = details;
+  return s;
+}
+
+export type WatchEventType = 'ADDED' | 'MODIFIED' | 'DELETED';
+
+export interface StoredEvent {
+  rv: number;
+  typeKey: string;
+  type: WatchEventType;
+  object: KubeObject;
+  /** The object before a MODIFIED (selectors turn a change into ADDED/DELETED for a watch). */
+  previous?: KubeObject;
+}
+
+export function typeKeyOf(t: FakeResourceType): string {
+  return `${t.group}/${t.plural}`;
+}
+
+export function metaOf(obj: KubeObject): Record<string, unknown> {
+  if (obj.metadata === undefined || obj.metadata === null || typeof obj.metadata !== 'object') obj.metadata = {};
+  return obj.metadata;
+}
+
+export function namespaceOf(obj: KubeObject): string {
+  const ns = metaOf(obj).namespace;
+  return typeof ns === 'string' ? ns : '';
+}
+
+export function nameOf(obj: KubeObject): string {
+  const n = metaOf(obj).name;
+  return typeof n === 'string' ? n : '';
+}
+
+function objectKey(namespace: string, name: string): string {
+  return `${namespace}/${name}`;
+}
+
+function nowTimestamp(): string {
+  return new Date().toISOString().replace(/\.\d+Z$/, 'Z');
+}
+
+/** The resource name as errors spell it: `pods`, `tendrilnetworkpolicies.tendril.io`. */
+export function qualifiedResource(t: FakeResourceType): string {
+  return t.group === '' ? t.plural : `${t.plural}.${t.group}`;
+}
+
+function details(t: FakeResourceType, name: string): KubeStatus['details'] {
+  const d: NonNullable<KubeStatus['details']> = { name, kind: t.plural };
+  if (t.group !== '') d.group = t.group;
+  return d;
+}
+
+export function notFound(t: FakeResourceType, name: string): KubeStatusError {
+  return new KubeStatusError(kubeStatus(404, 'NotFound', `${qualifiedResource(t)} "${name}" not found`, details(t, name)));
+}
+
+/** The parts of an object that count as a change of its desired state (metadata.generation moves on them). */
+function specPart(obj: KubeObject): string {
+  const rest: Record<string, unknown> = { ...obj };
+  delete rest.metadata;
+  delete rest.status;
+  delete rest.apiVersion;
+  delete rest.kind;
+  return JSON.stringify(rest);
+}
+
+function withoutVolatile(obj: KubeObject): string {
+  const copy = structuredClone(obj);
+  const m = metaOf(copy);
+  delete m.resourceVersion;
+  delete m.managedFields;
+  return JSON.stringify(copy);
+}
+
+export class FakeKubeStore {
+  private rv = 0;
+  private readonly typeList: FakeResourceType[] = builtinResourceTypes();
+  private readonly objects = new Map<string, Map<string, KubeObject>>();
+  private history: StoredEvent[] = [];
+  private compactedRv = 0;
+  private readonly subscribers = new Set<(e: StoredEvent) => void>();
+  private readonly schemas = new Map<string, Map<string, CustomResourceSchema>>();
+
+  get resourceVersion(): number {
+    return this.rv;
+  }
+
+  /** Watches from a resourceVersion below this one get 410 Gone. */
+  get compactedAt(): number {
+    return this.compactedRv;
+  }
+
+  get types(): readonly FakeResourceType[] {
+    return this.typeList;
+  }
+
+  /** The type served at group/version/plural, if discovery lists it. */
+  findType(group: string, version: string, plural: string): FakeResourceType | undefined {
+    return this.typeList.find((t) => t.group === group && t.plural === plural && t.versions.includes(version));
+  }
+
+  /** The type by its plural name (the programmatic API's FakeResource). */
+  typeByPlural(plural: string): FakeResourceType {
+    const found = this.typeList.filter((t) => t.plural === plural);
+    if (found.length === 0) throw new Error(`fake kube API: unknown resource ${plural} (register its CRD first)`);
+    if (found.length > 1) throw new Error(`fake kube API: resource ${plural} is served by several groups`);
+    return found[0]!;
+  }
+
+  subscribe(fn: (e: StoredEvent) => void): () => void {
+    this.subscribers.add(fn);
+    return () => this.subscribers.delete(fn);
+  }
+
+  compact(): void {
+    this.compactedRv = this.rv;
+    this.history = [];
+  }
+
+  /** The changes of one type after resourceVersion `after`, oldest first (caller checks compactedAt). */
+  eventsAfter(t: FakeResourceType, after: number): StoredEvent[] {
+    const key = typeKeyOf(t);
+    let lo = 0;
+    let hi = this.history.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.history[mid]!.rv <= after) lo = mid + 1;
+      else hi = mid;
+    }
+    return this.history.slice(lo).filter((e) => e.typeKey === key);
+  }
+
+  /** Objects of a type (in one namespace when given), ordered by namespace then name as etcd keys are. */
+  list(t: FakeResourceType, namespace?: string): KubeObject[] {
+    const m = this.objects.get(typeKeyOf(t));
+    if (m === undefined) return [];
+    const keys = [...m.keys()].sort();
+    const out: KubeObject[] = [];
+    for (const k of keys) {
+      const o = m.get(k)!;
+      if (namespace === undefined || namespaceOf(o) === namespace) out.push(o);
+    }
+    return out;
+  }
+
+  get(t: FakeResourceType, namespace: string | undefined, name: string): KubeObject | undefined {
+    return this.objects.get(typeKeyOf(t))?.get(objectKey(t.namespaced ? (namespace ?? '') : '', name));
+  }
+
+  /** Stores a new object (the caller's copy is not kept); 409 AlreadyExists if it exists. */
+  create(t: FakeResourceType, input: KubeObject): KubeObject {
+    const obj = this.normalize(t, structuredClone(input));
+    const meta = metaOf(obj);
+    if (typeof meta.generateName === 'string' && nameOf(obj) === '') {
+      meta.name = `${meta.generateName}${randomUUID().replace(/-/g, '').slice(0, 5)}`;
+    }
+    const name = nameOf(obj);
+    if (name === '') {
+      throw new KubeStatusError(
+        kubeStatus(422, 'Invalid', `${t.kind} "" is invalid: metadata.name: Required value: name or generateName is required`, details(t, '')),
+      );
+    }
+    if (t.namespaced && namespaceOf(obj) === '') meta.namespace = 'default';
+    const key = objectKey(namespaceOf(obj), name);
+    let m = this.objects.get(typeKeyOf(t));
+    if (m === undefined) {
+      m = new Map();
+      this.objects.set(typeKeyOf(t), m);
+    }
+    if (m.has(key)) {
+      throw new KubeStatusError(kubeStatus(409, 'AlreadyExists', `${qualifiedResource(t)} "${name}" already exists`, details(t, name)));
+    }
+    this.validateCrd(t, obj);
+    this.admitCustom(t, obj);
+    this.applyDefaults(t, obj, undefined);
+    meta.uid = randomUUID();
+    meta.creationTimestamp = nowTimestamp();
+    meta.generation = 1;
+    delete meta.deletionTimestamp;
+    meta.resourceVersion = String(++this.rv);
+    this.afterCrdWrite(t, obj);
+    m.set(key, obj);
+    this.record({ rv: this.rv, typeKey: typeKeyOf(t), type: 'ADDED', object: obj });
+    return obj;
+  }
+
+  /**
+   * Replaces an object. With checkResourceVersion, a stale metadata.resourceVersion is a 409
+   * Conflict (PUT on the real server); a write that changes nothing keeps the
+   * resourceVersion and makes no event, as on the real server.
+   */
+  update(t: FakeResourceType, input: KubeObject, o: { checkResourceVersion: boolean }): KubeObject {
+    const obj = this.normalize(t, structuredClone(input));
+    const name = nameOf(obj);
+    if (t.namespaced && namespaceOf(obj) === '') metaOf(obj).namespace = 'default';
+    const old = this.get(t, namespaceOf(obj), name);
+    if (old === undefined) throw notFound(t, name);
+    const meta = metaOf(obj);
+    const oldMeta = metaOf(old);
+    if (o.checkResourceVersion && meta.resourceVersion !== undefined && meta.resourceVersion !== '' && meta.resourceVersion !== oldMeta.resourceVersion) {
+      throw new KubeStatusError(
+        kubeStatus(
+          409,
+          'Conflict',
+          `Operation cannot be fulfilled on ${qualifiedResource(t)} "${name}": the object has been modified; please apply your changes to the latest version and try again`,
+          details(t, name),
+        ),
+      );
+    }
+    this.validateCrd(t, obj);
+    this.admitCustom(t, obj);
+    this.applyDefaults(t, obj, old);
+    meta.uid = oldMeta.uid;
+    meta.creationTimestamp = oldMeta.creationTimestamp;
+    meta.generation = (oldMeta.generation as number | undefined) ?? 1;
+    if (specPart(obj) !== specPart(old)) meta.generation = (meta.generation as number) + 1;
+    meta.resourceVersion = oldMeta.resourceVersion;
+    if (withoutVolatile(obj) === withoutVolatile(old)) return old;
+    meta.resourceVersion = String(++this.rv);
+    this.afterCrdWrite(t, obj);
+    this.objects.get(typeKeyOf(t))!.set(objectKey(namespaceOf(obj), name), obj);
+    this.record({ rv: this.rv, typeKey: typeKeyOf(t), type: 'MODIFIED', object: obj, previous: old });
+    return obj;
+  }
+
+  /** Removes an object at once (no finalizers, no graceful deletion); returns it as the DELETED event carries it. */
+  delete(t: FakeResourceType, namespace: string | undefined, name: string): KubeObject {
+    const ns = t.namespaced ? (namespace ?? '') : '';
+    const m = this.objects.get(typeKeyOf(t));
+    const old = m?.get(objectKey(ns, name));
+    if (m === undefined || old === undefined) throw notFound(t, name);
+    m.delete(objectKey(ns, name));
+    const gone = structuredClone(old);
+    metaOf(gone).resourceVersion = String(++this.rv);
+    this.record({ rv: this.rv, typeKey: typeKeyOf(t), type: 'DELETED', object: gone });
+    if (t.plural === 'customresourcedefinitions' && t.group === 'apiextensions.k8s.io') this.unregisterCrd(gone);
+    return gone;
+  }
+
+  private record(e: StoredEvent): void {
+    this.history.push(e);
+    for (const s of [...this.subscribers]) s(e);
+  }
+
+  /** apiVersion/kind as stored; the namespace dropped on cluster-scoped objects. */
+  private normalize(t: FakeResourceType, obj: KubeObject): KubeObject {
+    obj.apiVersion = apiVersionOf(t.group, t.versions[0]!);
+    obj.kind = t.kind;
+    const meta = metaOf(obj);
+    if (!t.namespaced) delete meta.namespace;
+    return obj;
+  }
+
+  /** The defaults and allocations of the real server's built-in registries (fakeKubeDefaults.ts). */
+  private applyDefaults(t: FakeResourceType, obj: KubeObject, old: KubeObject | undefined): void {
+    if (t.custom) return;
+    const key = typeKeyOf(t);
+    if (key === '/namespaces') defaultNamespace(obj);
+    else if (key === 'discovery.k8s.io/endpointslices') defaultEndpointSlice(obj);
+    else if (key === '/services') {
+      const clusterIps = new Set<string>();
+      const nodePorts = new Set<number>();
+      for (const other of this.list(t)) {
+        if (namespaceOf(other) === namespaceOf(obj) && nameOf(other) === nameOf(obj)) continue;
+        const spec = (other.spec ?? {}) as { clusterIPs?: string[]; clusterIP?: string; ports?: Array<{ nodePort?: number }> };
+        for (const ip of spec.clusterIPs ?? (spec.clusterIP !== undefined ? [spec.clusterIP] : [])) if (ip !== 'None') clusterIps.add(ip);
+        for (const p of spec.ports ?? []) if (p.nodePort !== undefined) nodePorts.add(p.nodePort);
+      }
+      const error = defaultService(obj, old, { clusterIps, nodePorts });
+      if (error !== undefined) {
+        throw new KubeStatusError(kubeStatus(422, 'Invalid', `Service "${nameOf(obj)}" is invalid: ${error}`, { ...details(t, nameOf(obj)), kind: 'Service', causes: [{ message: error }] }));
+      }
+    }
+  }
+
+  /** A custom resource is pruned, defaulted and validated against its CRD's schema, as kube-apiserver does. */
+  private admitCustom(t: FakeResourceType, obj: KubeObject): void {
+    if (!t.custom) return;
+    const schema = this.schemas.get(typeKeyOf(t))?.get(t.versions[0]!);
+    if (schema === undefined) return;
+    schema.normalize(obj);
+    const errors = schema.validate(obj);
+    if (errors.length === 0) return;
+    const what = errors.length === 1 ? errors[0]! : `[${errors.join(', ')}]`;
+    throw new KubeStatusError(
+      kubeStatus(422, 'Invalid', `${t.kind}.${t.group} "${nameOf(obj)}" is invalid: ${what}`, {
+        ...details(t, nameOf(obj)),
+        kind: t.kind,
+        causes: errors.map((message) => ({ message })),
+      }),
+    );
+  }
+
+  private isCrdType(t: FakeResourceType): boolean {
+    return t.plural === 'customresourcedefinitions' && t.group === 'apiextensions.k8s.io';
+  }
+
+  private validateCrd(t: FakeResourceType, obj: KubeObject): void {
+    if (!this.isCrdType(t)) return;
+    const r = resourceTypeFromCrd(obj);
+    if (typeof r === 'string') {
+      throw new KubeStatusError(
+        kubeStatus(422, 'Invalid', `CustomResourceDefinition.apiextensions.k8s.io "${nameOf(obj)}" is invalid: ${r}`, details(t, nameOf(obj))),
+      );
+    }
+    const clash = this.typeList.find((x) => x.group === r.group && x.plural === r.plural && !x.custom);
+    if (clash !== undefined) {
+      throw new KubeStatusError(kubeStatus(422, 'Invalid', `CustomResourceDefinition "${nameOf(obj)}" is invalid: the group ${r.group} is served by built-in types`));
+    }
+  }
+
+  /** Registers (or re-registers) the CRD's type in discovery and fills the status the real server reports. */
+  private afterCrdWrite(t: FakeResourceType, obj: KubeObject): void {
+    if (!this.isCrdType(t)) return;
+    const r = resourceTypeFromCrd(obj) as FakeResourceType;
+    const i = this.typeList.findIndex((x) => x.group === r.group && x.plural === r.plural);
+    if (i >= 0) this.typeList[i] = r;
+    else this.typeList.push(r);
+    this.schemas.set(typeKeyOf(r), crdSchemas(obj));
+    const spec = obj.spec as { names: unknown; versions: Array<{ name: string; storage?: boolean }> };
+    const now = nowTimestamp();
+    obj.status = {
+      acceptedNames: spec.names,
+      storedVersions: spec.versions.filter((v) => v.storage === true).map((v) => v.name),
+      conditions: [
+        { type: 'NamesAccepted', status: 'True', reason: 'NoConflicts', message: 'no conflicts found', lastTransitionTime: now },
+        { type: 'Established', status: 'True', reason: 'InitialNamesAccepted', message: 'the initial names have been accepted', lastTransitionTime: now },
+      ],
+    };
+  }
+
+  /** A deleted CRD takes its objects with it (the real server deletes them, then the type). */
+  private unregisterCrd(crd: KubeObject): void {
+    const r = resourceTypeFromCrd(crd);
+    if (typeof r === 'string') return;
+    const t = this.typeList.find((x) => x.group === r.group && x.plural === r.plural && x.custom);
+    if (t === undefined) return;
+    for (const o of this.list(t)) this.delete(t, namespaceOf(o), nameOf(o));
+    this.typeList.splice(this.typeList.indexOf(t), 1);
+    this.schemas.delete(typeKeyOf(t));
+    this.objects.delete(typeKeyOf(t));
+  }
+}

@@ -1,0 +1,519 @@
+/**
+ * The world of a Kubernetes e2e test: the fake API server on loopback, one
+ * node running the eBPF datapath whose agent follows it (`--k8s-kubeconfig`),
+ * and pods as a kubelet makes them: the Pod object exists in the API first
+ * (labels, `spec.nodeName` = this node), then the runtime calls CNI ADD with
+ * the CNI_ARGS kubelet passes (IgnoreUnknown, K8S_POD_NAMESPACE, K8S_POD_NAME,
+ * K8S_POD_INFRA_CONTAINER_ID, K8S_POD_UID) and no labels: the agent reads them
+ * from the API. After ADD the scene writes the pod's status (podIP, Running)
+ * as kubelet does. Each pod runs a service agent (backend and client).
+ * The agent reaches the fake, which listens on this process's loopback, at
+ * the fake's own URL through a relay in the node namespace (k8sApiRelay.ts).
+ */
+import { spawn } from 'node:child_process';
+import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { connect, createServer, type Server } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseAllDocuments } from 'yaml';
+import type { Endpoint } from '../../src/endpoint/endpoint.js';
+import type { Result100 } from '../../src/cni/index.js';
+import { CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
+import type { ServiceStatus } from '../../src/service/types.js';
+import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
+import { addOutsideHost, type DatapathNode, type OutsideHost, waitRealized } from './datapathNode.js';
+import { FakeKubeApi } from './fakeKubeApi.js';
+import { splice } from './k8sApiRelay.js';
+import type { NetnsPool } from './netns.js';
+import { run } from './run.js';
+import { ServiceAgentProcess } from './serviceProcess.js';
+import { OUTSIDE_CLIENT_IP, OUTSIDE_NODE_IP } from './serviceScene.js';
+import { TENDRIL_BIN } from './tendrilBin.js';
+
+export { OUTSIDE_CLIENT_IP, OUTSIDE_NODE_IP };
+
+const CRD_DIR = fileURLToPath(new URL('../../../deploy/kubernetes/crds', import.meta.url));
+const RELAY_SCRIPT = fileURLToPath(new URL('./k8sApiRelay.js', import.meta.url));
+
+/**
+ * Makes the fake API server reachable at its own URL from inside a network
+ * namespace (k8sApiRelay.ts): a unix socket here connected to the fake, and
+ * the relay process in the namespace listening on the fake's port.
+ */
+async function relayIntoNamespace(fake: FakeKubeApi, netnsPath: string, dir: string): Promise<() => Promise<void>> {
+  const port = Number(new URL(fake.url).port);
+  const unixPath = join(dir, 'kube-api.sock');
+  const server: Server = createServer((inbound) => splice(inbound, connect(port, '127.0.0.1')));
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(unixPath, () => resolve());
+  });
+  const child = spawn('nsenter', [`--net=${netnsPath}`, '--', process.execPath, RELAY_SCRIPT, String(port), unixPath], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGTERM');
+      await exited;
+    }
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+  };
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the kube API relay did not start in 10 s: ${output}`)), 10_000);
+      child.stdout!.on('data', (c: Buffer) => {
+        if (c.toString().includes('"ready":true')) {
+          clearTimeout(timer);
+          resolve();
+        }
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`the kube API relay exited (${code}): ${output}`));
+      });
+    });
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+  return stop;
+}
+
+export type Labels = Record<string, string>;
+
+export interface K8sPodSpec {
+  name: string;
+  namespace: string;
+  labels: Labels;
+  serviceAccount?: string;
+}
+
+/** A pod the scene made: its Pod object in the fake API and its sandbox on the node. */
+export interface K8sPod {
+  spec: K8sPodSpec;
+  /** `namespace/name`. */
+  key: string;
+  uid: string;
+  netns: string;
+  netnsPath: string;
+  /** The sandbox (infra container) ID kubelet passes as CNI_CONTAINERID and K8S_POD_INFRA_CONTAINER_ID. */
+  containerId: string;
+  ip: string;
+  endpointId: number;
+}
+
+export interface K8sSceneOptions {
+  nodeName: string;
+  /** A /24 (the router takes .1). */
+  podCidr: string;
+  /** Namespaces created in the API before the agent starts, with their labels. */
+  namespaces: Record<string, Labels>;
+  /** Ports every pod's service agent serves. */
+  tcpPorts?: number[];
+  udpPorts?: number[];
+  /** An outside host linked to the node (NodePort clients). */
+  outside?: boolean;
+  extraAgentArgs?: string[];
+  bookmarkIntervalMs?: number;
+  /** How the agent is pointed at the API server: `--k8s-kubeconfig` (default) or `--k8s-api-server <url>` alone. */
+  connect?: 'kubeconfig' | 'api-server';
+}
+
+interface PodObject {
+  apiVersion: 'v1';
+  kind: 'Pod';
+  metadata: { name: string; namespace: string; labels: Labels; uid?: string; resourceVersion?: string };
+  spec: { nodeName: string; serviceAccountName: string; containers: Array<{ name: string; image: string }> };
+  status: { phase: string; podIP?: string; podIPs?: Array<{ ip: string }>; hostIP?: string };
+}
+
+export interface K8sScene {
+  fake: FakeKubeApi;
+  node: DatapathNode;
+  nodeName: string;
+  outside?: OutsideHost;
+  pods: Map<string, K8sPod>;
+  /** Service agents by pod key (`ns/name`), plus `outside` when present. */
+  agents: Map<string, ServiceAgentProcess>;
+  agent(key: string): ServiceAgentProcess;
+  pod(key: string): K8sPod;
+  createNamespace(name: string, labels: Labels): void;
+  setNamespaceLabels(name: string, labels: Labels): void;
+  /**
+   * Creates the Pod object, then runs CNI ADD as kubelet does, and starts the
+   * pod's service agent. `objectDelayMs`: the object is created that long
+   * after ADD starts (the agent's cache lagging behind the kubelet's view).
+   */
+  addPod(spec: K8sPodSpec, o?: { objectDelayMs?: number }): Promise<K8sPod>;
+  setPodLabels(pod: K8sPod, labels: Labels): void;
+  /** Deletes the Pod object only (the sandbox stays until `cniDel`, kubelet's part). */
+  deletePodObject(pod: K8sPod): void;
+  /** CNI DEL for the pod's sandbox, as kubelet does when it tears the pod down. */
+  cniDel(pod: K8sPod): Promise<void>;
+  endpoint(pod: K8sPod): Promise<Endpoint>;
+  /** The endpoint's identity and labels once `pred` holds for them (polled; throws after timeoutMs). */
+  waitEndpoint(pod: K8sPod, pred: (e: Endpoint) => boolean, timeoutMs: number, what: string): Promise<{ endpoint: Endpoint; ms: number }>;
+  cleanup(): Promise<void>;
+}
+
+/** The kubelet's CNI_ARGS for a pod sandbox. */
+export function kubeletCniArgs(spec: K8sPodSpec, containerId: string, uid: string): Array<[string, string]> {
+  return [
+    ['IgnoreUnknown', '1'],
+    ['K8S_POD_NAMESPACE', spec.namespace],
+    ['K8S_POD_NAME', spec.name],
+    ['K8S_POD_INFRA_CONTAINER_ID', containerId],
+    ...(uid ? [['K8S_POD_UID', uid] as [string, string]] : []),
+  ];
+}
+
+/** The CRDs deploy/kubernetes/crds/*.yaml holds (none when there is no deploy/ tree). */
+async function deployedCrds(): Promise<object[]> {
+  let files: string[] = [];
+  try {
+    files = (await readdir(CRD_DIR)).filter((f) => f.endsWith('.yaml') || f.endsWith('.yml'));
+  } catch {
+    return [];
+  }
+  const out: object[] = [];
+  for (const f of files) {
+    for (const doc of parseAllDocuments(await readFile(join(CRD_DIR, f), 'utf8'))) {
+      const o = doc.toJS() as { kind?: string } | null;
+      if (o?.kind === 'CustomResourceDefinition') out.push(o);
+    }
+  }
+  return out;
+}
+
+export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Promise<K8sScene> {
+  const cleanups: Array<() => Promise<void>> = [];
+  const agents = new Map<string, ServiceAgentProcess>();
+  const cleanup = async () => {
+    for (const a of [...agents.values()]) await a.stop().catch(() => undefined);
+    agents.clear();
+    for (const c of cleanups.splice(0).reverse()) {
+      try {
+        await c();
+      } catch (err) {
+        process.stderr.write(`k8s scene cleanup: ${(err as Error).message}\n`);
+      }
+    }
+    await pool.cleanup();
+  };
+  try {
+    // The tendril CRDs as installed from deploy/, else the fake's minimal ones: either way the API serves the kinds.
+    const crds = await deployedCrds();
+    const fake = await FakeKubeApi.start({ ...(opts.bookmarkIntervalMs !== undefined ? { bookmarkIntervalMs: opts.bookmarkIntervalMs } : {}), ...(crds.length === 0 ? { crds: 'tendril' as const } : {}) });
+    cleanups.push(() => fake.stop());
+    for (const crd of crds) fake.create('customresourcedefinitions', crd);
+    for (const [name, labels] of Object.entries(opts.namespaces)) fake.create('namespaces', namespaceObject(name, labels));
+    fake.create('nodes', {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: opts.nodeName, labels: { 'kubernetes.io/hostname': opts.nodeName, 'kubernetes.io/os': 'linux' } },
+      spec: { podCIDR: opts.podCidr, podCIDRs: [opts.podCidr] },
+      status: { addresses: [{ type: 'Hostname', address: opts.nodeName }] },
+    });
+    const connectArgs = opts.connect === 'api-server' ? ['--k8s-api-server', fake.url] : ['--k8s-kubeconfig', await fake.kubeconfig()];
+
+    const nodeNs = await pool.add('node');
+    const relayDir = await mkdtemp(join(tmpdir(), 'tdl-kuberelay-'));
+    cleanups.push(() => rm(relayDir, { recursive: true, force: true }));
+    cleanups.push(await relayIntoNamespace(fake, nodeNs.path, relayDir));
+    let outside: OutsideHost | undefined;
+    if (opts.outside) outside = await addOutsideHost(pool, nodeNs.name, { gateway: OUTSIDE_NODE_IP, addresses: [OUTSIDE_CLIENT_IP], podCidr: opts.podCidr });
+    const bpffsRoot = `/sys/fs/bpf/tdl-k8s-${pool.prefix}`;
+    cleanups.push(() => rm(bpffsRoot, { recursive: true, force: true }));
+    const agentProcess = await AgentProcess.create({
+      nodeNetns: nodeNs.name,
+      nodeName: opts.nodeName,
+      // debug: the per-endpoint 'endpoint regenerated' lines are the only regeneration count the agent gives.
+      args: ['--pod-cidr', opts.podCidr, '--datapath', 'bpf', '--bpffs-root', bpffsRoot, ...connectArgs, '--log-level', 'debug', ...(opts.extraAgentArgs ?? [])],
+    });
+    cleanups.push(() => agentProcess.cleanup());
+    const bin = await tendrilPluginDir();
+    cleanups.push(bin.cleanup);
+    const cache = await mkdtemp(join(tmpdir(), 'tdl-cache-'));
+    cleanups.push(() => rm(cache, { recursive: true, force: true }));
+    const runtime = new CniRuntime({ pluginDirs: [bin.dir], cacheDir: cache });
+    await agentProcess.start();
+    const conflist: NetworkConfigList = confListFromBytes(JSON.stringify({ cniVersion: '1.0.0', name: 'tdlk8s', plugins: [{ type: 'tendril-cni', socket: agentProcess.socket }] }));
+    const node: DatapathNode = {
+      node: nodeNs.name,
+      nodePath: nodeNs.path,
+      agent: agentProcess,
+      runtime,
+      bpffsRoot,
+      podCidr: opts.podCidr,
+      routerIp: opts.podCidr.replace(/\.0\/24$/, '.1'),
+      conflist,
+      cli: (args, input) => run([TENDRIL_BIN, ...args, '--socket', agentProcess.socket], input === undefined ? {} : { input }),
+      cleanup: async () => undefined,
+    };
+    if (outside) agents.set('outside', await ServiceAgentProcess.start(outside.netnsPath, { name: 'outside', tcpPorts: [], udpPorts: [] }));
+
+    const pods = new Map<string, K8sPod>();
+    const runtimeConf = (p: K8sPod): RuntimeConf => ({ containerId: p.containerId, netns: p.netnsPath, ifName: 'eth0', args: kubeletCniArgs(p.spec, p.containerId, p.uid) });
+    const podObject = (key: string) => {
+      const [ns, name] = key.split('/') as [string, string];
+      const o = fake.get('pods', ns, name) as PodObject | undefined;
+      if (!o) throw new Error(`no pod ${key} in the fake API`);
+      return o;
+    };
+    const scene: K8sScene = {
+      fake,
+      node,
+      nodeName: opts.nodeName,
+      ...(outside ? { outside } : {}),
+      pods,
+      agents,
+      agent: (key) => {
+        const a = agents.get(key);
+        if (!a) throw new Error(`no service agent ${key}`);
+        return a;
+      },
+      pod: (key) => {
+        const p = pods.get(key);
+        if (!p) throw new Error(`no pod ${key}`);
+        return p;
+      },
+      createNamespace: (name, labels) => void fake.create('namespaces', namespaceObject(name, labels)),
+      setNamespaceLabels: (name, labels) => {
+        const o = fake.get('namespaces', undefined, name) as { metadata: { labels?: Labels } } | undefined;
+        if (!o) throw new Error(`no namespace ${name}`);
+        fake.update('namespaces', { ...o, metadata: { ...o.metadata, labels: { 'kubernetes.io/metadata.name': name, ...labels } } });
+      },
+      addPod: async (spec, o = {}) => {
+        const key = `${spec.namespace}/${spec.name}`;
+        const obj: PodObject = {
+          apiVersion: 'v1',
+          kind: 'Pod',
+          metadata: { name: spec.name, namespace: spec.namespace, labels: spec.labels },
+          spec: { nodeName: opts.nodeName, serviceAccountName: spec.serviceAccount ?? 'default', containers: [{ name: 'main', image: 'registry.invalid/tdl:1' }] },
+          status: { phase: 'Pending' },
+        };
+        // The UID is the API server's to give; with a late object the sandbox is set up before the test can know it.
+        const created = o.objectDelayMs === undefined ? fake.create('pods', obj) : undefined;
+        const uid = created?.metadata.uid ?? '';
+        const ns = await pool.add(`${spec.namespace}-${spec.name}`.replace(/[^A-Za-z0-9-]/g, ''));
+        const containerId = `tdl-${pool.prefix}-${spec.namespace}-${spec.name}`;
+        const partial = { spec, key, uid, netns: ns.name, netnsPath: ns.path, containerId, ip: '', endpointId: 0 };
+        const late = o.objectDelayMs === undefined ? undefined : setTimeout(() => fake.create('pods', obj), o.objectDelayMs);
+        let result: Result100;
+        try {
+          result = (await runtime.addNetworkList(conflist, runtimeConf(partial))) as Result100;
+        } finally {
+          clearTimeout(late);
+        }
+        // ADD answered before the late object was due: the object comes now (the test sees the labels ADD took).
+        if (!fake.get('pods', spec.namespace, spec.name)) fake.create('pods', obj);
+        const ip = result.ips![0]!.address.split('/')[0]!;
+        const endpoint = (await agentProcess.client.getEndpoint(`container-id:${containerId}`)) as Endpoint;
+        const pod: K8sPod = { ...partial, ip, endpointId: endpoint.id };
+        pods.set(key, pod);
+        // kubelet reports the sandbox's address once the network is up.
+        const now = podObject(key);
+        fake.update('pods', { ...now, status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] } });
+        agents.set(key, await ServiceAgentProcess.start(ns.path, { name: key, tcpPorts: opts.tcpPorts ?? [], udpPorts: opts.udpPorts ?? [] }));
+        return pod;
+      },
+      setPodLabels: (pod, labels) => {
+        const now = podObject(pod.key);
+        fake.update('pods', { ...now, metadata: { ...now.metadata, labels } });
+      },
+      deletePodObject: (pod) => fake.delete('pods', pod.spec.namespace, pod.spec.name),
+      cniDel: async (pod) => {
+        await agents.get(pod.key)?.stop();
+        agents.delete(pod.key);
+        await runtime.delNetworkList(conflist, runtimeConf(pod));
+        pods.delete(pod.key);
+      },
+      endpoint: async (pod) => (await agentProcess.client.getEndpoint(pod.endpointId)) as Endpoint,
+      waitEndpoint: async (pod, pred, timeoutMs, what) => {
+        const started = Date.now();
+        let last: Endpoint | undefined;
+        for (;;) {
+          last = (await agentProcess.client.getEndpoint(pod.endpointId)) as Endpoint;
+          if (pred(last)) return { endpoint: last, ms: Date.now() - started };
+          if (Date.now() - started > timeoutMs) throw new Error(`${what}: not so after ${timeoutMs} ms; endpoint ${pod.endpointId} has identity ${last.identity} labels ${JSON.stringify(last.labels)} state ${last.state}`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      },
+      cleanup,
+    };
+    return scene;
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+}
+
+function namespaceObject(name: string, labels: Labels): object {
+  return { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels: { 'kubernetes.io/metadata.name': name, ...labels } }, spec: { finalizers: ['kubernetes'] }, status: { phase: 'Active' } };
+}
+
+// ---- objects as kubectl would create them ---------------------------------
+
+/** A networking.k8s.io/v1 NetworkPolicy object; `spec` as the API takes it. */
+export function networkPolicyObject(namespace: string, name: string, spec: object): object {
+  return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name, namespace }, spec };
+}
+
+/** A tendril.io/v1 TendrilNetworkPolicy object. */
+export function tendrilPolicyObject(namespace: string, name: string, spec: object): object {
+  return { apiVersion: 'tendril.io/v1', kind: 'TendrilNetworkPolicy', metadata: { name, namespace }, spec };
+}
+
+export interface ServicePortSpec {
+  name: string;
+  port: number;
+  targetPort: number;
+  protocol?: 'TCP' | 'UDP';
+  nodePort?: number;
+}
+
+export function serviceObject(
+  namespace: string,
+  name: string,
+  o: { clusterIP: string; ports: ServicePortSpec[]; selector?: Labels; type?: 'ClusterIP' | 'NodePort' | 'LoadBalancer'; sessionAffinity?: 'None' | 'ClientIP'; externalIPs?: string[]; loadBalancerIPs?: string[] },
+): object {
+  const external = o.type === 'NodePort' || o.type === 'LoadBalancer' || (o.externalIPs ?? []).length > 0;
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: { name, namespace },
+    spec: {
+      type: o.type ?? 'ClusterIP',
+      clusterIP: o.clusterIP,
+      clusterIPs: [o.clusterIP],
+      ipFamilies: ['IPv4'],
+      ipFamilyPolicy: 'SingleStack',
+      selector: o.selector ?? {},
+      sessionAffinity: o.sessionAffinity ?? 'None',
+      ...(o.sessionAffinity === 'ClientIP' ? { sessionAffinityConfig: { clientIP: { timeoutSeconds: 10800 } } } : {}),
+      internalTrafficPolicy: 'Cluster',
+      ...(external ? { externalTrafficPolicy: 'Cluster' } : {}),
+      ...(o.externalIPs ? { externalIPs: o.externalIPs } : {}),
+      ports: o.ports.map((p) => ({ name: p.name, port: p.port, targetPort: p.targetPort, protocol: p.protocol ?? 'TCP', ...(p.nodePort !== undefined ? { nodePort: p.nodePort } : {}) })),
+    },
+    status: { loadBalancer: o.loadBalancerIPs ? { ingress: o.loadBalancerIPs.map((ip) => ({ ip, ipMode: 'VIP' })) } : {} },
+  };
+}
+
+export interface SliceEndpoint {
+  pod: K8sPod;
+  /** Default: ready and serving, not terminating. */
+  conditions?: { ready: boolean; serving: boolean; terminating: boolean };
+}
+
+/** An EndpointSlice of a service (label kubernetes.io/service-name), as the EndpointSlice controller writes it. */
+export function endpointSliceObject(namespace: string, name: string, service: string, nodeName: string, endpoints: readonly SliceEndpoint[], ports: ReadonlyArray<{ name: string; port: number; protocol?: 'TCP' | 'UDP' }>): object {
+  return {
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    metadata: { name, namespace, labels: { 'kubernetes.io/service-name': service, 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' } },
+    addressType: 'IPv4',
+    endpoints: endpoints.map((e) => ({
+      addresses: [e.pod.ip],
+      conditions: e.conditions ?? { ready: true, serving: true, terminating: false },
+      nodeName,
+      targetRef: { kind: 'Pod', namespace: e.pod.spec.namespace, name: e.pod.spec.name, uid: e.pod.uid },
+    })),
+    ports: ports.map((p) => ({ name: p.name, port: p.port, protocol: p.protocol ?? 'TCP' })),
+  };
+}
+
+// ---- what the agent holds -------------------------------------------------
+
+/** The agent's services whose frontend is `ip:port/protocol`. */
+export async function servicesAt(node: DatapathNode, ip: string, port: number, protocol: 'TCP' | 'UDP' = 'TCP'): Promise<ServiceStatus[]> {
+  const list = (await node.agent.client.listServices()) as unknown as ServiceStatus[] | { services: ServiceStatus[] };
+  const all = Array.isArray(list) ? list : list.services;
+  return all.filter((s) => s['frontend-address'].ip === ip && s['frontend-address'].port === port && s['frontend-address'].protocol === protocol);
+}
+
+/** Waits until the one service at a frontend is realized with exactly these backends (`ip:port state`), returns how long it took. */
+export async function waitServiceBackends(node: DatapathNode, frontend: { ip: string; port: number; protocol?: 'TCP' | 'UDP' }, want: readonly string[], timeoutMs: number): Promise<number> {
+  const started = Date.now();
+  const wanted = [...want].sort();
+  let seen = '';
+  for (;;) {
+    const svcs = await servicesAt(node, frontend.ip, frontend.port, frontend.protocol ?? 'TCP');
+    const s = svcs[0];
+    if (svcs.length === 1 && s && s.realized) {
+      const have = s['backend-addresses'].map((b) => `${b.ip}:${b.port} ${b.state}`).sort();
+      if (JSON.stringify(have) === JSON.stringify(wanted)) return Date.now() - started;
+      seen = JSON.stringify(have);
+    } else {
+      seen = JSON.stringify(svcs);
+    }
+    if (Date.now() - started > timeoutMs) throw new Error(`service ${frontend.ip}:${frontend.port}: backends ${JSON.stringify(wanted)} not realized in ${timeoutMs} ms; the agent holds ${seen.slice(0, 1500)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** The names of the policies the agent holds. */
+export async function policyNames(node: DatapathNode): Promise<string[]> {
+  return (await node.agent.client.getPolicy()).policies.map((p) => p.name);
+}
+
+/** Waits until every local endpoint realizes the agent's current policy revision (after a policy change from the API). */
+export async function waitAllRealized(node: DatapathNode, timeoutMs = 10_000): Promise<void> {
+  const { revision } = await node.agent.client.getPolicy();
+  const ids = ((await node.agent.client.listEndpoints()) as unknown as Endpoint[]).map((e) => e.id);
+  await waitRealized(node, ids, revision, timeoutMs);
+}
+
+/** 'endpoint regenerated' debug lines of the agent's log, per endpoint ID. */
+export function regenerationsByEndpoint(agent: AgentProcess): Map<number, number> {
+  const out = new Map<number, number>();
+  for (const line of agent.output.split('\n')) {
+    if (!line.includes('"endpoint regenerated"')) continue;
+    try {
+      const o = JSON.parse(line) as { endpoint?: number };
+      if (typeof o.endpoint === 'number') out.set(o.endpoint, (out.get(o.endpoint) ?? 0) + 1);
+    } catch {
+      // A line cut by a chunk boundary: not counted.
+    }
+  }
+  return out;
+}
+
+export interface K8sResourceView {
+  resource: string;
+  synced: boolean;
+  objects: number;
+  events: number;
+  lastEventAt?: string;
+  restarts: number;
+  lastError?: string;
+}
+
+/** `kubernetes` of GET /status: the agent's watch of the API server. */
+export class K8sStatus {
+  private constructor(
+    readonly apiServer: string,
+    readonly connected: boolean,
+    readonly synced: boolean,
+    readonly resources: K8sResourceView[],
+  ) {}
+
+  static async of(node: DatapathNode): Promise<K8sStatus> {
+    const body = await node.agent.client.request<{ kubernetes?: { apiServer: string; connected: boolean; synced: boolean; resources: K8sResourceView[] } }>('GET', '/status');
+    const k = body.kubernetes;
+    if (!k) throw new Error(`GET /status has no kubernetes section: ${JSON.stringify(body).slice(0, 500)}`);
+    return new K8sStatus(k.apiServer, k.connected, k.synced, k.resources);
+  }
+
+  resource(name: string): K8sResourceView {
+    const r = this.resources.find((x) => x.resource === name);
+    if (!r) throw new Error(`GET /status kubernetes has no resource ${name}: ${JSON.stringify(this.resources.map((x) => x.resource))}`);
+    return r;
+  }
+
+  toJSON(): object {
+    return { apiServer: this.apiServer, connected: this.connected, synced: this.synced, resources: this.resources };
+  }
+}

@@ -6,7 +6,9 @@
 # a ClusterIP and a NodePort and masquerades pods leaving the cluster (to an
 # "outside" namespace behind the node's own device); then two nodes on one
 # etcd reach each other's pods through the VXLAN overlay (a capture shows the
-# VNI carrying the source pod's identity); then tears everything down.
+# VNI carrying the source pod's identity); an agent following a (fake)
+# Kubernetes API server that kubectl writes pods, a NetworkPolicy and a
+# Service to; then tears everything down.
 # The host's root namespace is never touched; every name has the tdl prefix.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,16 +34,26 @@ CL_NS=("$CL_HUB" "$CL_A" "$CL_B" "${CL_A}p" "${CL_B}p")
 CL_PIDS=()
 ETCD_PID=""
 
+# The Kubernetes part: an agent following an API server. No API server runs on
+# this machine: the project's fake (list/watch with resourceVersion, as the real
+# one) stands in, run in the node's namespace, and kubectl talks to it.
+K8S_NODE=tdldemok8s
+K8S_PODS=(tdldemok1 tdldemok2)
+K8S_AGENT_PID=""
+FAKE_PID=""
+
 cleanup() {
   for pid in "${BG_PIDS[@]}" "${CL_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   [ -n "$AGENT_PID" ] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null || true
   for pid in "${CL_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2>/dev/null && wait "$ETCD_PID" 2>/dev/null || true
-  for p in "${PODS[@]}" "$NODE" "$OUTSIDE" "${CL_NS[@]}"; do ip netns del "$p" 2>/dev/null || true; done
-  rm -rf "$WORK" "$BPFFS" "$BPFFS-$CL_A" "$BPFFS-$CL_B"
+  [ -n "$K8S_AGENT_PID" ] && kill "$K8S_AGENT_PID" 2>/dev/null && wait "$K8S_AGENT_PID" 2>/dev/null || true
+  [ -n "$FAKE_PID" ] && kill "$FAKE_PID" 2>/dev/null && wait "$FAKE_PID" 2>/dev/null || true
+  for p in "${PODS[@]}" "$NODE" "$OUTSIDE" "${CL_NS[@]}" "$K8S_NODE" "${K8S_PODS[@]}"; do ip netns del "$p" 2>/dev/null || true; done
+  rm -rf "$WORK" "$BPFFS" "$BPFFS-$CL_A" "$BPFFS-$CL_B" "$BPFFS-k8s"
 }
 trap cleanup EXIT
-for p in "${PODS[@]}" "$NODE" "$OUTSIDE" "${CL_NS[@]}"; do ip netns del "$p" 2>/dev/null || true; done
+for p in "${PODS[@]}" "$NODE" "$OUTSIDE" "${CL_NS[@]}" "$K8S_NODE" "${K8S_PODS[@]}"; do ip netns del "$p" 2>/dev/null || true; done
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 in_node() { nsenter --net=/var/run/netns/$NODE -- "$@"; }
@@ -245,6 +257,107 @@ say "a pod may not claim a reserved identity: TENDRIL_LABELS=reserved:host is re
 CNI_ARGS="IgnoreUnknown=1;TENDRIL_LABELS=reserved:host" in_node "$TENDRIL" cni add tendril /var/run/netns/tdldemo1 --cache-dir "$WORK/cache" || echo "exit code $?"
 say "a second agent on this node stops before touching anything"
 in_node "$REPO/bin/tendril-agent" --state-dir "$WORK/second" --lib-dir "$WORK/second/lib" --node-name demo-node-2 --pod-cidr 10.251.0.0/24 || echo "exit code $?"
+
+say "Kubernetes: an agent following an API server (a fake one on loopback: no API server runs on this machine) that kubectl writes to"
+ip netns add "$K8S_NODE"
+ip -n "$K8S_NODE" link set lo up
+for p in "${K8S_PODS[@]}"; do ip netns add "$p"; done
+in_k8s() { nsenter --net=/var/run/netns/$K8S_NODE -- "$@"; }
+coproc FAKE { in_k8s node "$REPO/dist/bench/k8sFakeApiWorker.js" '{"crds":"tendril"}'; }
+FAKE_PID=$FAKE_PID
+read -r _ <&"${FAKE[0]}"
+echo '{"id":1,"op":"kubeconfig"}' >&"${FAKE[1]}"
+read -r reply <&"${FAKE[0]}"
+export KUBECONFIG
+KUBECONFIG=$(jq -r .path <<<"$reply")
+kube() { in_k8s kubectl "$@"; }
+kube apply --validate=false -f - <<'YAML'
+apiVersion: v1
+kind: Namespace
+metadata: { name: shop, labels: { team: shop } }
+---
+apiVersion: v1
+kind: Node
+metadata: { name: demo-k8s }
+spec: { podCIDRs: [10.252.0.0/24] }
+status: { addresses: [ { type: InternalIP, address: 10.252.9.1 } ] }
+---
+apiVersion: v1
+kind: Pod
+metadata: { name: web, namespace: shop, labels: { app: web } }
+spec: { nodeName: demo-k8s, containers: [ { name: web, image: busybox } ] }
+---
+apiVersion: v1
+kind: Pod
+metadata: { name: db, namespace: shop, labels: { app: db } }
+spec: { nodeName: demo-k8s, containers: [ { name: db, image: busybox } ] }
+YAML
+K8S_STATE="$WORK/k8s"
+K8S_SOCK="$K8S_STATE/tendril.sock"
+echo "tendril-agent --k8s-kubeconfig \$KUBECONFIG --ipam kubernetes (the pod CIDR comes from the Node object)"
+in_k8s "$REPO/bin/tendril-agent" --state-dir "$K8S_STATE" --lib-dir "$K8S_STATE/lib" --node-name demo-k8s \
+  --k8s-kubeconfig "$KUBECONFIG" --ipam kubernetes --bpffs-root "$BPFFS-k8s" --log-file "$WORK/k8s-agent.log" &
+K8S_AGENT_PID=$!
+for _ in $(seq 150); do TENDRIL_SOCK=$K8S_SOCK "$TENDRIL" status >/dev/null 2>&1 && break; sleep 0.1; done
+TENDRIL_SOCK=$K8S_SOCK "$TENDRIL" status
+mkdir -p "$WORK/k8s-net.d"
+printf '{"cniVersion":"1.0.0","name":"tendril","plugins":[{"type":"tendril-cni","socket":"%s"}]}\n' "$K8S_SOCK" >"$WORK/k8s-net.d/10-tendril.conflist"
+declare -A K8S_IPS
+K8S_NAMES=(web db)
+for i in 0 1; do
+  out=$(NETCONFPATH="$WORK/k8s-net.d" CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=shop;K8S_POD_NAME=${K8S_NAMES[$i]}" \
+    in_k8s "$TENDRIL" cni add tendril "/var/run/netns/${K8S_PODS[$i]}" --cache-dir "$WORK/k8s-cache")
+  K8S_IPS[${K8S_NAMES[$i]}]=$(jq -r '.ips[0].address | split("/")[0]' <<<"$out")
+done
+echo "ADD with only kubelet's CNI_ARGS (K8S_POD_NAMESPACE, K8S_POD_NAME): the labels come from the API server"
+TENDRIL_SOCK=$K8S_SOCK "$TENDRIL" endpoint list
+nsenter --net=/var/run/netns/tdldemok2 -- busybox nc -ll -p 5432 -e /bin/date &
+BG_PIDS+=($!)
+sleep 0.3
+k8s_web_to_db() { nsenter --net=/var/run/netns/tdldemok1 -- busybox nc -w 1 "${K8S_IPS[db]}" 5432 </dev/null || echo "no answer"; }
+echo "web -> db TCP 5432: $(k8s_web_to_db)"
+say "kubectl apply: a NetworkPolicy letting only app=api into app=db"
+TENDRIL_SOCK=$K8S_SOCK "$TENDRIL" monitor --type drop >"$WORK/k8s-monitor.txt" 2>&1 &
+K8S_MON=$!
+BG_PIDS+=($K8S_MON)
+kube apply --validate=false -f - <<'YAML'
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: { name: db-from-api, namespace: shop }
+spec:
+  podSelector: { matchLabels: { app: db } }
+  policyTypes: [Ingress]
+  ingress: [ { from: [ { podSelector: { matchLabels: { app: api } } } ], ports: [ { protocol: TCP, port: 5432 } ] } ]
+YAML
+sleep 0.3
+echo "web -> db TCP 5432: $(k8s_web_to_db)"
+sleep 0.2
+kill "$K8S_MON" 2>/dev/null || true
+echo "tendril monitor:"; head -3 "$WORK/k8s-monitor.txt"
+say "kubectl label pod web app=api: the pod's identity changes, and the policy lets it in"
+kube -n shop label pod web app=api --overwrite
+sleep 0.3
+TENDRIL_SOCK=$K8S_SOCK "$TENDRIL" endpoint list
+echo "web -> db TCP 5432: $(k8s_web_to_db)"
+say "kubectl apply: a Service with an EndpointSlice becomes a ClusterIP load-balanced in eBPF"
+kube apply --validate=false -f - <<YAML
+apiVersion: v1
+kind: Service
+metadata: { name: db, namespace: shop }
+spec: { clusterIP: 10.96.50.5, ports: [ { name: pg, port: 5432, protocol: TCP } ] }
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: { name: db-1, namespace: shop, labels: { kubernetes.io/service-name: db } }
+addressType: IPv4
+ports: [ { name: pg, port: 5432, protocol: TCP } ]
+endpoints: [ { addresses: [ "${K8S_IPS[db]}" ], conditions: { ready: true } } ]
+YAML
+sleep 0.3
+TENDRIL_SOCK=$K8S_SOCK "$TENDRIL" service list
+echo "web -> 10.96.50.5:5432: $(nsenter --net=/var/run/netns/tdldemok1 -- busybox nc -w 1 10.96.50.5 5432 </dev/null || echo 'no answer')"
+TENDRIL_SOCK=$K8S_SOCK "$TENDRIL" status
+kill "$K8S_AGENT_PID"; wait "$K8S_AGENT_PID" 2>/dev/null || true; K8S_AGENT_PID=""
 
 say "two nodes on one etcd: a hub namespace with a bridge and etcd, nodes $CL_A and $CL_B on it (10.198.0.11, .12)"
 ip netns add "$CL_HUB"

@@ -105,6 +105,7 @@ describe('CNI ADD with Kubernetes on', () => {
         'container:build=7',
         'k8s:app=web',
         'k8s:io.kubernetes.pod.namespace=shop',
+        'k8s:io.tendril.k8s.namespace.labels.kubernetes.io/metadata.name=shop',
         'k8s:io.tendril.k8s.namespace.labels.team=blue',
         'k8s:io.tendril.k8s.policy.serviceaccount=shop-sa',
         // The API server's value wins over the runtime's for the same key.

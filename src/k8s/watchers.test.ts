@@ -147,6 +147,7 @@ describe('K8sWatchers against the fake API server', () => {
     assert.deepEqual(first?.toStrings(), [
       'k8s:app=web',
       'k8s:io.kubernetes.pod.namespace=shop',
+      'k8s:io.tendril.k8s.namespace.labels.kubernetes.io/metadata.name=shop',
       'k8s:io.tendril.k8s.namespace.labels.team=a',
       'k8s:io.tendril.k8s.policy.serviceaccount=default',
     ]);
@@ -160,6 +161,7 @@ describe('K8sWatchers against the fake API server', () => {
       'container:tier=front',
       'k8s:app=web',
       'k8s:io.kubernetes.pod.namespace=shop',
+      'k8s:io.tendril.k8s.namespace.labels.kubernetes.io/metadata.name=shop',
       'k8s:io.tendril.k8s.namespace.labels.team=a',
       'k8s:io.tendril.k8s.policy.serviceaccount=default',
       'k8s:version=v2',

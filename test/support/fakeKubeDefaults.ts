@@ -6,7 +6,7 @@
 // as the real allocators do since Kubernetes 1.24/1.27, so they stay clear of
 // the static addresses tests pick), and keeps them across updates that omit
 // them; a taken ClusterIP or node port is refused. EndpointSlice ports default
-// to TCP; a Namespace gets its finalizer and phase. The service CIDR
+// to TCP; a Namespace gets its finalizer, phase and `kubernetes.io/metadata.name` label. The service CIDR
 // (10.96.0.0/12) and node port range (30000-32767) bound allocation only:
 // the fake has no cluster configuration to refuse an address outside them.
 import { isIPv6 } from 'node:net';
@@ -93,6 +93,10 @@ export function defaultEndpointSlice(slice: Obj): void {
 }
 
 export function defaultNamespace(ns: Obj): void {
+  // The label every namespace carries since Kubernetes 1.22 (immutable, set by the API server): policies select namespaces by name with it.
+  const metadata = asObject(ns.metadata);
+  ns.metadata = metadata;
+  if (typeof metadata.name === 'string') metadata.labels = { ...asObject(metadata.labels), 'kubernetes.io/metadata.name': metadata.name };
   const spec = asObject(ns.spec);
   spec.finalizers ??= ['kubernetes'];
   ns.spec = spec;

@@ -75,14 +75,15 @@ function ago(iso: string, now: number): string {
 /**
  * One line on the agent's watch of the API server: connected or not, synced
  * (objects per resource) or which resources are still listing, the last
- * event, and the last error while disconnected.
+ * event, and a resource's last error (a refused policy, a missing CRD, a
+ * lost connection).
  */
 export function kubernetesLine(k: K8sStatus, now = Date.now()): string {
   const connection = k.connected ? `connected to ${k.apiServer}` : `DISCONNECTED from ${k.apiServer}`;
   const pending = k.resources.filter((r) => !r.synced).map((r) => r.resource);
   const sync = k.synced ? `synced (${k.resources.map((r) => `${r.resource} ${r.objects}`).join(', ')})` : `NOT SYNCED (waiting for ${pending.join(', ') || 'the first list'})`;
   const last = k.resources.map((r) => r.lastEventAt).filter((t): t is string => t !== undefined).sort().at(-1);
-  const errors = k.connected ? [] : k.resources.filter((r) => r.lastError !== undefined).map((r) => `${r.resource}: ${r.lastError}`);
+  const errors = k.resources.filter((r) => r.lastError !== undefined).map((r) => `${r.resource}: ${r.lastError}`);
   return [connection, sync, ...(last ? [`last event ${ago(last, now)}`] : []), ...(errors.length > 0 ? [`last error ${errors[0]}`] : [])].join(', ');
 }
 

@@ -30,6 +30,7 @@ import { run } from './run.js';
 import { ServiceAgentProcess } from './serviceProcess.js';
 import { OUTSIDE_CLIENT_IP, OUTSIDE_NODE_IP } from './serviceScene.js';
 import { TENDRIL_BIN } from './tendrilBin.js';
+import type { K8sResourceStatus, K8sStatus as K8sStatusBody } from '../../src/k8s/index.js';
 
 export { OUTSIDE_CLIENT_IP, OUTSIDE_NODE_IP };
 
@@ -481,15 +482,6 @@ export function regenerationsByEndpoint(agent: AgentProcess): Map<number, number
   return out;
 }
 
-export interface K8sResourceView {
-  resource: string;
-  synced: boolean;
-  objects: number;
-  events: number;
-  lastEventAt?: string;
-  restarts: number;
-  lastError?: string;
-}
 
 /** `kubernetes` of GET /status: the agent's watch of the API server. */
 export class K8sStatus {
@@ -497,17 +489,17 @@ export class K8sStatus {
     readonly apiServer: string,
     readonly connected: boolean,
     readonly synced: boolean,
-    readonly resources: K8sResourceView[],
+    readonly resources: K8sResourceStatus[],
   ) {}
 
   static async of(node: DatapathNode): Promise<K8sStatus> {
-    const body = await node.agent.client.request<{ kubernetes?: { apiServer: string; connected: boolean; synced: boolean; resources: K8sResourceView[] } }>('GET', '/status');
+    const body = await node.agent.client.request<{ kubernetes?: K8sStatusBody }>('GET', '/status');
     const k = body.kubernetes;
     if (!k) throw new Error(`GET /status has no kubernetes section: ${JSON.stringify(body).slice(0, 500)}`);
     return new K8sStatus(k.apiServer, k.connected, k.synced, k.resources);
   }
 
-  resource(name: string): K8sResourceView {
+  resource(name: string): K8sResourceStatus {
     const r = this.resources.find((x) => x.resource === name);
     if (!r) throw new Error(`GET /status kubernetes has no resource ${name}: ${JSON.stringify(this.resources.map((x) => x.resource))}`);
     return r;

@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { AgentClient } from '../src/client/agentClient.js';
 import type { FakeResource } from '../test/support/fakeKubeApi.js';
+import { type ContainerPort, endpointSliceObject, type Labels, namespaceObject, networkPolicyObject, nodeObject, podObject, serviceObject } from '../test/support/k8sObjects.js';
 import { NetnsAgentChannel } from '../test/support/netnsAgentChannel.js';
 import { stopBenchAgent } from './benchProcess.js';
 import type { FakeApiReply, FakeApiWorkerConfig } from './k8sFakeApiWorker.js';
@@ -73,69 +74,16 @@ export class FakeApiProcess {
 
 // ---- Kubernetes objects --------------------------------------------------------
 
-type Labels = Record<string, string>;
+// The benches' names for the builders of test/support/k8sObjects.ts.
+export { namespaceObject as k8sNamespace, networkPolicyObject as k8sNetworkPolicy };
 
-export const k8sNamespace = (name: string, labels: Labels = {}) => ({
-  apiVersion: 'v1',
-  kind: 'Namespace',
-  metadata: { name, labels: { 'kubernetes.io/metadata.name': name, ...labels } },
-  spec: { finalizers: ['kubernetes'] },
-  status: { phase: 'Active' },
-});
+/** The bench node: its pod CIDR, its address, ready. */
+export const k8sNode = (name: string, podCidr: string, ip: string) => nodeObject(name, [podCidr], [{ type: 'InternalIP', address: ip }, { type: 'Hostname', address: name }]);
 
-export const k8sNode = (name: string, podCidr: string, ip: string) => ({
-  apiVersion: 'v1',
-  kind: 'Node',
-  metadata: { name, labels: { 'kubernetes.io/hostname': name, 'kubernetes.io/os': 'linux' } },
-  spec: { podCIDR: podCidr, podCIDRs: [podCidr] },
-  status: { addresses: [{ type: 'InternalIP', address: ip }, { type: 'Hostname', address: name }], conditions: [{ type: 'Ready', status: 'True' }] },
-});
+const APP_PORTS: ContainerPort[] = [{ containerPort: 8080, protocol: 'TCP' }];
 
-/** A running pod on `nodeName`, as the API server holds it once the kubelet reported it (`ip` omitted: not networked yet). */
-export const k8sPod = (p: { namespace: string; name: string; nodeName: string; labels: Labels; ip?: string; serviceAccount?: string }) => ({
-  apiVersion: 'v1',
-  kind: 'Pod',
-  metadata: { name: p.name, namespace: p.namespace, labels: p.labels },
-  spec: {
-    nodeName: p.nodeName,
-    serviceAccountName: p.serviceAccount ?? 'default',
-    containers: [{ name: 'app', image: 'registry.example/app:1', ports: [{ containerPort: 8080, protocol: 'TCP' }] }],
-  },
-  status: p.ip ? { phase: 'Running', podIP: p.ip, podIPs: [{ ip: p.ip }], hostIP: '10.0.0.1' } : { phase: 'Pending' },
-});
-
-export const k8sNetworkPolicy = (namespace: string, name: string, spec: object) => ({
-  apiVersion: 'networking.k8s.io/v1',
-  kind: 'NetworkPolicy',
-  metadata: { name, namespace },
-  spec,
-});
-
-export const k8sService = (namespace: string, name: string, ip: string, port: number, targetPort: number, selector: Labels) => ({
-  apiVersion: 'v1',
-  kind: 'Service',
-  metadata: { name, namespace },
-  spec: { type: 'ClusterIP', clusterIP: ip, clusterIPs: [ip], ipFamilies: ['IPv4'], ports: [{ name: 'http', port, targetPort, protocol: 'TCP' }], selector, sessionAffinity: 'None' },
-});
-
-/** The one EndpointSlice of a service, as the endpointslice controller writes it: every backend ready. */
-export const k8sEndpointSlice = (namespace: string, service: string, port: number, backends: ReadonlyArray<{ ip: string; pod: string; nodeName: string }>) => ({
-  apiVersion: 'discovery.k8s.io/v1',
-  kind: 'EndpointSlice',
-  metadata: {
-    name: `${service}-${randomBytes(3).toString('hex').slice(0, 5)}`,
-    namespace,
-    labels: { 'kubernetes.io/service-name': service, 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' },
-  },
-  addressType: 'IPv4',
-  endpoints: backends.map((b) => ({
-    addresses: [b.ip],
-    conditions: { ready: true, serving: true, terminating: false },
-    nodeName: b.nodeName,
-    targetRef: { kind: 'Pod', namespace, name: b.pod },
-  })),
-  ports: [{ name: 'http', port, protocol: 'TCP' }],
-});
+/** A pod on `nodeName` serving 8080, running once the kubelet reported it (`ip` omitted: not networked yet). */
+export const k8sPod = (p: { namespace: string; name: string; nodeName: string; labels: Labels; ip?: string; serviceAccount?: string }) => podObject({ ...p, ports: APP_PORTS, ...(p.ip ? { hostIP: '10.0.0.1' } : {}) });
 
 /** Objects of a cluster's worth of state for one node, in the order a client would create them. */
 export interface K8sFleet {
@@ -159,7 +107,7 @@ const APPS = 200;
  */
 export function k8sFleet(o: { nodeName: string; namespaces: number; pods: number; policies: number; services: number; podIp: (i: number) => string }): K8sFleet {
   const nsName = (k: number) => `bench-ns-${k}`;
-  const namespaces = Array.from({ length: o.namespaces }, (_, k) => k8sNamespace(nsName(k), { team: `team-${k % 5}` }));
+  const namespaces = Array.from({ length: o.namespaces }, (_, k) => namespaceObject(nsName(k), { team: `team-${k % 5}` }));
   const podRef = (i: number) => ({ namespace: nsName(i % o.namespaces), name: `app-${i % APPS}-${i}`, ip: o.podIp(i), app: `app-${i % APPS}` });
   const pods = Array.from({ length: o.pods }, (_, i) => {
     const p = podRef(i);
@@ -174,19 +122,20 @@ export function k8sFleet(o: { nodeName: string; namespaces: number; pods: number
       ingress: [{ from, ports: [{ protocol: 'TCP', port: 8080 + (j % 10) }] }],
     };
     if (j % 10 === 0) spec.egress = [{ to: [{ podSelector: { matchLabels: { app: `app-${(j + 2) % APPS}` } } }], ports: [{ protocol: 'TCP', port: 5432 }] }];
-    return k8sNetworkPolicy(nsName(j % o.namespaces), `bench-policy-${j}`, spec);
+    return networkPolicyObject(nsName(j % o.namespaces), `bench-policy-${j}`, spec);
   });
   const services: object[] = [];
   const slices: object[] = [];
   for (let k = 0; k < o.services; k++) {
     const ns = nsName(k % o.namespaces);
     const name = `bench-svc-${k}`;
-    services.push(k8sService(ns, name, clusterIp(k + 1), 80, 8080, { app: `app-${k % APPS}` }));
+    services.push(serviceObject(ns, name, { clusterIP: clusterIp(k + 1), selector: { app: `app-${k % APPS}` }, ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
     const backends = Array.from({ length: 2 + (k % 2) }, (_, b) => {
       const p = podRef((k * 3 + b) % o.pods);
-      return { ip: p.ip, pod: p.name, nodeName: o.nodeName };
+      return { ip: p.ip, nodeName: o.nodeName, pod: { namespace: ns, name: p.name } };
     });
-    slices.push(k8sEndpointSlice(ns, name, 8080, backends));
+    // The one slice of the service, named as the controller names it (service name, random suffix); every backend ready.
+    slices.push(endpointSliceObject(ns, `${name}-${randomBytes(3).toString('hex').slice(0, 5)}`, name, backends, [{ name: 'http', port: 8080 }]));
   }
   return { namespaces, pods, policies, services, slices };
 }

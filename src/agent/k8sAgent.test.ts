@@ -14,6 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { FakeKubeApi } from '../../test/support/fakeKubeApi.js';
+import { endpointSliceObject, namespaceObject, networkPolicyObject, nodeObject, podObject, serviceObject } from '../../test/support/k8sObjects.js';
 import { requireRoot } from '../../test/support/root.js';
 import { run } from '../../test/support/run.js';
 import { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
@@ -46,18 +47,14 @@ afterEach(async () => {
   await kube.stop();
 });
 
-function nodeObject(name: string, podCidrs: string[] | undefined, addresses: Array<{ type: string; address: string }>): object {
-  return { apiVersion: 'v1', kind: 'Node', metadata: { name, labels: { 'kubernetes.io/hostname': name } }, spec: podCidrs ? { podCIDR: podCidrs[0], podCIDRs: podCidrs } : {}, status: { addresses } };
-}
+/** Pods of service account shop-sa, not the default one: the first test checks the label that comes of it. */
+const shopPod = (namespace: string, name: string, nodeName: string, labels: Record<string, string>) => podObject({ namespace, name, nodeName, labels, serviceAccount: 'shop-sa' });
 
-function podObject(namespace: string, name: string, nodeName: string, labels: Record<string, string>): object {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { namespace, name, labels },
-    spec: { nodeName, serviceAccountName: 'shop-sa', containers: [{ name: 'main', image: 'tdl/none' }] },
-    status: { phase: 'Pending' },
-  };
+/** The API server's view the start tests begin from: the Node (no pod CIDRs), namespace shop, and pods web-1… (app=web) on the node. */
+function seedShop(nodeName: string, nodeIp: string, webPods: number): void {
+  kube.create('nodes', nodeObject(nodeName, undefined, [{ type: 'InternalIP', address: nodeIp }]));
+  kube.create('namespaces', namespaceObject('shop'));
+  for (let i = 1; i <= webPods; i++) kube.create('pods', shopPod('shop', `web-${i}`, nodeName, { app: 'web' }));
 }
 
 async function startAgent(nodeName: string, extras: FakeNodeExtras & { podCidr?: string; podWaitMs?: number; syncTimeoutSeconds?: number; logger?: Logger } = {}): Promise<FakeNodeAgent> {
@@ -91,9 +88,9 @@ async function until<T>(what: string, fn: () => Promise<T | undefined> | T | und
 describe('CNI ADD with Kubernetes on', () => {
   test('an ADD naming a pod takes the API server\'s labels (pod, namespace, service account) with the runtime\'s other labels; a relabel in the API reaches the endpoint', async () => {
     const NODE = 'tdl-k8s-labels';
-    kube.create('namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop', labels: { team: 'blue' } } });
+    kube.create('namespaces', namespaceObject('shop', { team: 'blue' }));
     kube.create('nodes', nodeObject(NODE, undefined, [{ type: 'InternalIP', address: '192.0.2.31' }]));
-    kube.create('pods', podObject('shop', 'web-1', NODE, { app: 'web', tier: 'front' }));
+    kube.create('pods', shopPod('shop', 'web-1', NODE, { app: 'web', tier: 'front' }));
     const node = await startAgent(NODE);
     const client = new AgentClient({ socketPath: node.config.socket, timeoutMs: 10_000 });
 
@@ -113,7 +110,7 @@ describe('CNI ADD with Kubernetes on', () => {
       ],
     );
 
-    kube.update('pods', podObject('shop', 'web-1', NODE, { app: 'api', tier: 'front' }));
+    kube.update('pods', shopPod('shop', 'web-1', NODE, { app: 'api', tier: 'front' }));
     const relabelled = await until('the endpoint relabelled from the API', async () => {
       const e = await client.getEndpoint(ep.id);
       return e.labels.includes('k8s:app=api') && e.state === 'ready' ? e : undefined;
@@ -127,7 +124,7 @@ describe('CNI ADD with Kubernetes on', () => {
     const NODE = 'tdl-k8s-nopod';
     kube.create('nodes', nodeObject(NODE, undefined, [{ type: 'InternalIP', address: '192.0.2.32' }]));
     // On another node: not among this node's pods.
-    kube.create('pods', podObject('shop', 'elsewhere', 'tdl-k8s-other', { app: 'web' }));
+    kube.create('pods', shopPod('shop', 'elsewhere', 'tdl-k8s-other', { app: 'web' }));
     const node = await startAgent(NODE, { podWaitMs: 300 });
     for (const name of ['ghost', 'elsewhere']) {
       const t0 = Date.now();
@@ -153,9 +150,7 @@ describe('CNI ADD with Kubernetes on', () => {
 describe('start order', () => {
   test('after a restart the API server\'s policies and labels are in force at the restored endpoint\'s first regeneration; the watchers stop with the agent', async () => {
     const NODE = 'tdl-k8s-restart';
-    kube.create('nodes', nodeObject(NODE, undefined, [{ type: 'InternalIP', address: '192.0.2.34' }]));
-    kube.create('namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop' } });
-    kube.create('pods', podObject('shop', 'web-1', NODE, { app: 'web' }));
+    seedShop(NODE, '192.0.2.34', 1);
     let node = await startAgent(NODE);
     await add(node, 'tdl-k8s-restart-1', 'K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-1');
     const id = node.agent.api().endpoints.list()[0]!.id;
@@ -167,13 +162,8 @@ describe('start order', () => {
     node = await node.restart(async () => {
       await until('every watch closed at agent stop', () => (kube.openWatches === 0 ? true : undefined), 3000);
       // While the agent is down: a default-deny ingress policy for the pod, and a new label on it.
-      kube.create('networkpolicies', {
-        apiVersion: 'networking.k8s.io/v1',
-        kind: 'NetworkPolicy',
-        metadata: { namespace: 'shop', name: 'deny-web' },
-        spec: { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Ingress'] },
-      });
-      kube.update('pods', podObject('shop', 'web-1', NODE, { app: 'web', version: '2' }));
+      kube.create('networkpolicies', networkPolicyObject('shop', 'deny-web', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Ingress'] }));
+      kube.update('pods', shopPod('shop', 'web-1', NODE, { app: 'web', version: '2' }));
     });
     started[index] = node;
     const afterRestart = node.datapath.syncs.slice(syncsBefore).filter((x) => x.id === id);
@@ -193,20 +183,8 @@ describe('services', () => {
   test('with a load-balancing datapath, the API server\'s Services and EndpointSlices are in the service API when the agent is ready, and follow scaling', async () => {
     const NODE = 'tdl-k8s-svc';
     kube.create('nodes', nodeObject(NODE, undefined, [{ type: 'InternalIP', address: '192.0.2.35' }]));
-    kube.create('services', {
-      apiVersion: 'v1',
-      kind: 'Service',
-      metadata: { namespace: 'shop', name: 'web' },
-      spec: { type: 'ClusterIP', clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10'], ports: [{ name: 'http', port: 80, protocol: 'TCP', targetPort: 8080 }] },
-    });
-    const slice = (name: string, ips: string[]) => ({
-      apiVersion: 'discovery.k8s.io/v1',
-      kind: 'EndpointSlice',
-      metadata: { namespace: 'shop', name, labels: { 'kubernetes.io/service-name': 'web' } },
-      addressType: 'IPv4',
-      endpoints: ips.map((ip) => ({ addresses: [ip], conditions: { ready: true } })),
-      ports: [{ name: 'http', port: 8080, protocol: 'TCP' }],
-    });
+    kube.create('services', serviceObject('shop', 'web', { clusterIP: '10.96.0.10', ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
+    const slice = (name: string, ips: string[]) => endpointSliceObject('shop', name, 'web', ips.map((ip) => ({ ip })), [{ name: 'http', port: 8080 }]);
     kube.create('endpointslices', slice('web-a', ['10.88.8.11', '10.88.8.12']));
     const node = await startFakeNodeAgent({
       nodeName: NODE,
@@ -229,10 +207,7 @@ describe('services', () => {
 describe('health and status', () => {
   test('/healthz is 503 naming the resources not synced while the API server is away at start; /status and tendril status say so; synced once it is back', async () => {
     const NODE = 'tdl-k8s-health';
-    kube.create('nodes', nodeObject(NODE, undefined, [{ type: 'InternalIP', address: '192.0.2.33' }]));
-    kube.create('namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'shop' } });
-    kube.create('pods', podObject('shop', 'web-1', NODE, { app: 'web' }));
-    kube.create('pods', podObject('shop', 'web-2', NODE, { app: 'web' }));
+    seedShop(NODE, '192.0.2.33', 2);
     await kube.pause();
     const t0 = Date.now();
     const node = await startAgent(NODE, { syncTimeoutSeconds: 1, podWaitMs: 200 });

@@ -12,6 +12,7 @@ import { ServiceManager, ServiceStore } from '../service/index.js';
 import { LabelSet } from '../labels/index.js';
 import { formatPolicyName, PolicyNotFoundError, type Policy, type PolicyFilter } from '../policy/index.js';
 import { FakeKubeApi } from '../../test/support/fakeKubeApi.js';
+import { endpointSliceObject, namespaceObject, networkPolicyObject, nodeObject, podObject, serviceObject, tendrilClusterwidePolicyObject, tendrilPolicyObject } from '../../test/support/k8sObjects.js';
 import { K8sSyncTimeoutError } from './errors.js';
 import type { K8sEndpointTarget, K8sPolicyTarget } from './types.js';
 import { K8sWatchers } from './watchers.js';
@@ -88,23 +89,14 @@ async function waitFor(what: string, cond: () => boolean, timeoutMs = 5000): Pro
   }
 }
 
-const namespace = (name: string, labels: Record<string, string> = {}) => ({ apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels } });
-const pod = (ns: string, name: string, labels: Record<string, string>, node = NODE) => ({
-  apiVersion: 'v1',
-  kind: 'Pod',
-  metadata: { namespace: ns, name, labels },
-  spec: { nodeName: node, serviceAccountName: 'default', containers: [{ name: 'c', image: 'busybox' }] },
-});
-const networkPolicy = (ns: string, name: string, app: string, port = 80) => ({
-  apiVersion: 'networking.k8s.io/v1',
-  kind: 'NetworkPolicy',
-  metadata: { namespace: ns, name },
-  spec: {
+const pod = (namespace: string, name: string, labels: Record<string, string>, nodeName = NODE) => podObject({ namespace, name, labels, nodeName });
+/** Ingress to `app` from role=client pods on TCP `port`. */
+const networkPolicy = (ns: string, name: string, app: string, port = 80) =>
+  networkPolicyObject(ns, name, {
     podSelector: { matchLabels: { app } },
     policyTypes: ['Ingress'],
     ingress: [{ from: [{ podSelector: { matchLabels: { role: 'client' } } }], ports: [{ protocol: 'TCP', port }] }],
-  },
-});
+  });
 
 describe('K8sWatchers against the fake API server', () => {
   let fake: FakeKubeApi;
@@ -140,7 +132,7 @@ describe('K8sWatchers against the fake API server', () => {
   };
 
   it('relabels an endpoint when its pod is relabelled, keeping labels of other sources', async () => {
-    fake.create('namespaces', namespace('shop', { team: 'a' }));
+    fake.create('namespaces', namespaceObject('shop', { team: 'a' }));
     fake.create('pods', pod('shop', 'web-1', { app: 'web' }));
     const w = await start();
     const first = await w.podLabels('shop', 'web-1', 1000);
@@ -173,8 +165,8 @@ describe('K8sWatchers against the fake API server', () => {
   });
 
   it('relabels every pod of a namespace whose labels change, and only those', async () => {
-    fake.create('namespaces', namespace('shop', { team: 'a' }));
-    fake.create('namespaces', namespace('other', { team: 'a' }));
+    fake.create('namespaces', namespaceObject('shop', { team: 'a' }));
+    fake.create('namespaces', namespaceObject('other', { team: 'a' }));
     fake.create('pods', pod('shop', 'web-1', { app: 'web' }));
     fake.create('pods', pod('shop', 'db-1', { app: 'db' }));
     fake.create('pods', pod('other', 'x-1', { app: 'x' }));
@@ -183,7 +175,7 @@ describe('K8sWatchers against the fake API server', () => {
     for (const [ns, name] of [['shop', 'web-1'], ['shop', 'db-1'], ['other', 'x-1']] as const) {
       endpoints.add({ id: id++, podNamespace: ns, podName: name, labels: (await w.podLabels(ns, name, 1000))!.toStrings() });
     }
-    fake.update('namespaces', namespace('shop', { team: 'b' }));
+    fake.update('namespaces', namespaceObject('shop', { team: 'b' }));
     await waitFor('two relabels', () => endpoints.calls.length === 2);
     await new Promise((r) => setTimeout(r, 100));
     assert.deepEqual(endpoints.calls.map((c) => c.id).sort(), [1, 2]);
@@ -191,7 +183,7 @@ describe('K8sWatchers against the fake API server', () => {
   });
 
   it('watches only the pods of this node, and podLabels waits for a pod to appear', async () => {
-    fake.create('namespaces', namespace('shop'));
+    fake.create('namespaces', namespaceObject('shop'));
     fake.create('pods', pod('shop', 'elsewhere', { app: 'web' }, 'tdl-node-b'));
     const w = await start();
     assert.equal(await w.podLabels('shop', 'elsewhere', 100), undefined);
@@ -201,7 +193,7 @@ describe('K8sWatchers against the fake API server', () => {
   });
 
   it('reconcilePod fixes an endpoint created with labels read before a relabel', async () => {
-    fake.create('namespaces', namespace('shop'));
+    fake.create('namespaces', namespaceObject('shop'));
     fake.create('pods', pod('shop', 'web-1', { app: 'web' }));
     const w = await start();
     const stale = (await w.podLabels('shop', 'web-1', 1000))!.toStrings();
@@ -213,7 +205,7 @@ describe('K8sWatchers against the fake API server', () => {
   });
 
   it('retries a relabel that failed', async () => {
-    fake.create('namespaces', namespace('shop'));
+    fake.create('namespaces', namespaceObject('shop'));
     fake.create('pods', pod('shop', 'web-1', { app: 'web' }));
     const w = await start();
     endpoints.add({ id: 3, podNamespace: 'shop', podName: 'web-1', labels: (await w.podLabels('shop', 'web-1', 1000))!.toStrings() });
@@ -246,18 +238,8 @@ describe('K8sWatchers against the fake API server', () => {
 
   it('feeds tendril policies (namespaced and cluster-wide) to the policy target', async () => {
     await start();
-    fake.create('tendrilnetworkpolicies', {
-      apiVersion: 'tendril.io/v1',
-      kind: 'TendrilNetworkPolicy',
-      metadata: { namespace: 'shop', name: 'deny-db' },
-      spec: { endpointSelector: { matchLabels: { app: 'db' } }, ingressDeny: [{ fromEntities: ['world'] }] },
-    });
-    fake.create('tendrilclusterwidenetworkpolicies', {
-      apiVersion: 'tendril.io/v1',
-      kind: 'TendrilClusterwideNetworkPolicy',
-      metadata: { name: 'host-ok' },
-      specs: [{ endpointSelector: {}, ingress: [{ fromEntities: ['host'] }] }],
-    });
+    fake.create('tendrilnetworkpolicies', tendrilPolicyObject('shop', 'deny-db', { endpointSelector: { matchLabels: { app: 'db' } }, ingressDeny: [{ fromEntities: ['world'] }] }));
+    fake.create('tendrilclusterwidenetworkpolicies', tendrilClusterwidePolicyObject('host-ok', [{ endpointSelector: {}, ingress: [{ fromEntities: ['host'] }] }]));
     await waitFor('two upserts', () => policies.calls.length === 2);
     assert.deepEqual([...policies.policies.keys()].sort(), ['TendrilClusterwideNetworkPolicy/host-ok', 'TendrilNetworkPolicy/shop/deny-db']);
     fake.delete('tendrilclusterwidenetworkpolicies', undefined, 'host-ok');
@@ -303,7 +285,7 @@ describe('K8sWatchers against the fake API server', () => {
   });
 
   it('survives the API server going away: restarts with back-off and catches up without a full list', async () => {
-    fake.create('namespaces', namespace('shop'));
+    fake.create('namespaces', namespaceObject('shop'));
     fake.create('pods', pod('shop', 'web-1', { app: 'web' }));
     const w = await start();
     endpoints.add({ id: 1, podNamespace: 'shop', podName: 'web-1', labels: (await w.podLabels('shop', 'web-1', 1000))!.toStrings() });
@@ -346,7 +328,7 @@ describe('K8sWatchers against the fake API server', () => {
   });
 
   it('a watch that ends cleanly resumes from its resourceVersion (no list)', async () => {
-    fake.create('namespaces', namespace('shop'));
+    fake.create('namespaces', namespaceObject('shop'));
     await start();
     fake.resetRequests();
     fake.dropWatches();
@@ -382,7 +364,7 @@ describe('K8sWatchers against the fake API server', () => {
       watchers = w;
       await w.start({ timeoutMs: 5000 });
       // Other resources move the resourceVersion; bookmarks carry it to the policy watch, which sees no event.
-      for (let i = 0; i < 5; i++) quick.create('namespaces', namespace(`tdl-ns-${i}`));
+      for (let i = 0; i < 5; i++) quick.create('namespaces', namespaceObject(`tdl-ns-${i}`));
       const rv = String(quick.resourceVersion);
       await new Promise((r) => setTimeout(r, 300));
       quick.compact();
@@ -408,16 +390,8 @@ describe('K8sWatchers against the fake API server', () => {
         localAddresses: () => [],
         nodeAddresses: () => ['192.0.2.10'],
       });
-      const svc = { apiVersion: 'v1', kind: 'Service', metadata: { namespace: 'shop', name: 'web' }, spec: { type: 'ClusterIP', clusterIP: '10.96.0.10', clusterIPs: ['10.96.0.10'], ports: [{ name: 'http', port: 80, protocol: 'TCP', targetPort: 8080 }] } };
-      const slice = (name: string, ips: string[]) => ({
-        apiVersion: 'discovery.k8s.io/v1',
-        kind: 'EndpointSlice',
-        metadata: { namespace: 'shop', name, labels: { 'kubernetes.io/service-name': 'web' } },
-        addressType: 'IPv4',
-        endpoints: ips.map((ip) => ({ addresses: [ip], conditions: { ready: true } })),
-        ports: [{ name: 'http', port: 8080, protocol: 'TCP' }],
-      });
-      fake.create('services', svc);
+      const slice = (name: string, ips: string[]) => endpointSliceObject('shop', name, 'web', ips.map((ip) => ({ ip })), [{ name: 'http', port: 8080 }]);
+      fake.create('services', serviceObject('shop', 'web', { clusterIP: '10.96.0.10', ports: [{ name: 'http', port: 80, targetPort: 8080 }] }));
       fake.create('endpointslices', slice('web-a', ['10.0.1.1', '10.0.1.2']));
       const backends = () => services.list().flatMap((s) => s['backend-addresses'].map((b) => `${s['frontend-address'].ip}>${b.ip}`)).sort();
       watchers = new K8sWatchers({ connection: { kubeconfig }, nodeName: NODE, logger: silent, endpoints, policy: policies, services, retry: RETRY });
@@ -441,14 +415,8 @@ describe('K8sWatchers against the fake API server', () => {
   });
 
   it('ownNode gives pod CIDRs and addresses, before start(), and reports later changes', async () => {
-    const node = (cidrs: string[]) => ({
-      apiVersion: 'v1',
-      kind: 'Node',
-      metadata: { name: NODE },
-      spec: { podCIDRs: cidrs, podCIDR: cidrs[0] },
-      status: { addresses: [{ type: 'InternalIP', address: '192.0.2.10' }, { type: 'Hostname', address: NODE }] },
-    });
-    fake.create('nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: 'tdl-node-b' }, spec: { podCIDR: '10.9.0.0/24' } });
+    const node = (cidrs: string[]) => nodeObject(NODE, cidrs, [{ type: 'InternalIP', address: '192.0.2.10' }, { type: 'Hostname', address: NODE }]);
+    fake.create('nodes', nodeObject('tdl-node-b', ['10.9.0.0/24'], []));
     watchers = new K8sWatchers({ connection: { kubeconfig }, nodeName: NODE, logger: silent, endpoints, policy: policies, retry: RETRY });
     const waiting = watchers.ownNode(3000);
     setTimeout(() => fake.create('nodes', node(['10.1.0.0/24', 'fd00:1::/64'])), 100);

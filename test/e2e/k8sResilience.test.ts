@@ -7,11 +7,10 @@
 // counted); a compaction while the watches were cut leads to a relist (410
 // Gone) that delivers a policy deleted meanwhile.
 import assert from 'node:assert/strict';
-import { after, before, test } from 'node:test';
+import { test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
-import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
-import { K8sStatus, type K8sPod, type K8sScene, networkPolicyObject, policyNames, regenerationsByEndpoint, startK8sScene, waitAllRealized } from '../support/k8sScene.js';
+import { K8sStatus, k8sSceneHooks, type K8sPod, networkPolicyObject, policyNames, regenerationsByEndpoint, waitAllRealized } from '../support/k8sScene.js';
 
 requireRoot('the Kubernetes resilience tests');
 
@@ -24,25 +23,17 @@ const OUTAGE_MS = 6000;
 const CATCH_UP_MS = 20_000;
 const DB_POLICY = `NetworkPolicy/${NS}/db-from-web`;
 
-const pool = new NetnsPool('k8r');
-let scene: K8sScene | undefined;
 let db: K8sPod;
 let web: K8sPod;
 let intruder: K8sPod;
 
-before(async () => {
-  scene = await startK8sScene(pool, { nodeName: 'tdl-node-k8r', podCidr: '10.246.0.0/24', namespaces: { [NS]: { env: 'res' } }, tcpPorts: [TCP_PORT] });
-  db = await scene.addPod({ name: 'db', namespace: NS, labels: { app: 'db' } });
-  web = await scene.addPod({ name: 'web', namespace: NS, labels: { app: 'web' } });
-  intruder = await scene.addPod({ name: 'intruder', namespace: NS, labels: { app: 'intruder' } });
-  scene.fake.create('networkpolicies', networkPolicyObject(NS, 'db-from-web', { podSelector: { matchLabels: { app: 'db' } }, policyTypes: ['Ingress'], ingress: [{ from: [{ podSelector: { matchLabels: { app: 'web' } } }] }] }));
-  await until(async () => (await policyNames(scene!.node)).includes(DB_POLICY), 10_000, 'the NetworkPolicy reaches the agent');
-  await waitAllRealized(scene.node);
-});
-
-after(async () => {
-  if (scene) await scene.cleanup();
-  else await pool.cleanup();
+const scene = k8sSceneHooks('k8r', { nodeName: 'tdl-node-k8r', podCidr: '10.246.0.0/24', namespaces: { [NS]: { env: 'res' } }, tcpPorts: [TCP_PORT] }, async (s) => {
+  db = await s.addPod({ name: 'db', namespace: NS, labels: { app: 'db' } });
+  web = await s.addPod({ name: 'web', namespace: NS, labels: { app: 'web' } });
+  intruder = await s.addPod({ name: 'intruder', namespace: NS, labels: { app: 'intruder' } });
+  s.fake.create('networkpolicies', networkPolicyObject(NS, 'db-from-web', { podSelector: { matchLabels: { app: 'db' } }, policyTypes: ['Ingress'], ingress: [{ from: [{ podSelector: { matchLabels: { app: 'web' } } }] }] }));
+  await until(async () => (await policyNames(s.node)).includes(DB_POLICY), 10_000, 'the NetworkPolicy reaches the agent');
+  await waitAllRealized(s.node);
 });
 
 async function until(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<number> {
@@ -55,7 +46,7 @@ async function until(check: () => Promise<boolean>, timeoutMs: number, what: str
 }
 
 async function verdict(from: K8sPod, to: K8sPod): Promise<'allowed' | 'denied'> {
-  const r = await scene!.agent(from.key).tcpOnce({ dst: to.ip, port: TCP_PORT }, PROBE_MS);
+  const r = await scene().agent(from.key).tcpOnce({ dst: to.ip, port: TCP_PORT }, PROBE_MS);
   if (r.outcome === 'open') return 'allowed';
   if (r.outcome === 'timeout') return 'denied';
   throw new Error(`${from.key} -> ${to.key}: ${r.outcome} ${r.detail ?? ''}`);
@@ -63,23 +54,23 @@ async function verdict(from: K8sPod, to: K8sPod): Promise<'allowed' | 'denied'> 
 
 /** What must hold at every moment: the flows' verdicts, the endpoints (ID, identity), the policy. */
 async function invariants(): Promise<{ flows: Record<string, string>; endpoints: string[]; policy: boolean }> {
-  const eps = (await scene!.node.agent.client.listEndpoints()) as unknown as Endpoint[];
+  const eps = (await scene().node.agent.client.listEndpoints()) as unknown as Endpoint[];
   return {
     flows: { 'web->db': await verdict(web, db), 'intruder->db': await verdict(intruder, db) },
     endpoints: eps.map((e) => `${e.id} ${e.podNamespace}/${e.podName} identity ${e.identity} ${e.state}`).sort(),
-    policy: (await policyNames(scene!.node)).includes(DB_POLICY),
+    policy: (await policyNames(scene().node)).includes(DB_POLICY),
   };
 }
 
 /** Requests of one verb the fake served (its `requests()` counts by verb and by resource). */
 function served(verb: string): number {
-  const r = scene!.fake.requests();
+  const r = scene().fake.requests();
   if (typeof r[verb] === 'number') return r[verb];
   return Object.entries(r).filter(([k]) => k.startsWith(`${verb} `) || k.startsWith(`${verb}:`) || k.startsWith(`${verb}/`)).reduce((s, [, v]) => s + v, 0);
 }
 
 function regenerationTotal(): number {
-  return [...regenerationsByEndpoint(scene!.node.agent).values()].reduce((a, b) => a + b, 0);
+  return [...regenerationsByEndpoint(scene().node.agent).values()].reduce((a, b) => a + b, 0);
 }
 
 test('before the outage: the NetworkPolicy from the API is enforced', async () => {
@@ -94,66 +85,66 @@ test('the API server away for several seconds and back: nothing lost, nothing re
   const regenBefore = regenerationTotal();
   const watchesBefore = served('watch');
   const listsBefore = served('list');
-  const resources = (await K8sStatus.of(scene!.node)).resources.map((r) => r.resource);
+  const resources = (await K8sStatus.of(scene().node)).resources.map((r) => r.resource);
   const watchesOf = () => Object.fromEntries(resources.map((r) => [r, served(`watch:${r}`)]));
   const perResourceBefore = watchesOf();
-  await scene!.fake.pause();
+  await scene().fake.pause();
   const pausedAt = Date.now();
   let sawDisconnected = false;
   try {
     while (Date.now() - pausedAt < OUTAGE_MS) {
       assert.deepEqual(await invariants(), baseline, `${Date.now() - pausedAt} ms into the outage: flows, endpoints and policy as before`);
-      const k8s = await K8sStatus.of(scene!.node);
+      const k8s = await K8sStatus.of(scene().node);
       if (!k8s.connected) sawDisconnected = true;
       await new Promise((r) => setTimeout(r, 500));
     }
     // The health check says so (status degraded) while the API server is away.
-    const h = await scene!.node.agent.client.request<{ status: string }>('GET', '/status');
+    const h = await scene().node.agent.client.request<{ status: string }>('GET', '/status');
     t.diagnostic(`during the outage: GET /status status ${h.status}, kubernetes.connected seen false: ${sawDisconnected}`);
   } finally {
-    await scene!.fake.resume();
+    await scene().fake.resume();
   }
   const resumedAt = Date.now();
   const resumedAll = () => resources.every((r) => served(`watch:${r}`) > perResourceBefore[r]!);
-  const ms = await until(async () => (await K8sStatus.of(scene!.node)).connected && resumedAll(), CATCH_UP_MS, `every resource's watch resumed after the outage (watches before ${JSON.stringify(perResourceBefore)}, now ${JSON.stringify(watchesOf())})`);
-  t.diagnostic(`API server back -> connected again with the watches resumed in ${ms} ms; requests ${JSON.stringify(scene!.fake.requests())}`);
+  const ms = await until(async () => (await K8sStatus.of(scene().node)).connected && resumedAll(), CATCH_UP_MS, `every resource's watch resumed after the outage (watches before ${JSON.stringify(perResourceBefore)}, now ${JSON.stringify(watchesOf())})`);
+  t.diagnostic(`API server back -> connected again with the watches resumed in ${ms} ms; requests ${JSON.stringify(scene().fake.requests())}`);
   await new Promise((r) => setTimeout(r, 1000));
   assert.deepEqual(await invariants(), baseline, 'after the outage: flows, endpoints and policy as before');
-  const k8s = await K8sStatus.of(scene!.node);
+  const k8s = await K8sStatus.of(scene().node);
   assert.ok(k8s.synced, JSON.stringify(k8s));
   const restarts = k8s.resources.map((r) => `${r.resource}:${r.restarts}`);
   t.diagnostic(`watch restarts per resource: ${restarts.join(' ')}; lists ${listsBefore} -> ${served('list')}, watches ${watchesBefore} -> ${served('watch')}`);
   assert.ok(sawDisconnected, 'GET /status kubernetes.connected was false while the API server was away');
   const regenerations = regenerationTotal() - regenBefore;
   t.diagnostic(`endpoint regenerations from the outage and resync with nothing changed: ${regenerations} (${Date.now() - resumedAt} ms after the API came back)`);
-  assert.equal(regenerations, 0, `a resync that finds nothing changed regenerates nothing: ${JSON.stringify(Object.fromEntries(regenerationsByEndpoint(scene!.node.agent)))}`);
+  assert.equal(regenerations, 0, `a resync that finds nothing changed regenerates nothing: ${JSON.stringify(Object.fromEntries(regenerationsByEndpoint(scene().node.agent)))}`);
 });
 
 test('changes made while the API server was away arrive after it is back; regenerations stay bounded', async (t) => {
-  const regenBefore = regenerationsByEndpoint(scene!.node.agent);
-  const webBefore = await scene!.endpoint(web);
-  await scene!.fake.pause();
+  const regenBefore = regenerationsByEndpoint(scene().node.agent);
+  const webBefore = await scene().endpoint(web);
+  await scene().fake.pause();
   try {
     // Meanwhile: web gets a label, and a new policy isolates web from everyone.
-    scene!.setPodLabels(web, { app: 'web', rev: '2' });
-    scene!.fake.create('networkpolicies', networkPolicyObject(NS, 'web-isolated', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Ingress'], ingress: [] }));
+    scene().setPodLabels(web, { app: 'web', rev: '2' });
+    scene().fake.create('networkpolicies', networkPolicyObject(NS, 'web-isolated', { podSelector: { matchLabels: { app: 'web' } }, policyTypes: ['Ingress'], ingress: [] }));
     await new Promise((r) => setTimeout(r, OUTAGE_MS / 2));
     assert.equal(await verdict(intruder, db), 'denied', 'the denied flow stays denied during the outage');
     assert.equal(await verdict(db, web), 'allowed', 'the new policy is not known yet');
   } finally {
-    await scene!.fake.resume();
+    await scene().fake.resume();
   }
   const resumed = Date.now();
-  const { endpoint, ms } = await scene!.waitEndpoint(web, (e) => e.labels.includes('k8s:rev=2') && e.state === 'ready', CATCH_UP_MS, 'web\'s label added during the outage');
+  const { endpoint, ms } = await scene().waitEndpoint(web, (e) => e.labels.includes('k8s:rev=2') && e.state === 'ready', CATCH_UP_MS, 'web\'s label added during the outage');
   assert.notEqual(endpoint.identity, webBefore.identity);
-  await until(async () => (await policyNames(scene!.node)).includes(`NetworkPolicy/${NS}/web-isolated`), CATCH_UP_MS, 'the policy created during the outage');
-  await waitAllRealized(scene!.node);
+  await until(async () => (await policyNames(scene().node)).includes(`NetworkPolicy/${NS}/web-isolated`), CATCH_UP_MS, 'the policy created during the outage');
+  await waitAllRealized(scene().node);
   const policyMs = Date.now() - resumed;
   assert.equal(await verdict(db, web), 'denied', 'the policy created during the outage is enforced');
   assert.equal(await verdict(intruder, db), 'denied', 'the denied flow stays denied after');
   assert.equal(await verdict(web, db), 'allowed', 'web (relabelled, still app=web) still reaches db');
   t.diagnostic(`after the API server came back: the label in ${ms} ms, the policy enforced in ${policyMs} ms`);
-  const regenAfter = regenerationsByEndpoint(scene!.node.agent);
+  const regenAfter = regenerationsByEndpoint(scene().node.agent);
   const delta = Object.fromEntries([db, web, intruder].map((p) => [p.key, (regenAfter.get(p.endpointId) ?? 0) - (regenBefore.get(p.endpointId) ?? 0)]));
   t.diagnostic(`endpoint regenerations for one relabel and one new policy: ${JSON.stringify(delta)}`);
   // web: its new identity, the new policy; db: its peer web's new identity; intruder: maybe the same. A storm is one per object relisted.
@@ -161,20 +152,20 @@ test('changes made while the API server was away arrive after it is back; regene
 });
 
 test('watches cut mid-stream (connections reset): they come back and a change made meanwhile arrives', async (t) => {
-  const resources = (await K8sStatus.of(scene!.node)).resources.map((r) => r.resource);
+  const resources = (await K8sStatus.of(scene().node)).resources.map((r) => r.resource);
   const watchesBefore = Object.fromEntries(resources.map((r) => [r, served(`watch:${r}`)]));
   const listsBefore = served('list');
-  const regenBefore = regenerationsByEndpoint(scene!.node.agent);
-  scene!.fake.dropWatches({ abrupt: true });
+  const regenBefore = regenerationsByEndpoint(scene().node.agent);
+  scene().fake.dropWatches({ abrupt: true });
   const cut = Date.now();
-  scene!.setPodLabels(intruder, { app: 'intruder', cut: '1' });
-  const { ms } = await scene!.waitEndpoint(intruder, (e) => e.labels.includes('k8s:cut=1') && e.state === 'ready', CATCH_UP_MS, 'intruder\'s label added as the watches were cut');
+  scene().setPodLabels(intruder, { app: 'intruder', cut: '1' });
+  const { ms } = await scene().waitEndpoint(intruder, (e) => e.labels.includes('k8s:cut=1') && e.state === 'ready', CATCH_UP_MS, 'intruder\'s label added as the watches were cut');
   await until(async () => resources.every((r) => served(`watch:${r}`) > watchesBefore[r]!), CATCH_UP_MS, 'every watch back after the cut');
   t.diagnostic(`watches reset -> the change made meanwhile arrived in ${ms} ms (${Date.now() - cut} ms until every watch was back); lists ${listsBefore} -> ${served('list')}`);
-  await waitAllRealized(scene!.node);
+  await waitAllRealized(scene().node);
   assert.equal(await verdict(intruder, db), 'denied', 'the denied flow stays denied');
   assert.equal(await verdict(web, db), 'allowed');
-  const regenAfter = regenerationsByEndpoint(scene!.node.agent);
+  const regenAfter = regenerationsByEndpoint(scene().node.agent);
   const delta = Object.fromEntries([db, web, intruder].map((p) => [p.key, (regenAfter.get(p.endpointId) ?? 0) - (regenBefore.get(p.endpointId) ?? 0)]));
   t.diagnostic(`endpoint regenerations for one relabel across the cut: ${JSON.stringify(delta)}`);
   for (const [k, n] of Object.entries(delta)) assert.ok(n <= 3, `${k} regenerated ${n} times for one relabel: ${JSON.stringify(delta)}`);
@@ -184,19 +175,19 @@ test('a compaction while the watches were cut: the 410 relist delivers a policy 
   assert.equal(await verdict(db, web), 'denied', 'web-isolated in force');
   const listsBefore = served('list');
   const npListsBefore = served('list:networkpolicies');
-  const npBefore = (await K8sStatus.of(scene!.node)).resource('networkpolicies');
+  const npBefore = (await K8sStatus.of(scene().node)).resource('networkpolicies');
   // In one turn of the event loop: the watch streams end, the policy goes, history is forgotten.
   // The watchers come back with a resourceVersion from before the compaction: 410 Gone, then a list.
-  scene!.fake.dropWatches();
-  scene!.fake.delete('networkpolicies', NS, 'web-isolated');
-  scene!.fake.compact();
+  scene().fake.dropWatches();
+  scene().fake.delete('networkpolicies', NS, 'web-isolated');
+  scene().fake.compact();
   const started = Date.now();
-  await until(async () => !(await policyNames(scene!.node)).includes(`NetworkPolicy/${NS}/web-isolated`), CATCH_UP_MS, 'the policy deleted during the cut is gone');
-  await waitAllRealized(scene!.node);
-  t.diagnostic(`compaction + dropped watches -> the deleted policy gone after the relist in ${Date.now() - started} ms; lists ${listsBefore} -> ${served('list')}; requests ${JSON.stringify(scene!.fake.requests())}`);
+  await until(async () => !(await policyNames(scene().node)).includes(`NetworkPolicy/${NS}/web-isolated`), CATCH_UP_MS, 'the policy deleted during the cut is gone');
+  await waitAllRealized(scene().node);
+  t.diagnostic(`compaction + dropped watches -> the deleted policy gone after the relist in ${Date.now() - started} ms; lists ${listsBefore} -> ${served('list')}; requests ${JSON.stringify(scene().fake.requests())}`);
   assert.equal(await verdict(db, web), 'allowed', 'the deletion is enforced');
   assert.equal(await verdict(intruder, db), 'denied', 'the policy that was not deleted stays');
-  assert.ok(served('list:networkpolicies') > npListsBefore, `the NetworkPolicy watcher listed again after its 410 Gone: ${JSON.stringify(scene!.fake.requests())}`);
-  const npAfter = (await K8sStatus.of(scene!.node)).resource('networkpolicies');
+  assert.ok(served('list:networkpolicies') > npListsBefore, `the NetworkPolicy watcher listed again after its 410 Gone: ${JSON.stringify(scene().fake.requests())}`);
+  const npAfter = (await K8sStatus.of(scene().node)).resource('networkpolicies');
   assert.equal(npAfter.objects, npBefore.objects - 1, `the cache holds what the API holds: ${JSON.stringify(npAfter)}`);
 });

@@ -16,6 +16,7 @@ import { connect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { after, before } from 'node:test';
 import { parseAllDocuments } from 'yaml';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import type { Result100 } from '../../src/cni/index.js';
@@ -25,7 +26,8 @@ import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
 import { addOutsideHost, type DatapathNode, type OutsideHost, waitRealized } from './datapathNode.js';
 import { FakeKubeApi } from './fakeKubeApi.js';
 import { splice } from './k8sApiRelay.js';
-import type { NetnsPool } from './netns.js';
+import { endpointSliceObject as endpointSliceOf, type Labels, namespaceObject, nodeObject, podObject, type PodObject, type SlicePortSpec } from './k8sObjects.js';
+import { NetnsPool } from './netns.js';
 import { run } from './run.js';
 import { ServiceAgentProcess } from './serviceProcess.js';
 import { OUTSIDE_CLIENT_IP, OUTSIDE_NODE_IP } from './serviceScene.js';
@@ -33,6 +35,8 @@ import { TENDRIL_BIN } from './tendrilBin.js';
 import type { K8sResourceStatus, K8sStatus as K8sStatusBody } from '../../src/k8s/index.js';
 
 export { OUTSIDE_CLIENT_IP, OUTSIDE_NODE_IP };
+// The e2e files take the object builders from here, beside the scene they create them in.
+export { type Labels, networkPolicyObject, serviceObject, type ServicePortSpec, tendrilClusterwidePolicyObject, tendrilPolicyObject } from './k8sObjects.js';
 
 const CRD_DIR = fileURLToPath(new URL('../../../deploy/kubernetes/crds', import.meta.url));
 const RELAY_SCRIPT = fileURLToPath(new URL('./k8sApiRelay.js', import.meta.url));
@@ -82,8 +86,6 @@ async function relayIntoNamespace(fake: FakeKubeApi, netnsPath: string, dir: str
   return stop;
 }
 
-export type Labels = Record<string, string>;
-
 export interface K8sPodSpec {
   name: string;
   namespace: string;
@@ -120,14 +122,6 @@ export interface K8sSceneOptions {
   bookmarkIntervalMs?: number;
   /** How the agent is pointed at the API server: `--k8s-kubeconfig` (default) or `--k8s-api-server <url>` alone. */
   connect?: 'kubeconfig' | 'api-server';
-}
-
-interface PodObject {
-  apiVersion: 'v1';
-  kind: 'Pod';
-  metadata: { name: string; namespace: string; labels: Labels; uid?: string; resourceVersion?: string };
-  spec: { nodeName: string; serviceAccountName: string; containers: Array<{ name: string; image: string }> };
-  status: { phase: string; podIP?: string; podIPs?: Array<{ ip: string }>; hostIP?: string };
 }
 
 export interface K8sScene {
@@ -188,6 +182,29 @@ async function deployedCrds(): Promise<object[]> {
   return out;
 }
 
+/**
+ * One scene for a whole e2e file: `before` starts it on a pool of its own and
+ * runs `setup` (the pods, whatever else the tests start from); `after` cleans
+ * it up, or only the pool when the start failed (startK8sScene has cleaned up
+ * what it made by then). The result gives the scene to the tests.
+ */
+export function k8sSceneHooks(poolPrefix: string, opts: K8sSceneOptions, setup: (scene: K8sScene) => Promise<void>): () => K8sScene {
+  const pool = new NetnsPool(poolPrefix);
+  let scene: K8sScene | undefined;
+  before(async () => {
+    scene = await startK8sScene(pool, opts);
+    await setup(scene);
+  });
+  after(async () => {
+    if (scene) await scene.cleanup();
+    else await pool.cleanup();
+  });
+  return () => {
+    if (!scene) throw new Error('the k8s scene is not started (its before hook did not run or failed)');
+    return scene;
+  };
+}
+
 export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Promise<K8sScene> {
   const cleanups: Array<() => Promise<void>> = [];
   const agents = new Map<string, ServiceAgentProcess>();
@@ -210,13 +227,7 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
     cleanups.push(() => fake.stop());
     for (const crd of crds) fake.create('customresourcedefinitions', crd);
     for (const [name, labels] of Object.entries(opts.namespaces)) fake.create('namespaces', namespaceObject(name, labels));
-    fake.create('nodes', {
-      apiVersion: 'v1',
-      kind: 'Node',
-      metadata: { name: opts.nodeName, labels: { 'kubernetes.io/hostname': opts.nodeName, 'kubernetes.io/os': 'linux' } },
-      spec: { podCIDR: opts.podCidr, podCIDRs: [opts.podCidr] },
-      status: { addresses: [{ type: 'Hostname', address: opts.nodeName }] },
-    });
+    fake.create('nodes', nodeObject(opts.nodeName, [opts.podCidr], [{ type: 'Hostname', address: opts.nodeName }]));
     const connectArgs = opts.connect === 'api-server' ? ['--k8s-api-server', fake.url] : ['--k8s-kubeconfig', await fake.kubeconfig()];
 
     const nodeNs = await pool.add('node');
@@ -257,7 +268,7 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
 
     const pods = new Map<string, K8sPod>();
     const runtimeConf = (p: K8sPod): RuntimeConf => ({ containerId: p.containerId, netns: p.netnsPath, ifName: 'eth0', args: kubeletCniArgs(p.spec, p.containerId, p.uid) });
-    const podObject = (key: string) => {
+    const podInApi = (key: string) => {
       const [ns, name] = key.split('/') as [string, string];
       const o = fake.get('pods', ns, name) as PodObject | undefined;
       if (!o) throw new Error(`no pod ${key} in the fake API`);
@@ -288,13 +299,7 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
       },
       addPod: async (spec, o = {}) => {
         const key = `${spec.namespace}/${spec.name}`;
-        const obj: PodObject = {
-          apiVersion: 'v1',
-          kind: 'Pod',
-          metadata: { name: spec.name, namespace: spec.namespace, labels: spec.labels },
-          spec: { nodeName: opts.nodeName, serviceAccountName: spec.serviceAccount ?? 'default', containers: [{ name: 'main', image: 'registry.invalid/tdl:1' }] },
-          status: { phase: 'Pending' },
-        };
+        const obj = podObject({ ...spec, nodeName: opts.nodeName });
         // The UID is the API server's to give; with a late object the sandbox is set up before the test can know it.
         const created = o.objectDelayMs === undefined ? fake.create('pods', obj) : undefined;
         const uid = created?.metadata.uid ?? '';
@@ -315,13 +320,13 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
         const pod: K8sPod = { ...partial, ip, endpointId: endpoint.id };
         pods.set(key, pod);
         // kubelet reports the sandbox's address once the network is up.
-        const now = podObject(key);
+        const now = podInApi(key);
         fake.update('pods', { ...now, status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] } });
         agents.set(key, await ServiceAgentProcess.start(ns.path, { name: key, tcpPorts: opts.tcpPorts ?? [], udpPorts: opts.udpPorts ?? [] }));
         return pod;
       },
       setPodLabels: (pod, labels) => {
-        const now = podObject(pod.key);
+        const now = podInApi(pod.key);
         fake.update('pods', { ...now, metadata: { ...now.metadata, labels } });
       },
       deletePodObject: (pod) => fake.delete('pods', pod.spec.namespace, pod.spec.name),
@@ -351,57 +356,7 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
   }
 }
 
-function namespaceObject(name: string, labels: Labels): object {
-  return { apiVersion: 'v1', kind: 'Namespace', metadata: { name, labels: { 'kubernetes.io/metadata.name': name, ...labels } }, spec: { finalizers: ['kubernetes'] }, status: { phase: 'Active' } };
-}
-
-// ---- objects as kubectl would create them ---------------------------------
-
-/** A networking.k8s.io/v1 NetworkPolicy object; `spec` as the API takes it. */
-export function networkPolicyObject(namespace: string, name: string, spec: object): object {
-  return { apiVersion: 'networking.k8s.io/v1', kind: 'NetworkPolicy', metadata: { name, namespace }, spec };
-}
-
-/** A tendril.io/v1 TendrilNetworkPolicy object. */
-export function tendrilPolicyObject(namespace: string, name: string, spec: object): object {
-  return { apiVersion: 'tendril.io/v1', kind: 'TendrilNetworkPolicy', metadata: { name, namespace }, spec };
-}
-
-export interface ServicePortSpec {
-  name: string;
-  port: number;
-  targetPort: number;
-  protocol?: 'TCP' | 'UDP';
-  nodePort?: number;
-}
-
-export function serviceObject(
-  namespace: string,
-  name: string,
-  o: { clusterIP: string; ports: ServicePortSpec[]; selector?: Labels; type?: 'ClusterIP' | 'NodePort' | 'LoadBalancer'; sessionAffinity?: 'None' | 'ClientIP'; externalIPs?: string[]; loadBalancerIPs?: string[] },
-): object {
-  const external = o.type === 'NodePort' || o.type === 'LoadBalancer' || (o.externalIPs ?? []).length > 0;
-  return {
-    apiVersion: 'v1',
-    kind: 'Service',
-    metadata: { name, namespace },
-    spec: {
-      type: o.type ?? 'ClusterIP',
-      clusterIP: o.clusterIP,
-      clusterIPs: [o.clusterIP],
-      ipFamilies: ['IPv4'],
-      ipFamilyPolicy: 'SingleStack',
-      selector: o.selector ?? {},
-      sessionAffinity: o.sessionAffinity ?? 'None',
-      ...(o.sessionAffinity === 'ClientIP' ? { sessionAffinityConfig: { clientIP: { timeoutSeconds: 10800 } } } : {}),
-      internalTrafficPolicy: 'Cluster',
-      ...(external ? { externalTrafficPolicy: 'Cluster' } : {}),
-      ...(o.externalIPs ? { externalIPs: o.externalIPs } : {}),
-      ports: o.ports.map((p) => ({ name: p.name, port: p.port, targetPort: p.targetPort, protocol: p.protocol ?? 'TCP', ...(p.nodePort !== undefined ? { nodePort: p.nodePort } : {}) })),
-    },
-    status: { loadBalancer: o.loadBalancerIPs ? { ingress: o.loadBalancerIPs.map((ip) => ({ ip, ipMode: 'VIP' })) } : {} },
-  };
-}
+// ---- objects as kubectl would create them (k8sObjects.ts) -----------------
 
 export interface SliceEndpoint {
   pod: K8sPod;
@@ -409,21 +364,15 @@ export interface SliceEndpoint {
   conditions?: { ready: boolean; serving: boolean; terminating: boolean };
 }
 
-/** An EndpointSlice of a service (label kubernetes.io/service-name), as the EndpointSlice controller writes it. */
-export function endpointSliceObject(namespace: string, name: string, service: string, nodeName: string, endpoints: readonly SliceEndpoint[], ports: ReadonlyArray<{ name: string; port: number; protocol?: 'TCP' | 'UDP' }>): object {
-  return {
-    apiVersion: 'discovery.k8s.io/v1',
-    kind: 'EndpointSlice',
-    metadata: { name, namespace, labels: { 'kubernetes.io/service-name': service, 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' } },
-    addressType: 'IPv4',
-    endpoints: endpoints.map((e) => ({
-      addresses: [e.pod.ip],
-      conditions: e.conditions ?? { ready: true, serving: true, terminating: false },
-      nodeName,
-      targetRef: { kind: 'Pod', namespace: e.pod.spec.namespace, name: e.pod.spec.name, uid: e.pod.uid },
-    })),
-    ports: ports.map((p) => ({ name: p.name, port: p.port, protocol: p.protocol ?? 'TCP' })),
-  };
+/** An EndpointSlice of a service whose endpoints are the scene's pods, all on `nodeName`. */
+export function endpointSliceObject(namespace: string, name: string, service: string, nodeName: string, endpoints: readonly SliceEndpoint[], ports: readonly SlicePortSpec[]): object {
+  return endpointSliceOf(
+    namespace,
+    name,
+    service,
+    endpoints.map((e) => ({ ip: e.pod.ip, nodeName, pod: { namespace: e.pod.spec.namespace, name: e.pod.spec.name, uid: e.pod.uid }, ...(e.conditions ? { conditions: e.conditions } : {}) })),
+    ports,
+  );
 }
 
 // ---- what the agent holds -------------------------------------------------

@@ -21,7 +21,7 @@ import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
 import { InterfaceNames, netlinkLinks } from '../monitor/index.js';
 import { BpfObservability, bpfPinDirOf } from './bpfObservability.js';
 import { type AgentConfig, k8sConnection, nodeMasqueradeCidrs } from './config.js';
-import { k8sEnabled, type RetryOptions } from '../k8s/index.js';
+import { k8sEnabled, type RetryOptions, userServiceApi } from '../k8s/index.js';
 import { AgentKubernetes, configWithNode, registryAddresses, requireKubernetesForIpam } from './kubernetes.js';
 import { ServiceManager, ServiceStore } from '../service/index.js';
 import { readInterfaceAddresses } from './interfaceAddresses.js';
@@ -346,8 +346,9 @@ export class Agent {
       health: this.healthApi(),
       cni: this.cni,
       log: this.log,
-      // Without load-balancing maps the routes answer SERVICE_UNSUPPORTED themselves.
-      ...(this.datapath.loadBalancer ? { services: this.services } : {}),
+      // Without load-balancing maps the routes answer SERVICE_UNSUPPORTED themselves;
+      // with Kubernetes on, the IDs of its Services are not the API's to write.
+      ...(this.datapath.loadBalancer ? { services: this.kubernetes ? userServiceApi(this.services) : this.services } : {}),
       ...(this.observability ? { monitor: this.observability.monitor, bpf: this.observability.bpf } : {}),
       ...(this.nodeRegistry ? { nodes: this.nodeApi(this.nodeRegistry) } : {}),
     };

@@ -201,6 +201,14 @@ describe('services', () => {
     await until('scaled up', async () => ((await backends()).length === 3 ? true : undefined));
     const resources = (await client.status()).kubernetes!.resources.map((r) => r.resource);
     for (const r of ['services', 'endpointslices']) assert.ok(resources.includes(r), `${r} watched: ${resources.join(', ')}`);
+    // Kubernetes' IDs are not the API's to write: a user's service there would be deleted at the next start as Kubernetes' leftover.
+    const k8sId = (await client.listServices())[0]!.id;
+    const spec = { 'frontend-address': { ip: '10.96.7.7', port: 80, protocol: 'TCP' as const }, 'backend-addresses': [{ ip: '10.88.8.11', port: 8080 }], flags: { type: 'ClusterIP' as const } };
+    for (const attempt of [() => client.putService(40_000, spec), () => client.deleteService(k8sId)]) {
+      await assert.rejects(attempt(), (err: unknown) => err instanceof AgentResponseError && err.status === 409 && /Kubernetes Services' frontends/.test(err.message));
+    }
+    await client.putService(7, spec);
+    assert.equal((await client.listServices()).length, 2, 'a user service below the range is taken');
   });
 });
 

@@ -27,4 +27,4 @@ export { k8sPodLabels, SERVICE_ACCOUNT_LABEL, type SkippedLabel } from './podLab
 export { policyDocument, TENDRIL_POLICY_GROUP, TENDRIL_POLICY_VERSION } from './policyWatcher.js';
 export { ownNodeOf } from './nodeWatcher.js';
 export { K8sWatchers, type K8sWatchersOptions } from './watchers.js';
-export { ServiceSync, K8S_SERVICE_ID_MIN, K8S_SERVICE_ID_MAX, isK8sServiceId } from './serviceSync.js';
+export { ServiceSync, K8S_SERVICE_ID_MIN, K8S_SERVICE_ID_MAX, isK8sServiceId, userServiceApi } from './serviceSync.js';

@@ -47,6 +47,11 @@ describe('k8sServiceFrontends', () => {
     });
   });
 
+  it('a Service labelled with another service proxy\'s name is left to that proxy', () => {
+    const svc = { ...k8sService('web', {}), metadata: { namespace: 'default', name: 'web', labels: { 'service.kubernetes.io/service-proxy-name': 'other-proxy' } } };
+    assert.deepEqual(summary(svc, [slice('web-abc', [endpoint('10.0.1.1')])]), { frontends: {}, skipped: ['the Service'] });
+  });
+
   it('an unnamed slice port is the single unnamed service port; a port of another name or protocol is not', () => {
     const svc = k8sService('one', { ports: [{ port: 443 }] });
     assert.deepEqual(summary(svc, [slice('one-x', [endpoint('10.0.1.1')], [{ port: 8443 }])]).frontends['10.96.0.10:443/TCP']!.backends, ['10.0.1.1:8443']);

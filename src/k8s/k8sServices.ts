@@ -89,11 +89,20 @@ function policy(v: string | undefined): TrafficPolicy {
  * internalTrafficPolicy every frontend's traffic from inside the node (as
  * Cilium applies it).
  */
+/** The label by which a Service names the service proxy that serves it (tendril serves only unlabelled ones). */
+export const SERVICE_PROXY_NAME_LABEL = 'service.kubernetes.io/service-proxy-name';
+
 export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointSlice[]): K8sServiceFrontends {
   const out: K8sServiceFrontends = { specs: [], skipped: [] };
   const spec = svc.spec;
   const type = spec?.type ?? 'ClusterIP';
   if (!spec || type === 'ExternalName') return out;
+  // A Service another service proxy owns (as kube-proxy and Cilium leave it to that proxy).
+  const proxy = svc.metadata?.labels?.[SERVICE_PROXY_NAME_LABEL];
+  if (proxy !== undefined) {
+    out.skipped.push({ what: 'the Service', reason: `label ${SERVICE_PROXY_NAME_LABEL}=${proxy}: another service proxy serves it` });
+    return out;
+  }
   const clusterIps = spec.clusterIPs && spec.clusterIPs.length > 0 ? spec.clusterIPs : spec.clusterIP ? [spec.clusterIP] : [];
   if (clusterIps.includes('None') || clusterIps.length === 0) return out;
   const affinity = spec.sessionAffinity === 'ClientIP';

@@ -32,6 +32,8 @@ export class NodeWatcher {
   readonly #name: string;
   readonly #log: Logger;
   readonly #listeners = new Set<(node: OwnNode) => void>();
+  /** ownNode() callers still waiting: rejected at stop(). */
+  readonly #waiters = new Set<() => void>();
   #last: OwnNode | undefined;
   #stopped = false;
 
@@ -78,6 +80,8 @@ export class NodeWatcher {
   async stop(): Promise<void> {
     this.#stopped = true;
     this.#listeners.clear();
+    // A start-up still waiting for the Node is told now, not when its timeout (up to the sync timeout) runs out.
+    for (const abort of [...this.#waiters]) abort();
     await this.nodes.stop();
   }
 
@@ -98,17 +102,26 @@ export class NodeWatcher {
     const now = this.current();
     if (now !== undefined) return Promise.resolve(now);
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const done = () => {
+        clearTimeout(timer);
         off();
+        this.#waiters.delete(abort);
+      };
+      const abort = () => {
+        done();
+        reject(new K8sStoppedError(`Node ${this.#name}`));
+      };
+      const timer = setTimeout(() => {
+        done();
         reject(new K8sNodeTimeoutError(this.#name, timeoutMs, this.nodes.status().lastError));
       }, timeoutMs);
       const off = this.nodes.onChange(() => {
         const node = this.current();
         if (node === undefined) return;
-        clearTimeout(timer);
-        off();
+        done();
         resolve(node);
       });
+      this.#waiters.add(abort);
     });
   }
 }

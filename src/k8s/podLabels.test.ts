@@ -31,14 +31,29 @@ describe('k8sPodLabels', () => {
   it('never lets a pod label claim another namespace or a derived key', () => {
     const skipped: SkippedLabel[] = [];
     const labels = k8sPodLabels(
-      pod({ app: 'web', 'io.kubernetes.pod.namespace': 'kube-system', 'io.tendril.k8s.namespace.labels.team': 'admin', 'io.tendril.k8s.policy.serviceaccount': 'root' }),
+      pod({
+        app: 'web',
+        'io.kubernetes.pod.namespace': 'kube-system',
+        'io.tendril.k8s.namespace.labels.team': 'admin',
+        'io.tendril.k8s.policy.serviceaccount': 'root',
+        // Cilium's derived keys, which imported Cilium policies select on.
+        'io.cilium.k8s.policy.serviceaccount': 'root',
+        'io.cilium.k8s.namespace.labels.team': 'admin',
+      }),
       ns({ team: 'a' }),
       (s) => skipped.push(s),
     );
     assert.equal(labels.get('io.kubernetes.pod.namespace')?.value, 'shop');
     assert.equal(labels.get('io.tendril.k8s.namespace.labels.team')?.value, 'a');
     assert.equal(labels.has('io.tendril.k8s.policy.serviceaccount'), false);
-    assert.deepEqual(skipped.map((s) => s.key).sort(), ['io.kubernetes.pod.namespace', 'io.tendril.k8s.namespace.labels.team', 'io.tendril.k8s.policy.serviceaccount']);
+    assert.equal(labels.has('io.cilium.k8s.policy.serviceaccount'), false);
+    assert.deepEqual(skipped.map((s) => s.key).sort(), [
+      'io.cilium.k8s.namespace.labels.team',
+      'io.cilium.k8s.policy.serviceaccount',
+      'io.kubernetes.pod.namespace',
+      'io.tendril.k8s.namespace.labels.team',
+      'io.tendril.k8s.policy.serviceaccount',
+    ]);
   });
 
   it('leaves out a namespace label too long once prefixed, and says so', () => {

@@ -5,13 +5,16 @@
  */
 import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
 import { LabelError, LabelSet, LabelSource, makeLabel, POD_NAMESPACE_LABEL, type Label } from '../labels/index.js';
-import { NAMESPACE_LABEL_PREFIX } from '../policy/index.js';
+import { NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL } from '../policy/index.js';
 
-/** The pod's service account, as Cilium's io.cilium.k8s.policy.serviceaccount. */
-export const SERVICE_ACCOUNT_LABEL = 'io.tendril.k8s.policy.serviceaccount';
+export { SERVICE_ACCOUNT_LABEL };
 
-/** Every key under it is derived by the agent (namespace labels, service account). */
-const DERIVED_KEY_PREFIX = 'io.tendril.k8s.';
+/**
+ * Every key under these is derived by an agent (namespace labels, service
+ * account): tendril's own, and Cilium's, which imported Cilium policies
+ * select on (translated to tendril's, but a pod must not carry them either).
+ */
+const DERIVED_KEY_PREFIXES = ['io.tendril.k8s.', 'io.cilium.k8s.'];
 
 /** A label the pod's own metadata cannot set, and why. */
 export interface SkippedLabel {
@@ -25,7 +28,7 @@ export interface SkippedLabel {
  * that namespace's policies.
  */
 function reservedPodKey(key: string): boolean {
-  return key === POD_NAMESPACE_LABEL || key.startsWith(DERIVED_KEY_PREFIX);
+  return key === POD_NAMESPACE_LABEL || DERIVED_KEY_PREFIXES.some((p) => key.startsWith(p));
 }
 
 /**

@@ -59,6 +59,8 @@ export class PodWatcher {
   readonly #dirty = new Set<string>();
   readonly #running = new Map<string, Promise<void>>();
   readonly #retryTimers = new Map<string, NodeJS.Timeout>();
+  /** podLabels() callers still waiting: answered at stop(). */
+  readonly #waiters = new Set<(labels: LabelSet | undefined) => void>();
   readonly #attempts = new Map<string, number>();
   #ready = false;
   #stopped = false;
@@ -120,18 +122,26 @@ export class PodWatcher {
 
   async stop(): Promise<void> {
     this.#stopped = true;
+    // An ADD waiting for its pod gets its answer (none) now, not at its timeout.
+    for (const finish of [...this.#waiters]) finish(undefined);
     for (const t of this.#retryTimers.values()) clearTimeout(t);
     this.#retryTimers.clear();
     await Promise.all([this.pods.stop(), this.namespaces.stop()]);
     await Promise.allSettled([...this.#running.values()]);
   }
 
-  /** The pod's labels from the caches; undefined while either has not listed or the pod is not there. */
+  /**
+   * The pod's labels from the caches; undefined while either has not listed,
+   * or the pod or its namespace is not there yet (the two watches are
+   * independent: a new namespace's pod may come first, and labels without
+   * the namespace's would slip past namespaceSelector rules).
+   */
   labelsOf(namespace: string, name: string): LabelSet | undefined {
     if (!this.#ready) return undefined;
     const pod = this.pods.get(name, namespace);
-    if (pod === undefined) return undefined;
-    return k8sPodLabels(pod, this.namespaces.get(namespace), (s) =>
+    const ns = this.namespaces.get(namespace);
+    if (pod === undefined || ns === undefined) return undefined;
+    return k8sPodLabels(pod, ns, (s) =>
       this.#log.warn({ pod: podKey(namespace, name), label: s.key, reason: s.reason }, 'pod label left out of the endpoint labels'),
     );
   }
@@ -145,8 +155,10 @@ export class PodWatcher {
       const finish = (labels: LabelSet | undefined) => {
         clearTimeout(timer);
         for (const off of offs) off();
+        this.#waiters.delete(finish);
         resolve(labels);
       };
+      this.#waiters.add(finish);
       const check = () => {
         const labels = this.labelsOf(namespace, name);
         if (labels !== undefined) finish(labels);

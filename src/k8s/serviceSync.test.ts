@@ -214,6 +214,20 @@ describe('ServiceSync over the service manager and the fake datapath', () => {
     assert.deepEqual(Object.keys(table(m.list())).sort(), ['10.96.0.2:80/TCP', '198.51.100.1:80/TCP']);
   });
 
+  it('a ClusterIP takes its address back from another Service\'s external IP, whichever came first', async () => {
+    const m = manager();
+    const s = sync(m);
+    // Listed first (namespace order): an external IP on kube-dns's ClusterIP and port.
+    await s.update('a-evil/grab', k8sService('grab', '10.96.0.99', { externalIPs: ['10.96.0.10'], ports: [{ name: 'http', port: 80, protocol: 'TCP' }] }), [slice('grab-a', ['10.0.9.9'])]);
+    assert.deepEqual(table(m.list())['10.96.0.10:80/TCP']![1], ['10.0.9.9:8080']);
+    await s.update('kube-system/dns', k8sService('dns', '10.96.0.10'), [slice('dns-a', ['10.0.1.53'])]);
+    assert.deepEqual(table(m.list())['10.96.0.10:80/TCP']![1], ['10.0.1.53:8080'], 'the ClusterIP\'s own backends');
+    assert.ok(lines.some((l) => l.msg.startsWith('a ClusterIP takes its frontend back') && l.holder === 'a-evil/grab'));
+    // The external IP Service changing again does not take it back.
+    await s.update('a-evil/grab', k8sService('grab', '10.96.0.99', { externalIPs: ['10.96.0.10'], ports: [{ name: 'http', port: 80, protocol: 'TCP' }] }), [slice('grab-a', ['10.0.9.8'])]);
+    assert.deepEqual(table(m.list())['10.96.0.10:80/TCP']![1], ['10.0.1.53:8080']);
+  });
+
   it('internal and external traffic policies reach the datapath', async () => {
     const m = manager();
     const s = sync(m);

@@ -11,7 +11,7 @@
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { MAX_SERVICE_ID } from '../datapath/bpf/constants.js';
 import type { Logger } from '../logging/logger.js';
-import { isServiceError, ServiceErrorCode, type ServiceApi, type ServiceSpec } from '../service/index.js';
+import { isServiceError, ServiceError, ServiceErrorCode, type ServiceApi, type ServiceSpec } from '../service/index.js';
 import { k8sServiceFrontends, specFrontendKey } from './k8sServices.js';
 
 /** Service IDs of Kubernetes' frontends: the upper half of the datapath's range (the lower half is left to the API's users). */
@@ -19,6 +19,31 @@ export const K8S_SERVICE_ID_MIN = Math.floor(MAX_SERVICE_ID / 2) + 1;
 export const K8S_SERVICE_ID_MAX = MAX_SERVICE_ID;
 
 export const isK8sServiceId = (id: number): boolean => id >= K8S_SERVICE_ID_MIN && id <= K8S_SERVICE_ID_MAX;
+
+/**
+ * The services API as users get it while Kubernetes is on: IDs of the
+ * Kubernetes range are refused for writes. A user's service there would be
+ * taken for one Kubernetes left behind and deleted at the next start, and a
+ * user's write to one of Kubernetes' would be undone by its next event.
+ */
+export function userServiceApi(services: ServiceApi): ServiceApi {
+  const refused = (id: number) =>
+    new ServiceError(
+      ServiceErrorCode.CONFLICT,
+      `service ID ${id} is in ${K8S_SERVICE_ID_MIN}–${K8S_SERVICE_ID_MAX}, the IDs of Kubernetes Services' frontends while the agent follows Kubernetes: use ${K8S_SERVICE_ID_MIN - 1} or below (change the Service in Kubernetes to change its frontends)`,
+    );
+  return {
+    upsert: (id, spec) => (isK8sServiceId(id) ? Promise.reject(refused(id)) : services.upsert(id, spec)),
+    delete: (id) => (isK8sServiceId(id) ? Promise.reject(refused(id)) : services.delete(id)),
+    get: (id) => services.get(id),
+    list: () => services.list(),
+  };
+}
+
+/** Whether `claim` takes a frontend from the Service holding it: a ClusterIP over an external or LoadBalancer IP. */
+function outranks(claim: ServiceSpec, holder: ServiceSpec | undefined): boolean {
+  return claim.flags.type === 'ClusterIP' && holder !== undefined && holder.flags.type !== 'ClusterIP';
+}
 
 /** Default wait before writing again a frontend the datapath did not take. */
 const DEFAULT_RETRY_MS = 10_000;
@@ -195,7 +220,17 @@ export class ServiceSync {
   async #claim(key: string, fk: string, spec: ServiceSpec): Promise<void> {
     const held = this.#held.get(fk);
     if (held && held.key !== key) {
-      this.#log.warn({ service: key, frontend: fk, holder: held.key }, 'frontend already belongs to another Kubernetes Service; not served for this one');
+      if (!outranks(spec, this.#wanted.get(held.key)?.get(fk))) {
+        this.#log.warn({ service: key, frontend: fk, holder: held.key }, 'frontend already belongs to another Kubernetes Service; not served for this one');
+        return;
+      }
+      // Another Service's external or LoadBalancer IP on a ClusterIP's address and port (the externalIPs
+      // interception of CVE-2020-8554): the ClusterIP wins, whichever came first — after an agent restart
+      // the order is the API server's listing order, which anyone naming a namespace can influence.
+      this.#log.warn({ service: key, frontend: fk, holder: held.key }, 'a ClusterIP takes its frontend back from another Service\'s external or LoadBalancer IP');
+      this.#release(held.key, fk);
+      this.#hold(key, fk, held.id);
+      await this.#upsert(key, fk, held.id, spec);
       return;
     }
     let id = held?.id;
@@ -205,12 +240,17 @@ export class ServiceSync {
         this.#log.error({ service: key, frontend: fk, range: `${K8S_SERVICE_ID_MIN}-${K8S_SERVICE_ID_MAX}` }, 'no free service ID for a Kubernetes frontend');
         return;
       }
-      this.#held.set(fk, { key, id });
-      let set = this.#heldBy.get(key);
-      if (!set) this.#heldBy.set(key, (set = new Set()));
-      set.add(fk);
+      this.#hold(key, fk, id);
     }
     await this.#upsert(key, fk, id, spec);
+  }
+
+  #hold(key: string, fk: string, id: number): void {
+    this.#held.set(fk, { key, id });
+    this.#usedIds.add(id);
+    let set = this.#heldBy.get(key);
+    if (!set) this.#heldBy.set(key, (set = new Set()));
+    set.add(fk);
   }
 
   #release(key: string, fk: string): void {

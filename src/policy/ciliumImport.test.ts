@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { PolicyErrorCode, PolicyValidationError, type PolicyIssue } from './errors.js';
 import { parsePolicyDocuments, parsePolicyText } from './ruleParser.js';
 import { PolicyKind } from './rule.js';
+import { LabelSet } from '../labels/index.js';
 
 const CNP = (spec: string, meta = 'name: web, namespace: prod') => `apiVersion: cilium.io/v2
 kind: CiliumNetworkPolicy
@@ -176,5 +177,19 @@ specs:
     const issues = rejected('apiVersion: tendril.io/v1\nkind: TendrilNetworkPolicy\nmetadata: {name: t}\nspec:\n  endpointSelector: {}\n  egress: [{toFQDNs: [{matchName: a.b}]}]\n');
     assert.deepEqual(issues.map((i) => i.path), ['spec.egress[0].toFQDNs']);
     assert.match(issues[0]!.message, /tendril enforces L3\/L4 only/);
+  });
+
+  test('Cilium\'s derived keys (service account, namespace labels) select what they selected under Cilium', () => {
+    const [policy] = parsePolicyText(
+      CNP(`endpointSelector: {matchLabels: {app: web}}
+ingress:
+- fromEndpoints: [{matchLabels: {io.cilium.k8s.policy.serviceaccount: api, k8s:io.cilium.k8s.namespace.labels.team: prod}}]`),
+    );
+    const peers = policy!.rules[0]!.ingress.allow[0]!.peers;
+    assert.ok(peers !== 'all' && peers.length === 1);
+    const pod = (extra: string[]) =>
+      LabelSet.parse(['k8s:app=api', 'k8s:io.kubernetes.pod.namespace=prod', ...extra]);
+    assert.equal(peers[0]!.matches(pod(['k8s:io.tendril.k8s.policy.serviceaccount=api', 'k8s:io.tendril.k8s.namespace.labels.team=prod'])), true, 'the pod running as that service account in that namespace');
+    assert.equal(peers[0]!.matches(pod(['k8s:io.cilium.k8s.policy.serviceaccount=api', 'k8s:io.cilium.k8s.namespace.labels.team=prod'])), false, 'a pod carrying Cilium\'s keys as its own labels');
   });
 });

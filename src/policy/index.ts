@@ -53,7 +53,7 @@ export { PolicyRepository, type PolicyFilter, type RepositoryChange } from './re
 export { SelectorCache, type CachedSelector, type SelectionChange } from './selectorCache.js';
 export { MapState, mapKeyString, formatMapKey, diffEntries, type MapKey, type MapEntry, type MapStateDiff } from './mapState.js';
 export { portRangeToPrefixes, portRangeOf, formatPortKey, parsePortProtocol, type PortKey } from './ports.js';
-export { parsePolicyText, parsePolicyDocuments, NAMESPACE_LABEL_PREFIX } from './ruleParser.js';
+export { ciliumKeyToTendril, parsePolicyText, parsePolicyDocuments, NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL } from './ruleParser.js';
 export { PolicyKind, formatPolicyName, type Policy, type PolicyName, type Rule, type RuleOrigin, type PeerRule, type PortRule } from './rule.js';
 export { ENTITIES, type Entity, type IdentitySelector } from './selector.js';
 export { evaluateDirection, traceFlow, formatTrace, type DirectionDecision, type DecisionReason, type TraceResult, type EvaluationContext } from './evaluate.js';

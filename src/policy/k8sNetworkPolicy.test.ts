@@ -281,6 +281,23 @@ const cases: Case[] = [
     ],
   },
   {
+    name: 'a policy naming another namespace\'s label in its podSelector selects nothing there (no reach across namespaces)',
+    policies: NP('escape', 'dev', 'podSelector: {matchLabels: {io.kubernetes.pod.namespace: prod}}\npolicyTypes: [Ingress, Egress]'),
+    flows: [
+      ['prod/web', 'prod/db', 5432, 'allow'],
+      ['dev/web', 'prod/db', 5432, 'allow'],
+      ['prod/web', 'dev/db', 5432, 'allow'],
+    ],
+  },
+  {
+    name: 'a podSelector peer naming another namespace\'s label selects nothing there',
+    policies: NP('peer', 'dev', 'podSelector: {matchLabels: {app: db}}\ningress:\n- from: [{podSelector: {matchLabels: {io.kubernetes.pod.namespace: prod, app: web}}}]'),
+    flows: [
+      ['prod/web', 'dev/db', 5432, 'deny'],
+      ['dev/web', 'dev/db', 5432, 'deny'],
+    ],
+  },
+  {
     name: 'a policy in another namespace does not select these pods',
     policies: NP('deny', 'dev', 'podSelector: {}\npolicyTypes: [Ingress, Egress]'),
     flows: [

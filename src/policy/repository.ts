@@ -6,7 +6,7 @@
  */
 import { LabelSet, parseSelectLabel } from '../labels/index.js';
 import { PolicyArgumentError, PolicyNotFoundError } from './errors.js';
-import { formatPolicyName, type Policy, type PolicyKind, type Rule } from './rule.js';
+import { formatPolicyName, type Policy, type PolicyKind, type PolicyName, type Rule } from './rule.js';
 
 /** Which policies to delete or list. Every given field must match; `labels` are selector labels (`app=x`, `k8s:team=y`). */
 export interface PolicyFilter {
@@ -14,6 +14,12 @@ export interface PolicyFilter {
   namespace?: string;
   name?: string;
   labels?: readonly string[];
+  /**
+   * Narrows the match to the policies this accepts (never from the API: the
+   * policy store passes "the ones I stored", so a delete through it leaves
+   * the policies that came from the Kubernetes API server alone).
+   */
+  only?: (name: PolicyName) => boolean;
 }
 
 export interface RepositoryChange {
@@ -60,8 +66,10 @@ export class PolicyRepository {
 
   list(filter: PolicyFilter = {}): Policy[] {
     const labelSel = filter.labels === undefined ? undefined : LabelSet.from(filter.labels.map((l) => parseSelectLabel(l)));
+    const only = filter.only;
     if (filter.name === undefined && labelSel === undefined && filter.kind === undefined && filter.namespace === undefined) {
-      return [...this.#policies.values()];
+      const all = [...this.#policies.values()];
+      return only === undefined ? all : all.filter((p) => only(p.name));
     }
     if (labelSel !== undefined && labelSel.isEmpty() && filter.name === undefined) {
       throw new PolicyArgumentError('an empty label filter would match every policy; give at least one label');
@@ -71,7 +79,8 @@ export class PolicyRepository {
         (filter.kind === undefined || p.name.kind === filter.kind) &&
         (filter.namespace === undefined || p.name.namespace === filter.namespace) &&
         (filter.name === undefined || p.name.name === filter.name) &&
-        (labelSel === undefined || p.labels.containsAll(labelSel)),
+        (labelSel === undefined || p.labels.containsAll(labelSel)) &&
+        (only === undefined || only(p.name)),
     );
   }
 

@@ -35,6 +35,7 @@ import {
   EntityIdentitySelector,
   LabelIdentitySelector,
   podsOnlyWhenEmpty,
+  forceNamespace,
   restrictToNamespace,
   type Entity,
   type IdentitySelector,
@@ -44,6 +45,8 @@ import { stripUnsupportedFields, type StrippedDocument } from './unsupportedFiel
 
 /** Namespace labels are part of a pod's identity under this prefix (namespaceSelector matches them). */
 export const NAMESPACE_LABEL_PREFIX = 'io.tendril.k8s.namespace.labels.';
+/** A pod's service account in its identity (Cilium's io.cilium.k8s.policy.serviceaccount). */
+export const SERVICE_ACCOUNT_LABEL = 'io.tendril.k8s.policy.serviceaccount';
 /** Derived policy labels, matched by delete-by-labels. */
 export const POLICY_NAMESPACE_LABEL = 'io.tendril.policy.namespace';
 export const POLICY_DERIVED_FROM_LABEL = 'io.tendril.policy.derived-from';
@@ -58,6 +61,9 @@ function formatPath(segs: readonly PathSeg[]): string {
 
 /** One document being translated: collects issues instead of stopping at the first. */
 class DocumentContext {
+  /** Applied to every selector key after the caller's rewrite (Cilium's derived keys → tendril's). */
+  keyMap: (key: string) => string = (k) => k;
+
   constructor(
     readonly document: number,
     readonly base: readonly PathSeg[],
@@ -85,8 +91,8 @@ class DocumentContext {
   selector(wire: LabelSelectorWire, path: readonly PathSeg[], rewriteKey: (key: string) => string = (k) => k): LabelSelector | undefined {
     try {
       return LabelSelector.parse({
-        matchLabels: Object.fromEntries(Object.entries(wire.matchLabels ?? {}).map(([k, v]) => [rewriteKey(k), v])),
-        matchExpressions: (wire.matchExpressions ?? []).map((e) => ({ ...e, key: rewriteKey(e.key) })),
+        matchLabels: Object.fromEntries(Object.entries(wire.matchLabels ?? {}).map(([k, v]) => [this.keyMap(rewriteKey(k)), v])),
+        matchExpressions: (wire.matchExpressions ?? []).map((e) => ({ ...e, key: this.keyMap(rewriteKey(e.key)) })),
       });
     } catch (err) {
       if (err instanceof LabelError) {
@@ -183,7 +189,7 @@ function k8sPeer(ctx: DocumentContext, peer: K8sPeerWire, namespace: string, pat
   const pods = peer.podSelector === undefined ? undefined : ctx.selector(peer.podSelector, [...path, 'podSelector'], k8sKey);
   if (peer.namespaceSelector === undefined) {
     // podSelector alone: pods of the policy's own namespace.
-    return pods === undefined ? undefined : new LabelIdentitySelector(restrictToNamespace(pods, namespace));
+    return pods === undefined ? undefined : new LabelIdentitySelector(forceNamespace(pods, namespace));
   }
   const ns = ctx.selector(peer.namespaceSelector, [...path, 'namespaceSelector'], namespaceKey);
   if (ns === undefined || (peer.podSelector !== undefined && pods === undefined)) return undefined;
@@ -239,7 +245,7 @@ function translateK8s(ctx: DocumentContext, doc: K8sNetworkPolicyWire): Omit<Pol
   const rule: Rule = {
     policy: name,
     index: 0,
-    subject: new LabelIdentitySelector(restrictToNamespace(podSel ?? LabelSelector.ALL, namespace)),
+    subject: new LabelIdentitySelector(forceNamespace(podSel ?? LabelSelector.ALL, namespace)),
     ingress: { enforces: types.has('Ingress'), allow: types.has('Ingress') ? peerRules(spec.ingress ?? [], 'ingress') : [], deny: [] },
     egress: { enforces: types.has('Egress'), allow: types.has('Egress') ? peerRules(spec.egress ?? [], 'egress') : [], deny: [] },
   };
@@ -315,7 +321,7 @@ function translateTendrilRule(
   return {
     policy: name,
     index,
-    subject: new LabelIdentitySelector(ns === '' ? subjectSel : restrictToNamespace(subjectSel, ns)),
+    subject: new LabelIdentitySelector(ns === '' ? subjectSel : forceNamespace(subjectSel, ns)),
     ingress: {
       enforces: enforces(spec.ingress, spec.ingressDeny, spec.enableDefaultDeny?.ingress),
       allow: list('ingress'),
@@ -329,7 +335,27 @@ function translateTendrilRule(
   };
 }
 
+/**
+ * Cilium's keys for what its agent derives from Kubernetes (a pod's service
+ * account, its namespace's labels) → tendril's, so an imported Cilium policy
+ * selects what it selected under Cilium. The source prefix, if any, is kept.
+ */
+const CILIUM_DERIVED_KEYS: ReadonlyArray<readonly [string, string]> = [
+  ['io.cilium.k8s.policy.serviceaccount', SERVICE_ACCOUNT_LABEL],
+  ['io.cilium.k8s.namespace.labels.', NAMESPACE_LABEL_PREFIX],
+];
+
+export function ciliumKeyToTendril(key: string): string {
+  const colon = key.indexOf(':');
+  const [source, bare] = colon >= 0 ? [key.slice(0, colon + 1), key.slice(colon + 1)] : ['', key];
+  for (const [cilium, tendril] of CILIUM_DERIVED_KEYS) {
+    if (cilium.endsWith('.') ? bare.startsWith(cilium) : bare === cilium) return `${source}${tendril}${bare.slice(cilium.length)}`;
+  }
+  return key;
+}
+
 function translateTendril(ctx: DocumentContext, doc: TendrilPolicyWire): Omit<Policy, 'document'> {
+  if (doc.apiVersion === 'cilium.io/v2') ctx.keyMap = ciliumKeyToTendril;
   const clusterwide = doc.kind.endsWith('ClusterwideNetworkPolicy');
   if (clusterwide && doc.metadata.namespace !== undefined) ctx.issue(['metadata', 'namespace'], 'a cluster-wide policy has no namespace');
   const name: PolicyName = {

@@ -42,9 +42,24 @@ export class LabelIdentitySelector implements IdentitySelector {
   }
 }
 
-/** Adds `k8s:io.kubernetes.pod.namespace=<ns>` unless the selector already names the namespace key. */
+/**
+ * A namespaced policy's peer selector: `k8s:io.kubernetes.pod.namespace=<ns>`
+ * added unless the selector names the namespace key itself (a tendril or
+ * Cilium peer may name pods of another namespace, as in Cilium).
+ */
 export function restrictToNamespace(selector: LabelSelector, namespace: string): LabelSelector {
   if (selector.requirements.some((r) => r.key === POD_NAMESPACE_LABEL)) return selector;
+  return forceNamespace(selector, namespace);
+}
+
+/**
+ * `k8s:io.kubernetes.pod.namespace=<ns>` added whatever the selector says: a
+ * namespaced policy's subjects (and a NetworkPolicy's podSelector peers) are
+ * pods of its own namespace only. A selector naming another namespace then
+ * selects nothing — anyone who may write policies in one namespace must not
+ * reach pods of another by naming its namespace label.
+ */
+export function forceNamespace(selector: LabelSelector, namespace: string): LabelSelector {
   return LabelSelector.parse({
     matchExpressions: [
       ...(selector.toSpec().matchExpressions ?? []),

@@ -40,6 +40,15 @@ describe('tendril policy rules', () => {
     expectFlow(w, devWeb, db, 5432, 'deny');
   });
 
+  test('a namespaced policy\'s endpointSelector never selects pods of another namespace, even naming its label', () => {
+    const { w, web, db, devWeb } = setup();
+    w.import(TNP('escape', 'endpointSelector: {matchExpressions: [{key: k8s:io.kubernetes.pod.namespace, operator: Exists}]}\ningressDeny:\n- fromEntities: [all]', 'dev'));
+    expectFlow(w, web, db, 5432, 'allow');
+    expectFlow(w, web, devWeb, 80, 'deny');
+    w.import(TNP('escape', 'endpointSelector: {matchLabels: {k8s:io.kubernetes.pod.namespace: prod}}\ningressDeny:\n- fromEntities: [all]', 'dev'));
+    expectFlow(w, web, db, 5432, 'allow');
+  });
+
   test('cluster-wide fromEndpoints spans namespaces; naming the namespace label narrows it', () => {
     const { w, web, db, devWeb } = setup();
     w.import(TNP('db', 'endpointSelector: {matchLabels: {app: db}}\ningress:\n- fromEndpoints: [{matchLabels: {app: web}}]'));

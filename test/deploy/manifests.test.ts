@@ -236,10 +236,12 @@ describe('deploy/kubernetes manifests', () => {
     assert.equal(config.socket, '/var/run/tendril/tendril.sock');
     // The probes and the CLI in the pod use the same socket.
     const agent = obj(arr(pod().containers, 'containers')[0], 'agent');
-    for (const probe of ['startupProbe', 'readinessProbe', 'livenessProbe']) {
-      const cmd = arr(obj(obj(agent[probe], probe).exec, `${probe}.exec`).command, 'command').map(String);
-      assert.deepEqual(cmd, ['/opt/tendril/bin/tendril', 'status', '--socket', config.socket], probe);
+    const probeCommand = (probe: string) => arr(obj(obj(agent[probe], probe).exec, `${probe}.exec`).command, 'command').map(String);
+    for (const probe of ['startupProbe', 'readinessProbe']) {
+      assert.deepEqual(probeCommand(probe), ['/opt/tendril/bin/tendril', 'status', '--socket', config.socket], probe);
     }
+    // Liveness must not depend on the API server or etcd being reachable: only the agent answering.
+    assert.deepEqual(probeCommand('livenessProbe'), ['/opt/tendril/bin/tendril', 'endpoint', 'list', '-o', 'json', '--socket', config.socket]);
     const env = arr(agent.env, 'env').map((e) => obj(e, 'env var'));
     assert.equal(env.find((e) => e.name === SOCKET_ENV)?.value, config.socket, `${SOCKET_ENV}: \`kubectl exec … tendril\` finds the agent`);
     const help = spawnSync(process.execPath, [join(ROOT, 'dist/src/cli/main.js'), 'status', '--help'], { encoding: 'utf8' });

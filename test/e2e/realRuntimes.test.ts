@@ -253,6 +253,8 @@ describe('podman (CNI backend, Go libcni) drives tendril-cni', () => {
     assert.ok(inCidr(shortLived.ip));
     assert.ok((await endpoints()).some((e) => e.containerId === shortLived.id));
     await waitFor(`the endpoint of ${shortLived.name} to go`, async () => !(await endpoints()).some((e) => e.containerId === shortLived.id), 30_000);
+    // The recording wrapper logs a call once tendril-cni has exited: a moment after the agent removed the endpoint.
+    await waitFor(`podman's DEL of ${shortLived.name} in the call log`, async () => (await calls('DEL', shortLived.id)).length >= 1, 5_000);
 
     const dels = await calls('DEL', shortLived.id);
     assert.ok(dels.length >= 1, 'podman ran DEL');

@@ -169,11 +169,17 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
     });
   }
 
-  /** Deletes the matching policies from the engine and the store (PolicyNotFoundError when none match). */
+  /**
+   * Deletes the matching policies from the engine and the store
+   * (PolicyNotFoundError when none match). Only policies the store holds
+   * match: the engine's others came from the Kubernetes API server, and
+   * go when their objects go.
+   */
   deletePolicies(filter: PolicyFilter): Promise<D> {
     return this.#enqueue(async () => {
-      const matched = this.#target.policies(filter);
-      const result = this.#target.deletePolicies(filter);
+      const stored: PolicyFilter = { ...filter, only: (n) => this.#applied.has(this.key(n)) };
+      const matched = this.#target.policies(stored);
+      const result = this.#target.deletePolicies(stored);
       const gone = new Set(result.deleted.map((n) => this.key(n)));
       const removed = matched.filter((p) => gone.has(this.key(p.name)));
       let revision: number;

@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { PolicyRevisions } from '../../../endpoint/policyRevisions.js';
 import { testLogger, uniquePrefix, type TestStore } from '../../../identity/testing/cluster.js';
 import type { Backend } from '../../../kvstore/types.js';
-import { formatPolicyName, LocalIdentityTable, PolicyEngine, PolicyErrorCode, isPolicyError } from '../../index.js';
+import { formatPolicyName, LocalIdentityTable, parsePolicyText, PolicyEngine, PolicyErrorCode, isPolicyError } from '../../index.js';
 import { dbFromWebPolicy } from '../../testing/policies.js';
 import { PolicyStore } from '../policyStore.js';
 import { decodeStoredPolicy } from '../storedPolicy.js';
@@ -110,6 +110,17 @@ export function runPolicyStoreSuite(kind: string, makeStore: () => Promise<TestS
         assert.deepEqual(byName(again).get(name)!.document, p.document);
         assert.deepEqual(byName(again).get(name)!.rules.map((r) => r.subject.key), p.rules.map((r) => r.subject.key));
       }
+    });
+
+    test('a delete through the store leaves the engine\'s policies the store never held (the Kubernetes API server\'s)', async () => {
+      const a = await node();
+      await a.store.importText(tendrilPolicy('stored', 'web'));
+      // What the Kubernetes watchers put straight into the engine.
+      a.policy.upsertPolicies(parsePolicyText(dbFromWebPolicy({ namespace: 'prod', tcpPort: 5432 })));
+      await a.store.deletePolicies({});
+      assert.deepEqual(names(a), ['NetworkPolicy/prod/db-from-web']);
+      await assert.rejects(a.store.deletePolicies({ kind: 'NetworkPolicy' }), (err: unknown) => isPolicyError(err) && err.code === PolicyErrorCode.NOT_FOUND);
+      assert.deepEqual(names(a), ['NetworkPolicy/prod/db-from-web']);
     });
 
     test('a store write that fails rolls the engine back: the earlier version stays in force, the store unchanged, the caller gets POLICY_STORE_FAILED', async () => {

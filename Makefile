@@ -4,10 +4,10 @@
 # kubectl is on the PATH: another package's kubectl owns the same file.
 SHELL := /bin/bash
 APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc containerd \
-  gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump
+  gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump systemd
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: all deps apt-deps build native bpf lint typecheck test check-native demo bench clean
+.PHONY: all deps apt-deps build native bpf lint typecheck test check-native demo demo-notice bench clean
 
 # --- native parts: the kernel addon, the tendril-cni relay, BPF objects ---------
 # Warnings are errors; the sanitizer builds back `make check-native`.
@@ -121,8 +121,12 @@ check-native: build build/native-asan/tendril_kernel.node build/asan/tendril-cni
 	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=5 build/fuzz/corpus/$$(basename $$f) src/plugin/native/fuzz/seeds/$$(basename $$f) >build/fuzz/$$(basename $$f).log 2>&1 \
 	    || { tail -40 build/fuzz/$$(basename $$f).log; exit 1; }; done
 
-demo: deps build
+demo: demo-notice deps build
 	bash scripts/demo.sh
+
+# Said first: on a fresh machine the installs take longer than the demo itself.
+demo-notice:
+	@echo "make demo: about a minute once built; on a fresh machine the Debian packages and npm ci (about a minute) come first"
 
 bench: deps build
 	node dist/bench/main.js

@@ -81,7 +81,7 @@ say "tendril-agent on the embedded kvstore, host-scope IPAM 10.250.0.0/24, eBPF 
 start_agent() {
   # nsenter directly (not through a shell function) so $! is the agent itself.
   nsenter --net=/var/run/netns/$NODE -- "$REPO/bin/tendril-agent" --state-dir "$STATE" --lib-dir "$STATE/lib" --node-name demo-node \
-    --pod-cidr 10.250.0.0/24 --bpffs-root "$BPFFS" --log-file "$WORK/agent.log" &
+    --pod-cidr 10.250.0.0/24 --bpffs-root "$BPFFS" --log-file "$WORK/agent.log" --prometheus-serve-addr 127.0.0.1:9962 &
   AGENT_PID=$!
   for _ in $(seq 100); do "$TENDRIL" status >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "agent did not start; log:"; cat "$WORK/agent.log"; return 1
@@ -127,6 +127,13 @@ for i in 0 1 2; do
   echo "$out" | jq -c '{cniVersion, ips, interfaces: [.interfaces[].name]}'
   IPS[$p]=$(jq -r '.ips[0].address | split("/")[0]' <<<"$out")
 done
+
+# The agent's Prometheus metrics (--prometheus-serve-addr), as a scraper in the node sees them.
+show_metrics() {
+  in_node curl -s http://127.0.0.1:9962/metrics | grep -E '^tendril_(cni_operations_total|endpoint_state\{state="ready"\}|ipam_allocations)' || true
+}
+say "curl http://127.0.0.1:9962/metrics: the CNI operations and the endpoints, after the three ADDs"
+show_metrics
 
 say "tendril endpoint list"
 "$TENDRIL" endpoint list
@@ -196,7 +203,7 @@ nsenter --net=/var/run/netns/tdldemo1 -- ping -c1 -W2 -q "${IPS[tdldemo2]}" >/de
 start_agent
 echo "agent restarted; endpoints restored from its state dir, policies from the kvstore:"
 "$TENDRIL" endpoint list
-"$TENDRIL" policy get | jq -r '.policies[] | "restored: \(.name)"' 
+"$TENDRIL" policy get -o json | jq -r '.policies[] | "restored: \(.name)"' 
 show_enforcement
 
 say "policy deleted: traffic restored"
@@ -247,6 +254,8 @@ for p in "${PODS[@]}"; do
 done
 "$TENDRIL" endpoint list
 "$TENDRIL" status
+say "the metrics again: the DELs counted, no endpoint ready"
+show_metrics
 
 say "bad input: an interface name that is too long gives CNI error 4 and changes nothing"
 CNI_IFNAME=this-is-too-long in_node "$TENDRIL" cni add tendril /var/run/netns/tdldemo1 --cache-dir "$WORK/cache" || echo "exit code $?"

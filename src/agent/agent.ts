@@ -1,12 +1,13 @@
 import { mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { tendrilVersion } from '../version.js';
 import type { FastifyInstance } from 'fastify';
 import { DeletionQueue, isRefused } from '../api/deletionQueue.js';
 import { AgentError } from '../api/errors.js';
 import type { AgentConfigView, CniRequest, ConfigPatch, Health } from '../api/types.js';
 import type { Datapath } from '../datapath/types.js';
 import { type Endpoint, EndpointManager, EndpointStore, PolicyRevisions } from '../endpoint/index.js';
-import { IdentityAllocator, identityToJSON, NodeLease, RESERVED_IDENTITIES, reservedIdentity } from '../identity/index.js';
+import { IdentityAllocator, identityToJSON, NodeLease, reservedIdentity } from '../identity/index.js';
 import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries } from '../ipcache/index.js';
 import { LabelFilter } from '../labels/index.js';
 import { PolicyEngine } from '../policy/index.js';
@@ -29,6 +30,7 @@ import { IpamProvider } from './ipamProvider.js';
 import { type NodeClaim, type NodeLock, NetnsNodeLock } from './nodeLock.js';
 import { detectUnderlay, type Underlay } from '../datapath/linux/underlay.js';
 import { type NodeAddress, NodeConfigError, type NodeRecord, NodeRegistry, RemoteNodes, resolvePodMtu } from '../node/index.js';
+import { AgentMetrics, type AgentMetricsSources, countedBackend, countedCni, MetricsServer, pinnedDatapathSource } from '../metrics/index.js';
 
 /**
  * Test hook: TENDRIL_FAULT_POINT=<step> makes the agent kill itself with
@@ -103,6 +105,10 @@ export class Agent {
   private readonly nodeAddresses: NodeAddressEntries;
   private readonly endpoints: EndpointManager;
   private readonly cni: CniService;
+  /** The CNI service as the API and the deletion queue call it: counted and timed in the metrics. */
+  private readonly cniHandler: Pick<CniService, 'handle'>;
+  /** GET /metrics over TCP (--prometheus-serve-addr); absent when off. */
+  private metricsServer: MetricsServer | undefined;
   private readonly endpointStore: EndpointStore;
   /** The datapath this agent opened (not one a test handed in): its handles are let go at stop. */
   private ownedDatapath: AgentDatapath | undefined;
@@ -134,6 +140,8 @@ export class Agent {
     private readonly ipcache: IPCache,
     /** The node IP: given, the underlay's, or the router address. */
     private readonly nodeIp: string,
+    /** The agent's own registry: kvstore operations are counted from the start, state is read at scrape. */
+    private readonly metrics: AgentMetrics,
     podMtu: number,
     kubernetes?: AgentKubernetes,
   ) {
@@ -153,6 +161,7 @@ export class Agent {
       labelFilter: LabelFilter.DEFAULT,
       log: log.child({ subsys: 'endpoint' }),
       ...(faultPoint ? { faultPoint } : {}),
+      onRegenerated: (result, seconds) => metrics.observeRegeneration(result, seconds),
     });
     this.services = new ServiceManager({
       loadBalancer: datapath.loadBalancer,
@@ -179,6 +188,7 @@ export class Agent {
       ensureRouterAddress: (family, ip) => this.ensureRouterAddress(family, ip),
       ...(kubernetes ? { kubernetes } : {}),
     });
+    this.cniHandler = countedCni(this.cni, metrics);
   }
 
   /**
@@ -233,7 +243,8 @@ export class Agent {
     const basics = await nodeBasics(config, deps);
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
     await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
-    const backend = await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) });
+    const metrics = new AgentMetrics();
+    const backend = countedBackend(await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) }), metrics);
     const lease = new NodeLease(backend, { ttlSeconds: config.leaseTtlSeconds, logger: log.child({ subsys: 'lease' }) });
     let created: Agent | undefined;
     try {
@@ -247,12 +258,13 @@ export class Agent {
       await ipcacheSync.start();
       // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.
       opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu, nodeIp: nodeIP });
-      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? opened!.datapath, lease, identities, ipcacheSync, ipcache, nodeIP, basics.podMtu, kubernetes);
+      const agent = new Agent(config, log, backend, ipam, deps.datapath ?? opened!.datapath, lease, identities, ipcacheSync, ipcache, nodeIP, metrics, basics.podMtu, kubernetes);
       agent.ownedDatapath = opened;
       created = agent;
       for (const r of ipam.routerAddresses()) agent.routerAddresses.set(r.ip, r);
       await agent.datapath.setupNode({ routerAddresses: [...agent.routerAddresses.values()], masqueradeCidrs: nodeMasqueradeCidrs(config) });
       agent.observability = agent.bpfObservability();
+      metrics.bind(agent.metricsSources());
       await agent.refreshNodeAddresses(deps.interfaceAddresses ?? (deps.datapath ? async () => [] : readInterfaceAddresses));
       await agent.startNodes();
       // Policies before endpoints: a restored endpoint's first regeneration already holds them, so
@@ -282,6 +294,8 @@ export class Agent {
       // Drained before serving, so a client that sees the API up sees the queue done;
       // and once more after, for a DEL a plugin queued while the socket was not up yet.
       await agent.drainDeletionQueue();
+      // Before the socket: an address that cannot be bound fails the start before clients see the API up.
+      if (config.prometheusServeAddr !== undefined) agent.metricsServer = await MetricsServer.start(config.prometheusServeAddr, metrics, log.child({ subsys: 'metrics' }));
       agent.server = buildServer(agent.api());
       await listenOnSocket(agent.server, config.socket);
       agent.observability?.start();
@@ -290,7 +304,7 @@ export class Agent {
       log.info(
         {
           socket: config.socket,
-          node: config.nodeName,
+          ...(agent.metricsServer ? { prometheus: `${agent.metricsServer.address.host}:${agent.metricsServer.address.port}` } : {}),
           ipam: config.ipam,
           routers: ipam.routerAddresses(),
           endpoints: agent.endpoints.size,
@@ -306,6 +320,7 @@ export class Agent {
     } catch (err) {
       // Stopped first, so they change nothing while the subsystems go (the caller's stop then has nothing left to do).
       await kubernetes?.stop();
+      await created?.metricsServer?.close();
       created?.unsubscribeEndpoints();
       await created?.stopNodes();
       await created?.services.stop();
@@ -344,8 +359,9 @@ export class Agent {
       identities: this.identityApi(),
       ipcache: { list: () => this.ipcache.list() },
       health: this.healthApi(),
-      cni: this.cni,
+      cni: this.cniHandler,
       log: this.log,
+      metrics: this.metrics,
       // Without load-balancing maps the routes answer SERVICE_UNSUPPORTED themselves;
       // with Kubernetes on, the IDs of its Services are not the API's to write.
       ...(this.datapath.loadBalancer ? { services: this.kubernetes ? userServiceApi(this.services) : this.services } : {}),
@@ -425,6 +441,39 @@ export class Agent {
     this.publishing = this.publishing
       .then(async () => registry.update(await this.ownNodeRecord()))
       .catch((err: unknown) => this.log.error({ err, why }, 'publishing this node\'s record failed'));
+  }
+
+  /** What the metrics read at each scrape, from the subsystems that own it. */
+  private metricsSources(): AgentMetricsSources {
+    const observability = this.observability;
+    return {
+      endpointStates: () => this.endpoints.list().map((ep) => ep.state),
+      identities: () => {
+        const all = this.identities.list();
+        const reserved = all.filter((i) => reservedIdentity(i.id) !== undefined).length;
+        return { reserved, allocated: all.length - reserved };
+      },
+      ipamAllocations: () => this.ipam.list(),
+      ipamPodCidrs: () => this.ipam.podCidrs(),
+      policyRevision: () => this.policy.revision,
+      deletionQueueDepth: () => this.deletionQueueDepth(),
+      ...(observability ? { datapath: pinnedDatapathSource(observability.bpf.inspector) } : {}),
+    };
+  }
+
+  /** Entries waiting in the deletion queues the agent drains (trusted or not: both wait). */
+  private async deletionQueueDepth(): Promise<number> {
+    let depth = 0;
+    for (const socket of new Set([this.config.socket, join(this.config.stateDir, 'tendril.sock')])) {
+      const opened = await DeletionQueue.open(socket);
+      if (opened.kind !== 'open') continue;
+      try {
+        depth += (await opened.queue.list()).length;
+      } finally {
+        await opened.queue.close();
+      }
+    }
+    return depth;
   }
 
   /** The eBPF datapath's monitor, map inspection and conntrack GC, when the datapath pinned its maps. */
@@ -514,7 +563,8 @@ export class Agent {
   private identityApi(): IdentityApi {
     const { identities } = this;
     return {
-      list: () => [...RESERVED_IDENTITIES.map(identityToJSON), ...identities.list().map((i) => ({ ...identityToJSON(i), references: identities.references(i.id) }))],
+      // The allocator's list already holds the reserved identities: adding them here listed 0–10 twice.
+      list: () => identities.list().map((i) => ({ ...identityToJSON(i), references: identities.references(i.id) })),
       get: (id) => {
         const identity = reservedIdentity(id) ?? identities.lookupById(id);
         return identity && { ...identityToJSON(identity), references: identities.references(id) };
@@ -588,7 +638,7 @@ export class Agent {
         continue;
       }
       try {
-        await this.cni.handle({ ...req, command: 'DEL' });
+        await this.cniHandler.handle({ ...req, command: 'DEL' });
         this.log.info({ file: q.file }, 'queued deletion done');
         await queue.remove(q.name);
       } catch (err) {
@@ -610,6 +660,7 @@ export class Agent {
     return {
       status: kv.connected && (k8s === undefined || (k8s.synced && k8s.connected)) ? 'ok' : 'degraded',
       nodeName: this.config.nodeName,
+      version: tendrilVersion(),
       uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000),
       kvstore: { backend: kv.backend, connected: kv.connected, revision: kv.revision, detail: kv.detail },
       endpoints: this.endpoints.size,
@@ -637,6 +688,11 @@ export class Agent {
     return this.publicConfig();
   }
 
+  /** Where GET /metrics is served over TCP, as bound (the port chosen for :0); undefined when off. */
+  get prometheusAddress(): { host: string; port: number } | undefined {
+    return this.metricsServer?.address;
+  }
+
   /** Stops serving; pods keep their network, and state stays for the next start. A second call waits for the first. */
   stop(): Promise<void> {
     this.stopping ??= this.stopOnce();
@@ -645,6 +701,7 @@ export class Agent {
 
   private async stopOnce(): Promise<void> {
     await this.server?.close();
+    await this.metricsServer?.close();
     // First: nothing the API server says changes the subsystems while they stop.
     await this.kubernetes?.stop();
     await this.observability?.stop();

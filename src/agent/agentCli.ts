@@ -24,7 +24,11 @@ import {
   TRACE_LEVELS,
   TUNNEL_PROTOCOLS,
   validateConfig,
+  AgentConfigSchema,
 } from './config.js';
+import { closestMatch } from './didYouMean.js';
+import { tendrilVersion } from '../version.js';
+import { cleanupCommand } from './cleanup/cleanupFlags.js';
 
 const list = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
 const repeat = (v: string, prev: string[] = []) => [...prev, v];
@@ -82,6 +86,7 @@ export interface Flags {
   k8sKubeconfig?: string;
   k8sApiServer?: string;
   k8sSyncTimeout?: number;
+  prometheusServeAddr?: string;
   logFile?: string;
   logLevel?: string;
 }
@@ -89,6 +94,7 @@ export interface Flags {
 export function agentCommand(): Command {
   return new Command('tendril-agent')
     .description('tendril node agent: IPAM, endpoints and the datapath, serving the API on a unix socket')
+    .version(tendrilVersion())
     .option('--config <file>', 'YAML config file (keys as the long flags in camelCase)')
     .option('--node-name <name>', 'this node\'s name (default: hostname)')
     .option('--state-dir <dir>', 'runtime state: socket, endpoints, deletion queue (default /var/run/tendril)')
@@ -146,21 +152,36 @@ export function agentCommand(): Command {
     .option('--k8s-kubeconfig <file>', 'follow this Kubernetes API server (pods, namespaces, nodes, NetworkPolicies, tendril policies, Services, EndpointSlices); default: in-cluster when run in a pod')
     .option('--k8s-api-server <url>', 'the Kubernetes API server\'s URL, over the kubeconfig\'s or the in-cluster one')
     .option('--k8s-sync-timeout <s>', `how long start-up waits for the first Kubernetes sync and this node's Node object (default ${DEFAULT_K8S_SYNC_TIMEOUT_SECONDS})`, int('--k8s-sync-timeout'))
+    .option('--prometheus-serve-addr <host:port>', 'also serve GET /metrics (Prometheus) over TCP here, such as 127.0.0.1:9962 (default: off; the API socket always serves it)')
     .option('--log-file <path>', 'log to this file instead of stderr')
     .addOption(new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]))
+    // main.ts runs `cleanup` itself; listed here for --help. The no-op action keeps a flags-only command line the agent's (not a help page).
+    .addCommand(cleanupCommand())
+    .action(() => undefined)
     .exitOverride();
 }
 
 export async function resolveConfig(flags: Flags): Promise<AgentConfig> {
   const fromFile = flags.config ? await readConfigFile(flags.config) : {};
-  const merged: Record<string, unknown> = { ...defaultConfig(), ...fromFile };
+  // File keys named as flags go through the flags' own parsing; the others are the configuration's field names.
+  const { flags: fileFlags, rest } = flagsFromConfigFile(agentCommand(), fromFile, flags.config ?? '');
+  const merged: Record<string, unknown> = { ...defaultConfig(), ...rest };
+  applyFlags(merged, fileFlags);
+  applyFlags(merged, flags);
+  const config = validateConfig(merged);
+  requireKubernetesForIpam(config);
+  return config;
+}
+
+/** Puts what flags (or a config file's flag-named keys) say over a configuration under construction. */
+function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   const set = (key: string, v: unknown) => {
     if (v !== undefined) merged[key] = v;
   };
   set('nodeName', flags.nodeName);
   set('stateDir', flags.stateDir);
   set('libDir', flags.libDir);
-  set('socket', flags.socket ?? (flags.stateDir || fromFile.stateDir ? join(String(flags.stateDir ?? fromFile.stateDir), 'tendril.sock') : undefined));
+  set('socket', flags.socket ?? (flags.stateDir ? join(flags.stateDir, 'tendril.sock') : undefined));
   set('kvstore', flags.kvstore);
   if (flags.kvstoreOpt) merged.kvstoreOpts = parseKvstoreOpts(flags.kvstoreOpt);
   set('ipam', flags.ipam);
@@ -204,17 +225,79 @@ export async function resolveConfig(flags: Flags): Promise<AgentConfig> {
     snat: flags.bpfNatMax,
   };
   const sizeFlags = Object.fromEntries(Object.entries(sizes).filter(([, v]) => v !== undefined));
-  if (Object.keys(sizeFlags).length > 0) merged.bpfMapSizes = { ...(fromFile.bpfMapSizes as Record<string, number> | undefined), ...sizeFlags };
+  if (Object.keys(sizeFlags).length > 0) merged.bpfMapSizes = { ...(merged.bpfMapSizes as Record<string, number> | undefined), ...sizeFlags };
   // Absolute, so GET /config says which file the agent read.
   set('k8sKubeconfig', flags.k8sKubeconfig === undefined ? undefined : resolve(flags.k8sKubeconfig));
   set('k8sApiServer', flags.k8sApiServer);
   set('k8sSyncTimeoutSeconds', flags.k8sSyncTimeout);
+  set('prometheusServeAddr', flags.prometheusServeAddr);
   set('logFile', flags.logFile);
   set('logLevel', flags.logLevel);
-  const config = validateConfig(merged);
-  requireKubernetesForIpam(config);
-  return config;
 }
 
+/** Options that are no configuration: the file itself, and --version. */
+const NOT_CONFIG_KEYS = new Set(['config', 'version']);
 
+/** The config file keys that are flags: each long flag in camelCase (`--pod-cidr` is `podCidr`), with its option. */
+export function configFileFlagKeys(cmd: Command): Map<string, Option> {
+  const keys = new Map<string, Option>();
+  for (const o of cmd.options) {
+    const key = o.attributeName();
+    // --masquerade and --no-masquerade share the key: a boolean either way.
+    if (!NOT_CONFIG_KEYS.has(key) && !keys.has(key)) keys.set(key, o);
+  }
+  return keys;
+}
 
+/**
+ * Splits a config file into the keys named as flags, parsed exactly as the
+ * flags would be (a YAML list or a comma-separated string for a list flag, a
+ * mapping for --kvstore-opt), and the rest, which must be the configuration's
+ * own field names (podCidrs, kvstoreOpts, bpfMapSizes…): an unknown key is
+ * refused with the closest known one.
+ */
+export function flagsFromConfigFile(cmd: Command, file: Record<string, unknown>, path: string): { flags: Flags; rest: Record<string, unknown> } {
+  const flagKeys = configFileFlagKeys(cmd);
+  const fieldKeys = Object.keys(AgentConfigSchema.shape);
+  const flags: Record<string, unknown> = {};
+  const rest: Record<string, unknown> = {};
+  for (const [key, value] of Object.entries(file)) {
+    const option = flagKeys.get(key);
+    if (option) flags[key] = flagValueFromFile(option, key, value, path);
+    else if (fieldKeys.includes(key)) rest[key] = value;
+    else {
+      const hint = closestMatch(key, [...flagKeys.keys()]) ?? closestMatch(key, fieldKeys);
+      throw new ConfigError(`config file ${path}: unknown key "${key}"${hint ? ` (did you mean "${hint}"?)` : ''}; keys are the long flags in camelCase`);
+    }
+  }
+  return { flags: flags as Flags, rest };
+}
+
+function flagValueFromFile(option: Option, key: string, value: unknown, path: string): unknown {
+  const bad = (what: string) => new ConfigError(`config file ${path}: ${key} must be ${what}`);
+  const takesValue = option.required || option.optional;
+  if (!takesValue) {
+    if (typeof value !== 'boolean') throw bad('true or false');
+    return value;
+  }
+  const accumulates = option.parseArg === list || option.parseArg === repeat;
+  let items: unknown[];
+  if (Array.isArray(value)) {
+    if (!accumulates) throw bad('a single value, not a list');
+    items = value;
+  } else if (key === 'kvstoreOpt' && value !== null && typeof value === 'object') {
+    items = Object.entries(value).map(([k, v]) => `${k}=${String(v)}`);
+  } else items = [value];
+  let parsed: unknown = undefined;
+  for (const item of items) {
+    if (typeof item !== 'string' && typeof item !== 'number') throw bad(accumulates ? 'a list of strings' : 'a string or a number');
+    const text = String(item);
+    if (option.argChoices && !option.argChoices.includes(text)) throw bad(`one of ${option.argChoices.join(', ')}, not "${text}"`);
+    try {
+      parsed = option.parseArg ? option.parseArg(text, parsed) : text;
+    } catch (err) {
+      throw new ConfigError(`config file ${path}: ${key}: ${(err as Error).message}`, undefined, { cause: err });
+    }
+  }
+  return parsed;
+}

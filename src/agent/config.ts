@@ -10,6 +10,7 @@ import { CodedError } from '../errors/codedError.js';
 import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
+import { isServeAddress } from '../metrics/metricsServer.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated', 'kubernetes'] as const;
@@ -110,6 +111,11 @@ export const AgentConfigSchema = z
       .optional(),
     /** How long start-up waits for the watchers' first sync (and for this node's Node object); past it the agent goes on unsynced. */
     k8sSyncTimeoutSeconds: z.number().int().min(1).max(3600),
+    /** Where the metrics are served over TCP (host:port, [v6]:port or :port); absent: only on the API socket. */
+    prometheusServeAddr: z
+      .string()
+      .refine((a) => isServeAddress(a), { message: 'must be host:port, [ipv6]:port or :port, such as 127.0.0.1:9962' })
+      .optional(),
     logFile: absPath.optional(),
     logLevel: z.enum(LOG_LEVELS),
   })

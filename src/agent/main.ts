@@ -1,11 +1,13 @@
 #!/usr/bin/env node
 // tendril-agent: the node agent. Flags override the optional YAML config file.
 import { CommanderError } from 'commander';
-import { pino } from 'pino';
 import { KvstoreError } from '../kvstore/errors.js';
 import { NodeConfigError } from '../node/index.js';
 import { Agent } from './agent.js';
+import { agentLogger } from './agentLogger.js';
 import { agentCommand, type Flags, resolveConfig } from './agentCli.js';
+import { runCleanup } from './cleanup/cleanupCommand.js';
+import { CLEANUP_COMMAND } from './cleanup/cleanupFlags.js';
 import { OwnershipError } from './ownershipError.js';
 import { ConfigError } from './config.js';
 import { K8sConfigError } from '../k8s/index.js';
@@ -13,6 +15,8 @@ import { K8sConfigError } from '../k8s/index.js';
 export { agentCommand, resolveConfig };
 
 async function main(argv: string[]): Promise<number> {
+  // A command of its own: it must never go on to start an agent.
+  if (argv[2] === CLEANUP_COMMAND) return runCleanup(argv.slice(3));
   const cmd = agentCommand();
   let flags: Flags;
   try {
@@ -20,6 +24,11 @@ async function main(argv: string[]): Promise<number> {
     flags = cmd.opts<Flags>();
   } catch (err) {
     if (err instanceof CommanderError) return err.exitCode;
+    // A flag value its parser refuses (--mtu abc): one line, as commander's own errors.
+    if (err instanceof ConfigError) {
+      process.stderr.write(`tendril-agent: ${err.message}\n`);
+      return 2;
+    }
     throw err;
   }
   let config;
@@ -33,11 +42,7 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write('tendril-agent: must run as root (it changes the host\'s network)\n');
     return 2;
   }
-  const log = pino(
-    { name: 'tendril-agent', level: config.logLevel, base: { pid: process.pid, node: config.nodeName } },
-    // The log names pods, addresses and the kvstore's endpoints: root-only, as the socket.
-    pino.destination(config.logFile ? { dest: config.logFile, mkdir: true, sync: false, mode: 0o600 } : 2),
-  );
+  const log = agentLogger(config);
   let agent: Agent;
   try {
     agent = await Agent.start(config, log);
@@ -64,7 +69,9 @@ async function main(argv: string[]): Promise<number> {
       process.stderr.write(`tendril-agent: failed to start: ${err.message}\n`);
       return 1;
     }
-    log.fatal({ err }, 'agent failed to start');
+    // On the terminal the line below is the whole story; the stack goes to the log file only.
+    if (config.logFile) log.fatal({ err }, 'agent failed to start');
+    log.flush();
     process.stderr.write(`tendril-agent: failed to start: ${(err as Error).message}\n`);
     return 1;
   }

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { stringify as stringifyYaml } from 'yaml';
 import { DEFAULT_SOCKET, SOCKET_ENV } from '../api/types.js';
 import { AgentClient, AgentResponseError, AgentUnreachableError } from '../client/agentClient.js';
 import { CliError } from './cliError.js';
@@ -19,7 +20,11 @@ export async function call<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {
-    if (err instanceof AgentUnreachableError) throw new CliError(`${err.message} (is tendril-agent running? pick it with --socket or ${SOCKET_ENV})`);
+    if (err instanceof AgentUnreachableError) {
+      // The socket is there but not ours to open: asking whether the agent runs would send the user the wrong way.
+      if ((err.cause as NodeJS.ErrnoException).code === 'EACCES') throw new CliError(`permission denied on ${err.socketPath}: run as root`);
+      throw new CliError(`${err.message} (is tendril-agent running? pick it with --socket or ${SOCKET_ENV})`);
+    }
     if (err instanceof AgentResponseError) throw new CliError(`agent: ${err.body.code}: ${err.message}`);
     throw err;
   }
@@ -32,11 +37,12 @@ export function table(rows: string[][]): string {
 
 export function output(opts: AgentOpts, value: unknown, human: () => string): void {
   if (opts.output === 'json') process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+  else if (opts.output === 'yaml') process.stdout.write(stringifyYaml(value));
   else if (opts.output === undefined || opts.output === 'table') process.stdout.write(human());
-  else throw new CliError(`unknown output format "${opts.output}" (use json)`);
+  else throw new CliError(`unknown output format "${opts.output}" (use table, json or yaml)`);
 }
 
 export function withAgentOpts(c: Command): Command {
-  return c.option('--socket <path>', `agent API socket (default $${SOCKET_ENV} or ${DEFAULT_SOCKET})`).option('-o, --output <format>', 'output format: json');
+  return c.option('--socket <path>', `agent API socket (default $${SOCKET_ENV} or ${DEFAULT_SOCKET})`).option('-o, --output <format>', 'output format: table (default), json or yaml');
 }
 

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import type { K8sStatus } from '../api/types.js';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
+import { endpointView } from './detailViews.js';
 import { registerEndpointPolicyCommand } from './policyCommands.js';
 
 /** Commands that talk to the local agent: status, endpoints, IPAM. */
@@ -47,7 +48,7 @@ export function registerAgentCommands(program: Command): void {
   withAgentOpts(endpoint.command('get <id>').description('one endpoint: <number>, container-id:<id>, pod-name:<ns>:<name>, ipv4:<ip>')).action(
     async (id: string, opts: AgentOpts) => {
       const ep = await call(() => client(opts).getEndpoint(id));
-      output({ ...opts, output: opts.output ?? 'json' }, ep, () => '');
+      output(opts, ep, () => endpointView(ep));
     },
   );
 

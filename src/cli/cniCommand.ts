@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import { type CniArgs, parseCniArgs } from '../cni/cniArgs.js';
 import { asCniError, CniError, CniErrorCode } from '../cni/errors.js';
 import { validateAbsolutePath } from '../cni/names.js';
+import { versionAtLeast } from '../cni/version.js';
 import { DEFAULT_CACHE_DIR } from '../libcni/defaults.js';
 import type { RuntimeConf } from '../libcni/runtime.js';
 
@@ -96,8 +97,18 @@ async function runVerb(verb: string, network: string, netns: string | undefined,
       });
       return runtime.gcNetworkList(list, { validAttachments });
     }
-    case 'status':
-      return runtime.getStatusNetworkList(list);
+    case 'status': {
+      await runtime.getStatusNetworkList(list);
+      // STATUS succeeding prints nothing in CNI: say what was asked, so silence is never the answer.
+      const plugins = list.plugins.map((p) => p.network.type).join(', ');
+      const version = list.cniVersion || '0.1.0';
+      process.stdout.write(
+        versionAtLeast(version, '1.1.0')
+          ? `${list.name}: ready (STATUS answered by ${plugins})\n`
+          : `${list.name}: not asked: STATUS needs cniVersion 1.1.0 or later, the list has ${version} (plugins ${plugins})\n`,
+      );
+      return;
+    }
     case 'validate': {
       const caps = await runtime.validateNetworkList(list);
       process.stdout.write(`${JSON.stringify({ network: list.name, cniVersion: list.cniVersion, capabilities: caps })}\n`);

@@ -4,6 +4,8 @@ import { type Backend, DEFAULT_BACKEND, type KeyValue } from '../kvstore/types.j
 import { DEFAULT_LIB_DIR } from '../api/types.js';
 import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { CliError } from './cliError.js';
+import { existsSync } from 'node:fs';
+import { defaultEmbeddedPath } from '../kvstore/embedded/embeddedOptions.js';
 
 /**
  * `tendril kvstore get|set|delete|list|status`: direct access to the cluster
@@ -31,14 +33,23 @@ function withStoreFlags(cmd: Command): Command {
     .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'));
 }
 
-async function withBackend<T>(flags: StoreFlags, fn: (kv: Backend) => Promise<T>): Promise<T> {
+/** Whether the command only reads: then it must never create an embedded store that is not there. */
+type Access = 'read' | 'write';
+
+async function withBackend<T>(flags: StoreFlags, fn: (kv: Backend) => Promise<T>, access: Access = 'write'): Promise<T> {
   let kv: Backend;
   try {
     // Loaded on use: the logger and option schemas cost every other `tendril` command start-up time.
     const [{ openBackend, parseKvstoreOpts }, { createLogger }] = await Promise.all([import('../kvstore/factory.js'), import('../logging/logger.js')]);
+    const options = parseKvstoreOpts(flags.kvstoreOpt);
+    if (access === 'read' && flags.kvstore === 'embedded') {
+      // Opening a missing SQLite file creates it: an empty store that would then look "connected".
+      const path = options['embedded.path'] ?? defaultEmbeddedPath(flags.libDir);
+      if (!existsSync(path)) throw new CliError(`no kvstore at ${path}: is this the agent's --lib-dir?`);
+    }
     kv = await openBackend({
       kind: flags.kvstore,
-      options: parseKvstoreOpts(flags.kvstoreOpt),
+      options,
       dataDir: flags.libDir,
       logger: createLogger('tendril-kvstore', process.env.TENDRIL_LOG_LEVEL ?? 'warn'),
     });
@@ -88,7 +99,7 @@ export function registerKvstoreCommands(program: Command): void {
         if (got === undefined) throw new CliError(`key "${key}" not found`);
         if (flags.output === 'json') printJson(got);
         else print(describeKv(got));
-      });
+      }, 'read');
     });
 
   withStoreFlags(kvstore.command('set').argument('<key>').argument('<value>').description('write one key'))
@@ -121,7 +132,7 @@ export function registerKvstoreCommands(program: Command): void {
         const res = await kv.list(prefix);
         if (flags.output === 'json') printJson(res);
         else for (const e of res.kvs) print(describeKv(e));
-      });
+      }, 'read');
     });
 
   withStoreFlags(kvstore.command('status').description('backend, connectivity and current revision'))
@@ -131,6 +142,6 @@ export function registerKvstoreCommands(program: Command): void {
         if (flags.output === 'json') printJson(st);
         else print(`${st.backend}: ${st.connected ? 'connected' : 'NOT connected'}, revision ${st.revision} (${st.detail})`);
         if (!st.connected) throw new CliError(`kvstore ${st.backend} is not connected`);
-      });
+      }, 'read');
     });
 }

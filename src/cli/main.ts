@@ -9,11 +9,13 @@ import { registerBpfCommands } from './bpfCommands.js';
 import { registerMonitorCommand } from './monitorCommand.js';
 import { registerServiceCommands } from './serviceCommands.js';
 import { registerNodeCommands } from './nodeCommands.js';
+import { registerInfoCommands } from './infoCommands.js';
+import { tendrilVersion } from '../version.js';
 
 export function buildProgram(): Command {
   const program = new Command('tendril')
     .description('tendril: container networking — CLI for the node agent, the kvstore and CNI')
-    .version('0.1.0')
+    .version(tendrilVersion())
     .showHelpAfterError()
     .exitOverride();
   registerAgentCommands(program);
@@ -25,6 +27,7 @@ export function buildProgram(): Command {
   registerBpfCommands(program);
   registerServiceCommands(program);
   registerNodeCommands(program);
+  registerInfoCommands(program);
   return program;
 }
 

@@ -2,6 +2,8 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
+import { endpointPolicyView, policyListView } from './detailViews.js';
+import type { PolicyTrace } from '../api/types.js';
 
 const repeatable = (v: string, prev: string[] = []) => [...prev, v];
 const labelList = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
@@ -18,6 +20,7 @@ export function registerPolicyCommands(program: Command): void {
       } catch (err) {
         throw new CliError(`cannot read ${file}: ${(err as Error).message}`);
       }
+      if (!hasDocument(text)) throw new CliError(`no policy documents in ${file === '-' ? 'stdin' : file}`);
       const r = await call(() => client(opts).putPolicy({ text }));
       output(opts, r, () => `Revision: ${r.revision}\nImported: ${r.policies.join(', ')}\nEndpoints regenerated: ${r.regenerated.length}\n`);
     },
@@ -28,9 +31,7 @@ export function registerPolicyCommands(program: Command): void {
     .option('--namespace <ns>', 'only this namespace')
     .action(async (opts: AgentOpts & { name?: string; namespace?: string }) => {
       const r = await call(() => client(opts).getPolicy({ ...(opts.name ? { name: opts.name } : {}), ...(opts.namespace ? { namespace: opts.namespace } : {}) }));
-      // The JSON carries both revisions; without -o the cluster's is said on stderr too, leaving stdout the document.
-      if (opts.output === undefined) process.stderr.write(`Cluster revision: ${r.clusterRevision} (node revision ${r.revision})\n`);
-      output({ ...opts, output: opts.output ?? 'json' }, r, () => '');
+      output(opts, r, () => policyListView(r));
     });
 
   withAgentOpts(policy.command('delete').description('delete policies by name, namespace or label, or --all'))
@@ -40,6 +41,8 @@ export function registerPolicyCommands(program: Command): void {
     .option('--all', 'delete every policy')
     .action(async (opts: AgentOpts & { name?: string; namespace?: string; label?: string[]; all?: boolean }) => {
       if (opts.label && opts.label.length > 1) throw new CliError('give at most one --label');
+      // Checked here so the user hears about the flag, not the API's all=true.
+      if (!opts.name && !opts.namespace && !opts.label?.length && !opts.all) throw new CliError('give --name, --namespace or --label to select policies, or --all to delete every policy');
       const query = {
         ...(opts.name ? { name: opts.name } : {}),
         ...(opts.namespace ? { namespace: opts.namespace } : {}),
@@ -55,15 +58,67 @@ export function registerPolicyCommands(program: Command): void {
     output(opts, r, () => table([['SELECTOR', 'USERS', 'IDENTITIES'], ...r.map((s) => [s.selector, String(s.users), s.identities.join(' ')])]));
   });
 
-  withAgentOpts(policy.command('trace').description('would traffic from --src to --dst on --dport be allowed, and by which rules'))
-    .requiredOption('--src <labels>', 'source labels, k=v[,k=v] (k8s source by default)', labelList)
-    .requiredOption('--dst <labels>', 'destination labels', labelList)
-    .requiredOption('--dport <port/proto>', 'e.g. 80/tcp')
-    .action(async (opts: AgentOpts & { src: string[]; dst: string[]; dport: string }) => {
-      const r = await call(() => client(opts).tracePolicy({ src: opts.src, dst: opts.dst, dport: opts.dport }));
-      output(opts, r, () => `${r.text.join('\n')}\nFinal verdict: ${r.verdict.toUpperCase()}\n`);
-      if (r.verdict !== 'allow') process.exitCode = 1;
-    });
+  const trace = withAgentOpts(
+    policy
+      .command('trace')
+      .description(`would traffic from the source to the destination on --dport be allowed, and by which rules; labels without a namespace are taken in namespace default (the agent says so in the trace)`),
+  );
+  for (const [side, who] of [['src', 'source'], ['dst', 'destination']] as const) {
+    trace
+      .option(`--${side} <labels>`, `${who} labels, k=v[,k=v] (k8s source by default)`, labelList)
+      .option(`--${side}-endpoint <id>`, `${who}: a local endpoint ID`)
+      .option(`--${side}-k8s-pod <namespace/name>`, `${who}: a pod with an endpoint on this node`)
+      .option(`--${side}-identity <id>`, `${who}: a security identity`);
+  }
+  trace.requiredOption('--dport <port/proto>', 'e.g. 80/tcp').action(async (opts: AgentOpts & TraceFlags) => {
+    const body = { ...tracePeer('src', opts), ...tracePeer('dst', opts), dport: opts.dport };
+    const r = await call(() => client(opts).tracePolicy(body));
+    output(opts, r, () => `${r.text.join('\n')}\n`);
+    if (r.verdict !== 'allow') process.exitCode = 1;
+  });
+}
+
+interface TraceFlags {
+  src?: string[];
+  srcEndpoint?: string;
+  srcK8sPod?: string;
+  srcIdentity?: string;
+  dst?: string[];
+  dstEndpoint?: string;
+  dstK8sPod?: string;
+  dstIdentity?: string;
+  dport: string;
+}
+
+/** One side of a trace from its flags: exactly one of labels, endpoint, pod or identity. */
+export function tracePeer(side: 'src' | 'dst', f: TraceFlags): Partial<PolicyTrace> {
+  const labels = f[side];
+  const endpoint = f[`${side}Endpoint`];
+  const pod = f[`${side}K8sPod`];
+  const identity = f[`${side}Identity`];
+  const given = [labels, endpoint, pod, identity].filter((v) => v !== undefined).length;
+  if (given !== 1) throw new CliError(`give exactly one of --${side}, --${side}-endpoint, --${side}-k8s-pod or --${side}-identity`);
+  const number = (flag: string, text: string): number => {
+    if (!/^\d+$/.test(text)) throw new CliError(`--${side}-${flag} must be a number, got "${text}"`);
+    return Number(text);
+  };
+  if (labels !== undefined) {
+    // A bare number is an endpoint ID typed where labels go: say so instead of tracing a label named "1".
+    const numeric = labels.find((l) => /^\d+$/.test(l));
+    if (numeric !== undefined) throw new CliError(`--${side} takes labels; for endpoint ${numeric} use --${side}-endpoint ${numeric}`);
+    return { [side]: labels };
+  }
+  if (endpoint !== undefined) return { [`${side}Endpoint`]: number('endpoint', endpoint) };
+  if (identity !== undefined) return { [`${side}Identity`]: number('identity', identity) };
+  return { [`${side}Pod`]: pod };
+}
+
+/** Whether YAML/JSON text holds anything besides comments, blank lines and document markers. */
+function hasDocument(text: string): boolean {
+  return text.split('\n').some((line) => {
+    const t = line.trim();
+    return t !== '' && !t.startsWith('#') && t !== '---' && t !== '...';
+  });
 }
 
 async function readStdin(): Promise<string> {
@@ -76,6 +131,6 @@ async function readStdin(): Promise<string> {
 export function registerEndpointPolicyCommand(endpoint: Command): void {
   withAgentOpts(endpoint.command('policy <id>').description('the endpoint\'s computed policy map state')).action(async (id: string, opts: AgentOpts) => {
     const r = await call(() => client(opts).getEndpointPolicy(id));
-    output({ ...opts, output: opts.output ?? 'json' }, r, () => '');
+    output(opts, r, () => endpointPolicyView(r));
   });
 }

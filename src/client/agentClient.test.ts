@@ -58,6 +58,7 @@ test('every client method works against the agent, and every answer matches the 
   assert.equal(status.kubernetes, undefined, 'Kubernetes is off');
   assert.equal((await client.getConfig()).nodeName, 'tdl-client');
   assert.equal((await client.patchConfig({ ipamExpirationMs: 30_000 })).ipamExpirationMs, 30_000);
+  assert.match(await client.metrics(), /^# HELP tendril_/m);
 
   const provisional = await client.postIpam({ owner: 'tdl-manual', family: 'ipv4' }, { expiration: true });
   assert.ok(provisional.address.expiresAt !== undefined, 'the expiration header makes it provisional');

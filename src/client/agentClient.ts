@@ -102,7 +102,9 @@ export class AgentClient {
           res.on('end', () => {
             const text = Buffer.concat(chunks).toString('utf8');
             let parsed: unknown = undefined;
-            if (text !== '') {
+            // GET /metrics answers the Prometheus text format; every other answer is JSON.
+            const plainText = /^text\/plain/i.test(res.headers['content-type'] ?? '');
+            if (text !== '' && !plainText) {
               try {
                 parsed = JSON.parse(text);
               } catch {
@@ -250,6 +252,13 @@ export class AgentClient {
     });
   }
 
+  /** GET /metrics: the Prometheus exposition text. */
+  async metrics(): Promise<string> {
+    const { status, parsed, text } = await this.#exchange('GET', '/metrics');
+    if (status >= 200 && status < 300) return text;
+    throw new AgentResponseError(status, normaliseError(status, parsed));
+  }
+
   listBpfEndpoints(): Promise<ResponseBody<'listBpfEndpoints', 200>> {
     return this.request('GET', '/bpf/endpoints');
   }
@@ -338,6 +347,7 @@ export const CLIENT_METHODS = {
   getPolicySelectors: 'getPolicySelectors',
   tracePolicy: 'tracePolicy',
   monitorEvents: 'monitorEvents',
+  getMetrics: 'metrics',
   listBpfEndpoints: 'listBpfEndpoints',
   listBpfIpcache: 'listBpfIpcache',
   getBpfPolicy: 'getBpfPolicy',

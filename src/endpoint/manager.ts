@@ -118,6 +118,8 @@ export interface EndpointManagerOptions {
   log: Logger;
   /** Crash-test hook called at `after-datapath` and `after-endpoint` of a creation. */
   faultPoint?: (step: string) => void;
+  /** Called as each regeneration ends, with how long it took (the agent's metrics). */
+  onRegenerated?: (result: 'success' | 'error', seconds: number) => void;
 }
 
 interface Runtime {
@@ -775,6 +777,7 @@ export class EndpointManager {
     const rt = this.#runtime.get(id);
     if (!ep || !rt) throw new EndpointError(EndpointErrorCode.NOT_FOUND, `endpoint ${id} not found`);
     if (ep.state !== 'waiting-for-identity' && ep.state !== 'disconnecting') this.#setState(id, 'regenerating');
+    const started = performance.now();
     try {
       const snap = this.o.policy.snapshot(id);
       if (snap.error) throw new EndpointError(EndpointErrorCode.REGENERATION_FAILED, `endpoint ${id}: ${snap.error.message}`, { cause: snap.error });
@@ -791,11 +794,13 @@ export class EndpointManager {
       rt.realized = snap.revision;
       delete rt.error;
       this.#settle(id, rt, 'ready');
+      this.o.onRegenerated?.('success', (performance.now() - started) / 1000);
       this.o.log.debug({ endpoint: id, policyRevision: snap.revision, entries: snap.entries.length }, 'endpoint regenerated');
       return snap.revision;
     } catch (err) {
       rt.error = err instanceof Error ? err.message : String(err);
       this.#settle(id, rt, 'not-ready');
+      this.o.onRegenerated?.('error', (performance.now() - started) / 1000);
       this.o.log.error({ endpoint: id, err }, 'endpoint regeneration failed');
       throw err;
     }

@@ -131,6 +131,6 @@ export function formatTrace(t: TraceResult): string[] {
     for (const r of d.decidingRules) lines.push(`  decided by ${r.policy} rule ${r.rule} ${r.path}`);
     if (d.reason === 'default-deny') for (const r of d.enforcedBy) lines.push(`  enforced by ${r.policy} rule ${r.rule}`);
   }
-  lines.push(`verdict: ${t.verdict.toUpperCase()}`);
+  lines.push(`Final verdict: ${t.verdict.toUpperCase()}`);
   return lines;
 }

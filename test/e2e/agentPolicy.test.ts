@@ -74,10 +74,11 @@ test('an invalid policy is rejected whole with a message naming the field', asyn
 test('delete needs a selection; by name it removes the policy', async () => {
   const none = await cli('policy', 'delete');
   assert.equal(none.code, 1);
-  assert.match(none.stderr, /all=true/);
+  assert.match(none.stderr, /--all/);
+  assert.doesNotMatch(none.stderr, /all=true/);
   const del = await cli('policy', 'delete', '--name', 'db-from-web', '--namespace', 'prod', '-o', 'json');
   assert.equal(del.code, 0, del.stderr);
   assert.deepEqual((JSON.parse(del.stdout) as { deleted: string[] }).deleted, ['NetworkPolicy/prod/db-from-web']);
-  const get = JSON.parse((await cli('policy', 'get')).stdout) as { policies: unknown[] };
+  const get = JSON.parse((await cli('policy', 'get', '-o', 'json')).stdout) as { policies: unknown[] };
   assert.deepEqual(get.policies, []);
 });

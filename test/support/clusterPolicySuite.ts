@@ -125,7 +125,7 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
       for (const n of s().nodes) {
         const cli = await n.cli(['policy', 'get']);
         assert.equal(cli.code, 0, cli.stderr);
-        printed[n.name] = /Cluster revision: (\d+)/.exec(cli.stderr)?.[1];
+        printed[n.name] = /Cluster revision: (\d+)/.exec(cli.stdout)?.[1];
       }
       assert.deepEqual(printed, Object.fromEntries(s().nodes.map((n) => [n.name, String(revs[0])])), '`tendril policy get` says the same cluster revision on every node');
     });

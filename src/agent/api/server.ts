@@ -47,6 +47,7 @@ import { OpenApiSchemas, type ServedRoute } from './openapiSchemas.js';
 import { allocationBody, endpointBody, endpointPolicyBody, ipcacheEntryBody, traceBody } from './responseBodies.js';
 import { RESPONSE_MISMATCH, ResponseValidator } from './responseValidator.js';
 import { requestValidatorCompiler } from './validatorCompiler.js';
+import { resolveTracePeers } from './tracePeers.js';
 
 // The server depends on these narrow interfaces only; the Agent composes them
 // from its subsystems, and a test can serve any of them on its own.
@@ -124,6 +125,14 @@ export interface AgentApi {
   services?: ServiceApi;
   /** The node registry; absent: GET /node answers no nodes. */
   nodes?: NodeApi;
+  /** The Prometheus metrics; absent (servers tests build for one part): GET /metrics answers 500. */
+  metrics?: MetricsApi;
+}
+
+/** /metrics: the Prometheus exposition text of the agent's registry. */
+export interface MetricsApi {
+  render(): Promise<string>;
+  readonly contentType: string;
 }
 
 export interface ServerOptions {
@@ -245,6 +254,13 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
   app.get('/v1/status', async (): Promise<ResponseBody<'getStatus', 200>> => health.health());
 
+  app.get('/v1/metrics', async (_req, reply): Promise<string> => {
+    if (!agent.metrics) throw new AgentError('INTERNAL', 'this server has no metrics registry');
+    const text = await agent.metrics.render();
+    reply.type(agent.metrics.contentType);
+    return text;
+  });
+
   app.get('/v1/config', async (): Promise<ResponseBody<'getConfig', 200>> => health.config());
   app.patch('/v1/config', async (req): Promise<ResponseBody<'patchConfig', 200>> => health.patchConfig(req.body as ConfigPatch));
 
@@ -359,9 +375,13 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   app.get('/v1/policy/selectors', async (): Promise<ResponseBody<'getPolicySelectors', 200>> => policy.selectors());
   app.post('/v1/policy/trace', async (req): Promise<ResponseBody<'tracePolicy', 200>> => {
     const body = req.body as PolicyTrace;
-    const peer = (labels: string[]): TracePeer => ({ labels: LabelSet.from(labels.map((t) => parseLabel(t, LabelSource.K8s))) });
+    const { src, dst, notes } = resolveTracePeers(body, {
+      endpoint: (ref) => (ENDPOINT_REF.test(ref) ? endpoints.lookup(ref) : undefined),
+      identityExists: (id) => identities.get(id) !== undefined,
+    });
     const { port, proto } = parsePortProtocol(body.dport);
-    return traceBody(policy.trace(peer(body.src), peer(body.dst), proto, port));
+    const result = traceBody(policy.trace(src, dst, proto, port));
+    return { ...result, text: [...notes, ...result.text] };
   });
   app.get('/v1/endpoint/:id/policy', async (req): Promise<ResponseBody<'getEndpointPolicy', 200>> => {
     const ep = endpointRef(endpoints, (req.params as PathParams<'getEndpointPolicy'>).id);

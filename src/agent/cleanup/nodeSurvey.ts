@@ -1,0 +1,148 @@
+/**
+ * What tendril-agent installed on this node, found without changing anything:
+ * its devices, the pods' host interfaces its endpoint records name, routes
+ * with tendril's rtm_protocols, the nftables table, the pin directory and the
+ * state and lib dirs. `tendril-agent cleanup` lists this, then removes it.
+ */
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { datapathPinDir } from '../../datapath/bpf/inspect.js';
+import { TUNNEL_DEVICE } from '../../datapath/bpf/overlay.js';
+import { SERVICE_ROUTE_PROTOCOL } from '../../datapath/bpf/serviceRoutes.js';
+import { isKernelError } from '../../datapath/kernel/errors.js';
+import type { Netlink, Route } from '../../datapath/kernel/netlink/index.js';
+import { runCommand } from '../../datapath/linux/command.js';
+import { HOST_DEVICE, HOST_PEER_DEVICE } from '../../datapath/linux/hostDevice.js';
+import { NFT_TABLE } from '../../datapath/linux/masquerade.js';
+import { NODE_ROUTE_PROTOCOL } from '../../datapath/linux/remoteNodeRoutes.js';
+import { QUARANTINE_DIR } from '../../endpoint/endpointStore.js';
+
+/** rtm_protocols only tendril's routes carry; pods' host routes ride on their devices and go with them. */
+export const TENDRIL_ROUTE_PROTOCOLS: ReadonlyMap<number, string> = new Map([
+  [SERVICE_ROUTE_PROTOCOL, 'service'],
+  [NODE_ROUTE_PROTOCOL, 'remote node'],
+]);
+
+export interface CleanupPaths {
+  stateDir: string;
+  libDir: string;
+  bpffsRoot: string;
+}
+
+export interface SurveyedLink {
+  name: string;
+  index: number;
+  /** Why it is tendril's. */
+  why: string;
+}
+
+/** A pod interface an endpoint record names that stays: the record says someone else made it, or it is no veth. */
+export interface KeptLink {
+  name: string;
+  why: string;
+}
+
+export interface NodeSurvey {
+  routes: Route[];
+  /** In removal order: the tunnel, the pods' host interfaces, the host pair. */
+  links: SurveyedLink[];
+  kept: KeptLink[];
+  nftTable: boolean;
+  /** The pin directory, when it exists. */
+  pinDir?: string;
+  /** The state and lib dirs that exist. */
+  dirs: string[];
+}
+
+interface RecordedInterface {
+  hostIfName: string;
+  adopted: boolean;
+  source: string;
+}
+
+/** The host interfaces the state dir's endpoint records (quarantined ones included, as far as legible) name. */
+export async function recordedInterfaces(stateDir: string): Promise<RecordedInterface[]> {
+  const dir = join(stateDir, 'endpoints');
+  const out: RecordedInterface[] = [];
+  for (const entry of await readdir(dir).catch(() => [])) {
+    if (entry === QUARANTINE_DIR) continue;
+    const text = await readFile(join(dir, entry, 'endpoint.json'), 'utf8').catch(() => undefined);
+    const rec = text === undefined ? undefined : parseRecord(text);
+    if (rec) out.push({ ...rec, source: `endpoint ${entry}` });
+  }
+  const quarantine = join(dir, QUARANTINE_DIR);
+  for (const entry of await readdir(quarantine).catch(() => [])) {
+    const text = (await readFile(join(quarantine, entry, 'endpoint.json'), 'utf8').catch(() => undefined)) ?? (await readFile(join(quarantine, entry), 'utf8').catch(() => ''));
+    // A damaged record: only the name as far as it is legible, and never one it says was adopted.
+    const name = /"hostIfName"\s*:\s*"([A-Za-z0-9_.:@-]{1,15})"/.exec(text)?.[1];
+    if (name !== undefined) out.push({ hostIfName: name, adopted: /"adopted"\s*:\s*true/.test(text), source: `quarantined record ${entry}` });
+  }
+  return out;
+}
+
+function parseRecord(text: string): { hostIfName: string; adopted: boolean } | undefined {
+  try {
+    const r = JSON.parse(text) as { hostIfName?: unknown; adopted?: unknown };
+    return typeof r.hostIfName === 'string' ? { hostIfName: r.hostIfName, adopted: r.adopted === true } : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether nftables holds tendril's table; false too when nft is not installed (then there is none to remove). */
+export async function hasNftTable(): Promise<boolean> {
+  try {
+    await runCommand(['nft', 'list', 'table', 'inet', NFT_TABLE]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function exists(path: string): Promise<boolean> {
+  return stat(path).then(
+    () => true,
+    () => false,
+  );
+}
+
+export async function surveyNode(nl: Netlink, paths: CleanupPaths): Promise<NodeSurvey> {
+  const routes: Route[] = [];
+  for (const family of [4, 6] as const) {
+    // A kernel without IPv6 has no IPv6 routes of anyone's.
+    const all = await nl.listRoutes({ family }).catch((err: unknown) => {
+      if (family === 6 && isKernelError(err, 'EAFNOSUPPORT')) return [];
+      throw err;
+    });
+    routes.push(...all.filter((r) => TENDRIL_ROUTE_PROTOCOLS.has(r.protocol)));
+  }
+  const links: SurveyedLink[] = [];
+  const kept: KeptLink[] = [];
+  const tunnel = await nl.findLink(TUNNEL_DEVICE);
+  if (tunnel?.kind === 'vxlan') links.push({ name: tunnel.name, index: tunnel.index, why: 'the overlay device' });
+  const seen = new Set<string>();
+  for (const rec of await recordedInterfaces(paths.stateDir)) {
+    if (seen.has(rec.hostIfName)) continue;
+    seen.add(rec.hostIfName);
+    const link = await nl.findLink(rec.hostIfName);
+    if (!link) continue;
+    if (rec.adopted) kept.push({ name: link.name, why: `${rec.source} adopted it: its veth pair is not tendril's` });
+    else if (link.kind !== 'veth') kept.push({ name: link.name, why: `${rec.source} names it, but it is a ${link.kind ?? 'physical'} device, not a pod's veth` });
+    else links.push({ name: link.name, index: link.index, why: `pod host interface (${rec.source})` });
+  }
+  const host = await nl.findLink(HOST_DEVICE);
+  if (host?.kind === 'veth') links.push({ name: host.name, index: host.index, why: `host device (${HOST_PEER_DEVICE} goes with it)` });
+  else {
+    const peer = await nl.findLink(HOST_PEER_DEVICE);
+    if (peer?.kind === 'veth') links.push({ name: peer.name, index: peer.index, why: 'host device peer' });
+  }
+  const pinDir = datapathPinDir(paths.bpffsRoot);
+  const dirs: string[] = [];
+  for (const d of [paths.stateDir, paths.libDir]) if (!dirs.includes(d) && (await exists(d))) dirs.push(d);
+  return { routes, links, kept, nftTable: await hasNftTable(), ...((await exists(pinDir)) ? { pinDir } : {}), dirs };
+}
+
+/** Whether the survey found anything to remove. */
+export function surveyIsEmpty(s: NodeSurvey): boolean {
+  return s.routes.length === 0 && s.links.length === 0 && !s.nftTable && s.pinDir === undefined && s.dirs.length === 0;
+}

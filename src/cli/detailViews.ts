@@ -1,0 +1,43 @@
+import type { ApiEndpoint as Endpoint, EndpointPolicyBody as EndpointPolicy, PolicyList } from '../api/types.js';
+import { table } from './agentCli.js';
+
+/** Table forms of the single-object answers (`endpoint get`, `endpoint policy`, `policy get`), as the listings have. */
+
+export function endpointView(e: Endpoint): string {
+  return table([
+    ['ID', String(e.id)],
+    ['State', e.state + (e.regenerationError ? ` (${e.regenerationError})` : '')],
+    ['Pod', e.podName ? `${e.podNamespace ?? ''}/${e.podName}` : '-'],
+    ['Container', `${e.containerId} (${e.ifName} in ${e.netns})`],
+    ['Identity', e.identity === undefined ? '-' : String(e.identity)],
+    ['Addresses', e.addresses.map((a) => a.ip).join(', ') || '-'],
+    ['Host interface', `${e.hostIfName} (index ${e.hostIfIndex}, mac ${e.hostMac})`],
+    ['Pod mac, MTU', `${e.podMac || '-'}, ${e.mtu}`],
+    ['Policy revision', `${e.policyRevision} of ${e.desiredPolicyRevision}`],
+    ['Created', e.createdAt + (e.creationTimings ? ` (${Object.entries(e.creationTimings).map(([step, ms]) => `${step} ${ms.toFixed(1)} ms`).join(', ')})` : '')],
+    ['Labels', e.labels.join(' ') || '-'],
+  ]);
+}
+
+const protoName: Record<number, string> = { 0: 'any', 1: 'icmp', 6: 'tcp', 17: 'udp', 58: 'icmpv6', 132: 'sctp' };
+
+export function endpointPolicyView(p: EndpointPolicy): string {
+  const enforcement = (d: 'ingress' | 'egress') => (p.enforcement[d].enforced ? `enforced (${p.enforcement[d].by.map((r) => r.policy).join(', ')})` : 'not enforced (allow all)');
+  const head =
+    `Endpoint ${p.endpointId}, identity ${p.identity}, policy revision ${p.policyRevision} (datapath at ${p.realizedPolicyRevision}, ${p.datapathEnforced ? 'enforced on packets' : 'not enforced by this datapath'})\n` +
+    `Ingress: ${enforcement('ingress')}\nEgress: ${enforcement('egress')}\n` +
+    (p.error ? `Error: ${p.error}\n` : '');
+  const rows = p.entries.map((e) => [
+    e.key.direction,
+    e.key.identity === 0 ? 'any' : String(e.key.identity),
+    protoName[e.key.proto] ?? String(e.key.proto),
+    e.key.prefixLen === 0 ? 'any' : e.key.prefixLen === 16 ? String(e.key.port) : `${e.key.port}/${e.key.prefixLen}`,
+    e.verdict,
+    e.derivedFrom.map((r) => r.policy).join(', ') || (e.builtin ?? '-'),
+  ]);
+  return head + table([['DIRECTION', 'IDENTITY', 'PROTO', 'PORT', 'VERDICT', 'FROM'], ...rows]);
+}
+
+export function policyListView(r: PolicyList): string {
+  return `Cluster revision: ${r.clusterRevision} (node revision ${r.revision})\n` + table([['POLICY'], ...r.policies.map((p) => [p.name])]);
+}

@@ -1,0 +1,100 @@
+/**
+ * `--prometheus-serve-addr`: the metrics on a TCP address for a Prometheus
+ * server to scrape, beside the API socket (which only root can reach). Only
+ * `GET /metrics` is served: nothing else of the agent is reachable here.
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
+import { CodedError } from '../errors/codedError.js';
+import type { Logger } from '../logging/logger.js';
+import type { AgentMetrics } from './agentMetrics.js';
+
+export type MetricsServeErrorCode = 'INVALID_ADDRESS' | 'LISTEN_FAILED';
+
+export class MetricsServeError extends CodedError<MetricsServeErrorCode> {}
+
+export interface ServeAddress {
+  /** An IP address, a host name, or '' for every address. */
+  host: string;
+  port: number;
+}
+
+/**
+ * `host:port`, `[v6]:port` or `:port` (every address). Port 0 takes a free
+ * port (tests). Throws MetricsServeError INVALID_ADDRESS saying what is wrong.
+ */
+export function parseServeAddress(addr: string): ServeAddress {
+  const bad = (why: string) => new MetricsServeError('INVALID_ADDRESS', `invalid --prometheus-serve-addr "${addr}": ${why}`);
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(addr);
+  if (!m) throw bad('use host:port, [ipv6]:port or :port, such as 127.0.0.1:9962');
+  const host = m[1] ?? m[2] ?? '';
+  if (m[1] !== undefined && isIP(m[1]) !== 6) throw bad(`${m[1]} in brackets is not an IPv6 address`);
+  if (host !== '' && isIP(host) === 0 && !/^[A-Za-z0-9]([A-Za-z0-9.-]{0,252})$/.test(host)) throw bad(`${host} is neither an IP address nor a host name`);
+  const port = Number(m[3]);
+  if (port > 65535) throw bad(`port ${port} is above 65535`);
+  return { host, port };
+}
+
+export class MetricsServer {
+  private constructor(
+    private readonly server: Server,
+    /** Where it listens, as bound (the port chosen when 0 was asked). */
+    readonly address: ServeAddress,
+  ) {}
+
+  /** Listens on `addr`; an address that cannot be bound is a MetricsServeError LISTEN_FAILED naming it. */
+  static async start(addr: string, metrics: AgentMetrics, log: Logger): Promise<MetricsServer> {
+    const where = parseServeAddress(addr);
+    const server = createServer((req, res) => void serve(req, res, metrics, log));
+    await new Promise<void>((resolve, reject) => {
+      const onError = (err: NodeJS.ErrnoException) => {
+        reject(new MetricsServeError('LISTEN_FAILED', `cannot serve metrics on ${addr}: ${err.code ?? err.message}`, { cause: err }));
+      };
+      server.once('error', onError);
+      server.listen({ port: where.port, ...(where.host !== '' ? { host: where.host } : {}) }, () => {
+        server.off('error', onError);
+        resolve();
+      });
+    });
+    const bound = server.address();
+    const port = bound !== null && typeof bound === 'object' ? bound.port : where.port;
+    return new MetricsServer(server, { host: where.host, port });
+  }
+
+  close(): Promise<void> {
+    return new Promise((resolve) => {
+      this.server.close(() => resolve());
+      // A scraper's keep-alive connection must not hold the agent's stop.
+      this.server.closeAllConnections();
+    });
+  }
+}
+
+async function serve(req: IncomingMessage, res: ServerResponse, metrics: AgentMetrics, log: Logger): Promise<void> {
+  const path = (req.url ?? '').split('?')[0];
+  if (path !== '/metrics') {
+    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('only GET /metrics is served here\n');
+    return;
+  }
+  if (req.method !== 'GET') {
+    res.writeHead(405, { allow: 'GET', 'content-type': 'text/plain; charset=utf-8' }).end('only GET /metrics is served here\n');
+    return;
+  }
+  try {
+    const text = await metrics.render();
+    res.writeHead(200, { 'content-type': metrics.contentType }).end(text);
+  } catch (err) {
+    log.error({ err }, 'collecting metrics failed');
+    res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end('collecting metrics failed\n');
+  }
+}
+
+/** Whether parseServeAddress takes `addr` (the configuration's check). */
+export function isServeAddress(addr: string): boolean {
+  try {
+    parseServeAddress(addr);
+    return true;
+  } catch {
+    return false;
+  }
+}

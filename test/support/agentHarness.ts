@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm, symlink } from 'node:fs/promises';
+import { chmod, copyFile, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -148,10 +148,15 @@ export class AgentProcess {
   }
 }
 
-/** A CNI_PATH dir holding tendril-cni, plus the reference plugins' dir. */
+/**
+ * A CNI_PATH dir holding tendril-cni, plus the reference plugins' dir. The
+ * plugin is a copy, as a runtime's plugin dir holds it (/opt/cni/bin): the
+ * relay must run from anywhere, with nothing of the repository beside it.
+ */
 export async function tendrilPluginDir(): Promise<{ dir: string; cleanup(): Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), 'tdl-cnibin-'));
-  await symlink(CNI_BIN, join(dir, 'tendril-cni'));
+  await copyFile(CNI_BIN, join(dir, 'tendril-cni'));
+  await chmod(join(dir, 'tendril-cni'), 0o755);
   return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
 

@@ -21,6 +21,7 @@ let bin: Awaited<ReturnType<typeof tendrilPluginDir>> | undefined;
 before(async () => {
   const node = (await pool.add('node')).name;
   agent = await AgentProcess.create({ nodeNetns: node, nodeName: 'tdl-node-pcp', args: ['--pod-cidr', '10.244.77.0/24', '--datapath', 'routing'] });
+  await agent.start();
   bin = await tendrilPluginDir();
 });
 
@@ -38,7 +39,7 @@ test('a copy of bin/tendril-cni in a fresh plugin dir runs ADD and DEL', async (
   const conflist = confListFromBytes(JSON.stringify({ cniVersion: '1.0.0', name: 'tdlcopy', plugins: [{ type: 'tendril-cni', socket: agent!.socket }] }));
   const rt = { containerId: 'tdl-pcp-copy', netns: pod.path, ifName: 'eth0' };
   const result = (await runtime.addNetworkList(conflist, rt)) as Result100;
-  assert.match(result.ips?.[0]?.address ?? '', /^10\.244\.77\.\d+\/24$/);
+  assert.match(result.ips?.[0]?.address ?? '', /^10\.244\.77\.\d+\/32$/);
   assert.equal((await agent!.client.listEndpoints()).length, 1);
   await runtime.delNetworkList(conflist, rt);
   assert.equal((await agent!.client.listEndpoints()).length, 0);

@@ -4,7 +4,7 @@
 # kubectl is on the PATH: another package's kubectl owns the same file.
 SHELL := /bin/bash
 APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc containerd \
-  gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump systemd
+  gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump curl systemd
 NODE_STAMP := node_modules/.package-lock.json
 
 .PHONY: all deps apt-deps build native bpf lint typecheck test check-native demo demo-notice bench clean

@@ -30,6 +30,11 @@ export const DropReason = {
   NO_TUNNEL_KEY: { code: -196, text: 'overlay packet without tunnel metadata' },
   NOT_FOR_NODE: { code: -197, text: 'overlay packet for an address that is neither a local pod nor this node' },
   ENCAP_FAILED: { code: -198, text: 'failed to set the tunnel key' },
+  // Trust boundaries: each refusal at a door has a reason of its own (tendril's numbers, past Cilium's range).
+  OVERLAY_NOT_NODE: { code: -230, text: 'overlay packet from a non-node' },
+  CLUSTERIP_FROM_OUTSIDE: { code: -231, text: 'ClusterIP from outside' },
+  ICMP6_NOT_ALLOWED: { code: -232, text: 'ICMPv6 type not allowed' },
+  NOT_FOR_ENDPOINT: { code: -233, text: 'packet at a pod\'s device not addressed to that pod' },
 } as const satisfies Record<string, { code: number; text: string }>;
 
 export type DropReasonName = keyof typeof DropReason;

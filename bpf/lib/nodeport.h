@@ -211,11 +211,18 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 		 */
 		return nodeport_host_reply4(skb, f, ip, action);
 	svc_flags = svc->flags;
-	/* A ClusterIP is no frontend for the outside, even when a router sends its traffic here. */
-	if (!(svc_flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)))
-		return 0;
-	now = bpf_ktime_get_ns();
 	f->src_identity = ipcache_identity4(f->saddr);
+	/*
+	 * A ClusterIP is no frontend for the outside, even when a router sends
+	 * its traffic here (the stack would route it into tendril_host, which
+	 * load-balances the node's own): dropped, unless
+	 * --bpf-lb-external-clusterip makes it one like a NodePort.
+	 */
+	if (!(svc_flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)) && !config_external_clusterip()) {
+		*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_INGRESS, 0);
+		return 1;
+	}
+	now = bpf_ktime_get_ns();
 	/* This client's packet says what its flow is now (its port may have gone to another frontend before). */
 	f->lb_checked = 1;
 	ret = lb4_translate(skb, f, ip, &key, svc, now);

@@ -125,7 +125,7 @@ static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow
 		return 0;
 	if (forwarded) {
 		from_host_set_source4(skb, f);
-		src_identity = f->src_identity;
+		src_identity = tunnel_portable_identity(f->src_identity);
 		if (!from_host_clusterip_allowed(f, svc)) {
 			*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_NONE, 0);
 			return 1;
@@ -188,10 +188,11 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 	if (!dst) {
 		/* A pod on another node in tunnel mode (the agent routes remote pod CIDRs here): the overlay, the source's identity as VNI. */
 		if (tunnel_route4(f->daddr, &route)) {
-			if (skb->ingress_ifindex)
+			f->src_identity = IDENTITY_HOST;
+			if (skb->ingress_ifindex) {
 				from_host_set_source4(skb, f);
-			else
-				f->src_identity = IDENTITY_HOST;
+				f->src_identity = tunnel_portable_identity(f->src_identity);
+			}
 			f->dst_identity = route.identity;
 			return tunnel_encap4(skb, f, &route, f->src_identity, DIR_NONE);
 		}

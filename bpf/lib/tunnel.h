@@ -76,6 +76,15 @@ static __always_inline int tunnel_encap4(struct __sk_buff *skb, struct flow *f, 
 }
 
 /*
+ * What another node can know a source as: a node-local identity (a CIDR's,
+ * LOCAL_IDENTITY_SCOPE) means nothing there, and does not fit a VNI: world.
+ */
+static __always_inline __u32 tunnel_portable_identity(__u32 identity)
+{
+	return identity & IDENTITY_SCOPE_MASK ? IDENTITY_WORLD : identity;
+}
+
+/*
  * The sender's identity as a VNI carries it, seen from this node: a node
  * sends its own traffic as IDENTITY_HOST, which here is a remote node.
  */

@@ -242,7 +242,7 @@ export class ProgramHarness {
 const SKB_INGRESS_IFINDEX_OFFSET = 36;
 const SKB_CONTEXT_SIZE = 44;
 
-function skbContext(o: { ingressIfindex: number }): Buffer {
+export function skbContext(o: { ingressIfindex: number }): Buffer {
   const ctx = Buffer.alloc(SKB_CONTEXT_SIZE);
   ctx.writeUInt32LE(o.ingressIfindex, SKB_INGRESS_IFINDEX_OFFSET);
   return ctx;

@@ -183,8 +183,10 @@ static __always_inline int nodeport_host_reply4(struct __sk_buff *skb, struct fl
  * the service is not Local); a reply of a NodePort flow that was SNATed
  * (nat_flags & NAT_F_NODEPORT) gets the frontend back as its source and is
  * sent to the client; a backend's reply to the node's own ClusterIP
- * connection gets the frontend back (nodeport_host_reply4). Returns 1 with
- * *action set when decided here, 0 when the packet is no service's.
+ * connection gets the frontend back (nodeport_host_reply4); a packet to a
+ * ClusterIP is dropped (DROP_CLUSTERIP_FROM_OUTSIDE) unless
+ * --bpf-lb-external-clusterip makes it a frontend like a NodePort. Returns
+ * 1 with *action set when decided here, 0 when the packet is no service's.
  */
 static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					__u8 nat_flags, int *action)

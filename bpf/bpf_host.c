@@ -106,9 +106,9 @@ static __always_inline int from_host_clusterip_allowed(const struct flow *f, con
  * backend chosen and DNAT, then the backend's ingress policy and delivery
  * when it is local; a backend elsewhere goes back to the stack with its
  * conntrack entry (the node's identity as source, a forwarded packet's own
- * when forwarded). Returns 0 when the packet addresses no service (no TC
- * action is 0 here: TC_ACT_OK is never the answer for a service packet),
- * else 1 with *action set.
+ * when forwarded). Returns 0 when the packet addresses no service, else 1
+ * with the TC action in *action: "no service" is never a value a TC action
+ * could also take.
  */
 static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, int *action)
 {

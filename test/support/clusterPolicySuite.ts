@@ -256,7 +256,7 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
     }
 
     for (const entity of ['cluster', 'remote-node']) {
-      test(`fromEntities [${entity}]: the outside host is world at C whether it routes via node A or via C itself; a pod of the cluster still gets in`, T, async (t) => {
+      test(`fromEntities [${entity}]: the outside host is world at C whether it routes via node A or via C itself; node A itself still gets in`, T, async (t) => {
         const c = s().node(C);
         await importPolicyAndWait(c, vaultPolicy(entity));
         try {
@@ -267,6 +267,9 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
           t.diagnostic(`via node A: ${viaA}; via node C: ${viaC}; C's drops ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
           assert.deepEqual({ viaA, viaC }, { viaA: 'timeout', viaC: 'timeout' }, 'the outside host reaches vault by no route');
           assert.ok(policyDrops(after) - policyDrops(before) >= 2, `node C dropped both as POLICY (world): ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+          // Node A's own connection is the remote node's (VNI host): admitted either way; a pod on B by [cluster] only.
+          const fromNodeA = await (await s().nodeAgent(A)).tcpOnce({ dst: pods.vault!.ip, port: POD_TCP_PORT }, 1000);
+          assert.equal(fromNodeA.outcome, 'open', 'node A itself is a remote node at C');
           if (entity === 'cluster') {
             const api = await pods.api!.agent.tcpOnce({ dst: pods.vault!.ip, port: POD_TCP_PORT }, 1000);
             assert.equal(api.outcome, 'open', 'a pod on node B is of the cluster');

@@ -30,7 +30,7 @@ import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import fc from 'fast-check';
 import { requireRoot } from '../../../test/support/root.js';
-import { BpfObject, type BpfMap, perCpuValue, RingBufferReader, TcAction } from '../kernel/bpf/index.js';
+import { BpfObject, type BpfMap, codec, perCpuValue, RingBufferReader, TcAction } from '../kernel/bpf/index.js';
 import { formatIp, parseIp, parsePrefix } from '../../netip/index.js';
 import { MapState } from '../../policy/mapState.js';
 import type { Direction } from '../../policy/types.js';
@@ -40,7 +40,6 @@ import { CIDR_24, CIDR_25, IDENTITY, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP
 import { EXPIRED_FLOW, FUZZ_MAX_FRAME, fuzzFrameArb, SEED_FLOWS, SEED_FRAGMENT, testRunAccepts, truncations, type FuzzFrame, type FuzzSide } from './testing/packetArbitraries.js';
 import { EtherType, ethernetFrame, icmpEcho, icmpError, IpProto, internetChecksum, ipv4Datagram, ipv4Frame, TcpFlag, tcpFrame, udpDatagram, udpFrame } from './testing/packets.js';
 import { HOST_OBJECT, LXC_OBJECT, skbContext } from './testing/programHarness.js';
-import { codec } from '../kernel/bpf/index.js';
 
 requireRoot('the datapath packet fuzz test');
 

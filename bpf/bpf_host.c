@@ -5,14 +5,20 @@
  *     tendril_host, which is the pod CIDRs' fallback route behind every
  *     pod's /32. A local endpoint's address (its /32 not in place yet) is
  *     delivered after its ingress policy; in tunnel mode an address another
- *     node hosts goes through the overlay (the node's identity as VNI); any
- *     other unicast address is a pod address with no endpoint here:
- *     DROP_UNKNOWN_ENDPOINT. Multicast
+ *     node hosts goes through the overlay; any other unicast address is a
+ *     pod address with no endpoint here: DROP_UNKNOWN_ENDPOINT. Multicast
  *     and broadcast the node sends on tendril_host are no pod's: passed.
+ *     The source's identity (the VNI through the overlay) is the node's
+ *     for what the node itself sends, and for what it forwards (a router
+ *     sent it here from a device) only what its address is known as here,
+ *     never the node's or, in tunnel mode, another node's
+ *     (from_host_set_source4).
  *     The agent also routes each ClusterIP here: the node's connections to
  *     a service are load-balanced (DNAT, the backend's ingress policy,
  *     delivery to a local backend, through the overlay to a backend on
- *     another node in tunnel mode, else out by the FIB's route).
+ *     another node in tunnel mode, else out by the FIB's route); a
+ *     ClusterIP packet forwarded from outside is dropped
+ *     (DROP_CLUSTERIP_FROM_OUTSIDE) unless --bpf-lb-external-clusterip.
  *   tendril_to_host — tendril_host ingress: counted and traced, passed.
  */
 #include <linux/if_ether.h>
@@ -43,14 +49,70 @@ static __always_inline int from_host_deliver4(struct __sk_buff *skb, struct flow
 }
 
 /*
+ * The identity of a packet the node forwards into tendril_host (it arrived
+ * on a device: skb->ingress_ifindex is that device's, where the node's own
+ * packets have 0 and are judged by their address, flow_set_source4). Its
+ * source is only what its address says as this node knows it: a local
+ * pod when it came from that pod's device, else the ipcache's identity (a
+ * CIDR's, else world); never the node's own, and in tunnel mode never
+ * another node's or a pod another node hosts: between nodes those travel
+ * inside the overlay, so such a source on a device is forged. Anything
+ * else claiming to be of the cluster is world.
+ */
+static __always_inline void from_host_set_source4(struct __sk_buff *skb, struct flow *f)
+{
+	struct remote_endpoint_info *info;
+	struct endpoint_info *ep;
+	__u32 id;
+
+	f->src_identity = IDENTITY_WORLD;
+	ep = endpoint_lookup4(f->saddr);
+	if (ep) {
+		if (!(ep->flags & ENDPOINT_F_HOST) && ep->ifindex == skb->ingress_ifindex) {
+			f->src_identity = ep->identity;
+			f->src_endpoint = ep->endpoint_id;
+		}
+		return;
+	}
+	info = ipcache_lookup4(f->saddr);
+	if (!info)
+		return;
+	id = info->identity;
+	if (id == IDENTITY_HOST)
+		return;
+	if (config_tunnel_ifindex() && (info->tunnel_ip4 || id == IDENTITY_REMOTE_NODE))
+		return;
+	f->src_identity = id;
+}
+
+/*
+ * A ClusterIP (a frontend with none of NodePort, externalIP, LoadBalancer)
+ * answers pods, the node and other nodes' pods only, unless
+ * --bpf-lb-external-clusterip. Pods and other nodes translate it before it
+ * leaves them, so a packet to one that the node forwards into tendril_host
+ * came from outside (a router sent it here), whatever device it arrived on
+ * (one in --devices drops it already); only a local pod's packet from its
+ * own device (from_host_set_source4 named its endpoint) is let through.
+ */
+static __always_inline int from_host_clusterip_allowed(const struct flow *f, const struct lb4_service *svc)
+{
+	if (svc->flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER))
+		return 1;
+	return f->src_endpoint != 0 || config_external_clusterip();
+}
+
+/*
  * The node reaching a ClusterIP (the agent routes each to tendril_host):
  * backend chosen and DNAT, then the backend's ingress policy and delivery
  * when it is local; a backend elsewhere goes back to the stack with its
- * conntrack entry (the node's identity as source). Returns -1 when the
- * packet addresses no service.
+ * conntrack entry (the node's identity as source, a forwarded packet's own
+ * when forwarded). Returns 0 when the packet addresses no service, else 1
+ * with the TC action in *action: "no service" is never a value a TC action
+ * could also take.
  */
-static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, int *action)
 {
+	__u32 forwarded = skb->ingress_ifindex, src_identity = IDENTITY_HOST;
 	struct lb4_service *svc;
 	struct endpoint_info *dst;
 	struct tunnel_route route;
@@ -60,32 +122,50 @@ static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow
 
 	svc = lb4_lookup(f, &key, 1);
 	if (!svc)
-		return -1;
+		return 0;
+	if (forwarded) {
+		from_host_set_source4(skb, f);
+		src_identity = tunnel_portable_identity(f->src_identity);
+		if (!from_host_clusterip_allowed(f, svc)) {
+			*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_NONE, 0);
+			return 1;
+		}
+	}
 	now = bpf_ktime_get_ns();
 	ret = lb4_translate(skb, f, ip, &key, svc, now);
 	if (ret < 0) {
-		flow_set_source4(f);
-		return drop_packet(skb, f, ret, DIR_NONE, 0);
+		if (!forwarded)
+			flow_set_source4(f);
+		*action = drop_packet(skb, f, ret, DIR_NONE, 0);
+		return 1;
 	}
 	dst = pod_endpoint_lookup4(f->daddr);
 	if (dst) {
-		ret = ingress_ct_policy4(skb, f, ip, dst, TRACE_TO_ENDPOINT, now);
-		if (ret)
-			return ret;
-		return from_host_deliver4(skb, f, dst);
+		ret = ingress_ct_policy4_source(skb, f, ip, dst, TRACE_TO_ENDPOINT, now, forwarded != 0);
+		*action = ret ? ret : from_host_deliver4(skb, f, dst);
+		return 1;
 	}
 	tunneled = tunnel_route4(f->daddr, &route);
 	if (ct_lookup(f, now) == CT_NEW) {
-		flow_set_source4(f);
+		if (forwarded)
+			f->src_identity = src_identity;
+		else
+			flow_set_source4(f);
 		f->dst_identity = tunneled ? route.identity : ipcache_identity4(f->daddr);
 		ct_create(f, now);
 		trace_new_flow(skb, f, tunneled ? TRACE_TO_OVERLAY : TRACE_TO_NETWORK, DIR_NONE);
 	}
-	/* A backend on another node in tunnel mode: the overlay, the node's own identity as VNI. */
+	/*
+	 * A backend on another node in tunnel mode: the overlay, with the node's
+	 * identity as VNI for its own packets and a forwarded packet's own
+	 * (never the conntrack entry's: a forged tuple could match the node's).
+	 */
 	if (tunneled)
-		return tunnel_encap4(skb, f, &route, IDENTITY_HOST, DIR_NONE);
-	/* Not back through tendril_net: the stack would take the router address as source for a martian. */
-	return nodeport_fib_redirect4(skb, f, ip);
+		*action = tunnel_encap4(skb, f, &route, src_identity, DIR_NONE);
+	else
+		/* Not back through tendril_net: the stack would take the router address as source for a martian. */
+		*action = nodeport_fib_redirect4(skb, f, ip);
+	return 1;
 }
 
 static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
@@ -93,7 +173,7 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 	struct endpoint_info *dst;
 	struct tunnel_route route;
 	struct ipv4_info ip;
-	int l4_ret, ret;
+	int l4_ret, ret, action = TC_ACT_SHOT;
 
 	ret = ipv4_load(skb, f, &ip);
 	if (ret < 0)
@@ -102,29 +182,35 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
 	/* Ports for the service lookup; a header too short for them is judged below, as before services. */
 	l4_ret = l4_load(skb, f, &ip);
-	if (l4_ret == 0) {
-		ret = from_host_service4(skb, f, &ip);
-		if (ret >= 0)
-			return ret;
-	}
+	if (l4_ret == 0 && from_host_service4(skb, f, &ip, &action))
+		return action;
 	dst = pod_endpoint_lookup4(f->daddr);
 	if (!dst) {
-		f->src_identity = IDENTITY_HOST;
-		/* A pod on another node in tunnel mode (the agent routes remote pod CIDRs here): the overlay. */
+		/* A pod on another node in tunnel mode (the agent routes remote pod CIDRs here): the overlay, the source's identity as VNI. */
 		if (tunnel_route4(f->daddr, &route)) {
+			f->src_identity = IDENTITY_HOST;
+			if (skb->ingress_ifindex) {
+				from_host_set_source4(skb, f);
+				f->src_identity = tunnel_portable_identity(f->src_identity);
+			}
 			f->dst_identity = route.identity;
-			return tunnel_encap4(skb, f, &route, IDENTITY_HOST, DIR_NONE);
+			return tunnel_encap4(skb, f, &route, f->src_identity, DIR_NONE);
 		}
+		f->src_identity = IDENTITY_HOST;
 		f->dst_identity = ipcache_identity4(f->daddr);
 		return drop_packet(skb, f, DROP_UNKNOWN_ENDPOINT, DIR_NONE, 0);
 	}
+	/* A forwarded packet's source is judged now; the node's own by its address, for new flows only (a conntrack hit carries it). */
+	if (skb->ingress_ifindex)
+		from_host_set_source4(skb, f);
 	if (l4_ret < 0) {
 		f->dst_identity = dst->identity;
 		f->dst_endpoint = dst->endpoint_id;
-		flow_set_source4(f);
+		if (!skb->ingress_ifindex)
+			flow_set_source4(f);
 		return drop_packet(skb, f, l4_ret, DIR_INGRESS, 0);
 	}
-	ret = ingress_ct_policy4(skb, f, &ip, dst, TRACE_TO_ENDPOINT, bpf_ktime_get_ns());
+	ret = ingress_ct_policy4_source(skb, f, &ip, dst, TRACE_TO_ENDPOINT, bpf_ktime_get_ns(), skb->ingress_ifindex != 0);
 	if (ret)
 		return ret;
 	return from_host_deliver4(skb, f, dst);

@@ -3,8 +3,10 @@
  * The programs on the node's own devices:
  *   tendril_from_netdev — ingress of each --devices device: replies to SNAT
  *     mappings get their original destination back; NodePort, externalIP
- *     and LoadBalancer frontends are load-balanced; everything else goes
- *     to the stack untouched.
+ *     and LoadBalancer frontends are load-balanced; a ClusterIP is no
+ *     frontend for the outside: DROP_CLUSTERIP_FROM_OUTSIDE (unless
+ *     --bpf-lb-external-clusterip); everything else goes to the stack
+ *     untouched.
  *   tendril_to_netdev — egress of each --devices device: pod traffic
  *     leaving the masquerade CIDRs is SNATed to the device's address.
  *   tendril_to_lo — lo egress: the node's own connections to a NodePort on

@@ -2,7 +2,9 @@
 /*
  * The program on the overlay device (tendril_vxlan, --routing-mode tunnel):
  *   tendril_from_overlay — tc ingress: what other nodes sent through the
- *     tunnel, decapsulated. The source's identity is the VNI of the tunnel
+ *     tunnel, decapsulated. Only a node may send: a packet whose outer
+ *     source is no remote node in the ipcache is DROP_OVERLAY_NOT_NODE,
+ *     whatever its VNI. The source's identity is the VNI of the tunnel
  *     key (a remote node's own traffic, IDENTITY_HOST there, is
  *     IDENTITY_REMOTE_NODE here), never the one of the inner source
  *     address. A packet for a local pod gets conntrack and the pod's

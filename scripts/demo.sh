@@ -231,6 +231,19 @@ say "NodePort 30080 with externalTrafficPolicy Local, from the outside host: the
 "$TENDRIL" service upsert --id 2 --type NodePort --traffic-policy Local --frontend 0.0.0.0:30080 --backends "${IPS[tdldemo3]}:8080"
 nsenter --net=/var/run/netns/$OUTSIDE -- busybox nc -w 2 10.199.9.1 30080 </dev/null
 
+say "a ClusterIP answers no one outside the cluster: the outside host routes 10.96.0.0/12 via the node, is refused (CLUSTERIP_FROM_OUTSIDE); the NodePort still answers it"
+ip -n "$OUTSIDE" route add 10.96.0.0/12 via 10.199.9.1
+"$TENDRIL" monitor --type drop >"$WORK/monitor-clusterip.txt" 2>&1 &
+CLUSTERIP_MONITOR=$!
+BG_PIDS+=($CLUSTERIP_MONITOR)
+# The monitor subscribes to the agent's event stream before the probe is sent.
+sleep 0.8
+echo "outside -> 10.96.0.10:80: $(nsenter --net=/var/run/netns/$OUTSIDE -- busybox nc -w 1 10.96.0.10 80 </dev/null 2>/dev/null || echo 'no answer')"
+echo "outside -> NodePort 10.199.9.1:30080: $(nsenter --net=/var/run/netns/$OUTSIDE -- busybox nc -w 2 10.199.9.1 30080 </dev/null)"
+sleep 0.3
+kill "$CLUSTERIP_MONITOR" 2>/dev/null || true
+grep -m1 CLUSTERIP_FROM_OUTSIDE "$WORK/monitor-clusterip.txt" || { echo "tendril monitor caught no drop; the counters:"; "$TENDRIL" bpf metrics | grep -E 'REASON|CLUSTERIP'; }
+
 say "tendril bpf lb list: the frontends' slots, backends and reverse NAT as the datapath holds them"
 "$TENDRIL" bpf lb list
 

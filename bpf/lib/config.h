@@ -41,6 +41,19 @@ static __always_inline __u32 config_tunnel_ifindex(void)
 }
 
 /*
+ * --bpf-lb-external-clusterip (CONFIG_F_EXTERNAL_CLUSTERIP): ClusterIPs are
+ * frontends for traffic from outside the cluster too. Off by default: a
+ * ClusterIP answers pods, the node and other nodes' pods only.
+ */
+static __always_inline int config_external_clusterip(void)
+{
+	__u32 zero = 0;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+
+	return cfg && (cfg->flags & CONFIG_F_EXTERNAL_CLUSTERIP);
+}
+
+/*
  * This node's InternalIP, network order, or 0: the address other nodes
  * reach it at through the overlay (their ipcache holds it as a remote
  * node's), and so the source a NodePort flow to a backend there takes.

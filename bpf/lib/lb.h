@@ -228,36 +228,59 @@ static __always_inline __u32 lb4_random_backend(const struct lb4_key *key, __u16
 	return s ? s->backend_id : 0;
 }
 
-/* Slots a local-only choice looks at, from a random one on, before it gives up. */
-#define LB_LOCAL_PROBES 16
-
 static __always_inline int lb4_backend_is_local(const struct lb4_backend *be)
 {
 	return pod_endpoint_lookup4(be->address) != NULL;
 }
 
-/* A backend of this node from the slots (up to LB_LOCAL_PROBES of them, from a random one on); 0 when none is found. */
-static __always_inline __u32 lb4_local_backend(const struct lb4_key *key, __u16 count)
+/* bpf_loop's state while lb4_local_backend walks a service's slots. */
+struct lb4_local_walk {
+	struct lb4_key slot; /* the service's key; backend_slot set per step */
+	__u32 start;         /* the slot index (0-based) the walk starts at */
+	__u32 count;
+	__u32 found;         /* the backend ID found; 0 = none yet */
+};
+
+/* One step of the walk: slot (start + i) % count + 1; stops at the first backend of this node. */
+static long lb4_local_walk_step(__u32 i, void *ctx)
 {
-	struct lb4_key slot = *key;
+	struct lb4_local_walk *w = ctx;
 	struct lb4_backend *be;
 	struct lb4_service *s;
-	__u32 start, i, id;
+	__u32 id;
+
+	if (w->count == 0)
+		return 1;
+	w->slot.backend_slot = (__u16)((w->start + i) % w->count) + 1;
+	s = bpf_map_lookup_elem(&tendril_lb4_svc, &w->slot);
+	if (!s)
+		return 0;
+	id = s->backend_id;
+	be = bpf_map_lookup_elem(&tendril_lb4_be, &id);
+	if (!be || !lb4_backend_is_local(be))
+		return 0;
+	w->found = id;
+	return 1;
+}
+
+/*
+ * A backend of this node from the slots, or 0 when it has none: every slot
+ * from a random one on, in order, until one is local (bpf_loop: the
+ * verifier checks the step once, whatever the count). With one local
+ * backend among many it is always found.
+ */
+static __always_inline __u32 lb4_local_backend(const struct lb4_key *key, __u16 count)
+{
+	struct lb4_local_walk w;
 
 	if (count == 0)
 		return 0;
-	start = bpf_get_prandom_u32() % count;
-	for (i = 0; i < LB_LOCAL_PROBES && i < count; i++) {
-		slot.backend_slot = (__u16)((start + i) % count) + 1;
-		s = bpf_map_lookup_elem(&tendril_lb4_svc, &slot);
-		if (!s)
-			continue;
-		id = s->backend_id;
-		be = bpf_map_lookup_elem(&tendril_lb4_be, &id);
-		if (be && lb4_backend_is_local(be))
-			return id;
-	}
-	return 0;
+	__builtin_memset(&w, 0, sizeof(w));
+	w.slot = *key;
+	w.count = count;
+	w.start = bpf_get_prandom_u32() % count;
+	bpf_loop(count, lb4_local_walk_step, &w, 0);
+	return w.found;
 }
 
 /* The client's affinity backend while fresh and ACTIVE; 0 otherwise. */

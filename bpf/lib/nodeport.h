@@ -183,8 +183,10 @@ static __always_inline int nodeport_host_reply4(struct __sk_buff *skb, struct fl
  * the service is not Local); a reply of a NodePort flow that was SNATed
  * (nat_flags & NAT_F_NODEPORT) gets the frontend back as its source and is
  * sent to the client; a backend's reply to the node's own ClusterIP
- * connection gets the frontend back (nodeport_host_reply4). Returns 1 with
- * *action set when decided here, 0 when the packet is no service's.
+ * connection gets the frontend back (nodeport_host_reply4); a packet to a
+ * ClusterIP is dropped (DROP_CLUSTERIP_FROM_OUTSIDE) unless
+ * --bpf-lb-external-clusterip makes it a frontend like a NodePort. Returns
+ * 1 with *action set when decided here, 0 when the packet is no service's.
  */
 static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					__u8 nat_flags, int *action)
@@ -211,11 +213,18 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 		 */
 		return nodeport_host_reply4(skb, f, ip, action);
 	svc_flags = svc->flags;
-	/* A ClusterIP is no frontend for the outside, even when a router sends its traffic here. */
-	if (!(svc_flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)))
-		return 0;
-	now = bpf_ktime_get_ns();
 	f->src_identity = ipcache_identity4(f->saddr);
+	/*
+	 * A ClusterIP is no frontend for the outside, even when a router sends
+	 * its traffic here (the stack would route it into tendril_host, which
+	 * load-balances the node's own): dropped, unless
+	 * --bpf-lb-external-clusterip makes it one like a NodePort.
+	 */
+	if (!(svc_flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)) && !config_external_clusterip()) {
+		*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_INGRESS, 0);
+		return 1;
+	}
+	now = bpf_ktime_get_ns();
 	/* This client's packet says what its flow is now (its port may have gone to another frontend before). */
 	f->lb_checked = 1;
 	ret = lb4_translate(skb, f, ip, &key, svc, now);

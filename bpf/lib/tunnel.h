@@ -6,7 +6,7 @@
  * tunnel key set: the endpoint as outer destination and the source's
  * security identity as VNI. The receiving node takes the source identity
  * from the key, never from the inner source address, which any sender can
- * write.
+ * write, and only from a sender that is a registered node.
  */
 #ifndef __TENDRIL_LIB_TUNNEL_H_
 #define __TENDRIL_LIB_TUNNEL_H_
@@ -76,6 +76,15 @@ static __always_inline int tunnel_encap4(struct __sk_buff *skb, struct flow *f, 
 }
 
 /*
+ * What another node can know a source as: a node-local identity (a CIDR's,
+ * LOCAL_IDENTITY_SCOPE) means nothing there, and does not fit a VNI: world.
+ */
+static __always_inline __u32 tunnel_portable_identity(__u32 identity)
+{
+	return identity & IDENTITY_SCOPE_MASK ? IDENTITY_WORLD : identity;
+}
+
+/*
  * The sender's identity as a VNI carries it, seen from this node: a node
  * sends its own traffic as IDENTITY_HOST, which here is a remote node.
  */
@@ -84,7 +93,22 @@ static __always_inline __u32 tunnel_source_identity(__u32 vni)
 	return vni == IDENTITY_HOST ? IDENTITY_REMOTE_NODE : vni;
 }
 
-/* The source identity of a decapsulated packet from its tunnel key, or DROP_NO_TUNNEL_KEY when it has none. */
+/*
+ * Whether the outer source of a VXLAN packet is a node of the cluster: the
+ * ipcache holds every remote node's addresses as IDENTITY_REMOTE_NODE (the
+ * kvstore's node records). Any other host on the underlay can send VXLAN
+ * to this node's port, with any VNI: only nodes may claim an identity.
+ */
+static __always_inline int tunnel_sender_is_node(__u32 outer_src_host_order)
+{
+	return ipcache_identity4(bpf_htonl(outer_src_host_order)) == IDENTITY_REMOTE_NODE;
+}
+
+/*
+ * The source identity of a decapsulated packet from its tunnel key:
+ * DROP_NO_TUNNEL_KEY when it has none, DROP_OVERLAY_NOT_NODE when the outer
+ * source is no registered node (the VNI is then no one's word).
+ */
 static __always_inline int tunnel_key_identity(struct __sk_buff *skb, __u32 *identity)
 {
 	struct bpf_tunnel_key key;
@@ -92,6 +116,9 @@ static __always_inline int tunnel_key_identity(struct __sk_buff *skb, __u32 *ide
 	__builtin_memset(&key, 0, sizeof(key));
 	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
 		return DROP_NO_TUNNEL_KEY;
+	/* For a received packet the helper gives the outer source as remote_ipv4, in host order. */
+	if (!tunnel_sender_is_node(key.remote_ipv4))
+		return DROP_OVERLAY_NOT_NODE;
 	*identity = tunnel_source_identity(key.tunnel_id);
 	return 0;
 }

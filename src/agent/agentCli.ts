@@ -81,6 +81,7 @@ export interface Flags {
   bpfNatMax?: number;
   lbAlgorithm?: string;
   lbMaglevTableSize?: number;
+  bpfLbExternalClusterip?: boolean;
   devices?: string[];
   masquerade?: boolean;
   k8sKubeconfig?: string;
@@ -146,6 +147,7 @@ export function agentCommand(): Command {
     .option('--bpf-nat-max <n>', 'eBPF SNAT entries, two per masqueraded or NodePort-SNATed connection (default 524288)', int('--bpf-nat-max'))
     .addOption(new Option('--lb-algorithm <alg>', 'how a service backend is chosen for a new connection: random (default) or maglev (consistent hashing)').choices([...LB_ALGORITHMS]))
     .option('--lb-maglev-table-size <prime>', `entries of each service's Maglev table, a prime 251..131071 (default ${MAGLEV_DEFAULT_TABLE_SIZE})`, int('--lb-maglev-table-size'))
+    .option('--bpf-lb-external-clusterip', 'ClusterIPs answer traffic from outside the cluster too (default: off, such traffic is dropped)')
     .option('--devices <name[,name]>', 'node devices for NodePort from outside and masquerading (default: every up interface with a global IPv4 address)', list)
     .option('--masquerade', 'masquerade pod traffic leaving the masquerade CIDRs (default)')
     .option('--no-masquerade', 'do not masquerade pod traffic')
@@ -207,6 +209,7 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('policyEndpointMaxEntries', flags.bpfPolicyEndpointMax);
   set('lbAlgorithm', flags.lbAlgorithm);
   set('lbMaglevTableSize', flags.lbMaglevTableSize);
+  set('bpfLbExternalClusterip', flags.bpfLbExternalClusterip);
   set('devices', flags.devices);
   set('masquerade', flags.masquerade);
   const sizes: Record<string, number | undefined> = {

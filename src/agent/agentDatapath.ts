@@ -63,6 +63,7 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     traceLevel: TRACE_LEVEL_OF[config.traceLevel],
     lxcAttach: config.bpfLxcAttach,
     maglevTableSize: config.lbMaglevTableSize,
+    externalClusterIp: config.bpfLbExternalClusterip,
     masquerade: config.masquerade,
     routing: { mode: config.routingMode, tunnelPort: config.tunnelPort, podMtu: node.podMtu, nodeIp: node.nodeIp },
     ...(config.devices ? { devices: config.devices } : {}),

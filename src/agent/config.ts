@@ -84,6 +84,8 @@ export const AgentConfigSchema = z
     devices: z.array(interfaceName).min(1).optional(),
     /** How a service's backend is chosen for a new connection: at random, or by Maglev consistent hashing. */
     lbAlgorithm: z.enum(LB_ALGORITHMS),
+    /** ClusterIPs answer traffic from outside the cluster too (Cilium's --bpf-lb-external-clusterip); off: dropped as CLUSTERIP_FROM_OUTSIDE. */
+    bpfLbExternalClusterip: z.boolean(),
     /** Entries of each service's Maglev table: a prime. */
     lbMaglevTableSize: z
       .number()
@@ -147,6 +149,7 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode'> {
     bpfLxcAttach: 'clsact',
     masquerade: true,
     lbAlgorithm: 'random',
+    bpfLbExternalClusterip: false,
     lbMaglevTableSize: MAGLEV_DEFAULT_TABLE_SIZE,
     policyEndpointMaxEntries: DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
     k8sSyncTimeoutSeconds: DEFAULT_K8S_SYNC_TIMEOUT_SECONDS,

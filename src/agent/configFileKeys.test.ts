@@ -57,6 +57,7 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   bpfNatMax: { yaml: 1013, argv: ['--bpf-nat-max', '1013'] },
   lbAlgorithm: { yaml: 'maglev', argv: ['--lb-algorithm', 'maglev'] },
   lbMaglevTableSize: { yaml: 65521, argv: ['--lb-maglev-table-size', '65521'] },
+  bpfLbExternalClusterip: { yaml: true, argv: ['--bpf-lb-external-clusterip'] },
   devices: { yaml: ['eth0', 'bond0'], argv: ['--devices', 'eth0,bond0'] },
   masquerade: { yaml: false, argv: ['--no-masquerade'] },
   k8sKubeconfig: { yaml: '/etc/tdl/kubeconfig', argv: ['--k8s-kubeconfig', '/etc/tdl/kubeconfig'] },

@@ -198,6 +198,17 @@ describe('decoding and resolving', () => {
     assert.ok(!matchesFilter(e, { types: ['drop'], endpoint: 13, identity: 2 }));
   });
 
+  test('the overlay and ClusterIP refusals are named with their reason in the text line', () => {
+    for (const [name, text] of [
+      ['OVERLAY_NOT_NODE', 'overlay packet from a non-node'],
+      ['CLUSTERIP_FROM_OUTSIDE', 'ClusterIP from outside'],
+    ] as const) {
+      const e = resolveEvent(event({ subtype: Math.abs(DropReason[name].code), cookie: 0 }), ctx)!;
+      assert.deepEqual(e.drop, { reason: name, code: Math.abs(DropReason[name].code), text });
+      assert.match(formatEventLine(e), new RegExp(` DROP \\(${name}: ${text}\\) `));
+    }
+  });
+
   test('the text line says what, the flow with endpoints, identities and labels, where, and the rule', () => {
     const e = resolveEvent(event({ tcpFlags: 0x12 }), ctx)!;
     const line = formatEventLine(e);

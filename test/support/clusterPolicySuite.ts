@@ -2,20 +2,21 @@
  * Policy across nodes, in either routing mode (one test file per mode): a
  * NetworkPolicy imported through node A holds on node C (every node shows
  * the same cluster revision); a pod that takes an allowed pod's address is
- * stopped at its own node. In tunnel mode the identity the VXLAN header
- * carries decides: a forged VXLAN packet from the underlay with the allowed
- * source address but another identity in its VNI is dropped, while the same
- * packet with the allowed identity arrives. A label change on node A
- * changes what node C admits, measured.
+ * stopped at its own node. In tunnel mode only nodes may send VXLAN: a
+ * forged VXLAN packet from a host on the underlay is dropped whatever its
+ * VNI (OVERLAY_NOT_NODE). A label change on node A changes what node C
+ * admits, measured. A host outside the cluster that routes C's pods via
+ * node A is world at C in either mode: a pod admitting only the cluster
+ * (fromEntities [cluster], then [remote-node]) keeps it out.
  */
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, describe, test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
-import { importPolicy } from './datapathNode.js';
+import { deletePolicyAndWait, importPolicy, importPolicyAndWait } from './datapathNode.js';
 import { bpfMetrics, dropCounts } from './datapathObserve.js';
 import { type ClusterPod, ClusterScene, POD_TCP_PORT, POD_UDP_PORT, type RoutingMode, VXLAN_PORT } from './clusterScene.js';
-import { networkPolicy } from './policyDocuments.js';
+import { networkPolicy, tendrilPolicy } from './policyDocuments.js';
 import { NetnsProber } from './reachability.js';
 import { requireRoot } from './root.js';
 import { runOk } from './run.js';
@@ -50,6 +51,7 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
       ['othera', A, { app: 'other' }],
       ['spoofer', A, { app: 'spoof' }],
       ['web', A, { app: 'web', tier: 'canary' }],
+      ['vault', C, { app: 'vault' }],
     ];
     for (const [name, node, labels] of placed) pods[name] = await scene.addPod(node, { name, labels, namespace: NS });
     counter = await NetnsProber.start('db counter', pods.db!.netnsPath, { tcpPorts: [], udpPorts: [COUNT_PORT] });
@@ -160,7 +162,7 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
 
     // Only an overlay carries an identity in its packets; in native mode the source address is all there is.
     if (opts.routingMode === 'tunnel') {
-      test('the VNI decides: a forged VXLAN packet from the underlay with the api pod\'s address arrives only when its VNI is the api identity', T, async (t) => {
+      test('only nodes may send VXLAN: a forged VXLAN packet from a host on the underlay is dropped at C as OVERLAY_NOT_NODE, whatever its VNI (the api identity\'s too)', T, async (t) => {
         const apiIp = pods.api!.ip;
         const dbIp = pods.db!.ip;
         const c = s().node(C);
@@ -187,12 +189,13 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
         };
         const beforeC = dropCounts(await bpfMetrics(c));
         const forgedOther = await forge(otherIdentity, 3);
+        const forgedApi = await forge(apiIdentity, 3);
         const afterC = dropCounts(await bpfMetrics(c));
-        const control = await forge(apiIdentity, 3);
-        const forgedAgain = await forge(otherIdentity, 3);
-        t.diagnostic(`VNI ${otherIdentity} (app=other): ${forgedOther} of 3 arrived; VNI ${apiIdentity} (app=api): ${control} of 3; VNI ${otherIdentity} again: ${forgedAgain} of 3; C's drops ${JSON.stringify(beforeC)} -> ${JSON.stringify(afterC)}`);
-        assert.deepEqual({ forgedOther, control, forgedAgain }, { forgedOther: 0, control: 3, forgedAgain: 0 }, 'only the VNI of the allowed identity gets through, whatever the inner source address');
-        assert.ok(policyDrops(afterC) - policyDrops(beforeC) >= 3, `node C counted the forged packets as POLICY drops: ${JSON.stringify(beforeC)} -> ${JSON.stringify(afterC)}`);
+        t.diagnostic(`VNI ${otherIdentity} (app=other): ${forgedOther} of 3 arrived; VNI ${apiIdentity} (app=api): ${forgedApi} of 3; C's drops ${JSON.stringify(beforeC)} -> ${JSON.stringify(afterC)}`);
+        assert.deepEqual({ forgedOther, forgedApi }, { forgedOther: 0, forgedApi: 0 }, 'a host that is no node claims no identity, whatever its VNI says');
+        assert.ok(dropsOf(afterC, 'OVERLAY_NOT_NODE') - dropsOf(beforeC, 'OVERLAY_NOT_NODE') >= 6, `node C counted the forged packets as OVERLAY_NOT_NODE: ${JSON.stringify(beforeC)} -> ${JSON.stringify(afterC)}`);
+        // The api pod itself, through its node, still gets in: the overlay between nodes is untouched.
+        assert.equal(await toDb(pods.api!), 'tcp open, udp open');
       });
     }
 
@@ -236,5 +239,45 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
       assert.equal(await toDb(web, 500), 'tcp timeout, udp timeout');
       assert.equal(await toDb(pods.api!), 'tcp open, udp open');
     });
+  });
+
+  describe('a host outside the cluster, routed through a node (vault on node C admits the cluster only)', () => {
+    const VAULT_NAME = 'vault-from-cluster';
+    const vaultPolicy = (entity: string) => tendrilPolicy(NS, VAULT_NAME, `endpointSelector: {matchLabels: {app: vault}}\ningress:\n- fromEntities: [${entity}]`);
+
+    /** The attacker host's TCP connection to vault, routed via the node at `gateway`: `open` or what failed. */
+    async function attackerToVault(gateway: string): Promise<string> {
+      await runOk(['ip', '-n', attackerNs, 'route', 'replace', `${pods.vault!.ip}/32`, 'via', gateway]);
+      try {
+        return (await attacker!.probe({ proto: 'tcp', dst: pods.vault!.ip, port: POD_TCP_PORT, timeoutMs: 1000 })).outcome;
+      } finally {
+        await runOk(['ip', '-n', attackerNs, 'route', 'del', `${pods.vault!.ip}/32`]);
+      }
+    }
+
+    for (const entity of ['cluster', 'remote-node']) {
+      test(`fromEntities [${entity}]: the outside host is world at C whether it routes via node A or via C itself; node A itself still gets in`, T, async (t) => {
+        const c = s().node(C);
+        await importPolicyAndWait(c, vaultPolicy(entity));
+        try {
+          const before = dropCounts(await bpfMetrics(c));
+          const viaA = await attackerToVault(s().node(A).ip);
+          const viaC = await attackerToVault(c.ip);
+          const after = dropCounts(await bpfMetrics(c));
+          t.diagnostic(`via node A: ${viaA}; via node C: ${viaC}; C's drops ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+          assert.deepEqual({ viaA, viaC }, { viaA: 'timeout', viaC: 'timeout' }, 'the outside host reaches vault by no route');
+          assert.ok(policyDrops(after) - policyDrops(before) >= 2, `node C dropped both as POLICY (world): ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+          // Node A's own connection is the remote node's (VNI host): admitted either way; a pod on B by [cluster] only.
+          const fromNodeA = await (await s().nodeAgent(A)).tcpOnce({ dst: pods.vault!.ip, port: POD_TCP_PORT }, 1000);
+          assert.equal(fromNodeA.outcome, 'open', 'node A itself is a remote node at C');
+          if (entity === 'cluster') {
+            const api = await pods.api!.agent.tcpOnce({ dst: pods.vault!.ip, port: POD_TCP_PORT }, 1000);
+            assert.equal(api.outcome, 'open', 'a pod on node B is of the cluster');
+          }
+        } finally {
+          await deletePolicyAndWait(c, ['--namespace', NS, '--name', VAULT_NAME]);
+        }
+      });
+    }
   });
 }

@@ -5,7 +5,10 @@
  * backends on several nodes, pod clients seen with their own address); a
  * NodePort on node A's address whose only backend is on node B, from an
  * outside host behind node A (the backend sees A's address with the Cluster
- * policy; with Local, A has no backend and refuses).
+ * policy; with Local, A has no backend and refuses). The ClusterIP answers
+ * no one outside the cluster, however a router sends its traffic to a node
+ * (through a --devices device, or a link that is none): dropped as
+ * CLUSTERIP_FROM_OUTSIDE, while the NodePort answers the same host.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -13,6 +16,7 @@ import { bpfMetrics, dropCounts } from './datapathObserve.js';
 import { type ClusterPod, ClusterScene, distinct, POD_TCP_PORT, POD_UDP_PORT, type RoutingMode, type SceneNode } from './clusterScene.js';
 import { addOutsideHost, type OutsideHost } from './datapathNode.js';
 import { requireRoot } from './root.js';
+import { runOk } from './run.js';
 import { assertAllAnswered as assertAnsweredOnNode, upsertService } from './serviceApi.js';
 import { type ServiceAgentProcess, shareByBackend } from './serviceProcess.js';
 
@@ -147,6 +151,49 @@ export function clusterServicesSuite(opts: { tag: string; routingMode: RoutingMo
       // A pod is internal traffic: every backend of the service, B's too.
       const fromPod = await clients[A]!.agent.tcpSessions({ dst: a.ip, port: NODE_PORT_LOCAL }, { count: 3, requests: 1, concurrency: 3 });
       await assertAllAnswered(a, fromPod, 'a pod on A reaches the Local NodePort\'s backend on B');
+    });
+  });
+
+  describe('the ClusterIP from outside the cluster', () => {
+    const clusterIpDrops = (m: Record<string, number>) => Object.entries(m).filter(([k]) => k.startsWith('CLUSTERIP_FROM_OUTSIDE')).reduce((sum, [, v]) => sum + v, 0);
+
+    test('hosts that route the service CIDR via node A (behind A, on the underlay) are refused as CLUSTERIP_FROM_OUTSIDE; the NodePort answers them', T, async (t) => {
+      const a = s().node(A);
+      await runOk(['ip', '-n', outside!.netns, 'route', 'replace', '10.96.0.0/12', 'via', OUTSIDE_GATEWAY]);
+      const lanNs = `${s().cluster.pool.prefix}lan`;
+      await runOk(['ip', '-n', lanNs, 'route', 'replace', '10.96.0.0/12', 'via', a.ip]);
+      const before = dropCounts(await bpfMetrics(a));
+      const behindA = await outsideAgent!.tcpOnce({ dst: VIP, port: 80 }, 1000);
+      const onUnderlay = await lanAgent!.tcpOnce({ dst: VIP, port: 80 }, 1000);
+      const after = dropCounts(await bpfMetrics(a));
+      t.diagnostic(`behind A: ${behindA.outcome} ${JSON.stringify(behindA.answers)}; on the underlay: ${onUnderlay.outcome} ${JSON.stringify(onUnderlay.answers)}; A's drops ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+      assert.deepEqual({ behindA: behindA.outcome, onUnderlay: onUnderlay.outcome }, { behindA: 'timeout', onUnderlay: 'timeout' }, 'no backend answers the outside');
+      assert.ok(clusterIpDrops(after) - clusterIpDrops(before) >= 2, `node A counted them as CLUSTERIP_FROM_OUTSIDE: ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+      const nodePort = await outsideAgent!.tcpOnce({ dst: a.ip, port: NODE_PORT_CLUSTER }, 2000);
+      assert.equal(nodePort.outcome, 'open', 'the NodePort answers the same host');
+    });
+
+    test('a host on a link of node B that is not in --devices, routing the service CIDR via B, is refused too (at tendril_host)', T, async (t) => {
+      const b = s().node(B);
+      const pool = s().cluster.pool;
+      const { name: ns, path } = await pool.add('outb');
+      await runOk(['ip', '-n', b.node, 'link', 'add', 'tdloutb', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', path]);
+      try {
+        await runOk(['ip', '-n', b.node, 'addr', 'add', '10.198.0.1/24', 'dev', 'tdloutb']);
+        await runOk(['ip', '-n', b.node, 'link', 'set', 'tdloutb', 'up']);
+        await runOk(['ip', '-n', ns, 'addr', 'add', '10.198.0.10/24', 'dev', 'eth0']);
+        await runOk(['ip', '-n', ns, 'link', 'set', 'eth0', 'up']);
+        await runOk(['ip', '-n', ns, 'route', 'add', '10.96.0.0/12', 'via', '10.198.0.1']);
+        const client = await s().agentIn(path, 'outb');
+        const before = dropCounts(await bpfMetrics(b));
+        const r = await client.tcpOnce({ dst: VIP, port: 80 }, 1000);
+        const after = dropCounts(await bpfMetrics(b));
+        t.diagnostic(`${r.outcome} ${JSON.stringify(r.answers)}; B's drops ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+        assert.equal(r.outcome, 'timeout', 'no backend answers a host outside the cluster');
+        assert.ok(clusterIpDrops(after) > clusterIpDrops(before), `node B counted it as CLUSTERIP_FROM_OUTSIDE: ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+      } finally {
+        await runOk(['ip', '-n', b.node, 'link', 'del', 'tdloutb']);
+      }
     });
   });
 }

@@ -61,6 +61,8 @@ export interface BpfDatapathOptions {
   lxcAttach?: AttachPolicy;
   /** Entries of each service's Maglev table (a prime); MAGLEV_DEFAULT_TABLE_SIZE unless given. */
   maglevTableSize?: number;
+  /** ClusterIPs are frontends for traffic from outside too (ConfigFlag.EXTERNAL_CLUSTERIP); false unless given. */
+  externalClusterIp?: boolean;
   /**
    * --devices: the node's devices (NodePort from outside, masquerade out);
    * undefined = every interface that is up with a global IPv4 address, except
@@ -216,7 +218,7 @@ export class BpfDatapath implements Datapath {
   #writeConfig(): void {
     this.config.set(0, {
       traceLevel: this.opts.traceLevel ?? TraceLevel.NEW_FLOWS,
-      flags: this.#tunnelIfindex !== 0 ? ConfigFlag.TUNNEL : 0,
+      flags: (this.#tunnelIfindex !== 0 ? ConfigFlag.TUNNEL : 0) | (this.opts.externalClusterIp === true ? ConfigFlag.EXTERNAL_CLUSTERIP : 0),
       hostIfindex: this.#hostIfindex,
       maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE,
       tunnelIfindex: this.#tunnelIfindex,

@@ -210,6 +210,12 @@ export const ConfigFlag = {
    * Without it (native routing) such packets go to the node's stack.
    */
   TUNNEL: 1 << 0,
+  /**
+   * --bpf-lb-external-clusterip: a ClusterIP is a frontend for traffic from
+   * outside the cluster too (on a device, load-balanced and SNATed like a
+   * NodePort). Without it such traffic is dropped (CLUSTERIP_FROM_OUTSIDE).
+   */
+  EXTERNAL_CLUSTERIP: 1 << 1,
 } as const;
 
 /** VXLAN's default UDP port for the overlay (Linux's and Cilium's choice, not IANA's 4789). */

@@ -12,9 +12,10 @@ import { makePinRoot } from '../kernel/bpf/testing/kernelTest.js';
 import { MapName } from './constants.js';
 import { endpointInfo, endpointKey } from './layout.js';
 import { parseIp } from '../../netip/index.js';
-import { CtFlag, DropReason, EventType, PolicyVerdict, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
+import { ConfigFlag, CtFlag, DropReason, EventType, PolicyVerdict, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
 import { assertEvents } from './testing/expect.js';
-import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, WORLD_IP } from './testing/fixtures.js';
+import { IDENTITY, installNode, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, WORLD_IP } from './testing/fixtures.js';
+import { LbNode } from './testing/lbNode.js';
 import { arpFrame, icmpv6NeighborSolicitation, IpProto, ipv6Frame, readIpv4, TcpFlag, tcpFrame, truncate, udpFrame } from './testing/packets.js';
 import { HOST_OBJECT, LXC_OBJECT, ProgramHarness } from './testing/programHarness.js';
 
@@ -114,6 +115,59 @@ describe('bpf_host', () => {
         { type: DROP, subtype: code('UNKNOWN_ENDPOINT'), direction: NONE, daddr: '10.200.0.99', dstIdentity: IDENTITY.WORLD },
       ]);
       assert.equal(h.metric(code('UNKNOWN_ENDPOINT'), NONE).packets, 2n);
+    });
+
+    /** A device of the node a router sends traffic in on: skb->ingress_ifindex of a forwarded packet. */
+    const OUTSIDE_DEVICE = 9;
+
+    it('judges a packet the node forwards to a local pod by its source address, never as the node: a forged node address is world', async () => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
+      const forged = tcpFrame({ ...hostMacs, src: NODE_IP, dst: POD_A.ip, sport: 36100, dport: 8080, flags: TcpFlag.SYN });
+      assert.equal((await h.runForwarded(FROM_HOST, forged, OUTSIDE_DEVICE)).retval, TcAction.SHOT, 'from a device, the node\'s address is no proof of the node');
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, srcIdentity: IDENTITY.WORLD, dstEndpoint: POD_A.endpointId },
+        { type: DROP, subtype: code('POLICY'), srcIdentity: IDENTITY.WORLD },
+      ]);
+      // The node's own packet (no ingress device) is the node's.
+      assert.equal((await h.run(FROM_HOST, forged)).retval, TcAction.REDIRECT);
+    });
+
+    describe('a ClusterIP', () => {
+      const CLUSTER_IP = { ip: '10.96.0.10', port: 80, proto: IpProto.TCP };
+      let lb: LbNode;
+      beforeEach(() => {
+        lb = new LbNode(h);
+        lb.addBackend({ id: 101, ip: POD_A.ip, port: 8080, proto: IpProto.TCP });
+        lb.addService({ id: 1, frontend: CLUSTER_IP, backends: [101] });
+        h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: false, cookie: 0x1001 });
+      });
+      afterEach(() => lb?.close());
+      const syn = (src: string, sport: number) => tcpFrame({ ...hostMacs, src, dst: CLUSTER_IP.ip, sport, dport: CLUSTER_IP.port, flags: TcpFlag.SYN });
+
+      it('forwarded from a device (a router sent it here) is dropped as CLUSTERIP_FROM_OUTSIDE, before any backend is chosen', async () => {
+        const r = await h.runForwarded(FROM_HOST, syn(WORLD_IP, 50000), OUTSIDE_DEVICE);
+        assert.equal(r.retval, TcAction.SHOT);
+        assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('CLUSTERIP_FROM_OUTSIDE'), direction: NONE, saddr: WORLD_IP, daddr: CLUSTER_IP.ip, srcIdentity: IDENTITY.WORLD }]);
+        assert.equal(h.metric(code('CLUSTERIP_FROM_OUTSIDE'), NONE).packets, 1n);
+        assert.equal(await h.ctCount(), 0);
+      });
+
+      it('answers the node itself, and a local pod\'s packet from its own device', async () => {
+        const own = await h.run(FROM_HOST, syn(NODE_IP, 50001));
+        assert.equal(own.retval, TcAction.REDIRECT);
+        const pod = await h.runForwarded(FROM_HOST, syn(POD_B.ip, 50002), POD_B.ifindex);
+        assert.equal(pod.retval, TcAction.REDIRECT);
+        // POD_C lives on another device: its address from this one is forged.
+        const forged = await h.runForwarded(FROM_HOST, syn(POD_C.ip, 50003), OUTSIDE_DEVICE);
+        assert.equal(forged.retval, TcAction.SHOT);
+      });
+
+      it('answers the outside with --bpf-lb-external-clusterip (ConfigFlag.EXTERNAL_CLUSTERIP)', async () => {
+        h.config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.EXTERNAL_CLUSTERIP, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
+        const r = await h.runForwarded(FROM_HOST, syn(WORLD_IP, 50004), OUTSIDE_DEVICE);
+        assert.equal(r.retval, TcAction.REDIRECT);
+        assert.equal(readIpv4(r.data).dst, POD_A.ip);
+      });
     });
 
     it('passes ARP and IPv6 (counted), drops a truncated IPv4 header', async () => {

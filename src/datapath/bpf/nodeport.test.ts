@@ -13,7 +13,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
 import { parseIp } from '../../netip/index.js';
 import { codec, TcAction } from '../kernel/bpf/index.js';
-import { CtFlag, DropReason, EventType, LbScope, MapName, NAT_PORT_MAX, NAT_PORT_MIN, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
+import { ConfigFlag, CtFlag, DropReason, EventType, LbScope, MapName, NAT_PORT_MAX, NAT_PORT_MIN, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
 import { deviceInfo } from './layout.js';
 import { assertEvents, checkedTuple as tuple } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
@@ -171,11 +171,25 @@ describe('bpf_netdev NodePort', () => {
       assert.equal(h.ct(t)!.flags, CtFlag.REPLY_SEEN);
     });
 
-    it('leaves traffic that addresses no service (or a ClusterIP, not routable from outside) to the stack untouched', async () => {
-      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.A.id], flags: ServiceFlag.NODEPORT });
+    it('drops traffic from outside to a ClusterIP (CLUSTERIP_FROM_OUTSIDE): the stack would route it into tendril_host, which load-balances the node\'s own', async () => {
       lb.addService({ id: ID.UDP, frontend: { ip: '10.96.0.10', port: 80, proto: IpProto.TCP }, backends: [BE.A.id] });
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: false, cookie: COOKIE });
+      const syn = tcpFrame({ ...wire, src: WORLD_IP, dst: '10.96.0.10', sport: 50007, dport: 80, flags: TcpFlag.SYN });
+      assert.equal((await h.run(FROM_NETDEV, syn)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('CLUSTERIP_FROM_OUTSIDE'), direction: INGRESS, saddr: WORLD_IP, daddr: '10.96.0.10', srcIdentity: IDENTITY.WORLD }]);
+      assert.equal(h.metric(code('CLUSTERIP_FROM_OUTSIDE'), INGRESS).packets, 1n);
+      assert.equal(await h.ctCount(), 0);
+
+      // --bpf-lb-external-clusterip: a frontend for the outside like a NodePort.
+      h.config.set(0, { traceLevel: 0, flags: ConfigFlag.EXTERNAL_CLUSTERIP, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
+      const r = await h.run(FROM_NETDEV, syn);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.deepEqual(tuple(r.data), { src: WORLD_IP, dst: POD_A.ip, sport: 50007, dport: 8080 });
+    });
+
+    it('leaves traffic that addresses no service to the stack untouched', async () => {
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends: [BE.A.id], flags: ServiceFlag.NODEPORT });
       const frames = [
-        tcpFrame({ ...wire, src: WORLD_IP, dst: '10.96.0.10', sport: 50007, dport: 80 }),
         tcpFrame({ ...wire, src: WORLD_IP, dst: NODE_IP, sport: 50004, dport: 22 }),
         udpFrame({ ...wire, src: WORLD_IP, dst: NODE_IP, sport: 50005, dport: 30080 }),
         // The NodePort on an address that is not the node's.
@@ -220,6 +234,26 @@ describe('bpf_netdev NodePort', () => {
         assert.equal(r.retval, TcAction.REDIRECT, `connection from port ${sport}`);
         assert.equal(tuple(r.data).dst, POD_A.ip);
       }
+    });
+
+    it('finds the one local backend among 100 on every connection (every slot is looked at, not 16 from a random one)', async () => {
+      const backends: number[] = [];
+      for (let i = 0; i < 100; i++) {
+        const id = 1000 + i;
+        // Slot 50 holds the local backend; the others are on other nodes.
+        lb.addBackend(i === 50 ? { ...BE.A, id } : { id, ip: `10.201.1.${i + 1}`, port: 8080, proto: IpProto.TCP });
+        backends.push(id);
+      }
+      lb.addService({ id: ID.NODE_PORT, frontend: NODE_PORT, backends, flags: ServiceFlag.NODEPORT });
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: COOKIE });
+      const outcomes = new Map<string, number>();
+      for (let sport = 47000; sport < 47100; sport++) {
+        const r = await h.run(TO_LO, tcpFrame({ src: NODE_IP, dst: NODE_IP, sport, dport: 30080, flags: TcpFlag.SYN }));
+        const o = r.retval === TcAction.REDIRECT ? tuple(r.data).dst : `verdict ${r.retval}`;
+        outcomes.set(o, (outcomes.get(o) ?? 0) + 1);
+      }
+      assert.deepEqual(Object.fromEntries(outcomes), { [POD_A.ip]: 100 }, 'every connection reaches the local backend');
+      assert.equal(h.metric(code('NO_SERVICE'), INGRESS).packets, 0n);
     });
 
     it('drops with DROP_NO_SERVICE when the service has no backend on this node (lo cannot reach it)', async () => {

@@ -191,6 +191,44 @@ describe('overlay: tendril_from_host', () => {
     assert.deepEqual([entry.srcIdentity, entry.dstIdentity, entry.revNatIndex], [IDENTITY.HOST, IDENTITY.REMOTE, 32]);
     assertEvents(await h.takeEvents(1), [{ type: TRACE, subtype: TracePoint.TO_OVERLAY, srcIdentity: IDENTITY.HOST, daddr: REMOTE_POD_IP }]);
   });
+
+  // A device of the node a router sends traffic in on (skb->ingress_ifindex of a forwarded packet).
+  const OUTSIDE_DEVICE = 9;
+
+  it('gives a packet it forwards to a remote pod the source\'s own identity as VNI, never the node\'s: world (a CIDR\'s identity is node-local), and world for a forged node or remote pod address', async () => {
+    tunnelMode(h);
+    const cases: Array<[string, number]> = [
+      [WORLD_IP, IDENTITY.WORLD],
+      // A CIDR's identity is this node's alone (local scope): another node knows the address as world.
+      ['203.0.113.7', IDENTITY.WORLD],
+      // Forged: the node's own addresses, another node's, a pod another node hosts.
+      [NODE_IP, IDENTITY.WORLD],
+      [ROUTER.ip, IDENTITY.WORLD],
+      [REMOTE_NODE_IP, IDENTITY.WORLD],
+      [REMOTE_POD_OUTSIDE_MASQ, IDENTITY.WORLD],
+      // A local pod's address from a device that is not the pod's.
+      [POD_A.ip, IDENTITY.WORLD],
+    ];
+    for (const [src, identity] of cases) {
+      const r = await h.runForwarded(FROM_HOST, udpFrame({ ...toTendrilHost, src, dst: REMOTE_POD_IP, sport: 5000, dport: 53 }), OUTSIDE_DEVICE);
+      assert.equal(r.retval, TcAction.REDIRECT, src);
+      assertEvents(await h.takeEvents(1), [{ type: TRACE, subtype: TracePoint.TO_OVERLAY, saddr: src, daddr: REMOTE_POD_IP, srcIdentity: identity, dstIdentity: IDENTITY.REMOTE }]);
+    }
+    // A local pod's packet from its own device keeps the pod's identity.
+    const r = await h.runForwarded(FROM_HOST, udpFrame({ ...toTendrilHost, src: POD_A.ip, dst: REMOTE_POD_IP, sport: 5000, dport: 53 }), POD_A.ifindex);
+    assert.equal(r.retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(1), [{ type: TRACE, subtype: TracePoint.TO_OVERLAY, srcIdentity: IDENTITY.A, srcEndpoint: POD_A.endpointId }]);
+  });
+
+  it('drops a ClusterIP packet forwarded from outside (CLUSTERIP_FROM_OUTSIDE) instead of encapsulating it to the backend\'s node', async () => {
+    tunnelMode(h);
+    lb.addBackend({ id: 303, ip: REMOTE_POD_IP, port: 8080, proto: IpProto.TCP });
+    lb.addService({ id: 33, frontend: { ip: '10.96.0.12', port: 80, proto: IpProto.TCP }, backends: [303] });
+    const r = await h.runForwarded(FROM_HOST, tcpFrame({ ...toTendrilHost, src: WORLD_IP, dst: '10.96.0.12', sport: 36003, dport: 80, flags: TcpFlag.SYN }), OUTSIDE_DEVICE);
+    assert.equal(r.retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('CLUSTERIP_FROM_OUTSIDE'), saddr: WORLD_IP, daddr: '10.96.0.12', srcIdentity: IDENTITY.WORLD }]);
+    assert.equal(await h.ctCount(), 0, 'no backend chosen, nothing tracked');
+  });
 });
 
 describe('overlay: bpf_netdev', () => {

@@ -285,6 +285,63 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
     assert.equal(r.seenBy, NODES[0]!.underlayIp, 'the backend sees A\'s address (SNAT)');
   });
 
+  /** A host outside the cluster on a link of node A's (A routes for it), made once: its namespace. */
+  let outsideNs: string | undefined;
+  const OUTSIDE_IP = '192.168.249.2';
+  async function outsideHost(): Promise<string> {
+    if (outsideNs) return outsideNs;
+    const [a, b] = nodes as [LiveNode, LiveNode];
+    const { name: ns } = await pool.add('out');
+    await runOk(['ip', '-n', a.ns, 'link', 'add', 'tdlo1', 'type', 'veth', 'peer', 'name', 'tdlo0', 'netns', ns]);
+    await inNs(a.ns, ['ip', 'addr', 'add', '192.168.249.1/24', 'dev', 'tdlo1']);
+    await inNs(a.ns, ['ip', 'link', 'set', 'tdlo1', 'up']);
+    await inNs(ns, ['ip', 'addr', 'add', `${OUTSIDE_IP}/24`, 'dev', 'tdlo0']);
+    await inNs(ns, ['ip', 'link', 'set', 'tdlo0', 'up']);
+    await inNs(ns, ['ip', 'route', 'add', 'default', 'via', '192.168.249.1']);
+    // B reaches the outside host through A (its answers, were any let through).
+    await inNs(b.ns, ['ip', 'route', 'add', '192.168.249.0/24', 'via', NODES[0]!.underlayIp]);
+    outsideNs = ns;
+    return ns;
+  }
+
+  it('a host outside the cluster that routes B\'s pods via A reaches db as world, not with A\'s identity: VNI 2 on the underlay, denied by db\'s policy (which admits the remote node)', async () => {
+    const [a, b] = nodes as [LiveNode, LiveNode];
+    const out = await outsideHost();
+    await inNs(out, ['ip', 'route', 'replace', NODES[1]!.podCidr, 'via', '192.168.249.1']);
+    const before = metric(b, DropReason.POLICY.code, TrafficDirection.INGRESS);
+    const capture = pool.exec(a.ns, ['timeout', '5', 'tcpdump', '-n', '-l', '-c', '1', '-T', 'vxlan', '-i', 'tdlu0', 'udp', 'dst', 'port', String(VXLAN_PORT), 'and', 'src', 'host', NODES[0]!.underlayIp]);
+    await new Promise((r) => setTimeout(r, 700));
+    const reached = await ping(out, '10.211.0.20');
+    const text = (await capture).stdout;
+    assert.match(text, new RegExp(`${OUTSIDE_IP.replaceAll('.', '\\.')} > 10\\.211\\.0\\.20: ICMP echo request`), text);
+    assert.match(text, /vni 2\b/, `A forwards the outside host's packet as world (2), not as itself (1): ${text}`);
+    assert.equal(reached, false, 'the outside host must not reach db through A');
+    assert.ok(metric(b, DropReason.POLICY.code, TrafficDirection.INGRESS) > before, 'dropped by db\'s ingress policy on B');
+  });
+
+  it('a VXLAN packet from a host on the underlay that is no node is dropped at B (OVERLAY_NOT_NODE), even with the VNI of an allowed identity', async () => {
+    const [, b] = nodes as [LiveNode, LiveNode];
+    const out = await outsideHost();
+    const ip = (args: string[]) => inNs(out, ['ip', ...args]);
+    // A plain VXLAN device with api's identity as VNI, api's address inside, aimed at B's VXLAN port.
+    await ip(['link', 'add', 'tdlspoof', 'type', 'vxlan', 'id', '1000', 'remote', NODES[1]!.underlayIp, 'dstport', String(VXLAN_PORT), 'dev', 'tdlo0']);
+    try {
+      await ip(['addr', 'add', '10.210.0.10/32', 'dev', 'tdlspoof']);
+      await ip(['link', 'set', 'tdlspoof', 'up']);
+      await ip(['route', 'add', '10.211.0.20/32', 'dev', 'tdlspoof']);
+      await ip(['neigh', 'add', '10.211.0.20', 'lladdr', '02:00:00:00:00:01', 'dev', 'tdlspoof', 'nud', 'permanent']);
+      const before = metric(b, DropReason.OVERLAY_NOT_NODE.code, TrafficDirection.INGRESS);
+      const server = pool.exec(podNs.get('db')!, ['python3', '-c', UDP_RECEIVE_ANY, '5354', '3']);
+      await new Promise((r) => setTimeout(r, 500));
+      for (let i = 0; i < 3; i++) await pool.exec(out, ['python3', '-c', UDP_SEND_FROM, '10.210.0.10', '10.211.0.20', '5354']);
+      const seen = (await server).stdout.trim();
+      assert.equal(seen, 'nothing', 'db received the forged datagram');
+      assert.ok(metric(b, DropReason.OVERLAY_NOT_NODE.code, TrafficDirection.INGRESS) >= before + 3n, 'B counted the forged packets as OVERLAY_NOT_NODE');
+    } finally {
+      await ip(['link', 'del', 'tdlspoof']);
+    }
+  });
+
   it('counts nothing as NO_TUNNEL_KEY or NOT_FOR_NODE on the way', () => {
     for (const n of nodes) {
       assert.equal(metric(n, DropReason.NO_TUNNEL_KEY.code, TrafficDirection.INGRESS), 0n);
@@ -312,6 +369,27 @@ const UDP_ASK = [
   "s.sendto(b'hello', (sys.argv[1], int(sys.argv[2])))",
   'd, a = s.recvfrom(100)',
   "print(f'{a[0]}:{a[1]} {d.decode()}')",
+].join('\n');
+
+/** python3: wait argv[2] seconds for one UDP datagram on argv[1]; print its sender, or "nothing". */
+const UDP_RECEIVE_ANY = [
+  'import socket, sys',
+  's = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)',
+  "s.bind(('0.0.0.0', int(sys.argv[1])))",
+  's.settimeout(float(sys.argv[2]))',
+  'try:',
+  '    d, a = s.recvfrom(100)',
+  '    print(a[0])',
+  'except socket.timeout:',
+  "    print('nothing')",
+].join('\n');
+
+/** python3: one datagram from address argv[1] to argv[2]:argv[3]. */
+const UDP_SEND_FROM = [
+  'import socket, sys',
+  's = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)',
+  "s.bind((sys.argv[1], 0))",
+  "s.sendto(b'forged', (sys.argv[2], int(sys.argv[3])))",
 ].join('\n');
 
 const TCP_BYTES = 4 * 1024 * 1024;

@@ -19,21 +19,27 @@
 //   - the verdict and drop reason agree with a reference model in
 //     TypeScript that parses the frame itself and decides new flows with
 //     MapState.lookup (src/policy/mapState.ts) over the same entries.
+// tendril_from_host runs in tunnel mode with a ClusterIP, and each frame
+// arrives either from the node itself or forwarded from a device (a pod's,
+// or another): the model also says which identity a forwarded source has,
+// the VNI a packet for a remote pod is encapsulated with (checked on its
+// TO_OVERLAY trace), and that a forwarded ClusterIP packet not from a local
+// pod's own device is CLUSTERIP_FROM_OUTSIDE.
 // TENDRIL_FUZZ_RUNS raises the runs per program, TENDRIL_FUZZ_SEED replays.
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import fc from 'fast-check';
 import { requireRoot } from '../../../test/support/root.js';
-import { BpfObject, type BpfMap, perCpuValue, RingBufferReader, TcAction } from '../kernel/bpf/index.js';
+import { BpfObject, type BpfMap, codec, perCpuValue, RingBufferReader, TcAction } from '../kernel/bpf/index.js';
 import { formatIp, parseIp, parsePrefix } from '../../netip/index.js';
 import { MapState } from '../../policy/mapState.js';
 import type { Direction } from '../../policy/types.js';
-import { DropReason, EndpointFlag, MapName, POLICY_KEY_FIXED_BITS } from './constants.js';
-import { ct4Key, ctEntry, endpointInfo, endpointKey, frag4Key, frag4Ports, ipcacheKey, ipcacheValue, metricsKey, metricsValue, policyEntry, policyKey, type CtEntryValue } from './layout.js';
+import { ConfigFlag, DropReason, EndpointFlag, EventType, LbScope, MapName, POLICY_KEY_FIXED_BITS, TraceLevel, TracePoint } from './constants.js';
+import { ct4Key, ctEntry, datapathConfig, endpointInfo, endpointKey, frag4Key, frag4Ports, ipcacheKey, ipcacheValue, lb4Key, lb4Service, metricsKey, metricsValue, policyEntry, policyKey, type CtEntryValue } from './layout.js';
 import { CIDR_24, CIDR_25, IDENTITY, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER, TEST_IFINDEX } from './testing/fixtures.js';
 import { EXPIRED_FLOW, FUZZ_MAX_FRAME, fuzzFrameArb, SEED_FLOWS, SEED_FRAGMENT, testRunAccepts, truncations, type FuzzFrame, type FuzzSide } from './testing/packetArbitraries.js';
 import { EtherType, ethernetFrame, icmpEcho, icmpError, IpProto, internetChecksum, ipv4Datagram, ipv4Frame, TcpFlag, tcpFrame, udpDatagram, udpFrame } from './testing/packets.js';
-import { HOST_OBJECT, LXC_OBJECT } from './testing/programHarness.js';
+import { HOST_OBJECT, LXC_OBJECT, skbContext } from './testing/programHarness.js';
 
 requireRoot('the datapath packet fuzz test');
 
@@ -174,6 +180,7 @@ interface RawEvent {
   type: number;
   subtype: number;
   direction: number;
+  srcIdentity: number;
   cookie: number;
   origLen: number;
 }
@@ -209,7 +216,7 @@ class FuzzHarness {
     this.#reader = RingBufferReader.open(
       object.rawMap(MapName.EVENTS),
       (records) => {
-        for (const r of records) this.#events.push({ type: r[0]!, subtype: r[1]!, direction: r[2]!, cookie: r.readUInt32LE(28), origLen: r.readUInt32LE(32) });
+        for (const r of records) this.#events.push({ type: r[0]!, subtype: r[1]!, direction: r[2]!, srcIdentity: r.readUInt32LE(12), cookie: r.readUInt32LE(28), origLen: r.readUInt32LE(32) });
       },
       { onError: (err) => (this.#readerError = err) },
     );
@@ -287,8 +294,8 @@ class FuzzHarness {
   }
 
   /** Runs a frame; its events come from eventsUpToMarker() (read the metrics first: the marker counts too). */
-  async run(program: Program, frame: Buffer): Promise<{ retval: number; data: Buffer; events: RawEvent[] }> {
-    const r = await this.object.program(program).testRun({ data: frame });
+  async run(program: Program, frame: Buffer, ingressIfindex = 0): Promise<{ retval: number; data: Buffer; events: RawEvent[] }> {
+    const r = await this.object.program(program).testRun({ data: frame, ...(ingressIfindex ? { ctx: skbContext({ ingressIfindex }) } : {}) });
     return { retval: r.retval, data: r.data, events: [] };
   }
 
@@ -420,6 +427,8 @@ interface Expected {
   creates?: string;
   /** Where a redirect goes: the pod whose MACs the frame must carry. */
   to?: Endpoint;
+  /** A redirect into the overlay, unchanged, with this identity as VNI (its TO_OVERLAY trace's source identity). */
+  overlayVni?: number;
   /** Whether a redirect decrements the TTL. */
   decTtl?: boolean;
   /** The decision hinged on an ICMP error's relation to a flow: name it in a violation. */
@@ -466,16 +475,16 @@ function describeIcmp(l4: L4, status: CtStatus): string | undefined {
 }
 
 
-/** The ingress half shared by to_container and from_host: conntrack, then the pod's ingress policy. */
-function expectIngress(f: Buffer, ip: Ipv4, dst: Endpoint, s: ModelState, pass: Expected): Expected {
+/** The ingress half shared by to_container and from_host: conntrack, then the pod's ingress policy (`srcIdentity`: the source's when the caller knows it, else by its address). */
+function expectIngress(f: Buffer, ip: Ipv4, dst: Endpoint, s: ModelState, pass: Expected, srcIdentity?: number): Expected {
   const l4 = parseL4(f, ip, s.frags);
   if (typeof l4 === 'number') return drop(l4, true);
   const status = ctStatus(ip, l4, s.ct, s.now);
   const icmp = describeIcmp(l4, status);
   const tag = icmp ? { icmp } : {};
   if (status !== 'new') return { ...pass, ...tag };
-  const srcIdentity = endpointAt(ip.saddr)?.identity ?? ipcacheIdentity(ip.saddr);
-  const d = s.policy.decide(dst.endpointId, 'ingress', srcIdentity, ip.proto, hasPorts(ip.proto) ? l4.dport : 0);
+  const peer = srcIdentity ?? endpointAt(ip.saddr)?.identity ?? ipcacheIdentity(ip.saddr);
+  const d = s.policy.decide(dst.endpointId, 'ingress', peer, ip.proto, hasPorts(ip.proto) ? l4.dport : 0);
   if (!d.allowed) return drop(d.reason, true, tag);
   return { ...pass, ...tag, ...(l4.icmpError ? {} : { creates: ctKeyString(ip.saddr, ip.daddr, l4.sport, l4.dport, ip.proto) }) };
 }
@@ -528,29 +537,110 @@ function expectToContainer(f: Buffer, s: ModelState): Expected {
   return expectIngress(f, ip, dst, s, { action: OK, wellFormed: true });
 }
 
-function expectFromHost(f: Buffer, s: ModelState): Expected {
+function expectFromHost(f: Buffer, s: ModelState, ingress: number): Expected {
   const type = f.length >= 14 ? f.readUInt16BE(12) : 0;
   if (type !== EtherType.IPV4) return { action: OK, wellFormed: false };
   const ip = parseIpv4(f);
   if (!ip) return drop(reason('INVALID_PACKET'));
   // The node's multicast and broadcast on tendril_host: no pod's.
   if (ip.daddr >>> 28 === 0xe || ip.daddr === 0xffffffff) return { action: OK, wellFormed: false };
+  const service = expectFromHostClusterIp(f, ip, s, ingress);
+  if (service) return service;
   const dst = podAt(ip.daddr);
-  if (!dst) return drop(reason('UNKNOWN_ENDPOINT'));
-  return expectIngress(f, ip, dst, s, { action: REDIRECT, to: dst, decTtl: false, wellFormed: true });
+  if (!dst) {
+    if (isTunneled(ip.daddr)) return { action: REDIRECT, overlayVni: fromHostVni(ip.saddr, ingress), wellFormed: false };
+    return drop(reason('UNKNOWN_ENDPOINT'));
+  }
+  const pass: Expected = { action: REDIRECT, to: dst, decTtl: false, wellFormed: true };
+  return ingress ? expectIngress(f, ip, dst, s, pass, forwardedSourceIdentity(ip.saddr, ingress)) : expectIngress(f, ip, dst, s, pass);
 }
 
-function expected(program: Program, f: Buffer, s: ModelState): Expected {
+function expected(program: Program, f: Buffer, s: ModelState, ingress = 0): Expected {
   switch (program) {
     case 'tendril_from_container':
       return expectFromContainer(f, s);
     case 'tendril_to_container':
       return expectToContainer(f, s);
     case 'tendril_from_host':
-      return expectFromHost(f, s);
+      return expectFromHost(f, s, ingress);
     case 'tendril_to_host':
       return { action: OK, wellFormed: false };
   }
+}
+
+// ---- from_host's trust boundary: forwarded sources, the overlay, ClusterIPs (dp-edge) ----
+
+/** A device of the node that is no pod's: what a router sends the node arrives on it. */
+const OUTSIDE_IFINDEX = 9;
+/** The host harness runs in tunnel mode: REMOTE_POD_IP is reached through the overlay (tendril_vxlan's ifindex only named). */
+const FUZZ_TUNNEL_IFINDEX = 42;
+const FUZZ_REMOTE_NODE_IP = '192.168.77.6';
+/** A ClusterIP without backends: the node's own packet to it is NO_SERVICE, one forwarded from outside CLUSTERIP_FROM_OUTSIDE. */
+const FUZZ_CLUSTER_IP = { ip: '10.96.0.10', port: 80 };
+
+const fromHostIngressArb = fc.constantFrom(0, 0, TEST_IFINDEX, POD_C.ifindex, OUTSIDE_IFINDEX);
+
+/** TCP frames to the ClusterIP from the node, pods (theirs or forged) and the outside. */
+const clusterIpFrameArb: fc.Arbitrary<FuzzFrame> = fc
+  .record({
+    src: fc.constantFrom(NODE_IP, ROUTER.ip, POD_A.ip, POD_B.ip, POD_C.ip, REMOTE_POD_IP, '198.51.100.9', '203.0.113.7'),
+    sport: fc.integer({ min: 1, max: 65535 }),
+    flags: fc.constantFrom(TcpFlag.SYN, TcpFlag.ACK, TcpFlag.SYN | TcpFlag.ACK, TcpFlag.RST),
+  })
+  .map(({ src, sport, flags }) => ({ label: 'clusterip', frame: tcpFrame({ src, dst: FUZZ_CLUSTER_IP.ip, sport, dport: FUZZ_CLUSTER_IP.port, flags }) }));
+
+/** The host harness's tunnel mode (tracing every packet, for the VNI), REMOTE_POD_IP behind another node, the ClusterIP. */
+function installHostTrustBoundary(object: BpfObject): void {
+  object.map(MapName.CONFIG, codec.u32, datapathConfig).set(0, { traceLevel: TraceLevel.ALL, flags: ConfigFlag.TUNNEL, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: FUZZ_TUNNEL_IFINDEX, nodeIpv4: 0 });
+  object.map(MapName.IPCACHE, ipcacheKey, ipcacheValue).set(parsePrefix(`${REMOTE_POD_IP}/32`), { identity: IDENTITY.REMOTE, tunnelIp4: ipNum(FUZZ_REMOTE_NODE_IP), flags: 0 });
+  object.map(MapName.LB_SERVICES, lb4Key, lb4Service).set(
+    { address: parseIp(FUZZ_CLUSTER_IP.ip), dport: FUZZ_CLUSTER_IP.port, backendSlot: 0, proto: IpProto.TCP, scope: LbScope.EXTERNAL },
+    { backendId: 0, affinityTimeout: 0, count: 0, revNatIndex: 1, flags: 0 },
+  );
+}
+
+const isTunneled = (addr: number): boolean => addr === ipNum(REMOTE_POD_IP);
+
+/**
+ * A forwarded packet's source as tendril_from_host knows it: a local pod
+ * only from its own device, else the ipcache's identity — never the node's,
+ * and (tunnel mode) never an address another node hosts: world.
+ */
+function forwardedSourceIdentity(saddr: number, ingress: number): number {
+  const ep = endpointAt(saddr);
+  if (ep) return !(ep.flags & EndpointFlag.HOST) && ep.ifindex === ingress ? ep.identity : IDENTITY.WORLD;
+  const id = ipcacheIdentity(saddr);
+  if (id === IDENTITY.HOST || isTunneled(saddr) || id === 6) return IDENTITY.WORLD;
+  return id;
+}
+
+/** The VNI of a packet from_host encapsulates: the node's identity for its own, a forwarded one's portable identity (node-local scope is world). */
+function fromHostVni(saddr: number, ingress: number): number {
+  if (!ingress) return IDENTITY.HOST;
+  const id = forwardedSourceIdentity(saddr, ingress);
+  return id & 0xff000000 ? IDENTITY.WORLD : id;
+}
+
+/** A TCP packet to the ClusterIP (ports readable): refused when forwarded other than from a local pod's own device; else no backend. */
+function expectFromHostClusterIp(f: Buffer, ip: Ipv4, s: ModelState, ingress: number): Expected | undefined {
+  if (ip.daddr !== ipNum(FUZZ_CLUSTER_IP.ip) || ip.proto !== IpProto.TCP) return undefined;
+  const l4 = parseL4(f, ip, s.frags);
+  if (typeof l4 === 'number' || l4.dport !== FUZZ_CLUSTER_IP.port) return undefined;
+  if (ingress) {
+    const ep = podAt(ip.saddr);
+    if (!ep || ep.ifindex !== ingress) return drop(reason('CLUSTERIP_FROM_OUTSIDE'));
+  }
+  return drop(reason('NO_SERVICE'));
+}
+
+/** A redirect into the overlay: the frame unchanged, its TO_OVERLAY trace carrying the VNI's identity. */
+function checkOverlayRedirect(input: Buffer, out: { data: Buffer; events: RawEvent[] }, vni: number): string[] {
+  const v: string[] = [];
+  if (!out.data.equals(input)) v.push('an encapsulated frame was changed');
+  const traces = out.events.filter((e) => e.type === EventType.TRACE && e.subtype === TracePoint.TO_OVERLAY);
+  if (traces.length !== 1) v.push(`${traces.length} TO_OVERLAY traces, not one`);
+  else if (traces[0]!.srcIdentity !== vni) v.push(`encapsulated with identity ${traces[0]!.srcIdentity}, the reference model says ${vni}`);
+  return v;
 }
 
 // ---- invariants -----------------------------------------------------------------
@@ -616,7 +706,9 @@ function checkPacket(
   else if (retval === SHOT && drops.length === 1 && drops[0]!.subtype !== want.reason) v.push(`drop reason ${drops[0]!.subtype}, the reference model says ${want.reason}${want.icmp ? ` [${want.icmp}]` : ''}`);
 
   // What a redirect hands on.
-  if (retval === REDIRECT) {
+  if (retval === REDIRECT && want.overlayVni !== undefined) {
+    v.push(...checkOverlayRedirect(input, out, want.overlayVni));
+  } else if (retval === REDIRECT) {
     const type = input.length >= 14 ? input.readUInt16BE(12) : 0;
     if (data.length !== input.length) v.push(`redirected frame is ${data.length} bytes, the input ${input.length}`);
     if (program === 'tendril_from_container' && type === EtherType.ARP) {
@@ -658,6 +750,8 @@ function checkPacket(
 interface RunInput {
   policy: PolicyEntrySpec[];
   frames: FuzzFrame[];
+  /** Per frame, tendril_from_host's skb->ingress_ifindex (0: the node's own packet); none for the other programs. */
+  ingress?: number[];
 }
 
 const runArb = (side: FuzzSide): fc.Arbitrary<RunInput> =>
@@ -666,8 +760,16 @@ const runArb = (side: FuzzSide): fc.Arbitrary<RunInput> =>
     frames: fc.array(fuzzFrameArb(side), { minLength: 1, maxLength: 3 }),
   });
 
+/** tendril_from_host's runs: the stack's frames and ClusterIP frames, each from the node itself or forwarded from a device. */
+const fromHostRunArb: fc.Arbitrary<RunInput> = fc
+  .record({
+    policy: fc.array(policyEntryArb, { maxLength: 8 }).map((extra) => dedupe([...BASE_POLICY, ...extra])),
+    frames: fc.array(fc.tuple(fc.oneof({ weight: 4, arbitrary: fuzzFrameArb('stack') }, { weight: 1, arbitrary: clusterIpFrameArb }), fromHostIngressArb), { minLength: 1, maxLength: 3 }),
+  })
+  .map(({ policy, frames }) => ({ policy, frames: frames.map(([f]) => f), ingress: frames.map(([, i]) => i) }));
+
 const show = (i: RunInput): string =>
-  `policy ${JSON.stringify(i.policy.slice(BASE_POLICY.length))}\n${i.frames.map((f, n) => `  frame ${n} (${f.label}, ${f.frame.length} bytes): ${f.frame.toString('hex')}`).join('\n')}`;
+  `policy ${JSON.stringify(i.policy.slice(BASE_POLICY.length))}\n${i.frames.map((f, n) => `  frame ${n} (${f.label}, ${f.frame.length} bytes${i.ingress?.[n] ? `, forwarded from ifindex ${i.ingress[n]}` : ''}): ${f.frame.toString('hex')}`).join('\n')}`;
 
 /** Generated frames BPF_PROG_TEST_RUN refuses (see testRunAccepts), reported with the run counts. */
 const refused = { count: 0 };
@@ -695,9 +797,10 @@ async function runFrames(h: FuzzHarness, program: Program, input: RunInput): Pro
       continue;
     }
     const state: ModelState = { policy, ct, frags: await h.fragments(), now: process.hrtime.bigint() };
-    const want = expected(program, frame, state);
+    const ingress = input.ingress?.[n] ?? 0;
+    const want = expected(program, frame, state, ingress);
     countOutcome(program, want);
-    const out = await h.run(program, frame);
+    const out = await h.run(program, frame, ingress);
     const metricsAfter = await h.metricTotals();
     out.events = await h.eventsUpToMarker();
     const ctAfter = await h.conntrack();
@@ -716,7 +819,10 @@ const MARKERS: Record<'lxc' | 'host', { program: Program; frame: Buffer }> = {
 const harnesses = new Map<string, FuzzHarness>();
 async function harness(object: 'lxc' | 'host'): Promise<FuzzHarness> {
   let h = harnesses.get(object);
-  if (!h) harnesses.set(object, (h = await FuzzHarness.load(object === 'lxc' ? LXC_OBJECT : HOST_OBJECT, MARKERS[object])));
+  if (!h) {
+    harnesses.set(object, (h = await FuzzHarness.load(object === 'lxc' ? LXC_OBJECT : HOST_OBJECT, MARKERS[object])));
+    if (object === 'host') installHostTrustBoundary(h.object);
+  }
   return h;
 }
 
@@ -736,7 +842,7 @@ describe(`datapath packet fuzz (seed ${SEED}, ${RUNS} runs per program; TENDRIL_
       const h = await harness(object);
       const started = Date.now();
       const result = await fc.check(
-        fc.asyncProperty(runArb(program === 'tendril_from_container' ? 'pod' : 'stack'), async (input) => {
+        fc.asyncProperty(program === 'tendril_from_host' ? fromHostRunArb : runArb(program === 'tendril_from_container' ? 'pod' : 'stack'), async (input) => {
           const violations = await runFrames(h, program, input);
           if (violations.length > 0) throw new Error(`${violations.join('\n')}\n${show(input)}`);
         }),

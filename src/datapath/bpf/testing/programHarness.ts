@@ -147,6 +147,15 @@ export class ProgramHarness {
     return this.object.program(program).testRun({ data: frame, ...(repeat > 1 ? { repeat } : {}) });
   }
 
+  /**
+   * Runs `program` on `frame` as a packet the node forwards: it arrived on
+   * device `ingressIfindex` (skb->ingress_ifindex; `run` leaves it 0, a
+   * packet the node itself sent).
+   */
+  async runForwarded(program: string, frame: Uint8Array, ingressIfindex: number): Promise<TestRunResult> {
+    return this.object.program(program).testRun({ data: frame, ctx: skbContext({ ingressIfindex }) });
+  }
+
   setTraceLevel(level: number): void {
     this.config.set(0, { traceLevel: level, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
   }
@@ -227,6 +236,16 @@ export class ProgramHarness {
       this.object.close();
     }
   }
+}
+
+/** struct __sk_buff up to `ifindex`: the fields BPF_PROG_TEST_RUN takes from a context are mark, priority, ingress_ifindex, ifindex (and later ones), the rest zero. */
+const SKB_INGRESS_IFINDEX_OFFSET = 36;
+const SKB_CONTEXT_SIZE = 44;
+
+export function skbContext(o: { ingressIfindex: number }): Buffer {
+  const ctx = Buffer.alloc(SKB_CONTEXT_SIZE);
+  ctx.writeUInt32LE(o.ingressIfindex, SKB_INGRESS_IFINDEX_OFFSET);
+  return ctx;
 }
 
 function sleep(ms: number): Promise<void> {

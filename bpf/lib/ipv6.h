@@ -2,9 +2,9 @@
 /*
  * IPv6 until the IPv6 datapath exists: pods have only link-local IPv6
  * (an IPv6 pod CIDR is refused at agent start), and only ICMPv6 gets
- * through a pod's device. Neighbour discovery and MLD pass, in the
- * direction each belongs to; router advertisements and redirects a pod
- * sends are refused (a pod is no router); every other ICMPv6 type (echo
+ * through a pod's device. Neighbour discovery and MLD pass (router
+ * advertisements and redirects only towards the pod: one a pod sends is
+ * refused, a pod is no router); every other ICMPv6 type (echo
  * included) meets the endpoint's policy as protocol 58. Everything that is
  * not ICMPv6 is dropped as DROP_UNKNOWN_L3.
  */
@@ -93,8 +93,12 @@ enum icmp6_disposition {
 
 /*
  * `from_pod`: the pod sends it (from_container), else the node delivers it
- * (to_container). A pod solicits routers and never advertises or redirects;
- * both directions resolve neighbours and report multicast listeners.
+ * (to_container). A pod never advertises a router or redirects; both
+ * directions resolve neighbours, solicit routers and report multicast
+ * listeners. Router solicitations pass towards the pod too: the node's lxc
+ * device sends them on its own (at link-up, then with back-off), a pod
+ * that is no router ignores them, and holding them to policy would count a
+ * POLICY drop at every pod with an ingress policy for nothing anyone sent.
  */
 static __always_inline enum icmp6_disposition icmp6_disposition(__u8 type, int from_pod)
 {
@@ -105,9 +109,8 @@ static __always_inline enum icmp6_disposition icmp6_disposition(__u8 type, int f
 	case ICMP6_T_MLD2_REPORT:
 	case ICMP6_T_NEIGH_SOLICIT:
 	case ICMP6_T_NEIGH_ADVERT:
-		return ICMP6_PASS;
 	case ICMP6_T_ROUTER_SOLICIT:
-		return from_pod ? ICMP6_PASS : ICMP6_POLICY;
+		return ICMP6_PASS;
 	case ICMP6_T_ROUTER_ADVERT:
 	case ICMP6_T_REDIRECT:
 		return from_pod ? ICMP6_REFUSE : ICMP6_PASS;

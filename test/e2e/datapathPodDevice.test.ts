@@ -165,5 +165,6 @@ test('a packet the node sends out one pod\'s device for another pod\'s address n
     assert.equal(await arrived(), 0, 'no packet for the other pod reached this pod');
   } finally {
     await monitor.stop();
+    await pool.exec(node!.node, ['ip', 'neigh', 'del', other.ip, 'dev', device]);
   }
 });

@@ -476,10 +476,9 @@ function walkIpv6(f: Buffer): { proto: number; l4Off: number; ipEnd: number } | 
   return { proto: next, l4Off: off, ipEnd };
 }
 
-/** icmp6_disposition: neighbour discovery and MLD pass; a pod solicits routers and never advertises or redirects. */
+/** icmp6_disposition: neighbour discovery (router solicitations both ways) and MLD pass; a pod never advertises or redirects. */
 function icmp6Disposition(type: number, fromPod: boolean): 'pass' | 'policy' | 'refuse' {
-  if ([130, 131, 132, 143, 135, 136].includes(type)) return 'pass';
-  if (type === 133) return fromPod ? 'pass' : 'policy';
+  if ([130, 131, 132, 143, 133, 135, 136].includes(type)) return 'pass';
   if (type === 134 || type === 137) return fromPod ? 'refuse' : 'pass';
   return 'policy';
 }

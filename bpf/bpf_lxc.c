@@ -8,8 +8,10 @@
  *     bpf_redirect_peer, or in tunnel mode through the overlay to the
  *     node hosting the destination);
  *   tendril_to_container — tc egress: what the node's stack sends the pod
- *     (conntrack with reverse NAT of service replies, then the pod's
- *     ingress policy).
+ *     (only the pod's own address, multicast and broadcast; conntrack with
+ *     reverse NAT of service replies, then the pod's ingress policy).
+ *   Both: IPv6 only as ICMPv6 (ipv6.h), under the endpoint's policy except
+ *     neighbour discovery and MLD.
  * Everything per endpoint lives in maps; this object is built once.
  */
 #include <linux/if_ether.h>
@@ -37,16 +39,101 @@
 #include "trace.h"
 #include "tunnel.h"
 
-/* Neither IPv4 nor ARP: ICMPv6 passes (neighbour discovery) until IPv6 is enforced; all else is dropped. */
-static __always_inline int other_l3(struct __sk_buff *skb, struct flow *f, __be16 proto, __u8 trace_point, __u8 direction)
-{
-	int ret = DROP_UNKNOWN_L3;
+/* What the search for a device's endpoint looks for and finds. */
+struct device_owner {
+	__u32 ifindex;
+	__u32 endpoint_id; /* 0 = none found */
+	__u32 identity;
+	__u32 pad;
+};
 
-	if (proto == bpf_htons(ETH_P_IPV6))
-		ret = ipv6_check(skb, f);
+static long device_owner_match(void *map, struct endpoint_key *key, struct endpoint_info *ep, struct device_owner *owner)
+{
+	if (ep->ifindex != owner->ifindex || (ep->flags & ENDPOINT_F_HOST))
+		return 0;
+	owner->endpoint_id = ep->endpoint_id;
+	owner->identity = ep->identity;
+	return 1;
+}
+
+/*
+ * The endpoint that owns this device. tendril_lxc is keyed by the pods'
+ * IPv4 addresses and an IPv6 packet carries none of them, so the map is
+ * walked (bpf_for_each_map_elem, stopping at the match): a cost in the
+ * number of local endpoints, paid only by the ICMPv6 that meets policy
+ * (echo and the rarer types), never by IPv4, neighbour discovery or MLD.
+ */
+static __always_inline void device_owner_find(struct device_owner *owner)
+{
+	bpf_for_each_map_elem(&tendril_lxc, device_owner_match, owner, 0);
+}
+
+/*
+ * ICMPv6 the endpoint's policy decides: protocol 58 (no ports), the peer's
+ * identity from the ipcache (world without an entry). There is no IPv6
+ * conntrack: each packet is judged on its own, so an echo reply needs the
+ * policy of the direction it travels too. A device whose endpoint is not in
+ * tendril_lxc (yet, or any more) matches no entry: DROP_POLICY.
+ */
+static __always_inline int icmp6_enforce(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6, __u8 trace_point,
+					 __u8 direction)
+{
+	struct device_owner owner = { .ifindex = skb->ifindex };
+	__u8 egress = direction == DIR_EGRESS;
+	__u32 cookie = 0, peer;
+	int ret;
+
+	device_owner_find(&owner);
+	peer = ipcache_identity6(egress ? ip6->daddr : ip6->saddr);
+	if (egress) {
+		f->src_identity = owner.identity;
+		f->src_endpoint = owner.endpoint_id;
+		f->dst_identity = peer;
+	} else {
+		f->dst_identity = owner.identity;
+		f->dst_endpoint = owner.endpoint_id;
+		f->src_identity = peer;
+	}
+	ret = policy_enforce(skb, f, owner.endpoint_id, peer, egress, &cookie);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, direction, cookie);
+	return pass_packet(skb, f, TC_ACT_OK, trace_point, direction);
+}
+
+/*
+ * IPv6 at a pod's device (ipv6.h): only ICMPv6; neighbour discovery and MLD
+ * pass in their direction, router advertisements and redirects from the
+ * pod are refused, the rest meets policy.
+ */
+static __always_inline int pod_ipv6(struct __sk_buff *skb, struct flow *f, __u8 trace_point, __u8 direction)
+{
+	struct ipv6_info ip6;
+	__u8 type = 0;
+	int ret;
+
+	ret = ipv6_load(skb, f, &ip6);
+	if (ret == 0 && f->proto != IPPROTO_ICMPV6)
+		ret = DROP_UNKNOWN_L3;
+	if (ret == 0)
+		ret = icmp6_load_type(skb, &ip6, &type);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, direction, 0);
-	return pass_packet(skb, f, TC_ACT_OK, trace_point, direction);
+	switch (icmp6_disposition(type, direction == DIR_EGRESS)) {
+	case ICMP6_PASS:
+		return pass_packet(skb, f, TC_ACT_OK, trace_point, direction);
+	case ICMP6_REFUSE:
+		return drop_packet(skb, f, DROP_ICMP6_NOT_ALLOWED, direction, 0);
+	default:
+		return icmp6_enforce(skb, f, &ip6, trace_point, direction);
+	}
+}
+
+/* Neither IPv4 nor ARP: IPv6 as pod_ipv6 says; every other ethertype is dropped. */
+static __always_inline int other_l3(struct __sk_buff *skb, struct flow *f, __be16 proto, __u8 trace_point, __u8 direction)
+{
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return pod_ipv6(skb, f, trace_point, direction);
+	return drop_packet(skb, f, DROP_UNKNOWN_L3, direction, 0);
 }
 
 static __always_inline int from_container_arp(struct __sk_buff *skb, struct flow *f)
@@ -187,6 +274,19 @@ int tendril_from_container(struct __sk_buff *skb)
 	return other_l3(skb, &f, proto, TRACE_TO_STACK, DIR_EGRESS);
 }
 
+/* A unicast packet at this device for an address that is not its endpoint's: DROP_NOT_FOR_ENDPOINT. */
+static __always_inline int to_container_not_mine(struct __sk_buff *skb, struct flow *f, const struct endpoint_info *dst)
+{
+	flow_set_source4(f);
+	if (dst) {
+		f->dst_identity = dst->identity;
+		f->dst_endpoint = dst->endpoint_id;
+	} else {
+		f->dst_identity = ipcache_identity4(f->daddr);
+	}
+	return drop_packet(skb, f, DROP_NOT_FOR_ENDPOINT, DIR_INGRESS, 0);
+}
+
 static __always_inline int to_container_ipv4(struct __sk_buff *skb, struct flow *f)
 {
 	struct endpoint_info *dst;
@@ -197,8 +297,17 @@ static __always_inline int to_container_ipv4(struct __sk_buff *skb, struct flow 
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 	dst = pod_endpoint_lookup4(f->daddr);
-	if (!dst)
-		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
+	/*
+	 * Only this device's own endpoint is delivered to here: the stack routes
+	 * each pod's /32 to its own device, so anything else (another pod's or an
+	 * unknown address) reached this pod by a wrong route or a forged
+	 * neighbour entry. Multicast and broadcast are no one pod's: passed.
+	 */
+	if (!dst || dst->ifindex != skb->ifindex) {
+		if (ipv4_is_multicast_or_broadcast(f->daddr))
+			return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
+		return to_container_not_mine(skb, f, dst);
+	}
 	f->lb_direct = 1;
 	ret = ingress_to_endpoint4(skb, f, &ip, dst, TRACE_FROM_STACK);
 	if (ret)

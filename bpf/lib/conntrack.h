@@ -116,8 +116,14 @@ static __always_inline void ct_key_init(struct ct4_key *key, __be32 saddr, __be3
 }
 
 /*
- * Lifetime from the flags: FIN or RST seen → closing; a reply or an ACK seen
- * → established; a lone SYN → the SYN timeout. Other protocols: CT_TIMEOUT_ANY.
+ * Lifetime from the flags: FIN or RST seen → closing; a reply seen →
+ * established; until then the SYN timeout, whatever the original direction
+ * sent. A lone ACK (a segment of a connection this node never saw open)
+ * proves nothing about the other end, only its answer does: a stray ACK
+ * that policy lets through holds its entry 60 s, not 6 h. A service entry
+ * (CT_F_SERVICE) only pins the backend and sees the client's side alone:
+ * the client's ACK makes it established (what passes is decided by the
+ * translated flow's own entry). Other protocols: CT_TIMEOUT_ANY.
  */
 static __always_inline __u64 ct_lifetime_ns(__u8 proto, __u8 flags, __u8 tcp_flags)
 {
@@ -125,7 +131,7 @@ static __always_inline __u64 ct_lifetime_ns(__u8 proto, __u8 flags, __u8 tcp_fla
 		return CT_TIMEOUT_ANY * NSEC_PER_SEC;
 	if (flags & CT_F_CLOSING)
 		return CT_TIMEOUT_TCP_CLOSING * NSEC_PER_SEC;
-	if ((flags & CT_F_REPLY_SEEN) || (tcp_flags & TCP_FLAG_ACK))
+	if ((flags & CT_F_REPLY_SEEN) || ((flags & CT_F_SERVICE) && (tcp_flags & TCP_FLAG_ACK)))
 		return CT_TIMEOUT_TCP_ESTABLISHED * NSEC_PER_SEC;
 	return CT_TIMEOUT_TCP_SYN * NSEC_PER_SEC;
 }

@@ -54,6 +54,23 @@ static __always_inline __u32 ipcache_identity4(__be32 addr)
 }
 
 /*
+ * The identity of the longest IPv6 prefix holding addr (16 bytes, network
+ * order), or IDENTITY_WORLD when none does, as for IPv4 (the agent mirrors
+ * whatever IPv6 prefixes its IPCache holds, e.g. the CIDR identities of IPv6
+ * ipBlocks; a link-local peer has none and is the world).
+ */
+static __always_inline __u32 ipcache_identity6(const __u32 *addr)
+{
+	struct ipcache_key key = {
+		.prefixlen = IPCACHE_KEY_FIXED_BITS + 128,
+		.family = 6,
+	};
+
+	__builtin_memcpy(key.ip, addr, 16);
+	return ipcache_entry_identity(bpf_map_lookup_elem(&tendril_ipcache, &key));
+}
+
+/*
  * Whether an address belongs to the cluster's nodes or is reached through
  * one: a tunnel endpoint (another node hosts it), or a node's own address
  * (this node's or a remote one's). Traffic to these keeps its source

@@ -311,10 +311,11 @@ static __always_inline void lb4_service_ct_create(const struct ct4_key *key, con
 	struct ct_entry e;
 
 	__builtin_memset(&e, 0, sizeof(e));
+	e.flags = CT_F_SERVICE;
 	if (f->proto == IPPROTO_TCP) {
 		e.tcp_flags = f->tcp_flags;
 		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
-			e.flags = CT_F_CLOSING;
+			e.flags |= CT_F_CLOSING;
 	}
 	e.expires_ns = now + ct_lifetime_ns(f->proto, e.flags, e.tcp_flags);
 	e.packets = 1;

@@ -298,7 +298,7 @@ export class Agent {
       if (config.prometheusServeAddr !== undefined) agent.metricsServer = await MetricsServer.start(config.prometheusServeAddr, metrics, log.child({ subsys: 'metrics' }));
       agent.server = buildServer(agent.api());
       await listenOnSocket(agent.server, config.socket);
-      agent.observability?.start();
+      await agent.observability?.start();
       await agent.drainDeletionQueue();
       const { underlay } = basics;
       log.info(

@@ -1,6 +1,6 @@
 /**
  * What the agent runs for people to see the eBPF datapath: the monitor hub
- * (events ring buffer, read only while a client listens), the map inspector
+ * (events ring buffer, read from start to stop, clients or not), the map inspector
  * behind /v1/bpf/*, and the conntrack GC on its interval. All of it works
  * from the pins under `<bpffs root>/tendril/`, so it needs nothing of the
  * BpfDatapath object but where the pins are.
@@ -55,7 +55,12 @@ export class BpfObservability {
     };
   }
 
-  start(): void {
+  /**
+   * The conntrack GC, and the monitor's reader for good: EVENTS_LOST then
+   * counts only records a reader could not keep up with.
+   */
+  async start(): Promise<void> {
+    await this.monitor.start();
     this.#gc.start();
   }
 

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CodedError } from '../errors/codedError.js';
 import { ConfigError, ConfigErrorCode, defaultConfig, readConfigFile, validateConfig } from './config.js';
+import { configWithNode } from './kubernetes.js';
 
 const isConfigError = (code: ConfigErrorCode, message?: RegExp) => (err: unknown) =>
   err instanceof ConfigError && err instanceof CodedError && err.name === 'ConfigError' && err.code === code && (message === undefined || message.test(err.message));
@@ -16,7 +17,7 @@ describe('agent configuration', () => {
     assert.equal(validateConfig(hostScope({ nodeIp: 'fd00::1' })).nodeIp, 'fd00::1');
     assert.equal(validateConfig(hostScope({ nodeIp: '192.0.2.1' })).nodeIp, '192.0.2.1');
     // CIDR shape only: host bits and a zero-padded length pass here, IPAM applies its own rules.
-    assert.deepEqual(validateConfig(hostScope({ podCidrs: ['10.0.0.5/24', '10.1.0.0/016', 'fd00::/64'] })).podCidrs, ['10.0.0.5/24', '10.1.0.0/016', 'fd00::/64']);
+    assert.deepEqual(validateConfig(hostScope({ podCidrs: ['10.0.0.5/24', '10.1.0.0/016', 'fd00::/64'], datapath: 'routing' })).podCidrs, ['10.0.0.5/24', '10.1.0.0/016', 'fd00::/64']);
     for (const nodeIp of ['10.0.0.1/32', 'fe80::1%eth0', '10.0.0.256', 'node1']) {
       assert.throws(() => validateConfig(hostScope({ nodeIp })), isConfigError(ConfigErrorCode.INVALID, /nodeIp/), nodeIp);
     }
@@ -24,6 +25,22 @@ describe('agent configuration', () => {
       assert.throws(() => validateConfig(hostScope({ podCidrs: [cidr] })), isConfigError(ConfigErrorCode.INVALID, /podCidrs/), cidr);
     }
     assert.throws(() => validateConfig({ ...defaultConfig(), ipam: 'block' }), isConfigError(ConfigErrorCode.INVALID, /--pool-cidr/));
+  });
+
+  it('refuses an IPv6 pod CIDR with the eBPF datapath (it would drop the pods\' IPv6), in every IPAM mode; the routing datapath takes it', () => {
+    for (const [flag, extra] of [
+      ['--pod-cidr', { podCidrs: ['10.0.0.0/24', 'fd00::/64'] }],
+      ['--cluster-pool-cidr', { ipam: 'cluster-pool', clusterPoolCidrs: ['fd00::/104'] }],
+      ['--pool-cidr', { ipam: 'block', poolCidrs: ['10.9.0.0/16', 'fd00::/100'] }],
+    ] as const) {
+      assert.throws(() => validateConfig(hostScope(extra)), isConfigError(ConfigErrorCode.INVALID, new RegExp(`^${flag} fd00::/\\d+: the eBPF datapath does not carry IPv6 yet`)), flag);
+      assert.doesNotThrow(() => validateConfig(hostScope({ ...extra, datapath: 'routing' })), flag);
+    }
+    // --ipam kubernetes: the Node's spec.podCIDRs, once it is known.
+    const k8s = validateConfig({ ...defaultConfig(), ipam: 'kubernetes' });
+    const node = { name: 'tdl-n1', podCidrs: ['10.0.0.0/24', 'fd00::/64'], internalIps: [], externalIps: [] };
+    assert.throws(() => configWithNode(k8s, node), isConfigError(ConfigErrorCode.INVALID, /^--ipam kubernetes: Node tdl-n1 spec.podCIDRs fd00::\/64: the eBPF datapath does not carry IPv6 yet/));
+    assert.deepEqual(configWithNode({ ...k8s, datapath: 'routing' }, node).podCidrs, node.podCidrs);
   });
 
   it('resolves the routing mode from the kvstore when not given, so the config holds the mode in effect', () => {

@@ -210,8 +210,21 @@ export function validateConfig(raw: unknown): AgentConfig {
     c.routingMode !== 'tunnel' || c.datapath === 'bpf',
     '--routing-mode tunnel needs --datapath bpf (the overlay is the eBPF datapath\'s); use --routing-mode native with --datapath routing',
   );
+  for (const [flag, cidrs] of [['--pod-cidr', c.podCidrs], ['--cluster-pool-cidr', c.clusterPoolCidrs], ['--pool-cidr', c.poolCidrs]] as const) {
+    const v6 = cidrs.find((text) => tryParseInterfaceAddress(text, { leadingZeros: true })?.address.family === 6);
+    if (v6 !== undefined && c.datapath === 'bpf') throw new ConfigError(ipv6PodCidrRefusal(`${flag} ${v6}`));
+  }
   validateAbsolutePath(c.socket, 'socket path');
   return c;
+}
+
+/**
+ * Why an IPv6 pod CIDR cannot be served by the eBPF datapath yet: it has no
+ * IPv6 datapath (only ICMPv6 passes a pod's device), so its pods would get
+ * IPv6 addresses whose every packet is dropped. Refused at start instead.
+ */
+export function ipv6PodCidrRefusal(what: string): string {
+  return `${what}: the eBPF datapath does not carry IPv6 yet (a pod's IPv6 traffic would be dropped); give IPv4 pod CIDRs, or use --datapath routing`;
 }
 
 /** Reads the optional YAML config file; its keys are the config's field names. */

@@ -20,7 +20,7 @@ import {
   type OwnNode,
   type RetryOptions,
 } from '../k8s/index.js';
-import { type AgentConfig, ConfigError, k8sConnection } from './config.js';
+import { type AgentConfig, ConfigError, ipv6PodCidrRefusal, k8sConnection } from './config.js';
 
 /** --ipam kubernetes reads the Node's pod CIDRs: Kubernetes must be on (a flag, or in a pod with a service account). */
 export function requireKubernetesForIpam(config: AgentConfig, env: NodeJS.ProcessEnv = process.env): void {
@@ -125,6 +125,8 @@ export function configWithNode(config: AgentConfig, node: NodeFacts | undefined)
     if (node.podCidrs.length === 0) {
       throw new ConfigError(`--ipam kubernetes: Node ${node.name} has no spec.podCIDRs (the controller manager allocates them with --allocate-node-cidrs; or give the Node spec.podCIDRs)`);
     }
+    const v6 = node.podCidrs.find((c) => tryParsePrefix(c)?.family === 6);
+    if (v6 !== undefined && config.datapath === 'bpf') throw new ConfigError(ipv6PodCidrRefusal(`--ipam kubernetes: Node ${node.name} spec.podCIDRs ${v6}`));
     out = { ...out, podCidrs: node.podCidrs };
   }
   if (config.nodeIp === undefined && node) {

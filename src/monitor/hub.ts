@@ -1,9 +1,13 @@
 /**
- * Fans the datapath's events out to monitor clients. The ring buffer is read
- * only while at least one client is connected: with nobody watching, the
- * kernel's ring fills and drops new records on its own, at no cost to the
- * agent. Each record is decoded and resolved once, then handed to every
- * client whose filter it passes.
+ * Fans the datapath's events out to monitor clients. Once started (the
+ * agent starts it with the datapath) the ring buffer is read all the time,
+ * clients or not: a record the kernel cannot reserve is counted under
+ * EVENTS_LOST, and that count must mean "a reader fell behind", not "nobody
+ * was watching" (which, read only on demand, it did for every event between
+ * two monitor sessions). Records nobody subscribed to are counted and
+ * dropped before decoding, so an idle reader costs a wakeup per batch. Each
+ * record is decoded and resolved once, then handed to every client whose
+ * filter it passes.
  */
 import type { Logger } from '../logging/logger.js';
 import { RawMap, RingBufferReader } from '../datapath/kernel/bpf/index.js';
@@ -79,6 +83,8 @@ export class MonitorHub {
   readonly #log: Logger;
   readonly #subscribers = new Set<Subscriber>();
   #reader: { stop(): Promise<void> } | undefined;
+  /** start() was called: the reader stays open without clients, until close(). */
+  #alwaysReading = false;
   /** Reader start/stop, one at a time: two readers on one ring would share its consumer position. */
   #transition: Promise<void> = Promise.resolve();
   #records = 0;
@@ -95,17 +101,32 @@ export class MonitorHub {
     return { subscribers: this.#subscribers.size, reading: this.#reader !== undefined, records: this.#records, undecodable: this.#undecodable, stale: this.#stale };
   }
 
-  /** Joins; the first client starts the reader (and fails here if the ring buffer cannot be opened). */
+  /**
+   * Reads the ring buffer from now on, with or without clients (until
+   * close()); throws when it cannot be opened. Without it, the reader runs
+   * only while a client is subscribed.
+   */
+  async start(): Promise<void> {
+    await this.#serialize(async () => {
+      this.#openReader();
+      this.#alwaysReading = true;
+    });
+  }
+
+  #openReader(): void {
+    if (this.#reader !== undefined) return;
+    this.#reader = this.#source.open(
+      (records) => this.handleRecords(records),
+      (err) => void this.#fail(err),
+    );
+    this.#log.info('monitor: reading datapath events');
+  }
+
+  /** Joins; the first client starts the reader if start() did not (and fails here if the ring buffer cannot be opened). */
   async subscribe(filter: MonitorFilter, onEvent: (e: MonitorEvent) => void, onEnd: (reason: string) => void = () => undefined): Promise<MonitorSubscription> {
     const sub: Subscriber = { filter, onEvent, onEnd, since: process.hrtime.bigint() };
     await this.#serialize(async () => {
-      if (this.#reader === undefined) {
-        this.#reader = this.#source.open(
-          (records) => this.handleRecords(records),
-          (err) => void this.#fail(err),
-        );
-        this.#log.info('monitor: reading datapath events');
-      }
+      this.#openReader();
       this.#subscribers.add(sub);
     });
     let closed = false;
@@ -149,11 +170,12 @@ export class MonitorHub {
     }
   }
 
-  /** Ends every client and stops reading (agent shutdown). */
+  /** Ends every client and stops reading (agent shutdown, or the reader failed). */
   async close(reason = 'the agent is stopping'): Promise<void> {
     const subs = [...this.#subscribers];
     this.#subscribers.clear();
     for (const s of subs) s.onEnd(reason);
+    this.#alwaysReading = false;
     await this.#stopIfIdle();
   }
 
@@ -164,7 +186,7 @@ export class MonitorHub {
 
   #stopIfIdle(): Promise<void> {
     return this.#serialize(async () => {
-      if (this.#subscribers.size > 0 || this.#reader === undefined) return;
+      if (this.#subscribers.size > 0 || this.#alwaysReading || this.#reader === undefined) return;
       const reader = this.#reader;
       this.#reader = undefined;
       await reader.stop();

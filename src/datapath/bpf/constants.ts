@@ -143,6 +143,12 @@ export const CtFlag = {
   HAIRPIN: 1 << 2,
   /** The flow came from outside the node to a NodePort/externalIP/LoadBalancer frontend. */
   NODEPORT: 1 << 3,
+  /**
+   * A service entry (key flag SERVICE): it pins the backend and sees only
+   * the client's side, so the client's ACK makes it established; a flow's
+   * own entry is established only once a reply is seen.
+   */
+  SERVICE: 1 << 4,
 } as const;
 
 /**

@@ -12,7 +12,7 @@ import { parseIp } from '../../netip/index.js';
 import { TcAction } from '../kernel/bpf/index.js';
 import { BackendState, CtFlag, DropReason, EventType, LB_HAIRPIN_IP4, LbScope, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
 import { flowHash4, maglevSlot } from './flowHash.js';
-import { assertEvents, checkedTuple as tuple } from './testing/expect.js';
+import { assertEvents, assertLifetime, checkedTuple as tuple, CtTimeout } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER } from './testing/fixtures.js';
 import { LbNode, type TestFrontend } from './testing/lbNode.js';
 import {
@@ -147,6 +147,19 @@ describe('services in bpf_lxc', () => {
   describe('backend selection', () => {
     beforeEach(() => {
       lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.B.id, BE.C.id, BE.REMOTE.id] });
+    });
+
+    it('the service entry, which sees only the client, is established by its ACK; the flow\'s own entry waits for a reply', async () => {
+      const sport = 42000;
+      const to = tuple((await h.run(FROM, synAtoWeb(sport))).data);
+      const before = process.hrtime.bigint();
+      await h.run(FROM, tcpFrame({ ...fromA, src: POD_A.ip, dst: VIP, sport, dport: 80, flags: TcpFlag.ACK }));
+      const svcEntry = lb.serviceCt({ saddr: POD_A.ip, daddr: VIP, sport, dport: 80, proto: IpProto.TCP })!;
+      assert.equal(svcEntry.flags & CtFlag.SERVICE, CtFlag.SERVICE);
+      assertLifetime(svcEntry, CtTimeout.TCP_ESTABLISHED, before);
+      const flowEntry = h.ct({ saddr: POD_A.ip, daddr: to.dst, sport, dport: to.dport, proto: IpProto.TCP })!;
+      assert.equal(flowEntry.flags & CtFlag.SERVICE, 0);
+      assertLifetime(flowEntry, CtTimeout.TCP_SYN, before);
     });
 
     it('spreads connections at random and pins each to its backend in a service conntrack entry', async () => {

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
+import { parseIp } from '../../netip/index.js';
 import { TcAction } from '../kernel/bpf/index.js';
 import { CtFlag, CtTimeout, DropReason, EventType, MapName, MetricsReason, PolicyVerdict, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
 import { assertEvents, assertLifetime } from './testing/expect.js';
@@ -19,7 +20,9 @@ import {
   fragmentFrame,
   icmpEchoFrame,
   icmpError,
+  Icmp6Type,
   IcmpType,
+  icmpv6Message,
   icmpv6NeighborSolicitation,
   IpProto,
   ipv4Datagram,
@@ -290,6 +293,33 @@ describe('bpf_lxc tendril_from_container', () => {
         ]);
         assert.deepEqual(h.ct(tuple), closing, `${attempt}: the closing entry is untouched`);
       }
+    });
+
+    it('a lone ACK opens an entry with the SYN lifetime; only a reply makes it established', async () => {
+      allowAtoB80();
+      const tuple = { saddr: POD_A.ip, daddr: POD_B.ip, sport: 40100, dport: 80, proto: IpProto.TCP };
+      const ack = (flags: number) => tcpFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, sport: 40100, dport: 80, flags });
+      let before = process.hrtime.bigint();
+      assert.equal((await h.run(FROM, ack(TcpFlag.ACK))).retval, TcAction.REDIRECT);
+      let entry = h.ct(tuple)!;
+      assert.equal(entry.tcpFlags, TcpFlag.ACK);
+      assertLifetime(entry, CtTimeout.TCP_SYN, before);
+      // More of the same side, data included, proves nothing about the other end.
+      before = process.hrtime.bigint();
+      assert.equal((await h.run(FROM, ack(TcpFlag.ACK | TcpFlag.PSH))).retval, TcAction.REDIRECT);
+      entry = h.ct(tuple)!;
+      assert.equal(entry.flags, 0);
+      assertLifetime(entry, CtTimeout.TCP_SYN, before);
+      // B answers: established.
+      before = process.hrtime.bigint();
+      const answer = tcpFrame({ ...fromB, src: POD_B.ip, dst: POD_A.ip, sport: 80, dport: 40100, flags: TcpFlag.ACK });
+      assert.equal((await h.run(FROM, answer)).retval, TcAction.REDIRECT);
+      entry = h.ct(tuple)!;
+      assert.equal(entry.flags, CtFlag.REPLY_SEEN);
+      assertLifetime(entry, CtTimeout.TCP_ESTABLISHED, before);
+      before = process.hrtime.bigint();
+      assert.equal((await h.run(FROM, ack(TcpFlag.ACK))).retval, TcAction.REDIRECT);
+      assertLifetime(h.ct(tuple)!, CtTimeout.TCP_ESTABLISHED, before);
     });
 
     it('drops a delivery whose TTL would run out', async () => {
@@ -679,13 +709,26 @@ describe('bpf_lxc tendril_to_container', () => {
     assert.equal((await h.run(TO, unrelated)).retval, TcAction.SHOT);
   });
 
-  it('passes ARP, and traffic for an address that is no local pod', async () => {
+  it('passes ARP, multicast and broadcast; drops unicast for any address but this device\'s endpoint (NOT_FOR_ENDPOINT)', async () => {
     const arp = arpFrame({ senderMac: POD_A.lxcMac, senderIp: ROUTER.ip, targetIp: POD_A.ip });
     assert.equal((await h.run(TO, arp)).retval, TcAction.OK);
-    assert.equal((await h.run(TO, udpFrame({ src: WORLD_IP, dst: '10.200.0.99', sport: 1, dport: 2 }))).retval, TcAction.OK);
-    assert.equal(h.metric(0, INGRESS).packets, 2n);
+    for (const dst of ['224.0.0.251', '255.255.255.255']) assert.equal((await h.run(TO, udpFrame({ src: ROUTER.ip, dst, sport: 5353, dport: 5353 }))).retval, TcAction.OK, dst);
+    assert.equal(h.metric(0, INGRESS).packets, 3n);
+    // A pod address with no endpoint, the node's own address, and a pod that lives on another device (C, ifindex 77).
+    for (const dst of ['10.200.0.99', ROUTER.ip, POD_C.ip]) {
+      const r = await h.run(TO, udpFrame({ src: WORLD_IP, dst, sport: 1, dport: 2 }));
+      assert.equal(r.retval, TcAction.SHOT, dst);
+    }
+    assertEvents(await h.takeEvents(3), [
+      { type: DROP, subtype: code('NOT_FOR_ENDPOINT'), direction: INGRESS, daddr: '10.200.0.99', srcIdentity: IDENTITY.WORLD, dstEndpoint: 0 },
+      { type: DROP, subtype: code('NOT_FOR_ENDPOINT'), direction: INGRESS, daddr: ROUTER.ip, dstIdentity: IDENTITY.HOST, dstEndpoint: 0 },
+      { type: DROP, subtype: code('NOT_FOR_ENDPOINT'), direction: INGRESS, daddr: POD_C.ip, dstIdentity: IDENTITY.C, dstEndpoint: POD_C.endpointId },
+    ]);
+    assert.equal(h.metric(code('NOT_FOR_ENDPOINT'), INGRESS).packets, 3n);
+    // Even what C's policy would allow and what conntrack knows: the device decides first.
+    h.addPolicy({ endpointId: POD_C.endpointId, identity: 0, egress: false, cookie: ReservedCookie.NOT_ENFORCED });
+    assert.equal((await h.run(TO, udpFrame({ src: WORLD_IP, dst: POD_C.ip, sport: 1, dport: 2 }))).retval, TcAction.SHOT);
     assert.equal(await h.ctCount(), 0);
-    assertEvents(await h.takeEvents(), []);
   });
 
   it('drops a truncated IPv4 header and a later fragment with no first fragment', async () => {
@@ -698,6 +741,134 @@ describe('bpf_lxc tendril_to_container', () => {
     ]);
     // ipv4Datagram is what ipv4Frame wraps.
     assert.equal(ipv4Datagram({ src: WORLD_IP, dst: POD_A.ip, proto: 17, payload: Buffer.alloc(0) }).length, 20);
+  });
+});
+
+describe('bpf_lxc ICMPv6', () => {
+  let h: ProgramHarness;
+  /** The link-local addresses ping -6 uses between a pod and the node (its lxc device). */
+  const POD_LL = 'fe80::800:ff:fe00:a02';
+  const NODE_LL = 'fe80::800:ff:fe00:a01';
+  const fromPod = (dst: string, type: number, body?: Buffer) =>
+    ipv6Frame({ ...fromA, src: POD_LL, dst, nextHeader: IpProto.ICMPV6, hopLimit: 255, payload: icmpv6Message(POD_LL, dst, type, body) });
+  const toPod = (src: string, type: number, body?: Buffer) =>
+    ipv6Frame({ srcMac: POD_A.lxcMac, dstMac: POD_A.podMac, src, dst: POD_LL, nextHeader: IpProto.ICMPV6, hopLimit: 255, payload: icmpv6Message(src, POD_LL, type, body) });
+  const echoBody = () => Buffer.from([0x12, 0x34, 0, 1, 0xde, 0xad, 0xbe, 0xef]);
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(LXC_OBJECT);
+    // Only A owns the test device (ifindex 1): an IPv6 packet names no endpoint, the device does.
+    installNode(h);
+    h.addEndpoint({ ...POD_B, ifindex: 78 });
+  });
+  afterEach(async () => {
+    await h?.close();
+  });
+
+  it('an echo from the pod meets its egress policy as protocol 58 with the world as peer: denied by default', async () => {
+    const echo = fromPod(NODE_LL, Icmp6Type.ECHO_REQUEST, echoBody());
+    assert.equal((await h.run(FROM, echo)).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(2), [
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: EGRESS, proto: IpProto.ICMPV6, srcEndpoint: POD_A.endpointId, srcIdentity: IDENTITY.A, dstIdentity: IDENTITY.WORLD, saddr: POD_LL, daddr: NODE_LL },
+      { type: DROP, subtype: code('POLICY'), direction: EGRESS },
+    ]);
+    assert.equal(h.metric(code('POLICY'), EGRESS).packets, 1n);
+    // A deny rule for ICMPv6 says so by its cookie; an allow on protocol 58 (or any protocol) lets it through.
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.ICMPV6, cookie: COOKIE.DENY, deny: true });
+    assert.equal((await h.run(FROM, echo)).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(2), [
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.DENIED, cookie: COOKIE.DENY },
+      { type: DROP, subtype: code('POLICY_DENY'), cookie: COOKIE.DENY },
+    ]);
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.ICMPV6, cookie: COOKIE.A_EGRESS });
+    const r = await h.run(FROM, echo);
+    assert.equal(r.retval, TcAction.OK);
+    assert.deepEqual(r.data, echo);
+    assertEvents(await h.takeEvents(1), [{ type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, cookie: COOKIE.A_EGRESS }]);
+    // No conntrack for IPv6: nothing was recorded.
+    assert.equal(await h.ctCount(), 0);
+  });
+
+  it('a pod whose egress is not enforced pings freely, without verdict events', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: true, cookie: ReservedCookie.NOT_ENFORCED });
+    assert.equal((await h.run(FROM, fromPod(NODE_LL, Icmp6Type.ECHO_REQUEST, echoBody()))).retval, TcAction.OK);
+    assert.equal((await h.run(FROM, fromPod(NODE_LL, Icmp6Type.ECHO_REPLY, echoBody()))).retval, TcAction.OK);
+    assertEvents(await h.takeEvents(), []);
+  });
+
+  it('classifies the peer by the ipcache\'s IPv6 prefixes', async () => {
+    h.addIpcache('fd00:1::/64', IDENTITY.CIDR_24);
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.CIDR_24, egress: true, cookie: COOKIE.A_EGRESS });
+    assert.equal((await h.run(FROM, fromPod('fd00:1::5', Icmp6Type.ECHO_REQUEST, echoBody()))).retval, TcAction.OK);
+    assert.equal((await h.run(FROM, fromPod('fd00:2::5', Icmp6Type.ECHO_REQUEST, echoBody()))).retval, TcAction.SHOT);
+    assertEvents((await h.takeEvents(3)).filter((e) => e.type === POLICY_VERDICT), [
+      { subtype: PolicyVerdict.ALLOWED, dstIdentity: IDENTITY.CIDR_24, daddr: 'fd00:1::5' },
+      { subtype: PolicyVerdict.NO_MATCH, dstIdentity: IDENTITY.WORLD, daddr: 'fd00:2::5' },
+    ]);
+  });
+
+  it('passes neighbour discovery, router solicitation and MLD from the pod without policy; refuses its router advertisements and redirects', async () => {
+    for (const type of [Icmp6Type.ROUTER_SOLICIT, Icmp6Type.NEIGH_SOLICIT, Icmp6Type.NEIGH_ADVERT, Icmp6Type.MLD_REPORT, Icmp6Type.MLD_DONE, Icmp6Type.MLD2_REPORT, Icmp6Type.MLD_QUERY]) {
+      assert.equal((await h.run(FROM, fromPod('ff02::2', type, Buffer.alloc(20)))).retval, TcAction.OK, `type ${type}`);
+    }
+    assert.equal(h.metric(0, EGRESS).packets, 7n);
+    for (const type of [Icmp6Type.ROUTER_ADVERT, Icmp6Type.REDIRECT]) {
+      assert.equal((await h.run(FROM, fromPod('ff02::1', type, Buffer.alloc(36)))).retval, TcAction.SHOT, `type ${type}`);
+    }
+    assertEvents(await h.takeEvents(2), [
+      { type: DROP, subtype: code('ICMP6_NOT_ALLOWED'), direction: EGRESS, proto: IpProto.ICMPV6 },
+      { type: DROP, subtype: code('ICMP6_NOT_ALLOWED'), direction: EGRESS },
+    ]);
+    assert.equal(h.metric(code('ICMP6_NOT_ALLOWED'), EGRESS).packets, 2n);
+    // Even a pod whose egress is open may not advertise itself as a router.
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: true, cookie: ReservedCookie.NOT_ENFORCED });
+    assert.equal((await h.run(FROM, fromPod('ff02::1', Icmp6Type.ROUTER_ADVERT, Buffer.alloc(12)))).retval, TcAction.SHOT);
+  });
+
+  it('to the pod: an echo meets its ingress policy; router advertisements, redirects, the lxc device\'s router solicitations, neighbour discovery and MLD pass', async () => {
+    const echo = toPod(NODE_LL, Icmp6Type.ECHO_REQUEST, echoBody());
+    assert.equal((await h.run(TO, echo)).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(2), [
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, proto: IpProto.ICMPV6, dstEndpoint: POD_A.endpointId, dstIdentity: IDENTITY.A, srcIdentity: IDENTITY.WORLD, saddr: NODE_LL, daddr: POD_LL },
+      { type: DROP, subtype: code('POLICY'), direction: INGRESS },
+    ]);
+    for (const type of [Icmp6Type.ROUTER_ADVERT, Icmp6Type.REDIRECT, Icmp6Type.ROUTER_SOLICIT, Icmp6Type.NEIGH_SOLICIT, Icmp6Type.NEIGH_ADVERT, Icmp6Type.MLD_QUERY]) {
+      assert.equal((await h.run(TO, toPod(NODE_LL, type, Buffer.alloc(36)))).retval, TcAction.OK, `type ${type}`);
+    }
+    assertEvents(await h.takeEvents(), []);
+    // The host identity's allow-localhost entry does not cover the node's link-local address: it is no ipcache entry.
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
+    assert.equal((await h.run(TO, echo)).retval, TcAction.SHOT);
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: false, cookie: COOKIE.A_INGRESS });
+    assert.equal((await h.run(TO, echo)).retval, TcAction.OK);
+  });
+
+  it('holds a device with no endpoint to policy: nothing matches, dropped', async () => {
+    h.endpoints.delete(parseIp(POD_A.ip));
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: true, cookie: ReservedCookie.NOT_ENFORCED });
+    assert.equal((await h.run(FROM, fromPod(NODE_LL, Icmp6Type.ECHO_REQUEST, echoBody()))).retval, TcAction.SHOT);
+    assertEvents((await h.takeEvents(2)).filter((e) => e.type === DROP), [{ subtype: code('POLICY'), srcEndpoint: 0 }]);
+  });
+
+  it('walks at most four extension headers and drops what is cut short as INVALID_PACKET', async () => {
+    const ext = (next: number, len = 0) => Buffer.concat([Buffer.from([next, len]), Buffer.alloc(6 + len * 8)]);
+    const v6 = (nextHeader: number, payload: Buffer) => ipv6Frame({ ...fromA, src: POD_LL, dst: 'ff02::16', nextHeader, hopLimit: 1, payload });
+    const mld = icmpv6Message(POD_LL, 'ff02::16', Icmp6Type.MLD2_REPORT, Buffer.alloc(4));
+    // Hop-by-hop, destination options (16 bytes), routing: MLD behind three headers still passes.
+    assert.equal((await h.run(FROM, v6(0, Buffer.concat([ext(60), ext(43, 1), ext(IpProto.ICMPV6), mld])))).retval, TcAction.OK);
+    // Five headers: past the bound, not ICMPv6 as far as the program knows.
+    assert.equal((await h.run(FROM, v6(0, Buffer.concat([ext(60), ext(60), ext(60), ext(60), ext(IpProto.ICMPV6), mld])))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('UNKNOWN_L3') }]);
+    const cases: Array<[string, Buffer]> = [
+      ['hop-by-hop header cut short', v6(0, Buffer.from([IpProto.ICMPV6, 0, 5, 2]))],
+      ['hop-by-hop length past the payload', v6(0, Buffer.concat([Buffer.from([IpProto.ICMPV6, 4]), Buffer.alloc(6), mld]))],
+      ['ICMPv6 header cut short', v6(IpProto.ICMPV6, Buffer.from([Icmp6Type.ECHO_REQUEST, 0]))],
+      ['payload length past the frame', truncate(fromPod(NODE_LL, Icmp6Type.ECHO_REQUEST, echoBody()), 14 + 40 + 4)],
+    ];
+    for (const [what, frame] of cases) {
+      assert.equal((await h.run(FROM, frame)).retval, TcAction.SHOT, what);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('INVALID_PACKET') }]);
+    }
   });
 });
 

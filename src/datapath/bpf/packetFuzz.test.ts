@@ -18,7 +18,10 @@
 //     the device's own pod;
 //   - the verdict and drop reason agree with a reference model in
 //     TypeScript that parses the frame itself and decides new flows with
-//     MapState.lookup (src/policy/mapState.ts) over the same entries.
+//     MapState.lookup (src/policy/mapState.ts) over the same entries
+//     (on a pod's device: IPv6 only as ICMPv6, ND/MLD by direction, the
+//     rest under the device owner's policy; to_container only for the
+//     device's own pod).
 // tendril_from_host runs in tunnel mode with a ClusterIP, and each frame
 // arrives either from the node itself or forwarded from a device (a pod's,
 // or another): the model also says which identity a forwarded source has,
@@ -446,14 +449,73 @@ interface ModelState {
 
 const drop = (r: number, wellFormed = false, extra: Partial<Expected> = {}): Expected => ({ action: SHOT, reason: r, wellFormed, ...extra });
 
-function expectIpv6(f: Buffer): Expected {
-  if (f.length < 21 || f.length < 14 + 40) return drop(reason('INVALID_PACKET'));
-  let next = f[20]!;
-  if (next === 0) {
-    if (f.length < 55) return drop(reason('INVALID_PACKET'));
-    next = f[54]!;
+// ---- the reference model: a pod's device (IPv6 as ICMPv6 only; to_container's own-endpoint check) ----
+
+/**
+ * The endpoint owning the test device as bpf_lxc finds it for IPv6 (the first
+ * pod entry on TEST_IFINDEX in tendril_lxc's iteration order, which
+ * bpf_for_each_map_elem and a key walk share): A and B both sit on that
+ * device here. Set when the lxc object is loaded.
+ */
+let podDeviceOwner: Endpoint | undefined;
+
+async function findPodDeviceOwner(object: BpfObject): Promise<Endpoint | undefined> {
+  const endpoints = object.map(MapName.ENDPOINTS, endpointKey, endpointInfo);
+  for await (const [, info] of endpoints.entries()) {
+    if (info.ifindex === TEST_IFINDEX && !(info.flags & EndpointFlag.HOST)) return ENDPOINTS.find((e) => e.endpointId === info.endpointId);
   }
-  return next === IpProto.ICMPV6 ? { action: OK, wellFormed: false } : drop(reason('UNKNOWN_L3'));
+  return undefined;
+}
+
+const ICMP6_EXT_HEADERS = new Set([0, 43, 60]);
+const ICMP6_MAX_EXT_HEADERS = 4;
+
+/** ipv6_load: the upper-layer protocol past at most four extension headers, or INVALID_PACKET. */
+function walkIpv6(f: Buffer): { proto: number; l4Off: number; ipEnd: number } | number {
+  if (f.length < 14 + 40 || f[14]! >> 4 !== 6) return reason('INVALID_PACKET');
+  const ipEnd = 14 + 40 + f.readUInt16BE(18);
+  if (ipEnd > f.length) return reason('INVALID_PACKET');
+  let next = f[20]!;
+  let off = 14 + 40;
+  for (let i = 0; i < ICMP6_MAX_EXT_HEADERS && ICMP6_EXT_HEADERS.has(next); i++) {
+    if (off + 8 > ipEnd) return reason('INVALID_PACKET');
+    next = f[off]!;
+    off += (f[off + 1]! + 1) * 8;
+  }
+  return { proto: next, l4Off: off, ipEnd };
+}
+
+/** icmp6_disposition: neighbour discovery (router solicitations both ways) and MLD pass; a pod never advertises or redirects. */
+function icmp6Disposition(type: number, fromPod: boolean): 'pass' | 'policy' | 'refuse' {
+  if ([130, 131, 132, 143, 133, 135, 136].includes(type)) return 'pass';
+  if (type === 134 || type === 137) return fromPod ? 'refuse' : 'pass';
+  return 'policy';
+}
+
+/** IPv6 at a pod's device, either direction: only ICMPv6, and the owner's policy (protocol 58, peer the world: no IPv6 ipcache entries here) for what is not ND/MLD. */
+function expectPodIpv6(f: Buffer, s: ModelState, fromPod: boolean): Expected {
+  const ip = walkIpv6(f);
+  if (typeof ip === 'number') return drop(ip);
+  if (ip.proto !== IpProto.ICMPV6) return drop(reason('UNKNOWN_L3'));
+  if (ip.l4Off + 4 > ip.ipEnd) return drop(reason('INVALID_PACKET'));
+  const disposition = icmp6Disposition(f[ip.l4Off]!, fromPod);
+  if (disposition === 'pass') return { action: OK, wellFormed: false };
+  if (disposition === 'refuse') return drop(reason('ICMP6_NOT_ALLOWED'));
+  if (!podDeviceOwner) return drop(reason('POLICY'));
+  const d = s.policy.decide(podDeviceOwner.endpointId, fromPod ? 'egress' : 'ingress', IDENTITY.WORLD, IpProto.ICMPV6, 0);
+  return d.allowed ? { action: OK, wellFormed: false } : drop(d.reason);
+}
+
+/**
+ * to_container delivers only to the endpoint owning its device: a unicast
+ * address that is not it is NOT_FOR_ENDPOINT; multicast and broadcast pass.
+ * Undefined when the destination is the device's own pod.
+ */
+function expectToContainerDestination(ip: Ipv4): Expected | undefined {
+  if (ip.daddr >>> 28 === 0xe || ip.daddr === 0xffffffff) return { action: OK, wellFormed: false };
+  const dst = podAt(ip.daddr);
+  if (!dst || dst.ifindex !== TEST_IFINDEX) return drop(reason('NOT_FOR_ENDPOINT'));
+  return undefined;
 }
 
 function expectArp(f: Buffer): Expected {
@@ -492,7 +554,7 @@ function expectIngress(f: Buffer, ip: Ipv4, dst: Endpoint, s: ModelState, pass: 
 function expectFromContainer(f: Buffer, s: ModelState): Expected {
   const type = f.length >= 14 ? f.readUInt16BE(12) : 0;
   if (type === EtherType.ARP) return expectArp(f);
-  if (type === EtherType.IPV6) return expectIpv6(f);
+  if (type === EtherType.IPV6) return expectPodIpv6(f, s, true);
   if (type !== EtherType.IPV4) return drop(reason('UNKNOWN_L3'));
   const ip = parseIpv4(f);
   if (!ip) return drop(reason('INVALID_PACKET'));
@@ -528,13 +590,13 @@ function expectFromContainer(f: Buffer, s: ModelState): Expected {
 function expectToContainer(f: Buffer, s: ModelState): Expected {
   const type = f.length >= 14 ? f.readUInt16BE(12) : 0;
   if (type === EtherType.ARP) return { action: OK, wellFormed: false };
-  if (type === EtherType.IPV6) return expectIpv6(f);
+  if (type === EtherType.IPV6) return expectPodIpv6(f, s, false);
   if (type !== EtherType.IPV4) return drop(reason('UNKNOWN_L3'));
   const ip = parseIpv4(f);
   if (!ip) return drop(reason('INVALID_PACKET'));
-  const dst = podAt(ip.daddr);
-  if (!dst) return { action: OK, wellFormed: false };
-  return expectIngress(f, ip, dst, s, { action: OK, wellFormed: true });
+  const notMine = expectToContainerDestination(ip);
+  if (notMine) return notMine;
+  return expectIngress(f, ip, podAt(ip.daddr)!, s, { action: OK, wellFormed: true });
 }
 
 function expectFromHost(f: Buffer, s: ModelState, ingress: number): Expected {
@@ -822,6 +884,7 @@ async function harness(object: 'lxc' | 'host'): Promise<FuzzHarness> {
   if (!h) {
     harnesses.set(object, (h = await FuzzHarness.load(object === 'lxc' ? LXC_OBJECT : HOST_OBJECT, MARKERS[object])));
     if (object === 'host') installHostTrustBoundary(h.object);
+    if (object === 'lxc') podDeviceOwner = await findPodDeviceOwner(h.object);
   }
   return h;
 }

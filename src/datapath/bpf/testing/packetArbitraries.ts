@@ -201,16 +201,31 @@ const arpArb = fc
     return { label: 'arp', frame: Buffer.concat([f, Buffer.alloc(p.pad)]) };
   });
 
-/** IPv6: ICMPv6 straight or behind a hop-by-hop header, other next headers and extension chains. */
+/**
+ * ICMPv6 types a pod's device tells apart (neighbour discovery, MLD, router
+ * advertisement and redirect, echo) and some it does not.
+ */
+const icmpv6TypeArb = fc.constantFrom(128, 129, 130, 131, 132, 133, 134, 135, 136, 137, 143, 1, 3, 200);
+
+/**
+ * IPv6: ICMPv6 of every kind, straight or behind extension headers (up to
+ * five, one past the programs' bound; a fragment header ends the walk),
+ * other next headers.
+ */
 const ipv6Arb = fc
-  .record({ chain: fc.array(fc.constantFrom(0, 43, 44, 60), { maxLength: 2 }), last: fc.constantFrom(IpProto.ICMPV6, IpProto.UDP, IpProto.TCP, 59), body: fc.uint8Array({ maxLength: 24 }) })
+  .record({
+    chain: fc.array(fc.constantFrom(0, 43, 44, 60), { maxLength: 5 }),
+    last: fc.constantFrom(IpProto.ICMPV6, IpProto.ICMPV6, IpProto.UDP, IpProto.TCP, 59),
+    type: icmpv6TypeArb,
+    body: fc.uint8Array({ maxLength: 24 }),
+  })
   .map((p): FuzzFrame => {
     const headers: Buffer[] = [];
     const nexts = [...p.chain.slice(1), p.last];
     for (const n of nexts.slice(0, p.chain.length)) headers.push(Buffer.from([n, 0, 0, 0, 0, 0, 0, 0]));
     const first = p.chain.length > 0 ? p.chain[0]! : p.last;
-    const payload = Buffer.concat([...headers, Buffer.from([135, 0, 0, 0]), Buffer.from(p.body)]);
-    return { label: `ipv6-${[...p.chain, p.last].join('-')}`, frame: ipv6Frame({ ...macs, src: 'fe80::1', dst: 'ff02::1:ff00:1', nextHeader: first, payload }) };
+    const payload = Buffer.concat([...headers, Buffer.from([p.type, 0, 0, 0]), Buffer.from(p.body)]);
+    return { label: `ipv6-${[...p.chain, p.last].join('-')}-t${p.type}`, frame: ipv6Frame({ ...macs, src: 'fe80::1', dst: 'ff02::1:ff00:1', nextHeader: first, payload }) };
   });
 
 const randomArb: fc.Arbitrary<FuzzFrame> = fc.oneof(
@@ -228,7 +243,7 @@ export const wellFormedFrameArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => f
   { weight: 1, arbitrary: otherProtoArb(side) },
   { weight: 2, arbitrary: fragmentArb(side) },
   { weight: 2, arbitrary: arpArb },
-  { weight: 1, arbitrary: ipv6Arb },
+  { weight: 2, arbitrary: ipv6Arb },
 );
 
 /** One change to a frame; `fix` recomputes the IPv4 header checksum afterwards (an inconsistent header that still verifies). */

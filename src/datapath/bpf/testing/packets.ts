@@ -339,6 +339,28 @@ export function icmpv6NeighborSolicitation(src: string, dst: string, target: str
   return m;
 }
 
+/** ICMPv6 types the pod programs tell apart (RFC 4443, 4861, 2710, 3810). */
+export const Icmp6Type = {
+  ECHO_REQUEST: 128,
+  ECHO_REPLY: 129,
+  MLD_QUERY: 130,
+  MLD_REPORT: 131,
+  MLD_DONE: 132,
+  ROUTER_SOLICIT: 133,
+  ROUTER_ADVERT: 134,
+  NEIGH_SOLICIT: 135,
+  NEIGH_ADVERT: 136,
+  REDIRECT: 137,
+  MLD2_REPORT: 143,
+} as const;
+
+/** An ICMPv6 message of any type (code 0): the 4-byte header then `body`, with its checksum. */
+export function icmpv6Message(src: string, dst: string, type: number, body: Uint8Array = Buffer.alloc(4)): Buffer {
+  const m = Buffer.concat([Buffer.from([type, 0, 0, 0]), body]);
+  m.writeUInt16BE(internetChecksum(Buffer.concat([pseudoHeader6(src, dst, IpProto.ICMPV6, m.length), m])), 2);
+  return m;
+}
+
 export interface Ipv4Fields {
   ethDst: string;
   ethSrc: string;

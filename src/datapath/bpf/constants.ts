@@ -15,7 +15,7 @@ export const DropReason = {
   POLICY: { code: -133, text: 'policy denied: no rule allows this flow' },
   INVALID_PACKET: { code: -134, text: 'malformed or truncated packet' },
   CT_INVALID_HEADER: { code: -135, text: 'L4 header too short for connection tracking' },
-  UNKNOWN_L3: { code: -139, text: 'unsupported L3 protocol (IPv6 is not enforced yet)' },
+  UNKNOWN_L3: { code: -139, text: 'unsupported L3 protocol (IPv6 other than ICMPv6 is not carried yet)' },
   WRITE_ERROR: { code: -141, text: 'failed to rewrite the packet' },
   UNKNOWN_ENDPOINT: { code: -150, text: 'destination is a pod address with no local endpoint' },
   TTL_EXCEEDED: { code: -151, text: 'TTL exceeded on local delivery' },

@@ -22,7 +22,7 @@ import { ENDPOINT_REF, type EndpointStatus } from '../../endpoint/index.js';
 import { parseIdentityNumber } from '../../identity/index.js';
 import type { IpcacheEntry } from '../../ipcache/index.js';
 import type { Allocation } from '../../ipam/index.js';
-import { LabelSet, LabelSource, parseLabel } from '../../labels/index.js';
+import { isKubernetesDerivedKey, LabelSet, LabelSource, parseLabel, requireNotKubernetesDerived } from '../../labels/index.js';
 import type { Logger } from '../../logging/logger.js';
 import {
   type EndpointPolicy,
@@ -326,12 +326,17 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
     const source = ep.podNamespace ? LabelSource.K8s : LabelSource.Container;
     let labels = LabelSet.parse(ep.labels);
+    const from = 'PATCH /endpoint/{id}/labels';
     for (const text of body.delete ?? []) {
       // A key without a source deletes it from every source.
       const l = parseLabel(text, LabelSource.Any);
+      // Deleting the namespace label would take the pod out of its namespace's policies (its isolation included).
+      if (isKubernetesDerivedKey(l.key)) throw new AgentError('INVALID_REQUEST', `${from}: label key "${l.key}" is derived from Kubernetes and cannot be deleted through the API; nothing was changed`);
       labels = labels.without(l.key, l.source);
     }
-    labels = labels.with((body.add ?? []).map((t) => parseLabel(t, source)));
+    const added = (body.add ?? []).map((t) => parseLabel(t, source));
+    for (const l of added) requireNotKubernetesDerived(l, from);
+    labels = labels.with(added);
     return endpointBody(await endpoints.updateLabels(ep.id, labels));
   });
 

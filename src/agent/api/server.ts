@@ -18,7 +18,7 @@ import {
   VALIDATE_RESPONSES_ENV,
 } from '../../api/types.js';
 import { ipFamily } from '../../cni/index.js';
-import { ENDPOINT_REF, type EndpointStatus } from '../../endpoint/index.js';
+import { ENDPOINT_REF, type EndpointNotReady, type EndpointStatus } from '../../endpoint/index.js';
 import { parseIdentityNumber } from '../../identity/index.js';
 import type { IpcacheEntry } from '../../ipcache/index.js';
 import type { Allocation } from '../../ipam/index.js';
@@ -80,8 +80,8 @@ export interface PolicyApi {
   readonly clusterRevision?: number;
   list(filter: PolicyFilter): Policy[];
   /** Resolves once the policies are in force and stored (kvstore); a store failure rolls the import back. */
-  import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[] }>;
-  delete(filter: PolicyFilter): Promise<{ revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[] }>;
+  import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
+  delete(filter: PolicyFilter): Promise<{ revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
   selectors(): ReturnType<SelectorCache['list']>;
   trace(src: TracePeer, dst: TracePeer, proto: number, port: number): TraceResult;
   endpointPolicy(id: number): EndpointPolicy;
@@ -149,6 +149,18 @@ function endpointRef(endpoints: EndpointApi, ref: string): EndpointStatus {
   const ep = endpoints.lookup(ref);
   if (!ep) throw new AgentError('NOT_FOUND', `endpoint ${ref} not found`);
   return ep;
+}
+
+/**
+ * What a policy change does to the endpoints it touches: `regenerated` are
+ * those whose new policy goes in force, `notReady` those whose new map state
+ * does not fit (they go not-ready and keep their previous policy). Counting
+ * the second among the first told a user "regenerated" for endpoints that
+ * were not.
+ */
+function regenerationOutcome(r: { endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }): { regenerated: number[]; notReady: Array<{ endpoint: number; reason: string }> } {
+  const failed = new Set(r.notReady.map((n) => n.endpoint));
+  return { regenerated: r.endpoints.filter((id) => !failed.has(id)), notReady: r.notReady.map((n) => ({ endpoint: n.endpoint, reason: n.reason })) };
 }
 
 /** Which resources a not yet synced Kubernetes watch still lists. */
@@ -367,7 +379,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
   app.put('/v1/policy', async (req): Promise<ResponseBody<'putPolicy', 200>> => {
     const r = await policy.import((req.body as PolicyImport).text);
-    return { revision: r.revision, policies: r.policies.map(formatPolicyName), regenerated: [...r.endpoints] };
+    return { revision: r.revision, policies: r.policies.map(formatPolicyName), ...regenerationOutcome(r) };
   });
   app.delete('/v1/policy', async (req): Promise<ResponseBody<'deletePolicy', 200>> => {
     const q = req.query as QueryParams<'deletePolicy'>;
@@ -375,7 +387,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     // An empty filter deletes everything: demand that be said out loud.
     if (Object.keys(filter).length === 0 && q.all !== true) throw new AgentError('INVALID_REQUEST', 'give name, namespace or label to select policies, or all=true to delete every policy');
     const r = await policy.delete(filter);
-    return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), regenerated: [...r.endpoints] };
+    return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), ...regenerationOutcome(r) };
   });
   app.get('/v1/policy/selectors', async (): Promise<ResponseBody<'getPolicySelectors', 200>> => policy.selectors());
   app.post('/v1/policy/trace', async (req): Promise<ResponseBody<'tracePolicy', 200>> => {

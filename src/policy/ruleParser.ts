@@ -44,6 +44,7 @@ import {
 } from './selector.js';
 import type { ProtocolName } from './types.js';
 import { stripUnsupportedFields, type StrippedDocument } from './unsupportedFields.js';
+import { checkPolicyNesting } from './yamlNesting.js';
 
 // The derived keys are src/labels' (the one list of what only the agent may set); re-exported for the policy API.
 export { NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL };
@@ -494,6 +495,7 @@ function documentValue(doc: { toJS(opts: { maxAliasCount: number }): unknown }, 
 
 /** Parses YAML or JSON text with any number of documents. */
 export function parsePolicyText(text: string): Policy[] {
+  checkPolicyNesting(text);
   const docs = parseAllDocuments(text);
   const list = Array.isArray(docs) ? docs : [docs];
   const raws: RawDocument[] = [];

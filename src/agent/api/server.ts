@@ -39,6 +39,7 @@ import { type EndpointAdoption, toAgentError } from '../cniService.js';
 import { OwnershipError } from '../ownershipError.js';
 import { type BpfApi, registerBpfRoutes } from './bpfRoutes.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
+import { findDuplicateKey } from './duplicateKeys.js';
 import { type MonitorApi, registerMonitorRoute } from './monitorRoute.js';
 import { registerServiceRoutes } from './serviceRoutes.js';
 import { type NodeApi, registerNodeRoutes } from './nodeRoutes.js';
@@ -138,6 +139,8 @@ export interface MetricsApi {
 export interface ServerOptions {
   /** Check every response against api/openapi.yaml (default: $TENDRIL_VALIDATE_RESPONSES is 1). */
   validateResponses?: boolean;
+  /** How long a client has to send a whole request, headers and body (default API_REQUEST_TIMEOUT_MS). */
+  requestTimeoutMs?: number;
   /** The document served (default: api/openapi.yaml). */
   spec?: OpenApiSchemas;
 }
@@ -220,11 +223,48 @@ function validateResponses(app: FastifyInstance, spec: OpenApiSchemas, log: Logg
   });
 }
 
+/**
+ * A client has this long to send a whole request, headers and body: every
+ * body the document admits is at most about a MiB, written at once over a
+ * local socket. Without it (fastify's default is no limit) a client sending a
+ * chunked body that never ends held its connection, and the memory of what it
+ * sent, for as long as it liked. The time the agent takes to answer is not
+ * counted: that is each operation's own (a CNI ADD may take minutes).
+ */
+export const API_REQUEST_TIMEOUT_MS = 10_000;
+
+/**
+ * How often node:http looks for requests past their time (its default, 30 s,
+ * would let one overrun the limit threefold). Limit plus this is the
+ * longest a request can take to arrive.
+ */
+function timeoutCheckInterval(requestTimeoutMs: number): number {
+  return Math.max(50, Math.min(1000, Math.floor(requestTimeoutMs / 4)));
+}
+
 /** The agent's REST API (api/openapi.yaml), validated against that document. */
 export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyInstance {
   const spec = opts.spec ?? new OpenApiSchemas();
-  // HEAD routes are not in the document, so fastify does not add them.
-  const app = Fastify({ logger: false, exposeHeadRoutes: false });
+  const requestTimeout = opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS;
+  const app = Fastify({
+    logger: false,
+    // HEAD routes are not in the document, so fastify does not add them.
+    exposeHeadRoutes: false,
+    // Both bounds are node:http's (answered 408, then the connection is closed); headers are part of the request.
+    requestTimeout,
+    http: { requestTimeout, headersTimeout: requestTimeout, connectionsCheckingInterval: timeoutCheckInterval(requestTimeout) },
+  });
+  // JSON bodies as fastify parses them (secure-json-parse: __proto__ and constructor refused), once no key repeats.
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    const duplicate = findDuplicateKey(body as string);
+    if (duplicate) {
+      done(new AgentError('INVALID_REQUEST', `invalid JSON body: key ${JSON.stringify(duplicate.key)} appears more than once in the object at ${duplicate.path === '' ? 'the top level' : duplicate.path}; a key may be given once`), undefined);
+      return;
+    }
+    parseJson(req, body as string, done);
+  });
   const { endpoints, ipam, policy, identities, ipcache, health } = agent;
 
   const served: ServedRoute[] = [];

@@ -6,7 +6,7 @@ import { parseLabel } from './label.js';
 import { LabelSource } from './source.js';
 
 /** The keys of the issue, in tendril's spelling and Cilium's, and capitalised (a key without '/' may hold capitals). */
-export const DERIVED_KEYS = [
+const DERIVED_KEYS = [
   'io.kubernetes.pod.namespace',
   'io.tendril.k8s.namespace.labels.team',
   'io.tendril.k8s.namespace.labels.kubernetes.io/metadata.name',

@@ -171,6 +171,8 @@ export class Agent {
       maglevTableSize: config.lbMaglevTableSize,
       localAddresses: () => this.endpoints.list().flatMap((ep) => ep.addresses.filter((a) => a.family === 4).map((a) => a.ip)),
       nodeAddresses: () => this.nodeAddresses.addresses.map((p) => p.slice(0, p.indexOf('/'))),
+      routerAddresses: () => this.routerAddresses.keys(),
+      podCidrs: () => this.ipam.podCidrs(),
     });
     // An endpoint that comes or goes changes which backends are local (externalTrafficPolicy Local).
     this.unsubscribeEndpoints = this.endpoints.subscribe((change) => {

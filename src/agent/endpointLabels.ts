@@ -1,6 +1,17 @@
 import { AgentError } from '../api/errors.js';
 import type { CniArgs, NetConf } from '../cni/index.js';
-import { LabelError, LabelErrorCode, LabelSet, LabelSource, makeLabel, parseLabel, POD_NAMESPACE_LABEL, requirePodLabel, type Label } from '../labels/index.js';
+import {
+  LabelError,
+  LabelErrorCode,
+  LabelSet,
+  LabelSource,
+  makeLabel,
+  parseLabel,
+  POD_NAMESPACE_LABEL,
+  requireNotKubernetesDerived,
+  requirePodLabel,
+  type Label,
+} from '../labels/index.js';
 
 /** Pod identity facts a runtime passes in CNI_ARGS (kubelet's and podman's keys). */
 export interface PodRef {
@@ -60,9 +71,12 @@ export function labelTextsFromCni(args: CniArgs, conf: NetConf): LabelText[] {
  * An endpoint's labels: the pod namespace as a k8s label plus the given ones.
  * Without a source prefix a label is `k8s:` inside Kubernetes and
  * `container:` outside it. Only sources a pod may carry are accepted
- * (`reserved:host` would make the pod the host): anything else is
- * INVALID_REQUEST, CNI code 7 like every other invalid label, whether it came
- * from CNI_ARGS, the netconf or the API.
+ * (`reserved:host` would make the pod the host), and no key Kubernetes
+ * derives (the namespace, its labels, the service account, the cluster: only
+ * `pod.namespace` and the API server give those, or a pod in `evil` could
+ * claim `team=trusted` of another namespace and pass its namespaceSelector):
+ * anything else is INVALID_REQUEST, CNI code 7 like every other invalid
+ * label, whether it came from CNI_ARGS, the netconf or the API.
  */
 export function endpointLabels(texts: readonly LabelText[], pod: PodRef): LabelSet {
   const source = pod.namespace ? LabelSource.K8s : LabelSource.Container;
@@ -71,9 +85,11 @@ export function endpointLabels(texts: readonly LabelText[], pod: PodRef): LabelS
   for (const { text, from } of texts) {
     try {
       const label = parseLabel(text, source);
+      requireNotKubernetesDerived(label, from);
       requirePodLabel(label);
       labels.push(label);
     } catch (err) {
+      if (err instanceof LabelError && err.code === LabelErrorCode.KEY_DERIVED) throw new AgentError('INVALID_REQUEST', `refused: ${err.message}; nothing was created`);
       if (err instanceof LabelError && err.code === LabelErrorCode.SOURCE_NOT_ALLOWED) throw new AgentError('INVALID_REQUEST', `${from} refused: ${err.message}`);
       if (err instanceof LabelError) throw new AgentError('INVALID_REQUEST', `invalid label ${JSON.stringify(text)} in ${from}: ${err.message}`);
       throw err;

@@ -4,7 +4,10 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { run } from '../../test/support/run.js';
 import type { CniRequest } from '../api/types.js';
+import { VALIDATE_RESPONSES_ENV } from '../api/types.js';
+import { CLI_MAIN } from '../cli/testing/cliProcess.js';
 import { dbFromWebPolicy } from '../policy/testing/policies.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
@@ -44,6 +47,8 @@ async function until(what: string, cond: () => boolean): Promise<void> {
 }
 
 before(async () => {
+  // Every answer of the agent's API is checked against api/openapi.yaml (the new notReady field included).
+  process.env[VALIDATE_RESPONSES_ENV] = '1';
   node = await startFakeNodeAgent({ nodeName: 'tdl-policyfull', podCidr: '10.93.0.0/24', policyEndpointMaxEntries: LIMIT });
 });
 
@@ -73,4 +78,36 @@ test('a policy beyond the per-endpoint limit: the endpoint is not-ready with the
   await node.agent.api().policy.delete({ name: 'db-many-ports', namespace: 'default' });
   await until('db is ready again', () => status().state === 'ready');
   assert.equal(JSON.stringify(node.datapath.endpointState(db)!.policy.entries), held);
+});
+
+test('`tendril policy import` says which endpoints went not-ready and why, not "regenerated"; so do the API and -o json', async () => {
+  const api = node.agent.api();
+  const db = api.endpoints.lookup('container-id:tdl-pf-db')!.id;
+  const status = () => api.endpoints.lookup(String(db))!;
+  await until('db is ready with the small policy', () => status().state === 'ready');
+  const cli = (args: string[], input: string) => run([process.execPath, CLI_MAIN, 'policy', ...args, '--socket', node.config.socket], { input });
+
+  const text = await cli(['import', '-'], WIDE);
+  assert.equal(text.code, 0, text.stderr);
+  assert.match(text.stdout, /^Endpoints regenerated: 0$/m, text.stdout);
+  assert.match(text.stdout, /^Endpoints NOT ready: 1 \(their previous policy stays in force\)$/m, text.stdout);
+  assert.match(text.stdout, new RegExp(`^  endpoint ${db}: its policy needs \\d+ policy map entries, the limit is ${LIMIT} \\(--bpf-policy-endpoint-max\\)`, 'm'), text.stdout);
+  await until('db is not-ready', () => status().state === 'not-ready');
+
+  // Deleting the wide policy regenerates db: it is named among the regenerated and no longer not-ready.
+  const del = await cli(['delete', '--name', 'db-many-ports', '--namespace', 'default', '-o', 'json'], '');
+  assert.equal(del.code, 0, del.stderr);
+  const deleted = JSON.parse(del.stdout) as { regenerated: number[]; notReady: unknown[] };
+  assert.deepEqual(deleted.notReady, []);
+  assert.ok(deleted.regenerated.includes(db), del.stdout);
+  await until('db is ready again', () => status().state === 'ready');
+
+  const json = await cli(['import', '-', '-o', 'json'], WIDE);
+  assert.equal(json.code, 0, json.stderr);
+  const body = JSON.parse(json.stdout) as { regenerated: number[]; notReady: Array<{ endpoint: number; reason: string }> };
+  assert.deepEqual(body.regenerated, [], 'db is not counted as regenerated');
+  assert.deepEqual(body.notReady.map((n) => n.endpoint), [db]);
+  assert.match(body.notReady[0]!.reason, new RegExp(`the limit is ${LIMIT}`));
+  await api.policy.delete({ name: 'db-many-ports', namespace: 'default' });
+  await until('db is ready at the end', () => status().state === 'ready');
 });

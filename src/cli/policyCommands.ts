@@ -8,6 +8,19 @@ import type { PolicyTrace } from '../api/types.js';
 const repeatable = (v: string, prev: string[] = []) => [...prev, v];
 const labelList = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
 
+/**
+ * The endpoints a policy change regenerated, and those it left not-ready
+ * (the policy does not fit their map) each with its reason: a count of
+ * "regenerated" that included them said the opposite of what happened.
+ */
+export function regenerationLines(r: { regenerated: readonly number[]; notReady: ReadonlyArray<{ endpoint: number; reason: string }> }): string {
+  let out = `Endpoints regenerated: ${r.regenerated.length}${r.regenerated.length > 0 ? ` (${r.regenerated.join(', ')})` : ''}\n`;
+  if (r.notReady.length === 0) return out;
+  out += `Endpoints NOT ready: ${r.notReady.length} (their previous policy stays in force)\n`;
+  for (const n of r.notReady) out += `  endpoint ${n.endpoint}: ${n.reason}\n`;
+  return out;
+}
+
 /** `tendril policy …`: the agent's policy repository, as `cilium policy` does it. */
 export function registerPolicyCommands(program: Command): void {
   const policy = program.command('policy').description('network policy: import, get, delete, selectors, trace');
@@ -22,7 +35,7 @@ export function registerPolicyCommands(program: Command): void {
       }
       if (!hasDocument(text)) throw new CliError(`no policy documents in ${file === '-' ? 'stdin' : file}`);
       const r = await call(() => client(opts).putPolicy({ text }));
-      output(opts, r, () => `Revision: ${r.revision}\nImported: ${r.policies.join(', ')}\nEndpoints regenerated: ${r.regenerated.length}\n`);
+      output(opts, r, () => `Revision: ${r.revision}\nImported: ${r.policies.join(', ')}\n${regenerationLines(r)}`);
     },
   );
 
@@ -50,7 +63,7 @@ export function registerPolicyCommands(program: Command): void {
         ...(opts.all ? { all: true } : {}),
       };
       const r = await call(() => client(opts).deletePolicy(query));
-      output(opts, r, () => `Revision: ${r.revision}\nDeleted: ${r.deleted.join(', ') || '(none)'}\n`);
+      output(opts, r, () => `Revision: ${r.revision}\nDeleted: ${r.deleted.join(', ') || '(none)'}\n${r.notReady.length > 0 ? regenerationLines(r) : ''}`);
     });
 
   withAgentOpts(policy.command('selectors').description('each selector and the identities it selects')).action(async (opts: AgentOpts) => {

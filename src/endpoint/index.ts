@@ -22,7 +22,7 @@ export {
   type RestoreHooks,
   type RestoreReport,
 } from './manager.js';
-export { PolicyRevisions, type PolicyChange, type PolicyChangeListener, type EndpointPolicySnapshot } from './policyRevisions.js';
+export { PolicyRevisions, type EndpointNotReady, type PolicyChange, type PolicyChangeListener, type EndpointPolicySnapshot } from './policyRevisions.js';
 export { RegenerationQueue } from './regenerationQueue.js';
 export { ENDPOINT_REF, MAX_ENDPOINT_ID } from './registry.js';
 export { StepTimer } from './stepTimer.js';

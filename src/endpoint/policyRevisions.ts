@@ -17,6 +17,18 @@ export interface PolicyChange {
   readonly revision: number;
   /** Endpoints whose map state changed, sorted: each needs a regeneration. */
   readonly endpoints: readonly number[];
+  /**
+   * Those of `endpoints` whose new map state does not fit their policy map:
+   * their regeneration fails, they go not-ready and keep the policy they
+   * had. Known when the change is made, so whoever made it can be told.
+   */
+  readonly notReady: readonly EndpointNotReady[];
+}
+
+/** An endpoint a policy change leaves not-ready, and why. */
+export interface EndpointNotReady {
+  readonly endpoint: number;
+  readonly reason: string;
 }
 
 /** An endpoint's policy at one revision: what one regeneration puts in force. */
@@ -105,7 +117,10 @@ export class PolicyRevisions {
   #apply(result: PolicyUpdateResult, repositoryChanged: boolean, self?: number): PolicyChange {
     const regenerated = result.regenerations.map((r: EndpointRegeneration) => r.endpointId);
     if (repositoryChanged || regenerated.some((id) => id !== self)) this.#revision++;
-    const change: PolicyChange = { revision: this.#revision, endpoints: regenerated };
+    const notReady = result.regenerations.flatMap((r) =>
+      r.error ? [{ endpoint: r.endpointId, reason: `its policy needs ${r.error.entries} policy map entries, the limit is ${r.error.limit} (--bpf-policy-endpoint-max); the previous policy stays in force` }] : [],
+    );
+    const change: PolicyChange = { revision: this.#revision, endpoints: regenerated, notReady };
     if (regenerated.length > 0) for (const l of this.#listeners) l(change);
     return change;
   }

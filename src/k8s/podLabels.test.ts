@@ -56,6 +56,13 @@ describe('k8sPodLabels', () => {
     ]);
   });
 
+  it('drops the derived keys in any case too (a key without \'/\' may hold capitals): the one list of src/labels', () => {
+    const skipped: SkippedLabel[] = [];
+    const labels = k8sPodLabels(pod({ app: 'web', 'IO.KUBERNETES.POD.NAMESPACE': 'kube-system', 'IO.Cilium.K8S.policy.cluster': 'other', 'io.tendril.k8s.policy.cluster': 'other' }), undefined, (s) => skipped.push(s));
+    assert.deepEqual(labels.toStrings(), ['k8s:app=web', 'k8s:io.kubernetes.pod.namespace=shop']);
+    assert.deepEqual(skipped.map((s) => s.key).sort(), ['IO.Cilium.K8S.policy.cluster', 'IO.KUBERNETES.POD.NAMESPACE', 'io.tendril.k8s.policy.cluster']);
+  });
+
   it('leaves out a namespace label too long once prefixed, and says so', () => {
     const long = 'x'.repeat(40);
     const skipped: SkippedLabel[] = [];

@@ -4,31 +4,24 @@
  * keys under NAMESPACE_LABEL_PREFIX, the namespace as POD_NAMESPACE_LABEL).
  */
 import type { V1Namespace, V1Pod } from '@kubernetes/client-node';
-import { LabelError, LabelSet, LabelSource, makeLabel, POD_NAMESPACE_LABEL, type Label } from '../labels/index.js';
-import { NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL } from '../policy/index.js';
+import {
+  isKubernetesDerivedKey,
+  LabelError,
+  LabelSet,
+  LabelSource,
+  makeLabel,
+  NAMESPACE_LABEL_PREFIX,
+  POD_NAMESPACE_LABEL,
+  SERVICE_ACCOUNT_LABEL,
+  type Label,
+} from '../labels/index.js';
 
 export { SERVICE_ACCOUNT_LABEL };
-
-/**
- * Every key under these is derived by an agent (namespace labels, service
- * account): tendril's own, and Cilium's, which imported Cilium policies
- * select on (translated to tendril's, but a pod must not carry them either).
- */
-const DERIVED_KEY_PREFIXES = ['io.tendril.k8s.', 'io.cilium.k8s.'];
 
 /** A label the pod's own metadata cannot set, and why. */
 export interface SkippedLabel {
   key: string;
   reason: string;
-}
-
-/**
- * Keys only the watcher writes. A pod labelled `io.kubernetes.pod.namespace:
- * kube-system` would otherwise claim another namespace's identity and pass
- * that namespace's policies.
- */
-function reservedPodKey(key: string): boolean {
-  return key === POD_NAMESPACE_LABEL || DERIVED_KEY_PREFIXES.some((p) => key.startsWith(p));
 }
 
 /**
@@ -50,7 +43,9 @@ export function k8sPodLabels(pod: V1Pod, namespace: V1Namespace | undefined, onS
     }
   };
   for (const [k, v] of Object.entries(pod.metadata?.labels ?? {})) {
-    if (reservedPodKey(k)) onSkipped?.({ key: k, reason: 'the key is reserved for labels the agent derives' });
+    // Keys only the watcher writes (src/labels' list): a pod labelled `io.kubernetes.pod.namespace:
+    // kube-system` would otherwise claim another namespace's identity and pass its policies.
+    if (isKubernetesDerivedKey(k)) onSkipped?.({ key: k, reason: 'the key is reserved for labels the agent derives' });
     else add(k, v, k);
   }
   for (const [k, v] of Object.entries(namespace?.metadata?.labels ?? {})) add(`${NAMESPACE_LABEL_PREFIX}${k}`, v, `namespace label ${k}`);

@@ -9,6 +9,8 @@ export const LabelErrorCode = {
   INVALID_SOURCE: 'LABEL_INVALID_SOURCE',
   /** A source a pod's labels may not have (reserved, cidr, …): only the agent gives those. */
   SOURCE_NOT_ALLOWED: 'LABEL_SOURCE_NOT_ALLOWED',
+  /** A key only the agent derives from Kubernetes (the pod's namespace, its namespace's labels, …). */
+  KEY_DERIVED: 'LABEL_KEY_DERIVED',
   INVALID_KEY: 'LABEL_INVALID_KEY',
   KEY_TOO_LONG: 'LABEL_KEY_TOO_LONG',
   INVALID_VALUE: 'LABEL_INVALID_VALUE',

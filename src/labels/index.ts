@@ -6,6 +6,14 @@
 export { LabelError, LabelErrorCode } from './errors.js';
 export { LabelSource, isLabelSource, parseLabelSource } from './source.js';
 export { POD_LABEL_SOURCES, isPodLabelSource, requirePodLabel } from './podSources.js';
+export {
+  KUBERNETES_DERIVED_KEYS,
+  KUBERNETES_DERIVED_KEY_PREFIXES,
+  NAMESPACE_LABEL_PREFIX,
+  SERVICE_ACCOUNT_LABEL,
+  isKubernetesDerivedKey,
+  requireNotKubernetesDerived,
+} from './kubernetesDerived.js';
 export { ReservedLabelKey, RESERVED_LABEL_KEYS, isReservedLabelKey } from './reserved.js';
 export {
   type Label,

@@ -12,6 +12,8 @@ import {
   LabelSet,
   LabelSource,
   makeLabel,
+  NAMESPACE_LABEL_PREFIX,
+  SERVICE_ACCOUNT_LABEL,
   type Label,
 } from '../labels/index.js';
 import { prefixContains, tryParsePrefix, type IpPrefix } from '../netip/index.js';
@@ -42,11 +44,10 @@ import {
 } from './selector.js';
 import type { ProtocolName } from './types.js';
 import { stripUnsupportedFields, type StrippedDocument } from './unsupportedFields.js';
+import { checkPolicyNesting } from './yamlNesting.js';
 
-/** Namespace labels are part of a pod's identity under this prefix (namespaceSelector matches them). */
-export const NAMESPACE_LABEL_PREFIX = 'io.tendril.k8s.namespace.labels.';
-/** A pod's service account in its identity (Cilium's io.cilium.k8s.policy.serviceaccount). */
-export const SERVICE_ACCOUNT_LABEL = 'io.tendril.k8s.policy.serviceaccount';
+// The derived keys are src/labels' (the one list of what only the agent may set); re-exported for the policy API.
+export { NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL };
 /** Derived policy labels, matched by delete-by-labels. */
 export const POLICY_NAMESPACE_LABEL = 'io.tendril.policy.namespace';
 export const POLICY_DERIVED_FROM_LABEL = 'io.tendril.policy.derived-from';
@@ -494,6 +495,7 @@ function documentValue(doc: { toJS(opts: { maxAliasCount: number }): unknown }, 
 
 /** Parses YAML or JSON text with any number of documents. */
 export function parsePolicyText(text: string): Policy[] {
+  checkPolicyNesting(text);
   const docs = parseAllDocuments(text);
   const list = Array.isArray(docs) ? docs : [docs];
   const raws: RawDocument[] = [];

@@ -16,7 +16,7 @@ import { MAGLEV_DEFAULT_TABLE_SIZE } from './maglev.js';
 import { dependsOnLocality, keyOfBackend, renderService, type RenderContext } from './render.js';
 import { SERVICE_RECORD_VERSION, type ServiceStore, type StoredService } from './serviceStore.js';
 import type { LbAlgorithm, ServiceApi, ServiceSpec, ServiceStatus } from './types.js';
-import { frontendKey, type NormalizedService, sameService, validateServiceId, validateServiceSpec } from './validate.js';
+import { frontendKey, type NormalizedService, sameService, validateServiceId, validateServiceSpec, type ValidationContext } from './validate.js';
 
 export interface ServiceManagerOptions {
   /** The datapath's load balancer; without one every write is UNSUPPORTED. */
@@ -28,8 +28,11 @@ export interface ServiceManagerOptions {
   maglevTableSize?: number;
   /** This node's endpoint addresses: a backend there is local (external or internal traffic policy Local). */
   localAddresses?: () => Iterable<string>;
-  /** This node's own addresses: a NodePort frontend other than 0.0.0.0 must be one. */
+  /** This node's own addresses: a NodePort frontend other than 0.0.0.0 must be one, a ClusterIP none. */
   nodeAddresses?: () => Iterable<string>;
+  /** The node's router addresses and pod CIDRs: no ClusterIP, external or LoadBalancer frontend there (nor on an endpoint's address, localAddresses). */
+  routerAddresses?: () => Iterable<string>;
+  podCidrs?: () => Iterable<string>;
   /** How long after a failure services the datapath did not take are written again (default 10 s). */
   retryIntervalMs?: number;
 }
@@ -107,8 +110,7 @@ export class ServiceManager implements ServiceApi {
 
   async upsert(id: number, body: ServiceSpec): Promise<{ service: ServiceStatus; created: boolean; changed: boolean }> {
     const lb = this.#requireLb();
-    const nodeAddresses = this.o.nodeAddresses ? new Set([...this.o.nodeAddresses()].filter((a) => !a.includes(':'))) : undefined;
-    const spec = validateServiceSpec(id, body, nodeAddresses ? { nodeAddresses } : {});
+    const spec = validateServiceSpec(id, body, this.#validationContext());
     return this.#serial(async () => {
       await this.#retryBackendDeletes(lb);
       const prev = this.#services.get(spec.id);
@@ -287,6 +289,17 @@ export class ServiceManager implements ServiceApi {
     const run = this.#tail.then(fn, fn);
     this.#tail = run.catch(() => undefined);
     return run;
+  }
+
+  /** What the node uses now: the addresses a new frontend may not take. */
+  #validationContext(): ValidationContext {
+    const { nodeAddresses, routerAddresses, localAddresses, podCidrs } = this.o;
+    return {
+      ...(nodeAddresses ? { nodeAddresses: new Set([...nodeAddresses()].filter((a) => !a.includes(':'))) } : {}),
+      ...(routerAddresses ? { routerAddresses: new Set(routerAddresses()) } : {}),
+      ...(localAddresses ? { podAddresses: new Set(localAddresses()) } : {}),
+      ...(podCidrs ? { podCidrs: [...podCidrs()] } : {}),
+    };
   }
 
   #localSet(): ReadonlySet<string> | undefined {

@@ -6,7 +6,7 @@
  */
 import type { LbBackendState, LbProtocol } from '../datapath/types.js';
 import { MAX_SERVICE_ID } from '../datapath/bpf/constants.js';
-import { ipFamilyOf, parseIp } from '../netip/index.js';
+import { ipFamilyOf, parseIp, prefixContainsIp, tryParsePrefix } from '../netip/index.js';
 import { ServiceError, ServiceErrorCode } from './errors.js';
 import type { ServiceFlags, ServiceType, TrafficPolicy } from './types.js';
 
@@ -36,8 +36,14 @@ export interface NormalizedService {
 }
 
 export interface ValidationContext {
-  /** The node's IPv4 addresses: a NodePort frontend must be 0.0.0.0 or one of them. Unchecked when absent. */
+  /** The node's IPv4 addresses: a NodePort frontend must be 0.0.0.0 or one of them, a ClusterIP none of them. Unchecked when absent. */
   nodeAddresses?: ReadonlySet<string>;
+  /** The node's router addresses (the pods' gateway): never a frontend. */
+  routerAddresses?: ReadonlySet<string>;
+  /** The node's endpoints' addresses: never a frontend. */
+  podAddresses?: ReadonlySet<string>;
+  /** The prefixes the node gives its pods addresses from: no frontend inside (it would shadow a pod to come). */
+  podCidrs?: readonly string[];
 }
 
 /** Fields of GET /service/{id} that a PUT may carry back unchanged: ignored (they are not the client's to set). */
@@ -120,8 +126,32 @@ function frontend(v: unknown, type: ServiceType, ctx: ValidationContext): Normal
     if (ip !== '0.0.0.0') unicast(ip, `${field}.ip`);
   } else {
     ip = unicast(v.ip, `${field}.ip`);
+    const why = takenAddress(ip, type, ctx);
+    if (why) throw invalid(`${field}.ip: ${ip} ${why}: a ${type} frontend there would capture the traffic meant for it`);
   }
   return { ip, port, protocol: proto };
+}
+
+/**
+ * Why a ClusterIP, external or LoadBalancer address is one the node already
+ * uses, or undefined. The datapath translates a frontend before routing, so
+ * a service on the router address took the pods' traffic to their gateway,
+ * and one on a pod's address took every connection to that pod (on its
+ * port). A node address stays allowed for external and LoadBalancer IPs,
+ * where Kubernetes users put them on purpose; a ClusterIP is virtual and
+ * never one.
+ */
+function takenAddress(ip: string, type: ServiceType, ctx: ValidationContext): string | undefined {
+  if (ctx.routerAddresses?.has(ip)) return 'is this node\'s router address (the pods\' gateway)';
+  if (ctx.podAddresses?.has(ip)) return 'is a pod\'s address';
+  const addr = parseIp(ip);
+  const cidr = ctx.podCidrs?.find((c) => {
+    const p = tryParsePrefix(c);
+    return p !== undefined && prefixContainsIp(p, addr);
+  });
+  if (cidr) return `is in this node's pod CIDR ${cidr} (pods' addresses)`;
+  if (type === 'ClusterIP' && ctx.nodeAddresses?.has(ip)) return 'is one of this node\'s addresses';
+  return undefined;
 }
 
 function backends(v: unknown): NormalizedBackend[] {

@@ -18,11 +18,11 @@ import {
   VALIDATE_RESPONSES_ENV,
 } from '../../api/types.js';
 import { ipFamily } from '../../cni/index.js';
-import { ENDPOINT_REF, type EndpointStatus } from '../../endpoint/index.js';
+import { ENDPOINT_REF, type EndpointNotReady, type EndpointStatus } from '../../endpoint/index.js';
 import { parseIdentityNumber } from '../../identity/index.js';
 import type { IpcacheEntry } from '../../ipcache/index.js';
 import type { Allocation } from '../../ipam/index.js';
-import { LabelSet, LabelSource, parseLabel } from '../../labels/index.js';
+import { isKubernetesDerivedKey, LabelSet, LabelSource, parseLabel, requireNotKubernetesDerived } from '../../labels/index.js';
 import type { Logger } from '../../logging/logger.js';
 import {
   type EndpointPolicy,
@@ -39,6 +39,7 @@ import { type EndpointAdoption, toAgentError } from '../cniService.js';
 import { OwnershipError } from '../ownershipError.js';
 import { type BpfApi, registerBpfRoutes } from './bpfRoutes.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
+import { findDuplicateKey } from './duplicateKeys.js';
 import { type MonitorApi, registerMonitorRoute } from './monitorRoute.js';
 import { registerServiceRoutes } from './serviceRoutes.js';
 import { type NodeApi, registerNodeRoutes } from './nodeRoutes.js';
@@ -80,8 +81,8 @@ export interface PolicyApi {
   readonly clusterRevision?: number;
   list(filter: PolicyFilter): Policy[];
   /** Resolves once the policies are in force and stored (kvstore); a store failure rolls the import back. */
-  import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[] }>;
-  delete(filter: PolicyFilter): Promise<{ revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[] }>;
+  import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
+  delete(filter: PolicyFilter): Promise<{ revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
   selectors(): ReturnType<SelectorCache['list']>;
   trace(src: TracePeer, dst: TracePeer, proto: number, port: number): TraceResult;
   endpointPolicy(id: number): EndpointPolicy;
@@ -138,6 +139,8 @@ export interface MetricsApi {
 export interface ServerOptions {
   /** Check every response against api/openapi.yaml (default: $TENDRIL_VALIDATE_RESPONSES is 1). */
   validateResponses?: boolean;
+  /** How long a client has to send a whole request, headers and body (default API_REQUEST_TIMEOUT_MS). */
+  requestTimeoutMs?: number;
   /** The document served (default: api/openapi.yaml). */
   spec?: OpenApiSchemas;
 }
@@ -149,6 +152,18 @@ function endpointRef(endpoints: EndpointApi, ref: string): EndpointStatus {
   const ep = endpoints.lookup(ref);
   if (!ep) throw new AgentError('NOT_FOUND', `endpoint ${ref} not found`);
   return ep;
+}
+
+/**
+ * What a policy change does to the endpoints it touches: `regenerated` are
+ * those whose new policy goes in force, `notReady` those whose new map state
+ * does not fit (they go not-ready and keep their previous policy). Counting
+ * the second among the first told a user "regenerated" for endpoints that
+ * were not.
+ */
+function regenerationOutcome(r: { endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }): { regenerated: number[]; notReady: Array<{ endpoint: number; reason: string }> } {
+  const failed = new Set(r.notReady.map((n) => n.endpoint));
+  return { regenerated: r.endpoints.filter((id) => !failed.has(id)), notReady: r.notReady.map((n) => ({ endpoint: n.endpoint, reason: n.reason })) };
 }
 
 /** Which resources a not yet synced Kubernetes watch still lists. */
@@ -208,11 +223,48 @@ function validateResponses(app: FastifyInstance, spec: OpenApiSchemas, log: Logg
   });
 }
 
+/**
+ * A client has this long to send a whole request, headers and body: every
+ * body the document admits is at most about a MiB, written at once over a
+ * local socket. Without it (fastify's default is no limit) a client sending a
+ * chunked body that never ends held its connection, and the memory of what it
+ * sent, for as long as it liked. The time the agent takes to answer is not
+ * counted: that is each operation's own (a CNI ADD may take minutes).
+ */
+export const API_REQUEST_TIMEOUT_MS = 10_000;
+
+/**
+ * How often node:http looks for requests past their time (its default, 30 s,
+ * would let one overrun the limit threefold). Limit plus this is the
+ * longest a request can take to arrive.
+ */
+function timeoutCheckInterval(requestTimeoutMs: number): number {
+  return Math.max(50, Math.min(1000, Math.floor(requestTimeoutMs / 4)));
+}
+
 /** The agent's REST API (api/openapi.yaml), validated against that document. */
 export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyInstance {
   const spec = opts.spec ?? new OpenApiSchemas();
-  // HEAD routes are not in the document, so fastify does not add them.
-  const app = Fastify({ logger: false, exposeHeadRoutes: false });
+  const requestTimeout = opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS;
+  const app = Fastify({
+    logger: false,
+    // HEAD routes are not in the document, so fastify does not add them.
+    exposeHeadRoutes: false,
+    // Both bounds are node:http's (answered 408, then the connection is closed); headers are part of the request.
+    requestTimeout,
+    http: { requestTimeout, headersTimeout: requestTimeout, connectionsCheckingInterval: timeoutCheckInterval(requestTimeout) },
+  });
+  // JSON bodies as fastify parses them (secure-json-parse: __proto__ and constructor refused), once no key repeats.
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    const duplicate = findDuplicateKey(body as string);
+    if (duplicate) {
+      done(new AgentError('INVALID_REQUEST', `invalid JSON body: key ${JSON.stringify(duplicate.key)} appears more than once in the object at ${duplicate.path === '' ? 'the top level' : duplicate.path}; a key may be given once`), undefined);
+      return;
+    }
+    parseJson(req, body as string, done);
+  });
   const { endpoints, ipam, policy, identities, ipcache, health } = agent;
 
   const served: ServedRoute[] = [];
@@ -326,12 +378,17 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
     const source = ep.podNamespace ? LabelSource.K8s : LabelSource.Container;
     let labels = LabelSet.parse(ep.labels);
+    const from = 'PATCH /endpoint/{id}/labels';
     for (const text of body.delete ?? []) {
       // A key without a source deletes it from every source.
       const l = parseLabel(text, LabelSource.Any);
+      // Deleting the namespace label would take the pod out of its namespace's policies (its isolation included).
+      if (isKubernetesDerivedKey(l.key)) throw new AgentError('INVALID_REQUEST', `${from}: label key "${l.key}" is derived from Kubernetes and cannot be deleted through the API; nothing was changed`);
       labels = labels.without(l.key, l.source);
     }
-    labels = labels.with((body.add ?? []).map((t) => parseLabel(t, source)));
+    const added = (body.add ?? []).map((t) => parseLabel(t, source));
+    for (const l of added) requireNotKubernetesDerived(l, from);
+    labels = labels.with(added);
     return endpointBody(await endpoints.updateLabels(ep.id, labels));
   });
 
@@ -362,7 +419,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
   app.put('/v1/policy', async (req): Promise<ResponseBody<'putPolicy', 200>> => {
     const r = await policy.import((req.body as PolicyImport).text);
-    return { revision: r.revision, policies: r.policies.map(formatPolicyName), regenerated: [...r.endpoints] };
+    return { revision: r.revision, policies: r.policies.map(formatPolicyName), ...regenerationOutcome(r) };
   });
   app.delete('/v1/policy', async (req): Promise<ResponseBody<'deletePolicy', 200>> => {
     const q = req.query as QueryParams<'deletePolicy'>;
@@ -370,7 +427,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     // An empty filter deletes everything: demand that be said out loud.
     if (Object.keys(filter).length === 0 && q.all !== true) throw new AgentError('INVALID_REQUEST', 'give name, namespace or label to select policies, or all=true to delete every policy');
     const r = await policy.delete(filter);
-    return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), regenerated: [...r.endpoints] };
+    return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), ...regenerationOutcome(r) };
   });
   app.get('/v1/policy/selectors', async (): Promise<ResponseBody<'getPolicySelectors', 200>> => policy.selectors());
   app.post('/v1/policy/trace', async (req): Promise<ResponseBody<'tracePolicy', 200>> => {

@@ -213,7 +213,8 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 		 */
 		return nodeport_host_reply4(skb, f, ip, action);
 	svc_flags = svc->flags;
-	f->src_identity = ipcache_identity4(f->saddr);
+	/* From the wire: never the node, a local pod, or (tunnel mode) another node's; a --devices device is no pod's. */
+	flow_set_arrived_source4(f, 0);
 	/*
 	 * A ClusterIP is no frontend for the outside, even when a router sends
 	 * its traffic here (the stack would route it into tendril_host, which
@@ -241,8 +242,8 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 			*action = nodeport_to_remote4(skb, f, ip, dev, now);
 		return 1;
 	}
-	/* A local backend sees the client's own address (Local and Cluster alike). */
-	ret = ingress_ct_policy4(skb, f, ip, dst, TRACE_TO_ENDPOINT, now);
+	/* A local backend sees the client's own address (Local and Cluster alike), judged as it arrived. */
+	ret = ingress_ct_policy4_source(skb, f, ip, dst, TRACE_TO_ENDPOINT, now, 1);
 	if (ret) {
 		*action = ret;
 		return 1;

@@ -108,11 +108,12 @@ static __always_inline int nodeport_snat_reply4(struct __sk_buff *skb, struct fl
  * then source ← the address of the device the FIB sends it out of (this
  * device's when that one is none of ours; the node's InternalIP when the
  * backend is reached through the overlay) and a NAT port, then out (or
- * encapsulated).
+ * encapsulated with the client's identity, f->src_identity, as VNI).
  */
 static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					       __u64 now)
 {
+	__u32 client_identity = tunnel_portable_identity(f->src_identity);
 	struct tunnel_route route;
 	struct device_info *out;
 	struct bpf_fib_lookup fib;
@@ -146,9 +147,14 @@ static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flo
 	ret = snat4_apply(skb, f, ip, nat_addr, NAT_F_NODEPORT, now);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
-	/* The source is the node's own address now: its identity is the node's. */
+	/*
+	 * The source is the node's address now, but the flow is the client's:
+	 * the VNI carries the client's identity as it arrived (world, a CIDR's
+	 * is node-local), never the node's, which the backend's node would take
+	 * for a remote node's own traffic.
+	 */
 	if (tunneled)
-		return tunnel_encap4(skb, f, &route, IDENTITY_HOST, DIR_NONE);
+		return tunnel_encap4(skb, f, &route, client_identity, DIR_NONE);
 	return nodeport_redirect4(skb, f, ip, &fib);
 }
 

@@ -12,7 +12,7 @@
  *     for what the node itself sends, and for what it forwards (a router
  *     sent it here from a device) only what its address is known as here,
  *     never the node's or, in tunnel mode, another node's
- *     (from_host_set_source4).
+ *     (flow_set_arrived_source4).
  *     The agent also routes each ClusterIP here: the node's connections to
  *     a service are load-balanced (DNAT, the backend's ingress policy,
  *     delivery to a local backend, through the overlay to a backend on
@@ -49,50 +49,13 @@ static __always_inline int from_host_deliver4(struct __sk_buff *skb, struct flow
 }
 
 /*
- * The identity of a packet the node forwards into tendril_host (it arrived
- * on a device: skb->ingress_ifindex is that device's, where the node's own
- * packets have 0 and are judged by their address, flow_set_source4). Its
- * source is only what its address says as this node knows it: a local
- * pod when it came from that pod's device, else the ipcache's identity (a
- * CIDR's, else world); never the node's own, and in tunnel mode never
- * another node's or a pod another node hosts: between nodes those travel
- * inside the overlay, so such a source on a device is forged. Anything
- * else claiming to be of the cluster is world.
- */
-static __always_inline void from_host_set_source4(struct __sk_buff *skb, struct flow *f)
-{
-	struct remote_endpoint_info *info;
-	struct endpoint_info *ep;
-	__u32 id;
-
-	f->src_identity = IDENTITY_WORLD;
-	ep = endpoint_lookup4(f->saddr);
-	if (ep) {
-		if (!(ep->flags & ENDPOINT_F_HOST) && ep->ifindex == skb->ingress_ifindex) {
-			f->src_identity = ep->identity;
-			f->src_endpoint = ep->endpoint_id;
-		}
-		return;
-	}
-	info = ipcache_lookup4(f->saddr);
-	if (!info)
-		return;
-	id = info->identity;
-	if (id == IDENTITY_HOST)
-		return;
-	if (config_tunnel_ifindex() && (info->tunnel_ip4 || id == IDENTITY_REMOTE_NODE))
-		return;
-	f->src_identity = id;
-}
-
-/*
  * A ClusterIP (a frontend with none of NodePort, externalIP, LoadBalancer)
  * answers pods, the node and other nodes' pods only, unless
  * --bpf-lb-external-clusterip. Pods and other nodes translate it before it
  * leaves them, so a packet to one that the node forwards into tendril_host
  * came from outside (a router sent it here), whatever device it arrived on
  * (one in --devices drops it already); only a local pod's packet from its
- * own device (from_host_set_source4 named its endpoint) is let through.
+ * own device (flow_set_arrived_source4 named its endpoint) is let through.
  */
 static __always_inline int from_host_clusterip_allowed(const struct flow *f, const struct lb4_service *svc)
 {
@@ -124,7 +87,7 @@ static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow
 	if (!svc)
 		return 0;
 	if (forwarded) {
-		from_host_set_source4(skb, f);
+		flow_set_arrived_source4(f, skb->ingress_ifindex);
 		src_identity = tunnel_portable_identity(f->src_identity);
 		if (!from_host_clusterip_allowed(f, svc)) {
 			*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_NONE, 0);
@@ -190,7 +153,7 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 		if (tunnel_route4(f->daddr, &route)) {
 			f->src_identity = IDENTITY_HOST;
 			if (skb->ingress_ifindex) {
-				from_host_set_source4(skb, f);
+				flow_set_arrived_source4(f, skb->ingress_ifindex);
 				f->src_identity = tunnel_portable_identity(f->src_identity);
 			}
 			f->dst_identity = route.identity;
@@ -202,7 +165,7 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 	}
 	/* A forwarded packet's source is judged now; the node's own by its address, for new flows only (a conntrack hit carries it). */
 	if (skb->ingress_ifindex)
-		from_host_set_source4(skb, f);
+		flow_set_arrived_source4(f, skb->ingress_ifindex);
 	if (l4_ret < 0) {
 		f->dst_identity = dst->identity;
 		f->dst_endpoint = dst->endpoint_id;

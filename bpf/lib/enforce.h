@@ -10,6 +10,7 @@
 #define __TENDRIL_LIB_ENFORCE_H_
 
 #include "common.h"
+#include "config.h"
 #include "conntrack.h"
 #include "drop.h"
 #include "endpoints.h"
@@ -55,6 +56,42 @@ static __always_inline void flow_set_source4(struct flow *f)
 		return;
 	}
 	f->src_identity = ipcache_identity4(f->saddr);
+}
+
+/*
+ * The identity of a packet that arrived on a device, `device` (its
+ * skb->ingress_ifindex; 0 for a device no pod owns): only what its address
+ * is known as here. A local pod when it came from that pod's own device,
+ * else the ipcache's identity (a CIDR's, else world); never the node's own
+ * (the node's packets have no ingress device and are judged by
+ * flow_set_source4), a local pod's from any other device, and in tunnel
+ * mode never another node's or a pod another node hosts: between nodes
+ * those travel inside the overlay, so such a source on a device is forged.
+ */
+static __always_inline void flow_set_arrived_source4(struct flow *f, __u32 device)
+{
+	struct remote_endpoint_info *info;
+	struct endpoint_info *ep;
+	__u32 id;
+
+	f->src_identity = IDENTITY_WORLD;
+	ep = endpoint_lookup4(f->saddr);
+	if (ep) {
+		if (device && !(ep->flags & ENDPOINT_F_HOST) && ep->ifindex == device) {
+			f->src_identity = ep->identity;
+			f->src_endpoint = ep->endpoint_id;
+		}
+		return;
+	}
+	info = ipcache_lookup4(f->saddr);
+	if (!info)
+		return;
+	id = info->identity;
+	if (id == IDENTITY_HOST)
+		return;
+	if (config_tunnel_ifindex() && (info->tunnel_ip4 || id == IDENTITY_REMOTE_NODE))
+		return;
+	f->src_identity = id;
 }
 
 /*
@@ -104,22 +141,29 @@ static __always_inline int ingress_ct_policy4(struct __sk_buff *skb, struct flow
 
 /*
  * A packet from the node's stack to local endpoint `dst`: its ports, then
- * ingress_ct_policy4. Returns 0 when the packet may go on, else
- * TC_ACT_SHOT after reporting the drop.
+ * ingress_ct_policy4_source. Its source is the node's own when the node
+ * sent it (no ingress device), else what flow_set_arrived_source4 says:
+ * the stack routes a pod's /32 to its device whatever device the packet
+ * came in on. Returns 0 when the packet may go on, else TC_ACT_SHOT after
+ * reporting the drop.
  */
 static __always_inline int ingress_to_endpoint4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip,
 						const struct endpoint_info *dst, __u8 trace_point)
 {
+	__u32 arrived_on = skb->ingress_ifindex;
 	int ret;
 
 	f->dst_identity = dst->identity;
 	f->dst_endpoint = dst->endpoint_id;
+	if (arrived_on)
+		flow_set_arrived_source4(f, arrived_on);
 	ret = l4_load(skb, f, ip);
 	if (ret < 0) {
-		flow_set_source4(f);
+		if (!arrived_on)
+			flow_set_source4(f);
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 	}
-	return ingress_ct_policy4(skb, f, ip, dst, trace_point, bpf_ktime_get_ns());
+	return ingress_ct_policy4_source(skb, f, ip, dst, trace_point, bpf_ktime_get_ns(), arrived_on != 0);
 }
 
 #endif

@@ -108,11 +108,12 @@ static __always_inline int nodeport_snat_reply4(struct __sk_buff *skb, struct fl
  * then source ← the address of the device the FIB sends it out of (this
  * device's when that one is none of ours; the node's InternalIP when the
  * backend is reached through the overlay) and a NAT port, then out (or
- * encapsulated).
+ * encapsulated with the client's identity, f->src_identity, as VNI).
  */
 static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					       __u64 now)
 {
+	__u32 client_identity = tunnel_portable_identity(f->src_identity);
 	struct tunnel_route route;
 	struct device_info *out;
 	struct bpf_fib_lookup fib;
@@ -146,9 +147,14 @@ static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flo
 	ret = snat4_apply(skb, f, ip, nat_addr, NAT_F_NODEPORT, now);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
-	/* The source is the node's own address now: its identity is the node's. */
+	/*
+	 * The source is the node's address now, but the flow is the client's:
+	 * the VNI carries the client's identity as it arrived (world, a CIDR's
+	 * is node-local), never the node's, which the backend's node would take
+	 * for a remote node's own traffic.
+	 */
 	if (tunneled)
-		return tunnel_encap4(skb, f, &route, IDENTITY_HOST, DIR_NONE);
+		return tunnel_encap4(skb, f, &route, client_identity, DIR_NONE);
 	return nodeport_redirect4(skb, f, ip, &fib);
 }
 
@@ -213,7 +219,8 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 		 */
 		return nodeport_host_reply4(skb, f, ip, action);
 	svc_flags = svc->flags;
-	f->src_identity = ipcache_identity4(f->saddr);
+	/* From the wire: never the node, a local pod, or (tunnel mode) another node's; a --devices device is no pod's. */
+	flow_set_arrived_source4(f, 0);
 	/*
 	 * A ClusterIP is no frontend for the outside, even when a router sends
 	 * its traffic here (the stack would route it into tendril_host, which
@@ -241,8 +248,8 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 			*action = nodeport_to_remote4(skb, f, ip, dev, now);
 		return 1;
 	}
-	/* A local backend sees the client's own address (Local and Cluster alike). */
-	ret = ingress_ct_policy4(skb, f, ip, dst, TRACE_TO_ENDPOINT, now);
+	/* A local backend sees the client's own address (Local and Cluster alike), judged as it arrived. */
+	ret = ingress_ct_policy4_source(skb, f, ip, dst, TRACE_TO_ENDPOINT, now, 1);
 	if (ret) {
 		*action = ret;
 		return 1;

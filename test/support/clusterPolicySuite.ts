@@ -197,6 +197,32 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
         // The api pod itself, through its node, still gets in: the overlay between nodes is untouched.
         assert.equal(await toDb(pods.api!), 'tcp open, udp open');
       });
+
+      test('a host on the underlay that takes the api pod\'s address and sends to db through node C itself (db\'s /32, tendril_to_container) is world there, not api', T, async (t) => {
+        const apiIp = pods.api!.ip;
+        const dbIp = pods.db!.ip;
+        const c = s().node(C);
+        const ip = (args: string[]) => runOk(['ip', '-n', attackerNs, ...args]);
+        // No VXLAN: plain datagrams with api's (remote) address as source, routed to db via C's underlay address.
+        await ip(['addr', 'add', `${apiIp}/32`, 'dev', 'eth0']);
+        await ip(['route', 'replace', `${dbIp}/32`, 'via', c.ip]);
+        try {
+          const before = await counter!.udpReceived(COUNT_PORT, apiIp);
+          const beforeC = dropCounts(await bpfMetrics(c));
+          // One-way: db's answer goes to the real api pod on node B.
+          for (let i = 0; i < 3; i++) await attacker!.probe({ proto: 'udp', dst: dbIp, port: COUNT_PORT, src: apiIp, timeoutMs: 100 });
+          await new Promise((r) => setTimeout(r, 300));
+          const arrived = (await counter!.udpReceived(COUNT_PORT, apiIp)) - before;
+          const afterC = dropCounts(await bpfMetrics(c));
+          t.diagnostic(`${arrived} of 3 forged datagrams reached db; C's drops ${JSON.stringify(beforeC)} -> ${JSON.stringify(afterC)}`);
+          assert.equal(arrived, 0, 'a remote pod\'s address on the wire is no proof of that pod: in tunnel mode it arrives through the overlay');
+          assert.ok(policyDrops(afterC) - policyDrops(beforeC) >= 3, `node C dropped them as POLICY (world): ${JSON.stringify(beforeC)} -> ${JSON.stringify(afterC)}`);
+        } finally {
+          await ip(['route', 'del', `${dbIp}/32`]).catch(() => undefined);
+          await ip(['addr', 'del', `${apiIp}/32`, 'dev', 'eth0']);
+        }
+        assert.equal(await toDb(pods.api!), 'tcp open, udp open', 'api itself still gets in');
+      });
     }
 
     test('a label change on node A changes what node C admits (measured)', T, async (t) => {

@@ -264,7 +264,7 @@ describe('overlay: bpf_netdev', () => {
     }
   });
 
-  it('SNATs a NodePort flow to a backend on another node to the node\'s InternalIP (not the device\'s address) and encapsulates it with the node\'s identity', async () => {
+  it('SNATs a NodePort flow to a backend on another node to the node\'s InternalIP (not the device\'s address) and encapsulates it (with the client\'s identity as VNI: overlayPath.test.ts sees it at the backend\'s node)', async () => {
     // The client came in on a device of another network, which the backend's node could not send back to.
     tunnelMode(h, true, NODE_IP);
     const lb = new LbNode(h);

@@ -273,16 +273,32 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
     assert.equal(r.seenBy, NODES[0]!.routerIp, 'the backend sees the node\'s router address');
   });
 
-  it('a NodePort on A to a backend on B: SNAT to A\'s address, encapsulated, the reply back through A to the client outside', async () => {
+  it('a NodePort on A to a backend on B: SNAT to A\'s address, encapsulated with the client\'s identity (world) as VNI, not A\'s, the reply back through A to the client outside', async () => {
     const [a, b] = nodes as [LiveNode, LiveNode];
     const dev = await link(a.ns, 'tdlu0');
     a.objects.lxc.map(MapName.DEVICES, codec.u32, deviceInfo).set(dev.ifindex, { ipv4: parseIp(NODES[0]!.underlayIp), flags: 0, mac: dev.address });
     a.attachments.push(await attach({ ifindex: dev.ifindex, direction: 'ingress', program: a.objects.fromNetdev, netns: `/var/run/netns/${a.ns}` }));
     serviceToDb({ ip: '0.0.0.0', port: 30053 }, 73, ServiceFlag.NODEPORT);
-    // B's namespace plays the client outside A: it reaches A's address on the underlay.
-    const r = await askDb(b.ns, NODES[0]!.underlayIp, 30053);
-    assert.equal(r.answer, `${NODES[0]!.underlayIp}:30053 hello`);
-    assert.equal(r.seenBy, NODES[0]!.underlayIp, 'the backend sees A\'s address (SNAT)');
+    // B's namespace plays the client outside A: it reaches A's address on the underlay, where (tunnel mode) it is world.
+    // The VNI is the client's identity, never A's: db, which admits the remote node but not the world, refuses it.
+    const before = metric(b, DropReason.POLICY.code, TrafficDirection.INGRESS);
+    const server = pool.exec(podNs.get('db')!, ['python3', '-c', UDP_RECEIVE_ANY, '5353', '3']);
+    await new Promise((r) => setTimeout(r, 500));
+    const refused = await pool.exec(b.ns, ['python3', '-c', UDP_ASK, NODES[0]!.underlayIp, '30053']);
+    assert.notEqual(refused.code, 0, `no answer without a rule for the world: ${refused.stdout}`);
+    assert.equal((await server).stdout.trim(), 'nothing', 'db received the NodePort datagram as A\'s own (remote node)');
+    assert.ok(metric(b, DropReason.POLICY.code, TrafficDirection.INGRESS) > before, 'dropped by db\'s ingress policy on B');
+    // With the world admitted it goes through: SNAT to A's address, the reply back through A.
+    const bPolicy = b.objects.lxc.map(MapName.POLICY, policyKey, policyEntry);
+    const world = { endpointId: 21, identity: 2, egress: false, proto: 0, port: 0, portPrefixLen: 0 };
+    bPolicy.set(world, { cookie: 0x2002, deny: 0, l4PrefixBits: 0 });
+    try {
+      const r = await askDb(b.ns, NODES[0]!.underlayIp, 30053);
+      assert.equal(r.answer, `${NODES[0]!.underlayIp}:30053 hello`);
+      assert.equal(r.seenBy, NODES[0]!.underlayIp, 'the backend sees A\'s address (SNAT)');
+    } finally {
+      bPolicy.delete(world);
+    }
   });
 
   /** A host outside the cluster on a link of node A's (A routes for it), made once: its namespace. */

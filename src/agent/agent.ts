@@ -17,7 +17,7 @@ import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { NodeApi } from './api/nodeRoutes.js';
 import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
-import { CniService, ipamOwner, ownerLease } from './cniService.js';
+import { attachmentOfOwner, CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
 import { InterfaceNames, netlinkLinks } from '../monitor/index.js';
 import { BpfObservability, bpfPinDirOf } from './bpfObservability.js';
@@ -284,6 +284,8 @@ export class Agent {
         prepare: async (ep) => {
           for (const a of ep.addresses) await agent.ensureRouterAddress(a.family, a.gateway);
         },
+        // The orphan sweep tells an interrupted ADD (a provisional address) from a committed endpoint's pod.
+        addressOwners: async () => (ipam.mode === 'delegated' ? undefined : (await ipam.list()).map((a) => ({ ...attachmentOfOwner(a.owner), provisional: a.expiresAt !== undefined }))),
       });
       // Labels changed while the agent was down (pods relabelled, namespaces too) reach the restored endpoints.
       await agent.kubernetes?.reconcileEndpoints();

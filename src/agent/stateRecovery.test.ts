@@ -7,7 +7,6 @@ import { mkdir, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import { pino } from 'pino';
-import { AgentError } from '../api/errors.js';
 import type { CniRequest } from '../api/types.js';
 import type { Result100 } from '../cni/index.js';
 import { KvstoreError } from '../kvstore/errors.js';

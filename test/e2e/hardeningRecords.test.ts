@@ -4,12 +4,15 @@
 //   own namespace stands for it: kernels here have no dummy driver) is
 //   quarantined at restore; neither DELETE /endpoint nor `tendril-agent
 //   cleanup --force` touches the uplink, its address or its route.
+// - An embedded kvstore truncated under an agent with a policy: the pinned
+//   policy map keeps the policy's entries, the agent reports itself degraded
+//   until the loss is confirmed, and the policy revision does not go back.
 // - An agent killed in the middle of concurrent ADDs (a fault point, not a
 //   timer) leaves veths with no record: the next start removes them, pod
 //   side included, before their provisional addresses can expire and be
 //   handed out again.
 import assert from 'node:assert/strict';
-import { mkdir, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, rm, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { type RelayRun, runRelay } from '../../src/plugin/testing/runRelay.js';
@@ -31,6 +34,16 @@ let cleanup = async () => {};
 const conflist = (): NetworkConfigList => confListFromBytes(JSON.stringify({ cniVersion: '1.1.0', name: 'tdlhrec', plugins: [{ type: 'tendril-cni', socket: agent.socket }] }));
 const rt = (containerId: string, netns: string): RuntimeConf => ({ containerId, netns, ifName: 'eth0', args: [['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', containerId]] });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const POLICY = `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: { name: db-from-web, namespace: default }
+spec:
+  podSelector: { matchLabels: { app: db } }
+  ingress:
+    - from: [ { podSelector: { matchLabels: { app: web } } } ]
+      ports: [ { protocol: TCP, port: 5432 } ]
+`;
 
 before(async () => {
   ({ node, agent, runtime, cleanup } = await startSingleNode(pool, { nodeName: 'tdl-node-hr', args: ['--pod-cidr', '10.245.0.0/24', '--ipam-expiration', String(EXPIRATION_MS)] }));
@@ -106,6 +119,45 @@ describe('an endpoint record that names the node\'s uplink', () => {
     await nodeExec(['ip', 'link', 'del', ep.hostIfName]);
     await nodeExec(['ip', 'link', 'del', 'tdlup']);
     await agent.start();
+  });
+});
+
+describe('an embedded kvstore truncated under a policy', () => {
+  test('the pinned policy map keeps the policy, the agent is degraded until the loss is confirmed, the revision does not go back', async () => {
+    const db = await pool.add('db');
+    const web = await pool.add('web');
+    const labelled = (containerId: string, netns: string, app: string): RuntimeConf => ({ ...rt(containerId, netns), args: [...rt(containerId, netns).args!, ['TENDRIL_LABELS', `app=${app}`]] });
+    await runtime.addNetworkList(conflist(), labelled('tdl-hr-db', db.path, 'db'));
+    await runtime.addNetworkList(conflist(), labelled('tdl-hr-web', web.path, 'web'));
+    const dbId = (await agent.client.getEndpoint('container-id:tdl-hr-db')).id;
+    const open = (await agent.client.getBpfPolicy(dbId)).entries;
+    await agent.client.putPolicy({ text: POLICY });
+    const enforced = (await agent.client.getBpfPolicy(dbId)).entries;
+    assert.notDeepEqual(enforced, open, 'the policy is in db\'s pinned map');
+    const revision = (await agent.client.getPolicy({})).revision;
+
+    await agent.stop();
+    const store = join(agent.stateDir, 'lib', 'kvstore', 'tendril.db');
+    await truncate(store, 0);
+    for (const f of [`${store}-wal`, `${store}-shm`]) await rm(f, { force: true });
+    await agent.start({}, { degraded: true });
+
+    const health = await agent.client.health();
+    assert.equal(health.status, 'degraded');
+    assert.equal(health.lostPolicies, 1);
+    assert.match(agent.output, /lost 1 of the 1 policies.*NetworkPolicy\/default\/db-from-web/);
+    assert.deepEqual((await agent.client.getBpfPolicy(dbId)).entries, enforced, 'the pinned map still holds the policy');
+    const listed = await agent.client.getPolicy({});
+    assert.deepEqual(listed.lost, ['NetworkPolicy/default/db-from-web']);
+    assert.ok(listed.revision > revision, `revision ${listed.revision} is above ${revision}`);
+    const metrics = await agent.client.metrics();
+    assert.match(metrics, /^tendril_policy_lost_policies 1$/m);
+
+    const confirmed = await agent.client.confirmPolicyLoss();
+    assert.deepEqual(confirmed.dropped, ['NetworkPolicy/default/db-from-web']);
+    assert.equal((await agent.client.health()).status, 'ok');
+    assert.deepEqual((await agent.client.getBpfPolicy(dbId)).entries, open, 'confirmed: db is open again');
+    for (const [id, ns] of [['tdl-hr-db', db.path], ['tdl-hr-web', web.path]] as const) await runtime.delNetworkList(conflist(), rt(id, ns));
   });
 });
 

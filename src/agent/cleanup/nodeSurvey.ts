@@ -15,10 +15,11 @@ import { runCommand } from '../../datapath/linux/command.js';
 import { HOST_DEVICE, HOST_PEER_DEVICE } from '../../datapath/linux/hostDevice.js';
 import { NFT_TABLE } from '../../datapath/linux/masquerade.js';
 import { NODE_ROUTE_PROTOCOL } from '../../datapath/linux/remoteNodeRoutes.js';
+import { CniError, validateInterfaceName } from '../../cni/index.js';
 import { attachmentOwnership } from '../../datapath/linux/attachmentOwnership.js';
-import { hostInterfaceName } from '../../datapath/linux/links.js';
+import { hostInterfaceName, POD_HOST_IFNAME } from '../../datapath/linux/links.js';
 import { classifyNetnsPath } from '../../datapath/linux/netnsKind.js';
-import type { RecordedAttachment } from '../../datapath/types.js';
+import type { AttachmentOwnership, RecordedAttachment } from '../../datapath/types.js';
 import { QUARANTINE_DIR } from '../../endpoint/endpointStore.js';
 
 /** rtm_protocols only tendril's routes carry; pods' host routes ride on their devices and go with them. */
@@ -105,6 +106,24 @@ function parseRecord(text: string): { attachment: Partial<RecordedAttachment>; a
   }
 }
 
+/** Whether a record's text names something the kernel could call an interface (a damaged one may not). */
+function isInterfaceName(name: string): boolean {
+  try {
+    validateInterfaceName(name);
+    return true;
+  } catch (err) {
+    if (err instanceof CniError) return false;
+    throw err;
+  }
+}
+
+/** For a record with no legible attachment: an lxc-named veth whose peer is outside the node's namespace. */
+async function peerOutsideNode(nl: Netlink, name: string): Promise<AttachmentOwnership> {
+  const link = await nl.findLink(name);
+  if (!link) return { kind: 'gone' };
+  return link.kind === 'veth' && link.linkNetnsId !== undefined ? { kind: 'owned' } : { kind: 'foreign', reason: `${name} is not a veth into a pod's namespace` };
+}
+
 /**
  * The pod interface a record lets cleanup delete, by the rule restore
  * applies (attachmentOwnership.ts): the host name derived from the record's
@@ -115,16 +134,20 @@ function parseRecord(text: string): { attachment: Partial<RecordedAttachment>; a
 async function recordedLink(nl: Netlink, rec: RecordedInterface, links: SurveyedLink[], kept: KeptLink[], seen: Set<string>): Promise<void> {
   const { containerId, hostIfName } = rec.attachment;
   const ifName = rec.attachment.ifName ?? 'eth0';
-  const derived = containerId === undefined ? undefined : hostInterfaceName(containerId, ifName);
-  if (hostIfName !== undefined && hostIfName !== derived && !seen.has(hostIfName)) {
-    const named = await nl.findLink(hostIfName).catch(() => undefined);
+  // A damaged record whose container ID is illegible: only a name of tendril's own form can be its.
+  const derived = containerId === undefined ? (hostIfName !== undefined && POD_HOST_IFNAME.test(hostIfName) ? hostIfName : undefined) : hostInterfaceName(containerId, ifName);
+  if (hostIfName !== undefined && hostIfName !== derived && !seen.has(hostIfName) && isInterfaceName(hostIfName)) {
+    const named = await nl.findLink(hostIfName);
     if (named) {
       seen.add(hostIfName);
       kept.push({ name: hostIfName, why: rec.adopted ? `${rec.source} adopted it: its veth pair is not tendril's` : `${rec.source} names it, but it is not the interface derived from its attachment (${derived ?? 'no container ID legible'})` });
     }
   }
   if (derived === undefined || seen.has(derived) || (rec.adopted && hostIfName !== derived)) return;
-  const ownership = await attachmentOwnership(nl, { containerId: containerId!, ifName, netns: rec.attachment.netns ?? '', hostIfName: derived }, classifyNetnsPath);
+  const ownership =
+    containerId === undefined
+      ? await peerOutsideNode(nl, derived)
+      : await attachmentOwnership(nl, { containerId, ifName, netns: rec.attachment.netns ?? '', hostIfName: derived }, classifyNetnsPath);
   if (ownership.kind === 'gone') return;
   seen.add(derived);
   const link = await nl.findLink(derived);

@@ -8,7 +8,7 @@
  * tendril plumbed it, only the host name derived from its container ID and
  * interface name.
  */
-import { validateInterfaceName } from '../../cni/index.js';
+import { CniError, validateInterfaceName } from '../../cni/index.js';
 import type { Link, Netlink } from '../kernel/netlink/index.js';
 import type { AttachmentOwnership, NetnsKind, RecordedAttachment } from '../types.js';
 import { kernel, openPodNetlinkIfPresent } from './kernel.js';
@@ -25,7 +25,8 @@ export async function attachmentOwnership(host: Netlink, rec: RecordedAttachment
     validateInterfaceName(rec.hostIfName);
     validateInterfaceName(rec.ifName);
   } catch (err) {
-    return foreign(rec, `which is no interface name: ${(err as Error).message}`);
+    if (!(err instanceof CniError)) throw err;
+    return foreign(rec, `which is no interface name: ${err.message}`);
   }
   const link = await kernel(() => host.findLink(rec.hostIfName));
   if (!link) return { kind: 'gone' };

@@ -557,7 +557,7 @@ export class EndpointManager {
     try {
       q = await store.quarantine(ep, reason);
     } catch (err) {
-      keep.add(ep.hostIfName);
+      keep.add(ep.hostIfName).add(this.o.datapath.podHostIfName(ep.containerId, ep.ifName));
       log.error({ ...fields, err }, `endpoint record ${path} (endpoint ${ep.id}, container ${ep.containerId}) cannot be trusted: ${reason}; moving it to the quarantine failed, so it stays where it is and is not restored`);
       return;
     }

@@ -143,6 +143,25 @@ describe('IPAM lost while endpoints survived (kvstore db or WAL gone)', () => {
   });
 });
 
+describe('a record whose interface index is not its interface\'s', () => {
+  test('the kernel\'s index and MAC are put in force, never the record\'s, with a warning', async () => {
+    const a = await addPod('tdl-ix-a');
+    const real = current().datapath.endpointState(a.id)!;
+    const file = join(endpointsDir(), String(a.id), 'endpoint.json');
+    const syncs = current().datapath.syncs.length;
+    const lines = await restartAfter(async () => {
+      const record = JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>;
+      // Index 1 is the node's loopback on a real node: what an edited record could aim programs at.
+      await writeFile(file, JSON.stringify({ ...record, hostIfIndex: 1, hostMac: '02:00:00:00:00:01' }));
+    });
+    const after = current().datapath.syncs.slice(syncs).filter((st) => st.id === a.id);
+    assert.ok(after.length > 0);
+    for (const st of after) assert.deepEqual([st.hostIfIndex, st.hostMac], [real.hostIfIndex, real.hostMac]);
+    assert.equal(current().agent.api().endpoints.lookup(String(a.id))?.hostIfIndex, real.hostIfIndex);
+    assert.equal(lines.filter((l) => l.level === 40 && /the kernel's are used/.test(l.msg)).length, 1);
+  });
+});
+
 describe('a record whose address belongs to another pod', () => {
   test('the record is quarantined with one error naming it, the address and its owner; the agent starts and serves every other pod', async () => {
     const a = await addPod('tdl-own-a');

@@ -116,9 +116,10 @@ export interface RecordedAttachment {
 /**
  * The kernel's answer about a recorded attachment: `owned` (its interface is
  * what the record says), `gone` (no interface of that name: the pod went),
- * `foreign` (the name is some other interface's; the reason says how).
+ * `foreign` (the name is some other interface's; the reason says how). An
+ * owned interface's index and MAC are the kernel's, never the record's.
  */
-export type AttachmentOwnership = { kind: 'owned' } | { kind: 'gone' } | { kind: 'foreign'; reason: string };
+export type AttachmentOwnership = { kind: 'owned'; hostIfIndex: number; hostMac: string } | { kind: 'gone' } | { kind: 'foreign'; reason: string };
 
 /** A pod's veth pair made by someone else, as PUT /endpoint names it. */
 export interface AdoptedPodSpec {

@@ -485,6 +485,11 @@ export class EndpointManager {
         await this.#quarantineRecord(ep, `${ownership.reason}: it is not that attachment's own interface, and is never touched`, report, keep);
         continue;
       }
+      if (ownership.kind === 'owned' && (ownership.hostIfIndex !== ep.hostIfIndex || ownership.hostMac !== ep.hostMac)) {
+        // Programs are attached and the endpoint map keyed by index: the kernel's, never the file's.
+        log.warn({ endpoint: ep.id, hostIfName: ep.hostIfName, recorded: { index: ep.hostIfIndex, mac: ep.hostMac }, actual: { index: ownership.hostIfIndex, mac: ownership.hostMac } }, `endpoint ${ep.id}'s record names another index or MAC for ${ep.hostIfName} than the kernel; the kernel's are used`);
+        ep = { ...ep, hostIfIndex: ownership.hostIfIndex, hostMac: ownership.hostMac };
+      }
       const interrupted = ep.state === 'disconnecting';
       if (interrupted || ownership.kind === 'gone') {
         log.warn({ endpoint: ep.id, containerId: ep.containerId, interrupted }, interrupted ? 'finishing an interrupted endpoint deletion' : 'endpoint vanished while the agent was down; releasing it');

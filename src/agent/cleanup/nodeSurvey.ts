@@ -121,7 +121,7 @@ function isInterfaceName(name: string): boolean {
 async function peerOutsideNode(nl: Netlink, name: string): Promise<AttachmentOwnership> {
   const link = await nl.findLink(name);
   if (!link) return { kind: 'gone' };
-  return link.kind === 'veth' && link.linkNetnsId !== undefined ? { kind: 'owned' } : { kind: 'foreign', reason: `${name} is not a veth into a pod's namespace` };
+  return link.kind === 'veth' && link.linkNetnsId !== undefined ? { kind: 'owned', hostIfIndex: link.index, hostMac: link.mac } : { kind: 'foreign', reason: `${name} is not a veth into a pod's namespace` };
 }
 
 /**

@@ -388,10 +388,11 @@ export class FakeDatapath implements Datapath {
     const kind = rec.netns === '' ? 'missing' : await this.classifyNetns(rec.netns);
     if (kind === 'node') return foreign(`and ${rec.netns} is the node's own namespace, not a pod's`);
     if (kind === 'not-netns') return foreign(`and ${rec.netns} is not a network namespace`);
-    if (kind === 'missing') return rec.adopted ? foreign(`and its pod's namespace ${rec.netns || '(none recorded)'} is gone, so its peer cannot be checked`) : { kind: 'owned' };
+    const owned: AttachmentOwnership = { kind: 'owned', hostIfIndex: link.index, hostMac: link.mac };
+    if (kind === 'missing') return rec.adopted ? foreign(`and its pod's namespace ${rec.netns || '(none recorded)'} is gone, so its peer cannot be checked`) : owned;
     if (link.peer.ns !== this.#nsKey(rec.netns)) return foreign(`whose veth peer is not in ${rec.netns}`);
     if (link.peer.name !== rec.ifName) return foreign(`whose peer in ${rec.netns} is ${link.peer.name}, not ${rec.ifName}`);
-    return { kind: 'owned' };
+    return owned;
   }
 
   async listPodHostInterfaces(): Promise<string[]> {

@@ -33,6 +33,7 @@ export async function attachmentOwnership(host: Netlink, rec: RecordedAttachment
   if (link.kind !== 'veth') return foreign(rec, `which is not a veth (${link.kind === undefined ? 'a device without a driver kind, such as a physical one' : `kind ${link.kind}`})`);
   // A veth pair within the node's namespace (tendril_host, a test's stand-in uplink) has no IFLA_LINK_NETNSID.
   if (link.linkNetnsId === undefined || link.linkIndex === undefined) return foreign(rec, 'whose veth peer is in the node\'s own namespace, not a pod\'s');
+  const owned: AttachmentOwnership = { kind: 'owned', hostIfIndex: link.index, hostMac: link.mac };
   const kind = rec.netns === '' ? 'missing' : await classifyNetns(rec.netns);
   if (kind === 'node') return foreign(rec, `and ${rec.netns} is the node's own namespace, not a pod's`);
   if (kind === 'not-netns') return foreign(rec, `and ${rec.netns} is not a network namespace`);
@@ -40,16 +41,16 @@ export async function attachmentOwnership(host: Netlink, rec: RecordedAttachment
     // The path is gone but the peer lives on outside the node's namespace (a runtime that
     // removed its bind mount early). The derived name is tendril's own; an adopted pair is not,
     // and nothing else can be checked of it.
-    return rec.adopted ? foreign(rec, `and its pod's namespace ${rec.netns || '(none recorded)'} is gone, so its peer cannot be checked`) : { kind: 'owned' };
+    return rec.adopted ? foreign(rec, `and its pod's namespace ${rec.netns || '(none recorded)'} is gone, so its peer cannot be checked`) : owned;
   }
   const pod = await openPodNetlinkIfPresent(rec.netns);
-  if (!pod) return rec.adopted ? foreign(rec, `and its pod's namespace ${rec.netns} is gone`) : { kind: 'owned' };
+  if (!pod) return rec.adopted ? foreign(rec, `and its pod's namespace ${rec.netns} is gone`) : owned;
   try {
     const peerIndex = link.linkIndex;
     const peer: Link | undefined = await kernel(() => pod.findLink(peerIndex));
     if (peer?.kind !== 'veth' || peer.linkIndex !== link.index || peer.linkNetnsId === undefined) return foreign(rec, `whose veth peer is not in ${rec.netns}`);
     if (peer.name !== rec.ifName) return foreign(rec, `whose peer in ${rec.netns} is ${peer.name}, not ${rec.ifName}`);
-    return { kind: 'owned' };
+    return owned;
   } finally {
     await pod.close();
   }

@@ -34,6 +34,14 @@ let cleanup = async () => {};
 const conflist = (): NetworkConfigList => confListFromBytes(JSON.stringify({ cniVersion: '1.1.0', name: 'tdlhrec', plugins: [{ type: 'tendril-cni', socket: agent.socket }] }));
 const rt = (containerId: string, netns: string): RuntimeConf => ({ containerId, netns, ifName: 'eth0', args: [['K8S_POD_NAMESPACE', 'default'], ['K8S_POD_NAME', containerId]] });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function until(what: string, cond: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
 const POLICY = `
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -71,10 +79,14 @@ async function uplink(): Promise<{ exists: boolean; addresses: string; defaultRo
 }
 
 describe('an endpoint record that names the node\'s uplink', () => {
-  test('restore quarantines it; DELETE /endpoint and cleanup --force leave the uplink, its address and its route', async () => {
+  test('restore quarantines it; DELETE /endpoint and cleanup --force leave the uplink, its address and its route', async (t) => {
     const p = await pool.add('p');
     await runtime.addNetworkList(conflist(), rt('tdl-hr-pod', p.path));
     const ep = (await agent.client.getEndpoint('container-id:tdl-hr-pod')) as Endpoint;
+    // Also when an assertion fails: the stand-in uplink and the pod's device go (either may be gone already).
+    t.after(async () => {
+      for (const name of ['tdlup', ep.hostIfName]) await pool.exec(node, ['ip', 'link', 'del', name]);
+    });
     for (const argv of [
       ['ip', 'link', 'add', 'tdlup', 'type', 'veth', 'peer', 'name', 'tdlupp'],
       ['ip', 'addr', 'add', '192.168.251.1/24', 'dev', 'tdlup'],
@@ -116,24 +128,27 @@ describe('an endpoint record that names the node\'s uplink', () => {
     assert.deepEqual(await uplink(), before, 'cleanup --force left the uplink');
     // The record names the node's namespace as the pod's: not even its derived interface is provably its own.
     assert.ok(await linkExists(pool, p.name, 'eth0'), 'cleanup left the pod of an untrusted record alone');
-    await nodeExec(['ip', 'link', 'del', ep.hostIfName]);
-    await nodeExec(['ip', 'link', 'del', 'tdlup']);
     await agent.start();
   });
 });
 
 describe('an embedded kvstore truncated under a policy', () => {
-  test('the pinned policy map keeps the policy, the agent is degraded until the loss is confirmed, the revision does not go back', async () => {
+  test('the pinned policy map keeps the policy, the agent is degraded until the loss is confirmed, the revision does not go back', async (t) => {
     const db = await pool.add('db');
     const web = await pool.add('web');
+    // The pods go also when an assertion fails, so the next test starts from a node without endpoints.
+    t.after(async () => {
+      for (const [id, ns] of [['tdl-hr-db', db.path], ['tdl-hr-web', web.path]] as const) await runtime.delNetworkList(conflist(), rt(id, ns));
+    });
     const labelled = (containerId: string, netns: string, app: string): RuntimeConf => ({ ...rt(containerId, netns), args: [...rt(containerId, netns).args!, ['TENDRIL_LABELS', `app=${app}`]] });
     await runtime.addNetworkList(conflist(), labelled('tdl-hr-db', db.path, 'db'));
     await runtime.addNetworkList(conflist(), labelled('tdl-hr-web', web.path, 'web'));
     const dbId = (await agent.client.getEndpoint('container-id:tdl-hr-db')).id;
     const open = (await agent.client.getBpfPolicy(dbId)).entries;
     await agent.client.putPolicy({ text: POLICY });
+    // An import answers once the policy is stored; the endpoints it changes regenerate right after.
+    await until('the policy is in db\'s pinned map', async () => JSON.stringify((await agent.client.getBpfPolicy(dbId)).entries) !== JSON.stringify(open));
     const enforced = (await agent.client.getBpfPolicy(dbId)).entries;
-    assert.notDeepEqual(enforced, open, 'the policy is in db\'s pinned map');
     const revision = (await agent.client.getPolicy({})).revision;
 
     await agent.stop();
@@ -156,8 +171,7 @@ describe('an embedded kvstore truncated under a policy', () => {
     const confirmed = await agent.client.confirmPolicyLoss();
     assert.deepEqual(confirmed.dropped, ['NetworkPolicy/default/db-from-web']);
     assert.equal((await agent.client.health()).status, 'ok');
-    assert.deepEqual((await agent.client.getBpfPolicy(dbId)).entries, open, 'confirmed: db is open again');
-    for (const [id, ns] of [['tdl-hr-db', db.path], ['tdl-hr-web', web.path]] as const) await runtime.delNetworkList(conflist(), rt(id, ns));
+    await until('confirmed: db is open again', async () => JSON.stringify((await agent.client.getBpfPolicy(dbId)).entries) === JSON.stringify(open));
   });
 });
 

@@ -16,6 +16,7 @@ import { mkdir, readdir, readFile, rm, truncate, writeFile } from 'node:fs/promi
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { type RelayRun, runRelay } from '../../src/plugin/testing/runRelay.js';
+import { AgentResponseError } from '../../src/client/agentClient.js';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { type CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
 import { AGENT_BIN, type AgentProcess, podAllocations, podHostLinks, startSingleNode } from '../support/agentHarness.js';
@@ -112,7 +113,7 @@ describe('an endpoint record that names the node\'s uplink', () => {
     assert.match(quarantined[0]!, new RegExp(`^${ep.id}-`));
     assert.equal((await agent.client.health()).quarantinedEndpoints, 1);
     assert.match(agent.output, /tdlup/, 'the agent says which interface the record names');
-    await agent.client.deleteEndpoint(String(ep.id)).catch(() => undefined);
+    await assert.rejects(agent.client.deleteEndpoint(String(ep.id)), (err: unknown) => err instanceof AgentResponseError && err.status === 404);
     assert.deepEqual(await uplink(), before, 'DELETE /endpoint left the uplink');
     assert.ok(await linkExists(pool, p.name, 'eth0'), 'the pod keeps its interface (its own lxc device is not an orphan)');
 

@@ -12,12 +12,13 @@ import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries 
 import { LabelFilter } from '../labels/index.js';
 import { PolicyEngine } from '../policy/index.js';
 import { PolicyStore } from '../policy/store/index.js';
+import { PolicyLedger } from '../policy/store/policyLedger.js';
 import { openBackend } from '../kvstore/factory.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { NodeApi } from './api/nodeRoutes.js';
 import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
-import { CniService, ipamOwner, ownerLease } from './cniService.js';
+import { attachmentOfOwner, CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
 import { InterfaceNames, netlinkLinks } from '../monitor/index.js';
 import { BpfObservability, bpfPinDirOf } from './bpfObservability.js';
@@ -101,6 +102,8 @@ export class Agent {
   private readonly policy: PolicyRevisions;
   /** Imported policies in the kvstore: restored before endpoints, shared by the cluster's nodes. */
   private readonly policyStore: PolicyStore<ReturnType<PolicyRevisions['upsertPolicies']>, ReturnType<PolicyRevisions['deletePolicies']>>;
+  /** What this node enforced, in its state dir: a kvstore that lost policies is noticed, the revision never goes back. */
+  private readonly policyLedger: PolicyLedger;
   /** The node's own addresses in the ipcache as identity `host`. */
   private readonly nodeAddresses: NodeAddressEntries;
   private readonly endpoints: EndpointManager;
@@ -151,6 +154,7 @@ export class Agent {
     // CIDR identities of policies come with their ipcache entries, so the datapath classifies those ranges.
     this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: new IpcacheCidrIdentities(identities, ipcache), maxEntriesPerEndpoint: config.policyEndpointMaxEntries }));
     this.policyStore = new PolicyStore({ backend, target: this.policy, logger: log.child({ subsys: 'policy-store' }) });
+    this.policyLedger = new PolicyLedger(config.stateDir, log.child({ subsys: 'policy-store' }));
     this.nodeAddresses = new NodeAddressEntries(ipcache, config.nodeName);
     this.endpoints = new EndpointManager({
       datapath,
@@ -271,7 +275,10 @@ export class Agent {
       await agent.startNodes();
       // Policies before endpoints: a restored endpoint's first regeneration already holds them, so
       // the pinned maps that enforced while the agent was down are never rewritten without them.
+      // The ledger is read before the store's first listing can change it, compared after.
+      const recordedPolicies = await agent.policyLedger.load();
       await agent.policyStore.start();
+      await agent.policyLedger.start(recordedPolicies, agent.policyStore, agent.policy, agent.policy);
       // Services before endpoints: backends keep their IDs (conntrack pins connections to them), and
       // entries of services deleted while the agent was down go before any endpoint is synced.
       await agent.services.restore();
@@ -286,6 +293,8 @@ export class Agent {
         prepare: async (ep) => {
           for (const a of ep.addresses) await agent.ensureRouterAddress(a.family, a.gateway);
         },
+        // The orphan sweep tells an interrupted ADD (a provisional address) from a committed endpoint's pod.
+        addressOwners: async () => (ipam.mode === 'delegated' ? undefined : (await ipam.list()).map((a) => ({ ...attachmentOfOwner(a.owner), provisional: a.expiresAt !== undefined }))),
       });
       // Labels changed while the agent was down (pods relabelled, namespaces too) reach the restored endpoints.
       await agent.kubernetes?.reconcileEndpoints();
@@ -327,6 +336,7 @@ export class Agent {
       await created?.stopNodes();
       await created?.services.stop();
       await created?.policyStore.stop();
+      await created?.policyLedger.stop();
       await opened?.close();
       await lease.stop();
       await backend.close();
@@ -458,6 +468,7 @@ export class Agent {
       ipamAllocations: () => this.ipam.list(),
       ipamPodCidrs: () => this.ipam.podCidrs(),
       policyRevision: () => this.policy.revision,
+      policiesLost: () => this.policyLedger.lost().length,
       deletionQueueDepth: () => this.deletionQueueDepth(),
       ...(observability ? { datapath: pinnedDatapathSource(observability.bpf.inspector) } : {}),
     };
@@ -553,6 +564,11 @@ export class Agent {
         return policyStore.clusterRevision;
       },
       list: (filter) => policy.policies(filter),
+      lost: () => this.policyLedger.lost().map((l) => l.name),
+      confirmLoss: async () => {
+        const r = await this.policyLedger.confirmLoss(policyStore, policy);
+        return { revision: policy.revision, dropped: r.dropped, endpoints: r.endpoints };
+      },
       import: (text) => this.policyStore.importText(text),
       delete: (filter) => this.policyStore.deletePolicies(filter),
       selectors: () => policy.engine.selectors(),
@@ -658,9 +674,11 @@ export class Agent {
   private async health(): Promise<Health> {
     const kv = await this.backend.status();
     const quarantined = (await this.endpointStore.quarantineHolds()).records;
+    const lostPolicies = this.policyLedger.lost().length;
     const k8s = this.kubernetes?.status();
     return {
-      status: kv.connected && (k8s === undefined || (k8s.synced && k8s.connected)) ? 'ok' : 'degraded',
+      // Lost policies degrade the node: they are enforced from the state dir only, and a cluster's other nodes no longer have them.
+      status: kv.connected && (k8s === undefined || (k8s.synced && k8s.connected)) && lostPolicies === 0 ? 'ok' : 'degraded',
       nodeName: this.config.nodeName,
       version: tendrilVersion(),
       uptimeSeconds: Math.round((Date.now() - this.startedAt) / 1000),
@@ -669,6 +687,7 @@ export class Agent {
       routingMode: this.config.routingMode,
       ...(this.nodeRegistry ? { nodes: this.nodeRegistry.list().length } : {}),
       ...(quarantined > 0 ? { quarantinedEndpoints: quarantined } : {}),
+      ...(lostPolicies > 0 ? { lostPolicies } : {}),
       ipam: { mode: this.ipam.mode, allocated: (await this.ipam.list()).length },
       ...(k8s ? { kubernetes: k8s } : {}),
     };
@@ -708,6 +727,7 @@ export class Agent {
     await this.kubernetes?.stop();
     await this.observability?.stop();
     await this.policyStore.stop();
+    await this.policyLedger.stop();
     this.unsubscribeEndpoints();
     await this.services.stop();
     await this.endpoints.stop();

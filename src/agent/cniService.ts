@@ -81,6 +81,12 @@ export function ipamOwner(containerId: string, ifName: string): string {
   return ifName === 'eth0' ? containerId : `${containerId}:${ifName}`;
 }
 
+/** The attachment an IPAM owner names (ipamOwner read back; container IDs hold no ':'). */
+export function attachmentOfOwner(owner: string): { containerId: string; ifName: string } {
+  const at = owner.indexOf(':');
+  return at < 0 ? { containerId: owner, ifName: 'eth0' } : { containerId: owner.slice(0, at), ifName: owner.slice(at + 1) };
+}
+
 /**
  * The addresses of one IPAM owner across allocators, as an endpoint's lease on
  * them. With `expected` (the endpoint's addresses), confirm answers false

@@ -199,7 +199,7 @@ export class IpamProvider {
         got = await main.allocate({ owner, family: a.family, ip: a.ip });
       } catch (err) {
         if (!(err instanceof IpamError)) throw err;
-        const conflict = await this.reclaimConflict(main, a.ip, err);
+        const conflict = await this.reclaimConflict(main, owner, a.ip, err);
         if (conflict === undefined) throw err;
         return { addresses: [...out, ...addresses.slice(i)], reclaimed, conflict };
       }
@@ -210,11 +210,18 @@ export class IpamProvider {
   }
 
   /** Why an address cannot be re-claimed; undefined when the failure is not about the address. */
-  private async reclaimConflict(main: Allocator, ip: string, err: IpamError): Promise<string | undefined> {
+  private async reclaimConflict(main: Allocator, owner: string, ip: string, err: IpamError): Promise<string | undefined> {
     switch (err.code) {
       case IpamErrorCode.IP_IN_USE: {
         const holder = (await main.list()).find((x) => x.ip === ip)?.owner;
         return holder === undefined ? `address ${ip} is reserved in IPAM, or held by another node` : `address ${ip} is allocated to ${holder} in IPAM`;
+      }
+      case IpamErrorCode.CONFLICT: {
+        // The record's owner holds another address of the family: the record and IPAM disagree on which.
+        const all = await main.list();
+        const holder = all.find((x) => x.ip === ip)?.owner;
+        const own = all.filter((x) => x.owner === owner).map((x) => x.ip);
+        return `${holder === undefined ? `address ${ip} is free in IPAM` : `address ${ip} is allocated to ${holder} in IPAM`}, which holds ${own.join(', ') || 'other addresses'} for ${owner}`;
       }
       case IpamErrorCode.INVALID_ARGUMENT:
       case IpamErrorCode.UNKNOWN_POOL:

@@ -7,7 +7,6 @@ import { mkdir, readdir, readFile, rm, stat, truncate, writeFile } from 'node:fs
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, test } from 'node:test';
 import { pino } from 'pino';
-import { AgentError } from '../api/errors.js';
 import type { CniRequest } from '../api/types.js';
 import type { Result100 } from '../cni/index.js';
 import { KvstoreError } from '../kvstore/errors.js';
@@ -113,7 +112,7 @@ describe('IPAM lost while endpoints survived (kvstore db or WAL gone)', () => {
     assert.equal(current().agent.api().endpoints.lookup('container-id:tdl-rc-a')?.state, 'ready');
   });
 
-  test('an address IPAM now gives someone else: the conflict is reported, the endpoint is not-ready with the reason, its interface stays', async () => {
+  test('an address IPAM now gives someone else: the record is quarantined with one error naming it, the address and its owner; its interface stays', async () => {
     const a = await addPod('tdl-cf-a');
     const lines = await restartAfter(async () => {
       await removeDb();
@@ -131,17 +130,68 @@ describe('IPAM lost while endpoints survived (kvstore db or WAL gone)', () => {
       }
     });
     assert.equal((await owners()).get(a.ip), 'tdl-someone-else', 'the other owner keeps the address');
-    const ep = current().agent.api().endpoints.lookup('container-id:tdl-cf-a');
-    assert.ok(ep, 'the endpoint is still known');
-    assert.equal(ep.state, 'not-ready');
-    assert.match(ep.regenerationError ?? '', new RegExp(`${a.ip.replace(/\./g, '\\.')}.*tdl-someone-else`));
+    assert.equal(current().agent.api().endpoints.lookup('container-id:tdl-cf-a'), undefined, 'nothing of the record is in force');
     assert.ok((await current().datapath.listPodHostInterfaces()).includes(a.hostIfName), 'the pod keeps its interface');
-    const loud = problems(lines).filter((l) => /conflict/.test(l.msg));
+    const loud = problems(lines).filter((l) => /cannot be trusted/.test(l.msg));
     assert.equal(loud.length, 1, JSON.stringify(lines.map((l) => l.msg)));
-    await assert.rejects(cni('CHECK', 'tdl-cf-a', a.netns), (err: unknown) => err instanceof AgentError && err.cniCode === 102 && err.message.includes(a.ip));
+    for (const part of [join(endpointsDir(), String(a.id), 'endpoint.json'), `endpoint ${a.id}`, a.ip, 'tdl-someone-else']) assert.ok(loud[0]!.msg.includes(part), `${loud[0]!.msg} names ${part}`);
+    assert.equal((await current().agent.api().health.health()).quarantinedEndpoints, 1);
     // DEL frees what is the pod's and nothing of the other owner's.
     await cni('DEL', 'tdl-cf-a', a.netns);
     assert.equal((await owners()).get(a.ip), 'tdl-someone-else');
+    assert.ok(!(await current().datapath.listPodHostInterfaces()).includes(a.hostIfName));
+  });
+});
+
+describe('a record whose interface index is not its interface\'s', () => {
+  test('the kernel\'s index and MAC are put in force, never the record\'s, with a warning', async () => {
+    const a = await addPod('tdl-ix-a');
+    const real = current().datapath.endpointState(a.id)!;
+    const file = join(endpointsDir(), String(a.id), 'endpoint.json');
+    const syncs = current().datapath.syncs.length;
+    const lines = await restartAfter(async () => {
+      const record = JSON.parse(await readFile(file, 'utf8')) as Record<string, unknown>;
+      // Index 1 is the node's loopback on a real node: what an edited record could aim programs at.
+      await writeFile(file, JSON.stringify({ ...record, hostIfIndex: 1, hostMac: '02:00:00:00:00:01' }));
+    });
+    const after = current().datapath.syncs.slice(syncs).filter((st) => st.id === a.id);
+    assert.ok(after.length > 0);
+    for (const st of after) assert.deepEqual([st.hostIfIndex, st.hostMac], [real.hostIfIndex, real.hostMac]);
+    assert.equal(current().agent.api().endpoints.lookup(String(a.id))?.hostIfIndex, real.hostIfIndex);
+    assert.equal(lines.filter((l) => l.level === 40 && /the kernel's are used/.test(l.msg)).length, 1);
+  });
+});
+
+describe('a record whose address belongs to another pod', () => {
+  test('the record is quarantined with one error naming it, the address and its owner; the agent starts and serves every other pod', async () => {
+    const a = await addPod('tdl-own-a');
+    const b = await addPod('tdl-own-b');
+    const c = await addPod('tdl-own-c');
+    const file = join(endpointsDir(), String(a.id), 'endpoint.json');
+    const lines = await restartAfter(async () => {
+      const record = JSON.parse(await readFile(file, 'utf8')) as { addresses: Array<{ ip: string }> };
+      record.addresses[0]!.ip = b.ip;
+      await writeFile(file, JSON.stringify(record));
+    });
+    const loud = problems(lines);
+    assert.equal(loud.length, 1, JSON.stringify(loud.map((l) => l.msg)));
+    for (const part of [file, `endpoint ${a.id}`, b.ip, 'tdl-own-b']) assert.ok(loud[0]!.msg.includes(part), `${loud[0]!.msg} names ${part}`);
+    assert.equal(current().agent.api().endpoints.lookup('container-id:tdl-own-a'), undefined);
+    for (const [id, p] of [['tdl-own-b', b], ['tdl-own-c', c]] as const) {
+      assert.equal(current().agent.api().endpoints.lookup(`container-id:${id}`)?.state, 'ready', id);
+      await cni('CHECK', id, p.netns);
+    }
+    assert.equal((await owners()).get(b.ip), 'tdl-own-b');
+    assert.equal((await owners()).get(a.ip), 'tdl-own-a', 'a keeps the address IPAM holds for it');
+    assert.ok((await current().datapath.listPodHostInterfaces()).includes(a.hostIfName), 'a\'s pod keeps its interface');
+    const d = await addPod('tdl-own-d');
+    assert.ok(![a.ip, b.ip, c.ip].includes(d.ip), `a new pod gets a free address, got ${d.ip}`);
+    const moved = await readdir(join(endpointsDir(), '.quarantine'));
+    assert.equal(moved.length, 1);
+    assert.match(await readFile(join(endpointsDir(), '.quarantine', moved[0]!, 'reason.txt'), 'utf8'), new RegExp(`${b.ip.replace(/\./g, '\\.')}.*tdl-own-b`));
+    // The next start has nothing more to say.
+    const again = await restartAfter(async () => {});
+    assert.deepEqual(problems(again), []);
   });
 });
 

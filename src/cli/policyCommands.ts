@@ -23,7 +23,7 @@ export function regenerationLines(r: { regenerated: readonly number[]; notReady:
 
 /** `tendril policy …`: the agent's policy repository, as `cilium policy` does it. */
 export function registerPolicyCommands(program: Command): void {
-  const policy = program.command('policy').description('network policy: import, get, delete, selectors, trace');
+  const policy = program.command('policy').description('network policy: import, get, delete, confirm-loss, selectors, trace');
 
   withAgentOpts(policy.command('import <file>').description('import NetworkPolicy / tendril policy documents (YAML or JSON; - for stdin)')).action(
     async (file: string, opts: AgentOpts) => {
@@ -65,6 +65,11 @@ export function registerPolicyCommands(program: Command): void {
       const r = await call(() => client(opts).deletePolicy(query));
       output(opts, r, () => `Revision: ${r.revision}\nDeleted: ${r.deleted.join(', ') || '(none)'}\n${r.notReady.length > 0 ? regenerationLines(r) : ''}`);
     });
+
+  withAgentOpts(policy.command('confirm-loss').description('drop the policies the kvstore lost that the agent kept in force from its state dir (policy get lists them as lost; import one again to keep it)')).action(async (opts: AgentOpts) => {
+    const r = await call(() => client(opts).confirmPolicyLoss());
+    output(opts, r, () => `Revision: ${r.revision}\nDropped: ${r.dropped.join(', ') || '(none: nothing was lost)'}\nEndpoints regenerated: ${r.regenerated.length}\n`);
+  });
 
   withAgentOpts(policy.command('selectors').description('each selector and the identities it selects')).action(async (opts: AgentOpts) => {
     const r = await call(() => client(opts).getPolicySelectors());

@@ -109,6 +109,8 @@ test('every client method works against the agent, and every answer matches the 
   const dbPolicy = await client.getEndpointPolicy(db.id);
   assert.equal(dbPolicy.enforcement.ingress.enforced, true);
   assert.deepEqual((await client.deletePolicy({ all: true })).deleted, ['NetworkPolicy/default/db-from-web']);
+  // Nothing lost: confirming changes nothing.
+  assert.deepEqual((await client.confirmPolicyLoss()).dropped, []);
 
   // The node registry: this node alone, and 404 for a name it does not hold.
   const [self] = await client.listNodes();

@@ -236,6 +236,11 @@ export class AgentClient {
     return this.request('DELETE', `/policy${queryString(query)}`);
   }
 
+  /** POST /policy/confirm-loss: the policies the kvstore lost are dropped (the agent kept them in force until now). */
+  confirmPolicyLoss(): Promise<ResponseBody<'confirmPolicyLoss', 200>> {
+    return this.request('POST', '/policy/confirm-loss');
+  }
+
   getPolicySelectors(): Promise<ResponseBody<'getPolicySelectors', 200>> {
     return this.request('GET', '/policy/selectors');
   }
@@ -344,6 +349,7 @@ export const CLIENT_METHODS = {
   getPolicy: 'getPolicy',
   putPolicy: 'putPolicy',
   deletePolicy: 'deletePolicy',
+  confirmPolicyLoss: 'confirmPolicyLoss',
   getPolicySelectors: 'getPolicySelectors',
   tracePolicy: 'tracePolicy',
   monitorEvents: 'monitorEvents',

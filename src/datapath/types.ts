@@ -102,6 +102,25 @@ export interface PodTeardownSpec {
   addresses: PodAddress[];
 }
 
+/** What an endpoint record says of its pod's interfaces (restore and cleanup check it before trusting it). */
+export interface RecordedAttachment {
+  containerId: string;
+  ifName: string;
+  /** The pod's namespace path as recorded ('' when none is). */
+  netns: string;
+  hostIfName: string;
+  /** Made by someone else (PUT /endpoint): any host name, never tendril's to delete. */
+  adopted?: boolean;
+}
+
+/**
+ * The kernel's answer about a recorded attachment: `owned` (its interface is
+ * what the record says), `gone` (no interface of that name: the pod went),
+ * `foreign` (the name is some other interface's; the reason says how). An
+ * owned interface's index and MAC are the kernel's, never the record's.
+ */
+export type AttachmentOwnership = { kind: 'owned'; hostIfIndex: number; hostMac: string } | { kind: 'gone' } | { kind: 'foreign'; reason: string };
+
 /** A pod's veth pair made by someone else, as PUT /endpoint names it. */
 export interface AdoptedPodSpec {
   /** The host end, in the node's namespace. */
@@ -286,8 +305,16 @@ export interface Datapath {
   syncEndpoint(state: EndpointDatapathState): Promise<void>;
   /** Verifies interface, addresses and routes; throws a DatapathError naming the first mismatch. */
   checkPod(spec: PodNetworkSpec): Promise<void>;
-  /** Whether the host side of a pod still exists (used when restoring endpoints). */
+  /** Whether the host side of a pod still exists. */
   podExists(containerId: string, ifName: string, hostIfName?: string): Promise<boolean>;
+  /**
+   * Whether the host interface a record names is that attachment's: the
+   * name derived from (containerId, ifName) unless adopted, and a veth whose
+   * peer is `ifName` in the pod's namespace `netns` (a recorded path that is
+   * gone: a peer outside the node's namespace, for a derived name only).
+   * Restore trusts a record only when this says `owned`.
+   */
+  verifyAttachment(rec: RecordedAttachment): Promise<AttachmentOwnership>;
   /** Host-side pod interfaces present on the node (lxc…), to find ones no endpoint owns. */
   listPodHostInterfaces(): Promise<string[]>;
   /** Deletes an orphaned host-side pod interface (and so its peer and routes); refuses other names. */

@@ -4,6 +4,8 @@ import { type Endpoint, EndpointSchema } from './endpoint.js';
 
 /** Where unreadable records are moved, inside the store's directory (restore never reads it). */
 export const QUARANTINE_DIR = '.quarantine';
+/** Written beside a quarantined record: why it was moved there, for the operator. */
+export const QUARANTINE_REASON = 'reason.txt';
 
 const RECORD = 'endpoint.json';
 const TMP_SUFFIX = '.tmp';
@@ -39,6 +41,8 @@ export interface QuarantineHolds {
   records: number;
   /** Host interfaces those records still name. */
   hostIfNames: string[];
+  /** The attachments (container ID, interface name) those records still name: their derived host interfaces are theirs too. */
+  attachments: Array<{ containerId: string; ifName: string }>;
   /** Records that name no interface legibly: any pod interface may be one of theirs. */
   illegible: number;
 }
@@ -102,7 +106,10 @@ export class EndpointStore {
       let text: string | undefined;
       try {
         text = await readFile(this.path(Number(name)), 'utf8');
-        out.endpoints.push(EndpointSchema.parse(JSON.parse(text)));
+        const ep = EndpointSchema.parse(JSON.parse(text));
+        // Two records claiming one ID would make restore register one over the other.
+        if (String(ep.id) !== name) throw new Error(`the record in directory ${name} says it is endpoint ${ep.id}`);
+        out.endpoints.push(ep);
       } catch (err) {
         const error = (err as Error).message;
         try {
@@ -127,16 +134,36 @@ export class EndpointStore {
     try {
       names = (await readdir(qdir)).sort();
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { records: 0, hostIfNames: [], illegible: 0 };
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { records: 0, hostIfNames: [], attachments: [], illegible: 0 };
       throw err;
     }
-    const holds: QuarantineHolds = { records: names.length, hostIfNames: [], illegible: 0 };
+    const holds: QuarantineHolds = { records: names.length, hostIfNames: [], attachments: [], illegible: 0 };
     for (const name of names) {
-      const hostIfName = legibleField(await readLeftover(join(qdir, name)), 'hostIfName');
+      const text = await readLeftover(join(qdir, name));
+      const hostIfName = legibleField(text, 'hostIfName');
+      const containerId = legibleField(text, 'containerId');
       if (hostIfName) holds.hostIfNames.push(hostIfName);
       else holds.illegible++;
+      if (containerId) holds.attachments.push({ containerId, ifName: legibleField(text, 'ifName') ?? 'eth0' });
     }
     return holds;
+  }
+
+  /**
+   * Moves a record that reads fine but cannot be trusted (it names an
+   * interface that is not its attachment's, or an address IPAM gives to
+   * another owner) to `.quarantine/<id>-<time>`, with the reason beside it.
+   * Restore never reads it again; its pod's interfaces are left alone.
+   */
+  async quarantine(ep: Endpoint, reason: string): Promise<QuarantinedRecord> {
+    const q = await this.#quarantine(ep.id, reason, JSON.stringify(ep));
+    await writeFile(join(q.movedTo, QUARANTINE_REASON), `${reason}\n`, { mode: 0o600 });
+    return q;
+  }
+
+  /** Where the record of endpoint `id` lives (what a log line names). */
+  recordPath(id: number): string {
+    return this.path(id);
   }
 
   /** Removes `.tmp` leftovers; false (and the directory gone) when no record remains. */

@@ -6,7 +6,7 @@ import type { Logger } from '../logging/logger.js';
 import { isPolicyError, PolicyErrorCode } from '../policy/index.js';
 import type { Endpoint, EndpointAddress, EndpointState } from './endpoint.js';
 import type { EndpointStore, QuarantinedRecord } from './endpointStore.js';
-import { EndpointError, EndpointErrorCode } from './errors.js';
+import { EndpointError, EndpointErrorCode, isEndpointError } from './errors.js';
 import { EndpointIdentityBinder } from './identityBinder.js';
 import { KeyedMutex } from './keyedMutex.js';
 import type { PolicyChange, PolicyRevisions } from './policyRevisions.js';
@@ -88,6 +88,13 @@ export interface RestoreHooks {
   reclaim?(ep: Endpoint): Promise<AddressClaim>;
   /** Runs before a restored endpoint's first regeneration (the agent puts its gateway on the host device). */
   prepare?(ep: Endpoint): Promise<void>;
+  /**
+   * The attachments IPAM holds addresses for, and whether only provisionally
+   * (an ADD not finished); undefined when IPAM cannot say (delegated). The
+   * orphan sweep tells an interrupted ADD's interface from an unreadable
+   * record's pod by it.
+   */
+  addressOwners?(): Promise<Array<{ containerId: string; ifName: string; provisional: boolean }> | undefined>;
 }
 
 export interface RestoreReport {
@@ -98,9 +105,9 @@ export interface RestoreReport {
   failed: number;
   /** Addresses IPAM had lost and now holds for their endpoints again. */
   reclaimed: string[];
-  /** Endpoints left not-ready because IPAM gives one of their addresses to someone else. */
+  /** Records quarantined because IPAM gives one of their addresses to someone else, or another record claims it. */
   conflicts: Array<{ endpoint: number; containerId: string; reason: string }>;
-  /** Unreadable records moved aside this start; their pods were left alone. */
+  /** Records moved aside this start (unreadable, naming an interface not their attachment's, conflicting); their pods were left alone. */
   quarantined: QuarantinedRecord[];
   /** Pod host interfaces no endpoint owns, removed. */
   orphansRemoved: string[];
@@ -468,12 +475,23 @@ export class EndpointManager {
     report.quarantined = quarantined;
     for (const p of problems) log.error({ dir: p.dir, error: p.error }, 'cannot restore endpoint state');
     const back: Endpoint[] = [];
-    /** Interfaces of pods whose endpoint could not be registered: alive, and not to be swept. */
+    /** Interfaces of pods whose record could not be moved aside either: alive, and not to be swept. */
     const keep = new Set<string>();
     for (const recorded of endpoints) {
       let ep = recorded;
+      // The record is a file: the kernel says whether the interface it names is this attachment's.
+      const ownership = await datapath.verifyAttachment({ containerId: ep.containerId, ifName: ep.ifName, netns: ep.netns, hostIfName: ep.hostIfName, ...(ep.adopted ? { adopted: true } : {}) });
+      if (ownership.kind === 'foreign') {
+        await this.#quarantineRecord(ep, `${ownership.reason}: it is not that attachment's own interface, and is never touched`, report, keep);
+        continue;
+      }
+      if (ownership.kind === 'owned' && (ownership.hostIfIndex !== ep.hostIfIndex || ownership.hostMac !== ep.hostMac)) {
+        // Programs are attached and the endpoint map keyed by index: the kernel's, never the file's.
+        log.warn({ endpoint: ep.id, hostIfName: ep.hostIfName, recorded: { index: ep.hostIfIndex, mac: ep.hostMac }, actual: { index: ownership.hostIfIndex, mac: ownership.hostMac } }, `endpoint ${ep.id}'s record names another index or MAC for ${ep.hostIfName} than the kernel; the kernel's are used`);
+        ep = { ...ep, hostIfIndex: ownership.hostIfIndex, hostMac: ownership.hostMac };
+      }
       const interrupted = ep.state === 'disconnecting';
-      if (interrupted || !(await datapath.podExists(ep.containerId, ep.ifName, ep.hostIfName))) {
+      if (interrupted || ownership.kind === 'gone') {
         log.warn({ endpoint: ep.id, containerId: ep.containerId, interrupted }, interrupted ? 'finishing an interrupted endpoint deletion' : 'endpoint vanished while the agent was down; releasing it');
         if (interrupted) await this.#removePodNetwork(ep, '');
         await hooks.lease(ep).release();
@@ -483,17 +501,26 @@ export class EndpointManager {
       }
       const claim = await hooks.reclaim?.(ep);
       if (claim?.conflict !== undefined) {
-        if (!this.#restoreConflicted(ep, claim.conflict)) keep.add(ep.hostIfName);
         report.conflicts.push({ endpoint: ep.id, containerId: ep.containerId, reason: claim.conflict });
+        await this.#quarantineRecord(ep, `${claim.conflict}; the record's owner is ${ep.containerId} interface ${ep.ifName}`, report, keep);
         continue;
       }
       if (claim) {
         ep = { ...ep, addresses: claim.addresses };
         report.reclaimed.push(...claim.reclaimed);
       }
-      await hooks.prepare?.(ep);
       const fresh: Endpoint = { ...ep, state: 'waiting-for-identity' };
-      this.#register(fresh);
+      try {
+        this.#register(fresh);
+      } catch (err) {
+        // Another record already claims its ID, attachment or an address (delegated IPAM, or two
+        // records naming one address): the first one read keeps it, this one goes aside.
+        if (!isEndpointError(err, EndpointErrorCode.CONFLICT)) throw err;
+        report.conflicts.push({ endpoint: ep.id, containerId: ep.containerId, reason: err.message });
+        await this.#quarantineRecord(ep, err.message, report, keep);
+        continue;
+      }
+      await hooks.prepare?.(ep);
       const bound = await this.#binder.bind(fresh, ep.identity);
       if (ep.identity !== undefined && bound.identity !== ep.identity) log.warn({ endpoint: ep.id, was: ep.identity, now: bound.identity }, 'restored endpoint got a new identity');
       this.#update(bound);
@@ -515,55 +542,63 @@ export class EndpointManager {
       // Delegated addresses (ipamOwned false) have no allocator to confirm with until a CNI call names one.
       if (!confirmed && ep.ipamOwned) log.error({ endpoint: ep.id, containerId: ep.containerId, addresses: ep.addresses.map((a) => a.ip) }, `restored endpoint ${ep.id}'s addresses are not allocated to it: IPAM may hand them to another pod`);
     }
-    await this.#sweepOrphans(report, keep, problems.length);
+    await this.#sweepOrphans(report, keep, problems.length, hooks);
     if (endpoints.length > 0 || quarantined.length > 0) log.info(report, 'endpoints restored');
     return report;
   }
 
   /**
-   * A restored endpoint one of whose addresses IPAM gives to another owner:
-   * registered not-ready with the reason, and nothing of it put in force (no
-   * identity, ipcache entry, policy or regeneration), so the address's owner
-   * is not disturbed and the pod keeps what it has until it is deleted.
-   * False when it could not be registered either; the caller then keeps its
-   * interface out of the orphan sweep.
+   * A record that reads fine but cannot be trusted goes to the quarantine,
+   * with one error line naming the record, the endpoint, its attachment and
+   * why: nothing of it is put in force and its pod is left alone (CNI DEL
+   * still removes what is the attachment's own). The agent starts and serves
+   * every other pod. When even the move fails, its interface is kept.
    */
-  #restoreConflicted(ep: Endpoint, reason: string): boolean {
-    const { identity: _identity, identityLabels: _labels, ...rest } = ep;
-    let registered = true;
+  async #quarantineRecord(ep: Endpoint, reason: string, report: RestoreReport, keep: Set<string>): Promise<void> {
+    const { store, log } = this.o;
+    const path = store.recordPath(ep.id);
+    const fields = { endpoint: ep.id, record: path, containerId: ep.containerId, ifName: ep.ifName, hostIfName: ep.hostIfName, netns: ep.netns, addresses: ep.addresses.map((a) => a.ip), reason };
+    let q: QuarantinedRecord;
     try {
-      this.#register({ ...rest, state: 'not-ready' });
-      this.#runtime.get(ep.id)!.error = reason;
+      q = await store.quarantine(ep, reason);
     } catch (err) {
-      // Another restored endpoint already claims its address or attachment: the record stays on disk for the operator.
-      registered = false;
-      reason = `${reason}; not registered either: ${(err as Error).message}`;
+      keep.add(ep.hostIfName).add(this.o.datapath.podHostIfName(ep.containerId, ep.ifName));
+      log.error({ ...fields, err }, `endpoint record ${path} (endpoint ${ep.id}, container ${ep.containerId}) cannot be trusted: ${reason}; moving it to the quarantine failed, so it stays where it is and is not restored`);
+      return;
     }
-    this.o.log.error(
-      { endpoint: ep.id, containerId: ep.containerId, hostIfName: ep.hostIfName, addresses: ep.addresses.map((a) => a.ip), conflict: reason },
-      `address conflict restoring endpoint ${ep.id}: ${reason}; the endpoint stays not-ready and its pod's interface is left alone — delete the pod (CNI DEL) or free the address, then restart the agent`,
-    );
-    return registered;
+    report.quarantined.push(q);
+    log.error({ ...fields, movedTo: q.movedTo }, `endpoint record ${path} (endpoint ${ep.id}, container ${ep.containerId}) cannot be trusted: ${reason}; quarantined to ${q.movedTo}, nothing of it is in force and its pod is left alone — delete the pod (CNI DEL) or fix the record, then remove the quarantined copy`);
   }
 
   /**
-   * An agent killed mid-ADD can leave a veth pair no endpoint owns; its
-   * address expires by itself. An interface a quarantined (or unreadable)
-   * record may own is kept: such a pod is alive, only its record is not.
+   * An agent killed mid-ADD leaves a veth pair no endpoint owns, with an
+   * address IPAM holds provisionally until it expires; left in place, the
+   * pod would keep an address the next pod can get. So every unowned pod
+   * interface goes, pod side with it, except one a quarantined record may
+   * own: one it names (or derives from its attachment) and, while some
+   * quarantined record is illegible, one whose attachment IPAM holds an
+   * address for permanently (a committed endpoint's). An interface whose
+   * attachment IPAM holds only provisionally, or not at all, is never a
+   * committed endpoint's, whatever the quarantine holds.
    */
-  async #sweepOrphans(report: RestoreReport, keep: ReadonlySet<string>, unreadable: number): Promise<void> {
+  async #sweepOrphans(report: RestoreReport, keep: ReadonlySet<string>, unreadable: number, hooks: RestoreHooks): Promise<void> {
     const { datapath, store, log } = this.o;
     const holds = await store.quarantineHolds();
-    const owned = new Set([...this.#registry.list().map((e) => e.hostIfName), ...keep, ...holds.hostIfNames]);
+    const owned = new Set([...this.#registry.list().map((e) => e.hostIfName), ...keep, ...holds.hostIfNames, ...holds.attachments.map((a) => datapath.podHostIfName(a.containerId, a.ifName))]);
     const orphans = (await datapath.listPodHostInterfaces()).filter((name) => !owned.has(name));
     if (orphans.length === 0) return;
-    if (holds.illegible > 0 || unreadable > 0) {
-      report.orphansKept = orphans;
+    const illegible = holds.illegible > 0 || unreadable > 0;
+    const owners = illegible ? await hooks.addressOwners?.() : undefined;
+    const permanent = new Set((owners ?? []).filter((o) => !o.provisional).map((o) => datapath.podHostIfName(o.containerId, o.ifName)));
+    // Without IPAM's word (delegated IPAM, or no hook), an illegible record may own any of them.
+    const mayBeQuarantined = (name: string) => illegible && (owners === undefined || permanent.has(name));
+    const kept = orphans.filter(mayBeQuarantined);
+    if (kept.length > 0) {
+      report.orphansKept = kept;
       // Said loudly the start a record is quarantined (above); afterwards the health endpoint counts the records.
-      log.info({ interfaces: orphans, quarantinedRecords: holds.records }, 'pod interfaces no endpoint owns are kept: an unreadable endpoint record may own them');
-      return;
+      log.info({ interfaces: kept, quarantinedRecords: holds.records }, 'pod interfaces no endpoint owns are kept: an unreadable endpoint record may own them');
     }
-    for (const name of orphans) {
+    for (const name of orphans.filter((n) => !mayBeQuarantined(n))) {
       log.warn({ interface: name }, 'removing pod interface no endpoint owns');
       await datapath.removeHostInterface(name);
       report.orphansRemoved.push(name);
@@ -705,7 +740,8 @@ export class EndpointManager {
   async #removePodNetwork(ep: Endpoint, netns: string): Promise<void> {
     const addresses = ep.addresses.map(podAddress);
     if (ep.adopted) await this.o.datapath.releaseAdoptedPod({ hostIfName: ep.hostIfName, addresses });
-    else await this.o.datapath.removePod({ containerId: ep.containerId, hostIfName: ep.hostIfName, netns, ifName: ep.ifName, addresses });
+    // Only the name derived from the attachment, never the recorded one: a record is no proof of what an interface is.
+    else await this.o.datapath.removePod({ containerId: ep.containerId, netns, ifName: ep.ifName, addresses });
   }
 
   /** Drops the endpoint's reference on its identity; one this node no longer holds must not stop a teardown. */

@@ -56,6 +56,7 @@ export type PolicyChangeListener = (change: PolicyChange) => void;
 export class PolicyRevisions {
   #revision: number;
   readonly #listeners = new Set<PolicyChangeListener>();
+  readonly #revisionListeners = new Set<(revision: number) => void>();
 
   constructor(readonly engine: PolicyEngine) {
     this.#revision = engine.revision;
@@ -68,6 +69,23 @@ export class PolicyRevisions {
   subscribe(listener: PolicyChangeListener): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
+  }
+
+  /** Every move of the revision, as it happens (the agent persists it, so it never goes backwards across restarts). */
+  onRevision(listener: (revision: number) => void): () => void {
+    this.#revisionListeners.add(listener);
+    return () => this.#revisionListeners.delete(listener);
+  }
+
+  /**
+   * Moves the revision to at least `floor` (the highest one an earlier run
+   * reached, plus one): the engine counts from zero at every start, and an
+   * endpoint's realized revision must never look older than before.
+   */
+  raiseRevision(floor: number): void {
+    if (floor <= this.#revision) return;
+    this.#revision = floor;
+    for (const l of this.#revisionListeners) l(this.#revision);
   }
 
   /** Parses and imports policy documents, all or nothing. */
@@ -116,7 +134,10 @@ export class PolicyRevisions {
 
   #apply(result: PolicyUpdateResult, repositoryChanged: boolean, self?: number): PolicyChange {
     const regenerated = result.regenerations.map((r: EndpointRegeneration) => r.endpointId);
-    if (repositoryChanged || regenerated.some((id) => id !== self)) this.#revision++;
+    if (repositoryChanged || regenerated.some((id) => id !== self)) {
+      this.#revision++;
+      for (const l of this.#revisionListeners) l(this.#revision);
+    }
     const notReady = result.regenerations.flatMap((r) =>
       r.error ? [{ endpoint: r.endpointId, reason: `its policy needs ${r.error.entries} policy map entries, the limit is ${r.error.limit} (--bpf-policy-endpoint-max); the previous policy stays in force` }] : [],
     );

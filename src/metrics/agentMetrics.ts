@@ -36,6 +36,8 @@ export interface AgentMetricsSources {
   ipamPodCidrs(): readonly string[];
   /** The policy revision the node is at. */
   policyRevision(): number;
+  /** Policies the kvstore lost that the datapath still enforces (kept from the state dir until confirmed or re-imported). */
+  policiesLost?(): number;
   /** Deletions tendril-cni queued while the agent was unreachable, waiting to run. */
   deletionQueueDepth(): Promise<number>;
   /** The eBPF datapath's pinned maps; absent without them. */
@@ -144,6 +146,15 @@ export class AgentMetrics {
       collect() {
         const s = sources();
         if (s) this.set(s.policyRevision());
+      },
+    });
+    new Gauge({
+      name: 'tendril_policy_lost_policies',
+      help: 'Policies the kvstore lost that this node still enforces, kept from its state dir until an operator re-imports them or confirms the loss (tendril policy confirm-loss)',
+      registers,
+      collect() {
+        const s = sources();
+        if (s) this.set(s.policiesLost?.() ?? 0);
       },
     });
     new Gauge({

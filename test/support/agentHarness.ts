@@ -66,8 +66,12 @@ export class AgentProcess {
     return this.opts.args.some((a) => a === '--bpffs-root' || a.startsWith('--bpffs-root=')) ? [] : ['--bpffs-root', this.bpffsRoot];
   }
 
-  /** Starts the agent and waits until its API answers. */
-  async start(extraEnv: Record<string, string> = {}): Promise<void> {
+  /**
+   * Starts the agent and waits until its API answers with status ok (or, with
+   * `degraded`, with any status: a test that expects the agent to report
+   * itself degraded).
+   */
+  async start(extraEnv: Record<string, string> = {}, opts: { degraded?: boolean } = {}): Promise<void> {
     const argv = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.bpffsArgs(), ...this.opts.args];
     const env = { ...process.env, [VALIDATE_RESPONSES_ENV]: '1', ...this.opts.env, ...extraEnv };
     const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -81,7 +85,7 @@ export class AgentProcess {
       if (child.exitCode !== null || child.signalCode !== null) throw new Error(`agent exited during start-up:\n${this.logs}`);
       try {
         const h = await this.client.health();
-        if (h.status === 'ok') return;
+        if (h.status === 'ok' || opts.degraded === true) return;
       } catch {
         // Not listening yet.
       }

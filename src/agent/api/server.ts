@@ -80,6 +80,10 @@ export interface PolicyApi {
   /** The kvstore revision of the last policy change this node applied (equal on every node once synced); 0 when unknown. */
   readonly clusterRevision?: number;
   list(filter: PolicyFilter): Policy[];
+  /** Policies the kvstore lost that stay in force from the state dir until re-imported or confirmed lost. */
+  lost?(): PolicyName[];
+  /** Drops the lost policies: the operator confirms the kvstore is right. */
+  confirmLoss?(): Promise<{ revision: number; dropped: readonly PolicyName[]; endpoints: readonly number[] }>;
   /** Resolves once the policies are in force and stored (kvstore); a store failure rolls the import back. */
   import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
   delete(filter: PolicyFilter): Promise<{ revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
@@ -415,7 +419,17 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
   app.get('/v1/policy', async (req): Promise<ResponseBody<'getPolicy', 200>> => {
     const policies = policy.list(policyFilter(req.query as QueryParams<'getPolicy'>));
-    return { revision: policy.revision, clusterRevision: policy.clusterRevision ?? 0, policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown> })) };
+    const lost = policy.lost?.() ?? [];
+    return {
+      revision: policy.revision,
+      clusterRevision: policy.clusterRevision ?? 0,
+      policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown> })),
+      ...(lost.length > 0 ? { lost: lost.map(formatPolicyName) } : {}),
+    };
+  });
+  app.post('/v1/policy/confirm-loss', async (): Promise<ResponseBody<'confirmPolicyLoss', 200>> => {
+    const r = policy.confirmLoss ? await policy.confirmLoss() : { revision: policy.revision, dropped: [], endpoints: [] };
+    return { revision: r.revision, dropped: r.dropped.map(formatPolicyName), regenerated: [...r.endpoints] };
   });
   app.put('/v1/policy', async (req): Promise<ResponseBody<'putPolicy', 200>> => {
     const r = await policy.import((req.body as PolicyImport).text);

@@ -20,7 +20,7 @@ import { LinuxDatapath } from '../linux/linuxDatapath.js';
 import { removeMasquerade } from '../linux/masquerade.js';
 import { RemoteNodeRoutes } from '../linux/remoteNodeRoutes.js';
 import { interfaceSysctl, setSysctl } from '../linux/sysctl.js';
-import { type AdoptedPodSpec, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress, type RoutingMode } from '../types.js';
+import { type AdoptedPodSpec, type AttachmentOwnership, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress, type RecordedAttachment, type RoutingMode } from '../types.js';
 import { ConfigFlag, MAGLEV_DEFAULT_TABLE_SIZE, MapName, TraceLevel, type MapNameValue } from './constants.js';
 import { EndpointMap } from './endpointMap.js';
 import { datapathPinDir } from './inspect.js';
@@ -480,6 +480,10 @@ export class BpfDatapath implements Datapath {
 
   podExists(containerId: string, ifName: string, hostIfName?: string): Promise<boolean> {
     return this.#linux.podExists(containerId, ifName, hostIfName);
+  }
+
+  verifyAttachment(rec: RecordedAttachment): Promise<AttachmentOwnership> {
+    return this.#linux.verifyAttachment(rec);
   }
 
   listPodHostInterfaces(): Promise<string[]> {

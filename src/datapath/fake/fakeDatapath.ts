@@ -2,6 +2,7 @@ import { validateAbsolutePath, validateInterfaceName } from '../../cni/index.js'
 import { hostInterfaceName, hostPrefix } from '../linux/links.js';
 import {
   type AdoptedPodSpec,
+  type AttachmentOwnership,
   type Datapath,
   DatapathError,
   type EndpointDatapathState,
@@ -11,6 +12,7 @@ import {
   type PodNetwork,
   type PodNetworkSpec,
   type PodTeardownSpec,
+  type RecordedAttachment,
   type RoutingMode,
 } from '../types.js';
 import { FakeLoadBalancer, type FakeLoadBalancerOptions } from './fakeLoadBalancer.js';
@@ -371,6 +373,26 @@ export class FakeDatapath implements Datapath {
     const name = hostIfName ?? hostInterfaceName(containerId, ifName);
     await this.#enter('podExists', name);
     return this.#link(NODE, name) !== undefined;
+  }
+
+  /** The Linux datapath's rule (attachmentOwnership.ts) on the fake's veth model. */
+  async verifyAttachment(rec: RecordedAttachment): Promise<AttachmentOwnership> {
+    await this.#enter('verifyAttachment', rec.hostIfName);
+    const foreign = (why: string): AttachmentOwnership => ({ kind: 'foreign', reason: `the record names host interface ${rec.hostIfName}, ${why}` });
+    const derived = hostInterfaceName(rec.containerId, rec.ifName);
+    if (!rec.adopted && rec.hostIfName !== derived) return foreign(`not ${derived}, the one derived from container ${rec.containerId} interface ${rec.ifName}`);
+    const link = this.#link(NODE, rec.hostIfName);
+    if (!link) return { kind: 'gone' };
+    if (!link.peer) return foreign('which is not a veth (a device without a driver kind, such as a physical one)');
+    if (link.peer.ns === NODE) return foreign('whose veth peer is in the node\'s own namespace, not a pod\'s');
+    const kind = rec.netns === '' ? 'missing' : await this.classifyNetns(rec.netns);
+    if (kind === 'node') return foreign(`and ${rec.netns} is the node's own namespace, not a pod's`);
+    if (kind === 'not-netns') return foreign(`and ${rec.netns} is not a network namespace`);
+    const owned: AttachmentOwnership = { kind: 'owned', hostIfIndex: link.index, hostMac: link.mac };
+    if (kind === 'missing') return rec.adopted ? foreign(`and its pod's namespace ${rec.netns || '(none recorded)'} is gone, so its peer cannot be checked`) : owned;
+    if (link.peer.ns !== this.#nsKey(rec.netns)) return foreign(`whose veth peer is not in ${rec.netns}`);
+    if (link.peer.name !== rec.ifName) return foreign(`whose peer in ${rec.netns} is ${link.peer.name}, not ${rec.ifName}`);
+    return owned;
   }
 
   async listPodHostInterfaces(): Promise<string[]> {

@@ -2,7 +2,8 @@ import { validateAbsolutePath, validateInterfaceName } from '../../cni/index.js'
 import type { Logger } from '../../logging/logger.js';
 import { isKernelError } from '../kernel/errors.js';
 import { type Link, type Netlink, NetlinkBatch, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
-import { type AdoptedPodSpec, DatapathError, type Datapath, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodAddress, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec } from '../types.js';
+import { type AdoptedPodSpec, type AttachmentOwnership, DatapathError, type Datapath, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodAddress, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type RecordedAttachment } from '../types.js';
+import { attachmentOwnership } from './attachmentOwnership.js';
 import { ensureHostDevice } from './hostDevice.js';
 import { HostNetlink, deleteLinkIfPresent, kernel, openPodNetlink, openPodNetlinkIfPresent } from './kernel.js';
 import { POD_HOST_IFNAME, canonicalIp, hostInterfaceName, hostPrefix } from './links.js';
@@ -285,10 +286,15 @@ export class LinuxDatapath implements Datapath {
     }
   }
 
+  async verifyAttachment(rec: RecordedAttachment): Promise<AttachmentOwnership> {
+    return attachmentOwnership(await this.host.get(), rec, classifyNetnsPath);
+  }
+
   async listPodHostInterfaces(): Promise<string[]> {
     const host = await this.host.get();
     const links = await kernel(() => host.listLinks());
-    return links.map((l) => l.name).filter((n) => POD_HOST_IFNAME.test(n));
+    // Only veths: a device of another kind that happens to carry an lxc name is nobody's pod.
+    return links.filter((l) => l.kind === 'veth' && POD_HOST_IFNAME.test(l.name)).map((l) => l.name);
   }
 
   async removeHostInterface(name: string): Promise<void> {

@@ -326,6 +326,32 @@ export function runDatapathContract(name: string, newSubject: NewDatapathSubject
       await dp.removeHostInterface(net.hostIfName);
     });
 
+    it('verifyAttachment owns only the attachment\'s derived veth whose peer is its interface in its namespace', async () => {
+      const spec = await podSpec(23);
+      const net = await dp.addPod(spec);
+      const other = await s.newNetns();
+      const rec = { containerId: spec.containerId, ifName: spec.ifName, netns: spec.netns, hostIfName: net.hostIfName };
+      assert.deepEqual(await dp.verifyAttachment(rec), { kind: 'owned', hostIfIndex: net.hostIfIndex, hostMac: net.hostMac });
+      const foreign: Array<[string, Parameters<Datapath['verifyAttachment']>[0], RegExp]> = [
+        // The uplink (loopback stands for it), the host device's in-node pair, the node's namespace, another namespace, another interface name.
+        ['the uplink', { ...rec, hostIfName: 'lo' }, /not lxc/],
+        ['tendril_host, even adopted', { ...rec, hostIfName: 'tendril_host', adopted: true }, /not a veth|node's own namespace/],
+        ['the node\'s namespace', { ...rec, netns: s.nodeNetnsPath }, /node's own namespace/],
+        ['another namespace', { ...rec, netns: other }, /not in/],
+        ['another interface name', { ...rec, ifName: 'eth1' }, /not lxc|derived/],
+        ['another interface name, adopted', { ...rec, ifName: 'eth1', adopted: true }, /is eth0, not eth1/],
+      ];
+      for (const [what, r, reason] of foreign) {
+        const got = await dp.verifyAttachment(r);
+        assert.equal(got.kind, 'foreign', `${what}: ${JSON.stringify(got)}`);
+        if (got.kind === 'foreign') assert.match(got.reason, reason, what);
+      }
+      assert.equal((await dp.verifyAttachment({ ...rec, adopted: true })).kind, 'owned');
+      await dp.removePod(spec);
+      assert.deepEqual(await dp.verifyAttachment(rec), { kind: 'gone' });
+      await s.removeNetns(other);
+    });
+
     it('podExists is false for a pod never added', async () => {
       assert.equal(await dp.podExists('tdl-contract-never', 'eth0'), false);
     });

@@ -92,6 +92,7 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
   /** Revision of the last delete of a key that is applied no more: older events for it are stale. */
   readonly #deletedAt = new Map<string, number>();
   #tail: Promise<unknown> = Promise.resolve();
+  readonly #changeListeners = new Set<() => void>();
   #stopped = false;
   #clusterRevision = 0;
 
@@ -116,6 +117,22 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
 
   key(name: PolicyName): string {
     return `${this.#prefix}${policyKeySuffix(name)}`;
+  }
+
+  /** The policies in force because the store holds them: key, name and content hash. */
+  storedPolicies(): Array<{ key: string; name: PolicyName; hash: string }> {
+    return [...this.#applied].map(([key, a]) => ({ key, name: a.name, hash: a.hash }));
+  }
+
+  /** Called after every change the store's queue ran (imports, deletes, the watch's), inside the queue. */
+  onChange(listener: () => void): () => void {
+    this.#changeListeners.add(listener);
+    return () => this.#changeListeners.delete(listener);
+  }
+
+  /** Runs `fn` in the store's queue: no import, delete or watch event interleaves with it. */
+  exclusive<T>(fn: () => T | Promise<T>): Promise<T> {
+    return this.#enqueue(fn);
   }
 
   /** The kvstore revision of the last policy change (any node's) this node has applied; 0 before any. */
@@ -200,7 +217,9 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
   // ---- internals ------------------------------------------------------------
 
   #enqueue<T>(fn: () => T | Promise<T>): Promise<T> {
-    const run = this.#tail.then(fn);
+    const run = this.#tail.then(fn).finally(() => {
+      for (const l of this.#changeListeners) l();
+    });
     this.#tail = run.then(
       () => undefined,
       () => undefined,

@@ -3,7 +3,6 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
-import { NAMESPACE_LABEL_PREFIX } from '../../src/policy/index.js';
 import { CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
 import type { Result100 } from '../../src/cni/index.js';
 import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
@@ -96,7 +95,7 @@ export interface PodSpec {
   /** Kubernetes namespace of the pod. */
   namespace: string;
   labels: Record<string, string>;
-  /** Labels of the pod's namespace (namespaceSelector matches these). */
+  /** Labels of the pod's namespace (namespaceSelector matches these), served by the fake API server (datapathScene.ts): never in CNI_ARGS. */
   namespaceLabels?: Record<string, string>;
 }
 
@@ -109,12 +108,13 @@ export interface Pod {
   endpoint: Endpoint;
 }
 
-/** The CNI_ARGS of a pod: its namespace, name and labels (namespace labels as the engine expects them). */
+/**
+ * The CNI_ARGS of a pod: its namespace, name and labels. Its namespace's
+ * labels are not among them: the agent takes those from the API server only
+ * (the scene serves them, datapathScene.ts).
+ */
 export function podRuntimeConf(spec: PodSpec, containerId: string, netnsPath: string): RuntimeConf {
-  const labels = [
-    ...Object.entries(spec.labels).map(([k, v]) => `${k}=${v}`),
-    ...Object.entries(spec.namespaceLabels ?? {}).map(([k, v]) => `${NAMESPACE_LABEL_PREFIX}${k}=${v}`),
-  ];
+  const labels = Object.entries(spec.labels).map(([k, v]) => `${k}=${v}`);
   return {
     containerId,
     netns: netnsPath,

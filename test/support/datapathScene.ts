@@ -1,4 +1,10 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { addOutsideHost, addPod, type DatapathNode, type OutsideHost, type Pod, type PodSpec, startDatapathNode } from './datapathNode.js';
+import { FakeKubeApi } from './fakeKubeApi.js';
+import { namespaceObject, nodeObject, podObject } from './k8sObjects.js';
+import { relayIntoNamespace } from './k8sScene.js';
 import type { NetnsPool } from './netns.js';
 import type { Peer } from './policyTruthTable.js';
 import { NetnsProber } from './reachability.js';
@@ -37,21 +43,57 @@ export interface SceneOptions {
 
 export const peerName = (spec: PodSpec) => `${spec.namespace}/${spec.name}`;
 
+/**
+ * Namespace labels come only from the API server (a pod may not name them
+ * in CNI_ARGS): when pods carry them, the scene serves their namespaces and
+ * Pod objects from the fake API server and points the agent at it, as a
+ * kubelet's node would be. Returns the agent's extra flags, the hook that
+ * creates a pod's object before its ADD, and the cleanup.
+ */
+async function kubernetesForNamespaceLabels(opts: SceneOptions, cleanups: Array<() => Promise<void>>) {
+  const fake = await FakeKubeApi.start();
+  cleanups.push(() => fake.stop());
+  const namespaces = new Map<string, Record<string, string>>();
+  for (const p of opts.pods) namespaces.set(p.namespace, { ...namespaces.get(p.namespace), ...p.namespaceLabels });
+  for (const [name, labels] of namespaces) fake.create('namespaces', namespaceObject(name, labels));
+  fake.create('nodes', nodeObject(opts.nodeName, [opts.podCidr], [{ type: 'Hostname', address: opts.nodeName }]));
+  return {
+    args: ['--k8s-api-server', fake.url],
+    relay: async (nodeNetns: string) => {
+      const dir = await mkdtemp(join(tmpdir(), 'tdl-kuberelay-'));
+      cleanups.push(() => rm(dir, { recursive: true, force: true }));
+      cleanups.push(await relayIntoNamespace(fake, `/var/run/netns/${nodeNetns}`, dir));
+    },
+    createPod: (spec: PodSpec) => {
+      if (!namespaces.has(spec.namespace)) {
+        namespaces.set(spec.namespace, spec.namespaceLabels ?? {});
+        fake.create('namespaces', namespaceObject(spec.namespace, spec.namespaceLabels ?? {}));
+      }
+      fake.create('pods', podObject({ namespace: spec.namespace, name: spec.name, nodeName: opts.nodeName, labels: spec.labels }));
+    },
+  };
+}
+
 export async function startScene(pool: NetnsPool, opts: SceneOptions): Promise<Scene> {
   const probers: NetnsProber[] = [];
+  const kubeCleanups: Array<() => Promise<void>> = [];
   let node: DatapathNode | undefined;
   const cleanup = async () => {
     for (const p of probers.splice(0)) await p.stop();
     await node?.cleanup();
+    for (const c of kubeCleanups.splice(0).reverse()) await c();
     await pool.cleanup();
   };
   try {
     let outside: OutsideHost | undefined;
+    const kube = opts.pods.some((p) => p.namespaceLabels) ? await kubernetesForNamespaceLabels(opts, kubeCleanups) : undefined;
+    const extraArgs = [...(kube?.args ?? []), ...(opts.extraAgentArgs ?? [])];
     node = await startDatapathNode(pool, {
       nodeName: opts.nodeName,
       podCidr: opts.podCidr,
-      ...(opts.extraAgentArgs ? { extraArgs: opts.extraAgentArgs } : {}),
+      ...(extraArgs.length > 0 ? { extraArgs } : {}),
       beforeStart: async (n) => {
+        await kube?.relay(n);
         if (opts.outside.length === 0) return;
         outside = await addOutsideHost(pool, n, { gateway: OUTSIDE_GATEWAY, addresses: opts.outside.map((o) => o.address), podCidr: opts.podCidr });
       },
@@ -66,6 +108,7 @@ export async function startScene(pool: NetnsPool, opts: SceneOptions): Promise<S
     const peers = new Map<string, Peer>();
     const n = node;
     const add = async (spec: PodSpec) => {
+      kube?.createPod(spec);
       const pod = await addPod(pool, n, spec);
       const name = peerName(spec);
       pods.set(name, pod);

@@ -102,6 +102,13 @@ const describeDelay = (d: LoopDelay): string =>
   `event-loop delay p99 ${d.p99Ms.toFixed(2)} ms, max ${d.maxMs.toFixed(2)} ms; ${d.ticks} ticks of a 1 ms timer in ${d.elapsedMs.toFixed(1)} ms, ` +
   `${d.cpuWaitMs.toFixed(1)} ms of which the main thread waited for a CPU`;
 
+/**
+ * The longest stall less the time the main thread waited for a CPU: on two
+ * cores shared with other test files that wait is the machine's, not the
+ * addon's (a synchronous call held the loop 22–250 ms, far above the bound).
+ */
+const stallOfOwnMs = (d: LoopDelay): number => d.maxMs - d.cpuWaitMs;
+
 describe('kernel addon boundary', () => {
   const pool = new NetnsPool('addon');
   let ns: { name: string; path: string };
@@ -309,7 +316,7 @@ describe('kernel addon boundary', () => {
     t.diagnostic(`calls held the loop for ${ms(held)} ms; each took ${ms(took)} ms to settle; ${describeDelay(delay)}`);
     // The fastest hold is the measure, so one preemption of this thread on a busy machine cannot fail it.
     assert.ok(Math.min(...held) < 2, `held the event loop for ${ms(held)} ms`);
-    assert.ok(delay.maxMs < 50, describeDelay(delay));
+    assert.ok(stallOfOwnMs(delay) < 50, describeDelay(delay));
   });
 
   it('detaches tcx links off the event loop, through TcxLink and through an Attachment', async (t) => {
@@ -341,7 +348,7 @@ describe('kernel addon boundary', () => {
     }
     t.diagnostic(`detach() held the loop for ${held.map((x) => x.toFixed(3)).join(' ')} ms; ${describeDelay(delay)}`);
     assert.ok(Math.min(...held) < 2, `detach() held the event loop for ${held.map((x) => x.toFixed(2)).join(', ')} ms`);
-    assert.ok(delay.maxMs < 50, describeDelay(delay));
+    assert.ok(stallOfOwnMs(delay) < 50, describeDelay(delay));
   });
 
   it('caps the repetitions of a test run, which hold a pool thread until done', async () => {

@@ -23,6 +23,7 @@
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { z } from 'zod';
 import type { Logger } from '../../logging/logger.js';
 import type { PolicyFilter } from '../repository.js';
 import { formatPolicyName, type Policy, type PolicyName } from '../rule.js';
@@ -33,20 +34,20 @@ const FORMAT = 1;
 const ENFORCED = 'enforced.json';
 const REVISION = 'revision';
 
-interface LedgerEntry {
-  key: string;
-  hash: string;
-  document: unknown;
-}
-
-interface LedgerFile {
-  v: number;
+/** A file in the state dir is input too (edited, truncated): read only through these schemas. */
+const LedgerEntrySchema = z.object({ key: z.string(), hash: z.string(), document: z.unknown() });
+const LedgerFileSchema = z.object({
+  v: z.literal(FORMAT),
   /** The store's revision (its policy marker's) when the file was written. */
-  clusterRevision: number;
-  policies: LedgerEntry[];
+  clusterRevision: z.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER),
+  policies: z.array(LedgerEntrySchema),
   /** Keys of `policies` the store lost, kept in force until confirmed. */
-  lost: string[];
-}
+  lost: z.array(z.string()),
+});
+const RevisionSchema = z.coerce.number().int().nonnegative().max(Number.MAX_SAFE_INTEGER);
+
+type LedgerEntry = z.infer<typeof LedgerEntrySchema>;
+type LedgerFile = z.infer<typeof LedgerFileSchema>;
 
 /** The revision endpoints realize (PolicyRevisions): read, raised at start, followed. */
 export interface RevisionCounter {
@@ -90,8 +91,8 @@ export class PolicyLedger {
     await mkdir(this.#dir, { recursive: true, mode: 0o700 });
     let file: LedgerFile | undefined;
     try {
-      const parsed = JSON.parse(await readFile(join(this.#dir, ENFORCED), 'utf8')) as LedgerFile;
-      if (parsed.v === FORMAT && Array.isArray(parsed.policies) && Array.isArray(parsed.lost) && typeof parsed.clusterRevision === 'number') file = parsed;
+      const parsed = LedgerFileSchema.safeParse(JSON.parse(await readFile(join(this.#dir, ENFORCED), 'utf8')));
+      if (parsed.success) file = parsed.data;
       else this.#log.error({ file: join(this.#dir, ENFORCED) }, 'policy ledger has an unknown layout; a policy loss cannot be told this start');
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
@@ -99,7 +100,9 @@ export class PolicyLedger {
     }
     let revision = 0;
     try {
-      revision = Number(readFileSync(join(this.#dir, REVISION), 'utf8').trim()) || 0;
+      const parsed = RevisionSchema.safeParse(readFileSync(join(this.#dir, REVISION), 'utf8').trim());
+      if (parsed.success) revision = parsed.data;
+      else this.#log.error({ file: join(this.#dir, REVISION) }, 'policy revision record is no revision; counting on from the engine');
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') this.#log.error({ err }, 'policy revision record unreadable');
     }

@@ -3,7 +3,7 @@ import type { BackendAddress, ServiceSpec, ServiceStatus, ServiceType, TrafficPo
 import type { LbBackendState, LbProtocol } from '../../src/datapath/types.js';
 import { cliJson, type DatapathNode } from './datapathNode.js';
 import { run } from './run.js';
-import { bpfConntrack } from './datapathObserve.js';
+import { bpfConntrack, bpfMetrics, dropCounts } from './datapathObserve.js';
 import { failures, type SessionResult, type ShotResult } from './serviceProcess.js';
 
 export type { ServiceSpec, ServiceStatus } from '../../src/service/types.js';
@@ -109,10 +109,13 @@ export async function ctOfFailed(node: DatapathNode, results: ReadonlyArray<Sess
 /**
  * Fails unless every connection or datagram got its answers; the message
  * then carries what the node holds for them (conntrack on their client
- * ports, the load-balancer maps), gathered only on failure.
+ * ports, the drop counters, the load-balancer maps, the agent's last
+ * warnings), gathered only on failure.
  */
 export async function assertAllAnswered(node: DatapathNode, results: ReadonlyArray<SessionResult | ShotResult>, what: string): Promise<void> {
   const text = failures(results);
   if (text === 'none') return;
-  throw new Error(`${what}: ${text}\n${await ctOfFailed(node, results)}\nbpf lb list: ${(await lbDiagnostics(node)).slice(0, 1500)}`);
+  const drops = JSON.stringify(dropCounts(await bpfMetrics(node)));
+  const log = node.agent.output.split('\n').filter((l) => /"level":(40|50)/.test(l)).slice(-15).join('\n');
+  throw new Error(`${what}: ${text}\n${await ctOfFailed(node, results)}\ndrops so far: ${drops}\nbpf lb list: ${(await lbDiagnostics(node)).slice(0, 1500)}\nagent warnings and errors (last 15):\n${log}`);
 }

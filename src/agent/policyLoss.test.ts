@@ -5,7 +5,8 @@
 // operator imports them again or confirms the loss; and the policy revision
 // never goes backwards across restarts. A real agent over the fake datapath.
 import assert from 'node:assert/strict';
-import { rm, truncate } from 'node:fs/promises';
+import { rm, truncate, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { afterEach, describe, test } from 'node:test';
 import { pino } from 'pino';
 import type { CniRequest } from '../api/types.js';
@@ -140,5 +141,26 @@ describe('the policy revision', () => {
       assert.ok(node.agent.api().endpoints.list().every((e) => e.policyRevision >= seen), JSON.stringify(ep));
       seen = now;
     }
+  });
+});
+
+describe('the policy ledger edited while the agent was down', () => {
+  test('a damaged ledger or a revision that is no number is logged and ignored: the agent starts with the store\'s policies, its revision finite', async () => {
+    node = await startFakeNodeAgent({ nodeName: 'tdl-pl-edited', podCidr: '10.80.0.0/24' });
+    await addPod(node, 'tdl-pl-db4', 'app=db');
+    await node.agent.api().policy.import(POLICY);
+    const { logger, lines } = capturingLogger();
+    const dir = join(node.config.stateDir, 'policy');
+    node = await node.restart(async () => {
+      // A ledger claiming a lost policy that never existed, in a layout of its own, and a revision past any safe integer.
+      await writeFile(join(dir, 'enforced.json'), JSON.stringify({ v: 1, clusterRevision: 'x', policies: [{ key: 7 }], lost: ['tendril/state/policies/v1/forged'] }));
+      await writeFile(join(dir, 'revision'), '1e400');
+    }, { logger });
+    const complaints = lines.filter((l) => l.level >= 50).map((l) => l.msg);
+    assert.ok(complaints.some((m) => /policy ledger has an unknown layout/.test(m)), JSON.stringify(complaints));
+    assert.ok(complaints.some((m) => /policy revision record is no revision/.test(m)), JSON.stringify(complaints));
+    assert.equal((await node.agent.api().health.health()).status, 'ok', 'nothing is reported lost on a forged ledger\'s word');
+    assert.deepEqual(names(node), ['NetworkPolicy/default/db-from-web'], 'the store\'s policies are in force');
+    assert.ok(Number.isSafeInteger(node.agent.api().policy.revision), `revision ${node.agent.api().policy.revision}`);
   });
 });

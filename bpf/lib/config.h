@@ -5,6 +5,12 @@
 
 #include "common.h"
 
+/* A range of SNAT source ports, host order; min 0 = unused. */
+struct nat_port_range {
+	__u16 min;
+	__u16 max;
+};
+
 struct datapath_config {
 	__u32 trace_level;  /* TRACE_LEVEL_* */
 	__u32 flags;
@@ -12,6 +18,8 @@ struct datapath_config {
 	__u32 maglev_table_size; /* entries of every Maglev table in tendril_lb4_mag */
 	__u32 tunnel_ifindex;    /* tendril_vxlan, with CONFIG_F_TUNNEL */
 	__be32 node_ipv4;        /* this node's InternalIP (the tunnel endpoint other nodes know it by); 0 = unknown */
+	struct nat_port_range nat_ports[NAT_PORT_RANGES]; /* SNAT's source ports; none → NAT_PORT_MIN..NAT_PORT_MAX */
+	__u32 ct_endpoint_max;   /* conntrack entries one endpoint may hold; 0 = no budget */
 };
 
 struct {
@@ -64,6 +72,15 @@ static __always_inline __be32 config_node_ipv4(void)
 	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
 
 	return cfg ? cfg->node_ipv4 : 0;
+}
+
+/* --bpf-ct-endpoint-max: conntrack entries one endpoint may hold; 0 = no budget. */
+static __always_inline __u32 config_ct_endpoint_max(void)
+{
+	__u32 zero = 0;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+
+	return cfg ? cfg->ct_endpoint_max : 0;
 }
 
 #endif

@@ -2,7 +2,9 @@
 /*
  * Connection tracking: one entry per flow, keyed by its original direction
  * (the packet that opened it); a reply finds it under the reversed tuple.
- * TCP and other protocols in separate LRU maps, as Cilium.
+ * TCP and other protocols in separate maps, as Cilium. They are plain
+ * hashes, not LRU: a full table refuses the new flow (CT_FULL) instead of
+ * evicting a live one, and the agent's GC removes what expired.
  */
 #ifndef __TENDRIL_LIB_CONNTRACK_H_
 #define __TENDRIL_LIB_CONNTRACK_H_
@@ -10,6 +12,7 @@
 #include <linux/in.h>
 
 #include "common.h"
+#include "config.h"
 #include "flow.h"
 
 struct ct4_key {
@@ -40,7 +43,7 @@ struct ct_entry {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct ct4_key);
 	__type(value, struct ct_entry);
 	__uint(max_entries, TENDRIL_CT4_TCP_DEFAULT_SIZE);
@@ -48,12 +51,26 @@ struct {
 } tendril_ct4_tcp SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct ct4_key);
 	__type(value, struct ct_entry);
 	__uint(max_entries, TENDRIL_CT4_ANY_DEFAULT_SIZE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_ct4_any SEC(".maps");
+
+/* Conntrack entries charged to each endpoint (CT_F_CHARGED), for --bpf-ct-endpoint-max. */
+struct ct_budget {
+	__u32 entries;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32); /* endpoint ID */
+	__type(value, struct ct_budget);
+	__uint(max_entries, TENDRIL_CT_BUDGET_DEFAULT_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_ct_budget SEC(".maps");
 
 /* Ports of a fragmented datagram, recorded from its first fragment. */
 struct frag4_key {

@@ -43,7 +43,7 @@ struct nat4_entry {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, struct nat4_key);
 	__type(value, struct nat4_entry);
 	__uint(max_entries, TENDRIL_SNAT4_DEFAULT_SIZE);

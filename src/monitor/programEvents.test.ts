@@ -11,7 +11,7 @@ import { pino } from 'pino';
 import { requireRoot } from '../../test/support/root.js';
 import { DropReason, MapName, ReservedCookie, TraceLevel } from '../datapath/bpf/constants.js';
 import { DatapathInspector } from '../datapath/bpf/inspect.js';
-import { datapathConfig, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, policyEntry, policyKey } from '../datapath/bpf/layout.js';
+import { datapathConfig, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, policyEntry, policyKey, NO_NAT_CONFIG } from '../datapath/bpf/layout.js';
 import { ruleCookie } from '../datapath/bpf/ruleCookie.js';
 import { POD_A, POD_B } from '../datapath/bpf/testing/fixtures.js';
 import { TcpFlag, tcpFrame } from '../datapath/bpf/testing/packets.js';
@@ -86,7 +86,7 @@ test('a packet denied by a deny rule: verdicts and drop reach the monitor resolv
   const events: MonitorEvent[] = [];
   const sub = await hub.subscribe({ endpoint: POD_A.endpointId }, (e) => events.push(e));
   try {
-    config.set(0, { traceLevel: TraceLevel.NEW_FLOWS, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
+    config.set(0, { traceLevel: TraceLevel.NEW_FLOWS, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG });
     for (const ep of [POD_A, POD_B]) {
       endpoints.set(parseIp(ep.ip), { ifindex: ep.ifindex, identity: ep.identity, endpointId: ep.endpointId, flags: 0, lxcMac: ep.lxcMac, podMac: ep.podMac });
       ipcache.set(parsePrefix(`${ep.ip}/32`), { identity: ep.identity, tunnelIp4: 0, flags: 0 });

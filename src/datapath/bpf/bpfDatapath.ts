@@ -27,7 +27,8 @@ import { datapathPinDir } from './inspect.js';
 import { IpcacheMapMirror } from './ipcacheMap.js';
 import { detectDevices, NodeDevices } from './devices.js';
 import { lbMapSet, LbMaps } from './lbMaps.js';
-import { datapathConfig, deviceInfo, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, ipmasqKey, policyEntry, policyKey } from './layout.js';
+import { configNatPorts } from './natPorts.js';
+import { datapathConfig, type NatPortRangeValue, deviceInfo, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, ipmasqKey, policyEntry, policyKey } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
 import { TunnelDevice } from './overlay.js';
 import { ServiceRoutes } from './serviceRoutes.js';
@@ -63,6 +64,10 @@ export interface BpfDatapathOptions {
   maglevTableSize?: number;
   /** ClusterIPs are frontends for traffic from outside too (ConfigFlag.EXTERNAL_CLUSTERIP); false unless given. */
   externalClusterIp?: boolean;
+  /** SNAT's source ports (at most NAT_PORT_RANGES ranges, see natPorts.ts); the programs' NAT_PORT_MIN..NAT_PORT_MAX unless given. */
+  natPortRanges?: readonly NatPortRangeValue[];
+  /** Conntrack entries one endpoint may hold (--bpf-ct-endpoint-max); 0 or undefined = no budget. */
+  ctEndpointMax?: number;
   /**
    * --devices: the node's devices (NodePort from outside, masquerade out);
    * undefined = every interface that is up with a global IPv4 address, except
@@ -223,6 +228,8 @@ export class BpfDatapath implements Datapath {
       maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE,
       tunnelIfindex: this.#tunnelIfindex,
       nodeIpv4: this.#nodeIpv4,
+      natPorts: configNatPorts(this.opts.natPortRanges),
+      ctEndpointMax: this.opts.ctEndpointMax ?? 0,
     });
   }
 

@@ -35,6 +35,11 @@ export const DropReason = {
   CLUSTERIP_FROM_OUTSIDE: { code: -231, text: 'ClusterIP from outside' },
   ICMP6_NOT_ALLOWED: { code: -232, text: 'ICMPv6 type not allowed' },
   NOT_FOR_ENDPOINT: { code: -233, text: 'packet at a pod\'s device not addressed to that pod' },
+  // Full tables refuse new flows (an established flow is never evicted to make room).
+  CT_FULL: { code: -155, text: 'conntrack table full: no entry for a new flow' },
+  NAT_FULL: { code: -234, text: 'SNAT table full: no mapping for a new flow' },
+  CT_ENDPOINT_BUDGET: { code: -235, text: 'the endpoint used up its conntrack budget (--bpf-ct-endpoint-max)' },
+  NAT_UNSUPPORTED_PROTO: { code: -236, text: 'SNAT cannot translate this protocol: not sent with the pod\'s address' },
 } as const satisfies Record<string, { code: number; text: string }>;
 
 export type DropReasonName = keyof typeof DropReason;
@@ -149,6 +154,16 @@ export const CtFlag = {
    * own entry is established only once a reply is seen.
    */
   SERVICE: 1 << 4,
+  /**
+   * The entry counts against its endpoint's budget in tendril_ct_budget
+   * (--bpf-ct-endpoint-max): the source endpoint's, else the destination's.
+   * Whoever deletes the entry gives the count back.
+   */
+  CHARGED: 1 << 5,
+  /** A FIN was seen in the original direction. */
+  FIN_ORIGINAL: 1 << 6,
+  /** A FIN was seen in the reply direction. With FIN_ORIGINAL, or an RST, the connection is closed: its tuple and SNAT port may be taken again. */
+  FIN_REPLY: 1 << 7,
 } as const;
 
 /**
@@ -268,6 +283,8 @@ export const MapName = {
   DEVICES: 'tendril_devices',
   /** Prefixes that pod traffic is not masqueraded to (and masquerade sources): the masquerade CIDRs. */
   NO_MASQUERADE: 'tendril_ipmasq4',
+  /** Endpoint ID → conntrack entries charged to it (CtFlag.CHARGED), for --bpf-ct-endpoint-max. */
+  CT_BUDGET: 'tendril_ct_budget',
 } as const;
 export type MapNameValue = (typeof MapName)[keyof typeof MapName];
 
@@ -293,6 +310,8 @@ export const DefaultMapSize = {
   [MapName.SNAT]: 1 << 19,
   [MapName.DEVICES]: 64,
   [MapName.NO_MASQUERADE]: 16384,
+  /** One counter per endpoint: as many as endpoints. */
+  [MapName.CT_BUDGET]: 65535,
 } as const satisfies Record<MapNameValue, number>;
 
 /** Bits of a policy key before (protocol, port): endpoint ID, peer identity, direction. */
@@ -309,14 +328,18 @@ export const MAX_SERVICE_ID = 65535;
 /** The source a pod's own connection to its own service (hairpin) gets (Cilium's IPV4_LOOPBACK), network order in C. */
 export const LB_HAIRPIN_IP4 = '169.254.42.1';
 /**
- * SNAT source ports (masquerade and NodePort to a backend off the node).
- * Above Linux's default ephemeral range (32768-60999) so the node's own
- * connections never collide with a mapping, and outside the NodePort range.
+ * SNAT source ports when the datapath config names none (a program run
+ * without an agent): above Linux's default ephemeral range (32768-60999), so
+ * the node's own connections never collide with a mapping, and outside the
+ * NodePort range. The agent writes its own ranges (--bpf-nat-port-range, less
+ * the node's ephemeral range and the NodePort range) into the config.
  */
 export const NAT_PORT_MIN = 61000;
 export const NAT_PORT_MAX = 65535;
-/** Ports SNAT tries before it reports NAT_PORT_EXHAUSTED. */
-export const NAT_PORT_RETRIES = 32;
+/** Random ports SNAT tries before it walks the whole range for a free one. */
+export const NAT_PORT_RETRIES = 16;
+/** Port ranges the datapath config holds for SNAT (datapath_config.nat_ports). */
+export const NAT_PORT_RANGES = 2;
 
 /** A dotted IPv4 address as a host-order number (C turns it to network order with bpf_htonl). */
 function ipv4HostOrder(ip: string): number {
@@ -380,6 +403,7 @@ export function renderDatapathHeader(): string {
     define('NAT_PORT_MIN', NAT_PORT_MIN),
     define('NAT_PORT_MAX', NAT_PORT_MAX),
     define('NAT_PORT_RETRIES', NAT_PORT_RETRIES),
+    define('NAT_PORT_RANGES', NAT_PORT_RANGES),
     define('TUNNEL_OVERHEAD', TUNNEL_OVERHEAD),
     '',
     '#endif',

@@ -10,7 +10,7 @@ import { requireRoot } from '../../../test/support/root.js';
 import { BpfObject, removePinDir, TcAction } from '../kernel/bpf/index.js';
 import { makePinRoot } from '../kernel/bpf/testing/kernelTest.js';
 import { MapName } from './constants.js';
-import { endpointInfo, endpointKey } from './layout.js';
+import { endpointInfo, endpointKey, NO_NAT_CONFIG } from './layout.js';
 import { parseIp } from '../../netip/index.js';
 import { ConfigFlag, CtFlag, DropReason, EventType, PolicyVerdict, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
 import { assertEvents } from './testing/expect.js';
@@ -163,7 +163,7 @@ describe('bpf_host', () => {
       });
 
       it('answers the outside with --bpf-lb-external-clusterip (ConfigFlag.EXTERNAL_CLUSTERIP)', async () => {
-        h.config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.EXTERNAL_CLUSTERIP, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
+        h.config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.EXTERNAL_CLUSTERIP, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG });
         const r = await h.runForwarded(FROM_HOST, syn(WORLD_IP, 50004), OUTSIDE_DEVICE);
         assert.equal(r.retval, TcAction.REDIRECT);
         assert.equal(readIpv4(r.data).dst, POD_A.ip);

@@ -15,8 +15,10 @@ import { type Codec, codec } from '../kernel/bpf/index.js';
 import { MapName, renderDatapathHeader } from './constants.js';
 import {
   ct4Key,
+  ctBudget,
   ctEntry,
   datapathConfig,
+  NO_NAT_CONFIG,
   datapathEvent,
   type DatapathEvent,
   endpointInfo,
@@ -95,6 +97,8 @@ const event0: DatapathEvent = {
   tsNs: 0n,
 };
 const v6zero = parseIp('::');
+
+const cfg0 = { traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG };
 
 const CHECKS: Array<StructCheck<never>> = [
   {
@@ -213,12 +217,14 @@ const CHECKS: Array<StructCheck<never>> = [
     struct: 'datapath_config',
     codec: datapathConfig,
     probes: {
-      trace_level: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { traceLevel: 2 }),
-      flags: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { flags: 1 }),
-      host_ifindex: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { hostIfindex: 3 }),
-      maglev_table_size: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { maglevTableSize: 16381 }),
-      tunnel_ifindex: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { tunnelIfindex: 7 }),
-      node_ipv4: field({ traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 }, { nodeIpv4: 0x0a000001 }),
+      trace_level: field(cfg0, { traceLevel: 2 }),
+      flags: field(cfg0, { flags: 1 }),
+      host_ifindex: field(cfg0, { hostIfindex: 3 }),
+      maglev_table_size: field(cfg0, { maglevTableSize: 16381 }),
+      tunnel_ifindex: field(cfg0, { tunnelIfindex: 7 }),
+      node_ipv4: field(cfg0, { nodeIpv4: 0x0a000001 }),
+      nat_ports: field(cfg0, { natPorts: [{ min: 1024, max: 29999 }, { min: 61000, max: 65535 }] }),
+      ct_endpoint_max: field(cfg0, { ctEndpointMax: 1 }),
     },
   },
   {
@@ -412,6 +418,7 @@ describe('datapath layouts against the objects\' BTF', () => {
       [MapName.SNAT]: { key: nat4Key.size, value: nat4Entry.size },
       [MapName.DEVICES]: { key: codec.u32.size, value: deviceInfo.size },
       [MapName.NO_MASQUERADE]: { key: ipmasqKey.size, value: codec.u8.size },
+      [MapName.CT_BUDGET]: { key: codec.u32.size, value: ctBudget.size },
     };
     assert.deepEqual(Object.keys(sizes).sort(), Object.values(MapName).sort());
     for (const [object, b] of Object.entries(btf)) {

@@ -9,7 +9,7 @@
  */
 import { byteLength, familyBits, ipFromBytes, ipToBytes, type IpAddress, type IpFamily, type IpPrefix, maskBits } from '../../netip/index.js';
 import { codec, type Codec } from '../kernel/bpf/index.js';
-import { IPCACHE_KEY_FIXED_BITS, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS } from './constants.js';
+import { IPCACHE_KEY_FIXED_BITS, NAT_PORT_RANGES, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS } from './constants.js';
 
 const { struct, u8, u16, u16be, u32, u32be, u64, pad, bytes } = codec;
 
@@ -200,6 +200,9 @@ export const ctEntry = struct({
 });
 export type CtEntryValue = codec.CodecValue<typeof ctEntry>;
 
+/** struct ct_budget { __u32 entries; __u32 pad; }: tendril_ct_budget's value, keyed by endpoint ID (__u32). */
+export const ctBudget = struct({ entries: u32, pad: pad(4) });
+
 /** struct frag4_key { __be32 saddr; __be32 daddr; __be16 id; __u8 proto; __u8 pad; } */
 export const frag4Key = struct({ saddr: u32be, daddr: u32be, id: u16be, proto: u8, pad: pad(1) });
 /** struct frag4_ports { __be16 sport; __be16 dport; } */
@@ -300,8 +303,36 @@ export const metricsValue = struct({ packets: u64, bytes: u64 });
 
 // ---- tendril_config (bpf/lib/config.h) -----------------------------------------
 
-/** struct datapath_config { __u32 trace_level; __u32 flags; __u32 host_ifindex; __u32 maglev_table_size; __u32 tunnel_ifindex; __be32 node_ipv4; } */
-export const datapathConfig = struct({ traceLevel: u32, flags: u32, hostIfindex: u32, maglevTableSize: u32, tunnelIfindex: u32, nodeIpv4: u32be });
+/** struct nat_port_range { __u16 min; __u16 max; } — host order; min 0 = no range. */
+export const natPortRange = struct({ min: u16, max: u16 });
+export type NatPortRangeValue = codec.CodecValue<typeof natPortRange>;
+
+/**
+ * struct datapath_config { __u32 trace_level; __u32 flags; __u32 host_ifindex; __u32 maglev_table_size; __u32 tunnel_ifindex;
+ * __be32 node_ipv4; struct nat_port_range nat_ports[NAT_PORT_RANGES]; __u32 ct_endpoint_max; }
+ */
+export const datapathConfig = struct({
+  traceLevel: u32,
+  flags: u32,
+  hostIfindex: u32,
+  maglevTableSize: u32,
+  tunnelIfindex: u32,
+  nodeIpv4: u32be,
+  /** SNAT's source ports, one or two ranges (the second { min: 0 } when unused); none at all → NAT_PORT_MIN..NAT_PORT_MAX. */
+  natPorts: codec.array(natPortRange, NAT_PORT_RANGES),
+  /** Conntrack entries one endpoint may hold (--bpf-ct-endpoint-max); 0 = no budget. */
+  ctEndpointMax: u32,
+});
+export type DatapathConfigValue = codec.CodecValue<typeof datapathConfig>;
+
+/** The config fields of SNAT and the endpoint budget left at "none": the programs' built-in port range, no budget. */
+export const NO_NAT_CONFIG: Readonly<Pick<DatapathConfigValue, 'natPorts' | 'ctEndpointMax'>> = {
+  natPorts: [
+    { min: 0, max: 0 },
+    { min: 0, max: 0 },
+  ],
+  ctEndpointMax: 0,
+};
 
 // ---- tendril_events records (bpf/lib/events.h) --------------------------------
 

@@ -10,6 +10,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
 import { parseIp } from '../../netip/index.js';
 import { TcAction } from '../kernel/bpf/index.js';
+import { NO_NAT_CONFIG } from './layout.js';
 import { BackendState, CtFlag, DropReason, EventType, LB_HAIRPIN_IP4, LbScope, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
 import { flowHash4, maglevSlot } from './flowHash.js';
 import { assertEvents, assertLifetime, checkedTuple as tuple, CtTimeout } from './testing/expect.js';
@@ -242,7 +243,7 @@ describe('services in bpf_lxc', () => {
       lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.B.id, BE.C.id, BE.REMOTE.id], flags: ServiceFlag.MAGLEV });
       const table = [BE.B.id, BE.C.id, BE.REMOTE.id, BE.C.id, BE.B.id, BE.REMOTE.id, BE.REMOTE.id];
       await lb.setMaglev(ID.WEB, table);
-      h.config.set(0, { traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: table.length, tunnelIfindex: 0, nodeIpv4: 0 });
+      h.config.set(0, { traceLevel: 0, flags: 0, hostIfindex: 0, maglevTableSize: table.length, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG });
       const counts = new Map<number, number>();
       for (let sport = 44000; sport < 44040; sport++) {
         const slot = maglevSlot({ saddr: POD_A.ip, daddr: VIP, sport, dport: 80, proto: IpProto.TCP }, table.length);

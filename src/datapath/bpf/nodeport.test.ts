@@ -14,7 +14,7 @@ import { requireRoot } from '../../../test/support/root.js';
 import { parseIp } from '../../netip/index.js';
 import { codec, TcAction } from '../kernel/bpf/index.js';
 import { ConfigFlag, CtFlag, DropReason, EventType, LbScope, MapName, NAT_PORT_MAX, NAT_PORT_MIN, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
-import { deviceInfo } from './layout.js';
+import { deviceInfo, NO_NAT_CONFIG } from './layout.js';
 import { assertEvents, checkedTuple as tuple } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
 import { LbNode, type TestFrontend } from './testing/lbNode.js';
@@ -181,7 +181,7 @@ describe('bpf_netdev NodePort', () => {
       assert.equal(await h.ctCount(), 0);
 
       // --bpf-lb-external-clusterip: a frontend for the outside like a NodePort.
-      h.config.set(0, { traceLevel: 0, flags: ConfigFlag.EXTERNAL_CLUSTERIP, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
+      h.config.set(0, { traceLevel: 0, flags: ConfigFlag.EXTERNAL_CLUSTERIP, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG });
       const r = await h.run(FROM_NETDEV, syn);
       assert.equal(r.retval, TcAction.REDIRECT);
       assert.deepEqual(tuple(r.data), { src: WORLD_IP, dst: POD_A.ip, sport: 50007, dport: 8080 });

@@ -15,7 +15,7 @@ import { requireRoot } from '../../../test/support/root.js';
 import { parseIp, parsePrefix } from '../../netip/index.js';
 import { codec, TcAction } from '../kernel/bpf/index.js';
 import { ConfigFlag, DropReason, EventType, MapName, NAT_PORT_MAX, NAT_PORT_MIN, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
-import { deviceInfo } from './layout.js';
+import { deviceInfo, NO_NAT_CONFIG } from './layout.js';
 import { assertEvents, checkedTuple as tuple } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
 import { LbNode } from './testing/lbNode.js';
@@ -43,7 +43,7 @@ const toTendrilHost = { srcMac: '0a:00:00:00:ff:01', dstMac: '0a:00:00:00:ff:02'
 /** Tunnel routing on (or off); `nodeIp`: the node's InternalIP in the config (none unless given). */
 function tunnelMode(h: ProgramHarness, on = true, nodeIp?: string): void {
   const nodeIpv4 = nodeIp === undefined ? 0 : Number(parseIp(nodeIp).bits);
-  h.config.set(0, { traceLevel: TraceLevel.ALL, flags: on ? ConfigFlag.TUNNEL : 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: TUNNEL_IFINDEX, nodeIpv4 });
+  h.config.set(0, { traceLevel: TraceLevel.ALL, flags: on ? ConfigFlag.TUNNEL : 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: TUNNEL_IFINDEX, nodeIpv4, ...NO_NAT_CONFIG });
 }
 
 /** The ipcache as the node subsystem and the kvstore fill it in tunnel mode: remote pods and nodes with their node as endpoint. */

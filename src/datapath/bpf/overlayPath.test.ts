@@ -22,7 +22,7 @@ import { runOk } from '../../../test/support/run.js';
 import { parseIp, parsePrefix } from '../../netip/index.js';
 import { attach, type Attachment, codec, ensureBpffs, perCpuValue, removePinDir } from '../kernel/bpf/index.js';
 import { BackendState, ConfigFlag, DropReason, LbScope, MapName, ReservedCookie, ServiceFlag, TraceLevel, TrafficDirection } from './constants.js';
-import { datapathConfig, deviceInfo, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, metricsKey, metricsValue, policyEntry, policyKey } from './layout.js';
+import { datapathConfig, deviceInfo, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, metricsKey, metricsValue, policyEntry, policyKey, NO_NAT_CONFIG } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects } from './objects.js';
 import { IpProto } from './testing/packets.js';
 import { TEST_MAP_SIZES } from './testing/programHarness.js';
@@ -133,7 +133,7 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
       await inNs(ns, ['ip', 'neigh', 'replace', HOST_NEXT_HOP, 'lladdr', net.address, 'dev', 'tdlhost', 'nud', 'permanent']);
       const vx = await link(ns, 'tdlvx');
       const host = await link(ns, 'tdlhost');
-      config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.TUNNEL, hostIfindex: host.ifindex, maglevTableSize: 0, tunnelIfindex: vx.ifindex, nodeIpv4: 0 });
+      config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.TUNNEL, hostIfindex: host.ifindex, maglevTableSize: 0, tunnelIfindex: vx.ifindex, nodeIpv4: 0, ...NO_NAT_CONFIG });
       n.attachments.push(await attach({ ifindex: vx.ifindex, direction: 'ingress', program: objects.fromOverlay, netns: `/var/run/netns/${ns}` }));
       n.attachments.push(await attach({ ifindex: host.ifindex, direction: 'egress', program: objects.fromHost, netns: `/var/run/netns/${ns}` }));
       ipcache.set(parsePrefix(`${def.routerIp}/32`), { identity: HOST_IDENTITY, tunnelIp4: 0, flags: 0 });

@@ -38,7 +38,7 @@ import { formatIp, parseIp, parsePrefix } from '../../netip/index.js';
 import { MapState } from '../../policy/mapState.js';
 import type { Direction } from '../../policy/types.js';
 import { ConfigFlag, DropReason, EndpointFlag, EventType, LbScope, MapName, POLICY_KEY_FIXED_BITS, TraceLevel, TracePoint } from './constants.js';
-import { ct4Key, ctEntry, datapathConfig, endpointInfo, endpointKey, frag4Key, frag4Ports, ipcacheKey, ipcacheValue, lb4Key, lb4Service, metricsKey, metricsValue, policyEntry, policyKey, type CtEntryValue } from './layout.js';
+import { ct4Key, ctEntry, datapathConfig, endpointInfo, endpointKey, frag4Key, frag4Ports, ipcacheKey, ipcacheValue, lb4Key, lb4Service, metricsKey, metricsValue, policyEntry, policyKey, type CtEntryValue, NO_NAT_CONFIG } from './layout.js';
 import { CIDR_24, CIDR_25, IDENTITY, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER, TEST_IFINDEX } from './testing/fixtures.js';
 import { EXPIRED_FLOW, FUZZ_MAX_FRAME, fuzzFrameArb, SEED_FLOWS, SEED_FRAGMENT, testRunAccepts, truncations, type FuzzFrame, type FuzzSide } from './testing/packetArbitraries.js';
 import { EtherType, ethernetFrame, icmpEcho, icmpError, IpProto, internetChecksum, ipv4Datagram, ipv4Frame, TcpFlag, tcpFrame, udpDatagram, udpFrame } from './testing/packets.js';
@@ -653,7 +653,7 @@ const clusterIpFrameArb: fc.Arbitrary<FuzzFrame> = fc
 
 /** The host harness's tunnel mode (tracing every packet, for the VNI), REMOTE_POD_IP behind another node, the ClusterIP. */
 function installHostTrustBoundary(object: BpfObject): void {
-  object.map(MapName.CONFIG, codec.u32, datapathConfig).set(0, { traceLevel: TraceLevel.ALL, flags: ConfigFlag.TUNNEL, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: FUZZ_TUNNEL_IFINDEX, nodeIpv4: 0 });
+  object.map(MapName.CONFIG, codec.u32, datapathConfig).set(0, { traceLevel: TraceLevel.ALL, flags: ConfigFlag.TUNNEL, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: FUZZ_TUNNEL_IFINDEX, nodeIpv4: 0, ...NO_NAT_CONFIG });
   object.map(MapName.IPCACHE, ipcacheKey, ipcacheValue).set(parsePrefix(`${REMOTE_POD_IP}/32`), { identity: IDENTITY.REMOTE, tunnelIp4: ipNum(FUZZ_REMOTE_NODE_IP), flags: 0 });
   object.map(MapName.LB_SERVICES, lb4Key, lb4Service).set(
     { address: parseIp(FUZZ_CLUSTER_IP.ip), dport: FUZZ_CLUSTER_IP.port, backendSlot: 0, proto: IpProto.TCP, scope: LbScope.EXTERNAL },

@@ -9,7 +9,7 @@ import { requireRoot } from '../../../test/support/root.js';
 import { parseIp, parsePrefix } from '../../netip/index.js';
 import { codec, TcAction } from '../kernel/bpf/index.js';
 import { ConfigFlag, DropReason, EventType, PolicyVerdict, MapName, ReservedCookie, ServiceFlag, TraceLevel, TrafficDirection } from './constants.js';
-import { deviceInfo } from './layout.js';
+import { deviceInfo, NO_NAT_CONFIG } from './layout.js';
 import { assertEvents } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, POD_B, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
 import { LbNode } from './testing/lbNode.js';
@@ -63,7 +63,7 @@ describe('trust-boundary probes: tendril_from_netdev', () => {
   });
 
   it('in tunnel mode, a NodePort datagram claiming a remote pod or a remote node is world: those arrive through the overlay, never on a device', async () => {
-    h.config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.TUNNEL, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 42, nodeIpv4: 0 });
+    h.config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.TUNNEL, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 42, nodeIpv4: 0, ...NO_NAT_CONFIG });
     const endpoint = Number(parseIp(REMOTE_NODE_IP).bits);
     h.ipcache.set(parsePrefix(`${REMOTE_POD_IP}/32`), { identity: IDENTITY.REMOTE, tunnelIp4: endpoint, flags: 0 });
     h.ipcache.set(parsePrefix(`${REMOTE_NODE_IP}/32`), { identity: 6 /* remote-node */, tunnelIp4: endpoint, flags: 0 });
@@ -120,7 +120,7 @@ describe('trust-boundary probes: tendril_to_container', () => {
   });
 
   it('in tunnel mode, a datagram forwarded from a device claiming a remote pod or a remote node is world: those come through the overlay', async () => {
-    h.config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.TUNNEL, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 42, nodeIpv4: 0 });
+    h.config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.TUNNEL, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 42, nodeIpv4: 0, ...NO_NAT_CONFIG });
     const endpoint = Number(parseIp(REMOTE_NODE_IP).bits);
     h.ipcache.set(parsePrefix(`${REMOTE_POD_IP}/32`), { identity: IDENTITY.REMOTE, tunnelIp4: endpoint, flags: 0 });
     h.ipcache.set(parsePrefix(`${REMOTE_NODE_IP}/32`), { identity: 6 /* remote-node */, tunnelIp4: endpoint, flags: 0 });
@@ -136,7 +136,7 @@ describe('trust-boundary probes: tendril_to_container', () => {
       ]);
     }
     // Native routing: a remote pod does arrive on a device, and is itself.
-    h.config.set(0, { traceLevel: TraceLevel.OFF, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
+    h.config.set(0, { traceLevel: TraceLevel.OFF, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG });
     assert.equal((await h.runForwarded(TO_CONTAINER, datagram(REMOTE_POD_IP, sport++), OUTSIDE_DEVICE)).retval, TcAction.OK);
   });
 

@@ -29,6 +29,7 @@ import {
   type CtEntryValue,
   type DatapathEvent,
   type EndpointInfoValue,
+  NO_NAT_CONFIG,
 } from '../layout.js';
 
 const BUILD = fileURLToPath(new URL('../../../../../build/bpf/', import.meta.url));
@@ -157,7 +158,7 @@ export class ProgramHarness {
   }
 
   setTraceLevel(level: number): void {
-    this.config.set(0, { traceLevel: level, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0 });
+    this.config.set(0, { traceLevel: level, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG });
   }
 
   addEndpoint(ep: TestEndpoint): void {

@@ -115,7 +115,11 @@ static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow
 		else
 			flow_set_source4(f);
 		f->dst_identity = tunneled ? route.identity : ipcache_identity4(f->daddr);
-		ct_create(f, now);
+		ret = ct_create(f, now);
+		if (ret < 0) {
+			*action = drop_packet(skb, f, ret, DIR_NONE, 0);
+			return 1;
+		}
 		trace_new_flow(skb, f, tunneled ? TRACE_TO_OVERLAY : TRACE_TO_NETWORK, DIR_NONE);
 	}
 	/*

@@ -237,8 +237,11 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 				return drop_packet(skb, f, ret, DIR_INGRESS, cookie);
 		}
 		/* An ICMP error is no flow of its own: no entry for it. */
-		if (!f->icmp_error)
-			ct_create(f, now);
+		if (!f->icmp_error) {
+			ret = ct_create(f, now);
+			if (ret < 0)
+				return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+		}
 		trace_new_flow(skb, f, local ? TRACE_TO_ENDPOINT : TRACE_TO_STACK, DIR_EGRESS);
 	} else if (f->rev_nat_index) {
 		/* A service's backend answering: its client sees the frontend (a hairpin client, its own address). */

@@ -7,6 +7,7 @@
 #define __TENDRIL_LIB_COMMON_H_
 
 #include <linux/bpf.h>
+#include <linux/errno.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -21,6 +22,10 @@
 #ifndef offsetof
 #define offsetof(type, member) __builtin_offsetof(type, member)
 #endif
+
+/* One load or store the compiler neither splits, merges nor repeats: a map value other CPUs write too. */
+#define READ_ONCE(x) (*(volatile __typeof__(x) *)&(x))
+#define WRITE_ONCE(x, v) (*(volatile __typeof__(x) *)&(x) = (v))
 
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)

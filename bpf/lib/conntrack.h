@@ -159,22 +159,68 @@ static __always_inline int ct_syn_reopens(const struct ct_entry *e, const struct
 	return f->proto == IPPROTO_TCP && (e->flags & CT_F_CLOSING) && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN;
 }
 
-/* Counts the packet in the entry and refreshes its lifetime. */
-static __always_inline void ct_refresh(struct ct_entry *e, const struct flow *f, int reply, __u64 now)
+/*
+ * A TCP connection that is over: reset, or a FIN seen both ways. Its tuple
+ * (and the SNAT port it holds) may be taken by a new connection at once,
+ * as Linux's NAT reuses the tuple of a closed connection.
+ */
+static __always_inline int ct_entry_closed(const struct ct_entry *e)
 {
-	__u8 flags = e->flags;
-	__u8 tcp_flags = e->tcp_flags;
+	__u8 flags = READ_ONCE(e->flags);
+
+	return (READ_ONCE(e->tcp_flags) & TCP_FLAG_RST) || (flags & (CT_F_FIN_ORIGINAL | CT_F_FIN_REPLY)) == (CT_F_FIN_ORIGINAL | CT_F_FIN_REPLY);
+}
+
+/*
+ * rev_nat_index, tcp_flags, flags and backend_id share one aligned 64-bit
+ * word: flags are set with one atomic OR on it (BPF has atomic OR on 64-bit
+ * words only), so CPUs refreshing one entry never lose each other's bits.
+ */
+_Static_assert(__builtin_offsetof(struct ct_entry, rev_nat_index) % 8 == 0, "ct_entry flag word is not 8-byte aligned");
+_Static_assert(__builtin_offsetof(struct ct_entry, tcp_flags) == __builtin_offsetof(struct ct_entry, rev_nat_index) + 2, "ct_entry.tcp_flags moved");
+_Static_assert(__builtin_offsetof(struct ct_entry, flags) == __builtin_offsetof(struct ct_entry, rev_nat_index) + 3, "ct_entry.flags moved");
+#define CT_WORD_TCP_FLAGS_SHIFT 16
+#define CT_WORD_FLAGS_SHIFT 24
+
+static __always_inline void ct_set_flags(struct ct_entry *e, __u8 tcp_flags, __u8 flags)
+{
+	__u64 bits = ((__u64)tcp_flags << CT_WORD_TCP_FLAGS_SHIFT) | ((__u64)flags << CT_WORD_FLAGS_SHIFT);
+	__u64 *word = (__u64 *)&e->rev_nat_index;
+
+	/* Most packets add nothing new: no locked instruction for them. */
+	if ((READ_ONCE(*word) & bits) != bits)
+		__sync_fetch_and_or(word, bits);
+}
+
+/* The flags a packet adds to its flow's entry: its TCP flags' meaning, by direction. */
+static __always_inline __u8 ct_packet_flags(const struct flow *f, int reply)
+{
+	__u8 flags = reply ? CT_F_REPLY_SEEN : 0;
 
 	if (f->proto == IPPROTO_TCP) {
-		tcp_flags |= f->tcp_flags;
+		if (f->tcp_flags & TCP_FLAG_FIN)
+			flags |= reply ? CT_F_FIN_REPLY : CT_F_FIN_ORIGINAL;
 		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
 			flags |= CT_F_CLOSING;
 	}
-	if (reply)
-		flags |= CT_F_REPLY_SEEN;
-	e->flags = flags;
-	e->tcp_flags = tcp_flags;
-	e->expires_ns = now + ct_lifetime_ns(f->proto, flags, tcp_flags);
+	return flags;
+}
+
+/*
+ * Counts the packet in the entry and refreshes its lifetime. The deadline
+ * follows the flags as they are after this packet's; a CPU that made the
+ * flow closing meanwhile is seen by the check after the write, so a
+ * closing flow never keeps a longer deadline.
+ */
+static __always_inline void ct_refresh(struct ct_entry *e, const struct flow *f, int reply, __u64 now)
+{
+	__u8 flags;
+
+	ct_set_flags(e, f->proto == IPPROTO_TCP ? f->tcp_flags : 0, ct_packet_flags(f, reply));
+	flags = READ_ONCE(e->flags);
+	WRITE_ONCE(e->expires_ns, now + ct_lifetime_ns(f->proto, flags, READ_ONCE(e->tcp_flags)));
+	if (!(flags & CT_F_CLOSING) && (READ_ONCE(e->flags) & CT_F_CLOSING))
+		WRITE_ONCE(e->expires_ns, now + ct_lifetime_ns(f->proto, CT_F_CLOSING, 0));
 	__sync_fetch_and_add(&e->packets, 1);
 	__sync_fetch_and_add(&e->bytes, f->len);
 }
@@ -285,33 +331,108 @@ static __always_inline enum ct_status ct_lookup(struct flow *f, __u64 now)
 	return CT_NEW;
 }
 
-/* Writes an entry into the map of its protocol. */
-static __always_inline int ct_update(const struct ct4_key *key, const struct ct_entry *e)
+/* The endpoint an entry is charged to: the one that opened the flow, else the one it was opened to (0 = none). */
+static __always_inline __u32 ct_charged_endpoint(const struct ct_entry *e)
+{
+	return e->src_endpoint ? e->src_endpoint : e->dst_endpoint;
+}
+
+/*
+ * One entry more for endpoint `ep`, within `max`: 0, or
+ * DROP_CT_ENDPOINT_BUDGET when the endpoint holds `max` already (or its
+ * counter cannot be made: fail closed).
+ */
+static __always_inline int ct_budget_take(__u32 ep, __u32 max)
+{
+	struct ct_budget *b = bpf_map_lookup_elem(&tendril_ct_budget, &ep);
+	struct ct_budget first = { .entries = 1, .pad = 0 };
+
+	if (!b) {
+		if (bpf_map_update_elem(&tendril_ct_budget, &ep, &first, BPF_NOEXIST) == 0)
+			return 0;
+		b = bpf_map_lookup_elem(&tendril_ct_budget, &ep);
+		if (!b)
+			return DROP_CT_ENDPOINT_BUDGET;
+	}
+	if (READ_ONCE(b->entries) >= max)
+		return DROP_CT_ENDPOINT_BUDGET;
+	__sync_fetch_and_add(&b->entries, 1);
+	return 0;
+}
+
+/* Gives one entry back to endpoint `ep` (never below 0). */
+static __always_inline void ct_budget_give(__u32 ep)
+{
+	struct ct_budget *b = bpf_map_lookup_elem(&tendril_ct_budget, &ep);
+
+	if (b && READ_ONCE(b->entries) > 0)
+		__sync_fetch_and_add(&b->entries, -1);
+}
+
+static __always_inline int ct_map_update(const struct ct4_key *key, const struct ct_entry *e, __u64 flags)
 {
 	if (key->proto == IPPROTO_TCP)
-		return bpf_map_update_elem(&tendril_ct4_tcp, key, e, BPF_ANY);
-	return bpf_map_update_elem(&tendril_ct4_any, key, e, BPF_ANY);
+		return bpf_map_update_elem(&tendril_ct4_tcp, key, e, flags);
+	return bpf_map_update_elem(&tendril_ct4_any, key, e, flags);
+}
+
+static __always_inline struct ct_entry *ct_map_lookup(const struct ct4_key *key)
+{
+	if (key->proto == IPPROTO_TCP)
+		return bpf_map_lookup_elem(&tendril_ct4_tcp, key);
+	return bpf_map_lookup_elem(&tendril_ct4_any, key);
+}
+
+/*
+ * Writes a new flow's entry: 0, DROP_CT_ENDPOINT_BUDGET when its endpoint
+ * holds all the entries --bpf-ct-endpoint-max allows, or DROP_CT_FULL when
+ * the table has no room (a full table refuses; no live flow is evicted).
+ * An entry already under the key (a closed connection's tuple reused) is
+ * replaced, its charge given back.
+ */
+static __always_inline int ct_insert(const struct ct4_key *key, struct ct_entry *e)
+{
+	__u32 max = config_ct_endpoint_max(), ep = ct_charged_endpoint(e);
+	struct ct_entry *old;
+	int ret;
+
+	e->flags &= ~CT_F_CHARGED;
+	if (max && ep) {
+		ret = ct_budget_take(ep, max);
+		if (ret < 0)
+			return ret;
+		e->flags |= CT_F_CHARGED;
+	}
+	ret = ct_map_update(key, e, BPF_NOEXIST);
+	if (ret == -EEXIST) {
+		old = ct_map_lookup(key);
+		if (old && (READ_ONCE(old->flags) & CT_F_CHARGED))
+			ct_budget_give(ct_charged_endpoint(old));
+		ret = ct_map_update(key, e, BPF_ANY);
+	}
+	if (ret == 0)
+		return 0;
+	if (e->flags & CT_F_CHARGED)
+		ct_budget_give(ep);
+	return DROP_CT_FULL;
 }
 
 /*
  * The entry of a new flow, opened by this packet in its original direction,
  * with the service translation f carries (reply reverse NAT reads it).
+ * 0, or why the flow cannot be tracked (ct_insert).
  */
-static __always_inline void ct_create(const struct flow *f, __u64 now)
+static __always_inline int ct_create(const struct flow *f, __u64 now)
 {
 	struct ct4_key key;
 	struct ct_entry e;
-	__u8 flags = f->ct_flags & CT_F_STICKY;
 
 	__builtin_memset(&e, 0, sizeof(e));
 	ct_key_init(&key, f->saddr, f->daddr, f->sport, f->dport, f->proto);
-	if (f->proto == IPPROTO_TCP) {
+	e.flags = (f->ct_flags & CT_F_STICKY) | ct_packet_flags(f, 0);
+	if (f->proto == IPPROTO_TCP)
 		e.tcp_flags = f->tcp_flags;
-		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
-			flags |= CT_F_CLOSING;
-	}
-	e.flags = flags;
-	e.expires_ns = now + ct_lifetime_ns(f->proto, flags, e.tcp_flags);
+	e.expires_ns = now + ct_lifetime_ns(f->proto, e.flags, e.tcp_flags);
 	e.packets = 1;
 	e.bytes = f->len;
 	e.src_identity = f->src_identity;
@@ -322,7 +443,7 @@ static __always_inline void ct_create(const struct flow *f, __u64 now)
 	e.backend_id = f->backend_id;
 	e.nat_addr = f->nat_addr;
 	e.nat_port = f->nat_port;
-	ct_update(&key, &e);
+	return ct_insert(&key, &e);
 }
 
 #endif

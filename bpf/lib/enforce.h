@@ -126,8 +126,11 @@ static __always_inline int ingress_ct_policy4_source(struct __sk_buff *skb, stru
 	ret = policy_enforce(skb, f, endpoint_id, f->src_identity, 0, &cookie);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_INGRESS, cookie);
-	if (!f->icmp_error)
-		ct_create(f, now);
+	if (!f->icmp_error) {
+		ret = ct_create(f, now);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	}
 	trace_new_flow(skb, f, trace_point, DIR_INGRESS);
 	return 0;
 }

@@ -305,18 +305,18 @@ static __always_inline void lb4_service_ct_key(struct ct4_key *key, const struct
 	key->flags = CT_KEY_F_SERVICE;
 }
 
-/* Pins the connection to backend `id` in a fresh service entry. */
-static __always_inline void lb4_service_ct_create(const struct ct4_key *key, const struct flow *f, __u16 rev_nat_index, __u32 id, __u64 now)
+/*
+ * Pins the connection to backend `id` in a fresh service entry, charged to
+ * the client endpoint like the flow's own: 0, or why it cannot be tracked.
+ */
+static __always_inline int lb4_service_ct_create(const struct ct4_key *key, const struct flow *f, __u16 rev_nat_index, __u32 id, __u64 now)
 {
 	struct ct_entry e;
 
 	__builtin_memset(&e, 0, sizeof(e));
-	e.flags = CT_F_SERVICE;
-	if (f->proto == IPPROTO_TCP) {
+	e.flags = CT_F_SERVICE | ct_packet_flags(f, 0);
+	if (f->proto == IPPROTO_TCP)
 		e.tcp_flags = f->tcp_flags;
-		if (f->tcp_flags & (TCP_FLAG_FIN | TCP_FLAG_RST))
-			e.flags |= CT_F_CLOSING;
-	}
 	e.expires_ns = now + ct_lifetime_ns(f->proto, e.flags, e.tcp_flags);
 	e.packets = 1;
 	e.bytes = f->len;
@@ -324,7 +324,8 @@ static __always_inline void lb4_service_ct_create(const struct ct4_key *key, con
 	e.backend_id = id;
 	e.nat_addr = f->daddr;
 	e.nat_port = f->dport;
-	ct_update(key, &e);
+	e.src_endpoint = f->src_endpoint;
+	return ct_insert(key, &e);
 }
 
 /*
@@ -357,6 +358,7 @@ static __always_inline struct lb4_backend *lb4_select(struct flow *f, const stru
 	struct lb4_backend *be = NULL;
 	struct ct4_key ckey;
 	struct ct_entry *e;
+	int ret;
 
 	lb4_service_ct_key(&ckey, f);
 	e = ct_lookup_key(&ckey, now);
@@ -390,7 +392,11 @@ static __always_inline struct lb4_backend *lb4_select(struct flow *f, const stru
 			*reason = DROP_NO_SERVICE;
 			return NULL;
 		}
-		lb4_service_ct_create(&ckey, f, rev_nat_index, id, now);
+		ret = lb4_service_ct_create(&ckey, f, rev_nat_index, id, now);
+		if (ret < 0) {
+			*reason = ret;
+			return NULL;
+		}
 	}
 	if (flags & SVC_F_AFFINITY) {
 		struct lb4_affinity_key ak = { .client = f->saddr, .rev_nat_index = rev_nat_index, .pad = 0 };

@@ -2,10 +2,11 @@
 /*
  * SNAT in BPF: masquerade of pod traffic leaving the cluster CIDRs, and the
  * source rewrite of NodePort flows sent on to a backend off this node. One
- * LRU map holds both sides of every mapping: the original tuple as it
+ * hash map holds both sides of every mapping: the original tuple as it
  * leaves (NAT_DIR_EGRESS → the node address and port it got) and the
  * translated tuple as replies arrive (NAT_DIR_INGRESS → the original
- * source). Ports come from NAT_PORT_MIN..NAT_PORT_MAX.
+ * source). Not an LRU: a full table refuses a new flow (NAT_FULL) and never
+ * evicts a live one. Ports come from the config's ranges (natPorts.ts).
  */
 #ifndef __TENDRIL_LIB_NAT_H_
 #define __TENDRIL_LIB_NAT_H_
@@ -14,6 +15,7 @@
 #include <linux/ip.h>
 
 #include "common.h"
+#include "config.h"
 #include "conntrack.h"
 #include "devices.h"
 #include "ipcache.h"
@@ -70,7 +72,46 @@ struct {
 
 /* ---- logic below ---------------------------------------------------------- */
 
-#define NAT_PORT_SPAN (NAT_PORT_MAX - NAT_PORT_MIN + 1)
+/* How long a mapping without any conntrack entry is left alone: its flow may be an untracked one the node routes on. */
+#define NAT_UNTRACKED_GRACE_NS (10ULL * NSEC_PER_SEC)
+
+/* SNAT's source ports: up to NAT_PORT_RANGES ranges of the config, as one index space 0..total-1. */
+struct nat_ports {
+	__u32 min0, span0, min1, span1, total;
+};
+
+static __always_inline void nat_ports_load(struct nat_ports *p)
+{
+	__u32 zero = 0;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+
+	p->min1 = 0;
+	p->span1 = 0;
+	if (cfg && cfg->nat_ports[0].min && cfg->nat_ports[0].max >= cfg->nat_ports[0].min) {
+		p->min0 = cfg->nat_ports[0].min;
+		p->span0 = cfg->nat_ports[0].max - cfg->nat_ports[0].min + 1;
+		if (cfg->nat_ports[1].min && cfg->nat_ports[1].max >= cfg->nat_ports[1].min) {
+			p->min1 = cfg->nat_ports[1].min;
+			p->span1 = cfg->nat_ports[1].max - cfg->nat_ports[1].min + 1;
+		}
+	} else {
+		p->min0 = NAT_PORT_MIN;
+		p->span0 = NAT_PORT_MAX - NAT_PORT_MIN + 1;
+	}
+	p->total = p->span0 + p->span1;
+}
+
+/* The port at index i (host order). */
+static __always_inline __u16 nat_port_at(const struct nat_ports *p, __u32 i)
+{
+	return (__u16)(i < p->span0 ? p->min0 + i : p->min1 + (i - p->span0));
+}
+
+/* Whether a port (host order) is one SNAT gives out: a reply to any other is none of SNAT's. */
+static __always_inline int nat_port_in_ranges(const struct nat_ports *p, __u16 port)
+{
+	return (port >= p->min0 && port - p->min0 < p->span0) || (p->span1 && port >= p->min1 && port - p->min1 < p->span1);
+}
 
 static __always_inline void nat4_key_init(struct nat4_key *k, __be32 saddr, __be32 daddr, __be16 sport, __be16 dport, __u8 proto, __u8 dir)
 {
@@ -95,8 +136,9 @@ static __always_inline int nat4_icmp_type(struct __sk_buff *skb, const struct ip
 
 /*
  * Whether SNAT translates this packet at all: TCP and UDP, and ICMP echo
- * requests (the identifier plays the source port). Everything else,
- * including ICMP errors and echo replies, leaves untranslated.
+ * requests (the identifier plays the source port). ICMP errors are
+ * translated with the flow they are about (snat4_icmp_error_out); anything
+ * else is not SNAT's to translate.
  */
 static __always_inline int nat4_translatable(struct __sk_buff *skb, const struct flow *f, const struct ipv4_info *ip)
 {
@@ -111,9 +153,9 @@ static __always_inline int nat4_translatable(struct __sk_buff *skb, const struct
 }
 
 /*
- * Whether the reply side of a mapping still points back at its tuple. The
- * LRU may evict one side alone: a missing reply side is restored when its
- * port is still free; one another flow holds now means a new port.
+ * Whether the reply side of a mapping still points back at its tuple. A
+ * missing reply side (a table refused it once) is restored when its port is
+ * still free; one another flow holds now means a new port.
  */
 static __always_inline int nat4_reverse_holds(const struct nat4_key *rkey, const struct nat4_entry *back)
 {
@@ -125,69 +167,230 @@ static __always_inline int nat4_reverse_holds(const struct nat4_key *rkey, const
 }
 
 /*
- * The mapping of the tuple f leaves with, created when there is none: a
- * port claimed at random (the INGRESS key inserted with BPF_NOEXIST, so
- * two flows never share a reply tuple), NAT_PORT_RETRIES tries at most.
- * *created says whether this packet made it. 0 or DROP_NAT_PORT_EXHAUSTED.
+ * Whether the flow holding a reply tuple is over, so a new flow may take
+ * its port at once (as Linux reuses a closed connection's tuple): its
+ * conntrack entry expired, or a TCP connection reset or closed both ways.
+ * A mapping with no entry at all is over once it is older than
+ * NAT_UNTRACKED_GRACE_NS. ICMP echo mappings wait for the GC.
+ */
+static __always_inline int snat4_holder_over(const struct nat4_key *rkey, const struct nat4_entry *cur, __u64 now)
+{
+	struct ct4_key key;
+	struct ct_entry *e;
+
+	if (rkey->proto == IPPROTO_ICMP)
+		return 0;
+	/* The holder's original tuple: its source, the same destination. */
+	ct_key_init(&key, cur->to_addr, rkey->saddr, cur->to_port, rkey->sport, rkey->proto);
+	e = ct_map_lookup(&key);
+	if (!e)
+		return now - cur->created_ns > NAT_UNTRACKED_GRACE_NS;
+	if (READ_ONCE(e->expires_ns) <= now)
+		return 1;
+	return rkey->proto == IPPROTO_TCP && ct_entry_closed(e);
+}
+
+/* What one port claim needs, shared with the bpf_loop walk of the ranges. */
+struct snat4_claim_ctx {
+	struct nat_ports ports;
+	struct nat4_entry back; /* the reply side to write: the original source */
+	__u64 now;
+	__be32 daddr;
+	__be32 nat_addr;
+	__be16 dport;
+	__be16 port;   /* out: the port claimed (network order) */
+	__u32 start;   /* the walk's first index */
+	__u8 proto;
+	__u8 pad[3];
+	int ret;       /* out: 1 claimed, 0 none, < 0 a drop reason */
+};
+
+/*
+ * The claim's state lives in a per-CPU slot, not on the stack: the program
+ * and the bpf_loop callback share 512 bytes of stack, and the NodePort path
+ * that reaches SNAT uses most of it. A program runs to its end on its CPU
+ * (softirq or bh disabled), so one slot per CPU is enough. Not pinned: it
+ * holds nothing between packets.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct snat4_claim_ctx);
+	__uint(max_entries, 1);
+} tendril_nat_claim SEC(".maps");
+
+static __always_inline struct snat4_claim_ctx *snat4_claim_slot(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&tendril_nat_claim, &zero);
+}
+
+/*
+ * Tries to make `port` (host order) this flow's: the reply tuple's key is
+ * inserted when free, or taken over from a flow that is over (whose own
+ * side then goes, so a late packet of it maps afresh). 1 claimed, 0 taken,
+ * DROP_NAT_FULL when the table has no room.
+ */
+static __always_inline int snat4_claim(struct snat4_claim_ctx *c, __u16 port)
+{
+	struct nat4_key rkey, okey;
+	struct nat4_entry *cur, *old;
+	__be32 old_addr;
+	__be16 old_port;
+	int ret;
+
+	nat4_key_init(&rkey, c->daddr, c->nat_addr, c->dport, bpf_htons(port), c->proto, NAT_DIR_INGRESS);
+	ret = bpf_map_update_elem(&tendril_snat4, &rkey, &c->back, BPF_NOEXIST);
+	if (ret == 0)
+		return 1;
+	if (ret != -EEXIST)
+		return DROP_NAT_FULL;
+	cur = bpf_map_lookup_elem(&tendril_snat4, &rkey);
+	if (!cur || !snat4_holder_over(&rkey, cur, c->now))
+		return 0;
+	old_addr = cur->to_addr;
+	old_port = cur->to_port;
+	if (bpf_map_update_elem(&tendril_snat4, &rkey, &c->back, BPF_EXIST) < 0)
+		return 0;
+	/* Another CPU taking the same port at once: the last write won, the others look on. */
+	cur = bpf_map_lookup_elem(&tendril_snat4, &rkey);
+	if (!cur || cur->to_addr != c->back.to_addr || cur->to_port != c->back.to_port)
+		return 0;
+	nat4_key_init(&okey, old_addr, c->daddr, old_port, c->dport, c->proto, NAT_DIR_EGRESS);
+	old = bpf_map_lookup_elem(&tendril_snat4, &okey);
+	if (old && old->to_addr == c->nat_addr && old->to_port == rkey.dport)
+		bpf_map_delete_elem(&tendril_snat4, &okey);
+	return 1;
+}
+
+/*
+ * One step of the search: NAT_PORT_RETRIES random ports first (a table
+ * with room answers in one or two), then every port in turn from a random
+ * one, so allocation fails only when no port of the ranges is free.
+ */
+static long snat4_claim_step(__u32 i, void *data)
+{
+	struct snat4_claim_ctx *c = snat4_claim_slot();
+	__u32 idx;
+	__u16 port;
+
+	if (!c || c->ports.total == 0)
+		return 1;
+	if (i < NAT_PORT_RETRIES)
+		idx = bpf_get_prandom_u32() % c->ports.total;
+	else
+		idx = (c->start + i - NAT_PORT_RETRIES) % c->ports.total;
+	port = nat_port_at(&c->ports, idx);
+	c->ret = snat4_claim(c, port);
+	if (c->ret == 0)
+		return 0;
+	if (c->ret > 0)
+		c->port = bpf_htons(port);
+	return 1;
+}
+
+/*
+ * The mapping of the tuple f leaves with, created when there is none. The
+ * flow's own source port is kept when it is one of SNAT's and free (as
+ * Linux keeps it); else a port is searched for (snat4_claim_step). The
+ * reply side is inserted first (BPF_NOEXIST: two flows never share a reply
+ * tuple), then the original side. *created says whether this packet made
+ * it. 0, DROP_NAT_PORT_EXHAUSTED or DROP_NAT_FULL.
  */
 static __always_inline int snat4_mapping(const struct flow *f, __be32 nat_addr, __u8 nat_flags, __u64 now, struct nat4_entry *out,
 					 int *created)
 {
+	struct snat4_claim_ctx *c = snat4_claim_slot();
 	struct nat4_key okey, rkey;
-	struct nat4_entry fwd, back;
+	struct nat4_entry fwd;
 	struct nat4_entry *hit;
+	__u16 sport = bpf_ntohs(f->sport);
 	__be16 port;
-	__u32 i;
+	int ret;
 
 	*created = 0;
+	if (!c)
+		return DROP_NAT_FULL;
+	__builtin_memset(c, 0, sizeof(*c));
 	nat4_key_init(&okey, f->saddr, f->daddr, f->sport, f->dport, f->proto, NAT_DIR_EGRESS);
-	__builtin_memset(&back, 0, sizeof(back));
-	back.to_addr = f->saddr;
-	back.to_port = f->sport;
-	back.flags = nat_flags;
+	c->back.to_addr = f->saddr;
+	c->back.to_port = f->sport;
+	c->back.flags = nat_flags;
 
 	hit = bpf_map_lookup_elem(&tendril_snat4, &okey);
-	if (hit && hit->to_addr == nat_addr) {
+	if (hit) {
 		nat4_key_init(&rkey, f->daddr, hit->to_addr, f->dport, hit->to_port, f->proto, NAT_DIR_INGRESS);
-		back.created_ns = hit->created_ns;
-		if (nat4_reverse_holds(&rkey, &back)) {
-			*out = *hit;
-			return 0;
+		if (hit->to_addr == nat_addr) {
+			c->back.created_ns = hit->created_ns;
+			if (nat4_reverse_holds(&rkey, &c->back)) {
+				*out = *hit;
+				return 0;
+			}
+		} else {
+			/* The node address changed: the old reply side, while it is still this flow's, goes with the stale mapping. */
+			struct nat4_entry *back = bpf_map_lookup_elem(&tendril_snat4, &rkey);
+
+			if (back && back->to_addr == f->saddr && back->to_port == f->sport)
+				bpf_map_delete_elem(&tendril_snat4, &rkey);
 		}
 	}
+
+	c->back.created_ns = now;
+	c->now = now;
+	c->daddr = f->daddr;
+	c->nat_addr = nat_addr;
+	c->dport = f->dport;
+	c->proto = f->proto;
+	nat_ports_load(&c->ports);
+	c->ret = 0;
+	if (nat_port_in_ranges(&c->ports, sport)) {
+		c->ret = snat4_claim(c, sport);
+		if (c->ret > 0)
+			c->port = f->sport;
+	}
+	if (c->ret == 0 && c->ports.total) {
+		c->start = bpf_get_prandom_u32() % c->ports.total;
+		bpf_loop(NAT_PORT_RETRIES + c->ports.total, snat4_claim_step, NULL, 0);
+	}
+	/* The loop's callback wrote the slot: read it again. */
+	c = snat4_claim_slot();
+	if (!c)
+		return DROP_NAT_FULL;
+	if (c->ret < 0)
+		return c->ret;
+	if (c->ret == 0)
+		return DROP_NAT_PORT_EXHAUSTED;
+	port = c->port;
 
 	__builtin_memset(&fwd, 0, sizeof(fwd));
 	fwd.created_ns = now;
 	fwd.to_addr = nat_addr;
+	fwd.to_port = port;
 	fwd.flags = nat_flags;
-	back.created_ns = now;
-	for (i = 0; i < NAT_PORT_RETRIES; i++) {
-		port = bpf_htons(NAT_PORT_MIN + bpf_get_prandom_u32() % NAT_PORT_SPAN);
-		nat4_key_init(&rkey, f->daddr, nat_addr, f->dport, port, f->proto, NAT_DIR_INGRESS);
-		if (bpf_map_update_elem(&tendril_snat4, &rkey, &back, BPF_NOEXIST) < 0)
-			continue;
-		fwd.to_port = port;
-		/*
-		 * A stale mapping (another node address, or its port lost) is
-		 * replaced; against a CPU that mapped the same new tuple at the
-		 * same time, the first one in wins and this port is given back.
-		 */
-		if (hit) {
-			bpf_map_update_elem(&tendril_snat4, &okey, &fwd, BPF_ANY);
-		} else if (bpf_map_update_elem(&tendril_snat4, &okey, &fwd, BPF_NOEXIST) < 0) {
-			struct nat4_entry *won = bpf_map_lookup_elem(&tendril_snat4, &okey);
+	nat4_key_init(&rkey, f->daddr, nat_addr, f->dport, port, f->proto, NAT_DIR_INGRESS);
+	/*
+	 * A stale mapping (another node address, or its port lost) is
+	 * replaced; against a CPU that mapped the same new tuple at the same
+	 * time, the first one in wins and this port is given back.
+	 */
+	ret = bpf_map_update_elem(&tendril_snat4, &okey, &fwd, hit ? BPF_ANY : BPF_NOEXIST);
+	if (ret == -EEXIST) {
+		struct nat4_entry *won = bpf_map_lookup_elem(&tendril_snat4, &okey);
 
-			bpf_map_delete_elem(&tendril_snat4, &rkey);
-			if (!won)
-				return DROP_NAT_PORT_EXHAUSTED;
-			*out = *won;
-			return 0;
-		}
-		*out = fwd;
-		*created = 1;
+		bpf_map_delete_elem(&tendril_snat4, &rkey);
+		if (!won)
+			return DROP_NAT_PORT_EXHAUSTED;
+		*out = *won;
 		return 0;
 	}
-	return DROP_NAT_PORT_EXHAUSTED;
+	if (ret < 0) {
+		bpf_map_delete_elem(&tendril_snat4, &rkey);
+		return DROP_NAT_FULL;
+	}
+	*out = fwd;
+	*created = 1;
+	return 0;
 }
 
 static __always_inline int snat4_apply_new(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, __be32 nat_addr, __u8 nat_flags,
@@ -220,8 +423,9 @@ static __always_inline int snat4_apply_new(struct __sk_buff *skb, struct flow *f
  * SNATs the packet's source to nat_addr with a port from the allocator
  * (a mapping that exists for the tuple is reused), recording both sides
  * with `nat_flags`; updates f->saddr/sport. 0, or the drop reason
- * (DROP_NAT_PORT_EXHAUSTED when no port is free for this destination).
- * TCP, UDP and ICMP echo requests only; other packets are left as they are.
+ * (DROP_NAT_PORT_EXHAUSTED when no port is free for this destination,
+ * DROP_NAT_FULL when the table is full). TCP, UDP and ICMP echo requests
+ * only; other packets are left as they are.
  */
 static __always_inline int snat4_apply(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, __be32 nat_addr, __u8 nat_flags,
 				       __u64 now)
@@ -292,6 +496,7 @@ static __always_inline int nat4_to_node_address(__be32 addr)
  */
 static __always_inline int snat4_rev_netdev(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, __u8 *nat_flags, int *action)
 {
+	struct nat_ports ports;
 	struct nat4_entry *m;
 	struct nat4_key key;
 	__be32 to_addr;
@@ -309,8 +514,9 @@ static __always_inline int snat4_rev_netdev(struct __sk_buff *skb, struct flow *
 		*action = TC_ACT_OK;
 		return 1;
 	}
-	/* Mapped ports are all in the allocator's range: anything else is no reply of ours, without a lookup. */
-	if (bpf_ntohs(f->dport) < NAT_PORT_MIN)
+	/* Mapped ports are all in the allocator's ranges: anything else is no reply of ours, without a lookup. */
+	nat_ports_load(&ports);
+	if (!nat_port_in_ranges(&ports, bpf_ntohs(f->dport)))
 		return 0;
 	if (f->proto != IPPROTO_TCP && f->proto != IPPROTO_UDP) {
 		if (f->proto != IPPROTO_ICMP)
@@ -352,6 +558,48 @@ drop:
 	return 1;
 }
 
+/*
+ * A pod's ICMP error about a datagram that reached it through a mapping
+ * (the datagram inside is a reply of the pod's flow: its destination the
+ * pod's address and port) leaves as the node's: the outer source and the
+ * embedded datagram's destination address and port become the mapping's,
+ * with every checksum kept right. 1 translated; 0 when no mapping holds the
+ * flow (an error about a flow addressed to the pod itself, whose peer knows
+ * the pod's address); or a drop reason.
+ */
+static __always_inline int snat4_icmp_error_out(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip)
+{
+	struct icmp_inner in;
+	struct nat4_entry *m;
+	struct nat4_key key;
+	__be32 to_addr;
+	__be16 to_port;
+	int ret;
+
+	if (!f->has_inner || f->inner_daddr != f->saddr || ipv4_is_later_fragment(ip))
+		return 0;
+	nat4_key_init(&key, f->inner_daddr, f->inner_saddr, f->inner_dport, f->inner_sport, f->inner_proto, NAT_DIR_EGRESS);
+	m = bpf_map_lookup_elem(&tendril_snat4, &key);
+	if (!m)
+		return 0;
+	to_addr = m->to_addr;
+	to_port = m->to_port;
+	ret = icmp_inner_load(skb, ip, &in);
+	if (ret == 0)
+		ret = icmp_inner_rewrite_port(skb, ip, &in, REWRITE_DST, f->inner_dport, to_port);
+	if (ret == 0)
+		ret = icmp_inner_rewrite_addr(skb, &in, REWRITE_DST, f->inner_daddr, to_addr);
+	/* The outer source: ICMP's checksum has no pseudo-header, the IP header's alone changes. */
+	if (ret == 0)
+		ret = ipv4_rewrite_addr(skb, ip, IPPROTO_ICMP, REWRITE_SRC, f->saddr, to_addr);
+	if (ret < 0)
+		return ret;
+	f->saddr = to_addr;
+	f->inner_daddr = to_addr;
+	f->inner_dport = to_port;
+	return 1;
+}
+
 /* Whether addr is inside the masquerade CIDRs. */
 static __always_inline int ipmasq_contains4(__be32 addr)
 {
@@ -365,9 +613,9 @@ static __always_inline int ipmasq_contains4(__be32 addr)
 }
 
 /*
- * A reply of a connection opened from outside towards a pod (conntrack
- * holds it under the reversed tuple) keeps the pod's address: the peer
- * talks to the pod, not to the node.
+ * A reply of a flow opened from outside towards a pod (conntrack holds it
+ * under the reversed tuple) keeps the pod's address: the peer talks to the
+ * pod, not to the node.
  */
 static __always_inline int snat4_is_inbound_reply(const struct flow *f, __u64 now)
 {
@@ -381,8 +629,12 @@ static __always_inline int snat4_is_inbound_reply(const struct flow *f, __u64 no
  * netdev egress: pod traffic from the masquerade CIDRs to outside them
  * leaving by a device with DEVICE_F_MASQUERADE is SNATed to the device's
  * address, unless it goes to a node of the cluster or to an address another
- * node hosts (ipcache_is_cluster4): only traffic leaving the cluster is. Returns 1 and sets *action when it decided (a drop), 0 when the
- * packet goes on (translated or not).
+ * node hosts (ipcache_is_cluster4): only traffic leaving the cluster is.
+ * ICMP errors go with the flow they are about. A packet SNAT cannot
+ * translate (a protocol other than TCP, UDP and ICMP echo) that answers no
+ * flow opened towards the pod is dropped (NAT_UNSUPPORTED_PROTO): it would
+ * leave with the pod's address. Returns 1 and sets *action when it decided
+ * (a drop), 0 when the packet goes on (translated or not).
  */
 static __always_inline int snat4_masquerade(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
 					    int *action)
@@ -392,23 +644,30 @@ static __always_inline int snat4_masquerade(struct __sk_buff *skb, struct flow *
 
 	if (!(dev->flags & DEVICE_F_MASQUERADE) || !dev->ipv4 || f->saddr == dev->ipv4)
 		return 0;
-	if (!nat4_translatable(skb, f, ip))
-		return 0;
 	if (!ipmasq_contains4(f->saddr) || ipmasq_contains4(f->daddr))
 		return 0;
 	/* Another node's pod or a node itself is inside the cluster: it sees the pod's own address. */
 	if (ipcache_is_cluster4(f->daddr))
 		return 0;
 	now = bpf_ktime_get_ns();
+	if (f->proto == IPPROTO_ICMP && f->icmp_error) {
+		ret = snat4_icmp_error_out(skb, f, ip);
+		goto done;
+	}
+	if (!nat4_translatable(skb, f, ip)) {
+		ret = snat4_is_inbound_reply(f, now) ? 0 : DROP_NAT_UNSUPPORTED_PROTO;
+		goto done;
+	}
 	if (f->proto != IPPROTO_ICMP && snat4_is_inbound_reply(f, now))
 		return 0;
 	ret = snat4_apply_new(skb, f, ip, dev->ipv4, NAT_F_MASQUERADE, now, &created);
+	if (ret == 0 && created)
+		trace_new_flow(skb, f, TRACE_TO_NETWORK, DIR_EGRESS);
+done:
 	if (ret < 0) {
 		*action = drop_packet(skb, f, ret, DIR_EGRESS, 0);
 		return 1;
 	}
-	if (created)
-		trace_new_flow(skb, f, TRACE_TO_NETWORK, DIR_EGRESS);
 	return 0;
 }
 

@@ -141,7 +141,9 @@ static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flo
 	}
 	if (ct_lookup(f, now) == CT_NEW) {
 		f->dst_identity = tunneled ? route.identity : ipcache_identity4(f->daddr);
-		ct_create(f, now);
+		ret = ct_create(f, now);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_NONE, 0);
 		trace_new_flow(skb, f, tunneled ? TRACE_TO_OVERLAY : TRACE_TO_NETWORK, DIR_NONE);
 	}
 	ret = snat4_apply(skb, f, ip, nat_addr, NAT_F_NODEPORT, now);

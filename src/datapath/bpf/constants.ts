@@ -288,6 +288,12 @@ export const MapName = {
 } as const;
 export type MapNameValue = (typeof MapName)[keyof typeof MapName];
 
+/** Maps an object keeps to itself: not pinned, holding nothing from one packet to the next (scratch space off the stack). */
+export const PrivateMapName = {
+  /** SNAT's port search state, one slot per CPU (bpf/lib/nat.h). */
+  NAT_CLAIM: 'tendril_nat_claim',
+} as const;
+
 /** Default map sizes (Cilium's where it has one); the agent's --bpf-*-max flags override them. */
 export const DefaultMapSize = {
   [MapName.ENDPOINTS]: 65535,

@@ -219,7 +219,7 @@ describe('bpf_lxc tendril_from_container', () => {
       before = process.hrtime.bigint();
       assert.equal((await h.run(FROM, fin)).retval, TcAction.REDIRECT);
       entry = h.ct(tuple)!;
-      assert.equal(entry.flags, CtFlag.REPLY_SEEN | CtFlag.CLOSING);
+      assert.equal(entry.flags, CtFlag.REPLY_SEEN | CtFlag.CLOSING | CtFlag.FIN_ORIGINAL);
       assert.equal(entry.tcpFlags, TcpFlag.SYN | TcpFlag.ACK | TcpFlag.FIN);
       assert.equal(entry.packets, 4n);
       assertLifetime(entry, CtTimeout.TCP_CLOSING, before);

@@ -29,6 +29,7 @@ import {
   fragmentFrame,
   udpDatagram,
 } from './testing/packets.js';
+import type { CtEntryValue } from './layout.js';
 import { NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
 import { SnatNode, type NatTuple } from './testing/snatNode.js';
 
@@ -47,6 +48,25 @@ const tcpA: NatTuple = { saddr: POD_A.ip, daddr: WORLD_IP, sport: 40000, dport: 
 
 function inRange(port: number): boolean {
   return port >= NAT_PORT_MIN && port <= NAT_PORT_MAX;
+}
+
+/** A live conntrack entry opened from outside towards a local endpoint. */
+function liveEntry(dstEndpoint: number): CtEntryValue {
+  return {
+    expiresNs: process.hrtime.bigint() + 60_000_000_000n,
+    packets: 1n,
+    bytes: 60n,
+    srcIdentity: 2,
+    dstIdentity: 0,
+    srcEndpoint: 0,
+    dstEndpoint,
+    revNatIndex: 0,
+    tcpFlags: 0,
+    flags: 0,
+    backendId: 0,
+    natAddr: parseIp('0.0.0.0'),
+    natPort: 0,
+  };
 }
 
 describe('SNAT (bpf_netdev)', () => {
@@ -113,7 +133,7 @@ describe('SNAT (bpf_netdev)', () => {
       assert.notEqual(r.port, port);
     });
 
-    it('translates an ICMP echo request: the identifier is the port; a reply the pod sends is not translated', async () => {
+    it('translates an ICMP echo request: the identifier is the port; a reply the pod sends to an outside ping keeps its address', async () => {
       const ping = icmpEchoFrame({ ...outMacs, src: POD_A.ip, dst: WORLD_IP, id: 0x4242, seq: 7, payload: Buffer.from('ping') });
       const { out, port } = await masquerade(ping);
       assert.equal(readTransport(out).icmpType, IcmpType.ECHO);
@@ -121,6 +141,8 @@ describe('SNAT (bpf_netdev)', () => {
       assert.deepEqual(node.egress(echo), { toAddr: NODE_IP, toPort: port, flags: NatFlag.MASQUERADE });
       assert.deepEqual(node.ingress(echo, NODE_IP, port), { toAddr: POD_A.ip, toPort: 0x4242, flags: NatFlag.MASQUERADE });
 
+      // The outside pinged the pod (conntrack holds the request): the answer is the pod's own.
+      h.ctAny.set(h.ctKey({ saddr: WORLD_IP, daddr: POD_A.ip, sport: 0x5151, dport: 0, proto: IpProto.ICMP }), liveEntry(POD_A.endpointId));
       const pong = icmpEchoFrame({ ...outMacs, reply: true, src: POD_A.ip, dst: WORLD_IP, id: 0x5151 });
       const r = await h.run(TO_NETDEV, pong);
       assert.equal(r.retval, TcAction.OK);
@@ -193,12 +215,21 @@ describe('SNAT (bpf_netdev)', () => {
       assert.equal(await node.count(), 0);
     });
 
-    it('passes protocols other than TCP, UDP and ICMP echo untranslated', async () => {
+    it('drops a protocol it cannot translate (NAT_UNSUPPORTED_PROTO, counted) rather than let it out with the pod\'s address', async () => {
       const gre = ipv4Frame({ ...outMacs, src: POD_A.ip, dst: WORLD_IP, proto: IpProto.GRE, payload: Buffer.alloc(16, 1) });
       const r = await h.run(TO_NETDEV, gre);
-      assert.equal(r.retval, TcAction.OK);
-      assert.deepEqual(r.data, gre);
+      assert.equal(r.retval, TcAction.SHOT);
+      assert.equal(h.metric(code('NAT_UNSUPPORTED_PROTO'), EGRESS).packets, 1n);
       assert.equal(await node.count(), 0);
+      // An echo reply that answers no ping from outside: the same.
+      const pong = icmpEchoFrame({ ...outMacs, reply: true, src: POD_A.ip, dst: WORLD_IP, id: 0x5151 });
+      assert.equal((await h.run(TO_NETDEV, pong)).retval, TcAction.SHOT);
+      assert.equal(h.metric(code('NAT_UNSUPPORTED_PROTO'), EGRESS).packets, 2n);
+      // The same protocol answering a flow the outside opened towards the pod keeps the pod's address.
+      h.ctAny.set(h.ctKey({ saddr: WORLD_IP, daddr: POD_A.ip, sport: 0, dport: 0, proto: IpProto.GRE }), liveEntry(POD_A.endpointId));
+      const back = await h.run(TO_NETDEV, gre);
+      assert.equal(back.retval, TcAction.OK);
+      assert.deepEqual(back.data, gre);
     });
 
     it('does not masquerade the pod\'s replies to a connection opened from outside (conntrack has it reversed)', async () => {

@@ -79,12 +79,15 @@ export class SnatNode {
   }
 
   /** Claims every port of the allocator for replies from (daddr, dport) to natAddr: no new flow there gets one. */
-  async claimEveryPort(daddr: string, dport: number, proto: number, natAddr: string, flags: number): Promise<number> {
+  async claimEveryPort(daddr: string, dport: number, proto: number, natAddr: string, flags: number, opts: { except?: number; createdNs?: bigint } = {}): Promise<number> {
     const entries: Array<[Nat4Key, Nat4EntryValue]> = [];
+    // Held by flows just opened (no conntrack entry yet, inside the grace period): nothing SNAT may take.
+    const createdNs = opts.createdNs ?? process.hrtime.bigint();
     for (let port = NAT_PORT_MIN; port <= NAT_PORT_MAX; port++) {
+      if (port === opts.except) continue;
       entries.push([
         { saddr: parseIp(daddr), daddr: parseIp(natAddr), sport: dport, dport: port, proto, dir: NatDirection.INGRESS },
-        { createdNs: 1n, toAddr: parseIp('10.200.99.99'), toPort: port, flags },
+        { createdNs, toAddr: parseIp('10.200.99.99'), toPort: port, flags },
       ]);
     }
     await this.snat.setMany(entries, 'noexist');

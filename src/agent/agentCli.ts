@@ -82,6 +82,8 @@ export interface Flags {
   lbAlgorithm?: string;
   lbMaglevTableSize?: number;
   bpfLbExternalClusterip?: boolean;
+  bpfNatPortRange?: string;
+  bpfCtEndpointMax?: number;
   devices?: string[];
   masquerade?: boolean;
   k8sKubeconfig?: string;
@@ -148,6 +150,8 @@ export function agentCommand(): Command {
     .addOption(new Option('--lb-algorithm <alg>', 'how a service backend is chosen for a new connection: random (default) or maglev (consistent hashing)').choices([...LB_ALGORITHMS]))
     .option('--lb-maglev-table-size <prime>', `entries of each service's Maglev table, a prime 251..131071 (default ${MAGLEV_DEFAULT_TABLE_SIZE})`, int('--lb-maglev-table-size'))
     .option('--bpf-lb-external-clusterip', 'ClusterIPs answer traffic from outside the cluster too (default: off, such traffic is dropped)')
+    .option('--bpf-nat-port-range <min-max>', 'source ports SNAT gives out, less the node\'s ephemeral range and the NodePort range 30000-32767 (default 1024-65535)')
+    .option('--bpf-ct-endpoint-max <n>', 'conntrack entries one endpoint may hold; its new flows beyond are dropped as CT_ENDPOINT_BUDGET (default 0: no budget)', int('--bpf-ct-endpoint-max'))
     .option('--devices <name[,name]>', 'node devices for NodePort from outside and masquerading (default: every up interface with a global IPv4 address)', list)
     .option('--masquerade', 'masquerade pod traffic leaving the masquerade CIDRs (default)')
     .option('--no-masquerade', 'do not masquerade pod traffic')
@@ -210,6 +214,8 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('lbAlgorithm', flags.lbAlgorithm);
   set('lbMaglevTableSize', flags.lbMaglevTableSize);
   set('bpfLbExternalClusterip', flags.bpfLbExternalClusterip);
+  set('bpfNatPortRange', flags.bpfNatPortRange);
+  set('bpfCtEndpointMax', flags.bpfCtEndpointMax);
   set('devices', flags.devices);
   set('masquerade', flags.masquerade);
   const sizes: Record<string, number | undefined> = {

@@ -5,6 +5,7 @@
  */
 import { BpfDatapath } from '../datapath/bpf/bpfDatapath.js';
 import { MapName, TraceLevel, type MapNameValue } from '../datapath/bpf/constants.js';
+import { nodeNatPortRanges } from '../datapath/bpf/natPorts.js';
 import type { MapSizes } from '../datapath/bpf/objects.js';
 import { LinuxDatapath } from '../datapath/linux/linuxDatapath.js';
 import type { Datapath } from '../datapath/types.js';
@@ -56,6 +57,8 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     const linux = new LinuxDatapath({ nodeRouting: { mode: 'native', log: log.child({ subsys: 'datapath' }) } });
     return { datapath: linux, close: () => linux.close() };
   }
+  const snatPorts = nodeNatPortRanges(config.bpfNatPortRange);
+  log.info({ natPorts: snatPorts.map((r) => `${r.min}-${r.max}`), ctEndpointMax: config.bpfCtEndpointMax }, 'SNAT source ports (less the node\'s ephemeral range and the NodePort range)');
   const bpf = await BpfDatapath.open({
     bpffsRoot: config.bpffsRoot,
     log: log.child({ subsys: 'datapath' }),
@@ -64,6 +67,8 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     lxcAttach: config.bpfLxcAttach,
     maglevTableSize: config.lbMaglevTableSize,
     externalClusterIp: config.bpfLbExternalClusterip,
+    natPortRanges: snatPorts,
+    ctEndpointMax: config.bpfCtEndpointMax,
     masquerade: config.masquerade,
     routing: { mode: config.routingMode, tunnelPort: config.tunnelPort, podMtu: node.podMtu, nodeIp: node.nodeIp },
     ...(config.devices ? { devices: config.devices } : {}),

@@ -6,6 +6,7 @@ import { z } from 'zod';
 import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
 import { validateAbsolutePath, validateInterfaceName } from '../cni/index.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT } from '../datapath/bpf/constants.js';
+import { DEFAULT_NAT_PORT_RANGE, isPortRange } from '../datapath/bpf/natPorts.js';
 import { CodedError } from '../errors/codedError.js';
 import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
@@ -86,6 +87,10 @@ export const AgentConfigSchema = z
     lbAlgorithm: z.enum(LB_ALGORITHMS),
     /** ClusterIPs answer traffic from outside the cluster too (Cilium's --bpf-lb-external-clusterip); off: dropped as CLUSTERIP_FROM_OUTSIDE. */
     bpfLbExternalClusterip: z.boolean(),
+    /** SNAT's source ports before the node's ephemeral range and the NodePort range are taken out (natPorts.ts says why). */
+    bpfNatPortRange: z.string().refine((r) => isPortRange(r), { message: 'must be MIN-MAX with 1 ≤ MIN ≤ MAX ≤ 65535' }),
+    /** Conntrack entries one endpoint may hold (0: no budget); beyond it its new flows are dropped as CT_ENDPOINT_BUDGET. */
+    bpfCtEndpointMax: z.number().int().min(0).max(1 << 24),
     /** Entries of each service's Maglev table: a prime. */
     lbMaglevTableSize: z
       .number()
@@ -150,6 +155,8 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode'> {
     masquerade: true,
     lbAlgorithm: 'random',
     bpfLbExternalClusterip: false,
+    bpfNatPortRange: `${DEFAULT_NAT_PORT_RANGE[0]}-${DEFAULT_NAT_PORT_RANGE[1]}`,
+    bpfCtEndpointMax: 0,
     lbMaglevTableSize: MAGLEV_DEFAULT_TABLE_SIZE,
     policyEndpointMaxEntries: DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
     k8sSyncTimeoutSeconds: DEFAULT_K8S_SYNC_TIMEOUT_SECONDS,

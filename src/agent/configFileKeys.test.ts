@@ -58,6 +58,8 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   lbAlgorithm: { yaml: 'maglev', argv: ['--lb-algorithm', 'maglev'] },
   lbMaglevTableSize: { yaml: 65521, argv: ['--lb-maglev-table-size', '65521'] },
   bpfLbExternalClusterip: { yaml: true, argv: ['--bpf-lb-external-clusterip'] },
+  bpfNatPortRange: { yaml: '20000-29999', argv: ['--bpf-nat-port-range', '20000-29999'] },
+  bpfCtEndpointMax: { yaml: 5000, argv: ['--bpf-ct-endpoint-max', '5000'] },
   devices: { yaml: ['eth0', 'bond0'], argv: ['--devices', 'eth0,bond0'] },
   masquerade: { yaml: false, argv: ['--no-masquerade'] },
   k8sKubeconfig: { yaml: '/etc/tdl/kubeconfig', argv: ['--k8s-kubeconfig', '/etc/tdl/kubeconfig'] },

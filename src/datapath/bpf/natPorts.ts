@@ -35,6 +35,16 @@ export function parsePortRange(text: string, what = '--bpf-nat-port-range'): Por
   return [min, max];
 }
 
+/** Whether `text` is a valid MIN-MAX port range. */
+export function isPortRange(text: string): boolean {
+  try {
+    parsePortRange(text);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** The node's ephemeral port range from /proc (the agent's network namespace is the node's). */
 export function readEphemeralRange(path = '/proc/sys/net/ipv4/ip_local_port_range'): PortRange {
   try {
@@ -63,6 +73,11 @@ export function natPortRanges(range: PortRange, holes: readonly PortRange[]): Po
     throw new NatPortRangeError(`no SNAT port is left of ${range.join('-')} once the node's own ports (${holes.map((h) => h.join('-')).join(', ')}) are taken out`);
   }
   return widest.sort((a, b) => a[0] - b[0]);
+}
+
+/** This node's SNAT ranges for a --bpf-nat-port-range value, as the datapath config takes them. */
+export function nodeNatPortRanges(configured: string, ephemeral: PortRange = readEphemeralRange()): NatPortRangeValue[] {
+  return natPortRanges(parsePortRange(configured), [ephemeral, NODEPORT_RANGE]).map(([min, max]) => ({ min, max }));
 }
 
 /** The config's nat_ports array: the ranges, then empty slots; none → the programs' built-in range. */

@@ -160,7 +160,7 @@ export class BpfDatapath implements Datapath {
     if (!existsSync(opts.bpffsRoot) && isOnBpffs(dirname(opts.bpffsRoot))) await mkdirPinDir(opts.bpffsRoot);
     await ensureBpffs(opts.bpffsRoot);
     const pinDir = datapathPinDir(opts.bpffsRoot);
-    const objects = await loadDatapathObjects({ pinDir, ...(opts.mapSizes ? { mapSizes: opts.mapSizes } : {}), ...(opts.objectDir ? { objectDir: opts.objectDir } : {}) });
+    const objects = await loadDatapathObjects({ pinDir, log: opts.log, ...(opts.mapSizes ? { mapSizes: opts.mapSizes } : {}), ...(opts.objectDir ? { objectDir: opts.objectDir } : {}) });
     const host = new HostNetlink(1);
     try {
       const raw = (name: MapNameValue) => {

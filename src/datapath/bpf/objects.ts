@@ -5,6 +5,8 @@
  * object's programs share every map; an agent restart reuses them too
  * (entries, conntrack included, survive).
  */
+import { createLogger, type Logger } from '../../logging/logger.js';
+import { upgradePinnedMaps } from './pinnedMapUpgrade.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -58,6 +60,8 @@ export interface LoadDatapathOptions {
   mapSizes?: MapSizes;
   /** Where the objects are (default: the package's build/bpf). */
   objectDir?: string;
+  /** Says which pinned maps of an older release were carried over to their new type (default: a logger of its own). */
+  log?: Logger;
 }
 
 function effectiveSizes(sizes: MapSizes = {}): Record<string, number> {
@@ -74,6 +78,7 @@ function effectiveSizes(sizes: MapSizes = {}): Record<string, number> {
 export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<DatapathObjects> {
   const dir = opts.objectDir ?? DEFAULT_OBJECT_DIR;
   const maxEntries = effectiveSizes(opts.mapSizes);
+  if (existsSync(opts.pinDir)) await upgradePinnedMaps(opts.pinDir, maxEntries, opts.log ?? createLogger('datapath'));
   const load = async (file: string): Promise<BpfObject> => {
     const path = join(dir, file);
     if (!existsSync(path)) throw new DatapathError('failed', `eBPF object ${path} is missing: build it with make build, or run the agent with --datapath routing`);

@@ -164,7 +164,13 @@ static __always_inline int l4_load(struct __sk_buff *skb, struct flow *f, const 
 	if (ipv4_is_first_fragment(ip)) {
 		struct frag4_ports ports = { .sport = f->sport, .dport = f->dport };
 
-		bpf_map_update_elem(&tendril_frag4, &fk, &ports, BPF_ANY);
+		/*
+		 * Unrecorded, the later fragments could not be matched: the
+		 * datagram is lost either way, so its first fragment goes now,
+		 * with the reason the others would get.
+		 */
+		if (bpf_map_update_elem(&tendril_frag4, &fk, &ports, BPF_ANY) < 0)
+			return DROP_FRAG_NOT_FOUND;
 	}
 	return 0;
 }

@@ -24,6 +24,8 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_metrics SEC(".maps");
 
+_Static_assert(256 * (DIR_EGRESS + 1) <= TENDRIL_METRICS_DEFAULT_SIZE, "tendril_metrics must hold every (reason, direction) pair");
+
 /* Counts one packet under (reason, direction); reason 0 = forwarded, else a drop code. */
 static __always_inline void metrics_update(int reason, __u8 direction, __u32 bytes)
 {
@@ -44,7 +46,12 @@ static __always_inline void metrics_update(int reason, __u8 direction, __u32 byt
 
 	if (bpf_map_update_elem(&tendril_metrics, &key, &first, BPF_NOEXIST) == 0)
 		return;
-	/* Another CPU created the key first: count in this CPU's slot. */
+	/*
+	 * Another CPU created the key first: count in this CPU's slot. The map
+	 * has room for every (reason, direction) pair (256 reasons × the DIR_*
+	 * values ≤ TENDRIL_METRICS_DEFAULT_SIZE), so the insert never fails for
+	 * room and the lookup finds the other CPU's key.
+	 */
 	v = bpf_map_lookup_elem(&tendril_metrics, &key);
 	if (v) {
 		v->packets += 1;

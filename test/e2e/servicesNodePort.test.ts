@@ -67,6 +67,8 @@ before(async () => {
     udpPorts: [UDP_PORT],
     outside: true,
     remote: true,
+    // The exhaustion test fills SNAT's ports with a few thousand datagrams: one range, wholly outside the node's own ports.
+    extraAgentArgs: ['--bpf-nat-port-range', `${NAT_PORT_MIN}-${NAT_PORT_MAX}`],
   });
   await runOk(['ip', '-n', scene.outside!.netns, 'route', 'add', '10.200.0.0/24', 'via', OUTSIDE_NODE_IP]);
   const node = scene.node;

@@ -32,7 +32,7 @@ export function ctTable(rows: CtEntries): string {
     ['PROTO', 'SOURCE', 'DESTINATION', 'EXPIRES', 'PACKETS', 'BYTES', 'STATE', 'ENDPOINTS', 'IDENTITIES'],
     ...rows.map((r) => {
       const flags = r.proto === 6 ? TCP_FLAG_LETTERS.filter(([b]) => (r.tcpFlags & b) !== 0).map(([, l]) => l).join('') : '';
-      const state = [r.replySeen ? 'replied' : 'new', ...(r.closing ? ['closing'] : []), ...(flags ? [flags] : [])].join(',');
+      const state = [r.replySeen ? 'replied' : 'new', ...(r.closed ? ['closed'] : r.closing ? ['closing'] : []), ...(r.charged ? ['charged'] : []), ...(flags ? [flags] : [])].join(',');
       return [
         protocolName(r.proto),
         `${r.saddr}:${r.sport}`,

@@ -119,7 +119,7 @@ describe('conntrack', () => {
     const tcp = all.find((r) => r.table === 'tcp')!;
     assert.deepEqual(
       { ...tcp, expiresInSeconds: Math.round(tcp.expiresInSeconds) },
-      { table: 'tcp', saddr: '10.200.0.12', daddr: '10.200.0.13', sport: 40000, dport: 80, proto: 6, expiresInSeconds: 60, packets: 3, bytes: 180, srcIdentity: 1000, dstIdentity: 2000, srcEndpoint: 12, dstEndpoint: 13, tcpFlags: 0x12, replySeen: true, closing: false },
+      { table: 'tcp', saddr: '10.200.0.12', daddr: '10.200.0.13', sport: 40000, dport: 80, proto: 6, expiresInSeconds: 60, packets: 3, bytes: 180, srcIdentity: 1000, dstIdentity: 2000, srcEndpoint: 12, dstEndpoint: 13, tcpFlags: 0x12, replySeen: true, closing: false, closed: false, charged: false },
     );
     assert.deepEqual((await inspector.conntrack({ endpoint: 13 })).map((r) => r.table), ['tcp']);
     assert.deepEqual((await inspector.conntrack({ endpoint: 14 })).map((r) => r.daddr), ['8.8.8.8']);

@@ -102,6 +102,10 @@ export interface CtRow {
   tcpFlags: number;
   replySeen: boolean;
   closing: boolean;
+  /** Reset, or a FIN seen both ways: the tuple, and the SNAT port it holds, may be taken by a new connection. */
+  closed: boolean;
+  /** Counted against its endpoint's conntrack budget. */
+  charged: boolean;
   /** A service flow's load-balancing state; absent for flows no service translated. */
   service?: CtServiceInfo;
 }
@@ -165,6 +169,9 @@ export function policyRow(k: PolicyKey, v: PolicyEntryValue): PolicyMapRow {
   };
 }
 
+const TCP_FLAG_RST = 0x04;
+const CT_FIN_BOTH_WAYS = CtFlag.FIN_ORIGINAL | CtFlag.FIN_REPLY;
+
 export function ctRow(table: CtTable, k: Ct4Key, v: CtEntryValue, nowNs: bigint): CtRow {
   const service = ctServiceInfo(k, v);
   return {
@@ -184,6 +191,8 @@ export function ctRow(table: CtTable, k: Ct4Key, v: CtEntryValue, nowNs: bigint)
     tcpFlags: v.tcpFlags,
     replySeen: (v.flags & CtFlag.REPLY_SEEN) !== 0,
     closing: (v.flags & CtFlag.CLOSING) !== 0,
+    closed: (v.tcpFlags & TCP_FLAG_RST) !== 0 || (v.flags & CT_FIN_BOTH_WAYS) === CT_FIN_BOTH_WAYS,
+    charged: (v.flags & CtFlag.CHARGED) !== 0,
     ...(service ? { service } : {}),
   };
 }

@@ -52,9 +52,10 @@
 
 enum step { STEP_SOCKET, STEP_CONNECT, STEP_WRITE, STEP_READ, STEP_COUNT };
 static const char *const STEP_NAMES[STEP_COUNT] = {"socket", "connect", "write", "read"};
-/* Pseudo-errnos past the kernel's: a step's timeout, and a peer that closed before answering. */
+/* Pseudo-errnos past the kernel's (< 134): a step's timeout, a peer that closed before answering, anything else. */
 #define ERR_TIMEOUT (MAX_ERRNO - 2)
 #define ERR_EOF (MAX_ERRNO - 1)
+#define ERR_OTHER (MAX_ERRNO - 3)
 
 struct dests {
 	struct sockaddr_in *addrs;
@@ -202,7 +203,7 @@ static double hist_value(unsigned i) {
 }
 
 static void count_error(struct client_thread *t, enum step s, int err) {
-	if (err <= 0 || err >= ERR_TIMEOUT) err = ERR_TIMEOUT - 1; /* unknown errnos share the last slot */
+	if (err <= 0 || err >= MAX_ERRNO || (err >= ERR_OTHER && err != ERR_TIMEOUT && err != ERR_EOF)) err = ERR_OTHER; /* errnos past the table share one slot */
 	t->errors[s][err]++;
 }
 
@@ -291,7 +292,7 @@ static double percentile(const uint64_t *hist, uint64_t total, double q) {
 static const char *errno_name(int err) {
 	if (err == ERR_TIMEOUT) return "timeout";
 	if (err == ERR_EOF) return "eof";
-	if (err == ERR_TIMEOUT - 1) return "other";
+	if (err == ERR_OTHER) return "other";
 	const char *n = strerrorname_np(err);
 	return n ? n : "other";
 }

@@ -115,7 +115,7 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
     ]) {
       await runOk(['nsenter', `--net=${out.path}`, '--', 'sysctl', '-q', '-w', `${k}=${v}`]);
     }
-    servers.push(await CrrServer.start(out.path, [`${addresses[0]}-${addresses.at(-1)}:${CRR_PORT}`]));
+    servers.push(await CrrServer.start(out.path, [`0.0.0.0:${CRR_PORT}`]));
     agents.push(await ServiceAgentProcess.start(out.path, { name: 'outside', tcpPorts: [ECHO_TCP_PORT], udpPorts: [ECHO_UDP_PORT] }));
     const pods = {} as Record<PodName, Pod>;
     const podAgents = {} as Record<PodName, ServiceAgentProcess>;

@@ -10,7 +10,8 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { crrErrors } from '../support/crr.js';
-import { dropsBetween, MASQ_NODE_IP, MASQ_OUTSIDE_IP, type MasqueradeScene, startMasqueradeScene } from '../support/masqueradeScene.js';
+import { dropsBetween, MASQ_NODE_IP, MASQ_OUTSIDE_IP, type MasqueradeScene, POD_NAMES, startMasqueradeScene } from '../support/masqueradeScene.js';
+import { failures } from '../support/serviceProcess.js';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
 
@@ -20,12 +21,30 @@ const pool = new NetnsPool('msq');
 let scene: MasqueradeScene | undefined;
 
 before(async () => {
-  scene = await startMasqueradeScene(pool, { nodeName: 'tdl-node-msq', podCidr: '10.242.0.0/24' });
+  scene = await startMasqueradeScene(pool, { nodeName: 'tdl-node-msq', podCidr: '10.242.0.0/24', extraOutsideAddresses: 2 });
 });
 
 after(async () => {
   if (scene) await scene.cleanup();
   else await pool.cleanup();
+});
+
+test('held TCP connections and ICMP echo to every outside address, and UDP, from both pods reach the outside as the node and are answered', async () => {
+  const s = scene!;
+  for (const pod of POD_NAMES) {
+    for (const dst of s.outside.addresses) {
+      const held = await s.holdConnections(pod, 3, { dst });
+      assert.deepEqual(held.opened.map((x) => x.outcome), ['open', 'open', 'open'], `${pod} -> ${dst}: ${failures(held.opened)}`);
+      const again = await held.echoAll();
+      assert.deepEqual(again.map((x) => x.outcome), ['open', 'open', 'open'], `${pod} -> ${dst}, held connections again: ${failures(again)}`);
+      assert.deepEqual([...new Set(again.flatMap((x) => x.answers.map((a) => a.peer)))], [MASQ_NODE_IP]);
+      await held.close();
+      const ping = await s.ping(pod, dst, 2);
+      assert.ok(ping.ok, `ping ${dst} from ${pod}: ${ping.output}`);
+    }
+    const shots = await s.udpShots(pod, 5);
+    assert.deepEqual(shots.map((x) => x.answer?.peer), Array(5).fill(MASQ_NODE_IP), `${pod} -> ${MASQ_OUTSIDE_IP} over UDP: ${failures(shots)}`);
+  }
 });
 
 test("a pod's short connections to one outside address:port run 60 s with 0 errors", { timeout: 150_000 }, async (t) => {

@@ -56,8 +56,11 @@ export interface MasqueradeScene {
   crr(pod: PodName, opts: Omit<CrrClientOptions, 'destinations'> & { destinations?: string[] }): Promise<CrrResult>;
   /** `count` TCP connections from a pod to the outside's echo port, opened one after the other and held. */
   holdConnections(pod: PodName, count: number, opts?: { dst?: string; timeoutMs?: number }): Promise<HeldConnections>;
-  /** `count` UDP datagrams from a pod to the outside's echo port, each from a new source port, each waiting for its answer. */
-  udpShots(pod: PodName, count: number, opts?: { dst?: string; concurrency?: number; timeoutMs?: number }): Promise<ShotResult[]>;
+  /**
+   * `count` UDP datagrams from a pod to MASQ_OUTSIDE_IP's echo port, each from a new source port, each waiting for its answer.
+   * (Only that address: the echo server's socket is unbound, so it answers from the outside's primary address.)
+   */
+  udpShots(pod: PodName, count: number, opts?: { concurrency?: number; timeoutMs?: number }): Promise<ShotResult[]>;
   /** `ping` from a pod: whether every echo was answered, and ping's output. */
   ping(pod: PodName, dst: string, count?: number): Promise<{ ok: boolean; output: string }>;
   /** The datapath's drop counters (`tendril bpf metrics`), packets per `REASON/direction`, forwarded packets left out. */
@@ -149,7 +152,7 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
         };
       },
       udpShots: (pod, count, o = {}) =>
-        podAgents[pod].udpShots({ dst: o.dst ?? MASQ_OUTSIDE_IP, port: ECHO_UDP_PORT }, { count, ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}), ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}) }),
+        podAgents[pod].udpShots({ dst: MASQ_OUTSIDE_IP, port: ECHO_UDP_PORT }, { count, ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}), ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}) }),
       ping: async (pod, dst, count = 3) => {
         const r = await run(['nsenter', `--net=${pods[pod].netnsPath}`, '--', 'ping', '-n', '-c', String(count), '-i', '0.2', '-W', '1', dst]);
         return { ok: r.code === 0, output: r.stdout + r.stderr };

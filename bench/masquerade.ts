@@ -67,6 +67,10 @@ export interface CrrRun {
   /** tendril: datapath drops during the run, by reason/direction, and its SNAT mappings (both directions) after it. */
   drops?: Record<string, number>;
   snatMappings?: number;
+  /** tendril: egress SNAT mappings to the run's destinations after it (each holds a port for its destination). */
+  snatToDestinations?: number;
+  /** tendril: the agent's tendril_datapath_map_pressure of the conntrack and SNAT maps after the run. */
+  pressure?: Record<string, number>;
 }
 
 export interface MasqueradeReport {
@@ -166,15 +170,23 @@ export async function runMasqueradeBench(opts: MasqueradeOptions = MASQUERADE_DE
     }
 
     const node = tendril;
-    const tendrilState = async () => {
+    const tendrilState = async (destinations: ReadonlySet<string>) => {
       const rows = await node.client.listBpfMetrics();
       const drops: Record<string, number> = {};
       for (const r of rows) if (r.reason !== 0) drops[`${r.reasonName}/${r.direction}`] = (drops[`${r.reasonName}/${r.direction}`] ?? 0) + r.packets;
-      return { drops, snat: (await node.client.listBpfNat()).mappings.length };
+      const mappings = (await node.client.listBpfNat()).mappings;
+      const pressure: Record<string, number> = {};
+      for (const m of (await node.client.metrics()).matchAll(/^tendril_datapath_map_pressure\{map="(tendril_(?:ct|snat)[^"]*)"\} (\S+)$/gm)) pressure[m[1]!] = Number(m[2]);
+      return {
+        drops,
+        snat: mappings.length,
+        snatToDestinations: mappings.filter((m) => m.direction === 'egress' && destinations.has(`${m.daddr}:${m.dport}`)).length,
+        pressure,
+      };
     };
-    const measure = async (side: Side, destinations: string[], seconds: number): Promise<CrrRun> => {
+    const measure = async (side: Side, destinations: string[], seconds: number, each: ReadonlySet<string>): Promise<CrrRun> => {
       const clientPath = netnsPath(ns(side).client);
-      const before = side === 'tendril' ? await tendrilState() : undefined;
+      const before = side === 'tendril' ? await tendrilState(each) : undefined;
       const syn0 = (await tcpCounters(clientPath)).synRetrans;
       const server0 = await crrServers[side].cpuNs();
       const result = await runCrrClient(clientPath, { destinations, seconds, threads: 2, ...clientCpus });
@@ -185,20 +197,23 @@ export async function runMasqueradeBench(opts: MasqueradeOptions = MASQUERADE_DE
         cpuPerConn: (result.cpuUs.user + result.cpuUs.system + serverUs) / Math.max(1, result.connections),
       };
       if (before) {
-        const after = await tendrilState();
+        const after = await tendrilState(each);
         run.drops = Object.fromEntries(Object.entries(after.drops).flatMap(([k, v]) => (v > (before.drops[k] ?? 0) ? [[k, v - (before.drops[k] ?? 0)]] : [])));
         run.snatMappings = after.snat;
+        run.snatToDestinations = after.snatToDestinations;
+        run.pressure = after.pressure;
       }
       return run;
     };
 
     // One destination, sustained: one run per side (a run leaves its NAT state behind, so a second round would not start where the first did).
     const one = {} as Record<Side, CrrRun>;
-    for (const side of SIDES) one[side] = await measure(side, [`${SERVER_IP}:${CRR_PORT}`], opts.oneSeconds);
+    for (const side of SIDES) one[side] = await measure(side, [`${SERVER_IP}:${CRR_PORT}`], opts.oneSeconds, new Set([`${SERVER_IP}:${CRR_PORT}`]));
     // 100 destinations, rounds interleaved, each round starting one side further on.
     const many: Record<Side, CrrRun[]> = { tendril: [], linux: [], plain: [] };
     const manyDests = [`${EXTRA_NET}.1-${EXTRA_NET}.${DESTINATIONS}:${CRR_PORT}`];
-    for (let r = 0; r < opts.manyRounds; r++) for (const side of SIDES.map((_, i) => SIDES[(i + r) % SIDES.length]!)) many[side].push(await measure(side, manyDests, opts.manySeconds));
+    const manyEach = new Set(Array.from({ length: DESTINATIONS }, (_, i) => `${EXTRA_NET}.${i + 1}:${CRR_PORT}`));
+    for (let r = 0; r < opts.manyRounds; r++) for (const side of SIDES.map((_, i) => SIDES[(i + r) % SIDES.length]!)) many[side].push(await measure(side, manyDests, opts.manySeconds, manyEach));
     // Throughput, rounds interleaved.
     const iperfGbps: Record<Side, number[]> = { tendril: [], linux: [], plain: [] };
     for (let r = 0; r < opts.iperfRounds; r++) for (const side of SIDES.map((_, i) => SIDES[(i + r) % SIDES.length]!)) iperfGbps[side].push(await iperf(ns(side).server, ns(side).client, opts.iperfSeconds, pinned));
@@ -249,7 +264,10 @@ export function printMasquerade(r: MasqueradeReport): void {
   ] as const) {
     runs.forEach((x, i) => {
       const drops = Object.entries(x.drops ?? {}).map(([k, v]) => `${k} +${v}`);
-      console.log(`  tendril ${label}${runs.length > 1 ? ` round ${i + 1}` : ''}: drops during the run ${drops.length > 0 ? drops.join(', ') : 'none'}; SNAT mappings after it ${x.snatMappings}; errors ${crrErrors(x.result)}`);
+      const pressure = Object.entries(x.pressure ?? {}).map(([k, v]) => `${k.replace(/^tendril_/, '')} ${v.toFixed(3)}`);
+      console.log(
+        `  tendril ${label}${runs.length > 1 ? ` round ${i + 1}` : ''}: drops during the run ${drops.length > 0 ? drops.join(', ') : 'none'}; errors ${crrErrors(x.result)}; after it: SNAT mappings ${x.snatMappings} (egress to the run's destinations ${x.snatToDestinations}), map pressure ${pressure.join(', ') || '-'}`,
+      );
     });
   }
   for (const s of ['tendril', 'linux'] as const) console.log(`  ${s} 1 dest, connections per second: ${r.one[s].result.perSecond.join(' ')}`);

@@ -54,7 +54,7 @@ export interface MasqueradeScene {
   outside: { netns: string; netnsPath: string; addresses: string[] };
   /** The crr client run in a pod; destinations default to MASQ_OUTSIDE_IP:CRR_PORT. */
   crr(pod: PodName, opts: Omit<CrrClientOptions, 'destinations'> & { destinations?: string[] }): Promise<CrrResult>;
-  /** `count` TCP connections from a pod to the outside's echo port, opened one after the other and held. */
+  /** `count` TCP connections from a pod to the outside's echo port, opened one after the other and held (a connection expected to be refused costs its whole timeoutMs, default 2000). */
   holdConnections(pod: PodName, count: number, opts?: { dst?: string; timeoutMs?: number }): Promise<HeldConnections>;
   /**
    * `count` UDP datagrams from a pod to MASQ_OUTSIDE_IP's echo port, each from a new source port, each waiting for its answer.

@@ -45,6 +45,15 @@ build/asan/tendril-cni: $(RELAY_SRC) $(RELAY_HDR)
 	@mkdir -p $(@D)
 	gcc $(CWARN) $(CSAN) $(RELAY_SRC) -o $@
 
+# The benches' and end-to-end tests' native connection client and server (bench/native/crr.c).
+build/bench/crr: bench/native/crr.c
+	@mkdir -p $(@D)
+	gcc $(CWARN) $(CHARDEN) $< -lpthread -o $@
+
+build/asan/crr: bench/native/crr.c
+	@mkdir -p $(@D)
+	gcc $(CWARN) $(CSAN) $< -lpthread -o $@
+
 build/fuzz/%: src/plugin/native/fuzz/%.c $(RELAY_LIB_SRC) $(RELAY_HDR)
 	@mkdir -p $(@D)
 	clang $(CWARN) -O1 -fsanitize=fuzzer,address,undefined -Isrc/plugin/native $< $(RELAY_LIB_SRC) -o $@
@@ -53,7 +62,7 @@ build/bpf/testdata/%.bpf.o: src/datapath/kernel/testdata/%.bpf.c
 	@mkdir -p $(@D)
 	clang $(BPF_CFLAGS) -c $< -o $@
 
-native: build/native/tendril_kernel.node bin/tendril-cni $(BPF_TEST_OBJ)
+native: build/native/tendril_kernel.node bin/tendril-cni build/bench/crr $(BPF_TEST_OBJ)
 
 # The datapath's programs: one object per attach point, built once (never per
 # endpoint). Their shared constants are generated from TypeScript after tsc.
@@ -112,10 +121,10 @@ test: deps build lint
 
 # The native parts again under AddressSanitizer/UBSan (their own tests, with the
 # sanitized addon preloaded into node), then every fuzz target for a bounded time.
-check-native: build build/native-asan/tendril_kernel.node build/asan/tendril-cni $(FUZZ_BIN)
-	TENDRIL_KERNEL_ADDON=$(CURDIR)/build/native-asan/tendril_kernel.node TENDRIL_CNI_BIN=$(CURDIR)/build/asan/tendril-cni \
+check-native: build build/native-asan/tendril_kernel.node build/asan/tendril-cni build/asan/crr $(FUZZ_BIN)
+	TENDRIL_KERNEL_ADDON=$(CURDIR)/build/native-asan/tendril_kernel.node TENDRIL_CNI_BIN=$(CURDIR)/build/asan/tendril-cni TENDRIL_CRR_BIN=$(CURDIR)/build/asan/crr \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	  node scripts/run-tests.mjs datapath/kernel/ datapath/bpf/ plugin/
+	  node scripts/run-tests.mjs datapath/kernel/ datapath/bpf/ plugin/ test/native/
 	@for f in $(FUZZ_BIN); do mkdir -p build/fuzz/corpus/$$(basename $$f); \
 	  echo "fuzzing $$f for $(FUZZ_SECONDS) s"; \
 	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=5 build/fuzz/corpus/$$(basename $$f) src/plugin/native/fuzz/seeds/$$(basename $$f) >build/fuzz/$$(basename $$f).log 2>&1 \

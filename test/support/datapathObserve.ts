@@ -135,6 +135,10 @@ export interface TcpCounters {
   ofoQueue: number;
   /** Receiver side: out-of-order segments dropped. */
   ofoDrop: number;
+  /** SYNs (and SYN-ACKs) sent again: a connection attempt whose first one went unanswered. */
+  synRetrans: number;
+  /** Listener side: connections dropped because the accept or SYN queue was full (the server, not the path, lost them). */
+  listenDrops: number;
 }
 
 function parseSnmpTable(text: string, prefix: string): Map<string, number> {
@@ -163,5 +167,7 @@ export async function tcpCounters(netnsPath: string): Promise<TcpCounters> {
     lossProbes: ext.get('TCPLossProbes') ?? 0,
     ofoQueue: ext.get('TCPOFOQueue') ?? 0,
     ofoDrop: ext.get('TCPOFODrop') ?? 0,
+    synRetrans: ext.get('TCPSynRetrans') ?? 0,
+    listenDrops: ext.get('ListenDrops') ?? 0,
   };
 }

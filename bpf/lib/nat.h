@@ -74,6 +74,8 @@ struct {
 
 /* How long a mapping without any conntrack entry is left alone: its flow may be an untracked one the node routes on. */
 #define NAT_UNTRACKED_GRACE_NS (10ULL * NSEC_PER_SEC)
+/* Ports a search still looks at once the table turned out full (see snat4_claim_step). */
+#define NAT_FULL_WALK 256
 
 /* SNAT's source ports: up to NAT_PORT_RANGES ranges of the config, as one index space 0..total-1. */
 struct nat_ports {
@@ -146,9 +148,14 @@ static __always_inline int nat4_translatable(struct __sk_buff *skb, const struct
 		return 1;
 	if (f->proto != IPPROTO_ICMP || f->icmp_error)
 		return 0;
-	/* A later fragment carries no ICMP header: its ports from the first fragment say request (identifier as sport). */
+	/*
+	 * A later fragment carries no ICMP header: its ports from the first
+	 * fragment say request (identifier as sport, dport 0). Other ICMP
+	 * records 0 → 0, as a request with identifier 0 would: both are
+	 * refused rather than one taken for the other.
+	 */
 	if (ipv4_is_later_fragment(ip))
-		return f->dport == 0;
+		return f->dport == 0 && f->sport != 0;
 	return nat4_icmp_type(skb, ip) == ICMP_T_ECHO;
 }
 
@@ -203,6 +210,7 @@ struct snat4_claim_ctx {
 	__u8 proto;
 	__u8 pad[3];
 	int ret;       /* out: 1 claimed, 0 none, < 0 a drop reason */
+	int full;      /* a free port was refused for want of room: the table is full */
 };
 
 /*
@@ -229,8 +237,9 @@ static __always_inline struct snat4_claim_ctx *snat4_claim_slot(void)
 /*
  * Tries to make `port` (host order) this flow's: the reply tuple's key is
  * inserted when free, or taken over from a flow that is over (whose own
- * side then goes, so a late packet of it maps afresh). 1 claimed, 0 taken,
- * DROP_NAT_FULL when the table has no room.
+ * side then goes, so a late packet of it maps afresh). 1 claimed, 0 not
+ * (taken, or free but the table has no room: c->full says so; a port of a
+ * flow that is over needs no room, so the search goes on for one).
  */
 static __always_inline int snat4_claim(struct snat4_claim_ctx *c, __u16 port)
 {
@@ -244,8 +253,10 @@ static __always_inline int snat4_claim(struct snat4_claim_ctx *c, __u16 port)
 	ret = bpf_map_update_elem(&tendril_snat4, &rkey, &c->back, BPF_NOEXIST);
 	if (ret == 0)
 		return 1;
-	if (ret != -EEXIST)
-		return DROP_NAT_FULL;
+	if (ret != -EEXIST) {
+		c->full = 1;
+		return 0;
+	}
 	cur = bpf_map_lookup_elem(&tendril_snat4, &rkey);
 	if (!cur || !snat4_holder_over(&rkey, cur, c->now))
 		return 0;
@@ -267,7 +278,10 @@ static __always_inline int snat4_claim(struct snat4_claim_ctx *c, __u16 port)
 /*
  * One step of the search: NAT_PORT_RETRIES random ports first (a table
  * with room answers in one or two), then every port in turn from a random
- * one, so allocation fails only when no port of the ranges is free.
+ * one, so allocation fails only when no port of the ranges is free. In a
+ * full table only a port of a flow that is over can be had: the walk looks
+ * at NAT_FULL_WALK ports more, not at every one, so a table kept full costs
+ * each refused flow a bounded search.
  */
 static long snat4_claim_step(__u32 i, void *data)
 {
@@ -276,6 +290,8 @@ static long snat4_claim_step(__u32 i, void *data)
 	__u16 port;
 
 	if (!c || c->ports.total == 0)
+		return 1;
+	if (c->full && i >= NAT_PORT_RETRIES + NAT_FULL_WALK)
 		return 1;
 	if (i < NAT_PORT_RETRIES)
 		idx = bpf_get_prandom_u32() % c->ports.total;
@@ -318,17 +334,19 @@ static __always_inline int snat4_mapping(const struct flow *f, __be32 nat_addr, 
 	c->back.to_port = f->sport;
 	c->back.flags = nat_flags;
 
+	nat_ports_load(&c->ports);
 	hit = bpf_map_lookup_elem(&tendril_snat4, &okey);
 	if (hit) {
 		nat4_key_init(&rkey, f->daddr, hit->to_addr, f->dport, hit->to_port, f->proto, NAT_DIR_INGRESS);
-		if (hit->to_addr == nat_addr) {
+		/* A port outside today's ranges (they changed across a restart) gets no reply back: such a mapping is stale too. */
+		if (hit->to_addr == nat_addr && nat_port_in_ranges(&c->ports, bpf_ntohs(hit->to_port))) {
 			c->back.created_ns = hit->created_ns;
 			if (nat4_reverse_holds(&rkey, &c->back)) {
 				*out = *hit;
 				return 0;
 			}
 		} else {
-			/* The node address changed: the old reply side, while it is still this flow's, goes with the stale mapping. */
+			/* The node address or the ranges changed: the old reply side, while it is still this flow's, goes with the stale mapping. */
 			struct nat4_entry *back = bpf_map_lookup_elem(&tendril_snat4, &rkey);
 
 			if (back && back->to_addr == f->saddr && back->to_port == f->sport)
@@ -342,7 +360,6 @@ static __always_inline int snat4_mapping(const struct flow *f, __be32 nat_addr, 
 	c->nat_addr = nat_addr;
 	c->dport = f->dport;
 	c->proto = f->proto;
-	nat_ports_load(&c->ports);
 	c->ret = 0;
 	if (nat_port_in_ranges(&c->ports, sport)) {
 		c->ret = snat4_claim(c, sport);
@@ -360,7 +377,7 @@ static __always_inline int snat4_mapping(const struct flow *f, __be32 nat_addr, 
 	if (c->ret < 0)
 		return c->ret;
 	if (c->ret == 0)
-		return DROP_NAT_PORT_EXHAUSTED;
+		return c->full ? DROP_NAT_FULL : DROP_NAT_PORT_EXHAUSTED;
 	port = c->port;
 
 	__builtin_memset(&fwd, 0, sizeof(fwd));

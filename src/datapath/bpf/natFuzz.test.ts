@@ -45,7 +45,7 @@ import { expectEgress, expectIngress, natKeyString, natPortRanges, readPacket, S
 
 requireRoot('the SNAT fuzz test');
 
-const RUNS = Number(process.env.TENDRIL_FUZZ_RUNS ?? 120);
+const RUNS = Number(process.env.TENDRIL_FUZZ_RUNS ?? 200);
 const SEED = Number(process.env.TENDRIL_FUZZ_SEED ?? Date.now() % 2 ** 31);
 
 const TO_NETDEV = 'tendril_to_netdev';
@@ -150,8 +150,8 @@ interface SeedMapping {
 const seedArb: fc.Arbitrary<SeedMapping> = fc.record({
   flow: fc.nat(7),
   filler: fc.boolean(),
-  port: fc.oneof({ weight: 6, arbitrary: fc.record({ range: fc.constantFrom<0 | 1>(0, 1), n: fc.nat(3) }) }, { weight: 0, arbitrary: fc.record({ fixed: fc.constantFrom(40000, 61500) }) }),
-  state: fc.constantFrom(...HOLDER_STATES),
+  port: fc.oneof({ weight: 6, arbitrary: fc.record({ range: fc.constantFrom<0 | 1>(0, 1), n: fc.nat(3) }) }, { weight: 1, arbitrary: fc.record({ fixed: fc.constantFrom(40000, 61500) }) }),
+  state: fc.oneof({ weight: 4, arbitrary: fc.constant<HolderState>('live') }, { weight: 5, arbitrary: fc.constantFrom(...HOLDER_STATES) }),
   formerAddress: fc.oneof({ weight: 8, arbitrary: fc.constant(false) }, { weight: 1, arbitrary: fc.constant(true) }),
 });
 
@@ -200,6 +200,7 @@ const actionArb: fc.Arbitrary<Action> = fc.oneof(
 
 interface RunInput {
   config: number;
+  crowd: boolean;
   small: boolean;
   flows: FlowSpec[];
   seeds: SeedMapping[];
@@ -208,8 +209,9 @@ interface RunInput {
 }
 
 const runArb: fc.Arbitrary<RunInput> = fc.record({
-  config: fc.oneof({ weight: 4, arbitrary: fc.constant(0) }, { weight: 3, arbitrary: fc.constant(1) }, { weight: 2, arbitrary: fc.constant(2) }, { weight: 1, arbitrary: fc.constant(3) }),
+  config: fc.oneof({ weight: 4, arbitrary: fc.constant(0) }, { weight: 4, arbitrary: fc.constant(1) }, { weight: 2, arbitrary: fc.constant(2) }, { weight: 1, arbitrary: fc.constant(3) }),
   small: fc.boolean(),
+  crowd: fc.boolean(),
   flows: fc.array(flowArb, { minLength: 2, maxLength: 8 }),
   seeds: fc.array(seedArb, { maxLength: 10 }),
   inbound: fc.array(inboundArb, { maxLength: 3 }),
@@ -329,7 +331,9 @@ async function reset(x: NatFuzzHarness, input: RunInput): Promise<{ ranges: Rang
   const config = CONFIGS[input.config]!;
   x.setPorts(config);
   const ranges = natPortRanges(config);
-  const flows = input.flows.map((f) => tupleOf(f, ranges));
+  // A crowd: every flow to the first one's destination, so they contend for its ports.
+  const first = input.flows[0]!;
+  const flows = input.flows.map((f) => tupleOf(input.crowd ? { ...f, dst: first.dst, dport: first.dport, proto: first.proto } : f, ranges));
   const now = process.hrtime.bigint();
   const masqueraded = (t: Tuple): boolean => inMasqueradeCidrs(ipNum(t.saddr)) && !inMasqueradeCidrs(ipNum(t.daddr)) && !CLUSTER.has(ipNum(t.daddr));
   let seeded = 0;
@@ -588,12 +592,16 @@ function translationViolations(input: Buffer, out: Buffer, ip: Ipv4, r: Rewrite)
   return v;
 }
 
-/** The SNAT table's invariants: every EGRESS entry to the node address has its reply side pointing back, and no two share one. */
-function tableInvariants(t: SnatTable): string[] {
+/**
+ * The SNAT table's invariants: every EGRESS entry to the node address and a port of the ranges has its reply side
+ * pointing back, and no two share one. Others are stale (the node's address or the ranges changed): the flow's next
+ * packet replaces them, and a failure to may leave them without a reply side.
+ */
+function tableInvariants(t: SnatTable, ranges: readonly Range[]): string[] {
   const v: string[] = [];
   const replies = new Map<string, string>();
   for (const [s, [k, e]] of t.entries) {
-    if (k.dir !== NatDirection.EGRESS || e.toAddr !== NODE) continue;
+    if (k.dir !== NatDirection.EGRESS || e.toAddr !== NODE || !ranges.some((r) => e.toPort >= r.min && e.toPort <= r.max)) continue;
     const r = t.get({ saddr: k.daddr, daddr: e.toAddr, sport: k.dport, dport: e.toPort, proto: k.proto, dir: NatDirection.INGRESS });
     if (!r) v.push(`${s} → ${numIp(e.toAddr)}:${e.toPort} has no INGRESS entry`);
     else if (r.toAddr !== k.saddr || r.toPort !== k.sport) v.push(`${s} → ${numIp(e.toAddr)}:${e.toPort}: its INGRESS entry points to ${numIp(r.toAddr)}:${r.toPort}`);
@@ -672,7 +680,7 @@ function checkPacket(p: PacketRun, ranges: readonly Range[]): { violations: stri
   const tv = candidates.map((o) => ({ o, why: tableViolations(p.after, o.table, p.t0, p.t1) }));
   const match = tv.find((t) => t.why.length === 0);
   if (candidates.length > 0 && !match) v.push(`SNAT table: ${tv[0]!.why.slice(0, 4).join('; ')} (outcome ${describeOutcome(tv[0]!.o)})`);
-  v.push(...tableInvariants(p.after).map((s) => `invariant: ${s}`));
+  v.push(...tableInvariants(p.after, ranges).map((s) => `invariant: ${s}`));
 
   // The properties the model encodes, said once more in their own words.
   const ip = readPacket(p.frame, p.world.frags)?.ip;
@@ -681,7 +689,8 @@ function checkPacket(p: PacketRun, ranges: readonly Range[]): { violations: stri
     if (!ranges.some((r) => sport >= r.min && sport <= r.max)) v.push(`masqueraded with port ${sport}, outside the ranges ${JSON.stringify(ranges)}`);
     const mine = p.before.get({ saddr: ip.saddr, daddr: ip.daddr, sport: p.frame.readUInt16BE(ip.l4Off), dport: p.frame.readUInt16BE(ip.l4Off + 2), proto: ip.proto, dir: NatDirection.EGRESS });
     const back = mine && p.before.get({ saddr: ip.daddr, daddr: mine.toAddr, sport: p.frame.readUInt16BE(ip.l4Off + 2), dport: mine.toPort, proto: ip.proto, dir: NatDirection.INGRESS });
-    if (mine && mine.toAddr === NODE && back && back.toAddr === ip.saddr && sport !== mine.toPort) v.push(`the flow's mapping holds port ${mine.toPort}, the packet left with ${sport}`);
+    const live = mine && ranges.some((r) => mine.toPort >= r.min && mine.toPort <= r.max);
+    if (mine && live && mine.toAddr === NODE && back && back.toAddr === ip.saddr && sport !== mine.toPort) v.push(`the flow's mapping holds port ${mine.toPort}, the packet left with ${sport}`);
   }
   if (p.action.kind === 'in' && p.action.port === 'mapped' && p.action.mutations.length === 0 && ip && p.retval === OK && (ip.fragOff & 0x1fff) === 0 && ip.proto !== IpProto.ICMP) {
     const f = p.flow;
@@ -689,7 +698,7 @@ function checkPacket(p: PacketRun, ranges: readonly Range[]): { violations: stri
     const dport = p.frame.readUInt16BE(ip.l4Off + 2);
     // A mapping's port outside the ranges (the config changed since) is no longer SNAT's: its replies are left to the stack.
     const inRanges = ranges.some((r) => dport >= r.min && dport <= r.max);
-    if (inRanges && m && m.toAddr === NODE && m.toPort === dport && ip.saddr === ipNum(f.daddr) && p.frame.readUInt16BE(ip.l4Off) === f.dport && tableInvariants(p.before).length === 0) {
+    if (inRanges && m && m.toAddr === NODE && m.toPort === dport && ip.saddr === ipNum(f.daddr) && p.frame.readUInt16BE(ip.l4Off) === f.dport && tableInvariants(p.before, ranges).length === 0) {
       const to = `${numIp(p.out.readUInt32BE(30))}:${p.out.readUInt16BE(ip.l4Off + 2)}`;
       if (to !== `${f.saddr}:${f.sport}`) v.push(`a reply to ${f.saddr}:${f.sport}'s port ${dport} went to ${to}`);
     }
@@ -710,8 +719,8 @@ async function harness(size: number): Promise<NatFuzzHarness> {
 const outcomeCounts = new Map<string, number>();
 let refused = 0;
 
-function countOutcome(program: Program, o: Outcome | undefined): void {
-  const name = `${program === TO_NETDEV ? 'out' : 'in'} ${o ? (o.action === 'drop' ? `drop ${o.reason}` : o.action) : 'violation'}`;
+function countOutcome(kind: Action['kind'], o: Outcome | undefined): void {
+  const name = `${kind} ${o ? (o.action === 'drop' ? `drop ${o.reason}` : o.action) : 'violation'}`;
   outcomeCounts.set(name, (outcomeCounts.get(name) ?? 0) + 1);
 }
 
@@ -720,7 +729,7 @@ async function runPackets(input: RunInput): Promise<string[]> {
   const { ranges, flows } = await reset(x, input);
   const violations: string[] = [];
   let table = await x.table();
-  const seeded = tableInvariants(table);
+  const seeded = tableInvariants(table, ranges);
   if (seeded.length > 0) return [`the seeded table breaks the invariants: ${seeded.join('; ')}`];
   for (const [n, action] of input.actions.entries()) {
     const flow = flows[action.flow % flows.length]!;
@@ -750,7 +759,7 @@ async function runPackets(input: RunInput): Promise<string[]> {
       now: t0,
     };
     const { violations: v, outcome } = checkPacket({ program: built.program, frame, action, flow, before: table, after, retval: r.retval, out: r.data, metrics, t0, t1, world }, ranges);
-    countOutcome(built.program, outcome);
+    countOutcome(action.kind, outcome);
     for (const s of v) violations.push(`packet ${n} (${action.kind}${action.kind === 'out' || action.kind === 'in' ? ` ${action.shape}` : ''}${action.mutations.length ? ' mutated' : ''} of ${tupleString(ipNum(flow.saddr), ipNum(flow.daddr), flow.sport, flow.dport, flow.proto)}, ${frame.toString('hex')}): ${s}`);
     if (v.length > 0) break;
     table = after;
@@ -758,7 +767,7 @@ async function runPackets(input: RunInput): Promise<string[]> {
   return violations;
 }
 
-const show = (i: RunInput): string => `config ${JSON.stringify(CONFIGS[i.config])}, table ${i.small ? SMALL_TABLE : LARGE_TABLE}\n  flows ${JSON.stringify(i.flows)}\n  seeds ${JSON.stringify(i.seeds)}\n  inbound ${JSON.stringify(i.inbound)}`;
+const show = (i: RunInput): string => `config ${JSON.stringify(CONFIGS[i.config])}, table ${i.small ? SMALL_TABLE : LARGE_TABLE}${i.crowd ? ', a crowd' : ''}\n  flows ${JSON.stringify(i.flows)}\n  seeds ${JSON.stringify(i.seeds)}\n  inbound ${JSON.stringify(i.inbound)}`;
 
 describe(`SNAT fuzz (bpf_netdev; seed ${SEED}, ${RUNS} runs; TENDRIL_FUZZ_SEED / TENDRIL_FUZZ_RUNS)`, () => {
   after(async () => {
@@ -780,8 +789,65 @@ describe(`SNAT fuzz (bpf_netdev; seed ${SEED}, ${RUNS} runs; TENDRIL_FUZZ_SEED /
       assert.fail(`SNAT broke the model (reproduce with TENDRIL_FUZZ_SEED=${SEED} TENDRIL_FUZZ_RUNS=${RUNS}, counterexample path ${result.counterexamplePath}):\n${result.errorInstance instanceof Error ? result.errorInstance.message : String(result.errorInstance)}`);
     }
     // The runs reached every decision the model knows.
-    for (const name of ['out translate', 'out leave', `out drop ${code('NAT_UNSUPPORTED_PROTO')}`, `out drop ${code('NAT_PORT_EXHAUSTED')}`, `out drop ${code('NAT_FULL')}`, 'in translate', 'in leave']) {
+    const reached = ['out translate', 'out leave', `out drop ${code('NAT_UNSUPPORTED_PROTO')}`, `out drop ${code('NAT_PORT_EXHAUSTED')}`, `out drop ${code('NAT_FULL')}`, 'err-out translate', 'err-out leave', 'in translate', 'in leave', 'err-in translate', 'err-in leave'];
+    for (const name of reached) {
       if (RUNS >= 100) assert.ok((outcomeCounts.get(name) ?? 0) > 0, `no run reached "${name}"`);
+    }
+  });
+
+  /** A fresh table of `size` entries with the ranges given, every other map empty. */
+  async function fresh(size: number, ranges: Range[]): Promise<NatFuzzHarness> {
+    const x = await harness(size);
+    await x.clear();
+    x.setPorts(ranges);
+    return x;
+  }
+  const syn = (saddr: string, sport: number, daddr = WORLD_IP): Buffer => ipv4Frame({ ...outMacs, src: saddr, dst: daddr, proto: IpProto.TCP, payload: tcpSegment({ src: saddr, dst: daddr, sport, dport: 80 }) });
+  const dropReason = async (x: NatFuzzHarness, before: Map<string, bigint>): Promise<string[]> => [...(await x.metricTotals())].filter(([k, c]) => c !== (before.get(k) ?? 0n)).map(([k]) => k);
+
+  // Found by this fuzzer (seed 1): a mapping keeps its port after the ranges changed (--bpf-nat-port-range or the node's
+  // ephemeral range, across an agent restart: the SNAT map is pinned), so the flow leaves with a port snat4_rev_netdev
+  // no longer takes replies on (it passes anything outside the ranges to the stack) — and one the node may now use itself.
+  it('regression: a flow whose mapping holds a port outside the ranges now gets a port inside them, and its replies come back', async (t) => {
+    const x = await fresh(LARGE_TABLE, [{ min: 2000, max: 2002 }, { min: 0, max: 0 }]);
+    const flow: Tuple = { saddr: POD_A.ip, daddr: WORLD_IP, sport: 40000, dport: 80, proto: IpProto.TCP };
+    x.node.addMapping(flow, NODE_IP, 61500, NatFlag.MASQUERADE);
+    x.ctSet(flow, holderEntry('live', process.hrtime.bigint())!);
+    const frame = syn(POD_A.ip, 40000);
+    t.diagnostic(`frame ${frame.toString('hex')}`);
+    const r = await x.h.run(TO_NETDEV, frame);
+    assert.equal(r.retval, OK);
+    const port = r.data.readUInt16BE(14 + 20);
+    assert.ok(port >= 2000 && port <= 2002, `the packet left with port ${port}, outside 2000-2002: a reply to it is not translated back`);
+    const reply = ipv4Frame({ ...inMacs, src: WORLD_IP, dst: NODE_IP, proto: IpProto.TCP, payload: tcpSegment({ src: WORLD_IP, dst: NODE_IP, sport: 80, dport: port, flags: TcpFlag.SYN | TcpFlag.ACK }) });
+    const back = await x.h.run(FROM_NETDEV, reply);
+    assert.equal(numIp(back.data.readUInt32BE(30)), POD_A.ip, 'the reply goes back to the pod');
+    assert.equal(back.data.readUInt16BE(14 + 22), 40000);
+  });
+
+  // Found writing this fuzzer's model (the C allowed NAT_FULL where a port could be taken): once the table is full, the first probe of a free port ends the
+  // search with NAT_FULL, though a port of a flow that is over needs no room (the takeover replaces its entry and frees
+  // the old flow's own): under load, closed connections' ports — the ones the GC has not collected yet — go unused.
+  it('regression: a full table still gives a new flow the port of a reset flow (NAT_FULL only when no port can be taken)', async (t) => {
+    const ranges = [{ min: 2000, max: 2050 }, { min: 0, max: 0 }];
+    for (let trial = 0; trial < 5; trial++) {
+      const x = await fresh(4, ranges);
+      const now = process.hrtime.bigint();
+      // Two mappings fill the table: a reset connection's on port 2000 to WORLD_IP:80, a live one's elsewhere.
+      const reset: Tuple = { saddr: POD_B.ip, daddr: WORLD_IP, sport: 40000, dport: 80, proto: IpProto.TCP };
+      const live: Tuple = { saddr: POD_B.ip, daddr: '203.0.113.7', sport: 40001, dport: 80, proto: IpProto.TCP };
+      x.node.addMapping(reset, NODE_IP, 2000, NatFlag.MASQUERADE);
+      x.ctSet(reset, holderEntry('reset', now)!);
+      x.node.addMapping(live, NODE_IP, 2001, NatFlag.MASQUERADE);
+      x.ctSet(live, holderEntry('live', now)!);
+      const before = await x.metricTotals();
+      const frame = syn(POD_A.ip, 41000);
+      const r = await x.h.run(TO_NETDEV, frame);
+      const counted = await dropReason(x, before);
+      t.diagnostic(`trial ${trial}: verdict ${r.retval}, counters ${JSON.stringify(counted)}`);
+      assert.equal(r.retval, OK, `trial ${trial}: refused (${JSON.stringify(counted)}; NAT_FULL is ${code('NAT_FULL')}) though the reset flow's port 2000 was free to take`);
+      assert.equal(r.data.readUInt16BE(14 + 20), 2000);
+      assert.equal(x.node.egress(reset), undefined, 'the reset flow\'s mapping went with its port');
     }
   });
 });

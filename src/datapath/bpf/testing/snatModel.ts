@@ -6,8 +6,11 @@
  * dropped (why) — and what the table holds afterwards. The port search is
  * random, so the model answers every outcome a choice of port can give: the
  * source port when it is one of SNAT's and claimable, else any claimable
- * port (free, or held by a flow that is over), NAT_FULL when a free port
- * needs room the table lacks, NAT_PORT_EXHAUSTED when no port is claimable.
+ * port (free, or held by a flow that is over); NAT_FULL when no port can be
+ * claimed and a free one needs room the table lacks (or the claimed port's
+ * original side finds none); NAT_PORT_EXHAUSTED when every port is held by
+ * a live flow. A mapping whose port is outside the ranges (they changed) is
+ * stale: its flow gets a new one.
  * Addresses are host-order numbers.
  */
 import { CtFlag, DropReason, NatDirection, NatFlag, NAT_PORT_MAX, NAT_PORT_MIN } from '../constants.js';
@@ -230,20 +233,24 @@ function mapping(w: SnatWorld, before: SnatTable, f: Flow, rewrite: (port: numbe
     return { action: 'translate', rewrite: rewrite(port), port, table: c, why };
   };
 
+  // A free port the full table has no room for ends nothing: a port of a flow that is over needs none (its entry is
+  // replaced, its flow's own side freed). NAT_FULL only when no port can be claimed and some could with room.
+  let full = false;
   if (inRanges(w.ranges, f.sport)) {
     const c = t.clone();
     const r = claim(w, c, f, back, f.sport);
-    if (r === 'full') return [dropped(c, reason('NAT_FULL'), `source port ${f.sport} free, the table full`)];
     if (r === 1) return [finish(c, f.sport, `source port ${f.sport} kept`)];
+    full = r === 'full';
   }
   const outcomes: Outcome[] = [];
   for (const port of rangePorts(w.ranges)) {
     const c = t.clone();
     const r = claim(w, c, f, back, port);
-    if (r === 'full') outcomes.push(dropped(c, reason('NAT_FULL'), `port ${port} free, the table full`));
+    if (r === 'full') full = true;
     else if (r === 1) outcomes.push(finish(c, port, `port ${port} claimed`));
   }
-  return outcomes.length > 0 ? outcomes : [dropped(t, reason('NAT_PORT_EXHAUSTED'), 'every port held by a live flow')];
+  if (outcomes.length > 0) return outcomes;
+  return [full ? dropped(t, reason('NAT_FULL'), 'the table full, no port of a flow that is over') : dropped(t, reason('NAT_PORT_EXHAUSTED'), 'every port held by a live flow')];
 }
 
 /** tendril_to_netdev on a device with DEVICE_F_MASQUERADE and the node address. */

@@ -850,4 +850,28 @@ describe(`SNAT fuzz (bpf_netdev; seed ${SEED}, ${RUNS} runs; TENDRIL_FUZZ_SEED /
       assert.equal(x.node.egress(reset), undefined, 'the reset flow\'s mapping went with its port');
     }
   });
+
+  // Found writing this fuzzer's model: a first fragment of ICMP that is no echo request records ports 0 → 0, as an echo
+  // request with identifier 0 does, and nat4_translatable takes any later fragment with destination port 0 for an echo
+  // request: the later fragments of a pod's timestamp request (its first fragment dropped NAT_UNSUPPORTED_PROTO), or of
+  // an ICMP error about a flow SNAT never mapped (its first fragment leaves with the pod's address), leave with the
+  // node's address, and each makes an echo mapping (identifier 0) that holds a port until the GC.
+  it('regression: the later fragment of a pod\'s ICMP timestamp request is refused like its first, and maps nothing', async (t) => {
+    const x = await fresh(LARGE_TABLE, [{ min: 2000, max: 2002 }, { min: 0, max: 0 }]);
+    const timestamp = Buffer.alloc(40);
+    timestamp[0] = 13;
+    const spec = { ...outMacs, src: POD_A.ip, dst: WORLD_IP, proto: IpProto.ICMP, id: 0x4d, payload: timestamp };
+    const first = ipv4Frame({ ...spec, payload: timestamp.subarray(0, 24), moreFragments: true });
+    const later = ipv4Frame({ ...spec, payload: timestamp.subarray(24), fragmentOffset: 24 });
+    const before = await x.metricTotals();
+    const r1 = await x.h.run(TO_NETDEV, first);
+    assert.equal(r1.retval, SHOT, 'the first fragment: SNAT cannot translate a timestamp request');
+    assert.deepEqual(await dropReason(x, before), [`${code('NAT_UNSUPPORTED_PROTO')}/${TrafficDirection.EGRESS}`]);
+    t.diagnostic(`later fragment ${later.toString('hex')}`);
+    const mid = await x.metricTotals();
+    const r2 = await x.h.run(TO_NETDEV, later);
+    assert.equal(r2.retval, SHOT, `the later fragment ${r2.retval === OK ? `left as ${numIp(r2.data.readUInt32BE(26))}'s` : 'was not refused'}`);
+    assert.deepEqual(await dropReason(x, mid), [`${code('NAT_UNSUPPORTED_PROTO')}/${TrafficDirection.EGRESS}`]);
+    assert.equal(await x.node.count(), 0, 'no mapping for a flow SNAT does not translate');
+  });
 });

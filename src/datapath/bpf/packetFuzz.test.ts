@@ -43,6 +43,7 @@ import { CIDR_24, CIDR_25, IDENTITY, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP
 import { EXPIRED_FLOW, FUZZ_MAX_FRAME, fuzzFrameArb, SEED_FLOWS, SEED_FRAGMENT, testRunAccepts, truncations, type FuzzFrame, type FuzzSide } from './testing/packetArbitraries.js';
 import { EtherType, ethernetFrame, icmpEcho, icmpError, IpProto, internetChecksum, ipv4Datagram, ipv4Frame, TcpFlag, tcpFrame, udpDatagram, udpFrame } from './testing/packets.js';
 import { HOST_OBJECT, LXC_OBJECT, skbContext } from './testing/programHarness.js';
+import { fragKeyString, hasPorts, ipNum, parseIpv4, parseL4, tupleString as ctKeyString, type Ipv4, type L4 } from './testing/packetModel.js';
 
 requireRoot('the datapath packet fuzz test');
 
@@ -77,8 +78,6 @@ const IPCACHE: Array<[string, number]> = [
   [CIDR_25, IDENTITY.CIDR_25],
 ];
 
-const ipNum = (ip: string): number => ip.split('.').reduce((a, b) => a * 256 + Number(b), 0);
-const numIp = (n: number): string => [24, 16, 8, 0].map((s) => (n >>> s) & 0xff).join('.');
 
 function endpointAt(addr: number): Endpoint | undefined {
   return ENDPOINTS.find((e) => ipNum(e.ip) === addr);
@@ -279,7 +278,7 @@ class FuzzHarness {
 
   async fragments(): Promise<Map<string, { sport: number; dport: number }>> {
     const out = new Map<string, { sport: number; dport: number }>();
-    for await (const [k, v] of this.frag.entries()) out.set(`${k.saddr}|${k.daddr}|${k.id}|${k.proto}`, v);
+    for await (const [k, v] of this.frag.entries()) out.set(fragKeyString(k.saddr, k.daddr, k.id, k.proto), v);
     return out;
   }
 
@@ -324,85 +323,7 @@ class FuzzHarness {
   }
 }
 
-function ctKeyString(saddr: number, daddr: number, sport: number, dport: number, proto: number): string {
-  return `${numIp(saddr)}:${sport}>${numIp(daddr)}:${dport}/${proto}`;
-}
-
 // ---- the reference model --------------------------------------------------------
-
-interface Ipv4 {
-  saddr: number;
-  daddr: number;
-  proto: number;
-  ttl: number;
-  id: number;
-  fragOff: number;
-  l4Off: number;
-  ipEnd: number;
-  hlen: number;
-}
-
-function parseIpv4(f: Buffer): Ipv4 | undefined {
-  if (f.length < 14 + 20) return undefined;
-  const vihl = f[14]!;
-  const hlen = (vihl & 0x0f) * 4;
-  const tot = f.readUInt16BE(16);
-  if (vihl >> 4 !== 4 || hlen < 20 || tot < hlen || 14 + tot > f.length) return undefined;
-  return { saddr: f.readUInt32BE(26), daddr: f.readUInt32BE(30), proto: f[23]!, ttl: f[22]!, id: f.readUInt16BE(18), fragOff: f.readUInt16BE(20), l4Off: 14 + hlen, ipEnd: 14 + tot, hlen };
-}
-
-interface L4 {
-  sport: number;
-  dport: number;
-  /** An ICMP error: the tuple it is about, when the datagram carries enough of it. */
-  icmpError: boolean;
-  inner?: { saddr: number; daddr: number; proto: number; sport: number; dport: number };
-  /** What the program reads past the datagram's end (into the frame's trailer) to find the inner tuple. */
-}
-
-const hasPorts = (p: number): boolean => p === IpProto.TCP || p === IpProto.UDP || p === IpProto.SCTP;
-const MIN_L4: Record<number, number> = { [IpProto.TCP]: 20, [IpProto.UDP]: 8, [IpProto.SCTP]: 12, [IpProto.ICMP]: 8 };
-
-/** The tuple inside an ICMP error, read within `end`. */
-/** Conntrack's ports for an ICMP echo: the identifier is a request's source port and a reply's destination port. */
-function echoPorts(type: number, id: number): { sport: number; dport: number } {
-  return type === 8 ? { sport: id, dport: 0 } : { sport: 0, dport: id };
-}
-
-function parseInner(f: Buffer, off: number, end: number): L4['inner'] {
-  if (off + 20 > end) return undefined;
-  const vihl = f[off]!;
-  if (vihl >> 4 !== 4 || (vihl & 0x0f) < 5) return undefined;
-  const l4 = off + (vihl & 0x0f) * 4;
-  const proto = f[off + 9]!;
-  const base = { saddr: f.readUInt32BE(off + 12), daddr: f.readUInt32BE(off + 16), proto };
-  if (hasPorts(proto)) return l4 + 4 > end ? undefined : { ...base, sport: f.readUInt16BE(l4), dport: f.readUInt16BE(l4 + 2) };
-  if (proto === IpProto.ICMP) {
-    if (l4 + 8 > end || (f[l4] !== 0 && f[l4] !== 8)) return undefined;
-    return { ...base, ...echoPorts(f[l4]!, f.readUInt16BE(l4 + 4)) };
-  }
-  return { ...base, sport: 0, dport: 0 };
-}
-
-function parseL4(f: Buffer, ip: Ipv4, frags: Map<string, { sport: number; dport: number }>): L4 | number {
-  if ((ip.fragOff & 0x1fff) !== 0) {
-    const rec = frags.get(`${ip.saddr}|${ip.daddr}|${ip.id}|${ip.proto}`);
-    return rec ? { sport: rec.sport, dport: rec.dport, icmpError: false } : reason('FRAG_NOT_FOUND');
-  }
-  const need = MIN_L4[ip.proto] ?? 0;
-  if (need === 0) return { sport: 0, dport: 0, icmpError: false };
-  if (ip.l4Off + need > ip.ipEnd) return reason('CT_INVALID_HEADER');
-  if (ip.proto === IpProto.ICMP) {
-    const type = f[ip.l4Off]!;
-    if (type === 0 || type === 8) return { ...echoPorts(type, f.readUInt16BE(ip.l4Off + 4)), icmpError: false };
-    if (type === 3 || type === 11 || type === 12) {
-      const inner = parseInner(f, ip.l4Off + 8, ip.ipEnd);
-      return { sport: 0, dport: 0, icmpError: true, ...(inner ? { inner } : {}) };
-    }
-    return { sport: 0, dport: 0, icmpError: false };
-  }
-  return { sport: f.readUInt16BE(ip.l4Off), dport: f.readUInt16BE(ip.l4Off + 2), icmpError: false };
-}
 
 type CtStatus = 'new' | 'established' | 'reply' | 'related';
 

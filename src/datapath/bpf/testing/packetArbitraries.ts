@@ -247,14 +247,14 @@ export const wellFormedFrameArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => f
 );
 
 /** One change to a frame; `fix` recomputes the IPv4 header checksum afterwards (an inconsistent header that still verifies). */
-type Mutation =
+export type Mutation =
   | { kind: 'flip'; at: number; bit: number }
   | { kind: 'truncate'; at: number }
   | { kind: 'byte'; at: number; value: number }
   | { kind: 'field'; field: 'ihl' | 'version' | 'totlen' | 'frag' | 'proto' | 'ttl' | 'tcpflags' | 'icmptype' | 'ethertype'; value: number; fix: boolean }
   | { kind: 'trailer'; bytes: Uint8Array };
 
-const mutationArb: fc.Arbitrary<Mutation> = fc.oneof(
+export const mutationArb: fc.Arbitrary<Mutation> = fc.oneof(
   fc.record({ kind: fc.constant('flip' as const), at: fc.nat(200), bit: fc.nat(7) }),
   fc.record({ kind: fc.constant('truncate' as const), at: fc.nat(120) }),
   fc.record({ kind: fc.constant('byte' as const), at: fc.nat(100), value: fc.nat(255) }),

@@ -78,6 +78,9 @@ build/bpf/%.o: bpf/%.c $(BPF_LIB_HDR) $(BPF_GEN_HDR)
 	@mkdir -p $(@D)
 	clang $(BPF_CFLAGS) -Ibpf/lib -Ibuild/bpf/include -c $< -o $@
 
+# The GC program gives conntrack budget back with compare-and-swap: BPF's v3 atomics.
+build/bpf/bpf_gc.o: BPF_CFLAGS += -mcpu=v3
+
 bpf: $(BPF_OBJ)
 
 

@@ -2,16 +2,18 @@
  * Conntrack garbage collection. The programs refresh an entry's deadline on
  * every packet but never delete: an entry whose deadline (expires_ns, on
  * CLOCK_MONOTONIC like bpf_ktime_get_ns) has passed is a closed or idle flow,
- * and the agent removes it here. The tables are LRU maps, so a full table
- * evicts by itself; GC keeps dead flows from pushing out live ones, and its
- * report says what went.
+ * and the GC removes it. The tables are plain hashes: a full one refuses new
+ * flows, so the GC is what makes room. The walk is a BPF program
+ * (gcProgram.ts, bpf/bpf_gc.c) run in the kernel on libuv's pool, never on
+ * the agent's event loop; its report says what went and how full each
+ * table is.
  */
 import type { Logger } from '../../logging/logger.js';
 import { existsSync } from 'node:fs';
-import { type CtTable, ctRow, type CtRow, DatapathInspector } from './inspect.js';
-import { MapName } from './constants.js';
-import { ct4Key, ctEntry } from './layout.js';
-import { collectNat, type NatGcResult } from './natGc.js';
+import { type CtTable, ctRow, type CtRow, type DatapathInspector } from './inspect.js';
+import { GcMap, MapName } from './constants.js';
+import { GC_MAP_NAME, type GcMapValue, type GcProgram, withGcProgram } from './gcProgram.js';
+import { DEFAULT_NAT_GC_GRACE_NS, type NatGcResult } from './natGc.js';
 
 export interface CtGcTableResult {
   /** Entries looked at. */
@@ -20,53 +22,65 @@ export interface CtGcTableResult {
   removed: number;
 }
 
+/** How full a map the GC walked was when its run ended. */
+export interface MapFill {
+  map: string;
+  entries: number;
+  maxEntries: number;
+}
+
 export interface CtGcResult {
   tcp: CtGcTableResult;
   any: CtGcTableResult;
   durationMs: number;
-  /** The first expired flows removed (at most `sampleSize`), for the log and the CLI. */
+  /** The first expired flows removed (at most GC_SAMPLE_MAX), for the log and the CLI. */
   sample: CtRow[];
   /** The SNAT mappings removed with the flows (absent where the SNAT map is not pinned). */
   nat?: NatGcResult;
+  /** Each walked map's entries after the pass. */
+  fill: MapFill[];
 }
 
 export interface CtGcOptions {
   /** "Now" on CLOCK_MONOTONIC (default process.hrtime.bigint(), the clock bpf_ktime_get_ns reads). */
   nowNs?: bigint;
-  /** How many removed flows to report (default 10). */
-  sampleSize?: number;
+  /** SNAT mappings younger than this are left alone (default DEFAULT_NAT_GC_GRACE_NS). */
+  natGraceNs?: bigint;
 }
 
-/** One GC pass over both conntrack tables. */
+/** One GC pass over both conntrack tables, then the SNAT map where it is pinned (a mapping goes with its flow). */
 export async function collectConntrack(inspector: DatapathInspector, opts: CtGcOptions = {}): Promise<CtGcResult> {
   const started = performance.now();
   const nowNs = opts.nowNs ?? process.hrtime.bigint();
-  const sampleSize = opts.sampleSize ?? 10;
   const sample: CtRow[] = [];
+  const fill: MapFill[] = [];
   const result = { tcp: { scanned: 0, removed: 0 }, any: { scanned: 0, removed: 0 } };
-  for (const table of ['tcp', 'any'] as const satisfies readonly CtTable[]) {
-    const name = table === 'tcp' ? MapName.CT_TCP : MapName.CT_ANY;
-    await inspector.withMap(name, ct4Key, ctEntry, async (m) => {
-      // Collect, then delete: deleting during a hash walk restarts the walk.
-      const expired: Buffer[] = [];
-      for await (const [k, v] of m.raw.entries()) {
-        result[table].scanned++;
-        if (ctEntry.read(v, 0).expiresNs < nowNs) expired.push(Buffer.from(k));
-      }
-      for (const k of expired) {
-        // A packet may have refreshed the flow since the walk read it: look again right before deleting.
-        const current = m.raw.lookup(k);
-        if (current === undefined) continue;
-        const entry = ctEntry.read(current, 0);
-        if (entry.expiresNs >= nowNs) continue;
-        if (m.raw.delete(k)) {
-          result[table].removed++;
-          if (sample.length < sampleSize) sample.push(ctRow(table, ct4Key.read(k, 0), entry, nowNs));
-        }
-      }
-    });
-  }
-  return { ...result, durationMs: Math.round((performance.now() - started) * 10) / 10, sample };
+  let nat: NatGcResult | undefined;
+  // Asked before the load, which pins whatever the object declares.
+  const hasSnat = existsSync(inspector.pinPath(MapName.SNAT));
+  await withGcProgram(inspector, async (gc) => {
+    const tables: Array<[CtTable, GcMapValue]> = [
+      ['tcp', GcMap.CT_TCP],
+      ['any', GcMap.CT_ANY],
+    ];
+    for (const [table, map] of tables) {
+      const r = await gc.run({ map, nowNs });
+      result[table] = { scanned: r.scanned, removed: r.removed };
+      fill.push(mapFill(gc, map, r.entries));
+      for (const s of r.sample.slice(0, r.samples)) sample.push(ctRow(table, s.key, s.entry, nowNs));
+    }
+    if (hasSnat) {
+      const r = await gc.run({ map: GcMap.SNAT, nowNs, graceNs: opts.natGraceNs ?? DEFAULT_NAT_GC_GRACE_NS });
+      nat = { scanned: r.scanned, removed: r.mappings, orphans: r.orphans };
+      fill.push(mapFill(gc, GcMap.SNAT, r.entries));
+    }
+  });
+  return { ...result, durationMs: Math.round((performance.now() - started) * 10) / 10, sample, ...(nat ? { nat } : {}), fill };
+}
+
+function mapFill(gc: GcProgram, map: GcMapValue, entries: bigint): MapFill {
+  const name = GC_MAP_NAME[map];
+  return { map: name, entries: Number(entries), maxEntries: gc.maxEntries(name) };
 }
 
 export interface ConntrackGcOptions {
@@ -77,15 +91,35 @@ export interface ConntrackGcOptions {
 }
 
 export const DEFAULT_CT_GC_INTERVAL_MS = 30_000;
+/** The shortest time between passes, when a table is half full or more. */
+export const MIN_CT_GC_INTERVAL_MS = 2_000;
+/** A map this full is logged (once per crossing): new flows are close to being refused. */
+export const MAP_FILL_WARNING = 0.9;
 
-/** Runs collectConntrack on an interval, one pass at a time, logging what each removed. */
+/**
+ * The time to the next pass: the configured interval while every table is
+ * under a quarter full, a quarter of it up to half, MIN_CT_GC_INTERVAL_MS
+ * beyond (as Cilium shortens its GC interval as tables fill): a table that
+ * fills refuses new flows, and only the GC makes room.
+ */
+export function nextGcIntervalMs(intervalMs: number, fill: readonly MapFill[]): number {
+  const most = Math.max(0, ...fill.map((f) => (f.maxEntries > 0 ? f.entries / f.maxEntries : 0)));
+  if (most >= 0.5) return Math.min(intervalMs, MIN_CT_GC_INTERVAL_MS);
+  if (most >= 0.25) return Math.max(Math.min(intervalMs, MIN_CT_GC_INTERVAL_MS), Math.round(intervalMs / 4));
+  return intervalMs;
+}
+
+/** Runs collectConntrack on an interval, one pass at a time, logging what each removed and a table crossing 90%. */
 export class ConntrackGc {
   readonly #inspector: DatapathInspector;
   readonly #log: Logger;
   readonly #intervalMs: number;
+  #nextMs: number;
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<CtGcResult | undefined> | undefined;
   #stopped = false;
+  /** Maps found at or above MAP_FILL_WARNING by the last pass. */
+  readonly #nearlyFull = new Set<string>();
   /** What the last pass's SNAT GC did (undefined before one ran, or where the SNAT map is not pinned). */
   lastNat: NatGcResult | undefined;
 
@@ -93,6 +127,7 @@ export class ConntrackGc {
     this.#inspector = opts.inspector;
     this.#log = opts.log;
     this.#intervalMs = opts.intervalMs ?? DEFAULT_CT_GC_INTERVAL_MS;
+    this.#nextMs = this.#intervalMs;
   }
 
   start(): void {
@@ -104,7 +139,7 @@ export class ConntrackGc {
     if (this.#stopped) return;
     this.#timer = setTimeout(() => {
       void this.runOnce().finally(() => this.#schedule());
-    }, this.#intervalMs);
+    }, this.#nextMs);
     // GC alone never keeps the agent alive.
     this.#timer.unref();
   }
@@ -120,9 +155,8 @@ export class ConntrackGc {
   async #pass(): Promise<CtGcResult | undefined> {
     try {
       const r = await collectConntrack(this.#inspector);
-      // SNAT mappings live as long as their flows: right after the flows that ended went.
-      const nat = existsSync(this.#inspector.pinPath(MapName.SNAT)) ? await collectNat(this.#inspector) : undefined;
-      this.lastNat = nat;
+      this.lastNat = r.nat;
+      const nat = r.nat;
       const removed = r.tcp.removed + r.any.removed + (nat ? nat.removed + nat.orphans : 0);
       const fields = { tcp: r.tcp, any: r.any, ...(nat ? { nat } : {}), durationMs: r.durationMs };
       if (removed > 0) {
@@ -130,10 +164,25 @@ export class ConntrackGc {
       } else {
         this.#log.debug(fields, 'conntrack GC: nothing expired');
       }
-      return nat ? { ...r, nat } : r;
+      this.#reportFill(r.fill);
+      this.#nextMs = nextGcIntervalMs(this.#intervalMs, r.fill);
+      return r;
     } catch (err) {
       this.#log.warn({ err }, 'conntrack GC pass failed');
       return undefined;
+    }
+  }
+
+  #reportFill(fill: readonly MapFill[]): void {
+    for (const f of fill) {
+      const ratio = f.maxEntries > 0 ? f.entries / f.maxEntries : 0;
+      const fields = { map: f.map, entries: f.entries, maxEntries: f.maxEntries, fill: Math.round(ratio * 1000) / 1000 };
+      if (ratio >= MAP_FILL_WARNING && !this.#nearlyFull.has(f.map)) {
+        this.#nearlyFull.add(f.map);
+        this.#log.warn(fields, 'map over 90% full: new flows will be refused when it fills (raise its --bpf-*-max, or look for the flood)');
+      } else if (ratio < MAP_FILL_WARNING && this.#nearlyFull.delete(f.map)) {
+        this.#log.info(fields, 'map back under 90% full');
+      }
     }
   }
 

@@ -222,6 +222,25 @@ export const NatFlag = {
   NODEPORT: 1 << 1,
 } as const;
 
+/**
+ * The maps the GC program (bpf/bpf_gc.c) walks, by the number a run names
+ * one with (gc_run.map).
+ */
+export const GcMap = {
+  CT_TCP: 0,
+  CT_ANY: 1,
+  SNAT: 2,
+} as const;
+
+/** Flags of a GC run (gc_run.flags). */
+export const GcFlag = {
+  /** Count the map's entries only: nothing is deleted (map pressure between passes). */
+  COUNT_ONLY: 1 << 0,
+} as const;
+
+/** Removed conntrack flows one GC run reports (gc_run.sample), for the log and `tendril bpf ct gc`. */
+export const GC_SAMPLE_MAX = 10;
+
 /** Flags of the datapath config (datapath_config.flags). */
 export const ConfigFlag = {
   /**
@@ -392,6 +411,8 @@ export function renderDatapathHeader(): string {
     ['CONFIG_F', ConfigFlag],
     ['NAT_DIR', NatDirection],
     ['NAT_F', NatFlag],
+    ['GC_MAP', GcMap],
+    ['GC_F', GcFlag],
   ];
   for (const [prefix, table] of groups) {
     for (const [name, value] of Object.entries(table)) lines.push(define(`${prefix}_${macro(name)}`, value));
@@ -411,6 +432,7 @@ export function renderDatapathHeader(): string {
     define('NAT_PORT_RETRIES', NAT_PORT_RETRIES),
     define('NAT_PORT_RANGES', NAT_PORT_RANGES),
     define('TUNNEL_OVERHEAD', TUNNEL_OVERHEAD),
+    define('GC_SAMPLE_MAX', GC_SAMPLE_MAX),
     '',
     '#endif',
     '',

@@ -9,7 +9,7 @@
  */
 import { byteLength, familyBits, ipFromBytes, ipToBytes, type IpAddress, type IpFamily, type IpPrefix, maskBits } from '../../netip/index.js';
 import { codec, type Codec } from '../kernel/bpf/index.js';
-import { IPCACHE_KEY_FIXED_BITS, NAT_PORT_RANGES, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS } from './constants.js';
+import { GC_SAMPLE_MAX, IPCACHE_KEY_FIXED_BITS, NAT_PORT_RANGES, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS } from './constants.js';
 
 const { struct, u8, u16, u16be, u32, u32be, u64, pad, bytes } = codec;
 
@@ -207,6 +207,32 @@ export const ctBudget = struct({ entries: u32, pad: pad(4) });
 export const frag4Key = struct({ saddr: u32be, daddr: u32be, id: u16be, proto: u8, pad: pad(1) });
 /** struct frag4_ports { __be16 sport; __be16 dport; } */
 export const frag4Ports = struct({ sport: u16be, dport: u16be });
+
+// ---- the GC program's run (bpf/bpf_gc.c, its global data) -----------------------
+
+/** struct gc_sample { struct ct4_key key; struct ct_entry entry; __u8 map; __u8 pad[7]; }: one removed conntrack flow. */
+export const gcSample = struct({ key: ct4Key, entry: ctEntry, map: u8, pad: pad(7) });
+
+/** struct gc_run: one run's input (now, grace period, map, flags) and what it did. */
+export const gcRun = struct({
+  /** CLOCK_MONOTONIC; 0 = the program reads bpf_ktime_get_ns(). */
+  nowNs: u64,
+  graceNs: u64,
+  /** GcMap */
+  map: u32,
+  /** GcFlag */
+  flags: u32,
+  scanned: u32,
+  removed: u32,
+  mappings: u32,
+  orphans: u32,
+  givenBack: u32,
+  samples: u32,
+  /** The map's entries when the run ended (the kernel's count). */
+  entries: u64,
+  sample: codec.array(gcSample, GC_SAMPLE_MAX),
+});
+export type GcRunValue = codec.CodecValue<typeof gcRun>;
 
 // ---- services: tendril_lb4_* (bpf/lib/lb.h) -----------------------------------
 

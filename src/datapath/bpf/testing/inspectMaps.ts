@@ -44,8 +44,8 @@ export async function createTestDatapathMaps(): Promise<TestDatapathMaps> {
       endpoints: await pinned(MapName.ENDPOINTS, () => BpfMap.create({ name: MapName.ENDPOINTS, type: 'HASH', maxEntries: 64, flags: MapFlag.NO_PREALLOC }, endpointKey, endpointInfo)),
       ipcache: await pinned(MapName.IPCACHE, () => BpfMap.create({ name: MapName.IPCACHE, type: 'LPM_TRIE', maxEntries: 64, flags: MapFlag.NO_PREALLOC }, ipcacheKey, ipcacheValue)),
       policy: await pinned(MapName.POLICY, () => BpfMap.create({ name: MapName.POLICY, type: 'LPM_TRIE', maxEntries: 256, flags: MapFlag.NO_PREALLOC }, policyKey, policyEntry)),
-      ctTcp: await pinned(MapName.CT_TCP, () => BpfMap.create({ name: MapName.CT_TCP, type: 'LRU_HASH', maxEntries: 256 }, ct4Key, ctEntry)),
-      ctAny: await pinned(MapName.CT_ANY, () => BpfMap.create({ name: MapName.CT_ANY, type: 'LRU_HASH', maxEntries: 256 }, ct4Key, ctEntry)),
+      ctTcp: await pinned(MapName.CT_TCP, () => BpfMap.create({ name: MapName.CT_TCP, type: 'HASH', maxEntries: 256 }, ct4Key, ctEntry)),
+      ctAny: await pinned(MapName.CT_ANY, () => BpfMap.create({ name: MapName.CT_ANY, type: 'HASH', maxEntries: 256 }, ct4Key, ctEntry)),
       metrics: await pinned(MapName.METRICS, () => BpfMap.create({ name: MapName.METRICS, type: 'PERCPU_HASH', maxEntries: 64 }, metricsKey, perCpuValue(metricsValue))),
       events: await pinned(MapName.EVENTS, () => RawMap.create({ name: MapName.EVENTS, type: 'RINGBUF', keySize: 0, valueSize: 0, maxEntries: 1 << 16 })),
     };

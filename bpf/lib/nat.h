@@ -74,8 +74,6 @@ struct {
 
 /* How long a mapping without any conntrack entry is left alone: its flow may be an untracked one the node routes on. */
 #define NAT_UNTRACKED_GRACE_NS (10ULL * NSEC_PER_SEC)
-/* Ports a search still looks at once the table turned out full (see snat4_claim_step). */
-#define NAT_FULL_WALK 256
 
 /* SNAT's source ports: up to NAT_PORT_RANGES ranges of the config, as one index space 0..total-1. */
 struct nat_ports {

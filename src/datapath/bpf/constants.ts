@@ -363,6 +363,12 @@ export const NAT_PORT_MIN = 61000;
 export const NAT_PORT_MAX = 65535;
 /** Random ports SNAT tries before it walks the whole range for a free one. */
 export const NAT_PORT_RETRIES = 16;
+/**
+ * Ports a search still looks at (from a random one on) once the SNAT table
+ * turned out full: only a port of a flow that is over can be had then, and
+ * a table kept full must not cost every refused flow a walk of the range.
+ */
+export const NAT_FULL_WALK = 256;
 /** Port ranges the datapath config holds for SNAT (datapath_config.nat_ports). */
 export const NAT_PORT_RANGES = 2;
 
@@ -431,6 +437,7 @@ export function renderDatapathHeader(): string {
     define('NAT_PORT_MAX', NAT_PORT_MAX),
     define('NAT_PORT_RETRIES', NAT_PORT_RETRIES),
     define('NAT_PORT_RANGES', NAT_PORT_RANGES),
+    define('NAT_FULL_WALK', NAT_FULL_WALK),
     define('TUNNEL_OVERHEAD', TUNNEL_OVERHEAD),
     define('GC_SAMPLE_MAX', GC_SAMPLE_MAX),
     '',

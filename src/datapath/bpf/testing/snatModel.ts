@@ -7,13 +7,15 @@
  * random, so the model answers every outcome a choice of port can give: the
  * source port when it is one of SNAT's and claimable, else any claimable
  * port (free, or held by a flow that is over); NAT_FULL when no port can be
- * claimed and a free one needs room the table lacks (or the claimed port's
+ * claimed and a free one needs room the table lacks — or, in a range wider
+ * than NAT_FULL_WALK, whenever the table is full (the search is bounded
+ * then) — (or the claimed port's
  * original side finds none); NAT_PORT_EXHAUSTED when every port is held by
  * a live flow. A mapping whose port is outside the ranges (they changed) is
  * stale: its flow gets a new one.
  * Addresses are host-order numbers.
  */
-import { CtFlag, DropReason, NatDirection, NatFlag, NAT_PORT_MAX, NAT_PORT_MIN } from '../constants.js';
+import { CtFlag, DropReason, NatDirection, NatFlag, NAT_FULL_WALK, NAT_PORT_MAX, NAT_PORT_MIN } from '../constants.js';
 import type { CtEntryValue } from '../layout.js';
 import { isLaterFragment, parseIpv4, parseL4, tupleString, type InnerTuple, type Ipv4 } from './packetModel.js';
 import { EtherType, IpProto, TcpFlag } from './packets.js';
@@ -249,6 +251,9 @@ function mapping(w: SnatWorld, before: SnatTable, f: Flow, rewrite: (port: numbe
     if (r === 'full') full = true;
     else if (r === 1) outcomes.push(finish(c, port, `port ${port} claimed`));
   }
+  // In a full table the search stops NAT_FULL_WALK ports after its random probes: a range wider than that may hide
+  // the one port of a flow that is over, and NAT_FULL is an answer too.
+  if (full && rangePorts(w.ranges).length > NAT_FULL_WALK) outcomes.push(dropped(t, reason('NAT_FULL'), 'the table full, the bounded search found no port of a flow that is over'));
   if (outcomes.length > 0) return outcomes;
   return [full ? dropped(t, reason('NAT_FULL'), 'the table full, no port of a flow that is over') : dropped(t, reason('NAT_PORT_EXHAUSTED'), 'every port held by a live flow')];
 }

@@ -84,8 +84,8 @@ export class TendrilBenchNode {
   ) {}
 
   /** `node` must already exist (in `namespaces`). */
-  static async start(node: string, stateDir: string, podCidr: string): Promise<TendrilBenchNode> {
-    const a = await startBenchAgent(node, stateDir, podCidr, ['--datapath', 'bpf']);
+  static async start(node: string, stateDir: string, podCidr: string, extraArgs: string[] = []): Promise<TendrilBenchNode> {
+    const a = await startBenchAgent(node, stateDir, podCidr, ['--datapath', 'bpf', ...extraArgs]);
     return new TendrilBenchNode(node, a.client, a.socket, a.process, a.bpffsRoot);
   }
 

@@ -18,13 +18,14 @@
  *       its flow's conntrack entry.
  *     With GC_F_COUNT_ONLY it counts the entries and deletes nothing.
  *
- * A run walks one map in one go: the walk cannot resume where an earlier
- * run stopped (bpf_for_each_map_elem starts at the first bucket), and most
- * of its cost is reaching each element, so cutting it into runs would walk
- * the table again for each. The thread returns to user space between the
- * maps of a pass. The walk is not a snapshot: an entry moved by concurrent
- * inserts and deletes may be seen twice or not at all, and is then handled
- * by the next pass.
+ * The agent hands a run GC_BATCH keys at a time (gc_run.keys, fetched
+ * with the map's own key walk): each run looks up and judges just those.
+ * A whole-table bpf_for_each_map_elem would be one read-side critical
+ * section as long as the table (a quarter second for a million entries),
+ * and every synchronize_rcu on the machine — an ADD attaching a pod's
+ * programs, a netns going — would wait for it. The walk is not a snapshot:
+ * an entry moved by concurrent inserts and deletes may be seen twice or not
+ * at all, and is then handled by the next pass.
  *
  * Entry counts (map pressure) come from the kernel's own per-CPU element
  * counters (bpf_map_sum_elem_count, Linux 6.6): a GC_F_COUNT_ONLY run costs
@@ -72,7 +73,13 @@ struct gc_run {
 	__u32 samples;   /* entries of sample[] filled */
 	__u64 entries;   /* the map's entries when the run ended (the kernel's count) */
 	struct gc_sample sample[GC_SAMPLE_MAX];
+	/* input: the keys this run judges (ct4_key and nat4_key are both 16 bytes) */
+	__u32 nkeys;
+	__u32 pad;
+	struct ct4_key keys[GC_BATCH];
 };
+
+_Static_assert(sizeof(struct ct4_key) == sizeof(struct nat4_key), "gc_run.keys holds both key kinds");
 
 struct gc_run gc_run;
 
@@ -226,11 +233,43 @@ struct bpf_map {
 } __attribute__((preserve_access_index));
 extern __s64 bpf_map_sum_elem_count(const struct bpf_map *map) __ksym;
 
+/* One key of the run's batch: looked up in its map, then judged as the map's entries are. */
+static long gc_key(__u32 i, struct gc_walk *w)
+{
+	struct ct4_key *key;
+	void *value;
+
+	if (i >= GC_BATCH)
+		return 1;
+	key = &gc_run.keys[i];
+	switch (w->map) {
+	case GC_MAP_CT_TCP:
+		value = bpf_map_lookup_elem(&tendril_ct4_tcp, key);
+		if (value)
+			gc_ct_entry(&tendril_ct4_tcp, key, value, w);
+		break;
+	case GC_MAP_CT_ANY:
+		value = bpf_map_lookup_elem(&tendril_ct4_any, key);
+		if (value)
+			gc_ct_entry(&tendril_ct4_any, key, value, w);
+		break;
+	case GC_MAP_SNAT:
+		value = bpf_map_lookup_elem(&tendril_snat4, key);
+		if (value)
+			gc_snat_entry(&tendril_snat4, (struct nat4_key *)key, value, w);
+		break;
+	default:
+		return 1;
+	}
+	return 0;
+}
+
 SEC("tc")
 int tendril_ct_gc(struct __sk_buff *skb)
 {
 	struct gc_run *run = &gc_run;
 	int count_only = run->flags & GC_F_COUNT_ONLY;
+	__u32 nkeys = run->nkeys;
 	struct gc_walk w;
 	void *map;
 
@@ -243,22 +282,18 @@ int tendril_ct_gc(struct __sk_buff *skb)
 	switch (run->map) {
 	case GC_MAP_CT_TCP:
 		map = &tendril_ct4_tcp;
-		if (!count_only)
-			bpf_for_each_map_elem(&tendril_ct4_tcp, gc_ct_entry, &w, 0);
 		break;
 	case GC_MAP_CT_ANY:
 		map = &tendril_ct4_any;
-		if (!count_only)
-			bpf_for_each_map_elem(&tendril_ct4_any, gc_ct_entry, &w, 0);
 		break;
 	case GC_MAP_SNAT:
 		map = &tendril_snat4;
-		if (!count_only)
-			bpf_for_each_map_elem(&tendril_snat4, gc_snat_entry, &w, 0);
 		break;
 	default:
 		return TC_ACT_SHOT;
 	}
+	if (!count_only && nkeys > 0)
+		bpf_loop(nkeys < GC_BATCH ? nkeys : GC_BATCH, gc_key, &w, 0);
 
 	run->scanned = w.scanned;
 	run->removed = w.removed;

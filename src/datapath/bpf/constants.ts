@@ -240,6 +240,8 @@ export const GcFlag = {
 
 /** Removed conntrack flows one GC run reports (gc_run.sample), for the log and `tendril bpf ct gc`. */
 export const GC_SAMPLE_MAX = 10;
+/** Keys one GC run judges (gc_run.keys): a short read-side critical section, a quarter of a millisecond or so. */
+export const GC_BATCH = 1024;
 
 /** Flags of the datapath config (datapath_config.flags). */
 export const ConfigFlag = {
@@ -440,6 +442,7 @@ export function renderDatapathHeader(): string {
     define('NAT_FULL_WALK', NAT_FULL_WALK),
     define('TUNNEL_OVERHEAD', TUNNEL_OVERHEAD),
     define('GC_SAMPLE_MAX', GC_SAMPLE_MAX),
+    define('GC_BATCH', GC_BATCH),
     '',
     '#endif',
     '',

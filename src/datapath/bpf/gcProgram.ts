@@ -1,8 +1,10 @@
 /**
  * The conntrack and SNAT GC as a BPF program (bpf/bpf_gc.c), run with
- * BPF_PROG_TEST_RUN on libuv's pool: the walk over a table of a million
- * entries happens in the kernel, off the agent's event loop, so a GC pass
- * never delays an ADD or a policy change. The object is loaded on the pins
+ * BPF_PROG_TEST_RUN on libuv's pool, GC_BATCH keys per run: the judging
+ * happens in the kernel, off the agent's event loop, and no run holds the
+ * kernel's RCU read side for long (a synchronize_rcu of an ADD would wait
+ * for it), so a pass over a million entries does not hold up an ADD or a
+ * policy change. The object is loaded on the pins
  * the datapath made (same sizes, read from the pins), once, on first use.
  */
 import { existsSync } from 'node:fs';
@@ -10,7 +12,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BpfObject, RawMap } from '../kernel/bpf/index.js';
 import { DatapathError } from '../types.js';
-import { GcFlag, GcMap, MapName } from './constants.js';
+import { GC_BATCH, GC_SAMPLE_MAX, GcFlag, GcMap, MapName } from './constants.js';
 import { gcRun, type GcRunValue } from './layout.js';
 
 export const GC_OBJECT_FILE = 'bpf_gc.o';
@@ -74,13 +76,37 @@ export class GcProgram {
     return this.#sizes[name] ?? this.#object.rawMap(name).info.maxEntries;
   }
 
-  /** One run over one map; what it did. */
+  /**
+   * One walk of one map: its keys, GC_BATCH at a time from the map's own
+   * key walk, each batch judged by one run; what the runs did together.
+   */
   async run(input: GcRunInput): Promise<GcRunValue> {
+    const map = this.#object.rawMap(GC_MAP_NAME[input.map]);
+    if (map.info.keySize !== 16) throw new DatapathError('failed', `${map.info.name} has ${map.info.keySize}-byte keys; the GC program takes 16`);
+    const total = { ...gcRun.read(Buffer.alloc(gcRun.size), 0), map: input.map };
+    const sample: GcRunValue['sample'] = [];
+    if (input.countOnly) return this.#runBatch(input, Buffer.alloc(0), 0);
+    let last: GcRunValue | undefined;
+    for await (const chunk of map.keyChunks(GC_BATCH)) {
+      const r = await this.#runBatch(input, chunk.keys, chunk.count);
+      for (const f of ['scanned', 'removed', 'mappings', 'orphans', 'givenBack'] as const) total[f] += r[f];
+      sample.push(...r.sample.slice(0, r.samples));
+      last = r;
+    }
+    // The count of the last run (an empty table: a count-only run says it).
+    const entries = last ? last.entries : (await this.#runBatch({ ...input, countOnly: true }, Buffer.alloc(0), 0)).entries;
+    const kept = sample.slice(0, GC_SAMPLE_MAX);
+    return { ...total, entries, samples: kept.length, sample: [...kept, ...total.sample.slice(kept.length)] };
+  }
+
+  async #runBatch(input: GcRunInput, keys: Buffer, count: number): Promise<GcRunValue> {
     const key = Buffer.alloc(4);
     const value = Buffer.alloc(this.#globals.info.valueSize);
     const zero = gcRun.read(Buffer.alloc(gcRun.size), 0);
+    const batch = Buffer.alloc(GC_BATCH * 16);
+    keys.copy(batch, 0, 0, Math.min(keys.length, batch.length));
     gcRun.write(
-      { ...zero, nowNs: input.nowNs ?? 0n, graceNs: input.graceNs ?? 0n, map: input.map, flags: input.countOnly ? GcFlag.COUNT_ONLY : 0 },
+      { ...zero, nowNs: input.nowNs ?? 0n, graceNs: input.graceNs ?? 0n, map: input.map, flags: input.countOnly ? GcFlag.COUNT_ONLY : 0, nkeys: count, keys: batch },
       value,
       0,
     );

@@ -9,7 +9,7 @@
  */
 import { byteLength, familyBits, ipFromBytes, ipToBytes, type IpAddress, type IpFamily, type IpPrefix, maskBits } from '../../netip/index.js';
 import { codec, type Codec } from '../kernel/bpf/index.js';
-import { GC_SAMPLE_MAX, IPCACHE_KEY_FIXED_BITS, NAT_PORT_RANGES, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS } from './constants.js';
+import { GC_BATCH, GC_SAMPLE_MAX, IPCACHE_KEY_FIXED_BITS, NAT_PORT_RANGES, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS } from './constants.js';
 
 const { struct, u8, u16, u16be, u32, u32be, u64, pad, bytes } = codec;
 
@@ -231,6 +231,11 @@ export const gcRun = struct({
   /** The map's entries when the run ended (the kernel's count). */
   entries: u64,
   sample: codec.array(gcSample, GC_SAMPLE_MAX),
+  /** How many of `keys` the run judges. */
+  nkeys: u32,
+  pad: pad(4),
+  /** The keys (conntrack or SNAT, 16 bytes each) of this run, as the map walk gave them. */
+  keys: bytes(GC_BATCH * 16),
 });
 export type GcRunValue = codec.CodecValue<typeof gcRun>;
 

@@ -231,6 +231,23 @@ export class RawMap {
     for await (const chunk of this.#chunks(false)) for (const [k] of chunk) yield k;
   }
 
+  /**
+   * A hash map's keys in chunks of up to `size` (back to back in one
+   * buffer), from BPF_MAP_LOOKUP_BATCH: each chunk is one short kernel call,
+   * and the walk goes on from a bucket, not a key, so the caller may delete
+   * any key while it walks. A bucket with more entries than `size` fails
+   * (ENOSPC).
+   */
+  async *keyChunks(size: number): AsyncGenerator<{ keys: Buffer; count: number }> {
+    let cursor: Buffer | null = null;
+    for (;;) {
+      const r: { count: number; keys: Buffer; cursor: Buffer | null } = await bpfAsync(() => nativeBpf().mapLookupBatch(this.#handle, cursor, size));
+      if (r.count > 0) yield { keys: r.keys, count: r.count };
+      if (r.cursor === null) return;
+      cursor = r.cursor;
+    }
+  }
+
   async *#chunks(withValues: boolean): AsyncGenerator<Array<[Buffer, Buffer | undefined]>> {
     const { keySize, valueBufferSize } = this.info;
     let after: Buffer | null = null;

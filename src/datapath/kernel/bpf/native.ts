@@ -113,6 +113,7 @@ export interface NativeBpf {
   mapDeleteInner(h: NativeHandle, key: Uint8Array): Promise<boolean>;
   mapUpdateBatch(h: NativeHandle, keys: Uint8Array, values: Uint8Array, count: number, flags: number): Promise<{ count: number; batched: boolean }>;
   mapDump(h: NativeHandle, afterKey: Uint8Array | null, max: number, withValues: boolean): Promise<{ count: number; more: boolean; keys: Buffer; values?: Buffer }>;
+  mapLookupBatch(h: NativeHandle, cursor: Uint8Array | null, max: number): Promise<{ count: number; keys: Buffer; cursor: Buffer | null }>;
 
   objectLoad(path: string, opts: { pinRoot?: string; maxEntries?: Array<[string, number]> }): Promise<NativeLoadResult>;
 

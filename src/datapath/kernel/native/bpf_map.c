@@ -817,6 +817,145 @@ static napi_value js_map_dump(napi_env env, napi_callback_info info)
 	return promise;
 }
 
+/* ---- batch lookup (libuv pool) --------------------------------------------- */
+
+/* The kernel's batch cursor: a bucket index for hash maps (a __u32), room to spare. */
+#define LOOKUP_BATCH_TOKEN 8
+
+struct lookup_batch_work {
+	napi_async_work work;
+	napi_deferred deferred;
+	int fd;
+	char name[BPF_OBJ_NAME_LEN];
+	uint32_t key_size, value_size, max;
+	bool has_cursor;
+	unsigned char in_token[LOOKUP_BATCH_TOKEN], out_token[LOOKUP_BATCH_TOKEN];
+	void *keys, *values;
+	uint32_t count;
+	bool more;
+	int err;
+};
+
+static void lookup_batch_execute(napi_env env, void *data)
+{
+	struct lookup_batch_work *w = data;
+	LIBBPF_OPTS(bpf_map_batch_opts, opts);
+	uint32_t n = w->max;
+	(void)env;
+
+	if (bpf_map_lookup_batch(w->fd, w->has_cursor ? w->in_token : NULL, w->out_token, w->keys, w->values, &n, &opts) == 0) {
+		w->count = n;
+		w->more = true;
+		return;
+	}
+	/* ENOENT: the walk is over, with the last entries in this batch. */
+	if (errno == ENOENT) {
+		w->count = n;
+		return;
+	}
+	w->err = errno;
+}
+
+static void lookup_batch_complete(napi_env env, napi_status status, void *data)
+{
+	struct lookup_batch_work *w = data;
+	napi_value result, v;
+	char op[96];
+
+	if (status != napi_ok && w->err == 0)
+		w->err = ECANCELED;
+	if (w->err != 0) {
+		snprintf(op, sizeof(op), "BPF_MAP_LOOKUP_BATCH %s", w->name);
+		tdl_reject(env, w->deferred, tdl_errno_error(env, op, w->err));
+	} else if (napi_create_object(env, &result) != napi_ok) {
+		tdl_reject(env, w->deferred, NULL);
+	} else {
+		tdl_set_u32(env, result, "count", w->count);
+		v = tdl_buffer_copy(env, w->keys, (size_t)w->count * w->key_size);
+		napi_set_named_property(env, result, "keys", v);
+		if (w->more) {
+			v = tdl_buffer_copy(env, w->out_token, LOOKUP_BATCH_TOKEN);
+		} else if (napi_get_null(env, &v) != napi_ok) {
+			v = NULL;
+		}
+		if (v != NULL)
+			napi_set_named_property(env, result, "cursor", v);
+		napi_resolve_deferred(env, w->deferred, result);
+	}
+	napi_delete_async_work(env, w->work);
+	close(w->fd);
+	free(w->keys);
+	free(w->values);
+	free(w);
+}
+
+/*
+ * mapLookupBatch(handle, cursor | null, max) → Promise<{count, keys, cursor}>:
+ * up to `max` keys of a hash map from BPF_MAP_LOOKUP_BATCH, back to back,
+ * and the cursor to go on from (null when the walk is over). The cursor is
+ * a bucket, not a key: the caller may delete what it was given.
+ */
+static napi_value js_map_lookup_batch(napi_env env, napi_callback_info info)
+{
+	size_t argc = 3, clen = 0;
+	napi_value argv[3], promise;
+	struct tdl_bpf_handle *h;
+	struct lookup_batch_work *w;
+	void *cursor = NULL;
+	uint32_t max;
+	char msg[128];
+
+	napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+	h = tdl_bpf_unwrap(env, argv[0], TDL_BPF_MAP, "map");
+	if (h == NULL)
+		return NULL;
+	if (!tdl_is_nullish(env, argv[1]) && tdl_get_bytes(env, argv[1], &cursor, &clen, "cursor") != 0)
+		return NULL;
+	if (cursor != NULL && clen != LOOKUP_BATCH_TOKEN) {
+		napi_throw_range_error(env, "ERR_BPF_SIZE", "a batch cursor is 8 bytes");
+		return NULL;
+	}
+	if (tdl_get_uint32(env, argv[2], &max, "max") != 0)
+		return NULL;
+	if (max == 0 || max > MAX_BATCH_ENTRIES || (uint64_t)max * h->key_size > MAX_BATCH_BYTES ||
+	    (uint64_t)max * h->value_buf_size > MAX_BATCH_BYTES) {
+		snprintf(msg, sizeof(msg), "lookup batch of %u entries for map %s is out of range", max, h->name);
+		napi_throw_range_error(env, "ERR_BPF_SIZE", msg);
+		return NULL;
+	}
+	w = calloc(1, sizeof(*w));
+	if (w == NULL)
+		return tdl_throw_errno(env, "BPF_MAP_LOOKUP_BATCH", ENOMEM);
+	w->key_size = h->key_size;
+	w->value_size = h->value_buf_size;
+	w->max = max;
+	w->has_cursor = cursor != NULL;
+	if (cursor != NULL)
+		memcpy(w->in_token, cursor, LOOKUP_BATCH_TOKEN);
+	memcpy(w->name, h->name, sizeof(w->name));
+	w->keys = malloc((size_t)max * h->key_size + 1);
+	w->values = malloc((size_t)max * h->value_buf_size + 1);
+	w->fd = dup(h->fd);
+	if (w->keys == NULL || w->values == NULL || w->fd < 0) {
+		int err = w->fd < 0 ? errno : ENOMEM;
+		if (w->fd >= 0)
+			close(w->fd);
+		free(w->keys);
+		free(w->values);
+		free(w);
+		return tdl_throw_errno(env, "BPF_MAP_LOOKUP_BATCH", err);
+	}
+	if (tdl_queue_work(env, "tendril:bpf-map-lookup-batch", lookup_batch_execute, lookup_batch_complete, w, &w->work,
+			   &w->deferred, &promise) != 0) {
+		close(w->fd);
+		free(w->keys);
+		free(w->values);
+		free(w);
+		return NULL;
+	}
+	return promise;
+}
+
 napi_status tdl_bpf_map_register(napi_env env, napi_value exports)
 {
 	napi_status st;
@@ -829,7 +968,8 @@ napi_status tdl_bpf_map_register(napi_env env, napi_value exports)
 	    (st = tdl_export_fn(env, exports, "mapSetInner", js_map_set_inner)) != napi_ok ||
 	    (st = tdl_export_fn(env, exports, "mapDeleteInner", js_map_delete_inner)) != napi_ok ||
 	    (st = tdl_export_fn(env, exports, "mapUpdateBatch", js_map_update_batch)) != napi_ok ||
-	    (st = tdl_export_fn(env, exports, "mapDump", js_map_dump)) != napi_ok)
+	    (st = tdl_export_fn(env, exports, "mapDump", js_map_dump)) != napi_ok ||
+	    (st = tdl_export_fn(env, exports, "mapLookupBatch", js_map_lookup_batch)) != napi_ok)
 		return st;
 	return napi_ok;
 }

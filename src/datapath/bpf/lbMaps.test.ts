@@ -245,8 +245,11 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     // A route of ours no service holds (a previous run's) and someone else's route, which stays.
     await nl.replaceRoute({ dst: '10.96.0.99/32', gateway: SERVICE_ROUTE_NEXTHOP, onlink: true, link: 'tendril_host', prefsrc: ROUTER, protocol: SERVICE_ROUTE_PROTOCOL });
     await nl.replaceRoute({ dst: '10.96.0.98/32', link: 'tendril_host' });
+    // Service 8 as a datapath without tendril_lb4_member left it: its slots' backends become members at start.
+    maps.members.delete({ revNatIndex: 8, backendId: 8 });
     const restarted = await LbMaps.open({ maps, routes: new ServiceRoutes({ netlink: async () => nl, log }), log, maglevTableSize: MAGLEV_SIZE });
     assert.deepEqual(restarted.serviceIds().filter((id) => id >= 8), [8, 9]);
+    assert.deepEqual(await members(maps, 8), [8], 'seeded from the slots');
     await restarted.setRouter(ROUTER);
     const liveBackends = restarted.backendIds().filter((id) => id !== 9);
     await restarted.restoreDone([8], liveBackends);

@@ -1,6 +1,6 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync kvstore
+// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
@@ -18,6 +18,7 @@ import { printMasquerade, runMasqueradeBench } from './masquerade.js';
 import { printPolicyBench, runPolicyBench } from './policy.js';
 import { printPolicyLatency, runPolicyLatencyBench } from './policyLatency.js';
 import { printPolicyScale, runPolicyScaleBench } from './policyScale.js';
+import { printServiceDelete, runServiceDeleteBench } from './serviceDelete.js';
 import { printServiceProgram, runServiceProgramBench } from './serviceProgram.js';
 import { printServiceScale, runServiceScaleBench } from './serviceScale.js';
 import { printServiceThroughput, runServiceThroughputBench } from './serviceThroughput.js';
@@ -42,6 +43,7 @@ const benches: Record<string, () => Promise<void>> = {
   'service-scale': async () => printServiceScale(await runServiceScaleBench()),
   'service-throughput': async () => printServiceThroughput(await runServiceThroughputBench()),
   'service-program': async () => printServiceProgram(await runServiceProgramBench()),
+  'service-delete': async () => printServiceDelete(await runServiceDeleteBench()),
   masquerade: async () => printMasquerade(await runMasqueradeBench()),
   'cluster-throughput': async () => printClusterThroughput(await runClusterThroughputBench()),
   'cluster-latency': async () => printClusterLatency(await runClusterLatencyBench()),

@@ -160,7 +160,7 @@ export async function rssBytes(pid: number): Promise<number> {
 }
 
 /** The load-balancing maps the agent pins (Maglev tables are inner maps of LB_MAGLEV, counted apart). */
-export const LB_MAPS = [MapName.LB_SERVICES, MapName.LB_BACKENDS, MapName.LB_REVNAT, MapName.LB_AFFINITY, MapName.LB_MAGLEV] as const;
+export const LB_MAPS = [MapName.LB_SERVICES, MapName.LB_BACKENDS, MapName.LB_REVNAT, MapName.LB_AFFINITY, MapName.LB_MAGLEV, MapName.LB_MEMBERS] as const;
 
 /**
  * Memory the kernel charges each pinned load-balancing map of an agent (bpftool's

@@ -4,7 +4,8 @@
  * port, protocol, scope) and a slot give a backend ID; slot 0 holds the
  * backend count, flags and the reverse NAT index (= the service ID).
  * Backends by ID, the reverse NAT (index → frontend) for replies, ClientIP
- * affinity, and optional Maglev tables (an inner array per service).
+ * affinity, optional Maglev tables (an inner array per service), and each
+ * service's members: the backends it still has, whose connections it keeps.
  */
 #ifndef __TENDRIL_LIB_LB_H_
 #define __TENDRIL_LIB_LB_H_
@@ -98,6 +99,29 @@ struct {
 	__uint(max_entries, TENDRIL_LB4_AFF_DEFAULT_SIZE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_lb4_aff SEC(".maps");
+
+/*
+ * (service, backend) pairs: the backends a service has, in any state (a
+ * terminating one has no slot but keeps its connections). Backend IDs are
+ * shared between services, so a backend's entry in tendril_lb4_be outlives
+ * its leaving one service: this map is what tells a connection pinned to it
+ * that it left. The agent adds a member before a slot names it and removes
+ * it after the slots no longer do.
+ */
+struct lb4_member_key {
+	__u16 rev_nat_index;
+	__u16 pad;
+	__u32 backend_id;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb4_member_key);
+	__type(value, __u8);
+	__uint(max_entries, TENDRIL_LB4_MEMBER_DEFAULT_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb4_member SEC(".maps");
 
 /* A service's Maglev table: slot → backend ID. The agent creates each with the configured table size (BPF_F_INNER_MAP lets sizes differ from this template). */
 struct lb4_maglev_inner {
@@ -283,10 +307,24 @@ static __always_inline __u32 lb4_local_backend(const struct lb4_key *key, __u16 
 	return w.found;
 }
 
-/* The client's affinity backend while fresh and ACTIVE; 0 otherwise. */
-static __always_inline __u32 lb4_affinity_backend(const struct flow *f, __u16 rev_nat_index, __u32 timeout_s, __u64 now)
+/* Whether backend `id` is still one of service `rev_nat_index`'s. */
+static __always_inline int lb4_is_member(__u16 rev_nat_index, __u32 id)
 {
-	struct lb4_affinity_key key = { .client = f->saddr, .rev_nat_index = rev_nat_index, .pad = 0 };
+	struct lb4_member_key k = { .rev_nat_index = rev_nat_index, .pad = 0, .backend_id = id };
+
+	return bpf_map_lookup_elem(&tendril_lb4_member, &k) != NULL;
+}
+
+/*
+ * The client's affinity backend while fresh, ACTIVE and still the
+ * service's (the agent does not walk the affinity map when a backend
+ * leaves); 0 otherwise. A global function, verified once on its own: inlined,
+ * its two lookups multiplied the states of every caller (bpf_netdev's
+ * processed instructions grew by two thirds).
+ */
+__attribute__((noinline)) __u32 lb4_affinity_backend(__be32 client, __u16 rev_nat_index, __u32 timeout_s, __u64 now)
+{
+	struct lb4_affinity_key key = { .client = client, .rev_nat_index = rev_nat_index, .pad = 0 };
 	struct lb4_affinity_value *v = bpf_map_lookup_elem(&tendril_lb4_aff, &key);
 	struct lb4_backend *be;
 	__u32 id;
@@ -295,7 +333,9 @@ static __always_inline __u32 lb4_affinity_backend(const struct flow *f, __u16 re
 		return 0;
 	id = v->backend_id;
 	be = bpf_map_lookup_elem(&tendril_lb4_be, &id);
-	return be && be->state == BACKEND_STATE_ACTIVE ? id : 0;
+	if (!be || be->state != BACKEND_STATE_ACTIVE)
+		return 0;
+	return lb4_is_member(rev_nat_index, id) ? id : 0;
 }
 
 /* The service conntrack key of a connection: the client's tuple to the frontend, before DNAT. */
@@ -340,11 +380,13 @@ static __always_inline int lb4_port_reused(const struct ct_entry *e, const struc
 
 /*
  * The backend of this connection: the one its service conntrack entry pins
- * while that backend still exists (a terminating backend keeps its
- * connections) and the entry is not a closed connection's whose client
- * port a new one reuses; else a new choice — the client's affinity backend, the
- * Maglev table's (EXTERNAL scope), or a random slot — pinned in a new
- * service entry. NULL
+ * while that backend still exists and is still a member of the service (a
+ * terminating backend keeps its connections; one that left the service or
+ * vanished does not: its entry is overwritten by a new choice, so the agent
+ * never walks conntrack when backends go) and the entry is not a closed
+ * connection's whose client port a new one reuses; else a new choice — the
+ * client's affinity backend, the Maglev table's (EXTERNAL scope), or a
+ * random slot — pinned in a new service entry. NULL
  * with *reason = DROP_NO_SERVICE when the service has no backend for new
  * connections. Sets f's service fields (backend, reverse NAT index, the
  * frontend as addressed).
@@ -365,6 +407,8 @@ static __always_inline struct lb4_backend *lb4_select(struct flow *f, const stru
 	if (e && e->rev_nat_index == rev_nat_index && e->backend_id && !lb4_port_reused(e, f)) {
 		id = e->backend_id;
 		be = bpf_map_lookup_elem(&tendril_lb4_be, &id);
+		if (be && !lb4_is_member(rev_nat_index, id))
+			be = NULL;
 		if (be && f->lb_local_only && !lb4_backend_is_local(be))
 			be = NULL;
 		if (be)
@@ -373,7 +417,7 @@ static __always_inline struct lb4_backend *lb4_select(struct flow *f, const stru
 	if (!be) {
 		id = 0;
 		if (flags & SVC_F_AFFINITY)
-			id = lb4_affinity_backend(f, rev_nat_index, timeout_s, now);
+			id = lb4_affinity_backend(f->saddr, rev_nat_index, timeout_s, now);
 		if (!id && count == 0) {
 			*reason = DROP_NO_SERVICE;
 			return NULL;

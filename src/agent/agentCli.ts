@@ -78,6 +78,7 @@ export interface Flags {
   bpfLbRevnatMax?: number;
   bpfLbAffinityMax?: number;
   bpfLbMaglevMax?: number;
+  bpfLbMemberMax?: number;
   bpfNatMax?: number;
   lbAlgorithm?: string;
   lbMaglevTableSize?: number;
@@ -146,6 +147,7 @@ export function agentCommand(): Command {
     .option('--bpf-lb-revnat-max <n>', 'eBPF reverse NAT entries, one per service (default 65536)', int('--bpf-lb-revnat-max'))
     .option('--bpf-lb-affinity-max <n>', 'eBPF session affinity entries, one per client and service (default 65536)', int('--bpf-lb-affinity-max'))
     .option('--bpf-lb-maglev-max <n>', 'eBPF Maglev tables, one per service (default 65536)', int('--bpf-lb-maglev-max'))
+    .option('--bpf-lb-member-max <n>', 'eBPF service membership entries, one per backend of each service (default 65536)', int('--bpf-lb-member-max'))
     .option('--bpf-nat-max <n>', 'eBPF SNAT entries, two per masqueraded or NodePort-SNATed connection (default 524288)', int('--bpf-nat-max'))
     .addOption(new Option('--lb-algorithm <alg>', 'how a service backend is chosen for a new connection: random (default) or maglev (consistent hashing)').choices([...LB_ALGORITHMS]))
     .option('--lb-maglev-table-size <prime>', `entries of each service's Maglev table, a prime 251..131071 (default ${MAGLEV_DEFAULT_TABLE_SIZE})`, int('--lb-maglev-table-size'))
@@ -231,6 +233,7 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
     lbRevnat: flags.bpfLbRevnatMax,
     lbAffinity: flags.bpfLbAffinityMax,
     lbMaglev: flags.bpfLbMaglevMax,
+    lbMembers: flags.bpfLbMemberMax,
     snat: flags.bpfNatMax,
   };
   const sizeFlags = Object.fromEntries(Object.entries(sizes).filter(([, v]) => v !== undefined));

@@ -26,6 +26,7 @@ const MAP_OF_SIZE_KEY: Record<BpfMapSizeKey, MapNameValue> = {
   lbRevnat: MapName.LB_REVNAT,
   lbAffinity: MapName.LB_AFFINITY,
   lbMaglev: MapName.LB_MAGLEV,
+  lbMembers: MapName.LB_MEMBERS,
   snat: MapName.SNAT,
 };
 

@@ -21,7 +21,7 @@ export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] a
 export const DATAPATH_KINDS = ['bpf', 'routing'] as const;
 export const TRACE_LEVELS = ['off', 'new-flows', 'all'] as const;
 /** Config keys of the eBPF map sizes, each a map of the datapath. */
-export const BPF_MAP_SIZE_KEYS = ['lxc', 'ipcache', 'policy', 'ctTcp', 'ctAny', 'frag', 'events', 'lbServices', 'lbBackends', 'lbRevnat', 'lbAffinity', 'lbMaglev', 'snat'] as const;
+export const BPF_MAP_SIZE_KEYS = ['lxc', 'ipcache', 'policy', 'ctTcp', 'ctAny', 'frag', 'events', 'lbServices', 'lbBackends', 'lbRevnat', 'lbAffinity', 'lbMaglev', 'lbMembers', 'snat'] as const;
 export const LB_ALGORITHMS = ['random', 'maglev'] as const;
 /** How pods reach pods on other nodes (Cilium's names): through the VXLAN overlay, or routed on the underlay. */
 export const ROUTING_MODES = ['tunnel', 'native'] as const;
@@ -103,7 +103,7 @@ export const AgentConfigSchema = z
     datapath: z.enum(DATAPATH_KINDS),
     /** Policy map entries one endpoint may hold (Cilium's --bpf-policy-map-max): a map state beyond it fails the endpoint's regeneration. */
     policyEndpointMaxEntries: z.number().int().min(1).max(1 << 22),
-    /** eBPF map sizes by short name (lxc, ipcache, policy, ctTcp, ctAny, frag, events, lbServices, lbBackends, lbRevnat, lbAffinity, lbMaglev, snat); missing ones take the defaults. */
+    /** eBPF map sizes by short name (lxc, ipcache, policy, ctTcp, ctAny, frag, events, lbServices, lbBackends, lbRevnat, lbAffinity, lbMaglev, lbMembers, snat); missing ones take the defaults. */
     bpfMapSizes: z.partialRecord(z.enum(BPF_MAP_SIZE_KEYS), z.number().int().min(1).max(0xffffffff)).optional(),
     /** eBPF trace events: off, new-flows (one per new connection) or all (every packet). */
     traceLevel: z.enum(TRACE_LEVELS),

@@ -211,6 +211,14 @@ export interface LbServiceEntry {
   internalBackendIds?: number[];
   /** With --lb-algorithm maglev: the table (backend ID per slot) over `backendIds`. */
   maglevTable?: Uint32Array;
+  /**
+   * Every backend the service has, in any state: connections pinned to one
+   * of them are kept (a terminating backend has no slot but keeps its
+   * connections); one pinned to any other backend chooses again on its next
+   * packet. The slots' and the Maglev table's backends are members whether
+   * listed or not.
+   */
+  memberIds?: number[];
 }
 
 /**
@@ -221,17 +229,22 @@ export interface LbServiceEntry {
  */
 export interface LoadBalancerDatapath {
   upsertBackends(backends: readonly LbBackendEntry[]): Promise<void>;
-  /** Removes backends, and at once every conntrack entry pinned to them (a connected UDP client re-selects on its next datagram). */
-  deleteBackends(ids: readonly number[]): Promise<void>;
-  /** Writes the service's entries (and, for a frontend other than a NodePort, the node's route to it through tendril_host); replaces what the ID had. */
-  upsertService(svc: LbServiceEntry): Promise<void>;
-  deleteService(id: number): Promise<void>;
   /**
-   * Backends that left service `id` but stay in the backend map for other
-   * services: the service's connections pinned to them (conntrack and
-   * affinity) go, so its clients are load-balanced again at once.
+   * Removes backends no service has any more (refused while one still has
+   * them). Connections still pinned to them are not looked for: the
+   * datapath chooses again on their next packet (a connected UDP client
+   * moves at once), and their conntrack entries expire.
    */
-  purgeServiceBackends(id: number, backendIds: readonly number[]): Promise<void>;
+  deleteBackends(ids: readonly number[]): Promise<void>;
+  /**
+   * Writes the service's entries (and, for a frontend other than a NodePort,
+   * the node's route to it through tendril_host); replaces what the ID had.
+   * A backend that is no longer a member loses the service's connections on
+   * their next packet, even while it backs other services.
+   */
+  upsertService(svc: LbServiceEntry): Promise<void>;
+  /** Removes the service's own entries; its conntrack and affinity entries are left to expire. */
+  deleteService(id: number): Promise<void>;
   /** After the agent restored its services: entries of IDs not in `liveServiceIds`/`liveBackendIds` go. */
   restoreDone(liveServiceIds: readonly number[], liveBackendIds: readonly number[]): Promise<void>;
 }

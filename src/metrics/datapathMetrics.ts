@@ -39,6 +39,7 @@ const PRESSURE_MAPS: readonly MapNameValue[] = [
   MapName.LB_BACKENDS,
   MapName.LB_REVNAT,
   MapName.LB_AFFINITY,
+  MapName.LB_MEMBERS,
 ];
 
 /** The conntrack tables by the name `tendril bpf ct` gives them. */

@@ -2,8 +2,10 @@
  * Backend IDs: one per (address, port, protocol), shared by every service
  * that has that backend, held while any service refers to it and freed with
  * the last reference. IDs are handed out from a cursor that moves forward,
- * so an ID just freed is not handed out again at once (its conntrack
- * entries are purged by then, but a reader of old dumps is not confused).
+ * so an ID just freed is not handed out again at once (conntrack entries
+ * that still name it expire by themselves: the datapath moves their
+ * connections, as the ID is no member of their service; and a reader of old
+ * dumps is not confused).
  * The services' records persist the IDs; `restore` takes them back.
  */
 import type { LbBackendState } from '../datapath/types.js';

@@ -1,7 +1,7 @@
 // ServiceManager over the real load-balancer maps (LbMaps on the datapath's
 // pinned maps, loaded under a temp bpffs root at small sizes): what the
-// manager renders is what the kernel's maps hold, a removed backend's
-// conntrack entries go, and a restart keeps IDs and drops stale entries.
+// manager renders is what the kernel's maps hold, a removed backend leaves
+// the service's members (its conntrack entries are not walked), and a restart keeps IDs and drops stale entries.
 // No program is attached and no route is written (the router is never set).
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -16,8 +16,10 @@ import { Netlink } from '../datapath/kernel/netlink/index.js';
 import { createLogger } from '../logging/logger.js';
 import { parseIp } from '../netip/index.js';
 import { ensureBpffs, removePinDir } from '../datapath/kernel/bpf/index.js';
-import { CtKeyFlag, LbScope } from '../datapath/bpf/constants.js';
+import { CtKeyFlag, LbScope, MapName } from '../datapath/bpf/constants.js';
+import { ct4Key, ctEntry } from '../datapath/bpf/layout.js';
 import { lbMapSet, LbMaps, type LbMapSet } from '../datapath/bpf/lbMaps.js';
+import { BpfMap } from '../datapath/kernel/bpf/index.js';
 import { loadDatapathObjects, type MapSizes } from '../datapath/bpf/objects.js';
 import { ServiceRoutes } from '../datapath/bpf/serviceRoutes.js';
 import { ServiceManager } from './manager.js';
@@ -34,6 +36,7 @@ describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
   let root: string;
   let dir: string;
   let maps: LbMapSet;
+  let ctTcp: BpfMap<ReturnType<typeof ct4Key.read>, ReturnType<typeof ctEntry.read>>;
   const closers: Array<() => unknown> = [];
   const pool = new NetnsPool('svcb');
   let nl: Netlink;
@@ -54,6 +57,7 @@ describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
     closers.push(() => objects.close());
     const raw = (name: string) => objects.lxc.rawMap(name);
     maps = lbMapSet(raw);
+    ctTcp = new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry);
   });
   after(async () => {
     for (const c of closers.reverse()) await c();
@@ -82,13 +86,14 @@ describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
     assert.deepEqual(maps.backends.get(t!), { address: parseIp('10.215.1.3'), port: 8080, proto: 6, state: 1 });
     assert.deepEqual(maps.revNat.get(10), { address: parseIp('10.96.0.10'), port: 80 });
     assert.deepEqual([...(await toArray(maps.maglev.keys()))], [10]);
+    assert.deepEqual(await members(), [`10/${a}`, `10/${b}`, `10/${t}`].sort(), 'every backend, the terminating one too');
 
-    // A connection pinned to backend b: gone with b.
+    // A connection pinned to backend b: b leaves the service's members; the entries stay (the datapath chooses again).
     const ct = { saddr: parseIp('10.215.2.1'), daddr: parseIp('10.215.1.2'), sport: 40000, dport: 8080, proto: 6, flags: 0 };
     const svcCt = { saddr: parseIp('10.215.2.1'), daddr: parseIp('10.96.0.10'), sport: 40000, dport: 80, proto: 6, flags: CtKeyFlag.SERVICE };
     const value = { expiresNs: 1n << 60n, packets: 1n, bytes: 60n, srcIdentity: 1, dstIdentity: 2, srcEndpoint: 0, dstEndpoint: 0, revNatIndex: 10, tcpFlags: 0, flags: 0, backendId: b!, natAddr: parseIp('10.96.0.10'), natPort: 80 };
-    maps.ctTcp.set(ct as never, value);
-    maps.ctTcp.set(svcCt as never, value);
+    ctTcp.set(ct, value);
+    ctTcp.set(svcCt, value);
     await m.upsert(10, {
       'frontend-address': { ip: '10.96.0.10', port: 80, protocol: 'TCP' },
       'backend-addresses': [{ ip: '10.215.1.1', port: 8080 }, { ip: '10.215.1.3', port: 8080, state: 'terminating' }],
@@ -97,8 +102,11 @@ describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
     assert.equal(maps.services.get(slot('10.96.0.10', 80, 0))?.count, 1);
     assert.equal(maps.services.get(slot('10.96.0.10', 80, 2)), undefined, 'the slot beyond the count went');
     assert.equal(maps.backends.get(b!), undefined);
-    assert.equal(maps.ctTcp.get(ct as never), undefined, 'translated CT entry of the deleted backend purged');
-    assert.equal(maps.ctTcp.get(svcCt as never), undefined, 'service CT entry of the deleted backend purged');
+    assert.deepEqual(await members(), [`10/${a}`, `10/${t}`].sort());
+    assert.ok(ctTcp.get(ct), 'conntrack is not walked: the translated entry stays');
+    assert.ok(ctTcp.get(svcCt), 'the service entry stays');
+    ctTcp.delete(ct);
+    ctTcp.delete(svcCt);
 
     await m.upsert(11, {
       'frontend-address': { ip: '0.0.0.0', port: 30080, protocol: 'TCP' },
@@ -118,12 +126,19 @@ describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
     assert.equal(maps.services.get(slot('0.0.0.0', 30080, 0)), undefined);
     assert.equal(maps.revNat.get(11), undefined);
     assert.deepEqual((await toArray(maps.backends.keys())).sort(), [a, t].sort());
+    assert.deepEqual(await members(), [`10/${a}`, `10/${t}`].sort(), 'the deleted service\'s members went');
 
     await m2.delete(10);
     assert.equal((await toArray(maps.services.keys())).length, 0);
     assert.equal((await toArray(maps.backends.keys())).length, 0);
     assert.equal((await toArray(maps.maglev.keys())).length, 0);
+    assert.deepEqual(await members(), []);
   });
+
+  /** tendril_lb4_member as `service/backend`, sorted. */
+  async function members(): Promise<string[]> {
+    return (await toArray(maps.members.keys())).map((k) => `${k.revNatIndex}/${k.backendId}`).sort();
+  }
 });
 
 async function toArray<T>(it: AsyncIterable<T>): Promise<T[]> {

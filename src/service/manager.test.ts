@@ -56,7 +56,7 @@ describe('ServiceManager', () => {
     const ids = r.service['backend-addresses'].map((b) => b.id);
     assert.equal(new Set(ids).size, 2);
     assert.deepEqual(lb.services.get(1), {
-      id: 1, address: '10.96.0.1', port: 80, protocol: 'TCP', type: 'ClusterIP', localTraffic: false, affinityTimeoutSec: 10800, backendIds: ids,
+      id: 1, address: '10.96.0.1', port: 80, protocol: 'TCP', type: 'ClusterIP', localTraffic: false, affinityTimeoutSec: 10800, backendIds: ids, memberIds: ids,
     });
     assert.deepEqual([...lb.backends.values()].map((b) => [b.id, b.address, b.port, b.protocol, b.state]), [[ids[0], '10.0.0.1', 8080, 'TCP', 'active'], [ids[1], '10.0.0.2', 8080, 'TCP', 'active']]);
     const calls = lb.calls.length;
@@ -73,12 +73,14 @@ describe('ServiceManager', () => {
     const r = await m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.1', { state: 'terminating' }), be('10.0.0.2'), be('10.0.0.3', { weight: 0 }), be('10.0.0.4', { state: 'maintenance' })]));
     const [t, a, z, mt] = r.service['backend-addresses'].map((b) => b.id);
     assert.deepEqual(lb.services.get(2)!.backendIds, [a]);
+    assert.deepEqual(lb.services.get(2)!.memberIds, [t, a, z, mt], 'every backend is a member: its connections are kept');
     for (const id of [t, a, z, mt]) assert.ok(lb.backends.has(id!), `backend ${id} in the map`);
     assert.equal(lb.backends.get(t!)!.state, 'terminating');
     await m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.1', { state: 'terminating' }), be('10.0.0.2', { state: 'terminating' }), be('10.0.0.4', { state: 'quarantined' })]));
     assert.deepEqual(lb.services.get(2)!.backendIds, [t, a], 'no active backend: the terminating ones');
+    assert.deepEqual(lb.services.get(2)!.memberIds, [t, a, mt], 'a backend that left is a member no more');
     assert.equal(lb.backends.has(z!), false, 'a backend that left the service and is unused is deleted');
-    assert.deepEqual(lb.purgedBackends, [z]);
+    assert.deepEqual(lb.deletedBackends, [z]);
     assert.equal(lb.backends.get(mt!)!.state, 'quarantined');
   });
 
@@ -96,13 +98,13 @@ describe('ServiceManager', () => {
     assert.equal(lb.services.has(1), false);
     assert.ok(lb.backends.has(shared));
     assert.equal(lb.backends.get(shared)!.state, 'terminating', 'the remaining reference decides the state');
-    assert.deepEqual(lb.purgedBackends, [a.service['backend-addresses'][0]!.id]);
+    assert.deepEqual(lb.deletedBackends, [a.service['backend-addresses'][0]!.id]);
     await m.delete(2);
     assert.equal(lb.backends.has(shared), false);
     await assert.rejects(m.delete(2), code(ServiceErrorCode.NOT_FOUND, /service 2 not found/));
     // A freed ID is not handed out again at once.
     const c = await m.upsert(4, clusterIp('10.96.0.4', [be('10.0.0.9')]));
-    assert.ok(!lb.purgedBackends.includes(c.service['backend-addresses'][0]!.id));
+    assert.ok(!lb.deletedBackends.includes(c.service['backend-addresses'][0]!.id));
   });
 
   it('refuses a frontend another service has, changing nothing', async () => {

@@ -5,8 +5,10 @@
  * persisted only once the datapath took it; a datapath (or disk) failure
  * puts back what was there and answers DATAPATH_FAILED, so a caller never
  * sees a service half-changed. Backends that no service refers to any more
- * leave the maps after the service that dropped them was rewritten, which
- * purges the conntrack entries pinned to them.
+ * leave the maps after the service that dropped them was rewritten. No
+ * write looks for the connections of a backend that left a service: the
+ * rendered entry lists the service's members, and the datapath moves a
+ * connection pinned to a non-member on its next packet.
  */
 import type { LbBackendEntry, LoadBalancerDatapath } from '../datapath/types.js';
 import type { Logger } from '../logging/logger.js';
@@ -395,7 +397,6 @@ export class ServiceManager implements ServiceApi {
     if (prev) this.#frontends.delete(frontendKey(prev.spec.frontend));
     this.#frontends.set(frontendKey(spec.frontend), id);
     this.#services.set(id, next);
-    await this.#purgeLeft(lb, id, stillUsed);
     await this.#settleBackends(lb, [], change.freed);
     this.o.log.debug({ service: id, frontend: frontendKey(spec.frontend), backends: entry.backendIds.length }, prev ? 'service updated' : 'service created');
     return next;
@@ -427,23 +428,7 @@ export class ServiceManager implements ServiceApi {
     }
   }
 
-  /**
-   * Backends that left service `id` but back other services stay in the
-   * maps: the connections of this service pinned to them go all the same
-   * (its connected UDP clients move at once). A failure is logged: the
-   * service itself is in force.
-   */
-  async #purgeLeft(lb: LoadBalancerDatapath, id: number, keys: readonly string[]): Promise<void> {
-    const ids = keys.map((k) => this.#registry.idOf(k)).filter((b): b is number => b !== undefined);
-    if (ids.length === 0) return;
-    try {
-      await lb.purgeServiceBackends(id, ids);
-    } catch (err) {
-      this.o.log.warn({ service: id, backends: ids, err }, 'removing the connections of backends that left the service failed');
-    }
-  }
-
-  /** Shared backends whose state may have changed are rewritten; freed ones leave the maps (and their conntrack entries with them). */
+  /** Shared backends whose state may have changed are rewritten; freed ones leave the backend map. */
   async #settleBackends(lb: LoadBalancerDatapath, changedKeys: readonly string[], freed: readonly number[]): Promise<void> {
     try {
       if (changedKeys.length > 0) await lb.upsertBackends(changedKeys.map((k) => this.#backendEntry(k)));

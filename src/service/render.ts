@@ -74,6 +74,8 @@ export function renderService(svc: NormalizedService, ctx: RenderContext): LbSer
     localTraffic: externalLocal,
     affinityTimeoutSec: svc.flags.sessionAffinity ? svc.flags.sessionAffinityTimeout : 0,
     backendIds: ids(external),
+    // Every backend, whatever its state or weight: the connections it has stay until it leaves the service.
+    memberIds: ids(svc.backends),
   };
   if (twoScopes) entry.internalBackendIds = ids(internalLocal ? local() : cluster);
   if (ctx.algorithm === 'maglev' && external.length > 0) {

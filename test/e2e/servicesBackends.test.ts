@@ -1,6 +1,8 @@
-// Backends leaving a service under real traffic: a deleted backend's
-// conntrack pins go at once, so a connected UDP client's next datagrams reach
-// a live backend within a second while TCP to the others carries on; a
+// Backends leaving a service under real traffic: the datapath notices that a
+// connection's backend is no longer one of the service's members (the agent
+// walks no conntrack table: the old entries are still there), so a connected
+// UDP client's next datagrams reach a live backend within a second while TCP
+// to the others carries on; a
 // terminating backend keeps its existing connections but gets no new ones.
 // This node selects backends with Maglev (--lb-algorithm maglev), so the
 // tables' rebuild on every change is exercised under traffic too; the
@@ -10,6 +12,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
+import { bpfConntrack } from '../support/datapathObserve.js';
 import { assertAllAnswered, deleteService, getService, lbDiagnostics, upsertService } from '../support/serviceApi.js';
 import { shareByBackend, type StreamEvent } from '../support/serviceProcess.js';
 import { type ServiceScene, startServiceScene } from '../support/serviceScene.js';
@@ -72,6 +75,12 @@ async function holdConnections(count: number): Promise<Array<{ handle: number; b
 
 const lastName = (events: readonly StreamEvent[]) => [...events].reverse().find((e) => e.name)?.name;
 
+/** The client's translated UDP conntrack entries to `backend` of service `serviceId`: what a walk of the table would have deleted. */
+async function translatedEntriesTo(backend: string, serviceId: number): Promise<number> {
+  const rows = await bpfConntrack(scene!.node);
+  return rows.filter((r) => r.proto === 17 && r.saddr === ip('client') && r.daddr === ip(backend) && r.dport === UDP_PORT && r.service?.revNatIndex === serviceId && !r.service.serviceEntry).length;
+}
+
 test('Maglev: 300 new connections (TCP) and 300 datagrams (UDP) spread over the three backends', async () => {
   const c = scene!.agent('client');
   const sessions = await c.tcpSessions({ dst: VIP, port: 80 }, { count: 300, requests: 4, concurrency: 20 });
@@ -99,6 +108,8 @@ test('a backend deleted mid-traffic: TCP to the others unaffected, a connected U
   for (const [i, ev] of before.entries()) assert.ok(lastName(ev), `stream ${i} got answers before the delete: ${JSON.stringify(ev.slice(-3))}`);
   const victim = lastName(before[0]!)!;
   const onVictim = before.filter((ev) => lastName(ev) === victim).length;
+  const pinnedBefore = await translatedEntriesTo(victim, 2);
+  assert.ok(pinnedBefore >= onVictim, `conntrack holds the ${onVictim} streams' entries to ${victim}: ${pinnedBefore}`);
   t.diagnostic(`victim ${victim}: ${onVictim} of 6 UDP streams, ${held.filter((h) => h.backend === victim).length} of 15 TCP connections`);
 
   const deletedAt = Date.now();
@@ -121,6 +132,10 @@ test('a backend deleted mid-traffic: TCP to the others unaffected, a connected U
     assert.ok(!lastVictim || lastVictim.t < firstLive.t, `stream ${i} never went back to the deleted backend: ${report.at(-1)}`);
   }
   for (const line of report) t.diagnostic(line);
+  // The streams moved while their old entries are still in the table: nothing walked it (they expire by themselves).
+  const leftBehind = await translatedEntriesTo(victim, 2);
+  t.diagnostic(`entries to ${victim} before the delete ${pinnedBefore}, after ${leftBehind}`);
+  assert.ok(leftBehind >= onVictim, `the streams' entries to the deleted ${victim} are left to expire: ${leftBehind} of ${pinnedBefore}`);
   // Streams on live backends stayed where they were.
   for (const [i, ev] of afterDelete.entries()) {
     if (lastName(before[i]!) === victim) continue;
@@ -158,6 +173,8 @@ test('a backend removed from one service but still backing another: that service
     await sleep(400);
     const victim = lastName(await c.udpStreamRead(stream))!;
     assert.ok(victim, 'the stream got answers');
+    const pinnedBefore = await translatedEntriesTo(victim, 2);
+    assert.ok(pinnedBefore >= 1, `conntrack holds the stream's entry to ${victim}`);
     const removedAt = Date.now();
     await program(BACKENDS.filter((b) => b !== victim).map((name) => ({ name })));
     await sleep(1500);
@@ -170,6 +187,7 @@ test('a backend removed from one service but still backing another: that service
     t.diagnostic(`${victim} removed from service 2: first live answer +${firstLive ? firstLive.t - removedAt : 'never'} ms, last answer from ${victim} +${lastVictim ? lastVictim.t - removedAt : '-'} ms`);
     assert.ok(firstLive && firstLive.t - removedAt <= 1000, `service 2's stream left ${victim} within 1 s (${victim} still backs service 3, so its backend entry stays): ${JSON.stringify(events.slice(-3))}\n${await lbDiagnostics(scene!.node)}`);
     assert.ok(!lastVictim || lastVictim.t < firstLive.t, 'and never went back');
+    assert.ok((await translatedEntriesTo(victim, 2)) >= 1, 'the stream moved with its old entry still in the table: conntrack was not walked');
     // Service 3 still has it: its own stream was not disturbed.
     assert.equal(new Set(otherEvents.map((e) => e.name ?? e.error)).size, 1, `service 3's stream stayed put: ${JSON.stringify([...new Set(otherEvents.map((e) => e.name ?? e.error))])}`);
   } finally {

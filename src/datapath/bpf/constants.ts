@@ -298,6 +298,8 @@ export const MapName = {
   LB_AFFINITY: 'tendril_lb4_aff',
   /** Reverse NAT index → the service's Maglev table (an inner array of backend IDs). */
   LB_MAGLEV: 'tendril_lb4_mag',
+  /** (reverse NAT index, backend ID) → 1: the backends a service has; a connection pinned to a non-member chooses again. */
+  LB_MEMBERS: 'tendril_lb4_member',
   /** SNAT mappings, both directions (masquerade, and NodePort to a backend off the node). */
   SNAT: 'tendril_snat4',
   /** Node devices with programs (--devices): ifindex → the device's IPv4 address and flags. */
@@ -334,6 +336,8 @@ export const DefaultMapSize = {
   [MapName.LB_AFFINITY]: 65536,
   /** Services with a Maglev table (outer map entries). */
   [MapName.LB_MAGLEV]: 65536,
+  /** One entry per (service, backend) pair: as many as slots, plus the backends that have none (terminating). */
+  [MapName.LB_MEMBERS]: 65536,
   [MapName.SNAT]: 1 << 19,
   [MapName.DEVICES]: 64,
   [MapName.NO_MASQUERADE]: 16384,

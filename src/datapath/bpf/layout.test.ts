@@ -33,6 +33,7 @@ import {
   lb4AffinityValue,
   lb4Backend,
   lb4Key,
+  lb4MemberKey,
   lb4ReverseNat,
   lb4Service,
   nat4Entry,
@@ -300,6 +301,14 @@ const CHECKS: Array<StructCheck<never>> = [
     },
   },
   {
+    struct: 'lb4_member_key',
+    codec: lb4MemberKey,
+    probes: {
+      rev_nat_index: field({ revNatIndex: 0, backendId: 0 }, { revNatIndex: 0xffff }),
+      backend_id: field({ revNatIndex: 0, backendId: 0 }, { backendId: 0xffffffff }),
+    },
+  },
+  {
     struct: 'lb4_affinity_value',
     codec: lb4AffinityValue,
     probes: {
@@ -415,6 +424,7 @@ describe('datapath layouts against the objects\' BTF', () => {
       [MapName.LB_AFFINITY]: { key: lb4AffinityKey.size, value: lb4AffinityValue.size },
       // A map of maps: its values are inner maps.
       [MapName.LB_MAGLEV]: { key: codec.u32.size },
+      [MapName.LB_MEMBERS]: { key: lb4MemberKey.size, value: codec.u8.size },
       [MapName.SNAT]: { key: nat4Key.size, value: nat4Entry.size },
       [MapName.DEVICES]: { key: codec.u32.size, value: deviceInfo.size },
       [MapName.NO_MASQUERADE]: { key: ipmasqKey.size, value: codec.u8.size },

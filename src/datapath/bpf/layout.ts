@@ -290,6 +290,10 @@ export const lb4AffinityKey = struct({ client: codec.ipAddress(4), revNatIndex: 
 /** struct lb4_affinity_value { __u64 last_used_ns; __u32 backend_id; __u32 pad; } */
 export const lb4AffinityValue = struct({ lastUsedNs: u64, backendId: u32, pad: pad(4) });
 
+/** struct lb4_member_key { __u16 rev_nat_index; __u16 pad; __u32 backend_id; } → __u8 */
+export const lb4MemberKey = struct({ revNatIndex: u16, pad: pad(2), backendId: u32 });
+export type Lb4MemberKey = codec.CodecValue<typeof lb4MemberKey>;
+
 // ---- SNAT: tendril_snat4, tendril_ipmasq4 (bpf/lib/nat.h) ---------------------
 
 /** struct nat4_key { __be32 saddr; __be32 daddr; __be16 sport; __be16 dport; __u8 proto; __u8 dir; __u16 pad; } */

@@ -205,6 +205,43 @@ describe('services in bpf_lxc', () => {
       assert.equal(Object.values(BE).find((b) => b.id === repinned)!.ip, next);
     });
 
+    it('re-pins a flow whose backend left the service but still backs another, on its next packet, to a live member; the old entry is overwritten, not walked', async () => {
+      const t = { saddr: POD_A.ip, daddr: VIP, sport: 41200, dport: 80, proto: IpProto.TCP };
+      const first = tuple((await h.run(FROM, synAtoWeb(41200))).data).dst;
+      const pinned = lb.serviceCt(t)!.backendId;
+      // Another service keeps the backend in tendril_lb4_be (backend IDs are shared).
+      lb.addService({ id: ID.SCOPED, frontend: { ip: '10.96.0.20', port: 80, proto: IpProto.TCP }, backends: [pinned] });
+      const ack = tcpFrame({ ...fromA, src: POD_A.ip, dst: VIP, sport: 41200, dport: 80, flags: TcpFlag.ACK });
+      assert.equal(tuple((await h.run(FROM, ack)).data).dst, first, 'pinned while a member');
+
+      // The agent rewrites WEB without it: slots first, the membership last.
+      const rest: number[] = [BE.B.id, BE.C.id, BE.REMOTE.id].filter((id) => id !== pinned);
+      lb.addService({ id: ID.WEB, frontend: WEB, backends: rest });
+      lb.services.delete(lb.serviceKey(WEB, 3));
+      lb.removeMember(ID.WEB, pinned);
+      assert.ok(lb.backends.get(pinned), 'still a backend (of the other service)');
+      const next = tuple((await h.run(FROM, ack)).data).dst;
+      assert.notEqual(next, first);
+      const repinned = lb.serviceCt(t)!;
+      assert.ok(rest.includes(repinned.backendId));
+      assert.equal(Object.values(BE).find((b) => b.id === repinned.backendId)!.ip, next);
+      assert.equal(repinned.revNatIndex, ID.WEB);
+      for (let i = 0; i < 3; i++) assert.equal(tuple((await h.run(FROM, ack)).data).dst, next, 'stays on the new backend');
+
+      // The same for UDP (a connected client's datagrams), and the other service's flows to the backend are untouched.
+      lb.addService({ id: ID.DNS, frontend: DNS, backends: [BE.B_DNS.id] });
+      const q = udpFrame({ ...fromA, src: POD_A.ip, dst: VIP, sport: 33100, dport: 53 });
+      assert.equal(tuple((await h.run(FROM, q)).data).dport, 5353);
+      const udpBe = { id: 106, ip: POD_C.ip, port: 5354, proto: IpProto.UDP };
+      lb.addBackend(udpBe);
+      lb.addService({ id: ID.DNS, frontend: DNS, backends: [udpBe.id] });
+      lb.removeMember(ID.DNS, BE.B_DNS.id);
+      assert.deepEqual(tuple((await h.run(FROM, q)).data), { src: POD_A.ip, dst: POD_C.ip, sport: 33100, dport: 5354 });
+      assert.equal(lb.serviceCt({ saddr: POD_A.ip, daddr: VIP, sport: 33100, dport: 53, proto: IpProto.UDP })!.backendId, udpBe.id);
+      const other = tcpFrame({ ...fromA, src: POD_A.ip, dst: '10.96.0.20', sport: 41201, dport: 80 });
+      assert.equal(tuple((await h.run(FROM, other)).data).dst, first, 'the service it still backs still sends to it');
+    });
+
     it('chooses afresh for a SYN that reuses a closed connection\'s client port: a backend drained since takes none', async () => {
       const t = { saddr: POD_A.ip, daddr: VIP, sport: 41100, dport: 80, proto: IpProto.TCP };
       const first = tuple((await h.run(FROM, synAtoWeb(41100))).data).dst;
@@ -237,6 +274,22 @@ describe('services in bpf_lxc', () => {
         seen.add(tuple((await h.run(FROM, synAtoWeb(sport))).data).dst);
       }
       assert.ok(seen.size > 1);
+    });
+
+    it('ignores a fresh affinity to a backend that is not (any more) a member of the service', async () => {
+      lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.B.id, BE.C.id], flags: ServiceFlag.AFFINITY, affinityTimeout: 30 });
+      lb.services.delete(lb.serviceKey(WEB, 3));
+      lb.removeMember(ID.WEB, BE.REMOTE.id);
+      // BE.A is an ACTIVE backend (of the node), never this service's; the client's affinity names it.
+      const key = { client: parseIp(POD_A.ip), revNatIndex: ID.WEB };
+      lb.affinity.set(key, { lastUsedNs: process.hrtime.bigint(), backendId: BE.A.id });
+      const dst = tuple((await h.run(FROM, synAtoWeb(42500))).data).dst;
+      assert.ok([POD_B.ip, POD_C.ip].includes(dst), `a member, not the affinity's non-member: ${dst}`);
+      const aff = lb.affinity.get(key)!;
+      assert.ok(([BE.B.id, BE.C.id] as number[]).includes(aff.backendId), 'the affinity follows the new choice');
+      assert.equal(Object.values(BE).find((b) => b.id === aff.backendId)!.ip, dst);
+      // A member's affinity is kept.
+      for (let sport = 42501; sport < 42506; sport++) assert.equal(tuple((await h.run(FROM, synAtoWeb(sport))).data).dst, dst);
     });
 
     it('picks table[flowHash % size] from the service\'s Maglev table', async () => {
@@ -445,6 +498,21 @@ describe('services in bpf_host tendril_from_host', () => {
       lxcLb.close();
       await lxc.close();
     }
+  });
+
+  it('moves the node\'s connection off a backend that left the service (bpf_host checks membership too)', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: COOKIE.ALLOW });
+    lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.A.id] });
+    const t = { saddr: ROUTER.ip, daddr: VIP, sport: 36100, dport: 80, proto: IpProto.TCP };
+    const syn = tcpFrame({ ...fromNode, src: ROUTER.ip, dst: VIP, sport: 36100, dport: 80, ttl: 63 });
+    assert.equal(tuple((await h.run('tendril_from_host', syn)).data).dst, POD_A.ip);
+    assert.equal(lb.serviceCt(t)!.backendId, BE.A.id);
+    lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.REMOTE.id] });
+    lb.removeMember(ID.WEB, BE.A.id);
+    const ack = tcpFrame({ ...fromNode, src: ROUTER.ip, dst: VIP, sport: 36100, dport: 80, flags: TcpFlag.ACK, ttl: 63 });
+    assert.equal(tuple((await h.run('tendril_from_host', ack)).data).dst, REMOTE_POD_IP);
+    assert.equal(lb.serviceCt(t)!.backendId, BE.REMOTE.id);
+    await h.takeEvents();
   });
 
   it('sends a connection to a backend off the node out by the FIB with its conntrack entry; no backend: DROP_NO_SERVICE', async () => {

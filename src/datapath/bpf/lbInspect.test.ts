@@ -35,7 +35,7 @@ describe('LbInspector', { timeout: 60_000 }, () => {
     objects = await loadDatapathObjects({ pinDir, mapSizes: SIZES });
     const raw = (n: string) => objects.lxc.rawMap(n);
     const maps = lbMapSet(raw);
-    const ctAny = maps.ctAny;
+    const ctAny = new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry);
     const lb = await LbMaps.open({
       maps,
       // No router address is ever given: routes are only recorded.

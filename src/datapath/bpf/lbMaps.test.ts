@@ -11,11 +11,11 @@ import { runOk } from '../../../test/support/run.js';
 import { requireRoot } from '../../../test/support/root.js';
 import { createLogger } from '../../logging/logger.js';
 import { parseIp } from '../../netip/index.js';
-import { ensureBpffs, removePinDir } from '../kernel/bpf/index.js';
+import { BpfMap, ensureBpffs, removePinDir } from '../kernel/bpf/index.js';
 import { Netlink } from '../kernel/netlink/index.js';
 import { isDatapathError, type LbServiceEntry } from '../types.js';
 import { CtKeyFlag, LbScope, MapName, ServiceFlag } from './constants.js';
-import { type CtEntryValue, type Lb4Key, lb4Service } from './layout.js';
+import { ct4Key, ctEntry, type CtEntryValue, lb4AffinityKey, lb4AffinityValue, type Lb4Key, lb4Service } from './layout.js';
 import { lbMapSet, LbMaps, type LbMapSet } from './lbMaps.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
 import { SERVICE_ROUTE_NEXTHOP, SERVICE_ROUTE_PROTOCOL, ServiceRoutes } from './serviceRoutes.js';
@@ -56,6 +56,13 @@ async function dumpServices(maps: LbMapSet): Promise<Map<string, { key: Lb4Key; 
   return out;
 }
 
+/** The backends tendril_lb4_member holds for service `id`, sorted. */
+async function members(maps: LbMapSet, id: number): Promise<number[]> {
+  const out: number[] = [];
+  for await (const k of maps.members.keys()) if (k.revNatIndex === id) out.push(k.backendId);
+  return out.sort((a, b) => a - b);
+}
+
 const fkey = (address: string, port: number, slot: number, scope: number = LbScope.EXTERNAL, proto = 6): Lb4Key => ({ address: parseIp(address), dport: port, backendSlot: slot, proto, scope });
 
 const be = (id: number, state: 'active' | 'terminating' = 'active') => ({ id, address: `10.215.1.${id}`, port: 8080, protocol: 'TCP' as const, state });
@@ -92,6 +99,7 @@ function innerEntries(id: number): number[] {
 
 describe('LbMaps', { timeout: 120_000 }, () => {
   let maps: LbMapSet;
+  let objects: DatapathObjects;
   let lb: LbMaps;
   let nsPath: string;
   let nl: Netlink;
@@ -108,7 +116,7 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     await runOk(['ip', '-n', ns.name, 'addr', 'add', `${ROUTER}/32`, 'dev', 'tendril_host']);
     nl = await Netlink.open({ netns: nsPath });
     opened.push({ close: () => nl.close() });
-    ({ maps } = await loadMaps());
+    ({ maps, objects } = await loadMaps());
     routes = new ServiceRoutes({ netlink: async () => nl, log });
     lb = await LbMaps.open({ maps, routes, log, maglevTableSize: MAGLEV_SIZE });
   });
@@ -200,33 +208,34 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     assert.equal(await routeOf('10.96.0.20'), undefined);
   });
 
-  it('deleteBackends: refused while a slot names one; then the backend and every conntrack and affinity entry pinned to it go', async () => {
-    await lb.upsertBackends([be(6), be(7)]);
-    await lb.upsertService(svc({ id: 7, address: '10.96.0.30', protocol: 'UDP', backendIds: [6, 7] }));
+  it('members: every backend the service has, before its slots; one that leaves is a member no more, its conntrack and affinity entries stay (not walked); deleteBackends refused while a service has it', async () => {
+    await lb.upsertBackends([be(6), be(7), be(10, 'terminating')]);
+    await assert.rejects(lb.upsertService(svc({ id: 7, address: '10.96.0.30', protocol: 'UDP', backendIds: [6, 7], memberIds: [6, 7, 98] })), (err: unknown) => isDatapathError(err, 'not-found') && /98/.test((err as Error).message));
+    assert.deepEqual(await members(maps, 7), [], 'a refused service adds no member');
+    await lb.upsertService(svc({ id: 7, address: '10.96.0.30', protocol: 'UDP', backendIds: [6, 7], memberIds: [6, 7, 10] }));
+    assert.deepEqual(await members(maps, 7), [6, 7, 10], 'the terminating backend, which has no slot, is a member');
     await assert.rejects(lb.deleteBackends([6]), (err: unknown) => isDatapathError(err, 'refused'));
+    await assert.rejects(lb.deleteBackends([10]), (err: unknown) => isDatapathError(err, 'refused') && /service 7/.test((err as Error).message), 'a member without a slot');
+    const ctAny = new BpfMap(objects.lxc.rawMap(MapName.CT_ANY), ct4Key, ctEntry);
+    const affinity = new BpfMap(objects.lxc.rawMap(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue);
     const client = parseIp('10.215.2.1');
     const svcFlow = { saddr: client, daddr: parseIp('10.96.0.30'), sport: 5000, dport: 80, proto: 17, flags: CtKeyFlag.SERVICE };
-    const xlated = { saddr: client, daddr: parseIp('10.215.1.6'), sport: 5000, dport: 8080, proto: 17, flags: 0 };
-    const other = { saddr: client, daddr: parseIp('10.215.1.7'), sport: 5001, dport: 8080, proto: 17, flags: 0 };
-    const tcpFlow = { saddr: client, daddr: parseIp('10.215.1.6'), sport: 5002, dport: 8080, proto: 6, flags: 0 };
-    maps.ctAny.set(svcFlow, ctValue(6, 7));
-    maps.ctAny.set(xlated, ctValue(6, 7));
-    maps.ctAny.set(other, ctValue(7, 7));
-    maps.ctTcp.set(tcpFlow, ctValue(6, 7));
-    maps.affinity.set({ client, revNatIndex: 7 }, { lastUsedNs: 1n, backendId: 6 });
-    // Out of the slots but still in the Maglev table: still refused (the table would send flows to a missing backend).
+    ctAny.set(svcFlow, ctValue(6, 7));
+    affinity.set({ client, revNatIndex: 7 }, { lastUsedNs: 1n, backendId: 6 });
+    // Out of the slots but still in the Maglev table: a member, still refused (the table would send flows to a missing backend).
     await lb.upsertService(svc({ id: 7, address: '10.96.0.30', protocol: 'UDP', backendIds: [7], maglevTable: Uint32Array.from([6, 7, 6, 7, 6, 7, 6]) }));
+    assert.deepEqual(await members(maps, 7), [6, 7]);
     await assert.rejects(lb.deleteBackends([6]), (err: unknown) => isDatapathError(err, 'refused') && /service 7/.test((err as Error).message));
     await lb.upsertService(svc({ id: 7, address: '10.96.0.30', protocol: 'UDP', backendIds: [7] }));
-    await lb.deleteBackends([6]);
+    assert.deepEqual(await members(maps, 7), [7]);
+    await lb.deleteBackends([6, 10]);
     assert.equal(maps.backends.get(6), undefined);
-    assert.equal(maps.ctAny.get(svcFlow), undefined);
-    assert.equal(maps.ctAny.get(xlated), undefined);
-    assert.equal(maps.ctTcp.get(tcpFlow), undefined);
-    assert.ok(maps.ctAny.get(other), 'a flow of another backend stays');
-    assert.equal(maps.affinity.get({ client, revNatIndex: 7 }), undefined);
-    maps.ctAny.delete(other);
+    assert.ok(ctAny.get(svcFlow), 'conntrack is not walked: the datapath chooses again for this flow');
+    assert.ok(affinity.get({ client, revNatIndex: 7 }), 'nor is the affinity map: a non-member is ignored there');
+    ctAny.delete(svcFlow);
+    affinity.delete({ client, revNatIndex: 7 });
     await lb.deleteService(7);
+    assert.deepEqual(await members(maps, 7), [], 'the service\'s members go with it');
   });
 
   it('a restart rebuilds the shadow from the maps; restoreDone removes services, backends, tables and routes the agent no longer has', async () => {
@@ -236,8 +245,11 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     // A route of ours no service holds (a previous run's) and someone else's route, which stays.
     await nl.replaceRoute({ dst: '10.96.0.99/32', gateway: SERVICE_ROUTE_NEXTHOP, onlink: true, link: 'tendril_host', prefsrc: ROUTER, protocol: SERVICE_ROUTE_PROTOCOL });
     await nl.replaceRoute({ dst: '10.96.0.98/32', link: 'tendril_host' });
+    // Service 8 as a datapath without tendril_lb4_member left it: its slots' backends become members at start.
+    maps.members.delete({ revNatIndex: 8, backendId: 8 });
     const restarted = await LbMaps.open({ maps, routes: new ServiceRoutes({ netlink: async () => nl, log }), log, maglevTableSize: MAGLEV_SIZE });
     assert.deepEqual(restarted.serviceIds().filter((id) => id >= 8), [8, 9]);
+    assert.deepEqual(await members(maps, 8), [8], 'seeded from the slots');
     await restarted.setRouter(ROUTER);
     const liveBackends = restarted.backendIds().filter((id) => id !== 9);
     await restarted.restoreDone([8], liveBackends);
@@ -247,6 +259,7 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     assert.equal(maps.revNat.get(9), undefined);
     assert.equal(maps.maglev.has(9), false);
     assert.equal(maps.backends.get(9), undefined);
+    assert.deepEqual([await members(maps, 8), await members(maps, 9)], [[8], []]);
     assert.ok(maps.backends.get(8));
     assert.ok(await routeOf('10.96.0.40'));
     assert.equal(await routeOf('10.96.0.41'), undefined);
@@ -272,6 +285,7 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     await assert.rejects(slb.upsertService(svc({ id: 1, address: '10.96.1.1', backendIds: [1, 2, 3, 4, 5] })), /full/);
     assert.deepEqual(await dumpServices(small.maps), before);
     assert.equal(small.maps.revNat.get(2), undefined);
+    assert.deepEqual([await members(small.maps, 1), await members(small.maps, 2)], [[1, 2], []], 'members put back too');
     // Still consistent: the service can shrink and be deleted.
     await slb.upsertService(svc({ id: 1, address: '10.96.1.1', backendIds: [3] }));
     await slb.deleteService(1);

@@ -1,13 +1,18 @@
 /**
- * The load-balancer maps (tendril_lb4_svc/_be/_rev/_aff/_mag) written for
+ * The load-balancer maps (tendril_lb4_svc/_be/_rev/_mag/_member) written for
  * the service subsystem. Every write is ordered so that a packet never sees
- * a half-written service: backends exist before a slot names them, slots
- * 1..n before slot 0 exposes n of them (and its flags), the internal scope
- * and the Maglev table before a flag points at them; on shrink slot 0 goes
- * first and the slots it no longer counts after. A failed upsert puts back
- * what it had changed. Deleting a backend also deletes every conntrack
- * entry pinned to it, so a connected UDP client re-selects on its next
- * datagram instead of sending into the void.
+ * a half-written service: backends exist before a slot names them, members
+ * before the slots that name them, slots 1..n before slot 0 exposes n of
+ * them (and its flags), the internal scope and the Maglev table before a
+ * flag points at them; on shrink slot 0 goes first, the slots it no longer
+ * counts after, the members no slot names last. A failed upsert puts back
+ * what it had changed.
+ *
+ * Neither conntrack nor the affinity map is ever walked here: a connection
+ * (or a client's affinity) pinned to a backend that left its service or
+ * vanished is noticed by the datapath on its next packet (lb4_select checks
+ * tendril_lb4_member) and chosen again; the stale entry expires by itself.
+ * So a service delete or a backend removal costs O(its own entries).
  *
  * A shadow of each service's keys (rebuilt from the pinned maps at start)
  * lets a change touch exactly what it must without walking the maps.
@@ -18,7 +23,7 @@ import { isKernelError } from '../kernel/errors.js';
 import { BpfMap, codec, MapOfMaps, RawMap } from '../kernel/bpf/index.js';
 import { DatapathError, type LbBackendEntry, type LbBackendState, type LbProtocol, type LbServiceEntry, type LoadBalancerDatapath } from '../types.js';
 import { BackendState, LbScope, MapName, type MapNameValue, MAX_SERVICE_ID, ServiceFlag } from './constants.js';
-import { type Ct4Key, ct4Key, ctEntry, type CtEntryValue, lb4AffinityKey, lb4AffinityValue, lb4Backend, type Lb4BackendValue, lb4Key, type Lb4Key, lb4ReverseNat, type Lb4ReverseNatValue, lb4Service, type Lb4ServiceValue } from './layout.js';
+import { lb4Backend, type Lb4BackendValue, lb4Key, type Lb4Key, lb4MemberKey, type Lb4MemberKey, lb4ReverseNat, type Lb4ReverseNatValue, lb4Service, type Lb4ServiceValue } from './layout.js';
 import type { ServiceRoutes } from './serviceRoutes.js';
 
 /** BPF_F_INNER_MAP: an inner map whose max_entries may differ from the outer map's template. */
@@ -32,17 +37,12 @@ export const BACKEND_STATE_NUMBER: Record<LbBackendState, number> = {
   maintenance: BackendState.MAINTENANCE,
 };
 
-type AffinityKey = codec.CodecValue<typeof lb4AffinityKey>;
-type AffinityValue = codec.CodecValue<typeof lb4AffinityValue>;
-
 export interface LbMapSet {
   services: BpfMap<Lb4Key, Lb4ServiceValue>;
   backends: BpfMap<number, Lb4BackendValue>;
   revNat: BpfMap<number, Lb4ReverseNatValue>;
-  affinity: BpfMap<AffinityKey, AffinityValue>;
   maglev: MapOfMaps<number>;
-  ctTcp: BpfMap<Ct4Key, CtEntryValue>;
-  ctAny: BpfMap<Ct4Key, CtEntryValue>;
+  members: BpfMap<Lb4MemberKey, number>;
 }
 
 /** The load-balancer's typed views of the datapath's maps, given a way to find each raw map by name. */
@@ -51,10 +51,8 @@ export function lbMapSet(raw: (name: MapNameValue) => RawMap): LbMapSet {
     services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
     backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
     revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
-    affinity: new BpfMap(raw(MapName.LB_AFFINITY), lb4AffinityKey, lb4AffinityValue),
     maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
-    ctTcp: new BpfMap(raw(MapName.CT_TCP), ct4Key, ctEntry),
-    ctAny: new BpfMap(raw(MapName.CT_ANY), ct4Key, ctEntry),
+    members: new BpfMap(raw(MapName.LB_MEMBERS), lb4MemberKey, codec.u8),
   };
 }
 
@@ -81,6 +79,8 @@ interface ServiceShadow {
   counts: Map<number, number>;
   /** The backend in each slot per scope (slot i at index i-1), so a backend's users are found without map reads. */
   slots: Map<number, readonly number[]>;
+  /** The backends tendril_lb4_member holds for the service: its connections to them are kept. */
+  members: Set<number>;
   /** The frontend address whose route to tendril_host the service holds (a ClusterIP, external IP or LoadBalancer address). */
   routeAddress?: string;
 }
@@ -105,6 +105,17 @@ function sameFrontend(a: Frontend, b: Frontend): boolean {
 
 function key(f: Frontend, slot: number, scope: number): Lb4Key {
   return { address: f.address, dport: f.port, backendSlot: slot, proto: f.proto, scope };
+}
+
+function memberKey(serviceId: number, backendId: number): Lb4MemberKey {
+  return { revNatIndex: serviceId, backendId };
+}
+
+/** Every backend the datapath must keep a service's connections to: the listed members, the slots' and the Maglev table's. */
+function membersOf(svc: LbServiceEntry): Set<number> {
+  const out = new Set<number>([...(svc.memberIds ?? []), ...svc.backendIds, ...(svc.internalBackendIds ?? [])]);
+  for (const b of svc.maglevTable ?? []) if (b !== 0) out.add(b);
+  return out;
 }
 
 function invalid(message: string): DatapathError {
@@ -189,7 +200,7 @@ export class LbMaps implements LoadBalancerDatapath {
       const id = v.revNatIndex;
       let s = lb.#services.get(id);
       if (!s) {
-        s = { frontend: { address: k.address, port: k.dport, proto: k.proto }, flags: 0, counts: new Map(), slots: new Map() };
+        s = { frontend: { address: k.address, port: k.dport, proto: k.proto }, flags: 0, counts: new Map(), slots: new Map(), members: new Set() };
         lb.#services.set(id, s);
       }
       s.counts.set(k.scope, v.count);
@@ -215,7 +226,34 @@ export class LbMaps implements LoadBalancerDatapath {
     }
     for await (const id of maps.backends.keys()) lb.#backends.add(id);
     for await (const id of maps.maglev.keys()) lb.#maglev.add(id);
+    // A member of a service no shadow has stays in the map until restoreDone removes strays.
+    for await (const k of maps.members.keys()) lb.#services.get(k.revNatIndex)?.members.add(k.backendId);
+    lb.#seedMembers();
     return lb;
+  }
+
+  /**
+   * A service found without any member (maps pinned by a datapath that had
+   * no tendril_lb4_member): its slots' backends become members at once, so
+   * the programs loaded now keep its connections until the agent writes the
+   * service whole again (restore). Best effort: a failure only costs those
+   * connections a new choice.
+   */
+  #seedMembers(): void {
+    for (const [id, s] of this.#services) {
+      if (s.members.size > 0) continue;
+      for (const slots of s.slots.values()) {
+        for (const b of slots) {
+          if (b === 0 || s.members.has(b)) continue;
+          try {
+            this.opts.maps.members.set(memberKey(id, b), 1);
+            s.members.add(b);
+          } catch (err) {
+            this.opts.log.warn({ service: id, backend: b, err }, 'adding a found service\'s backend to its members failed');
+          }
+        }
+      }
+    }
   }
 
   #index(id: number, s: ServiceShadow): void {
@@ -304,9 +342,10 @@ export class LbMaps implements LoadBalancerDatapath {
     if (gone.size === 0) return;
     const inSlots = this.#slottedBackends(gone);
     if (inSlots.length > 0) {
-      throw new DatapathError('refused', `backends still in service slots or Maglev tables cannot go (remove them from the services first): ${inSlots.map(([b, s]) => `backend ${b} in service ${s}`).join(', ')}`);
+      throw new DatapathError('refused', `backends a service still has cannot go (remove them from the services first): ${inSlots.map(([b, s]) => `backend ${b} in service ${s}`).join(', ')}`);
     }
     const { maps } = this.opts;
+    // Connections still pinned to them choose again on their next packet (lb4_select finds no backend): nothing to walk.
     try {
       for (const id of gone) {
         maps.backends.delete(id);
@@ -315,52 +354,18 @@ export class LbMaps implements LoadBalancerDatapath {
     } catch (err) {
       throw wrap(`deleting backends from ${maps.backends.name}`, err);
     }
-    await this.#purgeConntrack(gone);
-    await this.#purgeAffinity((k, v) => gone.has(v.backendId));
   }
 
-  /** (backend, service) pairs of `ids` that some slot or Maglev table still names. */
+  /** (backend, service) pairs of `ids` that some slot, Maglev table or membership still names. */
   #slottedBackends(ids: ReadonlySet<number>): Array<[number, number]> {
-    const out: Array<[number, number]> = [];
-    for (const [id, names] of this.#maglevBackends) for (const b of names) if (ids.has(b)) out.push([b, id]);
-    for (const [id, s] of this.#services) for (const slots of s.slots.values()) for (const b of slots) if (ids.has(b)) out.push([b, id]);
-    return out;
-  }
-
-  purgeServiceBackends(id: number, backendIds: readonly number[]): Promise<void> {
-    const gone = new Set(backendIds);
-    if (gone.size === 0) return Promise.resolve();
-    return this.#serial(async () => {
-      await this.#purgeConntrack(gone, id);
-      await this.#purgeAffinity((k, v) => k.revNatIndex === id && gone.has(v.backendId));
-    });
-  }
-
-  /**
-   * Deletes every conntrack entry (service and translated) pinned to one of
-   * `ids` — of service `serviceId` only, when given — in both tables;
-   * answers how many.
-   */
-  async #purgeConntrack(ids: ReadonlySet<number>, serviceId?: number): Promise<number> {
-    let removed = 0;
-    for (const table of [this.opts.maps.ctTcp, this.opts.maps.ctAny]) {
-      // Keys first, deletes after: deleting during a hash walk restarts it.
-      const doomed: Buffer[] = [];
-      for await (const [k, v] of table.raw.entries()) {
-        // backend_id and rev_nat_index sit at fixed offsets: decoding the whole entry for every flow is wasted work.
-        if (ids.has(ctEntryBackendId(v)) && (serviceId === undefined || ctEntryRevNatIndex(v) === serviceId)) doomed.push(Buffer.from(k));
-      }
-      for (const k of doomed) if (table.raw.delete(k)) removed++;
+    const out = new Map<string, [number, number]>();
+    const add = (b: number, id: number) => out.set(`${b}/${id}`, [b, id]);
+    for (const [id, names] of this.#maglevBackends) for (const b of names) if (ids.has(b)) add(b, id);
+    for (const [id, s] of this.#services) {
+      for (const slots of s.slots.values()) for (const b of slots) if (ids.has(b)) add(b, id);
+      for (const b of s.members) if (ids.has(b)) add(b, id);
     }
-    if (removed > 0) this.opts.log.info({ backends: [...ids], removed }, 'removed conntrack entries pinned to deleted backends');
-    return removed;
-  }
-
-  async #purgeAffinity(match: (k: AffinityKey, v: AffinityValue) => boolean): Promise<void> {
-    const { affinity } = this.opts.maps;
-    const doomed: AffinityKey[] = [];
-    for await (const [k, v] of affinity.entries()) if (match(k, v)) doomed.push(k);
-    for (const k of doomed) affinity.delete(k);
+    return [...out.values()];
   }
 
   upsertService(svc: LbServiceEntry): Promise<void> {
@@ -387,6 +392,9 @@ export class LbMaps implements LoadBalancerDatapath {
       const missing = svc.maglevTable.find((b) => b !== 0 && !this.#backends.has(b));
       if (missing !== undefined) throw new DatapathError('not-found', `service ${svc.id}: its Maglev table names backend ${missing}, which is not in the backend map`);
     }
+    const wanted = membersOf(svc);
+    const absent = [...wanted].filter((b) => !this.#backends.has(b));
+    if (absent.length > 0) throw new DatapathError('not-found', `service ${svc.id}: members ${absent.join(', ')} are not in the backend map (upsert them first)`);
     // The service subsystem keeps frontends unique among live services: another ID here is stale
     // (a previous run's, not restored): it goes, and this service takes the frontend over.
     for (const other of [...(this.#byFrontend.get(frontendText(frontend)) ?? [])]) {
@@ -408,7 +416,19 @@ export class LbMaps implements LoadBalancerDatapath {
     };
     const counts = new Map<number, number>();
     const slots = new Map<number, readonly number[]>();
+    // What tendril_lb4_member holds for the service as this goes on: the old members and the new, then the new only.
+    const members = new Set(old?.members ?? []);
     try {
+      // Members first: a connection pinned to a backend a new slot names is kept from the moment it is named.
+      for (const b of wanted) {
+        if (members.has(b)) continue;
+        maps.members.set(memberKey(svc.id, b), 1);
+        members.add(b);
+        undo.push(() => {
+          maps.members.delete(memberKey(svc.id, b));
+          members.delete(b);
+        });
+      }
       const previousRev = maps.revNat.get(svc.id);
       maps.revNat.set(svc.id, { address: frontend.address, port: frontend.port });
       undo.push(() => (previousRev ? maps.revNat.set(svc.id, previousRev) : void maps.revNat.delete(svc.id)));
@@ -442,17 +462,22 @@ export class LbMaps implements LoadBalancerDatapath {
           for (let slot = (newCount ?? 0) + 1; slot <= oldCount; slot++) maps.services.delete(key(old.frontend, slot, scope));
         }
         if (old.routeAddress !== undefined && old.routeAddress !== routeAddress) await this.opts.routes.release(svc.id, old.routeAddress);
-        if ((old.flags & ServiceFlag.AFFINITY) !== 0 && (flags & ServiceFlag.AFFINITY) === 0) await this.#purgeAffinity((k) => k.revNatIndex === svc.id);
       }
       if (svc.maglevTable === undefined && this.#maglev.has(svc.id)) {
         await maps.maglev.delete(svc.id);
         this.#maglev.delete(svc.id);
         this.#maglevBackends.delete(svc.id);
       }
+      // Last, once no slot or table names them: the service's connections to these choose again on their next packet.
+      for (const b of [...members]) {
+        if (wanted.has(b)) continue;
+        maps.members.delete(memberKey(svc.id, b));
+        members.delete(b);
+      }
     } catch (err) {
       throw wrap(`service ${svc.id}: removing entries it no longer has`, err);
     } finally {
-      this.#setShadow(svc.id, { frontend, flags, counts, slots, ...(routeAddress !== undefined ? { routeAddress } : {}) });
+      this.#setShadow(svc.id, { frontend, flags, counts, slots, members, ...(routeAddress !== undefined ? { routeAddress } : {}) });
     }
   }
 
@@ -501,9 +526,13 @@ export class LbMaps implements LoadBalancerDatapath {
           maps.services.delete(key(s.frontend, 0, scope));
           for (let slot = 1; slot <= (s.counts.get(scope) ?? 0); slot++) maps.services.delete(key(s.frontend, slot, scope));
         }
+        // Its own entries only: conntrack and affinity entries of the service are left to expire (no packet finds the service any more).
+        for (const b of [...s.members]) {
+          maps.members.delete(memberKey(id, b));
+          s.members.delete(b);
+        }
         this.#dropShadow(id);
         if (s.routeAddress !== undefined) await this.opts.routes.release(id, s.routeAddress);
-        if ((s.flags & ServiceFlag.AFFINITY) !== 0) await this.#purgeAffinity((k) => k.revNatIndex === id);
       }
       if (this.#maglev.has(id)) {
         await maps.maglev.delete(id);
@@ -536,12 +565,15 @@ export class LbMaps implements LoadBalancerDatapath {
     const strayRev: number[] = [];
     for await (const id of maps.revNat.keys()) if (!liveSvc.has(id)) strayRev.push(id);
     const strayMaglev = [...this.#maglev].filter((id) => !liveSvc.has(id));
+    const strayMembers: Lb4MemberKey[] = [];
+    for await (const k of maps.members.keys()) if (this.#services.get(k.revNatIndex)?.members.has(k.backendId) !== true) strayMembers.push(k);
     const staleBackends = [...this.#backends].filter((id) => !liveBe.has(id));
     try {
       // Slot 0 entries first: a service stops being found before its slots go.
       strayKeys.sort((a, b) => a.backendSlot - b.backendSlot);
       for (const k of strayKeys) maps.services.delete(k);
       for (const id of strayRev) maps.revNat.delete(id);
+      for (const k of strayMembers) maps.members.delete(k);
       for (const id of strayMaglev) {
         await maps.maglev.delete(id);
         this.#maglev.delete(id);
@@ -555,22 +587,9 @@ export class LbMaps implements LoadBalancerDatapath {
     if (slotted.size > 0) this.opts.log.warn({ backends: [...slotted] }, 'backends the agent did not restore are still in service slots: kept');
     const doomed = staleBackends.filter((b) => !slotted.has(b));
     if (doomed.length > 0) await this.#deleteBackends(doomed);
-    await this.#purgeAffinity((k) => !liveSvc.has(k.revNatIndex));
     const routes = await this.opts.routes.prune();
-    if (staleServices.length + strayKeys.length + doomed.length + strayMaglev.length + routes.length > 0) {
-      this.opts.log.info({ services: staleServices, strayEntries: strayKeys.length, backends: doomed, maglev: strayMaglev, routes }, 'removed load-balancer state the agent no longer has');
+    if (staleServices.length + strayKeys.length + strayMembers.length + doomed.length + strayMaglev.length + routes.length > 0) {
+      this.opts.log.info({ services: staleServices, strayEntries: strayKeys.length, strayMembers: strayMembers.length, backends: doomed, maglev: strayMaglev, routes }, 'removed load-balancer state the agent no longer has');
     }
   }
-}
-
-/** struct ct_entry's backend_id: after expires_ns, packets, bytes (3 × 8), four u32s (16), rev_nat_index, tcp_flags, flags (4). */
-const CT_ENTRY_BACKEND_ID_OFFSET = 44;
-const CT_ENTRY_REV_NAT_INDEX_OFFSET = 40;
-
-function ctEntryRevNatIndex(v: Buffer): number {
-  return v.readUInt16LE(CT_ENTRY_REV_NAT_INDEX_OFFSET);
-}
-
-function ctEntryBackendId(v: Buffer): number {
-  return v.readUInt32LE(CT_ENTRY_BACKEND_ID_OFFSET);
 }

@@ -22,7 +22,7 @@ import { runOk } from '../../../test/support/run.js';
 import { parseIp, parsePrefix } from '../../netip/index.js';
 import { attach, type Attachment, codec, ensureBpffs, perCpuValue, removePinDir } from '../kernel/bpf/index.js';
 import { BackendState, ConfigFlag, DropReason, LbScope, MapName, ReservedCookie, ServiceFlag, TraceLevel, TrafficDirection } from './constants.js';
-import { datapathConfig, deviceInfo, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, metricsKey, metricsValue, policyEntry, policyKey, NO_NAT_CONFIG } from './layout.js';
+import { datapathConfig, deviceInfo, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, lb4Backend, lb4Key, lb4MemberKey, lb4ReverseNat, lb4Service, metricsKey, metricsValue, policyEntry, policyKey, NO_NAT_CONFIG } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects } from './objects.js';
 import { IpProto } from './testing/packets.js';
 import { TEST_MAP_SIZES } from './testing/programHarness.js';
@@ -249,6 +249,7 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
     const key = (slot: number) => ({ address: parseIp(frontend.ip), dport: frontend.port, backendSlot: slot, proto: IpProto.UDP, scope: LbScope.EXTERNAL });
     a.objects.lxc.map(MapName.LB_BACKENDS, codec.u32, lb4Backend).set(id, { address: parseIp('10.211.0.20'), port: 5353, proto: IpProto.UDP, state: BackendState.ACTIVE });
     services.set(key(0), { backendId: 0, affinityTimeout: 0, count: 1, revNatIndex: id, flags });
+    a.objects.lxc.map(MapName.LB_MEMBERS, lb4MemberKey, codec.u8).set({ revNatIndex: id, backendId: id }, 1);
     services.set(key(1), { backendId: id, affinityTimeout: 0, count: 0, revNatIndex: id, flags: 0 });
     a.objects.lxc.map(MapName.LB_REVNAT, codec.u16, lb4ReverseNat).set(id, { address: parseIp(frontend.ip === '0.0.0.0' ? NODES[0]!.underlayIp : frontend.ip), port: frontend.port });
   }

@@ -20,8 +20,8 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
   readonly services = new Map<number, LbServiceEntry>();
   /** Every call in order. */
   readonly calls: Array<{ op: FakeLoadBalancerOp; ids: number[] }> = [];
-  /** Backend IDs whose conntrack entries deleteBackends purged, in order. */
-  readonly purgedBackends: number[] = [];
+  /** Backend IDs deleteBackends (or restoreDone) removed, in order. */
+  readonly deletedBackends: number[] = [];
   /** The arguments of the last restoreDone. */
   restored: { services: number[]; backends: number[] } | undefined;
   readonly #failures = new Map<FakeLoadBalancerOp, Error[]>();
@@ -49,26 +49,18 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
   async deleteBackends(ids: readonly number[]): Promise<void> {
     this.#enter('deleteBackends', [...ids]);
     for (const id of ids) {
-      const user = [...this.services.values()].find((s) => s.backendIds.includes(id) || s.internalBackendIds?.includes(id));
-      if (user) throw new DatapathError('failed', `fake: backend ${id} is still in a slot of service ${user.id}`);
+      const user = [...this.services.values()].find((s) => s.backendIds.includes(id) || s.internalBackendIds?.includes(id) || s.memberIds?.includes(id));
+      if (user) throw new DatapathError('refused', `fake: backend ${id} is still one of service ${user.id}'s`);
     }
     for (const id of ids) {
       this.backends.delete(id);
-      this.purgedBackends.push(id);
+      this.deletedBackends.push(id);
     }
-  }
-
-  /** (service, backend) pairs whose connections purgeServiceBackends removed, in order. */
-  readonly purgedServiceBackends: Array<[number, number]> = [];
-
-  async purgeServiceBackends(id: number, backendIds: readonly number[]): Promise<void> {
-    this.#enter('purgeServiceBackends', [id, ...backendIds]);
-    for (const b of backendIds) this.purgedServiceBackends.push([id, b]);
   }
 
   async upsertService(svc: LbServiceEntry): Promise<void> {
     this.#enter('upsertService', [svc.id]);
-    for (const id of [...svc.backendIds, ...(svc.internalBackendIds ?? [])]) {
+    for (const id of [...svc.backendIds, ...(svc.internalBackendIds ?? []), ...(svc.memberIds ?? [])]) {
       if (!this.backends.has(id)) throw new DatapathError('failed', `fake: service ${svc.id} names backend ${id}, which is not in the backend map`);
     }
     for (const m of svc.maglevTable ?? []) {
@@ -83,7 +75,12 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
     const old = this.services.get(svc.id);
     if (old) this.#frontends.delete(`${old.address}:${old.port}/${old.protocol}`);
     this.#frontends.set(frontend, svc.id);
-    this.services.set(svc.id, { ...svc, backendIds: [...svc.backendIds], ...(svc.internalBackendIds ? { internalBackendIds: [...svc.internalBackendIds] } : {}) });
+    this.services.set(svc.id, {
+      ...svc,
+      backendIds: [...svc.backendIds],
+      ...(svc.internalBackendIds ? { internalBackendIds: [...svc.internalBackendIds] } : {}),
+      ...(svc.memberIds ? { memberIds: [...svc.memberIds] } : {}),
+    });
   }
 
   async deleteService(id: number): Promise<void> {
@@ -105,7 +102,7 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
     for (const id of [...this.backends.keys()]) {
       if (backends.has(id)) continue;
       this.backends.delete(id);
-      this.purgedBackends.push(id);
+      this.deletedBackends.push(id);
     }
     this.restored = { services: [...liveServiceIds], backends: [...liveBackendIds] };
   }

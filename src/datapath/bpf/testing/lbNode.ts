@@ -1,8 +1,8 @@
 /**
  * The service side of the node for the program tests: typed access to the
  * tendril_lb4_* maps of a loaded object, services written as the agent
- * writes them (slot 0, slots 1..count, reverse NAT entry), Maglev tables as
- * inner arrays, and the service conntrack entries.
+ * writes them (members, slot 0, slots 1..count, reverse NAT entry), Maglev
+ * tables as inner arrays, and the service conntrack entries.
  */
 import { parseIp } from '../../../netip/index.js';
 import { codec, type BpfMap, type MapOfMaps, RawMap } from '../../kernel/bpf/index.js';
@@ -12,6 +12,7 @@ import {
   lb4AffinityValue,
   lb4Backend,
   lb4Key,
+  lb4MemberKey,
   lb4ReverseNat,
   lb4Service,
   type CtEntryValue,
@@ -49,6 +50,8 @@ export interface TestService {
   scope?: number;
   /** Skip the reverse NAT entry (a service being deleted). */
   noRevNat?: boolean;
+  /** Members besides the slots' backends (a terminating backend). */
+  members?: readonly number[];
 }
 
 export class LbNode {
@@ -57,6 +60,7 @@ export class LbNode {
   readonly revNat: BpfMap<number, ReturnType<typeof lb4ReverseNat.read>>;
   readonly affinity: BpfMap<ReturnType<typeof lb4AffinityKey.read>, ReturnType<typeof lb4AffinityValue.read>>;
   readonly maglev: MapOfMaps<number>;
+  readonly members: BpfMap<ReturnType<typeof lb4MemberKey.read>, number>;
   readonly #inner: RawMap[] = [];
 
   constructor(readonly h: ProgramHarness) {
@@ -65,6 +69,17 @@ export class LbNode {
     this.revNat = h.object.map(MapName.LB_REVNAT, codec.u16, lb4ReverseNat);
     this.affinity = h.object.map(MapName.LB_AFFINITY, lb4AffinityKey, lb4AffinityValue);
     this.maglev = h.object.mapOfMaps(MapName.LB_MAGLEV, codec.u32);
+    this.members = h.object.map(MapName.LB_MEMBERS, lb4MemberKey, codec.u8);
+  }
+
+  /** Backend `backendId` is one of service `id`'s (tendril_lb4_member). */
+  addMember(id: number, backendId: number): void {
+    this.members.set({ revNatIndex: id, backendId }, 1);
+  }
+
+  /** Backend `backendId` left service `id`. */
+  removeMember(id: number, backendId: number): void {
+    this.members.delete({ revNatIndex: id, backendId });
   }
 
   addBackend(b: TestBackend): void {
@@ -75,9 +90,10 @@ export class LbNode {
     return { address: parseIp(f.ip), dport: f.port, backendSlot: slot, proto: f.proto, scope };
   }
 
-  /** Slot 0, the backend slots, and (unless told) the reverse NAT entry. */
+  /** The members (slots' backends and `members`), slot 0, the backend slots, and (unless told) the reverse NAT entry. */
   addService(s: TestService): void {
     const scope = s.scope ?? LbScope.EXTERNAL;
+    for (const b of [...s.backends, ...(s.members ?? [])]) this.addMember(s.id, b);
     this.services.set(this.serviceKey(s.frontend, 0, scope), {
       backendId: 0,
       affinityTimeout: s.affinityTimeout ?? 0,

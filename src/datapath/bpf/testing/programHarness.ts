@@ -53,6 +53,7 @@ export const TEST_MAP_SIZES: Readonly<MapSizes> = {
   [MapName.LB_REVNAT]: 256,
   [MapName.LB_AFFINITY]: 256,
   [MapName.LB_MAGLEV]: 16,
+  [MapName.LB_MEMBERS]: 1024,
   [MapName.SNAT]: 8192,
   [MapName.DEVICES]: 16,
   [MapName.NO_MASQUERADE]: 64,

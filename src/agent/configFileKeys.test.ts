@@ -55,6 +55,7 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   bpfLbAffinityMax: { yaml: 1011, argv: ['--bpf-lb-affinity-max', '1011'] },
   bpfLbMaglevMax: { yaml: 1012, argv: ['--bpf-lb-maglev-max', '1012'] },
   bpfNatMax: { yaml: 1013, argv: ['--bpf-nat-max', '1013'] },
+  bpfLbMemberMax: { yaml: 1014, argv: ['--bpf-lb-member-max', '1014'] },
   lbAlgorithm: { yaml: 'maglev', argv: ['--lb-algorithm', 'maglev'] },
   lbMaglevTableSize: { yaml: 65521, argv: ['--lb-maglev-table-size', '65521'] },
   bpfLbExternalClusterip: { yaml: true, argv: ['--bpf-lb-external-clusterip'] },

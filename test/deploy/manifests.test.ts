@@ -266,11 +266,11 @@ describe('deploy/kubernetes manifests', () => {
     for (const path of ['package.json', 'node_modules', 'dist/src', 'api/openapi.yaml', 'build/native/tendril_kernel.node', 'bin/tendril-cni']) {
       assert.ok(lines.some((l) => l.startsWith('COPY --from=build') && l.includes(`/src/${path}`)), `copies ${path}`);
     }
-    for (const o of ['bpf_lxc.o', 'bpf_host.o', 'bpf_netdev.o', 'bpf_overlay.o']) {
+    for (const o of ['bpf_lxc.o', 'bpf_host.o', 'bpf_netdev.o', 'bpf_overlay.o', 'bpf_gc.o']) {
       assert.ok(readdirSync(join(ROOT, 'bpf')).includes(o.replace(/\.o$/, '.c')), `${o} is one of the datapath's objects`);
       assert.ok(lines.some((l) => l.startsWith('COPY --from=bpf') && l.includes(`/src/build/bpf/${o}`)), `copies ${o} from the clang 14 stage`);
     }
-    assert.equal(readdirSync(join(ROOT, 'bpf')).filter((f) => f.endsWith('.c')).length, 4, 'every datapath object is copied');
+    assert.equal(readdirSync(join(ROOT, 'bpf')).filter((f) => f.endsWith('.c')).length, 5, 'every datapath object is copied');
     assert.match(text, /^ENTRYPOINT \["\/opt\/tendril\/bin\/tendril-agent"\]$/m);
     // The paths the manifests use exist in the image.
     assert.match(text, /^WORKDIR \/opt\/tendril$/m);

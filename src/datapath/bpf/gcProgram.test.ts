@@ -18,6 +18,7 @@ import { CtFlag, MapName } from './constants.js';
 import { DatapathInspector } from './inspect.js';
 import { ct4Key, ctBudget, ctEntry, type CtEntryValue } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects } from './objects.js';
+import { ctEntryOf } from './testing/fixtures.js';
 import { TEST_MAP_SIZES } from './testing/programHarness.js';
 
 requireRoot('the GC program tests');
@@ -25,24 +26,7 @@ requireRoot('the GC program tests');
 const TABLE = 64;
 const BIG = 200_000;
 
-function entry(expiresNs: bigint, over: Partial<CtEntryValue> = {}): CtEntryValue {
-  return {
-    expiresNs,
-    packets: 1n,
-    bytes: 60n,
-    srcIdentity: 1000,
-    dstIdentity: 2,
-    srcEndpoint: 11,
-    dstEndpoint: 0,
-    revNatIndex: 0,
-    tcpFlags: 0x12,
-    flags: 0,
-    backendId: 0,
-    natAddr: parseIp('0.0.0.0'),
-    natPort: 0,
-    ...over,
-  };
-}
+const entry = (expiresNs: bigint, over: Partial<CtEntryValue> = {}): CtEntryValue => ctEntryOf({ expiresNs, srcEndpoint: 11, flags: 0, ...over });
 const key = (i: number) => ({ saddr: parseIp('10.200.0.10'), daddr: parseIp(`192.0.${(i >> 16) & 0xff}.${(i >> 8) & 0xff}`), sport: 1024 + (i & 0xff), dport: 80, proto: 6, flags: 0 });
 
 function capture(): { log: Logger; lines: Array<Record<string, unknown>> } {

@@ -12,7 +12,7 @@ import { requireRoot } from '../../../test/support/root.js';
 import { parseIp } from '../../netip/index.js';
 import { TcAction } from '../kernel/bpf/index.js';
 import { DropReason, EventType, MapName, NAT_PORT_MAX, NAT_PORT_MIN, NatFlag, TrafficDirection } from './constants.js';
-import { NODE_IP, POD_A, POD_B, REMOTE_POD_IP, WORLD_IP } from './testing/fixtures.js';
+import { ctEntryOf, NODE_IP, POD_A, POD_B, REMOTE_POD_IP, WORLD_IP } from './testing/fixtures.js';
 import {
   datagramOf,
   icmpEchoFrame,
@@ -29,7 +29,6 @@ import {
   fragmentFrame,
   udpDatagram,
 } from './testing/packets.js';
-import type { CtEntryValue } from './layout.js';
 import { NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
 import { SnatNode, type NatTuple } from './testing/snatNode.js';
 
@@ -48,25 +47,6 @@ const tcpA: NatTuple = { saddr: POD_A.ip, daddr: WORLD_IP, sport: 40000, dport: 
 
 function inRange(port: number): boolean {
   return port >= NAT_PORT_MIN && port <= NAT_PORT_MAX;
-}
-
-/** A live conntrack entry opened from outside towards a local endpoint. */
-function liveEntry(dstEndpoint: number): CtEntryValue {
-  return {
-    expiresNs: process.hrtime.bigint() + 60_000_000_000n,
-    packets: 1n,
-    bytes: 60n,
-    srcIdentity: 2,
-    dstIdentity: 0,
-    srcEndpoint: 0,
-    dstEndpoint,
-    revNatIndex: 0,
-    tcpFlags: 0,
-    flags: 0,
-    backendId: 0,
-    natAddr: parseIp('0.0.0.0'),
-    natPort: 0,
-  };
 }
 
 describe('SNAT (bpf_netdev)', () => {
@@ -142,7 +122,7 @@ describe('SNAT (bpf_netdev)', () => {
       assert.deepEqual(node.ingress(echo, NODE_IP, port), { toAddr: POD_A.ip, toPort: 0x4242, flags: NatFlag.MASQUERADE });
 
       // The outside pinged the pod (conntrack holds the request): the answer is the pod's own.
-      h.ctAny.set(h.ctKey({ saddr: WORLD_IP, daddr: POD_A.ip, sport: 0x5151, dport: 0, proto: IpProto.ICMP }), liveEntry(POD_A.endpointId));
+      h.ctAny.set(h.ctKey({ saddr: WORLD_IP, daddr: POD_A.ip, sport: 0x5151, dport: 0, proto: IpProto.ICMP }), ctEntryOf({ srcIdentity: 2, dstIdentity: 0, srcEndpoint: 0, dstEndpoint: POD_A.endpointId, tcpFlags: 0, flags: 0 }));
       const pong = icmpEchoFrame({ ...outMacs, reply: true, src: POD_A.ip, dst: WORLD_IP, id: 0x5151 });
       const r = await h.run(TO_NETDEV, pong);
       assert.equal(r.retval, TcAction.OK);
@@ -226,7 +206,7 @@ describe('SNAT (bpf_netdev)', () => {
       assert.equal((await h.run(TO_NETDEV, pong)).retval, TcAction.SHOT);
       assert.equal(h.metric(code('NAT_UNSUPPORTED_PROTO'), EGRESS).packets, 2n);
       // The same protocol answering a flow the outside opened towards the pod keeps the pod's address.
-      h.ctAny.set(h.ctKey({ saddr: WORLD_IP, daddr: POD_A.ip, sport: 0, dport: 0, proto: IpProto.GRE }), liveEntry(POD_A.endpointId));
+      h.ctAny.set(h.ctKey({ saddr: WORLD_IP, daddr: POD_A.ip, sport: 0, dport: 0, proto: IpProto.GRE }), ctEntryOf({ srcIdentity: 2, dstIdentity: 0, srcEndpoint: 0, dstEndpoint: POD_A.endpointId, tcpFlags: 0, flags: 0 }));
       const back = await h.run(TO_NETDEV, gre);
       assert.equal(back.retval, TcAction.OK);
       assert.deepEqual(back.data, gre);

@@ -9,11 +9,10 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
-import { parseIp } from '../../netip/index.js';
 import { TcAction } from '../kernel/bpf/index.js';
 import { CtFlag, DropReason, MapName, NAT_PORT_MAX, NAT_PORT_MIN, NatFlag, TrafficDirection } from './constants.js';
 import { NO_NAT_CONFIG, type CtEntryValue } from './layout.js';
-import { NODE_IP, POD_A, POD_B, WORLD_IP } from './testing/fixtures.js';
+import { ctEntryOf, NODE_IP, POD_A, POD_B, WORLD_IP } from './testing/fixtures.js';
 import { datagramOf, icmpError, IcmpType, internetChecksum, IpProto, ipv4Frame, readIpv4, readTransport, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
 import { NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
 import { SnatNode, type NatTuple } from './testing/snatNode.js';
@@ -25,26 +24,6 @@ const { EGRESS } = TrafficDirection;
 const code = (r: keyof typeof DropReason): number => -DropReason[r].code;
 const outMacs = { srcMac: '0a:00:00:00:ee:01', dstMac: '0a:00:00:00:ee:fe' };
 const inMacs = { srcMac: '0a:00:00:00:ee:fe', dstMac: '0a:00:00:00:ee:01' };
-
-/** A conntrack entry of a pod's flow to the outside, as bpf_lxc leaves it. */
-function podFlow(overrides: Partial<CtEntryValue> = {}): CtEntryValue {
-  return {
-    expiresNs: process.hrtime.bigint() + 3600_000_000_000n,
-    packets: 3n,
-    bytes: 180n,
-    srcIdentity: POD_A.identity,
-    dstIdentity: 2,
-    srcEndpoint: POD_A.endpointId,
-    dstEndpoint: 0,
-    revNatIndex: 0,
-    tcpFlags: TcpFlag.SYN | TcpFlag.ACK,
-    flags: CtFlag.REPLY_SEEN,
-    backendId: 0,
-    natAddr: parseIp('0.0.0.0'),
-    natPort: 0,
-    ...overrides,
-  };
-}
 
 describe('SNAT port allocation (bpf_netdev)', () => {
   let h: ProgramHarness;
@@ -117,7 +96,7 @@ describe('SNAT port allocation (bpf_netdev)', () => {
     async function onePortHeld(port: number, held: Partial<CtEntryValue>): Promise<void> {
       await node.claimEveryPort(WORLD_IP, 80, IpProto.TCP, NODE_IP, NatFlag.MASQUERADE, { except: port });
       node.addMapping(tuple(40000), NODE_IP, port, NatFlag.MASQUERADE);
-      h.ctTcp.set(h.ctKey(tuple(40000)), podFlow(held));
+      h.ctTcp.set(h.ctKey(tuple(40000)), ctEntryOf(held));
     }
 
     for (const [name, held] of [

@@ -4,7 +4,9 @@
  * pod on another device (C), the router address, the node's own address,
  * a remote pod and CIDR identities in the ipcache.
  */
-import { EndpointFlag } from '../constants.js';
+import { parseIp } from '../../../netip/index.js';
+import { CtFlag, EndpointFlag } from '../constants.js';
+import type { CtEntryValue } from '../layout.js';
 import type { ProgramHarness, TestEndpoint } from './programHarness.js';
 
 /** BPF_PROG_TEST_RUN's skb->ifindex without a ctx: the loopback device. */
@@ -77,4 +79,28 @@ export function installNode(h: ProgramHarness): void {
   h.addIpcache(REMOTE_POD_IP, IDENTITY.REMOTE);
   h.addIpcache(CIDR_24, IDENTITY.CIDR_24);
   h.addIpcache(CIDR_25, IDENTITY.CIDR_25);
+}
+
+/**
+ * A conntrack entry as the programs leave one for POD_A's flow to the world
+ * that saw its reply: live for an hour, SYN and ACK seen; `over` changes
+ * any field.
+ */
+export function ctEntryOf(over: Partial<CtEntryValue> = {}): CtEntryValue {
+  return {
+    expiresNs: process.hrtime.bigint() + 3600_000_000_000n,
+    packets: 3n,
+    bytes: 180n,
+    srcIdentity: POD_A.identity,
+    dstIdentity: IDENTITY.WORLD,
+    srcEndpoint: POD_A.endpointId,
+    dstEndpoint: 0,
+    revNatIndex: 0,
+    tcpFlags: 0x12, // SYN | ACK
+    flags: CtFlag.REPLY_SEEN,
+    backendId: 0,
+    natAddr: parseIp('0.0.0.0'),
+    natPort: 0,
+    ...over,
+  };
 }

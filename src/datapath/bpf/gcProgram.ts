@@ -96,7 +96,7 @@ export class GcProgram {
     // The count of the last run (an empty table: a count-only run says it).
     const entries = last ? last.entries : (await this.#runBatch({ ...input, countOnly: true }, Buffer.alloc(0), 0)).entries;
     const kept = sample.slice(0, GC_SAMPLE_MAX);
-    return { ...total, entries, samples: kept.length, sample: [...kept, ...total.sample.slice(kept.length)] };
+    return { ...total, entries, samples: kept.length, sample: kept };
   }
 
   async #runBatch(input: GcRunInput, keys: Buffer, count: number): Promise<GcRunValue> {

@@ -167,9 +167,12 @@ export interface EndpointDatapathState {
  * - `node`: the agent's own network namespace or the init namespace (never a pod's);
  * - `missing`: nothing (the runtime removed it, typical before DEL);
  * - `not-netns`: something that is not a namespace file (a FIFO, a regular
- *   file): opening it could block or mean nothing, so it is never used.
+ *   file): opening it could block or mean nothing, so it is never used;
+ * - `unmounted`: an empty regular file, the mount point a runtime bind-mounts
+ *   a namespace on, with nothing mounted on it in the agent's mount namespace
+ *   (the runtime mounted it in a private one, e.g. under `ip netns exec`).
  */
-export type NetnsKind = 'pod' | 'node' | 'missing' | 'not-netns';
+export type NetnsKind = 'pod' | 'node' | 'missing' | 'not-netns' | 'unmounted';
 
 /** A service backend's state: only `active` ones take new connections; the others keep those they have. */
 export type LbBackendState = 'active' | 'terminating' | 'quarantined' | 'maintenance';
@@ -249,6 +252,23 @@ export interface LoadBalancerDatapath {
   restoreDone(liveServiceIds: readonly number[], liveBackendIds: readonly number[]): Promise<void>;
 }
 
+/** One device's programs as the kernel has them (`tendril status`). */
+export interface DeviceAttachment {
+  name: string;
+  /** Hooks the datapath puts a program on (lo: egress only). */
+  expected: Array<'ingress' | 'egress'>;
+  /** Expected hooks without our program now (deleted filter, recreated device, device gone). */
+  missing: Array<'ingress' | 'egress'>;
+}
+
+/** Where the datapath's programs are attached, checked in the kernel. */
+export interface AttachmentReport {
+  /** The node's devices, lo and the host device. */
+  devices: DeviceAttachment[];
+  /** Pods' host-side devices: how many should carry both programs, how many do, the names of those that do not. */
+  endpoints: { expected: number; attached: number; missing: string[] };
+}
+
 export interface Datapath {
   /**
    * Whether syncEndpoint puts the policy map state in force on packets (the
@@ -266,6 +286,8 @@ export interface Datapath {
    * Optional.
    */
   restoreDone?(live: ReadonlyArray<{ id: number; hostIfName: string }>): Promise<void>;
+  /** Where its programs are attached, as the kernel has them; absent on datapaths without programs. */
+  attachmentStatus?(): Promise<AttachmentReport>;
   /** Host device, forwarding and masquerading; idempotent, run at every agent start. */
   setupNode(spec: NodeNetworkSpec): Promise<void>;
   /** What `path` names; callers use a path for a pod only when this says `pod`. */

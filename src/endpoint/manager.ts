@@ -168,6 +168,15 @@ export function podAddress(a: EndpointAddress): PodAddress {
  * changes queue regenerations of the endpoints whose map state they changed.
  * Lifecycle calls for one attachment run one at a time.
  */
+/**
+ * A runtime run under `ip netns exec` has a mount namespace of its own, so the
+ * pod namespaces it bind-mounts under /run/netns are invisible to the agent:
+ * the agent sees the empty mount-point file.
+ */
+export function unmountedNetnsMessage(path: string): string {
+  return `${path} is not a network namespace in the agent's view: it is an empty file with nothing mounted on it, so the runtime mounted the pod's namespace in a mount namespace of its own (a runtime started under \`ip netns exec\` gets a private one). Start the runtime with \`nsenter --net=/run/netns/NAME\` instead, which changes the network namespace only`;
+}
+
 export class EndpointManager {
   readonly #registry = new EndpointRegistry();
   readonly #runtime = new Map<number, Runtime>();
@@ -266,6 +275,7 @@ export class EndpointManager {
     const kind = await this.classifyNetns(path);
     if (kind === 'node') throw new EndpointError(EndpointErrorCode.NETNS_REFUSED, `${path} is the node's own network namespace, not a pod's: refusing to create or delete interfaces in it`);
     if (kind === 'not-netns') throw new EndpointError(EndpointErrorCode.NETNS_REFUSED, `${path} is not a network namespace`);
+    if (kind === 'unmounted') throw new EndpointError(EndpointErrorCode.NETNS_REFUSED, unmountedNetnsMessage(path));
   }
 
   /**

@@ -20,12 +20,12 @@ import { LinuxDatapath } from '../linux/linuxDatapath.js';
 import { removeMasquerade } from '../linux/masquerade.js';
 import { RemoteNodeRoutes } from '../linux/remoteNodeRoutes.js';
 import { interfaceSysctl, setSysctl } from '../linux/sysctl.js';
-import { type AdoptedPodSpec, type AttachmentOwnership, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress, type RecordedAttachment, type RoutingMode } from '../types.js';
+import { type AdoptedPodSpec, type AttachmentOwnership, type AttachmentReport, type DeviceAttachment, type Datapath, DatapathError, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type PodAddress, type RecordedAttachment, type RoutingMode } from '../types.js';
 import { ConfigFlag, MAGLEV_DEFAULT_TABLE_SIZE, MapName, TraceLevel, type MapNameValue } from './constants.js';
 import { EndpointMap } from './endpointMap.js';
 import { datapathPinDir } from './inspect.js';
 import { IpcacheMapMirror } from './ipcacheMap.js';
-import { detectDevices, NodeDevices } from './devices.js';
+import { detectDevices, LOOPBACK, NodeDevices } from './devices.js';
 import { lbMapSet, LbMaps } from './lbMaps.js';
 import { configNatPorts } from './natPorts.js';
 import { datapathConfig, type NatPortRangeValue, deviceInfo, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, ipmasqKey, policyEntry, policyKey } from './layout.js';
@@ -273,6 +273,23 @@ export class BpfDatapath implements Datapath {
     this.objects.close();
     await this.#host.close();
     await this.#linux.close();
+  }
+
+  async attachmentStatus(): Promise<AttachmentReport> {
+    const nl = await this.#host.get();
+    const both = ['ingress', 'egress'] as const;
+    const check = async (name: string, expected: ReadonlyArray<'ingress' | 'egress'>): Promise<DeviceAttachment> => {
+      const link = await kernel(() => nl.findLink(name));
+      const missing: Array<'ingress' | 'egress'> = [];
+      for (const d of expected) if (!link || !(await this.links.inKernel(name, link.index, d))) missing.push(d);
+      return { name, expected: [...expected], missing };
+    };
+    const devices: DeviceAttachment[] = [];
+    for (const d of this.devices.devices) devices.push(await check(d.name, both));
+    devices.push(await check(LOOPBACK, ['egress']), await check(HOST_DEVICE, both));
+    const missing: string[] = [];
+    for (const name of [...this.#endpointByIf.keys()].sort()) if ((await check(name, both)).missing.length > 0) missing.push(name);
+    return { devices, endpoints: { expected: this.#endpointByIf.size, attached: this.#endpointByIf.size - missing.length, missing } };
   }
 
   async setupNode(spec: NodeNetworkSpec): Promise<void> {

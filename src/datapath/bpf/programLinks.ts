@@ -54,6 +54,33 @@ export class ProgramLinks {
   }
 
   /**
+   * Whether the kernel has a program of ours on the hook now (`tendril
+   * status`): a pinned tcx link still on this device, or our cls_bpf filter
+   * (priority 1, handle 1). Asks the kernel, not this process's memory, so a
+   * filter someone deleted or a device that was recreated shows as missing.
+   */
+  async inKernel(ifName: string, ifindex: number, direction: Direction): Promise<boolean> {
+    try {
+      const link = TcxLink.openPinned(this.pinPath(ifName, direction));
+      try {
+        if (link.info().ifindex === ifindex) return true;
+      } finally {
+        link.close();
+      }
+    } catch (err) {
+      if (!isKernelError(err, 'ENOENT')) throw err;
+    }
+    const nl = await this.netlink();
+    try {
+      return (await nl.listBpfFilters(ifName, direction)).some((f) => f.priority === 1 && f.handle === 1);
+    } catch (err) {
+      // No clsact qdisc, or the device went: nothing of ours is there.
+      if (isKernelError(err, 'EINVAL', 'ENOENT', 'ENODEV', 'ESRCH')) return false;
+      throw err;
+    }
+  }
+
+  /**
    * Attaches the programs given (both in parallel), replacing what a pinned
    * link of the same device and hook ran before. A failure removes what this
    * call attached anew.

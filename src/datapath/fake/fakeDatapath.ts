@@ -387,7 +387,7 @@ export class FakeDatapath implements Datapath {
     if (link.peer.ns === NODE) return foreign('whose veth peer is in the node\'s own namespace, not a pod\'s');
     const kind = rec.netns === '' ? 'missing' : await this.classifyNetns(rec.netns);
     if (kind === 'node') return foreign(`and ${rec.netns} is the node's own namespace, not a pod's`);
-    if (kind === 'not-netns') return foreign(`and ${rec.netns} is not a network namespace`);
+    if (kind === 'not-netns' || kind === 'unmounted') return foreign(`and ${rec.netns} is not a network namespace`);
     const owned: AttachmentOwnership = { kind: 'owned', hostIfIndex: link.index, hostMac: link.mac };
     if (kind === 'missing') return rec.adopted ? foreign(`and its pod's namespace ${rec.netns || '(none recorded)'} is gone, so its peer cannot be checked`) : owned;
     if (link.peer.ns !== this.#nsKey(rec.netns)) return foreign(`whose veth peer is not in ${rec.netns}`);

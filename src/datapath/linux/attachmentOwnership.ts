@@ -36,7 +36,7 @@ export async function attachmentOwnership(host: Netlink, rec: RecordedAttachment
   const owned: AttachmentOwnership = { kind: 'owned', hostIfIndex: link.index, hostMac: link.mac };
   const kind = rec.netns === '' ? 'missing' : await classifyNetns(rec.netns);
   if (kind === 'node') return foreign(rec, `and ${rec.netns} is the node's own namespace, not a pod's`);
-  if (kind === 'not-netns') return foreign(rec, `and ${rec.netns} is not a network namespace`);
+  if (kind === 'not-netns' || kind === 'unmounted') return foreign(rec, `and ${rec.netns} is not a network namespace`);
   if (kind === 'missing') {
     // The path is gone but the peer lives on outside the node's namespace (a runtime that
     // removed its bind mount early). The derived name is tendril's own; an adopted pair is not,

@@ -42,7 +42,8 @@ export async function classifyNetnsPath(path: string): Promise<NetnsKind> {
   try {
     const st = await stat(path, { bigint: true });
     if (!st.isFile()) return 'not-netns';
-    if ((await statfs(path)).type !== NSFS_MAGIC) return 'not-netns';
+    // An empty file is where `ip netns add` and runtimes bind-mount a namespace: seen empty, the mount is in another mount namespace.
+    if ((await statfs(path)).type !== NSFS_MAGIC) return st.size === 0n ? 'unmounted' : 'not-netns';
     return (await nodeNamespaceIds()).has(fileId(st)) ? 'node' : 'pod';
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;

@@ -4,13 +4,14 @@ import { tendrilVersion } from '../version.js';
 import type { FastifyInstance } from 'fastify';
 import { DeletionQueue, isRefused } from '../api/deletionQueue.js';
 import { AgentError } from '../api/errors.js';
-import type { AgentConfigView, CniRequest, ConfigPatch, Health } from '../api/types.js';
+import type { AgentConfigView, CniRequest, ConfigPatch, DatapathStatus, Health } from '../api/types.js';
 import type { Datapath } from '../datapath/types.js';
 import { type Endpoint, EndpointManager, EndpointStore, PolicyRevisions } from '../endpoint/index.js';
 import { IdentityAllocator, identityToJSON, NodeLease, reservedIdentity } from '../identity/index.js';
 import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries } from '../ipcache/index.js';
 import { LabelFilter } from '../labels/index.js';
-import { PolicyEngine } from '../policy/index.js';
+import { PolicyEngine, UnknownEndpointError } from '../policy/index.js';
+import { PRIVATE_BPFFS_FIX } from '../datapath/kernel/bpf/index.js';
 import { PolicyStore } from '../policy/store/index.js';
 import { PolicyLedger } from '../policy/store/policyLedger.js';
 import { openBackend } from '../kvstore/factory.js';
@@ -673,6 +674,8 @@ export class Agent {
 
   private async health(): Promise<Health> {
     const kv = await this.backend.status();
+    const services = this.services.list();
+    const datapath = await this.datapathStatus();
     const quarantined = (await this.endpointStore.quarantineHolds()).records;
     const lostPolicies = this.policyLedger.lost().length;
     const k8s = this.kubernetes?.status();
@@ -690,6 +693,50 @@ export class Agent {
       ...(lostPolicies > 0 ? { lostPolicies } : {}),
       ipam: { mode: this.ipam.mode, allocated: (await this.ipam.list()).length },
       ...(k8s ? { kubernetes: k8s } : {}),
+      datapath,
+      services: { count: services.length, backends: services.reduce((n, svc) => n + svc['backend-addresses'].length, 0) },
+      policies: { count: this.policy.policies().length, endpointsEnforced: this.endpoints.list().filter((ep) => this.policyEnforced(ep.id)).length },
+      masquerade: this.masqueradeStatus(datapath),
+    };
+  }
+
+  /** Whether a policy puts either direction of the endpoint in default-deny (false for one the engine does not know yet). */
+  private policyEnforced(id: number): boolean {
+    try {
+      const e = this.policy.engine.endpointPolicy(id).enforcement;
+      return e.ingress.enforced || e.egress.enforced;
+    } catch (err) {
+      if (err instanceof UnknownEndpointError) return false;
+      throw err;
+    }
+  }
+
+  /** What the kernel has: programs attached, the bpffs, the fullest maps, recent drops (eBPF datapath only). */
+  private async datapathStatus(): Promise<DatapathStatus> {
+    const observability = this.observability;
+    if (!observability) return { kind: this.config.datapath };
+    const bpffs = this.ownedDatapath?.bpffs;
+    const usage = await pinnedDatapathSource(observability.bpf.inspector).mapUsage();
+    const fullest = usage.filter((u) => u.maxEntries > 0).sort((a, b) => b.entries / b.maxEntries - a.entries / a.maxEntries || a.map.localeCompare(b.map)).slice(0, 3);
+    return {
+      kind: 'bpf',
+      ...(bpffs ? { bpffs: { ...bpffs, ...(bpffs.sharing === 'private' ? { fix: PRIVATE_BPFFS_FIX } : {}) } } : {}),
+      ...(this.datapath.attachmentStatus ? { programs: await this.datapath.attachmentStatus() } : {}),
+      maps: fullest,
+      drops: await observability.drops.recent(),
+    };
+  }
+
+  /** On or off, and where: the eBPF masquerade runs on the node devices the datapath attached to. */
+  private masqueradeStatus(datapath: DatapathStatus): NonNullable<Health['masquerade']> {
+    const bpf = datapath.kind === 'bpf';
+    const devices = (datapath.programs?.devices ?? []).filter((d) => d.role === 'node').map((d) => d.name);
+    return {
+      enabled: this.config.masquerade,
+      ...(this.config.masquerade ? { by: bpf ? ('bpf' as const) : ('nftables' as const) } : {}),
+      cidrs: this.config.masquerade ? nodeMasqueradeCidrs(this.config) : [],
+      devices: this.config.masquerade && bpf ? devices : [],
+      natPortRanges: this.config.masquerade ? (this.ownedDatapath?.natPortRanges ?? []) : [],
     };
   }
 

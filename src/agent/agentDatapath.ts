@@ -7,6 +7,7 @@ import { BpfDatapath } from '../datapath/bpf/bpfDatapath.js';
 import { MapName, TraceLevel, type MapNameValue } from '../datapath/bpf/constants.js';
 import { nodeNatPortRanges } from '../datapath/bpf/natPorts.js';
 import type { MapSizes } from '../datapath/bpf/objects.js';
+import { bpffsOrigin, type BpffsOrigin, PRIVATE_BPFFS_FIX } from '../datapath/kernel/bpf/index.js';
 import { LinuxDatapath } from '../datapath/linux/linuxDatapath.js';
 import type { Datapath } from '../datapath/types.js';
 import type { IPCache } from '../ipcache/index.js';
@@ -42,6 +43,10 @@ export interface AgentDatapath {
   datapath: Datapath;
   /** Lets go of the datapath's handles at agent stop (programs and maps stay in force). */
   close(): Promise<void>;
+  /** Where the eBPF datapath's pins live and whether that bpffs is the node's (absent with the routing datapath). */
+  bpffs?: BpffsOrigin;
+  /** SNAT source ports, `min-max` (absent with the routing datapath). */
+  natPortRanges?: string[];
 }
 
 /** What the agent settled on before the datapath opens. */
@@ -77,5 +82,24 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     ...(config.ipam === 'host-scope' || config.ipam === 'kubernetes' ? { fallbackRouteCidrs: config.podCidrs } : {}),
   });
   bpf.attachIpcache(ipcache);
-  return { datapath: bpf, close: () => bpf.close() };
+  const bpffs = await bpffsOrigin(config.bpffsRoot);
+  warnIfPrivateBpffs(bpffs, log);
+  return { datapath: bpf, close: () => bpf.close(), bpffs, natPortRanges: snatPorts.map((r) => `${r.min}-${r.max}`) };
+}
+
+/**
+ * Pins on a bpffs private to the agent's mount namespace die with it: after a
+ * stop the devices lose their programs (NodePort refuses) and a restart has
+ * fresh maps (no conntrack, no endpoints' state). Said loudly, since nothing
+ * fails at start.
+ */
+export function warnIfPrivateBpffs(origin: BpffsOrigin, log: Logger): void {
+  if (origin.sharing === 'private') {
+    log.warn(
+      { bpffsRoot: origin.root, bpffsDevice: origin.device, ownMountNamespace: origin.ownMountNamespace },
+      `PRIVATE BPFFS: ${origin.root} is a bpf filesystem of the agent's own mount namespace, not the node's: the programs on the devices and every map (conntrack, services, endpoints) are lost when the agent stops, and a restart starts from nothing. Fix: ${PRIVATE_BPFFS_FIX}`,
+    );
+  } else if (origin.sharing === 'unknown') {
+    log.warn({ bpffsRoot: origin.root, detail: origin.detail }, 'cannot tell whether the bpf filesystem is the node\'s (its pins outlive the agent only if it is)');
+  }
 }

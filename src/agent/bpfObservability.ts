@@ -10,6 +10,7 @@ import { collectConntrack, ConntrackGc } from '../datapath/bpf/conntrackGc.js';
 import { MapName } from '../datapath/bpf/constants.js';
 import { DatapathInspector } from '../datapath/bpf/inspect.js';
 import type { Logger } from '../logging/logger.js';
+import { DropWindow } from '../metrics/dropWindow.js';
 import { agentMonitorContext, type AgentMonitorSources, MonitorHub, pinnedRingBuffer } from '../monitor/index.js';
 import type { BpfApi } from './api/bpfRoutes.js';
 
@@ -37,6 +38,8 @@ export interface BpfObservabilityOptions extends AgentMonitorSources {
 export class BpfObservability {
   readonly monitor: MonitorHub;
   readonly bpf: BpfApi;
+  /** Drops in the last minute, for the status. */
+  readonly drops: DropWindow;
   readonly #gc: ConntrackGc;
 
   constructor(opts: BpfObservabilityOptions) {
@@ -44,6 +47,7 @@ export class BpfObservability {
     const context = agentMonitorContext(opts);
     this.monitor = new MonitorHub({ source: pinnedRingBuffer(join(opts.pinDir, MapName.EVENTS)), context, log: opts.log.child({ subsys: 'monitor' }) });
     this.#gc = new ConntrackGc({ inspector, log: opts.log.child({ subsys: 'ct-gc' }), ...(opts.ctGcIntervalMs !== undefined ? { intervalMs: opts.ctGcIntervalMs } : {}) });
+    this.drops = new DropWindow(() => inspector.metrics(), opts.log.child({ subsys: 'drops' }));
     this.bpf = {
       inspector,
       context,
@@ -61,12 +65,14 @@ export class BpfObservability {
    */
   async start(): Promise<void> {
     await this.monitor.start();
+    await this.drops.start();
     this.#gc.start();
   }
 
   /** Ends monitor streams and stops the GC (the maps and programs stay). */
   async stop(): Promise<void> {
     await this.monitor.close();
+    this.drops.stop();
     await this.#gc.stop();
   }
 }

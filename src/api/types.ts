@@ -34,6 +34,7 @@ export type HeaderParams<Op extends OperationId> = NonNullable<operations[Op]['p
 export type ErrorResponse = Schemas['ErrorResponse'];
 export type Health = Schemas['Health'];
 export type K8sStatus = Schemas['K8sStatus'];
+export type DatapathStatus = Schemas['DatapathStatus'];
 export type AgentConfigView = Schemas['AgentConfig'];
 export type ConfigPatch = Schemas['ConfigPatch'];
 export type IpamAllocation = Schemas['IpamAllocation'];

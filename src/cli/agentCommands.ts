@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import type { K8sStatus } from '../api/types.js';
+import type { DatapathStatus, Health, K8sStatus } from '../api/types.js';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
 import { endpointView } from './detailViews.js';
@@ -8,7 +8,7 @@ import { registerEndpointPolicyCommand } from './policyCommands.js';
 /** Commands that talk to the local agent: status, endpoints, IPAM. */
 
 export function registerAgentCommands(program: Command): void {
-  withAgentOpts(program.command('status').description('agent health, kvstore, Kubernetes, IPAM usage and endpoint count')).action(async (opts: AgentOpts) => {
+  withAgentOpts(program.command('status').description('agent health, kvstore, Kubernetes, IPAM, endpoints, the datapath (bpffs, programs, map pressure, recent drops), services, policies and masquerade')).action(async (opts: AgentOpts) => {
     const h = await call(() => client(opts).status());
     output(opts, h, () =>
       table([
@@ -19,6 +19,10 @@ export function registerAgentCommands(program: Command): void {
         ...(h.lostPolicies ? [['Policy', `the kvstore lost ${h.lostPolicies} policies still enforced from the state dir: import them again or run \`tendril policy confirm-loss\``]] : []),
         ...(h.routingMode !== undefined || h.nodes !== undefined ? [['Nodes', `${h.nodes ?? '-'} in the cluster, routing mode ${h.routingMode ?? '-'}`]] : []),
         ...(h.kubernetes ? [['Kubernetes', kubernetesLine(h.kubernetes)]] : []),
+        ...(h.datapath ? datapathRows(h.datapath) : []),
+        ...(h.services ? [['Services', `${h.services.count} (${h.services.backends} ${h.services.backends === 1 ? 'backend' : 'backends'})`]] : []),
+        ...(h.policies ? [['Policies', `${h.policies.count} in force, ${h.policies.endpointsEnforced} ${h.policies.endpointsEnforced === 1 ? 'endpoint' : 'endpoints'} with policy enforced`]] : []),
+        ...(h.masquerade ? [['Masquerade', masqueradeLine(h.masquerade)]] : []),
       ]),
     );
     if (h.status !== 'ok') process.exitCode = 1;
@@ -64,6 +68,46 @@ export function registerAgentCommands(program: Command): void {
       ]),
     );
   });
+}
+
+const percent = (entries: number, max: number) => `${Math.round((100 * entries) / max)}%`;
+
+/**
+ * The datapath as `cilium status` shows it, one line each: the bpffs (loud
+ * when private: nothing fails at start, the damage shows at the next stop),
+ * programs on devices and endpoints, the fullest maps, recent drops.
+ */
+export function datapathRows(d: DatapathStatus): string[][] {
+  if (d.kind !== 'bpf') return [['Datapath', `${d.kind} (no eBPF programs)`]];
+  const rows: string[][] = [];
+  if (d.bpffs) {
+    const b = d.bpffs;
+    const where = b.sharing === 'node' ? "the node's" : b.sharing === 'private' ? "PRIVATE to the agent's mount namespace: programs and maps are lost when the agent stops" : `not known to be the node's (${b.detail ?? 'pid 1 not readable'})`;
+    rows.push(['BPF filesystem', `${b.root} (${where})${b.fix ? `. Fix: ${b.fix}` : ''}`]);
+  }
+  if (d.programs) {
+    const { devices, endpoints } = d.programs;
+    const broken = devices.filter((x) => x.missing.length > 0).map((x) => `${x.name} ${x.missing.join('+')}`);
+    const names = devices.map((x) => x.name).join(', ');
+    const devicePart = broken.length === 0 ? `${devices.length} devices (${names})` : `MISSING on ${broken.join(', ')} of ${devices.length} devices (${names})`;
+    const epPart = `${endpoints.attached}/${endpoints.expected} endpoints${endpoints.missing.length > 0 ? ` (MISSING on ${endpoints.missing.join(', ')})` : ''}`;
+    rows.push(['Programs', `${devicePart}; ${epPart}`]);
+  }
+  if (d.maps) rows.push(['Map pressure', d.maps.map((m) => `${m.map} ${percent(m.entries, m.maxEntries)} (${m.entries}/${m.maxEntries})`).join(', ') || '-']);
+  if (d.drops) {
+    const { total, topReasons, windowSeconds } = d.drops;
+    rows.push([`Drops (last ${windowSeconds}s)`, total === 0 ? '0' : `${total} (${topReasons.map((r) => `${r.reason} ${r.packets}`).join(', ')})`]);
+  }
+  return rows;
+}
+
+/** Off, or who masquerades what, where, with which source ports. */
+export function masqueradeLine(m: NonNullable<Health['masquerade']>): string {
+  if (!m.enabled) return 'off';
+  const parts = [`on (${m.by ?? 'unknown'})`, `for ${m.cidrs.join(', ') || '-'}`];
+  if (m.devices.length > 0) parts.push(`on ${m.devices.join(', ')}`);
+  if (m.natPortRanges.length > 0) parts.push(`NAT ports ${m.natPortRanges.join(', ')}`);
+  return parts.join(', ');
 }
 
 /** "2s ago", "3m ago", "1h ago": how long since an ISO time. */

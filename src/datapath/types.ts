@@ -255,6 +255,8 @@ export interface LoadBalancerDatapath {
 /** One device's programs as the kernel has them (`tendril status`). */
 export interface DeviceAttachment {
   name: string;
+  /** `node`: a node device (NodePort, masquerade); `loopback`; `host`: the host device pair's end. */
+  role: 'node' | 'loopback' | 'host';
   /** Hooks the datapath puts a program on (lo: egress only). */
   expected: Array<'ingress' | 'egress'>;
   /** Expected hooks without our program now (deleted filter, recreated device, device gone). */

@@ -278,15 +278,15 @@ export class BpfDatapath implements Datapath {
   async attachmentStatus(): Promise<AttachmentReport> {
     const nl = await this.#host.get();
     const both = ['ingress', 'egress'] as const;
-    const check = async (name: string, expected: ReadonlyArray<'ingress' | 'egress'>): Promise<DeviceAttachment> => {
+    const check = async (name: string, expected: ReadonlyArray<'ingress' | 'egress'>, role: DeviceAttachment['role'] = 'node'): Promise<DeviceAttachment> => {
       const link = await kernel(() => nl.findLink(name));
       const missing: Array<'ingress' | 'egress'> = [];
       for (const d of expected) if (!link || !(await this.links.inKernel(name, link.index, d))) missing.push(d);
-      return { name, expected: [...expected], missing };
+      return { name, role, expected: [...expected], missing };
     };
     const devices: DeviceAttachment[] = [];
     for (const d of this.devices.devices) devices.push(await check(d.name, both));
-    devices.push(await check(LOOPBACK, ['egress']), await check(HOST_DEVICE, both));
+    devices.push(await check(LOOPBACK, ['egress'], 'loopback'), await check(HOST_DEVICE, both, 'host'));
     const missing: string[] = [];
     for (const name of [...this.#endpointByIf.keys()].sort()) if ((await check(name, both)).missing.length > 0) missing.push(name);
     return { devices, endpoints: { expected: this.#endpointByIf.size, attached: this.#endpointByIf.size - missing.length, missing } };

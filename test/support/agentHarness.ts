@@ -21,6 +21,12 @@ export interface AgentProcessOptions {
   nodeName: string;
   args: string[];
   env?: Record<string, string>;
+  /**
+   * How the agent enters the node namespace: `nsenter --net` (default: the
+   * node's mount namespace, the host's bpffs) or `ip netns exec`, which gives
+   * it a mount namespace of its own with a fresh /sys (a private bpffs).
+   */
+  launcher?: 'nsenter' | 'ip-netns-exec';
   /** How long `start` waits for the API (default 20 s); several eBPF agents loading at once on a busy machine take longer. */
   startTimeoutMs?: number;
 }
@@ -72,7 +78,8 @@ export class AgentProcess {
    * itself degraded).
    */
   async start(extraEnv: Record<string, string> = {}, opts: { degraded?: boolean } = {}): Promise<void> {
-    const argv = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.bpffsArgs(), ...this.opts.args];
+    const enter = this.opts.launcher === 'ip-netns-exec' ? ['ip', 'netns', 'exec', this.opts.nodeNetns] : ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--'];
+    const argv = [...enter, AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.bpffsArgs(), ...this.opts.args];
     const env = { ...process.env, [VALIDATE_RESPONSES_ENV]: '1', ...this.opts.env, ...extraEnv };
     const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;

@@ -56,25 +56,37 @@ export function bpffsDevices(mountinfo: string): Set<string> {
   return out;
 }
 
-async function sameFile(a: string, b: string): Promise<boolean | undefined> {
+/** The mount ID of the topmost mount on `/` (a mount namespace's copy of a mount gets an ID of its own). */
+export function rootMountId(mountinfo: string): string | undefined {
+  let id: string | undefined;
+  for (const line of mountinfo.split('\n')) {
+    const f = line.split(' ');
+    if (f[4] === '/') id = f[0];
+  }
+  return id;
+}
+
+async function ownMountNamespaceOf(proc: string, initMounts: string | undefined): Promise<boolean> {
   try {
-    return (await readlink(a)) === (await readlink(b));
+    return (await readlink(`${proc}/self/ns/mnt`)) !== (await readlink(`${proc}/1/ns/mnt`));
   } catch {
-    // Without rights on pid 1's namespace links, only the bpffs comparison below can say.
-    return undefined;
+    // pid 1's namespace links need ptrace rights a root Node process may lack (EACCES): the mounts say it too.
+    if (initMounts === undefined) return false;
+    return rootMountId(await readFile(`${proc}/self/mountinfo`, 'utf8')) !== rootMountId(initMounts);
   }
 }
 
 /** Where `root`'s bpffs comes from, as seen from /proc (`proc` for tests of the parsing only). */
 export async function bpffsOrigin(root: string, proc = '/proc'): Promise<BpffsOrigin> {
   const device = devName((await stat(root, { bigint: true })).dev);
-  const ownMountNamespace = (await sameFile(`${proc}/self/ns/mnt`, `${proc}/1/ns/mnt`)) === false;
   let initMounts: string;
   try {
     initMounts = await readFile(`${proc}/1/mountinfo`, 'utf8');
   } catch (err) {
+    const ownMountNamespace = await ownMountNamespaceOf(proc, undefined);
     return { root, sharing: 'unknown', ownMountNamespace, device, detail: `cannot read pid 1's mounts: ${(err as Error).message}` };
   }
+  const ownMountNamespace = await ownMountNamespaceOf(proc, initMounts);
   const sharing = bpffsDevices(initMounts).has(device) ? 'node' : 'private';
   return { root, sharing, ownMountNamespace, device };
 }

@@ -17,7 +17,12 @@ import { TENDRIL_BIN } from '../support/tendrilBin.js';
 requireRoot('the agent status test');
 
 const pool = new NetnsPool('st');
-after(() => pool.cleanup());
+// startSingleNode names its node namespace `node`: a second single node needs a pool of its own.
+const runtimePool = new NetnsPool('sr');
+after(async () => {
+  await pool.cleanup();
+  await runtimePool.cleanup();
+});
 
 async function status(agent: AgentProcess): Promise<{ text: string; json: Health }> {
   const text = await run([TENDRIL_BIN, 'status', '--socket', agent.socket]);
@@ -131,6 +136,28 @@ test('status shows programs, map pressure, drops, services, policies and masquer
     assert.deepEqual(broken.json.datapath?.programs?.endpoints, { expected: 2, attached: 1, missing: [hostIf] });
     assert.match(broken.text, new RegExp(`1/2 endpoints \\(MISSING on ${hostIf}\\)`));
   } finally {
+    await s.cleanup();
+  }
+});
+
+test('a pod namespace mounted by a runtime under `ip netns exec` is refused with what is wrong and the fix', async () => {
+  const s = await startSingleNode(runtimePool, { nodeName: 'tdl-node-st4', args: ['--pod-cidr', '10.253.4.0/24'] });
+  const podNs = `${runtimePool.prefix}rt`;
+  try {
+    // As podman under `ip netns exec`: the runtime's `ip netns add` mounts the namespace in its private
+    // mount namespace, so the node's (and the agent's) /run/netns holds an empty file by that name.
+    const added = await run(['ip', 'netns', 'exec', s.node, 'ip', 'netns', 'add', podNs]);
+    assert.equal(added.code, 0, added.stderr);
+    const list = confListFromBytes(JSON.stringify({ cniVersion: '1.0.0', name: 'tdlstatus', plugins: [{ type: 'tendril-cni', socket: s.agent.socket }] }));
+    const add = s.runtime.addNetworkList(list, { containerId: 'tdl-rt', netns: `/run/netns/${podNs}`, ifName: 'eth0' });
+    await assert.rejects(add, (err: Error) => {
+      assert.match(err.message, new RegExp(`/run/netns/${podNs} is not a network namespace in the agent's view: it is an empty file`));
+      assert.match(err.message, /`ip netns exec`.*`nsenter --net=\/run\/netns\/NAME`/);
+      return true;
+    });
+  } finally {
+    // The namespace went with the private mount namespace; its empty mount-point file stays on the node.
+    await run(['ip', 'netns', 'del', podNs]);
     await s.cleanup();
   }
 });

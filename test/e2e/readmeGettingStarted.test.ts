@@ -10,7 +10,7 @@ import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -46,6 +46,8 @@ class ReadmeRun {
   readonly dir = mkdtempSync(join(tmpdir(), 'tdl-readme-'));
   private readonly namespaces: string[] = [];
   private readonly groups: Array<{ child: ChildProcess; what: string }> = [];
+  /** Each host's agent, started by a background block. */
+  private readonly agents = new Map<string, ChildProcess>();
   private readonly hosts = new Map<string, Host>();
   readonly outputs: Array<{ host: string; line: number; out: string }> = [];
   private bridgeNs = '';
@@ -146,6 +148,7 @@ class ReadmeRun {
     writeFileSync(script, `set -euo pipefail\nexec ${code.trim()}\n`);
     const log = join(this.dir, `${hostName}-bg${n}.log`);
     const child = this.spawnLogged(host, script, log);
+    if (/^bin\/tendril-agent /.test(code)) this.agents.set(hostName, child);
     const deadline = Date.now() + 60_000;
     const etcdUrl = /--advertise-client-urls (\S+)/.exec(code)?.[1];
     const client = new AgentClient({ socketPath: join(host.iso.stateDir, 'tendril.sock'), timeoutMs: 5000 });
@@ -167,9 +170,36 @@ class ReadmeRun {
     const steps = pathSteps(BLOCKS, path);
     assert.ok(steps.length > 0, `README.md has blocks for ${path}`);
     for (const { host, block } of steps) {
+      if (block.agentStopped) await this.stopAgent(host);
       if (block.background) await this.background(host, block);
       else await this.step(host, block);
     }
+  }
+
+  /** Ctrl-C in the agent's terminal: SIGINT, and it must be gone within 15 s. */
+  async stopAgent(hostName: string): Promise<void> {
+    const agent = this.agents.get(hostName);
+    assert.ok(agent?.pid !== undefined, `${hostName} has an agent to stop`);
+    if (agent.exitCode !== null || agent.signalCode !== null) return;
+    const exited = new Promise((r) => agent.once('exit', r));
+    process.kill(-agent.pid, 'SIGINT');
+    const timer = new Promise((_, reject) => setTimeout(() => reject(new Error(`${hostName}'s agent did not stop on SIGINT in 15 s`)), 15_000));
+    await Promise.race([exited, timer]);
+  }
+
+  /** What the README's commands left on a host: tendril's devices, pods' host interfaces, its dirs and pins, the CNI files. */
+  async leftOn(hostName: string): Promise<string[]> {
+    const host = await this.host(hostName);
+    const links = JSON.parse((await runOk(['ip', '-n', host.netns, '-j', 'link', 'show'])) || '[]') as Array<{ ifname: string }>;
+    const out = links.map((l) => l.ifname).filter((n) => n.startsWith('tendril_') || n.startsWith('lxc'));
+    for (const p of [host.iso.stateDir, host.iso.libDir, join(host.iso.bpffsRoot, 'tendril'), join(host.iso.netconfDir, '10-tendril.conflist'), join(host.iso.pluginDir, 'tendril-cni')]) {
+      if (existsSync(p)) out.push(p);
+    }
+    const netns = (await runOk(['ip', 'netns', 'list'])).split('\n').map((l) => l.split(' ')[0]);
+    for (const pod of Object.values(host.iso.netns)) if (netns.includes(pod)) out.push(`netns ${pod}`);
+    const nft = await runOk(['nsenter', `--net=/var/run/netns/${host.netns}`, '--', 'nft', 'list', 'tables']).catch(() => '');
+    if (nft.includes('tendril')) out.push(nft.trim());
+    return out;
   }
 
   /** Everything started (agents, etcd, servers), then namespaces, dirs and pins. */
@@ -210,7 +240,7 @@ describe("README getting started, run as written", () => {
     for (const r of runs) await r.cleanup();
   });
 
-  test('one host: agent, two pods through tendril-cni, ping and TCP, a policy that denies and allows, monitor and status', async () => {
+  test('one host: agent, two pods through tendril-cni, ping and TCP, a policy that denies and allows, monitor and status, removal', async () => {
     const r = new ReadmeRun();
     runs.push(r);
     try {
@@ -222,6 +252,7 @@ describe("README getting started, run as written", () => {
       assert.match(all, /container:app=web/, 'endpoint list shows the labels');
       assert.match(all, /DROP \(POLICY[^\n]*container:app=client[^\n]*container:app=web[^\n]*TendrilClusterwideNetworkPolicy\/web/, 'tendril monitor shows the drop and the policy');
       assert.match(all, /^Endpoints\s+2$/m, 'tendril status counts the two pods');
+      assert.deepEqual(await r.leftOn('host1'), [], '"Removing tendril" left nothing of tendril on the host');
     } finally {
       await r.cleanup();
     }

@@ -12,8 +12,9 @@ import { fileURLToPath } from 'node:url';
  *
  * `path:host,…` runs the block on those hosts of that path (in document
  * order); `background` marks a long-running process (the agent, etcd) that
- * the test starts, waits for and stops; `kubernetes:syntax` is checked, not
- * run (no API server can run here).
+ * the test starts, waits for and stops; `agent-stopped` a block that runs
+ * after the host's agent stopped (Ctrl-C in its terminal); `kubernetes:syntax`
+ * is checked, not run (no API server can run here).
  */
 export const README = fileURLToPath(new URL('../../../README.md', import.meta.url));
 
@@ -21,6 +22,8 @@ export interface ReadmeBlock {
   /** path name → the hosts it runs on. */
   runs: Map<string, string[]>;
   background: boolean;
+  /** Runs once the host's agent has stopped. */
+  agentStopped: boolean;
   code: string;
   /** 1-based line of the block's first command in README.md. */
   line: number;
@@ -37,9 +40,11 @@ export function readmeBlocks(text = readmeText()): ReadmeBlock[] {
   for (const m of text.matchAll(MARKER)) {
     const runs = new Map<string, string[]>();
     let background = false;
+    let agentStopped = false;
     for (const token of m[1]!.trim().split(/\s+/)) {
-      if (token === 'background') {
-        background = true;
+      if (token === 'background' || token === 'agent-stopped') {
+        if (token === 'background') background = true;
+        else agentStopped = true;
         continue;
       }
       const [path, hosts] = token.split(':');
@@ -47,7 +52,7 @@ export function readmeBlocks(text = readmeText()): ReadmeBlock[] {
       runs.set(path, hosts.split(','));
     }
     const line = text.slice(0, m.index + m[0].indexOf('```sh')).split('\n').length + 1;
-    out.push({ runs, background, code: m[2]!, line });
+    out.push({ runs, background, agentStopped, code: m[2]!, line });
   }
   return out;
 }
@@ -78,9 +83,10 @@ export interface HostIsolation {
 
 /**
  * The substitutions, all of them: paths of the machine become the host's own
- * dirs, the README's netns names get the test's prefix, the agent is told
- * its dirs (the README relies on the defaults), and `tendril cni add` its
- * result cache (default /var/lib/cni). Nothing else in a command changes.
+ * dirs, the README's netns names get the test's prefix, the agent and its
+ * cleanup are told its dirs (the README relies on the defaults), and
+ * `tendril cni add` its result cache (default /var/lib/cni). Nothing else in
+ * a command changes.
  */
 export function isolate(code: string, h: HostIsolation): string {
   let out = code
@@ -92,7 +98,9 @@ export function isolate(code: string, h: HostIsolation): string {
   return out
     .split('\n')
     .map((l) => {
-      if (/^bin\/tendril-agent --/.test(l)) return l.replace('bin/tendril-agent', `bin/tendril-agent --state-dir ${h.stateDir} --lib-dir ${h.libDir} --bpffs-root ${h.bpffsRoot}`);
+      const dirs = `--state-dir ${h.stateDir} --lib-dir ${h.libDir} --bpffs-root ${h.bpffsRoot}`;
+      if (/^bin\/tendril-agent --/.test(l)) return l.replace('bin/tendril-agent', `bin/tendril-agent ${dirs}`);
+      if (/^bin\/tendril-agent cleanup\b/.test(l)) return l.replace('bin/tendril-agent cleanup', `bin/tendril-agent cleanup ${dirs}`);
       if (/(^|\s)bin\/tendril cni add /.test(l)) return `${l} --cache-dir ${h.cacheDir}`;
       return l;
     })

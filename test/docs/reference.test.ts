@@ -10,7 +10,7 @@ import type { Command } from 'commander';
 import { agentCommand } from '../../src/agent/agentCli.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
-export const REFERENCE_PAGE = 'docs/reference.md';
+const REFERENCE_PAGE = 'docs/reference.md';
 
 /** Every long flag of a command and its subcommands, as `--flag`, with where it comes from. */
 function longFlags(cmd: Command, path: string): Array<{ flag: string; where: string }> {
@@ -19,7 +19,7 @@ function longFlags(cmd: Command, path: string): Array<{ flag: string; where: str
 }
 
 /** Whether the text names the flag as a whole word (`--bpf-policy-max` does not name `--bpf-policy-max-x`, nor the reverse). */
-export function namesFlag(text: string, flag: string): boolean {
+function namesFlag(text: string, flag: string): boolean {
   const escaped = flag.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
   return new RegExp(`(^|[^a-z0-9-])${escaped}(?![a-z0-9-])`, 'm').test(text);
 }

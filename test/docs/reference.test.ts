@@ -3,7 +3,8 @@
 // prints, subcommands included), so a new flag without a line in
 // docs/reference.md fails here instead of going undocumented.
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
@@ -42,4 +43,24 @@ test(`every flag in tendril-agent --help is documented in ${REFERENCE_PAGE}`, ()
 test('the README links the reference page', () => {
   const readme = readFileSync(`${ROOT}README.md`, 'utf8');
   assert.ok(readme.includes(`](${REFERENCE_PAGE})`), `README.md links ${REFERENCE_PAGE}`);
+});
+
+/** GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes. */
+function anchors(markdown: string): Set<string> {
+  const text = markdown.replace(/^```[\s\S]*?^```$/gm, '');
+  return new Set([...text.matchAll(/^#{1,6} (.+)$/gm)].map((m) => m[1]!.toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, '').replace(/ /g, '-')));
+}
+
+test('every link between README.md, docs/reference.md and deploy/kubernetes/README.md reaches a file and a heading', () => {
+  for (const page of ['README.md', REFERENCE_PAGE, 'deploy/kubernetes/README.md']) {
+    const text = readFileSync(`${ROOT}${page}`, 'utf8');
+    const dir = dirname(page);
+    for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+      if (/^[a-z]+:/.test(target!)) continue;
+      const [file, anchor] = target!.split('#');
+      const path = file === '' ? page : join(dir, file!);
+      assert.ok(existsSync(`${ROOT}${path}`), `${page}: link ${target} names ${path}, which does not exist`);
+      if (anchor !== undefined) assert.ok(anchors(readFileSync(`${ROOT}${path}`, 'utf8')).has(anchor), `${page}: link ${target}: no heading #${anchor} in ${path}`);
+    }
+  }
 });

@@ -227,10 +227,13 @@ class ReadmeRun {
     rmSync(this.dir, { recursive: true, force: true });
   }
 
-  /** Processes of this run still alive (must be none after cleanup). */
+  /** Processes of this run still alive (must be none after cleanup): in its process groups (the busybox server is one), or naming its namespaces. */
   async leftovers(): Promise<string[]> {
-    const r = await run(['pgrep', '-a', '-f', this.prefix]);
-    return r.stdout.split('\n').filter((l) => l.trim() !== '');
+    const groups = this.groups.flatMap((g) => (g.child.pid === undefined ? [] : [String(g.child.pid)]));
+    const byGroup = groups.length === 0 ? '' : (await run(['pgrep', '-a', '-g', groups.join(',')])).stdout;
+    const byName = (await run(['pgrep', '-a', '-f', this.prefix])).stdout;
+    // A killed process waits as a zombie until init reaps it: dead, not left running.
+    return `${byGroup}\n${byName}`.split('\n').filter((l) => l.trim() !== '' && !l.endsWith('<defunct>'));
   }
 }
 

@@ -4,8 +4,10 @@
 // underlay, its own hostname, dirs and netns names (the substitutions are
 // all in `isolate`). One host: the agent, two pods through the real plugin,
 // ping and TCP, a policy that lets TCP 8080 in and drops the ping, the drop
-// in `tendril monitor`, status. A second node: etcd and two agents over VXLAN,
-// a pod on each reaching the other.
+// in `tendril monitor`, status, then "Removing tendril" after Ctrl-C (nothing
+// of tendril left on the host). A second node: etcd and two agents over VXLAN,
+// a pod on each reaching the other. The Kubernetes path cannot run here (no
+// API server): test/docs/readmeBlocks.test.ts checks its commands' syntax.
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';

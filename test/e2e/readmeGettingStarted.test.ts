@@ -256,7 +256,7 @@ describe("README getting started, run as written", () => {
       assert.match(all, /Imported: TendrilClusterwideNetworkPolicy\/web/);
       assert.match(all, /container:app=web/, 'endpoint list shows the labels');
       assert.match(all, /DROP \(POLICY[^\n]*container:app=client[^\n]*container:app=web[^\n]*TendrilClusterwideNetworkPolicy\/web/, 'tendril monitor shows the drop and the policy');
-      assert.match(all, /^Endpoints\s+2$/m, 'tendril status counts the two pods');
+      assert.match(all, /^Endpoints\s+2\b/m, 'tendril status counts the two pods');
       assert.deepEqual(await r.leftOn('host1'), [], '"Removing tendril" left nothing of tendril on the host');
     } finally {
       await r.cleanup();

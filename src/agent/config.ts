@@ -202,7 +202,7 @@ export function validateConfig(raw: unknown): AgentConfig {
       : raw;
   const parsed = AgentConfigSchema.safeParse(withMode);
   if (!parsed.success) {
-    throw new ConfigError(`invalid agent configuration: ${z.prettifyError(parsed.error).replace(/\n/g, '; ')}`);
+    throw new ConfigError(`invalid agent configuration: ${parsed.error.issues.map(describeIssue).join('; ')}`);
   }
   const c = parsed.data;
   const need = (cond: boolean, msg: string) => {
@@ -223,6 +223,78 @@ export function validateConfig(raw: unknown): AgentConfig {
   }
   validateAbsolutePath(c.socket, 'socket path');
   return c;
+}
+
+/**
+ * The fields whose key a user writes (the long flag in camelCase, in the
+ * config file, GET /config and `tendril config`) is not the field's own name.
+ * One table, so an error, the printed configuration and the file agree: a
+ * user who wrote `podCidr` was told about `podCidrs`.
+ */
+export const CONFIG_USER_KEYS = {
+  kvstoreOpts: 'kvstoreOpt',
+  podCidrs: 'podCidr',
+  clusterPoolCidrs: 'clusterPoolCidr',
+  poolCidrs: 'poolCidr',
+  leaseTtlSeconds: 'leaseTtl',
+  masqueradeCidrs: 'masqueradeCidr',
+  ipamExpirationMs: 'ipamExpiration',
+  policyEndpointMaxEntries: 'bpfPolicyEndpointMax',
+  k8sSyncTimeoutSeconds: 'k8sSyncTimeout',
+} as const satisfies Partial<Record<keyof AgentConfig, string>>;
+
+/** Each eBPF map size's key (its flag, --bpf-lxc-max, in camelCase). */
+export const BPF_MAP_SIZE_USER_KEYS = {
+  lxc: 'bpfLxcMax',
+  ipcache: 'bpfIpcacheMax',
+  policy: 'bpfPolicyMax',
+  ctTcp: 'bpfCtTcpMax',
+  ctAny: 'bpfCtAnyMax',
+  frag: 'bpfFragMax',
+  events: 'bpfEventsMax',
+  lbServices: 'bpfLbServiceMax',
+  lbBackends: 'bpfLbBackendMax',
+  lbRevnat: 'bpfLbRevnatMax',
+  lbAffinity: 'bpfLbAffinityMax',
+  lbMaglev: 'bpfLbMaglevMax',
+  lbMembers: 'bpfLbMemberMax',
+  snat: 'bpfNatMax',
+} as const satisfies Record<BpfMapSizeKey, string>;
+
+/** The key a user writes for a configuration field. */
+export function userConfigKey(field: string): string {
+  return (CONFIG_USER_KEYS as Record<string, string>)[field] ?? field;
+}
+
+/** A user key's flag: `podCidr` is `--pod-cidr`. */
+function flagOf(userKey: string): string {
+  return `--${userKey.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+}
+
+/** One schema problem, named by the key the user wrote and its flag: `podCidr[0] (--pod-cidr): must be a CIDR…`. */
+function describeIssue(issue: z.core.$ZodIssue): string {
+  const [field, ...rest] = issue.path;
+  if (field === undefined) return issue.message;
+  let key = userConfigKey(String(field));
+  if (field === 'bpfMapSizes' && rest.length > 0 && String(rest[0]) in BPF_MAP_SIZE_USER_KEYS) key = BPF_MAP_SIZE_USER_KEYS[String(rest.shift()) as BpfMapSizeKey];
+  const where = key + rest.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('');
+  return `${where} (${flagOf(key)}): ${issue.message}`;
+}
+
+/**
+ * The configuration under the keys a user writes: what GET /config answers
+ * and `tendril config` prints, a valid config file as it stands (the map
+ * sizes as their own keys).
+ */
+export function userConfigView(c: AgentConfig): Record<string, unknown> {
+  const view: Record<string, unknown> = {};
+  for (const [field, value] of Object.entries(c)) {
+    if (value === undefined) continue;
+    if (field === 'bpfMapSizes') {
+      for (const [map, size] of Object.entries(value as Record<string, number>)) view[BPF_MAP_SIZE_USER_KEYS[map as BpfMapSizeKey]] = size;
+    } else view[userConfigKey(field)] = value;
+  }
+  return view;
 }
 
 /**

@@ -155,7 +155,7 @@ export class Agent {
     const faultPoint = faultPointFromEnv(process.env);
     this.endpointStore = new EndpointStore(join(config.stateDir, 'endpoints'));
     // CIDR identities of policies come with their ipcache entries, so the datapath classifies those ranges.
-    this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: new IpcacheCidrIdentities(identities, ipcache), maxEntriesPerEndpoint: config.policyEndpointMaxEntries }));
+    this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: new IpcacheCidrIdentities(identities, ipcache), maxEntriesPerEndpoint: config.policyEndpointMaxEntries }), log.child({ subsys: 'policy' }));
     this.policyStore = new PolicyStore({ backend, target: this.policy, logger: log.child({ subsys: 'policy-store' }) });
     this.policyLedger = new PolicyLedger(config.stateDir, log.child({ subsys: 'policy-store' }));
     this.nodeAddresses = new NodeAddressEntries(ipcache, config.nodeName);

@@ -31,6 +31,7 @@ import {
 import { closestMatch } from './didYouMean.js';
 import { tendrilVersion } from '../version.js';
 import { cleanupCommand } from './cleanup/cleanupFlags.js';
+import { LOG_FORMATS } from '../logging/logger.js';
 
 const list = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
 const repeat = (v: string, prev: string[] = []) => [...prev, v];
@@ -95,6 +96,7 @@ export interface Flags {
   prometheusServeAddr?: string;
   logFile?: string;
   logLevel?: string;
+  logFormat?: string;
 }
 
 export function agentCommand(): Command {
@@ -165,6 +167,7 @@ export function agentCommand(): Command {
     .option('--prometheus-serve-addr <host:port>', 'also serve GET /metrics (Prometheus) over TCP here, such as 127.0.0.1:9962 (default: off; the API socket always serves it)')
     .option('--log-file <path>', 'log to this file instead of stderr')
     .addOption(new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]))
+    .addOption(new Option('--log-format <format>', 'json, text, or auto (default): text when logging to a terminal, JSON to a file or a pipe').choices([...LOG_FORMATS]))
     // main.ts runs `cleanup` itself; listed here for --help. The no-op action keeps a flags-only command line the agent's (not a help page).
     .addCommand(cleanupCommand())
     .action(() => undefined)
@@ -253,6 +256,7 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('prometheusServeAddr', flags.prometheusServeAddr);
   set('logFile', flags.logFile);
   set('logLevel', flags.logLevel);
+  set('logFormat', flags.logFormat);
 }
 
 /** Options that are no configuration: the file itself, and --version. */

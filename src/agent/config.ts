@@ -12,6 +12,7 @@ import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
 import { isServeAddress } from '../metrics/metricsServer.js';
+import { LOG_FORMATS } from '../logging/logger.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated', 'kubernetes'] as const;
@@ -125,6 +126,8 @@ export const AgentConfigSchema = z
       .optional(),
     logFile: absPath.optional(),
     logLevel: z.enum(LOG_LEVELS),
+    /** json, text (a line a person reads) or auto: text on a terminal, JSON to a file or a pipe. */
+    logFormat: z.enum(LOG_FORMATS),
   })
   .strict();
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
@@ -161,6 +164,7 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode'> {
     policyEndpointMaxEntries: DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
     k8sSyncTimeoutSeconds: DEFAULT_K8S_SYNC_TIMEOUT_SECONDS,
     logLevel: 'info',
+    logFormat: 'auto',
   };
 }
 

@@ -69,6 +69,7 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   k8sSyncTimeout: { yaml: 7, argv: ['--k8s-sync-timeout', '7'] },
   logFile: { yaml: '/var/log/tdl-keys/agent.log', argv: ['--log-file', '/var/log/tdl-keys/agent.log'] },
   logLevel: { yaml: 'debug', argv: ['--log-level', 'debug'] },
+  logFormat: { yaml: 'text', argv: ['--log-format', 'text'] },
   prometheusServeAddr: { yaml: '127.0.0.1:9962', argv: ['--prometheus-serve-addr', '127.0.0.1:9962'] },
 };
 /** Keys whose sample is also the default (the flag has a single choice today). */

@@ -13,6 +13,7 @@ import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
 import { isServeAddress } from '../metrics/metricsServer.js';
 import { LOG_FORMATS } from '../logging/logger.js';
+import { fileErrorReason } from '../errors/fileError.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated', 'kubernetes'] as const;
@@ -316,7 +317,7 @@ export async function readConfigFile(path: string): Promise<Record<string, unkno
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`, ConfigErrorCode.FILE_UNREADABLE, { cause: err });
+    throw new ConfigError(`cannot read config file ${path}: ${fileErrorReason(err)}`, ConfigErrorCode.FILE_UNREADABLE, { cause: err });
   }
   let doc: unknown;
   try {

@@ -119,6 +119,6 @@ export function registerEndpointLabelCommand(endpoint: Command): void {
       if (!opts.add?.length && !opts.delete?.length) throw new CliError('give --add and/or --delete');
       const body = { ...(opts.add ? { add: opts.add } : {}), ...(opts.delete ? { delete: opts.delete } : {}) };
       const ep = await call(() => client(opts).patchEndpointLabels(id, body));
-      output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ')}\n`);
+      output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ') || '-'}\n`);
     });
 }

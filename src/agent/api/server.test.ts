@@ -74,7 +74,7 @@ describe('body limits', () => {
     const before = api.health.config();
     const r = await app.inject({ method: 'PATCH', url: '/v1/config', headers: { 'content-type': 'application/json' }, payload: longestBody(spec.body('/config', 'patch')!) });
     assert.equal(r.statusCode, 200, r.body);
-    assert.equal(r.json<{ ipamExpirationMs: number }>().ipamExpirationMs, 3_600_000);
+    assert.equal(r.json<{ ipamExpiration: number }>().ipamExpiration, 3_600_000);
     api.health.patchConfig({ logLevel: before.logLevel, ipamExpiration: before.ipamExpiration });
   });
 

@@ -21,7 +21,7 @@ describe('--log-format', () => {
     const { lines, log } = logTo('auto', true);
     log.child({ subsys: 'policy' }).info({ policy: 'NetworkPolicy/prod/db-from-web', revision: 3 }, 'policy added');
     assert.equal(lines.length, 1);
-    const m = /^(\S+) INFO  \[policy\] policy added policy=NetworkPolicy\/prod\/db-from-web revision=3\n$/.exec(lines[0]!);
+    const m = /^(\S+) INFO {2}\[policy\] policy added policy=NetworkPolicy\/prod\/db-from-web revision=3\n$/.exec(lines[0]!);
     assert.ok(m, lines[0]);
     assert.match(m[1]!, ISO);
     assert.doesNotMatch(lines[0]!, /tdl-fmt|pid=/, 'the fields every record has are not repeated on every line');
@@ -41,7 +41,7 @@ describe('--log-format', () => {
   it('text to a pipe when asked', () => {
     const { lines, log } = logTo('text', false);
     log.warn('careful');
-    assert.match(lines[0]!, /^\S+ WARN  careful\n$/);
+    assert.match(lines[0]!, /^\S+ WARN {2}careful\n$/);
   });
 
   it('values with spaces are quoted, errors give their message and code; one line each', () => {

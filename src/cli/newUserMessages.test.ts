@@ -44,6 +44,13 @@ describe('messages that name the fix', () => {
     }
   });
 
+  it('no agent at the socket: the path once, the reason, and what to check', async () => {
+    const socket = join(dir, 'tdl-no-agent.sock');
+    const r = await runCli(['endpoint', 'list', '--socket', socket]);
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr, `tendril: cannot reach the tendril agent at ${socket}: connect: no such file or directory (is tendril-agent running? pick it with --socket or TENDRIL_SOCK)\n`);
+  });
+
   it('policy delete without a selection names the --all flag, not the API parameter', async () => {
     const r = await runCli(['policy', 'delete', '--socket', join(dir, 'none.sock')]);
     assert.equal(r.code, 1);

@@ -15,8 +15,7 @@ import { Ajv, type ValidateFunction } from 'ajv';
 import { pino } from 'pino';
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
-import { agentCommand } from '../../src/agent/agentCli.js';
-import { defaultConfig, validateConfig } from '../../src/agent/config.js';
+import { agentCommand, configFromFile } from '../../src/agent/agentCli.js';
 import { SOCKET_ENV } from '../../src/api/types.js';
 import { parseEtcdOptions } from '../../src/kvstore/etcd/etcdOptions.js';
 import { KVSTORE_OPTION_KEYS } from '../../src/kvstore/optionKeys.js';
@@ -223,7 +222,7 @@ describe('deploy/kubernetes manifests', () => {
     const docs = parseAllDocuments(String(data['agent.yaml']));
     assert.equal(docs.length, 1);
     const file = obj(docs[0]!.toJS(), 'agent.yaml');
-    const config = validateConfig({ ...defaultConfig(), ...file, nodeName: 'node-1' });
+    const config = configFromFile({ ...file, nodeName: 'node-1' }, 'agent.yaml');
     assert.equal(config.ipam, 'kubernetes');
     const kvKeys: readonly string[] = KVSTORE_OPTION_KEYS[config.kvstore];
     for (const k of Object.keys(config.kvstoreOpts)) assert.ok(kvKeys.includes(k), `kvstore option ${k} is one of ${config.kvstore}'s`);

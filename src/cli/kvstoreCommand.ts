@@ -6,6 +6,7 @@ import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { CliError } from './cliError.js';
 import { existsSync } from 'node:fs';
 import { defaultEmbeddedPath } from '../kvstore/embedded/embeddedOptions.js';
+import { count } from './words.js';
 
 /**
  * `tendril kvstore get|set|delete|list|status`: direct access to the cluster
@@ -122,7 +123,7 @@ export function registerKvstoreCommands(program: Command): void {
       await withBackend(flags, async (kv) => {
         const res = flags.prefix === true ? await kv.deletePrefix(key) : await kv.delete(key);
         if (flags.output === 'json') printJson(res);
-        else print(`deleted ${res.deleted} key(s) at revision ${res.revision}`);
+        else print(`deleted ${count(res.deleted, 'key')} at revision ${res.revision}`);
       });
     });
 

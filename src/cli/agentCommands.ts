@@ -71,7 +71,8 @@ export function registerAgentCommands(program: Command): void {
   });
 }
 
-const percent = (entries: number, max: number) => `${Math.round((100 * entries) / max)}%`;
+/** One decimal: a map of 500k entries is not "0%" full with thousands in it. */
+const percent = (entries: number, max: number) => `${((100 * entries) / max).toFixed(1)}%`;
 
 /**
  * The datapath as `cilium status` shows it, one line each: the bpffs (loud
@@ -106,7 +107,8 @@ export function datapathRows(d: DatapathStatus): string[][] {
 export function masqueradeLine(m: NonNullable<Health['masquerade']>): string {
   if (!m.enabled) return 'off';
   const parts = [`on (${m.by ?? 'unknown'})`, `for ${m.cidrs.join(', ') || '-'}`];
-  if (m.devices.length > 0) parts.push(`on ${m.devices.join(', ')}`);
+  // The eBPF masquerade runs on node devices only: with none detected nothing leaves masqueraded.
+  if (m.by === 'bpf') parts.push(m.devices.length > 0 ? `on ${m.devices.join(', ')}` : 'on NO node device (none has a global IPv4 address; see --devices)');
   if (m.natPortRanges.length > 0) parts.push(`NAT ports ${m.natPortRanges.join(', ')}`);
   return parts.join(', ');
 }

@@ -122,7 +122,7 @@ test('status shows programs, map pressure, drops, services, policies and masquer
     assert.ok((json.masquerade?.natPortRanges.length ?? 0) > 0);
 
     assert.match(text, /Programs\s+3 devices \(tdlup0, lo, tendril_host\); 2\/2 endpoints\n/);
-    assert.match(text, /Map pressure\s+tendril_\w+ \d+% \(\d+\/\d+\)/);
+    assert.match(text, /Map pressure\s+tendril_\w+ \d+\.\d% \(\d+\/\d+\)/);
     assert.match(text, /Drops \(last \d+s\)\s+[1-9]\d* \(\w*POLICY\w* \d+/);
     assert.match(text, /Services\s+1 \(2 backends\)/);
     assert.match(text, /Policies\s+1 in force, 1 endpoint with policy enforced/);

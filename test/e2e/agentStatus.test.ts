@@ -63,6 +63,20 @@ test('an agent in the node\'s mount namespace (nsenter --net) has the node\'s bp
   }
 });
 
+test('an agent in a mount namespace of its own that has the node\'s bpffs (a container with /sys/fs/bpf mounted) does not warn', async () => {
+  const node = (await pool.add('cnode')).name;
+  const agent = await AgentProcess.create({ nodeNetns: node, nodeName: 'tdl-node-st5', args: ['--pod-cidr', '10.253.5.0/24'], launcher: 'unshare-mount' });
+  try {
+    await agent.start();
+    assert.doesNotMatch(agent.output, /PRIVATE BPFFS/);
+    const { json } = await status(agent);
+    assert.equal(json.datapath?.bpffs?.ownMountNamespace, true, 'its own mount namespace is seen');
+    assert.equal(json.datapath?.bpffs?.sharing, 'node', 'but the bpffs is the node\'s');
+  } finally {
+    await agent.cleanup();
+  }
+});
+
 test('status shows programs, map pressure, drops, services, policies and masquerade with real numbers', async () => {
   const s = await startSingleNode(pool, { nodeName: 'tdl-node-st3', args: ['--pod-cidr', '10.253.3.0/24'] });
   try {

@@ -24,9 +24,11 @@ export interface AgentProcessOptions {
   /**
    * How the agent enters the node namespace: `nsenter --net` (default: the
    * node's mount namespace, the host's bpffs) or `ip netns exec`, which gives
-   * it a mount namespace of its own with a fresh /sys (a private bpffs).
+   * it a mount namespace of its own with a fresh /sys (a private bpffs), or
+   * `unshare --mount` then nsenter: a mount namespace of its own that still
+   * has the node's /sys/fs/bpf, as a container with it bind-mounted.
    */
-  launcher?: 'nsenter' | 'ip-netns-exec';
+  launcher?: 'nsenter' | 'ip-netns-exec' | 'unshare-mount';
   /** How long `start` waits for the API (default 20 s); several eBPF agents loading at once on a busy machine take longer. */
   startTimeoutMs?: number;
 }
@@ -78,7 +80,9 @@ export class AgentProcess {
    * itself degraded).
    */
   async start(extraEnv: Record<string, string> = {}, opts: { degraded?: boolean } = {}): Promise<void> {
-    const enter = this.opts.launcher === 'ip-netns-exec' ? ['ip', 'netns', 'exec', this.opts.nodeNetns] : ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--'];
+    const nsenter = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--'];
+    const enter =
+      this.opts.launcher === 'ip-netns-exec' ? ['ip', 'netns', 'exec', this.opts.nodeNetns] : this.opts.launcher === 'unshare-mount' ? ['unshare', '--mount', '--propagation', 'slave', '--', ...nsenter] : nsenter;
     const argv = [...enter, AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.bpffsArgs(), ...this.opts.args];
     const env = { ...process.env, [VALIDATE_RESPONSES_ENV]: '1', ...this.opts.env, ...extraEnv };
     const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });

@@ -22,7 +22,7 @@ import { ENDPOINT_REF, type EndpointNotReady, type EndpointStatus } from '../../
 import { parseIdentityNumber } from '../../identity/index.js';
 import type { IpcacheEntry } from '../../ipcache/index.js';
 import type { Allocation } from '../../ipam/index.js';
-import { isKubernetesDerivedKey, LabelSet, LabelSource, parseLabel, requireNotKubernetesDerived } from '../../labels/index.js';
+import { isKubernetesDerivedKey, LabelSet, LabelSource, parseLabel, parsePodLabel, requireNotKubernetesDerived } from '../../labels/index.js';
 import type { Logger } from '../../logging/logger.js';
 import {
   type EndpointPolicy,
@@ -379,8 +379,6 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   app.patch('/v1/endpoint/:id/labels', async (req): Promise<ResponseBody<'patchEndpointLabels', 200>> => {
     const ep = endpointRef(endpoints, (req.params as PathParams<'patchEndpointLabels'>).id);
     const body = req.body as LabelsPatch;
-    // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
-    const source = ep.podNamespace ? LabelSource.K8s : LabelSource.Container;
     let labels = LabelSet.parse(ep.labels);
     const from = 'PATCH /endpoint/{id}/labels';
     for (const text of body.delete ?? []) {
@@ -390,7 +388,8 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
       if (isKubernetesDerivedKey(l.key)) throw new AgentError('INVALID_REQUEST', `${from}: label key "${l.key}" is derived from Kubernetes and cannot be deleted through the API; nothing was changed`);
       labels = labels.without(l.key, l.source);
     }
-    const added = (body.add ?? []).map((t) => parseLabel(t, source));
+    // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
+    const added = (body.add ?? []).map((t) => parsePodLabel(t, ep.podNamespace));
     for (const l of added) requireNotKubernetesDerived(l, from);
     labels = labels.with(added);
     return endpointBody(await endpoints.updateLabels(ep.id, labels));

@@ -88,6 +88,8 @@ export interface PolicyApi {
   import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
   delete(filter: PolicyFilter): Promise<{ revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
   selectors(): ReturnType<SelectorCache['list']>;
+  /** The rules of these policies whose subject selects no endpoint (nothing to enforce on). */
+  selectsNoEndpoint?(names: readonly PolicyName[]): Array<{ policy: PolicyName; selector: string }>;
   trace(src: TracePeer, dst: TracePeer, proto: number, port: number): TraceResult;
   endpointPolicy(id: number): EndpointPolicy;
   /** Whether the datapath enforces endpoints' map states on packets (the eBPF datapath). */
@@ -432,7 +434,13 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
   app.put('/v1/policy', async (req): Promise<ResponseBody<'putPolicy', 200>> => {
     const r = await policy.import((req.body as PolicyImport).text);
-    return { revision: r.revision, policies: r.policies.map(formatPolicyName), ...regenerationOutcome(r) };
+    const unselected = policy.selectsNoEndpoint?.(r.policies) ?? [];
+    return {
+      revision: r.revision,
+      policies: r.policies.map(formatPolicyName),
+      ...regenerationOutcome(r),
+      selectsNoEndpoint: unselected.map((u) => ({ policy: formatPolicyName(u.policy), selector: u.selector })),
+    };
   });
   app.delete('/v1/policy', async (req): Promise<ResponseBody<'deletePolicy', 200>> => {
     const q = req.query as QueryParams<'deletePolicy'>;
@@ -448,6 +456,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     const { src, dst, notes } = resolveTracePeers(body, {
       endpoint: (ref) => (ENDPOINT_REF.test(ref) ? endpoints.lookup(ref) : undefined),
       identityExists: (id) => identities.get(id) !== undefined,
+      endpointsWithLabels: (labels) => endpoints.list().filter((e) => LabelSet.parse(e.labels).equals(labels)).map((e) => e.id),
     });
     const { port, proto } = parsePortProtocol(body.dport);
     const result = traceBody(policy.trace(src, dst, proto, port));

@@ -73,7 +73,7 @@ describe('label sources: container: outside Kubernetes, k8s: in a namespace, the
     const r = await runCli(['policy', 'import', '-', ...sock], { input: policy });
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /^Warning: NetworkPolicy\/shop\/db-from-web selects no endpoint \(selector labels\(k8s:app=db,k8s:io\.kubernetes\.pod\.namespace=shop\)\)$/m);
-    assert.match(r.stdout, /NetworkPolicy selects only k8s: labels of its namespace/);
+    assert.match(r.stdout, /a NetworkPolicy only their k8s: labels; a container outside Kubernetes has container: labels and no namespace: select it with a CiliumClusterwideNetworkPolicy/);
     const json = await runCli(['policy', 'import', '-', '-o', 'json', ...sock], { input: policy });
     const body = JSON.parse(json.stdout) as { selectsNoEndpoint: Array<{ policy: string; selector: string }> };
     assert.deepEqual(body.selectsNoEndpoint, [{ policy: 'NetworkPolicy/shop/db-from-web', selector: 'labels(k8s:app=db,k8s:io.kubernetes.pod.namespace=shop)' }]);

@@ -29,7 +29,9 @@ export function unselectedLines(unselected: ReadonlyArray<{ policy: string; sele
   if (unselected.length === 0) return '';
   let out = '';
   for (const u of unselected) out += `Warning: ${u.policy} selects no endpoint (selector ${u.selector})\n`;
-  out += 'A NetworkPolicy selects only k8s: labels of its namespace; containers labelled outside Kubernetes carry container: labels (tendril endpoint list shows each endpoint\'s labels).\n';
+  out +=
+    'A namespaced policy selects only pods of its namespace, a NetworkPolicy only their k8s: labels; a container outside Kubernetes has container: labels and no namespace: ' +
+    'select it with a CiliumClusterwideNetworkPolicy, whose selectors without a source match any source (tendril endpoint list shows each endpoint\'s labels).\n';
   return out;
 }
 

@@ -11,7 +11,7 @@ import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { AgentProcess, CNI_BIN } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
-import { runOk } from '../support/run.js';
+import { run, runOk } from '../support/run.js';
 import { Containerd, type ForegroundRun } from '../support/runtimes/containerd.js';
 import { Podman } from '../support/runtimes/podman.js';
 import { makeScratchDir } from '../support/skelFixture.js';
@@ -115,6 +115,38 @@ describe('the podman recipe', () => {
     const ep = await endpointOf(id);
     assert.deepEqual(ep?.labels, ['container:app=client']);
     assert.notEqual(ep?.identity, before.identity, 'a new identity follows the labels');
+  });
+
+  test('packets and the trace agree: a NetworkPolicy selects no container: label, a tendril policy does', async () => {
+    const web = (await endpointOf((await podman.inspect<{ Id: string }>('tdl-rcp-web')).Id))!;
+    const webIp = web.addresses[0]!.ip;
+    const ping = () => podman.podman(['exec', 'tdl-rcp-client', 'ping', '-c', '1', '-W', '2', webIp], 15_000);
+    const trace = () => run([TENDRIL_BIN, 'policy', 'trace', '--src', 'app=client', '--dst', 'app=web,tier=front', '--dport', 'icmp', '--socket', agent.socket]);
+    const policyFile = join(scratchDir, 'web-from-nobody.yaml');
+
+    // A NetworkPolicy selects k8s: labels of its namespace: the import says it selects nothing, and nothing is enforced.
+    await writeFile(policyFile, 'apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: { name: web, namespace: default }\nspec:\n  podSelector: { matchLabels: { app: web } }\n  ingress: [ { from: [ { podSelector: { matchLabels: { app: nobody } } } ] } ]\n');
+    const imported = await tendril(['policy', 'import', policyFile]);
+    assert.match(imported, /Warning: NetworkPolicy\/default\/web selects no endpoint/);
+    assert.equal((await ping()).code, 0, 'the container is not selected: ping passes');
+    const allowed = await trace();
+    assert.match(allowed.stdout, /destination labels: container:app=web container:tier=front\n/);
+    assert.equal(allowed.code, 0, `the trace agrees with the packets:\n${allowed.stdout}`);
+    await tendril(['policy', 'delete', '--all']);
+
+    // A namespaced CiliumNetworkPolicy selects only its namespace's pods: it too selects nothing, and says so.
+    await writeFile(policyFile, 'apiVersion: cilium.io/v2\nkind: CiliumNetworkPolicy\nmetadata: { name: web, namespace: default }\nspec:\n  endpointSelector: { matchLabels: { app: web } }\n  ingress: [ { fromEndpoints: [ { matchLabels: { app: nobody } } ] } ]\n');
+    assert.match(await tendril(['policy', 'import', policyFile]), /Warning: TendrilNetworkPolicy\/default\/web selects no endpoint \(selector labels\(any:app=web,k8s:io\.kubernetes\.pod\.namespace=default\)\)/);
+    await tendril(['policy', 'delete', '--all']);
+
+    // A cluster-wide policy's selector without a source matches any source: the container is selected and the ping dropped.
+    await writeFile(policyFile, 'apiVersion: cilium.io/v2\nkind: CiliumClusterwideNetworkPolicy\nmetadata: { name: web }\nspec:\n  endpointSelector: { matchLabels: { app: web } }\n  ingress: [ { fromEndpoints: [ { matchLabels: { app: nobody } } ] } ]\n');
+    assert.doesNotMatch(await tendril(['policy', 'import', policyFile]), /selects no endpoint/);
+    assert.notEqual((await ping()).code, 0, 'the tendril policy drops the ping');
+    const denied = await trace();
+    assert.equal(denied.code, 1, `the trace agrees with the packets:\n${denied.stdout}`);
+    assert.match(denied.stdout, /Final verdict: DENY/);
+    await tendril(['policy', 'delete', '--all']);
   });
 });
 

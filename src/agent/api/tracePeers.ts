@@ -80,7 +80,7 @@ function labelPeer(s: Side, who: string, texts: readonly string[], notes: string
   const source = podLabelDefaultSource(namespace);
   notes.push(
     namespace === undefined
-      ? `${who}: no ${POD_NAMESPACE_LABEL} label, so labels without a source are ${source}: as on a container without K8S_POD_NAMESPACE (a NetworkPolicy selects only k8s: labels of its namespace; for a pod give ${POD_NAMESPACE_LABEL}=<ns> or --${s}-k8s-pod)`
+      ? `${who}: no ${POD_NAMESPACE_LABEL} label, so labels without a source are ${source}:, as on a container without K8S_POD_NAMESPACE (a NetworkPolicy selects only k8s: labels of its namespace; for a pod give ${POD_NAMESPACE_LABEL}=<ns> or --${s}-k8s-pod)`
       : `${who}: pod namespace ${namespace}, so labels without a source are ${source}:`,
   );
   notes.push(`${who} labels: ${labels.toStrings().join(' ')}`);

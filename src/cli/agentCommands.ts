@@ -149,7 +149,7 @@ export function addedLabelLines(added: readonly string[], podNamespace: string |
     out += `added ${label} (no source given: ${source}:, as ${why}; write ${other}:${text} for a ${other}: label)\n`;
   }
   if (out.includes('(no source given') && !podNamespace) {
-    out += 'a selector without a source (tendril policy) matches any source; a NetworkPolicy matches only k8s: labels of its own namespace, so none of this endpoint\'s\n';
+    out += 'a selector without a source (tendril policy) matches any source; a NetworkPolicy matches only k8s: labels of its own namespace, so it selects none of this endpoint\'s labels\n';
   }
   return out;
 }

@@ -576,6 +576,7 @@ export class Agent {
       import: (text) => this.policyStore.importText(text),
       delete: (filter) => this.policyStore.deletePolicies(filter),
       selectors: () => policy.engine.selectors(),
+      selectsNoEndpoint: (names) => policy.engine.selectsNoEndpoint(names),
       trace: (src, dst, proto, port) => policy.engine.trace(src, dst, proto, port),
       endpointPolicy: (id) => policy.engine.endpointPolicy(id),
       datapathEnforced: this.datapath.enforcesPolicy === true,

@@ -6,7 +6,7 @@ import {
   LabelSet,
   LabelSource,
   makeLabel,
-  parseLabel,
+  parsePodLabel,
   POD_NAMESPACE_LABEL,
   requireNotKubernetesDerived,
   requirePodLabel,
@@ -79,12 +79,11 @@ export function labelTextsFromCni(args: CniArgs, conf: NetConf): LabelText[] {
  * label, whether it came from CNI_ARGS, the netconf or the API.
  */
 export function endpointLabels(texts: readonly LabelText[], pod: PodRef): LabelSet {
-  const source = pod.namespace ? LabelSource.K8s : LabelSource.Container;
   const labels: Label[] = [];
   if (pod.namespace) labels.push(makeLabel(LabelSource.K8s, POD_NAMESPACE_LABEL, pod.namespace));
   for (const { text, from } of texts) {
     try {
-      const label = parseLabel(text, source);
+      const label = parsePodLabel(text, pod.namespace);
       requireNotKubernetesDerived(label, from);
       requirePodLabel(label);
       labels.push(label);

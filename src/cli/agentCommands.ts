@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import type { DatapathStatus, Health, K8sStatus } from '../api/types.js';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
+import { formatLabel, LabelSource, parsePodLabel, podLabelDefaultSource } from '../labels/index.js';
 import { CliError } from './cliError.js';
 import { count } from './words.js';
 import { endpointView } from './detailViews.js';
@@ -158,13 +159,43 @@ export function registerIdentityCommands(program: Command): void {
 }
 
 export function registerEndpointLabelCommand(endpoint: Command): void {
-  withAgentOpts(endpoint.command('labels <id>').description('add or delete endpoint labels (a new identity follows)'))
-    .option('--add <label>', 'label to add, k=v or source:k=v (repeatable)', repeatable)
-    .option('--delete <key>', 'label key to delete, k or source:k (repeatable)', repeatable)
+  withAgentOpts(
+    endpoint
+      .command('labels <id>')
+      .description(
+        'add or delete endpoint labels (a new identity follows); <id> is an endpoint ID, container-id:<id> (podman: the full ID podman inspect shows; ctr: <namespace>-<name>), pod-name:<ns>:<name> or ipv4:<ip>',
+      ),
+  )
+    .option('--add <label>', `label to add, [source:]k=v (repeatable); without a source it gets ${LabelSource.K8s}: on a pod of a Kubernetes namespace and ${LabelSource.Container}: on any other container (write k8s:app=web or container:app=web to choose)`, repeatable)
+    .option('--delete <key>', 'label key to delete, k (every source) or source:k (repeatable)', repeatable)
     .action(async (id: string, opts: AgentOpts & { add?: string[]; delete?: string[] }) => {
       if (!opts.add?.length && !opts.delete?.length) throw new CliError('give --add and/or --delete');
       const body = { ...(opts.add ? { add: opts.add } : {}), ...(opts.delete ? { delete: opts.delete } : {}) };
       const ep = await call(() => client(opts).patchEndpointLabels(id, body));
-      output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ') || '-'}\n`);
+      output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ') || '-'}\n${addedLabelLines(opts.add ?? [], ep.podNamespace)}`);
     });
+}
+
+/**
+ * Which label each --add became, resolved by the agent's own function: a
+ * label without a source is `container:` outside Kubernetes, which no
+ * NetworkPolicy selects, so the source is said, with how to choose another.
+ */
+export function addedLabelLines(added: readonly string[], podNamespace: string | undefined): string {
+  let out = '';
+  for (const text of added) {
+    const label = formatLabel(parsePodLabel(text, podNamespace));
+    if (label === text) {
+      out += `added ${label}\n`;
+      continue;
+    }
+    const source = podLabelDefaultSource(podNamespace);
+    const why = podNamespace ? `the endpoint is a pod of namespace ${podNamespace}` : 'the endpoint has no pod namespace';
+    const other = source === LabelSource.K8s ? LabelSource.Container : LabelSource.K8s;
+    out += `added ${label} (no source given: ${source}:, as ${why}; write ${other}:${text} for a ${other}: label)\n`;
+  }
+  if (out.includes('(no source given') && !podNamespace) {
+    out += 'a selector without a source (tendril policy) matches any source; a NetworkPolicy matches only k8s: labels of its own namespace, so it selects none of this endpoint\'s labels\n';
+  }
+  return out;
 }

@@ -110,14 +110,16 @@ describe('against an agent', () => {
   });
   after(() => node.stop());
 
-  it('trace with labels assumes namespace default, says so, and denies what the policy denies; one verdict line', async () => {
-    const denied = await runCli(['policy', 'trace', '--src', 'app=client', '--dst', 'app=db', '--dport', '5432/tcp', ...sock]);
+  it('trace with labels and a pod namespace takes them as k8s:, says so, and denies what the policy denies; one verdict line', async () => {
+    const ns = 'io.kubernetes.pod.namespace=default';
+    const denied = await runCli(['policy', 'trace', '--src', `app=client,${ns}`, '--dst', `app=db,${ns}`, '--dport', '5432/tcp', ...sock]);
     assert.equal(denied.code, 1, denied.stdout + denied.stderr);
-    assert.match(denied.stdout, /source: no namespace label given, assuming k8s:io\.kubernetes\.pod\.namespace=default/);
-    assert.match(denied.stdout, /destination: no namespace label given, assuming k8s:io\.kubernetes\.pod\.namespace=default/);
+    assert.match(denied.stdout, /source: pod namespace default, so labels without a source are k8s:/);
+    assert.match(denied.stdout, /destination labels: k8s:app=db k8s:io\.kubernetes\.pod\.namespace=default/);
+    assert.match(denied.stdout, new RegExp(`destination: the labels of endpoint ${dbId}`));
     assert.equal(denied.stdout.match(/verdict/gi)?.length, 1, denied.stdout);
     assert.match(denied.stdout, /Final verdict: DENY\n$/);
-    const allowed = await runCli(['policy', 'trace', '--src', 'app=web', '--dst', 'app=db', '--dport', '5432/tcp', ...sock]);
+    const allowed = await runCli(['policy', 'trace', '--src', `app=web,${ns}`, '--dst', `app=db,${ns}`, '--dport', '5432/tcp', ...sock]);
     assert.equal(allowed.code, 0, allowed.stdout + allowed.stderr);
     assert.match(allowed.stdout, /Final verdict: ALLOW\n$/);
   });

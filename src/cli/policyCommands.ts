@@ -22,6 +22,20 @@ export function regenerationLines(r: { regenerated: readonly number[]; notReady:
   return out;
 }
 
+/**
+ * One line per imported policy rule that selects no endpoint, with its
+ * selector: an import that changes nothing must not look like one that did.
+ */
+export function unselectedLines(unselected: ReadonlyArray<{ policy: string; selector: string }>): string {
+  if (unselected.length === 0) return '';
+  let out = '';
+  for (const u of unselected) out += `Warning: ${u.policy} selects no endpoint (selector ${u.selector})\n`;
+  out +=
+    'A namespaced policy selects only pods of its namespace, a NetworkPolicy only their k8s: labels; a container outside Kubernetes has container: labels and no namespace: ' +
+    'select it with a CiliumClusterwideNetworkPolicy, whose selectors without a source match any source (tendril endpoint list shows each endpoint\'s labels).\n';
+  return out;
+}
+
 /** `tendril policy …`: the agent's policy repository, as `cilium policy` does it. */
 export function registerPolicyCommands(program: Command): void {
   const policy = program.command('policy').description('network policy: import, get, delete, confirm-loss, selectors, trace');
@@ -36,7 +50,7 @@ export function registerPolicyCommands(program: Command): void {
       }
       if (!hasDocument(text)) throw new CliError(`no policy documents in ${file === '-' ? 'stdin' : file}`);
       const r = await call(() => client(opts).putPolicy({ text }));
-      output(opts, r, () => `Revision: ${r.revision}\nImported: ${r.policies.join(', ')}\n${regenerationLines(r)}`);
+      output(opts, r, () => `Revision: ${r.revision}\nImported: ${r.policies.join(', ')}\n${regenerationLines(r)}${unselectedLines(r.selectsNoEndpoint)}`);
     },
   );
 
@@ -80,11 +94,13 @@ export function registerPolicyCommands(program: Command): void {
   const trace = withAgentOpts(
     policy
       .command('trace')
-      .description(`would traffic from the source to the destination on --dport be allowed, and by which rules; labels without a namespace are taken in namespace default (the agent says so in the trace)`),
+      .description(
+        `would traffic from the source to the destination on --dport be allowed, and by which rules; labels are resolved as an endpoint's are: with io.kubernetes.pod.namespace=<ns> among them, labels without a source are k8s:, otherwise container: (the trace prints the labels it used)`,
+      ),
   );
   for (const [side, who] of [['src', 'source'], ['dst', 'destination']] as const) {
     trace
-      .option(`--${side} <labels>`, `${who} labels, k=v[,k=v] (k8s source by default)`, labelList)
+      .option(`--${side} <labels>`, `${who} labels, [source:]k=v[,...]: no source means k8s: with an io.kubernetes.pod.namespace label, container: without (as CNI labels)`, labelList)
       .option(`--${side}-endpoint <id>`, `${who}: a local endpoint ID`)
       .option(`--${side}-k8s-pod <namespace/name>`, `${who}: a pod with an endpoint on this node`)
       .option(`--${side}-identity <id>`, `${who}: a security identity`);

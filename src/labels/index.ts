@@ -5,7 +5,7 @@
  */
 export { LabelError, LabelErrorCode } from './errors.js';
 export { LabelSource, isLabelSource, parseLabelSource } from './source.js';
-export { POD_LABEL_SOURCES, isPodLabelSource, requirePodLabel } from './podSources.js';
+export { POD_LABEL_SOURCES, isPodLabelSource, parsePodLabel, podLabelDefaultSource, requirePodLabel } from './podSources.js';
 export {
   KUBERNETES_DERIVED_KEYS,
   KUBERNETES_DERIVED_KEY_PREFIXES,

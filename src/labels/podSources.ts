@@ -1,5 +1,5 @@
 import { LabelError, LabelErrorCode } from './errors.js';
-import { formatLabel, type Label } from './label.js';
+import { formatLabel, parseLabel, type Label } from './label.js';
 import { LabelSource } from './source.js';
 
 /**
@@ -28,4 +28,21 @@ export function requirePodLabel(label: Label): void {
     `label ${JSON.stringify(text)} has source "${label.source}": a pod may carry only ${POD_LABEL_SOURCES.map((s) => `${s}:`).join(' and ')} labels`,
     text,
   );
+}
+
+/**
+ * The source a pod label given without one gets: `k8s` for a pod of a
+ * Kubernetes namespace (its runtime passed K8S_POD_NAMESPACE), `container`
+ * for every other container — the labels Cilium gives a runtime's
+ * containers. Every path that turns a label text into a pod's label (CNI
+ * ADD, the labels API, a trace by labels) asks this one function, so a
+ * trace resolves `app=web` exactly as the endpoint carrying it does.
+ */
+export function podLabelDefaultSource(namespace: string | undefined): LabelSource {
+  return namespace ? LabelSource.K8s : LabelSource.Container;
+}
+
+/** A pod's label from its text, `[source:]key[=value]`, with the source podLabelDefaultSource gives. */
+export function parsePodLabel(text: string, namespace: string | undefined): Label {
+  return parseLabel(text, podLabelDefaultSource(namespace));
 }

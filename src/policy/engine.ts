@@ -16,12 +16,13 @@ import { diffEntries, EMPTY_DIFF, isEmptyDiff, MapState, mapKeyString, type MapE
 import { PolicyMapBuilder } from './policyMapEntries.js';
 import { PolicyRepository, type PolicyFilter } from './repository.js';
 import { resolvePolicy, type ResolvedPolicy } from './resolvedPolicy.js';
-import type { Policy, PolicyName, Rule } from './rule.js';
+import { formatPolicyName, type Policy, type PolicyName, type Rule } from './rule.js';
 import { parsePolicyText } from './ruleParser.js';
 import type { IdentitySelector } from './selector.js';
 import { SelectorCache } from './selectorCache.js';
 import type { DirectionEnforcement } from './enforcement.js';
 import { type CidrIdentitySource, type Direction, type EndpointInfo, type EnforcementMode, type Identity, type IdentityView, type NamedPort, ReservedIdentity, type Verdict } from './types.js';
+import { MAX_GLOBAL_IDENTITY, MIN_GLOBAL_IDENTITY } from '../identity/constants.js';
 
 /** Cilium's default policy map size per endpoint. */
 export const DEFAULT_MAX_ENTRIES_PER_ENDPOINT = 16384;
@@ -185,6 +186,28 @@ export class PolicyEngine {
     this.#touchSubjects(change.removed, touched);
     this.#forget(change.removed, touched);
     return { ...this.#flush(touched), deleted: change.removed.map((p) => p.name) };
+  }
+
+  /**
+   * The rules of these policies whose subject selects no endpoint: no pod
+   * identity of the cluster (256..65535) and no local endpoint's identity.
+   * Such a policy is in the repository but enforces nothing — typically a
+   * NetworkPolicy (k8s: labels in its namespace) meant for containers
+   * labelled `container:` — so an import says so, selector by selector.
+   */
+  selectsNoEndpoint(names: readonly PolicyName[]): Array<{ policy: PolicyName; selector: string }> {
+    const local = new Set([...this.#endpoints.values()].map((e) => e.info.identity));
+    const isEndpoint = (id: number) => local.has(id) || (id >= MIN_GLOBAL_IDENTITY && id <= MAX_GLOBAL_IDENTITY);
+    const wanted = new Set(names.map(formatPolicyName));
+    const out: Array<{ policy: PolicyName; selector: string }> = [];
+    for (const p of this.repository.list()) {
+      if (!wanted.has(formatPolicyName(p.name))) continue;
+      for (const r of p.rules) {
+        const selections = this.selectorCache.get(r.subject.key)?.selections ?? new Set<number>();
+        if (![...selections].some(isEndpoint)) out.push({ policy: p.name, selector: r.subject.key });
+      }
+    }
+    return out;
   }
 
   policies(filter?: PolicyFilter): Policy[] {

@@ -275,7 +275,7 @@ describe('deploy/kubernetes manifests', () => {
     const commented = [...text.matchAll(/^(\s*)#\s*(etcd\.(?:trustedCAFile|certFile|keyFile)):\s*(\S+)\s*$/gm)];
     assert.deepEqual(commented.map((m) => m[2]).sort(), ['etcd.certFile', 'etcd.keyFile', 'etcd.trustedCAFile']);
     const uncommented = commented.reduce((t, m) => t.replace(m[0], `${m[1]}${m[2]}: ${m[3]}`), text);
-    const config = validateConfig({ ...defaultConfig(), ...obj(parseAllDocuments(uncommented)[0]!.toJS(), 'agent.yaml'), nodeName: 'node-1' });
+    const config = configFromFile({ ...obj(parseAllDocuments(uncommented)[0]!.toJS(), 'agent.yaml'), nodeName: 'node-1' }, 'agent.yaml');
     const readme = readFileSync(join(DEPLOY, 'README.md'), 'utf8');
     const create = /kubectl -n kube-system create secret generic tendril-etcd-tls((?:\s+\\?\s*--from-file=\S+)+)/.exec(readme);
     assert.ok(create !== null, 'deploy/kubernetes/README.md creates the Secret');

@@ -22,7 +22,7 @@ import { ENDPOINT_REF, type EndpointNotReady, type EndpointStatus } from '../../
 import { parseIdentityNumber } from '../../identity/index.js';
 import type { IpcacheEntry } from '../../ipcache/index.js';
 import type { Allocation } from '../../ipam/index.js';
-import { isKubernetesDerivedKey, LabelSet, LabelSource, parseLabel, requireNotKubernetesDerived } from '../../labels/index.js';
+import { isKubernetesDerivedKey, LabelSet, LabelSource, parseLabel, parsePodLabel, requireNotKubernetesDerived } from '../../labels/index.js';
 import type { Logger } from '../../logging/logger.js';
 import {
   type EndpointPolicy,
@@ -88,6 +88,8 @@ export interface PolicyApi {
   import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
   delete(filter: PolicyFilter): Promise<{ revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
   selectors(): ReturnType<SelectorCache['list']>;
+  /** The rules of these policies whose subject selects no endpoint (nothing to enforce on). */
+  selectsNoEndpoint?(names: readonly PolicyName[]): Array<{ policy: PolicyName; selector: string }>;
   trace(src: TracePeer, dst: TracePeer, proto: number, port: number): TraceResult;
   endpointPolicy(id: number): EndpointPolicy;
   /** Whether the datapath enforces endpoints' map states on packets (the eBPF datapath). */
@@ -387,8 +389,6 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   app.patch('/v1/endpoint/:id/labels', async (req): Promise<ResponseBody<'patchEndpointLabels', 200>> => {
     const ep = endpointRef(endpoints, (req.params as PathParams<'patchEndpointLabels'>).id);
     const body = req.body as LabelsPatch;
-    // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
-    const source = ep.podNamespace ? LabelSource.K8s : LabelSource.Container;
     let labels = LabelSet.parse(ep.labels);
     const from = 'PATCH /endpoint/{id}/labels';
     for (const text of body.delete ?? []) {
@@ -398,7 +398,8 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
       if (isKubernetesDerivedKey(l.key)) throw new AgentError('INVALID_REQUEST', `${from}: label key "${l.key}" is derived from Kubernetes and cannot be deleted through the API; nothing was changed`);
       labels = labels.without(l.key, l.source);
     }
-    const added = (body.add ?? []).map((t) => parseLabel(t, source));
+    // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
+    const added = (body.add ?? []).map((t) => parsePodLabel(t, ep.podNamespace));
     for (const l of added) requireNotKubernetesDerived(l, from);
     labels = labels.with(added);
     return endpointBody(await endpoints.updateLabels(ep.id, labels));
@@ -441,7 +442,13 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
   app.put('/v1/policy', async (req): Promise<ResponseBody<'putPolicy', 200>> => {
     const r = await policy.import((req.body as PolicyImport).text);
-    return { revision: r.revision, policies: r.policies.map(formatPolicyName), ...regenerationOutcome(r) };
+    const unselected = policy.selectsNoEndpoint?.(r.policies) ?? [];
+    return {
+      revision: r.revision,
+      policies: r.policies.map(formatPolicyName),
+      ...regenerationOutcome(r),
+      selectsNoEndpoint: unselected.map((u) => ({ policy: formatPolicyName(u.policy), selector: u.selector })),
+    };
   });
   app.delete('/v1/policy', async (req): Promise<ResponseBody<'deletePolicy', 200>> => {
     const q = req.query as QueryParams<'deletePolicy'>;
@@ -457,6 +464,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     const { src, dst, notes } = resolveTracePeers(body, {
       endpoint: (ref) => (ENDPOINT_REF.test(ref) ? endpoints.lookup(ref) : undefined),
       identityExists: (id) => identities.get(id) !== undefined,
+      endpointsWithLabels: (labels) => endpoints.list().filter((e) => LabelSet.parse(e.labels).equals(labels)).map((e) => e.id),
     });
     const { port, proto } = parsePortProtocol(body.dport);
     const result = traceBody(policy.trace(src, dst, proto, port));

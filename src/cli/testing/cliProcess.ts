@@ -8,6 +8,6 @@ import { run, type RunResult } from '../../../test/support/run.js';
 /** The compiled CLI entry point (dist/src/cli/main.js). */
 export const CLI_MAIN = fileURLToPath(new URL('../main.js', import.meta.url));
 
-export function runCli(args: readonly string[]): Promise<RunResult> {
-  return run([process.execPath, CLI_MAIN, ...args]);
+export function runCli(args: readonly string[], opts: { input?: string } = {}): Promise<RunResult> {
+  return run([process.execPath, CLI_MAIN, ...args], opts);
 }

@@ -85,12 +85,12 @@ export class Podman {
   }
 
   /** Runs `podman <args>` in the node namespace. */
-  podman(args: readonly string[], timeoutMs = 60_000): Promise<RunResult> {
-    return run(['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', 'podman', ...args], { env: this.env, timeoutMs });
+  podman(args: readonly string[], timeoutMs = 60_000, extraEnv: NodeJS.ProcessEnv = {}): Promise<RunResult> {
+    return run(['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--', 'podman', ...args], { env: { ...this.env, ...extraEnv }, timeoutMs });
   }
 
-  async podmanOk(args: readonly string[], timeoutMs = 60_000): Promise<string> {
-    const r = await this.podman(args, timeoutMs);
+  async podmanOk(args: readonly string[], timeoutMs = 60_000, extraEnv: NodeJS.ProcessEnv = {}): Promise<string> {
+    const r = await this.podman(args, timeoutMs, extraEnv);
     if (r.code !== 0) throw new Error(`podman ${args.join(' ')} exited ${r.code}: ${r.stderr.trim() || r.stdout.trim()}`);
     return r.stdout;
   }
@@ -101,11 +101,11 @@ export class Podman {
    * image store, nothing in the host's /var/lib/containers). The container is
    * removed by cleanup. Returns its full ID.
    */
-  async runBusybox(name: string, runArgs: readonly string[], command: readonly string[]): Promise<string> {
+  async runBusybox(name: string, runArgs: readonly string[], command: readonly string[], extraEnv: NodeJS.ProcessEnv = {}): Promise<string> {
     const rootfs = join(this.root, 'rootfs', name);
     await buildBusyboxRootfs(rootfs);
     this.containers.push(name);
-    return (await this.podmanOk(['run', '-d', '--name', name, ...runArgs, '--rootfs', rootfs, ...command])).trim();
+    return (await this.podmanOk(['run', '-d', '--name', name, ...runArgs, '--rootfs', rootfs, ...command], 60_000, extraEnv)).trim();
   }
 
   async inspect<T = Record<string, unknown>>(name: string): Promise<T> {

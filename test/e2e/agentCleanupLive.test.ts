@@ -12,7 +12,7 @@ import { mkdtemp, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { AGENT_BIN, type AgentProcess, startSingleNode } from '../support/agentHarness.js';
+import { AGENT_BIN, type AgentProcess, type SingleNode, startSingleNode } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
 
@@ -90,4 +90,27 @@ test('once the agent has stopped, cleanup from the node removes its pins and sta
   assert.match(r.stdout, new RegExp(`bpf pins +${bpffsRoot}/tendril$`, 'm'));
   assert.equal(existsSync(join(bpffsRoot, 'tendril')), false);
   assert.equal(existsSync(agent.stateDir), false);
+});
+
+test('an agent whose state dir names neither its socket nor its store is found by its node lock, in its own network namespace', async (t) => {
+  const lockPool = new NetnsPool('cw');
+  const outside = await mkdtemp(join(tmpdir(), 'tdl-cwout-'));
+  const root = `/sys/fs/bpf/tdl-${randomBytes(4).toString('hex')}`;
+  let started: SingleNode | undefined;
+  t.after(async () => {
+    await started?.cleanup();
+    await lockPool.cleanup();
+    await rm(outside, { recursive: true, force: true });
+    await rm(root, { recursive: true, force: true });
+  });
+  // Socket and store outside the state and lib dirs, and no run record (an agent of an older version wrote none).
+  const lockNode = (started = await startSingleNode(lockPool, { nodeName: 'tdl-node-cw', args: ['--pod-cidr', '10.252.3.0/24', '--bpffs-root', root, '--socket', join(outside, 'agent.sock'), '--kvstore-opt', `embedded.path=${join(outside, 'kv.db')}`] }));
+  const other = (await lockPool.add('other')).name;
+  await rm(join(lockNode.agent.stateDir, 'agent.json'), { force: true });
+  const r = await lockPool.exec(other, [AGENT_BIN, 'cleanup', '--force', '--state-dir', lockNode.agent.stateDir, '--lib-dir', join(lockNode.agent.stateDir, 'lib'), '--bpffs-root', root]);
+  assert.equal(r.code, 1, r.stdout + r.stderr);
+  assert.match(r.stderr, new RegExp(`agent pid ${lockNode.agent.pid!}, socket ${lockNode.agent.socket}: .*holds the node lock of its network namespace and serves`));
+  assert.ok(existsSync(join(root, 'tendril')));
+  assert.ok(existsSync(lockNode.agent.stateDir));
+  assert.equal((await lockNode.agent.client.health()).status, 'ok');
 });

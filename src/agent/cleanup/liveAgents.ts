@@ -19,7 +19,7 @@ import { readdir, readFile, readlink, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AgentClient } from '../../client/agentClient.js';
 import { checkSocketPath } from '../api/server.js';
-import { DEFAULT_NODE_LOCK_NAME, NetnsNodeLock } from '../nodeLock.js';
+import { abstractSocketHolders, DEFAULT_NODE_LOCK_NAME, NetnsNodeLock } from '../nodeLock.js';
 import { OwnershipError } from '../ownershipError.js';
 import { readRunRecord } from '../runRecord.js';
 
@@ -141,7 +141,10 @@ export async function findLiveAgents(q: LiveAgentQuery): Promise<LiveAgent[]> {
     await claim.release();
   } catch (err) {
     if (!(err instanceof OwnershipError)) throw err;
-    found.push({ why: err.message.replace(/; nothing was changed$/, '') });
+    const why = err.message.replace(/; nothing was changed$/, '');
+    const holders = await abstractSocketHolders(DEFAULT_NODE_LOCK_NAME);
+    if (holders.length === 0) found.push({ why });
+    for (const pid of holders) found.push({ pid, why });
   }
 
   const fds = await allFds();

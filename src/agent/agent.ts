@@ -19,19 +19,19 @@ import { writeRunRecord } from './runRecord.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { NodeApi } from './api/nodeRoutes.js';
-import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, listenOnSocket, type PolicyApi } from './api/server.js';
+import { type AgentApi, buildServer, checkSocketPath, type EndpointApi, type HealthApi, type IdentityApi, type IpamApi, k8sNotSyncedMessage, listenOnSocket, type PolicyApi } from './api/server.js';
 import { attachmentOfOwner, CniService, ipamOwner, ownerLease } from './cniService.js';
 import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
 import { InterfaceNames, netlinkLinks } from '../monitor/index.js';
 import { BpfObservability, bpfPinDirOf } from './bpfObservability.js';
-import { type AgentConfig, k8sConnection, nodeMasqueradeCidrs } from './config.js';
+import { type AgentConfig, k8sConnection, nodeMasqueradeCidrs, userConfigView } from './config.js';
 import { k8sEnabled, type RetryOptions, userServiceApi } from '../k8s/index.js';
 import { AgentKubernetes, configWithNode, registryAddresses, requireKubernetesForIpam } from './kubernetes.js';
 import { ServiceManager, ServiceStore } from '../service/index.js';
 import { readInterfaceAddresses } from './interfaceAddresses.js';
 import { IpamProvider } from './ipamProvider.js';
 import { type NodeClaim, type NodeLock, NetnsNodeLock } from './nodeLock.js';
-import { detectUnderlay, type Underlay } from '../datapath/linux/underlay.js';
+import { detectUnderlay, loopbackUp, type Underlay } from '../datapath/linux/underlay.js';
 import { type NodeAddress, NodeConfigError, type NodeRecord, NodeRegistry, RemoteNodes, resolvePodMtu } from '../node/index.js';
 import { AgentMetrics, type AgentMetricsSources, countedBackend, countedCni, MetricsServer, pinnedDatapathSource } from '../metrics/index.js';
 
@@ -79,6 +79,9 @@ interface NodeBasics {
  * never silent fragmentation later.
  */
 async function nodeBasics(config: AgentConfig, deps: AgentDeps): Promise<NodeBasics> {
+  if (deps.underlay === undefined && !deps.datapath && !(await loopbackUp())) {
+    throw new NodeConfigError('the loopback interface lo is down in the network namespace the agent runs in (a namespace just created has it down, and with it no routing table): bring it up with `ip link set lo up` there and start the agent again');
+  }
   const underlay = deps.underlay ?? (deps.datapath ? undefined : await detectUnderlay({ ...(config.nodeIp !== undefined ? { nodeIp: config.nodeIp } : {}), ...(config.devices ? { devices: config.devices } : {}) }));
   let podMtu: number;
   try {
@@ -154,7 +157,7 @@ export class Agent {
     const faultPoint = faultPointFromEnv(process.env);
     this.endpointStore = new EndpointStore(join(config.stateDir, 'endpoints'));
     // CIDR identities of policies come with their ipcache entries, so the datapath classifies those ranges.
-    this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: new IpcacheCidrIdentities(identities, ipcache), maxEntriesPerEndpoint: config.policyEndpointMaxEntries }));
+    this.policy = new PolicyRevisions(new PolicyEngine({ identities, cidrIdentities: new IpcacheCidrIdentities(identities, ipcache), maxEntriesPerEndpoint: config.policyEndpointMaxEntries }), log.child({ subsys: 'policy' }));
     this.policyStore = new PolicyStore({ backend, target: this.policy, logger: log.child({ subsys: 'policy-store' }) });
     this.policyLedger = new PolicyLedger(config.stateDir, log.child({ subsys: 'policy-store' }));
     this.nodeAddresses = new NodeAddressEntries(ipcache, config.nodeName);
@@ -316,7 +319,7 @@ export class Agent {
       // and once more after, for a DEL a plugin queued while the socket was not up yet.
       await agent.drainDeletionQueue();
       // Before the socket: an address that cannot be bound fails the start before clients see the API up.
-      if (config.prometheusServeAddr !== undefined) agent.metricsServer = await MetricsServer.start(config.prometheusServeAddr, metrics, log.child({ subsys: 'metrics' }));
+      if (config.prometheusServeAddr !== undefined) agent.metricsServer = await MetricsServer.start(config.prometheusServeAddr, metrics, log.child({ subsys: 'metrics' }), () => agent.readiness());
       agent.server = buildServer(agent.api());
       await listenOnSocket(agent.server, config.socket);
       await agent.observability?.start();
@@ -704,10 +707,17 @@ export class Agent {
     };
   }
 
+  /** GET /healthz on the metrics address: as on the socket, not ready until Kubernetes' first sync. */
+  private async readiness(): Promise<{ status: string } | { notReady: string }> {
+    const h = await this.health();
+    return h.kubernetes && !h.kubernetes.synced ? { notReady: k8sNotSyncedMessage(h.kubernetes) } : { status: h.status };
+  }
+
   private publicConfig(): AgentConfigView {
-    const { kvstoreOpts, ...rest } = this.config;
+    const { kvstoreOpts } = this.config;
     // Credentials passed as kvstore options are not for API readers.
-    return { ...rest, kvstoreOpts: Object.fromEntries(Object.entries(kvstoreOpts).map(([k, v]) => [k, /pass|key|token/i.test(k) ? '***' : v])) };
+    const redacted = Object.fromEntries(Object.entries(kvstoreOpts).map(([k, v]) => [k, /pass|key|token/i.test(k) ? '***' : v]));
+    return userConfigView({ ...this.config, kvstoreOpts: redacted }) as AgentConfigView;
   }
 
   private patchConfig(patch: ConfigPatch): AgentConfigView {
@@ -715,7 +725,7 @@ export class Agent {
       this.log.level = patch.logLevel;
       (this.config as { logLevel: string }).logLevel = patch.logLevel;
     }
-    if (typeof patch.ipamExpirationMs === 'number') (this.config as { ipamExpirationMs: number }).ipamExpirationMs = patch.ipamExpirationMs;
+    if (typeof patch.ipamExpiration === 'number') (this.config as { ipamExpirationMs: number }).ipamExpirationMs = patch.ipamExpiration;
     this.log.info({ patch }, 'configuration changed');
     return this.publicConfig();
   }

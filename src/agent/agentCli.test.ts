@@ -50,7 +50,7 @@ describe('agent flags for services, devices and masquerading', () => {
 
   it('sizes the service and NAT maps from flags and the file, the flags winning', async () => {
     const file = join(dir, 'sizes.yaml');
-    await writeFile(file, 'bpfMapSizes:\n  lbServices: 1000\n  snat: 4096\nlbAlgorithm: maglev\nlbMaglevTableSize: 251\ndevices: [eth9]\nmasquerade: false\n');
+    await writeFile(file, 'bpfLbServiceMax: 1000\nbpfNatMax: 4096\nlbAlgorithm: maglev\nlbMaglevTableSize: 251\ndevices: [eth9]\nmasquerade: false\n');
     const c = await resolveConfig(parse('--config', file, '--bpf-lb-service-max', '2000', '--bpf-lb-backend-max', '3000', '--bpf-lb-revnat-max', '4000', '--bpf-lb-affinity-max', '5000', '--bpf-lb-maglev-max', '600', '--bpf-nat-max', '70000'));
     assert.deepEqual(c.bpfMapSizes, { lbServices: 2000, snat: 70000, lbBackends: 3000, lbRevnat: 4000, lbAffinity: 5000, lbMaglev: 600 });
     assert.equal(c.lbAlgorithm, 'maglev');
@@ -65,8 +65,8 @@ describe('agent flags for services, devices and masquerading', () => {
       [MapName.LB_AFFINITY]: 5000,
       [MapName.LB_MAGLEV]: 600,
     });
-    await writeFile(file, 'bpfMapSizes:\n  lbFrontends: 10\n');
-    await assert.rejects(resolveConfig(parse('--config', file)), invalid(/bpfMapSizes/));
+    await writeFile(file, 'bpfMapSizes:\n  lbServices: 10\n');
+    await assert.rejects(resolveConfig(parse('--config', file)), invalid(/"bpfMapSizes": each map's size is a key of its own \(bpfLxcMax, .*bpfLbServiceMax/));
   });
 
   it('validates the new keys of a merged config', () => {

@@ -24,11 +24,14 @@ import {
   TRACE_LEVELS,
   TUNNEL_PROTOCOLS,
   validateConfig,
-  AgentConfigSchema,
+  BPF_MAP_SIZE_USER_KEYS,
+  CONFIG_USER_KEYS,
+  userConfigKey,
 } from './config.js';
 import { closestMatch } from './didYouMean.js';
 import { tendrilVersion } from '../version.js';
 import { cleanupCommand } from './cleanup/cleanupFlags.js';
+import { LOG_FORMATS } from '../logging/logger.js';
 
 const list = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
 const repeat = (v: string, prev: string[] = []) => [...prev, v];
@@ -93,6 +96,7 @@ export interface Flags {
   prometheusServeAddr?: string;
   logFile?: string;
   logLevel?: string;
+  logFormat?: string;
 }
 
 export function agentCommand(): Command {
@@ -163,6 +167,7 @@ export function agentCommand(): Command {
     .option('--prometheus-serve-addr <host:port>', 'also serve GET /metrics (Prometheus) over TCP here, such as 127.0.0.1:9962 (default: off; the API socket always serves it)')
     .option('--log-file <path>', 'log to this file instead of stderr')
     .addOption(new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]))
+    .addOption(new Option('--log-format <format>', 'json, text, or auto (default): text when logging to a terminal, JSON to a file or a pipe').choices([...LOG_FORMATS]))
     // main.ts runs `cleanup` itself; listed here for --help. The no-op action keeps a flags-only command line the agent's (not a help page).
     .addCommand(cleanupCommand())
     .action(() => undefined)
@@ -171,14 +176,20 @@ export function agentCommand(): Command {
 
 export async function resolveConfig(flags: Flags): Promise<AgentConfig> {
   const fromFile = flags.config ? await readConfigFile(flags.config) : {};
-  // File keys named as flags go through the flags' own parsing; the others are the configuration's field names.
-  const { flags: fileFlags, rest } = flagsFromConfigFile(agentCommand(), fromFile, flags.config ?? '');
-  const merged: Record<string, unknown> = { ...defaultConfig(), ...rest };
-  applyFlags(merged, fileFlags);
-  applyFlags(merged, flags);
-  const config = validateConfig(merged);
+  const config = configFromFile(fromFile, flags.config ?? '', flags);
   requireKubernetesForIpam(config);
   return config;
+}
+
+/**
+ * A config file's keys (the flags', each parsed as the flag's own) over the
+ * defaults, and `flags` over them; validated.
+ */
+export function configFromFile(file: Record<string, unknown>, path: string, flags: Flags = {}): AgentConfig {
+  const merged: Record<string, unknown> = { ...defaultConfig() };
+  applyFlags(merged, flagsFromConfigFile(agentCommand(), file, path));
+  applyFlags(merged, flags);
+  return validateConfig(merged);
 }
 
 /** Puts what flags (or a config file's flag-named keys) say over a configuration under construction. */
@@ -245,6 +256,7 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('prometheusServeAddr', flags.prometheusServeAddr);
   set('logFile', flags.logFile);
   set('logLevel', flags.logLevel);
+  set('logFormat', flags.logFormat);
 }
 
 /** Options that are no configuration: the file itself, and --version. */
@@ -262,27 +274,39 @@ export function configFileFlagKeys(cmd: Command): Map<string, Option> {
 }
 
 /**
- * Splits a config file into the keys named as flags, parsed exactly as the
- * flags would be (a YAML list or a comma-separated string for a list flag, a
- * mapping for --kvstore-opt), and the rest, which must be the configuration's
- * own field names (podCidrs, kvstoreOpts, bpfMapSizes…): an unknown key is
- * refused with the closest known one.
+ * Older keys the documentation used (deploy/kubernetes's ConfigMap writes
+ * `kvstoreOpts`): still read, as the key they became.
  */
-export function flagsFromConfigFile(cmd: Command, file: Record<string, unknown>, path: string): { flags: Flags; rest: Record<string, unknown> } {
+const DOCUMENTED_OLD_KEYS: Record<string, string> = { kvstoreOpts: 'kvstoreOpt' };
+
+/**
+ * A config file's keys as flags, each value parsed exactly as the flag's
+ * would be (a YAML list or a comma-separated string for a list flag, a
+ * mapping for --kvstore-opt). Keys are the long flags in camelCase and
+ * nothing else, so a file, an error and `tendril config` name a setting
+ * alike; an unknown key is refused with the key to use.
+ */
+export function flagsFromConfigFile(cmd: Command, file: Record<string, unknown>, path: string): Flags {
   const flagKeys = configFileFlagKeys(cmd);
-  const fieldKeys = Object.keys(AgentConfigSchema.shape);
   const flags: Record<string, unknown> = {};
-  const rest: Record<string, unknown> = {};
-  for (const [key, value] of Object.entries(file)) {
+  const writtenAs = new Map<string, string>();
+  for (const [written, value] of Object.entries(file)) {
+    const key = DOCUMENTED_OLD_KEYS[written] ?? written;
     const option = flagKeys.get(key);
-    if (option) flags[key] = flagValueFromFile(option, key, value, path);
-    else if (fieldKeys.includes(key)) rest[key] = value;
-    else {
-      const hint = closestMatch(key, [...flagKeys.keys()]) ?? closestMatch(key, fieldKeys);
-      throw new ConfigError(`config file ${path}: unknown key "${key}"${hint ? ` (did you mean "${hint}"?)` : ''}; keys are the long flags in camelCase`);
+    if (option) {
+      const first = writtenAs.get(key);
+      if (first !== undefined) throw new ConfigError(`config file ${path}: "${first}" and "${written}" are the same setting: give one`);
+      writtenAs.set(key, written);
+      flags[key] = flagValueFromFile(option, written, value, path);
+      continue;
     }
+    if (written === 'bpfMapSizes') {
+      throw new ConfigError(`config file ${path}: unknown key "bpfMapSizes": each map's size is a key of its own (${Object.values(BPF_MAP_SIZE_USER_KEYS).join(', ')})`);
+    }
+    const hint = written in CONFIG_USER_KEYS ? userConfigKey(written) : closestMatch(written, [...flagKeys.keys()]);
+    throw new ConfigError(`config file ${path}: unknown key "${written}"${hint ? ` (did you mean "${hint}"?)` : ''}; keys are the long flags in camelCase`);
   }
-  return { flags: flags as Flags, rest };
+  return flags as Flags;
 }
 
 function flagValueFromFile(option: Option, key: string, value: unknown, path: string): unknown {
@@ -297,7 +321,7 @@ function flagValueFromFile(option: Option, key: string, value: unknown, path: st
   if (Array.isArray(value)) {
     if (!accumulates) throw bad('a single value, not a list');
     items = value;
-  } else if (key === 'kvstoreOpt' && value !== null && typeof value === 'object') {
+  } else if (option.attributeName() === 'kvstoreOpt' && value !== null && typeof value === 'object') {
     items = Object.entries(value).map(([k, v]) => `${k}=${String(v)}`);
   } else items = [value];
   let parsed: unknown = undefined;

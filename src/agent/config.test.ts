@@ -22,7 +22,7 @@ describe('agent configuration', () => {
       assert.throws(() => validateConfig(hostScope({ nodeIp })), isConfigError(ConfigErrorCode.INVALID, /nodeIp/), nodeIp);
     }
     for (const cidr of ['10.0.0.0', '10.0.0.0/33', '10.0.0.0/0008', 'fd00::/129']) {
-      assert.throws(() => validateConfig(hostScope({ podCidrs: [cidr] })), isConfigError(ConfigErrorCode.INVALID, /podCidrs/), cidr);
+      assert.throws(() => validateConfig(hostScope({ podCidrs: [cidr] })), isConfigError(ConfigErrorCode.INVALID, /podCidr\[0\] \(--pod-cidr\)/), cidr);
     }
     assert.throws(() => validateConfig({ ...defaultConfig(), ipam: 'block' }), isConfigError(ConfigErrorCode.INVALID, /--pool-cidr/));
   });

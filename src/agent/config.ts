@@ -12,6 +12,8 @@ import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
 import { isServeAddress } from '../metrics/metricsServer.js';
+import { LOG_FORMATS } from '../logging/logger.js';
+import { fileErrorReason } from '../errors/fileError.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated', 'kubernetes'] as const;
@@ -125,6 +127,8 @@ export const AgentConfigSchema = z
       .optional(),
     logFile: absPath.optional(),
     logLevel: z.enum(LOG_LEVELS),
+    /** json, text (a line a person reads) or auto: text on a terminal, JSON to a file or a pipe. */
+    logFormat: z.enum(LOG_FORMATS),
   })
   .strict();
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
@@ -161,6 +165,7 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode'> {
     policyEndpointMaxEntries: DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
     k8sSyncTimeoutSeconds: DEFAULT_K8S_SYNC_TIMEOUT_SECONDS,
     logLevel: 'info',
+    logFormat: 'auto',
   };
 }
 
@@ -202,7 +207,7 @@ export function validateConfig(raw: unknown): AgentConfig {
       : raw;
   const parsed = AgentConfigSchema.safeParse(withMode);
   if (!parsed.success) {
-    throw new ConfigError(`invalid agent configuration: ${z.prettifyError(parsed.error).replace(/\n/g, '; ')}`);
+    throw new ConfigError(`invalid agent configuration: ${parsed.error.issues.map(describeIssue).join('; ')}`);
   }
   const c = parsed.data;
   const need = (cond: boolean, msg: string) => {
@@ -226,6 +231,78 @@ export function validateConfig(raw: unknown): AgentConfig {
 }
 
 /**
+ * The fields whose key a user writes (the long flag in camelCase, in the
+ * config file, GET /config and `tendril config`) is not the field's own name.
+ * One table, so an error, the printed configuration and the file agree: a
+ * user who wrote `podCidr` was told about `podCidrs`.
+ */
+export const CONFIG_USER_KEYS = {
+  kvstoreOpts: 'kvstoreOpt',
+  podCidrs: 'podCidr',
+  clusterPoolCidrs: 'clusterPoolCidr',
+  poolCidrs: 'poolCidr',
+  leaseTtlSeconds: 'leaseTtl',
+  masqueradeCidrs: 'masqueradeCidr',
+  ipamExpirationMs: 'ipamExpiration',
+  policyEndpointMaxEntries: 'bpfPolicyEndpointMax',
+  k8sSyncTimeoutSeconds: 'k8sSyncTimeout',
+} as const satisfies Partial<Record<keyof AgentConfig, string>>;
+
+/** Each eBPF map size's key (its flag, --bpf-lxc-max, in camelCase). */
+export const BPF_MAP_SIZE_USER_KEYS = {
+  lxc: 'bpfLxcMax',
+  ipcache: 'bpfIpcacheMax',
+  policy: 'bpfPolicyMax',
+  ctTcp: 'bpfCtTcpMax',
+  ctAny: 'bpfCtAnyMax',
+  frag: 'bpfFragMax',
+  events: 'bpfEventsMax',
+  lbServices: 'bpfLbServiceMax',
+  lbBackends: 'bpfLbBackendMax',
+  lbRevnat: 'bpfLbRevnatMax',
+  lbAffinity: 'bpfLbAffinityMax',
+  lbMaglev: 'bpfLbMaglevMax',
+  lbMembers: 'bpfLbMemberMax',
+  snat: 'bpfNatMax',
+} as const satisfies Record<BpfMapSizeKey, string>;
+
+/** The key a user writes for a configuration field. */
+export function userConfigKey(field: string): string {
+  return (CONFIG_USER_KEYS as Record<string, string>)[field] ?? field;
+}
+
+/** A user key's flag: `podCidr` is `--pod-cidr`. */
+function flagOf(userKey: string): string {
+  return `--${userKey.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
+}
+
+/** One schema problem, named by the key the user wrote and its flag: `podCidr[0] (--pod-cidr): must be a CIDR…`. */
+function describeIssue(issue: z.core.$ZodIssue): string {
+  const [field, ...rest] = issue.path;
+  if (field === undefined) return issue.message;
+  let key = userConfigKey(String(field));
+  if (field === 'bpfMapSizes' && rest.length > 0 && String(rest[0]) in BPF_MAP_SIZE_USER_KEYS) key = BPF_MAP_SIZE_USER_KEYS[String(rest.shift()) as BpfMapSizeKey];
+  const where = key + rest.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('');
+  return `${where} (${flagOf(key)}): ${issue.message}`;
+}
+
+/**
+ * The configuration under the keys a user writes: what GET /config answers
+ * and `tendril config` prints, a valid config file as it stands (the map
+ * sizes as their own keys).
+ */
+export function userConfigView(c: AgentConfig): Record<string, unknown> {
+  const view: Record<string, unknown> = {};
+  for (const [field, value] of Object.entries(c)) {
+    if (value === undefined) continue;
+    if (field === 'bpfMapSizes') {
+      for (const [map, size] of Object.entries(value as Record<string, number>)) view[BPF_MAP_SIZE_USER_KEYS[map as BpfMapSizeKey]] = size;
+    } else view[userConfigKey(field)] = value;
+  }
+  return view;
+}
+
+/**
  * Why an IPv6 pod CIDR cannot be served by the eBPF datapath yet: it has no
  * IPv6 datapath (only ICMPv6 passes a pod's device), so its pods would get
  * IPv6 addresses whose every packet is dropped. Refused at start instead.
@@ -240,7 +317,7 @@ export async function readConfigFile(path: string): Promise<Record<string, unkno
   try {
     text = await readFile(path, 'utf8');
   } catch (err) {
-    throw new ConfigError(`cannot read config file ${path}: ${(err as Error).message}`, ConfigErrorCode.FILE_UNREADABLE, { cause: err });
+    throw new ConfigError(`cannot read config file ${path}: ${fileErrorReason(err)}`, ConfigErrorCode.FILE_UNREADABLE, { cause: err });
   }
   let doc: unknown;
   try {

@@ -1,8 +1,9 @@
 // The agent's config file takes the long flags in camelCase, every one of them
 // (the list comes from the flag definitions, so a new flag without a sample
-// here fails), with the same meaning as on the command line; the older
-// field-name keys (podCidrs, kvstoreOpts…) keep working; an unknown key is
-// refused with the closest known one.
+// here fails), with the same meaning as on the command line; of the older
+// field-name keys only the documented kvstoreOpts stays; an unknown key is
+// refused with the closest known one; errors and the printed configuration
+// use the same keys.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -10,7 +11,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { stringify as stringifyYaml } from 'yaml';
 import { agentCommand, configFileFlagKeys, type Flags, resolveConfig } from './agentCli.js';
-import { ConfigError } from './config.js';
+import { CONFIG_USER_KEYS, ConfigError, userConfigView } from './config.js';
 import { closestMatch, editDistance } from './didYouMean.js';
 
 /** Each flag's key: its value in YAML, and the same on the command line. */
@@ -68,6 +69,7 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   k8sSyncTimeout: { yaml: 7, argv: ['--k8s-sync-timeout', '7'] },
   logFile: { yaml: '/var/log/tdl-keys/agent.log', argv: ['--log-file', '/var/log/tdl-keys/agent.log'] },
   logLevel: { yaml: 'debug', argv: ['--log-level', 'debug'] },
+  logFormat: { yaml: 'text', argv: ['--log-format', 'text'] },
   prometheusServeAddr: { yaml: '127.0.0.1:9962', argv: ['--prometheus-serve-addr', '127.0.0.1:9962'] },
 };
 /** Keys whose sample is also the default (the flag has a single choice today). */
@@ -132,12 +134,36 @@ describe('config file keys: the long flags in camelCase', () => {
     assert.equal(c.leaseTtlSeconds, 9);
   });
 
-  it('keeps the older keys (the configuration\'s field names) working', async () => {
-    const c = await fromFile({ podCidrs: ['10.0.0.0/24'], kvstoreOpts: { 'etcd.endpoints': 'https://192.0.2.10:2379' }, kvstore: 'etcd', leaseTtlSeconds: 20, bpfMapSizes: { lxc: 100 } });
-    assert.deepEqual(c.podCidrs, ['10.0.0.0/24']);
+  it('keeps the one older key the docs used (kvstoreOpts, the DaemonSet\'s ConfigMap) and refuses the undocumented field names with the key to use', async () => {
+    const c = await fromFile({ podCidr: ['10.0.0.0/24'], kvstoreOpts: { 'etcd.endpoints': 'https://192.0.2.10:2379' }, kvstore: 'etcd' });
     assert.deepEqual(c.kvstoreOpts, { 'etcd.endpoints': 'https://192.0.2.10:2379' });
-    assert.equal(c.leaseTtlSeconds, 20);
-    assert.deepEqual(c.bpfMapSizes, { lxc: 100 });
+    await assert.rejects(fromFile({ kvstoreOpts: { a: 'b' }, kvstoreOpt: ['a=c'], podCidr: '10.0.0.0/24' }), refused(/"kvstoreOpts" and "kvstoreOpt" are the same setting/));
+    for (const [old, key] of Object.entries(CONFIG_USER_KEYS)) {
+      if (old === 'kvstoreOpts') continue;
+      await assert.rejects(fromFile({ podCidr: '10.0.0.0/24', [old]: 1 }), refused(new RegExp(`unknown key "${old}" \\(did you mean "${key}"\\?\\)`)), old);
+    }
+    await assert.rejects(fromFile({ podCidr: '10.0.0.0/24', bpfMapSizes: { lxc: 100 } }), refused(/"bpfMapSizes": each map's size is a key of its own \(bpfLxcMax, /));
+  });
+
+  it('a value the configuration refuses is named by the key the user wrote, and its flag', async () => {
+    await assert.rejects(fromFile({ podCidr: ['10.0.0.0/24', 'not-a-cidr'] }), refused(/podCidr\[1\] \(--pod-cidr\): must be a CIDR/));
+    await assert.rejects(fromFile({ podCidr: '10.0.0.0/24', leaseTtl: 1 }), refused(/^invalid agent configuration: leaseTtl \(--lease-ttl\): /));
+    await assert.rejects(fromFile({ podCidr: '10.0.0.0/24', bpfLxcMax: 0 }), refused(/bpfLxcMax \(--bpf-lxc-max\): /));
+    await assert.rejects(fromFile({ podCidr: '10.0.0.0/24', ipamExpiration: 10 }), refused(/ipamExpiration \(--ipam-expiration\): /));
+    await assert.rejects(resolveConfig(parse(['--pod-cidr', '10.0.0.0/24', '--k8s-sync-timeout', '0'])), refused(/k8sSyncTimeout \(--k8s-sync-timeout\): /));
+    await assert.rejects(fromFile({ podCidr: '10.0.0.0/24', leaseTtl: 1 }), (err: unknown) => err instanceof ConfigError && !/Seconds|podCidrs/.test(err.message));
+  });
+
+  it('the configuration as printed (GET /config, tendril config) uses the same keys, and reads back as a config file', async () => {
+    const viaFile = await fromFile(allKeys());
+    const view = userConfigView(viaFile);
+    const flagKeys = [...configFileFlagKeys(agentCommand()).keys()];
+    assert.deepEqual(Object.keys(view).filter((k) => !flagKeys.includes(k)), [], 'every printed key is a config file key');
+    assert.deepEqual(view.podCidr, ['10.0.0.0/24', 'fd00::/64']);
+    assert.equal(view.leaseTtl, 30);
+    assert.equal(view.bpfNatMax, 1013);
+    assert.ok(!('podCidrs' in view) && !('leaseTtlSeconds' in view) && !('bpfMapSizes' in view));
+    assert.deepEqual(await fromFile(view), viaFile);
   });
 
   it('takes kvstoreOpt as a mapping too', async () => {

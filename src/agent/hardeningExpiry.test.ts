@@ -19,7 +19,7 @@ const CONF = JSON.stringify({ cniVersion: '1.0.0', name: 'tdlexpiry', type: 'ten
 
 test('an ADD whose allocation expired before it confirms fails with code 11, rolls back, and leaves the new holder alone', async () => {
   const api = node.agent.api();
-  api.health.patchConfig({ ipamExpirationMs: 1000 });
+  api.health.patchConfig({ ipamExpiration: 1000 });
   const netns = '/var/run/netns/tdlexpiryunit0';
   node.datapath.addNetns(netns);
   const gate = node.datapath.gate('syncEndpoint');

@@ -316,7 +316,7 @@ describe('the Node', () => {
     const client = new AgentClient({ socketPath: node.config.socket, timeoutMs: 10_000 });
     const config = await client.getConfig();
     assert.equal(config.ipam, 'kubernetes');
-    assert.deepEqual(config.podCidrs, ['10.77.3.0/24']);
+    assert.deepEqual(config.podCidr, ['10.77.3.0/24']);
     assert.equal(config.nodeIp, '192.0.2.20');
 
     const r = await add(node, 'tdl-k8s-ipam-a', 'TENDRIL_LABELS=app=a');

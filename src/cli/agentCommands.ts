@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import type { K8sStatus } from '../api/types.js';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
+import { count } from './words.js';
 import { endpointView } from './detailViews.js';
 import { registerEndpointPolicyCommand } from './policyCommands.js';
 
@@ -14,9 +15,9 @@ export function registerAgentCommands(program: Command): void {
       table([
         ['Agent', `${h.status} (node ${h.nodeName}, up ${h.uptimeSeconds}s)`],
         ['KVStore', `${h.kvstore.backend} ${h.kvstore.connected ? 'connected' : 'DISCONNECTED'} at revision ${h.kvstore.revision}${h.kvstore.detail ? ` (${h.kvstore.detail})` : ''}`],
-        ['IPAM', `${h.ipam.mode}, ${h.ipam.allocated} addresses allocated`],
-        ['Endpoints', String(h.endpoints) + (h.quarantinedEndpoints ? ` (${h.quarantinedEndpoints} unreadable or untrusted record(s) quarantined: see the agent's log)` : '')],
-        ...(h.lostPolicies ? [['Policy', `the kvstore lost ${h.lostPolicies} policies still enforced from the state dir: import them again or run \`tendril policy confirm-loss\``]] : []),
+        ['IPAM', `${h.ipam.mode}, ${count(h.ipam.allocated, 'address', 'addresses')} allocated`],
+        ['Endpoints', String(h.endpoints) + (h.quarantinedEndpoints ? ` (${count(h.quarantinedEndpoints, 'unreadable or untrusted record')} quarantined: see the agent's log)` : '')],
+        ...(h.lostPolicies ? [['Policy', `the kvstore lost ${count(h.lostPolicies, 'policy', 'policies')} still enforced from the state dir: import ${h.lostPolicies === 1 ? 'it' : 'them'} again or run \`tendril policy confirm-loss\``]] : []),
         ...(h.routingMode !== undefined || h.nodes !== undefined ? [['Nodes', `${h.nodes ?? '-'} in the cluster, routing mode ${h.routingMode ?? '-'}`]] : []),
         ...(h.kubernetes ? [['Kubernetes', kubernetesLine(h.kubernetes)]] : []),
       ]),
@@ -118,6 +119,6 @@ export function registerEndpointLabelCommand(endpoint: Command): void {
       if (!opts.add?.length && !opts.delete?.length) throw new CliError('give --add and/or --delete');
       const body = { ...(opts.add ? { add: opts.add } : {}), ...(opts.delete ? { delete: opts.delete } : {}) };
       const ep = await call(() => client(opts).patchEndpointLabels(id, body));
-      output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ')}\n`);
+      output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ') || '-'}\n`);
     });
 }

@@ -3,20 +3,15 @@ import type { ResponseBody } from '../api/types.js';
 import { protocolName } from '../monitor/index.js';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
+import { count, portRangeText } from './words.js';
 
 type PolicyEntries = ResponseBody<'getBpfPolicy', 200>['entries'];
 type CtEntries = ResponseBody<'listBpfConntrack', 200>;
 
-function ports(e: { proto: number; portFirst: number; portLast: number }): string {
-  if (e.proto === 0) return 'ANY';
-  const range = e.portFirst === 0 && e.portLast === 65535 ? 'ANY' : e.portFirst === e.portLast ? String(e.portFirst) : `${e.portFirst}-${e.portLast}`;
-  return `${range}/${protocolName(e.proto).toUpperCase()}`;
-}
-
 export function policyTable(entries: PolicyEntries): string {
   return table([
     ['DIRECTION', 'IDENTITY', 'LABELS', 'PORT/PROTO', 'ACTION', 'RULE'],
-    ...entries.map((e) => [e.direction, e.identity === 0 ? 'ANY' : String(e.identity), e.identity === 0 ? '(any peer)' : e.identityLabels.join(' ') || '-', ports(e), e.action.toUpperCase(), e.rule.text]),
+    ...entries.map((e) => [e.direction, e.identity === 0 ? 'ANY' : String(e.identity), e.identity === 0 ? '(any peer)' : e.identityLabels.join(' ') || '-', portRangeText(e.proto, e.portFirst, e.portLast), e.action.toUpperCase(), e.rule.text]),
   ]);
 }
 
@@ -55,7 +50,7 @@ export function lbServiceTable(services: LbServices): string {
   const rows = [['SERVICE ADDRESS', 'SCOPE', 'BACKEND ADDRESS (SERVICE ID) (SLOT)', 'FLAGS']];
   for (const s of services) {
     const flags = [...s.flags, ...(s.affinityTimeoutSec > 0 && s.flags.includes('affinity') ? [`timeout ${s.affinityTimeoutSec}s`] : []), ...(s.maglevTable ? ['maglev-table'] : [])];
-    rows.push([s.frontend, s.scope, `0.0.0.0:0 (${s.id}) (0) [${s.count} backend${s.count === 1 ? '' : 's'}]`, flags.join(', ') || '-']);
+    rows.push([s.frontend, s.scope, `0.0.0.0:0 (${s.id}) (0) [${count(s.count, 'backend')}]`, flags.join(', ') || '-']);
     for (const slot of s.slots) rows.push(['', '', `${slot.backend ?? `backend ${slot.backendId} (missing)`} (${s.id}) (${slot.slot})${slot.state && slot.state !== 'active' ? ` [${slot.state}]` : ''}`, '']);
   }
   return table(rows);

@@ -1,5 +1,7 @@
 import type { ApiEndpoint as Endpoint, EndpointPolicyBody as EndpointPolicy, PolicyList } from '../api/types.js';
+import { builtinRuleText } from '../monitor/index.js';
 import { table } from './agentCli.js';
+import { portPrefixText } from './words.js';
 
 /** Table forms of the single-object answers (`endpoint get`, `endpoint policy`, `policy get`), as the listings have. */
 
@@ -19,23 +21,21 @@ export function endpointView(e: Endpoint): string {
   ]);
 }
 
-const protoName: Record<number, string> = { 0: 'any', 1: 'icmp', 6: 'tcp', 17: 'udp', 58: 'icmpv6', 132: 'sctp' };
-
 export function endpointPolicyView(p: EndpointPolicy): string {
   const enforcement = (d: 'ingress' | 'egress') => (p.enforcement[d].enforced ? `enforced (${p.enforcement[d].by.map((r) => r.policy).join(', ')})` : 'not enforced (allow all)');
   const head =
     `Endpoint ${p.endpointId}, identity ${p.identity}, policy revision ${p.policyRevision} (datapath at ${p.realizedPolicyRevision}, ${p.datapathEnforced ? 'enforced on packets' : 'not enforced by this datapath'})\n` +
     `Ingress: ${enforcement('ingress')}\nEgress: ${enforcement('egress')}\n` +
     (p.error ? `Error: ${p.error}\n` : '');
+  // The columns and their words are `tendril bpf policy get`'s: the same entries, seen from the agent's side.
   const rows = p.entries.map((e) => [
     e.key.direction,
-    e.key.identity === 0 ? 'any' : String(e.key.identity),
-    protoName[e.key.proto] ?? String(e.key.proto),
-    e.key.prefixLen === 0 ? 'any' : e.key.prefixLen === 16 ? String(e.key.port) : `${e.key.port}/${e.key.prefixLen}`,
-    e.verdict,
-    e.derivedFrom.map((r) => r.policy).join(', ') || (e.builtin ?? '-'),
+    e.key.identity === 0 ? 'ANY' : String(e.key.identity),
+    portPrefixText(e.key.proto, e.key.port, e.key.prefixLen),
+    e.verdict.toUpperCase(),
+    e.derivedFrom.map((r) => r.policy).join(', ') || (e.builtin !== undefined ? builtinRuleText(e.builtin) : '-'),
   ]);
-  return head + table([['DIRECTION', 'IDENTITY', 'PROTO', 'PORT', 'VERDICT', 'FROM'], ...rows]);
+  return head + table([['DIRECTION', 'IDENTITY', 'PORT/PROTO', 'ACTION', 'RULE'], ...rows]);
 }
 
 export function policyListView(r: PolicyList): string {

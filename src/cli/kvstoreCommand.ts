@@ -8,6 +8,7 @@ import { existsSync, statSync } from 'node:fs';
 import { defaultEmbeddedPath } from '../kvstore/embedded/embeddedOptions.js';
 import { AgentResponseError, AgentUnreachableError } from '../client/agentClient.js';
 import { client } from './agentCli.js';
+import { count } from './words.js';
 
 /**
  * `tendril kvstore get|set|delete|list|status`: direct access to the cluster
@@ -203,7 +204,7 @@ export function registerKvstoreCommands(program: Command): void {
       await withBackend(flags, async (kv) => {
         const res = flags.prefix === true ? await kv.deletePrefix(key) : await kv.delete(key);
         if (flags.output === 'json') printJson(res);
-        else print(`deleted ${res.deleted} key(s) at revision ${res.revision}`);
+        else print(`deleted ${count(res.deleted, 'key')} at revision ${res.revision}`);
       });
     });
 

@@ -44,6 +44,13 @@ describe('messages that name the fix', () => {
     }
   });
 
+  it('no agent at the socket: the path once, the reason, and what to check', async () => {
+    const socket = join(dir, 'tdl-no-agent.sock');
+    const r = await runCli(['endpoint', 'list', '--socket', socket]);
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr, `tendril: cannot reach the tendril agent at ${socket}: connect: no such file or directory (is tendril-agent running? pick it with --socket or TENDRIL_SOCK)\n`);
+  });
+
   it('policy delete without a selection names the --all flag, not the API parameter', async () => {
     const r = await runCli(['policy', 'delete', '--socket', join(dir, 'none.sock')]);
     assert.equal(r.code, 1);
@@ -130,7 +137,7 @@ describe('against an agent', () => {
   it('endpoint get, endpoint policy and policy get print a table by default, and -o json / -o yaml', async () => {
     for (const [args, tableLine] of [
       [['endpoint', 'get', String(dbId)], /^Pod +default\/db$/m],
-      [['endpoint', 'policy', String(dbId)], /^DIRECTION +IDENTITY +PROTO +PORT +VERDICT +FROM$/m],
+      [['endpoint', 'policy', String(dbId)], /^DIRECTION +IDENTITY +PORT\/PROTO +ACTION +RULE$/m],
       [['policy', 'get'], /^NetworkPolicy\/default\/db-from-web$/m],
     ] as const) {
       const human = await runCli([...args, ...sock]);
@@ -146,6 +153,49 @@ describe('against an agent', () => {
     assert.ok(Array.isArray(parseYaml(ids.stdout)), '-o yaml reaches every command through the shared helper');
     const bad = await runCli(['identity', 'list', '-o', 'xml', ...sock]);
     assert.match(bad.stderr, /use table, json or yaml/);
+  });
+
+  it('a port range reads 6000-6007/SCTP in endpoint policy as in bpf policy get; builtin entries read "not enforced"; one RULE column', async () => {
+    const range = `
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: { name: web-sctp-range, namespace: default }
+spec:
+  podSelector: { matchLabels: { app: web } }
+  policyTypes: [Ingress]
+  ingress:
+    - from: [ { podSelector: { matchLabels: { app: db } } } ]
+      ports: [ { protocol: SCTP, port: 6000, endPort: 6007 } ]
+`;
+    await node.agent.api().policy.import(range);
+    const webId = node.agent.api().endpoints.list().find((e) => e.podName === 'web')!.id;
+    const r = await runCli(['endpoint', 'policy', String(webId), ...sock]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^ingress +\d+ +6000-6007\/SCTP +ALLOW +NetworkPolicy\/default\/web-sctp-range$/m, r.stdout);
+    assert.doesNotMatch(r.stdout, /\d+\/1[0-5]\b/, 'no port/prefix-length pairs');
+    assert.match(r.stdout, /^egress +ANY +ANY +ALLOW +not enforced$/m, r.stdout);
+    assert.doesNotMatch(r.stdout, /not-enforced/);
+  });
+
+  it('counts read as English: "3 addresses allocated", and one address is "1 address"', async () => {
+    const r = await runCli(['status', ...sock]);
+    assert.match(r.stdout, /^IPAM +host-scope, 3 addresses allocated$/m, r.stdout);
+    const api = node.agent.api();
+    // The pods go; the node's router address stays.
+    for (const name of ['web', 'db']) {
+      await api.cni.handle({ command: 'DEL', containerId: `tdl-${name}`, netns: `/var/run/netns/tdlclimsg${name}`, ifName: 'eth0', args: '', config: JSON.stringify({ cniVersion: '1.0.0', name: 'tdlmsg', type: 'tendril-cni' }) });
+    }
+    const one = await runCli(['status', ...sock]);
+    assert.match(one.stdout, /^IPAM +host-scope, 1 address allocated$/m, one.stdout);
+  });
+
+  it('a file that cannot be read is named once, with the reason', async () => {
+    const missing = join(dir, 'tdl-no-such-policy.yaml');
+    const r = await runCli(['policy', 'import', missing, ...sock]);
+    assert.equal(r.code, 1);
+    assert.equal(r.stderr, `tendril: cannot read ${missing}: no such file\n`);
+    const svc = await runCli(['service', 'upsert', '-f', missing, ...sock]);
+    assert.equal(svc.stderr.split(missing).length - 1, 1, svc.stderr);
   });
 
   it('identity list shows each reserved identity once', async () => {

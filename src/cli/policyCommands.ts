@@ -4,6 +4,7 @@ import { type AgentOpts, call, client, output, table, withAgentOpts } from './ag
 import { CliError } from './cliError.js';
 import { endpointPolicyView, policyListView } from './detailViews.js';
 import type { PolicyTrace } from '../api/types.js';
+import { fileErrorReason } from '../errors/fileError.js';
 
 const repeatable = (v: string, prev: string[] = []) => [...prev, v];
 const labelList = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
@@ -31,7 +32,7 @@ export function registerPolicyCommands(program: Command): void {
       try {
         text = file === '-' ? await readStdin() : await readFile(file, 'utf8');
       } catch (err) {
-        throw new CliError(`cannot read ${file}: ${(err as Error).message}`);
+        throw new CliError(`cannot read ${file}: ${fileErrorReason(err)}`);
       }
       if (!hasDocument(text)) throw new CliError(`no policy documents in ${file === '-' ? 'stdin' : file}`);
       const r = await call(() => client(opts).putPolicy({ text }));

@@ -4,6 +4,7 @@ import type { RequestBody, ResponseBody } from '../api/types.js';
 import { AgentResponseError } from '../client/agentClient.js';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
+import { fileErrorReason } from '../errors/fileError.js';
 
 type ServiceBody = RequestBody<'putService'>;
 type ServiceRow = ResponseBody<'getService', 200>;
@@ -107,7 +108,7 @@ export async function upsertRequest(o: UpsertFlags): Promise<{ id: number; body:
   try {
     text = o.file === '-' ? await readStdin() : await readFile(o.file, 'utf8');
   } catch (err) {
-    throw new CliError(`cannot read ${o.file}: ${(err as Error).message}`);
+    throw new CliError(`cannot read ${o.file}: ${fileErrorReason(err)}`);
   }
   let body: unknown;
   try {

@@ -57,7 +57,7 @@ test('every client method works against the agent, and every answer matches the 
   assert.equal(status.nodeName, health.nodeName);
   assert.equal(status.kubernetes, undefined, 'Kubernetes is off');
   assert.equal((await client.getConfig()).nodeName, 'tdl-client');
-  assert.equal((await client.patchConfig({ ipamExpirationMs: 30_000 })).ipamExpirationMs, 30_000);
+  assert.equal((await client.patchConfig({ ipamExpiration: 30_000 })).ipamExpiration, 30_000);
   assert.match(await client.metrics(), /^# HELP tendril_/m);
 
   const provisional = await client.postIpam({ owner: 'tdl-manual', family: 'ipv4' }, { expiration: true });

@@ -14,13 +14,30 @@ import type { AnyResult } from '../cni/types.js';
 import { type MonitorStreamOptions, streamMonitor } from '../monitor/streamClient.js';
 import type { MonitorEvent } from '../monitor/types.js';
 
+const CONNECT_FAILURES: Record<string, string> = {
+  ENOENT: 'no such file or directory',
+  ECONNREFUSED: 'connection refused',
+  EACCES: 'permission denied',
+  ENOTSOCK: 'not a socket',
+};
+
+/**
+ * Why connect() failed, as the native relay says it (`connect: no such file
+ * or directory`): Node's own message (`connect ENOENT <path>`) named the
+ * socket a second time after the caller had.
+ */
+function connectFailure(cause: NodeJS.ErrnoException, socketPath: string): string {
+  const known = cause.code !== undefined ? CONNECT_FAILURES[cause.code] : undefined;
+  return known !== undefined ? `connect: ${known}` : cause.message.replace(` ${socketPath}`, '');
+}
+
 /** The agent's socket could not be reached at all (not running, wrong path, no permission). */
 export class AgentUnreachableError extends Error {
   constructor(
     readonly socketPath: string,
     override readonly cause: Error,
   ) {
-    super(`cannot reach the tendril agent at ${socketPath}: ${cause.message}`);
+    super(`cannot reach the tendril agent at ${socketPath}: ${connectFailure(cause, socketPath)}`);
     this.name = 'AgentUnreachableError';
   }
 }

@@ -1,3 +1,5 @@
+import type { Logger } from '../logging/logger.js';
+import { formatPolicyName } from '../policy/index.js';
 import type {
   EndpointInfo,
   EndpointRegeneration,
@@ -6,6 +8,7 @@ import type {
   Policy,
   PolicyEngine,
   PolicyFilter,
+  PolicyImportResult,
   PolicyMapOverflowError,
   PolicyName,
   PolicyUpdateResult,
@@ -40,6 +43,9 @@ export interface EndpointPolicySnapshot {
   readonly error?: PolicyMapOverflowError;
 }
 
+/** Policies one change names one line each up to this many; more are one line. */
+const MAX_POLICY_LINES = 20;
+
 export type PolicyChangeListener = (change: PolicyChange) => void;
 
 /**
@@ -58,8 +64,22 @@ export class PolicyRevisions {
   readonly #listeners = new Set<PolicyChangeListener>();
   readonly #revisionListeners = new Set<(revision: number) => void>();
 
-  constructor(readonly engine: PolicyEngine) {
+  /** `log`: where each policy added, updated or deleted is said, whatever brought it (the API, the kvstore, Kubernetes). */
+  constructor(
+    readonly engine: PolicyEngine,
+    private readonly log?: Logger,
+  ) {
     this.#revision = engine.revision;
+  }
+
+  /**
+   * One info line per policy changed; a change of many (a restore, a large
+   * import) is one line with the count and the first names, not thousands.
+   */
+  #logPolicies(msg: string, names: readonly PolicyName[]): void {
+    if (!this.log || names.length === 0) return;
+    if (names.length <= MAX_POLICY_LINES) for (const n of names) this.log.info({ policy: formatPolicyName(n), revision: this.#revision }, msg);
+    else this.log.info({ policies: names.length, first: names.slice(0, MAX_POLICY_LINES).map(formatPolicyName), revision: this.#revision }, `${names.length} ${msg.replace(/^policy /, 'policies ')}`);
   }
 
   get revision(): number {
@@ -92,21 +112,31 @@ export class PolicyRevisions {
   importText(text: string): PolicyChange & { policies: readonly PolicyName[] } {
     const before = this.engine.revision;
     const r = this.engine.importText(text);
-    return { ...this.#apply(r, this.engine.revision !== before), policies: r.policies };
+    return this.#imported(r, before);
+  }
+
+  #imported(r: PolicyImportResult, before: number): PolicyChange & { policies: readonly PolicyName[] } {
+    const change = { ...this.#apply(r, this.engine.revision !== before), policies: r.policies };
+    const replaced = new Set(r.replaced.map(formatPolicyName));
+    this.#logPolicies('policy added', r.policies.filter((n) => !replaced.has(formatPolicyName(n))));
+    this.#logPolicies('policy updated', r.replaced);
+    return change;
   }
 
   /** Adds or replaces already-parsed policies (the policy store's import and restore). */
   upsertPolicies(policies: readonly Policy[]): PolicyChange & { policies: readonly PolicyName[] } {
     const before = this.engine.revision;
     const r = this.engine.upsertPolicies(policies);
-    return { ...this.#apply(r, this.engine.revision !== before), policies: r.policies };
+    return this.#imported(r, before);
   }
 
   /** Deletes the matching policies (PolicyNotFoundError when none match). */
   deletePolicies(filter: PolicyFilter): PolicyChange & { deleted: readonly PolicyName[] } {
     const before = this.engine.revision;
     const r = this.engine.deletePolicies(filter);
-    return { ...this.#apply(r, this.engine.revision !== before), deleted: r.deleted };
+    const change = { ...this.#apply(r, this.engine.revision !== before), deleted: r.deleted };
+    this.#logPolicies('policy deleted', r.deleted);
+    return change;
   }
 
   policies(filter?: PolicyFilter): Policy[] {

@@ -1,7 +1,8 @@
 /**
  * `--prometheus-serve-addr`: the metrics on a TCP address for a Prometheus
  * server to scrape, beside the API socket (which only root can reach). Only
- * `GET /metrics` is served: nothing else of the agent is reachable here.
+ * `GET /metrics` and `GET /healthz` are served: a kubelet's HTTP probe needs
+ * a route it can reach, and nothing else of the agent is reachable here.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
@@ -12,6 +13,12 @@ import type { AgentMetrics } from './agentMetrics.js';
 export type MetricsServeErrorCode = 'INVALID_ADDRESS' | 'LISTEN_FAILED';
 
 export class MetricsServeError extends CodedError<MetricsServeErrorCode> {}
+
+/**
+ * What GET /healthz answers here: the agent's status, or why it is not
+ * ready (as GET /v1/healthz on the socket: Kubernetes not synced yet).
+ */
+export type HealthSource = () => Promise<{ status: string } | { notReady: string }>;
 
 export interface ServeAddress {
   /** An IP address, a host name, or '' for every address. */
@@ -43,9 +50,9 @@ export class MetricsServer {
   ) {}
 
   /** Listens on `addr`; an address that cannot be bound is a MetricsServeError LISTEN_FAILED naming it. */
-  static async start(addr: string, metrics: AgentMetrics, log: Logger): Promise<MetricsServer> {
+  static async start(addr: string, metrics: AgentMetrics, log: Logger, health?: HealthSource): Promise<MetricsServer> {
     const where = parseServeAddress(addr);
-    const server = createServer((req, res) => void serve(req, res, metrics, log));
+    const server = createServer((req, res) => void serve(req, res, metrics, log, health));
     await new Promise<void>((resolve, reject) => {
       const onError = (err: NodeJS.ErrnoException) => {
         reject(new MetricsServeError('LISTEN_FAILED', `cannot serve metrics on ${addr}: ${err.code ?? err.message}`, { cause: err }));
@@ -70,22 +77,38 @@ export class MetricsServer {
   }
 }
 
-async function serve(req: IncomingMessage, res: ServerResponse, metrics: AgentMetrics, log: Logger): Promise<void> {
+const ONLY = 'only GET /metrics and GET /healthz are served here\n';
+
+async function serve(req: IncomingMessage, res: ServerResponse, metrics: AgentMetrics, log: Logger, health: HealthSource | undefined): Promise<void> {
   const path = (req.url ?? '').split('?')[0];
-  if (path !== '/metrics') {
-    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('only GET /metrics is served here\n');
+  if (path !== '/metrics' && !(path === '/healthz' && health)) {
+    res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(ONLY);
     return;
   }
   if (req.method !== 'GET') {
-    res.writeHead(405, { allow: 'GET', 'content-type': 'text/plain; charset=utf-8' }).end('only GET /metrics is served here\n');
+    res.writeHead(405, { allow: 'GET', 'content-type': 'text/plain; charset=utf-8' }).end(ONLY);
     return;
   }
+  if (path === '/healthz') return serveHealth(res, health!, log);
   try {
     const text = await metrics.render();
     res.writeHead(200, { 'content-type': metrics.contentType }).end(text);
   } catch (err) {
     log.error({ err }, 'collecting metrics failed');
     res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end('collecting metrics failed\n');
+  }
+}
+
+/** 200 {status} when the agent is ready, 503 {code: NOT_READY, message} when not (the socket's GET /healthz bodies, less the details). */
+async function serveHealth(res: ServerResponse, health: HealthSource, log: Logger): Promise<void> {
+  const json = { 'content-type': 'application/json; charset=utf-8' };
+  try {
+    const h = await health();
+    if ('notReady' in h) res.writeHead(503, json).end(JSON.stringify({ code: 'NOT_READY', message: h.notReady }));
+    else res.writeHead(200, json).end(JSON.stringify({ status: h.status }));
+  } catch (err) {
+    log.error({ err }, 'health check failed');
+    res.writeHead(500, json).end(JSON.stringify({ code: 'INTERNAL', message: 'health check failed' }));
   }
 }
 

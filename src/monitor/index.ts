@@ -7,7 +7,7 @@ export { MONITOR_EVENT_TYPES, type MonitorDirection, type MonitorEvent, type Mon
 export { decodeRecord, type MonitorContext, resolveEvent, protocolName, tcpFlagNames, wallClockOf } from './decode.js';
 export { matchesFilter } from './filter.js';
 export { formatEventLine } from './format.js';
-export { describeCookie, originText } from './ruleText.js';
+export { builtinRuleText, describeCookie, originText } from './ruleText.js';
 export { InterfaceNames, type LinkLister, netlinkLinks } from './interfaceNames.js';
 export { agentMonitorContext, type AgentMonitorSources, CurrentRuleIndex, policyRuleOrigins } from './agentContext.js';
 export { type EventSource, MonitorHub, type MonitorHubStats, type MonitorSubscription, pinnedRingBuffer } from './hub.js';

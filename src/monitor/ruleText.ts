@@ -14,6 +14,11 @@ const RESERVED_TEXT: Record<number, string> = {
   [ReservedCookie.ALLOW_LOCALHOST]: 'allow-localhost',
 };
 
+/** An entry no rule made, as `bpf policy get` and the monitor name it (its cookie's text). */
+export function builtinRuleText(builtin: 'not-enforced' | 'allow-localhost'): string {
+  return RESERVED_TEXT[builtin === 'not-enforced' ? ReservedCookie.NOT_ENFORCED : ReservedCookie.ALLOW_LOCALHOST]!;
+}
+
 /**
  * The rule behind a policy map cookie, resolved against the current
  * policies. A cookie no current rule hashes to belongs to a rule deleted or

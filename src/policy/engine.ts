@@ -56,6 +56,8 @@ export interface PolicyUpdateResult {
 
 export interface PolicyImportResult extends PolicyUpdateResult {
   readonly policies: readonly PolicyName[];
+  /** Those of `policies` that replaced one of the same name (the others are new). */
+  readonly replaced: readonly PolicyName[];
 }
 
 export interface PolicyDeleteResult extends PolicyUpdateResult {
@@ -172,7 +174,7 @@ export class PolicyEngine {
     this.#setRules();
     this.#touchSubjects([...change.upserted, ...change.removed], touched);
     this.#forget(change.removed, touched);
-    return { ...this.#flush(touched), policies: policies.map((p) => p.name) };
+    return { ...this.#flush(touched), policies: policies.map((p) => p.name), replaced: change.removed.map((p) => p.name) };
   }
 
   /** Deletes by name and/or labels; PolicyNotFoundError when nothing matches. */

@@ -121,6 +121,7 @@ export class ServiceManager implements ServiceApi {
       const owner = this.#frontends.get(fk);
       if (owner !== undefined && owner !== spec.id) throw new ServiceError(ServiceErrorCode.CONFLICT, `frontend-address: ${fk} already belongs to service ${owner}`);
       const next = await this.#write(lb, spec, prev);
+      this.o.log.info({ service: spec.id, frontend: frontendKey(spec.frontend), backends: spec.backends.length }, prev === undefined ? 'service created' : 'service updated');
       return { service: this.#status(next, this.#localSet()), created: prev === undefined, changed: true };
     });
   }
@@ -151,7 +152,7 @@ export class ServiceManager implements ServiceApi {
       this.#services.delete(id);
       this.#frontends.delete(frontendKey(prev.spec.frontend));
       await this.#settleBackends(lb, prev.keys.filter((k) => this.#registry.idOf(k) !== undefined), change.freed);
-      this.o.log.debug({ service: id }, 'service deleted');
+      this.o.log.info({ service: id, frontend: frontendKey(prev.spec.frontend) }, 'service deleted');
     });
   }
 

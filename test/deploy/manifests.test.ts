@@ -9,14 +9,13 @@ import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { basename, dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv, type ValidateFunction } from 'ajv';
 import { pino } from 'pino';
 import { parseAllDocuments } from 'yaml';
 import { z } from 'zod';
-import { agentCommand } from '../../src/agent/agentCli.js';
-import { defaultConfig, validateConfig } from '../../src/agent/config.js';
+import { agentCommand, configFromFile } from '../../src/agent/agentCli.js';
 import { SOCKET_ENV } from '../../src/api/types.js';
 import { parseEtcdOptions } from '../../src/kvstore/etcd/etcdOptions.js';
 import { KVSTORE_OPTION_KEYS } from '../../src/kvstore/optionKeys.js';
@@ -223,7 +222,7 @@ describe('deploy/kubernetes manifests', () => {
     const docs = parseAllDocuments(String(data['agent.yaml']));
     assert.equal(docs.length, 1);
     const file = obj(docs[0]!.toJS(), 'agent.yaml');
-    const config = validateConfig({ ...defaultConfig(), ...file, nodeName: 'node-1' });
+    const config = configFromFile({ ...file, nodeName: 'node-1' }, 'agent.yaml');
     assert.equal(config.ipam, 'kubernetes');
     const kvKeys: readonly string[] = KVSTORE_OPTION_KEYS[config.kvstore];
     for (const k of Object.keys(config.kvstoreOpts)) assert.ok(kvKeys.includes(k), `kvstore option ${k} is one of ${config.kvstore}'s`);
@@ -257,6 +256,85 @@ describe('deploy/kubernetes manifests', () => {
     assert.match(script, /\/opt\/tendril\/bin\/tendril-cni .*\/host\/opt\/cni\/bin\//);
     assert.match(script, new RegExp(`mv -f \\S+ /host/etc/cni/net\\.d/${conflistName.replace(/\./g, '\\.')}`));
     assert.match(script, new RegExp(`/etc/tendril/${conflistName.replace(/\./g, '\\.')}`));
+  });
+
+  test("etcd TLS: the optional Secret tendril-etcd-tls is mounted read-only, agent.yaml's commented options name its files, the README creates it", () => {
+    const p = pod();
+    const vol = arr(p.volumes, 'volumes').map((v) => obj(v, 'volume')).find((v) => v.secret !== undefined);
+    assert.ok(vol !== undefined, 'the DaemonSet has a Secret volume');
+    const secret = obj(vol.secret, 'secret');
+    assert.equal(secret.secretName, 'tendril-etcd-tls');
+    assert.equal(secret.optional, true, 'optional: a cluster without etcd TLS needs no Secret');
+    const agent = obj(arr(p.containers, 'containers')[0], 'agent');
+    const mount = arr(agent.volumeMounts, 'mounts').map((m) => obj(m, 'mount')).find((m) => m.name === vol.name);
+    assert.ok(mount !== undefined, 'the agent mounts it');
+    assert.equal(mount.readOnly, true);
+    const dir = String(mount.mountPath);
+    // agent.yaml carries the three options, commented; uncommented they are a valid configuration.
+    const text = String(obj(one('ConfigMap', 'tendril-config').data, 'data')['agent.yaml']);
+    const commented = [...text.matchAll(/^(\s*)#\s*(etcd\.(?:trustedCAFile|certFile|keyFile)):\s*(\S+)\s*$/gm)];
+    assert.deepEqual(commented.map((m) => m[2]).sort(), ['etcd.certFile', 'etcd.keyFile', 'etcd.trustedCAFile']);
+    const uncommented = commented.reduce((t, m) => t.replace(m[0], `${m[1]}${m[2]}: ${m[3]}`), text);
+    const config = configFromFile({ ...obj(parseAllDocuments(uncommented)[0]!.toJS(), 'agent.yaml'), nodeName: 'node-1' }, 'agent.yaml');
+    const readme = readFileSync(join(DEPLOY, 'README.md'), 'utf8');
+    const create = /kubectl -n kube-system create secret generic tendril-etcd-tls((?:\s+\\?\s*--from-file=\S+)+)/.exec(readme);
+    assert.ok(create !== null, 'deploy/kubernetes/README.md creates the Secret');
+    const keys = [...create[1]!.matchAll(/--from-file=([^=\s]+)=/g)].map((m) => m[1]!).sort();
+    for (const k of ['etcd.trustedCAFile', 'etcd.certFile', 'etcd.keyFile']) {
+      const file = String(config.kvstoreOpts[k]);
+      assert.equal(dirname(file), dir, `${k} ${file} is in the Secret's mount ${dir}`);
+      assert.ok(keys.includes(basename(file)), `${k}: the README's Secret has the key ${basename(file)} (it has ${keys.join(', ')})`);
+    }
+  });
+
+  test('the cleanup DaemonSet runs `tendril-agent cleanup` on the agent\'s own host paths and removes the CNI network', () => {
+    const ds = DOCS.filter((d) => d.value.kind === 'DaemonSet' && obj(d.value.metadata, 'metadata').name === 'tendril-cleanup');
+    assert.equal(ds.length, 1, 'one DaemonSet tendril-cleanup');
+    assert.equal(dirname(ds[0]!.file), 'cleanup', 'in a directory of its own: `kubectl apply -f deploy/kubernetes/` must not run it');
+    const p = obj(obj(obj(ds[0]!.value.spec, 'spec').template, 'template').spec, 'pod spec');
+    assert.equal(p.hostNetwork, true, "the node's devices, routes, nftables and the agent's node lock are in its network namespace");
+    assert.deepEqual(p.tolerations, [{ operator: 'Exists' }]);
+    const init = obj(arr(p.initContainers, 'initContainers')[0], 'cleanup container');
+    assert.equal(obj(init.securityContext, 'securityContext').privileged, true);
+    const hp = new Map(arr(p.volumes, 'volumes').map((v) => obj(v, 'volume')).flatMap((v) => (v.hostPath === undefined ? [] : [[String(v.name), String(obj(v.hostPath, 'hostPath').path)] as [string, string]])));
+    const mounts = arr(init.volumeMounts, 'mounts').map((m) => obj(m, 'mount')).map((m) => ({ path: String(m.mountPath), host: hp.get(String(m.name)) }));
+    /** The host path a container path reaches, through the longest mount above it. */
+    const onHost = (path: string): string | undefined => {
+      const m = mounts.filter((x) => path === x.path || path.startsWith(`${x.path}/`)).sort((a, b) => b.path.length - a.path.length)[0];
+      return m?.host === undefined ? undefined : `${m.host}${path.slice(m.path.length)}`;
+    };
+    const script = String(arr(init.command, 'command').at(-1));
+    const line = script.split('\n').find((l) => l.includes('tendril-agent cleanup'));
+    assert.ok(line !== undefined, 'the script runs tendril-agent cleanup');
+    const words = line.trim().split(/\s+/);
+    assert.equal(words[0], '/opt/tendril/bin/tendril-agent');
+    assert.equal(words[1], 'cleanup');
+    const cleanupCmd = agentCommand().commands.find((c) => c.name() === 'cleanup')!;
+    const known = new Set(cleanupCmd.options.map((o) => o.long));
+    for (const w of words.slice(2).filter((x) => x.startsWith('--'))) assert.ok(known.has(w), `${w} is a flag of tendril-agent cleanup`);
+    const opts = cleanupCmd.parseOptions(words.slice(2));
+    assert.deepEqual(opts.unknown, []);
+    const flag = (name: string) => words[words.indexOf(name) + 1]!;
+    assert.ok(words.includes('--force'), 'no terminal to answer the question');
+    // The agent DaemonSet's host paths, reached through the cleanup's own mounts.
+    const agentHost = hostMounts(obj(arr(pod().containers, 'containers')[0], 'agent'));
+    for (const [name, agentPath] of [['--state-dir', '/var/run/tendril'], ['--lib-dir', '/var/lib/tendril'], ['--bpffs-root', '/sys/fs/bpf']] as const) {
+      assert.equal(onHost(flag(name)), agentHost.get(agentPath)?.host, `${name} ${flag(name)} is the agent's ${agentPath} on the host`);
+    }
+    // cleanup removes the state and lib dirs themselves, which it cannot do to a mount point.
+    for (const name of ['--state-dir', '--lib-dir']) assert.ok(!mounts.some((m) => m.path === flag(name)), `${name} is not a mount point`);
+    // The network and plugin the install container wrote go first, so the kubelet starts no pod on them.
+    const rmLine = script.split('\n').findIndex((l) => /^rm -f /.test(l.trim()));
+    assert.ok(rmLine >= 0 && rmLine < script.split('\n').indexOf(line), 'the CNI files go before cleanup runs');
+    const removed = script.split('\n')[rmLine]!.trim().split(/\s+/).slice(2).map(onHost);
+    assert.deepEqual(removed.sort(), ['/etc/cni/net.d/05-tendril.conflist', '/opt/cni/bin/tendril-cni']);
+    const conflistName = Object.keys(obj(one('ConfigMap', 'tendril-config').data, 'data')).find((k) => k.endsWith('.conflist'));
+    assert.equal(conflistName, '05-tendril.conflist');
+    // The README's Remove section runs it.
+    const readme = readFileSync(join(DEPLOY, 'README.md'), 'utf8');
+    const remove = readme.slice(readme.indexOf('## Remove'));
+    assert.match(remove, /kubectl apply -f deploy\/kubernetes\/cleanup\/tendril-cleanup\.yaml/);
+    assert.match(remove, /tendril-agent cleanup/);
   });
 
   test('the Containerfile copies what the agent needs at run time and starts tendril-agent', () => {
@@ -489,5 +567,13 @@ describe('kubectl applies deploy/kubernetes', () => {
     assert.equal(parsePolicyText(JSON.stringify(stored)).length, 1);
     // Applying again changes nothing.
     assert.match(await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'tendril.yaml')), /daemonset\.apps\/tendril unchanged/);
+  });
+
+  test('the removal: tendril.yaml deleted, then the cleanup DaemonSet applied', async () => {
+    await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'tendril.yaml'));
+    assert.match(await kubectl('delete', '-f', join(DEPLOY, 'tendril.yaml')), /daemonset\.apps "tendril" deleted/);
+    assert.match(await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'cleanup/tendril-cleanup.yaml')), /daemonset\.apps\/tendril-cleanup created/);
+    const ds = api.get('daemonsets', 'kube-system', 'tendril-cleanup') as Obj;
+    assert.equal(obj(obj(obj(ds.spec, 'spec').template, 'template').spec, 'pod').hostPID, true);
   });
 });

@@ -99,7 +99,7 @@ describe('tendril config', () => {
     assert.equal(tableOut.code, 0, tableOut.stderr);
     assert.match(tableOut.stdout, /^KEY\s+VALUE\n/);
     assert.match(tableOut.stdout, new RegExp(`\\nnodeName\\s+${NODE_NAME}\\n`));
-    assert.match(tableOut.stdout, /\npodCidrs\s+10\.246\.0\.0\/24\n/);
+    assert.match(tableOut.stdout, /\npodCidr\s+10\.246\.0\.0\/24\n/);
     assert.match(tableOut.stdout, /\nlogLevel\s+debug\n/);
     const expected = await agent.client.getConfig();
     const json = await runCli(['config', '--socket', agent.socket, '-o', 'json']);

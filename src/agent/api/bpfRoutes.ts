@@ -65,6 +65,10 @@ export function registerBpfRoutes(app: FastifyInstance, bpf: BpfApi | undefined)
     const b = need(bpf);
     const endpointId = endpointIdParam((req.params as PathParams<'getBpfPolicy'>).id);
     const rows = await inspect(() => b.inspector.policy(endpointId));
+    // No entries and not in the endpoint map: no such endpoint, as `endpoint get` says (an empty 200 read as "allows nothing").
+    if (rows.length === 0 && !(await inspect(() => b.inspector.endpoints())).some((r) => r.endpointId === endpointId)) {
+      throw new AgentError('NOT_FOUND', `endpoint ${endpointId} not found in the datapath's endpoint map (tendril bpf endpoint list shows the endpoints there)`);
+    }
     const rules = b.context.ruleIndex();
     return {
       endpointId,

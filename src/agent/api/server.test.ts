@@ -74,8 +74,8 @@ describe('body limits', () => {
     const before = api.health.config();
     const r = await app.inject({ method: 'PATCH', url: '/v1/config', headers: { 'content-type': 'application/json' }, payload: longestBody(spec.body('/config', 'patch')!) });
     assert.equal(r.statusCode, 200, r.body);
-    assert.equal(r.json<{ ipamExpirationMs: number }>().ipamExpirationMs, 3_600_000);
-    api.health.patchConfig({ logLevel: before.logLevel, ipamExpirationMs: before.ipamExpirationMs });
+    assert.equal(r.json<{ ipamExpiration: number }>().ipamExpiration, 3_600_000);
+    api.health.patchConfig({ logLevel: before.logLevel, ipamExpiration: before.ipamExpiration });
   });
 
   test('a body that is not JSON is refused with 415, as the document says', async () => {

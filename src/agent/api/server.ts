@@ -249,6 +249,12 @@ function timeoutCheckInterval(requestTimeoutMs: number): number {
   return Math.max(50, Math.min(1000, Math.floor(requestTimeoutMs / 4)));
 }
 
+/** `/healthz` (and its query) as `/v1/healthz`; every other URL as it is. */
+export function unversionedHealthz(url: string | undefined): string {
+  const u = url ?? '/';
+  return u === '/healthz' || u.startsWith('/healthz?') ? `/v1${u}` : u;
+}
+
 /** The agent's REST API (api/openapi.yaml), validated against that document. */
 export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyInstance {
   const spec = opts.spec ?? new OpenApiSchemas();
@@ -260,6 +266,8 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     // Both bounds are node:http's (answered 408, then the connection is closed); headers are part of the request.
     requestTimeout,
     http: { requestTimeout, headersTimeout: requestTimeout, connectionsCheckingInterval: timeoutCheckInterval(requestTimeout) },
+    // GET /healthz, as probes and the docs ask for it, is GET /v1/healthz: the same operation, not a second route.
+    rewriteUrl: (req) => unversionedHealthz(req.url),
   });
   // JSON bodies as fastify parses them (secure-json-parse: __proto__ and constructor refused), once no key repeats.
   const parseJson = app.getDefaultJsonParser('error', 'error');

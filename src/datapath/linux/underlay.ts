@@ -89,3 +89,19 @@ async function detectWith(nl: Netlink, nodeIp: string | undefined, devices: read
   }
   return undefined;
 }
+
+/**
+ * Whether `lo` is up in the caller's namespace. A namespace just made has it
+ * down, and then the kernel has no routing table at all: every route dump
+ * fails with "FIB table does not exist", which told a user nothing. The
+ * agent asks this first, so the refusal names the cause and the fix.
+ */
+export async function loopbackUp(): Promise<boolean> {
+  const nl = await kernel(() => Netlink.open());
+  try {
+    const lo = (await kernel(() => nl.listLinks())).find((l) => l.name === 'lo');
+    return lo === undefined || lo.up;
+  } finally {
+    await nl.close();
+  }
+}

@@ -5,6 +5,7 @@ import { z } from 'zod';
 import type { Logger } from '../../logging/logger.js';
 import { parseDurationMs } from '../duration.js';
 import { InvalidOptionError } from '../errors.js';
+import { fileErrorReason } from '../../errors/fileError.js';
 
 export interface EtcdOptions {
   /** gRPC endpoints, e.g. http://127.0.0.1:2379 or https://etcd-0:2379. */
@@ -39,7 +40,7 @@ function readConfigFile(path: string): ConfigFile {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    throw new InvalidOptionError(`etcd.config: cannot read ${path}: ${(err as Error).message}`);
+    throw new InvalidOptionError(`etcd.config: cannot read ${path}: ${fileErrorReason(err)}`);
   }
   const parsed = ConfigFile.safeParse(parseYaml(text));
   if (!parsed.success) {
@@ -52,7 +53,7 @@ function readPem(option: string, path: string): Buffer {
   try {
     return readFileSync(path);
   } catch (err) {
-    throw new InvalidOptionError(`${option}: cannot read ${path}: ${(err as Error).message}`);
+    throw new InvalidOptionError(`${option}: cannot read ${path}: ${fileErrorReason(err)}`);
   }
 }
 

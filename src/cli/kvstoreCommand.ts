@@ -116,7 +116,7 @@ async function agentReader(flags: StoreFlags, locked: LockedError): Promise<Stor
     if (err instanceof AgentResponseError) throw new CliError(`${lockedText}, and the agent at ${agent.socketPath} answered ${err.body.code}: ${err.message}`);
     throw err;
   }
-  const agentStore = config.kvstore === 'embedded' ? (config.kvstoreOpts['embedded.path'] ?? defaultEmbeddedPath(config.libDir)) : undefined;
+  const agentStore = config.kvstore === 'embedded' ? (config.kvstoreOpt['embedded.path'] ?? defaultEmbeddedPath(config.libDir)) : undefined;
   if (agentStore === undefined || fileIdentity(agentStore) !== fileIdentity(locked.path)) {
     throw new CliError(`${lockedText}, and the agent at ${agent.socketPath} uses ${agentStore ?? `the ${config.kvstore} kvstore`}, not it: give its holder's socket with --socket`);
   }

@@ -61,9 +61,11 @@ async function inodesUnder(root: string, into: Map<string, string>): Promise<voi
     const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
     for (const e of entries) {
       seen++;
+      // A symlink inside points anywhere (/, say): its target is not the state dir's.
+      if (e.isSymbolicLink()) continue;
       const path = join(dir, e.name);
       const st = await stat(path).catch(() => undefined);
-      if (!st || e.isSymbolicLink()) continue;
+      if (!st) continue;
       into.set(inodeKey(st), path);
       if (st.isDirectory()) queue.push(path);
     }

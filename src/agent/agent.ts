@@ -15,6 +15,8 @@ import { PRIVATE_BPFFS_FIX } from '../datapath/kernel/bpf/index.js';
 import { PolicyStore } from '../policy/store/index.js';
 import { PolicyLedger } from '../policy/store/policyLedger.js';
 import { openBackend } from '../kvstore/factory.js';
+import { defaultEmbeddedPath } from '../kvstore/embedded/embeddedOptions.js';
+import { writeRunRecord } from './runRecord.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { NodeApi } from './api/nodeRoutes.js';
@@ -253,6 +255,14 @@ export class Agent {
     const basics = await nodeBasics(config, deps);
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
     await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
+    // Before anything is pinned or stored: cleanup must find this agent from its state dir from now on.
+    await writeRunRecord(config.stateDir, {
+      pid: process.pid,
+      socket: config.socket,
+      libDir: config.libDir,
+      bpffsRoot: config.bpffsRoot,
+      ...(config.kvstore === 'embedded' ? { kvstorePath: config.kvstoreOpts['embedded.path'] ?? defaultEmbeddedPath(config.libDir) } : {}),
+    });
     const metrics = new AgentMetrics();
     const backend = countedBackend(await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) }), metrics);
     const lease = new NodeLease(backend, { ttlSeconds: config.leaseTtlSeconds, logger: log.child({ subsys: 'lease' }) });
@@ -378,6 +388,7 @@ export class Agent {
       cni: this.cniHandler,
       log: this.log,
       metrics: this.metrics,
+      kvstore: { get: (key) => this.backend.get(key), list: (prefix) => this.backend.list(prefix) },
       // Without load-balancing maps the routes answer SERVICE_UNSUPPORTED themselves;
       // with Kubernetes on, the IDs of its Services are not the API's to write.
       ...(this.datapath.loadBalancer ? { services: this.kubernetes ? userServiceApi(this.services) : this.services } : {}),

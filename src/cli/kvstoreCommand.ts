@@ -1,26 +1,33 @@
 import { Command, Option } from 'commander';
-import { isKvstoreError } from '../kvstore/errors.js';
-import { type Backend, DEFAULT_BACKEND, type KeyValue } from '../kvstore/types.js';
-import { DEFAULT_LIB_DIR } from '../api/types.js';
+import { isKvstoreError, LockedError } from '../kvstore/errors.js';
+import { type Backend, DEFAULT_BACKEND, type KeyValue, type ListResult, type Status } from '../kvstore/types.js';
+import { DEFAULT_LIB_DIR, DEFAULT_SOCKET, SOCKET_ENV } from '../api/types.js';
 import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { CliError } from './cliError.js';
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { defaultEmbeddedPath } from '../kvstore/embedded/embeddedOptions.js';
+import { AgentResponseError, AgentUnreachableError } from '../client/agentClient.js';
+import { client } from './agentCli.js';
 import { count } from './words.js';
 
 /**
  * `tendril kvstore get|set|delete|list|status`: direct access to the cluster
  * state for debugging, as `cilium kvstore` offers. It opens the backend
- * itself with the agent's flags, so against the embedded store it works only
- * while the agent is stopped (the store has one writer) and says so clearly.
+ * itself with the agent's flags. The embedded store has one opener: while
+ * the agent holds it, the reads (get, list, status) go through the agent's
+ * API instead, and the writes are refused with what to do.
  */
 
 interface StoreFlags {
   kvstore: string;
   kvstoreOpt: string[];
   libDir: string;
+  socket?: string;
   output: 'text' | 'json';
 }
+
+/** What the read commands need: the backend itself, or the agent that holds it. */
+type StoreReader = Pick<Backend, 'get' | 'list' | 'status'>;
 
 function collect(value: string, previous: string[]): string[] {
   return [...previous, value];
@@ -31,23 +38,34 @@ function withStoreFlags(cmd: Command): Command {
     .option('--kvstore <backend>', 'kvstore backend: embedded or etcd', DEFAULT_BACKEND)
     .option('--kvstore-opt <key=value>', `backend option, repeatable; ${describeKvstoreOptions()}`, collect, [])
     .option('--lib-dir <dir>', 'the agent\'s durable data dir (holds the embedded store)', DEFAULT_LIB_DIR)
+    .option('--socket <path>', `the API socket of the agent holding the embedded store, read through while it runs (default $${SOCKET_ENV} or ${DEFAULT_SOCKET})`)
     .addOption(new Option('-o, --output <format>', 'output format').choices(['text', 'json']).default('text'));
 }
 
 /** Whether the command only reads: then it must never create an embedded store that is not there. */
 type Access = 'read' | 'write';
 
-async function withBackend<T>(flags: StoreFlags, fn: (kv: Backend) => Promise<T>, access: Access = 'write'): Promise<T> {
+async function withBackend<T>(flags: StoreFlags, fn: (kv: Backend) => Promise<T>): Promise<T> {
+  return withStore(flags, fn, 'write');
+}
+
+/** A read: from the store, or through the agent when the agent holds the embedded store. */
+async function withReader<T>(flags: StoreFlags, fn: (kv: StoreReader) => Promise<T>): Promise<T> {
+  return withStore(flags, fn, 'read');
+}
+
+async function withStore<T>(flags: StoreFlags, fn: (kv: Backend) => Promise<T>, access: 'write'): Promise<T>;
+async function withStore<T>(flags: StoreFlags, fn: (kv: StoreReader) => Promise<T>, access: 'read'): Promise<T>;
+async function withStore<T>(flags: StoreFlags, fn: ((kv: Backend) => Promise<T>) | ((kv: StoreReader) => Promise<T>), access: Access): Promise<T> {
   let kv: Backend;
+  let path: string | undefined;
   try {
     // Loaded on use: the logger and option schemas cost every other `tendril` command start-up time.
     const [{ openBackend, parseKvstoreOpts }, { createLogger }] = await Promise.all([import('../kvstore/factory.js'), import('../logging/logger.js')]);
     const options = parseKvstoreOpts(flags.kvstoreOpt);
-    if (access === 'read' && flags.kvstore === 'embedded') {
-      // Opening a missing SQLite file creates it: an empty store that would then look "connected".
-      const path = options['embedded.path'] ?? defaultEmbeddedPath(flags.libDir);
-      if (!existsSync(path)) throw new CliError(`no kvstore at ${path}: is this the agent's --lib-dir?`);
-    }
+    if (flags.kvstore === 'embedded') path = options['embedded.path'] ?? defaultEmbeddedPath(flags.libDir);
+    // Opening a missing SQLite file creates it: an empty store that would then look "connected".
+    if (access === 'read' && path !== undefined && !existsSync(path)) throw new CliError(`no kvstore at ${path}: is this the agent's --lib-dir?`);
     kv = await openBackend({
       kind: flags.kvstore,
       options,
@@ -55,6 +73,11 @@ async function withBackend<T>(flags: StoreFlags, fn: (kv: Backend) => Promise<T>
       logger: createLogger('tendril-kvstore', process.env.TENDRIL_LOG_LEVEL ?? 'warn'),
     });
   } catch (err) {
+    if (err instanceof LockedError) {
+      // The overloads pair 'read' with a reader's callback.
+      if (access === 'read') return (fn as (kv: StoreReader) => Promise<T>)(await agentReader(flags, err));
+      throw new CliError(`${err.code}: ${err.message}: a running agent holds it; stop the agent to write (get, list and status read through it meanwhile)`);
+    }
     throw asCliError(err);
   }
   try {
@@ -64,6 +87,64 @@ async function withBackend<T>(flags: StoreFlags, fn: (kv: Backend) => Promise<T>
   } finally {
     await kv.close();
   }
+}
+
+/** dev:ino of a file, to tell whether two paths (an agent's, ours) are the same store. */
+function fileIdentity(path: string): string | undefined {
+  try {
+    const st = statSync(path);
+    return `${st.dev}:${st.ino}`;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw err;
+  }
+}
+
+/**
+ * Reads through the agent at --socket, once its config shows it uses the
+ * very store that is locked: another agent's answers would be another
+ * store's, shown as this one's.
+ */
+async function agentReader(flags: StoreFlags, locked: LockedError): Promise<StoreReader> {
+  const agent = client(flags);
+  const lockedText = `${locked.code}: ${locked.message}`;
+  let config;
+  try {
+    config = await agent.getConfig();
+  } catch (err) {
+    if (err instanceof AgentUnreachableError) throw new CliError(`${lockedText}, and no agent answers at ${agent.socketPath} to read through: give the agent's socket with --socket or ${SOCKET_ENV}`);
+    if (err instanceof AgentResponseError) throw new CliError(`${lockedText}, and the agent at ${agent.socketPath} answered ${err.body.code}: ${err.message}`);
+    throw err;
+  }
+  const agentStore = config.kvstore === 'embedded' ? (config.kvstoreOpt['embedded.path'] ?? defaultEmbeddedPath(config.libDir)) : undefined;
+  if (agentStore === undefined || fileIdentity(agentStore) !== fileIdentity(locked.path)) {
+    throw new CliError(`${lockedText}, and the agent at ${agent.socketPath} uses ${agentStore ?? `the ${config.kvstore} kvstore`}, not it: give its holder's socket with --socket`);
+  }
+  const via = `read through the agent at ${agent.socketPath}`;
+  const answered = async <T>(fn: () => Promise<T>): Promise<T> => {
+    try {
+      return await fn();
+    } catch (err) {
+      if (err instanceof AgentResponseError) throw new CliError(`agent: ${err.body.code}: ${err.message}`);
+      if (err instanceof AgentUnreachableError) throw new CliError(err.message);
+      throw err;
+    }
+  };
+  return {
+    get: async (key: string): Promise<KeyValue | undefined> => {
+      try {
+        return await agent.getKvstoreKey(key);
+      } catch (err) {
+        if (err instanceof AgentResponseError && err.status === 404) return undefined;
+        return answered(() => Promise.reject(err));
+      }
+    },
+    list: (prefix: string): Promise<ListResult> => answered(() => agent.listKvstoreKeys(prefix)),
+    status: async (): Promise<Status> => {
+      const { kvstore } = await answered(() => agent.status());
+      return { backend: kvstore.backend, connected: kvstore.connected, revision: kvstore.revision, detail: `${kvstore.detail ?? locked.path}, ${via}` };
+    },
+  };
 }
 
 /** Kvstore errors become messages with their stable code; anything else is a bug and keeps its stack. */
@@ -95,12 +176,12 @@ export function registerKvstoreCommands(program: Command): void {
 
   withStoreFlags(kvstore.command('get').argument('<key>').description('print one key'))
     .action(async (key: string, flags: StoreFlags) => {
-      await withBackend(flags, async (kv) => {
+      await withReader(flags, async (kv) => {
         const got = await kv.get(key);
         if (got === undefined) throw new CliError(`key "${key}" not found`);
         if (flags.output === 'json') printJson(got);
         else print(describeKv(got));
-      }, 'read');
+      });
     });
 
   withStoreFlags(kvstore.command('set').argument('<key>').argument('<value>').description('write one key'))
@@ -129,20 +210,20 @@ export function registerKvstoreCommands(program: Command): void {
 
   withStoreFlags(kvstore.command('list').argument('[prefix]', 'key prefix; all keys when omitted', '').description('print every key under a prefix'))
     .action(async (prefix: string, flags: StoreFlags) => {
-      await withBackend(flags, async (kv) => {
+      await withReader(flags, async (kv) => {
         const res = await kv.list(prefix);
         if (flags.output === 'json') printJson(res);
         else for (const e of res.kvs) print(describeKv(e));
-      }, 'read');
+      });
     });
 
   withStoreFlags(kvstore.command('status').description('backend, connectivity and current revision'))
     .action(async (flags: StoreFlags) => {
-      await withBackend(flags, async (kv) => {
+      await withReader(flags, async (kv) => {
         const st = await kv.status();
         if (flags.output === 'json') printJson(st);
         else print(`${st.backend}: ${st.connected ? 'connected' : 'NOT connected'}, revision ${st.revision} (${st.detail})`);
         if (!st.connected) throw new CliError(`kvstore ${st.backend} is not connected`);
-      }, 'read');
+      });
     });
 }

@@ -119,6 +119,14 @@ test('every client method works against the agent, and every answer matches the 
   assert.equal((await client.getNode('tdl-client')).name, 'tdl-client');
   await assert.rejects(client.getNode('tdl-nobody'), (err: unknown) => err instanceof AgentResponseError && err.status === 404 && err.body.code === 'NOT_FOUND');
 
+  // The kvstore, read-only: the node's own record is there; a key nobody wrote is 404.
+  const kvs = await client.listKvstoreKeys('tendril/');
+  const nodeKey = kvs.kvs.find((k) => k.key.includes('tdl-client'));
+  assert.ok(nodeKey, kvs.kvs.map((k) => k.key).join(', '));
+  // The record may be republished between the two reads: the key is what must match.
+  assert.equal((await client.getKvstoreKey(nodeKey.key)).key, nodeKey.key);
+  await assert.rejects(client.getKvstoreKey('tendril/tdl-nobody'), (err: unknown) => err instanceof AgentResponseError && err.status === 404 && err.body.code === 'NOT_FOUND');
+
   assert.deepEqual(await client.deleteEndpoint(db.id), { deleted: db.id });
   await client.cni({ command: 'DEL', ...cniReq });
   assert.deepEqual(await client.listEndpoints(), []);

@@ -342,12 +342,23 @@ export class AgentClient {
   getNode(name: string): Promise<ResponseBody<'getNode', 200>> {
     return this.request('GET', `/node/${seg(name)}`);
   }
+
+  /** GET /kvstore/keys: the agent's kvstore under a prefix, read-only. */
+  listKvstoreKeys(prefix?: string): Promise<ResponseBody<'listKvstoreKeys', 200>> {
+    return this.request('GET', `/kvstore/keys${queryString({ prefix })}`);
+  }
+
+  getKvstoreKey(key: string): Promise<ResponseBody<'getKvstoreKey', 200>> {
+    return this.request('GET', `/kvstore/key${queryString({ key })}`);
+  }
 }
 
 /** The client method of each operation of api/openapi.yaml; a test checks it against the document both ways. */
 export const CLIENT_METHODS = {
   getHealthz: 'health',
   getStatus: 'status',
+  listKvstoreKeys: 'listKvstoreKeys',
+  getKvstoreKey: 'getKvstoreKey',
   getConfig: 'getConfig',
   patchConfig: 'patchConfig',
   listIpam: 'listIpam',

@@ -79,7 +79,7 @@ export class LockedError extends KvstoreError {
       KvstoreErrorCode.LOCKED,
       `embedded store ${path} is in use by another process` +
         (holderPid === undefined ? '' : ` (pid ${holderPid})`) +
-        '; only one agent may open it',
+        '; one process at a time may open it',
     );
   }
 }

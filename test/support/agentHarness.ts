@@ -54,7 +54,9 @@ export class AgentProcess {
     stateDir: string,
   ) {
     this.stateDir = stateDir;
-    this.socket = join(stateDir, 'tendril.sock');
+    // An agent started with --socket serves there (the agent's default is in its state dir).
+    const i = opts.args.indexOf('--socket');
+    this.socket = i >= 0 && opts.args[i + 1] !== undefined ? opts.args[i + 1]! : join(stateDir, 'tendril.sock');
     this.client = new AgentClient({ socketPath: this.socket, timeoutMs: 30_000 });
   }
 

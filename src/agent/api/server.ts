@@ -43,6 +43,7 @@ import { findDuplicateKey } from './duplicateKeys.js';
 import { type MonitorApi, registerMonitorRoute } from './monitorRoute.js';
 import { registerServiceRoutes } from './serviceRoutes.js';
 import { type NodeApi, registerNodeRoutes } from './nodeRoutes.js';
+import { type KvstoreReadApi, registerKvstoreRoutes } from './kvstoreRoutes.js';
 import type { ServiceApi } from '../../service/types.js';
 import { OpenApiSchemas, type ServedRoute } from './openapiSchemas.js';
 import { allocationBody, endpointBody, endpointPolicyBody, ipcacheEntryBody, traceBody } from './responseBodies.js';
@@ -132,6 +133,8 @@ export interface AgentApi {
   services?: ServiceApi;
   /** The node registry; absent: GET /node answers no nodes. */
   nodes?: NodeApi;
+  /** Reads of the agent's kvstore; absent (servers tests build for one part): /kvstore/* answer 404. */
+  kvstore?: KvstoreReadApi;
   /** The Prometheus metrics; absent (servers tests build for one part): GET /metrics answers 500. */
   metrics?: MetricsApi;
 }
@@ -479,6 +482,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   registerBpfRoutes(app, agent.bpf);
   registerServiceRoutes(app, agent.services);
   registerNodeRoutes(app, agent.nodes);
+  registerKvstoreRoutes(app, agent.kvstore);
 
   app.post('/v1/cni', { schema: { body: spec.body('/cni', 'post') } }, cniRoute(agent.cni, agent.log));
 

@@ -5,14 +5,12 @@
  * lose their network under it.
  */
 import { realpathSync } from 'node:fs';
-import { isAbsolute, join, resolve } from 'node:path';
+import { isAbsolute, resolve } from 'node:path';
 import { createInterface } from 'node:readline/promises';
 import { CommanderError } from 'commander';
 import { Netlink } from '../../datapath/kernel/netlink/index.js';
-import { checkSocketPath } from '../api/server.js';
-import { NetnsNodeLock } from '../nodeLock.js';
-import { OwnershipError } from '../ownershipError.js';
-import { CleanupError } from './cleanupError.js';
+import { AgentRunningError, CleanupError } from './cleanupError.js';
+import { findLiveAgents } from './liveAgents.js';
 import { CLEANUP_COMMAND, type CleanupFlags, cleanupCommand } from './cleanupFlags.js';
 import { formatSurvey, removeSurveyed } from './nodeCleanup.js';
 import { type CleanupPaths, surveyIsEmpty, surveyNode } from './nodeSurvey.js';
@@ -44,22 +42,13 @@ function realDir(dir: string): string {
   }
 }
 
-/** Throws CleanupError('AGENT_RUNNING') when an agent holds this node's lock or answers on the state dir's socket. */
-export async function refuseWhileAgentRuns(stateDir: string): Promise<void> {
-  try {
-    const claim = await new NetnsNodeLock().claim();
-    await claim.release();
-  } catch (err) {
-    if (err instanceof OwnershipError) throw new CleanupError('AGENT_RUNNING', `${err.message.replace(/; nothing was changed$/, '')}: stop it first (nothing was changed)`, { cause: err });
-    throw err;
-  }
-  const socket = join(stateDir, 'tendril.sock');
-  try {
-    await checkSocketPath(socket);
-  } catch (err) {
-    if (err instanceof OwnershipError && err.code === 'SOCKET_SERVED') throw new CleanupError('AGENT_RUNNING', `an agent answers on ${socket}: stop it first (nothing was changed)`, { cause: err });
-    // Anything else at the socket path is not an agent: it goes with the state dir.
-  }
+/**
+ * Throws AgentRunningError when an agent uses the state dir, the lib dir or
+ * the sockets named (see liveAgents.ts for how it is found).
+ */
+export async function refuseWhileAgentRuns(paths: CleanupPaths, sockets: readonly string[]): Promise<void> {
+  const agents = await findLiveAgents({ stateDir: paths.stateDir, libDir: paths.libDir, sockets });
+  if (agents.length > 0) throw new AgentRunningError(agents);
 }
 
 async function confirmed(): Promise<boolean> {
@@ -89,7 +78,14 @@ export async function runCleanup(argv: string[], out: (line: string) => void = (
       process.stderr.write('tendril-agent cleanup: must run as root (it changes the host\'s network)\n');
       return 2;
     }
-    await refuseWhileAgentRuns(paths.stateDir);
+    const sockets = flags.socket !== undefined ? [resolve(flags.socket)] : [];
+    try {
+      await refuseWhileAgentRuns(paths, sockets);
+    } catch (err) {
+      // A dry run says what the real one would do: refuse, and why; it never lists a live agent's data.
+      if (flags.dryRun === true && err instanceof AgentRunningError) out('would refuse: nothing would be removed');
+      throw err;
+    }
     const nl = await Netlink.open();
     try {
       const survey = await surveyNode(nl, paths);
@@ -106,7 +102,7 @@ export async function runCleanup(argv: string[], out: (line: string) => void = (
         if (!(await confirmed())) throw new CleanupError('NOT_CONFIRMED', 'not confirmed (nothing was changed)');
       }
       // Checked again right before: an agent may have started while the listing was read.
-      await refuseWhileAgentRuns(paths.stateDir);
+      await refuseWhileAgentRuns(paths, sockets);
       await removeSurveyed(nl, survey);
       out('done');
       return 0;

@@ -1,4 +1,5 @@
-import { CodedError } from '../../errors/codedError.js';
+import { type CodedErrorJson, CodedError } from '../../errors/codedError.js';
+import { describeLiveAgent, type LiveAgent } from './liveAgents.js';
 
 /**
  * Why `tendril-agent cleanup` did nothing: an agent still runs on the node,
@@ -7,3 +8,14 @@ import { CodedError } from '../../errors/codedError.js';
 export type CleanupErrorCode = 'AGENT_RUNNING' | 'NOT_CONFIRMED' | 'UNSAFE_PATH';
 
 export class CleanupError extends CodedError<CleanupErrorCode> {}
+
+/** An agent uses what cleanup would remove: it names each one found (pid, socket, how it was found). */
+export class AgentRunningError extends CleanupError {
+  constructor(readonly agents: readonly LiveAgent[]) {
+    super('AGENT_RUNNING', `refusing: ${agents.length === 1 ? 'an agent uses' : `${agents.length} agents use`} this state: ${agents.map(describeLiveAgent).join('; ')}; stop it first (nothing was changed)`);
+  }
+
+  protected override toJSONAt(depth: number): CodedErrorJson<CleanupErrorCode> & { agents: readonly LiveAgent[] } {
+    return { ...super.toJSONAt(depth), agents: this.agents };
+  }
+}

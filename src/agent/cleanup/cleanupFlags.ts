@@ -13,6 +13,7 @@ export interface CleanupFlags {
   stateDir: string;
   libDir: string;
   bpffsRoot: string;
+  socket?: string;
 }
 
 export function cleanupCommand(): Command {
@@ -23,5 +24,6 @@ export function cleanupCommand(): Command {
     .option('--state-dir <dir>', 'the agent\'s --state-dir', DEFAULT_STATE_DIR)
     .option('--lib-dir <dir>', 'the agent\'s --lib-dir', DEFAULT_LIB_DIR)
     .option('--bpffs-root <dir>', 'the agent\'s --bpffs-root', '/sys/fs/bpf')
+    .option('--socket <path>', 'the agent\'s --socket, when outside its --state-dir (cleanup also reads it from the state dir\'s agent.json): refuses while an agent answers there')
     .exitOverride();
 }

@@ -157,6 +157,15 @@ export function podAddress(a: EndpointAddress): PodAddress {
 }
 
 /**
+ * A runtime run under `ip netns exec` has a mount namespace of its own, so the
+ * pod namespaces it bind-mounts under /run/netns are invisible to the agent:
+ * the agent sees the empty mount-point file.
+ */
+export function unmountedNetnsMessage(path: string): string {
+  return `${path} is not a network namespace in the agent's view: it is an empty file with nothing mounted on it, so the runtime mounted the pod's namespace in a mount namespace of its own (a runtime started under \`ip netns exec\` gets a private one). Start the runtime with \`nsenter --net=/run/netns/NAME\` instead, which changes the network namespace only`;
+}
+
+/**
  * Owns every local endpoint's lifecycle, in Cilium's order:
  * create → identity → ipcache → policy → datapath regeneration → ready;
  * adopt (a pod plumbed by someone else); label change (new identity, then a
@@ -168,15 +177,6 @@ export function podAddress(a: EndpointAddress): PodAddress {
  * changes queue regenerations of the endpoints whose map state they changed.
  * Lifecycle calls for one attachment run one at a time.
  */
-/**
- * A runtime run under `ip netns exec` has a mount namespace of its own, so the
- * pod namespaces it bind-mounts under /run/netns are invisible to the agent:
- * the agent sees the empty mount-point file.
- */
-export function unmountedNetnsMessage(path: string): string {
-  return `${path} is not a network namespace in the agent's view: it is an empty file with nothing mounted on it, so the runtime mounted the pod's namespace in a mount namespace of its own (a runtime started under \`ip netns exec\` gets a private one). Start the runtime with \`nsenter --net=/run/netns/NAME\` instead, which changes the network namespace only`;
-}
-
 export class EndpointManager {
   readonly #registry = new EndpointRegistry();
   readonly #runtime = new Map<number, Runtime>();

@@ -100,6 +100,19 @@ describe('CNI ADD, CHECK, DEL', () => {
     await cni('DEL', 'tdl-a', netns);
   });
 
+  test('after an agent restart, a repeated ADD of a restored endpoint answers with its existing result', async () => {
+    const netns = newPod();
+    const first = await cni('ADD', 'tdl-r', netns);
+    const before = api.endpoints.lookup('container-id:tdl-r')!;
+    node = await node.restart();
+    api = node.agent.api();
+    const again = await cni('ADD', 'tdl-r', netns);
+    assert.deepEqual(again, first);
+    assert.equal(api.endpoints.lookup('container-id:tdl-r')!.id, before.id);
+    assert.equal((await podAllocations()).length, 1);
+    await cni('DEL', 'tdl-r', netns);
+  });
+
   test('the same attachment in another namespace is refused (code 4) while the first is live; replaced once it is gone', async () => {
     const netns = newPod();
     const first = await cni('ADD', 'tdl-a', netns);

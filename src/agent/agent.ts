@@ -11,7 +11,7 @@ import { IdentityAllocator, identityToJSON, LOCAL_IDENTITY_SCOPE, NodeLease, res
 import { parseIp, prefixContainsIp, tryParsePrefix } from '../netip/index.js';
 import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries } from '../ipcache/index.js';
 import { LabelFilter } from '../labels/index.js';
-import { PolicyEngine } from '../policy/index.js';
+import { parsePolicyText, PolicyEngine, refuseNamedPorts } from '../policy/index.js';
 import { PolicyStore } from '../policy/store/index.js';
 import { PolicyLedger } from '../policy/store/policyLedger.js';
 import { openBackend } from '../kvstore/factory.js';
@@ -571,7 +571,12 @@ export class Agent {
         const r = await this.policyLedger.confirmLoss(policyStore, policy);
         return { revision: policy.revision, dropped: r.dropped, endpoints: r.endpoints };
       },
-      import: (text) => this.policyStore.importText(text),
+      import: async (text) => {
+        // Parsed here first so a named port is refused before anything is stored or applied.
+        const policies = parsePolicyText(text);
+        refuseNamedPorts(policies);
+        return this.policyStore.importPolicies(policies);
+      },
       delete: (filter) => this.policyStore.deletePolicies(filter),
       selectors: () => policy.engine.selectors(),
       trace: (src, dst, proto, port) => policy.engine.trace(src, dst, proto, port),

@@ -383,8 +383,8 @@ export class CniService {
    * An ADD for an attachment that already has an endpoint. While that
    * endpoint's pod network is intact in the same namespace, the answer is its
    * existing result: same addresses, MACs, labels and identity, so service
-   * backends and policy still name the pod (Cilium answers a repeated ADD the
-   * same way). The same attachment in a DIFFERENT namespace while the first
+   * backends and policy still name the pod (the spec says a runtime must not
+   * ADD twice without a DEL; one that retries gets the answer it lost). The same attachment in a DIFFERENT namespace while the first
    * one is intact is refused (CNI 4): replacing it would silently take a
    * running pod's network away, and the spec makes a second ADD without a DEL
    * the runtime's error. Only an attachment whose pod network is gone (its

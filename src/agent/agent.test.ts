@@ -9,6 +9,7 @@ import type { Result100 } from '../cni/index.js';
 import { AgentClient } from '../client/agentClient.js';
 import type { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
 import type { EndpointStatus } from '../endpoint/index.js';
+import { LabelSet } from '../labels/index.js';
 import { dbFromWebPolicy } from '../policy/testing/policies.js';
 import type { AgentApi } from './api/server.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
@@ -80,16 +81,51 @@ describe('CNI ADD, CHECK, DEL', () => {
     await assertClean();
   });
 
-  test('a second ADD for the same attachment replaces the first', async () => {
+  test('a repeated ADD of a live attachment answers with its existing result and changes nothing', async () => {
     const netns = newPod();
-    await cni('ADD', 'tdl-a', netns);
-    const first = api.endpoints.lookup('container-id:tdl-a')!;
-    await cni('ADD', 'tdl-a', netns);
-    const second = api.endpoints.lookup('container-id:tdl-a')!;
-    assert.notEqual(second.id, first.id);
+    const first = await cni('ADD', 'tdl-a', netns);
+    const before = api.endpoints.lookup('container-id:tdl-a')!;
+    await api.endpoints.updateLabels(before.id, LabelSet.parse([...before.labels, 'container:extra=kept']));
+    const labelled = api.endpoints.lookup('container-id:tdl-a')!;
+    const again = await cni('ADD', 'tdl-a', netns);
+    assert.deepEqual(again, first, 'same addresses and MACs');
+    const after = api.endpoints.lookup('container-id:tdl-a')!;
+    assert.equal(after.id, before.id);
+    assert.deepEqual(after.labels, labelled.labels, 'labels set since the first ADD are kept');
     assert.equal(api.endpoints.list().length, 1);
     assert.equal((await podAllocations()).length, 1);
+    // The same attachment asked for another address: refused, the pod keeps its own.
+    await rejectsWithCni(api.cni.handle({ command: 'ADD', containerId: 'tdl-a', netns, ifName: 'eth0', args: 'IP=10.88.0.200', config: CONF }), 4, /already attached with 10\.88\.0\.\d+/);
+    assert.equal(api.endpoints.lookup('container-id:tdl-a')!.id, before.id);
     await cni('DEL', 'tdl-a', netns);
+  });
+
+  test('after an agent restart, a repeated ADD of a restored endpoint answers with its existing result', async () => {
+    const netns = newPod();
+    const first = await cni('ADD', 'tdl-r', netns);
+    const before = api.endpoints.lookup('container-id:tdl-r')!;
+    node = await node.restart();
+    api = node.agent.api();
+    const again = await cni('ADD', 'tdl-r', netns);
+    assert.deepEqual(again, first);
+    assert.equal(api.endpoints.lookup('container-id:tdl-r')!.id, before.id);
+    assert.equal((await podAllocations()).length, 1);
+    await cni('DEL', 'tdl-r', netns);
+  });
+
+  test('the same attachment in another namespace is refused (code 4) while the first is live; replaced once it is gone', async () => {
+    const netns = newPod();
+    const first = await cni('ADD', 'tdl-a', netns);
+    const other = newPod();
+    await rejectsWithCni(cni('ADD', 'tdl-a', other), 4, /already attached .* in network namespace .*DEL it first/);
+    assert.equal(api.endpoints.list().length, 1);
+    datapath.removeNetns(netns);
+    const replaced = await cni('ADD', 'tdl-a', other);
+    assert.equal(replaced.result!.interfaces![1]!.sandbox, other);
+    assert.notEqual(api.endpoints.lookup('container-id:tdl-a')!.netns, netns);
+    assert.equal((await podAllocations()).length, 1);
+    assert.ok(first.result);
+    await cni('DEL', 'tdl-a', other);
   });
 });
 

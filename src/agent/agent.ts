@@ -7,10 +7,11 @@ import { AgentError } from '../api/errors.js';
 import type { AgentConfigView, CniRequest, ConfigPatch, DatapathStatus, Health } from '../api/types.js';
 import type { Datapath } from '../datapath/types.js';
 import { type Endpoint, EndpointManager, EndpointStore, PolicyRevisions } from '../endpoint/index.js';
-import { IdentityAllocator, identityToJSON, NodeLease, reservedIdentity } from '../identity/index.js';
+import { IdentityAllocator, identityToJSON, LOCAL_IDENTITY_SCOPE, NodeLease, reservedIdentity } from '../identity/index.js';
+import { parseIp, prefixContainsIp, tryParsePrefix } from '../netip/index.js';
 import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries } from '../ipcache/index.js';
 import { LabelFilter } from '../labels/index.js';
-import { PolicyEngine, UnknownEndpointError } from '../policy/index.js';
+import { parsePolicyText, PolicyEngine, refuseNamedPorts, UnknownEndpointError } from '../policy/index.js';
 import { PRIVATE_BPFFS_FIX } from '../datapath/kernel/bpf/index.js';
 import { PolicyStore } from '../policy/store/index.js';
 import { PolicyLedger } from '../policy/store/policyLedger.js';
@@ -183,6 +184,7 @@ export class Agent {
       nodeAddresses: () => this.nodeAddresses.addresses.map((p) => p.slice(0, p.indexOf('/'))),
       routerAddresses: () => this.routerAddresses.keys(),
       podCidrs: () => this.ipam.podCidrs(),
+      addressOwner: (ip) => this.clusterAddressOwner(ip),
     });
     // An endpoint that comes or goes changes which backends are local (externalTrafficPolicy Local).
     this.unsubscribeEndpoints = this.endpoints.subscribe((change) => {
@@ -584,7 +586,12 @@ export class Agent {
         const r = await this.policyLedger.confirmLoss(policyStore, policy);
         return { revision: policy.revision, dropped: r.dropped, endpoints: r.endpoints };
       },
-      import: (text) => this.policyStore.importText(text),
+      import: async (text) => {
+        // Parsed here first so a named port is refused before anything is stored or applied.
+        const policies = parsePolicyText(text);
+        refuseNamedPorts(policies);
+        return this.policyStore.importPolicies(policies);
+      },
       delete: (filter) => this.policyStore.deletePolicies(filter),
       selectors: () => policy.engine.selectors(),
       selectsNoEndpoint: (names) => policy.engine.selectsNoEndpoint(names),
@@ -618,6 +625,31 @@ export class Agent {
   private async refreshNodeAddresses(interfaceAddresses: () => Promise<string[]>): Promise<void> {
     const own = [...this.routerAddresses.keys(), ...(this.nodeIp !== '0.0.0.0' ? [this.nodeIp] : [])];
     this.nodeAddresses.set([...own, ...(await interfaceAddresses())]);
+  }
+
+  /**
+   * What the cluster has at `ip` beyond this node's own pods and CIDRs (which
+   * the service manager checks itself): an exact ipcache entry with an
+   * identity that is not world or a CIDR's (a pod or node elsewhere), or
+   * another node's pod CIDR. A service frontend there would capture this
+   * node's connections to that pod.
+   */
+  private clusterAddressOwner(ip: string): string | undefined {
+    const entry = this.ipcache.get(`${ip}/32`);
+    // Reserved identities (world, host, remote-node, …) are left out: an external IP may be a node's.
+    if (entry && reservedIdentity(entry.identity) === undefined && (entry.identity & LOCAL_IDENTITY_SCOPE) === 0) {
+      return `is a pod's address (ipcache identity ${entry.identity}, from ${entry.owner})`;
+    }
+    const addr = parseIp(ip);
+    for (const node of this.nodeRegistry?.list() ?? []) {
+      if (node.name === this.config.nodeName) continue;
+      const cidr = node.podCidrs.find((c) => {
+        const p = tryParsePrefix(c);
+        return p !== undefined && prefixContainsIp(p, addr);
+      });
+      if (cidr) return `is in node ${node.name}'s pod CIDR ${cidr} (pods' addresses)`;
+    }
+    return undefined;
   }
 
   private async ensureRouterAddress(family: 4 | 6, ip: string): Promise<void> {

@@ -21,6 +21,7 @@ import {
 import { isDatapathError } from '../datapath/types.js';
 import {
   type AddressLease,
+  type Endpoint,
   type EndpointAddress,
   EndpointErrorCode,
   type EndpointManager,
@@ -308,8 +309,13 @@ export class CniService {
     // CNI_ARGS IP= (podman --ip, the spec's convention) asks for given addresses; checked
     // before a previous endpoint of the attachment is replaced.
     const wanted = requestedIps(call.args, served);
-    // A second ADD for the same attachment replaces the first, as a re-created sandbox expects.
     const previous = endpoints.byContainer(call.containerId, call.ifName);
+    // The spec forbids a runtime to ADD an attachment twice without a DEL; one that does
+    // (a retry after a timeout, a restarted runtime) must not move a running pod.
+    if (previous) {
+      const existing = await this.repeatedAdd(call, previous, wanted);
+      if (existing) return existing;
+    }
     // Before anything is allocated or removed: never the node's own namespace. A call that
     // replaces an attachment also asks the datapath first (namespace present, interface
     // free or its own), so a refusal cannot have deleted the attachment; a first ADD
@@ -369,6 +375,56 @@ export class CniService {
       return this.result(call, ep);
     } catch (err) {
       await undo.rollBack();
+      throw err;
+    }
+  }
+
+  /**
+   * An ADD for an attachment that already has an endpoint. While that
+   * endpoint's pod network is intact in the same namespace, the answer is its
+   * existing result: same addresses, MACs, labels and identity, so service
+   * backends and policy still name the pod (the spec says a runtime must not
+   * ADD twice without a DEL; one that retries gets the answer it lost). The same attachment in a DIFFERENT namespace while the first
+   * one is intact is refused (CNI 4): replacing it would silently take a
+   * running pod's network away, and the spec makes a second ADD without a DEL
+   * the runtime's error. Only an attachment whose pod network is gone (its
+   * namespace deleted, its interfaces removed) is replaced by the new ADD;
+   * `undefined` says so. Restored endpoints (after an agent restart) take the
+   * same path: they are in the registry like any other.
+   */
+  private async repeatedAdd(call: ParsedCall, previous: Endpoint, wanted: readonly string[]): Promise<Result100 | undefined> {
+    const { endpoints, log } = this.d;
+    const where = { containerId: call.containerId, ifName: call.ifName, endpoint: previous.id };
+    if (previous.adopted) throw new AgentError('INVALID_ENVIRONMENT', `container ${call.containerId} interface ${call.ifName} is endpoint ${previous.id}, made by PUT /endpoint: DEL it (or DELETE /endpoint/${previous.id}) before an ADD`);
+    const intact = await this.podNetworkIntact(previous, previous.netns);
+    if (!intact) {
+      log.warn({ ...where, netns: previous.netns, newNetns: call.netns, reason: intact === undefined ? 'namespace gone' : 'pod network damaged' }, 'repeated ADD: the previous attachment is no longer intact; it is replaced');
+      return undefined;
+    }
+    if (previous.netns !== call.netns) {
+      throw new AgentError('INVALID_ENVIRONMENT', `container ${call.containerId} interface ${call.ifName} is already attached (endpoint ${previous.id}, ${previous.addresses.map((a) => a.ip).join(', ')}) in network namespace ${previous.netns}, not ${call.netns}: DEL it first; an ADD never moves a running pod`);
+    }
+    const text = (ip: string) => formatIp(parseIp(ip));
+    const mismatch = wanted.filter((w) => !previous.addresses.some((a) => text(a.ip) === text(w)));
+    if (mismatch.length > 0) {
+      throw new AgentError('INVALID_ENVIRONMENT', `CNI_ARGS IP=${mismatch.join(',')}: container ${call.containerId} interface ${call.ifName} is already attached with ${previous.addresses.map((a) => a.ip).join(', ')}; DEL it first to change its address`);
+    }
+    // The answer comes once the endpoint's policy is in force, as for a first ADD.
+    if (previous.state !== 'ready') await endpoints.regenerate(previous.id);
+    const current = endpoints.get(previous.id) ?? previous;
+    log.info({ ...where, addresses: current.addresses.map((a) => a.ip) }, 'repeated ADD of a live attachment: answered with its existing result, nothing changed');
+    return this.result(call, endpoints.status(current));
+  }
+
+  /** true: the endpoint's pod network checks out in `netns`; false: it does not; undefined: no such namespace. */
+  private async podNetworkIntact(ep: Endpoint, netns: string): Promise<boolean | undefined> {
+    const kind = await this.d.endpoints.classifyNetns(netns);
+    if (kind !== 'pod') return undefined;
+    try {
+      await this.d.endpoints.check(ep.id, netns);
+      return true;
+    } catch (err) {
+      if (isDatapathError(err, 'not-found', 'netns-gone')) return false;
       throw err;
     }
   }

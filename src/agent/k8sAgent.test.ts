@@ -179,6 +179,24 @@ describe('start order', () => {
   });
 });
 
+describe('NetworkPolicy with a named port', () => {
+  test('is refused with the port named (logged, the policy left out); one with the port number is applied', async () => {
+    const NODE = 'tdl-k8s-namedport';
+    seedShop(NODE, '192.0.2.35', 1);
+    const lines: Array<Record<string, unknown>> = [];
+    const logger = pino({ level: 'info' }, { write: (t: string) => void lines.push(JSON.parse(t) as Record<string, unknown>) });
+    const node = await startAgent(NODE, { logger });
+    const ingress = (port: string | number) => [{ from: [{ podSelector: { matchLabels: { app: 'web' } } }], ports: [{ protocol: 'TCP', port }] }];
+    kube.create('networkpolicies', networkPolicyObject('shop', 'db-named', { podSelector: { matchLabels: { app: 'db' } }, policyTypes: ['Ingress'], ingress: ingress('postgres') }));
+    kube.create('networkpolicies', networkPolicyObject('shop', 'db-number', { podSelector: { matchLabels: { app: 'db' } }, policyTypes: ['Ingress'], ingress: ingress(5432) }));
+    const api = node.agent.api();
+    await until('the numbered policy applied', () => (api.policy.list({}).some((p) => p.name.name === 'db-number') ? true : undefined));
+    const refused = await until('the named port refusal logged', () => lines.find((l) => /named port .{0,2}postgres.{0,2} in NetworkPolicy\/shop\/db-named/.test(JSON.stringify(l))));
+    assert.equal(refused.level, 50, JSON.stringify(refused));
+    assert.ok(!api.policy.list({}).some((p) => p.name.name === 'db-named'), 'the named-port policy is not in force');
+  });
+});
+
 describe('services', () => {
   test('with a load-balancing datapath, the API server\'s Services and EndpointSlices are in the service API when the agent is ready, and follow scaling', async () => {
     const NODE = 'tdl-k8s-svc';

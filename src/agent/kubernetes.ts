@@ -8,7 +8,7 @@ import type { LabelSet } from '../labels/index.js';
 import type { Logger } from '../logging/logger.js';
 import { formatIp, formatPrefix, tryParseIp, tryParsePrefix } from '../netip/index.js';
 import type { NodeAddress } from '../node/index.js';
-import type { Policy, PolicyFilter } from '../policy/index.js';
+import { type Policy, type PolicyFilter, refuseNamedPorts } from '../policy/index.js';
 import type { ServiceApi, ServiceSpec } from '../service/types.js';
 import {
   type K8sEndpointTarget,
@@ -67,7 +67,11 @@ class Forwarders {
   };
 
   readonly policy: K8sPolicyTarget = {
-    upsertPolicies: (policies: readonly Policy[]) => this.targets.policy.upsertPolicies(policies),
+    upsertPolicies: (policies: readonly Policy[]) => {
+      // A named port would resolve to nothing here: the watcher logs the refusal and skips the policy.
+      refuseNamedPorts(policies);
+      return this.targets.policy.upsertPolicies(policies);
+    },
     deletePolicies: (filter: PolicyFilter) => this.targets.policy.deletePolicies(filter),
   };
 

@@ -58,3 +58,4 @@ export { PolicyKind, formatPolicyName, type Policy, type PolicyName, type Rule, 
 export { ENTITIES, type Entity, type IdentitySelector } from './selector.js';
 export { evaluateDirection, traceFlow, formatTrace, type DirectionDecision, type DecisionReason, type TraceResult, type EvaluationContext } from './evaluate.js';
 export { LocalIdentityTable } from './identities.js';
+export { refuseNamedPorts } from './namedPortRefusal.js';

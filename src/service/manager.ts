@@ -35,6 +35,8 @@ export interface ServiceManagerOptions {
   /** The node's router addresses and pod CIDRs: no ClusterIP, external or LoadBalancer frontend there (nor on an endpoint's address, localAddresses). */
   routerAddresses?: () => Iterable<string>;
   podCidrs?: () => Iterable<string>;
+  /** What the cluster has at an address beyond this node (another node's pod, another node's pod CIDR), as a phrase; undefined: nothing. */
+  addressOwner?: (ip: string) => string | undefined;
   /** How long after a failure services the datapath did not take are written again (default 10 s). */
   retryIntervalMs?: number;
 }
@@ -296,12 +298,13 @@ export class ServiceManager implements ServiceApi {
 
   /** What the node uses now: the addresses a new frontend may not take. */
   #validationContext(): ValidationContext {
-    const { nodeAddresses, routerAddresses, localAddresses, podCidrs } = this.o;
+    const { nodeAddresses, routerAddresses, localAddresses, podCidrs, addressOwner } = this.o;
     return {
       ...(nodeAddresses ? { nodeAddresses: new Set([...nodeAddresses()].filter((a) => !a.includes(':'))) } : {}),
       ...(routerAddresses ? { routerAddresses: new Set(routerAddresses()) } : {}),
       ...(localAddresses ? { podAddresses: new Set(localAddresses()) } : {}),
       ...(podCidrs ? { podCidrs: [...podCidrs()] } : {}),
+      ...(addressOwner ? { addressOwner } : {}),
     };
   }
 

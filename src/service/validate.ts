@@ -44,6 +44,12 @@ export interface ValidationContext {
   podAddresses?: ReadonlySet<string>;
   /** The prefixes the node gives its pods addresses from: no frontend inside (it would shadow a pod to come). */
   podCidrs?: readonly string[];
+  /**
+   * What the rest of the cluster has at an address (a pod on another node, the
+   * ipcache's non-world identity, another node's pod CIDR), as a phrase: a
+   * frontend there would send the node's own connections to that pod elsewhere.
+   */
+  addressOwner?: (ip: string) => string | undefined;
 }
 
 /** Fields of GET /service/{id} that a PUT may carry back unchanged: ignored (they are not the client's to set). */
@@ -150,6 +156,8 @@ function takenAddress(ip: string, type: ServiceType, ctx: ValidationContext): st
     return p !== undefined && prefixContainsIp(p, addr);
   });
   if (cidr) return `is in this node's pod CIDR ${cidr} (pods' addresses)`;
+  const owner = ctx.addressOwner?.(ip);
+  if (owner) return owner;
   if (type === 'ClusterIP' && ctx.nodeAddresses?.has(ip)) return 'is one of this node\'s addresses';
   return undefined;
 }

@@ -11,6 +11,7 @@ import { hostInterfaceName } from '../../src/datapath/linux/links.js';
 import { type CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
 import { type AgentProcess, ping as pingFrom, podAllocations as allocationsOf, podHostLinks, startSingleNode } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
+import { NetnsProber } from '../support/reachability.js';
 import { requireRoot } from '../support/root.js';
 
 requireRoot('the agent end-to-end test');
@@ -114,6 +115,62 @@ describe('20 pods added concurrently through libcni', () => {
     assert.deepEqual(await podAllocations(), []);
     // DEL is idempotent, also for a namespace that no longer exists.
     await runtime.delNetworkList(conflist('1.0.0'), rt(pods[0]!.id, '/var/run/netns/tdl-gone'));
+  });
+});
+
+describe('a repeated ADD', () => {
+  // The spec forbids a runtime to ADD an attachment twice without a DEL; one that does must not move the pod.
+  test('of a live attachment answers with its existing result: address, MACs, labels and the service backend unchanged; another netns is refused', async (t) => {
+    const ns = await pool.add('again');
+    const other = await pool.add('again2');
+    const prober = await NetnsProber.start('again', ns.path, { tcpPorts: [8080], udpPorts: [] });
+    try {
+      const t0 = performance.now();
+      const first = (await runtime.addNetworkList(conflist('1.0.0'), rt('tdl-again', ns.path))) as Result100;
+      const firstMs = performance.now() - t0;
+      const ep = (await agent.client.getEndpoint('container-id:tdl-again')) as Endpoint;
+      await agent.client.patchEndpointLabels(ep.id, { add: ['tier=kept'] });
+      const labelled = (await agent.client.getEndpoint(ep.id)) as Endpoint;
+      const podIp = first.ips![0]!.address.split('/')[0]!;
+      await agent.client.putService(31, {
+        'frontend-address': { ip: '10.96.31.1', port: 80, protocol: 'TCP' },
+        'backend-addresses': [{ ip: podIp, port: 8080 }],
+        flags: { type: 'ClusterIP', trafficPolicy: 'Cluster', sessionAffinity: false, sessionAffinityTimeout: 10800 },
+      });
+      const macBefore = (await pool.exec(ns.name, ['cat', '/sys/class/net/eth0/address'])).stdout.trim();
+
+      const t1 = performance.now();
+      const again = (await runtime.addNetworkList(conflist('1.0.0'), rt('tdl-again', ns.path))) as Result100;
+      t.diagnostic(`first ADD ${firstMs.toFixed(1)} ms, repeated ADD ${(performance.now() - t1).toFixed(1)} ms (through tendril-cni)`);
+      assert.deepEqual(again.ips, first.ips, 'same address');
+      assert.deepEqual(again.interfaces, first.interfaces, 'same interfaces and MACs');
+      assert.equal((await pool.exec(ns.name, ['cat', '/sys/class/net/eth0/address'])).stdout.trim(), macBefore, 'the pod\'s eth0 is the same');
+      const after = (await agent.client.getEndpoint('container-id:tdl-again')) as Endpoint;
+      assert.equal(after.id, ep.id, 'same endpoint');
+      assert.deepEqual(after.labels, labelled.labels, 'labels set since the first ADD are kept');
+      assert.ok(after.labels.some((l) => l.endsWith('tier=kept')), JSON.stringify(after.labels));
+      assert.deepEqual((await podAllocations()).filter((a) => a === podIp), [podIp], 'one address');
+      // The service's only backend is the pod's address: a connection to the frontend from the node still reaches it.
+      const svc = await agent.client.getService(31);
+      assert.deepEqual(svc['backend-addresses'].map((b) => b.ip), [podIp]);
+      const nodeProber = await NetnsProber.start('againnode', `/var/run/netns/${node}`, { tcpPorts: [], udpPorts: [] });
+      try {
+        assert.equal((await nodeProber.probe({ proto: 'tcp', dst: '10.96.31.1', port: 80, timeoutMs: 2000 })).outcome, 'open');
+        assert.equal((await nodeProber.probe({ proto: 'tcp', dst: podIp, port: 8080, timeoutMs: 2000 })).outcome, 'open');
+      } finally {
+        await nodeProber.stop();
+      }
+
+      // Same container and interface in another namespace while the first is live: refused with code 4, nothing moves.
+      await assert.rejects(runtime.addNetworkList(conflist('1.0.0'), rt('tdl-again', other.path)), (e: unknown) => e instanceof CniError && e.code === CniErrorCode.InvalidEnvironmentVariables && /already attached .*DEL it first/.test(e.message));
+      assert.equal(((await agent.client.getEndpoint('container-id:tdl-again')) as Endpoint).id, ep.id);
+      assert.ok(await ping(node, podIp), 'the pod still answers at its address');
+
+    } finally {
+      await agent.client.deleteService(31).catch(() => undefined);
+      await runtime.delNetworkList(conflist('1.0.0'), rt('tdl-again', ns.path));
+      await prober.stop();
+    }
   });
 });
 

@@ -19,6 +19,8 @@ demo_init() {
   trap 'exit 130' INT
   trap 'exit 143' TERM
   trap 'exit 129' HUP
+  # A command that fails outside a check (set -e ends the demo) says which.
+  trap 'demo_fail "line $LINENO: \`$BASH_COMMAND\` exited $?"' ERR
 }
 
 # demo_pids [JOB]: the live processes of this run (only JOB's, when given).
@@ -40,7 +42,9 @@ demo_bg() {
   shift
   (
     export TDL_DEMO_JOB="$job"
-    "$@"
+    # A program replaces the subshell (no "Terminated" notice from it when the
+    # program is stopped); a function runs in it.
+    if declare -F "$1" >/dev/null; then "$@"; else exec "$@"; fi
   ) &
   DEMO_BG_PID=$!
   DEMO_JOBS+=("$job")
@@ -74,6 +78,7 @@ demo_kill() {
 demo_exit() {
   local rc=$? i
   trap '' INT TERM HUP
+  trap - ERR
   set +e
   # The shell's own "Terminated" notices for the jobs it reaps are noise: its
   # stderr goes away, the cleanup's messages go to the saved one (fd 3).

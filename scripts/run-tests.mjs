@@ -26,7 +26,8 @@ if (files.length === 0) {
 // of concurrent connections, run alone after the rest: beside another file's agents loading
 // their eBPF objects (a cluster test starts three), the two cores starve the traffic they
 // measure, and the failures would be the machine's, not tendril's.
-const ALONE = ['/e2e/datapathRestart.test.js', '/e2e/servicesBackends.test.js', '/e2e/masquerade.test.js'];
+// The demo test runs the whole demo (five agents, one after another) twice.
+const ALONE = ['/e2e/datapathRestart.test.js', '/e2e/servicesBackends.test.js', '/e2e/masquerade.test.js', '/e2e/demo.test.js'];
 const alone = files.filter((f) => ALONE.some((s) => f.endsWith(s)));
 const together = files.filter((f) => !alone.includes(f));
 let status = 0;

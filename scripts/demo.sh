@@ -86,8 +86,8 @@ JS
 hello() { demo_bg "hello-$1-$3" nsenter --net="/var/run/netns/$1" -- node "$WORK/hello.mjs" "$2" "$3"; }
 # tcp NAMESPACE ADDR PORT: one connection, what the server said (no output, exit 1: no answer).
 tcp() { nsenter --net="/var/run/netns/$1" -- busybox nc -w 2 "$2" "$3" </dev/null 2>/dev/null | grep .; }
-# pings NAMESPACE ADDR: an echo reply comes back (of up to 3 sent).
-pings() { nsenter --net="/var/run/netns/$1" -- ping -c3 -i0.2 -W2 -q "$2" >/dev/null 2>&1; }
+# pings NAMESPACE ADDR: an echo reply comes back (a second try if the first is lost).
+pings() { nsenter --net="/var/run/netns/$1" -- ping -c1 -W2 -q "$2" >/dev/null 2>&1 || nsenter --net="/var/run/netns/$1" -- ping -c1 -W2 -q "$2" >/dev/null 2>&1; }
 # no_ping NAMESPACE ADDR: no echo reply within a second.
 no_ping() { ! nsenter --net="/var/run/netns/$1" -- ping -c1 -W1 -q "$2" >/dev/null 2>&1; }
 # no_tcp NAMESPACE ADDR PORT: a connection gets no answer within a second.

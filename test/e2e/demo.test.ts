@@ -56,7 +56,9 @@ async function nftTables(): Promise<Set<string>> {
   return new Set(await lines(['nft', 'list', 'tables']));
 }
 async function tmpDemoDirs(): Promise<Set<string>> {
-  return new Set((await readdir('/tmp')).filter((n) => n.startsWith('tdl-demo.') || n.startsWith('tdl-fakekube-')));
+  // The demo's work dir where TMPDIR is not honoured (the old demo). Its other temp files go under TMPDIR, the test's own
+  // directory, checked empty: a /tmp/tdl-fakekube-* may be another test's.
+  return new Set((await readdir('/tmp')).filter((n) => n.startsWith('tdl-demo.')));
 }
 
 /** Why a process belongs to the run (an empty string: it does not). */
@@ -137,14 +139,16 @@ async function runDemo(opts: { interruptOn?: RegExp } = {}): Promise<{ run: Demo
   child.stdout.on('data', onData);
   child.stderr.on('data', onData);
   const timer = setTimeout(() => process.kill(-pid, 'SIGKILL'), 300_000);
+  // 'exit', not 'close': a process the demo left behind keeps its stdout open, and would hold 'close' back.
   await new Promise<void>((done) =>
-    child.on('close', (code, signal) => {
+    child.on('exit', (code, signal) => {
       clearTimeout(timer);
       r.code = code;
       r.signal = signal;
       done();
     }),
   );
+  await new Promise((done) => setTimeout(done, 200)); // the last of the output
   if (opts.interruptOn) assert.ok(interrupted, `the demo ended before printing ${opts.interruptOn}:\n${r.output}`);
   return { run: r, before };
 }
@@ -208,7 +212,13 @@ demo_bg sleeper sleeper
 demo_bg program sleep 3002
 check "a claim that holds" true
 check_output "the output says hello" '^hello$' echo hello
-$3
+case "$3" in
+  check) check "a claim that does not hold" false ;;
+  check_not) check_not "no answer" true ;;
+  check_output) check_output "the server answers hello" '^hello$' echo goodbye ;;
+  check_within) check_within 1 "it happens" false ;;
+  command) ls /nonexistent-tdl-demo-path ;;
+esac
 echo unreachable
 `;
 
@@ -235,12 +245,12 @@ echo unreachable
   }
 
   for (const [failing, claim] of [
-    ['check "a claim that does not hold" false', 'a claim that does not hold'],
-    ['check_not "no answer" true', 'no answer'],
-    ["check_output \"the server answers hello\" '^hello$' echo goodbye", 'the server answers hello (expected output matching: ^hello$)'],
-    ['check_within 1 "it happens" false', 'it happens (not within 1 s)'],
+    ['check', 'a claim that does not hold'],
+    ['check_not', 'no answer'],
+    ['check_output', 'the server answers hello (expected output matching: ^hello$)'],
+    ['check_within', 'it happens (not within 1 s)'],
   ] as const) {
-    it(`${failing.split(' ')[0]} that fails: exit 1, "demo: FAILED: ${claim}", and every job stopped`, async () => {
+    it(`${failing} that fails: exit 1, "demo: FAILED: ${claim}", and every job stopped`, async () => {
       const r = await runLib(failing);
       assert.equal(r.code, 1, r.stderr);
       assert.ok(r.stderr.includes(`demo: FAILED: ${claim}`), r.stderr);
@@ -251,7 +261,7 @@ echo unreachable
   }
 
   it('a command failing outside a check fails the demo with its line', async () => {
-    const r = await runLib('ls /nonexistent-tdl-demo-path');
+    const r = await runLib('command');
     assert.equal(r.code, 1, r.stderr);
     assert.match(r.stderr, /demo: FAILED: line \d+: `ls \/nonexistent-tdl-demo-path` exited 2/);
     assert.deepEqual(await marked(r.mark), []);

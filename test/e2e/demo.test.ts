@@ -191,7 +191,7 @@ describe('make demo (scripts/demo.sh)', { concurrency: false }, () => {
       assert.ok(checks.some((l) => l.includes(claim)), `no checked claim "${claim}"`);
     }
     // The section that once printed no result and passed: its claim is a check, in the section itself.
-    const restored = r.output.split('== policy deleted: traffic restored')[1]?.split('\n== ')[0] ?? '';
+    const restored = r.output.split('== policy deleted: traffic restored')[1]?.split('\u001b[1m== ')[0] ?? '';
     assert.match(restored, /✓\S* tdldemo1 \(web\) -> db ping: allowed/, `the section "policy deleted" has no checked claim:\n${restored}`);
     assert.match(r.output, /demo: cleaned up: no process of the demo runs/);
   });

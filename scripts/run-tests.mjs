@@ -26,8 +26,12 @@ if (files.length === 0) {
 // of concurrent connections, run alone after the rest: beside another file's agents loading
 // their eBPF objects (a cluster test starts three), the two cores starve the traffic they
 // measure, and the failures would be the machine's, not tendril's. The README's getting-started
-// run starts three agents and etcd, and waits on real timeouts (ping -W, nc -w).
-const ALONE = ['/e2e/datapathRestart.test.js', '/e2e/servicesBackends.test.js', '/e2e/masquerade.test.js', '/e2e/readmeGettingStarted.test.js'];
+// run starts three agents and etcd, and waits on real timeouts (ping -W, nc -w). The demo test
+// runs the whole demo (five agents, one after another) twice.
+const ALONE = [
+  '/e2e/datapathRestart.test.js', '/e2e/servicesBackends.test.js', '/e2e/masquerade.test.js',
+  '/e2e/readmeGettingStarted.test.js', '/e2e/demo.test.js',
+];
 const alone = files.filter((f) => ALONE.some((s) => f.endsWith(s)));
 const together = files.filter((f) => !alone.includes(f));
 let status = 0;

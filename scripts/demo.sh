@@ -1,7 +1,7 @@
 #!/bin/bash
 # make demo: starts tendril-agent on its embedded store inside a "node" network
 # namespace, installs tendril-cni and a conflist in a demo directory, networks
-# three labelled pods, shows them talking, enforces a NetworkPolicy on their
+# three labelled pods (one ADD repeated: the pod keeps its address), shows them talking, enforces a NetworkPolicy on their
 # traffic with the eBPF datapath (the drop in tendril monitor), load-balances
 # a ClusterIP and a NodePort and masquerades pods leaving the cluster (to an
 # "outside" namespace behind the node's own device); then two nodes on one
@@ -159,6 +159,7 @@ for i in 0 1 2; do
   check "$p has ${IPS[$p]}, from the pod CIDR 10.250.0.0/24" grep -qE '^10\.250\.0\.[0-9]+$' <<<"${IPS[$p]}"
 done
 
+
 # The agent's Prometheus metrics (--prometheus-serve-addr), as a scraper in the node sees them.
 metrics() { in_node curl -sf http://127.0.0.1:9962/metrics | grep -E '^tendril_(cni_operations_total|endpoint_state\{state="ready"\}|ipam_allocations)'; }
 # metrics_have LINE...: the metrics (printed) have every one of these lines.
@@ -171,6 +172,18 @@ metrics_have() {
 say "curl http://127.0.0.1:9962/metrics: the CNI operations and the endpoints, after the three ADDs"
 check "3 ADDs counted as successes, 3 endpoints ready" metrics_have \
   'tendril_cni_operations_total{verb="ADD",result="success"} 3' 'tendril_endpoint_state{state="ready"} 3'
+
+# eth0's MAC in pod namespace $1.
+pod_mac() { ip -n "$1" -br link show eth0 | awk '{ print $3 }'; }
+say "ADD tdldemo1 again, as a runtime retrying does: the running pod's existing result comes back, nothing changes"
+MAC1=$(pod_mac tdldemo1)
+out=$(CNI_ARGS="IgnoreUnknown=1;K8S_POD_NAMESPACE=demo;K8S_POD_NAME=tdldemo1;TENDRIL_LABELS=app%3Dweb" \
+  in_node "$TENDRIL" cni add tendril /var/run/netns/tdldemo1 --cache-dir "$WORK/cache")
+echo "$out" | jq -c '{ips: [.ips[].address]}'
+check "tdldemo1 keeps ${IPS[tdldemo1]}" test "$(jq -r '.ips[0].address | split("/")[0]' <<<"$out")" = "${IPS[tdldemo1]}"
+check "tdldemo1's eth0 keeps its MAC $MAC1" test "$(pod_mac tdldemo1)" = "$MAC1"
+check "still 3 endpoints and the same 4 addresses allocated (3 pods and the router)" metrics_have \
+  'tendril_endpoint_state{state="ready"} 3' 'tendril_ipam_allocations{pool="10.250.0.0/24",family="ipv4"} 4'
 
 say "tendril endpoint list"
 "$TENDRIL" endpoint list
@@ -231,6 +244,13 @@ DB_EP=$("$TENDRIL" endpoint list -o json | jq -r '.[] | select(.podName == "tdld
 check_output "db's policy map lets web's identity in on 5432/TCP, by NetworkPolicy/demo/db-from-web" \
   '5432/TCP +ALLOW +NetworkPolicy/demo/db-from-web' "$TENDRIL" bpf policy get "$DB_EP"
 check_output "the datapath counted the policy drop" '^POLICY +ingress +[1-9]' "$TENDRIL" bpf metrics
+say "tendril status: the datapath as the kernel has it, the last minute's drops, the policy in force"
+"$TENDRIL" status >"$WORK/status.txt"
+cat "$WORK/status.txt"
+check "status: the BPF filesystem is the node's (programs and maps outlive the agent)" grep -qE "^BPF filesystem +.*\(the node's\)" "$WORK/status.txt"
+check "status: programs on every pod's device, checked in the kernel" grep -qE '^Programs +.*; 3/3 endpoints$' "$WORK/status.txt"
+check "status: the policy's drop among the last minute's drops" grep -qE '^Drops \(last [0-9]+s\) +[1-9][0-9]* \(.*POLICY' "$WORK/status.txt"
+check "status: 1 policy in force" grep -qE '^Policies +1 in force, ' "$WORK/status.txt"
 
 say "agent restart: policies come back from the kvstore and pods stay enforced while it is down"
 demo_kill agent
@@ -360,7 +380,11 @@ say "a second agent on this node stops before touching anything"
 check_output "the second agent exits: another agent owns this node" 'another agent owns this node' \
   bash -c '! "$@"' _ nsenter --net=/var/run/netns/$NODE -- "$REPO/bin/tendril-agent" --state-dir "$WORK/second" \
   --lib-dir "$WORK/second/lib" --node-name demo-node-2 --pod-cidr 10.251.0.0/24
+say "tendril-agent cleanup --force, from the host's namespace, with the agent's socket and pins: it finds the running agent and refuses"
+check_output "cleanup refuses, naming the live agent, and changes nothing" 'refusing: an agent uses this state' \
+  bash -c '! "$@"' _ "$REPO/bin/tendril-agent" cleanup --force --state-dir "$STATE" --lib-dir "$STATE/lib" --bpffs-root "$BPFFS" --socket "$SOCK"
 check_output "the first agent still answers" '^Agent +ok' "$TENDRIL" status
+check "its pinned maps and its state dir are still there" test -d "$BPFFS/tendril" -a -e "$STATE/agent.json"
 
 say "Kubernetes: an agent following an API server (a fake one on loopback: no API server runs on this machine) that kubectl writes to"
 ip netns add "$K8S_NODE"

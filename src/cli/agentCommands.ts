@@ -22,8 +22,8 @@ export function registerAgentCommands(program: Command): void {
         ...(h.routingMode !== undefined || h.nodes !== undefined ? [['Nodes', `${h.nodes ?? '-'} in the cluster, routing mode ${h.routingMode ?? '-'}`]] : []),
         ...(h.kubernetes ? [['Kubernetes', kubernetesLine(h.kubernetes)]] : []),
         ...(h.datapath ? datapathRows(h.datapath) : []),
-        ...(h.services ? [['Services', `${h.services.count} (${h.services.backends} ${h.services.backends === 1 ? 'backend' : 'backends'})`]] : []),
-        ...(h.policies ? [['Policies', `${h.policies.count} in force, ${h.policies.endpointsEnforced} ${h.policies.endpointsEnforced === 1 ? 'endpoint' : 'endpoints'} with policy enforced`]] : []),
+        ...(h.services ? [['Services', `${h.services.count} (${count(h.services.backends, 'backend')})`]] : []),
+        ...(h.policies ? [['Policies', `${h.policies.count} in force, ${count(h.policies.endpointsEnforced, 'endpoint')} with policy enforced`]] : []),
         ...(h.masquerade ? [['Masquerade', masqueradeLine(h.masquerade)]] : []),
       ]),
     );
@@ -92,7 +92,7 @@ export function datapathRows(d: DatapathStatus): string[][] {
     const { devices, endpoints } = d.programs;
     const broken = devices.filter((x) => x.missing.length > 0).map((x) => `${x.name} ${x.missing.join('+')}`);
     const names = devices.map((x) => x.name).join(', ');
-    const devicePart = broken.length === 0 ? `${devices.length} devices (${names})` : `MISSING on ${broken.join(', ')} of ${devices.length} devices (${names})`;
+    const devicePart = broken.length === 0 ? `${count(devices.length, 'device')} (${names})` : `MISSING on ${broken.join(', ')} of ${count(devices.length, 'device')} (${names})`;
     const epPart = `${endpoints.attached}/${endpoints.expected} endpoints${endpoints.missing.length > 0 ? ` (MISSING on ${endpoints.missing.join(', ')})` : ''}`;
     rows.push(['Programs', `${devicePart}; ${epPart}`]);
   }

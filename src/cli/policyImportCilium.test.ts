@@ -8,8 +8,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
-import { buildServer, listenOnSocket } from '../agent/api/server.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from '../agent/testing/fakeNodeAgent.js';
 import { runCli } from './testing/cliProcess.js';
 
@@ -35,19 +33,15 @@ spec:
 describe('tendril policy import: CiliumNetworkPolicy', () => {
   let dir: string;
   let node: FakeNodeAgent;
-  let app: FastifyInstance;
   let sock: string;
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'tdl-cnpcli-'));
     node = await startFakeNodeAgent({ nodeName: 'tdl-cnpcli', podCidr: '10.97.0.0/24' });
-    app = buildServer(node.agent.api(), { validateResponses: true });
-    sock = join(dir, 'agent.sock');
-    await listenOnSocket(app, sock);
+    sock = node.config.socket;
   });
 
   after(async () => {
-    await app?.close().catch(() => undefined);
     await node?.stop().catch(() => undefined);
     if (dir !== undefined) await rm(dir, { recursive: true, force: true });
   });

@@ -8,8 +8,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
-import { buildServer, listenOnSocket } from '../agent/api/server.js';
+import { buildServer } from '../agent/api/server.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from '../agent/testing/fakeNodeAgent.js';
 import { runCli } from './testing/cliProcess.js';
 
@@ -27,19 +26,15 @@ spec:
 describe('a NetworkPolicy with a named port', () => {
   let dir: string;
   let node: FakeNodeAgent;
-  let app: FastifyInstance;
   let sock: string;
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'tdl-namedport-'));
     node = await startFakeNodeAgent({ nodeName: 'tdl-namedport', podCidr: '10.97.1.0/24' });
-    app = buildServer(node.agent.api(), { validateResponses: true });
-    sock = join(dir, 'agent.sock');
-    await listenOnSocket(app, sock);
+    sock = node.config.socket;
   });
 
   after(async () => {
-    await app?.close().catch(() => undefined);
     await node?.stop().catch(() => undefined);
     if (dir !== undefined) await rm(dir, { recursive: true, force: true });
   });
@@ -54,7 +49,9 @@ describe('a NetworkPolicy with a named port', () => {
   });
 
   test('PUT /policy: 400 naming the port', async () => {
+    const app = buildServer(node.agent.api(), { validateResponses: true });
     const res = await app.inject({ method: 'PUT', url: '/v1/policy', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ text: policy('postgres') }) });
+    await app.close();
     assert.equal(res.statusCode, 400, res.body);
     assert.match((res.json() as { details: string }).details, /named port "postgres"/);
   });

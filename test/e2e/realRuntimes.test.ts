@@ -13,6 +13,7 @@ import { after, before, describe, test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { AgentProcess, CNI_BIN } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
+import { CleanupStack } from '../support/cleanupStack.js';
 import { requireRoot } from '../support/root.js';
 import { run, runOk } from '../support/run.js';
 import { BUSYBOX_PAGE } from '../support/runtimes/busybox.js';
@@ -37,7 +38,7 @@ let agent: AgentProcess;
 let podman: Podman;
 let callLog = '';
 let scratchDir = '';
-const cleanups: Array<{ what: string; fn: () => Promise<unknown> }> = [];
+const cleanups = new CleanupStack();
 
 interface PodmanNetwork {
   IPAddress: string;
@@ -114,9 +115,9 @@ before(async () => {
   await Containerd.requireInstalled();
   node = (await pool.add('node')).name;
   agent = await AgentProcess.create({ nodeNetns: node, nodeName: 'tdl-node-rr', args: ['--pod-cidr', POD_CIDR] });
-  cleanups.push({ what: 'agent', fn: () => agent.cleanup() });
+  cleanups.push('agent', () => agent.cleanup());
   const scratch = await makeScratchDir();
-  cleanups.push({ what: 'scratch dir', fn: scratch.cleanup });
+  cleanups.push('scratch dir', scratch.cleanup);
   scratchDir = scratch.dir;
   const binDir = join(scratch.dir, 'bin');
   await mkdir(binDir);
@@ -124,12 +125,9 @@ before(async () => {
   await installRecordingPlugin(binDir, 'tendril-cni', CNI_BIN, callLog);
   podman = await Podman.create({ nodeNetns: node, pluginDirs: [binDir, REFERENCE_PLUGIN_DIR] });
   // Runs first: podman's DELs still need the agent and the plugin shim.
-  cleanups.push({
-    what: 'podman',
-    fn: async () => {
-      const problems = await podman.cleanup();
-      if (problems.length > 0) throw new Error(problems.join('; '));
-    },
+  cleanups.push('podman', async () => {
+    const problems = await podman.cleanup();
+    if (problems.length > 0) throw new Error(problems.join('; '));
   });
   await podman.writeConflist(NET, {
     cniVersion: '1.0.0',
@@ -142,18 +140,9 @@ before(async () => {
   await agent.start();
 });
 
-after(async () => {
-  const errors: string[] = [];
-  for (const c of cleanups.reverse()) {
-    try {
-      await c.fn();
-    } catch (e) {
-      errors.push(`${c.what}: ${(e as Error).message}`);
-    }
-  }
-  await pool.cleanup();
-  if (errors.length > 0) throw new Error(`cleanup failed: ${errors.join('\n')}`);
-});
+// The namespaces go last, after everything that ran in them.
+cleanups.push('namespaces', () => pool.cleanup());
+after(() => cleanups.run());
 
 describe('podman (CNI backend, Go libcni) drives tendril-cni', () => {
   let web: Container;
@@ -351,12 +340,9 @@ describe('containerd 1.6 `ctr run --cni` (go-cni, Go libcni) drives tendril-cni'
     await writeFile(join(confDir, '10-tdlctr.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: CTR_NET, plugins: [{ type: 'tendril-cni', socket: agent.socket }] }));
     containerd = await Containerd.create({ nodeNetns: node, cniConfDir: confDir, cniBinDir: binDir });
     // Runs before the agent's and the scratch dir's cleanup: ctr's DELs need both.
-    cleanups.push({
-      what: 'containerd',
-      fn: async () => {
-        const problems = await containerd.cleanup();
-        if (problems.length > 0) throw new Error(problems.join('; '));
-      },
+    cleanups.push('containerd', async () => {
+      const problems = await containerd.cleanup();
+      if (problems.length > 0) throw new Error(problems.join('; '));
     });
     await containerd.start();
   });

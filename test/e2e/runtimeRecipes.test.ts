@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { AgentProcess, CNI_BIN } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
+import { CleanupStack } from '../support/cleanupStack.js';
 import { requireRoot } from '../support/root.js';
 import { run, runOk } from '../support/run.js';
 import { Containerd, type ForegroundRun } from '../support/runtimes/containerd.js';
@@ -24,7 +25,7 @@ const pool = new NetnsPool('rcp');
 let node = '';
 let agent: AgentProcess;
 let scratchDir = '';
-const cleanups: Array<{ what: string; fn: () => Promise<unknown> }> = [];
+const cleanups = new CleanupStack();
 
 async function tendril(args: readonly string[]): Promise<string> {
   return runOk([TENDRIL_BIN, ...args, '--socket', agent.socket]);
@@ -49,25 +50,16 @@ before(async () => {
   await Containerd.requireInstalled();
   node = (await pool.add('node')).name;
   agent = await AgentProcess.create({ nodeNetns: node, nodeName: 'tdl-node-rcp', args: ['--pod-cidr', '10.246.0.0/24'] });
-  cleanups.push({ what: 'agent', fn: () => agent.cleanup() });
+  cleanups.push('agent', () => agent.cleanup());
   const scratch = await makeScratchDir();
-  cleanups.push({ what: 'scratch dir', fn: scratch.cleanup });
+  cleanups.push('scratch dir', scratch.cleanup);
   scratchDir = scratch.dir;
   await agent.start();
 });
 
-after(async () => {
-  const errors: string[] = [];
-  for (const c of cleanups.reverse()) {
-    try {
-      await c.fn();
-    } catch (e) {
-      errors.push(`${c.what}: ${(e as Error).message}`);
-    }
-  }
-  await pool.cleanup();
-  if (errors.length > 0) throw new Error(`cleanup failed: ${errors.join('\n')}`);
-});
+// The namespaces go last, after everything that ran in them.
+cleanups.push('namespaces', () => pool.cleanup());
+after(() => cleanups.run());
 
 describe('the podman recipe', () => {
   let podman: Podman;
@@ -78,12 +70,9 @@ describe('the podman recipe', () => {
     await mkdir(binDir);
     await runOk(['cp', CNI_BIN, join(binDir, 'tendril-cni')]);
     podman = await Podman.create({ nodeNetns: node, pluginDirs: [binDir, REFERENCE_PLUGIN_DIR] });
-    cleanups.push({
-      what: 'podman',
-      fn: async () => {
-        const problems = await podman.cleanup();
-        if (problems.length > 0) throw new Error(problems.join('; '));
-      },
+    cleanups.push('podman', async () => {
+      const problems = await podman.cleanup();
+      if (problems.length > 0) throw new Error(problems.join('; '));
     });
     await podman.writeConflist(NET, {
       cniVersion: '1.0.0',
@@ -166,12 +155,9 @@ describe('the containerd recipe (ctr run --cni)', () => {
       JSON.stringify({ cniVersion: '1.0.0', name: NET, plugins: [{ type: 'tendril-cni', socket: agent.socket, args: { tendril: { labels: ['runtime=ctr'] } } }] }),
     );
     containerd = await Containerd.create({ nodeNetns: node, cniConfDir: confDir, cniBinDir: binDir });
-    cleanups.push({
-      what: 'containerd',
-      fn: async () => {
-        const problems = await containerd.cleanup();
-        if (problems.length > 0) throw new Error(problems.join('; '));
-      },
+    cleanups.push('containerd', async () => {
+      const problems = await containerd.cleanup();
+      if (problems.length > 0) throw new Error(problems.join('; '));
     });
     await containerd.start();
   });

@@ -178,7 +178,12 @@ export async function findLiveAgents(q: LiveAgentQuery): Promise<LiveAgent[]> {
   }
 
   const ours = new Map<string, string>();
-  for (const dir of [q.stateDir, q.libDir, ...(record?.kvstorePath !== undefined ? [record.kvstorePath, `${record.kvstorePath}-wal`] : [])]) await inodesUnder(dir, ours);
+  for (const dir of [q.stateDir, q.libDir]) await inodesUnder(dir, ours);
+  // The record is a hint that may have been edited: the store it names counts only as a file (a directory such as / would match everything).
+  for (const file of record?.kvstorePath !== undefined ? [record.kvstorePath, `${record.kvstorePath}-wal`] : []) {
+    const st = await stat(file).catch(() => undefined);
+    if (st?.isFile()) ours.set(inodeKey(st), file);
+  }
   const holders = new Map<number, string>();
   for (const f of fds) {
     if (!f.target.startsWith('/') || holders.has(f.pid)) continue;

@@ -72,8 +72,8 @@ struct {
 
 /* ---- logic below ---------------------------------------------------------- */
 
-/* How long a mapping without any conntrack entry is left alone: its flow may be an untracked one the node routes on. */
-#define NAT_UNTRACKED_GRACE_NS (10ULL * NSEC_PER_SEC)
+#define NAT_UNTRACKED_GRACE_NS ((__u64)NAT_UNTRACKED_GRACE_S * NSEC_PER_SEC)
+#define NAT_CLOSED_REUSE_NS ((__u64)NAT_CLOSED_REUSE_MS * 1000000ULL)
 
 /* SNAT's source ports: up to NAT_PORT_RANGES ranges of the config, as one index space 0..total-1. */
 struct nat_ports {
@@ -173,15 +173,18 @@ static __always_inline int nat4_reverse_holds(const struct nat4_key *rkey, const
 
 /*
  * Whether the flow holding a reply tuple is over, so a new flow may take
- * its port at once (as Linux reuses a closed connection's tuple): its
- * conntrack entry expired, or a TCP connection reset or closed both ways.
- * A mapping with no entry at all is over once it is older than
- * NAT_UNTRACKED_GRACE_NS. ICMP echo mappings wait for the GC.
+ * its port (as Linux reuses a closed connection's tuple): its conntrack
+ * entry expired, or a TCP connection reset or closed both ways whose last
+ * packet is NAT_CLOSED_REUSE_NS old (a closed entry's deadline is its last
+ * packet plus the closing lifetime). A mapping with no entry at all is over
+ * once it is older than NAT_UNTRACKED_GRACE_NS. ICMP echo mappings wait
+ * for the GC.
  */
 static __always_inline int snat4_holder_over(const struct nat4_key *rkey, const struct nat4_entry *cur, __u64 now)
 {
 	struct ct4_key key;
 	struct ct_entry *e;
+	__u64 expires;
 
 	if (rkey->proto == IPPROTO_ICMP)
 		return 0;
@@ -190,9 +193,10 @@ static __always_inline int snat4_holder_over(const struct nat4_key *rkey, const 
 	e = ct_map_lookup(&key);
 	if (!e)
 		return now - cur->created_ns > NAT_UNTRACKED_GRACE_NS;
-	if (READ_ONCE(e->expires_ns) <= now)
+	expires = READ_ONCE(e->expires_ns);
+	if (expires <= now)
 		return 1;
-	return rkey->proto == IPPROTO_TCP && ct_entry_closed(e);
+	return rkey->proto == IPPROTO_TCP && ct_entry_closed(e) && expires + NAT_CLOSED_REUSE_NS <= now + CT_TIMEOUT_TCP_CLOSING * NSEC_PER_SEC;
 }
 
 /* What one port claim needs, shared with the bpf_loop walk of the ranges. */

@@ -375,6 +375,21 @@ export const NAT_PORT_RETRIES = 16;
  * a table kept full must not cost every refused flow a walk of the range.
  */
 export const NAT_FULL_WALK = 256;
+/**
+ * How long a SNAT mapping without any conntrack entry is left alone: its
+ * flow may be an untracked one the node routes on.
+ */
+export const NAT_UNTRACKED_GRACE_S = 10;
+/**
+ * How long after a closed TCP flow's last packet its SNAT port may go to
+ * another flow. The old flow's RST or last ACK and a new flow's SYN can
+ * leave on different CPUs: taken at once, the port's new SYN may reach the
+ * peer before the old RST does, find a connection still open there, and be
+ * answered with a challenge ACK the client refuses (its SYN then waits a
+ * second to be sent again). Far longer than any reordering on one path,
+ * far shorter than the 10 s a closed flow's entry lives.
+ */
+export const NAT_CLOSED_REUSE_MS = 100;
 /** Port ranges the datapath config holds for SNAT (datapath_config.nat_ports). */
 export const NAT_PORT_RANGES = 2;
 
@@ -444,6 +459,8 @@ export function renderDatapathHeader(): string {
     define('NAT_PORT_RETRIES', NAT_PORT_RETRIES),
     define('NAT_PORT_RANGES', NAT_PORT_RANGES),
     define('NAT_FULL_WALK', NAT_FULL_WALK),
+    define('NAT_UNTRACKED_GRACE_S', NAT_UNTRACKED_GRACE_S),
+    define('NAT_CLOSED_REUSE_MS', NAT_CLOSED_REUSE_MS),
     define('TUNNEL_OVERHEAD', TUNNEL_OVERHEAD),
     define('GC_SAMPLE_MAX', GC_SAMPLE_MAX),
     define('GC_BATCH', GC_BATCH),

@@ -1,7 +1,7 @@
 /**
  * SNAT port allocation under load, through BPF_PROG_TEST_RUN on
  * bpf_netdev.o: the source port kept when it is free, the port of a closed
- * flow taken at once, the whole range searched before NAT_PORT_EXHAUSTED, a
+ * flow taken once its last packet is NAT_CLOSED_REUSE_MS old, the whole range searched before NAT_PORT_EXHAUSTED, a
  * full table refusing new flows (NAT_FULL) while live ones keep their
  * mappings, the config's port ranges, and a pod's ICMP errors about
  * masqueraded flows leaving translated.
@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
 import { TcAction } from '../kernel/bpf/index.js';
-import { CtFlag, DropReason, MapName, NAT_PORT_MAX, NAT_PORT_MIN, NatFlag, TrafficDirection } from './constants.js';
+import { CtFlag, CtTimeout, DropReason, MapName, NAT_CLOSED_REUSE_MS, NAT_PORT_MAX, NAT_PORT_MIN, NatFlag, TrafficDirection } from './constants.js';
 import { NO_NAT_CONFIG, type CtEntryValue } from './layout.js';
 import { ctEntryOf, NODE_IP, POD_A, POD_B, WORLD_IP } from './testing/fixtures.js';
 import { datagramOf, icmpError, IcmpType, internetChecksum, IpProto, ipv4Frame, readIpv4, readTransport, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
@@ -91,18 +91,21 @@ describe('SNAT port allocation (bpf_netdev)', () => {
     }
   });
 
-  describe('a port whose flow is over is taken at once', () => {
+  describe('a port whose flow is over is taken', () => {
     /** Every port held by a live flow but `port`, held by POD_A:40000's flow with the conntrack entry `held`. */
-    async function onePortHeld(port: number, held: Partial<CtEntryValue>): Promise<void> {
+    async function onePortHeld(port: number, held: (now: bigint) => Partial<CtEntryValue>): Promise<void> {
       await node.claimEveryPort(WORLD_IP, 80, IpProto.TCP, NODE_IP, NatFlag.MASQUERADE, { except: port });
       node.addMapping(tuple(40000), NODE_IP, port, NatFlag.MASQUERADE);
-      h.ctTcp.set(h.ctKey(tuple(40000)), ctEntryOf(held));
+      h.ctTcp.set(h.ctKey(tuple(40000)), ctEntryOf(held(process.hrtime.bigint())));
     }
+    /** A closed flow's deadline: its last packet `agoMs` ago plus the closing lifetime. */
+    const lastPacket = (now: bigint, agoMs: number): bigint => now + BigInt(CtTimeout.TCP_CLOSING) * 1_000_000_000n - BigInt(agoMs) * 1_000_000n;
+    const reset = { tcpFlags: TcpFlag.SYN | TcpFlag.ACK | TcpFlag.RST, flags: CtFlag.REPLY_SEEN | CtFlag.CLOSING };
 
     for (const [name, held] of [
-      ['reset', { tcpFlags: TcpFlag.SYN | TcpFlag.ACK | TcpFlag.RST, flags: CtFlag.REPLY_SEEN | CtFlag.CLOSING }],
-      ['closed both ways', { tcpFlags: TcpFlag.SYN | TcpFlag.ACK | TcpFlag.FIN, flags: CtFlag.REPLY_SEEN | CtFlag.CLOSING | CtFlag.FIN_ORIGINAL | CtFlag.FIN_REPLY }],
-      ['expired', { expiresNs: process.hrtime.bigint() - 1n }],
+      ['reset', (now: bigint) => ({ ...reset, expiresNs: lastPacket(now, 2 * NAT_CLOSED_REUSE_MS) })],
+      ['closed both ways', (now: bigint) => ({ tcpFlags: TcpFlag.SYN | TcpFlag.ACK | TcpFlag.FIN, flags: CtFlag.REPLY_SEEN | CtFlag.CLOSING | CtFlag.FIN_ORIGINAL | CtFlag.FIN_REPLY, expiresNs: lastPacket(now, 2 * NAT_CLOSED_REUSE_MS) })],
+      ['expired', (now: bigint) => ({ expiresNs: now - 1n })],
     ] as const) {
       it(`${name}: the new flow gets the port, the old flow's own side goes`, async () => {
         const port = NAT_PORT_MIN + 99;
@@ -115,10 +118,12 @@ describe('SNAT port allocation (bpf_netdev)', () => {
     }
 
     for (const [name, held] of [
-      ['established', {}],
-      ['half-closed (a FIN one way: data may still flow the other)', { tcpFlags: TcpFlag.SYN | TcpFlag.ACK | TcpFlag.FIN, flags: CtFlag.REPLY_SEEN | CtFlag.CLOSING | CtFlag.FIN_ORIGINAL }],
+      ['established', () => ({})],
+      ['half-closed (a FIN one way: data may still flow the other)', () => ({ tcpFlags: TcpFlag.SYN | TcpFlag.ACK | TcpFlag.FIN, flags: CtFlag.REPLY_SEEN | CtFlag.CLOSING | CtFlag.FIN_ORIGINAL })],
+      // Its RST may still be on its way to the peer on another CPU: a SYN of the same tuple must not overtake it.
+      ['reset just now', (now: bigint) => ({ ...reset, expiresNs: lastPacket(now, 0) })],
     ] as const) {
-      it(`${name}: the port stays the live flow's, the new flow finds none`, async () => {
+      it(`${name}: the port stays its flow's, the new flow finds none`, async () => {
         const port = NAT_PORT_MIN + 99;
         await onePortHeld(port, held);
         assert.equal((await syn(41000)).retval, TcAction.SHOT);

@@ -15,15 +15,16 @@
  * stale: its flow gets a new one.
  * Addresses are host-order numbers.
  */
-import { CtFlag, DropReason, NatDirection, NatFlag, NAT_FULL_WALK, NAT_PORT_MAX, NAT_PORT_MIN } from '../constants.js';
+import { CtFlag, CtTimeout, DropReason, NatDirection, NatFlag, NAT_CLOSED_REUSE_MS, NAT_FULL_WALK, NAT_PORT_MAX, NAT_PORT_MIN, NAT_UNTRACKED_GRACE_S } from '../constants.js';
 import type { CtEntryValue } from '../layout.js';
 import { isLaterFragment, parseIpv4, parseL4, tupleString, type InnerTuple, type Ipv4 } from './packetModel.js';
 import { EtherType, IpProto, TcpFlag } from './packets.js';
 
 const reason = (r: keyof typeof DropReason): number => -DropReason[r].code;
 
-/** How long a mapping without a conntrack entry is left alone (NAT_UNTRACKED_GRACE_NS). */
-export const NAT_UNTRACKED_GRACE_NS = 10_000_000_000n;
+const NAT_UNTRACKED_GRACE_NS = BigInt(NAT_UNTRACKED_GRACE_S) * 1_000_000_000n;
+const NAT_CLOSED_REUSE_NS = BigInt(NAT_CLOSED_REUSE_MS) * 1_000_000n;
+const CT_CLOSING_NS = BigInt(CtTimeout.TCP_CLOSING) * 1_000_000_000n;
 
 export interface NatKeyN {
   saddr: number;
@@ -167,14 +168,17 @@ function ctLive(w: SnatWorld, saddr: number, daddr: number, sport: number, dport
   return e !== undefined && e.expiresNs > w.now;
 }
 
-/** snat4_holder_over: the flow holding a reply tuple is over (expired, reset, closed both ways; untracked past the grace). */
+/**
+ * snat4_holder_over: the flow holding a reply tuple is over (expired; reset or closed both ways, its last packet
+ * NAT_CLOSED_REUSE_MS old; untracked past the grace).
+ */
 function holderOver(w: SnatWorld, rkey: NatKeyN, cur: NatValN): boolean {
   if (rkey.proto === IpProto.ICMP) return false;
   const e = w.ct.get(tupleString(cur.toAddr, rkey.saddr, cur.toPort, rkey.sport, rkey.proto));
   if (!e) return !cur.fresh && w.now - cur.createdNs > NAT_UNTRACKED_GRACE_NS;
   if (e.expiresNs <= w.now) return true;
   const closed = (e.tcpFlags & TcpFlag.RST) !== 0 || (e.flags & (CtFlag.FIN_ORIGINAL | CtFlag.FIN_REPLY)) === (CtFlag.FIN_ORIGINAL | CtFlag.FIN_REPLY);
-  return rkey.proto === IpProto.TCP && closed;
+  return rkey.proto === IpProto.TCP && closed && e.expiresNs + NAT_CLOSED_REUSE_NS <= w.now + CT_CLOSING_NS;
 }
 
 interface Flow {

@@ -44,7 +44,7 @@ import {
   policyEntry,
   policyKey,
 } from './layout.js';
-import { ObjectBtf } from './testing/btf.js';
+import { ObjectBtf } from './btf.js';
 import { HOST_OBJECT, LXC_OBJECT, NETDEV_OBJECT, OVERLAY_OBJECT } from './testing/programHarness.js';
 
 /** One struct member probed: `base` and `changed` differ in that member only. */

@@ -7,7 +7,7 @@ APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftab
   gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump curl systemd
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: all deps apt-deps build native bpf lint typecheck test check-native demo demo-notice bench clean
+.PHONY: all deps apt-deps build native bpf layouts lint typecheck test check-native demo demo-notice bench clean
 
 # --- native parts: the kernel addon, the tendril-cni relay, BPF objects ---------
 # Warnings are errors; the sanitizer builds back `make check-native`.
@@ -83,6 +83,15 @@ build/bpf/bpf_gc.o: BPF_CFLAGS += -mcpu=v3
 
 bpf: $(BPF_OBJ)
 
+# The TypeScript codecs' layouts come from the objects' BTF (the C structs are
+# the one definition). The file is committed, so tsc can run before the
+# objects exist; when the objects' structs changed, it is written again and
+# the TypeScript compiled again.
+LAYOUTS_TS := src/datapath/bpf/generated/layouts.ts
+layouts: bpf
+	@node scripts/gen-layouts.mjs $(LAYOUTS_TS) $(BPF_OBJ); rc=$$?; \
+	  if [ $$rc = 3 ]; then npx tsc -p tsconfig.json; elif [ $$rc != 0 ]; then exit $$rc; fi
+
 
 all: build
 
@@ -110,7 +119,7 @@ $(API_TYPES): api/openapi.yaml $(NODE_STAMP)
 
 build: $(NODE_STAMP) native $(API_TYPES)
 	npx tsc -p tsconfig.json
-	@$(MAKE) --no-print-directory bpf
+	@$(MAKE) --no-print-directory layouts
 
 typecheck: $(NODE_STAMP) $(API_TYPES)
 	npx tsc -p tsconfig.json --noEmit

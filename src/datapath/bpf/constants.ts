@@ -8,39 +8,51 @@
 /**
  * Why a packet was dropped, as the negative codes the programs return to
  * their callers and put in drop events and metrics (as the positive number).
- * Numbers follow Cilium's DROP_* where one exists, so they read the same.
+ *
+ * Two kinds of code, never mixed:
+ * - A reason Cilium has too takes Cilium's number, and `cilium` names its
+ *   DROP_* (Cilium's bpf/lib/drop_reasons.h), so a code reads the same in
+ *   both. Cilium assigns 130..205 and grows upward.
+ * - A reason of tendril's own is numbered in DROP_OWN_RANGE (230..254, far
+ *   past Cilium's numbers, below EVENTS_LOST's 255) and has no `cilium`.
+ * A code is never given to a second meaning: 231, 232 and 236 were
+ * CLUSTERIP_FROM_OUTSIDE, ICMP6_NOT_ALLOWED and NAT_UNSUPPORTED_PROTO before
+ * those took Cilium's numbers, and stay unused.
  */
 export const DropReason = {
-  INVALID_SOURCE: { code: -132, text: 'source address is not the endpoint\'s own' },
-  POLICY: { code: -133, text: 'policy denied: no rule allows this flow' },
-  INVALID_PACKET: { code: -134, text: 'malformed or truncated packet' },
-  CT_INVALID_HEADER: { code: -135, text: 'L4 header too short for connection tracking' },
-  UNKNOWN_L3: { code: -139, text: 'unsupported L3 protocol (IPv6 other than ICMPv6 is not carried yet)' },
-  WRITE_ERROR: { code: -141, text: 'failed to rewrite the packet' },
-  UNKNOWN_ENDPOINT: { code: -150, text: 'destination is a pod address with no local endpoint' },
-  TTL_EXCEEDED: { code: -151, text: 'TTL exceeded on local delivery' },
-  FRAG_NOT_FOUND: { code: -157, text: 'IP fragment whose first fragment was not seen' },
-  NO_CONFIG: { code: -160, text: 'datapath configuration missing' },
-  ARP_INVALID: { code: -161, text: 'malformed ARP packet' },
-  NO_SERVICE: { code: -158, text: 'service has no backend for this traffic' },
-  NAT_NO_MAPPING: { code: -162, text: 'no NAT mapping for a translated reply' },
-  FIB_LOOKUP_FAILED: { code: -169, text: 'no route for a translated packet' },
-  POLICY_DENY: { code: -181, text: 'policy denied by a deny rule' },
-  NAT_PORT_EXHAUSTED: { code: -190, text: 'SNAT found no free port for this destination' },
-  NO_TUNNEL_KEY: { code: -196, text: 'overlay packet without tunnel metadata' },
-  NOT_FOR_NODE: { code: -197, text: 'overlay packet for an address that is neither a local pod nor this node' },
-  ENCAP_FAILED: { code: -198, text: 'failed to set the tunnel key' },
-  // Trust boundaries: each refusal at a door has a reason of its own (tendril's numbers, past Cilium's range).
-  OVERLAY_NOT_NODE: { code: -230, text: 'overlay packet from a non-node' },
-  CLUSTERIP_FROM_OUTSIDE: { code: -231, text: 'ClusterIP from outside' },
-  ICMP6_NOT_ALLOWED: { code: -232, text: 'ICMPv6 type not allowed' },
-  NOT_FOR_ENDPOINT: { code: -233, text: 'packet at a pod\'s device not addressed to that pod' },
+  INVALID_SOURCE: { code: -132, cilium: 'DROP_INVALID_SIP', text: 'source address is not the endpoint\'s own' },
+  POLICY: { code: -133, cilium: 'DROP_POLICY', text: 'policy denied: no rule allows this flow' },
+  INVALID_PACKET: { code: -134, cilium: 'DROP_INVALID', text: 'malformed or truncated packet' },
+  CT_INVALID_HEADER: { code: -135, cilium: 'DROP_CT_INVALID_HDR', text: 'L4 header too short for connection tracking' },
+  UNKNOWN_L3: { code: -139, cilium: 'DROP_UNKNOWN_L3', text: 'unsupported L3 protocol (IPv6 other than ICMPv6 is not carried yet)' },
+  WRITE_ERROR: { code: -141, cilium: 'DROP_WRITE_ERROR', text: 'failed to rewrite the packet' },
+  NO_TUNNEL_KEY: { code: -147, cilium: 'DROP_NO_TUNNEL_KEY', text: 'overlay packet without tunnel metadata' },
+  UNKNOWN_ENDPOINT: { code: -150, cilium: 'DROP_UNKNOWN_TARGET', text: 'destination is a pod address with no local endpoint' },
+  NOT_FOR_NODE: { code: -151, cilium: 'DROP_UNROUTABLE', text: 'overlay packet for an address that is neither a local pod nor this node' },
   // Full tables refuse new flows (an established flow is never evicted to make room).
-  CT_FULL: { code: -155, text: 'conntrack table full: no entry for a new flow' },
+  CT_FULL: { code: -155, cilium: 'DROP_CT_CREATE_FAILED', text: 'conntrack table full: no entry for a new flow' },
+  NO_SERVICE: { code: -158, cilium: 'DROP_NO_SERVICE', text: 'service has no backend for this traffic' },
+  NO_CONFIG: { code: -165, cilium: 'DROP_NO_CONFIG', text: 'datapath configuration missing' },
+  NAT_NO_MAPPING: { code: -167, cilium: 'DROP_NAT_NO_MAPPING', text: 'no NAT mapping for a translated reply' },
+  NAT_UNSUPPORTED_PROTO: { code: -168, cilium: 'DROP_NAT_UNSUPP_PROTO', text: 'SNAT cannot translate this protocol: not sent with the pod\'s address' },
+  FIB_LOOKUP_FAILED: { code: -169, cilium: 'DROP_NO_FIB', text: 'no route for a translated packet' },
+  CLUSTERIP_FROM_OUTSIDE: { code: -174, cilium: 'DROP_IS_CLUSTER_IP', text: 'ClusterIP from outside' },
+  FRAG_NOT_FOUND: { code: -175, cilium: 'DROP_FRAG_NOT_FOUND', text: 'IP fragment whose first fragment was not seen' },
+  ICMP6_NOT_ALLOWED: { code: -176, cilium: 'DROP_FORBIDDEN_ICMP6', text: 'ICMPv6 type not allowed' },
+  POLICY_DENY: { code: -181, cilium: 'DROP_POLICY_DENY', text: 'policy denied by a deny rule' },
+  TTL_EXCEEDED: { code: -196, cilium: 'DROP_TTL_EXCEEDED', text: 'TTL exceeded on local delivery' },
+  // tendril's own (DROP_OWN_RANGE). Trust boundaries: each refusal at a door has a reason of its own.
+  OVERLAY_NOT_NODE: { code: -230, text: 'overlay packet from a non-node' },
+  NOT_FOR_ENDPOINT: { code: -233, text: 'packet at a pod\'s device not addressed to that pod' },
   NAT_FULL: { code: -234, text: 'SNAT table full: no mapping for a new flow' },
   CT_ENDPOINT_BUDGET: { code: -235, text: 'the endpoint used up its conntrack budget (--bpf-ct-endpoint-max)' },
-  NAT_UNSUPPORTED_PROTO: { code: -236, text: 'SNAT cannot translate this protocol: not sent with the pod\'s address' },
-} as const satisfies Record<string, { code: number; text: string }>;
+  ARP_INVALID: { code: -237, text: 'malformed ARP packet' },
+  NAT_PORT_EXHAUSTED: { code: -238, text: 'SNAT found no free port for this destination' },
+  ENCAP_FAILED: { code: -239, text: 'failed to set the tunnel key' },
+} as const satisfies Record<string, { code: number; text: string; cilium?: `DROP_${string}` }>;
+
+/** The drop codes of tendril's own reasons (absolute values): clear of Cilium's, below MetricsReason.EVENTS_LOST. */
+export const DROP_OWN_RANGE = { first: 230, last: 254 } as const;
 
 export type DropReasonName = keyof typeof DropReason;
 

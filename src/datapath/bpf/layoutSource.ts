@@ -125,7 +125,8 @@ function slotSource(slot: MapSlot | undefined): string {
 }
 
 /** The text of generated/layouts.ts for these objects. */
-export function renderLayouts(objects: NamedBtf[]): string {
+export function renderLayouts(given: NamedBtf[]): string {
+  const objects = [...given].sort((a, b) => a.object.localeCompare(b.object));
   const maps = mapsOf(objects);
   const roots = [...maps.flatMap((m) => [m.key, m.value]).flatMap((s) => (s?.struct ? [s.name] : [])), ...RECORD_STRUCTS].sort();
   const structs = structsOf(objects, [...new Set(roots)]);

@@ -7,7 +7,7 @@ APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftab
   gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump curl systemd
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: all deps apt-deps build native bpf layouts lint typecheck test check-native demo demo-notice bench clean
+.PHONY: all deps apt-deps build native bpf layouts docs lint typecheck test check-native demo demo-notice bench clean
 
 # --- native parts: the kernel addon, the tendril-cni relay, BPF objects ---------
 # Warnings are errors; the sanitizer builds back `make check-native`.
@@ -92,6 +92,11 @@ layouts: bpf
 	@node scripts/gen-layouts.mjs $(LAYOUTS_TS) $(BPF_OBJ); rc=$$?; \
 	  if [ $$rc = 3 ]; then npx tsc -p tsconfig.json; elif [ $$rc != 0 ]; then exit $$rc; fi
 
+
+# The docs' tables of maps, drop reasons and agent flags, from the code
+# (test/docs/docTables.test.ts fails while a committed page differs).
+docs: build
+	node scripts/gen-docs-tables.mjs
 
 all: build
 

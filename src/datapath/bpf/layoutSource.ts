@@ -39,9 +39,16 @@ export interface NamedBtf {
   btf: ObjectBtf;
 }
 
-/** `endpoint_id` → `endpointId`. */
+/** `endpoint_id` → `endpointId`; a name that would not read back the same (`ip_4`, `srcIP`) is refused. */
 export function camelCase(cName: string): string {
-  return cName.replace(/_([a-z0-9])/g, (_m, c: string) => c.toUpperCase());
+  const out = cName.replace(/_([a-z])/g, (_m, c: string) => c.toUpperCase());
+  if (snakeCase(out) !== cName) throw new BtfLayoutError(`${cName}: only lower-case snake_case names map to TypeScript names and back`);
+  return out;
+}
+
+/** `endpointId` → `endpoint_id`: the C name of a generated member. */
+export function snakeCase(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 }
 
 export function layoutName(struct: string): string {

@@ -1,7 +1,7 @@
 import { IPAM_AFFINITY_PREFIX, IPAM_BLOCKS_PREFIX, IPAM_HANDLES_PREFIX, ROOT, ipamAffinityKey, ipamBlockKey, ipamHandleKey } from '../kvstore/keys.js';
 
 /**
- * IPAM's kvstore keys. The three DESIGN.md keys come from kvstore/keys.ts; the
+ * IPAM's kvstore keys. Blocks, affinities and handles come from kvstore/keys.ts; the
  * two IPAM adds are here so the kvstore module need not know about them:
  * - `expiry/<host>/<owner>`: deadline of a provisional allocation, indexed by
  *   host so an agent finds its own after a restart with one prefix listing;

@@ -312,7 +312,7 @@ describe('the granular API (Cilium\'s plugin-driven flow)', () => {
     assert.equal(alloced?.expiresAt, undefined, 'the provisional address was confirmed');
     await agent.client.request('DELETE', `/endpoint/${ep.id}`);
     assert.deepEqual(await podAllocations(), []);
-    // The veth pair is its creator's: the endpoint's host route goes, the interface stays (issue 16).
+    // The veth pair is its creator's: the endpoint's host route goes, the interface stays.
     assert.equal((await inNode(['ip', 'route', 'show', `${ip}/32`])).stdout, '', 'the host route went with the endpoint');
     assert.equal((await inNode(['ip', 'link', 'show', 'tdladopt0'])).code, 0, 'the adopted interface stays');
     assert.equal((await inNode(['ip', 'link', 'del', 'tdladopt0'])).code, 0);

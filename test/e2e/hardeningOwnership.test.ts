@@ -1,4 +1,4 @@
-// One agent per node (issue 16, item 3; item 10's socket file and log mode):
+// One agent per node (with its socket file and log mode):
 // with pods running, a second tendril-agent started in the same node
 // namespace — on the first one's socket, or on a socket of its own — must
 // touch nothing (links, routes, tendril_host's addresses, the masquerade

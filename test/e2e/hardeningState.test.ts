@@ -1,4 +1,4 @@
-// Lost kvstore state under live pods (issue 16, item 8): the agent is killed
+// Lost kvstore state under live pods: the agent is killed
 // with SIGKILL and the embedded store's write-ahead log deleted, so the store
 // forgets every write since its last checkpoint — here, every pod address.
 // The agent must re-claim the restored endpoints' addresses: CHECK passes,

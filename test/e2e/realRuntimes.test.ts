@@ -227,7 +227,7 @@ describe('podman (CNI backend, Go libcni) drives tendril-cni', () => {
   });
 
   test("VERSION answers carry the input's cniVersion", async () => {
-    // SPEC.md 1.1.0 ("VERSION Success" and section 5 "Version"; 1.0.0 alike): plugins
+    // The CNI specification's SPEC.md 1.1.0 ("VERSION Success" and section 5 "Version"; 1.0.0 alike): plugins
     // must output `cniVersion`, "the value of `cniVersion` specified on input".
     // libcni ignores the field, so podman works either way; the spec is still the spec.
     for (const v of await calls('VERSION')) {

@@ -1,5 +1,5 @@
 /**
- * The kvstore key layout, the one list of every key, identical in both
+ * The kvstore key layout, identical in both
  * backends. Every key lives under `tendril/`; each kind of state carries a
  * layout version (`v1`) so a future format can live beside the old one during
  * an upgrade, as Cilium's `cilium/state/identities/v1/` does.

@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { BpfObject, RawMap } from '../kernel/bpf/index.js';
 import { DatapathError } from '../types.js';
 import { GC_BATCH, GC_SAMPLE_MAX, GcFlag, GcMap, MapName } from './constants.js';
-import { gcRun, type GcRunValue } from './layout.js';
+import { GC_KEY_SIZE, gcRun, type GcRunValue } from './layout.js';
 
 export const GC_OBJECT_FILE = 'bpf_gc.o';
 const GC_PROGRAM = 'tendril_ct_gc';
@@ -82,7 +82,7 @@ export class GcProgram {
    */
   async run(input: GcRunInput): Promise<GcRunValue> {
     const map = this.#object.rawMap(GC_MAP_NAME[input.map]);
-    if (map.info.keySize !== 16) throw new DatapathError('failed', `${map.info.name} has ${map.info.keySize}-byte keys; the GC program takes 16`);
+    if (map.info.keySize !== GC_KEY_SIZE) throw new DatapathError('failed', `${map.info.name} has ${map.info.keySize}-byte keys; the GC program takes ${GC_KEY_SIZE}`);
     const total = { ...gcRun.read(Buffer.alloc(gcRun.size), 0), map: input.map };
     const sample: GcRunValue['sample'] = [];
     if (input.countOnly) return this.#runBatch(input, Buffer.alloc(0), 0);
@@ -103,7 +103,7 @@ export class GcProgram {
     const key = Buffer.alloc(4);
     const value = Buffer.alloc(this.#globals.info.valueSize);
     const zero = gcRun.read(Buffer.alloc(gcRun.size), 0);
-    const batch = Buffer.alloc(GC_BATCH * 16);
+    const batch = Buffer.alloc(GC_BATCH * GC_KEY_SIZE);
     keys.copy(batch, 0, 0, Math.min(keys.length, batch.length));
     gcRun.write(
       { ...zero, nowNs: input.nowNs ?? 0n, graceNs: input.graceNs ?? 0n, map: input.map, flags: input.countOnly ? GcFlag.COUNT_ONLY : 0, nkeys: count, keys: batch },

@@ -83,6 +83,17 @@ build/bpf/bpf_gc.o: BPF_CFLAGS += -mcpu=v3
 
 bpf: $(BPF_OBJ)
 
+# Unit tests of the headers above (bpf/tests/*.c, each test a PKTGEN/SETUP/CHECK
+# set of programs), built as the programs are and run by src/datapath/bpf/bpfUnit.test.ts.
+BPF_UNIT_SRC := $(wildcard bpf/tests/*.c)
+BPF_UNIT_OBJ := $(patsubst bpf/tests/%.c,build/bpf/tests/%.o,$(BPF_UNIT_SRC))
+
+build/bpf/tests/%.o: bpf/tests/%.c $(wildcard bpf/tests/lib/*.h) $(BPF_LIB_HDR) $(BPF_GEN_HDR)
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -Ibpf/tests/lib -Ibpf/lib -Ibuild/bpf/include -c $< -o $@
+
+bpf: $(BPF_UNIT_OBJ)
+
 
 all: build
 

@@ -85,7 +85,8 @@ bpf: $(BPF_OBJ)
 
 # Unit tests of the headers above (bpf/tests/*.c, each test a PKTGEN/SETUP/CHECK
 # set of programs), built as the programs are and run by src/datapath/bpf/bpfUnit.test.ts.
-BPF_UNIT_SRC := $(wildcard bpf/tests/*.c)
+# bpf/tests/selftest/ holds the runner's own test: tests that fail on purpose.
+BPF_UNIT_SRC := $(wildcard bpf/tests/*.c bpf/tests/selftest/*.c)
 BPF_UNIT_OBJ := $(patsubst bpf/tests/%.c,build/bpf/tests/%.o,$(BPF_UNIT_SRC))
 
 build/bpf/tests/%.o: bpf/tests/%.c $(wildcard bpf/tests/lib/*.h) $(BPF_LIB_HDR) $(BPF_GEN_HDR)

@@ -5,14 +5,16 @@
  * BPF_PROG_TEST_RUN on a fresh load of the object, and reads the result
  * CHECK left in tdl_test_result.
  */
-import { readdirSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BpfObject, codec } from '../../kernel/bpf/index.js';
 import { ObjectBtf } from './btf.js';
 import { TEST_MAP_SIZES } from './programHarness.js';
 
 export const UNIT_TEST_DIR = fileURLToPath(new URL('../../../../../build/bpf/tests/', import.meta.url));
+/** Where the objects' sources are: a failure quotes its line. */
+export const UNIT_TEST_SOURCE_DIR = fileURLToPath(new URL('../../../../../bpf/tests/', import.meta.url));
 
 /** test.h's TEST_* codes: what CHECK returns and records. */
 export const TestStatus = { PASS: 1, FAIL: 2, ERROR: 3 } as const;
@@ -104,6 +106,19 @@ export async function loadUnitTests(objectPath: string): Promise<{ tests: UnitTe
   }
 }
 
+/**
+ * The failed assertion's source line, quoted: the recorded expression is
+ * the one after macro expansion (an assertion inside a test's own macro
+ * shows its arguments as numbers). Empty when the source is not beside
+ * the build (an object run from elsewhere).
+ */
+function quoteLine(objectPath: string, line: number): string {
+  const source = join(UNIT_TEST_SOURCE_DIR, relative(UNIT_TEST_DIR, objectPath).replace(/\.o$/, '.c'));
+  if (!existsSync(source)) return '';
+  const text = readFileSync(source, 'utf8').split('\n')[line - 1]?.trim();
+  return text ? ` \`${text}\`` : '';
+}
+
 function cbContext(cb0: number): Buffer {
   const ctx = Buffer.alloc(SKB_CTX_WITH_CB);
   ctx.writeInt32LE(cb0, SKB_CB0_OFFSET);
@@ -138,7 +153,7 @@ export async function runUnitTest(objectPath: string, test: UnitTest, sizes: Rec
     const nul = result.expr.indexOf(0);
     const expr = Buffer.from(result.expr.subarray(0, nul < 0 ? result.expr.length : nul)).toString('utf8');
     const values = result.hasValues ? ` (got ${BigInt.asIntN(64, result.got)}, want ${BigInt.asIntN(64, result.want)})` : '';
-    return { passed: false, checks: result.checks, message: `line ${result.line}: ${expr}${values}` };
+    return { passed: false, checks: result.checks, message: `line ${result.line}${quoteLine(objectPath, result.line)}: ${expr}${values}` };
   } finally {
     object.close();
   }

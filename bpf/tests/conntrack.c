@@ -36,6 +36,25 @@ static __always_inline int ut_ct_closed(const struct ct_entry *e)
 	return ct_entry_closed(e);
 }
 
+/* Entries charged to endpoint `ep` (--bpf-ct-endpoint-max), or -1 without a counter. */
+static __always_inline __s64 ut_ct_charged(__u32 ep)
+{
+	struct ct_budget *b = bpf_map_lookup_elem(&tendril_ct_budget, &ep);
+
+	return b ? b->entries : -1;
+}
+
+/* SETUP: the agent's --bpf-ct-endpoint-max in tendril_config. */
+static __always_inline int ut_seed_endpoint_max(__u32 max)
+{
+	struct datapath_config cfg;
+	__u32 zero = 0;
+
+	__builtin_memset(&cfg, 0, sizeof(cfg));
+	cfg.ct_endpoint_max = max;
+	return bpf_map_update_elem(&tendril_config, &zero, &cfg, BPF_ANY) == 0 ? TEST_PASS : TEST_ERROR;
+}
+
 /* ---- fixtures ---- */
 
 #define CLIENT bpf_htonl(0x0a000105) /* 10.0.1.5 */
@@ -250,6 +269,92 @@ CHECK(ct_unanswered_syn_expires)
 	ASSERT_EQ(ut_ct_lookup(&f, T0 + 1), CT_ESTABLISHED);
 	flow_of(&f, IPPROTO_TCP, 40004, 80, TCP_FLAG_ACK, 1);
 	ASSERT_EQ(ut_ct_lookup(&f, T0 + 1 + CT_TIMEOUT_TCP_SYN * NSEC_PER_SEC), CT_NEW);
+	return TEST_PASS;
+}
+
+#define ROUTER bpf_htonl(0x0a090909) /* 10.9.9.9 */
+
+/* An ICMP error from ROUTER to `to` about the datagram client:sport → server:dport (reply: the other way). */
+static __always_inline void icmp_error_of(struct flow *f, __be32 to, __u16 sport, __u16 dport, int reply)
+{
+	__builtin_memset(f, 0, sizeof(*f));
+	f->family = 4;
+	f->proto = IPPROTO_ICMP;
+	f->len = 70;
+	f->saddr = ROUTER;
+	f->daddr = to;
+	f->icmp_error = 1;
+	f->has_inner = 1;
+	f->inner_proto = IPPROTO_TCP;
+	f->inner_saddr = reply ? SERVER : CLIENT;
+	f->inner_daddr = reply ? CLIENT : SERVER;
+	f->inner_sport = bpf_htons(reply ? dport : sport);
+	f->inner_dport = bpf_htons(reply ? sport : dport);
+}
+
+/*
+ * An ICMP error is related to a tracked flow when the datagram it carries
+ * is one its destination sent, in either direction of the flow; about the
+ * original direction it takes the flow's translation back to the client.
+ */
+CHECK(ct_icmp_error_related)
+{
+	struct flow f;
+
+	flow_of(&f, IPPROTO_TCP, 40005, 80, TCP_FLAG_SYN, 0);
+	f.rev_nat_index = 9;
+	ASSERT_EQ(ut_ct_create(&f, T0), 0);
+
+	icmp_error_of(&f, CLIENT, 40005, 80, 0);
+	ASSERT_EQ(ut_ct_lookup(&f, T0 + 1), CT_RELATED);
+	ASSERT_EQ(f.related_orig, 1);
+	ASSERT_EQ(f.rev_nat_index, 9);
+
+	icmp_error_of(&f, SERVER, 40005, 80, 1);
+	ASSERT_EQ(ut_ct_lookup(&f, T0 + 1), CT_RELATED);
+	ASSERT_EQ(f.related_orig, 0);
+
+	/* Sent to someone who did not send the datagram inside: no reply to our flow. */
+	icmp_error_of(&f, SERVER, 40005, 80, 0);
+	ASSERT_EQ(ut_ct_lookup(&f, T0 + 1), CT_NEW);
+	/* No tuple read from the error, or an untracked one. */
+	icmp_error_of(&f, CLIENT, 40005, 80, 0);
+	f.has_inner = 0;
+	ASSERT_EQ(ut_ct_lookup(&f, T0 + 1), CT_NEW);
+	icmp_error_of(&f, CLIENT, 40006, 80, 0);
+	ASSERT_EQ(ut_ct_lookup(&f, T0 + 1), CT_NEW);
+	/* Nor about an expired flow. */
+	icmp_error_of(&f, CLIENT, 40005, 80, 0);
+	ASSERT_EQ(ut_ct_lookup(&f, T0 + CT_TIMEOUT_TCP_SYN * NSEC_PER_SEC), CT_NEW);
+	return TEST_PASS;
+}
+
+SETUP(ct_endpoint_budget)
+{
+	return ut_seed_endpoint_max(2);
+}
+
+/* An endpoint holds at most --bpf-ct-endpoint-max entries; a refused flow is charged nothing, other endpoints are not limited. */
+CHECK(ct_endpoint_budget)
+{
+	struct flow f;
+
+	ASSERT_EQ(test_setup_status(skb), TEST_PASS);
+	flow_of(&f, IPPROTO_TCP, 41000, 80, TCP_FLAG_SYN, 0);
+	ASSERT_EQ(ut_ct_create(&f, T0), 0);
+	flow_of(&f, IPPROTO_UDP, 41001, 53, 0, 0);
+	ASSERT_EQ(ut_ct_create(&f, T0), 0);
+	ASSERT_EQ(ut_ct_charged(CLIENT_EP), 2);
+	flow_of(&f, IPPROTO_TCP, 41002, 80, TCP_FLAG_SYN, 0);
+	ASSERT_EQ(ut_ct_create(&f, T0), DROP_CT_ENDPOINT_BUDGET);
+	ASSERT(ut_ct_entry(&f) == NULL);
+	ASSERT_EQ(ut_ct_charged(CLIENT_EP), 2);
+	/* Opened by a peer that is no local endpoint, to another endpoint: charged to that one. */
+	flow_of(&f, IPPROTO_TCP, 41003, 80, TCP_FLAG_SYN, 0);
+	f.src_endpoint = 0;
+	f.dst_endpoint = CLIENT_EP + 1;
+	ASSERT_EQ(ut_ct_create(&f, T0), 0);
+	ASSERT_EQ(ut_ct_charged(CLIENT_EP + 1), 1);
 	return TEST_PASS;
 }
 

@@ -56,8 +56,9 @@ export interface UnitTestOutcome {
   checks: number;
 }
 
-/** The built test objects (build/bpf/tests/*.o), sorted. */
+/** The built test objects (build/bpf/tests/*.o), sorted; none before `make build`. */
 export function unitTestObjects(dir = UNIT_TEST_DIR): string[] {
+  if (!existsSync(dir)) return [];
   return readdirSync(dir)
     .filter((f) => f.endsWith('.o'))
     .sort()

@@ -83,6 +83,18 @@ build/bpf/bpf_gc.o: BPF_CFLAGS += -mcpu=v3
 
 bpf: $(BPF_OBJ)
 
+# Unit tests of the headers above (bpf/tests/*.c, each test a PKTGEN/SETUP/CHECK
+# set of programs), built as the programs are and run by src/datapath/bpf/bpfUnit.test.ts.
+# bpf/tests/selftest/ holds the runner's own test: tests that fail on purpose.
+BPF_UNIT_SRC := $(wildcard bpf/tests/*.c bpf/tests/selftest/*.c)
+BPF_UNIT_OBJ := $(patsubst bpf/tests/%.c,build/bpf/tests/%.o,$(BPF_UNIT_SRC))
+
+build/bpf/tests/%.o: bpf/tests/%.c $(wildcard bpf/tests/lib/*.h) $(BPF_LIB_HDR) $(BPF_GEN_HDR)
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -Ibpf/tests/lib -Ibpf/lib -Ibuild/bpf/include -c $< -o $@
+
+bpf: $(BPF_UNIT_OBJ)
+
 # The TypeScript codecs' layouts come from the objects' BTF (the C structs are
 # the one definition). The file is committed, so tsc can run before the
 # objects exist; when the objects' structs changed, it is written again and
@@ -91,7 +103,6 @@ LAYOUTS_TS := src/datapath/bpf/generated/layouts.ts
 layouts: bpf
 	@node scripts/gen-layouts.mjs $(LAYOUTS_TS) $(BPF_OBJ); rc=$$?; \
 	  if [ $$rc = 3 ]; then npx tsc -p tsconfig.json; elif [ $$rc != 0 ]; then exit $$rc; fi
-
 
 # The docs' tables of maps, drop reasons and agent flags, from the code
 # (test/docs/docTables.test.ts fails while a committed page differs).

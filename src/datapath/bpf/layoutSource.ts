@@ -23,6 +23,7 @@ export const RECORD_STRUCTS = [
 const MAP_TYPES: Record<number, string> = {
   1: 'hash',
   2: 'array',
+  3: 'program array',
   5: 'per-CPU hash',
   6: 'per-CPU array',
   9: 'LRU hash',

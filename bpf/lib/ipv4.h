@@ -53,6 +53,23 @@ static __always_inline int ipv4_load(struct __sk_buff *skb, struct flow *f, stru
 	return 0;
 }
 
+/*
+ * The IP header an ICMP error carries (the datagram that caused it), at
+ * `off`, read only within the error's own datagram (`ip_end`): 0 with *iph
+ * filled in, or DROP_INVALID_PACKET when it does not fit or is no IPv4
+ * header (not version 4, ihl < 5). The one parser of that header: conntrack's
+ * tuple (l4.h) and the rewrites of the error (rewrite.h) both read it here,
+ * so neither can take a header the other refused.
+ */
+static __always_inline int ipv4_load_embedded(struct __sk_buff *skb, __u32 off, __u32 ip_end, struct iphdr *iph)
+{
+	if (off + sizeof(*iph) > ip_end || bpf_skb_load_bytes(skb, off, iph, sizeof(*iph)) < 0)
+		return DROP_INVALID_PACKET;
+	if (iph->version != 4 || iph->ihl < 5)
+		return DROP_INVALID_PACKET;
+	return 0;
+}
+
 /* 224.0.0.0/4 or the limited broadcast address. */
 static __always_inline int ipv4_is_multicast_or_broadcast(__be32 daddr)
 {

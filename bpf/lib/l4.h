@@ -78,9 +78,7 @@ static __always_inline void icmp_load_inner(struct __sk_buff *skb, struct flow *
 	__u8 l4[8];
 	__u32 off;
 
-	if (inner_off + sizeof(ip) > ip_end || bpf_skb_load_bytes(skb, inner_off, &ip, sizeof(ip)) < 0)
-		return;
-	if (ip.version != 4 || ip.ihl < 5)
+	if (ipv4_load_embedded(skb, inner_off, ip_end, &ip) < 0)
 		return;
 	off = inner_off + ip.ihl * 4;
 	f->inner_saddr = ip.saddr;

@@ -26,13 +26,17 @@ struct ipv4_info {
 /*
  * Loads the header at IP4_OFF into f (addresses, protocol) and info, or
  * returns DROP_INVALID_PACKET: not version 4, ihl < 5, or a total length
- * shorter than the header or longer than the frame.
+ * shorter than the header or longer than the frame. A stage: the header it
+ * reads lives in its own stack frame, not in the program's, under the
+ * chain of stages a packet goes through.
  */
-static __always_inline int ipv4_load(struct __sk_buff *skb, struct flow *f, struct ipv4_info *info)
+__stage int ipv4_load(struct __sk_buff *skb, struct flow *f, struct ipv4_info *info)
 {
 	struct iphdr ip;
 	__u32 hlen, tot;
 
+	if (!f || !info)
+		return DROP_INVALID_PACKET;
 	if (bpf_skb_load_bytes(skb, IP4_OFF, &ip, sizeof(ip)) < 0)
 		return DROP_INVALID_PACKET;
 	f->family = 4;

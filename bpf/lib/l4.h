@@ -110,12 +110,19 @@ static __always_inline void icmp_load_inner(struct __sk_buff *skb, struct flow *
  * one); a first fragment leaves that record. DROP_CT_INVALID_HEADER when the
  * datagram is too short for the protocol's header.
  */
-static __always_inline int l4_load(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+__stage int l4_load(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
 {
-	struct frag4_key fk = { .saddr = f->saddr, .daddr = f->daddr, .id = ip->id, .proto = f->proto, .pad = 0 };
+	struct frag4_key fk;
 	__u8 hdr[20];
 	__u32 need;
 
+	if (!f || !ip)
+		return DROP_CT_INVALID_HEADER;
+	fk.saddr = f->saddr;
+	fk.daddr = f->daddr;
+	fk.id = ip->id;
+	fk.proto = f->proto;
+	fk.pad = 0;
 	if (ipv4_is_later_fragment(ip)) {
 		struct frag4_ports *ports = bpf_map_lookup_elem(&tendril_frag4, &fk);
 

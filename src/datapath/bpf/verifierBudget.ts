@@ -47,17 +47,26 @@ export function compilerObjectDir(compiler: BpfCompiler, objectDir: string = DEF
 const PROCESSED = /processed (\d+) insns/g;
 const REFUSED_PROG = /prog '([^']+)': (?:BPF program load failed|failed to load)/;
 
-/** The count and program a refused load's log names: the last "processed N insns" line is the refused program's. */
+/** Statistics lines the verifier prints before its count: not why it refused. */
+const STATS_LINE = /^(verification time|stack depth|processed \d+ insns)/;
+
+/**
+ * The count and program a refused load's log names: the last "processed N
+ * insns" line is the refused program's, and the verifier's last words before
+ * its statistics say why.
+ */
 function refusal(compiler: BpfCompiler, object: string, err: KernelError): ProgramCount {
   const log = err.kernelMessage ?? '';
   const counts = [...log.matchAll(PROCESSED)].map((m) => Number(m[1]));
-  const tail = log.trim().split('\n').slice(-4).join(' | ');
+  const lines = log.split('\n').map((l) => l.trim());
+  const statsAt = lines.map((l) => l.startsWith('processed ')).lastIndexOf(true);
+  const why = (statsAt > 0 ? lines.slice(0, statsAt) : lines).filter((l) => l !== '' && !STATS_LINE.test(l)).slice(-2).join(' | ');
   return {
     compiler,
     object,
     program: REFUSED_PROG.exec(log)?.[1] ?? object,
     insns: counts.length > 0 ? counts[counts.length - 1] : undefined,
-    error: `${err.message.split('\n')[0]}${tail ? ` — ${tail}` : ''}`,
+    error: `${err.operation}: ${err.code}${why ? ` — ${why}` : ''}`,
   };
 }
 

@@ -46,6 +46,7 @@ static __always_inline int from_netdev_ipv4(struct __sk_buff *skb, struct flow *
 	if (nat_flags & NAT_F_NODEPORT)
 		return nodeport_snat_reply4(skb, f, &ip);
 	ret = nodeport_lb4(skb, f, &ip, &action);
+	/* Its own clock reading: microseconds after the translation's, as any later packet's would be. */
 	if (ret == NODEPORT_LB_REMOTE)
 		return nodeport_to_remote4(skb, f, &ip, dev->ipv4, bpf_ktime_get_ns());
 	if (ret)

@@ -201,7 +201,7 @@ __stage int nodeport_host_reply4(struct __sk_buff *skb, struct flow *f, struct i
 /*
  * netdev ingress, after reverse SNAT: a packet to a service frontend from
  * outside is load-balanced (DNAT, conntrack, the backend's ingress policy,
- * delivery; SNAT to the arrival device's address, dev_ipv4, when the
+ * delivery; SNAT to the arrival device's address when the
  * backend is off this node and the service is not Local); a reply of a
  * NodePort flow that was SNATed (nat_flags & NAT_F_NODEPORT) gets the
  * frontend back as its source and is sent to the client (the caller sends

@@ -4,7 +4,8 @@
 # kubectl is on the PATH: another package's kubectl owns the same file.
 SHELL := /bin/bash
 APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc containerd \
-  gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump curl systemd
+  gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump curl systemd \
+  clang-16 clang-19
 NODE_STAMP := node_modules/.package-lock.json
 
 .PHONY: all deps apt-deps build native bpf layouts docs lint typecheck test check-native demo demo-notice bench clean
@@ -81,7 +82,21 @@ build/bpf/%.o: bpf/%.c $(BPF_LIB_HDR) $(BPF_GEN_HDR)
 # The GC program gives conntrack budget back with compare-and-swap: BPF's v3 atomics.
 build/bpf/bpf_gc.o: BPF_CFLAGS += -mcpu=v3
 
-bpf: $(BPF_OBJ)
+# Every object again with each supported compiler, into build/bpf/clang-<N>/,
+# for the verifier budget test (src/datapath/bpf/verifierBudget.ts lists the
+# same compilers). The objects the agent loads are the ones above (clang 14).
+BPF_COMPILERS := 14 16 19
+BPF_COMPILER_OBJ := $(foreach v,$(BPF_COMPILERS),$(patsubst bpf/%.c,build/bpf/clang-$(v)/%.o,$(BPF_SRC)))
+
+define BPF_COMPILER_RULE
+build/bpf/clang-$(1)/%.o: bpf/%.c $$(BPF_LIB_HDR) $$(BPF_GEN_HDR)
+	@mkdir -p $$(@D)
+	clang-$(1) $$(BPF_CFLAGS) -Ibpf/lib -Ibuild/bpf/include -c $$< -o $$@
+endef
+$(foreach v,$(BPF_COMPILERS),$(eval $(call BPF_COMPILER_RULE,$(v))))
+build/bpf/clang-%/bpf_gc.o: BPF_CFLAGS += -mcpu=v3
+
+bpf: $(BPF_OBJ) $(BPF_COMPILER_OBJ)
 
 # Unit tests of the headers above (bpf/tests/*.c, each test a PKTGEN/SETUP/CHECK
 # set of programs), built as the programs are and run by src/datapath/bpf/bpfUnit.test.ts.

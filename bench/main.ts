@@ -1,6 +1,6 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync kvstore
+// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync verifier kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
@@ -23,6 +23,7 @@ import { printServiceProgram, runServiceProgramBench } from './serviceProgram.js
 import { printServiceScale, runServiceScaleBench } from './serviceScale.js';
 import { printServiceThroughput, runServiceThroughputBench } from './serviceThroughput.js';
 import { printThroughput, runThroughputBench } from './throughput.js';
+import { printVerifier, runVerifierBench } from './verifier.js';
 
 if (process.getuid?.() !== 0) {
   console.error('bench: needs root (network namespaces)');
@@ -50,6 +51,7 @@ const benches: Record<string, () => Promise<void>> = {
   'cluster-propagation': async () => printClusterPropagation(await runClusterPropagationBench()),
   'k8s-policy': async () => printK8sPolicy(await runK8sPolicyBench()),
   'k8s-sync': async () => printK8sSync(await runK8sSyncBench()),
+  verifier: async () => printVerifier(await runVerifierBench()),
   kvstore: async () => {
     // Runs as its own process: the script measures with top-level state of its own.
     const r = spawnSync(process.execPath, [fileURLToPath(new URL('./kvstore.js', import.meta.url)), '1', '3'], { stdio: 'inherit' });

@@ -76,26 +76,24 @@ static __always_inline int from_host_clusterip_allowed(const struct flow *f, con
 static __always_inline int from_host_service4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, int *action)
 {
 	__u32 forwarded = skb->ingress_ifindex, src_identity = IDENTITY_HOST;
-	struct lb4_service *svc;
 	struct endpoint_info *dst;
 	struct tunnel_route route;
-	struct lb4_key key;
+	struct lb4_frontend fe;
 	int ret, tunneled;
 	__u64 now;
 
-	svc = lb4_lookup(f, &key, 1);
-	if (!svc)
+	if (!lb4_lookup(f, &fe, 1))
 		return 0;
 	if (forwarded) {
 		flow_set_arrived_source4(f, skb->ingress_ifindex);
 		src_identity = tunnel_portable_identity(f->src_identity);
-		if (!from_host_clusterip_allowed(f, svc)) {
+		if (!from_host_clusterip_allowed(f, &fe.svc)) {
 			*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_NONE, 0);
 			return 1;
 		}
 	}
 	now = bpf_ktime_get_ns();
-	ret = lb4_translate(skb, f, ip, &key, svc, now);
+	ret = lb4_translate(skb, f, ip, &fe, now);
 	if (ret < 0) {
 		if (!forwarded)
 			flow_set_source4(f);

@@ -80,7 +80,7 @@ static __always_inline int icmp6_enforce(struct __sk_buff *skb, struct flow *f, 
 {
 	struct device_owner owner = { .ifindex = skb->ifindex };
 	__u8 egress = direction == DIR_EGRESS;
-	__u32 cookie = 0, peer;
+	__u32 peer;
 	int ret;
 
 	device_owner_find(&owner);
@@ -94,9 +94,9 @@ static __always_inline int icmp6_enforce(struct __sk_buff *skb, struct flow *f, 
 		f->dst_endpoint = owner.endpoint_id;
 		f->src_identity = peer;
 	}
-	ret = policy_enforce(skb, f, owner.endpoint_id, peer, egress, &cookie);
-	if (ret < 0)
-		return drop_packet(skb, f, ret, direction, cookie);
+	ret = policy_enforce_or_drop(skb, f, owner.endpoint_id, peer, egress);
+	if (ret)
+		return ret;
 	return pass_packet(skb, f, TC_ACT_OK, trace_point, direction);
 }
 
@@ -170,15 +170,13 @@ static __always_inline int deliver_local4(struct __sk_buff *skb, struct flow *f,
  */
 static __always_inline int from_container_service4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, __u64 now)
 {
-	struct lb4_service *svc;
-	struct lb4_key key;
+	struct lb4_frontend fe;
 	int ret;
 
 	f->lb_checked = 1;
-	svc = lb4_lookup(f, &key, 1);
-	if (!svc)
+	if (!lb4_lookup(f, &fe, 1))
 		return 0;
-	ret = lb4_translate(skb, f, ip, &key, svc, now);
+	ret = lb4_translate(skb, f, ip, &fe, now);
 	if (ret < 0)
 		return ret;
 	return lb4_hairpin_snat(skb, f, ip);
@@ -189,7 +187,7 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 	struct endpoint_info *src, *dst;
 	struct tunnel_route route;
 	struct ipv4_info ip;
-	__u32 src_endpoint_id, cookie = 0;
+	__u32 src_endpoint_id;
 	enum ct_status status;
 	int local, ret;
 	__u64 now;
@@ -228,13 +226,13 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 		/* The ipcache (an LPM walk) only for new flows: a hit carries the identities. */
 		if (!dst)
 			f->dst_identity = ipcache_identity4(f->daddr);
-		ret = policy_enforce(skb, f, src_endpoint_id, f->dst_identity, 1, &cookie);
-		if (ret < 0)
-			return drop_packet(skb, f, ret, DIR_EGRESS, cookie);
+		ret = policy_enforce_or_drop(skb, f, src_endpoint_id, f->dst_identity, 1);
+		if (ret)
+			return ret;
 		if (local && dst) {
-			ret = policy_enforce(skb, f, dst->endpoint_id, f->src_identity, 0, &cookie);
-			if (ret < 0)
-				return drop_packet(skb, f, ret, DIR_INGRESS, cookie);
+			ret = policy_enforce_or_drop(skb, f, dst->endpoint_id, f->src_identity, 0);
+			if (ret)
+				return ret;
 		}
 		/* An ICMP error is no flow of its own: no entry for it. */
 		if (!f->icmp_error) {

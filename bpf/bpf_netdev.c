@@ -35,7 +35,7 @@ static __always_inline int from_netdev_ipv4(struct __sk_buff *skb, struct flow *
 	struct device_info *dev = device_lookup(skb->ifindex);
 	struct ipv4_info ip;
 	__u8 nat_flags = 0;
-	int action = TC_ACT_OK;
+	int action = TC_ACT_OK, ret;
 
 	/* Malformed traffic from the network is the stack's to judge, not ours. */
 	if (!dev || ipv4_load(skb, f, &ip) < 0 || l4_load(skb, f, &ip) < 0)
@@ -43,7 +43,13 @@ static __always_inline int from_netdev_ipv4(struct __sk_buff *skb, struct flow *
 	/* A masquerade reply, now addressed to its pod: counted and traced as tendril's; a drop is already counted. */
 	if (snat4_rev_netdev(skb, f, &ip, &nat_flags, &action))
 		return action == TC_ACT_SHOT ? action : pass_packet(skb, f, action, TRACE_FROM_NETWORK, DIR_INGRESS);
-	if (nodeport_lb4(skb, f, &ip, dev, nat_flags, &action))
+	if (nat_flags & NAT_F_NODEPORT)
+		return nodeport_snat_reply4(skb, f, &ip);
+	ret = nodeport_lb4(skb, f, &ip, &action);
+	/* Its own clock reading: microseconds after the translation's, as any later packet's would be. */
+	if (ret == NODEPORT_LB_REMOTE)
+		return nodeport_to_remote4(skb, f, &ip, dev->ipv4, bpf_ktime_get_ns());
+	if (ret)
 		return action;
 	return TC_ACT_OK;
 }

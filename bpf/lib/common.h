@@ -19,6 +19,20 @@
 #define __always_inline inline __attribute__((always_inline))
 #endif
 
+/*
+ * A stage of a program that the verifier checks once, on its own: a global
+ * (non-static, never inlined) BPF-to-BPF function. Inlined, a function is
+ * verified again on every path that reaches it, with every state the caller
+ * carries; as a stage it is checked once with unknown arguments, and its
+ * callers see only its return value, so each program's processed
+ * instructions stay well under the verifier's budget on every compiler
+ * (verifierBudget.test.ts holds them to half of it). The verifier takes a
+ * stage's pointer arguments as memory of their type's size that may be NULL:
+ * a stage checks each before use. Only the context (skb), scalars and such
+ * pointers pass; it returns a scalar, never a pointer.
+ */
+#define __stage __attribute__((noinline))
+
 #ifndef offsetof
 #define offsetof(type, member) __builtin_offsetof(type, member)
 #endif

@@ -288,11 +288,13 @@ static __always_inline int ct_is_related(struct flow *f, __u64 now)
  * On a hit, f's identities and endpoints come from the entry (as the flow's
  * original direction saw them).
  */
-static __always_inline enum ct_status ct_lookup(struct flow *f, __u64 now)
+__stage enum ct_status ct_lookup(struct flow *f, __u64 now)
 {
 	struct ct4_key key;
 	struct ct_entry *e;
 
+	if (!f)
+		return CT_NEW;
 	if (f->icmp_error)
 		return ct_is_related(f, now) ? CT_RELATED : CT_NEW;
 
@@ -422,11 +424,13 @@ static __always_inline int ct_insert(const struct ct4_key *key, struct ct_entry 
  * with the service translation f carries (reply reverse NAT reads it).
  * 0, or why the flow cannot be tracked (ct_insert).
  */
-static __always_inline int ct_create(const struct flow *f, __u64 now)
+__stage int ct_create(const struct flow *f, __u64 now)
 {
 	struct ct4_key key;
 	struct ct_entry e;
 
+	if (!f)
+		return DROP_CT_FULL;
 	__builtin_memset(&e, 0, sizeof(e));
 	ct_key_init(&key, f->saddr, f->daddr, f->sport, f->dport, f->proto);
 	e.flags = (f->ct_flags & CT_F_STICKY) | ct_packet_flags(f, 0);

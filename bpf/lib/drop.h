@@ -9,16 +9,21 @@
 #include "metrics.h"
 #include "trace.h"
 
-static __always_inline int drop_packet(struct __sk_buff *skb, const struct flow *f, int reason, __u8 direction, __u32 cookie)
+/* A stage: every program drops on dozens of paths. */
+__stage int drop_packet(struct __sk_buff *skb, const struct flow *f, int reason, __u8 direction, __u32 cookie)
 {
+	if (!f)
+		return TC_ACT_SHOT;
 	event_emit(skb, f, EVENT_DROP, (__u8)(-reason), direction, cookie);
 	metrics_update(reason, direction, f->len);
 	return TC_ACT_SHOT;
 }
 
 /* A forwarded packet: counted, and traced at level ALL. */
-static __always_inline int pass_packet(struct __sk_buff *skb, const struct flow *f, int action, __u8 point, __u8 direction)
+__stage int pass_packet(struct __sk_buff *skb, const struct flow *f, int action, __u8 point, __u8 direction)
 {
+	if (!f)
+		return action;
 	metrics_update(0, direction, f->len);
 	trace_packet(skb, f, point, direction);
 	return action;

@@ -44,6 +44,23 @@ static __always_inline int policy_enforce(struct __sk_buff *skb, const struct fl
 	return d.verdict == VERDICT_DENIED ? DROP_POLICY_DENY : DROP_POLICY;
 }
 
+/*
+ * policy_enforce, and a refusal dropped (reported in the policy's direction
+ * with the deciding entry's cookie): 0 when allowed, else TC_ACT_SHOT.
+ */
+__stage int policy_enforce_or_drop(struct __sk_buff *skb, const struct flow *f, __u32 endpoint_id, __u32 peer_identity, __u8 egress)
+{
+	__u32 cookie = 0;
+	int ret;
+
+	if (!f)
+		return TC_ACT_SHOT;
+	ret = policy_enforce(skb, f, endpoint_id, peer_identity, egress, &cookie);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, egress ? DIR_EGRESS : DIR_INGRESS, cookie);
+	return 0;
+}
+
 /* The identity of a packet's source seen from the node: a local endpoint's, else the ipcache's (world when absent). */
 static __always_inline void flow_set_source4(struct flow *f)
 {
@@ -94,6 +111,43 @@ static __always_inline void flow_set_arrived_source4(struct flow *f, __u32 devic
 	f->src_identity = id;
 }
 
+/* ingress_ct_policy4_stage's `how`: the trace point in the low byte, and whether the source is known. */
+#define INGRESS_SOURCE_KNOWN 0x100
+
+/*
+ * ingress_ct_policy4_source's stage, for a flow whose destination identity
+ * and endpoint are set: conntrack, then for a new flow the source's
+ * identity unless known, the endpoint's ingress policy and its entry.
+ */
+__stage int ingress_ct_policy4_stage(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, __u64 now, __u32 how)
+{
+	enum ct_status status;
+	int ret;
+
+	if (!f || !ip)
+		return TC_ACT_SHOT;
+	status = ct_lookup(f, now);
+	if (status != CT_NEW) {
+		ret = lb4_rev_nat_ct(skb, f, ip, status);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+		return 0;
+	}
+	/* The source's identity (an LPM walk) only for new flows: a hit carries it. */
+	if (!(how & INGRESS_SOURCE_KNOWN))
+		flow_set_source4(f);
+	ret = policy_enforce_or_drop(skb, f, f->dst_endpoint, f->src_identity, 0);
+	if (ret)
+		return ret;
+	if (!f->icmp_error) {
+		ret = ct_create(f, now);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	}
+	trace_new_flow(skb, f, (__u8)how, DIR_INGRESS);
+	return 0;
+}
+
 /*
  * ingress_to_endpoint4 after l4_load: conntrack (a reply or related error
  * of a service flow gets its reverse NAT), and for a new flow the
@@ -106,33 +160,9 @@ static __always_inline void flow_set_arrived_source4(struct flow *f, __u32 devic
 static __always_inline int ingress_ct_policy4_source(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip,
 						     const struct endpoint_info *dst, __u8 trace_point, __u64 now, int source_known)
 {
-	__u32 endpoint_id = dst->endpoint_id;
-	__u32 cookie = 0;
-	enum ct_status status;
-	int ret;
-
 	f->dst_identity = dst->identity;
-	f->dst_endpoint = endpoint_id;
-	status = ct_lookup(f, now);
-	if (status != CT_NEW) {
-		ret = lb4_rev_nat_ct(skb, f, ip, status);
-		if (ret < 0)
-			return drop_packet(skb, f, ret, DIR_INGRESS, 0);
-		return 0;
-	}
-	/* The source's identity (an LPM walk) only for new flows: a hit carries it. */
-	if (!source_known)
-		flow_set_source4(f);
-	ret = policy_enforce(skb, f, endpoint_id, f->src_identity, 0, &cookie);
-	if (ret < 0)
-		return drop_packet(skb, f, ret, DIR_INGRESS, cookie);
-	if (!f->icmp_error) {
-		ret = ct_create(f, now);
-		if (ret < 0)
-			return drop_packet(skb, f, ret, DIR_INGRESS, 0);
-	}
-	trace_new_flow(skb, f, trace_point, DIR_INGRESS);
-	return 0;
+	f->dst_endpoint = dst->endpoint_id;
+	return ingress_ct_policy4_stage(skb, f, ip, now, trace_point | (source_known ? INGRESS_SOURCE_KNOWN : 0));
 }
 
 /* ingress_ct_policy4_source for a packet whose source is judged by its address. */

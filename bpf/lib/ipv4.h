@@ -26,13 +26,17 @@ struct ipv4_info {
 /*
  * Loads the header at IP4_OFF into f (addresses, protocol) and info, or
  * returns DROP_INVALID_PACKET: not version 4, ihl < 5, or a total length
- * shorter than the header or longer than the frame.
+ * shorter than the header or longer than the frame. A stage: the header it
+ * reads lives in its own stack frame, not in the program's, under the
+ * chain of stages a packet goes through.
  */
-static __always_inline int ipv4_load(struct __sk_buff *skb, struct flow *f, struct ipv4_info *info)
+__stage int ipv4_load(struct __sk_buff *skb, struct flow *f, struct ipv4_info *info)
 {
 	struct iphdr ip;
 	__u32 hlen, tot;
 
+	if (!f || !info)
+		return DROP_INVALID_PACKET;
 	if (bpf_skb_load_bytes(skb, IP4_OFF, &ip, sizeof(ip)) < 0)
 		return DROP_INVALID_PACKET;
 	f->family = 4;
@@ -50,6 +54,23 @@ static __always_inline int ipv4_load(struct __sk_buff *skb, struct flow *f, stru
 	info->frag_off = bpf_ntohs(ip.frag_off);
 	info->id = ip.id;
 	info->ttl = ip.ttl;
+	return 0;
+}
+
+/*
+ * The IP header an ICMP error carries (the datagram that caused it), at
+ * `off`, read only within the error's own datagram (`ip_end`): 0 with *iph
+ * filled in, or DROP_INVALID_PACKET when it does not fit or is no IPv4
+ * header (not version 4, ihl < 5). The one parser of that header: conntrack's
+ * tuple (l4.h) and the rewrites of the error (rewrite.h) both read it here,
+ * so neither can take a header the other refused.
+ */
+static __always_inline int ipv4_load_embedded(struct __sk_buff *skb, __u32 off, __u32 ip_end, struct iphdr *iph)
+{
+	if (off + sizeof(*iph) > ip_end || bpf_skb_load_bytes(skb, off, iph, sizeof(*iph)) < 0)
+		return DROP_INVALID_PACKET;
+	if (iph->version != 4 || iph->ihl < 5)
+		return DROP_INVALID_PACKET;
 	return 0;
 }
 

@@ -78,9 +78,7 @@ static __always_inline void icmp_load_inner(struct __sk_buff *skb, struct flow *
 	__u8 l4[8];
 	__u32 off;
 
-	if (inner_off + sizeof(ip) > ip_end || bpf_skb_load_bytes(skb, inner_off, &ip, sizeof(ip)) < 0)
-		return;
-	if (ip.version != 4 || ip.ihl < 5)
+	if (ipv4_load_embedded(skb, inner_off, ip_end, &ip) < 0)
 		return;
 	off = inner_off + ip.ihl * 4;
 	f->inner_saddr = ip.saddr;
@@ -112,12 +110,19 @@ static __always_inline void icmp_load_inner(struct __sk_buff *skb, struct flow *
  * one); a first fragment leaves that record. DROP_CT_INVALID_HEADER when the
  * datagram is too short for the protocol's header.
  */
-static __always_inline int l4_load(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
+__stage int l4_load(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip)
 {
-	struct frag4_key fk = { .saddr = f->saddr, .daddr = f->daddr, .id = ip->id, .proto = f->proto, .pad = 0 };
+	struct frag4_key fk;
 	__u8 hdr[20];
 	__u32 need;
 
+	if (!f || !ip)
+		return DROP_CT_INVALID_HEADER;
+	fk.saddr = f->saddr;
+	fk.daddr = f->daddr;
+	fk.id = ip->id;
+	fk.proto = f->proto;
+	fk.pad = 0;
 	if (ipv4_is_later_fragment(ip)) {
 		struct frag4_ports *ports = bpf_map_lookup_elem(&tendril_frag4, &fk);
 

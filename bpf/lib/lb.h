@@ -140,6 +140,16 @@ struct {
 	__array(values, struct lb4_maglev_inner);
 } tendril_lb4_mag SEC(".maps");
 
+/*
+ * A frontend lb4_lookup found: its key (slot 0, for the backend slots) and
+ * a copy of its service entry, on the stack, so that the translation stage
+ * (lb4_translate) can take it as an argument.
+ */
+struct lb4_frontend {
+	struct lb4_key key;
+	struct lb4_service svc;
+};
+
 /* ---- logic below ---------------------------------------------------------- */
 
 /* Services are TCP and UDP only: anything else to a frontend goes on as addressed. */
@@ -148,15 +158,8 @@ static __always_inline int lb4_proto_supported(__u8 proto)
 	return proto == IPPROTO_TCP || proto == IPPROTO_UDP;
 }
 
-/*
- * The service a packet addresses: the exact frontend; else, when the
- * destination is a node address, a NodePort on every node address (address
- * 0). Traffic from inside the node (`internal`: a pod or the node itself)
- * takes the INTERNAL scope of a TWO_SCOPES frontend (the backends its
- * internalTrafficPolicy allows); traffic from outside never does. *key is left as the entry found
- * (slot 0), for its backend slots.
- */
-static __always_inline struct lb4_service *lb4_lookup(const struct flow *f, struct lb4_key *key, int internal)
+/* lb4_lookup's map walk: the entry found (key left as its key), or NULL. */
+static __always_inline struct lb4_service *lb4_lookup_entry(const struct flow *f, struct lb4_key *key, int internal)
 {
 	struct lb4_service *svc, *scoped;
 
@@ -184,6 +187,25 @@ static __always_inline struct lb4_service *lb4_lookup(const struct flow *f, stru
 		key->scope = LB_SCOPE_EXTERNAL;
 	}
 	return svc;
+}
+
+/*
+ * The service a packet addresses: the exact frontend; else, when the
+ * destination is a node address, a NodePort on every node address (address
+ * 0). Traffic from inside the node (`internal`: a pod or the node itself)
+ * takes the INTERNAL scope of a TWO_SCOPES frontend (the backends its
+ * internalTrafficPolicy allows); traffic from outside never does. 1 with
+ * *fe filled in (its key left as the entry found, slot 0, for its backend
+ * slots), or 0 when the packet addresses no service.
+ */
+static __always_inline int lb4_lookup(const struct flow *f, struct lb4_frontend *fe, int internal)
+{
+	struct lb4_service *svc = lb4_lookup_entry(f, &fe->key, internal);
+
+	if (!svc)
+		return 0;
+	fe->svc = *svc;
+	return 1;
 }
 
 static __always_inline __u32 lb_rotl32(__u32 x, __u32 r)
@@ -478,13 +500,14 @@ static __always_inline int lb4_dnat(struct __sk_buff *skb, struct flow *f, const
 }
 
 /* A new or pinned connection to a frontend: backend selected, then DNAT. 0, or the drop reason. */
-static __always_inline int lb4_translate(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, const struct lb4_key *key,
-					 const struct lb4_service *svc, __u64 now)
+__stage int lb4_translate(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, const struct lb4_frontend *fe, __u64 now)
 {
 	struct lb4_backend *be;
 	int reason = 0;
 
-	be = lb4_select(f, key, svc, now, &reason);
+	if (!f || !ip || !fe)
+		return DROP_NO_SERVICE;
+	be = lb4_select(f, &fe->key, &fe->svc, now, &reason);
 	if (!be)
 		return reason;
 	return lb4_dnat(skb, f, ip, be);
@@ -601,9 +624,9 @@ static __always_inline int lb4_rev_nat_icmp(struct __sk_buff *skb, struct flow *
 }
 
 /* The reverse NAT conntrack asks for (a REPLY, or an error RELATED to a service flow); 0 when none applies. */
-static __always_inline int lb4_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, enum ct_status status)
+__stage int lb4_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, enum ct_status status)
 {
-	if (!f->rev_nat_index)
+	if (!f || !ip || !f->rev_nat_index)
 		return 0;
 	if (status == CT_REPLY)
 		return lb4_rev_nat(skb, f, ip);

@@ -25,6 +25,9 @@
 /* From linux/socket.h, which a BPF build cannot include. */
 #define NODEPORT_AF_INET 2
 
+/* nodeport_lb4: translated, for a backend off this node (nodeport_to_remote4 next). */
+#define NODEPORT_LB_REMOTE 2
+
 /* The FIB's answer for the packet as it is now: 0 with *fib filled in, or DROP_FIB_LOOKUP_FAILED without a route. */
 static __always_inline int nodeport_fib_lookup4(struct __sk_buff *skb, const struct flow *f, const struct ipv4_info *ip, struct bpf_fib_lookup *fib)
 {
@@ -50,11 +53,13 @@ static __always_inline int nodeport_fib_lookup4(struct __sk_buff *skb, const str
  * up for its destination): TTL - 1, then the neighbour resolved by the
  * kernel.
  */
-static __always_inline int nodeport_redirect4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, const struct bpf_fib_lookup *fib)
+__stage int nodeport_redirect4(struct __sk_buff *skb, struct flow *f, const struct ipv4_info *ip, const struct bpf_fib_lookup *fib)
 {
 	struct bpf_redir_neigh nh;
 	int ret;
 
+	if (!f || !ip || !fib)
+		return TC_ACT_SHOT;
 	if (ip->ttl <= 1)
 		return drop_packet(skb, f, DROP_TTL_EXCEEDED, DIR_NONE, 0);
 	ret = ipv4_dec_ttl(skb, ip, f->proto);
@@ -88,10 +93,14 @@ static __always_inline int nodeport_fib_redirect4(struct __sk_buff *skb, struct 
  * (snat4_rev_netdev): source ← the frontend the client addressed, then on
  * to the client.
  */
-static __always_inline int nodeport_snat_reply4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip)
+__stage int nodeport_snat_reply4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip)
 {
-	enum ct_status status = ct_lookup(f, bpf_ktime_get_ns());
+	enum ct_status status;
 	int ret;
+
+	if (!f || !ip)
+		return TC_ACT_SHOT;
+	status = ct_lookup(f, bpf_ktime_get_ns());
 
 	/* A reply, or an ICMP error about the flow (the backend's port unreachable): both go back to the client translated. */
 	if ((status != CT_REPLY && status != CT_RELATED) || !f->rev_nat_index)
@@ -109,17 +118,20 @@ static __always_inline int nodeport_snat_reply4(struct __sk_buff *skb, struct fl
  * device's when that one is none of ours; the node's InternalIP when the
  * backend is reached through the overlay) and a NAT port, then out (or
  * encapsulated with the client's identity, f->src_identity, as VNI).
+ * `dev_ipv4` is the address of the device the flow arrived on.
  */
-static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
-					       __u64 now)
+__stage int nodeport_to_remote4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, __be32 dev_ipv4, __u64 now)
 {
-	__u32 client_identity = tunnel_portable_identity(f->src_identity);
+	__u32 client_identity;
 	struct tunnel_route route;
 	struct device_info *out;
 	struct bpf_fib_lookup fib;
 	__be32 nat_addr;
 	int ret, tunneled;
 
+	if (!f || !ip)
+		return TC_ACT_SHOT;
+	client_identity = tunnel_portable_identity(f->src_identity);
 	/*
 	 * In tunnel mode a backend on another node is reached through the
 	 * overlay: the source becomes this node's InternalIP, which the
@@ -130,14 +142,14 @@ static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flo
 	if (tunneled) {
 		nat_addr = config_node_ipv4();
 		if (!nat_addr)
-			nat_addr = dev->ipv4;
+			nat_addr = dev_ipv4;
 	} else {
 		/* The source becomes the address of the device the backend is reached by (the backend's way back), as Cilium does. */
 		ret = nodeport_fib_lookup4(skb, f, ip, &fib);
 		if (ret < 0)
 			return drop_packet(skb, f, ret, DIR_NONE, 0);
 		out = device_lookup(fib.ifindex);
-		nat_addr = out && out->ipv4 ? out->ipv4 : dev->ipv4;
+		nat_addr = out && out->ipv4 ? out->ipv4 : dev_ipv4;
 	}
 	if (ct_lookup(f, now) == CT_NEW) {
 		f->dst_identity = tunneled ? route.identity : ipcache_identity4(f->daddr);
@@ -168,10 +180,12 @@ static __always_inline int nodeport_to_remote4(struct __sk_buff *skb, struct flo
  * of the node cost a conntrack lookup. Returns 1 with *action set when
  * translated.
  */
-static __always_inline int nodeport_host_reply4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, int *action)
+__stage int nodeport_host_reply4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, int *action)
 {
 	int ret;
 
+	if (!f || !ip || !action)
+		return 0;
 	if (!lb4_proto_supported(f->proto) || ipcache_identity4(f->daddr) != IDENTITY_HOST)
 		return 0;
 	if (ct_lookup(f, bpf_ktime_get_ns()) != CT_REPLY || !f->rev_nat_index)
@@ -187,32 +201,32 @@ static __always_inline int nodeport_host_reply4(struct __sk_buff *skb, struct fl
 /*
  * netdev ingress, after reverse SNAT: a packet to a service frontend from
  * outside is load-balanced (DNAT, conntrack, the backend's ingress policy,
- * delivery; SNAT to dev's address when the backend is off this node and
- * the service is not Local); a reply of a NodePort flow that was SNATed
- * (nat_flags & NAT_F_NODEPORT) gets the frontend back as its source and is
- * sent to the client; a backend's reply to the node's own ClusterIP
+ * delivery; SNAT to the arrival device's address when the
+ * backend is off this node and the service is not Local); a reply of a
+ * NodePort flow that was SNATed (nat_flags & NAT_F_NODEPORT) gets the
+ * frontend back as its source and is sent to the client (the caller sends
+ * it to nodeport_snat_reply4); a backend's reply to the node's own ClusterIP
  * connection gets the frontend back (nodeport_host_reply4); a packet to a
  * ClusterIP is dropped (DROP_CLUSTERIP_FROM_OUTSIDE) unless
  * --bpf-lb-external-clusterip makes it a frontend like a NodePort. Returns
- * 1 with *action set when decided here, 0 when the packet is no service's.
+ * 1 with *action set when decided here, 0 when the packet is no service's,
+ * NODEPORT_LB_REMOTE when it is translated for a backend off this node
+ * (Cluster policy): the caller sends it on with nodeport_to_remote4, one
+ * stage after this one rather than inside it (the stack the verifier
+ * allows the chain of stages is 512 bytes).
  */
-static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, const struct device_info *dev,
-					__u8 nat_flags, int *action)
+__stage int nodeport_lb4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, int *action)
 {
 	struct endpoint_info *dst;
-	struct lb4_service *svc;
-	struct lb4_key key;
+	struct lb4_frontend fe;
 	__u8 svc_flags;
 	__u64 now;
 	int ret;
 
-	if (nat_flags & NAT_F_NODEPORT) {
-		*action = nodeport_snat_reply4(skb, f, ip);
-		return 1;
-	}
+	if (!f || !ip || !action)
+		return 0;
 	/* From outside the node: the EXTERNAL scope only (a Local service's lists this node's backends). */
-	svc = lb4_lookup(f, &key, 0);
-	if (!svc)
+	if (!lb4_lookup(f, &fe, 0))
 		/*
 		 * The node's own connection to a service whose backend is elsewhere:
 		 * the reply comes to the router address straight (no masquerade on
@@ -220,7 +234,7 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 		 * masqueraded) or after snat4_rev_netdev.
 		 */
 		return nodeport_host_reply4(skb, f, ip, action);
-	svc_flags = svc->flags;
+	svc_flags = fe.svc.flags;
 	/* From the wire: never the node, a local pod, or (tunnel mode) another node's; a --devices device is no pod's. */
 	flow_set_arrived_source4(f, 0);
 	/*
@@ -236,7 +250,7 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 	now = bpf_ktime_get_ns();
 	/* This client's packet says what its flow is now (its port may have gone to another frontend before). */
 	f->lb_checked = 1;
-	ret = lb4_translate(skb, f, ip, &key, svc, now);
+	ret = lb4_translate(skb, f, ip, &fe, now);
 	if (ret < 0) {
 		*action = drop_packet(skb, f, ret, DIR_INGRESS, 0);
 		return 1;
@@ -244,10 +258,9 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 	f->ct_flags |= CT_F_NODEPORT;
 	dst = pod_endpoint_lookup4(f->daddr);
 	if (!dst) {
-		if (svc_flags & SVC_F_LOCAL_TRAFFIC)
-			*action = drop_packet(skb, f, DROP_NO_SERVICE, DIR_INGRESS, 0);
-		else
-			*action = nodeport_to_remote4(skb, f, ip, dev, now);
+		if (!(svc_flags & SVC_F_LOCAL_TRAFFIC))
+			return NODEPORT_LB_REMOTE;
+		*action = drop_packet(skb, f, DROP_NO_SERVICE, DIR_INGRESS, 0);
 		return 1;
 	}
 	/* A local backend sees the client's own address (Local and Cluster alike), judged as it arrived. */
@@ -282,17 +295,15 @@ static __always_inline int nodeport_lb4(struct __sk_buff *skb, struct flow *f, s
 static __always_inline int nodeport_local4(struct __sk_buff *skb, struct flow *f, struct ipv4_info *ip, int *action)
 {
 	struct endpoint_info *dst;
-	struct lb4_service *svc;
-	struct lb4_key key;
+	struct lb4_frontend fe;
 	__u64 now;
 	int ret;
 
-	svc = lb4_lookup(f, &key, 1);
-	if (!svc)
+	if (!lb4_lookup(f, &fe, 1))
 		return 0;
 	now = bpf_ktime_get_ns();
 	f->lb_local_only = 1;
-	ret = lb4_translate(skb, f, ip, &key, svc, now);
+	ret = lb4_translate(skb, f, ip, &fe, now);
 	dst = ret < 0 ? NULL : pod_endpoint_lookup4(f->daddr);
 	if (!dst) {
 		flow_set_source4(f);

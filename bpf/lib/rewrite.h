@@ -107,7 +107,8 @@ static __always_inline int ipv4_rewrite_port(struct __sk_buff *skb, const struct
 /*
  * Where an ICMP error's embedded datagram is, as a rewrite of it needs: its
  * IP header, its L4 header, and the embedded L4 checksum when the error
- * carries it (not a UDP checksum of 0: none).
+ * carries it (not a UDP checksum of 0: none). The embedded IP header is
+ * read by ipv4_load_embedded, as for conntrack's tuple (l4.h).
  */
 struct icmp_inner {
 	__u32 icmp_csum_off; /* the error's own checksum */
@@ -126,7 +127,7 @@ static __always_inline int icmp_inner_load(struct __sk_buff *skb, const struct i
 
 	in->icmp_csum_off = ip->l4_off + 2;
 	in->ip_off = ip->l4_off + 8;
-	if (in->ip_off + sizeof(iph) > ip->ip_end || bpf_skb_load_bytes(skb, in->ip_off, &iph, sizeof(iph)) < 0)
+	if (ipv4_load_embedded(skb, in->ip_off, ip->ip_end, &iph) < 0)
 		return DROP_INVALID_PACKET;
 	in->l4_off = in->ip_off + iph.ihl * 4;
 	in->proto = iph.protocol;

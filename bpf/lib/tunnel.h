@@ -57,11 +57,12 @@ static __always_inline int tunnel_route4(__be32 daddr, struct tunnel_route *r)
  * packet to tendril_vxlan (TRACE_TO_OVERLAY). DROP_ENCAP_FAILED when the
  * kernel refuses the key or the identity does not fit a VNI.
  */
-static __always_inline int tunnel_encap4(struct __sk_buff *skb, struct flow *f, const struct tunnel_route *r, __u32 src_identity,
-					 __u8 direction)
+__stage int tunnel_encap4(struct __sk_buff *skb, struct flow *f, const struct tunnel_route *r, __u32 src_identity, __u8 direction)
 {
 	struct bpf_tunnel_key key;
 
+	if (!f || !r)
+		return TC_ACT_SHOT;
 	if (src_identity > TUNNEL_VNI_MAX)
 		return drop_packet(skb, f, DROP_ENCAP_FAILED, direction, 0);
 	__builtin_memset(&key, 0, sizeof(key));

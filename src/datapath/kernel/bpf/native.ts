@@ -83,6 +83,8 @@ export interface NativeProgInfo {
   type: number;
   name: string;
   tag: string;
+  /** The verifier's processed instructions when the program was loaded. */
+  verifiedInsns: number;
 }
 
 export interface NativeTestRunResult {

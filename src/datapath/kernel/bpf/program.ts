@@ -50,6 +50,8 @@ export class BpfProgram {
   readonly id: number;
   /** Hash of the program's instructions, hex. */
   readonly tag: string;
+  /** Instructions the verifier processed to accept it (its budget is BPF_COMPLEXITY_LIMIT_INSNS). */
+  readonly verifiedInsns: number;
   readonly #handle: NativeHandle;
 
   /** Takes ownership of a native program handle. */
@@ -61,6 +63,7 @@ export class BpfProgram {
     this.type = info.type;
     this.id = info.id;
     this.tag = info.tag;
+    this.verifiedInsns = info.verifiedInsns;
   }
 
   static openPinned(path: string): BpfProgram {

@@ -315,6 +315,7 @@ int tdl_bpf_handle_fill(struct tdl_bpf_handle *h, enum tdl_bpf_kind kind, int fd
 		} else {
 			h->id = info.id;
 			h->prog_type = info.type;
+			h->verified_insns = info.verified_insns;
 			memcpy(h->prog_tag, info.tag, sizeof(h->prog_tag));
 			memcpy(h->name, info.name, sizeof(h->name));
 		}

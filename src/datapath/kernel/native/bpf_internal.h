@@ -34,6 +34,7 @@ struct tdl_bpf_handle {
 	/* programs */
 	uint32_t prog_type;
 	uint8_t prog_tag[BPF_TAG_SIZE];
+	uint32_t verified_insns; /* the verifier's processed instructions at load (Linux 5.16+; 0 before) */
 };
 
 /* The kernel-internal ENOTSUPP, which bpf() leaks for unsupported batch ops. */

@@ -375,7 +375,7 @@ static napi_value js_link_info(napi_env env, napi_callback_info info)
 	return out;
 }
 
-/* progInfo(prog) → {id, type, name, tag}. */
+/* progInfo(prog) → {id, type, name, tag, verifiedInsns}. */
 static napi_value js_prog_info(napi_env env, napi_callback_info info)
 {
 	size_t argc = 1;
@@ -395,6 +395,7 @@ static napi_value js_prog_info(napi_env env, napi_callback_info info)
 	tdl_set_u32(env, out, "type", prog->prog_type);
 	tdl_set_str(env, out, "name", prog->name);
 	tdl_set_str(env, out, "tag", tag);
+	tdl_set_u32(env, out, "verifiedInsns", prog->verified_insns);
 	return out;
 }
 

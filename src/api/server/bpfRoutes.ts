@@ -4,8 +4,8 @@
  * eBPF datapath these answer 409 saying so, never 500.
  */
 import type { FastifyInstance } from 'fastify';
-import { AgentError } from '../../api/errors.js';
-import type { PathParams, QueryParams, ResponseBody } from '../../api/types.js';
+import { AgentError } from '../errors.js';
+import type { PathParams, QueryParams, ResponseBody } from '../types.js';
 import type { CtGcResult } from '../../datapath/bpf/conntrackGc.js';
 import { DatapathInspectError, type DatapathInspector } from '../../datapath/bpf/inspect.js';
 import { LbInspector } from '../../datapath/bpf/lbInspect.js';

@@ -2,7 +2,7 @@
 // checked against api/openapi.yaml.
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import type { ApiEndpoint, ErrorResponse, Health } from '../../api/types.js';
+import type { ApiEndpoint, ErrorResponse, Health } from '../types.js';
 import { OpenApiSchemas } from './openapiSchemas.js';
 import { ResponseValidator, type SentResponse } from './responseValidator.js';
 

@@ -16,8 +16,8 @@ import { type TestDatapathMaps } from '../../datapath/bpf/testing/inspectMaps.js
 import { encode } from '../../datapath/kernel/bpf/codec.js';
 import { parseIp, parsePrefix } from '../../netip/index.js';
 import type { MonitorEvent } from '../../monitor/index.js';
-import { BpfObservability } from '../bpfObservability.js';
-import { type BpfApiServer, startBpfApiServer } from '../testing/bpfApiServer.js';
+import { BpfObservability } from '../../agent/bpfObservability.js';
+import { type BpfApiServer, startBpfApiServer } from '../../agent/testing/bpfApiServer.js';
 import { type AgentApi, buildServer, listenOnSocket } from './server.js';
 
 requireRoot('the bpf route tests');

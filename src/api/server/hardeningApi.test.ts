@@ -5,11 +5,11 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
-import type { ErrorResponse } from '../../api/types.js';
+import type { ErrorResponse } from '../types.js';
 import { DatapathError } from '../../datapath/types.js';
 import { IdentityError, parseIdentityNumber } from '../../identity/index.js';
-import { toAgentError } from '../cniService.js';
-import { type FakeNodeAgent, startFakeNodeAgent } from '../testing/fakeNodeAgent.js';
+import { toAgentError } from '../errorMapping.js';
+import { type FakeNodeAgent, startFakeNodeAgent } from '../../agent/testing/fakeNodeAgent.js';
 import { type AgentApi, buildServer } from './server.js';
 
 let node: FakeNodeAgent;

@@ -5,8 +5,8 @@
  * routes and ipcache entries (RemoteNodes).
  */
 import type { FastifyInstance } from 'fastify';
-import { AgentError } from '../../api/errors.js';
-import type { PathParams, ResponseBody } from '../../api/types.js';
+import { AgentError } from '../errors.js';
+import type { PathParams, ResponseBody } from '../types.js';
 import type { NodeRecord, NodeRegistryView, NodeStatus } from '../../node/types.js';
 
 /** What the routes read: the registry, the revisions it saw, and what RemoteNodes installed. */

@@ -1,22 +1,29 @@
 import type { NetConf } from '../cni/index.js';
-import {
-  type Allocation,
-  type Allocator,
-  BlockAllocator,
-  ClusterPoolAllocator,
-  DelegatedAllocator,
-  HostScopeAllocator,
-  type IpFamily,
-  IpamError,
-  IpamErrorCode,
-} from '../ipam/index.js';
+import type { Allocation, Allocator, IpFamily } from './types.js';
+import { IpamError, IpamErrorCode } from './errors.js';
+import { BlockAllocator } from './blockAllocator.js';
+import { ClusterPoolAllocator } from './clusterPool.js';
+import { DelegatedAllocator } from './delegated.js';
+import { HostScopeAllocator } from './hostScope.js';
 import type { AddressClaim, EndpointAddress } from '../endpoint/index.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { formatIp, tryParseIp } from '../netip/index.js';
-import { AgentError } from '../api/errors.js';
-import type { AgentConfig } from './config.js';
 import { SerialAllocator } from './serialAllocator.js';
+
+/** The agent settings IPAM is built from (the agent's configuration has them; ipamExpirationMs may change while it runs). */
+export interface IpamProviderConfig {
+  nodeName: string;
+  ipam: 'host-scope' | 'cluster-pool' | 'block' | 'delegated' | 'kubernetes';
+  podCidrs: string[];
+  clusterPoolCidrs: string[];
+  clusterPoolMaskSize?: number | undefined;
+  poolCidrs: string[];
+  blockSize?: number | undefined;
+  strictAffinity: boolean;
+  cniPath: string[];
+  ipamExpirationMs: number;
+}
 
 /**
  * The agent's IPAM: one allocator for the node in the kvstore-backed modes;
@@ -28,7 +35,7 @@ export class IpamProvider {
   private readonly delegated = new Map<string, Allocator>();
 
   constructor(
-    private readonly config: AgentConfig,
+    private readonly config: IpamProviderConfig,
     private readonly backend: Backend,
     private readonly log: Logger,
   ) {
@@ -96,7 +103,7 @@ export class IpamProvider {
     if (parsed === undefined) return;
     const text = formatIp(parsed);
     const router = this.routerAddresses().find((r) => formatIp(tryParseIp(r.ip)!) === text);
-    if (router) throw new AgentError('CONFLICT', `${ip} is this node's router address (the pods' gateway on tendril_host): it cannot be ${what}`);
+    if (router) throw new IpamError(IpamErrorCode.IP_IN_USE, `${ip} is this node's router address (the pods' gateway on tendril_host): it cannot be ${what}`);
   }
 
   /** The allocator for a CNI call's netconf. */
@@ -104,7 +111,7 @@ export class IpamProvider {
     if (this.main) return this.main;
     const ipam = conf.ipam;
     if (!ipam || typeof ipam.type !== 'string' || ipam.type === '') {
-      throw new AgentError('INVALID_REQUEST', 'the agent runs delegated IPAM: the netconf needs an "ipam" section with a "type"');
+      throw new IpamError(IpamErrorCode.INVALID_CONFIG, 'the agent runs delegated IPAM: the netconf needs an "ipam" section with a "type"');
     }
     const key = JSON.stringify(ipam);
     let a = this.delegated.get(key);
@@ -160,7 +167,7 @@ export class IpamProvider {
    */
   async allocateDirect(req: { owner: string; family: IpFamily; ip?: string; pool?: string; provisional: boolean }): Promise<{ allocation: Allocation; hostAddressing: { ipv4?: string; ipv6?: string } }> {
     const main = this.main;
-    if (!main) throw new AgentError('INVALID_REQUEST', 'POST /ipam needs a kvstore-backed IPAM mode; delegated IPAM allocates through CNI ADD');
+    if (!main) throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, 'POST /ipam needs a kvstore-backed IPAM mode; delegated IPAM allocates through CNI ADD');
     if (req.ip !== undefined) this.refuseRouterAddress(req.ip, 'allocated to a pod');
     const allocation = await main.allocate({
       owner: req.owner,
@@ -233,7 +240,24 @@ export class IpamProvider {
     }
   }
 
-  /** Frees one address wherever it is allocated; false when nothing held it. A router address is refused (CONFLICT). */
+  /**
+   * DELETE /ipam/{ip}: frees `ip` unless something still uses it — a live
+   * endpoint, or a CNI call in progress for its owner (its address may be
+   * provisional): freeing it would hand it to the next pod while this one
+   * still has it. false when nothing held it.
+   */
+  async releaseUnused(ip: string, users: { endpointAt(ip: string): { id: number; containerId: string } | undefined; inFlightOwners(): ReadonlySet<string> }): Promise<boolean> {
+    const holder = users.endpointAt(ip);
+    if (holder) throw new IpamError(IpamErrorCode.IP_IN_USE, `address ${ip} belongs to endpoint ${holder.id} (container ${holder.containerId}); delete the endpoint to free it`);
+    const inFlight = users.inFlightOwners();
+    if (inFlight.size > 0) {
+      const owner = (await this.list()).find((a) => a.ip === ip)?.owner;
+      if (owner !== undefined && inFlight.has(owner)) throw new IpamError(IpamErrorCode.IP_IN_USE, `address ${ip} belongs to ${owner}, whose CNI call is in progress`);
+    }
+    return this.releaseIp(ip);
+  }
+
+  /** Frees one address wherever it is allocated; false when nothing held it. A router address is refused (IP_IN_USE). */
   async releaseIp(ip: string): Promise<boolean> {
     this.refuseRouterAddress(ip, 'released');
     for (const a of this.all()) {

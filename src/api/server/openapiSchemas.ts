@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
 import { longestJsonBytes } from './bodyLimit.js';
 
-/** api/openapi.yaml, resolved from dist/src/agent/api/ or src/agent/api/. */
+/** api/openapi.yaml, resolved from dist/src/api/server/ or src/api/server/. */
 export const OPENAPI_PATH = fileURLToPath(new URL('../../../../api/openapi.yaml', import.meta.url));
 
 type Json = Record<string, unknown>;

@@ -19,11 +19,28 @@ import {
   K8sWatchers,
   type OwnNode,
   type RetryOptions,
-} from '../k8s/index.js';
-import { type AgentConfig, ConfigError, ipv6PodCidrRefusal, k8sConnection } from './config.js';
+} from './index.js';
+import { ConfigError, ipv6PodCidrRefusal } from '../errors/configError.js';
+
+/** The agent settings the watchers and the Node's facts depend on (the agent's configuration has them). */
+export interface K8sAgentConfig {
+  nodeName: string;
+  ipam: string;
+  datapath: string;
+  nodeIp?: string | undefined;
+  podCidrs: string[];
+  k8sKubeconfig?: string | undefined;
+  k8sApiServer?: string | undefined;
+  k8sSyncTimeoutSeconds: number;
+}
+
+/** How the agent reaches the Kubernetes API server, from its configuration (src/k8s's K8sConnectionOptions). */
+export function k8sConnection(config: Pick<K8sAgentConfig, 'k8sKubeconfig' | 'k8sApiServer'>): { kubeconfig?: string; apiServer?: string } {
+  return { ...(config.k8sKubeconfig !== undefined ? { kubeconfig: config.k8sKubeconfig } : {}), ...(config.k8sApiServer !== undefined ? { apiServer: config.k8sApiServer } : {}) };
+}
 
 /** --ipam kubernetes reads the Node's pod CIDRs: Kubernetes must be on (a flag, or in a pod with a service account). */
-export function requireKubernetesForIpam(config: AgentConfig, env: NodeJS.ProcessEnv = process.env): void {
+export function requireKubernetesForIpam(config: Pick<K8sAgentConfig, 'ipam' | 'k8sKubeconfig' | 'k8sApiServer'>, env: NodeJS.ProcessEnv = process.env): void {
   if (config.ipam !== 'kubernetes' || k8sEnabled(k8sConnection(config), env)) return;
   throw new ConfigError('--ipam kubernetes needs Kubernetes: give --k8s-kubeconfig or --k8s-api-server, or run the agent in a pod with a service account');
 }
@@ -122,7 +139,7 @@ export function nodeFacts(node: OwnNode): NodeFacts {
  * would be nothing to number pods from); without --node-ip its first
  * InternalIP (IPv4 first) is the node IP, as the kubelet registered it.
  */
-export function configWithNode(config: AgentConfig, node: NodeFacts | undefined): AgentConfig {
+export function configWithNode<C extends K8sAgentConfig>(config: C, node: NodeFacts | undefined): C {
   let out = config;
   if (config.ipam === 'kubernetes') {
     if (!node) throw new ConfigError(`--ipam kubernetes: no Node ${config.nodeName} in the Kubernetes API (is --node-name the Node's name?)`);
@@ -154,7 +171,7 @@ export function registryAddresses(node: NodeFacts | undefined, nodeIp: string): 
 }
 
 export interface AgentKubernetesOptions {
-  config: AgentConfig;
+  config: K8sAgentConfig;
   log: Logger;
   /** Whether the datapath load-balances: only then are Services and EndpointSlices followed. */
   services: boolean;

@@ -8,9 +8,9 @@
  * one that is not `supported`) every route answers 409 SERVICE_UNSUPPORTED.
  */
 import type { FastifyInstance } from 'fastify';
-import { AgentError, agentErrorFromService } from '../../api/errors.js';
-import type { PathParams, RequestBody, ResponseBody } from '../../api/types.js';
-import { MAX_SERVICE_ID } from '../../datapath/bpf/constants.js';
+import { AgentError, agentErrorFromService } from '../errors.js';
+import type { PathParams, RequestBody, ResponseBody } from '../types.js';
+import { MAX_SERVICE_ID } from '../../datapath/limits.js';
 import { isServiceError, ServiceErrorCode } from '../../service/errors.js';
 import type { ServiceApi, ServiceSpec, ServiceStatus } from '../../service/types.js';
 import { describeErrors } from './validatorCompiler.js';

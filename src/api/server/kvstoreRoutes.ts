@@ -6,8 +6,8 @@
  * with the store (IPAM, identities, policies).
  */
 import type { FastifyInstance } from 'fastify';
-import { AgentError } from '../../api/errors.js';
-import type { QueryParams, ResponseBody } from '../../api/types.js';
+import { AgentError } from '../errors.js';
+import type { QueryParams, ResponseBody } from '../types.js';
 import { isKvstoreError } from '../../kvstore/errors.js';
 import type { Backend } from '../../kvstore/types.js';
 

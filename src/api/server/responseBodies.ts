@@ -1,4 +1,4 @@
-import type { ApiEndpoint, ApiIpcacheEntry, DirectionDecisionBody, EndpointPolicyBody, IpamAllocation, PolicyMapEntryBody, PolicyTraceResult, RuleOriginBody } from '../../api/types.js';
+import type { ApiEndpoint, ApiIpcacheEntry, DirectionDecisionBody, EndpointPolicyBody, IpamAllocation, PolicyMapEntryBody, PolicyTraceResult, RuleOriginBody } from '../types.js';
 import type { EndpointStatus } from '../../endpoint/index.js';
 import type { IpcacheEntry } from '../../ipcache/index.js';
 import type { Allocation } from '../../ipam/index.js';

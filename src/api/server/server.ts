@@ -1,11 +1,12 @@
 import { chmod, lstat, rm } from 'node:fs/promises';
 import { connect } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type RouteOptions } from 'fastify';
-import { AgentError } from '../../api/errors.js';
+import { AgentError } from '../errors.js';
 import {
   type AgentConfigView,
   type ApiIdentity,
   type ConfigPatch,
+  type EndpointAdoption,
   type EndpointAdoptionBody,
   type Health,
   type K8sStatus,
@@ -16,7 +17,7 @@ import {
   type QueryParams,
   type ResponseBody,
   VALIDATE_RESPONSES_ENV,
-} from '../../api/types.js';
+} from '../types.js';
 import { ipFamily } from '../../cni/index.js';
 import { ENDPOINT_REF, type EndpointNotReady, type EndpointStatus } from '../../endpoint/index.js';
 import { parseIdentityNumber } from '../../identity/index.js';
@@ -35,8 +36,8 @@ import {
   type TracePeer,
   type TraceResult,
 } from '../../policy/index.js';
-import { type EndpointAdoption, toAgentError } from '../cniService.js';
-import { OwnershipError } from '../ownershipError.js';
+import { toAgentError } from '../errorMapping.js';
+import { OwnershipError } from '../../errors/ownershipError.js';
 import { type BpfApi, registerBpfRoutes } from './bpfRoutes.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
 import { findDuplicateKey } from './duplicateKeys.js';

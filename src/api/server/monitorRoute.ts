@@ -6,8 +6,8 @@
  * before the server closes (preClose), or close() would wait for them.
  */
 import type { FastifyInstance } from 'fastify';
-import { AgentError } from '../../api/errors.js';
-import type { QueryParams } from '../../api/types.js';
+import { AgentError } from '../errors.js';
+import type { QueryParams } from '../types.js';
 import { isKernelError } from '../../datapath/kernel/errors.js';
 import type { Logger } from '../../logging/logger.js';
 import type { MonitorEvent, MonitorFilter, MonitorSubscription } from '../../monitor/index.js';

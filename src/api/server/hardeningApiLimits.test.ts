@@ -12,10 +12,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
-import type { ErrorResponse } from '../../api/types.js';
+import type { ErrorResponse } from '../types.js';
 import type { Result100 } from '../../cni/index.js';
 import { FakeDatapath } from '../../datapath/fake/fakeDatapath.js';
-import { type FakeNodeAgent, startFakeNodeAgent } from '../testing/fakeNodeAgent.js';
+import { type FakeNodeAgent, startFakeNodeAgent } from '../../agent/testing/fakeNodeAgent.js';
 import { API_REQUEST_TIMEOUT_MS, type AgentApi, buildServer, listenOnSocket } from './server.js';
 
 let node: FakeNodeAgent;

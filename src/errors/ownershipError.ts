@@ -1,4 +1,4 @@
-import { CodedError } from '../errors/codedError.js';
+import { CodedError } from './codedError.js';
 
 /**
  * Why an agent refused to start before touching anything: the node (its

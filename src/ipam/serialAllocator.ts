@@ -1,4 +1,4 @@
-import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpFamily, IpamStats, ReleaseIpOptions } from '../ipam/index.js';
+import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpFamily, IpamStats, ReleaseIpOptions } from './types.js';
 
 /**
  * Runs one agent's writes to an allocator one at a time. The allocators are

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import Fastify from 'fastify';
 import { parse as parseYaml } from 'yaml';
-import { AGENT_ERRORS } from '../../api/errors.js';
+import { AGENT_ERRORS } from '../errors.js';
 import { escapedStringBytes, longestJsonBytes, UnboundedSchemaError } from './bodyLimit.js';
 import { HTTP_METHODS, OPENAPI_PATH, OpenApiSchemas } from './openapiSchemas.js';
 import { longestBody } from './testing/longestBody.js';

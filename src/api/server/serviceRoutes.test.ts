@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { AgentClient, AgentResponseError } from '../../client/agentClient.js';
 import type { ServiceSpec, ServiceStatus } from '../../service/types.js';
-import { type ServiceApiServer, startServiceApiServer } from '../testing/serviceApiServer.js';
+import { type ServiceApiServer, startServiceApiServer } from '../../agent/testing/serviceApiServer.js';
 
 let server: ServiceApiServer;
 let client: AgentClient;

@@ -20,7 +20,7 @@ import { TUNNEL_DEFAULT_PORT } from '../../datapath/bpf/constants.js';
 import type { Underlay } from '../../datapath/linux/underlay.js';
 import { ReservedIdentity } from '../../identity/index.js';
 import { NodeErrorCode } from '../../node/index.js';
-import { type FakeNodeAgent, startFakeNodeAgent } from '../testing/fakeNodeAgent.js';
+import { type FakeNodeAgent, startFakeNodeAgent } from '../../agent/testing/fakeNodeAgent.js';
 import { buildServer, listenOnSocket } from './server.js';
 
 const CONF = JSON.stringify({ cniVersion: '1.0.0', name: 'tdlnodes', type: 'tendril-cni' });

@@ -1,8 +1,8 @@
-import { AgentError } from '../../api/errors.js';
+import { AgentError } from '../errors.js';
 import type { EndpointStatus } from '../../endpoint/index.js';
 import { type Label, LabelSet, parsePodLabel, POD_NAMESPACE_LABEL, podLabelDefaultSource } from '../../labels/index.js';
 import type { TracePeer } from '../../policy/index.js';
-import type { PolicyTrace } from '../../api/types.js';
+import type { PolicyTrace } from '../types.js';
 
 /** What a trace needs to turn endpoint, pod and identity references into peers. */
 export interface TracePeerLookup {

@@ -1,6 +1,6 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { AgentError } from '../../api/errors.js';
-import { CNI_EXIT_CODE_HEADER, type CniRequest, type CniResponse, SUPPORTED_CNI_VERSIONS } from '../../api/types.js';
+import { AgentError } from '../errors.js';
+import { CNI_EXIT_CODE_HEADER, type CniRequest, type CniResponse, SUPPORTED_CNI_VERSIONS } from '../types.js';
 import { CniError, CniErrorCode } from '../../cni/errors.js';
 import { dispatch, type PluginFuncs } from '../../cni/skel.js';
 import { pluginVersionInfo } from '../../cni/version.js';

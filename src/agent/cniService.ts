@@ -408,22 +408,17 @@ export class CniService {
   }
 
   /**
-   * CNI GC (spec 1.1.0): removes the endpoints of the netconf's network that
-   * are not among the runtime's valid attachments. The valid list speaks for
-   * that network only, so endpoints of other networks, and endpoints without
-   * a recorded network (adopted ones, and records older than the field), are
-   * never GC's to delete. Then addresses no endpoint of any network holds, no
-   * CNI call is working on and the runtime does not list are released (leaks
-   * of an ADD that died); provisional ones are left to expire.
+   * CNI GC (spec 1.1.0): removes the endpoints the endpoint manager names
+   * for the netconf's network and the runtime's valid attachments
+   * (gcCandidates), then has IPAM release the addresses no endpoint of any
+   * network holds, no CNI call is working on and the runtime does not list
+   * (leaks of an ADD that died); provisional ones are left to expire.
    */
   private async gc(call: ParsedCall): Promise<void> {
     const valid = new Set(validAttachments(call.conf).map((a) => ipamOwner(a.containerID, a.ifname)));
-    const network = call.conf.name ?? '';
     const allocator = await this.d.ipam.allocatorFor(call.conf);
-    for (const ep of this.d.endpoints.list()) {
-      if (network === '' || ep.networkName !== network) continue;
+    for (const ep of this.d.endpoints.gcCandidates(call.conf.name ?? '', (e) => valid.has(ipamOwner(e.containerId, e.ifName)))) {
       const owner = ipamOwner(ep.containerId, ep.ifName);
-      if (valid.has(owner)) continue;
       // No namespace path: the recorded one may name another process's namespace by now.
       await this.locks.run(owner, () => this.d.endpoints.deleteAttachment({ containerId: ep.containerId, ifName: ep.ifName, netns: '' }, ownerLease([allocator], owner)));
     }

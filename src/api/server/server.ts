@@ -19,11 +19,11 @@ import {
   VALIDATE_RESPONSES_ENV,
 } from '../types.js';
 import { ipFamily } from '../../cni/index.js';
-import { ENDPOINT_REF, type EndpointNotReady, type EndpointStatus } from '../../endpoint/index.js';
+import { ENDPOINT_REF, type EndpointNotReady, type EndpointStatus, patchedLabels } from '../../endpoint/index.js';
 import { parseIdentityNumber } from '../../identity/index.js';
 import type { IpcacheEntry } from '../../ipcache/index.js';
 import type { Allocation } from '../../ipam/index.js';
-import { isKubernetesDerivedKey, LabelSet, LabelSource, parseLabel, parsePodLabel, requireNotKubernetesDerived } from '../../labels/index.js';
+import { LabelSet } from '../../labels/index.js';
 import type { Logger } from '../../logging/logger.js';
 import {
   type EndpointPolicy,
@@ -392,20 +392,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
 
   app.patch('/v1/endpoint/:id/labels', async (req): Promise<ResponseBody<'patchEndpointLabels', 200>> => {
     const ep = endpointRef(endpoints, (req.params as PathParams<'patchEndpointLabels'>).id);
-    const body = req.body as LabelsPatch;
-    let labels = LabelSet.parse(ep.labels);
-    const from = 'PATCH /endpoint/{id}/labels';
-    for (const text of body.delete ?? []) {
-      // A key without a source deletes it from every source.
-      const l = parseLabel(text, LabelSource.Any);
-      // Deleting the namespace label would take the pod out of its namespace's policies (its isolation included).
-      if (isKubernetesDerivedKey(l.key)) throw new AgentError('INVALID_REQUEST', `${from}: label key "${l.key}" is derived from Kubernetes and cannot be deleted through the API; nothing was changed`);
-      labels = labels.without(l.key, l.source);
-    }
-    // Without a source, a label takes the endpoint's kind: k8s for pods, container otherwise.
-    const added = (body.add ?? []).map((t) => parsePodLabel(t, ep.podNamespace));
-    for (const l of added) requireNotKubernetesDerived(l, from);
-    labels = labels.with(added);
+    const labels = patchedLabels(ep, req.body as LabelsPatch, 'PATCH /endpoint/{id}/labels');
     return endpointBody(await endpoints.updateLabels(ep.id, labels));
   });
 

@@ -18,7 +18,7 @@ import type { Backend } from '../kvstore/types.js';
 import { LabelFilter } from '../labels/index.js';
 import type { Logger } from '../logging/logger.js';
 import { AgentMetrics, countedBackend, countedCni, MetricsServer } from '../metrics/index.js';
-import { clusterAddressOwner, OwnNode } from '../node/index.js';
+import { clusterAddressOwner, HostAddresses, OwnNode } from '../node/index.js';
 import { PolicyEngine } from '../policy/index.js';
 import { PolicyStore } from '../policy/store/index.js';
 import { PolicyLedger } from '../policy/store/policyLedger.js';
@@ -90,13 +90,13 @@ export class Agent {
   private server: FastifyInstance | undefined;
   private nodeClaim: NodeClaim | undefined;
   private readonly startedAt = Date.now();
-  private readonly routerAddresses = new Map<string, { family: 4 | 6; ip: string }>();
   private readonly policy: PolicyRevisions;
   /** Imported policies in the kvstore: restored before endpoints, shared by the cluster's nodes. */
   private readonly policyStore: AgentParts['policyStore'];
   /** What this node enforced, in its state dir: a kvstore that lost policies is noticed, the revision never goes back. */
   private readonly policyLedger: PolicyLedger;
-  /** The node's own addresses in the ipcache as identity `host`. */
+  /** The node's own addresses: the router addresses, and all of them in the ipcache as identity `host`. */
+  private readonly hostAddresses: HostAddresses;
   private readonly nodeAddresses: NodeAddressEntries;
   private readonly endpointStore: EndpointStore;
   private readonly endpoints: EndpointManager;
@@ -133,6 +133,12 @@ export class Agent {
     this.policyStore = new PolicyStore({ backend, target: this.policy, logger: log.child({ subsys: 'policy-store' }) });
     this.policyLedger = new PolicyLedger(config.stateDir, log.child({ subsys: 'policy-store' }));
     this.nodeAddresses = new NodeAddressEntries(ipcache, config.nodeName);
+    this.hostAddresses = new HostAddresses({
+      entries: this.nodeAddresses,
+      nodeIp: f.nodeIp,
+      setupNode: (routerAddresses) => datapath.setupNode({ routerAddresses, masqueradeCidrs: nodeMasqueradeCidrs(config) }),
+      changed: (why) => this.ownNode.publish(why),
+    });
     this.endpoints = new EndpointManager({
       datapath,
       store: this.endpointStore,
@@ -154,7 +160,7 @@ export class Agent {
       facts: async () => ({
         nodeIp: f.nodeIp,
         otherAddresses: registryAddresses(this.kubernetes?.ownNode, f.nodeIp),
-        routerAddresses: [...this.routerAddresses.keys()],
+        routerAddresses: [...this.hostAddresses.routerAddresses()],
         podCidrs: ipam.podCidrs(),
         routingMode: config.routingMode,
         tunnel: { protocol: config.tunnelProtocol, port: config.tunnelPort },
@@ -171,7 +177,7 @@ export class Agent {
       maglevTableSize: config.lbMaglevTableSize,
       localAddresses: () => this.endpoints.list().flatMap((ep) => ep.addresses.filter((a) => a.family === 4).map((a) => a.ip)),
       nodeAddresses: () => this.nodeAddresses.addresses.map((p) => p.slice(0, p.indexOf('/'))),
-      routerAddresses: () => this.routerAddresses.keys(),
+      routerAddresses: () => this.hostAddresses.routerAddresses(),
       podCidrs: () => ipam.podCidrs(),
       addressOwner: (ip) => clusterAddressOwner(ip, { ipcache, nodeName: config.nodeName, nodes: this.ownNode.registry?.list() ?? [] }),
     });
@@ -188,7 +194,7 @@ export class Agent {
       podMtu,
       ready: async () => (await backend.status()).connected,
       ...(faultPoint ? { faultPoint } : {}),
-      ensureRouterAddress: (family, ip) => this.ensureRouterAddress(family, ip),
+      ensureRouterAddress: (family, ip) => this.hostAddresses.ensureRouter(family, ip),
       ...(kubernetes ? { kubernetes } : {}),
     });
     this.cniHandler = countedCni(this.cni, metrics);
@@ -304,10 +310,9 @@ export class Agent {
   /** Start-up once every subsystem exists: the order in which they come up, then the API. */
   private async serve(deps: AgentDeps, basics: NodeBasics): Promise<void> {
     const { config, log, f } = this;
-    for (const r of f.ipam.routerAddresses()) this.routerAddresses.set(r.ip, r);
-    await this.datapath.setupNode({ routerAddresses: [...this.routerAddresses.values()], masqueradeCidrs: nodeMasqueradeCidrs(config) });
+    await this.hostAddresses.setRouters(f.ipam.routerAddresses());
     f.metrics.bind(metricsSources(this.parts()));
-    await this.refreshNodeAddresses(deps.interfaceAddresses ?? (deps.datapath ? async () => [] : readInterfaceAddresses));
+    await this.hostAddresses.refresh(deps.interfaceAddresses ?? (deps.datapath ? async () => [] : readInterfaceAddresses));
     await this.ownNode.start();
     // Policies before endpoints: a restored endpoint's first regeneration already holds them, so
     // the pinned maps that enforced while the agent was down are never rewritten without them.
@@ -327,7 +332,7 @@ export class Agent {
       reclaim: (ep) => (ep.ipamOwned ? f.ipam.reclaim(ipamOwner(ep.containerId, ep.ifName), ep.addresses) : Promise.resolve({ addresses: ep.addresses, reclaimed: [] })),
       // A restored endpoint's routes take its gateway as source address: the host device must hold it first.
       prepare: async (ep) => {
-        for (const a of ep.addresses) await this.ensureRouterAddress(a.family, a.gateway);
+        for (const a of ep.addresses) await this.hostAddresses.ensureRouter(a.family, a.gateway);
       },
       // The orphan sweep tells an interrupted ADD (a provisional address) from a committed endpoint's pod.
       addressOwners: async () => (f.ipam.mode === 'delegated' ? undefined : (await f.ipam.list()).map((a) => ({ ...attachmentOfOwner(a.owner), provisional: a.expiresAt !== undefined }))),
@@ -393,20 +398,6 @@ export class Agent {
     const { config, log, startedAt, datapath, policy, policyStore, policyLedger, endpoints, endpointStore, services, cni, cniHandler, ownNode, kubernetes, observability, ownedDatapath } = this;
     const { backend, ipam, identities, ipcache, metrics } = this.f;
     return { config, log, startedAt, backend, ipam, datapath, identities, ipcache, metrics, policy, policyStore, policyLedger, endpoints, endpointStore, services, cni, cniHandler, ownNode, kubernetes, observability, ownedDatapath };
-  }
-
-  /** Router addresses, the node IP and the interfaces' addresses → ipcache identity `host` (at start). */
-  private async refreshNodeAddresses(interfaceAddresses: () => Promise<string[]>): Promise<void> {
-    const own = [...this.routerAddresses.keys(), ...(this.f.nodeIp !== '0.0.0.0' ? [this.f.nodeIp] : [])];
-    this.nodeAddresses.set([...own, ...(await interfaceAddresses())]);
-  }
-
-  private async ensureRouterAddress(family: 4 | 6, ip: string): Promise<void> {
-    if (this.routerAddresses.has(ip)) return;
-    this.routerAddresses.set(ip, { family, ip });
-    this.nodeAddresses.add([ip]);
-    await this.datapath.setupNode({ routerAddresses: [...this.routerAddresses.values()], masqueradeCidrs: nodeMasqueradeCidrs(this.config) });
-    this.ownNode.publish('router address added');
   }
 
   private drainDeletionQueues(): Promise<void> {

@@ -11,3 +11,4 @@ export { RemoteNodes, type RemoteNodesOptions, remoteNodeOwner } from './remoteN
 export { resolvePodMtu, routingOverhead, DEFAULT_UNDERLAY_MTU, MIN_POD_MTU } from './mtu.js';
 export { OwnNode, type OwnNodeFacts, type OwnNodeOptions, ownNodeRecord } from './ownNode.js';
 export { clusterAddressOwner } from './clusterAddressOwner.js';
+export { HostAddresses, type HostAddressesOptions } from './hostAddresses.js';

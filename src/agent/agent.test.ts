@@ -11,7 +11,7 @@ import type { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
 import type { EndpointStatus } from '../endpoint/index.js';
 import { LabelSet } from '../labels/index.js';
 import { dbFromWebPolicy } from '../policy/testing/policies.js';
-import type { AgentApi } from './api/server.js';
+import type { AgentApi } from '../api/server/server.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
 const CONF = JSON.stringify({ cniVersion: '1.0.0', name: 'tdlunit', type: 'tendril-cni' });

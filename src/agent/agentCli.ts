@@ -6,7 +6,7 @@
  */
 import { join, resolve } from 'node:path';
 import { Command, Option } from 'commander';
-import { requireKubernetesForIpam } from './kubernetes.js';
+import { requireKubernetesForIpam } from '../k8s/agentKubernetes.js';
 import { parseKvstoreOpts } from '../kvstore/factory.js';
 import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT, TUNNEL_OVERHEAD } from '../datapath/bpf/constants.js';

@@ -11,8 +11,10 @@ import { MapName } from '../datapath/bpf/constants.js';
 import { DatapathInspector } from '../datapath/bpf/inspect.js';
 import type { Logger } from '../logging/logger.js';
 import { DropWindow } from '../metrics/dropWindow.js';
-import { agentMonitorContext, type AgentMonitorSources, MonitorHub, pinnedRingBuffer } from '../monitor/index.js';
-import type { BpfApi } from './api/bpfRoutes.js';
+import { agentMonitorContext, type AgentMonitorSources, InterfaceNames, MonitorHub, netlinkLinks, pinnedRingBuffer } from '../monitor/index.js';
+import type { PolicyRevisions } from '../endpoint/index.js';
+import { type IdentityAllocator, identityToJSON, reservedIdentity } from '../identity/index.js';
+import type { BpfApi } from '../api/server/bpfRoutes.js';
 
 /**
  * A datapath that loaded the eBPF programs says where it pinned their maps;
@@ -75,4 +77,25 @@ export class BpfObservability {
     this.drops.stop();
     await this.#gc.stop();
   }
+}
+
+/** The eBPF datapath's monitor, map inspection and conntrack GC, when the datapath pinned its maps. */
+export function bpfObservabilityOf(datapath: object, log: Logger, identities: Pick<IdentityAllocator, 'lookupById'>, policy: PolicyRevisions): BpfObservability | undefined {
+  // What the datapath says, not the config: a datapath handed in (the fake in tests) pinned nothing.
+  const pinDir = bpfPinDirOf(datapath);
+  if (pinDir === undefined) return undefined;
+  const interfaces = new InterfaceNames(netlinkLinks, (err) => log.warn({ err }, 'listing interfaces for monitor events failed'));
+  void interfaces.refresh();
+  return new BpfObservability({
+    pinDir,
+    log,
+    interfaces,
+    identityLabels: (id) => {
+      const identity = reservedIdentity(id) ?? identities.lookupById(id);
+      return identity && identityToJSON(identity).labels;
+    },
+    policies: () => policy.policies(),
+    policyRevision: () => policy.revision,
+    enforcedBy: (endpointId, direction) => policy.engine.endpointEnforcement(endpointId)?.[direction].by,
+  });
 }

@@ -1,17 +1,13 @@
-import { AgentError, agentCodeForCni } from '../api/errors.js';
-import { type CniRequest, type CniResponse, type EndpointAdoptionBody, SUPPORTED_CNI_VERSIONS } from '../api/types.js';
+import { AgentError } from '../api/errors.js';
+import { toAgentError } from '../api/errorMapping.js';
+import { type CniRequest, type CniResponse, type EndpointAdoption, SUPPORTED_CNI_VERSIONS } from '../api/types.js';
 import {
   type CniArgs,
-  CniError,
-  CniErrorCode,
   formatCniArgs,
-  IMPLICIT_VERSION,
   type NetConf,
-  parseNetConf,
+  parseCallConf,
   pluginVersionInfo,
-  requireNetworkName,
   parseCniArgs,
-  checkVerbVersion,
   type Result100,
   validateAbsolutePath,
   validateContainerId,
@@ -20,29 +16,20 @@ import {
 } from '../cni/index.js';
 import { isDatapathError } from '../datapath/types.js';
 import {
-  type AddressLease,
   type Endpoint,
   type EndpointAddress,
-  EndpointErrorCode,
   type EndpointManager,
   type EndpointStatus,
-  isEndpointError,
   KeyedMutex,
   StepTimer,
   UndoList,
 } from '../endpoint/index.js';
-import { IdentityError, IdentityErrorCode } from '../identity/index.js';
-import { LabelError, type LabelSet } from '../labels/index.js';
+import type { LabelSet } from '../labels/index.js';
 import { formatIp, formatPrefix, hostPrefix, ipFamilyOf, parseIp } from '../netip/index.js';
-import { isPolicyError, PolicyErrorCode, PolicyValidationError } from '../policy/index.js';
-import { type Allocation, type Allocator, IpamError, IpamErrorCode } from '../ipam/index.js';
+import { type Allocation, type Allocator, IpamError, IpamErrorCode, type IpamProvider, ipamOwner, ownerLease } from '../ipam/index.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentConfig } from './config.js';
 import { endpointLabels, labelTextsFromCni, type PodRef, podRefFromArgs } from './endpointLabels.js';
-import type { IpamProvider } from './ipamProvider.js';
-
-/** PUT /endpoint/{id}: a pod set up by someone else, to be made an endpoint (the body, and the ID when the path gave a number). */
-export type EndpointAdoption = EndpointAdoptionBody & { id?: number };
 
 /** A CNI call after validation at the API boundary. */
 interface ParsedCall {
@@ -75,125 +62,6 @@ function requestedIps(args: CniArgs, families: readonly (4 | 6)[]): string[] {
 /** An endpoint's record of one of its allocations (the gateway is checked by the caller). */
 function endpointAddress(a: Allocation): EndpointAddress {
   return { family: a.family, ip: a.ip, gateway: a.gateway!, pool: a.pool, cidr: a.cidr, seq: a.seq };
-}
-
-/** IPAM owner of an attachment: the container ID, plus the interface when it is not eth0. */
-export function ipamOwner(containerId: string, ifName: string): string {
-  return ifName === 'eth0' ? containerId : `${containerId}:${ifName}`;
-}
-
-/** The attachment an IPAM owner names (ipamOwner read back; container IDs hold no ':'). */
-export function attachmentOfOwner(owner: string): { containerId: string; ifName: string } {
-  const at = owner.indexOf(':');
-  return at < 0 ? { containerId: owner, ifName: 'eth0' } : { containerId: owner.slice(0, at), ifName: owner.slice(at + 1) };
-}
-
-/**
- * The addresses of one IPAM owner across allocators, as an endpoint's lease on
- * them. With `expected` (the endpoint's addresses), confirm answers false
- * unless IPAM still holds each of them for the owner under the same sequence
- * number: a provisional allocation that expired may have been released and
- * handed out again, even to a new allocation of the same owner.
- */
-export function ownerLease(allocators: readonly Allocator[], owner: string, expected?: readonly Pick<EndpointAddress, 'ip' | 'seq'>[]): AddressLease {
-  return {
-    confirm: async () => {
-      let held = false;
-      for (const a of allocators) if (await a.confirm(owner)) held = true;
-      if (!held || expected === undefined) return held;
-      const now: Allocation[] = [];
-      for (const a of allocators) now.push(...(await a.get(owner)));
-      return expected.every((e) => now.some((h) => h.ip === e.ip && h.seq === e.seq));
-    },
-    release: async () => {
-      for (const a of allocators) await a.releaseOwner(owner);
-    },
-  };
-}
-
-function fromCniError(err: CniError): AgentError {
-  return new AgentError(agentCodeForCni(err.code), err.msg, err.details, err.code);
-}
-
-function fromIpamError(err: IpamError): AgentError {
-  switch (err.code) {
-    case IpamErrorCode.POOL_EXHAUSTED:
-    case IpamErrorCode.NO_FREE_BLOCK:
-      return new AgentError('IPAM_EXHAUSTED', err.message);
-    case IpamErrorCode.INVALID_CIDR:
-    case IpamErrorCode.INVALID_CONFIG:
-    case IpamErrorCode.INVALID_ARGUMENT:
-    case IpamErrorCode.UNKNOWN_POOL:
-    case IpamErrorCode.FAMILY_UNAVAILABLE:
-      return new AgentError('INVALID_REQUEST', err.message);
-    case IpamErrorCode.CONFLICT:
-      return new AgentError('TRY_AGAIN', err.message);
-    case IpamErrorCode.IP_IN_USE:
-      return new AgentError('CONFLICT', err.message);
-    case IpamErrorCode.NOT_STARTED:
-      return new AgentError('NOT_READY', err.message);
-    case IpamErrorCode.DELEGATE_FAILED: {
-      // Pass the delegated plugin's own CNI code through to the runtime.
-      const cause = err.cause;
-      return cause instanceof CniError ? new AgentError('IPAM_FAILED', err.message, cause.details, cause.code) : new AgentError('IPAM_FAILED', err.message);
-    }
-  }
-}
-
-/** Turns subsystem errors into API errors with a stable code. */
-export function toAgentError(err: unknown): AgentError {
-  if (err instanceof AgentError) return err;
-  if (err instanceof CniError) return fromCniError(err);
-  if (err instanceof IpamError) return fromIpamError(err);
-  if (err instanceof LabelError) return new AgentError('INVALID_REQUEST', err.message);
-  if (isEndpointError(err)) {
-    switch (err.code) {
-      case EndpointErrorCode.NOT_FOUND:
-        return new AgentError('NOT_FOUND', err.message);
-      case EndpointErrorCode.CONFLICT:
-      case EndpointErrorCode.DISCONNECTING:
-        return new AgentError('CONFLICT', err.message);
-      case EndpointErrorCode.INVALID_ARGUMENT:
-        return new AgentError('INVALID_REQUEST', err.message);
-      case EndpointErrorCode.NETNS_REFUSED:
-        // The CNI spec has no code for "this is not a pod's namespace"; CNI_NETNS is an environment variable.
-        return new AgentError('INVALID_ENVIRONMENT', `CNI_NETNS refused: ${err.message}`);
-      case EndpointErrorCode.REGENERATION_FAILED:
-        return new AgentError('DATAPATH_FAILED', err.message);
-      case EndpointErrorCode.ADDRESSES_LOST:
-        // Transient: the node was slower than --ipam-expiration; a retried ADD allocates afresh.
-        return new AgentError('TRY_AGAIN', err.message);
-    }
-  }
-  if (isPolicyError(err)) {
-    switch (err.code) {
-      case PolicyErrorCode.PARSE:
-      case PolicyErrorCode.INVALID:
-      case PolicyErrorCode.INVALID_ARGUMENT:
-        return new AgentError('INVALID_REQUEST', err instanceof PolicyValidationError ? 'invalid policy' : err.message, err instanceof PolicyValidationError ? err.message : '');
-      case PolicyErrorCode.NOT_FOUND:
-      case PolicyErrorCode.UNKNOWN_ENDPOINT:
-      case PolicyErrorCode.UNKNOWN_IDENTITY:
-        return new AgentError('NOT_FOUND', err.message);
-      case PolicyErrorCode.STORE_FAILED:
-        // The kvstore did not take the change (unreachable, refused): nothing changed, a retry may work.
-        return new AgentError('TRY_AGAIN', err.message);
-      default:
-        return new AgentError('INTERNAL', err.message);
-    }
-  }
-  if (err instanceof IdentityError) {
-    // Labels or an identity number the caller gave are its fault; trying again would not help.
-    if (err.code === IdentityErrorCode.INVALID_LABELS || err.code === IdentityErrorCode.INVALID_ID) return new AgentError('INVALID_REQUEST', err.message);
-    return new AgentError('TRY_AGAIN', `identity: ${err.message}`);
-  }
-  // An interface of the pod's name that is not the attachment's own: CNI_IFNAME is taken in
-  // CNI_NETNS, which no retry changes (the reference bridge plugin says "already exists" too).
-  if (isDatapathError(err, 'exists')) return new AgentError('INVALID_ENVIRONMENT', err.message);
-  // `refused`: the request named something the datapath must not touch (e.g. PUT /endpoint with the node's uplink).
-  if (isDatapathError(err, 'refused')) return new AgentError('INVALID_REQUEST', err.message);
-  if (isDatapathError(err)) return new AgentError('DATAPATH_FAILED', err.message);
-  return new AgentError('INTERNAL', err instanceof Error ? err.message : String(err));
 }
 
 export interface CniServiceDeps {
@@ -270,18 +138,8 @@ export class CniService {
   }
 
   private parse(req: CniRequest): ParsedCall {
-    let raw: unknown;
-    try {
-      raw = JSON.parse(req.config);
-    } catch (err) {
-      throw new CniError(CniErrorCode.DecodingFailure, `error decoding network config: ${(err as Error).message}`);
-    }
-    if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new CniError(CniErrorCode.DecodingFailure, 'network config is not a JSON object');
-    const conf = parseNetConf(raw);
-    // As the skel in cniRoute does: the deletion queue reaches handle() without it.
-    requireNetworkName(conf);
-    // The skel in cniRoute checks this too, but the deletion queue and other callers reach handle() directly.
-    checkVerbVersion(req.command, conf.cniVersion || IMPLICIT_VERSION, pluginVersionInfo(SUPPORTED_CNI_VERSIONS));
+    // The skel in cniRoute makes these checks too, but the deletion queue and other callers reach handle() directly.
+    const { conf } = parseCallConf(req.command, req.config, pluginVersionInfo(SUPPORTED_CNI_VERSIONS));
     const call: ParsedCall = {
       command: req.command,
       containerId: req.containerId ?? '',
@@ -550,22 +408,17 @@ export class CniService {
   }
 
   /**
-   * CNI GC (spec 1.1.0): removes the endpoints of the netconf's network that
-   * are not among the runtime's valid attachments. The valid list speaks for
-   * that network only, so endpoints of other networks, and endpoints without
-   * a recorded network (adopted ones, and records older than the field), are
-   * never GC's to delete. Then addresses no endpoint of any network holds, no
-   * CNI call is working on and the runtime does not list are released (leaks
-   * of an ADD that died); provisional ones are left to expire.
+   * CNI GC (spec 1.1.0): removes the endpoints the endpoint manager names
+   * for the netconf's network and the runtime's valid attachments
+   * (gcCandidates), then has IPAM release the addresses no endpoint of any
+   * network holds, no CNI call is working on and the runtime does not list
+   * (leaks of an ADD that died); provisional ones are left to expire.
    */
   private async gc(call: ParsedCall): Promise<void> {
     const valid = new Set(validAttachments(call.conf).map((a) => ipamOwner(a.containerID, a.ifname)));
-    const network = call.conf.name ?? '';
     const allocator = await this.d.ipam.allocatorFor(call.conf);
-    for (const ep of this.d.endpoints.list()) {
-      if (network === '' || ep.networkName !== network) continue;
+    for (const ep of this.d.endpoints.gcCandidates(call.conf.name ?? '', (e) => valid.has(ipamOwner(e.containerId, e.ifName)))) {
       const owner = ipamOwner(ep.containerId, ep.ifName);
-      if (valid.has(owner)) continue;
       // No namespace path: the recorded one may name another process's namespace by now.
       await this.locks.run(owner, () => this.d.endpoints.deleteAttachment({ containerId: ep.containerId, ifName: ep.ifName, netns: '' }, ownerLease([allocator], owner)));
     }

@@ -7,13 +7,17 @@ import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
 import { validateAbsolutePath, validateInterfaceName } from '../cni/index.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT } from '../datapath/bpf/constants.js';
 import { DEFAULT_NAT_PORT_RANGE, isPortRange } from '../datapath/bpf/natPorts.js';
-import { CodedError } from '../errors/codedError.js';
+import { ConfigError, ConfigErrorCode, ipv6PodCidrRefusal } from '../errors/configError.js';
 import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
 import { isServeAddress } from '../metrics/metricsServer.js';
 import { LOG_FORMATS } from '../logging/logger.js';
 import { fileErrorReason } from '../errors/fileError.js';
+
+// Defined beside the subsystems that raise or read them; named here too, where the agent's callers look.
+export { ConfigError, ConfigErrorCode, ipv6PodCidrRefusal } from '../errors/configError.js';
+export { k8sConnection } from '../k8s/agentKubernetes.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated', 'kubernetes'] as const;
@@ -169,30 +173,24 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode'> {
   };
 }
 
-export const ConfigErrorCode = {
-  /** A flag or file key has a bad value, or the values do not fit together. */
-  INVALID: 'CONFIG_INVALID',
-  /** The config file cannot be read. */
-  FILE_UNREADABLE: 'CONFIG_FILE_UNREADABLE',
-  /** The config file is not a YAML mapping. */
-  FILE_MALFORMED: 'CONFIG_FILE_MALFORMED',
-} as const;
-export type ConfigErrorCode = (typeof ConfigErrorCode)[keyof typeof ConfigErrorCode];
-
-export class ConfigError extends CodedError<ConfigErrorCode> {
-  constructor(message: string, code: ConfigErrorCode = ConfigErrorCode.INVALID, options?: { cause?: unknown }) {
-    super(code, message, options);
-  }
-}
-
-/** How the agent reaches the Kubernetes API server, from its configuration (src/k8s's K8sConnectionOptions). */
-export function k8sConnection(config: Pick<AgentConfig, 'k8sKubeconfig' | 'k8sApiServer'>): { kubeconfig?: string; apiServer?: string } {
-  return { ...(config.k8sKubeconfig !== undefined ? { kubeconfig: config.k8sKubeconfig } : {}), ...(config.k8sApiServer !== undefined ? { apiServer: config.k8sApiServer } : {}) };
-}
-
 /** Tunnel with the etcd kvstore (several nodes share it), native with the embedded one (one node). */
 export function defaultRoutingMode(kvstore: AgentConfig['kvstore']): AgentConfig['routingMode'] {
   return kvstore === 'etcd' ? 'tunnel' : 'native';
+}
+
+/** What may change while the agent runs (PATCH /config): the log level and the provisional allocations' expiry. */
+export interface RuntimeConfigUpdate {
+  logLevel?: AgentConfig['logLevel'];
+  ipamExpirationMs?: AgentConfig['ipamExpirationMs'];
+}
+
+/**
+ * Applies a runtime update in place: the subsystems that read these fields
+ * (IPAM's expiry on each allocation) hold this very object.
+ */
+export function updateConfig(config: AgentConfig, update: RuntimeConfigUpdate): void {
+  if (update.logLevel !== undefined) config.logLevel = update.logLevel;
+  if (update.ipamExpirationMs !== undefined) config.ipamExpirationMs = update.ipamExpirationMs;
 }
 
 /**
@@ -300,15 +298,6 @@ export function userConfigView(c: AgentConfig): Record<string, unknown> {
     } else view[userConfigKey(field)] = value;
   }
   return view;
-}
-
-/**
- * Why an IPv6 pod CIDR cannot be served by the eBPF datapath yet: it has no
- * IPv6 datapath (only ICMPv6 passes a pod's device), so its pods would get
- * IPv6 addresses whose every packet is dropped. Refused at start instead.
- */
-export function ipv6PodCidrRefusal(what: string): string {
-  return `${what}: the eBPF datapath does not carry IPv6 yet (a pod's IPv6 traffic would be dropped); give IPv4 pod CIDRs, or use --datapath routing`;
 }
 
 /** Reads the optional YAML config file; its keys are the config's field names. */

@@ -10,8 +10,8 @@ import { AgentError } from '../api/errors.js';
 import type { CniRequest } from '../api/types.js';
 import { CniErrorCode } from '../cni/index.js';
 import type { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
-import { runCniCall } from './api/cniRoute.js';
-import type { AgentApi } from './api/server.js';
+import { runCniCall } from '../api/server/cniRoute.js';
+import type { AgentApi } from '../api/server/server.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
 let node: FakeNodeAgent;

@@ -13,8 +13,8 @@ import { pino } from 'pino';
 import type { CniRequest, ErrorResponse } from '../api/types.js';
 import { CniErrorCode } from '../cni/index.js';
 import type { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
-import { runCniCall } from './api/cniRoute.js';
-import { type AgentApi, buildServer } from './api/server.js';
+import { runCniCall } from '../api/server/cniRoute.js';
+import { type AgentApi, buildServer } from '../api/server/server.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
 let node: FakeNodeAgent;

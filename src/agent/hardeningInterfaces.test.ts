@@ -8,7 +8,7 @@ import type { CniRequest } from '../api/types.js';
 import type { Result100 } from '../cni/index.js';
 import type { FakeDatapath } from '../datapath/fake/fakeDatapath.js';
 import { hostInterfaceName } from '../datapath/linux/links.js';
-import type { AgentApi } from './api/server.js';
+import type { AgentApi } from '../api/server/server.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
 const CONF = JSON.stringify({ cniVersion: '1.1.0', name: 'tdlunit', type: 'tendril-cni' });

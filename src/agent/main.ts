@@ -8,7 +8,7 @@ import { agentLogger } from './agentLogger.js';
 import { agentCommand, type Flags, resolveConfig } from './agentCli.js';
 import { runCleanup } from './cleanup/cleanupCommand.js';
 import { CLEANUP_COMMAND } from './cleanup/cleanupFlags.js';
-import { OwnershipError } from './ownershipError.js';
+import { OwnershipError } from '../errors/ownershipError.js';
 import { ConfigError } from './config.js';
 import { K8sConfigError } from '../k8s/index.js';
 

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterEach, test } from 'node:test';
 import { abstractSocketHolders, NetnsNodeLock } from './nodeLock.js';
-import { OwnershipError } from './ownershipError.js';
+import { OwnershipError } from '../errors/ownershipError.js';
 
 const lockName = () => `tdl-lock-test-${randomBytes(6).toString('hex')}`;
 const children: ChildProcess[] = [];

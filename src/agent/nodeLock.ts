@@ -1,6 +1,6 @@
 import { readdir, readFile, readlink } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
-import { OwnershipError } from './ownershipError.js';
+import { OwnershipError } from '../errors/ownershipError.js';
 
 /** Held while an agent owns its node; released by `release` or, whatever happens, by the process's death. */
 export interface NodeClaim {

@@ -10,10 +10,10 @@ import { basename, dirname, join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { createLogger } from '../logging/logger.js';
 import { Agent } from './agent.js';
-import { checkSocketPath } from './api/server.js';
+import { checkSocketPath } from '../api/server/server.js';
 import { type AgentConfig, defaultConfig, validateConfig } from './config.js';
 import { NetnsNodeLock } from './nodeLock.js';
-import { OwnershipError } from './ownershipError.js';
+import { OwnershipError } from '../errors/ownershipError.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 
 let first: FakeNodeAgent;

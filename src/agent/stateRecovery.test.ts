@@ -14,7 +14,7 @@ import { openBackend } from '../kvstore/factory.js';
 import { defaultEmbeddedPath } from '../kvstore/embedded/embeddedOptions.js';
 import { createLogger, type Logger } from '../logging/logger.js';
 import { Agent } from './agent.js';
-import { IpamProvider } from './ipamProvider.js';
+import { IpamProvider } from '../ipam/index.js';
 import { NetnsNodeLock } from './nodeLock.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './testing/fakeNodeAgent.js';
 

@@ -45,6 +45,8 @@ export type ApiEndpoint = Schemas['Endpoint'];
 export type ApiEndpointAddress = Schemas['EndpointAddress'];
 export type EndpointDeletion = Schemas['EndpointDeletion'];
 export type EndpointAdoptionBody = Schemas['EndpointAdoption'];
+/** PUT /endpoint/{id}: a pod set up by someone else, to be made an endpoint (the body, and the ID when the path gave a number). */
+export type EndpointAdoption = EndpointAdoptionBody & { id?: number };
 export type LabelsPatch = Schemas['LabelsPatch'];
 export type ApiIdentity = Schemas['Identity'];
 export type ApiIpcacheEntry = Schemas['IpcacheEntry'];

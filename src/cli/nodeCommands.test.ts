@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { FastifyInstance } from 'fastify';
 import { startEtcd, type EtcdHarness } from '../../test/support/etcdHarness.js';
-import { buildServer, listenOnSocket } from '../agent/api/server.js';
+import { buildServer, listenOnSocket } from '../api/server/server.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from '../agent/testing/fakeNodeAgent.js';
 import type { ResponseBody } from '../api/types.js';
 import { age, nodeTable } from './nodeCommands.js';

@@ -3,7 +3,7 @@
 // (fake datapath, no root) that checks each response against the document.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { OpenApiSchemas } from '../agent/api/openapiSchemas.js';
+import { OpenApiSchemas } from '../api/server/openapiSchemas.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from '../agent/testing/fakeNodeAgent.js';
 import { VALIDATE_RESPONSES_ENV } from '../api/types.js';
 import type { FakeDatapath } from '../datapath/fake/fakeDatapath.js';

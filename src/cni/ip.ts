@@ -18,6 +18,6 @@ export function cidrFamily(cidr: string): 0 | 4 | 6 {
 
 /**
  * 4 or 6 for a bare IP address, 0 for anything else.
- * @deprecated netip's `ipFamilyOf`; kept only while src/agent/api/server.ts imports it from here.
+ * @deprecated netip's `ipFamilyOf`; kept only while src/api/server/server.ts imports it from here.
  */
 export { ipFamilyOf as ipFamily } from '../netip/index.js';

@@ -104,6 +104,19 @@ export function checkVerbVersion(command: CniCommand, configVersion: string, inf
   reconcileVersion(configVersion, info);
 }
 
+/**
+ * The network config of a call as the skel takes it: decoded, named, and of a
+ * version that allows the verb. Exported for callers that reach a plugin's
+ * verbs without the skel in front (the agent's deletion queue).
+ */
+export function parseCallConf(command: CniCommand, stdinData: string, info: PluginVersionInfo): { conf: NetConf; cniVersion: string } {
+  const conf = parseConf(stdinData);
+  requireNetworkName(conf);
+  const cniVersion = decodeVersion(stdinData);
+  checkVerbVersion(command, cniVersion, info);
+  return { conf, cniVersion };
+}
+
 async function buildCmdArgs(command: CniCommand, vars: Record<string, string>, io: SkelIO, info: PluginVersionInfo): Promise<CmdArgs> {
   let stdinData: string;
   try {
@@ -115,10 +128,7 @@ async function buildCmdArgs(command: CniCommand, vars: Record<string, string>, i
     validateContainerId(vars.CNI_CONTAINERID ?? '');
     validateInterfaceName(vars.CNI_IFNAME ?? '');
   }
-  const conf = parseConf(stdinData);
-  requireNetworkName(conf);
-  const cniVersion = decodeVersion(stdinData);
-  checkVerbVersion(command, cniVersion, info);
+  const { conf, cniVersion } = parseCallConf(command, stdinData, info);
   const args: CmdArgs = {
     command,
     containerId: vars.CNI_CONTAINERID ?? '',

@@ -27,3 +27,4 @@ export { RegenerationQueue } from './regenerationQueue.js';
 export { ENDPOINT_REF, MAX_ENDPOINT_ID } from './registry.js';
 export { StepTimer } from './stepTimer.js';
 export { UndoList } from './undo.js';
+export { patchedLabels, type LabelPatch } from './labelPatch.js';

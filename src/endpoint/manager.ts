@@ -229,6 +229,17 @@ export class EndpointManager {
     return this.#registry.list();
   }
 
+  /**
+   * The endpoints a CNI GC of `network` removes: that network's, those the
+   * runtime does not list as valid. The valid list speaks for that network
+   * only, so endpoints of other networks, and endpoints without a recorded
+   * network (adopted ones, and records older than the field), are never GC's.
+   */
+  gcCandidates(network: string, valid: (ep: Endpoint) => boolean): Endpoint[] {
+    if (network === '') return [];
+    return this.list().filter((ep) => ep.networkName === network && !valid(ep));
+  }
+
   status(ep: Endpoint): EndpointStatus {
     const rt = this.#runtime.get(ep.id);
     const desired = this.o.policy.revision;

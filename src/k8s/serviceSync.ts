@@ -9,7 +9,7 @@
  * its ID: a new ID would cut every open connection.
  */
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
-import { MAX_SERVICE_ID } from '../datapath/bpf/constants.js';
+import { MAX_SERVICE_ID } from '../datapath/limits.js';
 import type { Logger } from '../logging/logger.js';
 import { isServiceError, ServiceError, ServiceErrorCode, type ServiceApi, type ServiceSpec } from '../service/index.js';
 import { k8sServiceFrontends, specFrontendKey } from './k8sServices.js';

@@ -9,3 +9,6 @@ export { NODE_NAME, isNodeName, encodeNodeRecord, decodeNodeRecord, normalizeNod
 export { NodeRegistry, type NodeRegistryOptions } from './nodeRegistry.js';
 export { RemoteNodes, type RemoteNodesOptions, remoteNodeOwner } from './remoteNodes.js';
 export { resolvePodMtu, routingOverhead, DEFAULT_UNDERLAY_MTU, MIN_POD_MTU } from './mtu.js';
+export { OwnNode, type OwnNodeFacts, type OwnNodeOptions, ownNodeRecord } from './ownNode.js';
+export { clusterAddressOwner } from './clusterAddressOwner.js';
+export { HostAddresses, type HostAddressesOptions } from './hostAddresses.js';

@@ -1,4 +1,4 @@
-import { TUNNEL_OVERHEAD } from '../datapath/bpf/constants.js';
+import { TUNNEL_OVERHEAD } from '../datapath/limits.js';
 import type { RoutingMode } from '../datapath/types.js';
 import { NodeConfigError } from './errors.js';
 

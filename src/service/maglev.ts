@@ -8,7 +8,7 @@
  * claims the next free slot of it when its turn comes.
  */
 import { createHash } from 'node:crypto';
-import { MAGLEV_DEFAULT_TABLE_SIZE } from '../datapath/bpf/constants.js';
+import { MAGLEV_DEFAULT_TABLE_SIZE } from '../datapath/limits.js';
 
 export { MAGLEV_DEFAULT_TABLE_SIZE };
 

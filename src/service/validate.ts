@@ -5,7 +5,7 @@
  * that fails here.
  */
 import type { LbBackendState, LbProtocol } from '../datapath/types.js';
-import { MAX_SERVICE_ID } from '../datapath/bpf/constants.js';
+import { MAX_SERVICE_ID } from '../datapath/limits.js';
 import { ipFamilyOf, parseIp, prefixContainsIp, tryParsePrefix } from '../netip/index.js';
 import { ServiceError, ServiceErrorCode } from './errors.js';
 import type { ServiceFlags, ServiceType, TrafficPolicy } from './types.js';

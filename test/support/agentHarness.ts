@@ -4,16 +4,16 @@ import { chmod, copyFile, mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { RESPONSE_MISMATCH } from '../../src/agent/api/responseValidator.js';
+import { RESPONSE_MISMATCH } from '../../src/api/server/responseValidator.js';
 import { VALIDATE_RESPONSES_ENV } from '../../src/api/types.js';
 import { AgentClient } from '../../src/client/agentClient.js';
 import { CniRuntime } from '../../src/libcni/index.js';
 import type { NetnsPool } from './netns.js';
 import { REFERENCE_PLUGIN_DIR } from './tendrilBin.js';
+import { CNI_BIN } from '../../src/testing/cniBin.js';
 
 export const AGENT_BIN = fileURLToPath(new URL('../../../bin/tendril-agent', import.meta.url));
-/** The native relay runtimes exec; TENDRIL_CNI_BIN swaps in another build of it (e.g. the ASan one). */
-export const CNI_BIN = process.env.TENDRIL_CNI_BIN ?? fileURLToPath(new URL('../../../bin/tendril-cni', import.meta.url));
+export { CNI_BIN };
 
 export interface AgentProcessOptions {
   /** The "node" network namespace the agent runs in. */

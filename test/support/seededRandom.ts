@@ -1,14 +1,2 @@
-/**
- * mulberry32: a small seeded generator of numbers in [0, 1), so a random
- * schedule or workload can be replayed from its seed.
- */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
+// Moved to src/testing (test support the src tree's own suites use too); named here for the tests under test/.
+export * from '../../src/testing/seededRandom.js';

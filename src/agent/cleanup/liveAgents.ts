@@ -18,9 +18,9 @@
 import { readdir, readFile, readlink, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AgentClient } from '../../client/agentClient.js';
-import { checkSocketPath } from '../api/server.js';
+import { checkSocketPath } from '../../api/server/server.js';
 import { abstractSocketHolders, DEFAULT_NODE_LOCK_NAME, NetnsNodeLock } from '../nodeLock.js';
-import { OwnershipError } from '../ownershipError.js';
+import { OwnershipError } from '../../errors/ownershipError.js';
 import { readRunRecord } from '../runRecord.js';
 
 export interface LiveAgent {

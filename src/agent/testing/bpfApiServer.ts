@@ -11,7 +11,7 @@ import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { createTestDatapathMaps, type TestDatapathMaps } from '../../datapath/bpf/testing/inspectMaps.js';
 import { dbFromWebPolicy } from '../../policy/testing/policies.js';
-import { type AgentApi, buildServer, listenOnSocket } from '../api/server.js';
+import { type AgentApi, buildServer, listenOnSocket } from '../../api/server/server.js';
 import { BpfObservability } from '../bpfObservability.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './fakeNodeAgent.js';
 

@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { FakeDatapath, type FakeLoadBalancer } from '../../datapath/fake/fakeDatapath.js';
 import type { ServiceApi } from '../../service/types.js';
-import { buildServer, listenOnSocket } from '../api/server.js';
+import { buildServer, listenOnSocket } from '../../api/server/server.js';
 import { type FakeNodeAgent, startFakeNodeAgent } from './fakeNodeAgent.js';
 
 export interface ServiceApiServer {

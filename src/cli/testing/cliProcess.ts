@@ -3,7 +3,7 @@
  * of its contract, so they are tested the way a user meets them.
  */
 import { fileURLToPath } from 'node:url';
-import { run, type RunResult } from '../../../test/support/run.js';
+import { run, type RunResult } from '../../testing/run.js';
 
 /** The compiled CLI entry point (dist/src/cli/main.js). */
 export const CLI_MAIN = fileURLToPath(new URL('../main.js', import.meta.url));

@@ -12,7 +12,7 @@ import { createLogger } from '../../logging/logger.js';
 import { formatPrefix, parseIp, parsePrefix } from '../../netip/index.js';
 import type { MapEntry } from '../../policy/index.js';
 import { BpfMap, codec, removePinDir, TcxLink } from '../kernel/bpf/index.js';
-import { run, runOk } from '../../../test/support/run.js';
+import { run, runOk } from '../../testing/run.js';
 import { getSysctl, interfaceSysctl } from '../linux/sysctl.js';
 import { runDatapathContract } from '../testing/contract.js';
 import { linuxSubject } from '../testing/linuxSubject.js';

@@ -9,7 +9,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createLogger } from '../../logging/logger.js';
-import { runOk } from '../../../test/support/run.js';
+import { runOk } from '../../testing/run.js';
 import { BpfMap, codec, removePinDir, TcxLink } from '../kernel/bpf/index.js';
 import { Netlink } from '../kernel/netlink/index.js';
 import { HOST_NEXTHOP } from '../linux/hostNextHop.js';

@@ -274,8 +274,10 @@ export const ConfigFlag = {
 
 /** VXLAN's default UDP port for the overlay (Linux's and Cilium's choice, not IANA's 4789). */
 export const TUNNEL_DEFAULT_PORT = 8472;
-/** Bytes VXLAN adds to an IPv4 packet: outer IPv4 (20) + UDP (8) + VXLAN (8) + inner Ethernet (14). */
-export const TUNNEL_OVERHEAD = 50;
+// The domain code's numbers (the overlay's overhead, service IDs, Maglev's table) live in ../limits.ts,
+// apart from this implementation; re-exported here and generated into C with the rest.
+import { MAGLEV_DEFAULT_TABLE_SIZE, MAX_SERVICE_ID, TUNNEL_OVERHEAD } from '../limits.js';
+export { MAGLEV_DEFAULT_TABLE_SIZE, MAX_SERVICE_ID, TUNNEL_OVERHEAD };
 
 /** Flags of a node device entry (tendril_devices). */
 export const DeviceFlag = {
@@ -364,10 +366,6 @@ export const POLICY_KEY_L4_BITS = 24;
 /** Bits of an ipcache (and tendril_ipmasq4) key before the address: padding and family. */
 export const IPCACHE_KEY_FIXED_BITS = 32;
 
-/** Maglev's default table size (Cilium's): a prime; --lb-maglev-table-size takes another prime. */
-export const MAGLEV_DEFAULT_TABLE_SIZE = 16381;
-/** The largest service ID, and so reverse NAT index (a __u16 in the maps). */
-export const MAX_SERVICE_ID = 65535;
 /** The source a pod's own connection to its own service (hairpin) gets (Cilium's IPV4_LOOPBACK), network order in C. */
 export const LB_HAIRPIN_IP4 = '169.254.42.1';
 /**

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { run, runOk } from '../../../test/support/run.js';
+import { run, runOk } from '../../testing/run.js';
 import { LinuxDatapath } from '../linux/linuxDatapath.js';
 import type { DatapathSubject } from './contract.js';
 

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type { NetnsPool } from '../../../test/support/netns.js';
+import type { NetnsPool } from '../../testing/netns.js';
 
 export async function runSuiteInNodeNetns(pool: NetnsPool, suite: URL): Promise<string> {
   const node = await pool.add('node');

@@ -18,7 +18,7 @@ import { createLogger } from '../../logging/logger.js';
 import { BlockAllocator } from '../blockAllocator.js';
 import { IpamErrorCode, isIpamError } from '../errors.js';
 import type { Allocation } from '../types.js';
-import { seededRandom } from '../../../test/support/seededRandom.js';
+import { seededRandom } from '../../testing/seededRandom.js';
 
 export const WORKER_POOL = { name: 'mp-pool', cidr: '10.100.0.0/22', blockSize: 28 };
 export const HELD_PREFIX = 'ipamtest/held/';

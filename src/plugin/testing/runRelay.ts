@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { CNI_BIN } from '../../../test/support/agentHarness.js';
+import { CNI_BIN } from '../../testing/cniBin.js';
 
 /** One exec of tendril-cni, as a runtime sees it. */
 export interface RelayRun {

@@ -81,7 +81,14 @@ build/bpf/%.o: bpf/%.c $(BPF_LIB_HDR) $(BPF_GEN_HDR)
 # The GC program gives conntrack budget back with compare-and-swap: BPF's v3 atomics.
 build/bpf/bpf_gc.o: BPF_CFLAGS += -mcpu=v3
 
-bpf: $(BPF_OBJ)
+# The same programs with another layout of ct_entry, lb4_service and lb4_backend
+# (a field added in each): the "other build" of the upgrade test (test/e2e/upgrade.test.ts).
+BPF_VARIANT_OBJ := $(patsubst bpf/%.c,build/bpf-variant/%.o,$(filter-out bpf/bpf_gc.c,$(BPF_SRC)))
+build/bpf-variant/%.o: bpf/%.c $(BPF_LIB_HDR) $(BPF_GEN_HDR)
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -DTENDRIL_LAYOUT_VARIANT -Ibpf/lib -Ibuild/bpf/include -c $< -o $@
+
+bpf: $(BPF_OBJ) $(BPF_VARIANT_OBJ)
 
 
 all: build

@@ -7,10 +7,12 @@
  */
 import { createLogger, type Logger } from '../../logging/logger.js';
 import { upgradePinnedMaps } from './pinnedMapUpgrade.js';
+import { declaredPinnedMaps, MapMigration, type MigratedMap, planMapMigration } from './mapMigration.js';
+import { swapPrograms } from './programSwap.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { BpfObject, type BpfProgram } from '../kernel/bpf/index.js';
+import { BpfObject, type BpfProgram, type RawMap } from '../kernel/bpf/index.js';
 import { DatapathError } from '../types.js';
 import { DefaultMapSize, type MapNameValue } from './constants.js';
 
@@ -71,21 +73,33 @@ function effectiveSizes(sizes: MapSizes = {}): Record<string, number> {
 }
 
 /**
- * Loads every object into one pin directory. A pinned map whose size differs
- * from the configured one (a --bpf-*-max flag changed across a restart) is
- * refused by libbpf: the error says so, since its entries are live state.
+ * Loads every object into one pin directory. A pinned map whose layout,
+ * type, size or max entries differ from the objects' (an older or newer
+ * build's, or a --bpf-*-max flag changed across a restart) is converted to
+ * the new definition with its entries (mapMigration.ts): the objects load on
+ * a staging pin directory beside the old pins, the entries are carried over
+ * while the old programs run, the programs on every hook are swapped, and
+ * the new maps take the real pin names.
  */
 export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<DatapathObjects> {
   const dir = opts.objectDir ?? DEFAULT_OBJECT_DIR;
   const maxEntries = effectiveSizes(opts.mapSizes);
-  if (existsSync(opts.pinDir)) await upgradePinnedMaps(opts.pinDir, maxEntries, opts.log ?? createLogger('datapath'));
-  const load = async (file: string): Promise<BpfObject> => {
-    const path = join(dir, file);
-    if (!existsSync(path)) throw new DatapathError('failed', `eBPF object ${path} is missing: build it with make build, or run the agent with --datapath routing`);
+  const log = opts.log ?? createLogger('datapath');
+  const files = [LXC_OBJECT_FILE, HOST_OBJECT_FILE, NETDEV_OBJECT_FILE, OVERLAY_OBJECT_FILE].map((f) => join(dir, f));
+  for (const path of files) if (!existsSync(path)) throw new DatapathError('failed', `eBPF object ${path} is missing: build it with make build, or run the agent with --datapath routing`);
+  let migration: MapMigration | undefined;
+  if (existsSync(opts.pinDir)) {
+    await upgradePinnedMaps(opts.pinDir, maxEntries, log);
+    const declared = declaredPinnedMaps(files);
+    const plans = planMapMigration(opts.pinDir, declared, maxEntries);
+    if (plans.length > 0) migration = MapMigration.stage(opts.pinDir, plans, declared, log);
+  }
+  const pinRoot = migration?.stagingDir ?? opts.pinDir;
+  const load = async (path: string): Promise<BpfObject> => {
     try {
-      return await BpfObject.load(path, { pinRoot: opts.pinDir, maxEntries });
+      return await BpfObject.load(path, { pinRoot, maxEntries });
     } catch (err) {
-      throw new DatapathError('failed', `loading ${path} with maps pinned in ${opts.pinDir} failed (a pinned map of another size stays until removed: rm ${opts.pinDir}/<map> or keep the old --bpf-*-max): ${(err as Error).message}`, [], '', { cause: err });
+      throw new DatapathError('failed', `loading ${path} with maps pinned in ${pinRoot} failed: ${(err as Error).message}`, [], '', { cause: err });
     }
   };
   const loaded: BpfObject[] = [];
@@ -93,10 +107,19 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
     for (const o of loaded) o.close();
   };
   try {
-    for (const file of [LXC_OBJECT_FILE, HOST_OBJECT_FILE, NETDEV_OBJECT_FILE, OVERLAY_OBJECT_FILE]) loaded.push(await load(file));
+    for (const path of files) loaded.push(await load(path));
   } catch (err) {
     closeAll();
+    migration?.abort();
     throw err;
+  }
+  if (migration) {
+    try {
+      await adoptMaps(migration, loaded, opts.pinDir, log);
+    } catch (err) {
+      closeAll();
+      throw err;
+    }
   }
   const [lxc, host, netdev, overlay] = loaded as [BpfObject, BpfObject, BpfObject, BpfObject];
   try {
@@ -119,4 +142,27 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
     closeAll();
     throw new DatapathError('failed', (err as Error).message, [], '', { cause: err });
   }
+}
+
+/**
+ * The objects are loaded on the staging pins: fill the new maps, swap the
+ * programs on every hook, carry over what the old programs added meanwhile,
+ * and move the new pins to the real names. A failure before the swap leaves
+ * the old build running on its maps as it was.
+ */
+async function adoptMaps(migration: MapMigration, objects: readonly BpfObject[], pinDir: string, log: Logger): Promise<MigratedMap[]> {
+  const newMaps = new Map<string, RawMap>();
+  for (const p of migration.plans) {
+    const m = objects.map((o) => o.maps.get(p.name)).find((x) => x !== undefined);
+    if (m) newMaps.set(p.name, m.map);
+  }
+  try {
+    await migration.copy(newMaps);
+    await swapPrograms(pinDir, objects.flatMap((o) => [...o.programs.values()]), migration.oldMapIds, log);
+  } catch (err) {
+    migration.abort();
+    throw new DatapathError('failed', `carrying the pinned maps over to the new layout failed before the programs were swapped (the old build runs on as it was): ${(err as Error).message}`, [], '', { cause: err });
+  }
+  await migration.catchUp();
+  return migration.finish();
 }

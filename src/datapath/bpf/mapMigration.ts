@@ -76,10 +76,12 @@ export function declaredPinnedMaps(objectPaths: readonly string[]): DeclaredMap[
 }
 
 /** The key and value layouts of a pinned map, from its own BTF (undefined when it has none). */
-export function pinnedLayouts(map: RawMap): { key: Layout; value: Layout } | undefined {
+export function pinnedLayouts(map: RawMap, cache = new Map<number, Btf>()): { key: Layout; value: Layout } | undefined {
   const { btfId, btfKeyTypeId, btfValueTypeId } = map.info;
   if (btfId === 0 || btfKeyTypeId === 0 || btfValueTypeId === 0) return undefined;
-  const btf = Btf.ofId(btfId);
+  // The maps one object made share its BTF: read once per start.
+  let btf = cache.get(btfId);
+  if (!btf) cache.set(btfId, (btf = Btf.ofId(btfId)));
   return { key: btf.layout(btfKeyTypeId), value: btf.layout(btfValueTypeId) };
 }
 
@@ -89,12 +91,13 @@ export function pinnedLayouts(map: RawMap): { key: Layout; value: Layout } | und
  */
 export function planMapMigration(pinDir: string, declared: readonly DeclaredMap[], maxEntries: Readonly<Record<string, number>>): MapMigrationPlan[] {
   const plans: MapMigrationPlan[] = [];
+  const btfs = new Map<number, Btf>();
   for (const want of declared) {
     const path = join(pinDir, want.name);
     if (!existsSync(path)) continue;
     const old = RawMap.openPinned(path);
     try {
-      const plan = planOne(old, want, maxEntries[want.name] ?? want.maxEntries);
+      const plan = planOne(old, want, maxEntries[want.name] ?? want.maxEntries, btfs);
       if (plan) plans.push(plan);
     } finally {
       old.close();
@@ -103,7 +106,7 @@ export function planMapMigration(pinDir: string, declared: readonly DeclaredMap[
   return plans;
 }
 
-function planOne(old: RawMap, want: DeclaredMap, maxEntries: number): MapMigrationPlan | undefined {
+function planOne(old: RawMap, want: DeclaredMap, maxEntries: number, btfs: Map<number, Btf>): MapMigrationPlan | undefined {
   const info = old.info;
   const reasons: string[] = [];
   if (info.type !== want.type) reasons.push(`type ${info.type} → ${want.type}`);
@@ -111,7 +114,7 @@ function planOne(old: RawMap, want: DeclaredMap, maxEntries: number): MapMigrati
   if (info.valueSize !== want.valueSize) reasons.push(`value size ${info.valueSize} → ${want.valueSize}`);
   if (info.flags !== want.flags) reasons.push(`flags 0x${info.flags.toString(16)} → 0x${want.flags.toString(16)}`);
   if (info.maxEntries !== maxEntries) reasons.push(`max entries ${info.maxEntries} → ${maxEntries}`);
-  const oldLayouts = want.key && want.value ? pinnedLayouts(old) : undefined;
+  const oldLayouts = want.key && want.value ? pinnedLayouts(old, btfs) : undefined;
   if (oldLayouts && want.key && want.value) {
     if (layoutText(oldLayouts.key) !== layoutText(want.key)) reasons.push('key layout');
     if (layoutText(oldLayouts.value) !== layoutText(want.value)) reasons.push('value layout');

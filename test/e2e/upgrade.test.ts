@@ -38,6 +38,8 @@ const NODE_PORT_CRR = 30091;
 /** Echo rounds on each held connection before the first swap: its conntrack entry counts them. */
 const ROUNDS_BEFORE = 20;
 const CRR_SECONDS = 40;
+/** A new connection every 2 ms or so: each swap happens with connections in flight. */
+const CRR_PAUSE_US = 2000;
 
 const pool = new NetnsPool('upg');
 let scene: ServiceScene | undefined;
@@ -107,7 +109,7 @@ test('connections survive an upgrade and a downgrade between builds whose conntr
   ];
   for (let i = 0; i < ROUNDS_BEFORE; i++) for (const h of held) assert.equal((await h.agent.tcpAsk(h.handle)).outcome, 'open', h.what);
   deniedProbes = 0;
-  const crr = runCrrClient(scene!.outside!.netnsPath, { destinations: [`${OUTSIDE_NODE_IP}:${NODE_PORT_CRR}`], seconds: CRR_SECONDS, threads: 1, timeoutMs: 3000 });
+  const crr = runCrrClient(scene!.outside!.netnsPath, { destinations: [`${OUTSIDE_NODE_IP}:${NODE_PORT_CRR}`], seconds: CRR_SECONDS, threads: 1, timeoutMs: 3000, pauseUs: CRR_PAUSE_US });
   const broken: string[] = [];
   const passed: string[] = [];
   const checkpoint = async (phase: string) => {

@@ -14,11 +14,15 @@
  *   3. the objects load on the staging directory, then `copy` converts every
  *      entry of each old map into its new map while the old programs keep
  *      running on the old maps;
- *   4. the caller swaps the programs on every hook (programSwap.ts);
- *   5. `catchUp` copies what the old programs added between step 3 and the
- *      swap (keys the new map lacks; an entry the new programs already made
- *      for the same key is newer and stays);
- *   6. `finish` moves every staging pin onto the real pin names (a rename:
+ *   4. `catchUp` copies what the old programs added during the copy (keys
+ *      the new map lacks), the caller swaps the programs on every hook
+ *      (programSwap.ts), and `catchUp` runs again for what came until the
+ *      swap: the window where a flow's first packets went through the old
+ *      programs and its next ones through the new is the swap and this
+ *      pass (an entry the new programs already made for the same key is the
+ *      newer one and stays; a conntrack entry they made for a caught-up
+ *      flow's other direction goes, see MapMigrationPlan.reverseKey);
+ *   5. `finish` moves every staging pin onto the real pin names (a rename:
  *      the pin path never names no map) and removes the staging directory.
  * What the old programs changed in an entry that was already copied (a
  * conntrack entry's counters, its last-seen time) between steps 3 and 4 is
@@ -31,6 +35,7 @@ import { MAP_OF_MAPS_TYPES, MapType, PER_CPU_MAP_TYPES, possibleCpus, RawMap, un
 import { isKernelError } from '../kernel/errors.js';
 import { DatapathError } from '../types.js';
 import { Btf, type DeclaredMap, type Layout, layoutText } from './btfLayout.js';
+import { MapName } from './constants.js';
 import { compileConversion, type Conversion } from './mapConversion.js';
 
 /** libbpf's LIBBPF_PIN_BY_NAME. */
@@ -50,6 +55,13 @@ export interface MapMigrationPlan {
   carriesEntries: boolean;
   oldType: number;
   newType: number;
+  /**
+   * Conntrack maps: the key of a flow's other direction (a new-layout key).
+   * After the swap, a reply the new programs saw before its flow was caught
+   * up looked like a new flow the other way; that entry goes once the
+   * flow's own is carried over, or the reply would keep matching it.
+   */
+  reverseKey?: (key: Uint8Array) => Uint8Array;
 }
 
 export interface MigratedMap {
@@ -59,6 +71,8 @@ export interface MigratedMap {
   caughtUp: number;
   /** Entries that could not be carried: a value that does not fit its new field, or no room (a smaller size). */
   dropped: number;
+  /** Conntrack entries the new programs made for a caught-up flow's replies before it was carried over, removed. */
+  reconciled: number;
 }
 
 /** A pinned map the new objects cannot adopt, with the reason. */
@@ -141,7 +155,34 @@ function planOne(old: RawMap, want: DeclaredMap, maxEntries: number, btfs: Map<n
   } else {
     throw new MapMigrationError(`${what}: the pinned map or the object has no BTF for its key and value, so its fields cannot be matched (remove the pin to start it empty)`);
   }
-  return { name: want.name, reasons, key, value, carriesEntries: !noEntries, oldType: info.type, newType: want.type };
+  const reverseKey = CONNTRACK_MAPS.has(want.name) && want.key ? flowReverser(want.key) : undefined;
+  return { name: want.name, reasons, key, value, carriesEntries: !noEntries, oldType: info.type, newType: want.type, ...(reverseKey ? { reverseKey } : {}) };
+}
+
+/** Maps keyed by a flow's tuple as its first packet had it (struct ct4_key). */
+const CONNTRACK_MAPS: ReadonlySet<string> = new Set([MapName.CT_TCP, MapName.CT_ANY]);
+
+/** Swaps saddr/daddr and sport/dport of a key of this layout (undefined when it has no such fields). */
+function flowReverser(key: Layout): ((k: Uint8Array) => Uint8Array) | undefined {
+  if (key.kind !== 'struct') return undefined;
+  const f = (name: string) => key.fields.find((x) => x.name === name);
+  const pairs = [
+    [f('saddr'), f('daddr')],
+    [f('sport'), f('dport')],
+  ] as const;
+  const swaps: Array<{ a: number; b: number; len: number }> = [];
+  for (const [a, b] of pairs) {
+    if (!a || !b || a.layout.size !== b.layout.size) return undefined;
+    swaps.push({ a: a.offset, b: b.offset, len: a.layout.size });
+  }
+  return (k) => {
+    const r = Uint8Array.from(k);
+    for (const { a, b, len } of swaps) {
+      r.set(k.subarray(a, a + len), b);
+      r.set(k.subarray(b, b + len), a);
+    }
+    return r;
+  };
 }
 
 /** Bytes of one per-CPU slot in a lookup buffer. */
@@ -203,7 +244,7 @@ export class MapMigration {
   async copy(newMaps: ReadonlyMap<string, RawMap>): Promise<void> {
     this.#new = new Map(newMaps);
     for (const p of this.plans) {
-      const result: MigratedMap = { map: p.name, copied: 0, caughtUp: 0, dropped: 0 };
+      const result: MigratedMap = { map: p.name, copied: 0, caughtUp: 0, dropped: 0, reconciled: 0 };
       this.#results.set(p.name, result);
       if (!p.carriesEntries) continue;
       const { old, next } = this.#pair(p.name);
@@ -228,27 +269,44 @@ export class MapMigration {
     }
   }
 
-  /** Step 5, after the swap: entries the old programs made since the copy, where the new map has none for the key. */
-  async catchUp(): Promise<MigratedMap[]> {
+  /**
+   * Carries over what the old programs added since the last pass: keys the
+   * new map lacks (an entry the new programs made for the key meanwhile is
+   * the newer one and stays). Run once before the swap (what came during
+   * the copy) and once right after it (`afterSwap`: what came until the
+   * swap, with conntrack's other-direction entries reconciled, see
+   * MapMigrationPlan.reverseKey).
+   */
+  async catchUp(afterSwap: boolean): Promise<MigratedMap[]> {
     for (const p of this.plans) {
       if (!p.carriesEntries) continue;
       const { old, next } = this.#pair(p.name);
       const result = this.#results.get(p.name)!;
       const conv = new EntryConverter(p, old, next);
       const missing: Array<[Uint8Array, Uint8Array]> = [];
+      const oldKeys = new Set<string>();
       for await (const [k, v] of old.entries()) {
         const e = conv.convert(k, v);
-        if (e && next.lookup(e[0]) === undefined) missing.push(e);
+        if (!e) continue;
+        if (afterSwap && p.reverseKey) oldKeys.add(Buffer.from(e[0]).toString('hex'));
+        if (next.lookup(e[0]) === undefined) missing.push(e);
       }
       // noexist: an entry the new programs made for the key meanwhile is the newer one.
       const r = await writeAll(next, missing, 'noexist');
       result.caughtUp += r.written;
       result.dropped += r.full;
+      if (afterSwap && p.reverseKey) {
+        for (const [k] of missing) {
+          const rev = p.reverseKey(k);
+          // Only an entry the old build did not have: the new programs made it since the swap.
+          if (!oldKeys.has(Buffer.from(rev).toString('hex')) && next.delete(rev)) result.reconciled++;
+        }
+      }
     }
     return [...this.#results.values()];
   }
 
-  /** Step 6: the staging pins take the real names; the old maps go with their last pin and fd. */
+  /** Step 5: the staging pins take the real names; the old maps go with their last pin and fd. */
   finish(): MigratedMap[] {
     for (const name of readdirSync(this.stagingDir)) renameSync(join(this.stagingDir, name), join(this.pinDir, name));
     rmdirSync(this.stagingDir);

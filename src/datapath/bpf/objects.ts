@@ -8,7 +8,7 @@
 import { createLogger, type Logger } from '../../logging/logger.js';
 import { upgradePinnedMaps } from './pinnedMapUpgrade.js';
 import { declaredPinnedMaps, MapMigration, type MigratedMap, planMapMigration } from './mapMigration.js';
-import { swapPrograms } from './programSwap.js';
+import { ProgramSwap } from './programSwap.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -148,7 +148,10 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
  * The objects are loaded on the staging pins: fill the new maps, swap the
  * programs on every hook, carry over what the old programs added meanwhile,
  * and move the new pins to the real names. A failure before the swap leaves
- * the old build running on its maps as it was.
+ * the old build running on its maps as it was; after a swap that failed part
+ * way the new maps still take the pins (some hooks run the new programs on
+ * them) and the error is thrown: the agent's attach puts the new programs
+ * on the rest when it starts again.
  */
 async function adoptMaps(migration: MapMigration, objects: readonly BpfObject[], pinDir: string, log: Logger): Promise<MigratedMap[]> {
   const newMaps = new Map<string, RawMap>();
@@ -156,13 +159,28 @@ async function adoptMaps(migration: MapMigration, objects: readonly BpfObject[],
     const m = objects.map((o) => o.maps.get(p.name)).find((x) => x !== undefined);
     if (m) newMaps.set(p.name, m.map);
   }
+  let swap: ProgramSwap;
   try {
-    await migration.copy(newMaps);
-    await swapPrograms(pinDir, objects.flatMap((o) => [...o.programs.values()]), migration.oldMapIds, log);
+    swap = await ProgramSwap.findHooks(pinDir, objects.flatMap((o) => [...o.programs.values()]), migration.oldMapIds, log);
   } catch (err) {
     migration.abort();
-    throw new DatapathError('failed', `carrying the pinned maps over to the new layout failed before the programs were swapped (the old build runs on as it was): ${(err as Error).message}`, [], '', { cause: err });
+    throw new DatapathError('failed', `finding the hooks of the old build failed (it runs on as it was): ${(err as Error).message}`, [], '', { cause: err });
   }
-  await migration.catchUp();
-  return migration.finish();
+  try {
+    try {
+      await migration.copy(newMaps);
+      await migration.catchUp(false);
+    } catch (err) {
+      migration.abort();
+      throw new DatapathError('failed', `carrying the pinned maps over to the new layout failed before the programs were swapped (the old build runs on as it was): ${(err as Error).message}`, [], '', { cause: err });
+    }
+    let swapError: unknown;
+    await swap.swap().catch((err: unknown) => (swapError = err));
+    await migration.catchUp(true);
+    const done = migration.finish();
+    if (swapError !== undefined) throw new DatapathError('failed', `swapping the programs to the new build failed part way: ${(swapError as Error).message}`, [], '', { cause: swapError });
+    return done;
+  } finally {
+    swap.close();
+  }
 }

@@ -3,91 +3,132 @@
  * program of the old build runs gets the new build's program of the same
  * name, each in one atomic step (a pinned tcx link's update, a cls_bpf
  * filter's in-place replace): a packet sees the old program on the old maps
- * or the new one on the new maps, never none. All hooks are swapped in one
- * pass right after the new maps are filled, so the time both builds run
- * side by side is the pass itself (a few ms per device), not the agent's
- * whole restore (which attaches through the same links and filters later and
- * finds the new programs already there).
+ * or the new one on the new maps, never none. The hooks are found first
+ * (`findHooks`, which asks bpftool and netlink: tens of ms), so that the swap
+ * itself (`swap`) is one system call per hook in a row and the time both
+ * builds run side by side is a few ms, not the agent's whole restore (which
+ * attaches through the same links and filters later and finds the new
+ * programs already there).
  */
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from '../../logging/logger.js';
-import { attach, type BpfProgram, MAX_OBJ_NAME, TcxLink } from '../kernel/bpf/index.js';
+import { attach, type BpfProgram, type Direction, MAX_OBJ_NAME, TcxLink } from '../kernel/bpf/index.js';
 import { isKernelError } from '../kernel/errors.js';
 import { Netlink } from '../kernel/netlink/index.js';
 import { DatapathError } from '../types.js';
 
-export interface SwappedHooks {
-  tcx: number;
-  clsact: number;
-}
-
 /** The kernel keeps 15 bytes of a program's name (bpftool shows the whole name from BTF): the key both builds' programs share. */
 const kernelName = (name: string) => name.slice(0, MAX_OBJ_NAME);
 
-/**
- * Swaps the programs on every pinned tcx link under `<pinDir>/links` and on
- * every cls_bpf filter of ours in this network namespace. "Ours" is a
- * program that uses a map of this pin directory (`oldMapIds`): another
- * datapath's programs of the same names (another pin directory) stay.
- */
-export async function swapPrograms(pinDir: string, programs: readonly BpfProgram[], oldMapIds: ReadonlySet<number>, log: Logger): Promise<SwappedHooks> {
-  const byName = new Map(programs.map((p) => [kernelName(p.name), p]));
-  const swapped: SwappedHooks = { tcx: 0, clsact: 0 };
-  const linksDir = join(pinDir, 'links');
-  let pins: string[] = [];
-  try {
-    pins = readdirSync(linksDir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
-  for (const pin of pins) {
-    const link = TcxLink.openPinned(join(linksDir, pin));
-    try {
-      const info = link.info();
-      if (info.ifindex === 0) continue; // its device is gone; the agent prunes the pin
-      const old = programOfId(info.progId);
-      if (!old.mapIds.some((id) => oldMapIds.has(id))) continue;
+type Hook = { kind: 'tcx'; pin: string; link: TcxLink; next: BpfProgram } | { kind: 'clsact'; device: string; ifindex: number; direction: Direction; next: BpfProgram };
+
+/** The hooks running the old build's programs, each with the new program to put there. */
+export class ProgramSwap {
+  #done = false;
+
+  private constructor(
+    private readonly hooks: Hook[],
+    private readonly log: Logger,
+  ) {}
+
+  /**
+   * Every pinned tcx link under `<pinDir>/links` and every cls_bpf filter in
+   * this network namespace whose program is ours: one that uses a map of
+   * this pin directory (`oldMapIds`). Another datapath's programs of the same
+   * names (another pin directory) are not touched.
+   */
+  static async findHooks(pinDir: string, programs: readonly BpfProgram[], oldMapIds: ReadonlySet<number>, log: Logger): Promise<ProgramSwap> {
+    const byName = new Map(programs.map((p) => [kernelName(p.name), p]));
+    const nextFor = (progId: number, where: string): BpfProgram | undefined => {
+      const old = programOfId(progId);
+      if (!old.mapIds.some((id) => oldMapIds.has(id))) return undefined;
       const next = byName.get(kernelName(old.name));
-      if (!next) throw new DatapathError('failed', `the tcx link ${pin} runs program ${old.name}, which the new objects do not have`);
-      link.update(next);
-      swapped.tcx++;
-    } finally {
-      link.close();
-    }
-  }
-  const nl = await Netlink.open();
-  try {
-    for (const dev of await nl.listLinks()) {
-      for (const direction of ['ingress', 'egress'] as const) {
-        let filters;
-        try {
-          filters = await nl.listBpfFilters(dev.index, direction);
-        } catch (err) {
-          // No clsact qdisc, or the device went meanwhile: nothing of ours there.
-          if (isKernelError(err, 'EINVAL', 'ENOENT', 'ENODEV', 'ESRCH')) continue;
-          throw err;
+      if (!next) throw new DatapathError('failed', `${where} runs program ${old.name}, which the new objects do not have`);
+      return next;
+    };
+    const hooks: Hook[] = [];
+    const swap = new ProgramSwap(hooks, log);
+    try {
+      const linksDir = join(pinDir, 'links');
+      let pins: string[] = [];
+      try {
+        pins = readdirSync(linksDir);
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      }
+      for (const pin of pins) {
+        const link = TcxLink.openPinned(join(linksDir, pin));
+        const info = link.info();
+        // A link whose device is gone is the agent's to prune.
+        const next = info.ifindex === 0 ? undefined : nextFor(info.progId, `the tcx link ${pin}`);
+        if (next) hooks.push({ kind: 'tcx', pin, link, next });
+        else link.close();
+      }
+      const nl = await Netlink.open();
+      try {
+        for (const dev of await nl.listLinks()) {
+          for (const direction of ['ingress', 'egress'] as const) {
+            let filters;
+            try {
+              filters = await nl.listBpfFilters(dev.index, direction);
+            } catch (err) {
+              // No clsact qdisc, or the device went meanwhile: nothing of ours there.
+              if (isKernelError(err, 'EINVAL', 'ENOENT', 'ENODEV', 'ESRCH')) continue;
+              throw err;
+            }
+            const filter = filters.find((f) => f.priority === 1 && f.handle === 1);
+            const next = filter?.programId === undefined ? undefined : nextFor(filter.programId, `the filter on ${dev.name} ${direction}`);
+            if (next) hooks.push({ kind: 'clsact', device: dev.name, ifindex: dev.index, direction, next });
+          }
         }
-        const filter = filters.find((f) => f.priority === 1 && f.handle === 1);
-        if (!filter?.programId) continue;
-        const old = programOfId(filter.programId);
-        if (!old.mapIds.some((id) => oldMapIds.has(id))) continue;
-        const next = byName.get(kernelName(old.name));
-        if (!next) throw new DatapathError('failed', `the filter on ${dev.name} ${direction} runs program ${old.name}, which the new objects do not have`);
-        const a = await attach({ ifindex: dev.index, direction, program: next, mode: 'clsact' });
-        a.close();
-        swapped.clsact++;
+      } finally {
+        await nl.close();
+      }
+    } catch (err) {
+      swap.close();
+      throw err;
+    }
+    return swap;
+  }
+
+  get size(): number {
+    return this.hooks.length;
+  }
+
+  /** Puts the new programs on every hook, one after the other; returns how long it took (ms). */
+  async swap(): Promise<number> {
+    const started = performance.now();
+    for (const h of this.hooks) {
+      if (h.kind === 'tcx') {
+        h.link.update(h.next);
+        continue;
+      }
+      // A device that went meanwhile took its filter with it.
+      try {
+        (await attach({ ifindex: h.ifindex, direction: h.direction, program: h.next, mode: 'clsact' })).close();
+      } catch (err) {
+        if (!isKernelError(err, 'ENODEV', 'ENOENT')) throw err;
       }
     }
-  } finally {
-    await nl.close();
+    this.#done = true;
+    const ms = performance.now() - started;
+    this.log.info({ tcx: this.hooks.filter((h) => h.kind === 'tcx').length, clsact: this.hooks.filter((h) => h.kind === 'clsact').length, ms: Math.round(ms * 10) / 10 }, 'swapped the programs on every hook to the new build');
+    return ms;
   }
-  log.info({ ...swapped }, 'swapped the programs on every hook to the new build');
-  return swapped;
+
+  /** Whether swap() ran: from then on the new maps are the ones in use. */
+  get swapped(): boolean {
+    return this.#done;
+  }
+
+  close(): void {
+    for (const h of this.hooks) if (h.kind === 'tcx') h.link.close();
+  }
 }
 
-/** A loaded program's kernel name and maps by its ID (bpftool: the addon opens programs by fd only). */
+/** A loaded program's name and maps by its ID (bpftool: the addon opens programs by fd only). */
 function programOfId(id: number): { name: string; mapIds: number[] } {
   const r = spawnSync('bpftool', ['-j', 'prog', 'show', 'id', String(id)], { encoding: 'utf8' });
   if (r.error || r.status !== 0) throw new DatapathError('failed', `bpftool prog show id ${id} failed: ${r.error?.message ?? r.stderr.trim()}`);

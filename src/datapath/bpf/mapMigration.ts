@@ -312,7 +312,10 @@ export class MapMigration {
     rmdirSync(this.stagingDir);
     this.#closeOld();
     const results = [...this.#results.values()];
-    for (const r of results) this.log.info({ ...r }, 'pinned map carried over to the new layout');
+    for (const r of results) {
+      if (r.dropped > 0) this.log.warn({ ...r }, 'pinned map carried over to the new layout, but some entries could not be (a value its new field cannot hold, or no room)');
+      else this.log.info({ ...r }, 'pinned map carried over to the new layout');
+    }
     return results;
   }
 

@@ -213,7 +213,7 @@ export class MapMigration {
   static stage(pinDir: string, plans: readonly MapMigrationPlan[], declared: readonly DeclaredMap[], log: Logger): MapMigration {
     const m = new MapMigration(pinDir, plans, log);
     removeStaging(m.stagingDir);
-    mkdirSyncBpffs(m.stagingDir);
+    mkdirStaging(m.stagingDir);
     const changed = new Set(plans.map((p) => p.name));
     try {
       for (const d of declared) {
@@ -387,7 +387,7 @@ async function writeAll(map: RawMap, entries: ReadonlyArray<[Uint8Array, Uint8Ar
   return { written, full };
 }
 
-function mkdirSyncBpffs(path: string): void {
+function mkdirStaging(path: string): void {
   try {
     mkdirSync(path, { mode: 0o700 });
   } catch (err) {

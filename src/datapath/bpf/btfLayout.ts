@@ -62,6 +62,9 @@ export class BtfError extends Error {
   override readonly name = 'BtfError';
 }
 
+/** bpftool answers in ms; one that hangs fails the start instead of stalling it. */
+export const BPFTOOL_TIMEOUT_MS = 30_000;
+
 /** Typedef names that say an integer is in network byte order (the BTF of an int has no byte order). */
 const BIG_ENDIAN_TYPEDEFS = new Set(['__be16', '__be32', '__be64']);
 
@@ -85,7 +88,7 @@ export class Btf {
 
   static #dump(args: string[], what: string): Btf {
     // Arguments are a number or a path of ours, passed as an argv array (never through a shell).
-    const r = spawnSync('bpftool', ['-j', ...args], { encoding: 'utf8', maxBuffer: 64 << 20 });
+    const r = spawnSync('bpftool', ['-j', ...args], { encoding: 'utf8', maxBuffer: 64 << 20, timeout: BPFTOOL_TIMEOUT_MS });
     if (r.error) throw new BtfError(`reading ${what} with bpftool failed: ${r.error.message}`);
     if (r.status !== 0) throw new BtfError(`reading ${what} with bpftool failed (exit ${r.status}): ${r.stderr.trim()}`);
     return new Btf((JSON.parse(r.stdout) as { types: BtfType[] }).types);

@@ -37,7 +37,21 @@ export function compileConversion(from: Layout, to: Layout): Conversion {
   const ops: Op[] = [];
   const changes: string[] = [];
   compile(from, to, 0, 0, '', ops, changes);
-  return new CompiledConversion(layoutText(from) === layoutText(to), from.size, to.size, changes, ops);
+  return new CompiledConversion(layoutText(from) === layoutText(to), from.size, to.size, changes, coalesce(ops));
+}
+
+/** Adjacent copies that stay adjacent become one (a struct with one field added is two copies, not one per field). */
+function coalesce(ops: readonly Op[]): Op[] {
+  const out: Op[] = [];
+  for (const op of ops) {
+    const last = out[out.length - 1];
+    if (op.kind === 'copy' && last?.kind === 'copy' && last.from + last.len === op.from && last.to + last.len === op.to) {
+      out[out.length - 1] = { ...last, len: last.len + op.len };
+      continue;
+    }
+    out.push(op);
+  }
+  return out;
 }
 
 function compile(from: Layout, to: Layout, fo: number, to_: number, path: string, ops: Op[], changes: string[]): void {

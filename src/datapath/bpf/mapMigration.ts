@@ -62,6 +62,8 @@ export interface MapMigrationPlan {
    * flow's own is carried over, or the reply would keep matching it.
    */
   reverseKey?: (key: Uint8Array) => Uint8Array;
+  /** The old-layout key of a new-layout one (conntrack maps: to tell whether the old build had a reversed flow). */
+  oldKeyOf?: (key: Uint8Array) => Uint8Array | undefined;
 }
 
 export interface MigratedMap {
@@ -156,7 +158,14 @@ function planOne(old: RawMap, want: DeclaredMap, maxEntries: number, btfs: Map<n
     throw new MapMigrationError(`${what}: the pinned map or the object has no BTF for its key and value, so its fields cannot be matched (remove the pin to start it empty)`);
   }
   const reverseKey = CONNTRACK_MAPS.has(want.name) && want.key ? flowReverser(want.key) : undefined;
-  return { name: want.name, reasons, key, value, carriesEntries: !noEntries, oldType: info.type, newType: want.type, ...(reverseKey ? { reverseKey } : {}) };
+  const back = reverseKey && oldLayouts && want.key ? compileConversion(want.key, oldLayouts.key) : reverseKey && !oldLayouts ? key : undefined;
+  const oldKeyOf = back
+    ? (k: Uint8Array) => {
+        const out = new Uint8Array(info.keySize);
+        return back.convert(k, 0, out, 0) ? out : undefined;
+      }
+    : undefined;
+  return { name: want.name, reasons, key, value, carriesEntries: !noEntries, oldType: info.type, newType: want.type, ...(reverseKey ? { reverseKey } : {}), ...(oldKeyOf ? { oldKeyOf } : {}) };
 }
 
 /** Maps keyed by a flow's tuple as its first packet had it (struct ct4_key). */
@@ -193,6 +202,8 @@ export class MapMigration {
   readonly stagingDir: string;
   readonly #old = new Map<string, RawMap>();
   readonly #results = new Map<string, MigratedMap>();
+  /** Keys (hex, old layout) of each old map already carried or looked at: a later pass converts only the others. */
+  readonly #seen = new Map<string, Set<string>>();
   /** IDs of every map of the pin directory the objects declare: a program using one is the old build's. */
   readonly oldMapIds = new Set<number>();
   #new = new Map<string, RawMap>();
@@ -249,6 +260,8 @@ export class MapMigration {
       if (!p.carriesEntries) continue;
       const { old, next } = this.#pair(p.name);
       const conv = new EntryConverter(p, old, next);
+      const seen = new Set<string>();
+      this.#seen.set(p.name, seen);
       let batch: Array<[Uint8Array, Uint8Array]> = [];
       const flush = async () => {
         const r = await writeAll(next, batch, 'any');
@@ -257,6 +270,7 @@ export class MapMigration {
         batch = [];
       };
       for await (const [k, v] of old.entries()) {
+        seen.add(k.toString('hex'));
         const e = conv.convert(k, v);
         if (!e) {
           result.dropped++;
@@ -282,14 +296,16 @@ export class MapMigration {
       if (!p.carriesEntries) continue;
       const { old, next } = this.#pair(p.name);
       const result = this.#results.get(p.name)!;
+      const seen = this.#seen.get(p.name)!;
       const conv = new EntryConverter(p, old, next);
       const missing: Array<[Uint8Array, Uint8Array]> = [];
-      const oldKeys = new Set<string>();
       for await (const [k, v] of old.entries()) {
+        // Only keys no pass has seen: the window after the swap is this loop, so it does as little as it can.
+        const hex = k.toString('hex');
+        if (seen.has(hex)) continue;
+        seen.add(hex);
         const e = conv.convert(k, v);
-        if (!e) continue;
-        if (afterSwap && p.reverseKey) oldKeys.add(Buffer.from(e[0]).toString('hex'));
-        if (next.lookup(e[0]) === undefined) missing.push(e);
+        if (e && next.lookup(e[0]) === undefined) missing.push(e);
       }
       // noexist: an entry the new programs made for the key meanwhile is the newer one.
       const r = await writeAll(next, missing, 'noexist');
@@ -299,11 +315,18 @@ export class MapMigration {
         for (const [k] of missing) {
           const rev = p.reverseKey(k);
           // Only an entry the old build did not have: the new programs made it since the swap.
-          if (!oldKeys.has(Buffer.from(rev).toString('hex')) && next.delete(rev)) result.reconciled++;
+          if (!this.#oldHas(p, seen, rev) && next.delete(rev)) result.reconciled++;
         }
       }
     }
     return [...this.#results.values()];
+  }
+
+  /** Whether the old map had the flow of this new-layout key (its old-layout key is among those seen). */
+  #oldHas(p: MapMigrationPlan, seen: ReadonlySet<string>, newKey: Uint8Array): boolean {
+    const oldKey = p.oldKeyOf?.(newKey);
+    // Without a way back to the old key, assume it had it: an entry is kept rather than removed on a guess.
+    return oldKey === undefined || seen.has(Buffer.from(oldKey).toString('hex'));
   }
 
   /** Step 5: the staging pins take the real names; the old maps go with their last pin and fd. */

@@ -19,6 +19,9 @@ import { isKernelError } from '../kernel/errors.js';
 import { Netlink } from '../kernel/netlink/index.js';
 import { DatapathError } from '../types.js';
 
+/** bpftool answers in ms; one that hangs fails the swap before it starts. */
+const BPFTOOL_TIMEOUT_MS = 30_000;
+
 /** The kernel keeps 15 bytes of a program's name (bpftool shows the whole name from BTF): the key both builds' programs share. */
 const kernelName = (name: string) => name.slice(0, MAX_OBJ_NAME);
 
@@ -130,7 +133,7 @@ export class ProgramSwap {
 
 /** A loaded program's name and maps by its ID (bpftool: the addon opens programs by fd only). */
 function programOfId(id: number): { name: string; mapIds: number[] } {
-  const r = spawnSync('bpftool', ['-j', 'prog', 'show', 'id', String(id)], { encoding: 'utf8' });
+  const r = spawnSync('bpftool', ['-j', 'prog', 'show', 'id', String(id)], { encoding: 'utf8', timeout: BPFTOOL_TIMEOUT_MS });
   if (r.error || r.status !== 0) throw new DatapathError('failed', `bpftool prog show id ${id} failed: ${r.error?.message ?? r.stderr.trim()}`);
   const p = JSON.parse(r.stdout) as { name?: string; map_ids?: number[] };
   return { name: p.name ?? '', mapIds: p.map_ids ?? [] };

@@ -18,9 +18,7 @@ import { attach, type BpfProgram, type Direction, MAX_OBJ_NAME, TcxLink } from '
 import { isKernelError } from '../kernel/errors.js';
 import { Netlink } from '../kernel/netlink/index.js';
 import { DatapathError } from '../types.js';
-
-/** bpftool answers in ms; one that hangs fails the swap before it starts. */
-const BPFTOOL_TIMEOUT_MS = 30_000;
+import { BPFTOOL_TIMEOUT_MS } from './btfLayout.js';
 
 /** The kernel keeps 15 bytes of a program's name (bpftool shows the whole name from BTF): the key both builds' programs share. */
 const kernelName = (name: string) => name.slice(0, MAX_OBJ_NAME);

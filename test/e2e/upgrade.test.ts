@@ -96,7 +96,7 @@ test('connections survive an upgrade and a downgrade between builds whose conntr
   // The node on the variant build: the agent stopped (as between a DaemonSet's old pod and its new one), its loader run.
   await node.agent.stop();
   const toVariant = await loadObjectsIn(node.nodePath, { pinDir, objectDir: VARIANT_DIR });
-  t.diagnostic(`to the variant build: ${toVariant.ms.toFixed(0)} ms`);
+  t.diagnostic(`to the variant build: ${toVariant.ms.toFixed(0)} ms; ${JSON.stringify(toVariant.migrated)}`);
 
   // Traffic opened on the variant build's programs and maps.
   const pod = await scene!.agent('client').tcpOpen({ dst: ip('backend'), port: TCP_PORT });
@@ -139,7 +139,7 @@ test('connections survive an upgrade and a downgrade between builds whose conntr
   // Downgrade: the variant build's loader takes the node back.
   await node.agent.stop();
   const back = await loadObjectsIn(node.nodePath, { pinDir, objectDir: VARIANT_DIR });
-  t.diagnostic(`back to the variant build: ${back.ms.toFixed(0)} ms`);
+  t.diagnostic(`back to the variant build: ${back.ms.toFixed(0)} ms; ${JSON.stringify(back.migrated)}`);
   await checkpoint('after the downgrade');
   await sleep(2000);
 

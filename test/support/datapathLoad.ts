@@ -21,6 +21,8 @@ export interface LoadResult {
   programs: Record<string, number>;
   /** How long loadDatapathObjects took, ms. */
   ms: number;
+  /** The maps it carried over, and how. */
+  migrated: ReadonlyArray<{ map: string; copied: number; caughtUp: number; dropped: number; reconciled: number }>;
 }
 
 /** Loads the objects in the namespace at `netnsPath` (a child process under nsenter); rejects with its stderr. */
@@ -47,8 +49,9 @@ async function main(): Promise<void> {
   const ms = performance.now() - started;
   const programs: Record<string, number> = {};
   for (const o of [objects.lxc, objects.host, objects.netdev, objects.overlay]) for (const [name, p] of o.programs) programs[name] = p.id;
+  const migrated = objects.migrated;
   objects.close();
-  process.stdout.write(`${JSON.stringify({ programs, ms })}\n`);
+  process.stdout.write(`${JSON.stringify({ programs, ms, migrated })}\n`);
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {

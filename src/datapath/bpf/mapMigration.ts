@@ -57,9 +57,14 @@ export interface MapMigrationPlan {
   newType: number;
   /**
    * Conntrack maps: the key of a flow's other direction (a new-layout key).
-   * After the swap, a reply the new programs saw before its flow was caught
-   * up looked like a new flow the other way; that entry goes once the
-   * flow's own is carried over, or the reply would keep matching it.
+   * A flow whose first packets the old programs saw after the last pass
+   * before the swap, and whose next ones the new programs saw before the
+   * pass after it, has a partial entry in the new map: a reply looked like
+   * a new flow the other way (no reverse NAT), a later packet like a new
+   * flow without the first packet's translation. The pass after the swap
+   * writes the old entry over the new one (the entry made from the first
+   * packet is the one that knows the flow) and removes the other-direction
+   * entry the old map did not have.
    */
   reverseKey?: (key: Uint8Array) => Uint8Array;
   /** The old-layout key of a new-layout one (conntrack maps: to tell whether the old build had a reversed flow). */
@@ -298,6 +303,8 @@ export class MapMigration {
       const result = this.#results.get(p.name)!;
       const seen = this.#seen.get(p.name)!;
       const conv = new EntryConverter(p, old, next);
+      // Conntrack after the swap: the old entry of a flow it saw first wins (see reverseKey).
+      const flowsFirstSeen = afterSwap && p.reverseKey !== undefined;
       const missing: Array<[Uint8Array, Uint8Array]> = [];
       for await (const [k, v] of old.entries()) {
         // Only keys no pass has seen: the window after the swap is this loop, so it does as little as it can.
@@ -305,15 +312,15 @@ export class MapMigration {
         if (seen.has(hex)) continue;
         seen.add(hex);
         const e = conv.convert(k, v);
-        if (e && next.lookup(e[0]) === undefined) missing.push(e);
+        if (e && (flowsFirstSeen || next.lookup(e[0]) === undefined)) missing.push(e);
       }
-      // noexist: an entry the new programs made for the key meanwhile is the newer one.
-      const r = await writeAll(next, missing, 'noexist');
+      // noexist: an entry the new programs made for the key meanwhile is the newer one (but for conntrack's, above).
+      const r = await writeAll(next, missing, flowsFirstSeen ? 'any' : 'noexist');
       result.caughtUp += r.written;
       result.dropped += r.full;
-      if (afterSwap && p.reverseKey) {
+      if (flowsFirstSeen) {
         for (const [k] of missing) {
-          const rev = p.reverseKey(k);
+          const rev = p.reverseKey!(k);
           // Only an entry the old build did not have: the new programs made it since the swap.
           if (!this.#oldHas(p, seen, rev) && next.delete(rev)) result.reconciled++;
         }

@@ -53,6 +53,8 @@ export interface DatapathObjects {
   readonly toLo: BpfProgram;
   /** tendril_vxlan's ingress (--routing-mode tunnel). */
   readonly fromOverlay: BpfProgram;
+  /** The pinned maps this load carried over from another layout or size (empty when none differed). */
+  readonly migrated: readonly MigratedMap[];
   close(): void;
 }
 
@@ -113,9 +115,10 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
     migration?.abort();
     throw err;
   }
+  let migrated: MigratedMap[] = [];
   if (migration) {
     try {
-      await adoptMaps(migration, loaded, opts.pinDir, log);
+      migrated = await adoptMaps(migration, loaded, opts.pinDir, log);
     } catch (err) {
       closeAll();
       throw err;
@@ -136,6 +139,7 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
       toNetdev: netdev.program(ProgramName.TO_NETDEV),
       toLo: netdev.program(ProgramName.TO_LO),
       fromOverlay: overlay.program(ProgramName.FROM_OVERLAY),
+      migrated,
       close: closeAll,
     };
   } catch (err) {
@@ -175,7 +179,8 @@ async function adoptMaps(migration: MapMigration, objects: readonly BpfObject[],
       throw new DatapathError('failed', `carrying the pinned maps over to the new layout failed before the programs were swapped (the old build runs on as it was): ${(err as Error).message}`, [], '', { cause: err });
     }
     let swapError: unknown;
-    await swap.swap().catch((err: unknown) => (swapError = err));
+    // The pods' hooks first (see ProgramSwap.swap).
+    await swap.swap(new Set<string>([ProgramName.FROM_CONTAINER, ProgramName.TO_CONTAINER])).catch((err: unknown) => (swapError = err));
     await migration.catchUp(true);
     const done = migration.finish();
     if (swapError !== undefined) throw new DatapathError('failed', `swapping the programs to the new build failed part way: ${(swapError as Error).message}`, [], '', { cause: swapError });

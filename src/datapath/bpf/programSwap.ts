@@ -98,10 +98,21 @@ export class ProgramSwap {
     return this.hooks.length;
   }
 
-  /** Puts the new programs on every hook, one after the other; returns how long it took (ms). */
-  async swap(): Promise<number> {
+  /**
+   * Puts the new programs on every hook, one after the other; returns how
+   * long it took (ms). The hooks of the programs named in `first` (the
+   * pods' programs, from the loader) go first: while the node's devices
+   * still run the old programs, a flow arriving from outside is opened (and
+   * translated) by the old programs, whose entry the pass after the swap
+   * writes over the partial one the new pod-side programs made (see
+   * MapMigrationPlan.reverseKey); the other order would leave a flow opened
+   * by the new node-side programs to an old pod-side program that knows
+   * nothing of it, and carry that program's partial entry over.
+   */
+  async swap(first: ReadonlySet<string> = new Set()): Promise<number> {
     const started = performance.now();
-    for (const h of this.hooks) {
+    const early = (h: Hook) => first.has(h.next.name);
+    for (const h of [...this.hooks.filter(early), ...this.hooks.filter((x) => !early(x))]) {
       if (h.kind === 'tcx') {
         h.link.update(h.next);
         continue;

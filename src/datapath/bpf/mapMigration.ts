@@ -20,8 +20,9 @@
  *      swap: the window where a flow's first packets went through the old
  *      programs and its next ones through the new is the swap and this
  *      pass (an entry the new programs already made for the same key is the
- *      newer one and stays; a conntrack entry they made for a caught-up
- *      flow's other direction goes, see MapMigrationPlan.reverseKey);
+ *      newer one and stays, but for conntrack, where the entry from the
+ *      flow's first packet wins and a partial other-direction entry goes,
+ *      see MapMigrationPlan.reverseKey);
  *   5. `finish` moves every staging pin onto the real pin names (a rename:
  *      the pin path never names no map) and removes the staging directory.
  * What the old programs changed in an entry that was already copied (a
@@ -293,8 +294,8 @@ export class MapMigration {
    * new map lacks (an entry the new programs made for the key meanwhile is
    * the newer one and stays). Run once before the swap (what came during
    * the copy) and once right after it (`afterSwap`: what came until the
-   * swap, with conntrack's other-direction entries reconciled, see
-   * MapMigrationPlan.reverseKey).
+   * swap; conntrack's entries written over the new programs' and their
+   * other-direction entries reconciled, see MapMigrationPlan.reverseKey).
    */
   async catchUp(afterSwap: boolean): Promise<MigratedMap[]> {
     for (const p of this.plans) {

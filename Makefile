@@ -88,6 +88,15 @@ build/bpf/bpf_gc.o: BPF_CFLAGS += -mcpu=v3
 BPF_COMPILERS := 14 16 19
 BPF_COMPILER_OBJ := $(foreach v,$(BPF_COMPILERS),$(patsubst bpf/%.c,build/bpf/clang-$(v)/%.o,$(BPF_SRC)))
 
+# The same programs with another layout of ct_entry, lb4_service and lb4_backend
+# (a field added in each): the "other build" of the upgrade test (test/e2e/upgrade.test.ts).
+BPF_VARIANT_OBJ := $(patsubst bpf/%.c,build/bpf-variant/%.o,$(filter-out bpf/bpf_gc.c,$(BPF_SRC)))
+build/bpf-variant/%.o: bpf/%.c $(BPF_LIB_HDR) $(BPF_GEN_HDR)
+	@mkdir -p $(@D)
+	clang $(BPF_CFLAGS) -DTENDRIL_LAYOUT_VARIANT -Ibpf/lib -Ibuild/bpf/include -c $< -o $@
+
+bpf: $(BPF_VARIANT_OBJ)
+
 define BPF_COMPILER_RULE
 build/bpf/clang-$(1)/%.o: bpf/%.c $$(BPF_LIB_HDR) $$(BPF_GEN_HDR)
 	@mkdir -p $$(@D)

@@ -4,9 +4,10 @@
  * connection. A Node.js client spends ~300 µs of its own CPU per connection,
  * which hides a datapath that costs a few µs; this one spends a few µs.
  *
- *   crr client [-t THREADS] [-d SECONDS] [-T TIMEOUT_MS] [--fin] -a DEST [-a DEST]... [-f FILE]
+ *   crr client [-t THREADS] [-d SECONDS] [-T TIMEOUT_MS] [-p PAUSE_US] [--fin] -a DEST [-a DEST]... [-f FILE]
  *     Each thread, until the duration is over: socket, connect, write 1 byte,
- *     read 1 byte, close, over the destinations in turn. The close is an RST
+ *     read 1 byte, close, over the destinations in turn; -p pauses that long
+ *     after each connection (a steady trickle instead of as many as it can). The close is an RST
  *     (SO_LINGER 0: no TIME_WAIT on either side) unless --fin. Prints one JSON
  *     line: connections, errors by step and errno name, conn/s, latency
  *     percentiles (µs, from socket() to the answer read), connections per
@@ -75,6 +76,7 @@ struct client_opts {
 	unsigned threads;
 	unsigned seconds;
 	unsigned timeout_ms;
+	unsigned pause_us;
 	int fin;
 	struct dests dests;
 	struct timespec start;
@@ -93,7 +95,7 @@ static void die_errno(const char *what) {
 
 static void usage(void) {
 	fprintf(stderr,
-		"usage: crr client [-t THREADS] [-d SECONDS] [-T TIMEOUT_MS] [--fin] -a ADDR:PORT... [-f FILE]\n"
+		"usage: crr client [-t THREADS] [-d SECONDS] [-T TIMEOUT_MS] [-p PAUSE_US] [--fin] -a ADDR:PORT... [-f FILE]\n"
 		"       crr server [-t THREADS] -l ADDR:PORT...\n"
 		"ADDR may be FIRST-LAST (IPv4 range), PORT may be LO-HI.\n");
 	exit(2);
@@ -267,6 +269,10 @@ static void *client_loop(void *arg) {
 		int rc = one_connection(t, o, &o->dests.addrs[next]);
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		if (++next == o->dests.len) next = 0;
+		if (o->pause_us > 0) {
+			struct timespec p = {.tv_sec = o->pause_us / 1000000, .tv_nsec = (long)(o->pause_us % 1000000) * 1000};
+			(void)nanosleep(&p, NULL);
+		}
 		if (rc != 0) continue;
 		t->connections++;
 		int64_t ns = ns_between(&a, &b);
@@ -314,6 +320,7 @@ static int run_client(int argc, char **argv) {
 		if (strcmp(a, "-t") == 0) o.threads = (unsigned)parse_num(v, 1, MAX_THREADS, "thread count");
 		else if (strcmp(a, "-d") == 0) o.seconds = (unsigned)parse_num(v, 1, MAX_SECONDS, "duration");
 		else if (strcmp(a, "-T") == 0) o.timeout_ms = (unsigned)parse_num(v, 1, 600000, "timeout");
+		else if (strcmp(a, "-p") == 0) o.pause_us = (unsigned)parse_num(v, 0, 10000000, "pause");
 		else if (strcmp(a, "-a") == 0) parse_dest(&o.dests, v);
 		else if (strcmp(a, "-f") == 0) parse_dest_file(&o.dests, v);
 		else usage();

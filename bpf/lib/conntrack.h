@@ -29,6 +29,10 @@ struct ct_entry {
 	__u64 expires_ns; /* bpf_ktime_get_ns() deadline */
 	__u64 packets;
 	__u64 bytes;
+#ifdef TENDRIL_LAYOUT_VARIANT
+	/* Only in the layout-variant build (make bpf-variant): another build's layout for the upgrade test. */
+	__u64 upgrade_probe;
+#endif
 	__u32 src_identity;
 	__u32 dst_identity;
 	__u32 src_endpoint; /* 0 = not a local endpoint */

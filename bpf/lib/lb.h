@@ -33,6 +33,9 @@ struct lb4_key {
 
 struct lb4_service {
 	__u32 backend_id;       /* slot > 0: the backend in this slot; slot 0: 0 */
+#ifdef TENDRIL_LAYOUT_VARIANT
+	__u32 upgrade_probe; /* the layout-variant build's field (see conntrack.h) */
+#endif
 	__u32 affinity_timeout; /* seconds (SVC_F_AFFINITY) */
 	__u16 count;            /* slot 0: backends in slots 1..count (new connections go only to these) */
 	__u16 rev_nat_index;    /* the service ID */
@@ -42,6 +45,10 @@ struct lb4_service {
 
 struct lb4_backend {
 	__be32 address;
+#ifdef TENDRIL_LAYOUT_VARIANT
+	__u16 upgrade_probe; /* the layout-variant build's field (see conntrack.h) */
+	__u16 variant_pad;
+#endif
 	__be16 port;
 	__u8 proto;
 	__u8 state; /* BACKEND_STATE_* */

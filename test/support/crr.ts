@@ -41,6 +41,8 @@ export interface CrrClientOptions {
   fin?: boolean;
   /** CPUs to run on (taskset's list), e.g. '0'. */
   cpus?: string;
+  /** Each thread pauses this long after each connection (µs): a steady rate instead of as fast as it can. */
+  pauseUs?: number;
 }
 
 const inNetns = (netnsPath: string, argv: readonly string[], cpus?: string) => [...(cpus !== undefined ? ['taskset', '-c', cpus] : []), 'nsenter', `--net=${netnsPath}`, '--', ...argv];
@@ -48,7 +50,7 @@ const inNetns = (netnsPath: string, argv: readonly string[], cpus?: string) => [
 /** One `crr client` run inside the namespace at `netnsPath`; its JSON result. */
 export async function runCrrClient(netnsPath: string, opts: CrrClientOptions): Promise<CrrResult> {
   const timeoutMs = opts.timeoutMs ?? 5000;
-  const argv = [CRR_BIN, 'client', '-t', String(opts.threads ?? 2), '-d', String(opts.seconds), '-T', String(timeoutMs), ...(opts.fin ? ['--fin'] : []), ...opts.destinations.flatMap((d) => ['-a', d])];
+  const argv = [CRR_BIN, 'client', '-t', String(opts.threads ?? 2), '-d', String(opts.seconds), '-T', String(timeoutMs), ...(opts.fin ? ['--fin'] : []), ...(opts.pauseUs !== undefined ? ['-p', String(opts.pauseUs)] : []), ...opts.destinations.flatMap((d) => ['-a', d])];
   // The run ends at its duration plus at most one step timeout per connection in flight (connect, write, read).
   const r = await run(inNetns(netnsPath, argv, opts.cpus), { timeoutMs: opts.seconds * 1000 + 3 * timeoutMs + 30_000 });
   if (r.code !== 0) throw new Error(`crr client in ${netnsPath} exited ${r.code}: ${r.stderr.trim()}`);

@@ -7,10 +7,12 @@
  */
 import { createLogger, type Logger } from '../../logging/logger.js';
 import { upgradePinnedMaps } from './pinnedMapUpgrade.js';
+import { declaredPinnedMaps, MapMigration, type MigratedMap, planMapMigration } from './mapMigration.js';
+import { ProgramSwap } from './programSwap.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { BpfObject, type BpfProgram } from '../kernel/bpf/index.js';
+import { BpfObject, type BpfProgram, type RawMap } from '../kernel/bpf/index.js';
 import { DatapathError } from '../types.js';
 import { DefaultMapSize, type MapNameValue } from './constants.js';
 
@@ -51,6 +53,8 @@ export interface DatapathObjects {
   readonly toLo: BpfProgram;
   /** tendril_vxlan's ingress (--routing-mode tunnel). */
   readonly fromOverlay: BpfProgram;
+  /** The pinned maps this load carried over from another layout or size (empty when none differed). */
+  readonly migrated: readonly MigratedMap[];
   close(): void;
 }
 
@@ -71,21 +75,33 @@ function effectiveSizes(sizes: MapSizes = {}): Record<string, number> {
 }
 
 /**
- * Loads every object into one pin directory. A pinned map whose size differs
- * from the configured one (a --bpf-*-max flag changed across a restart) is
- * refused by libbpf: the error says so, since its entries are live state.
+ * Loads every object into one pin directory. A pinned map whose layout,
+ * type, size or max entries differ from the objects' (an older or newer
+ * build's, or a --bpf-*-max flag changed across a restart) is converted to
+ * the new definition with its entries (mapMigration.ts): the objects load on
+ * a staging pin directory beside the old pins, the entries are carried over
+ * while the old programs run, the programs on every hook are swapped, and
+ * the new maps take the real pin names.
  */
 export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<DatapathObjects> {
   const dir = opts.objectDir ?? DEFAULT_OBJECT_DIR;
   const maxEntries = effectiveSizes(opts.mapSizes);
-  if (existsSync(opts.pinDir)) await upgradePinnedMaps(opts.pinDir, maxEntries, opts.log ?? createLogger('datapath'));
-  const load = async (file: string): Promise<BpfObject> => {
-    const path = join(dir, file);
-    if (!existsSync(path)) throw new DatapathError('failed', `eBPF object ${path} is missing: build it with make build, or run the agent with --datapath routing`);
+  const log = opts.log ?? createLogger('datapath');
+  const files = [LXC_OBJECT_FILE, HOST_OBJECT_FILE, NETDEV_OBJECT_FILE, OVERLAY_OBJECT_FILE].map((f) => join(dir, f));
+  for (const path of files) if (!existsSync(path)) throw new DatapathError('failed', `eBPF object ${path} is missing: build it with make build, or run the agent with --datapath routing`);
+  let migration: MapMigration | undefined;
+  if (existsSync(opts.pinDir)) {
+    await upgradePinnedMaps(opts.pinDir, maxEntries, log);
+    const declared = declaredPinnedMaps(files);
+    const plans = planMapMigration(opts.pinDir, declared, maxEntries);
+    if (plans.length > 0) migration = MapMigration.stage(opts.pinDir, plans, declared, log);
+  }
+  const pinRoot = migration?.stagingDir ?? opts.pinDir;
+  const load = async (path: string): Promise<BpfObject> => {
     try {
-      return await BpfObject.load(path, { pinRoot: opts.pinDir, maxEntries });
+      return await BpfObject.load(path, { pinRoot, maxEntries });
     } catch (err) {
-      throw new DatapathError('failed', `loading ${path} with maps pinned in ${opts.pinDir} failed (a pinned map of another size stays until removed: rm ${opts.pinDir}/<map> or keep the old --bpf-*-max): ${(err as Error).message}`, [], '', { cause: err });
+      throw new DatapathError('failed', `loading ${path} with maps pinned in ${pinRoot} failed: ${(err as Error).message}`, [], '', { cause: err });
     }
   };
   const loaded: BpfObject[] = [];
@@ -93,10 +109,20 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
     for (const o of loaded) o.close();
   };
   try {
-    for (const file of [LXC_OBJECT_FILE, HOST_OBJECT_FILE, NETDEV_OBJECT_FILE, OVERLAY_OBJECT_FILE]) loaded.push(await load(file));
+    for (const path of files) loaded.push(await load(path));
   } catch (err) {
     closeAll();
+    migration?.abort();
     throw err;
+  }
+  let migrated: MigratedMap[] = [];
+  if (migration) {
+    try {
+      migrated = await adoptMaps(migration, loaded, opts.pinDir, log);
+    } catch (err) {
+      closeAll();
+      throw err;
+    }
   }
   const [lxc, host, netdev, overlay] = loaded as [BpfObject, BpfObject, BpfObject, BpfObject];
   try {
@@ -113,10 +139,53 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
       toNetdev: netdev.program(ProgramName.TO_NETDEV),
       toLo: netdev.program(ProgramName.TO_LO),
       fromOverlay: overlay.program(ProgramName.FROM_OVERLAY),
+      migrated,
       close: closeAll,
     };
   } catch (err) {
     closeAll();
     throw new DatapathError('failed', (err as Error).message, [], '', { cause: err });
+  }
+}
+
+/**
+ * The objects are loaded on the staging pins: fill the new maps, swap the
+ * programs on every hook, carry over what the old programs added meanwhile,
+ * and move the new pins to the real names. A failure before the swap leaves
+ * the old build running on its maps as it was; after a swap that failed part
+ * way the new maps still take the pins (some hooks run the new programs on
+ * them) and the error is thrown: the agent's attach puts the new programs
+ * on the rest when it starts again.
+ */
+async function adoptMaps(migration: MapMigration, objects: readonly BpfObject[], pinDir: string, log: Logger): Promise<MigratedMap[]> {
+  const newMaps = new Map<string, RawMap>();
+  for (const p of migration.plans) {
+    const m = objects.map((o) => o.maps.get(p.name)).find((x) => x !== undefined);
+    if (m) newMaps.set(p.name, m.map);
+  }
+  let swap: ProgramSwap;
+  try {
+    swap = await ProgramSwap.findHooks(pinDir, objects.flatMap((o) => [...o.programs.values()]), migration.oldMapIds, log);
+  } catch (err) {
+    migration.abort();
+    throw new DatapathError('failed', `finding the hooks of the old build failed (it runs on as it was): ${(err as Error).message}`, [], '', { cause: err });
+  }
+  try {
+    try {
+      await migration.copy(newMaps);
+      await migration.catchUp(false);
+    } catch (err) {
+      migration.abort();
+      throw new DatapathError('failed', `carrying the pinned maps over to the new layout failed before the programs were swapped (the old build runs on as it was): ${(err as Error).message}`, [], '', { cause: err });
+    }
+    let swapError: unknown;
+    // The pods' hooks first (see ProgramSwap.swap).
+    await swap.swap(new Set<string>([ProgramName.FROM_CONTAINER, ProgramName.TO_CONTAINER])).catch((err: unknown) => (swapError = err));
+    await migration.catchUp(true);
+    const done = migration.finish();
+    if (swapError !== undefined) throw new DatapathError('failed', `swapping the programs to the new build failed part way: ${(swapError as Error).message}`, [], '', { cause: swapError });
+    return done;
+  } finally {
+    swap.close();
   }
 }

@@ -7,7 +7,7 @@
  */
 export * as codec from './codec.js';
 export type { Codec, CodecValue, LpmKey, StructValue } from './codec.js';
-export { AttachType, BPFFS_ROOT, LinkType, MAP_OF_MAPS_TYPES, MapFlag, MapType, type MapTypeName, ProgType, TcAction, UpdateFlag, type UpdateMode } from './constants.js';
+export { AttachType, BPFFS_ROOT, LinkType, MAP_OF_MAPS_TYPES, MAX_OBJ_NAME, MapFlag, MapType, type MapTypeName, PER_CPU_MAP_TYPES, ProgType, TcAction, UpdateFlag, type UpdateMode } from './constants.js';
 export { possibleCpus, parseCpuList } from './cpus.js';
 export { bpffsOrigin, PRIVATE_BPFFS_FIX, type BpffsOrigin } from './bpffsOrigin.js';
 export { ensureBpffs, isOnBpffs, mkdirPinDir, removePinDir, unpin } from './bpffs.js';

@@ -34,6 +34,10 @@ export interface NativeMapInfo {
   valueBufferSize: number;
   maxEntries: number;
   flags: number;
+  /** The map's BTF object and its key and value types there (0 = the map was made without BTF). */
+  btfId: number;
+  btfKeyTypeId: number;
+  btfValueTypeId: number;
 }
 
 export interface NativeMapCreate {

@@ -301,6 +301,9 @@ int tdl_bpf_handle_fill(struct tdl_bpf_handle *h, enum tdl_bpf_kind kind, int fd
 			h->value_size = info.value_size;
 			h->max_entries = info.max_entries;
 			h->map_flags = info.map_flags;
+			h->btf_id = info.btf_id;
+			h->btf_key_type_id = info.btf_key_type_id;
+			h->btf_value_type_id = info.btf_value_type_id;
 			memcpy(h->name, info.name, sizeof(h->name));
 			h->value_buf_size = tdl_bpf_value_buf_size(info.type, info.value_size);
 			if (h->value_buf_size == 0 && info.value_size != 0)

@@ -30,6 +30,10 @@ struct tdl_bpf_handle {
 	uint32_t value_buf_size; /* what lookup/update move: value_size, or per-CPU slots */
 	uint32_t max_entries;
 	uint32_t map_flags;
+	/* The map's BTF and its key and value types in it (0 = none): what an upgrade reads the old layout from. */
+	uint32_t btf_id;
+	uint32_t btf_key_type_id;
+	uint32_t btf_value_type_id;
 	bool batch_unsupported; /* learnt from the kernel's ENOTSUPP */
 	/* programs */
 	uint32_t prog_type;

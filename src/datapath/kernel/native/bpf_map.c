@@ -71,6 +71,9 @@ static napi_value map_info_object(napi_env env, const struct tdl_bpf_handle *h)
 	tdl_set_u32(env, o, "valueBufferSize", h->value_buf_size);
 	tdl_set_u32(env, o, "maxEntries", h->max_entries);
 	tdl_set_u32(env, o, "flags", h->map_flags);
+	tdl_set_u32(env, o, "btfId", h->btf_id);
+	tdl_set_u32(env, o, "btfKeyTypeId", h->btf_key_type_id);
+	tdl_set_u32(env, o, "btfValueTypeId", h->btf_value_type_id);
 	return o;
 }
 
@@ -198,7 +201,7 @@ static napi_value js_map_create(napi_env env, napi_callback_info info)
 	return promise;
 }
 
-/* mapInfo(handle) → {name, id, type, keySize, valueSize, valueBufferSize, maxEntries, flags} */
+/* mapInfo(handle) → {name, id, type, keySize, valueSize, valueBufferSize, maxEntries, flags, btfId, btfKeyTypeId, btfValueTypeId} */
 static napi_value js_map_info(napi_env env, napi_callback_info info)
 {
 	size_t argc = 1;

@@ -1,3 +1,4 @@
+import { Serializer } from '../async/keyedSerializer.js';
 import { mkdir } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { tendrilVersion } from '../version.js';
@@ -133,7 +134,7 @@ export class Agent {
   private remoteNodes: RemoteNodes | undefined;
   private unsubscribePodCidrs: (() => void) | undefined;
   /** The own record's writes, in order (publishOwnNode). */
-  private publishing: Promise<void> = Promise.resolve();
+  private readonly publishing = new Serializer();
   /** The Kubernetes watchers; absent when Kubernetes is off. */
   private kubernetes: AgentKubernetes | undefined;
   private stopping: Promise<void> | undefined;
@@ -432,7 +433,7 @@ export class Agent {
     this.unsubscribePodCidrs?.();
     this.unsubscribePodCidrs = undefined;
     await this.remoteNodes?.stop();
-    await this.publishing;
+    await this.publishing.settled();
     // The record stays: the lease keeps it while a restarted agent takes over, its expiry removes it.
     await this.nodeRegistry?.stop();
   }
@@ -467,8 +468,8 @@ export class Agent {
   private publishOwnNode(why: string): void {
     const registry = this.nodeRegistry;
     if (!registry) return;
-    this.publishing = this.publishing
-      .then(async () => registry.update(await this.ownNodeRecord()))
+    void this.publishing
+      .run(async () => registry.update(await this.ownNodeRecord()))
       .catch((err: unknown) => this.log.error({ err, why }, 'publishing this node\'s record failed'));
   }
 

@@ -488,6 +488,7 @@ export class Agent {
       policyRevision: () => this.policy.revision,
       policiesLost: () => this.policyLedger.lost().length,
       deletionQueueDepth: () => this.deletionQueueDepth(),
+      ipcacheMapWrites: () => this.datapath.ipcacheWriteStats?.(),
       ...(observability ? { datapath: pinnedDatapathSource(observability.bpf.inspector) } : {}),
     };
   }

@@ -6,7 +6,8 @@ import { buildServer, checkSocketPath, listenOnSocket } from '../api/server/serv
 import type { AgentApi } from '../api/server/server.js';
 import type { Datapath } from '../datapath/types.js';
 import type { Underlay } from '../datapath/linux/underlay.js';
-import { EndpointManager, EndpointStore, PolicyRevisions, UndoList } from '../endpoint/index.js';
+import { EndpointManager, EndpointStore, PolicyRevisions } from '../endpoint/index.js';
+import { UndoList } from '../async/undoList.js';
 import { IdentityAllocator, NodeLease } from '../identity/index.js';
 import { attachmentOfOwner, IpamProvider, ipamOwner } from '../ipam/index.js';
 import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries } from '../ipcache/index.js';
@@ -201,16 +202,16 @@ export class Agent {
     this.observability = bpfObservabilityOf(datapath, log, identities, this.policy);
     // Newest first: the nodes go after the endpoints, the endpoints after the services, and first of
     // all the API server and the watchers, so nothing changes the subsystems while they stop.
-    teardown.push('node registry', () => this.ownNode.stop());
-    teardown.push('endpoints', () => this.endpoints.stop());
-    teardown.push('services', () => this.services.stop());
-    teardown.push('endpoint subscription', async () => unsubscribeEndpoints());
-    teardown.push('policy ledger', () => this.policyLedger.stop());
-    teardown.push('policy store', () => this.policyStore.stop());
-    teardown.push('bpf observability', async () => this.observability?.stop());
-    teardown.push('kubernetes', async () => this.kubernetes?.stop());
-    teardown.push('metrics server', async () => this.metricsServer?.close());
-    teardown.push('API server', async () => this.server?.close());
+    teardown.add(() => this.ownNode.stop(), 'node registry');
+    teardown.add(() => this.endpoints.stop(), 'endpoints');
+    teardown.add(() => this.services.stop(), 'services');
+    teardown.add(async () => unsubscribeEndpoints(), 'endpoint subscription');
+    teardown.add(() => this.policyLedger.stop(), 'policy ledger');
+    teardown.add(() => this.policyStore.stop(), 'policy store');
+    teardown.add(async () => this.observability?.stop(), 'bpf observability');
+    teardown.add(async () => this.kubernetes?.stop(), 'kubernetes');
+    teardown.add(async () => this.metricsServer?.close(), 'metrics server');
+    teardown.add(async () => this.server?.close(), 'API server');
   }
 
   /**
@@ -272,28 +273,28 @@ export class Agent {
       bpffsRoot: config.bpffsRoot,
       ...(config.kvstore === 'embedded' ? { kvstorePath: config.kvstoreOpts['embedded.path'] ?? defaultEmbeddedPath(config.libDir) } : {}),
     });
-    const teardown = new UndoList(log, { during: 'agent teardown' });
+    const teardown = new UndoList();
     // Pushed first, run last: handles only, so programs and maps stay in force while the agent is down.
     let opened: AgentDatapath | undefined;
-    teardown.push('datapath handles', async () => opened?.close());
+    teardown.add(async () => opened?.close(), 'datapath handles');
     try {
       const metrics = new AgentMetrics();
       const backend = countedBackend(await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) }), metrics);
-      teardown.push('kvstore', () => backend.close());
+      teardown.add(() => backend.close(), 'kvstore');
       const ipam = new IpamProvider(config, backend, log.child({ subsys: 'ipam' }));
       await ipam.start();
-      teardown.push('IPAM', () => ipam.stop());
+      teardown.add(() => ipam.stop(), 'IPAM');
       // The lease is not revoked at stop: another agent start within its TTL keeps this node's entries alive.
       const lease = new NodeLease(backend, { ttlSeconds: config.leaseTtlSeconds, logger: log.child({ subsys: 'lease' }) });
-      teardown.push('node lease', () => lease.stop());
+      teardown.add(() => lease.stop(), 'node lease');
       const identities = new IdentityAllocator({ backend, nodeName: config.nodeName, lease, logger: log.child({ subsys: 'identity' }) });
       await identities.start();
-      teardown.push('identities', () => identities.close());
+      teardown.add(() => identities.close(), 'identities');
       const ipcache = new IPCache({ logger: log.child({ subsys: 'ipcache' }) });
       const nodeIp = basics.ip ?? ipam.routerAddresses().find((r) => r.family === 4)?.ip ?? ipam.routerAddresses()[0]?.ip ?? '0.0.0.0';
       const ipcacheSync = new KvstoreIPCacheSync({ backend, ipcache, nodeName: config.nodeName, nodeIP: nodeIp, lease, logger: log.child({ subsys: 'ipcache' }) });
       await ipcacheSync.start();
-      teardown.push('ipcache sync', () => ipcacheSync.stop());
+      teardown.add(() => ipcacheSync.stop(), 'ipcache sync');
       // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.
       opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu, nodeIp });
       const foundation = { backend, lease, ipam, identities, ipcache, ipcacheSync, nodeIp, metrics };
@@ -302,7 +303,7 @@ export class Agent {
       await agent.serve(deps, basics);
       return agent;
     } catch (err) {
-      await teardown.rollBack();
+      await teardown.rollBack(log, 'rollback step failed', { during: 'agent teardown' });
       throw err;
     }
   }
@@ -416,7 +417,7 @@ export class Agent {
   }
 
   private async stopOnce(): Promise<void> {
-    await this.teardown.rollBack();
+    await this.teardown.rollBack(this.log, 'rollback step failed', { during: 'agent teardown' });
     await this.nodeClaim?.release();
     this.log.info('agent stopped; pod networking left in place');
   }

@@ -270,6 +270,7 @@ export function metricsSources(p: AgentParts): AgentMetricsSources {
     policyRevision: () => p.policy.revision,
     policiesLost: () => p.policyLedger.lost().length,
     deletionQueueDepth: () => deletionQueueDepth(deletionQueueSockets(p.config.socket, p.config.stateDir)),
+    ipcacheMapWrites: () => p.datapath.ipcacheWriteStats?.(),
     ...(observability ? { datapath: pinnedDatapathSource(observability.bpf.inspector) } : {}),
   };
 }

@@ -15,14 +15,14 @@ import {
   validAttachments,
 } from '../cni/index.js';
 import { isDatapathError } from '../datapath/types.js';
+import { KeyedSerializer } from '../async/keyedSerializer.js';
+import { UndoList } from '../async/undoList.js';
 import {
   type Endpoint,
   type EndpointAddress,
   type EndpointManager,
   type EndpointStatus,
-  KeyedMutex,
   StepTimer,
-  UndoList,
 } from '../endpoint/index.js';
 import type { LabelSet } from '../labels/index.js';
 import { formatIp, formatPrefix, hostPrefix, ipFamilyOf, parseIp } from '../netip/index.js';
@@ -99,7 +99,7 @@ export interface PodLabelSource {
  * the endpoint's first regeneration is in force.
  */
 export class CniService {
-  private readonly locks = new KeyedMutex();
+  private readonly locks = new KeyedSerializer();
 
   constructor(private readonly d: CniServiceDeps) {}
 
@@ -184,10 +184,10 @@ export class CniService {
     if (previous) await endpoints.delete(previous.id, { netns: call.netns, lease: ownerLease([allocator], owner) });
 
     const timer = new StepTimer();
-    const undo = new UndoList(log, { containerId: call.containerId });
+    const undo = new UndoList();
     try {
       const allocations: Allocation[] = [];
-      undo.push('release addresses', () => allocator.releaseOwner(owner));
+      undo.add(() => allocator.releaseOwner(owner), 'release addresses');
       for (const family of served) {
         const ip = wanted.find((w) => ipFamilyOf(w) === family);
         try {
@@ -232,7 +232,7 @@ export class CniService {
       if (this.d.kubernetes && pod.namespace && pod.name) this.d.kubernetes.endpointCreated(pod.namespace, pod.name);
       return this.result(call, ep);
     } catch (err) {
-      await undo.rollBack();
+      await undo.rollBack(log, 'rollback step failed', { containerId: call.containerId });
       throw err;
     }
   }

@@ -290,6 +290,8 @@ export interface Datapath {
   restoreDone?(live: ReadonlyArray<{ id: number; hostIfName: string }>): Promise<void>;
   /** Where its programs are attached, as the kernel has them; absent on datapaths without programs. */
   attachmentStatus?(): Promise<AttachmentReport>;
+  /** The ipcache map's failed writes (each retried until it lands) and the prefixes still waiting; absent on datapaths without the map. */
+  ipcacheWriteStats?(): { readonly failed: number; readonly pending: number };
   /** Host device, forwarding and masquerading; idempotent, run at every agent start. */
   setupNode(spec: NodeNetworkSpec): Promise<void>;
   /** What `path` names; callers use a path for a pod only when this says `pod`. */

@@ -7,7 +7,6 @@ export { ENDPOINT_STATES, EndpointSchema, EndpointAddressSchema, type Endpoint, 
 export { EndpointStore, QUARANTINE_DIR, type LoadResult, type QuarantinedRecord, type QuarantineHolds, type RestoreProblem } from './endpointStore.js';
 export { EndpointError, EndpointErrorCode, isEndpointError } from './errors.js';
 export { endpointOwner } from './identityBinder.js';
-export { KeyedMutex } from './keyedMutex.js';
 export {
   EndpointManager,
   podAddress,
@@ -26,5 +25,4 @@ export { PolicyRevisions, type EndpointNotReady, type PolicyChange, type PolicyC
 export { RegenerationQueue } from './regenerationQueue.js';
 export { ENDPOINT_REF, MAX_ENDPOINT_ID } from './registry.js';
 export { StepTimer } from './stepTimer.js';
-export { UndoList } from './undo.js';
 export { patchedLabels, type LabelPatch } from './labelPatch.js';

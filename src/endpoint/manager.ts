@@ -8,12 +8,12 @@ import type { Endpoint, EndpointAddress, EndpointState } from './endpoint.js';
 import type { EndpointStore, QuarantinedRecord } from './endpointStore.js';
 import { EndpointError, EndpointErrorCode, isEndpointError } from './errors.js';
 import { EndpointIdentityBinder } from './identityBinder.js';
-import { KeyedMutex } from './keyedMutex.js';
+import { KeyedSerializer } from '../async/keyedSerializer.js';
 import type { PolicyChange, PolicyRevisions } from './policyRevisions.js';
 import { RegenerationQueue } from './regenerationQueue.js';
 import { EndpointRegistry } from './registry.js';
 import { StepTimer } from './stepTimer.js';
-import { UndoList } from './undo.js';
+import { UndoList } from '../async/undoList.js';
 
 /**
  * The addresses an endpoint is created with, as IPAM holds them for it. The
@@ -180,7 +180,7 @@ export function unmountedNetnsMessage(path: string): string {
 export class EndpointManager {
   readonly #registry = new EndpointRegistry();
   readonly #runtime = new Map<number, Runtime>();
-  readonly #locks = new KeyedMutex();
+  readonly #locks = new KeyedSerializer();
   readonly #binder: EndpointIdentityBinder;
   readonly #unsubscribe: Array<() => void> = [];
   readonly #stateListeners = new Set<EndpointStateListener>();
@@ -315,13 +315,13 @@ export class EndpointManager {
       if (holder) throw new EndpointError(EndpointErrorCode.CONFLICT, `host interface ${holder.hostIfName} already exists and belongs to endpoint ${holder.id} (container ${holder.containerId})`);
       const { datapath, log } = this.o;
       const addresses = spec.addresses.map(podAddress);
-      const undo = new UndoList(log, { containerId: spec.containerId, ifName: spec.ifName });
+      const undo = new UndoList();
       try {
         const timer = spec.timer ?? new StepTimer();
         // A failed addPod removed what it made itself; undoing before it succeeded could only
         // remove what was there before (another attachment's interface).
         const net = await datapath.addPod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, mtu: spec.mtu, addresses });
-        undo.push('remove pod network', () => datapath.removePod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, addresses }));
+        undo.add(() => datapath.removePod({ containerId: spec.containerId, netns: spec.netns, ifName: spec.ifName, addresses }), 'remove pod network');
         timer.mark('links');
         this.o.faultPoint?.('after-datapath');
         const ep = this.#newModel(spec, this.#registry.allocateId(), net);
@@ -329,7 +329,7 @@ export class EndpointManager {
         log.info({ endpoint: ep.id, identity: ready.identity, containerId: spec.containerId, ifName: spec.ifName, addresses: ep.addresses.map((a) => a.ip), policyRevision: ready.policyRevision }, 'endpoint created');
         return ready;
       } catch (err) {
-        await undo.rollBack();
+        await undo.rollBack(log, 'rollback step failed', { containerId: spec.containerId, ifName: spec.ifName });
         throw err;
       }
     });
@@ -347,7 +347,7 @@ export class EndpointManager {
       if (spec.id !== undefined && this.#registry.get(spec.id)) throw new EndpointError(EndpointErrorCode.CONFLICT, `endpoint ID ${spec.id} is taken`);
       const { datapath, log } = this.o;
       const addresses = spec.addresses.map(podAddress);
-      const undo = new UndoList(log, { containerId: spec.containerId, hostIfName: spec.hostIfName });
+      const undo = new UndoList();
       try {
         let net: { hostIfIndex: number; hostMac: string };
         try {
@@ -357,13 +357,13 @@ export class EndpointManager {
           if (isDatapathError(err, 'refused', 'not-found', 'netns-gone')) throw new EndpointError(EndpointErrorCode.INVALID_ARGUMENT, err.message, { cause: err });
           throw err;
         }
-        undo.push('remove host routes', () => datapath.releaseAdoptedPod({ hostIfName: spec.hostIfName, addresses }));
+        undo.add(() => datapath.releaseAdoptedPod({ hostIfName: spec.hostIfName, addresses }), 'remove host routes');
         const ep: Endpoint = { ...this.#newModel(spec, spec.id ?? this.#registry.allocateId(), { hostIfName: spec.hostIfName, hostIfIndex: net.hostIfIndex, hostMac: net.hostMac, podMac: '' }), adopted: true };
         const ready = await this.#commit(ep, lease, undo);
         log.info({ endpoint: ep.id, identity: ready.identity, containerId: spec.containerId, hostIfName: spec.hostIfName }, 'endpoint adopted');
         return ready;
       } catch (err) {
-        await undo.rollBack();
+        await undo.rollBack(log, 'rollback step failed', { containerId: spec.containerId, hostIfName: spec.hostIfName });
         throw err;
       }
     });
@@ -680,17 +680,17 @@ export class EndpointManager {
   async #commit(ep: Endpoint, lease: AddressLease, undo: UndoList, timer = new StepTimer()): Promise<EndpointStatus> {
     const { store, policy } = this.o;
     this.#register(ep);
-    undo.push('unregister endpoint', () => this.#forget(ep.id));
-    undo.push('remove endpoint state', () => store.remove(ep.id));
+    undo.add(() => this.#forget(ep.id), 'unregister endpoint');
+    undo.add(() => store.remove(ep.id), 'remove endpoint state');
     const bound = await this.#binder.bind(ep);
     timer.mark('identity');
-    undo.push('release identity and ipcache entries', async () => {
+    undo.add(async () => {
       this.#binder.withdraw(bound);
       await this.#binder.release(bound.identity!);
-    });
+    }, 'release identity and ipcache entries');
     this.#update(bound);
     policy.upsertEndpoint({ id: ep.id, identity: bound.identity! });
-    undo.push('remove endpoint policy', async () => policy.removeEndpoint(ep.id));
+    undo.add(() => policy.removeEndpoint(ep.id), 'remove endpoint policy');
     this.#setState(ep.id, 'waiting-to-regenerate');
     await this.#runtime.get(ep.id)!.queue.request();
     timer.mark('policy');

@@ -58,3 +58,22 @@ test('an identity that changes a bound endpoint\'s map moves the revision; one t
   assert.ok(policy.snapshot(1).entries.some((e) => e.key.identity === web.id));
   assert.equal(policy.snapshot(1).revision, rev + 1);
 });
+
+test('the engine is changed only through PolicyRevisions: others get it read-only, and what it answers follows the changes', () => {
+  const { identities, policy } = world();
+  const db = identities.allocatePod('prod', { app: 'db' });
+  policy.upsertEndpoint({ id: 1, identity: db.id });
+  const readOnly = policy.engine;
+  // Compile-time half: a change through the read-only engine does not type-check (tsc fails the build if it did).
+  const bypass = () => {
+    // @ts-expect-error the engine's changes are PolicyRevisions' alone
+    readOnly.importText(DB_FROM_WEB);
+    // @ts-expect-error the engine's changes are PolicyRevisions' alone
+    readOnly.upsertEndpoint({ id: 2, identity: db.id });
+  };
+  assert.equal(typeof bypass, 'function');
+  policy.importText(DB_FROM_WEB);
+  assert.equal(readOnly.revision, policy.engine.revision);
+  assert.deepEqual(readOnly.endpointIds(), [1]);
+  assert.ok(readOnly.endpointPolicy(1).entries.length > 0, 'the read-only view sees the imported policy');
+});

@@ -7,6 +7,7 @@ import type {
   MapEntry,
   Policy,
   PolicyEngine,
+  PolicyEngineReader,
   PolicyFilter,
   PolicyImportResult,
   PolicyMapOverflowError,
@@ -56,20 +57,28 @@ export type PolicyChangeListener = (change: PolicyChange) => void;
  * is imported or deleted, or any already-bound endpoint's map state changes.
  * An endpoint joining the engine does not move it: only that endpoint's own
  * map is new, and its first regeneration realizes the current revision.
- * Every mutation goes through here, and listeners (the endpoint manager)
- * learn which endpoints to regenerate.
+ * Every mutation goes through here (others get the engine read-only), and
+ * listeners (the endpoint manager) learn which endpoints to regenerate.
  */
 export class PolicyRevisions {
   #revision: number;
   readonly #listeners = new Set<PolicyChangeListener>();
   readonly #revisionListeners = new Set<(revision: number) => void>();
 
+  readonly #engine: PolicyEngine;
+
   /** `log`: where each policy added, updated or deleted is said, whatever brought it (the API, the kvstore, Kubernetes). */
   constructor(
-    readonly engine: PolicyEngine,
+    engine: PolicyEngine,
     private readonly log?: Logger,
   ) {
+    this.#engine = engine;
     this.#revision = engine.revision;
+  }
+
+  /** The engine's answers (endpoint policies, selectors, traces); its changes go through this class only. */
+  get engine(): PolicyEngineReader {
+    return this.#engine;
   }
 
   /**
@@ -110,13 +119,13 @@ export class PolicyRevisions {
 
   /** Parses and imports policy documents, all or nothing. */
   importText(text: string): PolicyChange & { policies: readonly PolicyName[] } {
-    const before = this.engine.revision;
-    const r = this.engine.importText(text);
+    const before = this.#engine.revision;
+    const r = this.#engine.importText(text);
     return this.#imported(r, before);
   }
 
   #imported(r: PolicyImportResult, before: number): PolicyChange & { policies: readonly PolicyName[] } {
-    const change = { ...this.#apply(r, this.engine.revision !== before), policies: r.policies };
+    const change = { ...this.#apply(r, this.#engine.revision !== before), policies: r.policies };
     const replaced = new Set(r.replaced.map(formatPolicyName));
     this.#logPolicies('policy added', r.policies.filter((n) => !replaced.has(formatPolicyName(n))));
     this.#logPolicies('policy updated', r.replaced);
@@ -125,40 +134,40 @@ export class PolicyRevisions {
 
   /** Adds or replaces already-parsed policies (the policy store's import and restore). */
   upsertPolicies(policies: readonly Policy[]): PolicyChange & { policies: readonly PolicyName[] } {
-    const before = this.engine.revision;
-    const r = this.engine.upsertPolicies(policies);
+    const before = this.#engine.revision;
+    const r = this.#engine.upsertPolicies(policies);
     return this.#imported(r, before);
   }
 
   /** Deletes the matching policies (PolicyNotFoundError when none match). */
   deletePolicies(filter: PolicyFilter): PolicyChange & { deleted: readonly PolicyName[] } {
-    const before = this.engine.revision;
-    const r = this.engine.deletePolicies(filter);
-    const change = { ...this.#apply(r, this.engine.revision !== before), deleted: r.deleted };
+    const before = this.#engine.revision;
+    const r = this.#engine.deletePolicies(filter);
+    const change = { ...this.#apply(r, this.#engine.revision !== before), deleted: r.deleted };
     this.#logPolicies('policy deleted', r.deleted);
     return change;
   }
 
   policies(filter?: PolicyFilter): Policy[] {
-    return this.engine.policies(filter);
+    return this.#engine.policies(filter);
   }
 
   identitiesChanged(added: readonly Identity[], removed: readonly number[]): PolicyChange {
-    return this.#apply(this.engine.identitiesChanged(added, removed), false);
+    return this.#apply(this.#engine.identitiesChanged(added, removed), false);
   }
 
   /** Adds an endpoint or changes its identity; the change lists it with the others affected. */
   upsertEndpoint(info: EndpointInfo): PolicyChange {
-    return this.#apply(this.engine.upsertEndpoint(info), false, info.id);
+    return this.#apply(this.#engine.upsertEndpoint(info), false, info.id);
   }
 
   removeEndpoint(id: number): PolicyChange {
-    return this.#apply(this.engine.removeEndpoint(id), false, id);
+    return this.#apply(this.#engine.removeEndpoint(id), false, id);
   }
 
   /** The endpoint's map state now, at the current revision (the engine throws UnknownEndpointError for an unknown endpoint). */
   snapshot(endpointId: number): EndpointPolicySnapshot {
-    const p = this.engine.endpointPolicy(endpointId);
+    const p = this.#engine.endpointPolicy(endpointId);
     return { revision: this.#revision, identity: p.identity, entries: p.entries, ...(p.error ? { error: p.error } : {}) };
   }
 

@@ -16,7 +16,7 @@ import {
   type Identity,
 } from './identity.js';
 import { IdentityTable, type IdentityEvent, type IdentityListener } from './identityTable.js';
-import { KeyedSerializer } from './keyedSerializer.js';
+import { KeyedSerializer } from '../async/keyedSerializer.js';
 import { IdentityKeys } from './keys.js';
 import { KvstoreIdentities, type GcResult } from './kvstoreIdentities.js';
 import { LocalIdentityAllocator } from './localAllocator.js';

@@ -8,7 +8,6 @@ import {
   IdentityError,
   IdentityErrorCode,
   IdentityKeys,
-  KeyedSerializer,
   LOCAL_IDENTITY_SCOPE,
   NodeLease,
   parseIdentityNumber,
@@ -95,26 +94,6 @@ describe('LocalIdentityAllocator', () => {
     assert.equal(a.release(first.identity.id), true);
     assert.throws(() => a.release(first.identity.id), isCode(IdentityErrorCode.NOT_ALLOCATED));
     assert.equal(a.allocate(l, LOCAL_IDENTITY_SCOPE + 77).identity.id, LOCAL_IDENTITY_SCOPE + 77);
-  });
-});
-
-describe('KeyedSerializer', () => {
-  test('one key runs in call order; a failure does not block the key', async () => {
-    const s = new KeyedSerializer();
-    const order: string[] = [];
-    const slow = s.run('k', async () => {
-      await new Promise((r) => setTimeout(r, 20));
-      order.push('a');
-    });
-    const failing = s.run('k', async () => {
-      order.push('b');
-      throw new Error('boom');
-    });
-    const other = s.run('other', async () => order.push('x'));
-    const last = s.run('k', async () => order.push('c'));
-    await Promise.all([slow, failing.catch(() => undefined), other, last]);
-    assert.deepEqual(order, ['x', 'a', 'b', 'c']);
-    await s.idle();
   });
 });
 

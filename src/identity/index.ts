@@ -34,4 +34,3 @@ export { type GcResult } from './kvstoreIdentities.js';
 export { IdentityKeys } from './keys.js';
 export { NodeLease, withLease, type LeaseProvider, type NodeLeaseOptions, DEFAULT_LEASE_TTL_SECONDS } from './nodeLease.js';
 export { ListWatcher, type ListWatchHandler, type ListWatchOptions } from './listWatch.js';
-export { KeyedSerializer } from './keyedSerializer.js';

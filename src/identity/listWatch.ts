@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Backoff } from '../async/backoff.js';
 import type { Logger } from '../logging/logger.js';
 import { CompactedError } from '../kvstore/errors.js';
 import type { Backend, KeyValue, Watch, WatchEvent } from '../kvstore/types.js';
@@ -21,6 +22,9 @@ export interface ListWatchOptions {
   /** Delay before re-listing after a non-compaction failure (doubles up to 5 s). */
   retryMs?: number;
 }
+
+/** Re-listing after failures backs off up to this. */
+const MAX_RELIST_DELAY_MS = 5000;
 
 export class ListWatcher {
   readonly #backend: Backend;
@@ -85,7 +89,9 @@ export class ListWatcher {
     this.#watch = undefined;
     await failed.close().catch((e: unknown) => this.#logger?.debug({ err: e }, 'closing a failed watch'));
     this.#logger?.warn({ err, prefix: this.#prefix, compacted: err instanceof CompactedError }, 'watch failed; listing again');
-    let delay = err instanceof CompactedError ? 0 : this.#retryMs;
+    const backoff = new Backoff({ initialMs: this.#retryMs, maxMs: MAX_RELIST_DELAY_MS });
+    // A compacted revision is no fault of the store: list again at once.
+    let delay = err instanceof CompactedError ? 0 : backoff.next();
     while (!this.#stopped) {
       if (delay > 0) await sleep(delay);
       try {
@@ -94,7 +100,7 @@ export class ListWatcher {
         return;
       } catch (e) {
         this.#logger?.warn({ err: e, prefix: this.#prefix }, 're-list failed; retrying');
-        delay = Math.min(5000, Math.max(this.#retryMs, delay * 2));
+        delay = backoff.next();
       }
     }
   }

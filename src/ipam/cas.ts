@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Backoff } from '../async/backoff.js';
 import { IpamError, IpamErrorCode } from './errors.js';
 import type { IpamStats } from './types.js';
 
@@ -19,6 +20,8 @@ export function newStats(): IpamStats {
  * retrying immediately only loses again.
  */
 export async function casLoop<T>(stats: IpamStats, what: string, maxRetries: number, attempt: () => Promise<T | typeof RETRY>): Promise<T> {
+  // From the third lost race on: 4 ms, doubling up to 50 ms, each a random part of that.
+  const backoff = new Backoff({ initialMs: 4, maxMs: 50, jitter: 'full' });
   for (let i = 0; ; i++) {
     const r = await attempt();
     if (r !== RETRY) return r;
@@ -27,6 +30,6 @@ export async function casLoop<T>(stats: IpamStats, what: string, maxRetries: num
       throw new IpamError(IpamErrorCode.CONFLICT, `${what}: gave up after ${maxRetries} lost compare-and-swap races`);
     }
     stats.casRetries += 1;
-    if (i >= 2) await sleep(Math.random() * Math.min(50, 2 ** i));
+    if (i >= 2) await sleep(backoff.next());
   }
 }

@@ -1,3 +1,4 @@
+import { Serializer } from '../async/keyedSerializer.js';
 import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpFamily, IpamStats, ReleaseIpOptions } from './types.js';
 
 /**
@@ -8,14 +9,12 @@ import type { AllocateRequest, Allocation, Allocator, GcOptions, GcReport, IpFam
  * nodes still race through CAS as before.
  */
 export class SerialAllocator implements Allocator {
-  private tail: Promise<unknown> = Promise.resolve();
+  private readonly queue = new Serializer();
 
   constructor(private readonly inner: Allocator) {}
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.tail.then(fn, fn);
-    this.tail = run.catch(() => undefined);
-    return run;
+    return this.queue.run(fn);
   }
 
   get mode() {

@@ -1,3 +1,4 @@
+import { z } from 'zod';
 import { familyBits, formatIp, tryParseIp, tryParsePrefix, type IpPrefix } from '../netip/index.js';
 import { isGlobalIdentityNumber, ReservedIdentity } from '../identity/index.js';
 
@@ -29,6 +30,16 @@ export function encodeValue(v: KvIpcacheValue): string {
   return JSON.stringify({ identity: v.identity, hostIP: v.hostIP, node: v.node, owner: v.owner });
 }
 
+/** The value as any node may have written it: outside input, checked on every read. */
+const KvIpcacheValueSchema = z.object({
+  // Only identities that mean the same on every node may cross nodes; a
+  // node-local number published by mistake would alias another node's CIDR.
+  identity: z.number().refine((id) => isGlobalIdentityNumber(id) || (Number.isInteger(id) && id >= 0 && id <= ReservedIdentity.WorldIpv6), { error: 'is not a cluster-wide identity' }),
+  hostIP: z.string().refine((ip) => tryParseIp(ip) !== undefined, { error: 'is not an IP' }),
+  node: z.string().min(1, { error: 'is missing' }),
+  owner: z.string().min(1, { error: 'is missing' }),
+});
+
 /** Decodes a value written by any node; returns a reason string when it is unusable. */
 export function decodeValue(text: string): KvIpcacheValue | string {
   let raw: unknown;
@@ -37,16 +48,7 @@ export function decodeValue(text: string): KvIpcacheValue | string {
   } catch {
     return 'value is not JSON';
   }
-  if (raw === null || typeof raw !== 'object') return 'value is not an object';
-  const v = raw as Record<string, unknown>;
-  const id = v.identity;
-  // Only identities that mean the same on every node may cross nodes; a
-  // node-local number published by mistake would alias another node's CIDR.
-  if (typeof id !== 'number' || !(isGlobalIdentityNumber(id) || (Number.isInteger(id) && id >= 0 && id <= ReservedIdentity.WorldIpv6))) {
-    return `identity ${JSON.stringify(id)} is not a cluster-wide identity`;
-  }
-  if (typeof v.hostIP !== 'string' || tryParseIp(v.hostIP) === undefined) return `hostIP ${JSON.stringify(v.hostIP)} is not an IP`;
-  if (typeof v.node !== 'string' || v.node === '') return 'node is missing';
-  if (typeof v.owner !== 'string' || v.owner === '') return 'owner is missing';
-  return { identity: id, hostIP: v.hostIP, node: v.node, owner: v.owner };
+  const parsed = KvIpcacheValueSchema.safeParse(raw, { reportInput: true });
+  if (!parsed.success) return parsed.error.issues.map((i) => `${i.path.join('.') || 'value'} ${JSON.stringify(i.input)}: ${i.message}`).join('; ');
+  return parsed.data;
 }

@@ -5,6 +5,7 @@
  * policy enforced on it and on its peers, follows). Labels of other sources
  * an endpoint has (`container:`…) are kept.
  */
+import { Backoff } from '../async/backoff.js';
 import { CoreV1Api, type KubeConfig, type V1Namespace, type V1Pod } from '@kubernetes/client-node';
 import { LabelSet, LabelSource } from '../labels/index.js';
 import type { Logger } from '../logging/logger.js';
@@ -61,7 +62,7 @@ export class PodWatcher {
   readonly #retryTimers = new Map<string, NodeJS.Timeout>();
   /** podLabels() callers still waiting: answered at stop(). */
   readonly #waiters = new Set<(labels: LabelSet | undefined) => void>();
-  readonly #attempts = new Map<string, number>();
+  readonly #backoffs = new Map<string, Backoff>();
   #ready = false;
   #stopped = false;
 
@@ -228,7 +229,7 @@ export class PodWatcher {
       }
     }
     if (failure === undefined) {
-      this.#attempts.delete(key);
+      this.#backoffs.delete(key);
       return;
     }
     this.#scheduleRetry(key);
@@ -237,9 +238,9 @@ export class PodWatcher {
   /** Retries with back-off; a retry finds the endpoint gone (deleted meanwhile) and stops there. */
   #scheduleRetry(key: string): void {
     if (this.#stopped || this.#retryTimers.has(key)) return;
-    const attempt = this.#attempts.get(key) ?? 0;
-    this.#attempts.set(key, attempt + 1);
-    const delay = Math.min(this.#retry.maxMs, this.#retry.initialMs * 2 ** Math.min(attempt, 30));
+    let backoff = this.#backoffs.get(key);
+    if (!backoff) this.#backoffs.set(key, (backoff = new Backoff(this.#retry)));
+    const delay = backoff.next();
     const timer = setTimeout(() => {
       this.#retryTimers.delete(key);
       void this.#request(key);

@@ -5,6 +5,7 @@
  * it, a delete removes it. An object the parser refuses is logged and shown
  * in status; the version in force before it (if any) stays in force.
  */
+import { Serializer } from '../async/keyedSerializer.js';
 import { CustomObjectsApi, NetworkingV1Api, type KubeConfig, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from '../logging/logger.js';
 import { formatPolicyName, parsePolicyDocuments, PolicyKind, PolicyError, PolicyErrorCode, type Policy, type PolicyFilter } from '../policy/index.js';
@@ -80,7 +81,7 @@ export class PolicyWatcher {
   readonly #target: K8sPolicyTarget;
   readonly #log: Logger;
   /** Target calls in event order (the target may be asynchronous). */
-  #queue: Promise<void> = Promise.resolve();
+  readonly #queue = new Serializer();
   /**
    * Policies of each kind's first list, handed over in one call once it is
    * in: an agent starting with a thousand policies computes endpoints' policy
@@ -123,11 +124,11 @@ export class PolicyWatcher {
 
   /** Resolves once every target call queued so far has run. */
   settled(): Promise<void> {
-    return this.#queue;
+    return this.#queue.settled();
   }
 
   #enqueue(what: () => unknown): void {
-    this.#queue = this.#queue.then(async () => {
+    void this.#queue.run(async () => {
       await what();
     });
   }

@@ -5,6 +5,7 @@
  * a restart with exponential back-off after an error (the informer stops
  * there), a promise for the first list, status counters, and one object form.
  */
+import { Backoff } from '../async/backoff.js';
 import { ListWatch, Watch, type KubeConfig, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node';
 import { ObjectSerializer } from '@kubernetes/client-node/dist/gen/models/ObjectSerializer.js';
 import type { Logger } from '../logging/logger.js';
@@ -171,7 +172,7 @@ export class ResourceInformer<T extends KubernetesObject> {
   #events = 0;
   #lastEventAt: string | undefined;
   #restarts = 0;
-  #attempt = 0;
+  readonly #backoff: Backoff;
   #lastError: string | undefined;
   #retryTimer: NodeJS.Timeout | undefined;
   #absent = false;
@@ -182,6 +183,7 @@ export class ResourceInformer<T extends KubernetesObject> {
     this.#o = o;
     this.#log = o.logger.child({ resource: o.resource });
     this.#retry = o.retry ?? DEFAULT_RETRY;
+    this.#backoff = new Backoff(this.#retry);
     this.synced = new Promise((resolve) => {
       this.#resolveSynced = resolve;
     });
@@ -191,7 +193,7 @@ export class ResourceInformer<T extends KubernetesObject> {
       connected: () => {
         if (!this.#connected && this.#restarts > 0) this.#log.info({ restarts: this.#restarts }, 'Kubernetes watch reconnected');
         this.#connected = true;
-        this.#attempt = 0;
+        this.#backoff.reset();
       },
       timeoutSeconds: () => timeoutSeconds ?? 300 + Math.floor(Math.random() * 300),
       ...(o.model !== undefined ? { model: o.model } : {}),
@@ -338,8 +340,7 @@ export class ResourceInformer<T extends KubernetesObject> {
     }
     this.#connected = false;
     this.#lastError = describeK8sError(err);
-    const delay = Math.min(this.#retry.maxMs, this.#retry.initialMs * 2 ** Math.min(this.#attempt, 30));
-    this.#attempt++;
+    const delay = this.#backoff.next();
     this.#restarts++;
     this.#log.warn({ error: this.#lastError, retryInMs: delay, restarts: this.#restarts }, 'Kubernetes watch failed; restarting');
     this.#retryTimer = setTimeout(() => {

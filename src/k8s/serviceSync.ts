@@ -8,6 +8,7 @@
  * frontend — because the datapath's conntrack entries name the service by
  * its ID: a new ID would cut every open connection.
  */
+import { Serializer } from '../async/keyedSerializer.js';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { MAX_SERVICE_ID } from '../datapath/limits.js';
 import type { Logger } from '../logging/logger.js';
@@ -96,7 +97,7 @@ export class ServiceSync {
   readonly #skippedLogged = new Map<string, string>();
   /** Updates waiting in the queue, by Service: a later call for the same Service replaces the state it applies. */
   readonly #queued = new Map<string, QueuedUpdate>();
-  #tail: Promise<unknown> = Promise.resolve();
+  readonly #serial = new Serializer();
   #retryTimer: NodeJS.Timeout | undefined;
   #stopped = false;
 
@@ -122,7 +123,7 @@ export class ServiceSync {
     }
     const entry: QueuedUpdate = { svc, slices, done: Promise.resolve() };
     this.#queued.set(key, entry);
-    entry.done = this.#serial(() => {
+    entry.done = this.#serial.run(() => {
       this.#queued.delete(key);
       return this.#update(key, entry.svc, entry.slices);
     });
@@ -134,7 +135,7 @@ export class ServiceSync {
    * the Kubernetes range that no Service wants (left from before a restart).
    */
   initialSyncDone(): Promise<void> {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       this.#index();
       let removed = 0;
       for (const s of this.#services.list()) {
@@ -157,16 +158,10 @@ export class ServiceSync {
     this.#stopped = true;
     clearTimeout(this.#retryTimer);
     this.#retryTimer = undefined;
-    await this.#tail.catch(() => undefined);
+    await this.#serial.settled();
   }
 
   // ---- internals ---------------------------------------------------------------
-
-  #serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.#tail.then(fn, fn);
-    this.#tail = run.catch(() => undefined);
-    return run;
-  }
 
   /** The services the API holds in the Kubernetes range, read once (the first call). */
   #index(): void {
@@ -328,7 +323,7 @@ export class ServiceSync {
     if (this.#stopped || this.#retryTimer !== undefined) return;
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = undefined;
-      void this.#serial(() => this.#retryFailed()).catch((err: unknown) => this.#log.error({ err }, 'retrying Kubernetes frontends failed'));
+      void this.#serial.run(() => this.#retryFailed()).catch((err: unknown) => this.#log.error({ err }, 'retrying Kubernetes frontends failed'));
     }, this.#retryMs);
     this.#retryTimer.unref();
   }

@@ -3,6 +3,7 @@
  * API server, what the agent hands them to change (endpoints' labels,
  * policies) and what they report back (status, this node's Node).
  */
+import type { BackoffOptions } from '../async/backoff.js';
 import type { LabelSet } from '../labels/index.js';
 import type { Policy, PolicyFilter } from '../policy/index.js';
 
@@ -60,9 +61,6 @@ export interface OwnNode {
 }
 
 /** Exponential back-off of an informer restarted after an error. */
-export interface RetryOptions {
-  initialMs: number;
-  maxMs: number;
-}
+export type RetryOptions = BackoffOptions;
 
 export const DEFAULT_RETRY: RetryOptions = Object.freeze({ initialMs: 500, maxMs: 30_000 });

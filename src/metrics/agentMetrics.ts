@@ -42,6 +42,8 @@ export interface AgentMetricsSources {
   deletionQueueDepth(): Promise<number>;
   /** The eBPF datapath's pinned maps; absent without them. */
   datapath?: DatapathMetricsSource;
+  /** The ipcache map's failed writes (retried until they land) and the prefixes still waiting; undefined without the map. */
+  ipcacheMapWrites?(): { readonly failed: number; readonly pending: number } | undefined;
 }
 
 /** Addresses a CIDR holds (`10.0.0.0/24` → 256); IPv6 ranges past 2^53 read as that. */
@@ -164,6 +166,25 @@ export class AgentMetrics {
       async collect() {
         const s = sources();
         if (s) this.set(await s.deletionQueueDepth());
+      },
+    });
+    new Counter({
+      name: 'tendril_ipcache_map_write_failures_total',
+      help: 'Writes and deletes of the datapath ipcache map that failed (a full map); each is retried until it lands, retries are not counted again',
+      registers,
+      collect() {
+        const w = sources()?.ipcacheMapWrites?.();
+        this.reset();
+        if (w) this.inc(w.failed);
+      },
+    });
+    new Gauge({
+      name: 'tendril_ipcache_map_writes_pending',
+      help: 'Prefixes whose datapath ipcache map write or delete failed and waits for its retry: until it lands, packets of that prefix may be classified by an older identity',
+      registers,
+      collect() {
+        const w = sources()?.ipcacheMapWrites?.();
+        if (w) this.set(w.pending);
       },
     });
     new DatapathMetrics(this.registry, () => this.#sources?.datapath);

@@ -9,6 +9,7 @@
  * record is decoded and resolved once, then handed to every client whose
  * filter it passes.
  */
+import { Serializer } from '../async/keyedSerializer.js';
 import type { Logger } from '../logging/logger.js';
 import { RawMap, RingBufferReader } from '../datapath/kernel/bpf/index.js';
 import { decodeRecord, type MonitorContext, resolveEvent } from './decode.js';
@@ -86,7 +87,7 @@ export class MonitorHub {
   /** start() was called: the reader stays open without clients, until close(). */
   #alwaysReading = false;
   /** Reader start/stop, one at a time: two readers on one ring would share its consumer position. */
-  #transition: Promise<void> = Promise.resolve();
+  readonly #transitions = new Serializer();
   #records = 0;
   #undecodable = 0;
   #stale = 0;
@@ -195,9 +196,6 @@ export class MonitorHub {
   }
 
   #serialize(step: () => Promise<void>): Promise<void> {
-    const next = this.#transition.then(step);
-    // A failed step must not wedge the ones after it; its caller sees the failure.
-    this.#transition = next.catch(() => undefined);
-    return next;
+    return this.#transitions.run(step);
   }
 }

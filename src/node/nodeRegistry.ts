@@ -1,3 +1,4 @@
+import { Serializer } from '../async/keyedSerializer.js';
 import type { Logger } from '../logging/logger.js';
 import { NODES_PREFIX } from '../kvstore/keys.js';
 import type { Backend, KeyValue, WatchEvent } from '../kvstore/types.js';
@@ -55,7 +56,7 @@ export class NodeRegistry implements NodeRegistryView {
   /** Store revision of this node's last successful write of its record. */
   #ownRevision = 0;
   /** Own-record writes run one at a time, each writing the newest record. */
-  #writes: Promise<unknown> = Promise.resolve();
+  readonly #writes = new Serializer();
   #unsubscribeLease: (() => void) | undefined;
 
   constructor(o: { backend: Backend; lease: LeaseProvider; nodeName: string; logger?: Logger; keyPrefix?: string }) {
@@ -112,7 +113,7 @@ export class NodeRegistry implements NodeRegistryView {
     this.#unsubscribeLease?.();
     this.#unsubscribeLease = undefined;
     await this.#watcher.stop();
-    await this.#writes;
+    await this.#writes.settled();
   }
 
   list(): NodeRecord[] {
@@ -149,9 +150,7 @@ export class NodeRegistry implements NodeRegistryView {
 
   /** Queues a write of the newest own record; the promise fails with the write. */
   #queueWrite(): Promise<void> {
-    const run = this.#writes.then(() => this.#writeOwn());
-    this.#writes = run.catch(() => undefined);
-    return run;
+    return this.#writes.run(() => this.#writeOwn());
   }
 
   async #writeOwn(): Promise<void> {

@@ -1,3 +1,4 @@
+import { Serializer } from '../async/keyedSerializer.js';
 import type { NodeRoutingDatapath } from '../datapath/types.js';
 import type { LeaseProvider } from '../identity/index.js';
 import type { IPCache } from '../ipcache/index.js';
@@ -65,7 +66,7 @@ export class OwnNode {
   private remoteNodes: RemoteNodes | undefined;
   private unsubscribePodCidrs: (() => void) | undefined;
   /** The own record's writes, in order (publish). */
-  private publishing: Promise<void> = Promise.resolve();
+  private readonly publishing = new Serializer();
 
   constructor(private readonly o: OwnNodeOptions) {}
 
@@ -104,8 +105,8 @@ export class OwnNode {
   publish(why: string): void {
     const registry = this.nodes;
     if (!registry) return;
-    this.publishing = this.publishing
-      .then(async () => registry.update(await this.record()))
+    void this.publishing
+      .run(async () => registry.update(await this.record()))
       .catch((err: unknown) => this.o.logger.error({ err, why }, 'publishing this node\'s record failed'));
   }
 
@@ -113,7 +114,7 @@ export class OwnNode {
     this.unsubscribePodCidrs?.();
     this.unsubscribePodCidrs = undefined;
     await this.remoteNodes?.stop();
-    await this.publishing;
+    await this.publishing.settled();
     // The record stays: the lease keeps it while a restarted agent takes over, its expiry removes it.
     await this.nodes?.stop();
   }

@@ -1,6 +1,7 @@
+import { Backoff } from '../async/backoff.js';
 import type { Logger } from '../logging/logger.js';
 import { ReservedIdentity } from '../identity/constants.js';
-import { KeyedSerializer } from '../identity/index.js';
+import { KeyedSerializer } from '../async/keyedSerializer.js';
 import type { IPCache } from '../ipcache/ipcache.js';
 import { IpcacheSource } from '../ipcache/source.js';
 import { formatPrefix, hostPrefix, tryParseIp } from '../netip/index.js';
@@ -62,7 +63,7 @@ export class RemoteNodes {
   readonly #serial = new KeyedSerializer();
   readonly #installed = new Map<string, Installed>();
   /** Pending retries by node, with the delay the next failure waits. */
-  readonly #retries = new Map<string, { timer: NodeJS.Timeout | undefined; delay: number }>();
+  readonly #retries = new Map<string, { timer: NodeJS.Timeout | undefined; backoff: Backoff }>();
   #unsubscribe: (() => void) | undefined;
   #running = false;
 
@@ -207,11 +208,10 @@ export class RemoteNodes {
 
   #retryLater(name: string): void {
     if (!this.#running) return;
-    const r = this.#retries.get(name) ?? { timer: undefined, delay: this.#retryMs };
+    const r = this.#retries.get(name) ?? { timer: undefined, backoff: new Backoff({ initialMs: this.#retryMs, maxMs: MAX_RETRY_MS }) };
     this.#retries.set(name, r);
     if (r.timer !== undefined) return;
-    const delay = r.delay;
-    r.delay = Math.min(MAX_RETRY_MS, r.delay * 2);
+    const delay = r.backoff.next();
     r.timer = setTimeout(() => {
       r.timer = undefined;
       void this.#schedule(name);

@@ -5,7 +5,7 @@ import { parsePrefix } from '../netip/index.js';
 import { PolicyEngine } from './engine.js';
 import { PolicyErrorCode, PolicyMapOverflowError, PolicyNotFoundError, UnknownIdentityError } from './errors.js';
 import { LocalIdentityTable } from './identities.js';
-import { formatMapKey } from './mapState.js';
+import { formatMapKey, mapKeyString, type MapEntry } from './mapState.js';
 import { parsePortProtocol, portRangeToPrefixes } from './ports.js';
 import { TestWorld } from './testing/world.js';
 import { Proto } from './types.js';
@@ -23,6 +23,14 @@ ${extra}
 ---
 `;
 
+/** What changed between two of an endpoint's maps: keys that appeared or changed verdict, keys that went. */
+function changes(before: readonly MapEntry[], after: readonly MapEntry[]): { upserts: MapEntry[]; deletes: string[] } {
+  const old = new Map(before.map((e) => [mapKeyString(e.key), e]));
+  const upserts = after.filter((e) => old.get(mapKeyString(e.key))?.verdict !== e.verdict);
+  const now = new Set(after.map((e) => mapKeyString(e.key)));
+  return { upserts, deletes: before.filter((e) => !now.has(mapKeyString(e.key))).map((e) => formatMapKey(e.key)) };
+}
+
 describe('PolicyEngine incremental updates', () => {
   test('a new identity yields diffs only for endpoints whose selectors select it', () => {
     const w = new TestWorld();
@@ -30,9 +38,10 @@ describe('PolicyEngine incremental updates', () => {
     const other = w.pod('prod/other', { app: 'other' });
     w.import(allowFrom('db', 'db', 'web'));
     const web = w.identities.allocatePod('prod', { app: 'web' });
+    const before = w.engine.endpointPolicy(db.endpointId).entries;
     const r = w.engine.identitiesChanged([web]);
     assert.deepEqual(r.regenerations.map((x) => x.endpointId), [db.endpointId]);
-    const diff = r.regenerations[0]!.diff;
+    const diff = changes(before, w.engine.endpointPolicy(db.endpointId).entries);
     assert.deepEqual(diff.upserts.map((e) => `${formatMapKey(e.key)} ${e.verdict}`), [`ingress identity=${web.id} TCP/80 allow`]);
     assert.deepEqual(diff.deletes, []);
     w.apply(r.regenerations);
@@ -41,8 +50,9 @@ describe('PolicyEngine incremental updates', () => {
     // An identity nobody selects changes nothing.
     assert.deepEqual(w.engine.identitiesChanged([w.identities.allocatePod('prod', { app: 'zzz' })]).regenerations, []);
     // Its removal deletes exactly its entry.
+    const held = w.engine.endpointPolicy(db.endpointId).entries;
     const gone = w.engine.identitiesChanged([], [web.id]);
-    assert.deepEqual(gone.regenerations.map((x) => x.diff.deletes.map(formatMapKey)), [[`ingress identity=${web.id} TCP/80`]]);
+    assert.deepEqual(gone.regenerations.map((x) => changes(held, w.engine.endpointPolicy(x.endpointId).entries).deletes), [[`ingress identity=${web.id} TCP/80`]]);
   });
 
   test('a policy change regenerates only the endpoints its rules select', () => {
@@ -152,6 +162,7 @@ describe('per-endpoint entry limit', () => {
     engine.upsertEndpoint({ id: 2, identity: small.id });
     const ok = engine.importText(allowFrom('db', 'db', 'web'));
     assert.equal(ok.regenerations[0]!.error, undefined);
+    const held = engine.endpointPolicy(1).entries;
     const webs = Array.from({ length: 8 }, (_, i) => ids.allocatePod('prod', { app: 'web', n: String(i) }));
     const r = engine.identitiesChanged(webs);
     assert.equal(r.regenerations.length, 1);
@@ -159,13 +170,12 @@ describe('per-endpoint entry limit', () => {
     assert.ok(regen.error instanceof PolicyMapOverflowError);
     assert.equal(regen.error.code, PolicyErrorCode.MAP_OVERFLOW);
     assert.equal(regen.entries, 10);
-    assert.deepEqual(regen.diff, { upserts: [], deletes: [] });
     assert.ok(engine.endpointPolicy(1).error instanceof PolicyMapOverflowError);
     assert.equal(engine.endpointPolicy(2).error, undefined);
-    // Back under the limit: the diff starts from the last map the endpoint holds.
+    // Back under the limit: against the last map the endpoint holds, one peer is new.
     const back = engine.identitiesChanged([], webs.slice(1).map((x) => x.id));
     assert.equal(back.regenerations[0]!.error, undefined);
-    assert.deepEqual(back.regenerations[0]!.diff.upserts.map((e) => e.key.identity), [webs[0]!.id]);
+    assert.deepEqual(changes(held, engine.endpointPolicy(1).entries).upserts.map((e) => e.key.identity), [webs[0]!.id]);
   });
 });
 
@@ -183,7 +193,7 @@ describe('per-endpoint entry limit, joining', () => {
     const fits = engine.identitiesChanged([], webs.slice(2).map((x) => x.id));
     const r = fits.regenerations.find((x) => x.endpointId === 7)!;
     assert.equal(r.error, undefined);
-    assert.equal(r.diff.upserts.length, r.entries);
+    assert.equal(engine.endpointPolicy(7).entries.length, r.entries);
   });
 });
 

@@ -1,8 +1,9 @@
 /**
  * PolicyEngine: the control plane the agent drives. It owns the repository,
  * the selector cache and one computed map state per group of endpoints that
- * share an identity and named ports. Every call that changes something returns
- * the per-endpoint diffs to program, for the affected endpoints only:
+ * share an identity and named ports. Every call that changes something names
+ * the endpoints whose map state changed, the only ones to regenerate (what
+ * to write is the map writer's diff of the state against what the map holds):
  *
  *  - a policy change fully recomputes the endpoints its rules select;
  *  - an identity change recomputes only that identity's entries ("slice") in
@@ -12,7 +13,7 @@
 import type { LabelSet } from '../labels/index.js';
 import { PolicyMapOverflowError, UnknownEndpointError, UnknownIdentityError } from './errors.js';
 import { traceFlow, type EvaluationContext, type Subject, type TraceResult } from './evaluate.js';
-import { diffEntries, EMPTY_DIFF, isEmptyDiff, MapState, mapKeyString, type MapEntry, type MapKey, type MapStateDiff } from './mapState.js';
+import { MapState, mapKeyString, type MapEntry, type MapKey } from './mapState.js';
 import { PolicyMapBuilder } from './policyMapEntries.js';
 import { PolicyRepository, type PolicyFilter } from './repository.js';
 import { resolvePolicy, type ResolvedPolicy } from './resolvedPolicy.js';
@@ -41,9 +42,7 @@ export interface EndpointRegeneration {
   readonly endpointId: number;
   readonly identity: number;
   readonly policyRevision: number;
-  /** What to write to this endpoint's policy map. Empty when `error` is set: the previous map stays. */
-  readonly diff: MapStateDiff;
-  /** Entries the endpoint's map holds once the diff is applied (or would hold, with `error`). */
+  /** Entries the endpoint's map holds once regenerated (or would hold, with `error`: then the previous map stays). */
   readonly entries: number;
   readonly error?: PolicyMapOverflowError;
 }
@@ -101,7 +100,7 @@ interface Group {
    */
   revision: number;
   overflow: boolean;
-  /** Endpoints that joined while the group overflowed: they get the whole map on recovery. */
+  /** Endpoints that joined while the group overflowed: regenerated on recovery even if the state did not change. */
   readonly needFull: Set<number>;
 }
 
@@ -121,6 +120,16 @@ function selectable(identities: Iterable<Identity>): Identity[] {
   return [...identities].filter((i) => i.id !== ReservedIdentity.Any);
 }
 
+/**
+ * The engine as everyone but PolicyRevisions (src/endpoint) sees it: what it
+ * answers. Every change goes through PolicyRevisions, which moves the
+ * revision the agent shows and tells the endpoints to regenerate.
+ */
+export type PolicyEngineReader = Pick<
+  PolicyEngine,
+  'revision' | 'enforcementMode' | 'policies' | 'selectors' | 'selectsNoEndpoint' | 'endpointPolicy' | 'endpointEnforcement' | 'endpointIds' | 'lookup' | 'trace' | 'evaluationContext'
+>;
+
 export class PolicyEngine {
   readonly repository = new PolicyRepository();
   readonly selectorCache: SelectorCache;
@@ -132,7 +141,7 @@ export class PolicyEngine {
   #rules: Rule[] = [];
   #rulesByIdentity: Map<number, Rule[]> | undefined;
   readonly #groups = new Map<string, Group>();
-  /** Groups created since the last flush: their first map is still in the journal. */
+  /** Groups created since the last flush: their first map's changes are not taken yet. */
   readonly #newGroups = new Set<Group>();
   readonly #groupsByIdentity = new Map<number, Set<Group>>();
   readonly #endpoints = new Map<number, { info: EndpointInfo; group: Group }>();
@@ -242,7 +251,7 @@ export class PolicyEngine {
     const touched = new Map<Group, Touch>();
     let identity = this.selectorCache.identity(info.identity);
     if (identity === undefined) {
-      // Not reported through identitiesChanged yet: take it from the view (its selector memberships are diffs too).
+      // Not reported through identitiesChanged yet: take it from the view (its selector memberships change too).
       identity = this.#identityView.get(info.identity);
       if (identity === undefined) throw new UnknownIdentityError(info.identity);
       this.#applyIdentityChanges([identity], [], touched);
@@ -252,16 +261,15 @@ export class PolicyEngine {
     const prev = this.#endpoints.get(info.id);
     const group = this.#groups.get(key) ?? this.#newGroup(key, identity, namedPorts);
     const moved = prev === undefined || prev.group !== group;
-    const before = prev === undefined || !moved ? [] : [...prev.group.state.entries()];
     if (prev !== undefined && moved) this.#leaveGroup(info.id, prev.group);
     this.#endpoints.set(info.id, { info, group });
     if (namedPorts.length > 0 || (prev?.info.namedPorts?.length ?? 0) > 0) this.#updateEgressNamedPorts(touched);
-    // The group's own journal describes changes for its existing members; the
-    // newcomer joins after the flush and gets "what it had" → "the group's map".
+    // The group's own journal says whether its existing members need a
+    // regeneration; the newcomer joins after the flush and always needs one.
     const result = this.#flush(touched);
     if (!moved) return result;
     group.endpoints.add(info.id);
-    return { revision: result.revision, regenerations: mergeRegenerations(result.regenerations, [this.#joinRegeneration(info.id, group, before)]) };
+    return { revision: result.revision, regenerations: mergeRegenerations(result.regenerations, [this.#joinRegeneration(info.id, group)]) };
   }
 
   removeEndpoint(id: number): PolicyUpdateResult {
@@ -453,12 +461,9 @@ export class PolicyEngine {
     this.#groupsByIdentity.get(group.identity)?.delete(group);
   }
 
-  #joinRegeneration(endpointId: number, group: Group, before: readonly MapEntry[]): EndpointRegeneration {
-    if (group.overflow) {
-      group.needFull.add(endpointId);
-      return this.#regeneration(endpointId, group, EMPTY_DIFF);
-    }
-    return this.#regeneration(endpointId, group, before.length === 0 ? group.state.fullDiff() : diffEntries(before, group.state.entries()));
+  #joinRegeneration(endpointId: number, group: Group): EndpointRegeneration {
+    if (group.overflow) group.needFull.add(endpointId);
+    return this.#regeneration(endpointId, group);
   }
 
   #fill(group: Group, entries: readonly MapEntry[]): void {
@@ -515,16 +520,14 @@ export class PolicyEngine {
       const wasOverflow = g.overflow;
       g.overflow = g.state.size > this.#maxEntries;
       if (g.overflow) {
-        // Keep the journal: once the state fits again, its diff starts from the last map the endpoints hold.
-        if (!wasOverflow || touched.has(g)) for (const ep of g.endpoints) out.push(this.#regeneration(ep, g, EMPTY_DIFF));
+        // Keep the journal: once the state fits again, it says whether it differs from the last map the endpoints hold.
+        if (!wasOverflow || touched.has(g)) for (const ep of g.endpoints) out.push(this.#regeneration(ep, g));
         continue;
       }
       g.revision = this.revision;
-      const diff = g.state.takeDiff();
-      const full = g.needFull.size > 0 ? g.state.fullDiff() : undefined;
+      const changed = g.state.takeChanged();
       for (const ep of g.endpoints) {
-        if (full !== undefined && g.needFull.has(ep)) out.push(this.#regeneration(ep, g, full));
-        else if (!isEmptyDiff(diff) || wasOverflow) out.push(this.#regeneration(ep, g, diff));
+        if (changed || wasOverflow || g.needFull.has(ep)) out.push(this.#regeneration(ep, g));
       }
       g.needFull.clear();
     }
@@ -532,8 +535,8 @@ export class PolicyEngine {
     return { revision: this.revision, regenerations: out };
   }
 
-  #regeneration(endpointId: number, g: Group, diff: MapStateDiff): EndpointRegeneration {
-    const base = { endpointId, identity: g.identity, policyRevision: g.overflow ? g.revision : this.revision, diff, entries: g.state.size };
+  #regeneration(endpointId: number, g: Group): EndpointRegeneration {
+    const base = { endpointId, identity: g.identity, policyRevision: g.overflow ? g.revision : this.revision, entries: g.state.size };
     return g.overflow ? { ...base, error: new PolicyMapOverflowError(endpointId, g.state.size, this.#maxEntries) } : base;
   }
 }

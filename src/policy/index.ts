@@ -39,6 +39,7 @@ export {
 } from './types.js';
 export {
   PolicyEngine,
+  type PolicyEngineReader,
   DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
   type PolicyEngineOptions,
   type EndpointRegeneration,
@@ -51,7 +52,7 @@ export {
 } from './engine.js';
 export { PolicyRepository, type PolicyFilter, type RepositoryChange } from './repository.js';
 export { SelectorCache, type CachedSelector, type SelectionChange } from './selectorCache.js';
-export { MapState, mapKeyString, formatMapKey, diffEntries, type MapKey, type MapEntry, type MapStateDiff } from './mapState.js';
+export { MapState, mapKeyString, formatMapKey, type MapKey, type MapEntry } from './mapState.js';
 export { portRangeToPrefixes, portRangeOf, formatPortKey, parsePortProtocol, type PortKey } from './ports.js';
 export { ciliumKeyToTendril, parsePolicyText, parsePolicyDocuments, NAMESPACE_LABEL_PREFIX, SERVICE_ACCOUNT_LABEL } from './ruleParser.js';
 export { PolicyKind, formatPolicyName, type Policy, type PolicyName, type Rule, type RuleOrigin, type PeerRule, type PortRule } from './rule.js';

@@ -2,7 +2,10 @@
  * MapState: the per-endpoint policy map contents the datapath will hold.
  * Keys are (direction, peer identity with 0 as wildcard, protocol, port
  * prefix); values allow or deny. Changes are journalled so that any mix of
- * incremental edits and full recomputation ends in one exact diff.
+ * incremental edits and full recomputation tells exactly whether the map
+ * changed (which endpoints need a regeneration). What to write is not
+ * decided here: the datapath's writer diffs the state against what its map
+ * holds (src/datapath/bpf/policyMapWriter.ts), the one diff path.
  */
 import { formatPortKey, PORT_BITS, portKeyRank, type PortKey } from './ports.js';
 import type { RuleOrigin } from './rule.js';
@@ -21,19 +24,6 @@ export interface MapEntry {
   readonly derivedFrom: readonly RuleOrigin[];
   /** Why an entry exists without a rule: 'not-enforced' (allow-all) or 'allow-localhost'. */
   readonly builtin?: 'not-enforced' | 'allow-localhost';
-}
-
-export interface MapStateDiff {
-  /** Keys that appear (or change verdict) — the datapath writes these. */
-  readonly upserts: readonly MapEntry[];
-  /** Keys that disappear — the datapath deletes these. */
-  readonly deletes: readonly MapKey[];
-}
-
-export const EMPTY_DIFF: MapStateDiff = Object.freeze({ upserts: [], deletes: [] });
-
-export function isEmptyDiff(d: MapStateDiff): boolean {
-  return d.upserts.length === 0 && d.deletes.length === 0;
 }
 
 export function mapKeyString(k: MapKey): string {
@@ -82,25 +72,18 @@ export class MapState {
     for (const e of next.values()) this.set(e);
   }
 
-  /** The datapath's view of what changed since the last takeDiff, then a fresh journal. */
-  takeDiff(): MapStateDiff {
-    const upserts: MapEntry[] = [];
-    const deletes: MapKey[] = [];
+  /** Whether a key appeared, went or changed verdict since the last call; then a fresh journal. */
+  takeChanged(): boolean {
+    let changed = false;
     for (const [k, before] of this.#journal) {
       const now = this.#entries.get(k);
-      if (now === undefined) {
-        if (before !== undefined) deletes.push(before.key);
-      } else if (before === undefined || before.verdict !== now.verdict) {
-        upserts.push(now);
+      if (now === undefined ? before !== undefined : before === undefined || before.verdict !== now.verdict) {
+        changed = true;
+        break;
       }
     }
     this.#journal = new Map();
-    return { upserts, deletes };
-  }
-
-  /** Everything, as a diff from an empty map (for an endpoint that just joined). */
-  fullDiff(): MapStateDiff {
-    return { upserts: [...this.#entries.values()], deletes: [] };
+    return changed;
   }
 
   /**
@@ -142,18 +125,4 @@ export function compareKeys(a: MapKey, b: MapKey): number {
   if (portKeyRank(a) !== portKeyRank(b)) return portKeyRank(a) - portKeyRank(b);
   if (a.proto !== b.proto) return a.proto - b.proto;
   return a.port - b.port;
-}
-
-/** What turns map `from` into map `to` (for an endpoint that moves between policies). */
-export function diffEntries(from: Iterable<MapEntry>, to: Iterable<MapEntry>): MapStateDiff {
-  const before = new Map<string, MapEntry>();
-  for (const e of from) before.set(mapKeyString(e.key), e);
-  const upserts: MapEntry[] = [];
-  for (const e of to) {
-    const k = mapKeyString(e.key);
-    const prev = before.get(k);
-    if (prev === undefined || prev.verdict !== e.verdict) upserts.push(e);
-    before.delete(k);
-  }
-  return { upserts, deletes: [...before.values()].map((e) => e.key) };
 }

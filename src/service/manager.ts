@@ -10,6 +10,7 @@
  * rendered entry lists the service's members, and the datapath moves a
  * connection pinned to a non-member on its next packet.
  */
+import { Serializer } from '../async/keyedSerializer.js';
 import type { LbBackendEntry, LoadBalancerDatapath } from '../datapath/types.js';
 import type { Logger } from '../logging/logger.js';
 import { BackendRegistry, type RefChange } from './backendRegistry.js';
@@ -80,7 +81,7 @@ export class ServiceManager implements ServiceApi {
   readonly #pendingBackendDeletes = new Set<number>();
   readonly #algorithm: LbAlgorithm;
   readonly #maglevTableSize: number;
-  #tail: Promise<unknown> = Promise.resolve();
+  readonly #serial = new Serializer();
   /** False until the endpoints are restored: locality comes from the records until then. */
   #liveLocality = false;
   #localityQueued = false;
@@ -115,7 +116,7 @@ export class ServiceManager implements ServiceApi {
   async upsert(id: number, body: ServiceSpec): Promise<{ service: ServiceStatus; created: boolean; changed: boolean }> {
     const lb = this.#requireLb();
     const spec = validateServiceSpec(id, body, this.#validationContext());
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       await this.#retryBackendDeletes(lb);
       const prev = this.#services.get(spec.id);
       if (prev && prev.realized && sameService(prev.spec, spec)) return { service: this.#status(prev, this.#localSet()), created: false, changed: false };
@@ -131,7 +132,7 @@ export class ServiceManager implements ServiceApi {
   async delete(id: number): Promise<void> {
     const lb = this.#requireLb();
     validateServiceId(id);
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       await this.#retryBackendDeletes(lb);
       const prev = this.#services.get(id);
       if (!prev) throw new ServiceError(ServiceErrorCode.NOT_FOUND, `service ${id} not found`);
@@ -167,7 +168,7 @@ export class ServiceManager implements ServiceApi {
    * persisted ones, so connections pinned to them survive the restart.
    */
   restore(): Promise<ServiceRestoreReport> {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       const report: ServiceRestoreReport = { restored: 0, failed: [], skipped: [] };
       const loaded = await this.o.store.loadAll();
       for (const p of loaded.problems) {
@@ -251,9 +252,9 @@ export class ServiceManager implements ServiceApi {
    */
   localityChanged(): Promise<void> {
     if (!this.#liveLocality || !this.o.loadBalancer) return Promise.resolve();
-    if (this.#localityQueued) return this.#tail.then(() => undefined);
+    if (this.#localityQueued) return this.#serial.settled();
     this.#localityQueued = true;
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       this.#localityQueued = false;
       await this.#refresh(this.o.loadBalancer!);
     });
@@ -261,7 +262,7 @@ export class ServiceManager implements ServiceApi {
 
   /** Waits for writes queued so far. */
   async idle(): Promise<void> {
-    await this.#tail.catch(() => undefined);
+    await this.#serial.settled();
   }
 
   /** No more retries; waits for writes queued so far. */
@@ -277,7 +278,7 @@ export class ServiceManager implements ServiceApi {
     if (this.#stopped || this.#retryTimer !== undefined || !this.o.loadBalancer) return;
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = undefined;
-      void this.#serial(() => this.#refresh(this.o.loadBalancer!)).catch((err: unknown) => this.o.log.error({ err }, 'retrying unrealized services failed'));
+      void this.#serial.run(() => this.#refresh(this.o.loadBalancer!)).catch((err: unknown) => this.o.log.error({ err }, 'retrying unrealized services failed'));
     }, this.o.retryIntervalMs ?? 10_000);
     this.#retryTimer.unref();
   }
@@ -288,12 +289,6 @@ export class ServiceManager implements ServiceApi {
     const lb = this.o.loadBalancer;
     if (!lb) throw new ServiceError(ServiceErrorCode.UNSUPPORTED, 'services need the eBPF datapath (--datapath bpf); this agent runs the routing datapath');
     return lb;
-  }
-
-  #serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.#tail.then(fn, fn);
-    this.#tail = run.catch(() => undefined);
-    return run;
   }
 
   /** What the node uses now: the addresses a new frontend may not take. */

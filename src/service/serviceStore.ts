@@ -8,21 +8,25 @@
  */
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { z } from 'zod';
 
 const TMP_SUFFIX = '.tmp';
 export const SERVICE_QUARANTINE_DIR = '.quarantine';
 export const SERVICE_RECORD_VERSION = 1;
 
-export interface StoredService {
-  version: number;
-  id: number;
+/** A record as an agent (this one or an older one) wrote it; checked on every load, the spec again by the manager. */
+const StoredServiceSchema = z.object({
+  version: z.literal(SERVICE_RECORD_VERSION, { error: 'unknown record version' }),
+  id: z.number().int(),
   /** The spec as the API takes it, defaults filled in. */
-  spec: unknown;
+  spec: z.unknown(),
   /** Backend key (`ip:port/PROTO`) → backend ID. */
-  backendIds: Record<string, number>;
+  backendIds: z.record(z.string(), z.number().int().nonnegative()),
   /** Backend keys that were this node's when the record was written. */
-  local: string[];
-}
+  local: z.array(z.string()),
+});
+
+export type StoredService = z.infer<typeof StoredServiceSchema>;
 
 export interface LoadedServices {
   records: StoredService[];
@@ -69,11 +73,11 @@ export class ServiceStore {
       const m = /^(\d+)\.json$/.exec(name);
       if (!m) continue;
       try {
-        const rec = JSON.parse(await readFile(file, 'utf8')) as Partial<StoredService>;
-        if (rec.version !== SERVICE_RECORD_VERSION) throw new Error(`unknown record version ${JSON.stringify(rec.version)}`);
+        const parsed = StoredServiceSchema.safeParse(JSON.parse(await readFile(file, 'utf8')), { reportInput: true });
+        if (!parsed.success) throw new Error(parsed.error.issues.map((i) => `${i.path.join('.') || 'record'} ${JSON.stringify(i.input)}: ${i.message}`).join('; '));
+        const rec = parsed.data;
         if (rec.id !== Number(m[1])) throw new Error(`record of service ${JSON.stringify(rec.id)} in the file of service ${m[1]}`);
-        if (typeof rec.backendIds !== 'object' || rec.backendIds === null || !Array.isArray(rec.local)) throw new Error('record lacks backendIds or local');
-        out.records.push(rec as StoredService);
+        out.records.push(rec);
       } catch (err) {
         const error = (err as Error).message;
         try {

@@ -24,7 +24,7 @@ import { type AdoptedPodSpec, type AttachmentOwnership, type AttachmentReport, t
 import { ConfigFlag, MAGLEV_DEFAULT_TABLE_SIZE, MapName, TraceLevel, type MapNameValue } from './constants.js';
 import { EndpointMap } from './endpointMap.js';
 import { datapathPinDir } from './inspect.js';
-import { IpcacheMapMirror } from './ipcacheMap.js';
+import { IpcacheMapMirror, type IpcacheWriteStats } from './ipcacheMap.js';
 import { detectDevices, LOOPBACK, NodeDevices } from './devices.js';
 import { lbMapSet, LbMaps } from './lbMaps.js';
 import { configNatPorts } from './natPorts.js';
@@ -236,6 +236,10 @@ export class BpfDatapath implements Datapath {
   /** Mirrors the agent's IPCache into tendril_ipcache from now on (current entries first). */
   attachIpcache(ipcache: IPCache): void {
     this.#ipcache.start(ipcache);
+  }
+
+  ipcacheWriteStats(): IpcacheWriteStats {
+    return this.#ipcache.writeStats();
   }
 
   /**

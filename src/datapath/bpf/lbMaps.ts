@@ -17,6 +17,8 @@
  * A shadow of each service's keys (rebuilt from the pinned maps at start)
  * lets a change touch exactly what it must without walking the maps.
  */
+import { UndoList } from '../../async/undoList.js';
+import { Serializer } from '../../async/keyedSerializer.js';
 import type { Logger } from '../../logging/logger.js';
 import { formatIp, type IpAddress, tryParseIp } from '../../netip/index.js';
 import { isKernelError } from '../kernel/errors.js';
@@ -155,22 +157,7 @@ export function serviceFlags(svc: LbServiceEntry): number {
   return flags;
 }
 
-/** Undo steps of one operation, run newest first when it fails. */
-class UndoLog {
-  readonly #steps: Array<() => Promise<void> | void> = [];
-  push(step: () => Promise<void> | void): void {
-    this.#steps.push(step);
-  }
-  async run(log: Logger): Promise<void> {
-    for (const step of this.#steps.reverse()) {
-      try {
-        await step();
-      } catch (err) {
-        log.error({ err }, 'putting back a load-balancer map entry after a failed change failed');
-      }
-    }
-  }
-}
+const UNDO_FAILED = 'putting back a load-balancer map entry after a failed change failed';
 
 export class LbMaps implements LoadBalancerDatapath {
   readonly #services = new Map<number, ServiceShadow>();
@@ -183,7 +170,7 @@ export class LbMaps implements LoadBalancerDatapath {
   /** Backends each Maglev table written by this process names (a table found at start is not read back). */
   readonly #maglevBackends = new Map<number, Set<number>>();
   /** One change at a time: each reads the shadow another would change. */
-  #queue: Promise<unknown> = Promise.resolve();
+  readonly #queue = new Serializer();
 
   private constructor(private readonly opts: LbMapsOptions) {}
 
@@ -294,9 +281,7 @@ export class LbMaps implements LoadBalancerDatapath {
   }
 
   #serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.#queue.then(fn, fn);
-    this.#queue = run.catch(() => undefined);
-    return run;
+    return this.#queue.run(fn);
   }
 
   /** The router address is known (setupNode): routes to ClusterIPs go in with it as their source. */
@@ -319,15 +304,15 @@ export class LbMaps implements LoadBalancerDatapath {
       if (proto === undefined) throw invalid(`backend ${b.id}: unknown protocol ${JSON.stringify(b.protocol)}`);
       return [b.id, { address: ipv4(b.address, `backend ${b.id} address`), port: b.port, proto, state }];
     });
-    const undo = new UndoLog();
+    const undo = new UndoList();
     try {
       for (const [id, value] of entries) {
         const previous = maps.backends.get(id);
         maps.backends.set(id, value);
-        undo.push(() => (previous ? maps.backends.set(id, previous) : void maps.backends.delete(id)));
+        undo.add(() => (previous ? maps.backends.set(id, previous) : void maps.backends.delete(id)), `backend ${id}`);
       }
     } catch (err) {
-      await undo.run(this.opts.log);
+      await undo.rollBack(this.opts.log, UNDO_FAILED);
       throw wrap(`writing backends to ${maps.backends.name}`, err);
     }
     for (const [id] of entries) this.#backends.add(id);
@@ -408,11 +393,11 @@ export class LbMaps implements LoadBalancerDatapath {
     const old = this.#services.get(svc.id);
     const moved = old !== undefined && !sameFrontend(old.frontend, frontend);
     const { maps } = this.opts;
-    const undo = new UndoLog();
+    const undo = new UndoList();
     const set = (k: Lb4Key, v: Lb4ServiceValue) => {
       const previous = maps.services.get(k);
       maps.services.set(k, v);
-      undo.push(() => (previous ? maps.services.set(k, previous) : void maps.services.delete(k)));
+      undo.add(() => (previous ? maps.services.set(k, previous) : void maps.services.delete(k)), 'service entry');
     };
     const counts = new Map<number, number>();
     const slots = new Map<number, readonly number[]>();
@@ -424,14 +409,14 @@ export class LbMaps implements LoadBalancerDatapath {
         if (members.has(b)) continue;
         maps.members.set(memberKey(svc.id, b), 1);
         members.add(b);
-        undo.push(() => {
+        undo.add(() => {
           maps.members.delete(memberKey(svc.id, b));
           members.delete(b);
-        });
+        }, `member ${b}`);
       }
       const previousRev = maps.revNat.get(svc.id);
       maps.revNat.set(svc.id, { address: frontend.address, port: frontend.port });
-      undo.push(() => (previousRev ? maps.revNat.set(svc.id, previousRev) : void maps.revNat.delete(svc.id)));
+      undo.add(() => (previousRev ? maps.revNat.set(svc.id, previousRev) : void maps.revNat.delete(svc.id)), 'reverse NAT entry');
       const writeScope = (scope: number, ids: readonly number[]) => {
         ids.forEach((backendId, i) => set(key(frontend, i + 1, scope), { backendId, affinityTimeout: 0, count: 0, revNatIndex: svc.id, flags: 0 }));
         set(key(frontend, 0, scope), { backendId: 0, affinityTimeout: svc.affinityTimeoutSec, count: ids.length, revNatIndex: svc.id, flags });
@@ -445,11 +430,11 @@ export class LbMaps implements LoadBalancerDatapath {
       if (internal) writeScope(LbScope.INTERNAL, internal);
       if (routeAddress !== undefined && old?.routeAddress !== routeAddress) {
         await this.opts.routes.hold(svc.id, routeAddress);
-        undo.push(() => this.opts.routes.release(svc.id, routeAddress));
+        undo.add(() => this.opts.routes.release(svc.id, routeAddress), 'frontend route');
       }
       writeScope(LbScope.EXTERNAL, svc.backendIds);
     } catch (err) {
-      await undo.run(this.opts.log);
+      await undo.rollBack(this.opts.log, UNDO_FAILED);
       throw wrap(`service ${svc.id} (${frontendText(frontend)}): writing the load-balancer maps`, err);
     }
     // In force; what the service no longer has goes now.
@@ -482,7 +467,7 @@ export class LbMaps implements LoadBalancerDatapath {
   }
 
   /** A fresh inner array holding the table, swapped in whole: programs see the old table or the new one. */
-  async #setMaglev(id: number, table: Uint32Array, undo: UndoLog): Promise<void> {
+  async #setMaglev(id: number, table: Uint32Array, undo: UndoList): Promise<void> {
     const inner = await RawMap.create({ name: `tdl_mag_${id}`, type: 'ARRAY', keySize: 4, valueSize: 4, maxEntries: table.length, flags: BPF_F_INNER_MAP });
     try {
       const entries: Array<[Buffer, Buffer]> = [];
@@ -500,11 +485,11 @@ export class LbMaps implements LoadBalancerDatapath {
       this.#maglevBackends.set(id, new Set(table.filter((b) => b !== 0)));
       // A replaced table cannot be put back (the old inner map is gone with its last reference): its backends exist, which is what matters.
       if (!had) {
-        undo.push(async () => {
+        undo.add(async () => {
           await this.opts.maps.maglev.delete(id);
           this.#maglev.delete(id);
           this.#maglevBackends.delete(id);
-        });
+        }, 'Maglev table');
       }
     } finally {
       inner.close();

@@ -11,6 +11,7 @@
  * finds its own (and only its own) to prune; deletes name the protocol, so
  * a route someone else made to the same CIDR is never deleted.
  */
+import { Serializer } from '../../async/keyedSerializer.js';
 import type { Logger } from '../../logging/logger.js';
 import { formatIp, formatPrefix, tryParseIp, tryParsePrefix } from '../../netip/index.js';
 import { isKernelError } from '../kernel/errors.js';
@@ -50,18 +51,12 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   readonly #dev: string;
   readonly #peer: string;
   /** Calls run one at a time: each reads and changes the claims across kernel round trips. */
-  #tail: Promise<unknown> = Promise.resolve();
+  readonly #serial = new Serializer();
 
   constructor(private readonly opts: RemoteNodeRoutesOptions) {
     this.mode = opts.mode;
     this.#dev = opts.hostDevice ?? HOST_DEVICE;
     this.#peer = opts.hostPeerDevice ?? HOST_PEER_DEVICE;
-  }
-
-  #serial<T>(fn: () => Promise<T>): Promise<T> {
-    const run = this.#tail.then(fn, fn);
-    this.#tail = run.catch(() => undefined);
-    return run;
   }
 
   /**
@@ -70,7 +65,7 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
    * so far is put in force. Native mode needs no source: nothing to do.
    */
   setRouter(ip: string): Promise<void> {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       if (this.mode !== 'tunnel') return;
       const parsed = tryParseIp(ip);
       if (parsed?.family !== 4) throw new DatapathError('failed', `router address ${JSON.stringify(ip)} is not an IPv4 address`);
@@ -85,7 +80,7 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   }
 
   upsertRemoteNode(node: RemoteNodeRoute): Promise<void> {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       const wanted = this.#normalize(node);
       const previous = this.#nodes.get(node.name);
       this.#nodes.set(node.name, wanted);
@@ -100,7 +95,7 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   }
 
   removeRemoteNode(name: string): Promise<void> {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       const previous = this.#nodes.get(name);
       if (!previous) return;
       this.#nodes.delete(name);
@@ -110,7 +105,7 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   }
 
   pruneRemoteNodes(live: readonly string[]): Promise<void> {
-    return this.#serial(async () => {
+    return this.#serial.run(async () => {
       const keep = new Set(live);
       const gone = [...this.#nodes.keys()].filter((name) => !keep.has(name));
       const released: string[] = [];

@@ -1,4 +1,5 @@
-import { ConsecutiveBreaker, ExponentialBackoff, circuitBreaker, handleWhen, noop } from 'cockatiel';
+import { ConsecutiveBreaker, circuitBreaker, handleWhen, noop } from 'cockatiel';
+import { Backoff, exponentialBackoff } from '../../async/backoff.js';
 import { CompareResult, CompareTarget, Etcd3, isRecoverableError, type ICompare, type IKeyValue, type IRequestOp } from 'etcd3';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ClosedError, LeaseNotFoundError, UnavailableError } from '../errors.js';
@@ -125,7 +126,7 @@ export class EtcdBackend implements Backend {
         global: noop,
         // etcd3 calls next() on this before every reconnect; starting from the
         // first step of a 50 ms..2 s exponential backoff keeps re-watching fast.
-        watchBackoff: new ExponentialBackoff({ initialDelay: 50, maxDelay: 2000 }).next(),
+        watchBackoff: exponentialBackoff({ initialMs: 50, maxMs: 2000, jitter: 'decorrelated' }).next(),
       },
     });
   }
@@ -138,17 +139,17 @@ export class EtcdBackend implements Backend {
   private async call<T>(what: string, idempotent: boolean, fn: () => Promise<T>, extra: Partial<ErrorContext> = {}): Promise<T> {
     if (this.closed) throw new ClosedError();
     const deadline = Date.now() + this.options.retryTimeoutMs;
-    let delay = 50;
+    const backoff = new Backoff({ initialMs: 50, maxMs: 1000 });
     for (let attempt = 1; ; attempt++) {
       try {
         return await fn();
       } catch (err) {
         const mapped = mapEtcdError(err, this.ctx(extra));
         const retry = mapped instanceof UnavailableError && (idempotent || neverSent(mapped)) && !this.closed;
+        const delay = backoff.next();
         if (!retry || Date.now() + delay > deadline) throw mapped;
         this.options.logger.debug({ what, attempt, err: mapped.message }, 'kvstore etcd call failed; retrying');
         await sleep(delay);
-        delay = Math.min(delay * 2, 1000);
       }
     }
   }

@@ -20,6 +20,7 @@
  * confirm-loss`, which deletes them). Meanwhile the agent is degraded, says so
  * in one error line, and counts them (tendril_policy_lost_policies).
  */
+import { Serializer } from '../../async/keyedSerializer.js';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -69,7 +70,7 @@ export class PolicyLedger {
   readonly #dir: string;
   readonly #log: Logger;
   #lost = new Map<string, LostPolicy>();
-  #writing: Promise<void> = Promise.resolve();
+  readonly #writing = new Serializer();
   #unsubscribe: Array<() => void> = [];
   #stopped = false;
 
@@ -122,7 +123,7 @@ export class PolicyLedger {
     this.#unsubscribe.push(revisions.onRevision((r) => this.#writeRevision(r)));
     this.#unsubscribe.push(store.onChange(() => this.#record(store, target)));
     this.#record(store, target);
-    await this.#writing;
+    await this.#writing.settled();
   }
 
   /**
@@ -148,14 +149,14 @@ export class PolicyLedger {
     });
     if (out.dropped.length > 0) this.#log.warn({ policies: out.dropped.map(formatPolicyName) }, `policy loss confirmed: ${out.dropped.length} policies the kvstore had lost are no longer enforced`);
     this.#record(store, target);
-    await this.#writing;
+    await this.#writing.settled();
     return out;
   }
 
   async stop(): Promise<void> {
     this.#stopped = true;
     for (const u of this.#unsubscribe.splice(0)) u();
-    await this.#writing;
+    await this.#writing.settled();
   }
 
   #compare(file: LedgerFile | undefined, store: PolicyStore<{ readonly policies: readonly PolicyName[] }, { readonly deleted: readonly PolicyName[] }>, target: Target): void {
@@ -196,8 +197,8 @@ export class PolicyLedger {
     ];
     const file: LedgerFile = { v: FORMAT, clusterRevision: store.clusterRevision, policies, lost: [...this.#lost.keys()] };
     const text = JSON.stringify(file);
-    this.#writing = this.#writing
-      .then(async () => {
+    void this.#writing
+      .run(async () => {
         const tmp = join(this.#dir, `${ENFORCED}.tmp`);
         await writeFile(tmp, text, { mode: 0o600 });
         await rename(tmp, join(this.#dir, ENFORCED));

@@ -29,6 +29,7 @@
  * never interleaves with another change. The store depends on the engine only
  * through PolicyTarget (PolicyRevisions is one), never on the agent.
  */
+import { Serializer } from '../../async/keyedSerializer.js';
 import type { Logger } from '../../logging/logger.js';
 import { POLICIES_PREFIX } from '../../kvstore/keys.js';
 import type { Backend, KeyValue, TxnOp, WatchEvent } from '../../kvstore/types.js';
@@ -91,7 +92,7 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
   readonly #applied = new Map<string, Applied>();
   /** Revision of the last delete of a key that is applied no more: older events for it are stale. */
   readonly #deletedAt = new Map<string, number>();
-  #tail: Promise<unknown> = Promise.resolve();
+  readonly #serial = new Serializer();
   readonly #changeListeners = new Set<() => void>();
   #stopped = false;
   #clusterRevision = 0;
@@ -217,14 +218,14 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
   // ---- internals ------------------------------------------------------------
 
   #enqueue<T>(fn: () => T | Promise<T>): Promise<T> {
-    const run = this.#tail.then(fn).finally(() => {
-      for (const l of this.#changeListeners) l();
+    // The listeners run inside the turn: the next change starts after they have seen this one.
+    return this.#serial.run(async () => {
+      try {
+        return await fn();
+      } finally {
+        for (const l of this.#changeListeners) l();
+      }
     });
-    this.#tail = run.then(
-      () => undefined,
-      () => undefined,
-    );
-    return run;
   }
 
   #byKey(): Map<string, Policy> {

@@ -8,10 +8,19 @@
  * change that brings nothing new, without re-parsing.
  */
 import { createHash } from 'node:crypto';
+import { z } from 'zod';
 import type { PolicyName } from '../rule.js';
 
 /** The value's layout version, so a later format can be told apart. */
 const FORMAT = 1;
+
+/** The value as any node (or an older version) may have written it: checked on every read. */
+const StoredValueSchema = z.object({
+  v: z.literal(FORMAT, { error: 'unknown format' }),
+  hash: z.string(),
+  // JSON has no undefined: a value without a document lacks the key.
+  document: z.unknown().refine((d) => d !== undefined, { error: 'is missing' }),
+});
 
 export interface StoredPolicy {
   readonly hash: string;
@@ -37,10 +46,9 @@ export function decodeStoredPolicy(value: string): StoredPolicy | string {
   } catch {
     return 'not JSON';
   }
-  if (typeof parsed !== 'object' || parsed === null) return 'not an object';
-  const { v, hash, document } = parsed as { v?: unknown; hash?: unknown; document?: unknown };
-  if (v !== FORMAT) return `unknown format ${JSON.stringify(v)}`;
-  if (typeof hash !== 'string' || document === undefined) return 'hash or document missing';
+  const shape = StoredValueSchema.safeParse(parsed, { reportInput: true });
+  if (!shape.success) return shape.error.issues.map((i) => `${i.path.join('.') || 'value'} ${JSON.stringify(i.input)}: ${i.message}`).join('; ');
+  const { hash, document } = shape.data;
   // A damaged value must not be enforced as if it were the policy someone imported.
   if (encodeStoredPolicy(document).hash !== hash) return 'the document does not match its hash';
   return { hash, document };

@@ -7,7 +7,7 @@ import { parseCidrLabelKey } from '../../labels/index.js';
 import { hostPrefix, parseIp, prefixContains } from '../../netip/index.js';
 import { PolicyEngine, type PolicyEngineOptions } from '../engine.js';
 import { LocalIdentityTable } from '../identities.js';
-import { MapState, type MapStateDiff } from '../mapState.js';
+import { MapState } from '../mapState.js';
 import { Proto, ReservedIdentity, type Identity, type NamedPort, type Verdict } from '../types.js';
 
 export interface Pod {
@@ -26,7 +26,7 @@ export class TestWorld {
   readonly identities = new LocalIdentityTable();
   readonly engine: PolicyEngine;
   readonly pods = new Map<string, Pod>();
-  /** Each endpoint's map as the datapath would hold it: built only by applying diffs. */
+  /** Each endpoint's map as the datapath would hold it: changed only when a regeneration names the endpoint. */
   readonly datapath = new Map<number, MapState>();
   #nextEndpoint = 1;
 
@@ -87,13 +87,18 @@ export class TestWorld {
     this.apply(this.engine.importText(yaml).regenerations);
   }
 
-  apply(regens: ReadonlyArray<{ endpointId: number; diff: MapStateDiff; error?: unknown }>): void {
+  /**
+   * What the agent does with a change's regenerations: each named endpoint's
+   * map becomes its map state at that moment (the writer diffs it against the
+   * map); one with an error keeps its map. An endpoint whose state changed
+   * but that is not named keeps a stale map, and mapVerdict says so.
+   */
+  apply(regens: ReadonlyArray<{ endpointId: number; error?: unknown }>): void {
     for (const r of regens) {
       if (r.error !== undefined) continue;
-      let m = this.datapath.get(r.endpointId);
-      if (m === undefined) this.datapath.set(r.endpointId, (m = new MapState()));
-      for (const k of r.diff.deletes) m.delete(k);
-      for (const e of r.diff.upserts) m.set(e);
+      const m = new MapState();
+      m.replaceAll(this.engine.endpointPolicy(r.endpointId).entries);
+      this.datapath.set(r.endpointId, m);
     }
   }
 
@@ -109,7 +114,7 @@ export class TestWorld {
       const held = this.datapath.get(ep)?.lookup(dir, peer, proto, port);
       const computed = this.engine.lookup(ep, dir, peer, proto, port);
       if ((held?.verdict ?? 'deny') !== computed.verdict) {
-        throw new Error(`endpoint ${ep}: diffs applied give ${held?.verdict ?? 'deny'}, computed map gives ${computed.verdict}`);
+        throw new Error(`endpoint ${ep}: regenerated map gives ${held?.verdict ?? 'deny'}, computed map gives ${computed.verdict}`);
       }
       if (computed.verdict === 'deny') return 'deny';
     }

@@ -1,3 +1,4 @@
+import { Serializer } from '../../../async/keyedSerializer.js';
 import { validateAbsolutePath } from '../../../cni/names.js';
 import { KernelError, errnoNumber, toKernelError } from '../errors.js';
 import { loadAddon } from '../native.js';
@@ -50,7 +51,7 @@ const MAX_BATCH = 256;
  */
 export class NetlinkSocket {
   private seq: number;
-  private tail: Promise<unknown> = Promise.resolve();
+  private readonly serial = new Serializer();
   private closed = false;
 
   private constructor(
@@ -94,9 +95,7 @@ export class NetlinkSocket {
   /** Runs `fn` after every earlier request of this socket has finished. */
   private serialized<T>(fn: () => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new KernelError(errnoNumber('EBADF'), 'netlink socket is closed'));
-    const run = this.tail.then(fn, fn);
-    this.tail = run.catch(() => undefined);
-    return run;
+    return this.serial.run(fn);
   }
 
   private async exchange(bytes: Uint8Array, first: number, last: number, operation: string): Promise<NetlinkMessage[]> {
@@ -207,7 +206,7 @@ export class NetlinkSocket {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    await this.tail;
+    await this.serial.settled();
     addon().netlinkClose(this.handle);
   }
 }

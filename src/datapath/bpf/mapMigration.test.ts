@@ -204,4 +204,27 @@ describe('pinned maps of another layout', () => {
     still.close();
     assert.equal(existsSync(join(pinDir, STAGING_DIR)), false);
   });
+  it('a smaller size that cannot take what a pinned table holds is refused (live state would go); one that can is carried', async () => {
+    const pinDir = await pinDirOf();
+    const old = await RawMap.create({ type: 'HASH', name: MapName.LB_BACKENDS, keySize: 4, valueSize: 8, maxEntries: TEST_MAP_SIZES[MapName.LB_BACKENDS]! });
+    for (let id = 1; id <= 3; id++) old.update(Uint8Array.of(id, 0, 0, 0), Uint8Array.of(10, 0, 0, id, 0, 80, 0, 0));
+    old.pin(join(pinDir, MapName.LB_BACKENDS));
+    const id = old.info.id;
+    old.close();
+    await assert.rejects(loadDatapathObjects({ pinDir, mapSizes: { ...TEST_MAP_SIZES, [MapName.LB_BACKENDS]: 2 }, log }), /tendril_lb4_be \(.*max entries \d+ → 2\): it holds more than the 2 entries/);
+    const still = RawMap.openPinned(join(pinDir, MapName.LB_BACKENDS));
+    assert.equal(still.info.id, id, 'the refused map stays as it was');
+    still.close();
+    assert.equal(existsSync(join(pinDir, STAGING_DIR)), false);
+
+    const objects = await loadDatapathObjects({ pinDir, mapSizes: { ...TEST_MAP_SIZES, [MapName.LB_BACKENDS]: 3 }, log });
+    try {
+      const carried = RawMap.openPinned(join(pinDir, MapName.LB_BACKENDS));
+      assert.equal(carried.info.maxEntries, 3);
+      assert.deepEqual([1, 2, 3].map((n) => carried.lookup(Uint8Array.of(n, 0, 0, 0))?.[3]), [1, 2, 3], 'every entry carried into the smaller map');
+      carried.close();
+    } finally {
+      objects.close();
+    }
+  });
 });

@@ -97,6 +97,19 @@ export function declaredPinnedMaps(objectPaths: readonly string[]): DeclaredMap[
   return [...byName.values()];
 }
 
+/** Map types whose entries may go without losing live state: an LRU evicts by design, an array's slots always exist. */
+const DROPPABLE_MAP_TYPES: ReadonlySet<number> = new Set([MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH]);
+
+/** Whether `map` holds more than `limit` entries (walks at most limit + 1 keys). */
+function entriesBeyond(map: RawMap, limit: number): boolean {
+  let key: Buffer | undefined;
+  for (let n = 0; n <= limit; n++) {
+    key = map.nextKey(key);
+    if (!key) return false;
+  }
+  return true;
+}
+
 /** The key and value layouts of a pinned map, from its own BTF (undefined when it has none). */
 export function pinnedLayouts(map: RawMap, cache = new Map<number, Btf>()): { key: Layout; value: Layout } | undefined {
   const { btfId, btfKeyTypeId, btfValueTypeId } = map.info;
@@ -149,6 +162,11 @@ function planOne(old: RawMap, want: DeclaredMap, maxEntries: number, btfs: Map<n
       throw new MapMigrationError(`${what}: a map of this type cannot be carried over to the new definition (remove the pin to start it empty)`);
     }
     if (PER_CPU_MAP_TYPES.has(info.type) !== PER_CPU_MAP_TYPES.has(want.type)) throw new MapMigrationError(`${what}: a per-CPU map and a shared one cannot be converted into each other`);
+    // A smaller table that cannot take what the old one holds would drop live flows, NAT mappings or policy:
+    // refused. An LRU drops entries by design, and an array's slots are all there whatever they hold.
+    if (maxEntries < info.maxEntries && !DROPPABLE_MAP_TYPES.has(info.type) && entriesBeyond(old, maxEntries)) {
+      throw new MapMigrationError(`${what}: it holds more than the ${maxEntries} entries of the new size, and carrying it over would drop live state (keep the old --bpf-*-max, or remove the pin to start it empty)`);
+    }
   }
   let key: Conversion;
   let value: Conversion;

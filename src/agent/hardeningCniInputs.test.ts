@@ -1,4 +1,4 @@
-// Issue 16, item 10 (CNI inputs): a netconf without a usable network name,
+// CNI inputs: a netconf without a usable network name,
 // and CNI_ARGS IP= asking for what the node can never give, are refused with
 // a clear, permanent error and nothing allocated or created. The real agent
 // over the fake datapath (no root), called as tendril-cni's relay calls it

@@ -1,4 +1,4 @@
-// An ADD slower than --ipam-expiration (issue 16, item 6): its provisional
+// An ADD slower than --ipam-expiration: its provisional
 // allocation expired, and the address may be someone else's by the time the
 // endpoint would be ready. ADD must fail and roll everything back. A real
 // agent over the fake datapath, whose gate holds the first regeneration.

@@ -1,5 +1,5 @@
 // CNI GC acts only on attachments of the network it names, and the agent
-// enforces the spec's version rule for GC itself (issue 16, item 4). A real
+// enforces the spec's version rule for GC itself. A real
 // agent over the fake datapath: no root needed.
 import assert from 'node:assert/strict';
 import { readFile, writeFile } from 'node:fs/promises';

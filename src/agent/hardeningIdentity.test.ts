@@ -1,4 +1,4 @@
-// A pod cannot claim a reserved identity (issue 16, item 5): labels from
+// A pod cannot claim a reserved identity: labels from
 // CNI_ARGS, the netconf and the API may only use the sources a pod carries
 // (k8s, container). A real agent over the fake datapath: no root needed.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Issue 16, item 2: an ADD or DEL never deletes or replaces an interface that
+// An ADD or DEL never deletes or replaces an interface that
 // is not its own attachment's. The real agent over the fake datapath (no
 // root); test/e2e/hardeningInterfaces.test.ts proves the same on the kernel.
 import assert from 'node:assert/strict';

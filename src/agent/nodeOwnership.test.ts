@@ -1,5 +1,5 @@
 // A second agent on an owned node, or on a socket path it must not take,
-// fails before it touches anything (issue 16, item 3; item 10's socket file):
+// fails before it touches anything:
 // no directory, no kvstore, no datapath call. Real agents over the fake
 // datapath, no root needed.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Policies survive the agent (issue 11): imported policies are kept in the
+// Policies survive the agent: imported policies are kept in the
 // kvstore, restored before any endpoint regenerates, and shared by every node
 // on one etcd. Also what the ipcache gets for the datapath: policy CIDRs
 // (source generated) and the node's own addresses (identity host, local only).

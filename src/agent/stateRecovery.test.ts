@@ -1,4 +1,4 @@
-// Lost or corrupted state on the node (issue 16, item 8), over the fake
+// Lost or corrupted state on the node, over the fake
 // datapath: a real agent is stopped, its state dir or kvstore damaged, and a
 // new one started on what is left. Pods must stay online and the agent must
 // say what it found.

@@ -1,4 +1,4 @@
-// Issue 16 item 9: an adopted endpoint's veth pair is its creator's. Deleting
+// An adopted endpoint's veth pair is its creator's. Deleting
 // the endpoint (API DELETE, CNI DEL, or a deletion an agent restart finishes)
 // removes its host routes and never the interface; adoption itself refuses an
 // interface that is not the pod's veth, and records nothing.

@@ -1,5 +1,5 @@
 // EndpointManager.updateLabels refuses a label a pod may not carry, whoever
-// calls it (issue 16, item 5), and lets an endpoint that got one before the
+// calls it, and lets an endpoint that got one before the
 // rule existed drop it. Over the fake datapath: no root needed.
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, test } from 'node:test';

@@ -1,5 +1,4 @@
-// The endpoint manager uses the answer of AddressLease.confirm (issue 16,
-// item 6): IPAM no longer holding an endpoint's addresses (a provisional
+// The endpoint manager uses the answer of AddressLease.confirm: IPAM no longer holding an endpoint's addresses (a provisional
 // allocation that expired) fails a creation or adoption and rolls it back,
 // and a restore says so. Over the fake datapath: no root needed.
 import assert from 'node:assert/strict';

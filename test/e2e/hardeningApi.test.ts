@@ -1,4 +1,4 @@
-// Issue 16 item 9 against a real agent and kernel: PUT /endpoint adopts only
+// Against a real agent and kernel: PUT /endpoint adopts only
 // a veth whose peer is the named interface in the named pod namespace. The
 // node's uplink, tendril_host and another pod's veth are refused with 400 and
 // nothing changes (no proxy ARP, no route, no link deleted); DELETE of an

@@ -1,4 +1,4 @@
-// Issue 16, item 10 (CNI inputs), as a runtime sees it: tendril-cni exec'd
+// CNI inputs, as a runtime sees it: tendril-cni exec'd
 // against a real agent in a node namespace. A netconf without a usable network
 // name is code 7 for every verb but VERSION (as Go's skel answers); CNI_ARGS
 // IP= that the node can never serve is a permanent refusal, not ignored and

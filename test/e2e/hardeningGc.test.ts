@@ -1,4 +1,4 @@
-// Issue 16, item 4, through libcni and the real tendril-cni: GC of one
+// Through libcni and the real tendril-cni: GC of one
 // network leaves the pods of another alone, and a GC on a netconf older than
 // 1.1.0 is refused (code 1) before anything is deleted.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Issue 16, item 5, through the real tendril-cni and libcni: a pod cannot
+// Through the real tendril-cni and libcni: a pod cannot
 // claim a reserved identity or a CIDR label. A refused ADD is CNI code 7 and
 // leaves nothing behind; the API answers 400 and changes nothing.
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// Issue 16, item 2, on the kernel: an ADD or DEL never deletes or replaces an
+// On the kernel: an ADD or DEL never deletes or replaces an
 // interface that is not its own attachment's. A real agent in a node
 // namespace, tendril-cni exec'd by libcni, pods that are namespaces.
 import assert from 'node:assert/strict';

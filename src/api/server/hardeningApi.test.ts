@@ -1,4 +1,4 @@
-// Issue 16 item 9: the API refuses what its document (api/openapi.yaml) and
+// The API refuses what its document (api/openapi.yaml) and
 // the node's safety do not allow, with a 4xx and nothing changed — over a real
 // agent on the fake datapath (no root). The uplink case runs again with a real
 // agent and kernel in test/e2e/hardeningApi.test.ts.

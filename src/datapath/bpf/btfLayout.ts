@@ -74,45 +74,30 @@ export function layoutOf(btf: Btf, id: number, bigEndian = false): Layout {
   }
 }
 
+/** The `.maps` members declared with __uint(x, N), with the DeclaredMap field that holds their N. */
+const UINT_FIELDS = new Map<string, 'type' | 'maxEntries' | 'flags' | 'pinning' | 'keySize' | 'valueSize'>([
+  ['type', 'type'],
+  ['max_entries', 'maxEntries'],
+  ['map_flags', 'flags'],
+  ['pinning', 'pinning'],
+  ['key_size', 'keySize'],
+  ['value_size', 'valueSize'],
+]);
+
 /** The maps an object's `.maps` section declares. */
 export function declaredMaps(btf: Btf): DeclaredMap[] {
   return btf.mapsSection().map(({ name, members }) => {
     const out: DeclaredMap = { name, type: 0, keySize: 0, valueSize: 0, maxEntries: 0, flags: 0, pinning: 0 };
     for (const m of members) {
-      switch (m.name) {
-        case 'type':
-          out.type = btf.uintOf(m.target);
-          break;
-        case 'max_entries':
-          out.maxEntries = btf.uintOf(m.target);
-          break;
-        case 'map_flags':
-          out.flags = btf.uintOf(m.target);
-          break;
-        case 'pinning':
-          out.pinning = btf.uintOf(m.target);
-          break;
-        case 'key_size':
-          out.keySize = btf.uintOf(m.target);
-          break;
-        case 'value_size':
-          out.valueSize = btf.uintOf(m.target);
-          break;
-        case 'key':
-          if (m.target === undefined) break;
-          out.key = layoutOf(btf, m.target);
-          out.keySize = out.key.size;
-          break;
-        case 'value':
-          if (m.target === undefined) break;
-          out.value = layoutOf(btf, m.target);
-          out.valueSize = out.value.size;
-          break;
-        case 'values':
-          // A map of maps: its values are inner maps' fds (4 bytes).
-          out.valueSize = 4;
-          break;
+      const field = UINT_FIELDS.get(m.name);
+      if (field) out[field] = btf.uintOf(m.target);
+      else if ((m.name === 'key' || m.name === 'value') && m.target !== undefined) {
+        const layout = layoutOf(btf, m.target);
+        out[m.name] = layout;
+        out[m.name === 'key' ? 'keySize' : 'valueSize'] = layout.size;
       }
+      // A map of maps: its values are inner maps' fds (4 bytes).
+      else if (m.name === 'values') out.valueSize = 4;
     }
     return out;
   });

@@ -11,9 +11,9 @@ if (!out || objects.length === 0) {
   console.error('usage: gen-layouts.mjs <output .ts> <object.o>...');
   process.exit(2);
 }
-const { ObjectBtf } = await import('../dist/src/datapath/bpf/btf.js');
+const { Btf } = await import('../dist/src/datapath/bpf/btf.js');
 const { renderLayouts } = await import('../dist/src/datapath/bpf/layoutSource.js');
-const text = renderLayouts(objects.map((path) => ({ object: basename(path), btf: ObjectBtf.load(path) })));
+const text = renderLayouts(objects.map((path) => ({ object: basename(path), btf: Btf.ofFile(path) })));
 const old = await readFile(out, 'utf8').catch(() => undefined);
 if (old !== text) {
   await writeFile(out, text);

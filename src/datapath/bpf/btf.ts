@@ -1,10 +1,16 @@
 /**
- * The BTF of a built BPF object as `bpftool -j btf dump file` reports it:
- * structs with each member's offset, size and C type, and the maps the
- * object defines (its `.maps` section) with their types and key and value
- * types. The layouts of src/datapath/bpf/generated/layouts.ts are rendered
- * from it (layoutSource.ts), and layout.test.ts reads it to hold the codecs
- * to the objects.
+ * BTF as `bpftool -j btf dump` reports it, read in one place: a built
+ * object's (`btf dump file`) or a loaded map's (`btf dump id`). The Btf
+ * class owns the reading: types by ID, typedefs and qualifiers resolved,
+ * integer encoding, network byte order (which only a __be16/__be32/__be64
+ * typedef says), struct members and the maps a `.maps` section defines.
+ *
+ * Two views are built on it. Here, the structs with each member's C type and
+ * the maps with their key and value types: the layouts of
+ * src/datapath/bpf/generated/layouts.ts are rendered from them
+ * (layoutSource.ts), and layout.test.ts holds the codecs to the objects with
+ * them. btfLayout.ts reads the same types as the converter-shaped layouts a
+ * map migration compares (mapMigration.ts).
  */
 import { spawnSync } from 'node:child_process';
 
@@ -15,7 +21,8 @@ interface BtfMember {
   bitfield_size?: number;
 }
 
-interface BtfType {
+/** One type as bpftool prints it (fields by kind). */
+export interface BtfType {
   id: number;
   kind: string;
   name: string;
@@ -25,6 +32,17 @@ interface BtfType {
   encoding?: string;
   members?: BtfMember[];
   vars?: Array<{ type_id: number; offset: number; size: number }>;
+}
+
+/** A map of a `.maps` section: each member of its definition with the type ID the member points to. */
+export interface MapsSectionEntry {
+  name: string;
+  /**
+   * In declaration order, with the type ID each points to: libbpf's
+   * __uint(x, N) is a pointer to an array of N, __type(x, T) a pointer to T.
+   * A member that is no pointer (a map of maps' __array(values, ...)) has no target.
+   */
+  members: Array<{ name: string; target: number | undefined }>;
 }
 
 /** A member's C type, as far as a fixed-size codec needs it. */
@@ -71,56 +89,80 @@ export interface MapDefinition {
   value?: MapSlot;
 }
 
+/** BTF could not be read, or holds a type that is not what its reader can describe. */
+export class BtfError extends Error {
+  override readonly name: string = 'BtfError';
+}
+
 /** The BTF of an object is not what the layouts can describe (a bitfield, a union member, an unknown kind). */
-export class BtfLayoutError extends Error {
+export class BtfLayoutError extends BtfError {
   override readonly name = 'BtfLayoutError';
 }
 
-const QUALIFIERS = ['CONST', 'VOLATILE', 'RESTRICT', 'TYPE_TAG'];
+/** bpftool answers in ms; one that hangs fails the start instead of stalling it. */
+export const BPFTOOL_TIMEOUT_MS = 30_000;
 
-export class ObjectBtf {
+const QUALIFIERS = new Set(['CONST', 'VOLATILE', 'RESTRICT', 'TYPE_TAG']);
+
+/** Typedef names that say an integer is in network byte order (the BTF of an int has no byte order). */
+const BIG_ENDIAN_TYPEDEFS = new Set(['__be16', '__be32', '__be64']);
+
+/** One BTF object's types by ID. */
+export class Btf {
   readonly #byId = new Map<number, BtfType>();
 
   private constructor(types: BtfType[]) {
     for (const t of types) this.#byId.set(t.id, t);
   }
 
-  static load(objectPath: string): ObjectBtf {
-    const r = spawnSync('bpftool', ['-j', 'btf', 'dump', 'file', objectPath], { encoding: 'utf8', maxBuffer: 64 << 20 });
-    if (r.error) throw r.error;
-    if (r.status !== 0) throw new Error(`bpftool btf dump ${objectPath} exited ${r.status}: ${r.stderr}`);
-    return new ObjectBtf((JSON.parse(r.stdout) as { types: BtfType[] }).types);
+  /** The BTF object with this kernel ID (a map's info.btfId). */
+  static ofId(id: number): Btf {
+    return Btf.#dump(['btf', 'dump', 'id', String(id)], `BTF id ${id}`);
   }
 
-  #type(id: number): BtfType {
+  /** The BTF of a BPF ELF object. */
+  static ofFile(path: string): Btf {
+    return Btf.#dump(['btf', 'dump', 'file', path], path);
+  }
+
+  static #dump(args: string[], what: string): Btf {
+    // Arguments are a number or a path of ours, passed as an argv array (never through a shell).
+    const r = spawnSync('bpftool', ['-j', ...args], { encoding: 'utf8', maxBuffer: 64 << 20, timeout: BPFTOOL_TIMEOUT_MS });
+    if (r.error) throw new BtfError(`reading ${what} with bpftool failed: ${r.error.message}`);
+    if (r.status !== 0) throw new BtfError(`reading ${what} with bpftool failed (exit ${r.status}): ${r.stderr.trim()}`);
+    return new Btf((JSON.parse(r.stdout) as { types: BtfType[] }).types);
+  }
+
+  type(id: number): BtfType {
     const t = this.#byId.get(id);
-    if (!t) throw new BtfLayoutError(`BTF type ${id} missing`);
+    if (!t) throw new BtfError(`BTF type ${id} is missing`);
     return t;
   }
 
-  /** Through typedefs and qualifiers. */
-  #resolve(id: number): BtfType {
-    let t = this.#type(id);
-    while (t.kind === 'TYPEDEF' || QUALIFIERS.includes(t.kind)) t = this.#type(t.type_id!);
+  /** The type `id` names, through typedefs and qualifiers. */
+  resolve(id: number): BtfType {
+    let t = this.type(id);
+    while (t.kind === 'TYPEDEF' || QUALIFIERS.has(t.kind)) t = this.type(t.type_id!);
     return t;
   }
 
-  /** The first typedef name on the way to the type (`__be32`, `__u8`), or the type's own name. */
-  #declaredName(id: number): string {
-    let t = this.#type(id);
-    while (QUALIFIERS.includes(t.kind)) t = this.#type(t.type_id!);
-    return t.name || this.#resolve(id).name;
-  }
-
-  #bigEndian(id: number): boolean {
-    for (let t = this.#type(id); ; t = this.#type(t.type_id!)) {
-      if (t.kind === 'TYPEDEF' && /^__be(16|32|64)$/.test(t.name)) return true;
-      if (t.kind !== 'TYPEDEF' && !QUALIFIERS.includes(t.kind)) return false;
+  /** Whether a __be16/__be32/__be64 typedef is on the way from `id` to the type it names. */
+  bigEndian(id: number): boolean {
+    for (let t = this.type(id); ; t = this.type(t.type_id!)) {
+      if (t.kind === 'TYPEDEF' && BIG_ENDIAN_TYPEDEFS.has(t.name)) return true;
+      if (t.kind !== 'TYPEDEF' && !QUALIFIERS.has(t.kind)) return false;
     }
   }
 
+  /** The first typedef name on the way to the type (`__be32`, `__u8`), or the type's own name. */
+  declaredName(id: number): string {
+    let t = this.type(id);
+    while (QUALIFIERS.has(t.kind)) t = this.type(t.type_id!);
+    return t.name || this.resolve(id).name;
+  }
+
   sizeOf(id: number): number {
-    const t = this.#resolve(id);
+    const t = this.resolve(id);
     switch (t.kind) {
       case 'INT':
       case 'STRUCT':
@@ -133,15 +175,36 @@ export class ObjectBtf {
       case 'ARRAY':
         return t.nr_elems! * this.sizeOf(t.type_id!);
       default:
-        throw new BtfLayoutError(`no size for BTF kind ${t.kind}`);
+        throw new BtfError(`no size for BTF kind ${t.kind}`);
     }
   }
 
+  /** The N of a `.maps` member's __uint(x, N) (the length of the array it points to); 0 for any other target. */
+  uintOf(target: number | undefined): number {
+    const t = target === undefined ? undefined : this.resolve(target);
+    return t?.kind === 'ARRAY' ? t.nr_elems! : 0;
+  }
+
+  /** Every map in the `.maps` section, as its definition's members. */
+  mapsSection(): MapsSectionEntry[] {
+    const sec = [...this.#byId.values()].find((t) => t.kind === 'DATASEC' && t.name === '.maps');
+    if (!sec) return [];
+    return (sec.vars ?? []).map((v) => {
+      const variable = this.type(v.type_id);
+      const def = this.resolve(variable.type_id!);
+      const members = (def.members ?? []).map((m) => {
+        const t = this.resolve(m.type_id);
+        return { name: m.name, target: t.kind === 'PTR' ? t.type_id : undefined };
+      });
+      return { name: variable.name, members };
+    });
+  }
+
   cType(id: number, where: string): CType {
-    const t = this.#resolve(id);
+    const t = this.resolve(id);
     switch (t.kind) {
       case 'INT':
-        return { kind: 'int', size: t.size!, signed: t.encoding === 'SIGNED', bigEndian: this.#bigEndian(id) };
+        return { kind: 'int', size: t.size!, signed: t.encoding === 'SIGNED', bigEndian: this.bigEndian(id) };
       case 'STRUCT':
         if (!t.name) throw new BtfLayoutError(`${where}: an anonymous struct has no layout of its own to generate`);
         return { kind: 'struct', name: t.name, size: t.size! };
@@ -182,19 +245,13 @@ export class ObjectBtf {
 
   /** Every map in the `.maps` section with its type and declared key and value types. */
   maps(): MapDefinition[] {
-    const sec = [...this.#byId.values()].find((x) => x.kind === 'DATASEC' && x.name === '.maps');
-    if (!sec) return [];
-    return (sec.vars ?? []).map((v) => {
-      const variable = this.#type(v.type_id);
-      const def = this.#resolve(variable.type_id!);
-      const out: MapDefinition = { name: variable.name, type: 0 };
-      for (const m of def.members ?? []) {
-        // libbpf's __uint(type, N) / __type(key, T): `int (*type)[N]`, `T *key`.
-        const ptr = this.#resolve(m.type_id);
-        if (m.name === 'type') out.type = this.#resolve(ptr.type_id!).nr_elems!;
-        if (m.name !== 'key' && m.name !== 'value') continue;
-        const target = this.#resolve(ptr.type_id!);
-        out[m.name] = { name: target.kind === 'STRUCT' ? target.name : this.#declaredName(ptr.type_id!), size: this.sizeOf(ptr.type_id!), struct: target.kind === 'STRUCT' };
+    return this.mapsSection().map(({ name, members }) => {
+      const out: MapDefinition = { name, type: 0 };
+      for (const m of members) {
+        if (m.name === 'type') out.type = this.uintOf(m.target);
+        if ((m.name !== 'key' && m.name !== 'value') || m.target === undefined) continue;
+        const target = this.resolve(m.target);
+        out[m.name] = { name: target.kind === 'STRUCT' ? target.name : this.declaredName(m.target), size: this.sizeOf(m.target), struct: target.kind === 'STRUCT' };
       }
       return out;
     });

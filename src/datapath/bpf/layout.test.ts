@@ -44,7 +44,7 @@ import {
   policyEntry,
   policyKey,
 } from './layout.js';
-import { ObjectBtf } from './btf.js';
+import { Btf } from './btf.js';
 import { HOST_OBJECT, LXC_OBJECT, NETDEV_OBJECT, OVERLAY_OBJECT } from './testing/programHarness.js';
 
 /** One struct member probed: `base` and `changed` differ in that member only. */
@@ -372,7 +372,7 @@ function changedBytes<T>(c: Codec<T>, p: Probe<T>): number[] {
 const OBJECTS = { 'bpf_lxc.o': LXC_OBJECT, 'bpf_host.o': HOST_OBJECT, 'bpf_netdev.o': NETDEV_OBJECT, 'bpf_overlay.o': OVERLAY_OBJECT };
 
 describe('datapath layouts against the objects\' BTF', () => {
-  const btf = Object.fromEntries(Object.entries(OBJECTS).map(([name, path]) => [name, ObjectBtf.load(path)]));
+  const btf = Object.fromEntries(Object.entries(OBJECTS).map(([name, path]) => [name, Btf.ofFile(path)]));
 
   for (const check of CHECKS) {
     it(`${check.struct}: size and every member's offset`, () => {

@@ -10,7 +10,7 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseIp } from '../../netip/index.js';
 import { codec } from '../kernel/bpf/index.js';
-import { ObjectBtf } from './btf.js';
+import { Btf } from './btf.js';
 import { defineStruct, structCodec } from './btfStruct.js';
 import { renderLayouts } from './layoutSource.js';
 
@@ -26,7 +26,7 @@ describe('layouts generated from the objects\' BTF', () => {
       .map((f) => f.replace(/\.c$/, '.o'))
       .sort();
     assert.ok(objects.length >= 5, `objects from bpf/*.c: ${objects.join(', ')}`);
-    const text = renderLayouts(objects.map((object) => ({ object, btf: ObjectBtf.load(join(OBJECT_DIR, object)) })));
+    const text = renderLayouts(objects.map((object) => ({ object, btf: Btf.ofFile(join(OBJECT_DIR, object)) })));
     assert.equal(readFileSync(GENERATED, 'utf8'), text);
   });
 

@@ -8,7 +8,7 @@
  * again when the text changed.
  */
 import { isDeepStrictEqual } from 'node:util';
-import { BtfLayoutError, type CType, type MapDefinition, type MapSlot, type ObjectBtf, type StructLayout } from './btf.js';
+import { BtfLayoutError, type CType, type MapDefinition, type MapSlot, type Btf, type StructLayout } from './btf.js';
 import { MapName } from './constants.js';
 
 /** Structs that reach TypeScript other than as a map's key or value. */
@@ -37,7 +37,7 @@ const MAP_TYPES: Record<number, string> = {
 export interface NamedBtf {
   /** The object's file name, for messages (bpf_lxc.o). */
   object: string;
-  btf: ObjectBtf;
+  btf: Btf;
 }
 
 /** `endpoint_id` → `endpointId`; a name that would not read back the same (`ip_4`, `srcIP`) is refused. */

@@ -18,7 +18,8 @@ import { createLogger } from '../../logging/logger.js';
 import { parseIp } from '../../netip/index.js';
 import { codec, ensureBpffs, removePinDir, RawMap } from '../kernel/bpf/index.js';
 import { Netlink } from '../kernel/netlink/index.js';
-import { Btf, type Layout } from './btfLayout.js';
+import { Btf } from './btf.js';
+import { declaredMaps, type Layout } from './btfLayout.js';
 import { MapName } from './constants.js';
 import { ct4Key, ctEntry, type CtEntryValue, lb4Backend, lb4Key, lb4Service } from './layout.js';
 import { compileConversion } from './mapConversion.js';
@@ -88,7 +89,7 @@ describe('pinned maps of another layout', () => {
       const layouts = pinnedLayouts(ct)!;
       variantCtLayout = layouts.value;
       const here = Btf.ofFile(join(DEFAULT_OBJECT_DIR, 'bpf_lxc.o'));
-      const hereCt = here.declaredMaps().find((m) => m.name === MapName.CT_TCP)!;
+      const hereCt = declaredMaps(here).find((m) => m.name === MapName.CT_TCP)!;
       const toVariant = compileConversion(hereCt.value!, layouts.value);
       assert.deepEqual(toVariant.changes, ['added upgrade_probe (zero)']);
       const probeAt = offsetOf(layouts.value, 'upgrade_probe');
@@ -100,13 +101,13 @@ describe('pinned maps of another layout', () => {
       }
       const svc = variant.lxc.rawMap(MapName.LB_SERVICES);
       const svcLayouts = pinnedLayouts(svc)!;
-      const hereSvc = here.declaredMaps().find((m) => m.name === MapName.LB_SERVICES)!;
+      const hereSvc = declaredMaps(here).find((m) => m.name === MapName.LB_SERVICES)!;
       const sv = new Uint8Array(svc.info.valueSize);
       compileConversion(hereSvc.value!, svcLayouts.value).convert(codec.encode(lb4Service, { backendId: 0, affinityTimeout: 30, count: 2, revNatIndex: 7, flags: 3 }), 0, sv, 0);
       svc.update(codec.encode(lb4Key, { address: parseIp('10.96.0.7'), dport: 80, backendSlot: 0, proto: 6, scope: 0 }), sv);
       const be = variant.lxc.rawMap(MapName.LB_BACKENDS);
       const beLayouts = pinnedLayouts(be)!;
-      const hereBe = here.declaredMaps().find((m) => m.name === MapName.LB_BACKENDS)!;
+      const hereBe = declaredMaps(here).find((m) => m.name === MapName.LB_BACKENDS)!;
       const bv = new Uint8Array(be.info.valueSize);
       compileConversion(hereBe.value!, beLayouts.value).convert(codec.encode(lb4Backend, { address: parseIp('10.200.0.20'), port: 8080, proto: 6, state: 0 }), 0, bv, 0);
       be.update(new Uint8Array([3, 0, 0, 0]), bv);
@@ -170,7 +171,7 @@ describe('pinned maps of another layout', () => {
     const back = await loadDatapathObjects({ pinDir, objectDir: VARIANT_DIR, mapSizes: TEST_MAP_SIZES, log });
     try {
       const ct = back.lxc.rawMap(MapName.CT_TCP);
-      const toHere = compileConversion(variantCtLayout, Btf.ofFile(join(DEFAULT_OBJECT_DIR, 'bpf_lxc.o')).declaredMaps().find((m) => m.name === MapName.CT_TCP)!.value!);
+      const toHere = compileConversion(variantCtLayout, declaredMaps(Btf.ofFile(join(DEFAULT_OBJECT_DIR, 'bpf_lxc.o'))).find((m) => m.name === MapName.CT_TCP)!.value!);
       const probeAt = offsetOf(variantCtLayout, 'upgrade_probe');
       let n = 0;
       for await (const [k, v] of ct.entries()) {

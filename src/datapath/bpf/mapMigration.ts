@@ -35,7 +35,8 @@ import type { Logger } from '../../logging/logger.js';
 import { MAP_OF_MAPS_TYPES, MapType, PER_CPU_MAP_TYPES, possibleCpus, RawMap, unpin } from '../kernel/bpf/index.js';
 import { isKernelError } from '../kernel/errors.js';
 import { DatapathError } from '../types.js';
-import { Btf, type DeclaredMap, type Layout, layoutText } from './btfLayout.js';
+import { Btf } from './btf.js';
+import { type DeclaredMap, declaredMaps, type Layout, layoutOf, layoutText } from './btfLayout.js';
 import { MapName } from './constants.js';
 import { compileConversion, type Conversion } from './mapConversion.js';
 
@@ -93,7 +94,7 @@ export class MapMigrationError extends DatapathError {
 /** The maps the objects declare for pinning by name, once per name (every object shares them). */
 export function declaredPinnedMaps(objectPaths: readonly string[]): DeclaredMap[] {
   const byName = new Map<string, DeclaredMap>();
-  for (const path of objectPaths) for (const m of Btf.ofFile(path).declaredMaps()) if (m.pinning === PIN_BY_NAME && !byName.has(m.name)) byName.set(m.name, m);
+  for (const path of objectPaths) for (const m of declaredMaps(Btf.ofFile(path))) if (m.pinning === PIN_BY_NAME && !byName.has(m.name)) byName.set(m.name, m);
   return [...byName.values()];
 }
 
@@ -117,7 +118,7 @@ export function pinnedLayouts(map: RawMap, cache = new Map<number, Btf>()): { ke
   // The maps one object made share its BTF: read once per start.
   let btf = cache.get(btfId);
   if (!btf) cache.set(btfId, (btf = Btf.ofId(btfId)));
-  return { key: btf.layout(btfKeyTypeId), value: btf.layout(btfValueTypeId) };
+  return { key: layoutOf(btf, btfKeyTypeId), value: layoutOf(btf, btfValueTypeId) };
 }
 
 /**

@@ -18,7 +18,7 @@ import { attach, type BpfProgram, type Direction, MAX_OBJ_NAME, TcxLink } from '
 import { isKernelError } from '../kernel/errors.js';
 import { Netlink } from '../kernel/netlink/index.js';
 import { DatapathError } from '../types.js';
-import { BPFTOOL_TIMEOUT_MS } from './btfLayout.js';
+import { BPFTOOL_TIMEOUT_MS } from './btf.js';
 
 /** The kernel keeps 15 bytes of a program's name (bpftool shows the whole name from BTF): the key both builds' programs share. */
 const kernelName = (name: string) => name.slice(0, MAX_OBJ_NAME);

@@ -9,7 +9,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BpfObject, codec } from '../../kernel/bpf/index.js';
-import { ObjectBtf } from '../btf.js';
+import { Btf } from '../btf.js';
 import { TEST_MAP_SIZES } from './programHarness.js';
 
 export const UNIT_TEST_DIR = fileURLToPath(new URL('../../../../../build/bpf/tests/', import.meta.url));
@@ -89,7 +89,7 @@ export function unitTestsOf(programNames: Iterable<string>): UnitTest[] {
  */
 export function unitTestMapSizes(objectPath: string): Record<string, number> {
   const present = new Set(
-    ObjectBtf.load(objectPath)
+    Btf.ofFile(objectPath)
       .maps()
       .map((m) => m.name),
   );

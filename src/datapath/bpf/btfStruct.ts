@@ -6,7 +6,7 @@
  * arrays); `structCodec` lets layout.ts read a member as what it means (an
  * address, a MAC) with a codec of the member's exact size.
  */
-import { type Codec, type CodecValue } from '../kernel/bpf/index.js';
+import { type Codec, codec, type CodecValue } from '../kernel/bpf/index.js';
 
 export interface Field<T> {
   readonly offset: number;
@@ -40,23 +40,7 @@ function fieldCodec<V>(cName: string, size: number, align: number, fields: Array
   for (const [name, f] of fields) {
     if (f.offset < 0 || f.offset + f.codec.size > size) throw new RangeError(`struct ${cName}.${name}: bytes ${f.offset}..${f.offset + f.codec.size - 1} are outside its ${size} bytes`);
   }
-  return {
-    size,
-    align,
-    write(value, b, o) {
-      b.fill(0, o, o + size);
-      const v = value as Record<string, unknown>;
-      for (const [name, f] of fields) f.codec.write(v[name], b, o + f.offset);
-    },
-    read(b, o) {
-      const out: Record<string, unknown> = {};
-      for (const [name, f] of fields) {
-        const x: unknown = f.codec.read(b, o + f.offset);
-        if (x !== undefined) out[name] = x;
-      }
-      return out as V;
-    },
-  };
+  return codec.placedStruct<V>(size, align, fields.map(([name, f]) => ({ name, codec: f.codec, offset: f.offset })));
 }
 
 /** Used by generated/layouts.ts only. */

@@ -113,7 +113,7 @@ function alignUp(n: number, a: number): number {
  * map keys compare every byte, padding included).
  */
 export function struct<F extends Fields>(fields: F): Codec<StructValue<F>> {
-  const layout: Array<{ name: string; codec: Codec<unknown>; offset: number }> = [];
+  const layout: PlacedField[] = [];
   let offset = 0;
   let align = 1;
   for (const [name, codec] of Object.entries(fields)) {
@@ -122,7 +122,18 @@ export function struct<F extends Fields>(fields: F): Codec<StructValue<F>> {
     offset += codec.size;
     align = Math.max(align, codec.align);
   }
-  const size = alignUp(offset, align);
+  return placedStruct<StructValue<F>>(alignUp(offset, align), align, layout);
+}
+
+/** A struct member at a byte offset the caller knows (computed by `struct`, or read from BTF). */
+export interface PlacedField {
+  name: string;
+  codec: Codec<unknown>;
+  offset: number;
+}
+
+/** A struct of `size` bytes with each field at its given offset; the bytes between them are written as zeros. */
+export function placedStruct<V>(size: number, align: number, layout: readonly PlacedField[]): Codec<V> {
   return {
     size,
     align,
@@ -137,7 +148,7 @@ export function struct<F extends Fields>(fields: F): Codec<StructValue<F>> {
         const x = f.codec.read(b, o + f.offset);
         if (x !== undefined) out[f.name] = x;
       }
-      return out as StructValue<F>;
+      return out as V;
     },
   };
 }

@@ -184,25 +184,29 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 SEC("tc")
 int tendril_from_host(struct __sk_buff *skb)
 {
-	struct flow f;
+	struct flow *f;
 
-	flow_init(&f, skb);
+	f = flow_init(skb);
+	if (!f)
+		return TC_ACT_SHOT;
 	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
-		return from_host_ipv4(skb, &f);
-	return pass_packet(skb, &f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
+		return from_host_ipv4(skb, f);
+	return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
 }
 
 SEC("tc")
 int tendril_to_host(struct __sk_buff *skb)
 {
 	struct ipv4_info ip;
-	struct flow f;
+	struct flow *f;
 
-	flow_init(&f, skb);
+	f = flow_init(skb);
+	if (!f)
+		return TC_ACT_OK;
 	/* Addresses for the trace only: nothing here is dropped. */
 	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
-		ipv4_load(skb, &f, &ip);
-	return pass_packet(skb, &f, TC_ACT_OK, TRACE_TO_HOST, DIR_NONE);
+		ipv4_load(skb, f, &ip);
+	return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_HOST, DIR_NONE);
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -263,16 +263,18 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 SEC("tc")
 int tendril_from_container(struct __sk_buff *skb)
 {
-	struct flow f;
+	struct flow *f;
 	__be16 proto;
 
-	flow_init(&f, skb);
+	f = flow_init(skb);
+	if (!f)
+		return TC_ACT_SHOT;
 	proto = eth_load_proto(skb);
 	if (proto == bpf_htons(ETH_P_IP))
-		return from_container_ipv4(skb, &f);
+		return from_container_ipv4(skb, f);
 	if (proto == bpf_htons(ETH_P_ARP))
-		return from_container_arp(skb, &f);
-	return other_l3(skb, &f, proto, TRACE_TO_STACK, DIR_EGRESS);
+		return from_container_arp(skb, f);
+	return other_l3(skb, f, proto, TRACE_TO_STACK, DIR_EGRESS);
 }
 
 /* A unicast packet at this device for an address that is not its endpoint's: DROP_NOT_FOR_ENDPOINT. */
@@ -319,16 +321,18 @@ static __always_inline int to_container_ipv4(struct __sk_buff *skb, struct flow 
 SEC("tc")
 int tendril_to_container(struct __sk_buff *skb)
 {
-	struct flow f;
+	struct flow *f;
 	__be16 proto;
 
-	flow_init(&f, skb);
+	f = flow_init(skb);
+	if (!f)
+		return TC_ACT_SHOT;
 	proto = eth_load_proto(skb);
 	if (proto == bpf_htons(ETH_P_IP))
-		return to_container_ipv4(skb, &f);
+		return to_container_ipv4(skb, f);
 	if (proto == bpf_htons(ETH_P_ARP))
-		return pass_packet(skb, &f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
-	return other_l3(skb, &f, proto, TRACE_FROM_STACK, DIR_INGRESS);
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
+	return other_l3(skb, f, proto, TRACE_FROM_STACK, DIR_INGRESS);
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -57,11 +57,13 @@ static __always_inline int from_netdev_ipv4(struct __sk_buff *skb, struct flow *
 SEC("tc")
 int tendril_from_netdev(struct __sk_buff *skb)
 {
-	struct flow f;
+	struct flow *f;
 
-	flow_init(&f, skb);
+	f = flow_init(skb);
+	if (!f)
+		return TC_ACT_OK;
 	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
-		return from_netdev_ipv4(skb, &f);
+		return from_netdev_ipv4(skb, f);
 	return TC_ACT_OK;
 }
 
@@ -86,11 +88,13 @@ static __always_inline int to_netdev_ipv4(struct __sk_buff *skb, struct flow *f)
 SEC("tc")
 int tendril_to_netdev(struct __sk_buff *skb)
 {
-	struct flow f;
+	struct flow *f;
 
-	flow_init(&f, skb);
+	f = flow_init(skb);
+	if (!f)
+		return TC_ACT_OK;
 	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
-		return to_netdev_ipv4(skb, &f);
+		return to_netdev_ipv4(skb, f);
 	return TC_ACT_OK;
 }
 
@@ -98,13 +102,15 @@ SEC("tc")
 int tendril_to_lo(struct __sk_buff *skb)
 {
 	struct ipv4_info ip;
-	struct flow f;
+	struct flow *f;
 	int action = TC_ACT_OK;
 
-	flow_init(&f, skb);
-	if (eth_load_proto(skb) != bpf_htons(ETH_P_IP) || ipv4_load(skb, &f, &ip) < 0 || l4_load(skb, &f, &ip) < 0)
+	f = flow_init(skb);
+	if (!f)
 		return TC_ACT_OK;
-	if (nodeport_local4(skb, &f, &ip, &action))
+	if (eth_load_proto(skb) != bpf_htons(ETH_P_IP) || ipv4_load(skb, f, &ip) < 0 || l4_load(skb, f, &ip) < 0)
+		return TC_ACT_OK;
+	if (nodeport_local4(skb, f, &ip, &action))
 		return action;
 	return TC_ACT_OK;
 }

@@ -130,23 +130,25 @@ SEC("tc")
 int tendril_from_overlay(struct __sk_buff *skb)
 {
 	struct ipv4_info ip;
-	struct flow f;
+	struct flow *f;
 	__be16 proto;
 	int ret;
 
-	flow_init(&f, skb);
+	f = flow_init(skb);
+	if (!f)
+		return TC_ACT_SHOT;
 	proto = eth_load_proto(skb);
-	ret = tunnel_key_identity(skb, &f.src_identity);
+	ret = tunnel_key_identity(skb, &f->src_identity);
 	if (ret < 0) {
 		/* The addresses for the drop event, when there are any. */
 		if (proto == bpf_htons(ETH_P_IP))
-			ipv4_load(skb, &f, &ip);
-		return drop_packet(skb, &f, ret, DIR_INGRESS, 0);
+			ipv4_load(skb, f, &ip);
+		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 	}
 	if (proto == bpf_htons(ETH_P_IP))
-		return from_overlay_ipv4(skb, &f);
+		return from_overlay_ipv4(skb, f);
 	/* Nodes send each other IPv4 only; nothing else is routed through the overlay. */
-	return drop_packet(skb, &f, DROP_UNKNOWN_L3, DIR_INGRESS, 0);
+	return drop_packet(skb, f, DROP_UNKNOWN_L3, DIR_INGRESS, 0);
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -21,9 +21,22 @@ struct flow_ports {
 	__be16 dport;
 };
 
+/*
+ * Addresses hold either family: IPv4 in the first word (saddr, daddr, as
+ * every IPv4 path reads them), IPv6 in all four (saddr6, daddr6). One
+ * struct for both, so that policy, drops, traces and events take a flow
+ * whatever its family; the family-specific steps (parsing, conntrack keys,
+ * translation) read the member of theirs.
+ */
 struct flow {
-	__be32 saddr;
-	__be32 daddr;
+	union {
+		__be32 saddr;
+		__be32 saddr6[4];
+	};
+	union {
+		__be32 daddr;
+		__be32 daddr6[4];
+	};
 	__be16 sport; /* ICMP echo request: the identifier (reply: dport); other ICMP: 0 */
 	__be16 dport;
 	__u8 proto;
@@ -40,8 +53,14 @@ struct flow {
 	__u32 dst_endpoint;
 	__u32 trace_level;
 	/* The tuple an ICMP error is about, as the packet that caused it carried it. */
-	__be32 inner_saddr;
-	__be32 inner_daddr;
+	union {
+		__be32 inner_saddr;
+		__be32 inner_saddr6[4];
+	};
+	union {
+		__be32 inner_daddr;
+		__be32 inner_daddr6[4];
+	};
 	__be16 inner_sport;
 	__be16 inner_dport;
 	__u8 inner_proto;
@@ -51,7 +70,10 @@ struct flow {
 	 * its conntrack entry), or what the conntrack entry found says.
 	 */
 	__u32 backend_id;  /* 0 = no service flow */
-	__be32 nat_addr;   /* the frontend as the client addressed it */
+	union {
+		__be32 nat_addr; /* the frontend as the client addressed it */
+		__be32 nat_addr6[4];
+	};
 	__be16 nat_port;
 	__u16 rev_nat_index;
 	__u8 ct_flags;     /* CT_F_* of the entry found; for a new flow, the CT_F_HAIRPIN/NODEPORT to record */
@@ -74,14 +96,40 @@ struct flow {
 	__u8 svc_pad[3];
 };
 
-/* Every program's start: the packet's size and device, and the trace level the agent set. */
-static __always_inline void flow_init(struct flow *f, struct __sk_buff *skb)
+/*
+ * The flow of the packet in hand, one per CPU. Not on the stack: the
+ * verifier allows a chain of stages 512 bytes of stack together, and a
+ * flow that holds IPv6 addresses would take a third of them at the root
+ * of every chain. A program runs to its end on its CPU before the next
+ * one there starts (tc programs run with bottom halves off; a redirect
+ * takes effect after the program returns), so each program's flow_init
+ * has the slot to itself until it returns.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct flow);
+} tendril_flow_scratch SEC(".maps");
+
+/*
+ * Every program's start: the packet's size and device, and the trace level
+ * the agent set. NULL never happens (the one slot of a per-CPU array
+ * always exists); callers still decide what it means for their hook.
+ */
+static __always_inline struct flow *flow_init(struct __sk_buff *skb)
 {
+	__u32 zero = 0;
+	struct flow *f = bpf_map_lookup_elem(&tendril_flow_scratch, &zero);
+
+	if (!f)
+		return NULL;
 	__builtin_memset(f, 0, sizeof(*f));
 	f->family = 4;
 	f->len = skb->len;
 	f->ifindex = skb->ifindex;
 	f->trace_level = config_trace_level();
+	return f;
 }
 
 #endif

@@ -329,6 +329,8 @@ export type MapNameValue = (typeof MapName)[keyof typeof MapName];
 export const PrivateMapName = {
   /** SNAT's port search state, one slot per CPU (bpf/lib/nat.h). */
   NAT_CLAIM: 'tendril_nat_claim',
+  /** The flow of the packet in hand, one slot per CPU (bpf/lib/flow.h): off the stack the stages share. */
+  FLOW_SCRATCH: 'tendril_flow_scratch',
 } as const;
 
 /** Default map sizes (Cilium's where it has one); the agent's --bpf-*-max flags override them. */

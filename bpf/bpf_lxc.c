@@ -223,6 +223,9 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 
 	status = ct_lookup(f, now);
 	if (status == CT_NEW) {
+		ret = ct_held_for_migration(skb, f, now, DIR_EGRESS);
+		if (ret)
+			return ret;
 		/* The ipcache (an LPM walk) only for new flows: a hit carries the identities. */
 		if (!dst)
 			f->dst_identity = ipcache_identity4(f->daddr);

@@ -20,6 +20,12 @@ struct datapath_config {
 	__be32 node_ipv4;        /* this node's InternalIP (the tunnel endpoint other nodes know it by); 0 = unknown */
 	struct nat_port_range nat_ports[NAT_PORT_RANGES]; /* SNAT's source ports; none → NAT_PORT_MIN..NAT_PORT_MAX */
 	__u32 ct_endpoint_max;   /* conntrack entries one endpoint may hold; 0 = no budget */
+	/*
+	 * A build with other map layouts is taking over the node until then
+	 * (bpf_ktime_get_ns), 0 = none: see ct_held_for_migration. A deadline,
+	 * not a flag, so that a loader that dies half way leaves nothing set.
+	 */
+	__u64 migration_until_ns;
 };
 
 struct {
@@ -72,6 +78,15 @@ static __always_inline __be32 config_node_ipv4(void)
 	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
 
 	return cfg ? cfg->node_ipv4 : 0;
+}
+
+/* Whether a build with other map layouts is taking over the node right now. */
+static __always_inline int config_migration_window(__u64 now)
+{
+	__u32 zero = 0;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+
+	return cfg && now < cfg->migration_until_ns;
 }
 
 /* --bpf-ct-endpoint-max: conntrack entries one endpoint may hold; 0 = no budget. */

@@ -111,6 +111,26 @@ static __always_inline void flow_set_arrived_source4(struct flow *f, __u32 devic
 	f->src_identity = id;
 }
 
+/*
+ * A packet conntrack does not know, while a build with other map layouts
+ * takes over (the agent's loader copies the old maps' entries into the new
+ * ones, swaps the programs, then carries over what the old programs added
+ * until the swap): a TCP segment that is not a connection's first (SYN
+ * without ACK) belongs to a flow only the old maps know yet. Taken for a
+ * new flow it would leave without its reverse NAT, and the peer's reset
+ * would end the connection; dropped (DROP_CT_MIGRATION, counted), it is
+ * sent again by TCP once the entry is carried over, a few milliseconds
+ * later. Returns the drop's action, or 0 to go on as a new flow.
+ */
+static __always_inline int ct_held_for_migration(struct __sk_buff *skb, const struct flow *f, __u64 now, __u8 direction)
+{
+	if (f->proto != IPPROTO_TCP || (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN)
+		return 0;
+	if (!config_migration_window(now))
+		return 0;
+	return drop_packet(skb, f, DROP_CT_MIGRATION, direction, 0);
+}
+
 /* ingress_ct_policy4_stage's `how`: the trace point in the low byte, and whether the source is known. */
 #define INGRESS_SOURCE_KNOWN 0x100
 
@@ -133,6 +153,9 @@ __stage int ingress_ct_policy4_stage(struct __sk_buff *skb, struct flow *f, cons
 			return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 		return 0;
 	}
+	ret = ct_held_for_migration(skb, f, now, DIR_INGRESS);
+	if (ret)
+		return ret;
 	/* The source's identity (an LPM walk) only for new flows: a hit carries it. */
 	if (!(how & INGRESS_SOURCE_KNOWN))
 		flow_set_source4(f);

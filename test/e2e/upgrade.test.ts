@@ -5,7 +5,10 @@
 // outside host to a NodePort (the native crr client), and a policy that
 // denies one pod. No connection breaks, no denied connection passes, and the
 // conntrack entries of the held connections are the ones from before (their
-// packet counts carried over), not new ones made by the new programs.
+// packet counts carried over), not new ones made by the new programs. A
+// connection opened in the milliseconds of a swap may wait for a
+// retransmit (its segments the new programs do not know yet are held back
+// until the last pass carries its entry over), but none fails.
 //
 // The swaps: the node starts on the variant build's objects (converted from
 // the agent's first run); the agent of this build then starts on them and
@@ -153,11 +156,15 @@ test('connections survive an upgrade and a downgrade between builds whose conntr
   assert.deepEqual(passed, [], 'no denied connection passed');
   assert.equal(r.errorCount, 0, `no new connection failed: ${crrErrors(r)}`);
   assert.ok(r.connections > CRR_SECONDS * 50, `new connections kept coming (${r.connections})`);
-  assert.ok(r.perSecond.slice(0, -1).every((n) => n > 0), `a connection in every second: ${r.perSecond.join(' ')}`);
+  // A client whose connection waits for a SYN retransmit (1 s) opens no other meanwhile: a second may pass without
+  // one, never two in a row.
+  const seconds = r.perSecond.slice(0, -1);
+  assert.ok(seconds.every((n, i) => n > 0 || (seconds[i + 1] ?? 1) > 0), `never two seconds in a row without a new connection: ${r.perSecond.join(' ')}`);
 
-  // The policy's drops are the intruder's SYNs (one per probe, retransmits aside); nothing else was dropped.
+  // The policy's drops are the intruder's SYNs (one per probe, retransmits aside), and the segments held back while
+  // a swap's last pass carried the old programs' newest flows over (CT_MIGRATION: sent again by TCP); nothing else.
   const drops = dropCounts(await bpfMetrics(node));
-  const other = Object.fromEntries(Object.entries(drops).filter(([k]) => !k.startsWith('POLICY')));
+  const other = Object.fromEntries(Object.entries(drops).filter(([k]) => !k.startsWith('POLICY') && !k.startsWith('CT_MIGRATION')));
   t.diagnostic(`drops counted: ${JSON.stringify(drops)}; intruder probes: ${deniedProbes}`);
   assert.deepEqual(other, {}, 'no drop of another reason');
   for (const h of held) await h.agent.tcpClose(h.handle);

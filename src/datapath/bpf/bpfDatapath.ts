@@ -230,6 +230,8 @@ export class BpfDatapath implements Datapath {
       nodeIpv4: this.#nodeIpv4,
       natPorts: configNatPorts(this.opts.natPortRanges),
       ctEndpointMax: this.opts.ctEndpointMax ?? 0,
+      // The loader's take-over window (objects.ts) closed before the objects were handed over.
+      migrationUntilNs: 0n,
     });
   }
 

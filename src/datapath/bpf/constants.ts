@@ -49,6 +49,7 @@ export const DropReason = {
   ARP_INVALID: { code: -237, text: 'malformed ARP packet' },
   NAT_PORT_EXHAUSTED: { code: -238, text: 'SNAT found no free port for this destination' },
   ENCAP_FAILED: { code: -239, text: 'failed to set the tunnel key' },
+  CT_MIGRATION: { code: -240, text: 'TCP segment of a flow not carried over yet while a build with other map layouts takes over (sent again by TCP)' },
 } as const satisfies Record<string, { code: number; text: string; cilium?: `DROP_${string}` }>;
 
 /** The drop codes of tendril's own reasons (absolute values): clear of Cilium's, below MetricsReason.EVENTS_LOST. */

@@ -226,6 +226,7 @@ const CHECKS: Array<StructCheck<never>> = [
       node_ipv4: field(cfg0, { nodeIpv4: 0x0a000001 }),
       nat_ports: field(cfg0, { natPorts: [{ min: 1024, max: 29999 }, { min: 61000, max: 65535 }] }),
       ct_endpoint_max: field(cfg0, { ctEndpointMax: 1 }),
+      migration_until_ns: field(cfg0, { migrationUntilNs: 0xffffffffffffffffn }),
     },
   },
   {

@@ -242,13 +242,18 @@ export type NatPortRangeValue = codec.CodecValue<typeof natPortRange>;
 export const datapathConfig = structCodec(btf.datapathConfigLayout, { natPorts: codec.array(natPortRange, NAT_PORT_RANGES) });
 export type DatapathConfigValue = codec.CodecValue<typeof datapathConfig>;
 
-/** The config fields of SNAT and the endpoint budget left at "none": the programs' built-in port range, no budget. */
-export const NO_NAT_CONFIG: Readonly<Pick<DatapathConfigValue, 'natPorts' | 'ctEndpointMax'>> = {
+/**
+ * The config fields of SNAT, the endpoint budget and the migration window
+ * left at "none": the programs' built-in port range, no budget, no build
+ * taking over.
+ */
+export const NO_NAT_CONFIG: Readonly<Pick<DatapathConfigValue, 'natPorts' | 'ctEndpointMax' | 'migrationUntilNs'>> = {
   natPorts: [
     { min: 0, max: 0 },
     { min: 0, max: 0 },
   ],
   ctEndpointMax: 0,
+  migrationUntilNs: 0n,
 };
 
 // ---- tendril_events records (bpf/lib/events.h) --------------------------------

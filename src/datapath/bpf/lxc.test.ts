@@ -322,6 +322,27 @@ describe('bpf_lxc tendril_from_container', () => {
       assertLifetime(h.ct(tuple)!, CtTimeout.TCP_ESTABLISHED, before);
     });
 
+    it('while a build with other map layouts takes over, holds back TCP segments conntrack does not know; a SYN opens as ever', async () => {
+      allowAtoB80();
+      const config = h.config.get(0)!;
+      h.config.set(0, { ...config, migrationUntilNs: process.hrtime.bigint() + 60_000_000_000n });
+      const seg = (sport: number, flags: number) => tcpFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, sport, dport: 80, flags });
+      // Mid-flow segments of flows only the old maps know: dropped and counted (TCP sends them again), no entry made.
+      for (const flags of [TcpFlag.ACK, TcpFlag.ACK | TcpFlag.PSH, TcpFlag.SYN | TcpFlag.ACK, TcpFlag.FIN | TcpFlag.ACK]) {
+        assert.equal((await h.run(FROM, seg(40200, flags))).retval, TcAction.SHOT, `flags 0x${flags.toString(16)}`);
+      }
+      assert.equal(h.metric(code('CT_MIGRATION'), EGRESS).packets, 4n);
+      assert.equal(await h.ctCount(), 0);
+      assertEvents(await h.takeEvents(4), [0, 1, 2, 3].map(() => ({ type: DROP, subtype: code('CT_MIGRATION'), direction: EGRESS })));
+      // A connection's first segment opens its flow; its later ones ride the entry.
+      assert.equal((await h.run(FROM, seg(40201, TcpFlag.SYN))).retval, TcAction.REDIRECT);
+      assert.equal((await h.run(FROM, seg(40201, TcpFlag.ACK))).retval, TcAction.REDIRECT);
+      // The window over (the deadline passed, or the loader closed it): a lone ACK opens an entry as it always does.
+      h.config.set(0, { ...config, migrationUntilNs: process.hrtime.bigint() - 1n });
+      assert.equal((await h.run(FROM, seg(40200, TcpFlag.ACK))).retval, TcAction.REDIRECT);
+      assert.equal(h.metric(code('CT_MIGRATION'), EGRESS).packets, 4n);
+    });
+
     it('drops a delivery whose TTL would run out', async () => {
       allowAtoB80();
       const r = await h.run(FROM, tcpFrame({ ...fromA, src: POD_A.ip, dst: POD_B.ip, sport: 40000, dport: 80, ttl: 1 }));

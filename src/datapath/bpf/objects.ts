@@ -12,9 +12,10 @@ import { ProgramSwap } from './programSwap.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { BpfObject, type BpfProgram, type RawMap } from '../kernel/bpf/index.js';
+import { BpfMap, BpfObject, type BpfProgram, codec, type RawMap } from '../kernel/bpf/index.js';
 import { DatapathError } from '../types.js';
-import { DefaultMapSize, type MapNameValue } from './constants.js';
+import { DefaultMapSize, MapName, type MapNameValue } from './constants.js';
+import { datapathConfig } from './layout.js';
 
 /** build/bpf of this package (objects.js lives in dist/src/datapath/bpf/). */
 export const DEFAULT_OBJECT_DIR = fileURLToPath(new URL('../../../../build/bpf/', import.meta.url));
@@ -149,6 +150,24 @@ export async function loadDatapathObjects(opts: LoadDatapathOptions): Promise<Da
 }
 
 /**
+ * How long at most the new programs hold back TCP segments conntrack does
+ * not know while the old maps' entries are carried over (see
+ * ct_held_for_migration, bpf/lib/enforce.h). The window closes as soon as
+ * the last pass is done; the deadline only bounds it for a loader that
+ * dies half way.
+ */
+const MIGRATION_WINDOW_MAX_NS = 10_000_000_000n;
+
+/** Opens (a deadline on CLOCK_MONOTONIC, as bpf_ktime_get_ns) or closes (0) the migration window in the new objects' tendril_config. */
+function setMigrationWindow(objects: readonly BpfObject[], untilNs: bigint): void {
+  const raw = objects.map((o) => o.maps.get(MapName.CONFIG)?.map).find((m) => m !== undefined);
+  if (!raw) return;
+  const config = new BpfMap(raw, codec.u32, datapathConfig);
+  const current = config.get(0);
+  if (current) config.set(0, { ...current, migrationUntilNs: untilNs });
+}
+
+/**
  * The objects are loaded on the staging pins: fill the new maps, swap the
  * programs on every hook, carry over what the old programs added meanwhile,
  * and move the new pins to the real names. A failure before the swap leaves
@@ -174,14 +193,19 @@ async function adoptMaps(migration: MapMigration, objects: readonly BpfObject[],
     try {
       await migration.copy(newMaps);
       await migration.catchUp(false);
+      setMigrationWindow(objects, process.hrtime.bigint() + MIGRATION_WINDOW_MAX_NS);
     } catch (err) {
       migration.abort();
       throw new DatapathError('failed', `carrying the pinned maps over to the new layout failed before the programs were swapped (the old build runs on as it was): ${(err as Error).message}`, [], '', { cause: err });
     }
     let swapError: unknown;
-    // The pods' hooks first (see ProgramSwap.swap).
-    await swap.swap(new Set<string>([ProgramName.FROM_CONTAINER, ProgramName.TO_CONTAINER])).catch((err: unknown) => (swapError = err));
-    await migration.catchUp(true);
+    try {
+      // The pods' hooks first (see ProgramSwap.swap).
+      await swap.swap(new Set<string>([ProgramName.FROM_CONTAINER, ProgramName.TO_CONTAINER])).catch((err: unknown) => (swapError = err));
+      await migration.catchUp(true);
+    } finally {
+      setMigrationWindow(objects, 0n);
+    }
     const done = migration.finish();
     if (swapError !== undefined) throw new DatapathError('failed', `swapping the programs to the new build failed part way: ${(swapError as Error).message}`, [], '', { cause: swapError });
     return done;

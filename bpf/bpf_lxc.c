@@ -10,8 +10,11 @@
  *   tendril_to_container — tc egress: what the node's stack sends the pod
  *     (only the pod's own address, multicast and broadcast; conntrack with
  *     reverse NAT of service replies, then the pod's ingress policy).
- *   Both: IPv6 only as ICMPv6 (ipv6.h), under the endpoint's policy except
- *     neighbour discovery and MLD.
+ *   Both, for IPv6 (from_container_ipv6, to_container_ipv6): the same
+ *     source check, conntrack, policy and local delivery; neighbour
+ *     discovery and MLD pass without policy, a pod's neighbour
+ *     solicitations are answered here (icmp6.h), its router advertisements
+ *     and redirects refused. No services, tunnel or masquerade in IPv6 yet.
  * Everything per endpoint lives in maps; this object is built once.
  */
 #include <linux/if_ether.h>
@@ -30,6 +33,7 @@
 #include "flow.h"
 #include "ipcache.h"
 #include "ipv4.h"
+#include "icmp6.h"
 #include "ipv6.h"
 #include "l4.h"
 #include "lb.h"
@@ -45,6 +49,7 @@ struct device_owner {
 	__u32 endpoint_id; /* 0 = none found */
 	__u32 identity;
 	__u32 pad;
+	struct nd_macs macs;
 };
 
 static long device_owner_match(void *map, struct endpoint_key *key, struct endpoint_info *ep, struct device_owner *owner)
@@ -53,15 +58,17 @@ static long device_owner_match(void *map, struct endpoint_key *key, struct endpo
 		return 0;
 	owner->endpoint_id = ep->endpoint_id;
 	owner->identity = ep->identity;
+	__builtin_memcpy(owner->macs.lxc_mac, ep->lxc_mac, ETH_ALEN);
+	__builtin_memcpy(owner->macs.pod_mac, ep->pod_mac, ETH_ALEN);
 	return 1;
 }
 
 /*
- * The endpoint that owns this device. tendril_lxc is keyed by the pods'
- * IPv4 addresses and an IPv6 packet carries none of them, so the map is
- * walked (bpf_for_each_map_elem, stopping at the match): a cost in the
- * number of local endpoints, paid only by the ICMPv6 that meets policy
- * (echo and the rarer types), never by IPv4, neighbour discovery or MLD.
+ * The endpoint that owns this device, for a link-local address (the pod's
+ * or the lxc device's own), which tendril_lxc does not hold: the map is
+ * walked (bpf_for_each_map_elem, stopping at the match), a cost in the
+ * number of local endpoints paid only by link-local traffic, never by the
+ * pod's own addresses.
  */
 static __always_inline void device_owner_find(struct device_owner *owner)
 {
@@ -69,71 +76,144 @@ static __always_inline void device_owner_find(struct device_owner *owner)
 }
 
 /*
- * ICMPv6 the endpoint's policy decides: protocol 58 (no ports), the peer's
- * identity from the ipcache (world without an entry). There is no IPv6
- * conntrack: each packet is judged on its own, so an echo reply needs the
- * policy of the direction it travels too. A device whose endpoint is not in
- * tendril_lxc (yet, or any more) matches no entry: DROP_POLICY.
+ * Neighbour discovery, router solicitations and MLD from the pod (no
+ * policy: without them nothing else works). Their source is the pod's own
+ * address on this device, its link-local address, or the unspecified
+ * address (duplicate address detection); a solicitation is answered with
+ * the lxc device's MAC (nd_respond), the rest goes to the stack.
  */
-static __always_inline int icmp6_enforce(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6, __u8 trace_point,
-					 __u8 direction)
+static __always_inline int from_container_nd(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6, __u8 type)
 {
 	struct device_owner owner = { .ifindex = skb->ifindex };
-	__u8 egress = direction == DIR_EGRESS;
-	__u32 peer;
+	struct endpoint_info *src;
 	int ret;
 
-	device_owner_find(&owner);
-	peer = ipcache_identity6(egress ? ip6->daddr : ip6->saddr);
-	if (egress) {
-		f->src_identity = owner.identity;
-		f->src_endpoint = owner.endpoint_id;
-		f->dst_identity = peer;
-	} else {
-		f->dst_identity = owner.identity;
-		f->dst_endpoint = owner.endpoint_id;
-		f->src_identity = peer;
+	if (!ipv6_is_unspecified(f->saddr6) && !ipv6_is_link_local(f->saddr6)) {
+		src = pod_endpoint_lookup6(f->saddr6);
+		if (!src || src->ifindex != skb->ifindex)
+			return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
+		f->src_identity = src->identity;
+		f->src_endpoint = src->endpoint_id;
 	}
-	ret = policy_enforce_or_drop(skb, f, owner.endpoint_id, peer, egress);
-	if (ret)
-		return ret;
-	return pass_packet(skb, f, TC_ACT_OK, trace_point, direction);
+	if (type != ICMP6_T_NEIGH_SOLICIT || ipv6_is_unspecified(f->saddr6))
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_EGRESS);
+	/* The answer's MACs are the device pair's: whichever address the pod solicits from, one endpoint owns the device. */
+	device_owner_find(&owner);
+	if (!owner.endpoint_id)
+		return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
+	ret = nd_respond(skb, ip6, &owner.macs);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+	if (ret == ND_REPLIED)
+		return pass_packet(skb, f, bpf_redirect(skb->ifindex, 0), TRACE_TO_ENDPOINT, DIR_EGRESS);
+	return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_EGRESS);
+}
+
+/* Hands an IPv6 packet to local endpoint dst: its MACs, hop limit - 1, then straight into the pod's namespace. */
+static __always_inline int deliver_local6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6,
+					  const struct endpoint_info *dst)
+{
+	int ret;
+
+	if (ip6->hop_limit <= 1)
+		return drop_packet(skb, f, DROP_TTL_EXCEEDED, DIR_EGRESS, 0);
+	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0)
+		return drop_packet(skb, f, DROP_WRITE_ERROR, DIR_EGRESS, 0);
+	ret = ipv6_dec_hop_limit(skb, ip6);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+	return pass_packet(skb, f, bpf_redirect_peer(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_EGRESS);
 }
 
 /*
- * IPv6 at a pod's device (ipv6.h): only ICMPv6; neighbour discovery and MLD
- * pass in their direction, router advertisements and redirects from the
- * pod are refused, the rest meets policy.
+ * IPv6 from the pod, as from_container_ipv4 without services and tunnel:
+ * neighbour discovery and MLD first (from_container_nd), router
+ * advertisements and redirects refused; then the source must be this
+ * device's endpoint (its address in tendril_lxc, family 6), or a link-local
+ * address on its device: link-local traffic only goes to the node's stack,
+ * never into another pod. Conntrack, egress policy against the ipcache's
+ * IPv6 identity, the destination pod's ingress policy, delivery.
  */
-static __always_inline int pod_ipv6(struct __sk_buff *skb, struct flow *f, __u8 trace_point, __u8 direction)
+static __always_inline int from_container_ipv6(struct __sk_buff *skb, struct flow *f)
 {
+	struct device_owner owner = { .ifindex = skb->ifindex };
+	struct endpoint_info *src, *dst = NULL;
 	struct ipv6_info ip6;
+	enum ct_status status;
+	__u32 src_endpoint_id;
+	int local = 0, ret;
 	__u8 type = 0;
-	int ret;
+	__u64 now;
 
 	ret = ipv6_load(skb, f, &ip6);
-	if (ret == 0 && f->proto != IPPROTO_ICMPV6)
-		ret = DROP_UNKNOWN_L3;
-	if (ret == 0)
+	if (ret == 0 && f->proto == IPPROTO_ICMPV6 && !ipv6_is_later_fragment(&ip6))
 		ret = icmp6_load_type(skb, &ip6, &type);
 	if (ret < 0)
-		return drop_packet(skb, f, ret, direction, 0);
-	switch (icmp6_disposition(type, direction == DIR_EGRESS)) {
-	case ICMP6_PASS:
-		return pass_packet(skb, f, TC_ACT_OK, trace_point, direction);
-	case ICMP6_REFUSE:
-		return drop_packet(skb, f, DROP_ICMP6_NOT_ALLOWED, direction, 0);
-	default:
-		return icmp6_enforce(skb, f, &ip6, trace_point, direction);
+		return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+	if (f->proto == IPPROTO_ICMPV6 && !ipv6_is_later_fragment(&ip6)) {
+		switch (icmp6_disposition(type, 1)) {
+		case ICMP6_PASS:
+			return from_container_nd(skb, f, &ip6, type);
+		case ICMP6_REFUSE:
+			return drop_packet(skb, f, DROP_ICMP6_NOT_ALLOWED, DIR_EGRESS, 0);
+		default:
+			break;
+		}
 	}
-}
 
-/* Neither IPv4 nor ARP: IPv6 as pod_ipv6 says; every other ethertype is dropped. */
-static __always_inline int other_l3(struct __sk_buff *skb, struct flow *f, __be16 proto, __u8 trace_point, __u8 direction)
-{
-	if (proto == bpf_htons(ETH_P_IPV6))
-		return pod_ipv6(skb, f, trace_point, direction);
-	return drop_packet(skb, f, DROP_UNKNOWN_L3, direction, 0);
+	src = pod_endpoint_lookup6(f->saddr6);
+	if (src) {
+		if (src->ifindex != skb->ifindex)
+			return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
+		src_endpoint_id = src->endpoint_id;
+		f->src_identity = src->identity;
+	} else if (ipv6_is_link_local(f->saddr6)) {
+		/* A device with no endpoint finds none: endpoint 0 matches no policy entry, so it is dropped there. */
+		device_owner_find(&owner);
+		src_endpoint_id = owner.endpoint_id;
+		f->src_identity = owner.identity;
+	} else {
+		return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
+	}
+	f->src_endpoint = src_endpoint_id;
+
+	ret = l4_load6(skb, f, &ip6);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+
+	if (src)
+		dst = endpoint_lookup6(f->daddr6);
+	local = dst && !(dst->flags & ENDPOINT_F_HOST);
+	if (dst) {
+		f->dst_identity = dst->identity;
+		if (local)
+			f->dst_endpoint = dst->endpoint_id;
+	}
+
+	now = bpf_ktime_get_ns();
+	status = ct_lookup(f, now);
+	if (status == CT_NEW) {
+		if (!dst)
+			f->dst_identity = ipcache_identity6(f->daddr6);
+		ret = policy_enforce_or_drop(skb, f, src_endpoint_id, f->dst_identity, 1);
+		if (ret)
+			return ret;
+		if (local && dst) {
+			ret = policy_enforce_or_drop(skb, f, dst->endpoint_id, f->src_identity, 0);
+			if (ret)
+				return ret;
+		}
+		if (!f->icmp_error) {
+			ret = ct_create(f, now);
+			if (ret < 0)
+				return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+		}
+		trace_new_flow(skb, f, local ? TRACE_TO_ENDPOINT : TRACE_TO_STACK, DIR_EGRESS);
+	}
+
+	if (local && dst)
+		return deliver_local6(skb, f, &ip6, dst);
+	return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_EGRESS);
 }
 
 static __always_inline int from_container_arp(struct __sk_buff *skb, struct flow *f)
@@ -277,7 +357,9 @@ int tendril_from_container(struct __sk_buff *skb)
 		return from_container_ipv4(skb, f);
 	if (proto == bpf_htons(ETH_P_ARP))
 		return from_container_arp(skb, f);
-	return other_l3(skb, f, proto, TRACE_TO_STACK, DIR_EGRESS);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return from_container_ipv6(skb, f);
+	return drop_packet(skb, f, DROP_UNKNOWN_L3, DIR_EGRESS, 0);
 }
 
 /* A unicast packet at this device for an address that is not its endpoint's: DROP_NOT_FOR_ENDPOINT. */
@@ -321,6 +403,56 @@ static __always_inline int to_container_ipv4(struct __sk_buff *skb, struct flow 
 	return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
 }
 
+/*
+ * IPv6 from the node's stack to the pod, as to_container_ipv4: neighbour
+ * discovery, MLD, router advertisements and redirects pass (the node is the
+ * pod's router); unicast only for this device's endpoint (its address, or
+ * a link-local address on its device), multicast (ff00::/8) passes;
+ * conntrack and the pod's ingress policy.
+ */
+static __always_inline int to_container_ipv6(struct __sk_buff *skb, struct flow *f)
+{
+	struct endpoint_info *dst;
+	struct ipv6_info ip6;
+	__u8 type = 0;
+	int ret;
+
+	ret = ipv6_load(skb, f, &ip6);
+	if (ret == 0 && f->proto == IPPROTO_ICMPV6 && !ipv6_is_later_fragment(&ip6))
+		ret = icmp6_load_type(skb, &ip6, &type);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	if (f->proto == IPPROTO_ICMPV6 && !ipv6_is_later_fragment(&ip6) && icmp6_disposition(type, 0) == ICMP6_PASS)
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
+	dst = pod_endpoint_lookup6(f->daddr6);
+	if (dst && dst->ifindex == skb->ifindex) {
+		f->dst_identity = dst->identity;
+		f->dst_endpoint = dst->endpoint_id;
+	} else if (ipv6_is_multicast(f->daddr6)) {
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
+	} else if (!dst && ipv6_is_link_local(f->daddr6)) {
+		struct device_owner owner = { .ifindex = skb->ifindex };
+
+		/* A device with no endpoint finds none: endpoint 0 matches no policy entry. */
+		device_owner_find(&owner);
+		f->dst_identity = owner.identity;
+		f->dst_endpoint = owner.endpoint_id;
+	} else {
+		flow_set_source6(f);
+		if (dst) {
+			f->dst_identity = dst->identity;
+			f->dst_endpoint = dst->endpoint_id;
+		} else {
+			f->dst_identity = ipcache_identity6(f->daddr6);
+		}
+		return drop_packet(skb, f, DROP_NOT_FOR_ENDPOINT, DIR_INGRESS, 0);
+	}
+	ret = ingress_to_endpoint6(skb, f, &ip6, TRACE_FROM_STACK);
+	if (ret)
+		return ret;
+	return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
+}
+
 SEC("tc")
 int tendril_to_container(struct __sk_buff *skb)
 {
@@ -335,7 +467,9 @@ int tendril_to_container(struct __sk_buff *skb)
 		return to_container_ipv4(skb, f);
 	if (proto == bpf_htons(ETH_P_ARP))
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
-	return other_l3(skb, f, proto, TRACE_FROM_STACK, DIR_INGRESS);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return to_container_ipv6(skb, f);
+	return drop_packet(skb, f, DROP_UNKNOWN_L3, DIR_INGRESS, 0);
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

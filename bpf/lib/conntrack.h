@@ -25,6 +25,23 @@ struct ct4_key {
 	__u16 pad;
 };
 
+/* IPv6's key: ct4_key's members with 16-byte addresses. */
+struct ct6_key {
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be16 sport; /* ICMPv6 echo: the identifier, as ct4_key */
+	__be16 dport;
+	__u8 proto;
+	__u8 flags;
+	__u16 pad;
+};
+
+/* Either family's key, on the stack of the stages that build one. */
+union ct_key {
+	struct ct4_key k4;
+	struct ct6_key k6;
+};
+
 struct ct_entry {
 	__u64 expires_ns; /* bpf_ktime_get_ns() deadline */
 	__u64 packets;
@@ -62,6 +79,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_ct4_any SEC(".maps");
 
+/* IPv6: the same entries under ct6_key, in tables sized apart (a key is 40 bytes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct ct6_key);
+	__type(value, struct ct_entry);
+	__uint(max_entries, TENDRIL_CT6_TCP_DEFAULT_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_ct6_tcp SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct ct6_key);
+	__type(value, struct ct_entry);
+	__uint(max_entries, TENDRIL_CT6_ANY_DEFAULT_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_ct6_any SEC(".maps");
+
 /* Conntrack entries charged to each endpoint (CT_F_CHARGED), for --bpf-ct-endpoint-max. */
 struct ct_budget {
 	__u32 entries;
@@ -97,6 +131,23 @@ struct {
 	__uint(max_entries, TENDRIL_FRAG4_DEFAULT_SIZE);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_frag4 SEC(".maps");
+
+/* IPv6 fragments: the fragment header's 32-bit identification, 16-byte addresses. */
+struct frag6_key {
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be32 id;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct frag6_key);
+	__type(value, struct frag4_ports);
+	__uint(max_entries, TENDRIL_FRAG6_DEFAULT_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_frag6 SEC(".maps");
 
 #define NSEC_PER_SEC 1000000000ULL
 
@@ -134,6 +185,112 @@ static __always_inline void ct_key_init(struct ct4_key *key, __be32 saddr, __be3
 	key->proto = proto;
 	key->flags = 0;
 	key->pad = 0;
+}
+
+static __always_inline int ct_map_update(const struct ct4_key *key, const struct ct_entry *e, __u64 flags)
+{
+	if (key->proto == IPPROTO_TCP)
+		return bpf_map_update_elem(&tendril_ct4_tcp, key, e, flags);
+	return bpf_map_update_elem(&tendril_ct4_any, key, e, flags);
+}
+
+static __always_inline struct ct_entry *ct_map_lookup(const struct ct4_key *key)
+{
+	if (key->proto == IPPROTO_TCP)
+		return bpf_map_lookup_elem(&tendril_ct4_tcp, key);
+	return bpf_map_lookup_elem(&tendril_ct4_any, key);
+}
+
+/*
+ * The generic key steps below take `v6` as a constant of the stage they are
+ * inlined into (ct_lookup or ct6_lookup, ct_create or ct6_create): each
+ * stage keeps only its family's branch, so the IPv4 stages verify as
+ * before and the IPv6 ones are verified once, on their own.
+ */
+static __always_inline void ct6_key_init(struct ct6_key *key, const __be32 *saddr, const __be32 *daddr, __be16 sport, __be16 dport,
+					 __u8 proto)
+{
+	__builtin_memcpy(key->saddr, saddr, 16);
+	__builtin_memcpy(key->daddr, daddr, 16);
+	key->sport = sport;
+	key->dport = dport;
+	key->proto = proto;
+	key->flags = 0;
+	key->pad = 0;
+}
+
+static __always_inline int ct_addr6_equal(const __be32 *a, const __be32 *b)
+{
+	return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3])) == 0;
+}
+
+/* f's own tuple, as it is or reversed. */
+static __always_inline void ct_key_of_flow(union ct_key *k, int v6, const struct flow *f, int reverse)
+{
+	if (v6) {
+		if (reverse)
+			ct6_key_init(&k->k6, f->daddr6, f->saddr6, f->dport, f->sport, f->proto);
+		else
+			ct6_key_init(&k->k6, f->saddr6, f->daddr6, f->sport, f->dport, f->proto);
+	} else if (reverse) {
+		ct_key_init(&k->k4, f->daddr, f->saddr, f->dport, f->sport, f->proto);
+	} else {
+		ct_key_init(&k->k4, f->saddr, f->daddr, f->sport, f->dport, f->proto);
+	}
+}
+
+/* The tuple an ICMP error carries, as it is or reversed. */
+static __always_inline void ct_key_of_inner(union ct_key *k, int v6, const struct flow *f, int reverse)
+{
+	if (v6) {
+		if (reverse)
+			ct6_key_init(&k->k6, f->inner_daddr6, f->inner_saddr6, f->inner_dport, f->inner_sport, f->inner_proto);
+		else
+			ct6_key_init(&k->k6, f->inner_saddr6, f->inner_daddr6, f->inner_sport, f->inner_dport, f->inner_proto);
+	} else if (reverse) {
+		ct_key_init(&k->k4, f->inner_daddr, f->inner_saddr, f->inner_dport, f->inner_sport, f->inner_proto);
+	} else {
+		ct_key_init(&k->k4, f->inner_saddr, f->inner_daddr, f->inner_sport, f->inner_dport, f->inner_proto);
+	}
+}
+
+/* The entry under k in its family's table for its protocol (expired or not). */
+static __always_inline struct ct_entry *ct_key_get(const union ct_key *k, int v6)
+{
+	if (v6) {
+		if (k->k6.proto == IPPROTO_TCP)
+			return bpf_map_lookup_elem(&tendril_ct6_tcp, &k->k6);
+		return bpf_map_lookup_elem(&tendril_ct6_any, &k->k6);
+	}
+	return ct_map_lookup(&k->k4);
+}
+
+static __always_inline int ct_key_update(const union ct_key *k, int v6, const struct ct_entry *e, __u64 flags)
+{
+	if (v6) {
+		if (k->k6.proto == IPPROTO_TCP)
+			return bpf_map_update_elem(&tendril_ct6_tcp, &k->k6, e, flags);
+		return bpf_map_update_elem(&tendril_ct6_any, &k->k6, e, flags);
+	}
+	if (k->k4.proto == IPPROTO_TCP)
+		return bpf_map_update_elem(&tendril_ct4_tcp, &k->k4, e, flags);
+	return bpf_map_update_elem(&tendril_ct4_any, &k->k4, e, flags);
+}
+
+/* A live entry under k (an expired one the GC has not removed yet opens nothing). */
+static __always_inline struct ct_entry *ct_key_find(const union ct_key *k, int v6, __u64 now)
+{
+	struct ct_entry *e;
+
+	if (!v6)
+		return ct_lookup_key(&k->k4, now);
+	if (k->k6.proto == IPPROTO_TCP)
+		e = bpf_map_lookup_elem(&tendril_ct6_tcp, &k->k6);
+	else
+		e = bpf_map_lookup_elem(&tendril_ct6_any, &k->k6);
+	if (e && e->expires_ns <= now)
+		return NULL;
+	return e;
 }
 
 /*
@@ -267,43 +424,43 @@ static __always_inline void ct_take_translation(struct ct_entry *e, const struct
  * flow's client: f gets the entry's service translation (related_orig) so
  * the error can be translated back like a reply.
  */
-static __always_inline int ct_is_related(struct flow *f, __u64 now)
+static __always_inline int ct_is_related(struct flow *f, __u64 now, int v6)
 {
-	struct ct4_key key;
+	union ct_key key;
 	struct ct_entry *e;
 
 	/* The datagram inside the error is one the error's destination sent: anything else is no reply to a flow of ours. */
-	if (!f->has_inner || f->inner_saddr != f->daddr)
+	if (!f->has_inner)
 		return 0;
-	ct_key_init(&key, f->inner_saddr, f->inner_daddr, f->inner_sport, f->inner_dport, f->inner_proto);
-	e = ct_lookup_key(&key, now);
+	if (v6 ? !ct_addr6_equal(f->inner_saddr6, f->daddr6) : f->inner_saddr != f->daddr)
+		return 0;
+	ct_key_of_inner(&key, v6, f, 0);
+	e = ct_key_find(&key, v6, now);
 	if (e) {
 		ct_entry_to_flow(f, e);
 		f->related_orig = 1;
 		return 1;
 	}
-	ct_key_init(&key, f->inner_daddr, f->inner_saddr, f->inner_dport, f->inner_sport, f->inner_proto);
-	return ct_lookup_key(&key, now) != NULL;
+	ct_key_of_inner(&key, v6, f, 1);
+	return ct_key_find(&key, v6, now) != NULL;
 }
 
 /*
- * Looks the packet up as it is (established), then reversed (reply), and
- * counts it in the entry found; ICMP errors are checked for a related flow.
- * On a hit, f's identities and endpoints come from the entry (as the flow's
- * original direction saw them).
+ * ct_lookup's steps for one family: the packet as it is (established),
+ * then reversed (reply), counted in the entry found; ICMP errors are
+ * checked for a related flow. On a hit, f's identities and endpoints come
+ * from the entry (as the flow's original direction saw them).
  */
-__stage enum ct_status ct_lookup(struct flow *f, __u64 now)
+static __always_inline enum ct_status ct_lookup_family(struct flow *f, __u64 now, int v6)
 {
-	struct ct4_key key;
+	union ct_key key;
 	struct ct_entry *e;
 
-	if (!f)
-		return CT_NEW;
 	if (f->icmp_error)
-		return ct_is_related(f, now) ? CT_RELATED : CT_NEW;
+		return ct_is_related(f, now, v6) ? CT_RELATED : CT_NEW;
 
-	ct_key_init(&key, f->saddr, f->daddr, f->sport, f->dport, f->proto);
-	e = ct_lookup_key(&key, now);
+	ct_key_of_flow(&key, v6, f, 0);
+	e = ct_key_find(&key, v6, now);
 	/*
 	 * A new SYN on a closing tuple is a new connection (a client port
 	 * reused): it is judged by the policy in force now, as a new flow, and
@@ -323,8 +480,8 @@ __stage enum ct_status ct_lookup(struct flow *f, __u64 now)
 		f->dst_endpoint = e->dst_endpoint;
 		return CT_ESTABLISHED;
 	}
-	ct_key_init(&key, f->daddr, f->saddr, f->dport, f->sport, f->proto);
-	e = ct_lookup_key(&key, now);
+	ct_key_of_flow(&key, v6, f, 1);
+	e = ct_key_find(&key, v6, now);
 	if (e) {
 		ct_refresh(e, f, 1, now);
 		ct_entry_to_flow(f, e);
@@ -335,6 +492,36 @@ __stage enum ct_status ct_lookup(struct flow *f, __u64 now)
 		return CT_REPLY;
 	}
 	return CT_NEW;
+}
+
+/* ct_lookup of an IPv4 flow: each family's key lives in its own stage's frame. */
+__stage enum ct_status ct4_lookup(struct flow *f, __u64 now)
+{
+	if (!f)
+		return CT_NEW;
+	return ct_lookup_family(f, now, 0);
+}
+
+/* ct_lookup of an IPv6 flow. */
+__stage enum ct_status ct6_lookup(struct flow *f, __u64 now)
+{
+	if (!f)
+		return CT_NEW;
+	return ct_lookup_family(f, now, 1);
+}
+
+/*
+ * What conntrack knows about f's packet (ct_lookup_family), for a flow of
+ * either family. Only dispatches: a stage with no frame to speak of, so a
+ * chain of stages through it holds one family's key, not both.
+ */
+__stage enum ct_status ct_lookup(struct flow *f, __u64 now)
+{
+	if (!f)
+		return CT_NEW;
+	if (f->family == 6)
+		return ct6_lookup(f, now);
+	return ct4_lookup(f, now);
 }
 
 /* The endpoint an entry is charged to: the one that opened the flow, else the one it was opened to (0 = none). */
@@ -375,28 +562,14 @@ static __always_inline void ct_budget_give(__u32 ep)
 		__sync_fetch_and_add(&b->entries, -1);
 }
 
-static __always_inline int ct_map_update(const struct ct4_key *key, const struct ct_entry *e, __u64 flags)
-{
-	if (key->proto == IPPROTO_TCP)
-		return bpf_map_update_elem(&tendril_ct4_tcp, key, e, flags);
-	return bpf_map_update_elem(&tendril_ct4_any, key, e, flags);
-}
-
-static __always_inline struct ct_entry *ct_map_lookup(const struct ct4_key *key)
-{
-	if (key->proto == IPPROTO_TCP)
-		return bpf_map_lookup_elem(&tendril_ct4_tcp, key);
-	return bpf_map_lookup_elem(&tendril_ct4_any, key);
-}
-
 /*
- * Writes a new flow's entry: 0, DROP_CT_ENDPOINT_BUDGET when its endpoint
- * holds all the entries --bpf-ct-endpoint-max allows, or DROP_CT_FULL when
- * the table has no room (a full table refuses; no live flow is evicted).
- * An entry already under the key (a closed connection's tuple reused) is
- * replaced, its charge given back.
+ * Writes a new flow's entry under k: 0, DROP_CT_ENDPOINT_BUDGET when its
+ * endpoint holds all the entries --bpf-ct-endpoint-max allows, or
+ * DROP_CT_FULL when the table has no room (a full table refuses; no live
+ * flow is evicted). An entry already under the key (a closed connection's
+ * tuple reused) is replaced, its charge given back.
  */
-static __always_inline int ct_insert(const struct ct4_key *key, struct ct_entry *e)
+static __always_inline int ct_insert_family(const union ct_key *k, int v6, struct ct_entry *e)
 {
 	__u32 max = config_ct_endpoint_max(), ep = ct_charged_endpoint(e);
 	struct ct_entry *old;
@@ -409,12 +582,12 @@ static __always_inline int ct_insert(const struct ct4_key *key, struct ct_entry 
 			return ret;
 		e->flags |= CT_F_CHARGED;
 	}
-	ret = ct_map_update(key, e, BPF_NOEXIST);
+	ret = ct_key_update(k, v6, e, BPF_NOEXIST);
 	if (ret == -EEXIST) {
-		old = ct_map_lookup(key);
+		old = ct_key_get(k, v6);
 		if (old && (READ_ONCE(old->flags) & CT_F_CHARGED))
 			ct_budget_give(ct_charged_endpoint(old));
-		ret = ct_map_update(key, e, BPF_ANY);
+		ret = ct_key_update(k, v6, e, BPF_ANY);
 	}
 	if (ret == 0)
 		return 0;
@@ -423,20 +596,24 @@ static __always_inline int ct_insert(const struct ct4_key *key, struct ct_entry 
 	return DROP_CT_FULL;
 }
 
+/* ct_insert_family for an IPv4 key (service entries, lb.h). */
+static __always_inline int ct_insert(const struct ct4_key *key, struct ct_entry *e)
+{
+	return ct_insert_family((const union ct_key *)key, 0, e);
+}
+
 /*
  * The entry of a new flow, opened by this packet in its original direction,
  * with the service translation f carries (reply reverse NAT reads it).
- * 0, or why the flow cannot be tracked (ct_insert).
+ * 0, or why the flow cannot be tracked (ct_insert_family).
  */
-__stage int ct_create(const struct flow *f, __u64 now)
+static __always_inline int ct_create_family(const struct flow *f, __u64 now, int v6)
 {
-	struct ct4_key key;
+	union ct_key key;
 	struct ct_entry e;
 
-	if (!f)
-		return DROP_CT_FULL;
 	__builtin_memset(&e, 0, sizeof(e));
-	ct_key_init(&key, f->saddr, f->daddr, f->sport, f->dport, f->proto);
+	ct_key_of_flow(&key, v6, f, 0);
 	e.flags = (f->ct_flags & CT_F_STICKY) | ct_packet_flags(f, 0);
 	if (f->proto == IPPROTO_TCP)
 		e.tcp_flags = f->tcp_flags;
@@ -451,7 +628,33 @@ __stage int ct_create(const struct flow *f, __u64 now)
 	e.backend_id = f->backend_id;
 	e.nat_addr = f->nat_addr;
 	e.nat_port = f->nat_port;
-	return ct_insert(&key, &e);
+	return ct_insert_family(&key, v6, &e);
+}
+
+/* ct_create of an IPv4 flow, a stage of its own as ct4_lookup. */
+__stage int ct4_create(const struct flow *f, __u64 now)
+{
+	if (!f)
+		return DROP_CT_FULL;
+	return ct_create_family(f, now, 0);
+}
+
+/* ct_create of an IPv6 flow. */
+__stage int ct6_create(const struct flow *f, __u64 now)
+{
+	if (!f)
+		return DROP_CT_FULL;
+	return ct_create_family(f, now, 1);
+}
+
+/* The entry of f's new flow (ct_create_family), for a flow of either family; only dispatches, as ct_lookup. */
+__stage int ct_create(const struct flow *f, __u64 now)
+{
+	if (!f)
+		return DROP_CT_FULL;
+	if (f->family == 6)
+		return ct6_create(f, now);
+	return ct4_create(f, now);
 }
 
 #endif

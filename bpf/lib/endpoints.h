@@ -47,4 +47,23 @@ static __always_inline struct endpoint_info *pod_endpoint_lookup4(__be32 addr)
 	return ep;
 }
 
+/* The local endpoint (or node address, ENDPOINT_F_HOST) holding an IPv6 address (16 bytes, network order). */
+static __always_inline struct endpoint_info *endpoint_lookup6(const __be32 *addr)
+{
+	struct endpoint_key key = { .family = 6 };
+
+	__builtin_memcpy(key.ip, addr, 16);
+	return bpf_map_lookup_elem(&tendril_lxc, &key);
+}
+
+/* A pod's endpoint by its IPv6 address, not an address of the node's own. */
+static __always_inline struct endpoint_info *pod_endpoint_lookup6(const __be32 *addr)
+{
+	struct endpoint_info *ep = endpoint_lookup6(addr);
+
+	if (ep && (ep->flags & ENDPOINT_F_HOST))
+		return NULL;
+	return ep;
+}
+
 #endif

@@ -18,6 +18,7 @@
 #include "flow.h"
 #include "ipcache.h"
 #include "ipv4.h"
+#include "ipv6.h"
 #include "l4.h"
 #include "lb.h"
 #include "policy.h"
@@ -220,6 +221,98 @@ static __always_inline int ingress_to_endpoint4(struct __sk_buff *skb, struct fl
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 	}
 	return ingress_ct_policy4_source(skb, f, ip, dst, trace_point, bpf_ktime_get_ns(), arrived_on != 0);
+}
+
+/* flow_set_source4 for an IPv6 source. */
+static __always_inline void flow_set_source6(struct flow *f)
+{
+	struct endpoint_info *src = endpoint_lookup6(f->saddr6);
+
+	if (src) {
+		f->src_identity = src->identity;
+		if (!(src->flags & ENDPOINT_F_HOST))
+			f->src_endpoint = src->endpoint_id;
+		return;
+	}
+	f->src_identity = ipcache_identity6(f->saddr6);
+}
+
+/* flow_set_arrived_source4 for an IPv6 source: what its address is known as here, never the node's own. */
+static __always_inline void flow_set_arrived_source6(struct flow *f, __u32 device)
+{
+	struct remote_endpoint_info *info;
+	struct endpoint_info *ep;
+	__u32 id;
+
+	f->src_identity = IDENTITY_WORLD;
+	ep = endpoint_lookup6(f->saddr6);
+	if (ep) {
+		if (device && !(ep->flags & ENDPOINT_F_HOST) && ep->ifindex == device) {
+			f->src_identity = ep->identity;
+			f->src_endpoint = ep->endpoint_id;
+		}
+		return;
+	}
+	info = ipcache_lookup6(f->saddr6);
+	if (!info)
+		return;
+	id = info->identity;
+	if (id == IDENTITY_HOST)
+		return;
+	if (config_tunnel_ifindex() && (info->tunnel_ip4 || id == IDENTITY_REMOTE_NODE))
+		return;
+	f->src_identity = id;
+}
+
+/*
+ * ingress_ct_policy4_stage for IPv6 (no service translation in IPv6 yet):
+ * conntrack, then for a new flow the source's identity unless known
+ * (INGRESS_SOURCE_KNOWN in `how`), the endpoint's ingress policy and its
+ * entry. f's destination identity and endpoint are set. 0 when the packet
+ * may go on, else TC_ACT_SHOT after reporting the drop.
+ */
+__stage int ingress_ct_policy6_stage(struct __sk_buff *skb, struct flow *f, __u64 now, __u32 how)
+{
+	int ret;
+
+	if (!f)
+		return TC_ACT_SHOT;
+	if (ct_lookup(f, now) != CT_NEW)
+		return 0;
+	if (!(how & INGRESS_SOURCE_KNOWN))
+		flow_set_source6(f);
+	ret = policy_enforce_or_drop(skb, f, f->dst_endpoint, f->src_identity, 0);
+	if (ret)
+		return ret;
+	if (!f->icmp_error) {
+		ret = ct_create(f, now);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	}
+	trace_new_flow(skb, f, (__u8)how, DIR_INGRESS);
+	return 0;
+}
+
+/*
+ * ingress_to_endpoint4 for IPv6: a packet from the node's stack to the
+ * local endpoint whose identity and ID f carries as destination. Its ports,
+ * its source as the node's own when the node sent it (no ingress device),
+ * else what flow_set_arrived_source6 says, then ingress_ct_policy6_stage.
+ */
+static __always_inline int ingress_to_endpoint6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, __u8 trace_point)
+{
+	__u32 arrived_on = skb->ingress_ifindex;
+	int ret;
+
+	if (arrived_on)
+		flow_set_arrived_source6(f, arrived_on);
+	ret = l4_load6(skb, f, ip);
+	if (ret < 0) {
+		if (!arrived_on)
+			flow_set_source6(f);
+		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	}
+	return ingress_ct_policy6_stage(skb, f, bpf_ktime_get_ns(), trace_point | (arrived_on ? INGRESS_SOURCE_KNOWN : 0));
 }
 
 #endif

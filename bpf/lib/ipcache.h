@@ -53,13 +53,8 @@ static __always_inline __u32 ipcache_identity4(__be32 addr)
 	return ipcache_entry_identity(ipcache_lookup4(addr));
 }
 
-/*
- * The identity of the longest IPv6 prefix holding addr (16 bytes, network
- * order), or IDENTITY_WORLD when none does, as for IPv4 (the agent mirrors
- * whatever IPv6 prefixes its IPCache holds, e.g. the CIDR identities of IPv6
- * ipBlocks; a link-local peer has none and is the world).
- */
-static __always_inline __u32 ipcache_identity6(const __u32 *addr)
+/* The entry of the longest IPv6 prefix holding addr (16 bytes, network order), or NULL when none does. */
+static __always_inline struct remote_endpoint_info *ipcache_lookup6(const __u32 *addr)
 {
 	struct ipcache_key key = {
 		.prefixlen = IPCACHE_KEY_FIXED_BITS + 128,
@@ -67,7 +62,18 @@ static __always_inline __u32 ipcache_identity6(const __u32 *addr)
 	};
 
 	__builtin_memcpy(key.ip, addr, 16);
-	return ipcache_entry_identity(bpf_map_lookup_elem(&tendril_ipcache, &key));
+	return bpf_map_lookup_elem(&tendril_ipcache, &key);
+}
+
+/*
+ * The identity of the longest IPv6 prefix holding addr, or IDENTITY_WORLD
+ * when none does, as for IPv4 (the agent mirrors whatever IPv6 prefixes its
+ * IPCache holds: pods, nodes, the CIDR identities of IPv6 ipBlocks; a
+ * link-local peer has none and is the world).
+ */
+static __always_inline __u32 ipcache_identity6(const __u32 *addr)
+{
+	return ipcache_entry_identity(ipcache_lookup6(addr));
 }
 
 /*

@@ -24,13 +24,15 @@ export const DropReason = {
   POLICY: { code: -133, cilium: 'DROP_POLICY', text: 'policy denied: no rule allows this flow' },
   INVALID_PACKET: { code: -134, cilium: 'DROP_INVALID', text: 'malformed or truncated packet' },
   CT_INVALID_HEADER: { code: -135, cilium: 'DROP_CT_INVALID_HDR', text: 'L4 header too short for connection tracking' },
-  UNKNOWN_L3: { code: -139, cilium: 'DROP_UNKNOWN_L3', text: 'unsupported L3 protocol (IPv6 other than ICMPv6 is not carried yet)' },
+  UNKNOWN_L3: { code: -139, cilium: 'DROP_UNKNOWN_L3', text: 'unsupported L3 protocol' },
   WRITE_ERROR: { code: -141, cilium: 'DROP_WRITE_ERROR', text: 'failed to rewrite the packet' },
   NO_TUNNEL_KEY: { code: -147, cilium: 'DROP_NO_TUNNEL_KEY', text: 'overlay packet without tunnel metadata' },
   UNKNOWN_ENDPOINT: { code: -150, cilium: 'DROP_UNKNOWN_TARGET', text: 'destination is a pod address with no local endpoint' },
   NOT_FOR_NODE: { code: -151, cilium: 'DROP_UNROUTABLE', text: 'overlay packet for an address that is neither a local pod nor this node' },
   // Full tables refuse new flows (an established flow is never evicted to make room).
   CT_FULL: { code: -155, cilium: 'DROP_CT_CREATE_FAILED', text: 'conntrack table full: no entry for a new flow' },
+  // More IPv6 extension headers than the datapath walks (IPV6_MAX_EXT_HEADERS) before the upper layer.
+  INVALID_EXTHDR: { code: -156, cilium: 'DROP_INVALID_EXTHDR', text: 'IPv6 extension header chain too long' },
   NO_SERVICE: { code: -158, cilium: 'DROP_NO_SERVICE', text: 'service has no backend for this traffic' },
   NO_CONFIG: { code: -165, cilium: 'DROP_NO_CONFIG', text: 'datapath configuration missing' },
   NAT_NO_MAPPING: { code: -167, cilium: 'DROP_NAT_NO_MAPPING', text: 'no NAT mapping for a translated reply' },
@@ -300,6 +302,11 @@ export const MapName = {
   CT_TCP: 'tendril_ct4_tcp',
   CT_ANY: 'tendril_ct4_any',
   FRAG: 'tendril_frag4',
+  /** IPv6 conntrack, as CT_TCP and CT_ANY with 16-byte addresses in the key. */
+  CT6_TCP: 'tendril_ct6_tcp',
+  CT6_ANY: 'tendril_ct6_any',
+  /** (source, destination, identification, protocol) of a fragmented IPv6 datagram → the ports from its first fragment. */
+  FRAG6: 'tendril_frag6',
   METRICS: 'tendril_metrics',
   EVENTS: 'tendril_events',
   CONFIG: 'tendril_config',
@@ -343,6 +350,10 @@ export const DefaultMapSize = {
   [MapName.CT_TCP]: 1 << 19,
   [MapName.CT_ANY]: 1 << 18,
   [MapName.FRAG]: 8192,
+  /** Half the IPv4 tables' entries: an entry's key is 40 bytes, not 16. */
+  [MapName.CT6_TCP]: 1 << 18,
+  [MapName.CT6_ANY]: 1 << 17,
+  [MapName.FRAG6]: 8192,
   [MapName.METRICS]: 1024,
   /** Bytes, a power of two. */
   [MapName.EVENTS]: 1 << 22,
@@ -361,6 +372,14 @@ export const DefaultMapSize = {
   /** One counter per endpoint: as many as endpoints. */
   [MapName.CT_BUDGET]: 65535,
 } as const satisfies Record<MapNameValue, number>;
+
+/**
+ * IPv6 extension headers the datapath walks before the upper-layer header
+ * (bpf/lib/ipv6.h): hop-by-hop, routing, destination options (twice),
+ * fragment and AH in one packet are 6; a longer chain is dropped
+ * (DropReason.INVALID_EXTHDR) rather than guessed at.
+ */
+export const IPV6_MAX_EXT_HEADERS = 6;
 
 /** Bits of a policy key before (protocol, port): endpoint ID, peer identity, direction. */
 export const POLICY_KEY_FIXED_BITS = 72;
@@ -464,6 +483,7 @@ export function renderDatapathHeader(): string {
     define('POLICY_KEY_FIXED_BITS', POLICY_KEY_FIXED_BITS),
     define('POLICY_KEY_L4_BITS', POLICY_KEY_L4_BITS),
     define('IPCACHE_KEY_FIXED_BITS', IPCACHE_KEY_FIXED_BITS),
+    define('IPV6_MAX_EXT_HEADERS', IPV6_MAX_EXT_HEADERS),
     define('MAX_SERVICE_ID', MAX_SERVICE_ID),
     `/* ${LB_HAIRPIN_IP4} */`,
     define('LB_HAIRPIN_IP4_HOST_ORDER', `0x${ipv4HostOrder(LB_HAIRPIN_IP4).toString(16).padStart(8, '0')}U`),

@@ -15,6 +15,7 @@ import { type Codec, codec } from '../kernel/bpf/index.js';
 import { MapName, PrivateMapName, renderDatapathHeader } from './constants.js';
 import {
   ct4Key,
+  ct6Key,
   ctBudget,
   ctEntry,
   datapathConfig,
@@ -27,6 +28,7 @@ import {
   deviceInfo,
   frag4Key,
   frag4Ports,
+  frag6Key,
   ipcacheKey,
   ipmasqKey,
   lb4AffinityKey,
@@ -429,6 +431,9 @@ describe('datapath layouts against the objects\' BTF', () => {
       [MapName.SNAT]: { key: nat4Key.size, value: nat4Entry.size },
       [MapName.DEVICES]: { key: codec.u32.size, value: deviceInfo.size },
       [MapName.NO_MASQUERADE]: { key: ipmasqKey.size, value: codec.u8.size },
+      [MapName.CT6_TCP]: { key: ct6Key.size, value: ctEntry.size },
+      [MapName.CT6_ANY]: { key: ct6Key.size, value: ctEntry.size },
+      [MapName.FRAG6]: { key: frag6Key.size, value: frag4Ports.size },
       [MapName.CT_BUDGET]: { key: codec.u32.size, value: ctBudget.size },
     };
     assert.deepEqual(Object.keys(sizes).sort(), Object.values(MapName).sort());

@@ -18,6 +18,8 @@ import * as btf from './generated/layouts.js';
 const { bytes } = codec;
 /** An IPv4 address over a __be32 member. */
 const ipv4 = codec.ipAddress(4);
+/** An IPv6 address over a `__be32 [4]` member. */
+const ipv6 = codec.ipAddress(6);
 
 function checkFamily(f: number): IpFamily {
   if (f !== 4 && f !== 6) throw new RangeError(`address family ${f} is neither 4 nor 6`);
@@ -152,11 +154,17 @@ export type Ct4Key = codec.CodecValue<typeof ct4Key>;
 export const ctEntry = structCodec(btf.ctEntryLayout, { natAddr: ipv4 });
 export type CtEntryValue = codec.CodecValue<typeof ctEntry>;
 
+/** struct ct6_key: an IPv6 flow's original direction (tendril_ct6_tcp / tendril_ct6_any, values ctEntry). */
+export const ct6Key = structCodec(btf.ct6KeyLayout, { saddr: ipv6, daddr: ipv6 });
+export type Ct6Key = codec.CodecValue<typeof ct6Key>;
+
 /** struct ct_budget: tendril_ct_budget's value, keyed by endpoint ID (__u32). */
 export const ctBudget = structCodec(btf.ctBudgetLayout, {});
 
 /** struct frag4_key (addresses as network-order numbers). */
 export const frag4Key = structCodec(btf.frag4KeyLayout, {});
+/** struct frag6_key: tendril_frag6's key (its value is struct frag4_ports). */
+export const frag6Key = structCodec(btf.frag6KeyLayout, { saddr: ipv6, daddr: ipv6 });
 /** struct frag4_ports */
 export const frag4Ports = structCodec(btf.frag4PortsLayout, {});
 

@@ -19,9 +19,11 @@
 //   - the verdict and drop reason agree with a reference model in
 //     TypeScript that parses the frame itself and decides new flows with
 //     MapState.lookup (src/policy/mapState.ts) over the same entries
-//     (on a pod's device: IPv6 only as ICMPv6, ND/MLD by direction, the
-//     rest under the device owner's policy; to_container only for the
-//     device's own pod).
+//     (on a pod's device: IPv6 through the bounded extension-header walk,
+//     ND/MLD by direction, a neighbour solicitation answered, a link-local
+//     source under the device owner's policy with conntrack, any other
+//     source not the pod's refused; to_container only for the device's own
+//     pod, multicast passing).
 // tendril_from_host runs in tunnel mode with a ClusterIP, and each frame
 // arrives either from the node itself or forwarded from a device (a pod's,
 // or another): the model also says which identity a forwarded source has,
@@ -34,16 +36,18 @@ import { after, describe, it } from 'node:test';
 import fc from 'fast-check';
 import { requireRoot } from '../../../test/support/root.js';
 import { BpfObject, type BpfMap, codec, perCpuValue, RingBufferReader, TcAction } from '../kernel/bpf/index.js';
-import { formatIp, parseIp, parsePrefix } from '../../netip/index.js';
+import { formatIp, ipFromBytes, parseIp, parsePrefix } from '../../netip/index.js';
 import { MapState } from '../../policy/mapState.js';
 import type { Direction } from '../../policy/types.js';
 import { ConfigFlag, DropReason, EndpointFlag, EventType, LbScope, MapName, POLICY_KEY_FIXED_BITS, TraceLevel, TracePoint } from './constants.js';
-import { ct4Key, ctEntry, datapathConfig, endpointInfo, endpointKey, frag4Key, frag4Ports, ipcacheKey, ipcacheValue, lb4Key, lb4Service, metricsKey, metricsValue, policyEntry, policyKey, type CtEntryValue, NO_NAT_CONFIG } from './layout.js';
+import { ct4Key, ct6Key, ctEntry, datapathConfig, endpointInfo, endpointKey, frag4Key, frag4Ports, frag6Key, ipcacheKey, ipcacheValue, lb4Key, lb4Service, metricsKey, metricsValue, policyEntry, policyKey, type CtEntryValue, NO_NAT_CONFIG } from './layout.js';
 import { CIDR_24, CIDR_25, IDENTITY, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER, TEST_IFINDEX } from './testing/fixtures.js';
 import { EXPIRED_FLOW, FUZZ_MAX_FRAME, fuzzFrameArb, SEED_FLOWS, SEED_FRAGMENT, testRunAccepts, truncations, type FuzzFrame, type FuzzSide } from './testing/packetArbitraries.js';
 import { EtherType, ethernetFrame, icmpEcho, icmpError, IpProto, internetChecksum, ipv4Datagram, ipv4Frame, TcpFlag, tcpFrame, udpDatagram, udpFrame } from './testing/packets.js';
 import { HOST_OBJECT, LXC_OBJECT, skbContext } from './testing/programHarness.js';
 import { fragKeyString, hasPorts, ipNum, parseIpv4, parseL4, tupleString as ctKeyString, type Ipv4, type L4 } from './testing/packetModel.js';
+import { frag6KeyString, isLaterFragment6, isLinkLocal6, isMulticast6, isUnspecified6, parseIpv6, parseL4v6, tuple6String, type Ipv6, type L4v6 } from './testing/packetModel6.js';
+import { pseudoHeader6 } from './testing/packets.js';
 
 requireRoot('the datapath packet fuzz test');
 
@@ -195,7 +199,10 @@ type Ct = BpfMap<ReturnType<typeof ct4Key.read>, CtEntryValue>;
 class FuzzHarness {
   readonly ctTcp: Ct;
   readonly ctAny: Ct;
+  readonly ct6Tcp;
+  readonly ct6Any;
   readonly frag;
+  readonly frag6;
   readonly policy;
   readonly metrics;
   readonly #events: RawEvent[] = [];
@@ -213,6 +220,9 @@ class FuzzHarness {
     this.ctTcp = object.map(MapName.CT_TCP, ct4Key, ctEntry);
     this.ctAny = object.map(MapName.CT_ANY, ct4Key, ctEntry);
     this.frag = object.map(MapName.FRAG, frag4Key, frag4Ports);
+    this.ct6Tcp = object.map(MapName.CT6_TCP, ct6Key, ctEntry);
+    this.ct6Any = object.map(MapName.CT6_ANY, ct6Key, ctEntry);
+    this.frag6 = object.map(MapName.FRAG6, frag6Key, frag4Ports);
     this.policy = object.map(MapName.POLICY, policyKey, policyEntry);
     this.metrics = object.map(MapName.METRICS, metricsKey, perCpuValue(metricsValue));
     this.#reader = RingBufferReader.open(
@@ -236,7 +246,7 @@ class FuzzHarness {
 
   /** Policy, conntrack and fragments as every run starts. */
   async reset(policy: readonly PolicyEntrySpec[]): Promise<void> {
-    for (const m of [this.policy, this.ctTcp, this.ctAny, this.frag] as unknown as Array<BpfMap<unknown, unknown>>) {
+    for (const m of [this.policy, this.ctTcp, this.ctAny, this.frag, this.ct6Tcp, this.ct6Any, this.frag6] as unknown as Array<BpfMap<unknown, unknown>>) {
       const keys: unknown[] = [];
       for await (const k of m.keys()) keys.push(k);
       for (const k of keys) m.delete(k);
@@ -273,12 +283,16 @@ class FuzzHarness {
     for (const m of [this.ctTcp, this.ctAny]) {
       for await (const [k, v] of m.entries()) out.set(ctKeyString(ipNum(formatIp(k.saddr)), ipNum(formatIp(k.daddr)), k.sport, k.dport, k.proto), v);
     }
+    for (const m of [this.ct6Tcp, this.ct6Any]) {
+      for await (const [k, v] of m.entries()) out.set(tuple6String(formatIp(k.saddr), formatIp(k.daddr), k.sport, k.dport, k.proto), v);
+    }
     return out;
   }
 
   async fragments(): Promise<Map<string, { sport: number; dport: number }>> {
     const out = new Map<string, { sport: number; dport: number }>();
     for await (const [k, v] of this.frag.entries()) out.set(fragKeyString(k.saddr, k.daddr, k.id, k.proto), v);
+    for await (const [k, v] of this.frag6.entries()) out.set(frag6KeyString(formatIp(k.saddr), formatIp(k.daddr), k.id, k.proto), v);
     return out;
   }
 
@@ -388,24 +402,6 @@ async function findPodDeviceOwner(object: BpfObject): Promise<Endpoint | undefin
   return undefined;
 }
 
-const ICMP6_EXT_HEADERS = new Set([0, 43, 60]);
-const ICMP6_MAX_EXT_HEADERS = 4;
-
-/** ipv6_load: the upper-layer protocol past at most four extension headers, or INVALID_PACKET. */
-function walkIpv6(f: Buffer): { proto: number; l4Off: number; ipEnd: number } | number {
-  if (f.length < 14 + 40 || f[14]! >> 4 !== 6) return reason('INVALID_PACKET');
-  const ipEnd = 14 + 40 + f.readUInt16BE(18);
-  if (ipEnd > f.length) return reason('INVALID_PACKET');
-  let next = f[20]!;
-  let off = 14 + 40;
-  for (let i = 0; i < ICMP6_MAX_EXT_HEADERS && ICMP6_EXT_HEADERS.has(next); i++) {
-    if (off + 8 > ipEnd) return reason('INVALID_PACKET');
-    next = f[off]!;
-    off += (f[off + 1]! + 1) * 8;
-  }
-  return { proto: next, l4Off: off, ipEnd };
-}
-
 /** icmp6_disposition: neighbour discovery (router solicitations both ways) and MLD pass; a pod never advertises or redirects. */
 function icmp6Disposition(type: number, fromPod: boolean): 'pass' | 'policy' | 'refuse' {
   if ([130, 131, 132, 143, 133, 135, 136].includes(type)) return 'pass';
@@ -413,18 +409,91 @@ function icmp6Disposition(type: number, fromPod: boolean): 'pass' | 'policy' | '
   return 'policy';
 }
 
-/** IPv6 at a pod's device, either direction: only ICMPv6, and the owner's policy (protocol 58, peer the world: no IPv6 ipcache entries here) for what is not ND/MLD. */
-function expectPodIpv6(f: Buffer, s: ModelState, fromPod: boolean): Expected {
-  const ip = walkIpv6(f);
+function ctStatus6(ip: Ipv6, l4: L4v6, ct: Map<string, CtEntryValue>, now: bigint): CtStatus {
+  const live = (k: string): boolean => {
+    const e = ct.get(k);
+    return e !== undefined && e.expiresNs > now;
+  };
+  if (l4.icmpError) {
+    const i = l4.inner;
+    if (i && ip.daddr === i.saddr && (live(tuple6String(i.saddr, i.daddr, i.sport, i.dport, i.proto)) || live(tuple6String(i.daddr, i.saddr, i.dport, i.sport, i.proto)))) return 'related';
+    return 'new';
+  }
+  if (live(tuple6String(ip.saddr, ip.daddr, l4.sport, l4.dport, ip.proto))) return 'established';
+  if (live(tuple6String(ip.daddr, ip.saddr, l4.dport, l4.sport, ip.proto))) return 'reply';
+  return 'new';
+}
+
+/** ipv6_load, then the ICMPv6 type (icmp6_load_type) unless a later fragment: the header, or the drop. */
+function loadIpv6(f: Buffer): { ip: Ipv6; type?: number } | Expected {
+  const ip = parseIpv6(f);
   if (typeof ip === 'number') return drop(ip);
-  if (ip.proto !== IpProto.ICMPV6) return drop(reason('UNKNOWN_L3'));
+  if (ip.proto !== IpProto.ICMPV6 || isLaterFragment6(ip)) return { ip };
   if (ip.l4Off + 4 > ip.ipEnd) return drop(reason('INVALID_PACKET'));
-  const disposition = icmp6Disposition(f[ip.l4Off]!, fromPod);
-  if (disposition === 'pass') return { action: OK, wellFormed: false };
-  if (disposition === 'refuse') return drop(reason('ICMP6_NOT_ALLOWED'));
-  if (!podDeviceOwner) return drop(reason('POLICY'));
-  const d = s.policy.decide(podDeviceOwner.endpointId, fromPod ? 'egress' : 'ingress', IDENTITY.WORLD, IpProto.ICMPV6, 0);
-  return d.allowed ? { action: OK, wellFormed: false } : drop(d.reason);
+  return { ip, type: f[ip.l4Off]! };
+}
+
+/** nd_respond on a solicitation from the device's pod (`owner`): the answer, a pass to the stack, or a drop. */
+function expectNeighborSolicit(f: Buffer, ip: Ipv6, owner: Endpoint): Expected {
+  if (ip.l4Off !== 14 + 40) return { action: OK, wellFormed: false };
+  const len = ip.ipEnd - ip.l4Off;
+  if (len < 24) return drop(reason('INVALID_PACKET'));
+  if (len !== 24 && len !== 32) return { action: OK, wellFormed: false };
+  const target = f.subarray(ip.l4Off + 8, ip.l4Off + 24);
+  if (ip.hopLimit !== 255 || f[ip.l4Off + 1] !== 0 || isMulticast6(target) || isUnspecified6(target)) return drop(reason('INVALID_PACKET'));
+  if (len === 32) {
+    if (f[ip.l4Off + 24] !== 1 || f[ip.l4Off + 25] !== 1) return { action: OK, wellFormed: false };
+    if (f.subarray(ip.l4Off + 26, ip.l4Off + 32).toString('hex') !== macHex(owner.podMac)) return drop(reason('INVALID_SOURCE'));
+  }
+  if (target.equals(ip.src)) return { action: OK, wellFormed: false };
+  return { action: REDIRECT, to: owner, wellFormed: false };
+}
+
+/**
+ * IPv6 from the pod (from_container_ipv6). The model's endpoints hold no
+ * IPv6 address: a source is the device owner's only when link-local (or
+ * unspecified, for ND and MLD); any other is forged.
+ */
+function expectFromContainer6(f: Buffer, s: ModelState): Expected {
+  const loaded = loadIpv6(f);
+  if ('action' in loaded) return loaded;
+  const { ip, type } = loaded;
+  if (type !== undefined) {
+    const disposition = icmp6Disposition(type, true);
+    if (disposition === 'refuse') return drop(reason('ICMP6_NOT_ALLOWED'));
+    if (disposition === 'pass') {
+      if (!isUnspecified6(ip.src) && !isLinkLocal6(ip.src)) return drop(reason('INVALID_SOURCE'));
+      if (type !== 135 || isUnspecified6(ip.src)) return { action: OK, wellFormed: false };
+      if (!podDeviceOwner) return drop(reason('INVALID_SOURCE'));
+      return expectNeighborSolicit(f, ip, podDeviceOwner);
+    }
+  }
+  if (!isLinkLocal6(ip.src)) return drop(reason('INVALID_SOURCE'));
+  const l4 = parseL4v6(f, ip, s.frags);
+  if (typeof l4 === 'number') return drop(l4, true);
+  const status = ctStatus6(ip, l4, s.ct, s.now);
+  if (status !== 'new') return { action: OK, wellFormed: true };
+  if (!podDeviceOwner) return drop(reason('POLICY'), true);
+  const d = s.policy.decide(podDeviceOwner.endpointId, 'egress', IDENTITY.WORLD, ip.proto, hasPorts(ip.proto) ? l4.dport : 0);
+  if (!d.allowed) return drop(d.reason, true);
+  return { action: OK, wellFormed: true, ...(l4.icmpError ? {} : { creates: tuple6String(ip.saddr, ip.daddr, l4.sport, l4.dport, ip.proto) }) };
+}
+
+/** IPv6 to the pod (to_container_ipv6): ND and the router's messages pass, multicast passes, a link-local destination is the device owner's. */
+function expectToContainer6(f: Buffer, s: ModelState): Expected {
+  const loaded = loadIpv6(f);
+  if ('action' in loaded) return loaded;
+  const { ip, type } = loaded;
+  if (type !== undefined && icmp6Disposition(type, false) === 'pass') return { action: OK, wellFormed: false };
+  if (isMulticast6(ip.dst)) return { action: OK, wellFormed: false };
+  if (!isLinkLocal6(ip.dst)) return drop(reason('NOT_FOR_ENDPOINT'));
+  const l4 = parseL4v6(f, ip, s.frags);
+  if (typeof l4 === 'number') return drop(l4, true);
+  const status = ctStatus6(ip, l4, s.ct, s.now);
+  if (status !== 'new') return { action: OK, wellFormed: true };
+  const d = s.policy.decide(podDeviceOwner?.endpointId ?? 0, 'ingress', IDENTITY.WORLD, ip.proto, hasPorts(ip.proto) ? l4.dport : 0);
+  if (!d.allowed) return drop(d.reason, true);
+  return { action: OK, wellFormed: true, ...(l4.icmpError ? {} : { creates: tuple6String(ip.saddr, ip.daddr, l4.sport, l4.dport, ip.proto) }) };
 }
 
 /**
@@ -475,7 +544,7 @@ function expectIngress(f: Buffer, ip: Ipv4, dst: Endpoint, s: ModelState, pass: 
 function expectFromContainer(f: Buffer, s: ModelState): Expected {
   const type = f.length >= 14 ? f.readUInt16BE(12) : 0;
   if (type === EtherType.ARP) return expectArp(f);
-  if (type === EtherType.IPV6) return expectPodIpv6(f, s, true);
+  if (type === EtherType.IPV6) return expectFromContainer6(f, s);
   if (type !== EtherType.IPV4) return drop(reason('UNKNOWN_L3'));
   const ip = parseIpv4(f);
   if (!ip) return drop(reason('INVALID_PACKET'));
@@ -511,7 +580,7 @@ function expectFromContainer(f: Buffer, s: ModelState): Expected {
 function expectToContainer(f: Buffer, s: ModelState): Expected {
   const type = f.length >= 14 ? f.readUInt16BE(12) : 0;
   if (type === EtherType.ARP) return { action: OK, wellFormed: false };
-  if (type === EtherType.IPV6) return expectPodIpv6(f, s, false);
+  if (type === EtherType.IPV6) return expectToContainer6(f, s);
   if (type !== EtherType.IPV4) return drop(reason('UNKNOWN_L3'));
   const ip = parseIpv4(f);
   if (!ip) return drop(reason('INVALID_PACKET'));
@@ -691,6 +760,8 @@ function checkPacket(
   // What a redirect hands on.
   if (retval === REDIRECT && want.overlayVni !== undefined) {
     v.push(...checkOverlayRedirect(input, out, want.overlayVni));
+  } else if (retval === REDIRECT && program === 'tendril_from_container' && input.length >= 14 && input.readUInt16BE(12) === EtherType.IPV6) {
+    v.push(...checkNeighborAdvert(input, data, want.to));
   } else if (retval === REDIRECT) {
     const type = input.length >= 14 ? input.readUInt16BE(12) : 0;
     if (data.length !== input.length) v.push(`redirected frame is ${data.length} bytes, the input ${input.length}`);
@@ -727,6 +798,24 @@ function checkPacket(
   }
   return v;
 }
+
+/** The neighbour advertisement a solicitation became: to the soliciting pod, from and for the lxc MAC, the target as source, a valid checksum. */
+function checkNeighborAdvert(input: Buffer, data: Buffer, ep: Endpoint | undefined): string[] {
+  if (!ep) return ['an IPv6 frame was answered that the model would not answer'];
+  const v: string[] = [];
+  const src = formatIp(parseIpv6Bytes(input.subarray(22, 38)));
+  const target = formatIp(parseIpv6Bytes(input.subarray(62, 78)));
+  if (data.length !== 86) v.push(`advertisement is ${data.length} bytes, not 86`);
+  else {
+    if (!data.subarray(0, 6).equals(input.subarray(6, 12)) || data.subarray(6, 12).toString('hex') !== macHex(ep.lxcMac)) v.push('advertisement MACs are not the solicitor\'s and the lxc device\'s');
+    if (data[54] !== 136 || data[55] !== 0 || data[58] !== 0x60 || data[78] !== 2 || data[79] !== 1 || data.subarray(80, 86).toString('hex') !== macHex(ep.lxcMac)) v.push(`advertisement body ${data.subarray(54).toString('hex')} is wrong`);
+    if (formatIp(parseIpv6Bytes(data.subarray(22, 38))) !== target || formatIp(parseIpv6Bytes(data.subarray(38, 54))) !== src || data[21] !== 255) v.push('advertisement addresses or hop limit are wrong');
+    if (internetChecksum(Buffer.concat([pseudoHeader6(target, src, IpProto.ICMPV6, 32), data.subarray(54)])) !== 0) v.push('advertisement checksum is wrong');
+  }
+  return v;
+}
+
+const parseIpv6Bytes = (b: Buffer) => ipFromBytes(b, 6);
 
 // ---- the property ---------------------------------------------------------------
 

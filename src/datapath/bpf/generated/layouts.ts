@@ -15,6 +15,17 @@ export const ct4KeyLayout = defineStruct('ct4_key', 16, 4, {
   pad: { offset: 14, codec: codec.pad(2) }, // __u16 pad
 });
 
+/** struct ct6_key: 40 bytes. */
+export const ct6KeyLayout = defineStruct('ct6_key', 40, 4, {
+  saddr: { offset: 0, codec: codec.array(codec.u32be, 4) }, // __be32[4] saddr
+  daddr: { offset: 16, codec: codec.array(codec.u32be, 4) }, // __be32[4] daddr
+  sport: { offset: 32, codec: codec.u16be }, // __be16 sport
+  dport: { offset: 34, codec: codec.u16be }, // __be16 dport
+  proto: { offset: 36, codec: codec.u8 }, // __u8 proto
+  flags: { offset: 37, codec: codec.u8 }, // __u8 flags
+  pad: { offset: 38, codec: codec.pad(2) }, // __u16 pad
+});
+
 /** struct ct_budget: 8 bytes. */
 export const ctBudgetLayout = defineStruct('ct_budget', 8, 4, {
   entries: { offset: 0, codec: codec.u32 }, // __u32 entries
@@ -96,6 +107,15 @@ export const frag4KeyLayout = defineStruct('frag4_key', 12, 4, {
 export const frag4PortsLayout = defineStruct('frag4_ports', 4, 2, {
   sport: { offset: 0, codec: codec.u16be }, // __be16 sport
   dport: { offset: 2, codec: codec.u16be }, // __be16 dport
+});
+
+/** struct frag6_key: 40 bytes. */
+export const frag6KeyLayout = defineStruct('frag6_key', 40, 4, {
+  saddr: { offset: 0, codec: codec.array(codec.u32be, 4) }, // __be32[4] saddr
+  daddr: { offset: 16, codec: codec.array(codec.u32be, 4) }, // __be32[4] daddr
+  id: { offset: 32, codec: codec.u32be }, // __be32 id
+  proto: { offset: 36, codec: codec.u8 }, // __u8 proto
+  pad: { offset: 37, codec: codec.pad(3) }, // __u8[3] pad
 });
 
 /** struct gc_sample: 80 bytes. */
@@ -286,12 +306,14 @@ export const structLayouts = {
   ct_budget: ctBudgetLayout,
   ct_entry: ctEntryLayout,
   ct4_key: ct4KeyLayout,
+  ct6_key: ct6KeyLayout,
   datapath_config: datapathConfigLayout,
   device_info: deviceInfoLayout,
   endpoint_info: endpointInfoLayout,
   endpoint_key: endpointKeyLayout,
   frag4_key: frag4KeyLayout,
   frag4_ports: frag4PortsLayout,
+  frag6_key: frag6KeyLayout,
   gc_run: gcRunLayout,
   gc_sample: gcSampleLayout,
   ipcache_key: ipcacheKeyLayout,
@@ -322,6 +344,9 @@ export const mapLayouts = {
   tendril_ct4_tcp: { type: 'hash', key: { cType: 'struct ct4_key', size: 16 }, value: { cType: 'struct ct_entry', size: 56 } },
   tendril_ct4_any: { type: 'hash', key: { cType: 'struct ct4_key', size: 16 }, value: { cType: 'struct ct_entry', size: 56 } },
   tendril_frag4: { type: 'LRU hash', key: { cType: 'struct frag4_key', size: 12 }, value: { cType: 'struct frag4_ports', size: 4 } },
+  tendril_ct6_tcp: { type: 'hash', key: { cType: 'struct ct6_key', size: 40 }, value: { cType: 'struct ct_entry', size: 56 } },
+  tendril_ct6_any: { type: 'hash', key: { cType: 'struct ct6_key', size: 40 }, value: { cType: 'struct ct_entry', size: 56 } },
+  tendril_frag6: { type: 'LRU hash', key: { cType: 'struct frag6_key', size: 40 }, value: { cType: 'struct frag4_ports', size: 4 } },
   tendril_metrics: { type: 'per-CPU hash', key: { cType: 'struct metrics_key', size: 4 }, value: { cType: 'struct metrics_value', size: 16 } },
   tendril_events: { type: 'ring buffer', key: undefined, value: undefined },
   tendril_config: { type: 'array', key: { cType: '__u32', size: 4 }, value: { cType: 'struct datapath_config', size: 48 } },

@@ -208,24 +208,43 @@ const arpArb = fc
 const icmpv6TypeArb = fc.constantFrom(128, 129, 130, 131, 132, 133, 134, 135, 136, 137, 143, 1, 3, 200);
 
 /**
- * IPv6: ICMPv6 of every kind, straight or behind extension headers (up to
- * five, one past the programs' bound; a fragment header ends the walk),
- * other next headers.
+ * IPv6: ICMPv6 of every kind (neighbour solicitations with and without a
+ * source link-layer option, the pod's MAC or another), straight or behind
+ * extension headers (up to seven, one past the programs' bound, with AH and
+ * fragment headers: a fragment header with an offset ends the walk), other
+ * next headers; sources link-local, unspecified or forged, destinations
+ * multicast or link-local; hop limits as ND wants them or not.
  */
 const ipv6Arb = fc
   .record({
-    chain: fc.array(fc.constantFrom(0, 43, 44, 60), { maxLength: 5 }),
+    chain: fc.array(fc.constantFrom(0, 43, 44, 51, 60), { maxLength: 7 }),
+    fragOffset: fc.constantFrom(0, 0, 8),
     last: fc.constantFrom(IpProto.ICMPV6, IpProto.ICMPV6, IpProto.UDP, IpProto.TCP, 59),
     type: icmpv6TypeArb,
     body: fc.uint8Array({ maxLength: 24 }),
+    src: fc.constantFrom('fe80::1', 'fe80::1', '::', 'fd00::99'),
+    dst: fc.constantFrom('ff02::1:ff00:1', 'fe80::2'),
+    hopLimit: fc.constantFrom(255, 64),
+    ns: fc.constantFrom<'none' | 'plain' | 'lladdr' | 'other-lladdr'>('none', 'plain', 'lladdr', 'other-lladdr'),
   })
   .map((p): FuzzFrame => {
     const headers: Buffer[] = [];
     const nexts = [...p.chain.slice(1), p.last];
-    for (const n of nexts.slice(0, p.chain.length)) headers.push(Buffer.from([n, 0, 0, 0, 0, 0, 0, 0]));
+    for (const [i, n] of nexts.slice(0, p.chain.length).entries()) {
+      const h = Buffer.from([n, 0, 0, 0, 0, 0, 0, 0]);
+      if (p.chain[i] === 44) h.writeUInt16BE(p.fragOffset | 1, 2);
+      if (p.chain[i] === 51) h[1] = 0; // AH: (0 + 2) * 4 = 8 bytes
+      headers.push(h);
+    }
     const first = p.chain.length > 0 ? p.chain[0]! : p.last;
-    const payload = Buffer.concat([...headers, Buffer.from([p.type, 0, 0, 0]), Buffer.from(p.body)]);
-    return { label: `ipv6-${[...p.chain, p.last].join('-')}-t${p.type}`, frame: ipv6Frame({ ...macs, src: 'fe80::1', dst: 'ff02::1:ff00:1', nextHeader: first, payload }) };
+    let icmp = Buffer.concat([Buffer.from([p.type, 0, 0, 0]), Buffer.from(p.body)]);
+    if (p.ns !== 'none') {
+      const target = Buffer.from('fd000000000000000000000000000001', 'hex');
+      const opt = p.ns === 'plain' ? Buffer.alloc(0) : Buffer.concat([Buffer.from([1, 1]), Buffer.from((p.ns === 'lladdr' ? POD_A.podMac : '0a:00:00:00:ee:ee').replace(/:/g, ''), 'hex')]);
+      icmp = Buffer.concat([Buffer.from([135, 0, 0, 0, 0, 0, 0, 0]), target, opt]);
+    }
+    const payload = Buffer.concat([...headers, icmp]);
+    return { label: `ipv6-${[...p.chain, p.last].join('-')}-t${p.ns === 'none' ? p.type : `ns-${p.ns}`}`, frame: ipv6Frame({ ...macs, src: p.src, dst: p.dst, hopLimit: p.hopLimit, nextHeader: first, payload }) };
   });
 
 const randomArb: fc.Arbitrary<FuzzFrame> = fc.oneof(

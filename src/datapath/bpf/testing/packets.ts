@@ -124,7 +124,7 @@ function pseudoHeader4(src: string, dst: string, proto: number, length: number):
   return p;
 }
 
-function pseudoHeader6(src: string, dst: string, proto: number, length: number): Buffer {
+export function pseudoHeader6(src: string, dst: string, proto: number, length: number): Buffer {
   const p = Buffer.alloc(40);
   ipv6Bytes(src).copy(p, 0);
   ipv6Bytes(dst).copy(p, 16);

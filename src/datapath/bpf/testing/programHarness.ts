@@ -13,6 +13,7 @@ import { MapName, POLICY_KEY_FIXED_BITS } from '../constants.js';
 import type { MapSizes } from '../objects.js';
 import {
   ct4Key,
+  ct6Key,
   ctEntry,
   datapathConfig,
   datapathEvent,
@@ -46,6 +47,9 @@ export const TEST_MAP_SIZES: Readonly<MapSizes> = {
   [MapName.CT_TCP]: 1024,
   [MapName.CT_ANY]: 1024,
   [MapName.FRAG]: 256,
+  [MapName.CT6_TCP]: 1024,
+  [MapName.CT6_ANY]: 1024,
+  [MapName.FRAG6]: 256,
   [MapName.METRICS]: 256,
   [MapName.EVENTS]: 1 << 16,
   [MapName.LB_SERVICES]: 1024,
@@ -104,6 +108,8 @@ export class ProgramHarness {
   readonly policy: BpfMap<ReturnType<typeof policyKey.read>, ReturnType<typeof policyEntry.read>>;
   readonly ctTcp: BpfMap<ReturnType<typeof ct4Key.read>, CtEntryValue>;
   readonly ctAny: BpfMap<ReturnType<typeof ct4Key.read>, CtEntryValue>;
+  readonly ct6Tcp: BpfMap<ReturnType<typeof ct6Key.read>, CtEntryValue>;
+  readonly ct6Any: BpfMap<ReturnType<typeof ct6Key.read>, CtEntryValue>;
   readonly frag: BpfMap<ReturnType<typeof frag4Key.read>, ReturnType<typeof frag4Ports.read>>;
   readonly metrics: BpfMap<ReturnType<typeof metricsKey.read>, Array<ReturnType<typeof metricsValue.read>>>;
   readonly config: BpfMap<number, ReturnType<typeof datapathConfig.read>>;
@@ -117,6 +123,8 @@ export class ProgramHarness {
     this.policy = object.map(MapName.POLICY, policyKey, policyEntry);
     this.ctTcp = object.map(MapName.CT_TCP, ct4Key, ctEntry);
     this.ctAny = object.map(MapName.CT_ANY, ct4Key, ctEntry);
+    this.ct6Tcp = object.map(MapName.CT6_TCP, ct6Key, ctEntry);
+    this.ct6Any = object.map(MapName.CT6_ANY, ct6Key, ctEntry);
     this.frag = object.map(MapName.FRAG, frag4Key, frag4Ports);
     this.metrics = object.map(MapName.METRICS, metricsKey, perCpuValue(metricsValue));
     this.config = object.map(MapName.CONFIG, codec.u32, datapathConfig);
@@ -191,15 +199,17 @@ export class ProgramHarness {
     return { saddr: parseIp(t.saddr), daddr: parseIp(t.daddr), sport: t.sport, dport: t.dport, proto: t.proto, flags: 0 };
   }
 
-  /** The conntrack entry of a flow's original direction (TCP map for TCP, else the other). */
+  /** The conntrack entry of a flow's original direction (TCP map for TCP, else the other; the IPv6 maps for IPv6 addresses). */
   ct(t: CtTuple): CtEntryValue | undefined {
+    if (parseIp(t.saddr).family === 6) return (t.proto === 6 ? this.ct6Tcp : this.ct6Any).get(this.ctKey(t));
     return (t.proto === 6 ? this.ctTcp : this.ctAny).get(this.ctKey(t));
   }
 
-  async ctCount(): Promise<number> {
+  /** Entries in the IPv4 conntrack maps, or in the IPv6 ones with `family` 6. */
+  async ctCount(family: 4 | 6 = 4): Promise<number> {
     let n = 0;
-    for await (const _ of this.ctTcp.keys()) n++;
-    for await (const _ of this.ctAny.keys()) n++;
+    for await (const _ of (family === 6 ? this.ct6Tcp : this.ctTcp).keys()) n++;
+    for await (const _ of (family === 6 ? this.ct6Any : this.ctAny).keys()) n++;
     return n;
   }
 

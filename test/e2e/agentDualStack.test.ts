@@ -10,6 +10,7 @@ import { readFile } from 'node:fs/promises';
 import { after, before, describe, test } from 'node:test';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import type { Result040, Result100 } from '../../src/cni/index.js';
+import { CniError } from '../../src/cni/index.js';
 import { type CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
 import { type AgentProcess, ping, podAllocations, podHostLinks, startSingleNode } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
@@ -18,7 +19,8 @@ import { requireRoot } from '../support/root.js';
 requireRoot('the dual-stack agent end-to-end test');
 
 const POD_CIDR4 = '10.242.0.0/24';
-const POD_CIDR6 = 'fd00:242::/112';
+// Small, so the test can use up its addresses.
+const POD_CIDR6 = 'fd00:242::/125';
 const pool = new NetnsPool('ds');
 let node = '';
 let agent: AgentProcess;
@@ -160,6 +162,28 @@ describe('dual-stack pods on the eBPF datapath', () => {
     // The state file holds both too: what a restart reads.
     const file = JSON.parse(await readFile(`${agent.stateDir}/endpoints/${ep.id}/endpoint.json`, 'utf8')) as Endpoint;
     assert.deepEqual(file.addresses.map((a) => a.family), [4, 6]);
+  });
+
+  test('an ADD whose IPv6 address cannot be had fails and keeps no IPv4 address either (the half-done allocation rolls back)', async () => {
+    const before = await podAllocations(agent);
+    const fillers: string[] = [];
+    try {
+      // Use up the IPv6 pool through the API, leaving the IPv4 one with room.
+      for (let i = 0; i < 16; i++) {
+        const r = await agent.client.postIpam({ family: 'ipv6', owner: `tdl-fill-${i}` }).catch((err: unknown) => err);
+        if (r instanceof Error) break;
+        fillers.push((r as { address: { ip: string } }).address.ip);
+      }
+      assert.ok(fillers.length > 0 && fillers.length < 16, `${fillers.length} IPv6 fillers`);
+      const ns = await pool.add('full');
+      await assert.rejects(runtime.addNetworkList(conflist('1.0.0'), rt('tdl-ds-full', ns.path)), (e: unknown) => e instanceof CniError && /exhausted/.test(e.msg), 'ADD fails naming the pool');
+      assert.equal((await podAllocations(agent)).length, before.length + fillers.length, 'only the fillers were added');
+      const held = (await podAllocations(agent)).filter((a) => a.startsWith('tdl-ds-full'));
+      assert.deepEqual(held, [], 'no address of either family stays with the failed pod');
+      assert.equal((await podHostLinks(pool, node)).length, 2, 'no lxc device for it');
+    } finally {
+      for (const ip of fillers) await agent.client.deleteIpamIp(ip);
+    }
   });
 
   test('DEL frees both addresses and leaves no IPv6 route behind', async () => {

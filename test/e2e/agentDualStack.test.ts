@@ -14,6 +14,8 @@ import { CniError } from '../../src/cni/index.js';
 import { type CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
 import { type AgentProcess, ping, podAllocations, podHostLinks, startSingleNode } from '../support/agentHarness.js';
 import { NetnsPool } from '../support/netns.js';
+import { run } from '../support/run.js';
+import { TENDRIL_BIN } from '../support/tendrilBin.js';
 import { requireRoot } from '../support/root.js';
 
 requireRoot('the dual-stack agent end-to-end test');
@@ -132,6 +134,19 @@ describe('dual-stack pods on the eBPF datapath', () => {
     assert.equal(byV6.id, ep.id);
     const held = (await podAllocations(agent)).map((a) => a.split('=')[1]!);
     for (const p of pods) assert.ok(held.includes(p.ip4) && held.includes(p.ip6), held.join(' '));
+  });
+
+  test('tendril endpoint list and get show both addresses; get finds the endpoint by its IPv6 address', async () => {
+    const cli = async (...args: string[]) => {
+      const r = await run([TENDRIL_BIN, ...args, '--socket', agent.socket]);
+      assert.equal(r.code, 0, r.stderr);
+      return r.stdout;
+    };
+    const row = (await cli('endpoint', 'list')).split('\n').find((l) => l.includes(pods[0]!.id))!;
+    assert.ok(row.includes(`${pods[0]!.ip4},${pods[0]!.ip6}`), row);
+    const view = await cli('endpoint', 'get', `ipv6:${pods[0]!.ip6}`);
+    assert.match(view, new RegExp(`Addresses +${pods[0]!.ip4.replaceAll('.', '\\.')}, ${pods[0]!.ip6}`));
+    assert.match(await cli('endpoint', 'get', '--help'), /ipv6:<ip>/);
   });
 
   test('IPv4 between dual-stack pods still flows', async () => {

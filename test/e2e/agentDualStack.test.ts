@@ -149,6 +149,12 @@ describe('dual-stack pods on the eBPF datapath', () => {
     const view = await cli('endpoint', 'get', `ipv6:${pods[0]!.ip6}`);
     assert.match(view, new RegExp(`Addresses +${pods[0]!.ip4.replaceAll('.', '\\.')}, ${pods[0]!.ip6}`));
     assert.match(await cli('endpoint', 'get', '--help'), /ipv6:<ip>/);
+    // The datapath's maps hold the IPv6 address too: the endpoint map and the ipcache (with the pod's identity).
+    const ep = ((await agent.client.listEndpoints()) as Endpoint[]).find((e) => e.containerId === pods[0]!.id)!;
+    const lxcRow = (await cli('bpf', 'endpoint', 'list')).split('\n').find((l) => l.includes(pods[0]!.ip6));
+    assert.ok(lxcRow !== undefined && new RegExp(`\\b${ep.id}\\b`).test(lxcRow), `tendril_lxc row for ${pods[0]!.ip6}: ${lxcRow}`);
+    const ipcacheRow = (await cli('bpf', 'ipcache', 'list')).split('\n').find((l) => l.includes(`${pods[0]!.ip6}/128`));
+    assert.ok(ipcacheRow !== undefined && new RegExp(`\\b${ep.identity}\\b`).test(ipcacheRow), `ipcache row for ${pods[0]!.ip6}/128: ${ipcacheRow}`);
   });
 
   test('IPv4 between dual-stack pods still flows', async () => {

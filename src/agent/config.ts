@@ -330,7 +330,12 @@ export async function readConfigFile(path: string): Promise<Record<string, unkno
  * is not masqueraded to) and is told about masquerading separately.
  */
 export function nodeMasqueradeCidrs(c: AgentConfig): string[] {
-  return c.masquerade || c.datapath === 'bpf' ? masqueradeCidrs(c) : [];
+  if (!c.masquerade && c.datapath !== 'bpf') return [];
+  const cidrs = masqueradeCidrs(c);
+  // The eBPF datapath masquerades IPv4 only (--ipv6-masquerade is refused until it is
+  // built): an IPv6 pod CIDR listed here would tell `tendril status` what is not done.
+  if (c.datapath !== 'bpf' || c.ipv6Masquerade) return cidrs;
+  return cidrs.filter((text) => tryParseInterfaceAddress(text, { leadingZeros: true })?.address.family !== 6);
 }
 
 /** The CIDRs whose traffic leaving them is masqueraded: explicit, else the pod address space. */

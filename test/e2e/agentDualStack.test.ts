@@ -58,6 +58,8 @@ const globalV6 = async (ns: string, dev: string) => (await json<IpAddr[]>(ns, ['
 const routes6 = (ns: string, extra: string[] = []) => json<IpRoute[]>(ns, ['ip', '-j', '-6', 'route', 'show', ...extra]);
 const sysctl = async (ns: string, key: string) => (await pool.exec(ns, ['sysctl', '-n', key])).stdout.trim();
 const inPod6 = (ip: string) => ip.startsWith('fd00:242::');
+let routerV6 = '';
+const router6 = () => routerV6;
 
 before(async () => {
   ({ node, agent, runtime, cleanup } = await startSingleNode(pool, { nodeName: 'tdl-node-ds', args: ['--pod-cidr', `${POD_CIDR4},${POD_CIDR6}`, '--routing-mode', 'native'] }));
@@ -73,10 +75,10 @@ describe('dual-stack pods on the eBPF datapath', () => {
 
   test('the router has an address of each family on tendril_host, and the node forwards IPv6', async () => {
     const routers = (await agent.client.listIpam()).allocations.filter((a) => a.owner.startsWith('tendril:router')).map((a) => a.ip);
-    const router6 = routers.find(inPod6);
-    assert.ok(routers.some((ip) => ip.startsWith('10.242.0.')) && router6 !== undefined, routers.join(' '));
+    routerV6 = routers.find(inPod6) ?? '';
+    assert.ok(routers.some((ip) => ip.startsWith('10.242.0.')) && routerV6 !== '', routers.join(' '));
     const onHost = await globalV6(node, 'tendril_host');
-    assert.deepEqual(onHost.map((a) => `${a.local}/${a.prefixlen}`), [`${router6}/128`]);
+    assert.deepEqual(onHost.map((a) => `${a.local}/${a.prefixlen}`), [`${routerV6}/128`]);
     assert.ok(!onHost[0]!.tentative && !onHost[0]!.dadfailed, 'the router address is usable at once');
     assert.equal(await sysctl(node, 'net.ipv6.conf.all.forwarding'), '1');
   });
@@ -149,6 +151,14 @@ describe('dual-stack pods on the eBPF datapath', () => {
     const view = await cli('endpoint', 'get', `ipv6:${pods[0]!.ip6}`);
     assert.match(view, new RegExp(`Addresses +${pods[0]!.ip4.replaceAll('.', '\\.')}, ${pods[0]!.ip6}`));
     assert.match(await cli('endpoint', 'get', '--help'), /ipv6:<ip>/);
+    // The node's IPv6 side: its pod CIDR and router in the node listing, the pods' IPv6 addresses in IPAM's.
+    const nodeRow = (await cli('node', 'list')).split('\n').find((l) => l.startsWith('tdl-node-ds'))!;
+    assert.ok(nodeRow.includes(`router ${router6()}`) && nodeRow.includes(POD_CIDR6), nodeRow);
+    const ipamRows = (await cli('ipam', 'list')).split('\n');
+    assert.ok(ipamRows.some((l) => l.startsWith(pods[0]!.ip6) && l.includes(pods[0]!.id) && l.includes(POD_CIDR6)), ipamRows.join('\n'));
+    // tendril status says what is masqueraded: the eBPF datapath's IPv4 only (IPv6 masquerade is not built).
+    const masq = (await cli('status')).split('\n').find((l) => l.startsWith('Masquerade'))!;
+    assert.ok(masq.includes(POD_CIDR4) && !masq.includes(POD_CIDR6), masq);
     // The datapath's maps hold the IPv6 address too: the endpoint map and the ipcache (with the pod's identity).
     const ep = ((await agent.client.listEndpoints()) as Endpoint[]).find((e) => e.containerId === pods[0]!.id)!;
     const lxcRow = (await cli('bpf', 'endpoint', 'list')).split('\n').find((l) => l.includes(pods[0]!.ip6));

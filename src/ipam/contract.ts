@@ -98,6 +98,30 @@ export function runAllocatorContract(name: string, newSubject: NewAllocatorSubje
       assert.equal((await a.get(o)).length, s.families.length);
     });
 
+    it('dual-stack: an owner holds one address per family, both go with the owner, and a restart keeps both and both routers', async (t) => {
+      if (!(s.families.includes(4) && s.families.includes(6))) {
+        t.skip('not configured with both families');
+        return;
+      }
+      const o = owner();
+      const v4 = await a.allocate({ owner: o, family: 4 });
+      const v6 = await a.allocate({ owner: o, family: 6 });
+      assert.deepEqual([v4.family, v6.family, parseIp(v6.ip).family], [4, 6, 6]);
+      // A retry per family is the same address, not a second one.
+      assert.equal((await a.allocate({ owner: o, family: 6 })).ip, v6.ip);
+      const routers = s.hasRouter ? [a.routerAddress(4)!.ip, a.routerAddress(6)!.ip] : [];
+      if (s.hasRouter) assert.deepEqual([v4.gateway, v6.gateway], routers, 'each family\'s gateway is that family\'s router');
+      a = await s.restart();
+      assert.deepEqual((await a.get(o)).map((x) => x.ip).sort(), [v4.ip, v6.ip].sort());
+      if (s.hasRouter) assert.deepEqual([a.routerAddress(4)?.ip, a.routerAddress(6)?.ip], routers, 'both routers kept');
+      assert.deepEqual((await a.releaseOwner(o)).map((x) => x.ip).sort(), [v4.ip, v6.ip].sort());
+      assert.deepEqual(await a.get(o), []);
+      // Both are free again: another owner may have them (a given address is taken at once).
+      const other = owner();
+      assert.equal((await a.allocate({ owner: other, family: 6, ip: v6.ip })).ip, v6.ip);
+      assert.equal((await a.allocate({ owner: other, family: 4, ip: v4.ip })).ip, v4.ip);
+    });
+
     it('allocates a given address once: in use is IPAM_IP_IN_USE, outside the pool is invalid', async () => {
       if (!s.hasRouter) {
         // Delegated IPAM: the plugin chooses every address.

@@ -1,7 +1,8 @@
 #!/bin/bash
 # make demo: starts tendril-agent on its embedded store inside a "node" network
 # namespace, installs tendril-cni and a conflist in a demo directory, networks
-# three labelled pods (one ADD repeated: the pod keeps its address), shows them talking, enforces a NetworkPolicy on their
+# three labelled dual-stack pods (one ADD repeated: the pod keeps its addresses), shows them talking over IPv4
+# and IPv6, enforces a NetworkPolicy on their
 # traffic with the eBPF datapath (the drop in tendril monitor), load-balances
 # a ClusterIP and a NodePort and masquerades pods leaving the cluster (to an
 # "outside" namespace behind the node's own device); then two nodes on one
@@ -109,10 +110,10 @@ monitor() {
   wait_line "$2" 'Listening for events' || demo_fail "tendril monitor ${*:3} did not start: $(cat "$2")"
 }
 
-say "tendril-agent on the embedded kvstore, host-scope IPAM 10.250.0.0/24, eBPF datapath (maps pinned under $BPFFS)"
+say "tendril-agent on the embedded kvstore, host-scope IPAM 10.250.0.0/24 and fd00:250::/112 (dual-stack), eBPF datapath (maps pinned under $BPFFS)"
 start_agent() {
   demo_bg agent nsenter --net=/var/run/netns/$NODE -- "$REPO/bin/tendril-agent" --state-dir "$STATE" --lib-dir "$STATE/lib" --node-name demo-node \
-    --pod-cidr 10.250.0.0/24 --bpffs-root "$BPFFS" --log-file "$WORK/agent.log" --prometheus-serve-addr 127.0.0.1:9962
+    --pod-cidr 10.250.0.0/24,fd00:250::/112 --bpffs-root "$BPFFS" --log-file "$WORK/agent.log" --prometheus-serve-addr 127.0.0.1:9962
   for _ in $(seq 100); do "$TENDRIL" status >/dev/null 2>&1 && break; sleep 0.1; done
   "$TENDRIL" status >/dev/null 2>&1 || { echo "the agent's log:"; tail -20 "$WORK/agent.log"; }
   check_output "the agent answers on $SOCK" '^Agent +ok' "$TENDRIL" status
@@ -147,7 +148,7 @@ CONF
 cat "$WORK/net.d/10-tendril.conflist"
 export NETCONFPATH="$WORK/net.d" CNI_PATH="$WORK/bin:/usr/lib/cni"
 
-declare -A IPS
+declare -A IPS IPS6
 APPS=(web web db)
 for i in 0 1 2; do
   p=${PODS[$i]}
@@ -156,7 +157,8 @@ for i in 0 1 2; do
     in_node "$TENDRIL" cni add tendril "/var/run/netns/$p" --cache-dir "$WORK/cache")
   echo "$out" | jq -c '{cniVersion, ips, interfaces: [.interfaces[].name]}'
   IPS[$p]=$(jq -r '.ips[0].address | split("/")[0]' <<<"$out")
-  check "$p has ${IPS[$p]}, from the pod CIDR 10.250.0.0/24" grep -qE '^10\.250\.0\.[0-9]+$' <<<"${IPS[$p]}"
+  IPS6[$p]=$(jq -r '.ips[1].address | split("/")[0]' <<<"$out")
+  check "$p has ${IPS[$p]} and ${IPS6[$p]}, one from each pod CIDR" grep -qE '^10\.250\.0\.[0-9]+ fd00:250::[0-9a-f]+$' <<<"${IPS[$p]} ${IPS6[$p]}"
 done
 
 
@@ -183,7 +185,8 @@ echo "$out" | jq -c '{ips: [.ips[].address]}'
 check "tdldemo1 keeps ${IPS[tdldemo1]}" test "$(jq -r '.ips[0].address | split("/")[0]' <<<"$out")" = "${IPS[tdldemo1]}"
 check "tdldemo1's eth0 keeps its MAC $MAC1" test "$(pod_mac tdldemo1)" = "$MAC1"
 check "still 3 endpoints and the same 4 addresses allocated (3 pods and the router)" metrics_have \
-  'tendril_endpoint_state{state="ready"} 3' 'tendril_ipam_allocations{pool="10.250.0.0/24",family="ipv4"} 4'
+  'tendril_endpoint_state{state="ready"} 3' 'tendril_ipam_allocations{pool="10.250.0.0/24",family="ipv4"} 4' \
+  'tendril_ipam_allocations{pool="fd00:250::/112",family="ipv6"} 4'
 
 say "tendril endpoint list"
 "$TENDRIL" endpoint list
@@ -198,19 +201,27 @@ for src in "${PODS[@]}"; do for dst in "${PODS[@]}"; do
   [ "$src" = "$dst" ] && continue
   check "$src -> $dst (${IPS[$dst]}) ping" pings "$src" "${IPS[$dst]}"
 done; done
+say "pod <-> pod over IPv6 (neighbour discovery answered by the eBPF datapath, as ARP is)"
+for dst in tdldemo2 tdldemo3; do
+  check "tdldemo1 -> $dst (${IPS6[$dst]}) ping" pings tdldemo1 "${IPS6[$dst]}"
+done
 say "pod <-> node"
 check "tdldemo1 -> node router 10.250.0.1 ping" pings tdldemo1 10.250.0.1
 check "node -> tdldemo3 (${IPS[tdldemo3]}) ping" pings "$NODE" "${IPS[tdldemo3]}"
+check "node -> tdldemo3 over IPv6 (${IPS6[tdldemo3]}) ping" pings "$NODE" "${IPS6[tdldemo3]}"
 
 DB=${IPS[tdldemo3]}
+DB6=${IPS6[tdldemo3]}
 show_enforcement() {
   check "tdldemo1 (web) -> db ping: dropped" no_ping tdldemo1 "$DB"
   check_output "tdldemo1 (web) -> db TCP 5432: answered" '^hello from db, you are ' tcp tdldemo1 "$DB" 5432
+  check "tdldemo1 (web) -> db over IPv6 ($DB6) ping: dropped, the same policy" no_ping tdldemo1 "$DB6"
+  check_output "tdldemo1 (web) -> db over IPv6 TCP 5432: answered" "^hello from db, you are ${IPS6[tdldemo1]}\$" tcp tdldemo1 "$DB6" 5432
 }
 
 say "the eBPF datapath: programs on every pod's device, per-pod facts in maps"
 "$TENDRIL" bpf endpoint list
-check "each of the 3 pods is in the datapath's endpoint map" test "$("$TENDRIL" bpf endpoint list -o json | jq length)" = 3
+check "each of the 3 pods is in the datapath's endpoint map, under both its addresses" test "$("$TENDRIL" bpf endpoint list -o json | jq length)" = 6
 
 say "a NetworkPolicy: db pods accept only web pods, and only on TCP 5432"
 cat > "$WORK/policy.yaml" <<'YAML'
@@ -268,6 +279,7 @@ show_enforcement
 say "policy deleted: traffic restored"
 "$TENDRIL" policy delete --all
 check "tdldemo1 (web) -> db ping: allowed" pings tdldemo1 "$DB"
+check "tdldemo1 (web) -> db over IPv6 ping: allowed" pings tdldemo1 "$DB6"
 
 say "services: a ClusterIP load-balanced in eBPF over two backend pods (tdldemo2, tdldemo3 answer on TCP 8080)"
 hello tdldemo2 tdldemo2 8080

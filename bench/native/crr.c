@@ -19,7 +19,9 @@
  *
  * DEST is ADDR:PORT, where ADDR may be a range FIRST-LAST of IPv4 addresses
  * and PORT a range LO-HI: every (address, port) of the product is one
- * destination (at most MAX_DESTS). FILE holds one DEST a line ('#' comments).
+ * destination (at most MAX_DESTS); an IPv6 address is written [ADDR]:PORT
+ * (one address, the port may be a range). FILE holds one DEST a line ('#'
+ * comments).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -58,8 +60,19 @@ static const char *const STEP_NAMES[STEP_COUNT] = {"socket", "connect", "write",
 #define ERR_EOF (MAX_ERRNO - 1)
 #define ERR_OTHER (MAX_ERRNO - 3)
 
+/* A destination or listen address of either family. */
+union dest_addr {
+	struct sockaddr sa;
+	struct sockaddr_in v4;
+	struct sockaddr_in6 v6;
+};
+
+static socklen_t dest_len(const union dest_addr *d) {
+	return d->sa.sa_family == AF_INET6 ? sizeof d->v6 : sizeof d->v4;
+}
+
 struct dests {
-	struct sockaddr_in *addrs;
+	union dest_addr *addrs;
 	size_t len;
 };
 
@@ -97,7 +110,7 @@ static void usage(void) {
 	fprintf(stderr,
 		"usage: crr client [-t THREADS] [-d SECONDS] [-T TIMEOUT_MS] [-p PAUSE_US] [--fin] -a ADDR:PORT... [-f FILE]\n"
 		"       crr server [-t THREADS] -l ADDR:PORT...\n"
-		"ADDR may be FIRST-LAST (IPv4 range), PORT may be LO-HI.\n");
+		"ADDR may be FIRST-LAST (IPv4 range) or [IPv6], PORT may be LO-HI.\n");
 	exit(2);
 }
 
@@ -118,16 +131,27 @@ bad:
 	exit(2);
 }
 
-static void dests_push(struct dests *d, uint32_t addr_host, uint16_t port) {
+static union dest_addr *dests_next(struct dests *d) {
 	if (d->len >= MAX_DESTS) die("too many destinations (at most 65536)");
 	if (d->addrs == NULL) {
 		d->addrs = calloc(MAX_DESTS, sizeof *d->addrs);
 		if (d->addrs == NULL) die("out of memory");
 	}
-	struct sockaddr_in *sa = &d->addrs[d->len++];
+	return &d->addrs[d->len++];
+}
+
+static void dests_push(struct dests *d, uint32_t addr_host, uint16_t port) {
+	struct sockaddr_in *sa = &dests_next(d)->v4;
 	sa->sin_family = AF_INET;
 	sa->sin_addr.s_addr = htonl(addr_host);
 	sa->sin_port = htons(port);
+}
+
+static void dests_push6(struct dests *d, const struct in6_addr *addr, uint16_t port) {
+	struct sockaddr_in6 *sa = &dests_next(d)->v6;
+	sa->sin6_family = AF_INET6;
+	sa->sin6_addr = *addr;
+	sa->sin6_port = htons(port);
 }
 
 static uint32_t parse_ipv4(const char *s) {
@@ -139,11 +163,35 @@ static uint32_t parse_ipv4(const char *s) {
 	return ntohl(a.s_addr);
 }
 
-/* ADDR[-ADDR]:PORT[-PORT] into `d`, every address with every port. */
+/* [IPV6]:PORT[-PORT] into `d` (buf is the spec's copy, starting at '['), every port. */
+static void parse_dest6(struct dests *d, char *buf) {
+	char *close = strchr(buf, ']');
+	if (close == NULL || close[1] != ':') die("an IPv6 destination is [ADDR]:PORT");
+	*close = '\0';
+	struct in6_addr a;
+	if (inet_pton(AF_INET6, buf + 1, &a) != 1) {
+		fprintf(stderr, "crr: bad IPv6 address \"%s\"\n", buf + 1);
+		exit(2);
+	}
+	char *ports = close + 2;
+	char *port_dash = strchr(ports, '-');
+	if (port_dash) *port_dash = '\0';
+	unsigned long p0 = parse_num(ports, 0, 65535, "port");
+	unsigned long p1 = port_dash ? parse_num(port_dash + 1, 0, 65535, "port") : p0;
+	if (p1 < p0) die("a range must go upwards");
+	if (p1 - p0 + 1 > MAX_DESTS) die("too many destinations (at most 65536)");
+	for (unsigned long p = p0; p <= p1; p++) dests_push6(d, &a, (uint16_t)p);
+}
+
+/* ADDR[-ADDR]:PORT[-PORT] or [IPV6]:PORT[-PORT] into `d`, every address with every port. */
 static void parse_dest(struct dests *d, const char *spec) {
 	char buf[96];
 	if (strlen(spec) >= sizeof buf) die("destination too long");
 	strcpy(buf, spec);
+	if (buf[0] == '[') {
+		parse_dest6(d, buf);
+		return;
+	}
 	char *colon = strrchr(buf, ':');
 	if (colon == NULL) usage();
 	*colon = '\0';
@@ -216,8 +264,8 @@ static void set_timeouts(int fd, unsigned ms) {
 }
 
 /* One connection; 0 when it answered, else the failed step's error was counted. */
-static int one_connection(struct client_thread *t, const struct client_opts *o, const struct sockaddr_in *dst) {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+static int one_connection(struct client_thread *t, const struct client_opts *o, const union dest_addr *dst) {
+	int fd = socket(dst->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		count_error(t, STEP_SOCKET, errno);
 		return -1;
@@ -230,7 +278,7 @@ static int one_connection(struct client_thread *t, const struct client_opts *o, 
 	}
 	set_timeouts(fd, o->timeout_ms);
 	int rc = -1;
-	if (connect(fd, (const struct sockaddr *)dst, sizeof *dst) != 0) {
+	if (connect(fd, &dst->sa, dest_len(dst)) != 0) {
 		/* A blocking connect past SO_SNDTIMEO fails with EINPROGRESS: that is a timeout. */
 		count_error(t, STEP_CONNECT, errno == EINPROGRESS ? ERR_TIMEOUT : errno);
 		goto out;
@@ -404,16 +452,21 @@ struct server_thread {
 	size_t nlisteners;
 };
 
-static int listen_on(const struct sockaddr_in *sa) {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+static int listen_on(const union dest_addr *sa) {
+	int fd = socket(sa->sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) die_errno("socket");
 	int one = 1;
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
 		die_errno("setsockopt");
-	if (bind(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
-		char ip[INET_ADDRSTRLEN];
-		inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof ip);
-		fprintf(stderr, "crr: bind %s:%u: %s\n", ip, ntohs(sa->sin_port), strerror(errno));
+	if (sa->sa.sa_family == AF_INET6) {
+		/* [::]:PORT is IPv6's own: an IPv4 listener on the port may be there too. */
+		(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+	}
+	if (bind(fd, &sa->sa, dest_len(sa)) != 0) {
+		char ip[INET6_ADDRSTRLEN];
+		int v6 = sa->sa.sa_family == AF_INET6;
+		inet_ntop(sa->sa.sa_family, v6 ? (const void *)&sa->v6.sin6_addr : (const void *)&sa->v4.sin_addr, ip, sizeof ip);
+		fprintf(stderr, "crr: bind %s%s%s:%u: %s\n", v6 ? "[" : "", ip, v6 ? "]" : "", ntohs(v6 ? sa->v6.sin6_port : sa->v4.sin_port), strerror(errno));
 		exit(2);
 	}
 	if (listen(fd, 4096) != 0) die_errno("listen");

@@ -19,7 +19,8 @@ before(async () => {
   ns = await pool.add('a');
   await runOk(['ip', '-n', ns.name, 'addr', 'add', '10.201.0.1/24', 'dev', 'lo']);
   await runOk(['ip', '-n', ns.name, 'addr', 'add', '10.201.0.2/24', 'dev', 'lo']);
-  server = await CrrServer.start(ns.path, ['10.201.0.1-10.201.0.2:7100-7101']);
+  await runOk(['ip', '-n', ns.name, 'addr', 'add', 'fd00:201::1/128', 'dev', 'lo', 'nodad']);
+  server = await CrrServer.start(ns.path, ['10.201.0.1-10.201.0.2:7100-7101', '[fd00:201::1]:7100-7101']);
 });
 
 after(async () => {
@@ -39,6 +40,16 @@ test('connections to every destination of the ranges are answered and counted, e
   // RST closes leave no TIME_WAIT: tens of thousands of connections per run do not use up the client's ports.
   const ss = await pool.exec(ns.name, ['ss', '-H', '-t', 'state', 'time-wait']);
   assert.equal(ss.stdout.trim(), '', 'no TIME_WAIT sockets after RST closes');
+});
+
+test('IPv6 destinations ([addr]:port, a port range) beside IPv4 ones, on one client', async () => {
+  const r = await runCrrClient(ns.path, { destinations: ['[fd00:201::1]:7100-7101', '10.201.0.1:7100'], seconds: 1, threads: 1 });
+  assert.equal(r.destinations, 3);
+  assert.equal(r.errorCount, 0, crrErrors(r));
+  assert.ok(r.connections > 50, `connections in 1 s on loopback: ${r.connections}`);
+  // Every connection went to a listener of its own family: the server's IPv6 ones take IPv6 only.
+  const ss = await pool.exec(ns.name, ['ss', '-H', '-t', '-l', '-n', 'sport', '= :7100']);
+  assert.match(ss.stdout, /\[fd00:201::1\]:7100/);
 });
 
 test('--fin closes with FIN: the client holds TIME_WAIT', async () => {
@@ -63,7 +74,7 @@ test('failures are counted by step and errno name, never as connections', async 
 });
 
 test('bad arguments are refused with exit code 2 and a message', async () => {
-  for (const args of [['client', '-a', '10.201.0.1'], ['client', '-a', '10.201.0.2-10.201.0.1:1'], ['client', '-t', '0', '-a', '10.201.0.1:1'], ['client', '-a', '10.0.0.0-10.1.0.0:1-2'], ['server'], ['nothing']]) {
+  for (const args of [['client', '-a', '10.201.0.1'], ['client', '-a', '10.201.0.2-10.201.0.1:1'], ['client', '-t', '0', '-a', '10.201.0.1:1'], ['client', '-a', '10.0.0.0-10.1.0.0:1-2'], ['client', '-a', '[fd00::1:7100'], ['client', '-a', '[fd00::zz]:7100'], ['client', '-a', '[fd00::1]7100'], ['server'], ['nothing']]) {
     const r = await run([CRR_BIN, ...args]);
     assert.equal(r.code, 2, `crr ${args.join(' ')}: ${r.stderr}`);
     assert.match(r.stderr, /crr: |usage:/);

@@ -4,8 +4,12 @@
 // 1,000 rules loaded that all land in the two pods' policy maps: 500 ingress
 // rules selecting the server (TCP from the client, one port each) and 500 egress
 // rules selecting the client (TCP to the server), the iperf3 port allowed among
-// them, so the flow is policy-checked in both directions.
+// them, so the flow is policy-checked in both directions. The tendril pods are
+// dual-stack: the same pods and rules measured over IPv4 and over IPv6 side by
+// side, for throughput and for the connection rate (the native crr client:
+// connect, 1-byte request and answer, close).
 import { spawn } from 'node:child_process';
+import { CrrServer, crrErrors, runCrrClient } from '../test/support/crr.js';
 import { exec, startBenchAgent, stopBenchAgent } from './benchProcess.js';
 import { ingressRuleDoc, runTcpClient } from './policyDatapath.js';
 import { percentile } from './stats.js';
@@ -19,6 +23,8 @@ const CNI = fileURLToPath(new URL('../../bin/tendril-cni', import.meta.url));
 
 const inNs = (ns: string, argv: string[]) => ['nsenter', `--net=/var/run/netns/${ns}`, '--', ...argv];
 const IPERF_PORT = 5201;
+/** The crr server's port on the tendril server pod (allowed by the rules like the iperf3 port). */
+const CRR_PORT = 5202;
 
 /** Gbit/s from client ns to server ip, one iperf3 run of `seconds`. */
 async function iperf(serverNs: string, clientNs: string, serverIp: string, seconds: number): Promise<number> {
@@ -33,10 +39,11 @@ async function iperf(serverNs: string, clientNs: string, serverIp: string, secon
   }
 }
 
-/** 1,000 rules over the two pods (app=tput-client → app=tput-server), `allowPort` allowed in both directions among them. */
-function thousandRules(allowPort: number): string[] {
+/** 1,000 rules over the two pods (app=tput-client → app=tput-server), `allowPorts` allowed in both directions among them. */
+function thousandRules(allowPorts: readonly number[]): string[] {
   const docs: string[] = [];
-  for (let i = 0; i < 500; i++) docs.push(ingressRuleDoc(`tput-in-${i}`, 'tput-server', 'tput-client', i === 0 ? allowPort : 10000 + i));
+  const port = (i: number) => allowPorts[i] ?? 10000 + i;
+  for (let i = 0; i < 500; i++) docs.push(ingressRuleDoc(`tput-in-${i}`, 'tput-server', 'tput-client', port(i)));
   for (let i = 0; i < 500; i++) {
     docs.push(
       JSON.stringify({
@@ -45,7 +52,7 @@ function thousandRules(allowPort: number): string[] {
         metadata: { name: `tput-out-${i}`, namespace: 'bench' },
         spec: {
           endpointSelector: { matchLabels: { app: 'tput-client' } },
-          egress: [{ toEndpoints: [{ matchLabels: { app: 'tput-server' } }], toPorts: [{ ports: [{ port: String(i === 0 ? allowPort : 10000 + i), protocol: 'TCP' }] }] }],
+          egress: [{ toEndpoints: [{ matchLabels: { app: 'tput-server' } }], toPorts: [{ ports: [{ port: String(port(i)), protocol: 'TCP' }] }] }],
         },
       }),
     );
@@ -59,6 +66,10 @@ export interface ThroughputReport {
   vethPair: number;
   reference: number;
   tendril: number;
+  /** The same tendril pods and rules over IPv6. */
+  tendrilIpv6: number;
+  /** Connections per second (crr, one thread) between the tendril pods, over each family, median of the runs. */
+  connPerS: { ipv4: number; ipv6: number };
   /** tendril / veth of each run (the two measured seconds apart). */
   tendrilVsVethPerRun: number[];
   /** Policy-map entries of the client and server endpoints, and whether the agent says the datapath enforces them. */
@@ -72,6 +83,7 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
   const created: string[] = [];
   const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-tput-'));
   let agent: ReturnType<typeof spawn> | undefined;
+  let crr: CrrServer | undefined;
   const ns = async (name: string) => {
     await exec(['ip', 'netns', 'add', name]);
     created.push(name);
@@ -99,27 +111,29 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
       JSON.stringify({ cniVersion: '1.0.0', name: 'tdlref', plugins: [{ type: 'bridge', bridge: 'tdlbr0', isGateway: true, ipMasq: false, ipam: { type: 'host-local', subnet: '10.245.0.0/24', dataDir: join(scratch, 'ipam') } }] }),
     );
     const cniEnv = (extra: Record<string, string>) => ({ ...process.env, NETCONFPATH: net, ...extra });
+    /** The pod's addresses, IPv4 first (the CNI result's order). */
     const addPod = async (node: string, network: string, pod: string, pluginPath: string, extraEnv: Record<string, string> = {}) => {
       const out = await exec(inNs(node, [TENDRIL, 'cni', 'add', network, `/var/run/netns/${pod}`, '--cache-dir', join(scratch, 'cache')]), cniEnv({ CNI_PATH: pluginPath, ...extraEnv }));
-      return (JSON.parse(out) as { ips: Array<{ address: string }> }).ips[0]!.address.split('/')[0]!;
+      return (JSON.parse(out) as { ips: Array<{ address: string }> }).ips.map((ip) => ip.address.split('/')[0]!);
     };
     await addPod(rnode, 'tdlref', ra, '/usr/lib/cni');
-    const rbIp = await addPod(rnode, 'tdlref', rb, '/usr/lib/cni');
+    const [rbIp] = await addPod(rnode, 'tdlref', rb, '/usr/lib/cni');
 
     // 3. tendril pods, agent in its own node namespace, 1,000 rules on them.
     const tnode = await ns(`${tag}tn`);
     const ta = await ns(`${tag}ta`);
     const tb = await ns(`${tag}tb`);
     const state = join(scratch, 'state');
-    const started = await startBenchAgent(tnode, state, '10.246.0.0/24');
+    const started = await startBenchAgent(tnode, state, '10.246.0.0/24,fd00:246::/112');
     agent = started.process;
     await symlink(CNI, join(scratch, 'bin', 'tendril-cni'));
     await writeFile(join(net, '20-tdl.conflist'), JSON.stringify({ cniVersion: '1.0.0', name: 'tdltput', plugins: [{ type: 'tendril-cni', socket: join(state, 'tendril.sock') }] }));
     const podArgs = (name: string) => ({ CNI_ARGS: `K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${name};TENDRIL_LABELS=app=${name}` });
     await addPod(tnode, 'tdltput', ta, join(scratch, 'bin'), podArgs('tput-client'));
-    const tbIp = await addPod(tnode, 'tdltput', tb, join(scratch, 'bin'), podArgs('tput-server'));
+    const [tbIp, tbIp6] = await addPod(tnode, 'tdltput', tb, join(scratch, 'bin'), podArgs('tput-server'));
+    if (!tbIp6) throw new Error('the tendril server pod got no IPv6 address');
     const c = started.client;
-    const revision = (await c.putPolicy({ text: thousandRules(IPERF_PORT).join('\n---\n') })).revision;
+    const revision = (await c.putPolicy({ text: thousandRules([IPERF_PORT, CRR_PORT]).join('\n---\n') })).revision;
     const [clientEp, serverEp] = [await c.getEndpoint('pod-name:bench:tput-client'), await c.getEndpoint('pod-name:bench:tput-server')];
     for (let i = 0; ; i++) {
       const eps = await c.listEndpoints();
@@ -129,14 +143,23 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
     }
     const [cp, sp] = [await c.getEndpointPolicy(clientEp.id), await c.getEndpointPolicy(serverEp.id)];
     const tendrilEntries = { client: cp.entries.length, server: sp.entries.length, datapathEnforced: cp.datapathEnforced && sp.datapathEnforced };
-    const otherPort = (await runTcpClient<{ result: string }>(ta, ['check', tbIp, String(IPERF_PORT + 1), '300'])).result;
+    const otherPort = (await runTcpClient<{ result: string }>(ta, ['check', tbIp!, String(IPERF_PORT + 3), '300'])).result;
+    crr = await CrrServer.start(`/var/run/netns/${tb}`, [`${tbIp!}:${CRR_PORT}`, `[${tbIp6}]:${CRR_PORT}`], { threads: 1 });
+    const connRate = async (dst: string) => {
+      const r = await runCrrClient(`/var/run/netns/${ta}`, { destinations: [dst], seconds, threads: 1 });
+      if (r.errorCount > 0) throw new Error(`crr to ${dst}: ${crrErrors(r)}`);
+      return r.connPerS;
+    };
 
     // Runs interleaved, so a busy moment of the machine falls on every path alike.
-    const samples = { vethPair: [] as number[], reference: [] as number[], tendril: [] as number[] };
+    const samples = { vethPair: [] as number[], reference: [] as number[], tendril: [] as number[], tendrilIpv6: [] as number[], conn4: [] as number[], conn6: [] as number[] };
     const paths = [
       () => iperf(vb, va, '10.244.0.2', seconds).then((g) => samples.vethPair.push(g)),
-      () => iperf(rb, ra, rbIp, seconds).then((g) => samples.reference.push(g)),
-      () => iperf(tb, ta, tbIp, seconds).then((g) => samples.tendril.push(g)),
+      () => iperf(rb, ra, rbIp!, seconds).then((g) => samples.reference.push(g)),
+      () => iperf(tb, ta, tbIp!, seconds).then((g) => samples.tendril.push(g)),
+      () => iperf(tb, ta, tbIp6, seconds).then((g) => samples.tendrilIpv6.push(g)),
+      () => connRate(`${tbIp!}:${CRR_PORT}`).then((n) => samples.conn4.push(n)),
+      () => connRate(`[${tbIp6}]:${CRR_PORT}`).then((n) => samples.conn6.push(n)),
     ];
     // Every other run in reverse order, so no path always runs first.
     for (let i = 0; i < runs; i++) for (const run of i % 2 === 0 ? paths : [...paths].reverse()) await run();
@@ -147,11 +170,14 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
       vethPair: med(samples.vethPair),
       reference: med(samples.reference),
       tendril: med(samples.tendril),
+      tendrilIpv6: med(samples.tendrilIpv6),
+      connPerS: { ipv4: med(samples.conn4), ipv6: med(samples.conn6) },
       tendrilVsVethPerRun: samples.tendril.map((g, i) => g / samples.vethPair[i]!),
       tendrilEntries,
       otherPort,
     };
   } finally {
+    await crr?.stop();
     if (agent) await stopBenchAgent(agent);
     for (const n of created.reverse()) await exec(['ip', 'netns', 'del', n]).catch(() => undefined);
     await rm(scratch, { recursive: true, force: true });
@@ -164,12 +190,17 @@ export function printThroughput(r: ThroughputReport): void {
   console.log(row('plain veth pair (the limit of this path)', r.vethPair));
   console.log(row('reference bridge + host-local', r.reference));
   console.log(row('tendril, 1,000 rules loaded', r.tendril));
+  console.log(row('tendril, the same pods and rules over IPv6', r.tendrilIpv6));
   const e = r.tendrilEntries;
   console.log(
     `  tendril policy maps: client ${e.client} entries (egress), server ${e.server} (ingress)${e.datapathEnforced ? '' : ' — the agent reports them NOT enforced'}; a port no rule allows: ${r.otherPort}${r.otherPort === 'timeout' ? ' (dropped)' : ''}`,
   );
   console.log(
     `  tendril / veth: ${(r.tendril / r.vethPair).toFixed(2)}x (goal ≥ 0.95; per run: ${r.tendrilVsVethPerRun.map((x) => x.toFixed(2)).join(', ')}), tendril / reference: ${(r.tendril / r.reference).toFixed(2)}x`,
+  );
+  const c = r.connPerS;
+  console.log(
+    `  IPv6 / IPv4 on the tendril pods: throughput ${(r.tendrilIpv6 / r.tendril).toFixed(2)}x, connection rate ${(c.ipv6 / c.ipv4).toFixed(2)}x (crr, one thread: ${c.ipv4.toFixed(0)} vs ${c.ipv6.toFixed(0)} conn/s; goal ≥ 0.95 for both)`,
   );
 }
 

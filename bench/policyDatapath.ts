@@ -19,7 +19,7 @@ export const netnsPath = (ns: string) => `/var/run/netns/${ns}`;
  * ADD of a pod whose namespace exists, through the agent's CNI API (what
  * tendril-cni relays), labelled `labels` (`k=v,…`); ready when it returns.
  */
-export async function cniAddPod(client: AgentClient, pod: { name: string; ns: string; labels: string; network: string }): Promise<{ containerId: string; ip: string }> {
+export async function cniAddPod(client: AgentClient, pod: { name: string; ns: string; labels: string; network: string }): Promise<{ containerId: string; ip: string; ip6?: string }> {
   const containerId = `tdl-${pod.name}`;
   const result = (await client.cni({
     command: 'ADD',
@@ -32,7 +32,9 @@ export async function cniAddPod(client: AgentClient, pod: { name: string; ns: st
   })) as { ips?: Array<{ address: string }> } | undefined;
   const ip = result?.ips?.[0]?.address.split('/')[0];
   if (!ip) throw new Error(`ADD of ${pod.name} returned no address`);
-  return { containerId, ip };
+  // A dual-stack pod's IPv6 address comes second (the result lists IPv4 first).
+  const ip6 = result?.ips?.[1]?.address.split('/')[0];
+  return { containerId, ip, ...(ip6 !== undefined ? { ip6 } : {}) };
 }
 export const inNs = (ns: string, argv: string[]) => ['nsenter', `--net=${netnsPath(ns)}`, '--', ...argv];
 
@@ -68,6 +70,8 @@ export interface BenchPod {
   name: string;
   ns: string;
   ip: string;
+  /** The pod's IPv6 address, on a dual-stack node. */
+  ip6?: string;
   endpointId: number;
   containerId: string;
 }
@@ -91,9 +95,9 @@ export class TendrilBenchNode {
 
   /** ADD of a pod whose namespace exists, with `labels` (`k=v,…`); ready when the call returns. */
   async addPod(name: string, ns: string, labels: string): Promise<BenchPod> {
-    const { containerId, ip } = await cniAddPod(this.client, { name, ns, labels, network: 'tdlbenchpol' });
+    const { containerId, ip, ip6 } = await cniAddPod(this.client, { name, ns, labels, network: 'tdlbenchpol' });
     const ep = await this.client.getEndpoint(`container-id:${containerId}`);
-    const pod = { name, ns, ip, endpointId: ep.id, containerId };
+    const pod: BenchPod = { name, ns, ip, ...(ip6 !== undefined ? { ip6 } : {}), endpointId: ep.id, containerId };
     this.pods.push(pod);
     return pod;
   }

@@ -13,7 +13,9 @@
 //   (N = 0: the chain only ACCEPTs).
 // Measured per point: CRR (connect, 1-byte request, response, close; 4 concurrent) as
 // connections/s and latency p50/p99, and RR (1-byte request/response on one open
-// connection) p50/p99; all eight series interleave round by round.
+// connection) p50/p99; all series interleave round by round. The tendril pods are
+// dual-stack: the same pods and rules are measured over IPv6 too (identities are
+// family-free: one policy map entry serves both).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,6 +24,8 @@ import { type BenchPod, BenchNamespaces, BpfRunStats, TcpClientSession, TendrilB
 import { percentile } from './stats.js';
 
 const PORT = 8080;
+/** tendril over IPv4, tendril over IPv6 (the same pods), the iptables baseline. */
+type Side = 'tendril' | 'tendrilIpv6' | 'iptables';
 const COUNTS = [0, 100, 1000, 10000];
 
 interface CrrResult {
@@ -72,6 +76,8 @@ export interface PolicyScaleReport {
   rrMs: number;
   concurrency: number;
   tendril: ScalePoint[];
+  /** The same tendril pods and rules, over IPv6. */
+  tendrilIpv6: ScalePoint[];
   iptables: ScalePoint[];
   /** Each point's server endpoint: policy-map entries and whether the agent says they are enforced. */
   tendrilEntries: Array<{ entries: number; datapathEnforced: boolean }>;
@@ -146,16 +152,21 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
     const bServersNs = COUNTS.map((_, k) => `${tag}bs${k}`);
     await namespaces.add(tn, tc, bn, bc, ...tServersNs, ...bServersNs);
 
-    tendrilNode = await TendrilBenchNode.start(tn, join(scratch, 'state'), '10.248.0.0/24');
+    tendrilNode = await TendrilBenchNode.start(tn, join(scratch, 'state'), '10.248.0.0/24,fd00:248::/112');
     await tendrilNode.addPod('scale-client', tc, 'app=scale-client');
     const tServers: BenchPod[] = [];
     for (const [k, n] of COUNTS.entries()) tServers.push(await tendrilNode.addPod(`scale-server-${n}`, tServersNs[k]!, `app=scale-server-${n}`));
     const base = await routedNamespaces(bn, bc, bServersNs);
 
-    const servers: Record<string, Awaited<ReturnType<typeof startTcpServer>>[]> = { tendril: [], iptables: [] };
-    for (const [k, pod] of tServers.entries()) servers.tendril!.push(await startTcpServer(tServersNs[k]!, pod.ip, PORT));
-    for (const [k, ip] of base.serverIps.entries()) servers.iptables!.push(await startTcpServer(bServersNs[k]!, ip, PORT));
-    for (const s of [...servers.tendril!, ...servers.iptables!]) stoppers.push(s.stop);
+    const servers: Record<Side, Awaited<ReturnType<typeof startTcpServer>>[]> = { tendril: [], tendrilIpv6: [], iptables: [] };
+    const ip6 = (pod: BenchPod) => {
+      if (pod.ip6 === undefined) throw new Error(`${pod.name} got no IPv6 address`);
+      return pod.ip6;
+    };
+    for (const [k, pod] of tServers.entries()) servers.tendril.push(await startTcpServer(tServersNs[k]!, pod.ip, PORT));
+    for (const [k, pod] of tServers.entries()) servers.tendrilIpv6.push(await startTcpServer(tServersNs[k]!, ip6(pod), PORT));
+    for (const [k, ip] of base.serverIps.entries()) servers.iptables.push(await startTcpServer(bServersNs[k]!, ip, PORT));
+    for (const s of [...servers.tendril, ...servers.tendrilIpv6, ...servers.iptables]) stoppers.push(s.stop);
 
     // tendril: every count's rules, then wait until each server realizes them and the agent is idle.
     const t0 = performance.now();
@@ -172,12 +183,14 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
     await exec(inNs(bn, ['iptables-restore']), process.env, iptablesRuleset(COUNTS, base.clientIp, base.serverIps));
 
     // One client process per side, kept running (the same code for both).
-    const clients = { tendril: TcpClientSession.start(tc), iptables: TcpClientSession.start(bc) };
+    const tendrilClient = TcpClientSession.start(tc);
+    const clients: Record<Side, TcpClientSession> = { tendril: tendrilClient, tendrilIpv6: tendrilClient, iptables: TcpClientSession.start(bc) };
     stoppers.push(() => clients.tendril.stop(), () => clients.iptables.stop());
-    type Series = { side: 'tendril' | 'iptables'; k: number; clientNs: string; serverIp: string; crr: CrrResult[]; rr: RrResult[] };
+    type Series = { side: Side; k: number; clientNs: string; serverIp: string; crr: CrrResult[]; rr: RrResult[] };
     const series: Series[] = [];
     for (const k of COUNTS.keys()) {
       series.push({ side: 'tendril', k, clientNs: tc, serverIp: tServers[k]!.ip, crr: [], rr: [] });
+      series.push({ side: 'tendrilIpv6', k, clientNs: tc, serverIp: ip6(tServers[k]!), crr: [], rr: [] });
       series.push({ side: 'iptables', k, clientNs: bc, serverIp: base.serverIps[k]!, crr: [], rr: [] });
     }
     for (const s of series) await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: 100, concurrency }); // warm-up
@@ -187,7 +200,7 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
       const order = series.map((_, i) => series[(i + r) % series.length]!);
       for (const s of order) {
         const server = servers[s.side]![s.k]!;
-        const bpf0 = s.side === 'tendril' ? await bpfStats.read() : undefined;
+        const bpf0 = s.side !== 'iptables' ? await bpfStats.read() : undefined;
         const cpu0 = await server.cpuNs();
         const res = await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: crrMs, concurrency });
         res.serverCpuUs = ((await server.cpuNs()) - cpu0) / 1000;
@@ -229,13 +242,13 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
           rrP50Vs0: paired(rrOf, s, roundP50),
           cpuPerConn: percentile(s.crr.map(roundCpu), 0.5),
           cpuPerConnVs0: paired(crrOf, s, roundCpu),
-          ...(side === 'tendril' ? { bpfNsPerRun: percentile(s.crr.map(roundBpf), 0.5), bpfNsPerRunVs0: paired(crrOf, s, roundBpf) } : {}),
+          ...(side !== 'iptables' ? { bpfNsPerRun: percentile(s.crr.map(roundBpf), 0.5), bpfNsPerRunVs0: paired(crrOf, s, roundBpf) } : {}),
           otherPort: await checkPort(s.clientNs, s.serverIp, PORT + 1),
         });
       }
       return out;
     };
-    return { rounds, crrMs, rrMs, concurrency, tendril: await points('tendril'), iptables: await points('iptables'), tendrilEntries, importMs };
+    return { rounds, crrMs, rrMs, concurrency, tendril: await points('tendril'), tendrilIpv6: await points('tendrilIpv6'), iptables: await points('iptables'), tendrilEntries, importMs };
   } finally {
     if (bpfStats) await bpfStats.restore();
     for (const stop of stoppers) stop();
@@ -274,6 +287,10 @@ export function printPolicyScale(r: PolicyScaleReport): void {
   console.log(`  CPU µs per connection (client + server processes) at 10,000 vs 0 rules (paired): tendril ${r.tendril.at(-1)!.cpuPerConnVs0.toFixed(2)}x, iptables ${r.iptables.map((p) => p.cpuPerConnVs0.toFixed(2)).join(' → ')}`);
   console.log(
     `  conn/s at 10,000 vs 0 rules (paired): tendril ${r.tendril.at(-1)!.cpsVs0.toFixed(2)}x, iptables ${r.iptables.at(-1)!.cpsVs0.toFixed(2)}x (${r.iptables.map((p) => p.cpsVs0.toFixed(2)).join(' → ')}); tendril / iptables at 10,000: ${(tc.at(-1)! / bc.at(-1)!).toFixed(2)}x`,
+  );
+  const v6 = r.tendrilIpv6;
+  console.log(
+    `  tendril over IPv6 (the same pods and rules): conn/s ${v6.map((p) => p.cps.toFixed(0)).join(' → ')}, paired vs 0 ${v6.map((p) => p.cpsVs0.toFixed(2)).join(' → ')}; pod programs ns per run ${v6.map((p) => `${p.rules}: ${p.bpfNsPerRun!.toFixed(0)}`).join(', ')}, paired vs 0 ${v6.map((p) => p.bpfNsPerRunVs0!.toFixed(2)).join(' → ')}; IPv6 / IPv4 conn/s at 0 and 10,000 rules: ${(v6[0]!.cps / r.tendril[0]!.cps).toFixed(2)}x, ${(v6.at(-1)!.cps / r.tendril.at(-1)!.cps).toFixed(2)}x`,
   );
   console.log(`  tendril: ${r.tendril.map((p) => p.rules).reduce((a, b) => a + b, 0)} rules imported and realized in ${(r.importMs / 1000).toFixed(1)} s`);
 }

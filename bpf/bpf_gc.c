@@ -260,16 +260,6 @@ static long gc_key(__u32 i, struct gc_walk *w)
 		if (value)
 			gc_ct_judge(&tendril_ct4_any, key, 0, value, w);
 		break;
-	case GC_MAP_CT6_TCP:
-		value = bpf_map_lookup_elem(&tendril_ct6_tcp, &gc_run.keys6[i]);
-		if (value)
-			gc_ct_judge(&tendril_ct6_tcp, &gc_run.keys6[i], 1, value, w);
-		break;
-	case GC_MAP_CT6_ANY:
-		value = bpf_map_lookup_elem(&tendril_ct6_any, &gc_run.keys6[i]);
-		if (value)
-			gc_ct_judge(&tendril_ct6_any, &gc_run.keys6[i], 1, value, w);
-		break;
 	case GC_MAP_SNAT:
 		value = bpf_map_lookup_elem(&tendril_snat4, key);
 		if (value)
@@ -278,6 +268,22 @@ static long gc_key(__u32 i, struct gc_walk *w)
 	default:
 		return 1;
 	}
+	return 0;
+}
+
+/* gc_key for a run over an IPv6 conntrack table: its keys are gc_run.keys6. A callback of its own, verified apart from gc_key's. */
+static long gc_key6(__u32 i, struct gc_walk *w)
+{
+	struct ct6_key *key;
+	void *map, *value;
+
+	if (i >= GC_BATCH)
+		return 1;
+	key = &gc_run.keys6[i];
+	map = w->map == GC_MAP_CT6_TCP ? (void *)&tendril_ct6_tcp : (void *)&tendril_ct6_any;
+	value = bpf_map_lookup_elem(map, key);
+	if (value)
+		gc_ct_judge(map, key, 1, value, w);
 	return 0;
 }
 
@@ -315,8 +321,12 @@ int tendril_ct_gc(struct __sk_buff *skb)
 	default:
 		return TC_ACT_SHOT;
 	}
-	if (!count_only && nkeys > 0)
-		bpf_loop(nkeys < GC_BATCH ? nkeys : GC_BATCH, gc_key, &w, 0);
+	if (!count_only && nkeys > 0) {
+		if (run->map == GC_MAP_CT6_TCP || run->map == GC_MAP_CT6_ANY)
+			bpf_loop(nkeys < GC_BATCH ? nkeys : GC_BATCH, gc_key6, &w, 0);
+		else
+			bpf_loop(nkeys < GC_BATCH ? nkeys : GC_BATCH, gc_key, &w, 0);
+	}
 
 	run->scanned = w.scanned;
 	run->removed = w.removed;

@@ -20,6 +20,9 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 
+/* This object parses IPv6: conntrack's dispatch keeps its IPv6 stages (conntrack.h). */
+#define TENDRIL_IPV6_FLOWS 1
+
 #include "common.h"
 #include "arp.h"
 #include "config.h"

@@ -526,6 +526,10 @@ __stage enum ct_status ct_lookup(struct flow *f, __u64 now)
 #ifdef TENDRIL_IPV6_FLOWS
 	if (f->family == 6)
 		return ct6_lookup(f, now);
+#else
+	/* Never keyed as IPv4 by its first address word: a new flow, judged by policy. */
+	if (f->family == 6)
+		return CT_NEW;
 #endif
 	return ct4_lookup(f, now);
 }

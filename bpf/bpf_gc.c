@@ -8,7 +8,7 @@
  *   tendril_ct_gc — one run walks one map (gc_run.map) with
  *     bpf_for_each_map_elem, deleting in the callback (a hash map lets the
  *     callback delete elements, the current one included):
- *     - conntrack: entries whose deadline passed (expires_ns <= now, what
+ *     - conntrack (IPv4 and IPv6 tables): entries whose deadline passed (expires_ns <= now, what
  *       ct_lookup_key already ignores); a CT_F_CHARGED entry gives its
  *       count back to its endpoint's tendril_ct_budget entry.
  *     - SNAT: a mapping whose flow is gone (no conntrack entry for the
@@ -52,9 +52,10 @@
 #include "policy.h"
 
 struct gc_sample {
-	struct ct4_key key;
+	struct ct4_key key;   /* map GC_MAP_CT_TCP or GC_MAP_CT_ANY */
+	struct ct6_key key6;  /* map GC_MAP_CT6_TCP or GC_MAP_CT6_ANY */
 	struct ct_entry entry;
-	__u8 map; /* GC_MAP_CT_TCP or GC_MAP_CT_ANY */
+	__u8 map; /* GC_MAP_* */
 	__u8 pad[7];
 };
 
@@ -77,6 +78,8 @@ struct gc_run {
 	__u32 nkeys;
 	__u32 pad;
 	struct ct4_key keys[GC_BATCH];
+	/* input: the keys of a run over an IPv6 conntrack table (40 bytes each) */
+	struct ct6_key keys6[GC_BATCH];
 };
 
 _Static_assert(sizeof(struct ct4_key) == sizeof(struct nat4_key), "gc_run.keys holds both key kinds");
@@ -118,34 +121,38 @@ static __always_inline int gc_give_back(const struct ct_entry *e)
 	return 0;
 }
 
-static __always_inline void gc_sample_flow(__u8 map, const struct ct4_key *key, const struct ct_entry *e)
+/* A removed flow for the run's sample: `key` is a struct ct6_key when v6, else a struct ct4_key. */
+static __always_inline void gc_sample_flow(__u8 map, const void *key, int v6, const struct ct_entry *e)
 {
 	__u32 n = gc_run.samples;
 
 	if (n >= GC_SAMPLE_MAX)
 		return;
-	gc_run.sample[n].key = *key;
+	if (v6)
+		gc_run.sample[n].key6 = *(const struct ct6_key *)key;
+	else
+		gc_run.sample[n].key = *(const struct ct4_key *)key;
 	gc_run.sample[n].entry = *e;
 	gc_run.sample[n].map = map;
 	gc_run.samples = n + 1;
 }
 
-static long gc_ct_entry(void *map, struct ct4_key *key, struct ct_entry *e, struct gc_walk *w)
+/* Removes a conntrack entry whose deadline passed (either family's table: `key` as gc_sample_flow's). */
+static __always_inline void gc_ct_judge(void *map, const void *key, int v6, struct ct_entry *e, struct gc_walk *w)
 {
 	struct ct_entry seen;
 
 	w->scanned++;
 	if (e->expires_ns > w->now)
-		return 0;
+		return;
 	/* The value as it was: the element is back on the free list once deleted. */
 	seen = *e;
 	if (bpf_map_delete_elem(map, key) < 0)
-		return 0;
+		return;
 	w->removed++;
 	if ((seen.flags & CT_F_CHARGED) && gc_give_back(&seen))
 		w->given_back++;
-	gc_sample_flow(w->map, key, &seen);
-	return 0;
+	gc_sample_flow(w->map, key, v6, &seen);
 }
 
 /* Whether the flow a mapping's EGRESS key names (conntrack keys it the same way) has a live conntrack entry. */
@@ -246,12 +253,12 @@ static long gc_key(__u32 i, struct gc_walk *w)
 	case GC_MAP_CT_TCP:
 		value = bpf_map_lookup_elem(&tendril_ct4_tcp, key);
 		if (value)
-			gc_ct_entry(&tendril_ct4_tcp, key, value, w);
+			gc_ct_judge(&tendril_ct4_tcp, key, 0, value, w);
 		break;
 	case GC_MAP_CT_ANY:
 		value = bpf_map_lookup_elem(&tendril_ct4_any, key);
 		if (value)
-			gc_ct_entry(&tendril_ct4_any, key, value, w);
+			gc_ct_judge(&tendril_ct4_any, key, 0, value, w);
 		break;
 	case GC_MAP_SNAT:
 		value = bpf_map_lookup_elem(&tendril_snat4, key);
@@ -261,6 +268,22 @@ static long gc_key(__u32 i, struct gc_walk *w)
 	default:
 		return 1;
 	}
+	return 0;
+}
+
+/* gc_key for a run over an IPv6 conntrack table: its keys are gc_run.keys6. A callback of its own, verified apart from gc_key's. */
+static long gc_key6(__u32 i, struct gc_walk *w)
+{
+	struct ct6_key *key;
+	void *map, *value;
+
+	if (i >= GC_BATCH)
+		return 1;
+	key = &gc_run.keys6[i];
+	map = w->map == GC_MAP_CT6_TCP ? (void *)&tendril_ct6_tcp : (void *)&tendril_ct6_any;
+	value = bpf_map_lookup_elem(map, key);
+	if (value)
+		gc_ct_judge(map, key, 1, value, w);
 	return 0;
 }
 
@@ -286,14 +309,24 @@ int tendril_ct_gc(struct __sk_buff *skb)
 	case GC_MAP_CT_ANY:
 		map = &tendril_ct4_any;
 		break;
+	case GC_MAP_CT6_TCP:
+		map = &tendril_ct6_tcp;
+		break;
+	case GC_MAP_CT6_ANY:
+		map = &tendril_ct6_any;
+		break;
 	case GC_MAP_SNAT:
 		map = &tendril_snat4;
 		break;
 	default:
 		return TC_ACT_SHOT;
 	}
-	if (!count_only && nkeys > 0)
-		bpf_loop(nkeys < GC_BATCH ? nkeys : GC_BATCH, gc_key, &w, 0);
+	if (!count_only && nkeys > 0) {
+		if (run->map == GC_MAP_CT6_TCP || run->map == GC_MAP_CT6_ANY)
+			bpf_loop(nkeys < GC_BATCH ? nkeys : GC_BATCH, gc_key6, &w, 0);
+		else
+			bpf_loop(nkeys < GC_BATCH ? nkeys : GC_BATCH, gc_key, &w, 0);
+	}
 
 	run->scanned = w.scanned;
 	run->removed = w.removed;

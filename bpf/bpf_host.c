@@ -19,9 +19,17 @@
  *     another node in tunnel mode, else out by the FIB's route); a
  *     ClusterIP packet forwarded from outside is dropped
  *     (DROP_CLUSTERIP_FROM_OUTSIDE) unless --bpf-lb-external-clusterip.
+ *     IPv6 (from_host_ipv6): a local endpoint's address is delivered after
+ *     its ingress policy with conntrack, as IPv4; multicast, link-local
+ *     addresses and neighbour discovery are the node's own and pass; any
+ *     other unicast address is DROP_UNKNOWN_ENDPOINT. No IPv6 services or
+ *     overlay yet.
  *   tendril_to_host — tendril_host ingress: counted and traced, passed.
  */
 #include <linux/if_ether.h>
+
+/* This object parses IPv6 (from_host_ipv6): conntrack's dispatch keeps its IPv6 stages (conntrack.h). */
+#define TENDRIL_IPV6_FLOWS 1
 
 #include "common.h"
 #include "config.h"
@@ -33,6 +41,7 @@
 #include "flow.h"
 #include "ipcache.h"
 #include "ipv4.h"
+#include "ipv6.h"
 #include "l4.h"
 #include "lb.h"
 #include "nat.h"
@@ -40,7 +49,7 @@
 #include "trace.h"
 #include "tunnel.h"
 
-/* The stack addressed the frame to tendril_net: the pod needs its own MAC. */
+/* The stack addressed the frame to tendril_net: the pod needs its own MAC (either family). */
 static __always_inline int from_host_deliver4(struct __sk_buff *skb, struct flow *f, const struct endpoint_info *dst)
 {
 	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0)
@@ -181,6 +190,41 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 	return from_host_deliver4(skb, f, dst);
 }
 
+/*
+ * IPv6 the node routes into tendril_host: a local endpoint's address gets
+ * its ingress policy (the source judged as ingress_to_endpoint6 does) and
+ * is delivered. The node's own multicast, link-local traffic and neighbour
+ * discovery pass: a node's ND must never be dropped here.
+ */
+static __always_inline int from_host_ipv6(struct __sk_buff *skb, struct flow *f)
+{
+	struct endpoint_info *dst;
+	struct ipv6_info ip6;
+	__u8 type = 0;
+	int ret;
+
+	ret = ipv6_load(skb, f, &ip6);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	if (ipv6_is_multicast(f->daddr6) || ipv6_is_link_local(f->daddr6))
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
+	if (f->proto == IPPROTO_ICMPV6 && !ipv6_is_later_fragment(&ip6) && icmp6_load_type(skb, &ip6, &type) == 0 &&
+	    type >= ICMP6_T_ROUTER_SOLICIT && type <= ICMP6_T_REDIRECT)
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
+	dst = pod_endpoint_lookup6(f->daddr6);
+	if (!dst) {
+		f->src_identity = IDENTITY_HOST;
+		f->dst_identity = ipcache_identity6(f->daddr6);
+		return drop_packet(skb, f, DROP_UNKNOWN_ENDPOINT, DIR_NONE, 0);
+	}
+	f->dst_identity = dst->identity;
+	f->dst_endpoint = dst->endpoint_id;
+	ret = ingress_to_endpoint6(skb, f, &ip6, TRACE_TO_ENDPOINT);
+	if (ret)
+		return ret;
+	return from_host_deliver4(skb, f, dst);
+}
+
 SEC("tc")
 int tendril_from_host(struct __sk_buff *skb)
 {
@@ -191,6 +235,8 @@ int tendril_from_host(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
 		return from_host_ipv4(skb, f);
+	if (eth_load_proto(skb) == bpf_htons(ETH_P_IPV6))
+		return from_host_ipv6(skb, f);
 	return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
 }
 

@@ -20,6 +20,9 @@
 #include <linux/if_ether.h>
 #include <linux/in.h>
 
+/* This object parses IPv6: conntrack's dispatch keeps its IPv6 stages (conntrack.h). */
+#define TENDRIL_IPV6_FLOWS 1
+
 #include "common.h"
 #include "arp.h"
 #include "config.h"
@@ -85,7 +88,7 @@ static __always_inline void device_owner_find(struct device_owner *owner)
 static __always_inline int from_container_nd(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6, __u8 type)
 {
 	struct device_owner owner = { .ifindex = skb->ifindex };
-	struct endpoint_info *src;
+	struct endpoint_info *src = NULL;
 	int ret;
 
 	if (!ipv6_is_unspecified(f->saddr6) && !ipv6_is_link_local(f->saddr6)) {
@@ -97,8 +100,14 @@ static __always_inline int from_container_nd(struct __sk_buff *skb, struct flow 
 	}
 	if (type != ICMP6_T_NEIGH_SOLICIT || ipv6_is_unspecified(f->saddr6))
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_EGRESS);
-	/* The answer's MACs are the device pair's: whichever address the pod solicits from, one endpoint owns the device. */
-	device_owner_find(&owner);
+	/* The answer's MACs: the source's endpoint, or for a link-local source the device's owner. */
+	if (src) {
+		owner.endpoint_id = src->endpoint_id;
+		__builtin_memcpy(owner.macs.lxc_mac, src->lxc_mac, ETH_ALEN);
+		__builtin_memcpy(owner.macs.pod_mac, src->pod_mac, ETH_ALEN);
+	} else {
+		device_owner_find(&owner);
+	}
 	if (!owner.endpoint_id)
 		return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
 	ret = nd_respond(skb, ip6, &owner.macs);

@@ -513,14 +513,24 @@ __stage enum ct_status ct6_lookup(struct flow *f, __u64 now)
 /*
  * What conntrack knows about f's packet (ct_lookup_family), for a flow of
  * either family. Only dispatches: a stage with no frame to speak of, so a
- * chain of stages through it holds one family's key, not both.
+ * chain of stages through it holds one family's key, not both. The IPv6
+ * branch exists in objects that parse IPv6 (TENDRIL_IPV6_FLOWS, defined by
+ * bpf_lxc.c): the IPv4-only programs then never verify the IPv6 stages
+ * (each would cost them some 1900 instructions), and no flow of theirs is
+ * ever of family 6.
  */
 __stage enum ct_status ct_lookup(struct flow *f, __u64 now)
 {
 	if (!f)
 		return CT_NEW;
+#ifdef TENDRIL_IPV6_FLOWS
 	if (f->family == 6)
 		return ct6_lookup(f, now);
+#else
+	/* Never keyed as IPv4 by its first address word: a new flow, judged by policy. */
+	if (f->family == 6)
+		return CT_NEW;
+#endif
 	return ct4_lookup(f, now);
 }
 
@@ -647,13 +657,22 @@ __stage int ct6_create(const struct flow *f, __u64 now)
 	return ct_create_family(f, now, 1);
 }
 
-/* The entry of f's new flow (ct_create_family), for a flow of either family; only dispatches, as ct_lookup. */
+/*
+ * The entry of f's new flow (ct_create_family), for a flow of either
+ * family; only dispatches, as ct_lookup (a family-6 flow in an object
+ * without TENDRIL_IPV6_FLOWS is refused, never keyed as IPv4).
+ */
 __stage int ct_create(const struct flow *f, __u64 now)
 {
 	if (!f)
 		return DROP_CT_FULL;
+#ifdef TENDRIL_IPV6_FLOWS
 	if (f->family == 6)
 		return ct6_create(f, now);
+#else
+	if (f->family == 6)
+		return DROP_CT_FULL;
+#endif
 	return ct4_create(f, now);
 }
 

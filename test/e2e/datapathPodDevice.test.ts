@@ -1,6 +1,7 @@
 // What a pod's device lets through besides the pod's IPv4, on real packets:
 // ICMPv6 echo between a pod and the node (link-local, as ping -6 does)
-// meets the pod's policy in each direction, a router advertisement a pod
+// meets the pod's policy in the direction that opens it (the replies ride
+// conntrack), a router advertisement a pod
 // sends is refused, and a packet the node hands a pod's device for another
 // pod's address never reaches the pod. Drops show in `tendril monitor` and
 // `tendril bpf metrics` under their own reasons.
@@ -85,11 +86,11 @@ test('ICMPv6 echo between a pod and the node meets the pod\'s policy; neighbour 
       replies[`node -> ${app}`] = await ping6(node!.node, podLl, p.endpoint.hostIfName);
     }
     assert.deepEqual(replies, {
-      // Egress denied: its requests, and its replies to the node (no IPv6 conntrack), are dropped.
+      // Egress denied: its requests are dropped; the node's requests are answered (the replies ride IPv6 conntrack, as IPv4's).
       'egressdeny -> node': 0,
-      'node -> egressdeny': 0,
-      // Ingress denied: the node's requests, and the node's replies to the pod, are dropped.
-      'ingressdeny -> node': 0,
+      'node -> egressdeny': 3,
+      // Ingress denied: the node's requests are dropped; the pod's own are answered (the node's replies ride its entry).
+      'ingressdeny -> node': 3,
       'node -> ingressdeny': 0,
       // Not selected by any policy: both ways, neighbour discovery included.
       'open -> node': 3,

@@ -48,7 +48,7 @@ export interface CtGcOptions {
   natGraceNs?: bigint;
 }
 
-/** One GC pass over both conntrack tables, then the SNAT map where it is pinned (a mapping goes with its flow). */
+/** One GC pass over both conntrack tables (IPv4 and IPv6 maps), then the SNAT map where it is pinned (a mapping goes with its flow). */
 export async function collectConntrack(inspector: DatapathInspector, opts: CtGcOptions = {}): Promise<CtGcResult> {
   const started = performance.now();
   const nowNs = opts.nowNs ?? process.hrtime.bigint();
@@ -59,15 +59,19 @@ export async function collectConntrack(inspector: DatapathInspector, opts: CtGcO
   // Asked before the load, which pins whatever the object declares.
   const hasSnat = existsSync(inspector.pinPath(MapName.SNAT));
   await withGcProgram(inspector, async (gc) => {
-    const tables: Array<[CtTable, GcMapValue]> = [
-      ['tcp', GcMap.CT_TCP],
-      ['any', GcMap.CT_ANY],
+    // Each table's IPv4 and IPv6 maps count together under its name; each map's fill is its own.
+    const tables: Array<[CtTable, GcMapValue, 4 | 6]> = [
+      ['tcp', GcMap.CT_TCP, 4],
+      ['any', GcMap.CT_ANY, 4],
+      ['tcp', GcMap.CT6_TCP, 6],
+      ['any', GcMap.CT6_ANY, 6],
     ];
-    for (const [table, map] of tables) {
+    for (const [table, map, family] of tables) {
       const r = await gc.run({ map, nowNs });
-      result[table] = { scanned: r.scanned, removed: r.removed };
+      result[table].scanned += r.scanned;
+      result[table].removed += r.removed;
       fill.push(mapFill(gc, map, r.entries));
-      for (const s of r.sample.slice(0, r.samples)) sample.push(ctRow(table, s.key, s.entry, nowNs));
+      for (const s of r.sample.slice(0, r.samples)) sample.push(ctRow(table, family === 6 ? s.key6 : s.key, s.entry, nowNs));
     }
     if (hasSnat) {
       const r = await gc.run({ map: GcMap.SNAT, nowNs, graceNs: opts.natGraceNs ?? DEFAULT_NAT_GC_GRACE_NS });

@@ -245,6 +245,8 @@ export const GcMap = {
   CT_TCP: 0,
   CT_ANY: 1,
   SNAT: 2,
+  CT6_TCP: 3,
+  CT6_ANY: 4,
 } as const;
 
 /** Flags of a GC run (gc_run.flags). */

@@ -16,7 +16,7 @@ import { codec, ensureBpffs, removePinDir } from '../kernel/bpf/index.js';
 import { collectConntrack, ConntrackGc, DEFAULT_CT_GC_INTERVAL_MS, MIN_CT_GC_INTERVAL_MS, nextGcIntervalMs } from './conntrackGc.js';
 import { CtFlag, MapName } from './constants.js';
 import { DatapathInspector } from './inspect.js';
-import { ct4Key, ctBudget, ctEntry, type CtEntryValue } from './layout.js';
+import { ct4Key, ct6Key, ctBudget, ctEntry, type CtEntryValue } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects } from './objects.js';
 import { ctEntryOf } from './testing/fixtures.js';
 import { TEST_MAP_SIZES } from './testing/programHarness.js';
@@ -69,6 +69,33 @@ describe('the GC program', { timeout: 120_000 }, () => {
     assert.deepEqual(r.tcp, { scanned: 4, removed: 3 });
     assert.equal(budget.get(11)?.entries, 1, 'endpoint 11 keeps the live entry\'s charge');
     assert.equal(budget.get(12)?.entries, 0, 'a flow opened to endpoint 12 is charged to it');
+  });
+
+  it('walks the IPv6 tables too: expired entries go (with their charge and a sample), live ones stay and are listed by the inspector', async () => {
+    const { objects, inspector } = await load(TABLE);
+    const ct6Tcp = objects.lxc.map(MapName.CT6_TCP, ct6Key, ctEntry);
+    const ct6Any = objects.lxc.map(MapName.CT6_ANY, ct6Key, ctEntry);
+    const budget = objects.lxc.map(MapName.CT_BUDGET, codec.u32, ctBudget);
+    const now = process.hrtime.bigint();
+    const key6 = (i: number, proto: number) => ({ saddr: parseIp('fd00:10::a'), daddr: parseIp(`2001:db8::${i}`), sport: 1024 + i, dport: 443, proto, flags: 0 });
+    ct6Tcp.set(key6(1, 6), entry(now - 1n, { flags: CtFlag.CHARGED }));
+    ct6Tcp.set(key6(2, 6), entry(now + 60_000_000_000n));
+    ct6Any.set(key6(3, 17), entry(now - 1n));
+    budget.set(11, { entries: 1 });
+    const listed = await inspector.conntrack({}, now);
+    assert.deepEqual(listed.map((r) => [r.table, r.saddr, r.daddr, r.sport]).sort(), [
+      ['any', 'fd00:10::a', '2001:db8::3', 1027],
+      ['tcp', 'fd00:10::a', '2001:db8::1', 1025],
+      ['tcp', 'fd00:10::a', '2001:db8::2', 1026],
+    ]);
+    const r = await collectConntrack(inspector, { nowNs: now });
+    assert.deepEqual(r.tcp, { scanned: 2, removed: 1 });
+    assert.deepEqual(r.any, { scanned: 1, removed: 1 });
+    assert.deepEqual(r.sample.map((f) => `${f.table} ${f.daddr}:${f.dport}`).sort(), ['any 2001:db8::3:443', 'tcp 2001:db8::1:443']);
+    assert.equal(budget.get(11)?.entries, 0, 'the charged IPv6 entry gave its count back');
+    assert.ok(ct6Tcp.get(key6(2, 6)), 'the live entry stays');
+    assert.ok(r.fill.some((f) => f.map === MapName.CT6_TCP && f.entries === 1));
+    assert.deepEqual(await inspector.flushConntrack(), { tcp: 1, any: 0 });
   });
 
   it('a full table reports a fill of 1; the interval GC logs the crossing of 90% once, and the way back under', async () => {

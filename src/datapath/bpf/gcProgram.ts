@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { BpfObject, RawMap } from '../kernel/bpf/index.js';
 import { DatapathError } from '../types.js';
 import { GC_BATCH, GC_SAMPLE_MAX, GcFlag, GcMap, MapName } from './constants.js';
-import { GC_KEY_SIZE, gcRun, type GcRunValue } from './layout.js';
+import { GC_KEY6_SIZE, GC_KEY_SIZE, gcRun, type GcRunValue } from './layout.js';
 
 export const GC_OBJECT_FILE = 'bpf_gc.o';
 const GC_PROGRAM = 'tendril_ct_gc';
@@ -27,7 +27,13 @@ export const GC_MAP_NAME: Record<GcMapValue, string> = {
   [GcMap.CT_TCP]: MapName.CT_TCP,
   [GcMap.CT_ANY]: MapName.CT_ANY,
   [GcMap.SNAT]: MapName.SNAT,
+  [GcMap.CT6_TCP]: MapName.CT6_TCP,
+  [GcMap.CT6_ANY]: MapName.CT6_ANY,
 };
+
+/** The maps whose keys a run takes in gc_run.keys6 (40-byte IPv6 conntrack keys); the others' go in gc_run.keys. */
+const IPV6_MAPS: ReadonlySet<GcMapValue> = new Set([GcMap.CT6_TCP, GcMap.CT6_ANY]);
+const keySizeOf = (map: GcMapValue): number => (IPV6_MAPS.has(map) ? GC_KEY6_SIZE : GC_KEY_SIZE);
 
 export interface GcRunInput {
   map: GcMapValue;
@@ -82,7 +88,7 @@ export class GcProgram {
    */
   async run(input: GcRunInput): Promise<GcRunValue> {
     const map = this.#object.rawMap(GC_MAP_NAME[input.map]);
-    if (map.info.keySize !== GC_KEY_SIZE) throw new DatapathError('failed', `${map.info.name} has ${map.info.keySize}-byte keys; the GC program takes ${GC_KEY_SIZE}`);
+    if (map.info.keySize !== keySizeOf(input.map)) throw new DatapathError('failed', `${map.info.name} has ${map.info.keySize}-byte keys; the GC program takes ${keySizeOf(input.map)}`);
     const total = { ...gcRun.read(Buffer.alloc(gcRun.size), 0), map: input.map };
     const sample: GcRunValue['sample'] = [];
     if (input.countOnly) return this.#runBatch(input, Buffer.alloc(0), 0);
@@ -103,10 +109,12 @@ export class GcProgram {
     const key = Buffer.alloc(4);
     const value = Buffer.alloc(this.#globals.info.valueSize);
     const zero = gcRun.read(Buffer.alloc(gcRun.size), 0);
-    const batch = Buffer.alloc(GC_BATCH * GC_KEY_SIZE);
+    const v6 = IPV6_MAPS.has(input.map);
+    const batch = Buffer.alloc(GC_BATCH * keySizeOf(input.map));
     keys.copy(batch, 0, 0, Math.min(keys.length, batch.length));
+    const batches = v6 ? { keys: zero.keys, keys6: batch } : { keys: batch, keys6: zero.keys6 };
     gcRun.write(
-      { ...zero, nowNs: input.nowNs ?? 0n, graceNs: input.graceNs ?? 0n, map: input.map, flags: input.countOnly ? GcFlag.COUNT_ONLY : 0, nkeys: count, keys: batch },
+      { ...zero, nowNs: input.nowNs ?? 0n, graceNs: input.graceNs ?? 0n, map: input.map, flags: input.countOnly ? GcFlag.COUNT_ONLY : 0, nkeys: count, ...batches },
       value,
       0,
     );

@@ -180,6 +180,40 @@ describe('bpf_host', () => {
     });
   });
 
+  describe('tendril_from_host, IPv6', () => {
+    const A6 = 'fd00:10::a';
+    const NODE6 = 'fd00:77::5';
+    beforeEach(() => {
+      h.addEndpoint({ ...POD_A, ip: A6 });
+      h.addIpcache(`${A6}/128`, IDENTITY.A);
+      h.addIpcache(`${NODE6}/128`, IDENTITY.HOST);
+    });
+
+    it('delivers to a local endpoint\'s IPv6 address under its ingress policy with conntrack; an IPv6 pod address with no endpoint is UNKNOWN_ENDPOINT; the node\'s ND and multicast pass', async () => {
+      const frame = tcpFrame({ ...hostMacs, src: NODE6, dst: A6, sport: 36000, dport: 8080, ttl: 63 });
+      assert.equal((await h.run(FROM_HOST, frame)).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, srcIdentity: IDENTITY.HOST, dstEndpoint: POD_A.endpointId, saddr: NODE6, daddr: A6 },
+        { type: DROP, subtype: code('POLICY'), direction: INGRESS },
+      ]);
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
+      const r = await h.run(FROM_HOST, frame);
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.equal(r.data.subarray(0, 6).toString('hex'), POD_A.podMac.replace(/:/g, ''));
+      assert.equal(r.data.subarray(6, 12).toString('hex'), POD_A.lxcMac.replace(/:/g, ''));
+      assert.deepEqual(r.data.subarray(12), frame.subarray(12), 'nothing else changed');
+      const entry = h.ct({ saddr: NODE6, daddr: A6, sport: 36000, dport: 8080, proto: IpProto.TCP });
+      assert.ok(entry);
+      assert.deepEqual([entry.srcIdentity, entry.dstIdentity, entry.dstEndpoint], [IDENTITY.HOST, IDENTITY.A, POD_A.endpointId]);
+      await h.takeEvents(1);
+      assert.equal((await h.run(FROM_HOST, tcpFrame({ ...hostMacs, src: NODE6, dst: 'fd00:10::99', sport: 1, dport: 2 }))).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('UNKNOWN_ENDPOINT') }]);
+      const ns = ipv6Frame({ src: NODE6, dst: A6, nextHeader: IpProto.ICMPV6, hopLimit: 255, payload: icmpv6NeighborSolicitation(NODE6, A6, A6) });
+      assert.equal((await h.run(FROM_HOST, ns)).retval, TcAction.OK);
+      assert.equal((await h.run(FROM_HOST, udpFrame({ src: NODE6, dst: 'ff02::fb', sport: 5353, dport: 5353 }))).retval, TcAction.OK);
+    });
+  });
+
   describe('tendril_to_host', () => {
     it('passes everything, counts it, and traces it only at trace level ALL', async () => {
       const frame = udpFrame({ src: POD_A.ip, dst: WORLD_IP, sport: 10, dport: 20 });

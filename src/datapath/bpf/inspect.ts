@@ -18,6 +18,8 @@ import { CtFlag, CtKeyFlag, dropReasonName, EndpointFlag, MapName, type MapNameV
 import {
   type Ct4Key,
   ct4Key,
+  type Ct6Key,
+  ct6Key,
   ctEntry,
   type CtEntryValue,
   endpointInfo,
@@ -47,6 +49,8 @@ export class DatapathInspectError extends CodedError<DatapathInspectErrorCode> {
 /** A conntrack table: TCP flows or every other protocol. */
 export type CtTable = 'tcp' | 'any';
 const CT_MAPS: Record<CtTable, MapNameValue> = { tcp: MapName.CT_TCP, any: MapName.CT_ANY };
+/** The IPv6 maps of each table (absent on a datapath from before IPv6 conntrack: nothing to list there). */
+const CT6_MAPS: Record<CtTable, MapNameValue> = { tcp: MapName.CT6_TCP, any: MapName.CT6_ANY };
 
 export interface EndpointMapRow {
   ip: string;
@@ -172,7 +176,7 @@ export function policyRow(k: PolicyKey, v: PolicyEntryValue): PolicyMapRow {
 const TCP_FLAG_RST = 0x04;
 const CT_FIN_BOTH_WAYS = CtFlag.FIN_ORIGINAL | CtFlag.FIN_REPLY;
 
-export function ctRow(table: CtTable, k: Ct4Key, v: CtEntryValue, nowNs: bigint): CtRow {
+export function ctRow(table: CtTable, k: Ct4Key | Ct6Key, v: CtEntryValue, nowNs: bigint): CtRow {
   const service = ctServiceInfo(k, v);
   return {
     table,
@@ -198,7 +202,7 @@ export function ctRow(table: CtTable, k: Ct4Key, v: CtEntryValue, nowNs: bigint)
 }
 
 /** A service flow's load-balancing state, undefined for flows no service translated. */
-export function ctServiceInfo(k: Ct4Key, v: CtEntryValue): CtServiceInfo | undefined {
+export function ctServiceInfo(k: Pick<Ct4Key, 'flags'>, v: CtEntryValue): CtServiceInfo | undefined {
   if ((k.flags & CtKeyFlag.SERVICE) === 0 && v.revNatIndex === 0 && v.backendId === 0) return undefined;
   return {
     serviceEntry: (k.flags & CtKeyFlag.SERVICE) !== 0,
@@ -273,15 +277,19 @@ export class DatapathInspector {
     });
   }
 
-  /** Conntrack entries of both tables; with an endpoint, the flows it opened or that were opened to it. */
+  /** Conntrack entries of both tables, IPv4 then IPv6; with an endpoint, the flows it opened or that were opened to it. */
   async conntrack(filter: { endpoint?: number } = {}, nowNs: bigint = process.hrtime.bigint()): Promise<CtRow[]> {
     const rows: CtRow[] = [];
+    const keep = (v: CtEntryValue) => filter.endpoint === undefined || v.srcEndpoint === filter.endpoint || v.dstEndpoint === filter.endpoint;
     for (const table of ['tcp', 'any'] as const) {
       await this.withMap(CT_MAPS[table], ct4Key, ctEntry, async (m) => {
-        for await (const [k, v] of m.entries()) {
-          if (filter.endpoint !== undefined && v.srcEndpoint !== filter.endpoint && v.dstEndpoint !== filter.endpoint) continue;
-          rows.push(ctRow(table, k, v, nowNs));
-        }
+        for await (const [k, v] of m.entries()) if (keep(v)) rows.push(ctRow(table, k, v, nowNs));
+      });
+    }
+    for (const table of ['tcp', 'any'] as const) {
+      if (!existsSync(this.pinPath(CT6_MAPS[table]))) continue;
+      await this.withMap(CT6_MAPS[table], ct6Key, ctEntry, async (m) => {
+        for await (const [k, v] of m.entries()) if (keep(v)) rows.push(ctRow(table, k, v, nowNs));
       });
     }
     return rows;
@@ -294,8 +302,11 @@ export class DatapathInspector {
    */
   async flushConntrack(): Promise<Record<CtTable, number>> {
     const out: Record<CtTable, number> = { tcp: 0, any: 0 };
-    for (const table of ['tcp', 'any'] as const) {
-      out[table] = await this.withMap(CT_MAPS[table], ct4Key, ctEntry, async (m) => {
+    const maps = [...(['tcp', 'any'] as const).map((t) => [t, CT_MAPS[t]] as const), ...(['tcp', 'any'] as const).map((t) => [t, CT6_MAPS[t]] as const)];
+    for (const [table, name] of maps) {
+      if (name !== CT_MAPS[table] && !existsSync(this.pinPath(name))) continue;
+      // Only the raw keys are used: the key codec of either family's map will do (the raw codec is the map's size).
+      out[table] += await this.withMap(name, name === CT_MAPS[table] ? ct4Key : (ct6Key as unknown as typeof ct4Key), ctEntry, async (m) => {
         // Keys first, deletes after: deleting during a hash walk restarts it.
         const keys = [];
         for await (const k of m.raw.keys()) keys.push(Buffer.from(k));

@@ -171,16 +171,20 @@ export const frag4Ports = structCodec(btf.frag4PortsLayout, {});
 // ---- the GC program's run (bpf/bpf_gc.c, its global data) -----------------------
 
 /** struct gc_sample: one removed conntrack flow. */
-export const gcSample = structCodec(btf.gcSampleLayout, { key: ct4Key, entry: ctEntry });
+export const gcSample = structCodec(btf.gcSampleLayout, { key: ct4Key, key6: ct6Key, entry: ctEntry });
 
 /** The size of a key the GC program judges: struct ct4_key's (bpf_gc.c asserts struct nat4_key's is the same). */
 export const GC_KEY_SIZE = btf.ct4KeyLayout.size;
+/** The size of a key of an IPv6 conntrack table (gc_run.keys6). */
+export const GC_KEY6_SIZE = btf.ct6KeyLayout.size;
 
 /** struct gc_run: one run's input (now, grace period, map, flags) and what it did. */
 export const gcRun = structCodec(btf.gcRunLayout, {
   sample: codec.array(gcSample, GC_SAMPLE_MAX),
   /** The keys (conntrack or SNAT) of this run, as the map walk gave them. */
   keys: bytes(GC_BATCH * GC_KEY_SIZE),
+  /** The keys of a run over an IPv6 conntrack table. */
+  keys6: bytes(GC_BATCH * GC_KEY6_SIZE),
 });
 export type GcRunValue = codec.CodecValue<typeof gcRun>;
 

@@ -23,6 +23,9 @@ import {
   Icmp6Type,
   IcmpType,
   icmpv6Message,
+  internetChecksum,
+  ipv6Bytes,
+  pseudoHeader6,
   IpProto,
   ipv4Datagram,
   ipv4Frame,
@@ -894,6 +897,215 @@ describe('bpf_lxc ICMPv6', () => {
       assert.equal((await h.run(FROM, frame)).retval, TcAction.SHOT, what);
       assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('INVALID_PACKET') }]);
     }
+  });
+});
+
+describe('bpf_lxc IPv6 pod addresses', () => {
+  let h: ProgramHarness;
+  /** The pods' IPv6 addresses, in tendril_lxc under the family-6 key and in the ipcache. */
+  const A6 = 'fd00:10::a';
+  const B6 = 'fd00:10::b';
+  const C6 = 'fd00:10::c';
+  const ROUTER6 = 'fd00:10::1';
+  const WORLD6 = '2001:db8::9';
+  const fromA6 = (nextHeader: number, payload: Buffer, over: { src?: string; dst?: string; hopLimit?: number } = {}) =>
+    ipv6Frame({ ...fromA, src: over.src ?? A6, dst: over.dst ?? B6, nextHeader, hopLimit: over.hopLimit ?? 64, payload });
+  const tcp6 = (src: string, dst: string, sport: number, dport: number, flags: number, macs = fromA) =>
+    ipv6Frame({ ...macs, src, dst, nextHeader: IpProto.TCP, payload: tcpSegment({ src, dst, sport, dport, flags }) });
+  const echo6 = (src: string, dst: string, type: number, id: number, macs = fromA) =>
+    ipv6Frame({ ...macs, src, dst, nextHeader: IpProto.ICMPV6, payload: icmpv6Message(src, dst, type, Buffer.from([id >> 8, id & 0xff, 0, 1])) });
+  /** A's egress to B and B's ingress from A allowed on TCP/80. */
+  const allowAtoB80 = () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.TCP, port: 80, cookie: COOKIE.A_EGRESS });
+    h.addPolicy({ endpointId: POD_B.endpointId, identity: IDENTITY.A, egress: false, proto: IpProto.TCP, port: 80, cookie: COOKIE.B_INGRESS });
+  };
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(LXC_OBJECT);
+    installNode(h);
+    for (const [ep, ip] of [[POD_A, A6], [POD_B, B6], [POD_C, C6], [ROUTER, ROUTER6]] as const) {
+      h.addEndpoint({ ...ep, ip });
+      h.addIpcache(`${ip}/128`, ep.identity);
+    }
+  });
+  afterEach(async () => {
+    await h?.close();
+  });
+
+  it('judges a new TCP flow by the source\'s egress and the local destination\'s ingress, then delivers it: MACs, hop limit - 1, conntrack entry in tendril_ct6_tcp', async () => {
+    const syn = tcp6(A6, B6, 40000, 80, TcpFlag.SYN);
+    assert.equal((await h.run(FROM, syn)).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(2), [
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: EGRESS, proto: IpProto.TCP, srcIdentity: IDENTITY.A, dstIdentity: IDENTITY.B, saddr: A6, daddr: B6, dport: 80 },
+      { type: DROP, subtype: code('POLICY'), direction: EGRESS },
+    ]);
+    assert.equal(await h.ctCount(6), 0);
+    // A's egress alone is not enough: B's ingress decides too.
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.TCP, port: 80, cookie: COOKIE.A_EGRESS });
+    assert.equal((await h.run(FROM, syn)).retval, TcAction.SHOT);
+    assertEvents((await h.takeEvents(3)).filter((e) => e.type === DROP), [{ subtype: code('POLICY'), direction: INGRESS, dstEndpoint: POD_B.endpointId }]);
+    allowAtoB80();
+    const r = await h.run(FROM, syn);
+    assert.equal(r.retval, TcAction.REDIRECT);
+    assert.equal(r.data.subarray(0, 6).toString('hex'), POD_B.podMac.replace(/:/g, ''));
+    assert.equal(r.data.subarray(6, 12).toString('hex'), POD_B.lxcMac.replace(/:/g, ''));
+    assert.equal(r.data[14 + 7], 63, 'hop limit - 1');
+    assert.deepEqual(r.data.subarray(14 + 8), syn.subarray(14 + 8), 'addresses and segment untouched');
+    const entry = h.ct({ saddr: A6, daddr: B6, sport: 40000, dport: 80, proto: IpProto.TCP });
+    assert.ok(entry, 'conntrack entry');
+    assert.deepEqual([entry.srcIdentity, entry.dstIdentity, entry.srcEndpoint, entry.dstEndpoint, entry.tcpFlags], [IDENTITY.A, IDENTITY.B, POD_A.endpointId, POD_B.endpointId, TcpFlag.SYN]);
+    assert.equal(await h.ctCount(4), 0, 'nothing in the IPv4 tables');
+    await h.takeEvents(2);
+    // B's SYN-ACK rides the entry: B has no egress policy, A no ingress entry for it.
+    const synAck = tcp6(B6, A6, 80, 40000, TcpFlag.SYN | TcpFlag.ACK, fromB);
+    const reply = await h.run(FROM, synAck);
+    assert.equal(reply.retval, TcAction.REDIRECT);
+    assert.equal(reply.data.subarray(0, 6).toString('hex'), POD_A.podMac.replace(/:/g, ''));
+    assertEvents(await h.takeEvents(), []);
+    assert.equal(h.ct({ saddr: A6, daddr: B6, sport: 40000, dport: 80, proto: IpProto.TCP })!.flags & CtFlag.REPLY_SEEN, CtFlag.REPLY_SEEN);
+    // A hop limit that would run out is not delivered.
+    const last = ipv6Frame({ ...fromA, src: A6, dst: B6, nextHeader: IpProto.TCP, hopLimit: 1, payload: tcpSegment({ src: A6, dst: B6, sport: 40000, dport: 80, flags: TcpFlag.ACK }) });
+    assert.equal((await h.run(FROM, last)).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('TTL_EXCEEDED') }]);
+  });
+
+  it('tracks ICMPv6 echo by its identifier and UDP to the world; replies come back through to_container on conntrack, unsolicited traffic meets ingress policy', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.ICMPV6, cookie: COOKIE.A_EGRESS });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
+    assert.equal((await h.run(FROM, echo6(A6, WORLD6, Icmp6Type.ECHO_REQUEST, 0x4242))).retval, TcAction.OK);
+    assert.ok(h.ct({ saddr: A6, daddr: WORLD6, sport: 0x4242, dport: 0, proto: IpProto.ICMPV6 }));
+    const toA = { srcMac: POD_A.lxcMac, dstMac: POD_A.podMac };
+    assert.equal((await h.run(TO, echo6(WORLD6, A6, Icmp6Type.ECHO_REPLY, 0x4242, toA))).retval, TcAction.OK);
+    // Another identifier is no reply: A's ingress has no entry for the world.
+    assert.equal((await h.run(TO, echo6(WORLD6, A6, Icmp6Type.ECHO_REPLY, 0x4343, toA))).retval, TcAction.SHOT);
+    // A request from the world is a new flow the other way.
+    assert.equal((await h.run(TO, echo6(WORLD6, A6, Icmp6Type.ECHO_REQUEST, 0x4242, toA))).retval, TcAction.SHOT);
+    const dns = udpFrame({ ...fromA, src: A6, dst: WORLD6, sport: 5353, dport: 53 });
+    assert.equal((await h.run(FROM, dns)).retval, TcAction.OK);
+    assert.ok(h.ct({ saddr: A6, daddr: WORLD6, sport: 5353, dport: 53, proto: IpProto.UDP }));
+    assert.equal((await h.run(TO, udpFrame({ ...toA, src: WORLD6, dst: A6, sport: 53, dport: 5353 }))).retval, TcAction.OK);
+    assert.equal((await h.run(TO, udpFrame({ ...toA, src: WORLD6, dst: A6, sport: 53, dport: 5354 }))).retval, TcAction.SHOT);
+    const drops = (await h.takeEvents(6)).filter((e) => e.type === DROP);
+    assert.deepEqual(drops.map((d) => [d.subtype, d.direction, d.srcIdentity, d.dstEndpoint]), [0, 1, 2].map(() => [code('POLICY'), INGRESS, IDENTITY.WORLD, POD_A.endpointId]));
+    // The UDP echo's entry is in tendril_ct6_any, none in the IPv4 tables.
+    assert.equal(await h.ctCount(6), 2);
+    assert.equal(await h.ctCount(4), 0);
+  });
+
+  it('drops a source that is not this device\'s endpoint: another pod\'s, an unknown address, the router\'s', async () => {
+    for (const src of [C6, 'fd00:10::99', ROUTER6]) {
+      assert.equal((await h.run(FROM, tcp6(src, B6, 1234, 80, TcpFlag.SYN))).retval, TcAction.SHOT, src);
+    }
+    assertEvents(await h.takeEvents(3), [0, 1, 2].map(() => ({ type: DROP, subtype: code('INVALID_SOURCE'), direction: EGRESS })));
+    assert.equal(h.metric(code('INVALID_SOURCE'), EGRESS).packets, 3n);
+    // Neighbour discovery from another pod's address is forged too.
+    const na = fromA6(IpProto.ICMPV6, icmpv6Message(C6, 'ff02::1', Icmp6Type.NEIGH_ADVERT, Buffer.alloc(20)), { src: C6, dst: 'ff02::1', hopLimit: 255 });
+    assert.equal((await h.run(FROM, na)).retval, TcAction.SHOT);
+    assert.equal(await h.ctCount(6), 0);
+  });
+
+  it('answers a neighbour solicitation for the gateway with the lxc MAC; the pod\'s own address and duplicate address detection go to the stack', async () => {
+    const mcast = 'ff02::1:ff00:1';
+    const sllao = (mac: string) => Buffer.concat([Buffer.from([1, 1]), Buffer.from(mac.replace(/:/g, ''), 'hex')]);
+    const ns = (src: string, target: string, opt: Buffer) => {
+      const body = Buffer.concat([Buffer.alloc(4), ipv6Bytes(target), opt]);
+      return fromA6(IpProto.ICMPV6, icmpv6Message(src, mcast, Icmp6Type.NEIGH_SOLICIT, body), { src, dst: mcast, hopLimit: 255 });
+    };
+    const r = await h.run(FROM, ns(A6, ROUTER6, sllao(POD_A.podMac)));
+    assert.equal(r.retval, TcAction.REDIRECT);
+    const na = r.data;
+    assert.equal(na.length, 14 + 40 + 32);
+    assert.equal(na.subarray(0, 6).toString('hex'), POD_A.podMac.replace(/:/g, ''), 'to the pod');
+    assert.equal(na.subarray(6, 12).toString('hex'), POD_A.lxcMac.replace(/:/g, ''), 'from the lxc device');
+    assert.equal(na.readUInt16BE(12), EtherType.IPV6);
+    assert.equal(na.readUInt32BE(14), 0x60000000);
+    assert.equal(na.readUInt16BE(18), 32, 'payload length');
+    assert.deepEqual([na[20], na[21]], [IpProto.ICMPV6, 255]);
+    assert.deepEqual(na.subarray(22, 38), ipv6Bytes(ROUTER6), 'from the target');
+    assert.deepEqual(na.subarray(38, 54), ipv6Bytes(A6), 'to the solicitor');
+    assert.deepEqual([na[54], na[55]], [Icmp6Type.NEIGH_ADVERT, 0]);
+    assert.equal(na.readUInt32BE(58), 0x60000000, 'solicited and override');
+    assert.deepEqual(na.subarray(62, 78), ipv6Bytes(ROUTER6), 'target');
+    assert.deepEqual(na.subarray(78, 86), Buffer.concat([Buffer.from([2, 1]), Buffer.from(POD_A.lxcMac.replace(/:/g, ''), 'hex')]), 'target link-layer address');
+    assert.equal(internetChecksum(Buffer.concat([pseudoHeader6(ROUTER6, A6, IpProto.ICMPV6, 32), na.subarray(54)])), 0, 'ICMPv6 checksum');
+    // Without a source link-layer option (the frame grows by the option), and from the link-local address.
+    const plain = await h.run(FROM, ns('fe80::800:ff:fe00:a02', ROUTER6, Buffer.alloc(0)));
+    assert.equal(plain.retval, TcAction.REDIRECT);
+    assert.equal(plain.data.length, 86);
+    assert.equal(internetChecksum(Buffer.concat([pseudoHeader6(ROUTER6, 'fe80::800:ff:fe00:a02', IpProto.ICMPV6, 32), plain.data.subarray(54)])), 0);
+    // The pod's own address, and DAD (the unspecified source): the stack's.
+    for (const frame of [ns(A6, A6, sllao(POD_A.podMac)), ns('::', A6, Buffer.alloc(0))]) {
+      const p = await h.run(FROM, frame);
+      assert.equal(p.retval, TcAction.OK);
+      assert.deepEqual(p.data, frame);
+    }
+    // A link-layer option that is not the pod's MAC, a forged source, a hop limit not 255: refused.
+    assert.equal((await h.run(FROM, ns(A6, ROUTER6, sllao('0a:00:00:00:ee:ee')))).retval, TcAction.SHOT);
+    assert.equal((await h.run(FROM, ns(C6, ROUTER6, sllao(POD_A.podMac)))).retval, TcAction.SHOT);
+    const low = ipv6Frame({ ...fromA, src: A6, dst: mcast, nextHeader: IpProto.ICMPV6, hopLimit: 64, payload: icmpv6Message(A6, mcast, Icmp6Type.NEIGH_SOLICIT, Buffer.concat([Buffer.alloc(4), ipv6Bytes(ROUTER6)])) });
+    assert.equal((await h.run(FROM, low)).retval, TcAction.SHOT);
+    assertEvents((await h.takeEvents(3)).filter((e) => e.type === DROP), [
+      { subtype: code('INVALID_SOURCE') },
+      { subtype: code('INVALID_SOURCE') },
+      { subtype: code('INVALID_PACKET') },
+    ]);
+  });
+
+  it('refuses router advertisements and redirects from the pod\'s address', async () => {
+    for (const type of [Icmp6Type.ROUTER_ADVERT, Icmp6Type.REDIRECT]) {
+      const f = fromA6(IpProto.ICMPV6, icmpv6Message(A6, 'ff02::1', type, Buffer.alloc(36)), { dst: 'ff02::1', hopLimit: 255 });
+      assert.equal((await h.run(FROM, f)).retval, TcAction.SHOT);
+    }
+    assert.equal(h.metric(code('ICMP6_NOT_ALLOWED'), EGRESS).packets, 2n);
+  });
+
+  it('relates an ICMPv6 error only when its embedded header is a tracked flow the error goes back to; a forged inner header meets policy', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
+    const dns = udpFrame({ ...fromA, src: A6, dst: WORLD6, sport: 5353, dport: 53 });
+    assert.equal((await h.run(FROM, dns)).retval, TcAction.OK);
+    await h.takeEvents(1);
+    const toA = { srcMac: POD_A.lxcMac, dstMac: POD_A.podMac };
+    const error6 = (src: string, dst: string, offending: Buffer) =>
+      ipv6Frame({ ...toA, src, dst, nextHeader: IpProto.ICMPV6, payload: icmpv6Message(src, dst, 1, Buffer.concat([Buffer.alloc(4), offending])) });
+    const inner = (src: string, dst: string, sport: number, dport: number) => datagramOf(udpFrame({ src, dst, sport, dport }));
+    // Port unreachable about A's own query: related, passes without A's ingress policy.
+    assert.equal((await h.run(TO, error6(WORLD6, A6, inner(A6, WORLD6, 5353, 53)))).retval, TcAction.OK);
+    assertEvents(await h.takeEvents(), []);
+    // Forged: a tuple nobody sent, or A's flow in an error addressed to A but claiming B sent it.
+    for (const forged of [inner(A6, WORLD6, 5353, 54), inner(B6, WORLD6, 5353, 53)]) {
+      assert.equal((await h.run(TO, error6(WORLD6, A6, forged))).retval, TcAction.SHOT);
+    }
+    assertEvents((await h.takeEvents(4)).filter((e) => e.type === DROP), [
+      { subtype: code('POLICY'), direction: INGRESS, proto: IpProto.ICMPV6 },
+      { subtype: code('POLICY'), direction: INGRESS, proto: IpProto.ICMPV6 },
+    ]);
+    assert.equal(await h.ctCount(6), 1, 'an error opens no entry');
+  });
+
+  it('takes a later fragment\'s ports from the first fragment\'s record in tendril_frag6, and drops one without it', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
+    const frag = (offset: number, more: boolean, id: number, payload: Buffer) => {
+      const fh = Buffer.from([IpProto.UDP, 0, 0, 0, 0, 0, 0, 0]);
+      fh.writeUInt16BE(offset | (more ? 1 : 0), 2);
+      fh.writeUInt32BE(id, 4);
+      return fromA6(44, Buffer.concat([fh, payload]), { dst: WORLD6 });
+    };
+    const udp = udpDatagram({ src: A6, dst: WORLD6, sport: 5353, dport: 53, payload: Buffer.alloc(16) });
+    assert.equal((await h.run(FROM, frag(0, true, 0x1234, udp.subarray(0, 16)))).retval, TcAction.OK);
+    assert.equal((await h.run(FROM, frag(16, false, 0x1234, udp.subarray(16)))).retval, TcAction.OK);
+    assert.equal((await h.run(FROM, frag(16, false, 0x9999, udp.subarray(16)))).retval, TcAction.SHOT);
+    assertEvents((await h.takeEvents(2)).filter((e) => e.type === DROP), [{ subtype: code('FRAG_NOT_FOUND') }]);
+  });
+
+  it('to the pod: only its own address, multicast (ff00::/8) passes, another pod\'s address is NOT_FOR_ENDPOINT; a chain of extension headers past the bound is INVALID_EXTHDR', async () => {
+    const toA = { srcMac: POD_A.lxcMac, dstMac: POD_A.podMac };
+    assert.equal((await h.run(TO, udpFrame({ ...toA, src: WORLD6, dst: 'ff02::fb', sport: 5353, dport: 5353 }))).retval, TcAction.OK);
+    assert.equal((await h.run(TO, udpFrame({ ...toA, src: WORLD6, dst: C6, sport: 1, dport: 2 }))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('NOT_FOR_ENDPOINT'), dstIdentity: IDENTITY.C, dstEndpoint: POD_C.endpointId }]);
+    const ext = (next: number) => Buffer.from([next, 0, 0, 0, 0, 0, 0, 0]);
+    const chain = Buffer.concat([ext(60), ext(43), ext(51), ext(60), ext(60), ext(60), ext(IpProto.UDP), udpDatagram({ src: WORLD6, dst: A6, sport: 1, dport: 2 })]);
+    assert.equal((await h.run(TO, ipv6Frame({ ...toA, src: WORLD6, dst: A6, nextHeader: 0, payload: chain }))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('INVALID_EXTHDR'), direction: INGRESS }]);
   });
 });
 

@@ -193,8 +193,8 @@ function planOne(old: RawMap, want: DeclaredMap, maxEntries: number, btfs: Map<n
   return { name: want.name, reasons, key, value, carriesEntries: !noEntries, oldType: info.type, newType: want.type, ...(reverseKey ? { reverseKey } : {}), ...(oldKeyOf ? { oldKeyOf } : {}) };
 }
 
-/** Maps keyed by a flow's tuple as its first packet had it (struct ct4_key). */
-const CONNTRACK_MAPS: ReadonlySet<string> = new Set([MapName.CT_TCP, MapName.CT_ANY]);
+/** Maps keyed by a flow's tuple as its first packet had it (struct ct4_key, struct ct6_key). */
+const CONNTRACK_MAPS: ReadonlySet<string> = new Set([MapName.CT_TCP, MapName.CT_ANY, MapName.CT6_TCP, MapName.CT6_ANY]);
 
 /** Swaps saddr/daddr and sport/dport of a key of this layout (undefined when it has no such fields). */
 function flowReverser(key: Layout): ((k: Uint8Array) => Uint8Array) | undefined {

@@ -589,8 +589,18 @@ function expectToContainer(f: Buffer, s: ModelState): Expected {
   return expectIngress(f, ip, podAt(ip.daddr)!, s, { action: OK, wellFormed: true });
 }
 
+/** from_host_ipv6: the node's multicast, link-local and ND pass; the model's endpoints hold no IPv6 address, so any other unicast is UNKNOWN_ENDPOINT. */
+function expectFromHost6(f: Buffer): Expected {
+  const ip = parseIpv6(f);
+  if (typeof ip === 'number') return drop(ip);
+  if (isMulticast6(ip.dst) || isLinkLocal6(ip.dst)) return { action: OK, wellFormed: false };
+  if (ip.proto === IpProto.ICMPV6 && !isLaterFragment6(ip) && ip.l4Off + 4 <= ip.ipEnd && f[ip.l4Off]! >= 133 && f[ip.l4Off]! <= 137) return { action: OK, wellFormed: false };
+  return drop(reason('UNKNOWN_ENDPOINT'));
+}
+
 function expectFromHost(f: Buffer, s: ModelState, ingress: number): Expected {
   const type = f.length >= 14 ? f.readUInt16BE(12) : 0;
+  if (type === EtherType.IPV6) return expectFromHost6(f);
   if (type !== EtherType.IPV4) return { action: OK, wellFormed: false };
   const ip = parseIpv4(f);
   if (!ip) return drop(reason('INVALID_PACKET'));

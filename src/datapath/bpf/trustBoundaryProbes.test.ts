@@ -13,7 +13,7 @@ import { deviceInfo, NO_NAT_CONFIG } from './layout.js';
 import { assertEvents } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, POD_B, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
 import { LbNode } from './testing/lbNode.js';
-import { IpProto, udpFrame } from './testing/packets.js';
+import { IpProto, ipv6Frame, udpFrame } from './testing/packets.js';
 import { LXC_OBJECT, NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
 
 requireRoot('the trust-boundary probes');
@@ -143,5 +143,61 @@ describe('trust-boundary probes: tendril_to_container', () => {
   it('the node\'s own datagram (no ingress device) is still the node\'s', async () => {
     h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
     assert.equal((await h.run(TO_CONTAINER, datagram(NODE_IP, 56000))).retval, TcAction.OK);
+  });
+});
+
+describe('trust-boundary probes: IPv6 at a pod\'s device', () => {
+  const OUTSIDE_DEVICE = 9;
+  const A6 = 'fd00:10::a';
+  const B6 = 'fd00:10::b';
+  const NODE6 = 'fd00:77::5';
+  const toA = { srcMac: POD_A.lxcMac, dstMac: POD_A.podMac };
+  const fromA = { srcMac: POD_A.podMac, dstMac: POD_A.lxcMac };
+  let h: ProgramHarness;
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(LXC_OBJECT);
+    installNode(h);
+    h.addEndpoint({ ...POD_A, ip: A6 });
+    h.addEndpoint({ ...POD_B, ip: B6, ifindex: 78 });
+    h.addIpcache(`${A6}/128`, IDENTITY.A);
+    h.addIpcache(`${B6}/128`, IDENTITY.B);
+    h.addIpcache(`${NODE6}/128`, IDENTITY.HOST);
+  });
+  afterEach(async () => {
+    await h?.close();
+  });
+
+  const datagram = (src: string, sport: number) => udpFrame({ ...toA, src, dst: A6, sport, dport: 5353, payload: Buffer.from('forged') });
+
+  it('a datagram forwarded from a device claiming a local pod\'s or the node\'s IPv6 address is world', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: false, cookie: 0x2001 });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
+    let sport = 54000;
+    for (const src of [B6, NODE6]) {
+      const r = await h.runForwarded('tendril_to_container', datagram(src, sport++), OUTSIDE_DEVICE);
+      assert.equal(r.retval, TcAction.SHOT, `${src} from the wire is no proof of who sent it`);
+      assertEvents(await h.takeEvents(2), [
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, srcIdentity: IDENTITY.WORLD, dstEndpoint: POD_A.endpointId },
+        { type: DROP, subtype: code('POLICY'), direction: INGRESS },
+      ]);
+    }
+    // B's own datagram through the stack (in on B's device) is B's; the node's own (no ingress device) the node's.
+    assert.equal((await h.runForwarded('tendril_to_container', datagram(B6, sport++), 78)).retval, TcAction.OK);
+    assert.equal((await h.run('tendril_to_container', datagram(NODE6, sport++))).retval, TcAction.OK);
+  });
+
+  it('a pod cannot send as another pod, the node, or a global address that is not its own; nor hide its packet past the extension-header bound', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: true, cookie: ReservedCookie.NOT_ENFORCED });
+    let sport = 40000;
+    for (const src of [B6, NODE6, 'fd00:10::99']) {
+      const r = await h.run('tendril_from_container', udpFrame({ ...fromA, src, dst: '2001:db8::1', sport: sport++, dport: 53 }));
+      assert.equal(r.retval, TcAction.SHOT, `A must not send as ${src}`);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('INVALID_SOURCE') }]);
+    }
+    const ext = (next: number) => Buffer.from([next, 0, 0, 0, 0, 0, 0, 0]);
+    const hidden = ipv6Frame({ ...fromA, src: A6, dst: '2001:db8::1', nextHeader: 60, payload: Buffer.concat([...[60, 60, 60, 60, 60, 60].map(ext), ext(IpProto.UDP), Buffer.alloc(8)]) });
+    assert.equal((await h.run('tendril_from_container', hidden)).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('INVALID_EXTHDR') }]);
   });
 });

@@ -118,16 +118,17 @@ export const frag6KeyLayout = defineStruct('frag6_key', 40, 4, {
   pad: { offset: 37, codec: codec.pad(3) }, // __u8[3] pad
 });
 
-/** struct gc_sample: 80 bytes. */
-export const gcSampleLayout = defineStruct('gc_sample', 80, 8, {
+/** struct gc_sample: 120 bytes. */
+export const gcSampleLayout = defineStruct('gc_sample', 120, 8, {
   key: { offset: 0, codec: ct4KeyLayout }, // struct ct4_key key
-  entry: { offset: 16, codec: ctEntryLayout }, // struct ct_entry entry
-  map: { offset: 72, codec: codec.u8 }, // __u8 map
-  pad: { offset: 73, codec: codec.pad(7) }, // __u8[7] pad
+  key6: { offset: 16, codec: ct6KeyLayout }, // struct ct6_key key6
+  entry: { offset: 56, codec: ctEntryLayout }, // struct ct_entry entry
+  map: { offset: 112, codec: codec.u8 }, // __u8 map
+  pad: { offset: 113, codec: codec.pad(7) }, // __u8[7] pad
 });
 
-/** struct gc_run: 17248 bytes. */
-export const gcRunLayout = defineStruct('gc_run', 17248, 8, {
+/** struct gc_run: 58608 bytes. */
+export const gcRunLayout = defineStruct('gc_run', 58608, 8, {
   nowNs: { offset: 0, codec: codec.u64 }, // __u64 now_ns
   graceNs: { offset: 8, codec: codec.u64 }, // __u64 grace_ns
   map: { offset: 16, codec: codec.u32 }, // __u32 map
@@ -140,9 +141,10 @@ export const gcRunLayout = defineStruct('gc_run', 17248, 8, {
   samples: { offset: 44, codec: codec.u32 }, // __u32 samples
   entries: { offset: 48, codec: codec.u64 }, // __u64 entries
   sample: { offset: 56, codec: codec.array(gcSampleLayout, 10) }, // struct gc_sample[10] sample
-  nkeys: { offset: 856, codec: codec.u32 }, // __u32 nkeys
-  pad: { offset: 860, codec: codec.pad(4) }, // __u32 pad
-  keys: { offset: 864, codec: codec.array(ct4KeyLayout, 1024) }, // struct ct4_key[1024] keys
+  nkeys: { offset: 1256, codec: codec.u32 }, // __u32 nkeys
+  pad: { offset: 1260, codec: codec.pad(4) }, // __u32 pad
+  keys: { offset: 1264, codec: codec.array(ct4KeyLayout, 1024) }, // struct ct4_key[1024] keys
+  keys6: { offset: 17648, codec: codec.array(ct6KeyLayout, 1024) }, // struct ct6_key[1024] keys6
 });
 
 /** struct ipcache_key: 24 bytes. */

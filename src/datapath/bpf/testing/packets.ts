@@ -28,7 +28,7 @@ export function macString(b: Uint8Array): string {
   return [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
 }
 
-function ipv6Bytes(ip: string): Buffer {
+export function ipv6Bytes(ip: string): Buffer {
   const a = tryParseIp(ip);
   if (a?.family !== 6) throw new RangeError(`${ip} is not an IPv6 address`);
   return Buffer.from(ipToBytes(a));
@@ -133,6 +133,11 @@ export function pseudoHeader6(src: string, dst: string, proto: number, length: n
   return p;
 }
 
+/** The pseudo header of the addresses' family (an IPv6 address has a colon). */
+function pseudoHeaderOf(src: string, dst: string, proto: number, length: number): Buffer {
+  return src.includes(':') ? pseudoHeader6(src, dst, proto, length) : pseudoHeader4(src, dst, proto, length);
+}
+
 export interface TcpSpec {
   src: string;
   dst: string;
@@ -156,7 +161,7 @@ export function tcpSegment(spec: TcpSpec): Buffer {
   h[13] = spec.flags ?? TcpFlag.SYN;
   h.writeUInt16BE(64240, 14);
   const seg = Buffer.concat([h, spec.payload ?? Buffer.alloc(0)]);
-  seg.writeUInt16BE(internetChecksum(Buffer.concat([pseudoHeader4(spec.src, spec.dst, IpProto.TCP, seg.length), seg])), 16);
+  seg.writeUInt16BE(internetChecksum(Buffer.concat([pseudoHeaderOf(spec.src, spec.dst, IpProto.TCP, seg.length), seg])), 16);
   return seg;
 }
 
@@ -174,7 +179,7 @@ export function udpDatagram(spec: UdpSpec): Buffer {
   h.writeUInt16BE(u16(spec.dport, 'destination port'), 2);
   const d = Buffer.concat([h, spec.payload ?? Buffer.alloc(0)]);
   d.writeUInt16BE(d.length, 4);
-  const sum = internetChecksum(Buffer.concat([pseudoHeader4(spec.src, spec.dst, IpProto.UDP, d.length), d]));
+  const sum = internetChecksum(Buffer.concat([pseudoHeaderOf(spec.src, spec.dst, IpProto.UDP, d.length), d]));
   d.writeUInt16BE(sum === 0 ? 0xffff : sum, 6);
   return d;
 }
@@ -270,11 +275,18 @@ export function ipv4Frame(spec: Ipv4Spec & FrameMacs): Buffer {
 
 type L3Options = Omit<Ipv4Spec, 'src' | 'dst' | 'proto' | 'payload'> & FrameMacs;
 
+/** An IPv6 frame for a transport payload when the addresses are IPv6 (the IPv4 options other than the TTL do not apply). */
+function ipv6FrameOf(spec: { src: string; dst: string; ttl?: number } & FrameMacs, nextHeader: number, payload: Buffer): Buffer {
+  return ipv6Frame({ ...spec, nextHeader, payload, ...(spec.ttl !== undefined ? { hopLimit: spec.ttl } : {}) });
+}
+
 export function tcpFrame(spec: TcpSpec & L3Options): Buffer {
+  if (spec.src.includes(':')) return ipv6FrameOf(spec, IpProto.TCP, tcpSegment(spec));
   return ipv4Frame({ ...spec, proto: IpProto.TCP, payload: tcpSegment(spec) });
 }
 
 export function udpFrame(spec: UdpSpec & L3Options): Buffer {
+  if (spec.src.includes(':')) return ipv6FrameOf(spec, IpProto.UDP, udpDatagram(spec));
   return ipv4Frame({ ...spec, proto: IpProto.UDP, payload: udpDatagram(spec) });
 }
 

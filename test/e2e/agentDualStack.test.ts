@@ -167,6 +167,19 @@ describe('dual-stack pods on the eBPF datapath', () => {
     assert.ok(ipcacheRow !== undefined && new RegExp(`\\b${ep.identity}\\b`).test(ipcacheRow), `ipcache row for ${pods[0]!.ip6}/128: ${ipcacheRow}`);
   });
 
+  test('CHECK passes for a dual-stack pod and fails once its IPv6 default route is gone', async () => {
+    await runtime.checkNetworkList(conflist('1.0.0'), rt(pods[0]!.id, pods[0]!.path));
+    const p = pods[1]!;
+    await runtime.checkNetworkList(conflist('1.0.0'), rt(p.id, p.path));
+    const del = await pool.exec(p.ns, ['ip', '-6', 'route', 'del', 'default']);
+    assert.equal(del.code, 0, del.stderr);
+    await assert.rejects(runtime.checkNetworkList(conflist('1.0.0'), rt(p.id, p.path)), (e: unknown) => e instanceof CniError && /default route via fd00:242::/.test(`${e.msg} ${e.details}`));
+    // Put back as the agent made it, for the tests after this one.
+    const add = await pool.exec(p.ns, ['ip', '-6', 'route', 'add', 'default', 'via', router6(), 'dev', 'eth0']);
+    assert.equal(add.code, 0, add.stderr);
+    await runtime.checkNetworkList(conflist('1.0.0'), rt(p.id, p.path));
+  });
+
   test('IPv4 between dual-stack pods still flows', async () => {
     assert.ok(await ping(pool, pods[0]!.ns, pods[1]!.ip4));
   });

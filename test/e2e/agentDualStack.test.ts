@@ -222,7 +222,7 @@ describe('dual-stack pods on the eBPF datapath', () => {
       }
       assert.ok(fillers.length > 0 && fillers.length < 16, `${fillers.length} IPv6 fillers`);
       const ns = await pool.add('full');
-      await assert.rejects(runtime.addNetworkList(conflist('1.0.0'), rt('tdl-ds-full', ns.path)), (e: unknown) => e instanceof CniError && /exhausted/.test(e.msg), 'ADD fails naming the pool');
+      await assert.rejects(runtime.addNetworkList(conflist('1.0.0'), rt('tdl-ds-full', ns.path)), (e: unknown) => e instanceof CniError && e.code === 100 && /fd00:242::\/125 is exhausted/.test(e.msg), 'ADD fails with tendril\'s IPAM-exhausted code, naming the IPv6 pool');
       assert.equal((await podAllocations(agent)).length, before.length + fillers.length, 'only the fillers were added');
       const held = (await podAllocations(agent)).filter((a) => a.startsWith('tdl-ds-full'));
       assert.deepEqual(held, [], 'no address of either family stays with the failed pod');

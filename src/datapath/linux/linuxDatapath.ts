@@ -155,8 +155,8 @@ export class LinuxDatapath implements Datapath {
       const link = await host.getLink(hostIf);
       // A sysctl of the agent's own namespace: a write under /proc/sys, no process.
       if (this.proxyArp) await setSysctl(interfaceSysctl(4, hostIf, 'proxy_arp'), '1');
-      // The device routes its pod's IPv6 whatever the node's default for new devices
-      // says (net.ipv6.conf.all.forwarding, set with the router address, only seeds it).
+      // The device forwards its pod's IPv6 whatever new devices start with here (they take
+      // net.ipv6.conf.default.forwarding, which the node's own settings may have turned off).
       if (addresses.some((a) => a.family === 6)) await setSysctl(interfaceSysctl(6, hostIf, 'forwarding'), '1');
       const batch = new NetlinkBatch().setLink(link.index, { up: true });
       for (const a of addresses) batch.replaceRoute({ dst: hostPrefix(a), oif: link.index, prefsrc: a.gateway });

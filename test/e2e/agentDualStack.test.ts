@@ -208,6 +208,10 @@ describe('dual-stack pods on the eBPF datapath', () => {
     // The state file holds both too: what a restart reads.
     const file = JSON.parse(await readFile(`${agent.stateDir}/endpoints/${ep.id}/endpoint.json`, 'utf8')) as Endpoint;
     assert.deepEqual(file.addresses.map((a) => a.family), [4, 6]);
+    // The kernel side is as it was: the pod's /128 and default route, the host's route over its device.
+    assert.deepEqual((await globalV6(pods[1]!.ns, 'eth0')).map((a) => a.local), [pods[1]!.ip6]);
+    assert.ok((await routes6(pods[1]!.ns)).some((x) => x.dst === 'default' && x.gateway === router6()));
+    assert.equal((await routes6(node, [`${pods[1]!.ip6}/128`]))[0]?.dev, ep.hostIfName);
   });
 
   test('an ADD whose IPv6 address cannot be had fails and keeps no IPv4 address either (the half-done allocation rolls back)', async () => {

@@ -144,8 +144,8 @@ export class IpamStore {
         compare.push({ key: blockKey(item.cidr), target: 'modRevision', value: b.rev });
         success.push({ type: 'put', key: blockKey(item.cidr), value: encode(block) });
       }
-      const written = h === undefined ? expiresAt : h.rec.expiresAt;
-      if (success.length === 0) return out.map((o) => ({ ...o, expiresAt: written }));
+      // Every family already held (a retried ADD): nothing to write.
+      if (success.length === 0) return out.map((o) => ({ ...o, expiresAt: h?.rec.expiresAt }));
       const handle: HandleRecord = h === undefined ? { owner, host: this.host, addrs, ...(expiresAt !== undefined ? { expiresAt } : {}) } : { ...h.rec, addrs };
       success.push(...putHandle(handle));
       if (h === undefined && expiresAt !== undefined) success.push({ type: 'put', key: expiryKey(this.host, owner), value: String(expiresAt) });

@@ -191,7 +191,12 @@ export class CniService {
     try {
       const allocations: Allocation[] = [];
       undo.add(() => allocator.releaseOwner(owner), 'release addresses');
-      for (const family of served) {
+      const cni = { netns: call.netns, ifname: call.ifName, args: formatCniArgs(call.args) };
+      // Every family at once when the allocator can (a dual-stack pod's addresses in one kvstore
+      // write); given addresses and delegated plugins go family by family below.
+      const allocateAll = !delegated && wanted.length === 0 && served.length > 1 ? allocator.allocateAll?.bind(allocator) : undefined;
+      if (allocateAll) allocations.push(...(await allocateAll(served.map((family) => ({ owner, family, expirationMs: config.ipamExpirationMs, cni })))));
+      for (const family of allocateAll ? [] : served) {
         const ip = wanted.find((w) => ipFamilyOf(w) === family);
         try {
           allocations.push(
@@ -202,7 +207,7 @@ export class CniService {
               // Delegated allocators exist per netconf and only once a call names them, so
               // after a restart none would re-arm or confirm an expiry: no expiration there.
               ...(delegated ? {} : { expirationMs: config.ipamExpirationMs }),
-              cni: { netns: call.netns, ifname: call.ifName, args: formatCniArgs(call.args) },
+              cni,
             }),
           );
         } catch (err) {

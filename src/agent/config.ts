@@ -16,7 +16,7 @@ import { LOG_FORMATS } from '../logging/logger.js';
 import { fileErrorReason } from '../errors/fileError.js';
 
 // Defined beside the subsystems that raise or read them; named here too, where the agent's callers look.
-export { ConfigError, ConfigErrorCode, ipv6NotYetRefusal, IPV6_NOT_YET } from '../errors/configError.js';
+export { ConfigError, ConfigErrorCode, ipv6NotYetRefusal } from '../errors/configError.js';
 export { k8sConnection } from '../k8s/agentKubernetes.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */

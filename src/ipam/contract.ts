@@ -122,6 +122,39 @@ export function runAllocatorContract(name: string, newSubject: NewAllocatorSubje
       assert.equal((await a.allocate({ owner: other, family: 4, ip: v4.ip })).ip, v4.ip);
     });
 
+    it('dual-stack allocateAll: an address of each family at once, the same on a retry; all or none when a family is full', async (t) => {
+      if (!(s.families.includes(4) && s.families.includes(6)) || a.allocateAll === undefined) {
+        t.skip('not configured with both families, or no allocateAll');
+        return;
+      }
+      const o = owner();
+      const before = a.stats().allocations;
+      const both = await a.allocateAll([{ owner: o, family: 4, expirationMs: 60_000 }, { owner: o, family: 6, expirationMs: 60_000 }]);
+      assert.deepEqual(both.map((x) => x.family), [4, 6]);
+      assert.equal(a.stats().allocations - before, 2);
+      if (s.hasRouter) assert.deepEqual(both.map((x) => x.gateway), [a.routerAddress(4)!.ip, a.routerAddress(6)!.ip]);
+      assert.ok(both.every((x) => x.expiresAt !== undefined), 'provisional, as asked');
+      const again = await a.allocateAll([{ owner: o, family: 4, expirationMs: 60_000 }, { owner: o, family: 6, expirationMs: 60_000 }]);
+      assert.deepEqual(again.map((x) => x.ip), both.map((x) => x.ip), 'a retried ADD keeps its addresses');
+      assert.equal((await a.get(o)).length, 2);
+      assert.equal(await a.confirm(o), true);
+      // Use up IPv6, then a pod asking for both families gets neither.
+      for (let i = 0; ; i++) {
+        assert.ok(i < 600, 'the IPv6 pool never filled up');
+        try {
+          await a.allocate({ owner: owner(), family: 6 });
+        } catch (err) {
+          assert.ok(isIpamError(err) && err.code === IpamErrorCode.POOL_EXHAUSTED, String(err));
+          break;
+        }
+      }
+      const v4Before = (await a.list()).filter((x) => x.family === 4).length;
+      const late = owner();
+      await rejectsWithIpamCode(a.allocateAll([{ owner: late, family: 4 }, { owner: late, family: 6 }]), IpamErrorCode.POOL_EXHAUSTED);
+      assert.deepEqual(await a.get(late), [], 'no address of either family stays with the owner');
+      assert.equal((await a.list()).filter((x) => x.family === 4).length, v4Before, 'the IPv4 address taken first went back');
+    });
+
     it('allocates a given address once: in use is IPAM_IP_IN_USE, outside the pool is invalid', async () => {
       if (!s.hasRouter) {
         // Delegated IPAM: the plugin chooses every address.

@@ -85,7 +85,7 @@ describe('dual-stack pods on the eBPF datapath', () => {
 
   test('ADD (CNI 1.0.0) answers one address of each family, each on eth0 with its gateway, and a default route per family', async () => {
     // New devices start with IPv6 forwarding off here: the host side must turn it on for its pod.
-    await pool.exec(node, ['sysctl', '-q', '-w', 'net.ipv6.conf.default.forwarding=0']);
+    assert.equal((await pool.exec(node, ['sysctl', '-q', '-w', 'net.ipv6.conf.default.forwarding=0'])).code, 0);
     for (const i of [0, 1]) {
       const ns = await pool.add(`p${i}`);
       const id = `tdl-ds-${i}`;
@@ -167,6 +167,19 @@ describe('dual-stack pods on the eBPF datapath', () => {
     assert.ok(ipcacheRow !== undefined && new RegExp(`\\b${ep.identity}\\b`).test(ipcacheRow), `ipcache row for ${pods[0]!.ip6}/128: ${ipcacheRow}`);
   });
 
+  test('CHECK passes for a dual-stack pod and fails once its IPv6 default route is gone', async () => {
+    await runtime.checkNetworkList(conflist('1.0.0'), rt(pods[0]!.id, pods[0]!.path));
+    const p = pods[1]!;
+    await runtime.checkNetworkList(conflist('1.0.0'), rt(p.id, p.path));
+    const del = await pool.exec(p.ns, ['ip', '-6', 'route', 'del', 'default']);
+    assert.equal(del.code, 0, del.stderr);
+    await assert.rejects(runtime.checkNetworkList(conflist('1.0.0'), rt(p.id, p.path)), (e: unknown) => e instanceof CniError && /default route via fd00:242::/.test(`${e.msg} ${e.details}`));
+    // Put back as the agent made it, for the tests after this one.
+    const add = await pool.exec(p.ns, ['ip', '-6', 'route', 'add', 'default', 'via', router6(), 'dev', 'eth0']);
+    assert.equal(add.code, 0, add.stderr);
+    await runtime.checkNetworkList(conflist('1.0.0'), rt(p.id, p.path));
+  });
+
   test('IPv4 between dual-stack pods still flows', async () => {
     assert.ok(await ping(pool, pods[0]!.ns, pods[1]!.ip4));
   });
@@ -195,6 +208,10 @@ describe('dual-stack pods on the eBPF datapath', () => {
     // The state file holds both too: what a restart reads.
     const file = JSON.parse(await readFile(`${agent.stateDir}/endpoints/${ep.id}/endpoint.json`, 'utf8')) as Endpoint;
     assert.deepEqual(file.addresses.map((a) => a.family), [4, 6]);
+    // The kernel side is as it was: the pod's /128 and default route, the host's route over its device.
+    assert.deepEqual((await globalV6(pods[1]!.ns, 'eth0')).map((a) => a.local), [pods[1]!.ip6]);
+    assert.ok((await routes6(pods[1]!.ns)).some((x) => x.dst === 'default' && x.gateway === router6()));
+    assert.equal((await routes6(node, [`${pods[1]!.ip6}/128`]))[0]?.dev, ep.hostIfName);
   });
 
   test('an ADD whose IPv6 address cannot be had fails and keeps no IPv4 address either (the half-done allocation rolls back)', async () => {
@@ -209,7 +226,7 @@ describe('dual-stack pods on the eBPF datapath', () => {
       }
       assert.ok(fillers.length > 0 && fillers.length < 16, `${fillers.length} IPv6 fillers`);
       const ns = await pool.add('full');
-      await assert.rejects(runtime.addNetworkList(conflist('1.0.0'), rt('tdl-ds-full', ns.path)), (e: unknown) => e instanceof CniError && /exhausted/.test(e.msg), 'ADD fails naming the pool');
+      await assert.rejects(runtime.addNetworkList(conflist('1.0.0'), rt('tdl-ds-full', ns.path)), (e: unknown) => e instanceof CniError && e.code === 100 && /fd00:242::\/125 is exhausted/.test(e.msg), 'ADD fails with tendril\'s IPAM-exhausted code, naming the IPv6 pool');
       assert.equal((await podAllocations(agent)).length, before.length + fillers.length, 'only the fillers were added');
       const held = (await podAllocations(agent)).filter((a) => a.startsWith('tdl-ds-full'));
       assert.deepEqual(held, [], 'no address of either family stays with the failed pod');

@@ -6,7 +6,7 @@ import type { IPCache } from '../ipcache/ipcache.js';
 import { IpcacheSource } from '../ipcache/source.js';
 import { formatPrefix, hostPrefix, tryParseIp } from '../netip/index.js';
 import type { NodeRoutingDatapath, RemoteNodeRoute } from '../datapath/types.js';
-import { ipv4PodCidrs, primaryNodeIp } from './nodeRecord.js';
+import { nodeIpOfFamily, primaryNodeIp } from './nodeRecord.js';
 import type { NodeRecord, NodeRegistryView } from './types.js';
 
 export interface RemoteNodesOptions {
@@ -38,7 +38,7 @@ interface Installed {
 }
 
 function sameRoute(a: RemoteNodeRoute | undefined, b: RemoteNodeRoute): boolean {
-  return a !== undefined && a.nodeIp === b.nodeIp && a.podCidrs.length === b.podCidrs.length && a.podCidrs.every((c, i) => c === b.podCidrs[i]);
+  return a !== undefined && a.nodeIp === b.nodeIp && a.nodeIp6 === b.nodeIp6 && a.podCidrs.length === b.podCidrs.length && a.podCidrs.every((c, i) => c === b.podCidrs[i]);
 }
 
 /**
@@ -159,7 +159,9 @@ export class RemoteNodes {
         if (state.route !== undefined) await this.#routing.removeRemoteNode(node.name);
         state.route = undefined;
       } else {
-        const route: RemoteNodeRoute = { name: node.name, nodeIp: hostIP, podCidrs: ipv4PodCidrs(node) };
+        // Every pod CIDR, with the IPv6 next hop: the datapath routes what its mode can carry.
+        const ip6 = nodeIpOfFamily(node, 6);
+        const route: RemoteNodeRoute = { name: node.name, nodeIp: hostIP, ...(ip6 === undefined ? {} : { nodeIp6: ip6 }), podCidrs: [...node.podCidrs] };
         if (!sameRoute(state.route, route)) {
           state.route = undefined;
           await this.#routing.upsertRemoteNode(route);

@@ -7,6 +7,8 @@ import type { AgentConfig } from './config.js';
 export interface NodeBasics {
   /** The node IP given or found on the underlay; undefined: the router address stands in once IPAM has one. */
   ip: string | undefined;
+  /** With an IPv4 node IP, the underlay's IPv6 address (the node's second InternalIP), if it has one. */
+  ip6: string | undefined;
   podMtu: number;
   /** What the MTU and the IP were taken from (logged once the agent is ready). */
   underlay: Underlay | undefined;
@@ -30,5 +32,8 @@ export async function nodeBasics(config: AgentConfig, deps: AgentDeps): Promise<
     const where = underlay ? ` (underlay ${underlay.device}, MTU ${underlay.mtu})` : '';
     throw new NodeConfigError(`${err.message}${where}; lower --mtu or leave it out to use the largest that fits`, { cause: err });
   }
-  return { ip: config.nodeIp ?? underlay?.ip, podMtu, underlay };
+  const ip = config.nodeIp ?? underlay?.ip;
+  // The underlay's IPv6 address goes with its own IPv4 address only, not with a node IP given for another device.
+  const ip6 = underlay?.ip6 !== undefined && ip === underlay.ip ? underlay.ip6 : undefined;
+  return { ip, ip6, podMtu, underlay };
 }

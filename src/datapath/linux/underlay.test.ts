@@ -69,6 +69,21 @@ describe('detectUnderlay', { timeout: 60_000 }, () => {
     await nl.setLink(first.device, { up: true });
   });
 
+  it('a device with a global IPv6 address next to its IPv4 one reports it as ip6 (the node\'s second InternalIP); link-local ones are not', async () => {
+    const u0 = { device: 'tdlu0', ifindex: await index('tdlu0'), mtu: 1400 };
+    assert.deepEqual(await detectUnderlay({ netns: ns.path, nodeIp: '192.0.2.1' }), { ...u0, ip: '192.0.2.1' }, 'a veth\'s fe80:: address is no InternalIP');
+    const r = await pool.exec(ns.name, ['ip', '-6', 'addr', 'add', '2001:db8:7::1/64', 'dev', 'tdlu0', 'nodad']);
+    assert.equal(r.code, 0, r.stderr);
+    try {
+      assert.deepEqual(await detectUnderlay({ netns: ns.path, nodeIp: '192.0.2.1' }), { ...u0, ip: '192.0.2.1', ip6: '2001:db8:7::1' });
+      assert.deepEqual(await detectUnderlay({ netns: ns.path, devices: ['tdlu0'] }), { ...u0, ip: '192.0.2.1', ip6: '2001:db8:7::1' });
+      // An IPv6 node IP is the node IP itself: no second one.
+      assert.deepEqual(await detectUnderlay({ netns: ns.path, nodeIp: '2001:db8:7::1' }), { ...u0, ip: '2001:db8:7::1' });
+    } finally {
+      await pool.exec(ns.name, ['ip', '-6', 'addr', 'del', '2001:db8:7::1/64', 'dev', 'tdlu0']);
+    }
+  });
+
   it('errors: a node IP that is not an address, a namespace that does not exist', async () => {
     await assert.rejects(detectUnderlay({ netns: ns.path, nodeIp: 'node-a' }), (err: unknown) => isDatapathError(err, 'failed') && /node-a/.test((err as Error).message));
     await assert.rejects(detectUnderlay({ netns: '/var/run/netns/tdl-no-such-ns' }), (err: unknown) => isDatapathError(err, 'netns-gone'));

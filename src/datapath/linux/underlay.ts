@@ -15,6 +15,11 @@ export interface Underlay {
   mtu: number;
   /** The address this node is reached at on it: the node IP when the device holds it, else the device's first global IPv4. */
   ip: string;
+  /**
+   * The device's first global IPv6 address, when `ip` is IPv4: the node's
+   * second InternalIP, other nodes' next hop to its IPv6 pods.
+   */
+  ip6?: string;
 }
 
 export interface DetectUnderlayOptions {
@@ -32,6 +37,10 @@ const NEVER_UNDERLAY = [/^lo$/, /^tendril_/, /^lxc/];
 
 function globalIpv4Of(addresses: readonly Address[], index: number): string | undefined {
   return addresses.find((a) => a.index === index && a.family === 4 && a.scope === RT_SCOPE_UNIVERSE)?.ip;
+}
+
+function globalIpv6Of(addresses: readonly Address[], index: number): string | undefined {
+  return addresses.find((a) => a.index === index && a.family === 6 && a.scope === RT_SCOPE_UNIVERSE)?.ip;
 }
 
 /**
@@ -60,7 +69,10 @@ export async function detectUnderlay(o: DetectUnderlayOptions = {}): Promise<Und
 async function detectWith(nl: Netlink, nodeIp: string | undefined, devices: readonly string[] | undefined): Promise<Underlay | undefined> {
   const [links, addresses] = await Promise.all([nl.listLinks(), nl.listAddresses()]);
   const byIndex = new Map(links.map((l) => [l.index, l]));
-  const underlay = (l: Link, ip: string): Underlay => ({ device: l.name, ifindex: l.index, mtu: l.mtu, ip });
+  const underlay = (l: Link, ip: string): Underlay => {
+    const ip6 = tryParseIp(ip)?.family === 4 ? globalIpv6Of(addresses, l.index) : undefined;
+    return { device: l.name, ifindex: l.index, mtu: l.mtu, ip, ...(ip6 === undefined ? {} : { ip6 }) };
+  };
   // Whatever the rule, these never carry traffic to other nodes (a node IP on lo says nothing about the MTU).
   const candidate = (l: Link | undefined): l is Link => l !== undefined && !NEVER_UNDERLAY.some((re) => re.test(l.name));
 

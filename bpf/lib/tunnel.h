@@ -53,6 +53,27 @@ static __always_inline int tunnel_route4(__be32 daddr, struct tunnel_route *r)
 }
 
 /*
+ * tunnel_route4 for an IPv6 destination: a remote pod's IPv6 address whose
+ * ipcache entry names the hosting node's IPv4 address as tunnel endpoint
+ * (the overlay runs on an IPv4 underlay; the inner packet is IPv6).
+ */
+static __always_inline int tunnel_route6(const __u32 *daddr, struct tunnel_route *r)
+{
+	struct remote_endpoint_info *info;
+	__u32 ifindex = config_tunnel_ifindex();
+
+	if (!ifindex)
+		return 0;
+	info = ipcache_lookup6(daddr);
+	if (!info || !info->tunnel_ip4 || info->identity == IDENTITY_HOST)
+		return 0;
+	r->endpoint = info->tunnel_ip4;
+	r->ifindex = ifindex;
+	r->identity = info->identity;
+	return 1;
+}
+
+/*
  * Encapsulates towards r's endpoint with src_identity as VNI and sends the
  * packet to tendril_vxlan (TRACE_TO_OVERLAY). DROP_ENCAP_FAILED when the
  * kernel refuses the key or the identity does not fit a VNI.

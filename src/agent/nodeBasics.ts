@@ -1,4 +1,5 @@
 import { detectUnderlay, loopbackUp, type Underlay } from '../datapath/linux/underlay.js';
+import { tryParseInterfaceAddress, tryParseIp } from '../netip/index.js';
 import { NodeConfigError, resolvePodMtu } from '../node/index.js';
 import type { AgentDeps } from './agent.js';
 import type { AgentConfig } from './config.js';
@@ -26,7 +27,16 @@ export async function nodeBasics(config: AgentConfig, deps: AgentDeps): Promise<
   const underlay = deps.underlay ?? (deps.datapath ? undefined : await detectUnderlay({ ...(config.nodeIp !== undefined ? { nodeIp: config.nodeIp } : {}), ...(config.devices ? { devices: config.devices } : {}) }));
   let podMtu: number;
   try {
-    podMtu = resolvePodMtu({ mode: config.routingMode, ...(underlay ? { underlayMtu: underlay.mtu } : {}), ...(config.mtu !== undefined ? { configured: config.mtu } : {}) });
+    // The outer header's family is the node IP's (the tunnel endpoint); pods with an IPv6 pool need IPv6's minimum MTU.
+    const nodeIpFamily = tryParseIp(config.nodeIp ?? underlay?.ip ?? '')?.family;
+    const ipv6Pods = [...config.podCidrs, ...config.poolCidrs, ...config.clusterPoolCidrs].some((c) => tryParseInterfaceAddress(c, { leadingZeros: true })?.address.family === 6);
+    podMtu = resolvePodMtu({
+      mode: config.routingMode,
+      ...(underlay ? { underlayMtu: underlay.mtu } : {}),
+      ...(config.mtu !== undefined ? { configured: config.mtu } : {}),
+      ...(nodeIpFamily !== undefined ? { underlayFamily: nodeIpFamily } : {}),
+      ipv6Pods,
+    });
   } catch (err) {
     if (!(err instanceof NodeConfigError)) throw err;
     const where = underlay ? ` (underlay ${underlay.device}, MTU ${underlay.mtu})` : '';

@@ -184,4 +184,21 @@ describe('remote nodes', () => {
     assert.equal(e?.identity, ReservedIdentity.RemoteNode);
     assert.equal(e?.hostIP, undefined);
   });
+
+  it('an IPv6-only node: no tunnel endpoint, and in native routing its IPv6 pod CIDRs go to the datapath with its IPv6 InternalIP as node IP', async () => {
+    const prefix = uniquePrefix('remote-v6only');
+    const a = await registry(prefix, dualStack(1));
+    await registry(prefix, nodeRecord('node-b', 2, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::2' }, { type: 'RouterIP', ip: 'fd00:200:2::1' }], podCidrs: ['fd00:200:2::/64'] }));
+    await waitFor('b on a', () => a.registry.get('node-b'));
+    const ipcache = new IPCache({ logger: testLogger });
+    const routing = new FakeNodeRouting('native');
+    const rn = remoteNodes(a.registry, ipcache, routing);
+    await rn.start();
+    assert.ok(rn.installed('node-b'));
+    assert.deepEqual(routing.remoteNodes().get('node-b'), { name: 'node-b', nodeIp: 'fd00:50::2', podCidrs: ['fd00:200:2::/64'] });
+    for (const ip of ['fd00:50::2', 'fd00:200:2::1']) {
+      assert.equal(ipcache.lookup(ip)?.identity, ReservedIdentity.RemoteNode, ip);
+      assert.equal(ipcache.lookup(ip)?.hostIP, undefined, `${ip}: no IPv4 tunnel endpoint`);
+    }
+  });
 });

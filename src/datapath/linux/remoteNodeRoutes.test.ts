@@ -229,9 +229,25 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
     await native.removeRemoteNode('b');
   });
 
-  it('errors are DatapathErrors: a node IP that is not IPv4 (nothing changes), a next hop off the underlay, a bad CIDR', async () => {
+  it('an IPv6-only node (its node IP IPv6): native routes its IPv6 pod CIDRs via that address, never its IPv4 ones; tunnel mode routes none', async () => {
     const r = routes('native');
-    await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: 'fd00::2', podCidrs: ['10.3.1.0/24'] }), (err: unknown) => isDatapathError(err, 'failed') && /not an IPv4 address/.test((err as Error).message));
+    await r.upsertRemoteNode({ name: 'v6', nodeIp: '2001:db8:2::6', podCidrs: ['10.3.9.0/24', 'fd00:6::/64'] });
+    assert.deepEqual(await ours6(), ['fd00:6::/64']);
+    assert.equal((await ipRoutes6()).get('fd00:6::/64')?.gateway, '2001:db8:2::6');
+    assert.deepEqual(await ours(), []);
+    assert.deepEqual(r.remoteNodes().get('v6'), { name: 'v6', nodeIp: '2001:db8:2::6', podCidrs: ['fd00:6::/64'] });
+    await r.removeRemoteNode('v6');
+    assert.deepEqual(await ours6(), []);
+    const t = routes('tunnel');
+    await t.setRouter(ROUTER);
+    await t.upsertRemoteNode({ name: 'v6', nodeIp: '2001:db8:2::6', podCidrs: ['10.3.9.0/24', 'fd00:6::/64'] });
+    assert.deepEqual([...(await ours()), ...(await ours6())], []);
+    await t.removeRemoteNode('v6');
+  });
+
+  it('errors are DatapathErrors: a node IP that is no address (nothing changes), a next hop off the underlay, a bad CIDR', async () => {
+    const r = routes('native');
+    await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: 'node-b', podCidrs: ['10.3.1.0/24'] }), (err: unknown) => isDatapathError(err, 'failed') && /not an IP address/.test((err as Error).message));
     assert.equal(r.remoteNodes().size, 0);
     await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.3.1.0/33'] }), (err: unknown) => isDatapathError(err, 'failed') && /not a CIDR/.test((err as Error).message));
     await assert.rejects(r.upsertRemoteNode({ name: 'far', nodeIp: '203.0.113.7', podCidrs: ['10.3.2.0/24'] }), (err: unknown) => isDatapathError(err) && /10\.3\.2\.0\/24.*far/.test((err as Error).message));

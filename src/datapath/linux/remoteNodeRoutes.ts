@@ -127,28 +127,34 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   }
 
   /**
-   * CIDRs in canonical form, those that can get a route: IPv4 always; IPv6
-   * in native mode when the node has an IPv6 address (tunnel mode does not
-   * carry IPv6 yet). A node IP of the wrong family is refused.
+   * CIDRs in canonical form, those that can get a route: IPv4 when the node
+   * has an IPv4 address; IPv6 in native mode when it has an IPv6 address
+   * (tunnel mode sends to IPv4 endpoints only). `nodeIp` is the IPv4
+   * address, or the IPv6 one of a node that has no IPv4 address at all.
    */
   #normalize(node: RemoteNodeRoute): RemoteNodeRoute {
-    const ip = tryParseIp(node.nodeIp);
-    if (ip?.family !== 4) throw new DatapathError('failed', `node ${node.name}: node IP ${JSON.stringify(node.nodeIp)} is not an IPv4 address`);
-    const ip6 = node.nodeIp6 === undefined ? undefined : tryParseIp(node.nodeIp6);
-    if (node.nodeIp6 !== undefined && ip6?.family !== 6) throw new DatapathError('failed', `node ${node.name}: IPv6 node IP ${JSON.stringify(node.nodeIp6)} is not an IPv6 address`);
+    const primary = tryParseIp(node.nodeIp);
+    if (primary === undefined) throw new DatapathError('failed', `node ${node.name}: node IP ${JSON.stringify(node.nodeIp)} is not an IP address`);
+    const given6 = node.nodeIp6 === undefined ? undefined : tryParseIp(node.nodeIp6);
+    if (node.nodeIp6 !== undefined && (given6?.family !== 6 || primary.family !== 4)) {
+      throw new DatapathError('failed', `node ${node.name}: IPv6 node IP ${JSON.stringify(node.nodeIp6)} is not an IPv6 address next to an IPv4 node IP`);
+    }
+    const ip4 = primary.family === 4 ? primary : undefined;
+    const ip6 = primary.family === 6 ? primary : given6;
     const cidrs: string[] = [];
     for (const text of node.podCidrs) {
       const p = tryParsePrefix(text, { hostBits: 'mask' });
       if (p === undefined) throw new DatapathError('failed', `node ${node.name}: pod CIDR ${JSON.stringify(text)} is not a CIDR`);
-      if (p.family === 6 && (this.mode !== 'native' || ip6 === undefined)) {
-        // The node's IPv4 pods still get their routes.
-        this.opts.log.debug({ node: node.name, cidr: text, mode: this.mode }, 'no route to an IPv6 pod CIDR of a remote node (tunnel mode, or the node has no IPv6 address)');
+      const reachable = p.family === 4 ? ip4 !== undefined : this.mode === 'native' && ip6 !== undefined;
+      if (!reachable) {
+        // The node's pods of the other family still get their routes.
+        this.opts.log.debug({ node: node.name, cidr: text, mode: this.mode }, 'no route to a pod CIDR of a remote node (no node address of its family, or IPv6 in tunnel mode)');
         continue;
       }
       const canonical = formatPrefix(p);
       if (!cidrs.includes(canonical)) cidrs.push(canonical);
     }
-    return { name: node.name, nodeIp: formatIp(ip), ...(ip6 === undefined ? {} : { nodeIp6: formatIp(ip6) }), podCidrs: cidrs };
+    return { name: node.name, nodeIp: formatIp(primary), ...(ip4 !== undefined && ip6 !== undefined ? { nodeIp6: formatIp(ip6) } : {}), podCidrs: cidrs };
   }
 
   /** Takes `name`'s claims on `cidrs` back; answers them (their routes must be settled again). */
@@ -206,7 +212,9 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   /** The route for `cidr` to `node`; undefined in tunnel mode until the router address is known. */
   #routeTo(cidr: string, node: RemoteNodeRoute): LinkRouteSpec | undefined {
     if (this.mode === 'native') {
-      const gateway = cidr.includes(':') ? node.nodeIp6 : node.nodeIp;
+      const v6 = cidr.includes(':');
+      // nodeIp is the IPv6 address itself on a node without IPv4.
+      const gateway = v6 ? (node.nodeIp6 ?? (node.nodeIp.includes(':') ? node.nodeIp : undefined)) : node.nodeIp.includes(':') ? undefined : node.nodeIp;
       return gateway === undefined ? undefined : { dst: cidr, gateway, protocol: NODE_ROUTE_PROTOCOL };
     }
     if (this.#router === undefined) return undefined;

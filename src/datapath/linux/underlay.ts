@@ -47,7 +47,9 @@ function globalIpv6Of(addresses: readonly Address[], index: number): string | un
  * The underlay device, by the first rule that finds one: the link holding
  * `nodeIp`; the first of `devices` that exists with a global IPv4 address;
  * the IPv4 default route's device (the lowest metric); the first up
- * interface with a global IPv4 address other than lo, tendril_* and lxc*.
+ * interface with a global IPv4 address other than lo, tendril_* and lxc*;
+ * on a node with no global IPv4 address at all, the same three rules with
+ * IPv6 (an IPv6-only node: its node IP is IPv6).
  * lo, tendril_* and lxc* are never the underlay, whatever the rule.
  * Undefined when none matches (a namespace with nothing but loopback).
  */
@@ -97,6 +99,25 @@ async function detectWith(nl: Netlink, nodeIp: string | undefined, devices: read
   for (const l of links) {
     if (!l.up || !candidate(l)) continue;
     const ip = globalIpv4Of(addresses, l.index);
+    if (ip !== undefined) return underlay(l, ip);
+  }
+  // No global IPv4 anywhere: an IPv6-only node. The same rules with IPv6 (--devices, default route, first up device).
+  for (const name of devices ?? []) {
+    const l = links.find((x) => x.name === name);
+    const ip = candidate(l) ? globalIpv6Of(addresses, l.index) : undefined;
+    if (l && ip !== undefined) return underlay(l, ip);
+  }
+  const defaults6 = (await nl.listRoutes({ family: 6, table: RT_TABLE_MAIN }))
+    .filter((r) => r.dst === 'default' && r.oif !== undefined)
+    .sort((a, b) => (a.priority ?? 0) - (b.priority ?? 0));
+  for (const r of defaults6) {
+    const l = byIndex.get(r.oif!);
+    const ip = candidate(l) ? (r.prefsrc ?? globalIpv6Of(addresses, l.index)) : undefined;
+    if (l && ip !== undefined) return underlay(l, ip);
+  }
+  for (const l of links) {
+    if (!l.up || !candidate(l)) continue;
+    const ip = globalIpv6Of(addresses, l.index);
     if (ip !== undefined) return underlay(l, ip);
   }
   return undefined;

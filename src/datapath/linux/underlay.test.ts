@@ -85,13 +85,12 @@ describe('detectUnderlay', { timeout: 60_000 }, () => {
   });
 
   it('an IPv6-only node (no global IPv4 anywhere): --devices, the IPv6 default route\'s device, then the first up device with a global IPv6', async () => {
-    const { path } = await pool.add('v6only');
+    const { name: ns6, path } = await pool.add('v6only');
     const nl6 = await Netlink.open({ netns: path });
     try {
       await nl6.createVeth({ name: 'tdlv0', mtu: 1400, peer: { name: 'tdlv1', mtu: 1300 } });
       const [v0, v1] = [await nl6.getLink('tdlv0'), await nl6.getLink('tdlv1')];
       await nl6.apply(new NetlinkBatch().setLink(v0.index, { up: true }).setLink(v1.index, { up: true }));
-      const ns6 = path.split('/').pop()!;
       for (const [dev, a] of [['tdlv0', '2001:db8:8::1/64'], ['tdlv1', '2001:db8:9::1/64']] as const) {
         const r = await pool.exec(ns6, ['ip', '-6', 'addr', 'add', a, 'dev', dev, 'nodad']);
         assert.equal(r.code, 0, r.stderr);

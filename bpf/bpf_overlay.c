@@ -9,9 +9,10 @@
  *     IDENTITY_REMOTE_NODE here), never the one of the inner source
  *     address. A packet for a local pod gets conntrack and the pod's
  *     ingress policy against that identity (service replies their reverse
- *     NAT) and is delivered straight into the pod, IPv4 or IPv6 (the
- *     underlay IPv4); one for an address of this node gets the reverse translations of the node's NodePort and
- *     service flows to backends on other nodes, else goes to the stack;
+ *     NAT) and is delivered straight into the pod, IPv4 or IPv6 alike;
+ *     one for an address of this node gets the reverse translations of
+ *     the node's NodePort and service flows to backends on other nodes
+ *     (IPv4; none in IPv6 yet), else goes to the stack;
  *     anything else is no business of this node: DROP_NOT_FOR_NODE.
  */
 #include <linux/if_ether.h>

@@ -147,6 +147,7 @@ static __always_inline int from_container_ipv6(struct __sk_buff *skb, struct flo
 {
 	struct device_owner owner = { .ifindex = skb->ifindex };
 	struct endpoint_info *src, *dst = NULL;
+	struct tunnel_route route;
 	struct ipv6_info ip6;
 	enum ct_status status;
 	__u32 src_endpoint_id;
@@ -222,6 +223,11 @@ static __always_inline int from_container_ipv6(struct __sk_buff *skb, struct flo
 
 	if (local && dst)
 		return deliver_local6(skb, f, &ip6, dst);
+	/* Another node's pod, in tunnel mode: through the overlay with the pod's identity as VNI, as for IPv4. */
+	if (!dst && src && tunnel_route6(f->daddr6, &route)) {
+		f->dst_identity = route.identity;
+		return tunnel_encap4(skb, f, &route, f->src_identity, DIR_EGRESS);
+	}
 	return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_EGRESS);
 }
 

@@ -9,9 +9,10 @@
  *     IDENTITY_REMOTE_NODE here), never the one of the inner source
  *     address. A packet for a local pod gets conntrack and the pod's
  *     ingress policy against that identity (service replies their reverse
- *     NAT) and is delivered straight into the pod; one for an address of
- *     this node gets the reverse translations of the node's NodePort and
- *     service flows to backends on other nodes, else goes to the stack;
+ *     NAT) and is delivered straight into the pod, IPv4 or IPv6 alike;
+ *     one for an address of this node gets the reverse translations of
+ *     the node's NodePort and service flows to backends on other nodes
+ *     (IPv4; none in IPv6 yet), else goes to the stack;
  *     anything else is no business of this node: DROP_NOT_FOR_NODE.
  */
 #include <linux/if_ether.h>
@@ -29,6 +30,7 @@
 #include "flow.h"
 #include "ipcache.h"
 #include "ipv4.h"
+#include "ipv6.h"
 #include "l4.h"
 #include "lb.h"
 #include "metrics.h"
@@ -126,9 +128,63 @@ static __always_inline int from_overlay_ipv4(struct __sk_buff *skb, struct flow 
 	return drop_packet(skb, f, DROP_NOT_FOR_NODE, DIR_INGRESS, 0);
 }
 
+/* overlay_to_endpoint4 for an IPv6 pod: conntrack and its ingress policy against the VNI's identity, its MACs, hop limit - 1, into the pod. */
+static __always_inline int overlay_to_endpoint6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6, const struct endpoint_info *dst)
+{
+	int ret;
+
+	f->dst_identity = dst->identity;
+	f->dst_endpoint = dst->endpoint_id;
+	ret = l4_load6(skb, f, ip6);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	ret = ingress_ct_policy6_stage(skb, f, bpf_ktime_get_ns(), TRACE_FROM_OVERLAY | INGRESS_SOURCE_KNOWN);
+	if (ret)
+		return ret;
+	if (ip6->hop_limit <= 1)
+		return drop_packet(skb, f, DROP_TTL_EXCEEDED, DIR_INGRESS, 0);
+	ret = overlay_to_host_type(skb, f);
+	if (ret)
+		return ret;
+	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0)
+		return drop_packet(skb, f, DROP_WRITE_ERROR, DIR_INGRESS, 0);
+	ret = ipv6_dec_hop_limit(skb, ip6);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	return pass_packet(skb, f, bpf_redirect_peer(dst->ifindex, 0), TRACE_FROM_OVERLAY, DIR_INGRESS);
+}
+
+/*
+ * The decapsulated IPv6 packet: a local pod's is delivered; one for an
+ * address of this node goes to the stack (no IPv6 translation to undo
+ * here yet); anything else is DROP_NOT_FOR_NODE.
+ */
+static __always_inline int from_overlay_ipv6(struct __sk_buff *skb, struct flow *f)
+{
+	struct endpoint_info *dst;
+	struct ipv6_info ip6;
+	int ret;
+
+	ret = ipv6_load(skb, f, &ip6);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
+	dst = endpoint_lookup6(f->daddr6);
+	if (dst && !(dst->flags & ENDPOINT_F_HOST))
+		return overlay_to_endpoint6(skb, f, &ip6, dst);
+	f->dst_identity = dst ? dst->identity : ipcache_identity6(f->daddr6);
+	if (f->dst_identity == IDENTITY_HOST) {
+		ret = overlay_to_host_type(skb, f);
+		if (ret)
+			return ret;
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_OVERLAY, DIR_INGRESS);
+	}
+	return drop_packet(skb, f, DROP_NOT_FOR_NODE, DIR_INGRESS, 0);
+}
+
 SEC("tc")
 int tendril_from_overlay(struct __sk_buff *skb)
 {
+	struct ipv6_info ip6;
 	struct ipv4_info ip;
 	struct flow *f;
 	__be16 proto;
@@ -143,11 +199,15 @@ int tendril_from_overlay(struct __sk_buff *skb)
 		/* The addresses for the drop event, when there are any. */
 		if (proto == bpf_htons(ETH_P_IP))
 			ipv4_load(skb, f, &ip);
+		else if (proto == bpf_htons(ETH_P_IPV6))
+			ipv6_load(skb, f, &ip6);
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 	}
 	if (proto == bpf_htons(ETH_P_IP))
 		return from_overlay_ipv4(skb, f);
-	/* Nodes send each other IPv4 only; nothing else is routed through the overlay. */
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return from_overlay_ipv6(skb, f);
+	/* Nodes send each other IPv4 and IPv6 only; nothing else is routed through the overlay. */
 	return drop_packet(skb, f, DROP_UNKNOWN_L3, DIR_INGRESS, 0);
 }
 

@@ -6,7 +6,9 @@
  * tunnel key set: the endpoint as outer destination and the source's
  * security identity as VNI. The receiving node takes the source identity
  * from the key, never from the inner source address, which any sender can
- * write, and only from a sender that is a registered node.
+ * write, and only from a sender that is a registered node (an IPv4 or an
+ * IPv6 outer source alike). Pods of either family are carried; the sending
+ * side's tunnel endpoint is the node's IPv4 address (ipcache tunnel_ip4).
  */
 #ifndef __TENDRIL_LIB_TUNNEL_H_
 #define __TENDRIL_LIB_TUNNEL_H_
@@ -44,6 +46,27 @@ static __always_inline int tunnel_route4(__be32 daddr, struct tunnel_route *r)
 	if (!ifindex)
 		return 0;
 	info = ipcache_lookup4(daddr);
+	if (!info || !info->tunnel_ip4 || info->identity == IDENTITY_HOST)
+		return 0;
+	r->endpoint = info->tunnel_ip4;
+	r->ifindex = ifindex;
+	r->identity = info->identity;
+	return 1;
+}
+
+/*
+ * tunnel_route4 for an IPv6 destination: a remote pod's IPv6 address whose
+ * ipcache entry names the hosting node's IPv4 address as tunnel endpoint
+ * (the overlay runs on an IPv4 underlay; the inner packet is IPv6).
+ */
+static __always_inline int tunnel_route6(const __u32 *daddr, struct tunnel_route *r)
+{
+	struct remote_endpoint_info *info;
+	__u32 ifindex = config_tunnel_ifindex();
+
+	if (!ifindex)
+		return 0;
+	info = ipcache_lookup6(daddr);
 	if (!info || !info->tunnel_ip4 || info->identity == IDENTITY_HOST)
 		return 0;
 	r->endpoint = info->tunnel_ip4;
@@ -113,9 +136,25 @@ static __always_inline int tunnel_sender_is_node(__u32 outer_src_host_order)
 static __always_inline int tunnel_key_identity(struct __sk_buff *skb, __u32 *identity)
 {
 	struct bpf_tunnel_key key;
+	int ret;
 
 	__builtin_memset(&key, 0, sizeof(key));
-	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0) < 0)
+	ret = bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0);
+	if (ret == -EPROTO) {
+		/*
+		 * An IPv6 outer header (the helper refuses to read it as IPv4):
+		 * the same rule, the outer source must be a remote node's IPv6
+		 * address. The helper gives it in network order.
+		 */
+		__builtin_memset(&key, 0, sizeof(key));
+		if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), BPF_F_TUNINFO_IPV6) < 0)
+			return DROP_NO_TUNNEL_KEY;
+		if (ipcache_identity6(key.remote_ipv6) != IDENTITY_REMOTE_NODE)
+			return DROP_OVERLAY_NOT_NODE;
+		*identity = tunnel_source_identity(key.tunnel_id);
+		return 0;
+	}
+	if (ret < 0)
 		return DROP_NO_TUNNEL_KEY;
 	/* For a received packet the helper gives the outer source as remote_ipv4, in host order. */
 	if (!tunnel_sender_is_node(key.remote_ipv4))

@@ -73,6 +73,8 @@ interface Foundation {
   ipcacheSync: KvstoreIPCacheSync;
   /** The node IP: given, the underlay's, or the router address. */
   nodeIp: string;
+  /** The node's IPv6 InternalIP next to an IPv4 node IP (the underlay's), if any. */
+  nodeIp6: string | undefined;
   /** The agent's own registry: kvstore operations are counted from the start, state is read at scrape. */
   metrics: AgentMetrics;
 }
@@ -160,6 +162,7 @@ export class Agent {
       logger: log.child({ subsys: 'nodes' }),
       facts: async () => ({
         nodeIp: f.nodeIp,
+        ...(f.nodeIp6 === undefined ? {} : { nodeIp6: f.nodeIp6 }),
         otherAddresses: registryAddresses(this.kubernetes?.ownNode, f.nodeIp),
         routerAddresses: [...this.hostAddresses.routerAddresses()],
         podCidrs: ipam.podCidrs(),
@@ -297,7 +300,7 @@ export class Agent {
       teardown.add(() => ipcacheSync.stop(), 'ipcache sync');
       // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.
       opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu, nodeIp });
-      const foundation = { backend, lease, ipam, identities, ipcache, ipcacheSync, nodeIp, metrics };
+      const foundation = { backend, lease, ipam, identities, ipcache, ipcacheSync, nodeIp, nodeIp6: basics.ip6, metrics };
       const agent = new Agent(config, log, foundation, deps.datapath ?? opened!.datapath, basics.podMtu, kubernetes, teardown);
       agent.ownedDatapath = opened;
       await agent.serve(deps, basics);

@@ -44,18 +44,15 @@ describe('agent configuration', () => {
     assert.deepEqual(configWithNode(k8s, node).podCidrs, node.podCidrs);
   });
 
-  it('refuses what the eBPF datapath does not carry for IPv6 yet: the overlay and IPv6 masquerade, saying what to give instead', () => {
+  it('takes IPv6 pod CIDRs through the eBPF overlay too; refuses IPv6 masquerade, which it does not do yet, saying what to give instead', () => {
     for (const [flag, extra] of [
       ['--pod-cidr', { podCidrs: ['10.0.0.0/24', 'fd00::/64'] }],
       ['--cluster-pool-cidr', { ipam: 'cluster-pool', clusterPoolCidrs: ['fd00::/104'] }],
       ['--pool-cidr', { ipam: 'block', poolCidrs: ['10.9.0.0/16', 'fd00::/100'] }],
     ] as const) {
-      const tunnel = hostScope({ ...extra, routingMode: 'tunnel' });
-      assert.throws(() => validateConfig(tunnel), isConfigError(ConfigErrorCode.INVALID, new RegExp(`^${flag} fd00::/\\d+: the eBPF overlay \\(--routing-mode tunnel\\) does not carry IPv6 yet: use --routing-mode native`)), flag);
-      // The etcd kvstore's default routing mode is the overlay: refused too, not only when written out.
-      assert.throws(() => validateConfig({ ...hostScope(extra), kvstore: 'etcd' }), isConfigError(ConfigErrorCode.INVALID, /does not carry IPv6 yet/), flag);
-      // IPv4 only through the overlay stays as it was.
-      assert.doesNotThrow(() => validateConfig(hostScope({ routingMode: 'tunnel' })));
+      assert.doesNotThrow(() => validateConfig(hostScope({ ...extra, routingMode: 'tunnel' })), flag);
+      // The etcd kvstore's default routing mode is the overlay.
+      assert.doesNotThrow(() => validateConfig({ ...hostScope(extra), kvstore: 'etcd' }), flag);
     }
     assert.throws(
       () => validateConfig(hostScope({ podCidrs: ['10.0.0.0/24', 'fd00::/64'], routingMode: 'native', ipv6Masquerade: true })),

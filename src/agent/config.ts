@@ -7,7 +7,7 @@ import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
 import { validateAbsolutePath, validateInterfaceName } from '../cni/index.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT } from '../datapath/bpf/constants.js';
 import { DEFAULT_NAT_PORT_RANGE, isPortRange } from '../datapath/bpf/natPorts.js';
-import { ConfigError, ConfigErrorCode, ipv6NotYetRefusal, refuseIpv6PodCidrNotYet } from '../errors/configError.js';
+import { ConfigError, ConfigErrorCode, ipv6NotYetRefusal } from '../errors/configError.js';
 import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
@@ -223,10 +223,7 @@ export function validateConfig(raw: unknown): AgentConfig {
     c.routingMode !== 'tunnel' || c.datapath === 'bpf',
     '--routing-mode tunnel needs --datapath bpf (the overlay is the eBPF datapath\'s); use --routing-mode native with --datapath routing',
   );
-  for (const [flag, cidrs] of [['--pod-cidr', c.podCidrs], ['--cluster-pool-cidr', c.clusterPoolCidrs], ['--pool-cidr', c.poolCidrs]] as const) {
-    const v6 = cidrs.find((text) => tryParseInterfaceAddress(text, { leadingZeros: true })?.address.family === 6);
-    if (v6 !== undefined) refuseIpv6PodCidrNotYet(`${flag} ${v6}`, c);
-  }
+  // IPv6 pod CIDRs are carried in both routing modes: natively routed, or in the overlay (an IPv4 underlay).
   if (c.ipv6Masquerade && c.datapath === 'bpf') throw new ConfigError(ipv6NotYetRefusal('--ipv6-masquerade', 'masquerade'));
   validateAbsolutePath(c.socket, 'socket path');
   return c;

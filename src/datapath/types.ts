@@ -372,9 +372,14 @@ export type RoutingMode = 'tunnel' | 'native';
 export interface RemoteNodeRoute {
   /** The node's name (what its routes are kept by). */
   name: string;
-  /** Its IPv4 underlay address: the tunnel endpoint, or the native next hop. */
+  /**
+   * Its IPv4 underlay address: the tunnel endpoint, or the native next hop of
+   * its IPv4 pod CIDRs; a node without IPv4 address: its IPv6 one.
+   */
   nodeIp: string;
-  /** Its IPv4 pod CIDRs, canonical `addr/len`. */
+  /** Next to an IPv4 nodeIp, its IPv6 underlay address (first IPv6 InternalIP): native mode's next hop of its IPv6 pod CIDRs. */
+  nodeIp6?: string;
+  /** Its pod CIDRs of either family, canonical `addr/len`. */
   podCidrs: readonly string[];
 }
 

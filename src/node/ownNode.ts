@@ -12,6 +12,8 @@ import type { NodeAddress, NodeRecord, RoutingMode, TunnelProtocol } from './typ
 export interface OwnNodeFacts {
   /** The node IP; 0.0.0.0 stands for "no address yet" (delegated IPAM before its first ADD). */
   nodeIp: string;
+  /** A second InternalIP of the other family (dual-stack underlay): other nodes' next hop to this node's IPv6 pods. */
+  nodeIp6?: string;
   /** The Node's other addresses (Kubernetes on), after the node IP, which stays the tunnel endpoint. */
   otherAddresses: NodeAddress[];
   routerAddresses: string[];
@@ -27,6 +29,7 @@ export function ownNodeRecord(name: string, f: OwnNodeFacts): NodeRecord {
   const kv = f.kvstore;
   const addresses: NodeAddress[] = [
     ...(f.nodeIp !== '0.0.0.0' ? [{ type: 'InternalIP' as const, ip: f.nodeIp }] : []),
+    ...(f.nodeIp6 !== undefined && f.nodeIp6 !== f.nodeIp && !f.otherAddresses.some((a) => a.ip === f.nodeIp6) ? [{ type: 'InternalIP' as const, ip: f.nodeIp6 }] : []),
     ...f.otherAddresses,
     ...f.routerAddresses.map((ip) => ({ type: 'RouterIP' as const, ip })),
   ];

@@ -73,7 +73,8 @@ describe('remote nodes', () => {
     assert.ok(rn.installed('node-b') && rn.installed('node-c'));
     assert.equal(rn.installed('node-a'), false);
     assert.deepEqual([...routing.remoteNodes().keys()].sort(), ['node-b', 'node-c']);
-    assert.deepEqual(routing.remoteNodes().get('node-b'), { name: 'node-b', nodeIp: '192.168.50.2', podCidrs: ['10.200.2.0/24'] });
+    // Every pod CIDR with both next hops: the datapath routes what its mode carries.
+    assert.deepEqual(routing.remoteNodes().get('node-b'), { name: 'node-b', nodeIp: '192.168.50.2', nodeIp6: 'fd00:50::2', podCidrs: ['10.200.2.0/24', 'fd00:200:2::/64'] });
     for (const ip of ['192.168.50.2', '10.200.2.1', 'fd00:50::2']) {
       const e = ipcache.lookup(ip);
       assert.ok(e, ip);
@@ -96,7 +97,8 @@ describe('remote nodes', () => {
       ],
       podCidrs: ['10.200.2.0/24', '10.201.2.0/24'],
     });
-    await waitFor('b updated', () => routing.remoteNodes().get('node-b')?.podCidrs.length === 2);
+    await waitFor('b updated', () => routing.remoteNodes().get('node-b')?.podCidrs.includes('10.201.2.0/24') === true);
+    assert.equal(routing.remoteNodes().get('node-b')?.nodeIp6, undefined, 'b gave up its IPv6 InternalIP: no IPv6 next hop');
     await rn.idle();
     assert.equal(ipcache.lookup('10.201.2.1')?.owner, 'node:node-b');
     assert.equal(ipcache.get('10.200.2.1'), undefined, 'the address b gave up is gone');
@@ -135,7 +137,7 @@ describe('remote nodes', () => {
     const rn = remoteNodes(a.registry, new IPCache({ logger: testLogger }), routing);
     await rn.start();
     assert.deepEqual([...routing.remoteNodes().keys()], ['node-b']);
-    assert.deepEqual(routing.remoteNodes().get('node-b')?.podCidrs, ['10.200.2.0/24'], 'stale routes of a live node replaced');
+    assert.deepEqual(routing.remoteNodes().get('node-b')?.podCidrs, ['10.200.2.0/24', 'fd00:200:2::/64'], 'stale routes of a live node replaced');
     const ops = routing.calls.map((c) => c.op);
     // Pruning first: an install that comes after can never be undone by the prune of a listing older than it.
     assert.ok(ops.indexOf('pruneRemoteNodes') < ops.indexOf('upsertRemoteNode'), 'prunes first, then installs');
@@ -181,5 +183,22 @@ describe('remote nodes', () => {
     const e = ipcache.lookup('fd00:50::2');
     assert.equal(e?.identity, ReservedIdentity.RemoteNode);
     assert.equal(e?.hostIP, undefined);
+  });
+
+  it('an IPv6-only node: no tunnel endpoint, and in native routing its IPv6 pod CIDRs go to the datapath with its IPv6 InternalIP as node IP', async () => {
+    const prefix = uniquePrefix('remote-v6only');
+    const a = await registry(prefix, dualStack(1));
+    await registry(prefix, nodeRecord('node-b', 2, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::2' }, { type: 'RouterIP', ip: 'fd00:200:2::1' }], podCidrs: ['fd00:200:2::/64'] }));
+    await waitFor('b on a', () => a.registry.get('node-b'));
+    const ipcache = new IPCache({ logger: testLogger });
+    const routing = new FakeNodeRouting('native');
+    const rn = remoteNodes(a.registry, ipcache, routing);
+    await rn.start();
+    assert.ok(rn.installed('node-b'));
+    assert.deepEqual(routing.remoteNodes().get('node-b'), { name: 'node-b', nodeIp: 'fd00:50::2', podCidrs: ['fd00:200:2::/64'] });
+    for (const ip of ['fd00:50::2', 'fd00:200:2::1']) {
+      assert.equal(ipcache.lookup(ip)?.identity, ReservedIdentity.RemoteNode, ip);
+      assert.equal(ipcache.lookup(ip)?.hostIP, undefined, `${ip}: no IPv4 tunnel endpoint`);
+    }
   });
 });

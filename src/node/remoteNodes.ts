@@ -6,7 +6,7 @@ import type { IPCache } from '../ipcache/ipcache.js';
 import { IpcacheSource } from '../ipcache/source.js';
 import { formatPrefix, hostPrefix, tryParseIp } from '../netip/index.js';
 import type { NodeRoutingDatapath, RemoteNodeRoute } from '../datapath/types.js';
-import { ipv4PodCidrs, primaryNodeIp } from './nodeRecord.js';
+import { nodeIpOfFamily, primaryNodeIp } from './nodeRecord.js';
 import type { NodeRecord, NodeRegistryView } from './types.js';
 
 export interface RemoteNodesOptions {
@@ -38,7 +38,7 @@ interface Installed {
 }
 
 function sameRoute(a: RemoteNodeRoute | undefined, b: RemoteNodeRoute): boolean {
-  return a !== undefined && a.nodeIp === b.nodeIp && a.podCidrs.length === b.podCidrs.length && a.podCidrs.every((c, i) => c === b.podCidrs[i]);
+  return a !== undefined && a.nodeIp === b.nodeIp && a.nodeIp6 === b.nodeIp6 && a.podCidrs.length === b.podCidrs.length && a.podCidrs.every((c, i) => c === b.podCidrs[i]);
 }
 
 /**
@@ -147,24 +147,30 @@ export class RemoteNodes {
     const state = this.#installed.get(node.name) ?? { prefixes: new Set<string>(), route: undefined, complete: false };
     this.#installed.set(node.name, state);
     state.complete = false;
+    // The tunnel endpoint is IPv4 (the overlay's underlay); native routing also reaches a node by its IPv6 InternalIP.
     const hostIP = primaryNodeIp(node);
-    if (hostIP === undefined) this.#log?.warn({ node: node.name }, 'remote node has no IPv4 InternalIP: no tunnel endpoint and no routes to its pods');
+    const ip6 = nodeIpOfFamily(node, 6);
+    if (hostIP === undefined) {
+      this.#log?.warn({ node: node.name, ipv6: ip6 }, ip6 === undefined ? 'remote node has no InternalIP: no tunnel endpoint and no routes to its pods' : 'remote node has no IPv4 InternalIP: no tunnel endpoint; in native routing its IPv6 pods are routed via its IPv6 InternalIP');
+    }
     this.#setEntries(node.name, state, node.addresses.map((a) => a.ip), hostIP);
     if (this.#routing !== undefined) {
       if (node.routingMode !== this.#routing.mode) {
         // Both ends must agree for pod traffic to flow; the record says what the other side expects, so say it loudly.
         this.#log?.warn({ node: node.name, theirs: node.routingMode, ours: this.#routing.mode }, 'remote node runs another routing mode');
       }
-      if (hostIP === undefined) {
+      const nodeIp = hostIP ?? ip6;
+      if (nodeIp === undefined) {
         if (state.route !== undefined) await this.#routing.removeRemoteNode(node.name);
         state.route = undefined;
       } else {
-        const route: RemoteNodeRoute = { name: node.name, nodeIp: hostIP, podCidrs: ipv4PodCidrs(node) };
+        // Every pod CIDR, with the IPv6 next hop: the datapath routes what its mode can carry.
+        const route: RemoteNodeRoute = { name: node.name, nodeIp, ...(hostIP !== undefined && ip6 !== undefined ? { nodeIp6: ip6 } : {}), podCidrs: [...node.podCidrs] };
         if (!sameRoute(state.route, route)) {
           state.route = undefined;
           await this.#routing.upsertRemoteNode(route);
           state.route = route;
-          this.#log?.info({ node: node.name, nodeIp: hostIP, podCidrs: route.podCidrs }, 'routes to remote node installed');
+          this.#log?.info({ node: node.name, nodeIp, podCidrs: route.podCidrs }, 'routes to remote node installed');
         }
       }
     }

@@ -19,7 +19,7 @@ import { deviceInfo, NO_NAT_CONFIG } from './layout.js';
 import { assertEvents, checkedTuple as tuple } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
 import { LbNode } from './testing/lbNode.js';
-import { IpProto, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
+import { IpProto, ipv6Frame, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
 import { HOST_OBJECT, LXC_OBJECT, NETDEV_OBJECT, OVERLAY_OBJECT, ProgramHarness } from './testing/programHarness.js';
 import { SnatNode } from './testing/snatNode.js';
 
@@ -90,6 +90,24 @@ describe('overlay: tendril_from_container', () => {
       { type: TRACE, subtype: TracePoint.TO_OVERLAY, direction: EGRESS, saddr: POD_A.ip, daddr: REMOTE_POD_IP, srcIdentity: IDENTITY.A, dstIdentity: IDENTITY.REMOTE, srcEndpoint: POD_A.endpointId },
     ]);
     assert.ok(h.ct({ saddr: POD_A.ip, daddr: REMOTE_POD_IP, sport: 40000, dport: 80, proto: IpProto.TCP }), 'the flow is tracked on the sending node');
+  });
+
+  it('sends a pod\'s IPv6 packet for an IPv6 pod on another node to tendril_vxlan with its identity (IPv4 underlay); without a tunnel endpoint, or in native routing, to the stack', async () => {
+    const [podA6, remote6, native6] = ['fd00:a::10', 'fd00:b::20', 'fd00:c::30'];
+    h.addEndpoint({ ...POD_A, ip: podA6 });
+    h.ipcache.set(parsePrefix(`${remote6}/128`), { identity: IDENTITY.REMOTE, tunnelIp4: Number(parseIp(REMOTE_NODE_IP).bits), flags: 0 });
+    h.ipcache.set(parsePrefix(`${native6}/128`), { identity: IDENTITY.REMOTE, tunnelIp4: 0, flags: 0 });
+    const udp6 = (dst: string) => ipv6Frame({ ...fromA, src: podA6, dst, nextHeader: IpProto.UDP, payload: Buffer.from([0x9c, 0x40, 0, 53, 0, 8, 0, 0]) });
+    tunnelMode(h);
+    const r = await h.run(FROM, udp6(remote6));
+    assert.equal(r.retval, TcAction.REDIRECT);
+    assert.deepEqual(r.data, udp6(remote6), 'the sender leaves the inner packet as it is');
+    assertEvents(await h.takeEvents(1), [{ type: TRACE, subtype: TracePoint.TO_OVERLAY, direction: EGRESS, saddr: podA6, daddr: remote6, srcIdentity: IDENTITY.A, dstIdentity: IDENTITY.REMOTE, srcEndpoint: POD_A.endpointId }]);
+    assert.equal((await h.run(FROM, udp6(native6))).retval, TcAction.OK);
+    tunnelMode(h, false);
+    assert.equal((await h.run(FROM, udp6(remote6))).retval, TcAction.OK);
+    const traces = await h.takeEvents(2);
+    assert.deepEqual(traces.map((e) => e.subtype), [TracePoint.TO_STACK, TracePoint.TO_STACK]);
   });
 
   it('encapsulates every packet of an established flow, not only its first', async () => {

@@ -359,10 +359,69 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
     }
   });
 
+  describe('an IPv6 underlay (outer IPv6 header)', () => {
+    /** The outside host's IPv6 address: B's ipcache names it a node only where a test says so. */
+    const SENDER6 = 'fd00:249::5';
+    const B6 = 'fd00:250::2';
+    let out = '';
+    before(async () => {
+      const [a, b] = nodes as [LiveNode, LiveNode];
+      out = await outsideHost();
+      // nodad: usable at once. A forwards IPv6 between the outside host and B.
+      await inNs(a.ns, ['ip', '-6', 'addr', 'add', 'fd00:250::1/64', 'dev', 'tdlu0', 'nodad']);
+      await inNs(b.ns, ['ip', '-6', 'addr', 'add', `${B6}/64`, 'dev', 'tdlu1', 'nodad']);
+      await inNs(a.ns, ['ip', '-6', 'addr', 'add', 'fd00:249::1/64', 'dev', 'tdlo1', 'nodad']);
+      await inNs(out, ['ip', '-6', 'addr', 'add', `${SENDER6}/64`, 'dev', 'tdlo0', 'nodad']);
+      await inNs(out, ['ip', '-6', 'route', 'add', 'default', 'via', 'fd00:249::1']);
+      await inNs(a.ns, ['sysctl', '-qw', 'net.ipv6.conf.all.forwarding=1']);
+      await inNs(b.ns, ['ip', '-6', 'route', 'add', 'fd00:249::/64', 'via', 'fd00:250::1']);
+    });
+
+    /** Three UDP datagrams from api's address to db inside VXLAN over IPv6 with VNI 1000 (api's identity): what db saw. */
+    async function sendOverIpv6(): Promise<string> {
+      const ip = (args: string[]) => inNs(out, ['ip', ...args]);
+      await ip(['link', 'add', 'tdlspoof6', 'type', 'vxlan', 'id', '1000', 'remote', B6, 'local', SENDER6, 'dstport', String(VXLAN_PORT), 'dev', 'tdlo0']);
+      try {
+        // No IPv6 on the device itself: its router solicitations and MLD reports would cross to B (NOT_FOR_NODE there).
+        await inNs(out, ['sysctl', '-qw', 'net.ipv6.conf.tdlspoof6.disable_ipv6=1']);
+        await ip(['addr', 'add', '10.210.0.10/32', 'dev', 'tdlspoof6']);
+        await ip(['link', 'set', 'tdlspoof6', 'up']);
+        await ip(['route', 'add', '10.211.0.20/32', 'dev', 'tdlspoof6']);
+        await ip(['neigh', 'add', '10.211.0.20', 'lladdr', '02:00:00:00:00:01', 'dev', 'tdlspoof6', 'nud', 'permanent']);
+        const server = pool.exec(podNs.get('db')!, ['python3', '-c', UDP_RECEIVE_ANY, '5355', '3']);
+        await new Promise((r) => setTimeout(r, 500));
+        for (let i = 0; i < 3; i++) await pool.exec(out, ['python3', '-c', UDP_SEND_FROM, '10.210.0.10', '10.211.0.20', '5355']);
+        return (await server).stdout.trim();
+      } finally {
+        await ip(['link', 'del', 'tdlspoof6']);
+      }
+    }
+
+    it('VXLAN over IPv6 from an address that is no node is dropped at B (OVERLAY_NOT_NODE), even with the VNI of an allowed identity', async () => {
+      const [, b] = nodes as [LiveNode, LiveNode];
+      const before = metric(b, DropReason.OVERLAY_NOT_NODE.code, TrafficDirection.INGRESS);
+      assert.equal(await sendOverIpv6(), 'nothing', 'db received the forged datagram');
+      assert.ok(metric(b, DropReason.OVERLAY_NOT_NODE.code, TrafficDirection.INGRESS) >= before + 3n, 'B counted the forged packets as OVERLAY_NOT_NODE');
+    });
+
+    it('VXLAN over IPv6 from a registered node\'s IPv6 address is decapsulated and delivered with the VNI\'s identity', async () => {
+      const [, b] = nodes as [LiveNode, LiveNode];
+      const ipcache = b.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue);
+      ipcache.set(parsePrefix(`${SENDER6}/128`), { identity: REMOTE_NODE_IDENTITY, tunnelIp4: 0, flags: 0 });
+      try {
+        const noKey = metric(b, DropReason.NO_TUNNEL_KEY.code, TrafficDirection.INGRESS);
+        assert.equal(await sendOverIpv6(), '10.210.0.10', 'db admits identity 1000, which the VNI carried');
+        assert.equal(metric(b, DropReason.NO_TUNNEL_KEY.code, TrafficDirection.INGRESS), noKey);
+      } finally {
+        ipcache.delete(parsePrefix(`${SENDER6}/128`));
+      }
+    });
+  });
+
   it('counts nothing as NO_TUNNEL_KEY or NOT_FOR_NODE on the way', () => {
     for (const n of nodes) {
-      assert.equal(metric(n, DropReason.NO_TUNNEL_KEY.code, TrafficDirection.INGRESS), 0n);
-      assert.equal(metric(n, DropReason.NOT_FOR_NODE.code, TrafficDirection.INGRESS), 0n);
+      assert.equal(metric(n, DropReason.NO_TUNNEL_KEY.code, TrafficDirection.INGRESS), 0n, `${n.def.tag}: NO_TUNNEL_KEY`);
+      assert.equal(metric(n, DropReason.NOT_FOR_NODE.code, TrafficDirection.INGRESS), 0n, `${n.def.tag}: NOT_FOR_NODE`);
     }
   });
 });

@@ -5,7 +5,7 @@ export type FakeNodeRoutingOp = 'upsertRemoteNode' | 'removeRemoteNode' | 'prune
 
 /**
  * An in-memory NodeRoutingDatapath: the routes each remote node has, with
- * the real one's input checks (an IPv4 next hop, canonical IPv4 CIDRs) and
+ * the real one's input checks (an IP next hop, an IPv6 one if any, canonical CIDRs) and
  * failure injection per operation, for tests of the logic above it.
  */
 export class FakeNodeRouting implements NodeRoutingDatapath {
@@ -25,15 +25,16 @@ export class FakeNodeRouting implements NodeRoutingDatapath {
 
   /** Puts a node's routes in place behind the agent's back (routes an earlier run left). */
   seed(route: RemoteNodeRoute): void {
-    this.#routes.set(route.name, { name: route.name, nodeIp: route.nodeIp, podCidrs: [...route.podCidrs] });
+    this.#routes.set(route.name, { name: route.name, nodeIp: route.nodeIp, ...(route.nodeIp6 === undefined ? {} : { nodeIp6: route.nodeIp6 }), podCidrs: [...route.podCidrs] });
   }
 
   async upsertRemoteNode(node: RemoteNodeRoute): Promise<void> {
     this.#enter('upsertRemoteNode', [node.name]);
-    if (tryParseIp(node.nodeIp)?.family !== 4) throw new DatapathError('failed', `fake: node ${node.name}: next hop ${JSON.stringify(node.nodeIp)} is not an IPv4 address`);
+    if (tryParseIp(node.nodeIp) === undefined) throw new DatapathError('failed', `fake: node ${node.name}: next hop ${JSON.stringify(node.nodeIp)} is not an IP address`);
+    if (node.nodeIp6 !== undefined && tryParseIp(node.nodeIp6)?.family !== 6) throw new DatapathError('failed', `fake: node ${node.name}: IPv6 next hop ${JSON.stringify(node.nodeIp6)} is not an IPv6 address`);
     for (const c of node.podCidrs) {
       const p = tryParsePrefix(c);
-      if (p?.family !== 4 || formatPrefix(p) !== c) throw new DatapathError('failed', `fake: node ${node.name}: ${JSON.stringify(c)} is not a canonical IPv4 CIDR`);
+      if (p === undefined || formatPrefix(p) !== c) throw new DatapathError('failed', `fake: node ${node.name}: ${JSON.stringify(c)} is not a canonical CIDR`);
     }
     this.seed(node);
   }

@@ -14,7 +14,7 @@ requireRoot('the remote node routes tests');
 
 const log = createLogger('remote-node-routes-test', 'warn');
 const ROUTER = '10.215.0.1';
-/** The underlay: tdlu0 192.0.2.1/24 (its veth peer tdlu1 is up too, so the link has carrier). */
+/** The underlay: tdlu0 192.0.2.1/24 and 2001:db8:2::1/64 (its veth peer tdlu1 is up too, so the link has carrier). */
 const UNDERLAY = 'tdlu0';
 
 interface IpRoute {
@@ -39,6 +39,16 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
     const list = JSON.parse(r.stdout) as IpRoute[];
     return new Map(list.map((x) => [x.dst, { ...x, protocol: Number(x.protocol ?? 3) }]));
   }
+  /** Main-table IPv6 routes of ours, as `ip` shows them. */
+  async function ipRoutes6(): Promise<Map<string, IpRoute>> {
+    const r = await pool.exec(ns.name, ['ip', '-j', '-N', '-6', 'route', 'show', 'table', 'main', 'proto', String(NODE_ROUTE_PROTOCOL)]);
+    assert.equal(r.code, 0, r.stderr);
+    const list = JSON.parse(r.stdout || '[]') as IpRoute[];
+    return new Map(list.map((x) => [x.dst, x]));
+  }
+  async function ours6(): Promise<string[]> {
+    return [...(await ipRoutes6()).keys()].sort();
+  }
   async function ours(): Promise<string[]> {
     return [...(await ipRoutes()).values()].filter((r) => r.protocol === NODE_ROUTE_PROTOCOL).map((r) => r.dst).sort();
   }
@@ -58,6 +68,9 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
         .addAddress({ index: host!.index, address: `${ROUTER}/32` })
         .addAddress({ index: u0!.index, address: '192.0.2.1/24' }),
     );
+    // nodad: the address is usable as a route's source at once.
+    const v6 = await pool.exec(ns.name, ['ip', '-6', 'addr', 'add', '2001:db8:2::1/64', 'dev', UNDERLAY, 'nodad']);
+    assert.equal(v6.code, 0, v6.stderr);
     // Someone else's routes: never touched, whatever the datapath does.
     await nl.addRoute({ dst: '198.51.100.0/24', gateway: '192.0.2.9' });
     await nl.addRoute({ dst: '10.9.9.0/24', gateway: '192.0.2.9', protocol: 211 });
@@ -68,7 +81,7 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
   });
   beforeEach(async () => {
     // Each test starts from a namespace without node routes (a failed test leaves none behind for the next).
-    for (const dst of await ours()) await nl.deleteRoute({ dst, protocol: NODE_ROUTE_PROTOCOL });
+    for (const dst of [...(await ours()), ...(await ours6())]) await nl.deleteRoute({ dst, protocol: NODE_ROUTE_PROTOCOL });
   });
 
   async function othersIntact(): Promise<void> {
@@ -77,7 +90,7 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
     assert.equal(all.get('10.9.9.0/24')?.protocol, 211);
   }
 
-  it('native: each IPv4 pod CIDR via the node IP (the kernel picks the device), protocol 212; IPv6 CIDRs are ignored', async () => {
+  it('native: each IPv4 pod CIDR via the node IP (the kernel picks the device), protocol 212; IPv6 CIDRs need an IPv6 node IP', async () => {
     const r = routes('native');
     await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24', '10.1.2.0/24', 'fd00:1::/64'] });
     const all = await ipRoutes();
@@ -85,14 +98,47 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
       const route = all.get(cidr);
       assert.deepEqual([route?.gateway, route?.dev, route?.protocol], ['192.0.2.2', UNDERLAY, NODE_ROUTE_PROTOCOL], cidr);
     }
-    const v6 = await pool.exec(ns.name, ['ip', '-j', '-N', '-6', 'route', 'show', 'proto', String(NODE_ROUTE_PROTOCOL)]);
-    assert.deepEqual(JSON.parse(v6.stdout || '[]'), []);
+    assert.deepEqual(await ours6(), [], 'no IPv6 next hop: no IPv6 route');
     assert.deepEqual(r.remoteNodes().get('b'), { name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24', '10.1.2.0/24'] });
     // Idempotent: the same call again changes nothing and does not fail.
     await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24', '10.1.2.0/24'] });
     assert.deepEqual(await ours(), ['10.1.1.0/24', '10.1.2.0/24']);
     await othersIntact();
     await r.removeRemoteNode('b');
+  });
+
+  it('native: each IPv6 pod CIDR via the node\'s IPv6 address, protocol 212; moves, removal and prune cover IPv6 too', async () => {
+    const r = routes('native');
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', nodeIp6: '2001:DB8:2::2', podCidrs: ['10.1.1.0/24', 'fd00:1:0:0::/64', 'fd00:2::/64'] });
+    const v6 = await ipRoutes6();
+    assert.deepEqual(await ours6(), ['fd00:1::/64', 'fd00:2::/64']);
+    for (const cidr of ['fd00:1::/64', 'fd00:2::/64']) assert.deepEqual([v6.get(cidr)?.gateway, v6.get(cidr)?.dev], ['2001:db8:2::2', UNDERLAY], cidr);
+    assert.equal((await ipRoutes()).get('10.1.1.0/24')?.gateway, '192.0.2.2');
+    assert.deepEqual(r.remoteNodes().get('b'), { name: 'b', nodeIp: '192.0.2.2', nodeIp6: '2001:db8:2::2', podCidrs: ['10.1.1.0/24', 'fd00:1::/64', 'fd00:2::/64'] });
+    // The node moves its IPv6 address and gives up a CIDR.
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', nodeIp6: '2001:db8:2::3', podCidrs: ['10.1.1.0/24', 'fd00:2::/64'] });
+    assert.deepEqual(await ours6(), ['fd00:2::/64']);
+    assert.equal((await ipRoutes6()).get('fd00:2::/64')?.gateway, '2001:db8:2::3');
+    // It loses its IPv6 address: its IPv6 routes go, the IPv4 one stays.
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.1.1.0/24', 'fd00:2::/64'] });
+    assert.deepEqual(await ours6(), []);
+    assert.deepEqual(await ours(), ['10.1.1.0/24']);
+    await r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', nodeIp6: '2001:db8:2::2', podCidrs: ['10.1.1.0/24', 'fd00:2::/64'] });
+    await r.removeRemoteNode('b');
+    assert.deepEqual([...(await ours()), ...(await ours6())], []);
+    // A restarted agent prunes an IPv6 route of ours nobody claims.
+    await nl.addRoute({ dst: 'fd00:9::/64', gateway: '2001:db8:2::9', protocol: NODE_ROUTE_PROTOCOL });
+    await routes('native').pruneRemoteNodes([]);
+    assert.deepEqual(await ours6(), []);
+    await othersIntact();
+    // Tunnel mode does not carry IPv6 pods yet: no IPv6 route, the IPv4 ones as ever.
+    const t = routes('tunnel');
+    await t.setRouter(ROUTER);
+    await t.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', nodeIp6: '2001:db8:2::2', podCidrs: ['10.1.1.0/24', 'fd00:2::/64'] });
+    assert.deepEqual(await ours6(), []);
+    assert.deepEqual(await ours(), ['10.1.1.0/24']);
+    await t.removeRemoteNode('b');
+    await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', nodeIp6: '192.0.2.3', podCidrs: [] }), (err: unknown) => isDatapathError(err, 'failed') && /not an IPv6 address/.test((err as Error).message));
   });
 
   it('native: an upsert replaces the node\'s CIDR set and next hop; remove takes them all; unknown names are fine', async () => {
@@ -183,9 +229,25 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
     await native.removeRemoteNode('b');
   });
 
-  it('errors are DatapathErrors: a node IP that is not IPv4 (nothing changes), a next hop off the underlay, a bad CIDR', async () => {
+  it('an IPv6-only node (its node IP IPv6): native routes its IPv6 pod CIDRs via that address, never its IPv4 ones; tunnel mode routes none', async () => {
     const r = routes('native');
-    await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: 'fd00::2', podCidrs: ['10.3.1.0/24'] }), (err: unknown) => isDatapathError(err, 'failed') && /not an IPv4 address/.test((err as Error).message));
+    await r.upsertRemoteNode({ name: 'v6', nodeIp: '2001:db8:2::6', podCidrs: ['10.3.9.0/24', 'fd00:6::/64'] });
+    assert.deepEqual(await ours6(), ['fd00:6::/64']);
+    assert.equal((await ipRoutes6()).get('fd00:6::/64')?.gateway, '2001:db8:2::6');
+    assert.deepEqual(await ours(), []);
+    assert.deepEqual(r.remoteNodes().get('v6'), { name: 'v6', nodeIp: '2001:db8:2::6', podCidrs: ['fd00:6::/64'] });
+    await r.removeRemoteNode('v6');
+    assert.deepEqual(await ours6(), []);
+    const t = routes('tunnel');
+    await t.setRouter(ROUTER);
+    await t.upsertRemoteNode({ name: 'v6', nodeIp: '2001:db8:2::6', podCidrs: ['10.3.9.0/24', 'fd00:6::/64'] });
+    assert.deepEqual([...(await ours()), ...(await ours6())], []);
+    await t.removeRemoteNode('v6');
+  });
+
+  it('errors are DatapathErrors: a node IP that is no address (nothing changes), a next hop off the underlay, a bad CIDR', async () => {
+    const r = routes('native');
+    await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: 'node-b', podCidrs: ['10.3.1.0/24'] }), (err: unknown) => isDatapathError(err, 'failed') && /not an IP address/.test((err as Error).message));
     assert.equal(r.remoteNodes().size, 0);
     await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', podCidrs: ['10.3.1.0/33'] }), (err: unknown) => isDatapathError(err, 'failed') && /not a CIDR/.test((err as Error).message));
     await assert.rejects(r.upsertRemoteNode({ name: 'far', nodeIp: '203.0.113.7', podCidrs: ['10.3.2.0/24'] }), (err: unknown) => isDatapathError(err) && /10\.3\.2\.0\/24.*far/.test((err as Error).message));

@@ -1,7 +1,10 @@
 /**
  * The node's routes to other nodes' pod CIDRs, one per CIDR:
  * - native: `<cidr> via <node IP>`; the kernel finds the device (the node IP
- *   must be reachable on the underlay: a flat L2/L3 network);
+ *   must be reachable on the underlay: a flat L2/L3 network). An IPv6 pod
+ *   CIDR goes via the node's IPv6 address (the kernel cannot route IPv6 via
+ *   an IPv4 gateway without extra nexthop objects), and is left out when the
+ *   node has none;
  * - tunnel: `<cidr> via 169.254.42.2 onlink dev tendril_host src <router>`,
  *   the ClusterIP routes' next hop: what the node itself sends to a remote
  *   pod reaches tendril_host's egress program, which encapsulates it to the
@@ -37,7 +40,7 @@ export interface RemoteNodeRoutesOptions {
 
 export class RemoteNodeRoutes implements NodeRoutingDatapath {
   readonly mode: RoutingMode;
-  /** Each node's routes as last asked for (IPv4 CIDRs only, canonical). */
+  /** Each node's routes as last asked for (the CIDRs that get a route, canonical). */
   readonly #nodes = new Map<string, RemoteNodeRoute>();
   /**
    * CIDR → the nodes claiming it, oldest first. Two nodes claim one CIDR only
@@ -116,30 +119,42 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
       await this.#settle(released);
       // Routes of ours in the kernel to CIDRs no node claims: a previous run's (or another mode's).
       const nl = await this.opts.netlink();
-      const routes = await kernel(() => nl.listRoutes({ family: 4, table: RT_TABLE_MAIN }));
+      const routes = [...(await kernel(() => nl.listRoutes({ family: 4, table: RT_TABLE_MAIN }))), ...(await kernel(() => nl.listRoutes({ family: 6, table: RT_TABLE_MAIN })))];
       const stale = [...new Set(routes.filter((r) => r.protocol === NODE_ROUTE_PROTOCOL && !this.#claims.has(r.dst)).map((r) => r.dst))];
       await this.#settle(stale);
       if (gone.length > 0 || stale.length > 0) this.opts.log.info({ nodes: gone, routes: stale }, 'removed routes to pods of nodes that are gone');
     });
   }
 
-  /** IPv4 CIDRs in canonical form; a node IP that is not IPv4 is refused. */
+  /**
+   * CIDRs in canonical form, those that can get a route: IPv4 when the node
+   * has an IPv4 address; IPv6 in native mode when it has an IPv6 address
+   * (tunnel mode sends to IPv4 endpoints only). `nodeIp` is the IPv4
+   * address, or the IPv6 one of a node that has no IPv4 address at all.
+   */
   #normalize(node: RemoteNodeRoute): RemoteNodeRoute {
-    const ip = tryParseIp(node.nodeIp);
-    if (ip?.family !== 4) throw new DatapathError('failed', `node ${node.name}: node IP ${JSON.stringify(node.nodeIp)} is not an IPv4 address`);
+    const primary = tryParseIp(node.nodeIp);
+    if (primary === undefined) throw new DatapathError('failed', `node ${node.name}: node IP ${JSON.stringify(node.nodeIp)} is not an IP address`);
+    const given6 = node.nodeIp6 === undefined ? undefined : tryParseIp(node.nodeIp6);
+    if (node.nodeIp6 !== undefined && (given6?.family !== 6 || primary.family !== 4)) {
+      throw new DatapathError('failed', `node ${node.name}: IPv6 node IP ${JSON.stringify(node.nodeIp6)} is not an IPv6 address next to an IPv4 node IP`);
+    }
+    const ip4 = primary.family === 4 ? primary : undefined;
+    const ip6 = primary.family === 6 ? primary : given6;
     const cidrs: string[] = [];
     for (const text of node.podCidrs) {
       const p = tryParsePrefix(text, { hostBits: 'mask' });
       if (p === undefined) throw new DatapathError('failed', `node ${node.name}: pod CIDR ${JSON.stringify(text)} is not a CIDR`);
-      if (p.family !== 4) {
-        // Routes to IPv6 pods are not built yet; the node's IPv4 pods still get theirs.
-        this.opts.log.debug({ node: node.name, cidr: text }, 'ignoring an IPv6 pod CIDR of a remote node');
+      const reachable = p.family === 4 ? ip4 !== undefined : this.mode === 'native' && ip6 !== undefined;
+      if (!reachable) {
+        // The node's pods of the other family still get their routes.
+        this.opts.log.debug({ node: node.name, cidr: text, mode: this.mode }, 'no route to a pod CIDR of a remote node (no node address of its family, or IPv6 in tunnel mode)');
         continue;
       }
       const canonical = formatPrefix(p);
       if (!cidrs.includes(canonical)) cidrs.push(canonical);
     }
-    return { name: node.name, nodeIp: formatIp(ip), podCidrs: cidrs };
+    return { name: node.name, nodeIp: formatIp(primary), ...(ip4 !== undefined && ip6 !== undefined ? { nodeIp6: formatIp(ip6) } : {}), podCidrs: cidrs };
   }
 
   /** Takes `name`'s claims on `cidrs` back; answers them (their routes must be settled again). */
@@ -196,7 +211,12 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
 
   /** The route for `cidr` to `node`; undefined in tunnel mode until the router address is known. */
   #routeTo(cidr: string, node: RemoteNodeRoute): LinkRouteSpec | undefined {
-    if (this.mode === 'native') return { dst: cidr, gateway: node.nodeIp, protocol: NODE_ROUTE_PROTOCOL };
+    if (this.mode === 'native') {
+      const v6 = cidr.includes(':');
+      // nodeIp is the IPv6 address itself on a node without IPv4.
+      const gateway = v6 ? (node.nodeIp6 ?? (node.nodeIp.includes(':') ? node.nodeIp : undefined)) : node.nodeIp.includes(':') ? undefined : node.nodeIp;
+      return gateway === undefined ? undefined : { dst: cidr, gateway, protocol: NODE_ROUTE_PROTOCOL };
+    }
     if (this.#router === undefined) return undefined;
     return { dst: cidr, gateway: HOST_NEXTHOP, onlink: true, link: this.#devIndex ?? this.#dev, prefsrc: this.#router, protocol: NODE_ROUTE_PROTOCOL };
   }

@@ -69,6 +69,45 @@ describe('detectUnderlay', { timeout: 60_000 }, () => {
     await nl.setLink(first.device, { up: true });
   });
 
+  it('a device with a global IPv6 address next to its IPv4 one reports it as ip6 (the node\'s second InternalIP); link-local ones are not', async () => {
+    const u0 = { device: 'tdlu0', ifindex: await index('tdlu0'), mtu: 1400 };
+    assert.deepEqual(await detectUnderlay({ netns: ns.path, nodeIp: '192.0.2.1' }), { ...u0, ip: '192.0.2.1' }, 'a veth\'s fe80:: address is no InternalIP');
+    const r = await pool.exec(ns.name, ['ip', '-6', 'addr', 'add', '2001:db8:7::1/64', 'dev', 'tdlu0', 'nodad']);
+    assert.equal(r.code, 0, r.stderr);
+    try {
+      assert.deepEqual(await detectUnderlay({ netns: ns.path, nodeIp: '192.0.2.1' }), { ...u0, ip: '192.0.2.1', ip6: '2001:db8:7::1' });
+      assert.deepEqual(await detectUnderlay({ netns: ns.path, devices: ['tdlu0'] }), { ...u0, ip: '192.0.2.1', ip6: '2001:db8:7::1' });
+      // An IPv6 node IP is the node IP itself: no second one.
+      assert.deepEqual(await detectUnderlay({ netns: ns.path, nodeIp: '2001:db8:7::1' }), { ...u0, ip: '2001:db8:7::1' });
+    } finally {
+      await pool.exec(ns.name, ['ip', '-6', 'addr', 'del', '2001:db8:7::1/64', 'dev', 'tdlu0']);
+    }
+  });
+
+  it('an IPv6-only node (no global IPv4 anywhere): --devices, the IPv6 default route\'s device, then the first up device with a global IPv6', async () => {
+    const { name: ns6, path } = await pool.add('v6only');
+    const nl6 = await Netlink.open({ netns: path });
+    try {
+      await nl6.createVeth({ name: 'tdlv0', mtu: 1400, peer: { name: 'tdlv1', mtu: 1300 } });
+      const [v0, v1] = [await nl6.getLink('tdlv0'), await nl6.getLink('tdlv1')];
+      await nl6.apply(new NetlinkBatch().setLink(v0.index, { up: true }).setLink(v1.index, { up: true }));
+      for (const [dev, a] of [['tdlv0', '2001:db8:8::1/64'], ['tdlv1', '2001:db8:9::1/64']] as const) {
+        const r = await pool.exec(ns6, ['ip', '-6', 'addr', 'add', a, 'dev', dev, 'nodad']);
+        assert.equal(r.code, 0, r.stderr);
+      }
+      const u0 = { device: 'tdlv0', ifindex: v0.index, mtu: 1400, ip: '2001:db8:8::1' };
+      const u1 = { device: 'tdlv1', ifindex: v1.index, mtu: 1300, ip: '2001:db8:9::1' };
+      assert.deepEqual(await detectUnderlay({ netns: path }), v0.index < v1.index ? u0 : u1, 'the first up device with a global IPv6');
+      assert.deepEqual(await detectUnderlay({ netns: path, devices: ['tdlv1'] }), u1);
+      const r = await pool.exec(ns6, ['ip', '-6', 'route', 'add', 'default', 'via', '2001:db8:9::fe', 'dev', 'tdlv1']);
+      assert.equal(r.code, 0, r.stderr);
+      assert.deepEqual(await detectUnderlay({ netns: path }), u1, 'the IPv6 default route\'s device');
+      assert.deepEqual(await detectUnderlay({ netns: path, nodeIp: '2001:db8:8::1' }), u0);
+    } finally {
+      await nl6.close();
+    }
+  });
+
   it('errors: a node IP that is not an address, a namespace that does not exist', async () => {
     await assert.rejects(detectUnderlay({ netns: ns.path, nodeIp: 'node-a' }), (err: unknown) => isDatapathError(err, 'failed') && /node-a/.test((err as Error).message));
     await assert.rejects(detectUnderlay({ netns: '/var/run/netns/tdl-no-such-ns' }), (err: unknown) => isDatapathError(err, 'netns-gone'));

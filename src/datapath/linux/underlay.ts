@@ -15,6 +15,11 @@ export interface Underlay {
   mtu: number;
   /** The address this node is reached at on it: the node IP when the device holds it, else the device's first global IPv4. */
   ip: string;
+  /**
+   * The device's first global IPv6 address, when `ip` is IPv4: the node's
+   * second InternalIP, other nodes' next hop to its IPv6 pods.
+   */
+  ip6?: string;
 }
 
 export interface DetectUnderlayOptions {
@@ -34,11 +39,17 @@ function globalIpv4Of(addresses: readonly Address[], index: number): string | un
   return addresses.find((a) => a.index === index && a.family === 4 && a.scope === RT_SCOPE_UNIVERSE)?.ip;
 }
 
+function globalIpv6Of(addresses: readonly Address[], index: number): string | undefined {
+  return addresses.find((a) => a.index === index && a.family === 6 && a.scope === RT_SCOPE_UNIVERSE)?.ip;
+}
+
 /**
  * The underlay device, by the first rule that finds one: the link holding
  * `nodeIp`; the first of `devices` that exists with a global IPv4 address;
  * the IPv4 default route's device (the lowest metric); the first up
- * interface with a global IPv4 address other than lo, tendril_* and lxc*.
+ * interface with a global IPv4 address other than lo, tendril_* and lxc*;
+ * on a node with no global IPv4 address at all, the same three rules with
+ * IPv6 (an IPv6-only node: its node IP is IPv6).
  * lo, tendril_* and lxc* are never the underlay, whatever the rule.
  * Undefined when none matches (a namespace with nothing but loopback).
  */
@@ -60,7 +71,10 @@ export async function detectUnderlay(o: DetectUnderlayOptions = {}): Promise<Und
 async function detectWith(nl: Netlink, nodeIp: string | undefined, devices: readonly string[] | undefined): Promise<Underlay | undefined> {
   const [links, addresses] = await Promise.all([nl.listLinks(), nl.listAddresses()]);
   const byIndex = new Map(links.map((l) => [l.index, l]));
-  const underlay = (l: Link, ip: string): Underlay => ({ device: l.name, ifindex: l.index, mtu: l.mtu, ip });
+  const underlay = (l: Link, ip: string): Underlay => {
+    const ip6 = tryParseIp(ip)?.family === 4 ? globalIpv6Of(addresses, l.index) : undefined;
+    return { device: l.name, ifindex: l.index, mtu: l.mtu, ip, ...(ip6 === undefined ? {} : { ip6 }) };
+  };
   // Whatever the rule, these never carry traffic to other nodes (a node IP on lo says nothing about the MTU).
   const candidate = (l: Link | undefined): l is Link => l !== undefined && !NEVER_UNDERLAY.some((re) => re.test(l.name));
 
@@ -85,6 +99,25 @@ async function detectWith(nl: Netlink, nodeIp: string | undefined, devices: read
   for (const l of links) {
     if (!l.up || !candidate(l)) continue;
     const ip = globalIpv4Of(addresses, l.index);
+    if (ip !== undefined) return underlay(l, ip);
+  }
+  // No global IPv4 anywhere: an IPv6-only node. The same rules with IPv6 (--devices, default route, first up device).
+  for (const name of devices ?? []) {
+    const l = links.find((x) => x.name === name);
+    const ip = candidate(l) ? globalIpv6Of(addresses, l.index) : undefined;
+    if (l && ip !== undefined) return underlay(l, ip);
+  }
+  const defaults6 = (await nl.listRoutes({ family: 6, table: RT_TABLE_MAIN }))
+    .filter((r) => r.dst === 'default' && r.oif !== undefined)
+    .sort((a, b) => (a.priority ?? 0) - (b.priority ?? 0));
+  for (const r of defaults6) {
+    const l = byIndex.get(r.oif!);
+    const ip = candidate(l) ? (r.prefsrc ?? globalIpv6Of(addresses, l.index)) : undefined;
+    if (l && ip !== undefined) return underlay(l, ip);
+  }
+  for (const l of links) {
+    if (!l.up || !candidate(l)) continue;
+    const ip = globalIpv6Of(addresses, l.index);
     if (ip !== undefined) return underlay(l, ip);
   }
   return undefined;

@@ -1,0 +1,197 @@
+// IPv6 pods across nodes, in either routing mode (one test file per mode):
+// a two-node cluster whose underlay is dual-stack (each node's eth0 gets an
+// IPv6 address before the agents start) and whose block IPAM has an IPv6
+// pool next to the IPv4 one. Native: each node routes the other's IPv6 pod
+// CIDR via that node's IPv6 InternalIP. Tunnel: the IPv6 pod packets cross
+// the IPv4 underlay in VXLAN with the source pod's identity as VNI. IPv6
+// traffic really flows pod to pod (ICMPv6, TCP, UDP), and the receiving node
+// classifies the source (native: by its ipcache; tunnel: by the VNI), so a
+// policy admitting that pod admits it, and one admitting only `host` does not.
+// The scene is built here (test/support's scenes are IPv4 only so far).
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { after, before, test } from 'node:test';
+import { VxlanCapture } from '../support/vxlanCapture.js';
+import { bpfMetrics, dropCounts } from '../support/datapathObserve.js';
+import { importPolicyAndWait } from '../support/datapathNode.js';
+import { type ClusterPod, ClusterScene, NODE_ROUTE_PROTOCOL, type RoutingMode, VXLAN_PORT } from '../support/clusterScene.js';
+import { tendrilPolicy } from '../support/policyDocuments.js';
+import { requireRoot } from '../support/root.js';
+import { runOk, toolEnv } from '../support/run.js';
+
+const NS = 'tdl-cluster';
+const POD_POOL6 = 'fd00:249::/48';
+const nodeIp6 = (index: number) => `fd00:248::${11 + index}`;
+const IPERF_PORT = 5201;
+const T = { timeout: 90_000 };
+
+/**
+ * `ipv6Only`: each node's node IP is its IPv6 address (--node-ip), so its
+ * record has no IPv4 InternalIP, as an IPv6-only node's (the underlay keeps
+ * IPv4 for etcd, which the scene's hub serves on IPv4 only).
+ */
+export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; ipv6Only?: boolean }): void {
+  requireRoot(`the IPv6 cross-node suite (${opts.routingMode})`);
+  let scene: ClusterScene | undefined;
+  const s = () => scene!;
+  const pods: ClusterPod[] = [];
+  const ip6: Map<ClusterPod, string> = new Map();
+
+  /** The global IPv6 address of a pod's eth0. */
+  async function podIp6(pod: ClusterPod): Promise<string> {
+    const out = JSON.parse(await runOk(['ip', '-n', pod.netns, '-j', '-6', 'addr', 'show', 'dev', 'eth0', 'scope', 'global'])) as Array<{ addr_info: Array<{ local: string }> }>;
+    const a = out[0]?.addr_info[0]?.local;
+    assert.ok(a, `${pod.spec.name} has a global IPv6 address: ${JSON.stringify(out)}`);
+    return a;
+  }
+
+  async function ping6(netns: string, dst: string): Promise<string> {
+    // Three tries, 2 s each: the first packet of a path waits for neighbour discovery on every hop (a retried NS takes 1 s).
+    const r = await s().exec(netns, ['ping', '-6', '-n', '-q', '-c', '3', '-i', '0.2', '-W', '2', dst]);
+    return r.code === 0 ? 'ok' : 'lost';
+  }
+
+  /** One iperf3 run (TCP, or UDP with `udp`) from `from` to `to` over IPv6: the client address the server saw, or the error. */
+  async function iperf6(from: ClusterPod, to: ClusterPod, udp = false): Promise<string> {
+    const server = spawn('nsenter', [`--net=${to.netnsPath}`, '--', 'iperf3', '-s', '-1', '-J', '-p', String(IPERF_PORT)], { env: toolEnv(), stdio: ['ignore', 'pipe', 'ignore'] });
+    let out = '';
+    server.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    const exited = new Promise((r) => server.once('exit', r));
+    try {
+      const ready = Date.now() + 5000;
+      while ((await s().exec(to.netns, ['ss', '-Hltn', `sport = :${IPERF_PORT}`])).stdout.trim() === '' && Date.now() < ready) await new Promise((r) => setTimeout(r, 50));
+      const r = await s().exec(from.netns, ['iperf3', '-6', '-c', ip6.get(to)!, '-p', String(IPERF_PORT), '-t', '1', '-J', '--connect-timeout', '2000', ...(udp ? ['-u', '-b', '10M'] : [])]);
+      const report = JSON.parse(r.stdout || '{}') as { error?: string };
+      if (report.error !== undefined) return `error: ${report.error}`;
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
+      const seen = JSON.parse(out || '{}') as { start?: { connected?: Array<{ remote_host: string }> } };
+      return `seen as ${seen.start?.connected?.[0]?.remote_host ?? '?'}`;
+    } finally {
+      server.kill('SIGKILL');
+      await exited;
+    }
+  }
+
+  before(async () => {
+    scene = await ClusterScene.create({
+      tag: opts.tag,
+      nodeCount: 2,
+      routingMode: opts.routingMode,
+      ipam: 'block',
+      beforeAgents: async (cluster) => {
+        // nodad: the addresses are usable at once (the agents read them at start).
+        for (const [i, n] of cluster.nodes.entries()) await runOk(['ip', '-n', n.netns, '-6', 'addr', 'add', `${nodeIp6(i)}/64`, 'dev', 'eth0', 'nodad']);
+      },
+      nodeArgs: (i) => ['--pool-cidr', POD_POOL6, ...(opts.ipv6Only === true ? ['--node-ip', nodeIp6(i)] : [])],
+    });
+    for (const [i, name] of [[0, 'p0'], [1, 'p1'], [0, 'q0']] as const) pods.push(await scene.addPod(i, { name, labels: { app: name }, namespace: NS }));
+    for (const p of pods) ip6.set(p, await podIp6(p));
+    await waitConverged6(20_000);
+  });
+
+  /** The node's IPv6 routes of protocol 212, as `dst via gateway dev device`. */
+  async function routes6(index: number): Promise<string[]> {
+    const out = await runOk(['ip', '-n', s().node(index).node, '-j', '-6', 'route', 'show', 'proto', String(NODE_ROUTE_PROTOCOL)]);
+    return (JSON.parse(out || '[]') as Array<{ dst: string; gateway?: string; dev?: string }>).map((r) => `${r.dst} via ${r.gateway} dev ${r.dev}`).sort();
+  }
+
+  /**
+   * ClusterScene.waitConverged looks at IPv4 routes only: here, until each
+   * node has an IPv6 route to every IPv6 pod CIDR of the other and every pod's
+   * IPv6 address in its ipcache.
+   */
+  async function waitConverged6(timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    let gap = '';
+    for (;;) {
+      gap = '';
+      for (const n of s().nodes) {
+        const status = await s().nodeStatus(n.index);
+        const want = opts.routingMode === 'native' ? status.filter((x) => !x.local).flatMap((x) => x.podCidrs.filter((c) => c.includes(':'))) : [];
+        const have = (await routes6(n.index)).map((r) => r.split(' ')[0]!);
+        const missing = want.filter((c) => !have.includes(c));
+        if ((opts.routingMode === 'native' && want.length === 0) || missing.length > 0) gap += `${n.name}: IPv6 routes missing for ${JSON.stringify(want.length === 0 ? 'any' : missing)}; `;
+        const cache = await s().ipcache(n.index);
+        for (const p of pods) if (!cache.some((e) => e.prefix === ip6.get(p) || e.prefix === `${ip6.get(p)}/128`)) gap += `${n.name}: no ipcache entry for ${p.spec.name} ${ip6.get(p)}; `;
+      }
+      if (gap === '') return;
+      if (Date.now() > deadline) throw new Error(`not converged: ${gap}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+
+  after(async () => {
+    await scene?.cleanup();
+  });
+
+  test(`[${opts.routingMode}] each node publishes its IPv6 InternalIP; native: routes the other node's IPv6 pod CIDR via it (protocol 212), tunnel: no IPv6 route (the pods' packets are encapsulated)`, T, async () => {
+    for (const n of s().nodes) {
+      const status = await s().nodeStatus(n.index);
+      for (const peer of s().nodes) {
+        const st = status.find((x) => x.name === peer.name)!;
+        assert.deepEqual(st.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.ip), opts.ipv6Only === true ? [nodeIp6(peer.index)] : [peer.ip, nodeIp6(peer.index)], `${n.name} sees ${peer.name}'s InternalIPs`);
+      }
+      const other = status.find((x) => !x.local)!;
+      const cidrs6 = other.podCidrs.filter((c) => c.includes(':'));
+      assert.ok(cidrs6.length > 0, `${other.name} has an IPv6 pod CIDR: ${JSON.stringify(other.podCidrs)}`);
+      if (opts.routingMode === 'tunnel') {
+        assert.deepEqual(await routes6(n.index), [], `${n.name}: no IPv6 route to ${other.name}'s pods in tunnel mode`);
+        continue;
+      }
+      assert.deepEqual(
+        await routes6(n.index),
+        cidrs6.map((c) => `${c} via ${nodeIp6(s().nodes.find((x) => x.name === other.name)!.index)} dev eth0`).sort(),
+        `${n.name}: its IPv6 routes to ${other.name}'s pods`,
+      );
+    }
+  });
+
+  test(`[${opts.routingMode}] IPv6 flows pod to pod across nodes (ICMPv6, TCP, UDP), with the client pod's own address`, T, async () => {
+    const [p0, p1] = [pods[0]!, pods[1]!];
+    const seen = {
+      'p0 -> p1 icmp': await ping6(p0.netns, ip6.get(p1)!),
+      'p1 -> p0 icmp': await ping6(p1.netns, ip6.get(p0)!),
+      'p0 -> p1 tcp': await iperf6(p0, p1),
+      'p1 -> p0 udp': await iperf6(p1, p0, true),
+      ...(opts.routingMode === 'native' ? { 'node 0 -> p1 icmp': await ping6(s().node(0).node, ip6.get(p1)!) } : {}),
+    };
+    assert.deepEqual(seen, {
+      'p0 -> p1 icmp': 'ok',
+      'p1 -> p0 icmp': 'ok',
+      'p0 -> p1 tcp': `seen as ${ip6.get(p0)}`,
+      'p1 -> p0 udp': `seen as ${ip6.get(p1)}`,
+      ...(opts.routingMode === 'native' ? { 'node 0 -> p1 icmp': 'ok' } : {}),
+    });
+  });
+
+  if (opts.routingMode === 'tunnel') {
+    test('[tunnel] on the IPv4 underlay, IPv6 pod to pod is VXLAN on the tunnel port with the source pod\'s identity as VNI', T, async (t) => {
+      const [a, b] = [pods[0]!, pods[1]!];
+      const identity = (await s().endpointOf(a)).identity;
+      const cap = await VxlanCapture.start(a.node.nodePath, 'eth0', `udp port ${VXLAN_PORT} and src host ${a.node.ip} and dst host ${b.node.ip}`, 3);
+      const ping = await ping6(a.netns, ip6.get(b)!);
+      const { packets, text } = await cap.done(5000);
+      for (const p of packets) t.diagnostic(`captured: ${p.outerSrc} > ${p.outerDst}:${p.dstPort} vni ${p.vni} | ${p.inner}`);
+      if (packets.length === 0) t.diagnostic(`tcpdump: ${text}`);
+      assert.equal(ping, 'ok');
+      const echoes = packets.filter((p) => p.inner.includes(`IP6 ${ip6.get(a)} > ${ip6.get(b)}: ICMP6, echo request`));
+      assert.ok(echoes.length >= 1, `the echo requests crossed the underlay encapsulated: ${JSON.stringify(packets)}`);
+      assert.deepEqual([...new Set(echoes.map((p) => `${p.outerSrc} > ${p.outerDst}:${p.dstPort} vni ${p.vni}`))], [`${a.node.ip} > ${b.node.ip}:${VXLAN_PORT} vni ${identity}`]);
+    });
+  }
+
+  test(`[${opts.routingMode}] the receiving node classifies an IPv6 source from another node as the remote pod, never host`, T, async () => {
+    const [p0, p1, q0] = pods as [ClusterPod, ClusterPod, ClusterPod];
+    const n1 = s().node(1);
+    // p1 admits p0 only: p0 passes (its identity, not host or world); q0 on the same node does not.
+    await importPolicyAndWait(n1, tendrilPolicy(NS, 'p1-from-p0', 'endpointSelector: {matchLabels: {app: p1}}\ningress:\n- fromEndpoints: [{matchLabels: {app: p0}}]'));
+    assert.deepEqual({ p0: await ping6(p0.netns, ip6.get(p1)!), q0: await ping6(q0.netns, ip6.get(p1)!) }, { p0: 'ok', q0: 'lost' });
+    // p1 admits the host only: a pod of another node is not the host, whatever way it came in.
+    const before = dropCounts(await bpfMetrics(n1));
+    await importPolicyAndWait(n1, tendrilPolicy(NS, 'p1-from-p0', 'endpointSelector: {matchLabels: {app: p1}}\ningress:\n- fromEntities: [host]'));
+    assert.equal(await ping6(p0.netns, ip6.get(p1)!), 'lost');
+    const drops = dropCounts(await bpfMetrics(n1));
+    const policyDrops = (m: Record<string, number>) => Object.entries(m).filter(([k]) => k.startsWith('POLICY')).reduce((sum, [, v]) => sum + v, 0);
+    assert.ok(policyDrops(drops) > policyDrops(before), `node 1 counted policy drops: ${JSON.stringify(drops)}`);
+  });
+}

@@ -20,7 +20,9 @@
 #include "flow.h"
 #include "ipcache.h"
 #include "ipv4.h"
+#include "ipv6.h"
 #include "rewrite.h"
+#include "rewrite6.h"
 
 struct lb4_key {
 	__be32 address;     /* frontend; 0 with SVC_F_NODEPORT = every node address */
@@ -639,6 +641,361 @@ __stage int lb4_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct i
 		return lb4_rev_nat(skb, f, ip);
 	if (status == CT_RELATED)
 		return lb4_rev_nat_icmp(skb, f, ip);
+	return 0;
+}
+
+/* ---- IPv6 ------------------------------------------------------------------ */
+/*
+ * IPv6 services, as IPv4's with 16-byte addresses: a service is one family
+ * (a dual-stack Kubernetes Service is one service per family). The
+ * service entries (struct lb4_service) and affinity values are the same
+ * structs. Service IDs and backend IDs are one number space across both
+ * families (the agent allocates them once), so the tables keyed by IDs
+ * only, Maglev (tendril_lb4_mag) and members (tendril_lb4_member), are
+ * shared: an IPv6 service's table and members sit beside IPv4's under IDs
+ * no IPv4 service has, and no IPv6 copy of them has to be kept in step.
+ * The conntrack entry's nat_addr holds 4 bytes: an IPv6 reply takes the
+ * frontend from tendril_lb6_rev (a service's one address), so NodePort on
+ * "every node address" is not served in IPv6 here.
+ */
+struct lb6_key {
+	__be32 address[4]; /* frontend */
+	__be16 dport;
+	__u16 backend_slot; /* 0: the service entry; 1..count: its backends */
+	__u8 proto;
+	__u8 scope; /* LB_SCOPE_* */
+	__u16 pad;
+};
+
+struct lb6_backend {
+	__be32 address[4];
+	__be16 port;
+	__u8 proto;
+	__u8 state; /* BACKEND_STATE_* */
+};
+
+struct lb6_reverse_nat {
+	__be32 address[4]; /* the frontend replies come from */
+	__be16 port;
+	__u16 pad;
+};
+
+struct lb6_affinity_key {
+	__be32 client[4];
+	__u16 rev_nat_index;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb6_key);
+	__type(value, struct lb4_service);
+	__uint(max_entries, TENDRIL_LB6_SVC_DEFAULT_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb6_svc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb6_backend);
+	__uint(max_entries, TENDRIL_LB6_BE_DEFAULT_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb6_be SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u16);
+	__type(value, struct lb6_reverse_nat);
+	__uint(max_entries, TENDRIL_LB6_REV_DEFAULT_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb6_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb6_affinity_key);
+	__type(value, struct lb4_affinity_value);
+	__uint(max_entries, TENDRIL_LB6_AFF_DEFAULT_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb6_aff SEC(".maps");
+
+/* lb4_frontend for IPv6. */
+struct lb6_frontend {
+	struct lb6_key key;
+	struct lb4_service svc;
+};
+
+/*
+ * The service an IPv6 packet addresses (its exact frontend), with the
+ * INTERNAL scope of a TWO_SCOPES frontend for traffic from inside the
+ * node, as lb4_lookup: 1 with *fe filled in, or 0.
+ */
+static __always_inline int lb6_lookup(const struct flow *f, struct lb6_frontend *fe, int internal)
+{
+	struct lb6_key *key = &fe->key;
+	struct lb4_service *svc, *scoped;
+
+	if (!lb4_proto_supported(f->proto))
+		return 0;
+	__builtin_memcpy(key->address, f->daddr6, 16);
+	key->dport = f->dport;
+	key->backend_slot = 0;
+	key->proto = f->proto;
+	key->scope = LB_SCOPE_EXTERNAL;
+	key->pad = 0;
+	svc = bpf_map_lookup_elem(&tendril_lb6_svc, key);
+	if (!svc)
+		return 0;
+	if (internal && (svc->flags & SVC_F_TWO_SCOPES)) {
+		key->scope = LB_SCOPE_INTERNAL;
+		scoped = bpf_map_lookup_elem(&tendril_lb6_svc, key);
+		if (scoped)
+			svc = scoped;
+		else
+			key->scope = LB_SCOPE_EXTERNAL;
+	}
+	fe->svc = *svc;
+	return 1;
+}
+
+/*
+ * lb4_flow_hash for IPv6: MurmurHash3 (x86, 32 bits, seed 0) of ten
+ * host-order words — the source address's four, the destination's four,
+ * sport << 16 | dport, protocol. src/datapath/bpf/flowHash.ts flowHash6
+ * is its twin.
+ */
+static __always_inline __u32 lb6_flow_hash(const struct flow *f)
+{
+	__u32 h = 0;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < 4; i++)
+		h = lb_hash_round(h, bpf_ntohl(f->saddr6[i]));
+#pragma unroll
+	for (i = 0; i < 4; i++)
+		h = lb_hash_round(h, bpf_ntohl(f->daddr6[i]));
+	h = lb_hash_round(h, ((__u32)bpf_ntohs(f->sport) << 16) | bpf_ntohs(f->dport));
+	h = lb_hash_round(h, f->proto);
+	h ^= 40;
+	h ^= h >> 16;
+	h *= 0x85ebca6bU;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35U;
+	h ^= h >> 16;
+	return h;
+}
+
+/* The backend the service's Maglev table (shared with IPv4, by service ID) gives this flow; 0 without one. */
+static __always_inline __u32 lb6_maglev_backend(const struct flow *f, __u16 rev_nat_index)
+{
+	__u32 outer = rev_nat_index, zero = 0, idx, *id;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+	void *table;
+
+	if (!cfg || cfg->maglev_table_size == 0)
+		return 0;
+	idx = lb6_flow_hash(f) % cfg->maglev_table_size;
+	table = bpf_map_lookup_elem(&tendril_lb4_mag, &outer);
+	if (!table)
+		return 0;
+	id = bpf_map_lookup_elem(table, &idx);
+	return id ? *id : 0;
+}
+
+static __always_inline __u32 lb6_random_backend(const struct lb6_key *key, __u16 count)
+{
+	struct lb6_key slot = *key;
+	struct lb4_service *s;
+
+	slot.backend_slot = (__u16)(bpf_get_prandom_u32() % count) + 1;
+	s = bpf_map_lookup_elem(&tendril_lb6_svc, &slot);
+	return s ? s->backend_id : 0;
+}
+
+/*
+ * lb4_affinity_backend for an IPv6 client (a global function for the same
+ * reason), given its affinity key: a global function's pointer argument is
+ * checked for the size of what it points to, a whole key, not one word.
+ */
+__attribute__((noinline)) __u32 lb6_affinity_backend(const struct lb6_affinity_key *key, __u32 timeout_s, __u64 now)
+{
+	struct lb4_affinity_value *v;
+	struct lb6_backend *be;
+	__u32 id;
+
+	if (!key)
+		return 0;
+	v = bpf_map_lookup_elem(&tendril_lb6_aff, key);
+	if (!v || now - v->last_used_ns > (__u64)timeout_s * NSEC_PER_SEC)
+		return 0;
+	id = v->backend_id;
+	be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
+	if (!be || be->state != BACKEND_STATE_ACTIVE)
+		return 0;
+	return lb4_is_member(key->rev_nat_index, id) ? id : 0;
+}
+
+/* lb4_service_ct_create for IPv6: the service entry in tendril_ct6_*, under the client's tuple to the frontend. */
+static __always_inline int lb6_service_ct_create(const union ct_key *key, const struct flow *f, __u16 rev_nat_index, __u32 id, __u64 now)
+{
+	struct ct_entry e;
+
+	__builtin_memset(&e, 0, sizeof(e));
+	e.flags = CT_F_SERVICE | ct_packet_flags(f, 0);
+	if (f->proto == IPPROTO_TCP)
+		e.tcp_flags = f->tcp_flags;
+	e.expires_ns = now + ct_lifetime_ns(f->proto, e.flags, e.tcp_flags);
+	e.packets = 1;
+	e.bytes = f->len;
+	e.rev_nat_index = rev_nat_index;
+	e.backend_id = id;
+	e.nat_port = f->dport;
+	e.src_endpoint = f->src_endpoint;
+	return ct_insert_family(key, 1, &e);
+}
+
+/*
+ * lb4_select for IPv6: the backend the service conntrack entry pins while
+ * it exists and is still a member, else the affinity backend, the Maglev
+ * table's (EXTERNAL scope) or a random slot, pinned in a new entry.
+ */
+static __always_inline struct lb6_backend *lb6_select(struct flow *f, const struct lb6_key *key, const struct lb4_service *svc, __u64 now,
+						      int *reason)
+{
+	__u16 rev_nat_index = svc->rev_nat_index, count = svc->count;
+	__u32 timeout_s = svc->affinity_timeout, id = 0;
+	__u8 flags = svc->flags;
+	struct lb6_affinity_key ak = { .rev_nat_index = rev_nat_index, .pad = 0 };
+	struct lb6_backend *be = NULL;
+	union ct_key ckey;
+	struct ct_entry *e;
+	int ret;
+
+	__builtin_memcpy(ak.client, f->saddr6, 16);
+
+	ct6_key_init(&ckey.k6, f->saddr6, f->daddr6, f->sport, f->dport, f->proto);
+	ckey.k6.flags = CT_KEY_F_SERVICE;
+	e = ct_key_find(&ckey, 1, now);
+	if (e && e->rev_nat_index == rev_nat_index && e->backend_id && !lb4_port_reused(e, f)) {
+		id = e->backend_id;
+		be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
+		if (be && !lb4_is_member(rev_nat_index, id))
+			be = NULL;
+		if (be)
+			ct_refresh(e, f, 0, now);
+	}
+	if (!be) {
+		id = 0;
+		if (flags & SVC_F_AFFINITY)
+			id = lb6_affinity_backend(&ak, timeout_s, now);
+		if (!id && count == 0) {
+			*reason = DROP_NO_SERVICE;
+			return NULL;
+		}
+		if (!id && (flags & SVC_F_MAGLEV) && key->scope == LB_SCOPE_EXTERNAL)
+			id = lb6_maglev_backend(f, rev_nat_index);
+		if (!id)
+			id = lb6_random_backend(key, count);
+		be = id ? bpf_map_lookup_elem(&tendril_lb6_be, &id) : NULL;
+		if (!be) {
+			*reason = DROP_NO_SERVICE;
+			return NULL;
+		}
+		ret = lb6_service_ct_create(&ckey, f, rev_nat_index, id, now);
+		if (ret < 0) {
+			*reason = ret;
+			return NULL;
+		}
+	}
+	if (flags & SVC_F_AFFINITY) {
+		struct lb4_affinity_value av = { .last_used_ns = now, .backend_id = id, .pad = 0 };
+
+		bpf_map_update_elem(&tendril_lb6_aff, &ak, &av, BPF_ANY);
+	}
+	f->backend_id = id;
+	f->rev_nat_index = rev_nat_index;
+	__builtin_memcpy(f->nat_addr6, f->daddr6, 16);
+	f->nat_port = f->dport;
+	return be;
+}
+
+/* Destination ← the backend (a later fragment keeps its ports); f follows. */
+static __always_inline int lb6_dnat(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, const struct lb6_backend *be)
+{
+	__be16 port = be->port;
+	__be32 addr[4];
+	int ret;
+
+	__builtin_memcpy(addr, be->address, 16);
+	ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_DST, f->daddr6, addr);
+	if (ret < 0)
+		return ret;
+	__builtin_memcpy(f->daddr6, addr, 16);
+	if (!port)
+		return 0;
+	if (!ipv6_is_later_fragment(ip)) {
+		ret = ipv6_rewrite_port(skb, ip, f->proto, REWRITE_DST, f->dport, port);
+		if (ret < 0)
+			return ret;
+	}
+	f->dport = port;
+	return 0;
+}
+
+/* lb4_translate for IPv6: backend selected, then DNAT. 0, or the drop reason. */
+__stage int lb6_translate(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, const struct lb6_frontend *fe, __u64 now)
+{
+	struct lb6_backend *be;
+	int reason = 0;
+
+	if (!f || !ip || !fe)
+		return DROP_NO_SERVICE;
+	be = lb6_select(f, &fe->key, &fe->svc, now, &reason);
+	if (!be)
+		return reason;
+	return lb6_dnat(skb, f, ip, be);
+}
+
+/*
+ * A reply of an IPv6 service flow (conntrack REPLY): source ← the frontend,
+ * from the service's reverse NAT entry (none: the service is gone, nothing
+ * to undo), and the port the client addressed. f follows. Related ICMPv6
+ * errors are not translated yet: they reach the client with the backend's
+ * addresses inside.
+ */
+__stage int lb6_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, enum ct_status status)
+{
+	struct lb6_reverse_nat *rev;
+	__u16 idx;
+	__be32 front[4];
+	__be16 port;
+	int ret;
+
+	if (!f || !ip || !f->rev_nat_index || status != CT_REPLY)
+		return 0;
+	idx = f->rev_nat_index;
+	rev = bpf_map_lookup_elem(&tendril_lb6_rev, &idx);
+	if (!rev)
+		return 0;
+	__builtin_memcpy(front, rev->address, 16);
+	port = f->nat_port ? f->nat_port : rev->port;
+	ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_SRC, f->saddr6, front);
+	if (ret < 0)
+		return ret;
+	__builtin_memcpy(f->saddr6, front, 16);
+	__builtin_memcpy(f->nat_addr6, front, 16);
+	if (!port || ipv6_is_later_fragment(ip)) {
+		if (port)
+			f->sport = port;
+		return 0;
+	}
+	ret = ipv6_rewrite_port(skb, ip, f->proto, REWRITE_SRC, f->sport, port);
+	if (ret < 0)
+		return ret;
+	f->sport = port;
 	return 0;
 }
 

@@ -322,6 +322,15 @@ export const MapName = {
   LB_MAGLEV: 'tendril_lb4_mag',
   /** (reverse NAT index, backend ID) → 1: the backends a service has; a connection pinned to a non-member chooses again. */
   LB_MEMBERS: 'tendril_lb4_member',
+  /**
+   * IPv6 services, as LB_SERVICES/LB_BACKENDS/LB_REVNAT/LB_AFFINITY with
+   * 16-byte addresses. Maglev tables and members are keyed by IDs only
+   * (one ID space for both families): LB_MAGLEV and LB_MEMBERS serve both.
+   */
+  LB6_SERVICES: 'tendril_lb6_svc',
+  LB6_BACKENDS: 'tendril_lb6_be',
+  LB6_REVNAT: 'tendril_lb6_rev',
+  LB6_AFFINITY: 'tendril_lb6_aff',
   /** SNAT mappings, both directions (masquerade, and NodePort to a backend off the node). */
   SNAT: 'tendril_snat4',
   /** Node devices with programs (--devices): ifindex → the device's IPv4 address and flags. */
@@ -366,6 +375,10 @@ export const DefaultMapSize = {
   [MapName.LB_MAGLEV]: 65536,
   /** One entry per (service, backend) pair: as many as slots, plus the backends that have none (terminating). */
   [MapName.LB_MEMBERS]: 65536,
+  [MapName.LB6_SERVICES]: 65536,
+  [MapName.LB6_BACKENDS]: 65536,
+  [MapName.LB6_REVNAT]: 65536,
+  [MapName.LB6_AFFINITY]: 65536,
   [MapName.SNAT]: 1 << 19,
   [MapName.DEVICES]: 64,
   [MapName.NO_MASQUERADE]: 16384,

@@ -119,7 +119,7 @@ describe('k8sServiceFrontends', () => {
     assert.deepEqual(r.frontends['10.96.0.10:80/TCP']!.backends, ['10.0.1.1:8080', '10.0.1.2:8080(terminating)']);
   });
 
-  it('slices: added and removed ones change the backends; duplicates collapse to the more serving; IPv6 and FQDN slices are not read', () => {
+  it('slices: added and removed ones change the backends; duplicates collapse to the more serving; an IPv4 frontend reads no IPv6 or FQDN slice', () => {
     const svc = k8sService('s', {});
     const a = slice('s-a', [endpoint('10.0.1.1'), endpoint('10.0.1.2', { ready: false, serving: true, terminating: true })]);
     const b = slice('s-b', [endpoint('10.0.1.3'), endpoint('10.0.1.2')]);
@@ -133,12 +133,40 @@ describe('k8sServiceFrontends', () => {
     assert.deepEqual(backends([]), []);
   });
 
-  it('headless, ExternalName and IPv6-only Services have no frontend; SCTP ports are skipped', () => {
+  it('headless and ExternalName Services have no frontend; SCTP ports are skipped', () => {
     assert.deepEqual(summary(k8sService('h', { clusterIP: 'None', clusterIPs: ['None'] }), [slice('h-a', [endpoint('10.0.1.1')])]), { frontends: {}, skipped: [] });
+    assert.deepEqual(summary(k8sService('h6', { clusterIP: 'None', clusterIPs: ['None'], ipFamilies: ['IPv6'] }), [slice('h-a', [endpoint('fd00::1')], undefined, 'IPv6')]), { frontends: {}, skipped: [] });
     assert.deepEqual(summary(k8sService('x', { type: 'ExternalName', externalName: 'db.example', clusterIP: undefined, clusterIPs: undefined }), []), { frontends: {}, skipped: [] });
-    assert.deepEqual(summary(k8sService('v6', { clusterIP: 'fd00::10', clusterIPs: ['fd00::10'] }), []), { frontends: {}, skipped: ['clusterIP fd00::10'] });
-    const dual = summary(k8sService('d', { clusterIPs: ['10.96.0.10', 'fd00::10'], ports: [{ name: 'http', port: 80 }, { name: 'sig', port: 3868, protocol: 'SCTP' }] }), []);
-    assert.deepEqual(Object.keys(dual.frontends), ['10.96.0.10:80/TCP']);
-    assert.deepEqual(dual.skipped, ['clusterIP fd00::10', 'port sig 3868/SCTP']);
+    const sctp = summary(k8sService('d', { ports: [{ name: 'http', port: 80 }, { name: 'sig', port: 3868, protocol: 'SCTP' }] }), []);
+    assert.deepEqual(Object.keys(sctp.frontends), ['10.96.0.10:80/TCP']);
+    assert.deepEqual(sctp.skipped, ['port sig 3868/SCTP']);
+  });
+
+  it('an IPv6-only Service: its ClusterIP with the IPv6 slices\' backends (canonical addresses); IPv4 slices are not its', () => {
+    const svc = k8sService('v6', { clusterIP: 'fd00:96::0a', clusterIPs: ['fd00:96::0a'], ipFamilies: ['IPv6'], ipFamilyPolicy: 'SingleStack' });
+    const v6 = slice('v6-a', [endpoint('fd00:10:0:0::2'), endpoint('fd00:10::1'), endpoint('10.0.1.9')], undefined, 'IPv6');
+    const v4 = slice('v6-b', [endpoint('10.0.1.1')]);
+    assert.deepEqual(summary(svc, [v4, v6]), { frontends: { 'fd00:96::a:80/TCP': { backends: ['fd00:10::1:8080', 'fd00:10::2:8080'], flags: cluster } }, skipped: [] });
+  });
+
+  it('a dual-stack Service is one service per family, each with its family\'s slices; IPv6 from outside is skipped with a reason', () => {
+    const svc = k8sService('d', {
+      type: 'NodePort',
+      clusterIPs: ['10.96.0.10', 'fd00:96::10'],
+      ipFamilies: ['IPv4', 'IPv6'],
+      ipFamilyPolicy: 'RequireDualStack',
+      externalIPs: ['198.51.100.7', 'fd00:7::7'],
+      ports: [{ name: 'http', port: 80, nodePort: 30080 }],
+    });
+    const r = summary(svc, [slice('d-a', [endpoint('10.0.1.1')]), slice('d-b', [endpoint('fd00:10::1')], undefined, 'IPv6')]);
+    assert.deepEqual(
+      Object.fromEntries(Object.entries(r.frontends).map(([k, v]) => [k, v.backends])),
+      { '10.96.0.10:80/TCP': ['10.0.1.1:8080'], 'fd00:96::10:80/TCP': ['fd00:10::1:8080'], '0.0.0.0:30080/TCP': ['10.0.1.1:8080'], '198.51.100.7:80/TCP': ['10.0.1.1:8080'] },
+    );
+    assert.deepEqual(r.skipped, ['externalIP fd00:7::7', 'port http 80/TCP nodePort 30080 on IPv6']);
+    // ipFamilies is what the Service has: an address of another family (an object mid-conversion) is not served.
+    const single = summary(k8sService('s', { clusterIPs: ['10.96.0.10', 'fd00:96::10'], ipFamilies: ['IPv4'] }), []);
+    assert.deepEqual(Object.keys(single.frontends), ['10.96.0.10:80/TCP']);
+    assert.deepEqual(single.skipped, ['clusterIP fd00:96::10']);
   });
 });

@@ -22,6 +22,7 @@ import { LXC_OBJECT, ProgramHarness } from './testing/programHarness.js';
 requireRoot('the IPv6 service load-balancing program tests');
 
 const FROM = 'tendril_from_container';
+const TO = 'tendril_to_container';
 
 const A6 = { ...POD_A, ip: 'fd00:10::a' };
 const B6 = { ...POD_B, ip: 'fd00:10::b' };
@@ -33,6 +34,8 @@ const BE = {
   B: { id: 201, ip: B6.ip, port: 8080, proto: IpProto.TCP },
   C: { id: 202, ip: C6.ip, port: 8080, proto: IpProto.TCP },
   B_DNS: { id: 203, ip: B6.ip, port: 5353, proto: IpProto.UDP },
+  /** A pod on another node. */
+  REMOTE: { id: 204, ip: 'fd00:201::5', port: 8080, proto: IpProto.TCP },
 } as const;
 const ID = { WEB: 17, DNS: 18 } as const;
 const COOKIE_ALLOW = 0x1001;
@@ -138,6 +141,17 @@ describe('IPv6 services in bpf_lxc', () => {
     lb.revNat6.delete(ID.WEB);
     const again = await h.run(FROM, tcp6(B6.ip, A6.ip, 8080, 40100, TcpFlag.ACK, fromB));
     assert.deepEqual(tuple6(again.data).src, B6.ip);
+  });
+
+  it('a backend on another node: the packet goes to the stack translated; the reply coming back through the stack gets the frontend', async () => {
+    lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.REMOTE.id] });
+    const r = await h.run(FROM, tcp6(A6.ip, VIP6, 40200, 80));
+    assert.equal(r.retval, TcAction.OK);
+    assert.deepEqual(tuple6(r.data), { src: A6.ip, dst: BE.REMOTE.ip, sport: 40200, dport: 8080 });
+    const toA = { srcMac: POD_A.lxcMac, dstMac: POD_A.podMac };
+    const reply = await h.runForwarded(TO, tcp6(BE.REMOTE.ip, A6.ip, 8080, 40200, TcpFlag.SYN | TcpFlag.ACK, toA), 9);
+    assert.equal(reply.retval, TcAction.OK);
+    assert.deepEqual(tuple6(reply.data), { src: VIP6, dst: A6.ip, sport: 80, dport: 40200 });
   });
 
   it('pins a connection to its backend and chooses again when the backend leaves the service', async () => {

@@ -15,7 +15,7 @@
  *     discovery and MLD pass without policy, a pod's neighbour
  *     solicitations are answered here (icmp6.h), its router advertisements
  *     and redirects refused; services (DNAT, reverse NAT of a local
- *     backend's replies). No tunnel, hairpin or masquerade in IPv6 yet.
+ *     backend's replies, hairpin). No tunnel or masquerade in IPv6 yet.
  * Everything per endpoint lives in maps; this object is built once.
  */
 #include <linux/if_ether.h>
@@ -126,15 +126,19 @@ static __always_inline int deliver_local6(struct __sk_buff *skb, struct flow *f,
 	return pass_packet(skb, f, bpf_redirect_peer(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_EGRESS);
 }
 
-/* from_container_service4 for IPv6 (no hairpin yet: a pod reaching itself through its service is not translated back). */
+/* from_container_service4 for IPv6: DNAT, and the hairpin source when the pod reaches itself. */
 static __always_inline int from_container_service6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6, __u64 now)
 {
 	struct lb6_frontend fe;
+	int ret;
 
 	f->lb_checked = 1;
 	if (!lb6_lookup(f, &fe, 1))
 		return 0;
-	return lb6_translate(skb, f, ip6, &fe, now);
+	ret = lb6_translate(skb, f, ip6, &fe, now);
+	if (ret < 0)
+		return ret;
+	return lb6_hairpin_snat(skb, f, ip6);
 }
 
 /*

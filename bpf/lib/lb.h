@@ -771,10 +771,11 @@ static __always_inline __u32 lb6_flow_hash(const struct flow *f)
 	__u32 h = 0;
 	int i;
 
-#pragma unroll
+	/* Rolled: unrolled, the eight rounds' temporaries spill onto the translation stage's stack. */
+#pragma clang loop unroll(disable)
 	for (i = 0; i < 4; i++)
 		h = lb_hash_round(h, bpf_ntohl(f->saddr6[i]));
-#pragma unroll
+#pragma clang loop unroll(disable)
 	for (i = 0; i < 4; i++)
 		h = lb_hash_round(h, bpf_ntohl(f->daddr6[i]));
 	h = lb_hash_round(h, ((__u32)bpf_ntohs(f->sport) << 16) | bpf_ntohs(f->dport));
@@ -788,14 +789,18 @@ static __always_inline __u32 lb6_flow_hash(const struct flow *f)
 	return h;
 }
 
-/* The backend the service's Maglev table (shared with IPv4, by service ID) gives this flow; 0 without one. */
-static __always_inline __u32 lb6_maglev_backend(const struct flow *f, __u16 rev_nat_index)
+/*
+ * The backend the service's Maglev table (shared with IPv4, by service ID)
+ * gives this flow; 0 without one. A global function: the hash's frame is
+ * its own.
+ */
+__attribute__((noinline)) __u32 lb6_maglev_backend(const struct flow *f, __u16 rev_nat_index)
 {
 	__u32 outer = rev_nat_index, zero = 0, idx, *id;
 	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
 	void *table;
 
-	if (!cfg || cfg->maglev_table_size == 0)
+	if (!f || !cfg || cfg->maglev_table_size == 0)
 		return 0;
 	idx = lb6_flow_hash(f) % cfg->maglev_table_size;
 	table = bpf_map_lookup_elem(&tendril_lb4_mag, &outer);
@@ -816,33 +821,57 @@ static __always_inline __u32 lb6_random_backend(const struct lb6_key *key, __u16
 }
 
 /*
- * lb4_affinity_backend for an IPv6 client (a global function for the same
- * reason), given its affinity key: a global function's pointer argument is
- * checked for the size of what it points to, a whole key, not one word.
+ * lb4_affinity_backend for an IPv6 client, f's source (a global function
+ * for the same reason; its key lives in its own frame, not in the
+ * translation stage's, which holds a conntrack key already).
  */
-__attribute__((noinline)) __u32 lb6_affinity_backend(const struct lb6_affinity_key *key, __u32 timeout_s, __u64 now)
+__attribute__((noinline)) __u32 lb6_affinity_backend(const struct flow *f, __u16 rev_nat_index, __u32 timeout_s, __u64 now)
 {
+	struct lb6_affinity_key key = { .rev_nat_index = rev_nat_index, .pad = 0 };
 	struct lb4_affinity_value *v;
 	struct lb6_backend *be;
 	__u32 id;
 
-	if (!key)
+	if (!f)
 		return 0;
-	v = bpf_map_lookup_elem(&tendril_lb6_aff, key);
+	__builtin_memcpy(key.client, f->saddr6, 16);
+	v = bpf_map_lookup_elem(&tendril_lb6_aff, &key);
 	if (!v || now - v->last_used_ns > (__u64)timeout_s * NSEC_PER_SEC)
 		return 0;
 	id = v->backend_id;
 	be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
 	if (!be || be->state != BACKEND_STATE_ACTIVE)
 		return 0;
-	return lb4_is_member(key->rev_nat_index, id) ? id : 0;
+	return lb4_is_member(rev_nat_index, id) ? id : 0;
 }
 
-/* lb4_service_ct_create for IPv6: the service entry in tendril_ct6_*, under the client's tuple to the frontend. */
-static __always_inline int lb6_service_ct_create(const union ct_key *key, const struct flow *f, __u16 rev_nat_index, __u32 id, __u64 now)
+/* Records f's client's affinity to backend `id` (a global function: its key off the translation stage's frame). */
+__attribute__((noinline)) int lb6_affinity_update(const struct flow *f, __u16 rev_nat_index, __u32 id, __u64 now)
 {
+	struct lb6_affinity_key key = { .rev_nat_index = rev_nat_index, .pad = 0 };
+	struct lb4_affinity_value v = { .last_used_ns = now, .backend_id = id, .pad = 0 };
+
+	if (!f)
+		return 0;
+	__builtin_memcpy(key.client, f->saddr6, 16);
+	return bpf_map_update_elem(&tendril_lb6_aff, &key, &v, BPF_ANY) < 0 ? -1 : 0;
+}
+
+/*
+ * lb4_service_ct_create for IPv6: the service entry in tendril_ct6_*,
+ * under the client's tuple to the frontend (f's, before DNAT). A global
+ * function: its key and entry sit in its own frame, not on top of the
+ * translation stage's (the chain's 512 bytes).
+ */
+__attribute__((noinline)) int lb6_service_ct_create(const struct flow *f, __u16 rev_nat_index, __u32 id, __u64 now)
+{
+	union ct_key key;
 	struct ct_entry e;
 
+	if (!f)
+		return DROP_CT_FULL;
+	ct6_key_init(&key.k6, f->saddr6, f->daddr6, f->sport, f->dport, f->proto);
+	key.k6.flags = CT_KEY_F_SERVICE;
 	__builtin_memset(&e, 0, sizeof(e));
 	e.flags = CT_F_SERVICE | ct_packet_flags(f, 0);
 	if (f->proto == IPPROTO_TCP)
@@ -854,7 +883,7 @@ static __always_inline int lb6_service_ct_create(const union ct_key *key, const 
 	e.backend_id = id;
 	e.nat_port = f->dport;
 	e.src_endpoint = f->src_endpoint;
-	return ct_insert_family(key, 1, &e);
+	return ct_insert_family(&key, 1, &e);
 }
 
 /*
@@ -868,13 +897,11 @@ static __always_inline struct lb6_backend *lb6_select(struct flow *f, const stru
 	__u16 rev_nat_index = svc->rev_nat_index, count = svc->count;
 	__u32 timeout_s = svc->affinity_timeout, id = 0;
 	__u8 flags = svc->flags;
-	struct lb6_affinity_key ak = { .rev_nat_index = rev_nat_index, .pad = 0 };
 	struct lb6_backend *be = NULL;
 	union ct_key ckey;
 	struct ct_entry *e;
 	int ret;
 
-	__builtin_memcpy(ak.client, f->saddr6, 16);
 
 	ct6_key_init(&ckey.k6, f->saddr6, f->daddr6, f->sport, f->dport, f->proto);
 	ckey.k6.flags = CT_KEY_F_SERVICE;
@@ -890,7 +917,7 @@ static __always_inline struct lb6_backend *lb6_select(struct flow *f, const stru
 	if (!be) {
 		id = 0;
 		if (flags & SVC_F_AFFINITY)
-			id = lb6_affinity_backend(&ak, timeout_s, now);
+			id = lb6_affinity_backend(f, rev_nat_index, timeout_s, now);
 		if (!id && count == 0) {
 			*reason = DROP_NO_SERVICE;
 			return NULL;
@@ -904,17 +931,15 @@ static __always_inline struct lb6_backend *lb6_select(struct flow *f, const stru
 			*reason = DROP_NO_SERVICE;
 			return NULL;
 		}
-		ret = lb6_service_ct_create(&ckey, f, rev_nat_index, id, now);
+		ret = lb6_service_ct_create(f, rev_nat_index, id, now);
 		if (ret < 0) {
 			*reason = ret;
 			return NULL;
 		}
 	}
-	if (flags & SVC_F_AFFINITY) {
-		struct lb4_affinity_value av = { .last_used_ns = now, .backend_id = id, .pad = 0 };
-
-		bpf_map_update_elem(&tendril_lb6_aff, &ak, &av, BPF_ANY);
-	}
+	/* Best effort, as IPv4's: a full LRU map evicts, it does not refuse. */
+	if (flags & SVC_F_AFFINITY)
+		lb6_affinity_update(f, rev_nat_index, id, now);
 	f->backend_id = id;
 	f->rev_nat_index = rev_nat_index;
 	__builtin_memcpy(f->nat_addr6, f->daddr6, 16);
@@ -922,18 +947,27 @@ static __always_inline struct lb6_backend *lb6_select(struct flow *f, const stru
 	return be;
 }
 
-/* Destination ← the backend (a later fragment keeps its ports); f follows. */
-static __always_inline int lb6_dnat(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, const struct lb6_backend *be)
+/*
+ * Destination ← backend `id` (a later fragment keeps its ports); f
+ * follows. A global function: the rewrite's frame is not stacked on the
+ * selection's.
+ */
+__attribute__((noinline)) int lb6_dnat(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, __u32 id)
 {
-	__be16 port = be->port;
-	__be32 addr[4];
+	struct lb6_backend *be;
+	__be16 port;
 	int ret;
 
-	__builtin_memcpy(addr, be->address, 16);
-	ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_DST, f->daddr6, addr);
+	if (!f || !ip)
+		return DROP_NO_SERVICE;
+	be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
+	if (!be)
+		return DROP_NO_SERVICE;
+	port = be->port;
+	ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_DST, f->daddr6, be->address);
 	if (ret < 0)
 		return ret;
-	__builtin_memcpy(f->daddr6, addr, 16);
+	__builtin_memcpy(f->daddr6, be->address, 16);
 	if (!port)
 		return 0;
 	if (!ipv6_is_later_fragment(ip)) {
@@ -956,13 +990,35 @@ __stage int lb6_translate(struct __sk_buff *skb, struct flow *f, const struct ip
 	be = lb6_select(f, &fe->key, &fe->svc, now, &reason);
 	if (!be)
 		return reason;
-	return lb6_dnat(skb, f, ip, be);
+	return lb6_dnat(skb, f, ip, f->backend_id);
+}
+
+/*
+ * lb4_hairpin_snat for IPv6: a pod whose service chose itself gets the
+ * source LB_HAIRPIN_IP6 and the flow CT_F_HAIRPIN, so replies get both
+ * addresses back (lb6_rev_nat_ct).
+ */
+static __always_inline int lb6_hairpin_snat(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip)
+{
+	__be32 hairpin[4] = { bpf_htonl(LB_HAIRPIN_IP6_W0), bpf_htonl(LB_HAIRPIN_IP6_W1), bpf_htonl(LB_HAIRPIN_IP6_W2),
+			      bpf_htonl(LB_HAIRPIN_IP6_W3) };
+	int ret;
+
+	if (!ipv6_addr_equal(f->daddr6, f->saddr6))
+		return 0;
+	ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_SRC, f->saddr6, hairpin);
+	if (ret < 0)
+		return ret;
+	__builtin_memcpy(f->saddr6, hairpin, 16);
+	f->ct_flags |= CT_F_HAIRPIN;
+	return 0;
 }
 
 /*
  * A reply of an IPv6 service flow (conntrack REPLY): source ← the frontend,
  * from the service's reverse NAT entry (none: the service is gone, nothing
- * to undo), and the port the client addressed. f follows. Related ICMPv6
+ * to undo), and the port the client addressed; a hairpin reply also gets
+ * destination ← the client (its own source). f follows. Related ICMPv6
  * errors are not translated yet: they reach the client with the backend's
  * addresses inside.
  */
@@ -982,6 +1038,13 @@ __stage int lb6_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct i
 		return 0;
 	__builtin_memcpy(front, rev->address, 16);
 	port = f->nat_port ? f->nat_port : rev->port;
+	/* A hairpin's client is the backend itself: its own address back as destination. */
+	if (f->ct_flags & CT_F_HAIRPIN) {
+		ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_DST, f->daddr6, f->saddr6);
+		if (ret < 0)
+			return ret;
+		__builtin_memcpy(f->daddr6, f->saddr6, 16);
+	}
 	ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_SRC, f->saddr6, front);
 	if (ret < 0)
 		return ret;

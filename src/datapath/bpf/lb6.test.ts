@@ -11,7 +11,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
 import { formatIp, parseIp } from '../../netip/index.js';
 import { TcAction } from '../kernel/bpf/index.js';
-import { BackendState, CtFlag, DropReason, EventType, ServiceFlag } from './constants.js';
+import { BackendState, CtFlag, DropReason, EventType, LB_HAIRPIN_IP6, ServiceFlag } from './constants.js';
 import { flowHash6 } from './flowHash.js';
 import { assertEvents } from './testing/expect.js';
 import { installNode, POD_A, POD_B, POD_C } from './testing/fixtures.js';
@@ -36,6 +36,7 @@ const BE = {
   B_DNS: { id: 203, ip: B6.ip, port: 5353, proto: IpProto.UDP },
   /** A pod on another node. */
   REMOTE: { id: 204, ip: 'fd00:201::5', port: 8080, proto: IpProto.TCP },
+  A: { id: 205, ip: A6.ip, port: 8080, proto: IpProto.TCP },
 } as const;
 const ID = { WEB: 17, DNS: 18 } as const;
 const COOKIE_ALLOW = 0x1001;
@@ -152,6 +153,17 @@ describe('IPv6 services in bpf_lxc', () => {
     const reply = await h.runForwarded(TO, tcp6(BE.REMOTE.ip, A6.ip, 8080, 40200, TcpFlag.SYN | TcpFlag.ACK, toA), 9);
     assert.equal(reply.retval, TcAction.OK);
     assert.deepEqual(tuple6(reply.data), { src: VIP6, dst: A6.ip, sport: 80, dport: 40200 });
+  });
+
+  it('lets a pod reach its own IPv6 service: source LB_HAIRPIN_IP6 there, both addresses restored on the reply', async () => {
+    lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.A.id] });
+    const r = await h.run(FROM, tcp6(A6.ip, VIP6, 40300, 80));
+    assert.equal(r.retval, TcAction.REDIRECT);
+    assert.deepEqual(tuple6(r.data), { src: LB_HAIRPIN_IP6, dst: A6.ip, sport: 40300, dport: 8080 });
+    assert.equal(h.ct({ saddr: LB_HAIRPIN_IP6, daddr: A6.ip, sport: 40300, dport: 8080, proto: IpProto.TCP })!.flags & CtFlag.HAIRPIN, CtFlag.HAIRPIN);
+    const synAck = await h.run(FROM, tcp6(A6.ip, LB_HAIRPIN_IP6, 8080, 40300, TcpFlag.SYN | TcpFlag.ACK));
+    assert.equal(synAck.retval, TcAction.REDIRECT);
+    assert.deepEqual(tuple6(synAck.data), { src: VIP6, dst: A6.ip, sport: 80, dport: 40300 });
   });
 
   it('pins a connection to its backend and chooses again when the backend leaves the service', async () => {

@@ -1014,13 +1014,89 @@ static __always_inline int lb6_hairpin_snat(struct __sk_buff *skb, struct flow *
 	return 0;
 }
 
+/* Adds `diff` (or old → new, 2 bytes) to the 16-bit checksum at `off`; 0, or DROP_WRITE_ERROR. */
+static __always_inline int lb6_csum_add(struct __sk_buff *skb, __u32 off, __be32 from, __be32 to, __u64 flags)
+{
+	return bpf_l4_csum_replace(skb, off, from, to, flags) < 0 ? DROP_WRITE_ERROR : 0;
+}
+
+/*
+ * An ICMPv6 error about a service flow's original direction, on its way to
+ * the client (lb4_rev_nat_icmp for IPv6): the datagram it carries (client
+ * → backend) becomes client → frontend, its L4 checksum following when the
+ * error carries it, and the outer source becomes the frontend when the
+ * backend sent the error. The ICMPv6 checksum covers the embedded bytes
+ * and the outer pseudo-header: every change is added to it. A hairpin's
+ * error is left as it is (its client is the backend). A global function:
+ * its frame is not stacked on the reverse NAT stage's.
+ */
+__attribute__((noinline)) int lb6_rev_nat_icmp(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, const struct lb6_reverse_nat *rev)
+{
+	__u32 icmp_csum, inner = 0, l4 = 0, l4_csum = 0;
+	__be16 fport, bport, old_sum = 0, new_sum = 0;
+	__s64 diff;
+	int ret;
+
+	if (!f || !ip || !rev || !f->has_inner || (f->ct_flags & CT_F_HAIRPIN))
+		return 0;
+	icmp_csum = ip->l4_off + 2;
+	inner = ip->l4_off + 8;
+	l4 = inner + 40;
+	fport = f->nat_port ? f->nat_port : rev->port;
+	bport = f->inner_dport;
+	if (inner + 40 > ip->ip_end || icmp_csum + 2 > ip->ip_end)
+		return DROP_WRITE_ERROR;
+	diff = bpf_csum_diff(f->inner_daddr6, 16, (__be32 *)rev->address, 16, 0);
+	if (diff < 0)
+		return DROP_WRITE_ERROR;
+	/* The embedded datagram's own checksum (pseudo-header: its destination; its port), when it is there and not UDP's "none". */
+	if (f->inner_proto == IPPROTO_TCP || f->inner_proto == IPPROTO_UDP) {
+		l4_csum = l4 + (f->inner_proto == IPPROTO_TCP ? 16 : 6);
+		if (l4_csum + 2 > ip->ip_end || bpf_skb_load_bytes(skb, l4_csum, &old_sum, 2) < 0 || (f->inner_proto == IPPROTO_UDP && old_sum == 0))
+			l4_csum = 0;
+	}
+	if (l4_csum) {
+		ret = lb6_csum_add(skb, l4_csum, 0, (__u32)diff, 0);
+		if (ret == 0 && fport && fport != bport)
+			ret = lb6_csum_add(skb, l4_csum, bport, fport, 2);
+		if (ret == 0 && bpf_skb_load_bytes(skb, l4_csum, &new_sum, 2) < 0)
+			ret = DROP_WRITE_ERROR;
+		if (ret == 0)
+			ret = lb6_csum_add(skb, icmp_csum, old_sum, new_sum, 2);
+		if (ret < 0)
+			return ret;
+	}
+	ret = lb6_csum_add(skb, icmp_csum, 0, (__u32)diff, 0);
+	if (ret == 0 && bpf_skb_store_bytes(skb, inner + offsetof(struct ipv6hdr, daddr), rev->address, 16, 0) < 0)
+		ret = DROP_WRITE_ERROR;
+	if (ret < 0)
+		return ret;
+	if (fport && fport != bport && l4 + 4 <= ip->ip_end && (f->inner_proto == IPPROTO_TCP || f->inner_proto == IPPROTO_UDP)) {
+		ret = lb6_csum_add(skb, icmp_csum, bport, fport, 2);
+		if (ret == 0 && bpf_skb_store_bytes(skb, l4 + 2, &fport, 2, 0) < 0)
+			ret = DROP_WRITE_ERROR;
+		if (ret < 0)
+			return ret;
+		f->inner_dport = fport;
+	}
+	/* The outer source when the backend itself sent the error (a router on the way keeps its own). */
+	if (ipv6_addr_equal(f->saddr6, f->inner_daddr6)) {
+		ret = ipv6_rewrite_addr(skb, ip, IPPROTO_ICMPV6, REWRITE_SRC, f->saddr6, rev->address);
+		if (ret < 0)
+			return ret;
+		__builtin_memcpy(f->saddr6, rev->address, 16);
+	}
+	__builtin_memcpy(f->inner_daddr6, rev->address, 16);
+	return 0;
+}
+
 /*
  * A reply of an IPv6 service flow (conntrack REPLY): source ← the frontend,
  * from the service's reverse NAT entry (none: the service is gone, nothing
  * to undo), and the port the client addressed; a hairpin reply also gets
- * destination ← the client (its own source). f follows. Related ICMPv6
- * errors are not translated yet: they reach the client with the backend's
- * addresses inside.
+ * destination ← the client (its own source). An ICMPv6 error about the
+ * flow's original direction (RELATED) is translated by lb6_rev_nat_icmp.
+ * f follows.
  */
 __stage int lb6_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, enum ct_status status)
 {
@@ -1030,12 +1106,14 @@ __stage int lb6_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct i
 	__be16 port;
 	int ret;
 
-	if (!f || !ip || !f->rev_nat_index || status != CT_REPLY)
+	if (!f || !ip || !f->rev_nat_index || (status != CT_REPLY && status != CT_RELATED))
 		return 0;
 	idx = f->rev_nat_index;
 	rev = bpf_map_lookup_elem(&tendril_lb6_rev, &idx);
 	if (!rev)
 		return 0;
+	if (status == CT_RELATED)
+		return f->related_orig ? lb6_rev_nat_icmp(skb, f, ip, rev) : 0;
 	__builtin_memcpy(front, rev->address, 16);
 	port = f->nat_port ? f->nat_port : rev->port;
 	/* A hairpin's client is the backend itself: its own address back as destination. */

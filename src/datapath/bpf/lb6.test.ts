@@ -166,6 +166,28 @@ describe('IPv6 services in bpf_lxc', () => {
     assert.deepEqual(tuple6(synAck.data), { src: VIP6, dst: A6.ip, sport: 80, dport: 40300 });
   });
 
+  it('translates the backend\'s ICMPv6 error about the client\'s datagram: frontend outside and inside, every checksum right', async () => {
+    lb.addService({ id: ID.DNS, frontend: DNS, backends: [BE.B_DNS.id] });
+    const query = await h.run(FROM, udp6(A6.ip, VIP6, 33100, 53));
+    assert.deepEqual(tuple6(query.data), { src: A6.ip, dst: B6.ip, sport: 33100, dport: 5353 });
+    // B answers port unreachable, quoting the datagram it got (A → B:5353).
+    const quoted = Buffer.from(query.data.subarray(14));
+    const msg = Buffer.concat([Buffer.from([1, 4, 0, 0, 0, 0, 0, 0]), quoted]);
+    msg.writeUInt16BE(internetChecksum(Buffer.concat([pseudoHeader6(B6.ip, A6.ip, IpProto.ICMPV6, msg.length), msg])), 2);
+    const r = await h.run(FROM, ipv6Frame({ ...fromB, src: B6.ip, dst: A6.ip, nextHeader: IpProto.ICMPV6, payload: msg }));
+    assert.equal(r.retval, TcAction.REDIRECT, 'delivered to the client');
+    const out = Buffer.from(r.data);
+    const icmp = out.subarray(54);
+    assert.equal(addr6(out.subarray(22, 38)), VIP6, 'outer source: the frontend');
+    assert.equal(internetChecksum(Buffer.concat([pseudoHeader6(VIP6, A6.ip, IpProto.ICMPV6, icmp.length), icmp])), 0, 'ICMPv6 checksum');
+    const inner = icmp.subarray(8);
+    assert.equal(addr6(inner.subarray(8, 24)), A6.ip);
+    assert.equal(addr6(inner.subarray(24, 40)), VIP6, 'quoted destination: the frontend');
+    const udp = inner.subarray(40);
+    assert.deepEqual([udp.readUInt16BE(0), udp.readUInt16BE(2)], [33100, 53]);
+    assert.equal(internetChecksum(Buffer.concat([pseudoHeader6(A6.ip, VIP6, IpProto.UDP, udp.length), udp])), 0, 'quoted UDP checksum');
+  });
+
   it('pins a connection to its backend and chooses again when the backend leaves the service', async () => {
     lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.B.id, BE.C.id] });
     const chosen = new Set<string>();

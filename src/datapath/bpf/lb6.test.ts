@@ -10,14 +10,15 @@ import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
 import { formatIp, parseIp } from '../../netip/index.js';
-import { TcAction } from '../kernel/bpf/index.js';
-import { BackendState, CtFlag, DropReason, EventType, LB_HAIRPIN_IP6, ServiceFlag } from './constants.js';
+import { codec, TcAction } from '../kernel/bpf/index.js';
+import { BackendState, CtFlag, DropReason, EventType, LB_HAIRPIN_IP6, MapName, PolicyVerdict, ServiceFlag } from './constants.js';
 import { flowHash6 } from './flowHash.js';
+import { deviceInfo } from './layout.js';
 import { assertEvents } from './testing/expect.js';
-import { installNode, POD_A, POD_B, POD_C } from './testing/fixtures.js';
+import { IDENTITY, installNode, NODE_IP, POD_A, POD_B, POD_C, TEST_IFINDEX } from './testing/fixtures.js';
 import { LbNode, type TestFrontend } from './testing/lbNode.js';
 import { internetChecksum, IpProto, ipv6Frame, pseudoHeader6, TcpFlag, tcpSegment, udpDatagram } from './testing/packets.js';
-import { LXC_OBJECT, ProgramHarness } from './testing/programHarness.js';
+import { LXC_OBJECT, NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
 
 requireRoot('the IPv6 service load-balancing program tests');
 
@@ -242,5 +243,67 @@ describe('IPv6 services in bpf_lxc', () => {
       const slot = flowHash6({ saddr: A6.ip, daddr: VIP6, sport, dport: 80, proto: IpProto.TCP }) % size;
       assert.equal(tuple6((await h.run(FROM, tcp6(A6.ip, VIP6, sport, 80))).data).dst, ipOf(table[slot]!));
     }
+  });
+});
+
+describe('IPv6 services from outside, bpf_netdev', () => {
+  let h: ProgramHarness;
+  let lb: LbNode;
+  const FROM_NETDEV = 'tendril_from_netdev';
+  const NODE6 = 'fd00:77::5';
+  const CLIENT6 = '2001:db8:99::9';
+  const wire = { srcMac: '0a:00:00:00:99:01', dstMac: '0a:00:00:00:ee:01' };
+  const NODE_PORT: TestFrontend = { ip: NODE6, port: 30080, proto: IpProto.TCP };
+  const syn = (dst: string, dport: number, sport = 50000) => tcp6(CLIENT6, dst, sport, dport, TcpFlag.SYN, wire);
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(NETDEV_OBJECT);
+    lb = new LbNode(h);
+    installNode(h);
+    h.object.map(MapName.DEVICES, codec.u32, deviceInfo).set(TEST_IFINDEX, { ipv4: parseIp(NODE_IP), flags: 0, mac: wire.dstMac });
+    h.addEndpoint(A6);
+    h.addIpcache(`${NODE6}/128`, IDENTITY.HOST);
+    lb.addBackend(BE.A);
+    lb.addBackend(BE.REMOTE);
+  });
+  afterEach(async () => {
+    lb?.close();
+    await h?.close();
+  });
+
+  it('a NodePort from outside: the client is world, never the node (GO-2023-1643): a policy allowing only host drops it', async () => {
+    lb.addService({ id: ID.WEB, frontend: NODE_PORT, backends: [BE.A.id], flags: ServiceFlag.NODEPORT });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: COOKIE_ALLOW });
+    assert.equal((await h.run(FROM_NETDEV, syn(NODE6, 30080))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(2), [
+      { type: EventType.POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, srcIdentity: IDENTITY.WORLD, dstEndpoint: POD_A.endpointId, daddr: A6.ip, dport: 8080 },
+      { type: EventType.DROP, subtype: -DropReason.POLICY.code },
+    ]);
+    // Even a client whose address the ipcache gives the host identity (spoofed from outside) is not the host here.
+    h.addIpcache(`${CLIENT6}/128`, IDENTITY.HOST);
+    assert.equal((await h.run(FROM_NETDEV, syn(NODE6, 30080, 50001))).retval, TcAction.SHOT);
+  });
+
+  it('a NodePort from outside allowed for world: DNAT to the local backend, hop limit - 1, the pod\'s MACs, client address kept', async () => {
+    lb.addService({ id: ID.WEB, frontend: NODE_PORT, backends: [BE.A.id], flags: ServiceFlag.NODEPORT });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: false, cookie: COOKIE_ALLOW });
+    const r = await h.run(FROM_NETDEV, syn(NODE6, 30080));
+    assert.equal(r.retval, TcAction.REDIRECT);
+    assert.deepEqual(tuple6(r.data), { src: CLIENT6, dst: A6.ip, sport: 50000, dport: 8080 });
+    assert.equal(r.data[14 + 7], 63, 'hop limit - 1');
+    assert.equal(h.ct({ saddr: CLIENT6, daddr: A6.ip, sport: 50000, dport: 8080, proto: IpProto.TCP })!.flags & CtFlag.NODEPORT, CtFlag.NODEPORT);
+  });
+
+  it('a ClusterIP from outside is dropped (CLUSTERIP_FROM_OUTSIDE); a backend elsewhere is refused, not forwarded untranslated; other traffic passes', async () => {
+    lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.A.id] });
+    assert.equal((await h.run(FROM_NETDEV, syn(VIP6, 80))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: EventType.DROP, subtype: -DropReason.CLUSTERIP_FROM_OUTSIDE.code, srcIdentity: IDENTITY.WORLD }]);
+    lb.addService({ id: ID.DNS, frontend: NODE_PORT, backends: [BE.REMOTE.id], flags: ServiceFlag.NODEPORT });
+    assert.equal((await h.run(FROM_NETDEV, syn(NODE6, 30080))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: EventType.DROP, subtype: -DropReason.NO_SERVICE.code }]);
+    const other = syn(NODE6, 22);
+    const r = await h.run(FROM_NETDEV, other);
+    assert.equal(r.retval, TcAction.OK);
+    assert.deepEqual(r.data, other);
   });
 });

@@ -820,6 +820,55 @@ static __always_inline __u32 lb6_random_backend(const struct lb6_key *key, __u16
 	return s ? s->backend_id : 0;
 }
 
+/* bpf_loop's state while lb6_local_backend walks a service's slots. */
+struct lb6_local_walk {
+	struct lb6_key slot;
+	__u32 start;
+	__u32 count;
+	__u32 found;
+};
+
+/* lb4_local_walk_step for IPv6. */
+static long lb6_local_walk_step(__u32 i, void *ctx)
+{
+	struct lb6_local_walk *w = ctx;
+	struct lb6_backend *be;
+	struct lb4_service *s;
+	__u32 id;
+
+	if (w->count == 0)
+		return 1;
+	w->slot.backend_slot = (__u16)((w->start + i) % w->count) + 1;
+	s = bpf_map_lookup_elem(&tendril_lb6_svc, &w->slot);
+	if (!s)
+		return 0;
+	id = s->backend_id;
+	be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
+	if (!be || !pod_endpoint_lookup6(be->address))
+		return 0;
+	w->found = id;
+	return 1;
+}
+
+/*
+ * lb4_local_backend for IPv6: a backend of this node from the slots, from
+ * a random one on, or 0. A global function: the walk's state is in its
+ * own frame.
+ */
+__attribute__((noinline)) __u32 lb6_local_backend(const struct lb6_key *key, __u16 count)
+{
+	struct lb6_local_walk w;
+
+	if (!key || count == 0)
+		return 0;
+	__builtin_memset(&w, 0, sizeof(w));
+	w.slot = *key;
+	w.count = count;
+	w.start = bpf_get_prandom_u32() % count;
+	bpf_loop(count, lb6_local_walk_step, &w, 0);
+	return w.found;
+}
+
 /*
  * lb4_affinity_backend for an IPv6 client, f's source (a global function
  * for the same reason; its key lives in its own frame, not in the
@@ -911,6 +960,8 @@ static __always_inline struct lb6_backend *lb6_select(struct flow *f, const stru
 		be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
 		if (be && !lb4_is_member(rev_nat_index, id))
 			be = NULL;
+		if (be && f->lb_local_only && !pod_endpoint_lookup6(be->address))
+			be = NULL;
 		if (be)
 			ct_refresh(e, f, 0, now);
 	}
@@ -927,6 +978,10 @@ static __always_inline struct lb6_backend *lb6_select(struct flow *f, const stru
 		if (!id)
 			id = lb6_random_backend(key, count);
 		be = id ? bpf_map_lookup_elem(&tendril_lb6_be, &id) : NULL;
+		if (be && f->lb_local_only && !pod_endpoint_lookup6(be->address)) {
+			id = lb6_local_backend(key, count);
+			be = id ? bpf_map_lookup_elem(&tendril_lb6_be, &id) : NULL;
+		}
 		if (!be) {
 			*reason = DROP_NO_SERVICE;
 			return NULL;

@@ -285,14 +285,15 @@ __stage int nodeport_lb4(struct __sk_buff *skb, struct flow *f, struct ipv4_info
 }
 
 /*
- * nodeport_lb4 for IPv6, a backend on this node only so far: a NodePort
- * on a named node address, an external or LoadBalancer IP, from outside.
+ * nodeport_lb4 for IPv6, a backend on this node only so far (chosen among
+ * the service's, lb_local_only): a NodePort on a named node address, an
+ * external or LoadBalancer IP, from outside.
  * The client's identity is what its address is known as here, or world,
  * never the node's (flow_set_arrived_source6 without a device: Cilium's
  * GO-2023-1643 took IPv6 NodePort clients for the host). A ClusterIP is
  * no frontend for the outside (DROP_CLUSTERIP_FROM_OUTSIDE, as IPv4's). A
- * backend chosen elsewhere would need the NodePort SNAT IPv6 does not have
- * yet: DROP_NO_SERVICE, counted, never forwarded untranslated. Returns 1
+ * service with no backend here would need the NodePort SNAT IPv6 does not
+ * have yet: DROP_NO_SERVICE, counted, never forwarded untranslated. Returns 1
  * with *action set when decided here, 0 when no frontend was addressed.
  */
 __stage int nodeport_lb6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, int *action)
@@ -314,6 +315,8 @@ __stage int nodeport_lb6(struct __sk_buff *skb, struct flow *f, const struct ipv
 	}
 	now = bpf_ktime_get_ns();
 	f->lb_checked = 1;
+	/* Without the NodePort SNAT in IPv6, a backend on this node is the only one that can answer: chosen among the slots. */
+	f->lb_local_only = 1;
 	ret = lb6_translate(skb, f, ip, &fe, now);
 	if (ret < 0) {
 		*action = drop_packet(skb, f, ret, DIR_INGRESS, 0);

@@ -88,9 +88,10 @@ function policy(v: string | undefined): TrafficPolicy {
 /**
  * Every frontend of a Service with its backends. Headless (clusterIP None)
  * and ExternalName Services have none: nothing load-balances them.
- * ClusterIPs of both families (one service per family, each with its
- * family's slices), IPv4 NodePorts, external and LoadBalancer IPs, and
- * TCP/UDP ports are served; the rest is listed in `skipped`. externalTrafficPolicy concerns the frontends reached from
+ * ClusterIPs, external and LoadBalancer IPs of both families (one service
+ * per family and frontend, each with its family's slices; from outside,
+ * IPv6 reaches a backend on the node it arrives at only), IPv4 NodePorts
+ * and TCP/UDP ports are served; the rest is listed in `skipped`. externalTrafficPolicy concerns the frontends reached from
  * outside the node (NodePort, external IPs, LoadBalancer IPs);
  * internalTrafficPolicy every frontend's traffic from inside the node (as
  * Cilium applies it).
@@ -136,13 +137,8 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
     }
     return ok;
   };
-  // From outside the node the datapath translates IPv4 only so far: IPv6 external and LoadBalancer addresses are not served.
-  const onlyIpv4 = (what: string, ips: readonly string[]) => {
-    for (const ip of ips) if (familyOf(ip) === 6) out.skipped.push({ what: `${what} ${ip}`, reason: 'IPv6 addresses reached from outside the node are not served yet' });
-    return ips.filter((ip) => familyOf(ip) === 4);
-  };
   const serviceClusterIps = inFamilies('clusterIP', clusterIps);
-  const v4ExternalIps = onlyIpv4('externalIP', inFamilies('externalIP', spec.externalIPs ?? []));
+  const externalIps = inFamilies('externalIP', spec.externalIPs ?? []);
   const lbIps: string[] = [];
   if (type === 'LoadBalancer') {
     for (const ing of svc.status?.loadBalancer?.ingress ?? []) {
@@ -155,8 +151,8 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
       lbIps.push(ing.ip);
     }
   }
-  const v4LbIps = onlyIpv4('loadBalancer ingress', inFamilies('loadBalancer ingress', lbIps));
-  if (v4LbIps.length > 0 && (spec.loadBalancerSourceRanges ?? []).length > 0) {
+  const serviceLbIps = inFamilies('loadBalancer ingress', lbIps);
+  if (serviceLbIps.length > 0 && (spec.loadBalancerSourceRanges ?? []).length > 0) {
     out.skipped.push({ what: 'loadBalancerSourceRanges', reason: 'not enforced: the LoadBalancer IPs take traffic from every source' });
   }
   for (const port of spec.ports ?? []) {
@@ -179,12 +175,12 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
     };
     for (const ip of serviceClusterIps) add(ip, port.port, 'ClusterIP', 'Cluster');
     if ((type === 'NodePort' || type === 'LoadBalancer') && port.nodePort !== undefined && port.nodePort > 0) {
-      // The NodePort on the node's IPv4 addresses, when the Service has IPv4 (an IPv6-only Service's NodePort is on IPv6 addresses, not served yet).
+      // The NodePort on the node's IPv4 addresses, when the Service has IPv4; IPv6 has no "every node address" frontend yet.
       if (serviceClusterIps.some((ip) => familyOf(ip) === 4)) add('0.0.0.0', port.nodePort, 'NodePort', externalPolicy);
       if (serviceClusterIps.some((ip) => familyOf(ip) === 6)) out.skipped.push({ what: `${what} nodePort ${port.nodePort} on IPv6`, reason: 'IPv6 NodePorts are not served yet' });
     }
-    for (const ip of v4ExternalIps) add(ip, port.port, 'ExternalIPs', externalPolicy);
-    for (const ip of v4LbIps) add(ip, port.port, 'LoadBalancer', externalPolicy);
+    for (const ip of externalIps) add(ip, port.port, 'ExternalIPs', externalPolicy);
+    for (const ip of serviceLbIps) add(ip, port.port, 'LoadBalancer', externalPolicy);
   }
   return out;
 }

@@ -36,6 +36,16 @@ describe('validateServiceSpec', () => {
     const svc = validateServiceSpec(7, body, { podCidrs: ['fd00:10:0:1::/64'] });
     assert.equal(svc.frontend.ip, 'fd00:96::a');
     assert.deepEqual(svc.backends.map((b) => b.ip), ['fd00:10::5', 'fd00:10::6']);
+    // From outside: IPv6 external and LoadBalancer IPs, and a NodePort on a named IPv6 node address.
+    const v6Backends = [{ ip: 'fd00:10::5', port: 8080 }];
+    for (const [type, ip] of [['ExternalIPs', '2001:db8::50'], ['LoadBalancer', '2001:db8::51'], ['NodePort', 'fd00:77::5']] as const) {
+      const s = validateServiceSpec(7, edit((b) => {
+        b.flags = { type };
+        b['frontend-address'].ip = ip;
+        b['backend-addresses'] = v6Backends;
+      }), { nodeAddresses: new Set(['192.0.2.10', 'fd00:77::5']) });
+      assert.equal(s.frontend.ip, ip);
+    }
     // The node's pod CIDR in IPv6 is as taken as in IPv4.
     assert.throws(() => validateServiceSpec(7, edit((b) => {
       b['frontend-address'].ip = 'fd00:10:0:1::9';
@@ -82,14 +92,15 @@ describe('validateServiceSpec', () => {
     ['unknown top field', edit((b) => (b.frontend = {})), /^frontend: unknown field/],
     ['no frontend', edit((b) => delete b['frontend-address']), /^frontend-address:/],
     ['an IPv6 frontend with IPv4 backends', edit((b) => (b['frontend-address'].ip = 'fd00::10')), /^backend-addresses\[0\]\.ip: 10\.0\.0\.5 is not IPv6 like the frontend fd00::10 \(a service is one family\)/],
-    ['an IPv6 NodePort', edit((b) => {
+    ['an IPv6 NodePort on every node address', edit((b) => {
       b.flags = { type: 'NodePort' };
       b['frontend-address'].ip = '::';
-    }), /^frontend-address\.ip: :: is IPv6; a NodePort frontend is IPv4/],
-    ['an IPv6 LoadBalancer address', edit((b) => {
-      b.flags = { type: 'LoadBalancer' };
-      b['frontend-address'].ip = 'fd00::10';
-    }), /^frontend-address\.ip: fd00::10 is IPv6; IPv6 LoadBalancer services are not supported yet/],
+    }), /^frontend-address\.ip: an IPv6 NodePort names one of the node's IPv6 addresses/],
+    ['an IPv6 NodePort on an address not the node\'s', edit((b) => {
+      b.flags = { type: 'NodePort' };
+      b['frontend-address'].ip = 'fd00::99';
+      b['backend-addresses'] = [{ ip: 'fd00:10::5', port: 8080 }];
+    }), /^frontend-address\.ip: a NodePort frontend is 0\.0\.0\.0 \(every node address\) or one of this node's addresses/],
     ['an IPv6 multicast frontend', edit((b) => (b['frontend-address'].ip = 'ff02::1')), /^frontend-address\.ip: ff02::1 is a multicast address/],
     ['an IPv6 link-local frontend', edit((b) => (b['frontend-address'].ip = 'fe80::1')), /^frontend-address\.ip: fe80::1 is a link-local address/],
     ['the IPv6 loopback as backend', edit((b) => {

@@ -115,9 +115,10 @@ function ipAddress(v: unknown, field: string): string {
   return formatIp(ip);
 }
 
-function ipv4(v: unknown, field: string): string {
+/** A NodePort's address: IPv4 (0.0.0.0 = every node address), or one named IPv6 node address (the IPv6 datapath serves no "every address"). */
+function nodePortAddress(v: unknown, field: string): string {
   const ip = ipAddress(v, field);
-  if (ipFamilyOf(ip) !== 4) throw invalid(`${field}: ${ip} is IPv6; a NodePort frontend is IPv4 (IPv6 NodePorts are not supported yet)`);
+  if (ip === '::') throw invalid(`${field}: an IPv6 NodePort names one of the node's IPv6 addresses; "every node address" (::) is not supported`);
   return ip;
 }
 
@@ -147,15 +148,13 @@ function frontend(v: unknown, type: ServiceType, ctx: ValidationContext): Normal
   const proto = protocol(v.protocol, `${field}.protocol`);
   let ip: string;
   if (type === 'NodePort') {
-    ip = ipv4(v.ip, `${field}.ip`);
+    ip = nodePortAddress(v.ip, `${field}.ip`);
     if (ip !== '0.0.0.0' && ctx.nodeAddresses && !ctx.nodeAddresses.has(ip)) {
       throw invalid(`${field}.ip: a NodePort frontend is 0.0.0.0 (every node address) or one of this node's addresses (${[...ctx.nodeAddresses].join(', ') || 'none known'}), got ${ip}`);
     }
     if (ip !== '0.0.0.0') unicast(ip, `${field}.ip`);
   } else {
     ip = unicast(v.ip, `${field}.ip`);
-    // From outside the node (external and LoadBalancer addresses) the datapath translates IPv4 only so far.
-    if (type !== 'ClusterIP' && ipFamilyOf(ip) === 6) throw invalid(`${field}.ip: ${ip} is IPv6; IPv6 ${type} services are not supported yet (IPv6 ClusterIPs are)`);
     const why = takenAddress(ip, type, ctx);
     if (why) throw invalid(`${field}.ip: ${ip} ${why}: a ${type} frontend there would capture the traffic meant for it`);
   }

@@ -294,6 +294,18 @@ describe('IPv6 services from outside, bpf_netdev', () => {
     assert.equal(h.ct({ saddr: CLIENT6, daddr: A6.ip, sport: 50000, dport: 8080, proto: IpProto.TCP })!.flags & CtFlag.NODEPORT, CtFlag.NODEPORT);
   });
 
+  it('from outside only a backend of this node is chosen, however many others the service has', async () => {
+    const others = Array.from({ length: 6 }, (_, i) => ({ id: 210 + i, ip: `fd00:202::${i + 1}`, port: 8080, proto: IpProto.TCP }));
+    for (const b of others) lb.addBackend(b);
+    lb.addService({ id: ID.WEB, frontend: NODE_PORT, backends: [...others.map((b) => b.id), BE.A.id], flags: ServiceFlag.NODEPORT });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: false, cookie: COOKIE_ALLOW });
+    for (let sport = 51000; sport < 51012; sport++) {
+      const r = await h.run(FROM_NETDEV, syn(NODE6, 30080, sport));
+      assert.equal(r.retval, TcAction.REDIRECT);
+      assert.equal(tuple6(r.data).dst, A6.ip);
+    }
+  });
+
   it('a ClusterIP from outside is dropped (CLUSTERIP_FROM_OUTSIDE); a backend elsewhere is refused, not forwarded untranslated; other traffic passes', async () => {
     lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.A.id] });
     assert.equal((await h.run(FROM_NETDEV, syn(VIP6, 80))).retval, TcAction.SHOT);

@@ -14,7 +14,8 @@
  *     source check, conntrack, policy and local delivery; neighbour
  *     discovery and MLD pass without policy, a pod's neighbour
  *     solicitations are answered here (icmp6.h), its router advertisements
- *     and redirects refused. No services, tunnel or masquerade in IPv6 yet.
+ *     and redirects refused; services (DNAT, reverse NAT of a local
+ *     backend's replies, hairpin). No tunnel or masquerade in IPv6 yet.
  * Everything per endpoint lives in maps; this object is built once.
  */
 #include <linux/if_ether.h>
@@ -134,8 +135,23 @@ static __always_inline int deliver_local6(struct __sk_buff *skb, struct flow *f,
 	return pass_packet(skb, f, bpf_redirect_peer(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_EGRESS);
 }
 
+/* from_container_service4 for IPv6: DNAT, and the hairpin source when the pod reaches itself. */
+static __always_inline int from_container_service6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6, __u64 now)
+{
+	struct lb6_frontend fe;
+	int ret;
+
+	f->lb_checked = 1;
+	if (!lb6_lookup(f, &fe, 1))
+		return 0;
+	ret = lb6_translate(skb, f, ip6, &fe, now);
+	if (ret < 0)
+		return ret;
+	return lb6_hairpin_snat(skb, f, ip6);
+}
+
 /*
- * IPv6 from the pod, as from_container_ipv4 without services and tunnel:
+ * IPv6 from the pod, as from_container_ipv4 without tunnel:
  * neighbour discovery and MLD first (from_container_nd), router
  * advertisements and redirects refused; then the source must be this
  * device's endpoint (its address in tendril_lxc, family 6), or a link-local
@@ -191,8 +207,14 @@ static __always_inline int from_container_ipv6(struct __sk_buff *skb, struct flo
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_EGRESS, 0);
 
-	if (src)
+	now = bpf_ktime_get_ns();
+	/* A pod's own address (not link-local) may address a service: the flow goes on as translated. */
+	if (src) {
+		ret = from_container_service6(skb, f, &ip6, now);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_EGRESS, 0);
 		dst = endpoint_lookup6(f->daddr6);
+	}
 	local = dst && !(dst->flags & ENDPOINT_F_HOST);
 	if (dst) {
 		f->dst_identity = dst->identity;
@@ -200,7 +222,6 @@ static __always_inline int from_container_ipv6(struct __sk_buff *skb, struct flo
 			f->dst_endpoint = dst->endpoint_id;
 	}
 
-	now = bpf_ktime_get_ns();
 	status = ct_lookup(f, now);
 	if (status == CT_NEW) {
 		if (!dst)
@@ -219,6 +240,13 @@ static __always_inline int from_container_ipv6(struct __sk_buff *skb, struct flo
 				return drop_packet(skb, f, ret, DIR_EGRESS, 0);
 		}
 		trace_new_flow(skb, f, local ? TRACE_TO_ENDPOINT : TRACE_TO_STACK, DIR_EGRESS);
+	} else if (f->rev_nat_index && src) {
+		/* A service's backend answering: its client sees the frontend. */
+		ret = lb6_rev_nat_ct(skb, f, &ip6, status);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+		dst = endpoint_lookup6(f->daddr6);
+		local = dst && !(dst->flags & ENDPOINT_F_HOST);
 	}
 
 	if (local && dst)

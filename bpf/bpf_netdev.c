@@ -5,8 +5,9 @@
  *     mappings get their original destination back; NodePort, externalIP
  *     and LoadBalancer frontends are load-balanced; a ClusterIP is no
  *     frontend for the outside: DROP_CLUSTERIP_FROM_OUTSIDE (unless
- *     --bpf-lb-external-clusterip); everything else goes to the stack
- *     untouched.
+ *     --bpf-lb-external-clusterip); in IPv6 the same for a frontend
+ *     whose backend is on this node (from_netdev_ipv6); everything else
+ *     goes to the stack untouched.
  *   tendril_to_netdev — egress of each --devices device: pod traffic
  *     leaving the masquerade CIDRs is SNATed to the device's address.
  *   tendril_to_lo — lo egress: the node's own connections to a NodePort on
@@ -25,6 +26,7 @@
 #include "eth.h"
 #include "flow.h"
 #include "ipv4.h"
+#include "ipv6.h"
 #include "l4.h"
 #include "nat.h"
 #include "nodeport.h"
@@ -54,16 +56,38 @@ static __always_inline int from_netdev_ipv4(struct __sk_buff *skb, struct flow *
 	return TC_ACT_OK;
 }
 
+/*
+ * IPv6 from the network: an IPv6 service frontend (NodePort on a named
+ * node address, external or LoadBalancer IP) with a backend on this node
+ * (nodeport_lb6); everything else, neighbour discovery included, goes to
+ * the stack untouched.
+ */
+static __always_inline int from_netdev_ipv6(struct __sk_buff *skb, struct flow *f)
+{
+	struct ipv6_info ip6;
+	int action = TC_ACT_OK;
+
+	if (!device_lookup(skb->ifindex) || ipv6_load(skb, f, &ip6) < 0 || l4_load6(skb, f, &ip6) < 0)
+		return TC_ACT_OK;
+	if (nodeport_lb6(skb, f, &ip6, &action))
+		return action;
+	return TC_ACT_OK;
+}
+
 SEC("tc")
 int tendril_from_netdev(struct __sk_buff *skb)
 {
 	struct flow *f;
+	__be16 proto;
 
 	f = flow_init(skb);
 	if (!f)
 		return TC_ACT_OK;
-	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
+	proto = eth_load_proto(skb);
+	if (proto == bpf_htons(ETH_P_IP))
 		return from_netdev_ipv4(skb, f);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return from_netdev_ipv6(skb, f);
 	return TC_ACT_OK;
 }
 

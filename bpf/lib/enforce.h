@@ -265,20 +265,27 @@ static __always_inline void flow_set_arrived_source6(struct flow *f, __u32 devic
 }
 
 /*
- * ingress_ct_policy4_stage for IPv6 (no service translation in IPv6 yet):
- * conntrack, then for a new flow the source's identity unless known
+ * ingress_ct_policy4_stage for IPv6: conntrack (a service reply gets its
+ * reverse NAT, lb6_rev_nat_ct), then for a new flow the source's identity unless known
  * (INGRESS_SOURCE_KNOWN in `how`), the endpoint's ingress policy and its
  * entry. f's destination identity and endpoint are set. 0 when the packet
  * may go on, else TC_ACT_SHOT after reporting the drop.
  */
-__stage int ingress_ct_policy6_stage(struct __sk_buff *skb, struct flow *f, __u64 now, __u32 how)
+__stage int ingress_ct_policy6_stage(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, __u64 now, __u32 how)
 {
+	enum ct_status status;
 	int ret;
 
-	if (!f)
+	if (!f || !ip)
 		return TC_ACT_SHOT;
-	if (ct_lookup(f, now) != CT_NEW)
+	status = ct_lookup(f, now);
+	if (status != CT_NEW) {
+		/* A service's reply from a backend elsewhere: the client sees the frontend. */
+		ret = lb6_rev_nat_ct(skb, f, ip, status);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 		return 0;
+	}
 	if (!(how & INGRESS_SOURCE_KNOWN))
 		flow_set_source6(f);
 	ret = policy_enforce_or_drop(skb, f, f->dst_endpoint, f->src_identity, 0);
@@ -312,7 +319,7 @@ static __always_inline int ingress_to_endpoint6(struct __sk_buff *skb, struct fl
 			flow_set_source6(f);
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 	}
-	return ingress_ct_policy6_stage(skb, f, bpf_ktime_get_ns(), trace_point | (arrived_on ? INGRESS_SOURCE_KNOWN : 0));
+	return ingress_ct_policy6_stage(skb, f, ip, bpf_ktime_get_ns(), trace_point | (arrived_on ? INGRESS_SOURCE_KNOWN : 0));
 }
 
 #endif

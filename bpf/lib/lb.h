@@ -20,7 +20,9 @@
 #include "flow.h"
 #include "ipcache.h"
 #include "ipv4.h"
+#include "ipv6.h"
 #include "rewrite.h"
+#include "rewrite6.h"
 
 struct lb4_key {
 	__be32 address;     /* frontend; 0 with SVC_F_NODEPORT = every node address */
@@ -639,6 +641,557 @@ __stage int lb4_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct i
 		return lb4_rev_nat(skb, f, ip);
 	if (status == CT_RELATED)
 		return lb4_rev_nat_icmp(skb, f, ip);
+	return 0;
+}
+
+/* ---- IPv6 ------------------------------------------------------------------ */
+/*
+ * IPv6 services, as IPv4's with 16-byte addresses: a service is one family
+ * (a dual-stack Kubernetes Service is one service per family). The
+ * service entries (struct lb4_service) and affinity values are the same
+ * structs. Service IDs and backend IDs are one number space across both
+ * families (the agent allocates them once), so the tables keyed by IDs
+ * only, Maglev (tendril_lb4_mag) and members (tendril_lb4_member), are
+ * shared: an IPv6 service's table and members sit beside IPv4's under IDs
+ * no IPv4 service has, and no IPv6 copy of them has to be kept in step.
+ * The conntrack entry's nat_addr holds 4 bytes: an IPv6 reply takes the
+ * frontend from tendril_lb6_rev (a service's one address), so NodePort on
+ * "every node address" is not served in IPv6 here.
+ */
+struct lb6_key {
+	__be32 address[4]; /* frontend */
+	__be16 dport;
+	__u16 backend_slot; /* 0: the service entry; 1..count: its backends */
+	__u8 proto;
+	__u8 scope; /* LB_SCOPE_* */
+	__u16 pad;
+};
+
+struct lb6_backend {
+	__be32 address[4];
+	__be16 port;
+	__u8 proto;
+	__u8 state; /* BACKEND_STATE_* */
+};
+
+struct lb6_reverse_nat {
+	__be32 address[4]; /* the frontend replies come from */
+	__be16 port;
+	__u16 pad;
+};
+
+struct lb6_affinity_key {
+	__be32 client[4];
+	__u16 rev_nat_index;
+	__u16 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct lb6_key);
+	__type(value, struct lb4_service);
+	__uint(max_entries, TENDRIL_LB6_SVC_DEFAULT_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb6_svc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct lb6_backend);
+	__uint(max_entries, TENDRIL_LB6_BE_DEFAULT_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb6_be SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u16);
+	__type(value, struct lb6_reverse_nat);
+	__uint(max_entries, TENDRIL_LB6_REV_DEFAULT_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb6_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct lb6_affinity_key);
+	__type(value, struct lb4_affinity_value);
+	__uint(max_entries, TENDRIL_LB6_AFF_DEFAULT_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb6_aff SEC(".maps");
+
+/* lb4_frontend for IPv6. */
+struct lb6_frontend {
+	struct lb6_key key;
+	struct lb4_service svc;
+};
+
+/*
+ * The service an IPv6 packet addresses (its exact frontend), with the
+ * INTERNAL scope of a TWO_SCOPES frontend for traffic from inside the
+ * node, as lb4_lookup: 1 with *fe filled in, or 0.
+ */
+static __always_inline int lb6_lookup(const struct flow *f, struct lb6_frontend *fe, int internal)
+{
+	struct lb6_key *key = &fe->key;
+	struct lb4_service *svc, *scoped;
+
+	if (!lb4_proto_supported(f->proto))
+		return 0;
+	__builtin_memcpy(key->address, f->daddr6, 16);
+	key->dport = f->dport;
+	key->backend_slot = 0;
+	key->proto = f->proto;
+	key->scope = LB_SCOPE_EXTERNAL;
+	key->pad = 0;
+	svc = bpf_map_lookup_elem(&tendril_lb6_svc, key);
+	if (!svc)
+		return 0;
+	if (internal && (svc->flags & SVC_F_TWO_SCOPES)) {
+		key->scope = LB_SCOPE_INTERNAL;
+		scoped = bpf_map_lookup_elem(&tendril_lb6_svc, key);
+		if (scoped)
+			svc = scoped;
+		else
+			key->scope = LB_SCOPE_EXTERNAL;
+	}
+	fe->svc = *svc;
+	return 1;
+}
+
+/*
+ * lb4_flow_hash for IPv6: MurmurHash3 (x86, 32 bits, seed 0) of ten
+ * host-order words — the source address's four, the destination's four,
+ * sport << 16 | dport, protocol. src/datapath/bpf/flowHash.ts flowHash6
+ * is its twin.
+ */
+static __always_inline __u32 lb6_flow_hash(const struct flow *f)
+{
+	__u32 h = 0;
+	int i;
+
+	/* Rolled: unrolled, the eight rounds' temporaries spill onto the translation stage's stack. */
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 4; i++)
+		h = lb_hash_round(h, bpf_ntohl(f->saddr6[i]));
+#pragma clang loop unroll(disable)
+	for (i = 0; i < 4; i++)
+		h = lb_hash_round(h, bpf_ntohl(f->daddr6[i]));
+	h = lb_hash_round(h, ((__u32)bpf_ntohs(f->sport) << 16) | bpf_ntohs(f->dport));
+	h = lb_hash_round(h, f->proto);
+	h ^= 40;
+	h ^= h >> 16;
+	h *= 0x85ebca6bU;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35U;
+	h ^= h >> 16;
+	return h;
+}
+
+/*
+ * The backend the service's Maglev table (shared with IPv4, by service ID)
+ * gives this flow; 0 without one. A global function: the hash's frame is
+ * its own.
+ */
+__attribute__((noinline)) __u32 lb6_maglev_backend(const struct flow *f, __u16 rev_nat_index)
+{
+	__u32 outer = rev_nat_index, zero = 0, idx, *id;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+	void *table;
+
+	if (!f || !cfg || cfg->maglev_table_size == 0)
+		return 0;
+	idx = lb6_flow_hash(f) % cfg->maglev_table_size;
+	table = bpf_map_lookup_elem(&tendril_lb4_mag, &outer);
+	if (!table)
+		return 0;
+	id = bpf_map_lookup_elem(table, &idx);
+	return id ? *id : 0;
+}
+
+static __always_inline __u32 lb6_random_backend(const struct lb6_key *key, __u16 count)
+{
+	struct lb6_key slot = *key;
+	struct lb4_service *s;
+
+	slot.backend_slot = (__u16)(bpf_get_prandom_u32() % count) + 1;
+	s = bpf_map_lookup_elem(&tendril_lb6_svc, &slot);
+	return s ? s->backend_id : 0;
+}
+
+/* bpf_loop's state while lb6_local_backend walks a service's slots. */
+struct lb6_local_walk {
+	struct lb6_key slot;
+	__u32 start;
+	__u32 count;
+	__u32 found;
+};
+
+/* lb4_local_walk_step for IPv6. */
+static long lb6_local_walk_step(__u32 i, void *ctx)
+{
+	struct lb6_local_walk *w = ctx;
+	struct lb6_backend *be;
+	struct lb4_service *s;
+	__u32 id;
+
+	if (w->count == 0)
+		return 1;
+	w->slot.backend_slot = (__u16)((w->start + i) % w->count) + 1;
+	s = bpf_map_lookup_elem(&tendril_lb6_svc, &w->slot);
+	if (!s)
+		return 0;
+	id = s->backend_id;
+	be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
+	if (!be || !pod_endpoint_lookup6(be->address))
+		return 0;
+	w->found = id;
+	return 1;
+}
+
+/*
+ * lb4_local_backend for IPv6: a backend of this node from the slots, from
+ * a random one on, or 0. A global function: the walk's state is in its
+ * own frame.
+ */
+__attribute__((noinline)) __u32 lb6_local_backend(const struct lb6_key *key, __u16 count)
+{
+	struct lb6_local_walk w;
+
+	if (!key || count == 0)
+		return 0;
+	__builtin_memset(&w, 0, sizeof(w));
+	w.slot = *key;
+	w.count = count;
+	w.start = bpf_get_prandom_u32() % count;
+	bpf_loop(count, lb6_local_walk_step, &w, 0);
+	return w.found;
+}
+
+/*
+ * lb4_affinity_backend for an IPv6 client, f's source (a global function
+ * for the same reason; its key lives in its own frame, not in the
+ * translation stage's, which holds a conntrack key already).
+ */
+__attribute__((noinline)) __u32 lb6_affinity_backend(const struct flow *f, __u16 rev_nat_index, __u32 timeout_s, __u64 now)
+{
+	struct lb6_affinity_key key = { .rev_nat_index = rev_nat_index, .pad = 0 };
+	struct lb4_affinity_value *v;
+	struct lb6_backend *be;
+	__u32 id;
+
+	if (!f)
+		return 0;
+	__builtin_memcpy(key.client, f->saddr6, 16);
+	v = bpf_map_lookup_elem(&tendril_lb6_aff, &key);
+	if (!v || now - v->last_used_ns > (__u64)timeout_s * NSEC_PER_SEC)
+		return 0;
+	id = v->backend_id;
+	be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
+	if (!be || be->state != BACKEND_STATE_ACTIVE)
+		return 0;
+	return lb4_is_member(rev_nat_index, id) ? id : 0;
+}
+
+/* Records f's client's affinity to backend `id` (a global function: its key off the translation stage's frame). */
+__attribute__((noinline)) int lb6_affinity_update(const struct flow *f, __u16 rev_nat_index, __u32 id, __u64 now)
+{
+	struct lb6_affinity_key key = { .rev_nat_index = rev_nat_index, .pad = 0 };
+	struct lb4_affinity_value v = { .last_used_ns = now, .backend_id = id, .pad = 0 };
+
+	if (!f)
+		return 0;
+	__builtin_memcpy(key.client, f->saddr6, 16);
+	return bpf_map_update_elem(&tendril_lb6_aff, &key, &v, BPF_ANY) < 0 ? -1 : 0;
+}
+
+/*
+ * lb4_service_ct_create for IPv6: the service entry in tendril_ct6_*,
+ * under the client's tuple to the frontend (f's, before DNAT). A global
+ * function: its key and entry sit in its own frame, not on top of the
+ * translation stage's (the chain's 512 bytes).
+ */
+__attribute__((noinline)) int lb6_service_ct_create(const struct flow *f, __u16 rev_nat_index, __u32 id, __u64 now)
+{
+	union ct_key key;
+	struct ct_entry e;
+
+	if (!f)
+		return DROP_CT_FULL;
+	ct6_key_init(&key.k6, f->saddr6, f->daddr6, f->sport, f->dport, f->proto);
+	key.k6.flags = CT_KEY_F_SERVICE;
+	__builtin_memset(&e, 0, sizeof(e));
+	e.flags = CT_F_SERVICE | ct_packet_flags(f, 0);
+	if (f->proto == IPPROTO_TCP)
+		e.tcp_flags = f->tcp_flags;
+	e.expires_ns = now + ct_lifetime_ns(f->proto, e.flags, e.tcp_flags);
+	e.packets = 1;
+	e.bytes = f->len;
+	e.rev_nat_index = rev_nat_index;
+	e.backend_id = id;
+	e.nat_port = f->dport;
+	e.src_endpoint = f->src_endpoint;
+	return ct_insert_family(&key, 1, &e);
+}
+
+/*
+ * lb4_select for IPv6: the backend the service conntrack entry pins while
+ * it exists and is still a member, else the affinity backend, the Maglev
+ * table's (EXTERNAL scope) or a random slot, pinned in a new entry.
+ */
+static __always_inline struct lb6_backend *lb6_select(struct flow *f, const struct lb6_key *key, const struct lb4_service *svc, __u64 now,
+						      int *reason)
+{
+	__u16 rev_nat_index = svc->rev_nat_index, count = svc->count;
+	__u32 timeout_s = svc->affinity_timeout, id = 0;
+	__u8 flags = svc->flags;
+	struct lb6_backend *be = NULL;
+	union ct_key ckey;
+	struct ct_entry *e;
+	int ret;
+
+
+	ct6_key_init(&ckey.k6, f->saddr6, f->daddr6, f->sport, f->dport, f->proto);
+	ckey.k6.flags = CT_KEY_F_SERVICE;
+	e = ct_key_find(&ckey, 1, now);
+	if (e && e->rev_nat_index == rev_nat_index && e->backend_id && !lb4_port_reused(e, f)) {
+		id = e->backend_id;
+		be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
+		if (be && !lb4_is_member(rev_nat_index, id))
+			be = NULL;
+		if (be && f->lb_local_only && !pod_endpoint_lookup6(be->address))
+			be = NULL;
+		if (be)
+			ct_refresh(e, f, 0, now);
+	}
+	if (!be) {
+		id = 0;
+		if (flags & SVC_F_AFFINITY)
+			id = lb6_affinity_backend(f, rev_nat_index, timeout_s, now);
+		if (!id && count == 0) {
+			*reason = DROP_NO_SERVICE;
+			return NULL;
+		}
+		if (!id && (flags & SVC_F_MAGLEV) && key->scope == LB_SCOPE_EXTERNAL)
+			id = lb6_maglev_backend(f, rev_nat_index);
+		if (!id)
+			id = lb6_random_backend(key, count);
+		be = id ? bpf_map_lookup_elem(&tendril_lb6_be, &id) : NULL;
+		if (be && f->lb_local_only && !pod_endpoint_lookup6(be->address)) {
+			id = lb6_local_backend(key, count);
+			be = id ? bpf_map_lookup_elem(&tendril_lb6_be, &id) : NULL;
+		}
+		if (!be) {
+			*reason = DROP_NO_SERVICE;
+			return NULL;
+		}
+		ret = lb6_service_ct_create(f, rev_nat_index, id, now);
+		if (ret < 0) {
+			*reason = ret;
+			return NULL;
+		}
+	}
+	/* Best effort, as IPv4's: a full LRU map evicts, it does not refuse. */
+	if (flags & SVC_F_AFFINITY)
+		lb6_affinity_update(f, rev_nat_index, id, now);
+	f->backend_id = id;
+	f->rev_nat_index = rev_nat_index;
+	__builtin_memcpy(f->nat_addr6, f->daddr6, 16);
+	f->nat_port = f->dport;
+	return be;
+}
+
+/*
+ * Destination ← backend `id` (a later fragment keeps its ports); f
+ * follows. A global function: the rewrite's frame is not stacked on the
+ * selection's.
+ */
+__attribute__((noinline)) int lb6_dnat(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, __u32 id)
+{
+	struct lb6_backend *be;
+	__be16 port;
+	int ret;
+
+	if (!f || !ip)
+		return DROP_NO_SERVICE;
+	be = bpf_map_lookup_elem(&tendril_lb6_be, &id);
+	if (!be)
+		return DROP_NO_SERVICE;
+	port = be->port;
+	ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_DST, f->daddr6, be->address);
+	if (ret < 0)
+		return ret;
+	__builtin_memcpy(f->daddr6, be->address, 16);
+	if (!port)
+		return 0;
+	if (!ipv6_is_later_fragment(ip)) {
+		ret = ipv6_rewrite_port(skb, ip, f->proto, REWRITE_DST, f->dport, port);
+		if (ret < 0)
+			return ret;
+	}
+	f->dport = port;
+	return 0;
+}
+
+/* lb4_translate for IPv6: backend selected, then DNAT. 0, or the drop reason. */
+__stage int lb6_translate(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, const struct lb6_frontend *fe, __u64 now)
+{
+	struct lb6_backend *be;
+	int reason = 0;
+
+	if (!f || !ip || !fe)
+		return DROP_NO_SERVICE;
+	be = lb6_select(f, &fe->key, &fe->svc, now, &reason);
+	if (!be)
+		return reason;
+	return lb6_dnat(skb, f, ip, f->backend_id);
+}
+
+/*
+ * lb4_hairpin_snat for IPv6: a pod whose service chose itself gets the
+ * source LB_HAIRPIN_IP6 and the flow CT_F_HAIRPIN, so replies get both
+ * addresses back (lb6_rev_nat_ct).
+ */
+static __always_inline int lb6_hairpin_snat(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip)
+{
+	__be32 hairpin[4] = { bpf_htonl(LB_HAIRPIN_IP6_W0), bpf_htonl(LB_HAIRPIN_IP6_W1), bpf_htonl(LB_HAIRPIN_IP6_W2),
+			      bpf_htonl(LB_HAIRPIN_IP6_W3) };
+	int ret;
+
+	if (!ipv6_addr_equal(f->daddr6, f->saddr6))
+		return 0;
+	ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_SRC, f->saddr6, hairpin);
+	if (ret < 0)
+		return ret;
+	__builtin_memcpy(f->saddr6, hairpin, 16);
+	f->ct_flags |= CT_F_HAIRPIN;
+	return 0;
+}
+
+/* Adds `diff` (or old → new, 2 bytes) to the 16-bit checksum at `off`; 0, or DROP_WRITE_ERROR. */
+static __always_inline int lb6_csum_add(struct __sk_buff *skb, __u32 off, __be32 from, __be32 to, __u64 flags)
+{
+	return bpf_l4_csum_replace(skb, off, from, to, flags) < 0 ? DROP_WRITE_ERROR : 0;
+}
+
+/*
+ * An ICMPv6 error about a service flow's original direction, on its way to
+ * the client (lb4_rev_nat_icmp for IPv6): the datagram it carries (client
+ * → backend) becomes client → frontend, its L4 checksum following when the
+ * error carries it, and the outer source becomes the frontend when the
+ * backend sent the error. The ICMPv6 checksum covers the embedded bytes
+ * and the outer pseudo-header: every change is added to it. A hairpin's
+ * error is left as it is (its client is the backend). A global function:
+ * its frame is not stacked on the reverse NAT stage's.
+ */
+__attribute__((noinline)) int lb6_rev_nat_icmp(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, const struct lb6_reverse_nat *rev)
+{
+	__u32 icmp_csum, inner = 0, l4 = 0, l4_csum = 0;
+	__be16 fport, bport, old_sum = 0, new_sum = 0;
+	__s64 diff;
+	int ret;
+
+	if (!f || !ip || !rev || !f->has_inner || (f->ct_flags & CT_F_HAIRPIN))
+		return 0;
+	icmp_csum = ip->l4_off + 2;
+	inner = ip->l4_off + 8;
+	l4 = inner + 40;
+	fport = f->nat_port ? f->nat_port : rev->port;
+	bport = f->inner_dport;
+	if (inner + 40 > ip->ip_end || icmp_csum + 2 > ip->ip_end)
+		return DROP_WRITE_ERROR;
+	diff = bpf_csum_diff(f->inner_daddr6, 16, (__be32 *)rev->address, 16, 0);
+	if (diff < 0)
+		return DROP_WRITE_ERROR;
+	/* The embedded datagram's own checksum (pseudo-header: its destination; its port), when it is there and not UDP's "none". */
+	if (f->inner_proto == IPPROTO_TCP || f->inner_proto == IPPROTO_UDP) {
+		l4_csum = l4 + (f->inner_proto == IPPROTO_TCP ? 16 : 6);
+		if (l4_csum + 2 > ip->ip_end || bpf_skb_load_bytes(skb, l4_csum, &old_sum, 2) < 0 || (f->inner_proto == IPPROTO_UDP && old_sum == 0))
+			l4_csum = 0;
+	}
+	if (l4_csum) {
+		ret = lb6_csum_add(skb, l4_csum, 0, (__u32)diff, 0);
+		if (ret == 0 && fport && fport != bport)
+			ret = lb6_csum_add(skb, l4_csum, bport, fport, 2);
+		if (ret == 0 && bpf_skb_load_bytes(skb, l4_csum, &new_sum, 2) < 0)
+			ret = DROP_WRITE_ERROR;
+		if (ret == 0)
+			ret = lb6_csum_add(skb, icmp_csum, old_sum, new_sum, 2);
+		if (ret < 0)
+			return ret;
+	}
+	ret = lb6_csum_add(skb, icmp_csum, 0, (__u32)diff, 0);
+	if (ret == 0 && bpf_skb_store_bytes(skb, inner + offsetof(struct ipv6hdr, daddr), rev->address, 16, 0) < 0)
+		ret = DROP_WRITE_ERROR;
+	if (ret < 0)
+		return ret;
+	if (fport && fport != bport && l4 + 4 <= ip->ip_end && (f->inner_proto == IPPROTO_TCP || f->inner_proto == IPPROTO_UDP)) {
+		ret = lb6_csum_add(skb, icmp_csum, bport, fport, 2);
+		if (ret == 0 && bpf_skb_store_bytes(skb, l4 + 2, &fport, 2, 0) < 0)
+			ret = DROP_WRITE_ERROR;
+		if (ret < 0)
+			return ret;
+		f->inner_dport = fport;
+	}
+	/* The outer source when the backend itself sent the error (a router on the way keeps its own). */
+	if (ipv6_addr_equal(f->saddr6, f->inner_daddr6)) {
+		ret = ipv6_rewrite_addr(skb, ip, IPPROTO_ICMPV6, REWRITE_SRC, f->saddr6, rev->address);
+		if (ret < 0)
+			return ret;
+		__builtin_memcpy(f->saddr6, rev->address, 16);
+	}
+	__builtin_memcpy(f->inner_daddr6, rev->address, 16);
+	return 0;
+}
+
+/*
+ * A reply of an IPv6 service flow (conntrack REPLY): source ← the frontend,
+ * from the service's reverse NAT entry (none: the service is gone, nothing
+ * to undo), and the port the client addressed; a hairpin reply also gets
+ * destination ← the client (its own source). An ICMPv6 error about the
+ * flow's original direction (RELATED) is translated by lb6_rev_nat_icmp.
+ * f follows.
+ */
+__stage int lb6_rev_nat_ct(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, enum ct_status status)
+{
+	struct lb6_reverse_nat *rev;
+	__u16 idx;
+	__be32 front[4];
+	__be16 port;
+	int ret;
+
+	if (!f || !ip || !f->rev_nat_index || (status != CT_REPLY && status != CT_RELATED))
+		return 0;
+	idx = f->rev_nat_index;
+	rev = bpf_map_lookup_elem(&tendril_lb6_rev, &idx);
+	if (!rev)
+		return 0;
+	if (status == CT_RELATED)
+		return f->related_orig ? lb6_rev_nat_icmp(skb, f, ip, rev) : 0;
+	__builtin_memcpy(front, rev->address, 16);
+	port = f->nat_port ? f->nat_port : rev->port;
+	/* A hairpin's client is the backend itself: its own address back as destination. */
+	if (f->ct_flags & CT_F_HAIRPIN) {
+		ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_DST, f->daddr6, f->saddr6);
+		if (ret < 0)
+			return ret;
+		__builtin_memcpy(f->daddr6, f->saddr6, 16);
+	}
+	ret = ipv6_rewrite_addr(skb, ip, f->proto, REWRITE_SRC, f->saddr6, front);
+	if (ret < 0)
+		return ret;
+	__builtin_memcpy(f->saddr6, front, 16);
+	__builtin_memcpy(f->nat_addr6, front, 16);
+	if (!port || ipv6_is_later_fragment(ip)) {
+		if (port)
+			f->sport = port;
+		return 0;
+	}
+	ret = ipv6_rewrite_port(skb, ip, f->proto, REWRITE_SRC, f->sport, port);
+	if (ret < 0)
+		return ret;
+	f->sport = port;
 	return 0;
 }
 

@@ -285,6 +285,74 @@ __stage int nodeport_lb4(struct __sk_buff *skb, struct flow *f, struct ipv4_info
 }
 
 /*
+ * nodeport_lb4 for IPv6, a backend on this node only so far (chosen among
+ * the service's, lb_local_only): a NodePort on a named node address, an
+ * external or LoadBalancer IP, from outside.
+ * The client's identity is what its address is known as here, or world,
+ * never the node's (flow_set_arrived_source6 without a device: Cilium's
+ * GO-2023-1643 took IPv6 NodePort clients for the host). A ClusterIP is
+ * no frontend for the outside (DROP_CLUSTERIP_FROM_OUTSIDE, as IPv4's). A
+ * service with no backend here would need the NodePort SNAT IPv6 does not
+ * have yet: DROP_NO_SERVICE, counted, never forwarded untranslated. Returns 1
+ * with *action set when decided here, 0 when no frontend was addressed.
+ */
+__stage int nodeport_lb6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, int *action)
+{
+	struct endpoint_info *dst;
+	struct lb6_frontend fe;
+	__u8 hl;
+	__u64 now;
+	int ret;
+
+	if (!f || !ip || !action)
+		return 0;
+	if (!lb6_lookup(f, &fe, 0))
+		return 0;
+	flow_set_arrived_source6(f, 0);
+	if (!(fe.svc.flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)) && !config_external_clusterip()) {
+		*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_INGRESS, 0);
+		return 1;
+	}
+	now = bpf_ktime_get_ns();
+	f->lb_checked = 1;
+	/* Without the NodePort SNAT in IPv6, a backend on this node is the only one that can answer: chosen among the slots. */
+	f->lb_local_only = 1;
+	ret = lb6_translate(skb, f, ip, &fe, now);
+	if (ret < 0) {
+		*action = drop_packet(skb, f, ret, DIR_INGRESS, 0);
+		return 1;
+	}
+	f->ct_flags |= CT_F_NODEPORT;
+	dst = pod_endpoint_lookup6(f->daddr6);
+	if (!dst) {
+		*action = drop_packet(skb, f, DROP_NO_SERVICE, DIR_INGRESS, 0);
+		return 1;
+	}
+	f->dst_identity = dst->identity;
+	f->dst_endpoint = dst->endpoint_id;
+	/* A local backend sees the client's own address, judged as it arrived. */
+	ret = ingress_ct_policy6_stage(skb, f, ip, now, TRACE_TO_ENDPOINT | INGRESS_SOURCE_KNOWN);
+	if (ret) {
+		*action = ret;
+		return 1;
+	}
+	hl = ip->hop_limit;
+	if (hl <= 1) {
+		*action = drop_packet(skb, f, DROP_TTL_EXCEEDED, DIR_INGRESS, 0);
+		return 1;
+	}
+	ret = ipv6_dec_hop_limit(skb, ip);
+	if (ret == 0 && eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0)
+		ret = DROP_WRITE_ERROR;
+	if (ret < 0) {
+		*action = drop_packet(skb, f, ret, DIR_INGRESS, 0);
+		return 1;
+	}
+	*action = pass_packet(skb, f, bpf_redirect_peer(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+	return 1;
+}
+
+/*
  * lo egress: the node connecting to a NodePort on one of its own addresses.
  * Only a backend on this node can be reached this way: one is chosen among
  * the service's (DROP_NO_SERVICE when it has none here); DNAT, the

@@ -3,7 +3,7 @@ import type { ResponseBody } from '../api/types.js';
 import { protocolName } from '../monitor/index.js';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
 import { CliError } from './cliError.js';
-import { count, portRangeText } from './words.js';
+import { addressPort, count, portRangeText } from './words.js';
 
 type PolicyEntries = ResponseBody<'getBpfPolicy', 200>['entries'];
 type CtEntries = ResponseBody<'listBpfConntrack', 200>;
@@ -135,8 +135,8 @@ export function registerBpfCommands(program: Command): void {
     .action(async (opts: AgentOpts & { backends?: boolean; revnat?: boolean; affinity?: boolean }) => {
       const r = await call(() => client(opts).listBpfLoadBalancer());
       output(opts, r, () => {
-        if (opts.backends) return table([['ID', 'ADDRESS', 'PROTO', 'STATE'], ...r.backends.map((b) => [String(b.id), `${b.address}:${b.port}`, b.protocol, b.state])]);
-        if (opts.revnat) return table([['ID', 'FRONTEND'], ...r.reverseNat.map((n) => [String(n.id), `${n.address}:${n.port}`])]);
+        if (opts.backends) return table([['ID', 'ADDRESS', 'PROTO', 'STATE'], ...r.backends.map((b) => [String(b.id), addressPort(b.address, b.port), b.protocol, b.state])]);
+        if (opts.revnat) return table([['ID', 'FRONTEND'], ...r.reverseNat.map((n) => [String(n.id), addressPort(n.address, n.port)])]);
         if (opts.affinity) return table([['SERVICE', 'CLIENT', 'BACKEND', 'IDLE'], ...r.affinity.map((a) => [String(a.serviceId), a.client, String(a.backendId), `${Math.round(a.idleSeconds)}s`])]);
         return lbServiceTable(r.services);
       });

@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { requireRoot } from '../../test/support/root.js';
 import { type BpfApiServer, startBpfApiServer } from '../agent/testing/bpfApiServer.js';
 import { BackendState, LbScope, MapName, NatDirection, NatFlag, ServiceFlag, DeviceFlag } from '../datapath/bpf/constants.js';
-import { deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, nat4Entry, nat4Key } from '../datapath/bpf/layout.js';
+import { deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, lb6AffinityKey, lb6Backend, lb6Key, lb6ReverseNat, nat4Entry, nat4Key } from '../datapath/bpf/layout.js';
 import { BpfMap, codec, MapOfMaps, RawMap } from '../datapath/kernel/bpf/index.js';
 import { parseIp } from '../netip/index.js';
 import { runCli } from './testing/cliProcess.js';
@@ -43,6 +43,10 @@ before(async () => {
   const maglev = await pinned(MapName.LB_MAGLEV, () => MapOfMaps.create({ name: MapName.LB_MAGLEV, type: 'HASH_OF_MAPS', maxEntries: 16, innerMap: template }, codec.u32));
   const snat = await pinned(MapName.SNAT, () => BpfMap.create({ name: MapName.SNAT, type: 'LRU_HASH', maxEntries: 64 }, nat4Key, nat4Entry));
   const devices = await pinned(MapName.DEVICES, () => BpfMap.create({ name: MapName.DEVICES, type: 'HASH', maxEntries: 8 }, codec.u32, deviceInfo));
+  const services6 = await pinned(MapName.LB6_SERVICES, () => BpfMap.create({ name: MapName.LB6_SERVICES, type: 'HASH', maxEntries: 64 }, lb6Key, lb4Service));
+  const backends6 = await pinned(MapName.LB6_BACKENDS, () => BpfMap.create({ name: MapName.LB6_BACKENDS, type: 'HASH', maxEntries: 64 }, codec.u32, lb6Backend));
+  const revNat6 = await pinned(MapName.LB6_REVNAT, () => BpfMap.create({ name: MapName.LB6_REVNAT, type: 'HASH', maxEntries: 64 }, codec.u16, lb6ReverseNat));
+  await pinned(MapName.LB6_AFFINITY, () => BpfMap.create({ name: MapName.LB6_AFFINITY, type: 'LRU_HASH', maxEntries: 64 }, lb6AffinityKey, lb4AffinityValue));
 
   // Service 1: a ClusterIP with two backends and a Maglev table; service 2: a NodePort, Local, with two scopes and affinity.
   const fe1 = { address: ip('10.96.0.10'), dport: 80, proto: 6 };
@@ -59,6 +63,12 @@ before(async () => {
   revNat.set(1, { address: ip('10.96.0.10'), port: 80 });
   revNat.set(2, { address: ip('0.0.0.0'), port: 30080 });
   affinity.set({ client: ip('10.96.128.9'), revNatIndex: 2 }, { lastUsedNs: process.hrtime.bigint() - 5_000_000_000n, backendId: 13 });
+  // Service 3: an IPv6 ClusterIP with one backend.
+  const fe3 = { address: ip('fd00:96::10'), dport: 80, proto: 6 };
+  services6.set({ ...fe3, backendSlot: 0, scope: LbScope.EXTERNAL }, { backendId: 0, affinityTimeout: 0, count: 1, revNatIndex: 3, flags: 0 });
+  services6.set({ ...fe3, backendSlot: 1, scope: LbScope.EXTERNAL }, { backendId: 14, affinityTimeout: 0, count: 0, revNatIndex: 3, flags: 0 });
+  backends6.set(14, { address: ip('fd00:128::5'), port: 8080, proto: 6, state: BackendState.ACTIVE });
+  revNat6.set(3, { address: ip('fd00:96::10'), port: 80 });
   const inner = await RawMap.create({ name: 'tdl_mag_1', type: 'ARRAY', keySize: 4, valueSize: 4, maxEntries: 7 });
   await maglev.set(1, inner);
   inner.close();
@@ -87,14 +97,16 @@ describe('tendril bpf lb list', () => {
     assert.match(lines[4]!, /^0\.0\.0\.0:30080\/UDP\s+external\s+0\.0\.0\.0:0 \(2\) \(0\) \[0 backends\]\s+nodeport, local-traffic, affinity, two-scopes, timeout 60s$/);
     assert.match(lines[5]!, /^0\.0\.0\.0:30080\/UDP\s+internal\s+0\.0\.0\.0:0 \(2\) \(0\) \[1 backend\]/);
     assert.match(lines[6]!, /^\s+backend 13 \(missing\) \(2\) \(1\)$/);
+    assert.match(lines[7]!, /^\[fd00:96::10\]:80\/TCP\s+external\s+0\.0\.0\.0:0 \(3\) \(0\) \[1 backend\]\s+-$/);
+    assert.match(lines[8]!, /^\s+\[fd00:128::5\]:8080 \(3\) \(1\)$/);
   });
 
   test('--backends, --revnat, --affinity: those maps; -o json: all of them', async () => {
     const be = await tendril(['bpf', 'lb', 'list', '--backends', '--socket', sock]);
     assert.equal(be.code, 0, be.stderr);
-    assert.match(be.stdout, /^ID\s+ADDRESS\s+PROTO\s+STATE\n11\s+10\.96\.128\.5:8080\s+TCP\s+active\n12\s+10\.96\.128\.6:8080\s+TCP\s+terminating\n$/);
+    assert.match(be.stdout, /^ID\s+ADDRESS\s+PROTO\s+STATE\n11\s+10\.96\.128\.5:8080\s+TCP\s+active\n12\s+10\.96\.128\.6:8080\s+TCP\s+terminating\n14\s+\[fd00:128::5\]:8080\s+TCP\s+active\n$/);
     const rev = await tendril(['bpf', 'lb', 'list', '--revnat', '--socket', sock]);
-    assert.match(rev.stdout, /^ID\s+FRONTEND\n1\s+10\.96\.0\.10:80\n2\s+0\.0\.0\.0:30080\n$/);
+    assert.match(rev.stdout, /^ID\s+FRONTEND\n1\s+10\.96\.0\.10:80\n2\s+0\.0\.0\.0:30080\n3\s+\[fd00:96::10\]:80\n$/);
     const aff = await tendril(['bpf', 'lb', 'list', '--affinity', '--socket', sock]);
     assert.match(aff.stdout, /^SERVICE\s+CLIENT\s+BACKEND\s+IDLE\n2\s+10\.96\.128\.9\s+13\s+\d+s\n$/);
     const json = await tendril(['bpf', 'lb', 'list', '-o', 'json', '--socket', sock]);
@@ -104,9 +116,10 @@ describe('tendril bpf lb list', () => {
       [1, 'external', true, 2],
       [2, 'external', false, 0],
       [2, 'internal', false, 1],
+      [3, 'external', false, 1],
     ]);
-    assert.equal(body.backends.length, 2);
-    assert.equal(body.reverseNat.length, 2);
+    assert.equal(body.backends.length, 3);
+    assert.equal(body.reverseNat.length, 3);
     assert.equal(body.affinity.length, 1);
   });
 });

@@ -71,6 +71,9 @@ describe('argument checks (no agent needed)', () => {
     };
     assert.match(serviceTable([row]), /\n40000\s+0\.0\.0\.0:30080\/TCP\s+NodePort \(Local, internal Local\)\s+\(no backends\)\n/);
     assert.match(serviceTable([{ ...row, flags: { ...row.flags, trafficPolicy: 'Cluster' } }]), /NodePort \(internal Local\)/);
+    // IPv6 addresses in brackets, so the port stays readable.
+    const v6 = { ...row, 'frontend-address': { ip: 'fd00:96::a', port: 80, protocol: 'TCP' as const }, flags: { ...row.flags, type: 'ClusterIP' as const }, 'backend-addresses': [{ ip: 'fd00:10::5', port: 8080, weight: 1, state: 'active' as const, id: 1, local: false }] };
+    assert.match(serviceTable([v6]), /\[fd00:96::a\]:80\/TCP\s+ClusterIP.*1 => \[fd00:10::5\]:8080\/TCP \(active\)/);
   });
 
   test('the CLI refuses bad arguments with exit code 1 before calling the agent', async () => {

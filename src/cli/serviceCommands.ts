@@ -3,6 +3,7 @@ import type { Command } from 'commander';
 import type { RequestBody, ResponseBody } from '../api/types.js';
 import { AgentResponseError } from '../client/agentClient.js';
 import { type AgentOpts, call, client, output, table, withAgentOpts } from './agentCli.js';
+import { addressPort } from './words.js';
 import { CliError } from './cliError.js';
 import { fileErrorReason } from '../errors/fileError.js';
 
@@ -137,12 +138,12 @@ export function serviceTable(services: readonly ServiceRow[]): string {
   const rows = [['ID', 'FRONTEND', 'SERVICE TYPE', 'BACKEND']];
   for (const s of services) {
     const fe = s['frontend-address'];
-    const head = [String(s.id), `${fe.ip}:${fe.port}/${fe.protocol}`, typeText(s) + (s.realized ? '' : ' [not realized]')];
+    const head = [String(s.id), `${addressPort(fe.ip, fe.port)}/${fe.protocol}`, typeText(s) + (s.realized ? '' : ' [not realized]')];
     const backends = s['backend-addresses'];
     if (backends.length === 0) rows.push([...head, '(no backends)']);
     backends.forEach((b, i) => {
       const weight = b.weight === 1 ? '' : `, weight ${b.weight}`;
-      rows.push([...(i === 0 ? head : ['', '', '']), `${i + 1} => ${b.ip}:${b.port}/${fe.protocol} (${b.state}${weight})`]);
+      rows.push([...(i === 0 ? head : ['', '', '']), `${i + 1} => ${addressPort(b.ip, b.port)}/${fe.protocol} (${b.state}${weight})`]);
     });
   }
   return table(rows);

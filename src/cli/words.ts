@@ -21,3 +21,8 @@ export function portPrefixText(proto: number, port: number, prefixLen: number): 
 export function count(n: number, word: string, plural = `${word}s`): string {
   return `${n} ${n === 1 ? word : plural}`;
 }
+
+/** `address:port`, an IPv6 address in brackets (as in a URL) so the port stays readable. */
+export function addressPort(address: string, port: number): string {
+  return address.includes(':') ? `[${address}]:${port}` : `${address}:${port}`;
+}

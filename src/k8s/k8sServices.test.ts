@@ -69,14 +69,15 @@ describe('k8sServiceFrontends', () => {
     });
   });
 
-  it('LoadBalancer: the NodePort and each ingress IP (not a hostname, not ipMode Proxy, not IPv6)', () => {
+  it('LoadBalancer: the NodePort and each ingress IP, IPv6 too (not a hostname, not ipMode Proxy)', () => {
     const svc = k8sService('lb', { type: 'LoadBalancer', ports: [{ name: 'http', port: 80, nodePort: 31000 }] }, {
       loadBalancer: { ingress: [{ ip: '192.0.2.50' }, { hostname: 'lb.example' }, { ip: '192.0.2.51', ipMode: 'Proxy' }, { ip: '2001:db8::5' }] },
     });
     const r = summary(svc, [slice('lb-a', [endpoint('10.0.1.1')])]);
-    assert.deepEqual(Object.keys(r.frontends), ['10.96.0.10:80/TCP', '0.0.0.0:31000/TCP', '192.0.2.50:80/TCP']);
+    assert.deepEqual(Object.keys(r.frontends), ['10.96.0.10:80/TCP', '0.0.0.0:31000/TCP', '192.0.2.50:80/TCP', '2001:db8::5:80/TCP']);
     assert.deepEqual(r.frontends['192.0.2.50:80/TCP']!.flags, { type: 'LoadBalancer', internalTrafficPolicy: 'Cluster' });
-    assert.deepEqual(r.skipped, ['loadBalancer ingress 192.0.2.51', 'loadBalancer ingress 2001:db8::5']);
+    assert.deepEqual(r.frontends['2001:db8::5:80/TCP']!.backends, [], 'an IPv6 address takes the IPv6 slices\' backends (none here)');
+    assert.deepEqual(r.skipped, ['loadBalancer ingress 192.0.2.51']);
     const ranged = k8sService('lb', { type: 'LoadBalancer', loadBalancerSourceRanges: ['203.0.113.0/24'] }, { loadBalancer: { ingress: [{ ip: '192.0.2.50' }] } });
     assert.deepEqual(summary(ranged, []).skipped, ['loadBalancerSourceRanges']);
     // allocateLoadBalancerNodePorts false: no node port, no NodePort frontend.
@@ -88,9 +89,10 @@ describe('k8sServiceFrontends', () => {
 
   it('externalIPs: one frontend each on the service port, with externalTrafficPolicy', () => {
     const svc = k8sService('ext', { externalIPs: ['198.51.100.7', 'fd00::7'], externalTrafficPolicy: 'Local' });
-    const r = summary(svc, []);
+    const r = summary(svc, [slice('ext-a', [endpoint('fd00:10::1')], undefined, 'IPv6')]);
     assert.deepEqual(r.frontends['198.51.100.7:80/TCP'], { backends: [], flags: { type: 'ExternalIPs', trafficPolicy: 'Local', internalTrafficPolicy: 'Cluster' } });
-    assert.deepEqual(r.skipped, ['externalIP fd00::7']);
+    assert.deepEqual(r.frontends['fd00::7:80/TCP'], { backends: ['fd00:10::1:8080'], flags: { type: 'ExternalIPs', trafficPolicy: 'Local', internalTrafficPolicy: 'Cluster' } });
+    assert.deepEqual(r.skipped, []);
   });
 
   it('sessionAffinity ClientIP with its timeout (Kubernetes\' default 10800)', () => {
@@ -119,7 +121,7 @@ describe('k8sServiceFrontends', () => {
     assert.deepEqual(r.frontends['10.96.0.10:80/TCP']!.backends, ['10.0.1.1:8080', '10.0.1.2:8080(terminating)']);
   });
 
-  it('slices: added and removed ones change the backends; duplicates collapse to the more serving; IPv6 and FQDN slices are not read', () => {
+  it('slices: added and removed ones change the backends; duplicates collapse to the more serving; an IPv4 frontend reads no IPv6 or FQDN slice', () => {
     const svc = k8sService('s', {});
     const a = slice('s-a', [endpoint('10.0.1.1'), endpoint('10.0.1.2', { ready: false, serving: true, terminating: true })]);
     const b = slice('s-b', [endpoint('10.0.1.3'), endpoint('10.0.1.2')]);
@@ -133,12 +135,40 @@ describe('k8sServiceFrontends', () => {
     assert.deepEqual(backends([]), []);
   });
 
-  it('headless, ExternalName and IPv6-only Services have no frontend; SCTP ports are skipped', () => {
+  it('headless and ExternalName Services have no frontend; SCTP ports are skipped', () => {
     assert.deepEqual(summary(k8sService('h', { clusterIP: 'None', clusterIPs: ['None'] }), [slice('h-a', [endpoint('10.0.1.1')])]), { frontends: {}, skipped: [] });
+    assert.deepEqual(summary(k8sService('h6', { clusterIP: 'None', clusterIPs: ['None'], ipFamilies: ['IPv6'] }), [slice('h-a', [endpoint('fd00::1')], undefined, 'IPv6')]), { frontends: {}, skipped: [] });
     assert.deepEqual(summary(k8sService('x', { type: 'ExternalName', externalName: 'db.example', clusterIP: undefined, clusterIPs: undefined }), []), { frontends: {}, skipped: [] });
-    assert.deepEqual(summary(k8sService('v6', { clusterIP: 'fd00::10', clusterIPs: ['fd00::10'] }), []), { frontends: {}, skipped: ['clusterIP fd00::10'] });
-    const dual = summary(k8sService('d', { clusterIPs: ['10.96.0.10', 'fd00::10'], ports: [{ name: 'http', port: 80 }, { name: 'sig', port: 3868, protocol: 'SCTP' }] }), []);
-    assert.deepEqual(Object.keys(dual.frontends), ['10.96.0.10:80/TCP']);
-    assert.deepEqual(dual.skipped, ['clusterIP fd00::10', 'port sig 3868/SCTP']);
+    const sctp = summary(k8sService('d', { ports: [{ name: 'http', port: 80 }, { name: 'sig', port: 3868, protocol: 'SCTP' }] }), []);
+    assert.deepEqual(Object.keys(sctp.frontends), ['10.96.0.10:80/TCP']);
+    assert.deepEqual(sctp.skipped, ['port sig 3868/SCTP']);
+  });
+
+  it('an IPv6-only Service: its ClusterIP with the IPv6 slices\' backends (canonical addresses); IPv4 slices are not its', () => {
+    const svc = k8sService('v6', { clusterIP: 'fd00:96::0a', clusterIPs: ['fd00:96::0a'], ipFamilies: ['IPv6'], ipFamilyPolicy: 'SingleStack' });
+    const v6 = slice('v6-a', [endpoint('fd00:10:0:0::2'), endpoint('fd00:10::1'), endpoint('10.0.1.9')], undefined, 'IPv6');
+    const v4 = slice('v6-b', [endpoint('10.0.1.1')]);
+    assert.deepEqual(summary(svc, [v4, v6]), { frontends: { 'fd00:96::a:80/TCP': { backends: ['fd00:10::1:8080', 'fd00:10::2:8080'], flags: cluster } }, skipped: [] });
+  });
+
+  it('a dual-stack Service is one service per family, each with its family\'s slices; the IPv6 NodePort is skipped with a reason', () => {
+    const svc = k8sService('d', {
+      type: 'NodePort',
+      clusterIPs: ['10.96.0.10', 'fd00:96::10'],
+      ipFamilies: ['IPv4', 'IPv6'],
+      ipFamilyPolicy: 'RequireDualStack',
+      externalIPs: ['198.51.100.7', 'fd00:7::7'],
+      ports: [{ name: 'http', port: 80, nodePort: 30080 }],
+    });
+    const r = summary(svc, [slice('d-a', [endpoint('10.0.1.1')]), slice('d-b', [endpoint('fd00:10::1')], undefined, 'IPv6')]);
+    assert.deepEqual(
+      Object.fromEntries(Object.entries(r.frontends).map(([k, v]) => [k, v.backends])),
+      { '10.96.0.10:80/TCP': ['10.0.1.1:8080'], 'fd00:96::10:80/TCP': ['fd00:10::1:8080'], '0.0.0.0:30080/TCP': ['10.0.1.1:8080'], '198.51.100.7:80/TCP': ['10.0.1.1:8080'], 'fd00:7::7:80/TCP': ['fd00:10::1:8080'] },
+    );
+    assert.deepEqual(r.skipped, ['port http 80/TCP nodePort 30080 on IPv6']);
+    // ipFamilies is what the Service has: an address of another family (an object mid-conversion) is not served.
+    const single = summary(k8sService('s', { clusterIPs: ['10.96.0.10', 'fd00:96::10'], ipFamilies: ['IPv4'] }), []);
+    assert.deepEqual(Object.keys(single.frontends), ['10.96.0.10:80/TCP']);
+    assert.deepEqual(single.skipped, ['clusterIP fd00:96::10']);
   });
 });

@@ -4,7 +4,7 @@
  * read them. Pure: IDs, the service API and logging are the caller's.
  */
 import type { V1Endpoint, V1EndpointSlice, V1Service, V1ServicePort } from '@kubernetes/client-node';
-import { compareIp, ipFamilyOf, parseIp } from '../netip/index.js';
+import { compareIp, formatIp, type IpFamily, parseIp, tryParseIp } from '../netip/index.js';
 import type { BackendAddress, ServiceFlags, ServiceSpec, ServiceType, TrafficPolicy } from '../service/index.js';
 
 /** What a Service's port or address could not become, with why (logged by the caller). */
@@ -25,7 +25,10 @@ export function specFrontendKey(spec: ServiceSpec): string {
   return `${f.ip}:${f.port}/${f.protocol}`;
 }
 
-const isIpv4 = (ip: string | undefined): ip is string => ip !== undefined && ipFamilyOf(ip) === 4;
+/** An EndpointSlice addressType's family (FQDN slices carry no address a load balancer can translate to). */
+const SLICE_FAMILY: Record<string, IpFamily> = { IPv4: 4, IPv6: 6 };
+/** A Service's ipFamilies entry's family. */
+const SERVICE_FAMILY: Record<string, IpFamily> = { IPv4: 4, IPv6: 6 };
 
 /** Kubernetes' default for a missing sessionAffinityConfig, in seconds. */
 const K8S_DEFAULT_AFFINITY_TIMEOUT = 10800;
@@ -46,27 +49,29 @@ export function endpointState(e: V1Endpoint): 'active' | 'terminating' | undefin
 }
 
 /**
- * The backends of one Service port: every IPv4 slice whose ports carry the
- * port's name (an unnamed slice port is the Service's single unnamed port)
- * and protocol. An endpoint is its first address (the addresses of one
+ * The backends of one Service port in one family: every slice of that
+ * family (addressType IPv4 or IPv6) whose ports carry the port's name (an
+ * unnamed slice port is the Service's single unnamed port) and protocol. An endpoint is its first address (the addresses of one
  * endpoint are fungible; kube-proxy and Cilium take the first). The same
  * address and port in two slices (a slice being split or merged) is one
  * backend, in the more serving state. Sorted, so slice order never changes
  * the slots.
  */
-export function portBackends(port: V1ServicePort, slices: readonly V1EndpointSlice[]): BackendAddress[] {
+export function portBackends(port: V1ServicePort, slices: readonly V1EndpointSlice[], family: IpFamily = 4): BackendAddress[] {
   const name = port.name ?? '';
   const protocol = port.protocol ?? 'TCP';
   const byKey = new Map<string, BackendAddress & { state: 'active' | 'terminating' }>();
   for (const slice of slices) {
-    if (slice.addressType !== 'IPv4') continue;
+    if (SLICE_FAMILY[slice.addressType] !== family) continue;
     const sp = (slice.ports ?? []).find((p) => (p.name ?? '') === name && (p.protocol ?? 'TCP') === protocol);
     // A slice port without a number means "all ports", which a load balancer cannot translate to.
     if (sp?.port === undefined) continue;
     for (const e of slice.endpoints ?? []) {
-      const ip = e.addresses?.[0];
+      const addr = e.addresses?.[0] === undefined ? undefined : tryParseIp(e.addresses[0]);
       const state = endpointState(e);
-      if (!isIpv4(ip) || state === undefined) continue;
+      // An address of another family than the slice says is no backend of this family's service.
+      if (addr?.family !== family || state === undefined) continue;
+      const ip = formatIp(addr);
       const key = `${ip}:${sp.port}`;
       const had = byKey.get(key);
       if (had?.state === 'active') continue;
@@ -82,9 +87,11 @@ function policy(v: string | undefined): TrafficPolicy {
 
 /**
  * Every frontend of a Service with its backends. Headless (clusterIP None)
- * and ExternalName Services have none: nothing load-balances them. Only
- * IPv4 addresses and TCP/UDP ports are served; the rest is listed in
- * `skipped`. externalTrafficPolicy concerns the frontends reached from
+ * and ExternalName Services have none: nothing load-balances them.
+ * ClusterIPs, external and LoadBalancer IPs of both families (one service
+ * per family and frontend, each with its family's slices; from outside,
+ * IPv6 reaches a backend on the node it arrives at only), IPv4 NodePorts
+ * and TCP/UDP ports are served; the rest is listed in `skipped`. externalTrafficPolicy concerns the frontends reached from
  * outside the node (NodePort, external IPs, LoadBalancer IPs);
  * internalTrafficPolicy every frontend's traffic from inside the node (as
  * Cilium applies it).
@@ -111,12 +118,27 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
     ...(affinity ? { sessionAffinity: true, sessionAffinityTimeout: spec.sessionAffinityConfig?.clientIP?.timeoutSeconds ?? K8S_DEFAULT_AFFINITY_TIMEOUT } : {}),
   };
   const externalPolicy = policy(spec.externalTrafficPolicy);
-  const skipIpv6 = (what: string, ips: readonly string[]) => {
-    for (const ip of ips) if (!isIpv4(ip)) out.skipped.push({ what: `${what} ${ip}`, reason: 'only IPv4 services are served' });
-    return ips.filter(isIpv4);
+  /*
+   * The families the Service has (ipFamilies, set by the API server from
+   * ipFamilyPolicy; absent on an old object: its clusterIPs say). A
+   * dual-stack Service is one tendril service per family and frontend:
+   * IPv4 frontends with the IPv4 slices' backends, IPv6 ones with the IPv6
+   * slices'.
+   */
+  const families = new Set<IpFamily>((spec.ipFamilies ?? []).map((f) => SERVICE_FAMILY[f]).filter((f): f is IpFamily => f !== undefined));
+  const familyOf = (ip: string) => tryParseIp(ip)?.family;
+  const inFamilies = (what: string, ips: readonly string[]) => {
+    const ok: string[] = [];
+    for (const ip of ips) {
+      const family = familyOf(ip);
+      if (family === undefined) out.skipped.push({ what: `${what} ${ip}`, reason: 'not an IP address' });
+      else if (families.size > 0 && !families.has(family)) out.skipped.push({ what: `${what} ${ip}`, reason: `IPv${family} is not one of the Service's ipFamilies` });
+      else ok.push(formatIp(parseIp(ip)));
+    }
+    return ok;
   };
-  const v4ClusterIps = skipIpv6('clusterIP', clusterIps);
-  const v4ExternalIps = skipIpv6('externalIP', spec.externalIPs ?? []);
+  const serviceClusterIps = inFamilies('clusterIP', clusterIps);
+  const externalIps = inFamilies('externalIP', spec.externalIPs ?? []);
   const lbIps: string[] = [];
   if (type === 'LoadBalancer') {
     for (const ing of svc.status?.loadBalancer?.ingress ?? []) {
@@ -129,8 +151,8 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
       lbIps.push(ing.ip);
     }
   }
-  const v4LbIps = skipIpv6('loadBalancer ingress', lbIps);
-  if (v4LbIps.length > 0 && (spec.loadBalancerSourceRanges ?? []).length > 0) {
+  const serviceLbIps = inFamilies('loadBalancer ingress', lbIps);
+  if (serviceLbIps.length > 0 && (spec.loadBalancerSourceRanges ?? []).length > 0) {
     out.skipped.push({ what: 'loadBalancerSourceRanges', reason: 'not enforced: the LoadBalancer IPs take traffic from every source' });
   }
   for (const port of spec.ports ?? []) {
@@ -140,18 +162,25 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
       out.skipped.push({ what, reason: `${protocol} services are not supported` });
       continue;
     }
-    const backends = portBackends(port, slices);
+    const backendsOf = new Map<IpFamily, BackendAddress[]>();
     const add = (ip: string, p: number, t: ServiceType, trafficPolicy: TrafficPolicy) => {
+      const family = familyOf(ip) ?? 4;
+      let backends = backendsOf.get(family);
+      if (!backends) backendsOf.set(family, (backends = portBackends(port, slices, family)));
       out.specs.push({
         'frontend-address': { ip, port: p, protocol },
         'backend-addresses': backends.map((b) => ({ ...b })),
         flags: { type: t, ...(trafficPolicy === 'Local' ? { trafficPolicy } : {}), ...baseFlags },
       });
     };
-    for (const ip of v4ClusterIps) add(ip, port.port, 'ClusterIP', 'Cluster');
-    if ((type === 'NodePort' || type === 'LoadBalancer') && port.nodePort !== undefined && port.nodePort > 0) add('0.0.0.0', port.nodePort, 'NodePort', externalPolicy);
-    for (const ip of v4ExternalIps) add(ip, port.port, 'ExternalIPs', externalPolicy);
-    for (const ip of v4LbIps) add(ip, port.port, 'LoadBalancer', externalPolicy);
+    for (const ip of serviceClusterIps) add(ip, port.port, 'ClusterIP', 'Cluster');
+    if ((type === 'NodePort' || type === 'LoadBalancer') && port.nodePort !== undefined && port.nodePort > 0) {
+      // The NodePort on the node's IPv4 addresses, when the Service has IPv4; IPv6 has no "every node address" frontend yet.
+      if (serviceClusterIps.some((ip) => familyOf(ip) === 4)) add('0.0.0.0', port.nodePort, 'NodePort', externalPolicy);
+      if (serviceClusterIps.some((ip) => familyOf(ip) === 6)) out.skipped.push({ what: `${what} nodePort ${port.nodePort} on IPv6`, reason: 'IPv6 NodePorts are not served yet' });
+    }
+    for (const ip of externalIps) add(ip, port.port, 'ExternalIPs', externalPolicy);
+    for (const ip of serviceLbIps) add(ip, port.port, 'LoadBalancer', externalPolicy);
   }
   return out;
 }

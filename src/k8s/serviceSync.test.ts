@@ -93,6 +93,23 @@ describe('ServiceSync over the service manager and the fake datapath', () => {
     assert.deepEqual([...lb.services.keys()], [32770]);
   });
 
+  it('a dual-stack Service becomes one service per family, each with its family\'s slice, through the service manager', async () => {
+    const m = manager();
+    const s = sync(m);
+    const svc = k8sService('dual', '10.96.0.12', { clusterIPs: ['10.96.0.12', 'fd00:96::12'], ipFamilies: ['IPv4', 'IPv6'], ipFamilyPolicy: 'PreferDualStack' });
+    const v6: V1EndpointSlice = { ...slice('dual-b', ['fd00:10::1', 'fd00:10::2']), addressType: 'IPv6' };
+    await s.update('default/dual', svc, [slice('dual-a', ['10.0.1.1']), v6]);
+    assert.deepEqual(table(m.list()), {
+      '10.96.0.12:80/TCP': [32768, ['10.0.1.1:8080']],
+      'fd00:96::12:80/TCP': [32769, ['fd00:10::1:8080', 'fd00:10::2:8080']],
+    });
+    assert.equal(lb.services.get(32769)!.address, 'fd00:96::12');
+    assert.equal(lb.services.get(32769)!.backendIds.length, 2);
+    // The IPv6 family removed (ipFamilyPolicy back to SingleStack): its service goes, the IPv4 one stays.
+    await s.update('default/dual', k8sService('dual', '10.96.0.12', { ipFamilies: ['IPv4'] }), [slice('dual-a', ['10.0.1.1']), v6]);
+    assert.deepEqual(Object.keys(table(m.list())), ['10.96.0.12:80/TCP']);
+  });
+
   it('serializes calls: the last state given wins, and a burst for one Service is applied once', async () => {
     const m = manager();
     const s = sync(m);

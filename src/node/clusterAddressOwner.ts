@@ -11,7 +11,7 @@ import type { NodeRecord } from './types.js';
  * node's connections to that pod.
  */
 export function clusterAddressOwner(ip: string, cluster: { ipcache: IPCache; nodeName: string; nodes: readonly NodeRecord[] }): string | undefined {
-  const entry = cluster.ipcache.get(`${ip}/32`);
+  const entry = cluster.ipcache.get(`${ip}/${parseIp(ip).family === 6 ? 128 : 32}`);
   // Reserved identities (world, host, remote-node, …) are left out: an external IP may be a node's.
   if (entry && reservedIdentity(entry.identity) === undefined && (entry.identity & LOCAL_IDENTITY_SCOPE) === 0) {
     return `is a pod's address (ipcache identity ${entry.identity}, from ${entry.owner})`;

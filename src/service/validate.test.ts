@@ -28,6 +28,31 @@ describe('validateServiceSpec', () => {
     });
   });
 
+  it('takes an IPv6 ClusterIP with IPv6 backends, addresses in canonical form', () => {
+    const body = edit((b) => {
+      b['frontend-address'].ip = 'FD00:96:0::0a';
+      b['backend-addresses'] = [{ ip: 'fd00:10:0:0::5', port: 8080 }, { ip: 'fd00:10::6', port: 8080 }];
+    });
+    const svc = validateServiceSpec(7, body, { podCidrs: ['fd00:10:0:1::/64'] });
+    assert.equal(svc.frontend.ip, 'fd00:96::a');
+    assert.deepEqual(svc.backends.map((b) => b.ip), ['fd00:10::5', 'fd00:10::6']);
+    // From outside: IPv6 external and LoadBalancer IPs, and a NodePort on a named IPv6 node address.
+    const v6Backends = [{ ip: 'fd00:10::5', port: 8080 }];
+    for (const [type, ip] of [['ExternalIPs', '2001:db8::50'], ['LoadBalancer', '2001:db8::51'], ['NodePort', 'fd00:77::5']] as const) {
+      const s = validateServiceSpec(7, edit((b) => {
+        b.flags = { type };
+        b['frontend-address'].ip = ip;
+        b['backend-addresses'] = v6Backends;
+      }), { nodeAddresses: new Set(['192.0.2.10', 'fd00:77::5']) });
+      assert.equal(s.frontend.ip, ip);
+    }
+    // The node's pod CIDR in IPv6 is as taken as in IPv4.
+    assert.throws(() => validateServiceSpec(7, edit((b) => {
+      b['frontend-address'].ip = 'fd00:10:0:1::9';
+      b['backend-addresses'] = [{ ip: 'fd00:10::5', port: 8080 }];
+    }), { podCidrs: ['fd00:10:0:1::/64'] }), /in this node's pod CIDR fd00:10:0:1::\/64/);
+  });
+
   it('accepts every type, state and protocol it serves', () => {
     const nodeAddresses = new Set(['192.0.2.10']);
     const ok: Body[] = [
@@ -66,8 +91,24 @@ describe('validateServiceSpec', () => {
     ['body id differs', edit((b) => (b.id = 8)), /^id: the body's ID 8 is not the path's 7/],
     ['unknown top field', edit((b) => (b.frontend = {})), /^frontend: unknown field/],
     ['no frontend', edit((b) => delete b['frontend-address']), /^frontend-address:/],
-    ['IPv6 frontend', edit((b) => (b['frontend-address'].ip = 'fd00::10')), /^frontend-address\.ip: IPv6 services are not supported yet/],
-    ['not an address', edit((b) => (b['frontend-address'].ip = '10.96.0')), /^frontend-address\.ip: "10\.96\.0" is not an IPv4 address/],
+    ['an IPv6 frontend with IPv4 backends', edit((b) => (b['frontend-address'].ip = 'fd00::10')), /^backend-addresses\[0\]\.ip: 10\.0\.0\.5 is not IPv6 like the frontend fd00::10 \(a service is one family\)/],
+    ['an IPv6 NodePort on every node address', edit((b) => {
+      b.flags = { type: 'NodePort' };
+      b['frontend-address'].ip = '::';
+    }), /^frontend-address\.ip: an IPv6 NodePort names one of the node's IPv6 addresses/],
+    ['an IPv6 NodePort on an address not the node\'s', edit((b) => {
+      b.flags = { type: 'NodePort' };
+      b['frontend-address'].ip = 'fd00::99';
+      b['backend-addresses'] = [{ ip: 'fd00:10::5', port: 8080 }];
+    }), /^frontend-address\.ip: a NodePort frontend is 0\.0\.0\.0 \(every node address\) or one of this node's addresses/],
+    ['an IPv6 multicast frontend', edit((b) => (b['frontend-address'].ip = 'ff02::1')), /^frontend-address\.ip: ff02::1 is a multicast address/],
+    ['an IPv6 link-local frontend', edit((b) => (b['frontend-address'].ip = 'fe80::1')), /^frontend-address\.ip: fe80::1 is a link-local address/],
+    ['the IPv6 loopback as backend', edit((b) => {
+      b['frontend-address'].ip = 'fd00::10';
+      b['backend-addresses'][0].ip = '::1';
+    }), /^backend-addresses\[0\]\.ip: ::1 is a loopback address/],
+    ['an IPv4-mapped frontend', edit((b) => (b['frontend-address'].ip = '::ffff:10.96.0.10')), /^frontend-address\.ip: ::ffff:a60:a is an IPv4-mapped address/],
+    ['not an address', edit((b) => (b['frontend-address'].ip = '10.96.0')), /^frontend-address\.ip: "10\.96\.0" is not an IP address/],
     ['ClusterIP 0.0.0.0', edit((b) => (b['frontend-address'].ip = '0.0.0.0')), /^frontend-address\.ip: 0\.0\.0\.0 is not a unicast/],
     ['multicast', edit((b) => (b['frontend-address'].ip = '224.0.0.1')), /^frontend-address\.ip: .*multicast/],
     ['broadcast', edit((b) => (b['frontend-address'].ip = '255.255.255.255')), /^frontend-address\.ip: .*broadcast/],
@@ -93,7 +134,7 @@ describe('validateServiceSpec', () => {
     ['affinity timeout too long', edit((b) => (b.flags.sessionAffinityTimeout = 86401)), /^flags\.sessionAffinityTimeout:/],
     ['unknown flag', edit((b) => (b.flags.hairpin = true)), /^flags\.hairpin: unknown field/],
     ['backends not a list', edit((b) => (b['backend-addresses'] = {})), /^backend-addresses: must be a list/],
-    ['backend IPv6', edit((b) => (b['backend-addresses'][0].ip = 'fd00::5')), /^backend-addresses\[0\]\.ip: IPv6 services are not supported yet/],
+    ['an IPv6 backend of an IPv4 service', edit((b) => (b['backend-addresses'][0].ip = 'fd00::5')), /^backend-addresses\[0\]\.ip: fd00::5 is not IPv4 like the frontend 10\.96\.0\.10/],
     ['backend port', edit((b) => (b['backend-addresses'][0].port = 0)), /^backend-addresses\[0\]\.port:/],
     ['backend weight', edit((b) => (b['backend-addresses'][0].weight = 65536)), /^backend-addresses\[0\]\.weight: must be a whole number 0\.\.65535/],
     ['backend negative weight', edit((b) => (b['backend-addresses'][0].weight = -1)), /^backend-addresses\[0\]\.weight:/],

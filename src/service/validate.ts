@@ -6,7 +6,7 @@
  */
 import type { LbBackendState, LbProtocol } from '../datapath/types.js';
 import { MAX_SERVICE_ID } from '../datapath/limits.js';
-import { ipFamilyOf, parseIp, prefixContainsIp, tryParsePrefix } from '../netip/index.js';
+import { formatIp, ipFamilyOf, parseIp, prefixContainsIp, tryParseIp, tryParsePrefix } from '../netip/index.js';
 import { ServiceError, ServiceErrorCode } from './errors.js';
 import type { ServiceFlags, ServiceType, TrafficPolicy } from './types.js';
 
@@ -36,7 +36,7 @@ export interface NormalizedService {
 }
 
 export interface ValidationContext {
-  /** The node's IPv4 addresses: a NodePort frontend must be 0.0.0.0 or one of them, a ClusterIP none of them. Unchecked when absent. */
+  /** The node's addresses (either family): a NodePort frontend must be 0.0.0.0 or one of them, a ClusterIP none of them. Unchecked when absent. */
   nodeAddresses?: ReadonlySet<string>;
   /** The node's router addresses (the pods' gateway): never a frontend. */
   routerAddresses?: ReadonlySet<string>;
@@ -80,7 +80,7 @@ export function validateServiceId(id: unknown, field = 'id'): number {
 }
 
 /** Why an IPv4 address cannot be a unicast service address, or undefined when it can. */
-function notUnicast(ip: string): string | undefined {
+function notUnicast4(ip: string): string | undefined {
   const v = Number(parseIp(ip).bits);
   const first = v >>> 24;
   if (first === 0) return 'is not a unicast address (0.0.0.0/8)';
@@ -91,17 +91,40 @@ function notUnicast(ip: string): string | undefined {
   return undefined;
 }
 
-function ipv4(v: unknown, field: string): string {
-  if (typeof v !== 'string') throw invalid(`${field}: must be an IPv4 address string, got ${JSON.stringify(v)}`);
-  const family = ipFamilyOf(v);
-  if (family === 6) throw invalid(`${field}: IPv6 services are not supported yet (${v})`);
-  if (family !== 4) throw invalid(`${field}: "${v}" is not an IPv4 address`);
-  return v;
+/** Why an IPv6 address cannot be a unicast service address, or undefined when it can. */
+function notUnicast6(ip: string): string | undefined {
+  const v = parseIp(ip).bits;
+  if (v === 0n) return 'is the unspecified address (::)';
+  if (v === 1n) return 'is a loopback address (::1)';
+  if (v >> 120n === 0xffn) return 'is a multicast address (ff00::/8)';
+  if (v >> 118n === 0x3fan) return 'is a link-local address (fe80::/10)';
+  // Another family's address in IPv6 clothing: the datapath would never see it as either.
+  if (v >> 32n === 0xffffn) return 'is an IPv4-mapped address (::ffff:0:0/96); use the IPv4 address';
+  return undefined;
+}
+
+/**
+ * An address of either family, in its canonical text (so "fd00::0a" and
+ * "fd00::a" are one frontend or backend). A service is one family: the
+ * caller checks its backends against its frontend.
+ */
+function ipAddress(v: unknown, field: string): string {
+  if (typeof v !== 'string') throw invalid(`${field}: must be an IP address string, got ${JSON.stringify(v)}`);
+  const ip = tryParseIp(v);
+  if (ip === undefined) throw invalid(`${field}: "${v}" is not an IP address`);
+  return formatIp(ip);
+}
+
+/** A NodePort's address: IPv4 (0.0.0.0 = every node address), or one named IPv6 node address (the IPv6 datapath serves no "every address"). */
+function nodePortAddress(v: unknown, field: string): string {
+  const ip = ipAddress(v, field);
+  if (ip === '::') throw invalid(`${field}: an IPv6 NodePort names one of the node's IPv6 addresses; "every node address" (::) is not supported`);
+  return ip;
 }
 
 function unicast(v: unknown, field: string): string {
-  const ip = ipv4(v, field);
-  const why = notUnicast(ip);
+  const ip = ipAddress(v, field);
+  const why = ipFamilyOf(ip) === 6 ? notUnicast6(ip) : notUnicast4(ip);
   if (why) throw invalid(`${field}: ${ip} ${why}`);
   return ip;
 }
@@ -125,7 +148,7 @@ function frontend(v: unknown, type: ServiceType, ctx: ValidationContext): Normal
   const proto = protocol(v.protocol, `${field}.protocol`);
   let ip: string;
   if (type === 'NodePort') {
-    ip = ipv4(v.ip, `${field}.ip`);
+    ip = nodePortAddress(v.ip, `${field}.ip`);
     if (ip !== '0.0.0.0' && ctx.nodeAddresses && !ctx.nodeAddresses.has(ip)) {
       throw invalid(`${field}.ip: a NodePort frontend is 0.0.0.0 (every node address) or one of this node's addresses (${[...ctx.nodeAddresses].join(', ') || 'none known'}), got ${ip}`);
     }
@@ -210,7 +233,13 @@ export function validateServiceSpec(id: unknown, body: unknown, ctx: ValidationC
     if (bodyId !== sid) throw invalid(`id: the body's ID ${bodyId} is not the path's ${sid}`);
   }
   const f = flags(body.flags);
-  return { id: sid, frontend: frontend(body['frontend-address'], f.type, ctx), backends: backends(body['backend-addresses']), flags: f };
+  const front = frontend(body['frontend-address'], f.type, ctx);
+  const list = backends(body['backend-addresses']);
+  const family = ipFamilyOf(front.ip);
+  // A service is one family (a dual-stack Kubernetes Service is one service per family): the datapath translates within it.
+  const other = list.findIndex((b) => ipFamilyOf(b.ip) !== family);
+  if (other >= 0) throw invalid(`backend-addresses[${other}].ip: ${list[other]!.ip} is not IPv${family} like the frontend ${front.ip} (a service is one family)`);
+  return { id: sid, frontend: front, backends: list, flags: f };
 }
 
 /** The datapath's key of a frontend: one service per (address, port, protocol). */

@@ -105,8 +105,8 @@ describe('/v1/service', () => {
   test('a service tendril cannot serve: 400 SERVICE_INVALID naming the field', async () => {
     const put = (body: unknown, id: string | number = 8) => client.request('PUT', `/service/${id}`, body);
     const fe = (ip: string, protocol = 'TCP') => ({ 'frontend-address': { ip, port: 80, protocol } });
-    await expectRefused(put({ ...spec(), ...fe('10.96.0') }), 400, 'SERVICE_INVALID', /frontend-address\.ip: "10\.96\.0" is not an IPv4 address/);
-    await expectRefused(put({ ...spec(), ...fe('fd00::10') }), 400, 'SERVICE_INVALID', /frontend-address\.ip: IPv6 services are not supported/);
+    await expectRefused(put({ ...spec(), ...fe('10.96.0') }), 400, 'SERVICE_INVALID', /frontend-address\.ip: "10\.96\.0" is not an IP address/);
+    await expectRefused(put({ ...spec(), ...fe('fd00::10') }), 400, 'SERVICE_INVALID', /backend-addresses\[0\]\.ip: 10\.93\.0\.5 is not IPv6 like the frontend fd00::10 \(a service is one family\)/);
     await expectRefused(put({ ...spec(), ...fe('127.0.0.1') }), 400, 'SERVICE_INVALID', /frontend-address\.ip: 127\.0\.0\.1 is a loopback address/);
     await expectRefused(put({ ...spec(), ...fe('10.96.0.11', 'SCTP') }), 400, 'SERVICE_INVALID', /frontend-address\.protocol: SCTP services are not supported/);
     await expectRefused(put(spec({ 'backend-addresses': [{ ip: '10.93.0.5', port: 80 }, { ip: '10.93.0.5', port: 80 }] })), 400, 'SERVICE_INVALID', /backend-addresses\[1\]: duplicate of backend-addresses\[0\]/);

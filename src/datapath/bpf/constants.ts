@@ -324,6 +324,15 @@ export const MapName = {
   LB_MAGLEV: 'tendril_lb4_mag',
   /** (reverse NAT index, backend ID) → 1: the backends a service has; a connection pinned to a non-member chooses again. */
   LB_MEMBERS: 'tendril_lb4_member',
+  /**
+   * IPv6 services, as LB_SERVICES/LB_BACKENDS/LB_REVNAT/LB_AFFINITY with
+   * 16-byte addresses. Maglev tables and members are keyed by IDs only
+   * (one ID space for both families): LB_MAGLEV and LB_MEMBERS serve both.
+   */
+  LB6_SERVICES: 'tendril_lb6_svc',
+  LB6_BACKENDS: 'tendril_lb6_be',
+  LB6_REVNAT: 'tendril_lb6_rev',
+  LB6_AFFINITY: 'tendril_lb6_aff',
   /** SNAT mappings, both directions (masquerade, and NodePort to a backend off the node). */
   SNAT: 'tendril_snat4',
   /** Node devices with programs (--devices): ifindex → the device's IPv4 address and flags. */
@@ -368,6 +377,10 @@ export const DefaultMapSize = {
   [MapName.LB_MAGLEV]: 65536,
   /** One entry per (service, backend) pair: as many as slots, plus the backends that have none (terminating). */
   [MapName.LB_MEMBERS]: 65536,
+  [MapName.LB6_SERVICES]: 65536,
+  [MapName.LB6_BACKENDS]: 65536,
+  [MapName.LB6_REVNAT]: 65536,
+  [MapName.LB6_AFFINITY]: 65536,
   [MapName.SNAT]: 1 << 19,
   [MapName.DEVICES]: 64,
   [MapName.NO_MASQUERADE]: 16384,
@@ -392,6 +405,24 @@ export const IPCACHE_KEY_FIXED_BITS = 32;
 
 /** The source a pod's own connection to its own service (hairpin) gets (Cilium's IPV4_LOOPBACK), network order in C. */
 export const LB_HAIRPIN_IP4 = '169.254.42.1';
+/**
+ * LB_HAIRPIN_IP4 for IPv6: link-local (fe80::/64 is on-link in every pod,
+ * so its reply goes out its device, where the neighbour responder answers
+ * for it), never a pod's or node's routed address, and with an interface
+ * ID no EUI-64 (ff:fe in the middle) gives a device: the node's own link
+ * -local addresses cannot be it.
+ */
+export const LB_HAIRPIN_IP6 = 'fe80::a9fe:2a01';
+
+/** An IPv6 address's four 32-bit words in host order (the C side takes each through bpf_htonl). */
+function ipv6HostWords(ip: string): number[] {
+  const halves = ip.split('::');
+  const head = halves[0] ? halves[0].split(':') : [];
+  const tail = halves.length > 1 && halves[1] ? halves[1].split(':') : [];
+  const groups = [...head, ...Array<string>(8 - head.length - tail.length).fill('0'), ...tail].map((g) => parseInt(g, 16));
+  if (groups.length !== 8 || groups.some((g) => !Number.isInteger(g) || g < 0 || g > 0xffff)) throw new RangeError(`${ip} is not an IPv6 address`);
+  return [0, 2, 4, 6].map((i) => ((groups[i]! << 16) | groups[i + 1]!) >>> 0);
+}
 /**
  * SNAT source ports when the datapath config names none (a program run
  * without an agent): above Linux's default ephemeral range (32768-60999), so
@@ -489,6 +520,8 @@ export function renderDatapathHeader(): string {
     define('MAX_SERVICE_ID', MAX_SERVICE_ID),
     `/* ${LB_HAIRPIN_IP4} */`,
     define('LB_HAIRPIN_IP4_HOST_ORDER', `0x${ipv4HostOrder(LB_HAIRPIN_IP4).toString(16).padStart(8, '0')}U`),
+    `/* ${LB_HAIRPIN_IP6} */`,
+    ...ipv6HostWords(LB_HAIRPIN_IP6).map((w, i) => define(`LB_HAIRPIN_IP6_W${i}`, `0x${w.toString(16).padStart(8, '0')}U`)),
     define('NAT_PORT_MIN', NAT_PORT_MIN),
     define('NAT_PORT_MAX', NAT_PORT_MAX),
     define('NAT_PORT_RETRIES', NAT_PORT_RETRIES),

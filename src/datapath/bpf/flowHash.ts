@@ -63,3 +63,25 @@ export function maglevSlot(t: FlowTuple4, tableSize: number): number {
   if (!Number.isInteger(tableSize) || tableSize < 1) throw new RangeError(`Maglev table size ${tableSize} is not a positive integer`);
   return flowHash4(t) % tableSize;
 }
+
+function ipv6Words(ip: string): number[] {
+  const a = parseIp(ip);
+  if (a.family !== 6) throw new RangeError(`${ip} is not an IPv6 address`);
+  const b = ipToBytes(a);
+  return [0, 4, 8, 12].map((i) => ((b[i]! << 24) | (b[i + 1]! << 16) | (b[i + 2]! << 8) | b[i + 3]!) >>> 0);
+}
+
+/** lb6_flow_hash of an IPv6 tuple: the same hash over ten words (both addresses' four, the ports, the protocol). */
+export function flowHash6(t: FlowTuple4): number {
+  if (!Number.isInteger(t.proto) || t.proto < 0 || t.proto > 0xff) throw new RangeError(`protocol ${t.proto} is not an 8-bit number`);
+  let h = 0;
+  for (const w of [...ipv6Words(t.saddr), ...ipv6Words(t.daddr)]) h = round(h, w);
+  h = round(h, ((checkU16(t.sport, 'source port') << 16) | checkU16(t.dport, 'destination port')) >>> 0);
+  h = round(h, t.proto);
+  h = (h ^ 40) >>> 0;
+  h = (h ^ (h >>> 16)) >>> 0;
+  h = Math.imul(h, 0x85ebca6b) >>> 0;
+  h = (h ^ (h >>> 13)) >>> 0;
+  h = Math.imul(h, 0xc2b2ae35) >>> 0;
+  return (h ^ (h >>> 16)) >>> 0;
+}

@@ -38,6 +38,10 @@ import {
   lb4MemberKey,
   lb4ReverseNat,
   lb4Service,
+  lb6AffinityKey,
+  lb6Backend,
+  lb6Key,
+  lb6ReverseNat,
   nat4Entry,
   nat4Key,
   ipcacheValue,
@@ -435,6 +439,10 @@ describe('datapath layouts against the objects\' BTF', () => {
       [MapName.CT6_ANY]: { key: ct6Key.size, value: ctEntry.size },
       [MapName.FRAG6]: { key: frag6Key.size, value: frag4Ports.size },
       [MapName.CT_BUDGET]: { key: codec.u32.size, value: ctBudget.size },
+      [MapName.LB6_SERVICES]: { key: lb6Key.size, value: lb4Service.size },
+      [MapName.LB6_BACKENDS]: { key: codec.u32.size, value: lb6Backend.size },
+      [MapName.LB6_REVNAT]: { key: codec.u16.size, value: lb6ReverseNat.size },
+      [MapName.LB6_AFFINITY]: { key: lb6AffinityKey.size, value: lb4AffinityValue.size },
     };
     assert.deepEqual(Object.keys(sizes).sort(), Object.values(MapName).sort());
     for (const [object, b] of Object.entries(btf)) {

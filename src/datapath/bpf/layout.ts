@@ -211,6 +211,17 @@ export const lb4AffinityKey = structCodec(btf.lb4AffinityKeyLayout, { client: ip
 /** struct lb4_affinity_value */
 export const lb4AffinityValue = structCodec(btf.lb4AffinityValueLayout, {});
 
+/** struct lb6_key: lb4Key with a 16-byte frontend (values lb4Service). */
+export const lb6Key = structCodec(btf.lb6KeyLayout, { address: ipv6 });
+export type Lb6Key = codec.CodecValue<typeof lb6Key>;
+/** struct lb6_backend, keyed by __u32 backend ID (one ID space with IPv4's) */
+export const lb6Backend = structCodec(btf.lb6BackendLayout, { address: ipv6 });
+export type Lb6BackendValue = codec.CodecValue<typeof lb6Backend>;
+/** struct lb6_reverse_nat, keyed by __u16 reverse NAT index */
+export const lb6ReverseNat = structCodec(btf.lb6ReverseNatLayout, { address: ipv6 });
+/** struct lb6_affinity_key (values lb4AffinityValue) */
+export const lb6AffinityKey = structCodec(btf.lb6AffinityKeyLayout, { client: ipv6 });
+
 /** struct lb4_member_key → __u8 */
 export const lb4MemberKey = structCodec(btf.lb4MemberKeyLayout, {});
 export type Lb4MemberKey = codec.CodecValue<typeof lb4MemberKey>;

@@ -134,3 +134,42 @@ describe('LbInspector', { timeout: 60_000 }, () => {
     }
   });
 });
+
+describe('LbInspector with an IPv6 service', { timeout: 60_000 }, () => {
+  let root: string;
+  let objects: DatapathObjects;
+  let inspector: LbInspector;
+
+  before(async () => {
+    await ensureBpffs();
+    root = `/sys/fs/bpf/tdl-${randomBytes(4).toString('hex')}`;
+    const pinDir = join(root, 'tendril');
+    objects = await loadDatapathObjects({ pinDir, mapSizes: SIZES });
+    const raw = (n: string) => objects.lxc.rawMap(n);
+    const lb = await LbMaps.open({ maps: lbMapSet(raw), routes: new ServiceRoutes({ netlink: () => Promise.reject(new Error('no netlink in this test')), log }), log, maglevTableSize: 3 });
+    await lb.upsertBackends([
+      { id: 21, address: '10.218.0.21', port: 8080, protocol: 'TCP', state: 'active' },
+      { id: 22, address: 'fd00:218::22', port: 8080, protocol: 'TCP', state: 'active' },
+    ]);
+    await lb.upsertService({ id: 8, address: '10.96.0.8', port: 80, protocol: 'TCP', type: 'ClusterIP', localTraffic: false, affinityTimeoutSec: 0, backendIds: [21] });
+    await lb.upsertService({ id: 9, address: 'fd00:96::8', port: 80, protocol: 'TCP', type: 'ClusterIP', localTraffic: false, affinityTimeoutSec: 0, backendIds: [22] });
+    inspector = new LbInspector(new DatapathInspector(pinDir));
+  });
+  after(async () => {
+    objects?.close();
+    if (root) await removePinDir(root);
+  });
+
+  it('lists both families: the IPv6 frontend and backend in brackets, its reverse NAT entry', async () => {
+    const l = await inspector.lbList();
+    assert.deepEqual(
+      l.services.map((s) => [s.id, s.frontend, s.address, s.slots.map((x) => x.backend)]),
+      [
+        [8, '10.96.0.8:80/TCP', '10.96.0.8', ['10.218.0.21:8080']],
+        [9, '[fd00:96::8]:80/TCP', 'fd00:96::8', ['[fd00:218::22]:8080']],
+      ],
+    );
+    assert.deepEqual(l.backends.map((b) => [b.id, b.address]), [[21, '10.218.0.21'], [22, 'fd00:218::22']]);
+    assert.deepEqual(l.reverseNat, [{ id: 8, address: '10.96.0.8', port: 80 }, { id: 9, address: 'fd00:96::8', port: 80 }]);
+  });
+});

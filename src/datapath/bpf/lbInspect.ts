@@ -7,9 +7,11 @@
 import { formatIp } from '../../netip/index.js';
 import { isKernelError } from '../kernel/errors.js';
 import { codec, MapOfMaps } from '../kernel/bpf/index.js';
-import { BackendState, DeviceFlag, LbScope, MapName, NatDirection, NatFlag, ServiceFlag } from './constants.js';
+import { BackendState, DeviceFlag, LbScope, MapName, type MapNameValue, NatDirection, NatFlag, ServiceFlag } from './constants.js';
 import { type DatapathInspector, DatapathInspectError } from './inspect.js';
-import { deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, nat4Entry, nat4Key } from './layout.js';
+import { deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, lb6AffinityKey, lb6Backend, lb6Key, lb6ReverseNat, nat4Entry, nat4Key } from './layout.js';
+import type { Codec } from '../kernel/bpf/index.js';
+import type { IpAddress } from '../../netip/index.js';
 
 const PROTOCOL_NAMES: Record<number, string> = { 1: 'ICMP', 6: 'TCP', 17: 'UDP', 132: 'SCTP' };
 const STATE_NAMES: Record<number, string> = {
@@ -114,15 +116,37 @@ export interface NatListing {
 
 const secondsSince = (ns: bigint, nowNs: bigint) => Number((nowNs - ns) / 1_000_000n) / 1000;
 
+/** `address:port`, an IPv6 address in brackets. */
+function hostPort(address: IpAddress, port: number): string {
+  return address.family === 6 ? `[${formatIp(address)}]:${port}` : `${formatIp(address)}:${port}`;
+}
+
+/** A map of each family: IPv4's, then IPv6's (the lb6 maps, next to lb4's in every object). */
+interface FamilyMaps<K, V> {
+  v4: [MapNameValue, Codec<K>, Codec<V>];
+  v6: [MapNameValue, Codec<K>, Codec<V>];
+}
+
 export class LbInspector {
   constructor(readonly inspector: DatapathInspector) {}
 
+  /** Every entry of both families' maps. */
+  async #entries<K, V>(maps: FamilyMaps<K, V>): Promise<Array<[K, V]>> {
+    const out: Array<[K, V]> = [];
+    for (const [name, key, value] of [maps.v4, maps.v6]) {
+      await this.inspector.withMap(name, key, value, async (m) => {
+        for await (const e of m.entries()) out.push(e);
+      });
+    }
+    return out;
+  }
+
   async backends(): Promise<LbBackendRow[]> {
-    return this.inspector.withMap(MapName.LB_BACKENDS, codec.u32, lb4Backend, async (m) => {
-      const rows: LbBackendRow[] = [];
-      for await (const [id, v] of m.entries()) rows.push({ id, address: formatIp(v.address), port: v.port, protocol: protocolName(v.proto), state: STATE_NAMES[v.state] ?? `unknown-${v.state}` });
-      return rows.sort((a, b) => a.id - b.id);
-    });
+    const rows: LbBackendRow[] = [];
+    for (const [id, v] of await this.#entries({ v4: [MapName.LB_BACKENDS, codec.u32, lb4Backend], v6: [MapName.LB6_BACKENDS, codec.u32, lb6Backend] })) {
+      rows.push({ id, address: formatIp(v.address), port: v.port, protocol: protocolName(v.proto), state: STATE_NAMES[v.state] ?? `unknown-${v.state}` });
+    }
+    return rows.sort((a, b) => a.id - b.id);
   }
 
   /** Service IDs with a Maglev table. */
@@ -147,58 +171,57 @@ export class LbInspector {
   async services(backends?: readonly LbBackendRow[]): Promise<LbServiceRow[]> {
     const byId = new Map((backends ?? (await this.backends())).map((b) => [b.id, b]));
     const maglev = await this.#maglevIds();
-    return this.inspector.withMap(MapName.LB_SERVICES, lb4Key, lb4Service, async (m) => {
-      const groups = new Map<string, LbServiceRow>();
-      const slots: Array<[string, number, number]> = [];
-      for await (const [k, v] of m.entries()) {
-        const address = formatIp(k.address);
-        const protocol = protocolName(k.proto);
-        const group = `${address}:${k.dport}/${protocol}/${k.scope}`;
-        if (k.backendSlot === 0) {
-          groups.set(group, {
-            id: v.revNatIndex,
-            frontend: `${address}:${k.dport}/${protocol}`,
-            address,
-            port: k.dport,
-            protocol,
-            scope: k.scope === LbScope.INTERNAL ? 'internal' : 'external',
-            flags: flagNames(v.flags, ServiceFlag),
-            affinityTimeoutSec: v.affinityTimeout,
-            count: v.count,
-            slots: [],
-            maglevTable: maglev.has(v.revNatIndex),
-          });
-        } else {
-          slots.push([group, k.backendSlot, v.backendId]);
-        }
+    const entries = await this.#entries({ v4: [MapName.LB_SERVICES, lb4Key, lb4Service], v6: [MapName.LB6_SERVICES, lb6Key, lb4Service] });
+    const groups = new Map<string, LbServiceRow>();
+    const slots: Array<[string, number, number]> = [];
+    for (const [k, v] of entries) {
+      const address = formatIp(k.address);
+      const protocol = protocolName(k.proto);
+      const group = `${hostPort(k.address, k.dport)}/${protocol}/${k.scope}`;
+      if (k.backendSlot === 0) {
+        groups.set(group, {
+          id: v.revNatIndex,
+          frontend: `${hostPort(k.address, k.dport)}/${protocol}`,
+          address,
+          port: k.dport,
+          protocol,
+          scope: k.scope === LbScope.INTERNAL ? 'internal' : 'external',
+          flags: flagNames(v.flags, ServiceFlag),
+          affinityTimeoutSec: v.affinityTimeout,
+          count: v.count,
+          slots: [],
+          maglevTable: maglev.has(v.revNatIndex),
+        });
+      } else {
+        slots.push([group, k.backendSlot, v.backendId]);
       }
-      for (const [group, slot, backendId] of slots) {
-        const row = groups.get(group);
-        // A slot whose service entry is gone (being written or removed): nothing to show it under.
-        if (!row) continue;
-        const b = byId.get(backendId);
-        row.slots.push({ slot, backendId, ...(b ? { backend: `${b.address}:${b.port}`, state: b.state } : {}) });
-      }
-      const rows = [...groups.values()];
-      for (const r of rows) r.slots.sort((a, b) => a.slot - b.slot);
-      return rows.sort((a, b) => a.id - b.id || a.scope.localeCompare(b.scope));
-    });
+    }
+    for (const [group, slot, backendId] of slots) {
+      const row = groups.get(group);
+      // A slot whose service entry is gone (being written or removed): nothing to show it under.
+      if (!row) continue;
+      const b = byId.get(backendId);
+      row.slots.push({ slot, backendId, ...(b ? { backend: b.address.includes(':') ? `[${b.address}]:${b.port}` : `${b.address}:${b.port}`, state: b.state } : {}) });
+    }
+    const rows = [...groups.values()];
+    for (const r of rows) r.slots.sort((a, b) => a.slot - b.slot);
+    return rows.sort((a, b) => a.id - b.id || a.scope.localeCompare(b.scope));
   }
 
   async reverseNat(): Promise<LbReverseNatRow[]> {
-    return this.inspector.withMap(MapName.LB_REVNAT, codec.u16, lb4ReverseNat, async (m) => {
-      const rows: LbReverseNatRow[] = [];
-      for await (const [id, v] of m.entries()) rows.push({ id, address: formatIp(v.address), port: v.port });
-      return rows.sort((a, b) => a.id - b.id);
-    });
+    const rows: LbReverseNatRow[] = [];
+    for (const [id, v] of await this.#entries({ v4: [MapName.LB_REVNAT, codec.u16, lb4ReverseNat], v6: [MapName.LB6_REVNAT, codec.u16, lb6ReverseNat] })) {
+      rows.push({ id, address: formatIp(v.address), port: v.port });
+    }
+    return rows.sort((a, b) => a.id - b.id);
   }
 
   async affinity(nowNs: bigint = process.hrtime.bigint()): Promise<LbAffinityRow[]> {
-    return this.inspector.withMap(MapName.LB_AFFINITY, lb4AffinityKey, lb4AffinityValue, async (m) => {
-      const rows: LbAffinityRow[] = [];
-      for await (const [k, v] of m.entries()) rows.push({ client: formatIp(k.client), serviceId: k.revNatIndex, backendId: v.backendId, idleSeconds: secondsSince(v.lastUsedNs, nowNs) });
-      return rows.sort((a, b) => a.serviceId - b.serviceId || a.client.localeCompare(b.client, 'en', { numeric: true }));
-    });
+    const rows: LbAffinityRow[] = [];
+    for (const [k, v] of await this.#entries({ v4: [MapName.LB_AFFINITY, lb4AffinityKey, lb4AffinityValue], v6: [MapName.LB6_AFFINITY, lb6AffinityKey, lb4AffinityValue] })) {
+      rows.push({ client: formatIp(k.client), serviceId: k.revNatIndex, backendId: v.backendId, idleSeconds: secondsSince(v.lastUsedNs, nowNs) });
+    }
+    return rows.sort((a, b) => a.serviceId - b.serviceId || a.client.localeCompare(b.client, 'en', { numeric: true }));
   }
 
   /** Everything `tendril bpf lb list` shows. */

@@ -121,6 +121,35 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     lb = await LbMaps.open({ maps, routes, log, maglevTableSize: MAGLEV_SIZE });
   });
 
+  it('an IPv6 ClusterIP: its backends, slots and reverse NAT in the lb6 maps, members shared; a service is one family', async () => {
+    const be6 = (id: number) => ({ id, address: `fd00:215::${id}`, port: 8080, protocol: 'TCP' as const, state: 'active' as const });
+    const VIP6 = 'fd00:96::10';
+    await lb.upsertBackends([be6(61), be6(62)]);
+    assert.equal(maps.backends.familyOf(61), 6);
+    assert.deepEqual(maps.backends.v6.get(61), { address: parseIp('fd00:215::61'), port: 8080, proto: 6, state: 0 });
+    assert.equal(maps.backends.v4.get(61), undefined);
+    await lb.upsertService(svc({ id: 60, address: VIP6, backendIds: [61, 62] }));
+    assert.deepEqual(maps.services.get(fkey(VIP6, 80, 0)), { backendId: 0, affinityTimeout: 0, count: 2, revNatIndex: 60, flags: 0 });
+    assert.equal(maps.services.get(fkey(VIP6, 80, 2))?.backendId, 62);
+    assert.equal(maps.services.get(fkey('0.0.0.0', 80, 0)), undefined, 'nothing in the IPv4 map');
+    assert.deepEqual(maps.revNat.v6.get(60), { address: parseIp(VIP6), port: 80 });
+    assert.deepEqual(await members(maps, 60), [61, 62]);
+    assert.equal(await routeOf(VIP6), undefined, 'no IPv4 route for an IPv6 frontend');
+    // A backend of the other family in an IPv6 service is refused, nothing written.
+    await lb.upsertBackends([be(63)]);
+    await assert.rejects(lb.upsertService(svc({ id: 60, address: VIP6, backendIds: [61, 63] })), /backends 63 are not IPv6 like its frontend/);
+    assert.equal(maps.services.get(fkey(VIP6, 80, 0))?.count, 2);
+    // Reopened from the pins: the IPv6 service is found again, and deleted whole.
+    const again = await LbMaps.open({ maps, routes, log, maglevTableSize: MAGLEV_SIZE });
+    assert.ok(again.serviceIds().includes(60));
+    await again.deleteService(60);
+    await again.deleteBackends([61, 62, 63]);
+    assert.equal(maps.services.get(fkey(VIP6, 80, 0)), undefined);
+    assert.equal(maps.revNat.get(60), undefined);
+    assert.equal(maps.backends.get(61), undefined);
+    lb = await LbMaps.open({ maps, routes, log, maglevTableSize: MAGLEV_SIZE });
+  });
+
   it('a ClusterIP: backends, slots 1..n, slot 0 with count and flags, reverse NAT; its route once the router is known', async () => {
     await lb.upsertBackends([be(1), be(2), be(3, 'terminating')]);
     assert.deepEqual(maps.backends.get(3), { address: parseIp('10.215.1.3'), port: 8080, proto: 6, state: 1 });

@@ -25,7 +25,22 @@ import { isKernelError } from '../kernel/errors.js';
 import { BpfMap, codec, MapOfMaps, RawMap } from '../kernel/bpf/index.js';
 import { DatapathError, type LbBackendEntry, type LbBackendState, type LbProtocol, type LbServiceEntry, type LoadBalancerDatapath } from '../types.js';
 import { BackendState, LbScope, MapName, type MapNameValue, MAX_SERVICE_ID, ServiceFlag } from './constants.js';
-import { lb4Backend, type Lb4BackendValue, lb4Key, type Lb4Key, lb4MemberKey, type Lb4MemberKey, lb4ReverseNat, type Lb4ReverseNatValue, lb4Service, type Lb4ServiceValue } from './layout.js';
+import { KeyFamilyMaps, type LbMapView, ValueFamilyMaps } from './lbFamilyMaps.js';
+import {
+  lb4Backend,
+  type Lb4BackendValue,
+  lb4Key,
+  type Lb4Key,
+  lb4MemberKey,
+  type Lb4MemberKey,
+  lb4ReverseNat,
+  type Lb4ReverseNatValue,
+  lb4Service,
+  type Lb4ServiceValue,
+  lb6Backend,
+  lb6Key,
+  lb6ReverseNat,
+} from './layout.js';
 import type { ServiceRoutes } from './serviceRoutes.js';
 
 /** BPF_F_INNER_MAP: an inner map whose max_entries may differ from the outer map's template. */
@@ -39,10 +54,16 @@ export const BACKEND_STATE_NUMBER: Record<LbBackendState, number> = {
   maintenance: BackendState.MAINTENANCE,
 };
 
+/**
+ * Services, backends and reverse NAT entries of both families (the lb4 and
+ * lb6 maps behind one view each, lbFamilyMaps.ts); the Maglev tables and
+ * members, keyed by IDs only (one ID space for both families), are one map
+ * each.
+ */
 export interface LbMapSet {
-  services: BpfMap<Lb4Key, Lb4ServiceValue>;
-  backends: BpfMap<number, Lb4BackendValue>;
-  revNat: BpfMap<number, Lb4ReverseNatValue>;
+  services: LbMapView<Lb4Key, Lb4ServiceValue>;
+  backends: ValueFamilyMaps<Lb4BackendValue>;
+  revNat: ValueFamilyMaps<Lb4ReverseNatValue>;
   maglev: MapOfMaps<number>;
   members: BpfMap<Lb4MemberKey, number>;
 }
@@ -50,9 +71,9 @@ export interface LbMapSet {
 /** The load-balancer's typed views of the datapath's maps, given a way to find each raw map by name. */
 export function lbMapSet(raw: (name: MapNameValue) => RawMap): LbMapSet {
   return {
-    services: new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service),
-    backends: new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend),
-    revNat: new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat),
+    services: new KeyFamilyMaps(new BpfMap(raw(MapName.LB_SERVICES), lb4Key, lb4Service), new BpfMap(raw(MapName.LB6_SERVICES), lb6Key, lb4Service)),
+    backends: new ValueFamilyMaps(new BpfMap(raw(MapName.LB_BACKENDS), codec.u32, lb4Backend), new BpfMap(raw(MapName.LB6_BACKENDS), codec.u32, lb6Backend)),
+    revNat: new ValueFamilyMaps(new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat), new BpfMap(raw(MapName.LB6_REVNAT), codec.u16, lb6ReverseNat)),
     maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
     members: new BpfMap(raw(MapName.LB_MEMBERS), lb4MemberKey, codec.u8),
   };
@@ -94,7 +115,8 @@ interface ServiceShadow {
  * NodePort is on the node's addresses, reached over lo).
  */
 function routedFrontend(flags: number, f: Frontend): boolean {
-  return (flags & ServiceFlag.NODEPORT) === 0 && f.address.bits !== 0n;
+  // IPv6: pods' connections only so far (bpf_host translates IPv4), so no route that would send the node's own into tendril_host.
+  return (flags & ServiceFlag.NODEPORT) === 0 && f.address.bits !== 0n && f.address.family === 4;
 }
 
 function frontendText(f: Frontend): string {
@@ -102,7 +124,7 @@ function frontendText(f: Frontend): string {
 }
 
 function sameFrontend(a: Frontend, b: Frontend): boolean {
-  return a.address.bits === b.address.bits && a.port === b.port && a.proto === b.proto;
+  return a.address.family === b.address.family && a.address.bits === b.address.bits && a.port === b.port && a.proto === b.proto;
 }
 
 function key(f: Frontend, slot: number, scope: number): Lb4Key {
@@ -130,9 +152,10 @@ function wrap(what: string, err: unknown): DatapathError {
   return new DatapathError('failed', full, [], '', { cause: err });
 }
 
-function ipv4(text: string, what: string): IpAddress {
+/** A service or backend address of either family (a service is one family: its backends are checked against its frontend). */
+function address(text: string, what: string): IpAddress {
   const ip = tryParseIp(text);
-  if (ip?.family !== 4) throw invalid(`${what} ${JSON.stringify(text)} is not an IPv4 address`);
+  if (!ip) throw invalid(`${what} ${JSON.stringify(text)} is not an IP address`);
   return ip;
 }
 
@@ -302,7 +325,7 @@ export class LbMaps implements LoadBalancerDatapath {
       const proto = PROTOCOL_NUMBER[b.protocol];
       if (state === undefined) throw invalid(`backend ${b.id}: unknown state ${JSON.stringify(b.state)}`);
       if (proto === undefined) throw invalid(`backend ${b.id}: unknown protocol ${JSON.stringify(b.protocol)}`);
-      return [b.id, { address: ipv4(b.address, `backend ${b.id} address`), port: b.port, proto, state }];
+      return [b.id, { address: address(b.address, `backend ${b.id} address`), port: b.port, proto, state }];
     });
     const undo = new UndoList();
     try {
@@ -362,14 +385,18 @@ export class LbMaps implements LoadBalancerDatapath {
     const proto = PROTOCOL_NUMBER[svc.protocol];
     if (proto === undefined) throw invalid(`service ${svc.id}: unknown protocol ${JSON.stringify(svc.protocol)}`);
     checkPort(svc.port, `service ${svc.id}`);
-    const frontend: Frontend = { address: ipv4(svc.address, `service ${svc.id} frontend`), port: svc.port, proto };
+    const frontend: Frontend = { address: address(svc.address, `service ${svc.id} frontend`), port: svc.port, proto };
     if (frontend.address.bits === 0n && svc.type !== 'NodePort') throw invalid(`service ${svc.id}: only a NodePort frontend may have address 0.0.0.0`);
+    // The IPv6 datapath answers a service's own address only (a reply's frontend comes from its reverse NAT entry).
+    if (frontend.address.bits === 0n && frontend.address.family === 6) throw invalid(`service ${svc.id}: an IPv6 NodePort on every node address (::) is not supported; name the node address`);
     const scopes = new Map<number, readonly number[]>([[LbScope.EXTERNAL, svc.backendIds]]);
     if (svc.internalBackendIds !== undefined) scopes.set(LbScope.INTERNAL, svc.internalBackendIds);
     for (const ids of scopes.values()) {
       if (ids.length > 0xffff) throw invalid(`service ${svc.id}: ${ids.length} backends do not fit a slot count`);
       const missing = ids.filter((b) => !this.#backends.has(b));
       if (missing.length > 0) throw new DatapathError('not-found', `service ${svc.id}: backends ${missing.join(', ')} are not in the backend map (upsert them first)`);
+      const foreign = ids.filter((b) => this.opts.maps.backends.familyOf(b) !== frontend.address.family);
+      if (foreign.length > 0) throw invalid(`service ${svc.id}: backends ${foreign.join(', ')} are not IPv${frontend.address.family} like its frontend (a service is one family)`);
     }
     const size = this.opts.maglevTableSize;
     if (svc.maglevTable !== undefined) {

@@ -221,6 +221,38 @@ export const lb4ServiceLayout = defineStruct('lb4_service', 16, 4, {
   pad: { offset: 13, codec: codec.pad(3) }, // __u8[3] pad
 });
 
+/** struct lb6_affinity_key: 20 bytes. */
+export const lb6AffinityKeyLayout = defineStruct('lb6_affinity_key', 20, 4, {
+  client: { offset: 0, codec: codec.array(codec.u32be, 4) }, // __be32[4] client
+  revNatIndex: { offset: 16, codec: codec.u16 }, // __u16 rev_nat_index
+  pad: { offset: 18, codec: codec.pad(2) }, // __u16 pad
+});
+
+/** struct lb6_backend: 20 bytes. */
+export const lb6BackendLayout = defineStruct('lb6_backend', 20, 4, {
+  address: { offset: 0, codec: codec.array(codec.u32be, 4) }, // __be32[4] address
+  port: { offset: 16, codec: codec.u16be }, // __be16 port
+  proto: { offset: 18, codec: codec.u8 }, // __u8 proto
+  state: { offset: 19, codec: codec.u8 }, // __u8 state
+});
+
+/** struct lb6_key: 24 bytes. */
+export const lb6KeyLayout = defineStruct('lb6_key', 24, 4, {
+  address: { offset: 0, codec: codec.array(codec.u32be, 4) }, // __be32[4] address
+  dport: { offset: 16, codec: codec.u16be }, // __be16 dport
+  backendSlot: { offset: 18, codec: codec.u16 }, // __u16 backend_slot
+  proto: { offset: 20, codec: codec.u8 }, // __u8 proto
+  scope: { offset: 21, codec: codec.u8 }, // __u8 scope
+  pad: { offset: 22, codec: codec.pad(2) }, // __u16 pad
+});
+
+/** struct lb6_reverse_nat: 20 bytes. */
+export const lb6ReverseNatLayout = defineStruct('lb6_reverse_nat', 20, 4, {
+  address: { offset: 0, codec: codec.array(codec.u32be, 4) }, // __be32[4] address
+  port: { offset: 16, codec: codec.u16be }, // __be16 port
+  pad: { offset: 18, codec: codec.pad(2) }, // __u16 pad
+});
+
 /** struct metrics_key: 4 bytes. */
 export const metricsKeyLayout = defineStruct('metrics_key', 4, 2, {
   reason: { offset: 0, codec: codec.u8 }, // __u8 reason
@@ -327,6 +359,10 @@ export const structLayouts = {
   lb4_member_key: lb4MemberKeyLayout,
   lb4_reverse_nat: lb4ReverseNatLayout,
   lb4_service: lb4ServiceLayout,
+  lb6_affinity_key: lb6AffinityKeyLayout,
+  lb6_backend: lb6BackendLayout,
+  lb6_key: lb6KeyLayout,
+  lb6_reverse_nat: lb6ReverseNatLayout,
   metrics_key: metricsKeyLayout,
   metrics_value: metricsValueLayout,
   nat_port_range: natPortRangeLayout,
@@ -358,6 +394,10 @@ export const mapLayouts = {
   tendril_lb4_aff: { type: 'LRU hash', key: { cType: 'struct lb4_affinity_key', size: 8 }, value: { cType: 'struct lb4_affinity_value', size: 16 } },
   tendril_lb4_mag: { type: 'hash of maps', key: { cType: '__u32', size: 4 }, value: undefined },
   tendril_lb4_member: { type: 'hash', key: { cType: 'struct lb4_member_key', size: 8 }, value: { cType: '__u8', size: 1 } },
+  tendril_lb6_svc: { type: 'hash', key: { cType: 'struct lb6_key', size: 24 }, value: { cType: 'struct lb4_service', size: 16 } },
+  tendril_lb6_be: { type: 'hash', key: { cType: '__u32', size: 4 }, value: { cType: 'struct lb6_backend', size: 20 } },
+  tendril_lb6_rev: { type: 'hash', key: { cType: '__u16', size: 2 }, value: { cType: 'struct lb6_reverse_nat', size: 20 } },
+  tendril_lb6_aff: { type: 'LRU hash', key: { cType: 'struct lb6_affinity_key', size: 20 }, value: { cType: 'struct lb4_affinity_value', size: 16 } },
   tendril_snat4: { type: 'hash', key: { cType: 'struct nat4_key', size: 16 }, value: { cType: 'struct nat4_entry', size: 16 } },
   tendril_devices: { type: 'hash', key: { cType: '__u32', size: 4 }, value: { cType: 'struct device_info', size: 16 } },
   tendril_ipmasq4: { type: 'LPM trie', key: { cType: 'struct ipmasq_key', size: 24 }, value: { cType: '__u8', size: 1 } },

@@ -15,10 +15,16 @@ import {
   lb4MemberKey,
   lb4ReverseNat,
   lb4Service,
+  lb6AffinityKey,
+  lb6Backend,
+  lb6Key,
+  lb6ReverseNat,
   type CtEntryValue,
   type Lb4BackendValue,
   type Lb4Key,
   type Lb4ServiceValue,
+  type Lb6BackendValue,
+  type Lb6Key,
 } from '../layout.js';
 import type { CtTuple, ProgramHarness } from './programHarness.js';
 
@@ -61,6 +67,11 @@ export class LbNode {
   readonly affinity: BpfMap<ReturnType<typeof lb4AffinityKey.read>, ReturnType<typeof lb4AffinityValue.read>>;
   readonly maglev: MapOfMaps<number>;
   readonly members: BpfMap<ReturnType<typeof lb4MemberKey.read>, number>;
+  /** IPv6 services (tendril_lb6_*): a frontend or backend of family 6 goes here; Maglev and members are shared. */
+  readonly services6: BpfMap<Lb6Key, Lb4ServiceValue>;
+  readonly backends6: BpfMap<number, Lb6BackendValue>;
+  readonly revNat6: BpfMap<number, ReturnType<typeof lb6ReverseNat.read>>;
+  readonly affinity6: BpfMap<ReturnType<typeof lb6AffinityKey.read>, ReturnType<typeof lb4AffinityValue.read>>;
   readonly #inner: RawMap[] = [];
 
   constructor(readonly h: ProgramHarness) {
@@ -70,6 +81,10 @@ export class LbNode {
     this.affinity = h.object.map(MapName.LB_AFFINITY, lb4AffinityKey, lb4AffinityValue);
     this.maglev = h.object.mapOfMaps(MapName.LB_MAGLEV, codec.u32);
     this.members = h.object.map(MapName.LB_MEMBERS, lb4MemberKey, codec.u8);
+    this.services6 = h.object.map(MapName.LB6_SERVICES, lb6Key, lb4Service);
+    this.backends6 = h.object.map(MapName.LB6_BACKENDS, codec.u32, lb6Backend);
+    this.revNat6 = h.object.map(MapName.LB6_REVNAT, codec.u16, lb6ReverseNat);
+    this.affinity6 = h.object.map(MapName.LB6_AFFINITY, lb6AffinityKey, lb4AffinityValue);
   }
 
   /** Backend `backendId` is one of service `id`'s (tendril_lb4_member). */
@@ -83,6 +98,8 @@ export class LbNode {
   }
 
   addBackend(b: TestBackend): void {
+    const state = b.state ?? BackendState.ACTIVE;
+    if (parseIp(b.ip).family === 6) return this.backends6.set(b.id, { address: parseIp(b.ip), port: b.port, proto: b.proto, state });
     this.backends.set(b.id, { address: parseIp(b.ip), port: b.port, proto: b.proto, state: b.state ?? BackendState.ACTIVE });
   }
 
@@ -92,6 +109,7 @@ export class LbNode {
 
   /** The members (slots' backends and `members`), slot 0, the backend slots, and (unless told) the reverse NAT entry. */
   addService(s: TestService): void {
+    if (parseIp(s.frontend.ip).family === 6) return this.#addService6(s);
     const scope = s.scope ?? LbScope.EXTERNAL;
     for (const b of [...s.backends, ...(s.members ?? [])]) this.addMember(s.id, b);
     this.services.set(this.serviceKey(s.frontend, 0, scope), {
@@ -105,6 +123,17 @@ export class LbNode {
       this.services.set(this.serviceKey(s.frontend, i + 1, scope), { backendId: id, affinityTimeout: 0, count: 0, revNatIndex: s.id, flags: 0 });
     });
     if (!s.noRevNat) this.revNat.set(s.id, { address: parseIp(s.frontend.ip), port: s.frontend.port });
+  }
+
+  #addService6(s: TestService): void {
+    const scope = s.scope ?? LbScope.EXTERNAL;
+    const key = (slot: number): Lb6Key => ({ address: parseIp(s.frontend.ip), dport: s.frontend.port, backendSlot: slot, proto: s.frontend.proto, scope });
+    for (const b of [...s.backends, ...(s.members ?? [])]) this.addMember(s.id, b);
+    this.services6.set(key(0), { backendId: 0, affinityTimeout: s.affinityTimeout ?? 0, count: s.backends.length, revNatIndex: s.id, flags: s.flags ?? 0 });
+    s.backends.forEach((id, i) => {
+      this.services6.set(key(i + 1), { backendId: id, affinityTimeout: 0, count: 0, revNatIndex: s.id, flags: 0 });
+    });
+    if (!s.noRevNat) this.revNat6.set(s.id, { address: parseIp(s.frontend.ip), port: s.frontend.port });
   }
 
   /** The service's Maglev table (slot → backend ID) as an inner array of exactly table.length entries. */
@@ -124,6 +153,7 @@ export class LbNode {
   /** The service conntrack entry pinning a client's connection (its tuple to the frontend). */
   serviceCt(t: CtTuple): CtEntryValue | undefined {
     const key = { saddr: parseIp(t.saddr), daddr: parseIp(t.daddr), sport: t.sport, dport: t.dport, proto: t.proto, flags: CtKeyFlag.SERVICE };
+    if (key.saddr.family === 6) return (t.proto === 6 ? this.h.ct6Tcp : this.h.ct6Any).get(key);
     return (t.proto === 6 ? this.h.ctTcp : this.h.ctAny).get(key);
   }
 

@@ -18,6 +18,9 @@
  */
 #include <linux/if_ether.h>
 
+/* This object parses IPv6 (nodeport_lb6): conntrack's dispatch keeps its IPv6 stages (conntrack.h). */
+#define TENDRIL_IPV6_FLOWS 1
+
 #include "common.h"
 #include "config.h"
 #include "devices.h"

@@ -18,6 +18,9 @@
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 
+/* This object parses IPv6 (from_overlay_ipv6): conntrack's dispatch keeps its IPv6 stages (conntrack.h). */
+#define TENDRIL_IPV6_FLOWS 1
+
 #include "common.h"
 #include "config.h"
 #include "conntrack.h"
@@ -138,7 +141,7 @@ static __always_inline int overlay_to_endpoint6(struct __sk_buff *skb, struct fl
 	ret = l4_load6(skb, f, ip6);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
-	ret = ingress_ct_policy6_stage(skb, f, bpf_ktime_get_ns(), TRACE_FROM_OVERLAY | INGRESS_SOURCE_KNOWN);
+	ret = ingress_ct_policy6_stage(skb, f, ip6, bpf_ktime_get_ns(), TRACE_FROM_OVERLAY | INGRESS_SOURCE_KNOWN);
 	if (ret)
 		return ret;
 	if (ip6->hop_limit <= 1)

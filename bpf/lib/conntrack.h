@@ -515,7 +515,7 @@ __stage enum ct_status ct6_lookup(struct flow *f, __u64 now)
  * either family. Only dispatches: a stage with no frame to speak of, so a
  * chain of stages through it holds one family's key, not both. The IPv6
  * branch exists in objects that parse IPv6 (TENDRIL_IPV6_FLOWS, defined by
- * bpf_lxc.c): the IPv4-only programs then never verify the IPv6 stages
+ * each program file that does): an IPv4-only object never verifies the IPv6 stages
  * (each would cost them some 1900 instructions), and no flow of theirs is
  * ever of family 6.
  */

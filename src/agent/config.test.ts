@@ -63,7 +63,8 @@ describe('agent configuration', () => {
     // --ipam kubernetes: the Node's spec.podCIDRs, once it is known.
     const k8s = validateConfig({ ...defaultConfig(), ipam: 'kubernetes', kvstore: 'etcd' });
     const node = { name: 'tdl-n1', podCidrs: ['10.0.0.0/24', 'fd00::/64'], internalIps: [], externalIps: [] };
-    assert.throws(() => configWithNode(k8s, node), isConfigError(ConfigErrorCode.INVALID, /^--ipam kubernetes: Node tdl-n1 spec.podCIDRs fd00::\/64: the eBPF overlay \(--routing-mode tunnel\) does not carry IPv6 yet/));
+    // Both routing modes carry IPv6 pods (the overlay over an IPv4 underlay).
+    assert.deepEqual(configWithNode(k8s, node).podCidrs, node.podCidrs);
     assert.deepEqual(configWithNode({ ...k8s, routingMode: 'native' }, node).podCidrs, node.podCidrs);
   });
 

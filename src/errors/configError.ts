@@ -24,19 +24,8 @@ export class ConfigError extends CodedError<ConfigErrorCode> {
 
 /** The IPv6 combinations the eBPF datapath does not carry yet, and what to give instead. */
 export const IPV6_NOT_YET = {
-  tunnel: 'the eBPF overlay (--routing-mode tunnel) does not carry IPv6 yet: use --routing-mode native, or IPv4 pod CIDRs only',
   masquerade: 'the eBPF datapath does not masquerade IPv6 yet: leave out --ipv6-masquerade (pods\' IPv6 traffic then leaves with the pod\'s address)',
 } as const;
-
-/**
- * The start check for an IPv6 pod CIDR (from a flag, or the Node's
- * spec.podCIDRs): the eBPF datapath carries pods' IPv6 natively routed, but
- * not over the overlay yet. The routing datapath's tunnel mode is refused on
- * its own.
- */
-export function refuseIpv6PodCidrNotYet(what: string, config: { datapath: string; routingMode?: string | undefined }): void {
-  if (config.datapath === 'bpf' && config.routingMode === 'tunnel') throw new ConfigError(ipv6NotYetRefusal(what, 'tunnel'));
-}
 
 /**
  * Refuses, at start, an IPv6 pod CIDR with a part of the eBPF datapath that

@@ -20,7 +20,7 @@ import {
   type OwnNode,
   type RetryOptions,
 } from './index.js';
-import { ConfigError, refuseIpv6PodCidrNotYet } from '../errors/configError.js';
+import { ConfigError } from '../errors/configError.js';
 
 /** The agent settings the watchers and the Node's facts depend on (the agent's configuration has them). */
 export interface K8sAgentConfig {
@@ -147,8 +147,6 @@ export function configWithNode<C extends K8sAgentConfig>(config: C, node: NodeFa
     if (node.podCidrs.length === 0) {
       throw new ConfigError(`--ipam kubernetes: Node ${node.name} has no spec.podCIDRs (the controller manager allocates them with --allocate-node-cidrs; or give the Node spec.podCIDRs)`);
     }
-    const v6 = node.podCidrs.find((c) => tryParsePrefix(c)?.family === 6);
-    if (v6 !== undefined) refuseIpv6PodCidrNotYet(`--ipam kubernetes: Node ${node.name} spec.podCIDRs ${v6}`, config);
     out = { ...out, podCidrs: node.podCidrs };
   }
   if (config.nodeIp === undefined && node) {

@@ -4,7 +4,7 @@
 # three labelled dual-stack pods (one ADD repeated: the pod keeps its addresses), shows them talking over IPv4
 # and IPv6, enforces a NetworkPolicy on their
 # traffic with the eBPF datapath (the drop in tendril monitor), load-balances
-# a ClusterIP and a NodePort and masquerades pods leaving the cluster (to an
+# a ClusterIP (and an IPv6 one) and a NodePort and masquerades pods leaving the cluster (to an
 # "outside" namespace behind the node's own device); then two nodes on one
 # etcd reach each other's pods through the VXLAN overlay (a capture shows the
 # VNI carrying the source pod's identity); an agent following a (fake)
@@ -298,6 +298,12 @@ check "all 16 answered, by both backends" test "$(grep -c 'hello from tdldemo[23
   "$(awk '/hello from/ { n += $1 } END { print n }' "$WORK/lb.txt")" = 16
 check_output "the node itself -> 10.96.0.10:80: answered by a backend" '^hello from tdldemo[23], you are 10\.250\.0\.1$' \
   tcp "$NODE" 10.96.0.10 80
+say "an IPv6 ClusterIP: [fd00:96::10]:80 over the same two pods' IPv6 addresses"
+"$TENDRIL" service upsert --id 4 --frontend "[fd00:96::10]:80" --backends "[${IPS6[tdldemo2]}]:8080,[${IPS6[tdldemo3]}]:8080"
+for _ in $(seq 16); do tcp tdldemo1 fd00:96::10 80 || echo "no answer"; done | sort | uniq -c >"$WORK/lb6.txt"
+cat "$WORK/lb6.txt"
+check "all 16 answered over IPv6, by both backends, each seeing tdldemo1's IPv6 address" test "$(grep -c "hello from tdldemo[23], you are ${IPS6[tdldemo1]}$" "$WORK/lb6.txt")" = 2 -a \
+  "$(awk '/hello from/ { n += $1 } END { print n }' "$WORK/lb6.txt")" = 16
 "$TENDRIL" service upsert --id 3 --frontend 10.96.0.11:80 --backends "${IPS[tdldemo2]}:8080" >/dev/null
 check_output "a pod -> its own service (hairpin): tdldemo2 -> 10.96.0.11:80, backed only by itself, answers" \
   '^hello from tdldemo2, you are ' tcp tdldemo2 10.96.0.11 80
@@ -322,9 +328,9 @@ lb_frontends() {
   local lb f
   lb=$("$TENDRIL" bpf lb list) || return 1
   printf '%s\n' "$lb"
-  for f in 10.96.0.10:80/TCP 0.0.0.0:30080/TCP 10.96.0.11:80/TCP; do grep -qF -- "$f" <<<"$lb" || return 1; done
+  for f in 10.96.0.10:80/TCP 0.0.0.0:30080/TCP 10.96.0.11:80/TCP '[fd00:96::10]:80/TCP'; do grep -qF -- "$f" <<<"$lb" || return 1; done
 }
-check "the datapath holds the three services' frontends" lb_frontends
+check "the datapath holds the four services' frontends" lb_frontends
 
 say "pods leaving the cluster are masqueraded in eBPF (no nftables table): the outside server sees the node's address"
 check_output "tdldemo1 -> outside 10.199.9.2:9000: the server sees the node's 10.199.9.1" '^hello from outside, you are 10\.199\.9\.1$' \
@@ -351,7 +357,7 @@ say "a backend removed from the service: the datapath sees it is no longer a mem
 for _ in $(seq 3); do tcp tdldemo1 10.96.0.10 80 || echo "no answer"; done | sort | uniq -c >"$WORK/lb.txt"
 cat "$WORK/lb.txt"
 check "3 of 3 answered by tdldemo3" grep -qE '^ +3 hello from tdldemo3, you are ' "$WORK/lb.txt"
-for id in 1 2 3; do "$TENDRIL" service delete "$id" >/dev/null; done
+for id in 1 2 3 4; do "$TENDRIL" service delete "$id" >/dev/null; done
 check "services 1, 2, 3 deleted: tendril service list is empty" test "$(count_of "$SOCK" service list)" = 0
 
 say "CHECK, then DEL every pod"

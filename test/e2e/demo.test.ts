@@ -187,7 +187,7 @@ describe('make demo (scripts/demo.sh)', { concurrency: false }, () => {
     assert.doesNotMatch(r.output, /\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d+ \d\d:\d\d:\d\d UTC/);
     const checks = r.output.split('\n').filter((l) => l.includes('✓'));
     assert.ok(checks.length >= 80, `only ${checks.length} checked claims:\n${r.output}`);
-    for (const claim of ['tendril endpoint list is empty', 'services 1, 2, 3 deleted', 'web -> db TCP 5432: no answer', 'tdldemo1 -> tdldemo3 (fd00:250::4) ping', 'db over IPv6 TCP 5432: answered', 'db over IPv6 (fd00:250::4) ping: dropped']) {
+    for (const claim of ['tendril endpoint list is empty', 'services 1, 2, 3 deleted', 'web -> db TCP 5432: no answer', 'tdldemo1 -> tdldemo3 (fd00:250::4) ping', 'db over IPv6 TCP 5432: answered', 'db over IPv6 (fd00:250::4) ping: dropped', 'all 16 answered over IPv6, by both backends']) {
       assert.ok(checks.some((l) => l.includes(claim)), `no checked claim "${claim}"`);
     }
     // The section that once printed no result and passed: its claim is a check, in the section itself.

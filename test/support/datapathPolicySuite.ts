@@ -10,7 +10,7 @@ import { after, before, test } from 'node:test';
 import { importPolicyAndWait } from './datapathNode.js';
 import { bpfIpcache } from './datapathObserve.js';
 import { type Scene, startScene } from './datapathScene.js';
-import { cidrIn, type Family, familyName, hostCidr, versionsOf } from './family.js';
+import { cidrIn, cidrLabelOf, type Family, familyName, hostCidr, versionsOf } from './family.js';
 import { NetnsPool } from './netns.js';
 import { type L4Probe, mismatches, type Peer, rowOf, truthTable, type TruthRow, versionNote } from './policyTruthTable.js';
 import { reachable } from './reachability.js';
@@ -122,7 +122,7 @@ export function datapathPolicySuite(family: Family, tag: string): void {
       const e = ipcache.find((x) => x.prefix === prefix);
       assert.ok(e, `the ipcache holds the ipBlock prefix ${prefix}`);
       const id = await scene!.node.agent.client.getIdentity(e.identity);
-      assert.ok(id.labels.includes(`cidr:${prefix}`), `${prefix} has its CIDR identity: ${JSON.stringify(id.labels)}`);
+      assert.ok(id.labels.includes(cidrLabelOf(prefix)), `${prefix} has its CIDR identity: ${JSON.stringify(id.labels)}`);
     }
     // What the programs see: the CIDR identities, and the node's router address as the host identity.
     const inMap = await bpfIpcache(scene!.node);

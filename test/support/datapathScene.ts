@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { addOutsideHost, addPod, type DatapathNode, type OutsideHost, type Pod, type PodSpec, startDatapathNode } from './datapathNode.js';
 import { FakeKubeApi } from './fakeKubeApi.js';
-import { addressIn, cidrIn, type Family, ipIn, type IpFamily, podCidrsOf, versionsOf } from './family.js';
+import { addressIn, cidrIn, cidrLabelOf, type Family, ipIn, type IpFamily, podCidrsOf, versionsOf } from './family.js';
 import { namespaceObject, nodeObject, podObject } from './k8sObjects.js';
 import { relayIntoNamespace } from './k8sScene.js';
 import type { NetnsPool } from './netns.js';
@@ -57,9 +57,9 @@ export interface SceneOptions {
   extraAgentArgs?: string[];
 }
 
-/** A label in IP version `v`: `cidr:` prefixes mirrored, the rest as they are. */
+/** A label in IP version `v`: `cidr:` prefixes mirrored (in the label's own spelling, `cidr:fd74-10-199--0/120`), the rest as they are. */
 function labelIn(v: IpFamily, label: string): string {
-  return label.startsWith('cidr:') ? `cidr:${cidrIn(v, label.slice('cidr:'.length))}` : label;
+  return label.startsWith('cidr:') ? cidrLabelOf(cidrIn(v, label.slice('cidr:'.length))) : label;
 }
 
 /** The labels `policy trace` gets for an outside address in IP version `v`. */

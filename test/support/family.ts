@@ -13,6 +13,7 @@
  * (0.0.0.0/0 and ::/0, never one for both: Cilium once let 0.0.0.0/0 admit
  * IPv6 sources).
  */
+import { cidrLabel, formatLabel } from '../../src/labels/index.js';
 import { formatIp, formatPrefix, type IpFamily, ipFamilyOf, parseIp, parsePrefix } from '../../src/netip/index.js';
 
 export type { IpFamily } from '../../src/netip/index.js';
@@ -74,6 +75,11 @@ export function cidrIn(v: IpFamily, v4Cidr: string): string {
 /** A host route's prefix: /32 or /128. */
 export function hostCidr(address: string): string {
   return `${address}/${versionOf(address) === 4 ? 32 : 128}`;
+}
+
+/** A CIDR identity's label as the agent spells it: `cidr:10.0.0.0/24`, `cidr:fd74-10-199--0/120` (no ':' in a label key). */
+export function cidrLabelOf(cidr: string): string {
+  return formatLabel(cidrLabel(parsePrefix(cidr)));
 }
 
 /** "Everything" in one IP version only: 0.0.0.0/0 or ::/0. */

@@ -67,7 +67,9 @@ export function datapathPodDeviceSuite(family: Family, tag: string): void {
       },
       10_000,
       `a usable link-local address on ${ifName} in ${netns}`,
-    );
+    ).catch(async (err: Error) => {
+      throw new Error(`${err.message}: ${await runOk(['ip', '-n', netns, '-6', 'addr', 'show', 'dev', ifName])}`);
+    });
     return found;
   }
 
@@ -167,7 +169,11 @@ export function datapathPodDeviceSuite(family: Family, tag: string): void {
           },
           10_000,
           'the NOT_FOR_ENDPOINT drop in tendril monitor',
-        );
+        ).catch(async (err: Error) => {
+          // What happened instead: whether the packets got into the wrong pod, and what the monitor saw.
+          const seen = monitor.events.slice(-5).map((e) => `${e.drop?.reason ?? e.type} ${e.source.ip ?? '?'} -> ${e.destination.ip ?? '?'}`);
+          throw new Error(`${err.message}; packets for ${otherIp} that reached this pod: ${await arrived()}; last drops: ${JSON.stringify(seen)}`);
+        });
         const drop = monitor.events.find(refused)!;
         assert.equal(drop.drop?.text, DropReason.NOT_FOR_ENDPOINT.text);
         assert.equal(drop.destination.ip, otherIp);

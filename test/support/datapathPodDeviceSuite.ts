@@ -61,8 +61,9 @@ export function datapathPodDeviceSuite(family: Family, tag: string): void {
     let found = '';
     await eventually(
       async () => {
-        const out = JSON.parse(await runOk(['ip', '-n', netns, '-6', '-j', 'addr', 'show', 'dev', ifName, 'scope', 'link'])) as Array<{ addr_info: Array<{ local: string; tentative?: boolean }> }>;
-        found = out[0]?.addr_info.find((a) => !a.tentative)?.local ?? '';
+        const out = JSON.parse(await runOk(['ip', '-n', netns, '-6', '-j', 'addr', 'show', 'dev', ifName, 'scope', 'link'])) as Array<{ addr_info: Array<{ local?: string; scope?: string; tentative?: boolean }> }>;
+        // ip -j lists the addresses the filter left out as {}: only a real, settled link-local one counts.
+        found = out[0]?.addr_info.find((a) => a.local !== undefined && a.scope === 'link' && !a.tentative)?.local ?? '';
         return found !== '';
       },
       10_000,
@@ -162,9 +163,11 @@ export function datapathPodDeviceSuite(family: Family, tag: string): void {
         await runOk(['ip', '-n', node!.node, 'neigh', 'replace', otherIp, 'lladdr', victimMac, 'dev', device, 'nud', 'permanent']);
         const refused = (e: MonitorEvent) => e.type === 'drop' && e.drop?.reason === 'NOT_FOR_ENDPOINT' && e.destination.ip === otherIp;
         // Pinged until the monitor, which only shows what happens after it subscribed, has seen a drop.
+        let lastPing = '';
         await eventually(
           async () => {
-            await pool.exec(node!.node, ['ping', `-${v}`, '-n', '-c', '3', '-i', '0.2', '-W', '1', '-I', device, otherIp]);
+            const r = await pool.exec(node!.node, ['ping', `-${v}`, '-n', '-c', '3', '-i', '0.2', '-W', '1', '-I', device, otherIp]);
+            lastPing = `${r.stdout}${r.stderr}`.trim().split('\n').slice(-2).join(' / ');
             return monitor.events.some(refused);
           },
           10_000,
@@ -172,7 +175,7 @@ export function datapathPodDeviceSuite(family: Family, tag: string): void {
         ).catch(async (err: Error) => {
           // What happened instead: whether the packets got into the wrong pod, and what the monitor saw.
           const seen = monitor.events.slice(-5).map((e) => `${e.drop?.reason ?? e.type} ${e.source.ip ?? '?'} -> ${e.destination.ip ?? '?'}`);
-          throw new Error(`${err.message}; packets for ${otherIp} that reached this pod: ${await arrived()}; last drops: ${JSON.stringify(seen)}`);
+          throw new Error(`${err.message}; packets for ${otherIp} that reached this pod: ${await arrived()}; last drops: ${JSON.stringify(seen)}; ping: ${lastPing}`);
         });
         const drop = monitor.events.find(refused)!;
         assert.equal(drop.drop?.text, DropReason.NOT_FOR_ENDPOINT.text);

@@ -21,6 +21,8 @@ import type { MonitorEvent } from '../../src/monitor/types.js';
 const NS = 'tdl-pd';
 /** IPv4 template (family.ts mirrors it on IPv6). */
 const POD_CIDR = '10.251.0.0/24';
+/** The routing table (in the test's node namespace) of the wrong IPv6 route. */
+const WRONG_ROUTE_TABLE = '4242';
 
 /** The suite on one family; `tag` keeps the namespaces of concurrent runs apart. */
 export function datapathPodDeviceSuite(family: Family, tag: string): void {
@@ -161,6 +163,12 @@ export function datapathPodDeviceSuite(family: Family, tag: string): void {
         // The node's stack is told the other pod lives behind this device (a wrong neighbour entry), and pings it there.
         const victimMac = JSON.parse(await runOk(['ip', '-n', victim.netns, '-j', 'link', 'show', 'dev', 'eth0']))[0].address as string;
         await runOk(['ip', '-n', node!.node, 'neigh', 'replace', otherIp, 'lladdr', victimMac, 'dev', device, 'nud', 'permanent']);
+        // IPv6 will not send out a device (ping -I) that has no route to the address: a route in a
+        // table of its own, for packets bound to this device only, leaves the agent's routes alone.
+        if (v === 6) {
+          await runOk(['ip', '-n', node!.node, '-6', 'route', 'replace', `${otherIp}/128`, 'dev', device, 'table', WRONG_ROUTE_TABLE]);
+          await runOk(['ip', '-n', node!.node, '-6', 'rule', 'add', 'oif', device, 'lookup', WRONG_ROUTE_TABLE, 'priority', '10']);
+        }
         const refused = (e: MonitorEvent) => e.type === 'drop' && e.drop?.reason === 'NOT_FOR_ENDPOINT' && e.destination.ip === otherIp;
         // Pinged until the monitor, which only shows what happens after it subscribed, has seen a drop.
         let lastPing = '';
@@ -185,6 +193,10 @@ export function datapathPodDeviceSuite(family: Family, tag: string): void {
       } finally {
         await monitor.stop();
         await pool.exec(node!.node, ['ip', 'neigh', 'del', otherIp, 'dev', device]);
+        if (v === 6) {
+          await pool.exec(node!.node, ['ip', '-6', 'rule', 'del', 'oif', device, 'lookup', WRONG_ROUTE_TABLE, 'priority', '10']);
+          await pool.exec(node!.node, ['ip', '-6', 'route', 'flush', 'table', WRONG_ROUTE_TABLE]);
+        }
         await pool.exec(victim.netns, ['nft', 'delete', 'table', nftFamily, 'tdlprobe']);
       }
     });

@@ -165,10 +165,7 @@ export function datapathRestartSuite(family: Family, tag: string): void {
     const perSecond = result.intervals.map((i) => i.sum.retransmits ?? 0).join(' ');
     const outOfOrder = rxAfter.ofoQueue - rxBefore.ofoQueue;
     t.diagnostic(`retransmitted segments ${retrans} (reported duplicate: ${spurious}), loss probes ${tcpAfter.lossProbes - tcpBefore.lossProbes}, receiver out-of-order ${outOfOrder}; iperf3 per second: ${perSecond}`);
-    assert.equal(tcpAfter.timeouts - tcpBefore.timeouts, 0, 'no retransmission timeout (no stall)');
-    assert.equal(outOfOrder + rxAfter.ofoDrop - rxBefore.ofoDrop, 0, `the receiver got every segment in order: nothing lost or reordered (retransmits ${retrans}, ${spurious} reported duplicate; per second ${perSecond})`);
-    assert.ok(retrans <= 10 || spurious >= retrans / 2, `a retransmit burst that is not the receiver's duplicates: ${retrans} retransmitted, ${spurious} duplicate`);
-
+    // Counted before any assertion: a failure of one then shows both.
     // The datapath counted no drop but the intruder's probes (one SYN each, dropped by policy).
     await sleep(200);
     const dropsAfter = dropCounts(await bpfMetrics(node));
@@ -180,6 +177,9 @@ export function datapathRestartSuite(family: Family, tag: string): void {
     const policyDrops = Object.entries(delta).filter(([k]) => k.startsWith('POLICY')).reduce((s, [, v]) => s + v, 0);
     const otherDrops = Object.fromEntries(Object.entries(delta).filter(([k]) => !k.startsWith('POLICY')));
     t.diagnostic(`drops counted during the stream: ${JSON.stringify(delta)}; intruder probes: ${deniedProbes}`);
+    assert.equal(tcpAfter.timeouts - tcpBefore.timeouts, 0, 'no retransmission timeout (no stall)');
+    assert.equal(outOfOrder + rxAfter.ofoDrop - rxBefore.ofoDrop, 0, `the receiver got every segment in order: nothing lost or reordered (retransmits ${retrans}, ${spurious} reported duplicate; per second ${perSecond})`);
+    assert.ok(retrans <= 10 || spurious >= retrans / 2, `a retransmit burst that is not the receiver's duplicates: ${retrans} retransmitted, ${spurious} duplicate`);
     assert.deepEqual(otherDrops, {}, 'no drop of any other reason during the stream');
     assert.equal(policyDrops, deniedProbes, `policy drops during the stream are the intruder's ${deniedProbes} SYNs: ${JSON.stringify(delta)}`);
   });

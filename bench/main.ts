@@ -1,11 +1,12 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync verifier kvstore
+// a subset: node dist/bench/main.js exec cni pods pods-dual-stack throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync verifier kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
 import { printCniLatency, runCniLatencyBench } from './cniLatency.js';
 import { printCniPods, runCniPodsBench } from './cniPods.js';
+import { printCniDualStack, runCniDualStackBench } from './cniDualStack.js';
 import { printCtGc, runCtGcBench } from './ctGc.js';
 import { printClusterLatency, runClusterLatencyBench } from './clusterLatency.js';
 import { printClusterPropagation, runClusterPropagationBench } from './clusterPropagation.js';
@@ -34,6 +35,7 @@ const benches: Record<string, () => Promise<void>> = {
   exec: async () => printCniExec(await runCniExecBench({ pods: 30, versionRuns: 100, concurrent: 50, podmanRuns: 8 })),
   cni: async () => printCniLatency(await runCniLatencyBench(20)),
   pods: async () => printCniPods(await runCniPodsBench(50)),
+  'pods-dual-stack': async () => printCniDualStack(await runCniDualStackBench(50)),
   'ct-gc': async () => printCtGc(await runCtGcBench()),
   throughput: async () => printThroughput(await runThroughputBench(3, 3)),
   ipam: async () => printIpamBench(await runIpamBench(300)),

@@ -41,6 +41,14 @@ describe('agent flags for services, devices and masquerading', () => {
     assert.equal((await resolveConfig(parse('--masquerade'))).masquerade, true);
   });
 
+  it('dual-stack: the eBPF datapath masquerades the IPv4 pod CIDR only; the routing datapath (nftables) both', async () => {
+    const c = await resolveConfig(parse('--pod-cidr', 'fd00:10::/112'));
+    assert.equal(c.ipv6Masquerade, false);
+    assert.deepEqual(nodeMasqueradeCidrs(c), ['10.0.0.0/24']);
+    assert.deepEqual(nodeMasqueradeCidrs({ ...c, datapath: 'routing' }), ['10.0.0.0/24', 'fd00:10::/112']);
+    await assert.rejects(resolveConfig(parse('--pod-cidr', 'fd00:10::/112', '--ipv6-masquerade')), invalid(/--ipv6-masquerade: the eBPF datapath does not masquerade IPv6 yet/));
+  });
+
   it('refuses a Maglev size that is no prime in range, an unknown algorithm and bad device names', async () => {
     for (const n of ['16383', '250', '131101']) await assert.rejects(resolveConfig(parse('--lb-maglev-table-size', n)), invalid(/lbMaglevTableSize/), n);
     assert.throws(() => agentCommand().configureOutput({ writeErr: () => {} }).parse(['node', 'a', '--lb-algorithm', 'roundrobin']), /Allowed choices are random, maglev/);

@@ -90,6 +90,7 @@ export interface Flags {
   bpfCtEndpointMax?: number;
   devices?: string[];
   masquerade?: boolean;
+  ipv6Masquerade?: boolean;
   k8sKubeconfig?: string;
   k8sApiServer?: string;
   k8sSyncTimeout?: number;
@@ -161,6 +162,7 @@ export function agentCommand(): Command {
     .option('--devices <name[,name]>', 'node devices for NodePort from outside and masquerading (default: every up interface with a global IPv4 address)', list)
     .option('--masquerade', 'masquerade pod traffic leaving the masquerade CIDRs (default)')
     .option('--no-masquerade', 'do not masquerade pod traffic')
+    .option('--ipv6-masquerade', 'eBPF datapath: masquerade pods\' IPv6 traffic too (not supported yet: refused; default off, IPv6 leaves with the pod\'s address; the routing datapath masquerades IPv6 with --masquerade)')
     .option('--k8s-kubeconfig <file>', 'follow this Kubernetes API server (pods, namespaces, nodes, NetworkPolicies, tendril policies, Services, EndpointSlices); default: in-cluster when run in a pod')
     .option('--k8s-api-server <url>', 'the Kubernetes API server\'s URL, over the kubeconfig\'s or the in-cluster one')
     .option('--k8s-sync-timeout <s>', `how long start-up waits for the first Kubernetes sync and this node's Node object (default ${DEFAULT_K8S_SYNC_TIMEOUT_SECONDS})`, int('--k8s-sync-timeout'))
@@ -231,6 +233,7 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('bpfCtEndpointMax', flags.bpfCtEndpointMax);
   set('devices', flags.devices);
   set('masquerade', flags.masquerade);
+  set('ipv6Masquerade', flags.ipv6Masquerade);
   const sizes: Record<string, number | undefined> = {
     lxc: flags.bpfLxcMax,
     ipcache: flags.bpfIpcacheMax,

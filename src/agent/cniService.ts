@@ -162,8 +162,11 @@ export class CniService {
     const pod = podRefFromArgs(call.args);
     // Before anything is allocated or replaced: a pod the API server does not know yet makes the ADD retry.
     const labels = await this.withPodLabels(endpointLabels(labelTextsFromCni(call.args, call.conf), pod), pod);
+    // Delegated IPAM has no families of its own: its plugin's one ADD answers an address per
+    // configured range, and the pod gets each family the plugin gave (at least one).
+    const delegated = config.ipam === 'delegated';
     const families = this.d.ipam.families();
-    const served = families.length > 0 ? families : ([4] as const);
+    const served = families.length > 0 ? families : ([4, 6] as const);
     // CNI_ARGS IP= (podman --ip, the spec's convention) asks for given addresses; checked
     // before a previous endpoint of the attachment is replaced.
     const wanted = requestedIps(call.args, served);
@@ -188,7 +191,12 @@ export class CniService {
     try {
       const allocations: Allocation[] = [];
       undo.add(() => allocator.releaseOwner(owner), 'release addresses');
-      for (const family of served) {
+      const cni = { netns: call.netns, ifname: call.ifName, args: formatCniArgs(call.args) };
+      // Every family at once when the allocator can (a dual-stack pod's addresses in one kvstore
+      // write); given addresses and delegated plugins go family by family below.
+      const allocateAll = !delegated && wanted.length === 0 && served.length > 1 ? allocator.allocateAll?.bind(allocator) : undefined;
+      if (allocateAll) allocations.push(...(await allocateAll(served.map((family) => ({ owner, family, expirationMs: config.ipamExpirationMs, cni })))));
+      for (const family of allocateAll ? [] : served) {
         const ip = wanted.find((w) => ipFamilyOf(w) === family);
         try {
           allocations.push(
@@ -198,12 +206,14 @@ export class CniService {
               ...(ip ? { ip } : {}),
               // Delegated allocators exist per netconf and only once a call names them, so
               // after a restart none would re-arm or confirm an expiry: no expiration there.
-              ...(config.ipam === 'delegated' ? {} : { expirationMs: config.ipamExpirationMs }),
-              cni: { netns: call.netns, ifname: call.ifName, args: formatCniArgs(call.args) },
+              ...(delegated ? {} : { expirationMs: config.ipamExpirationMs }),
+              cni,
             }),
           );
         } catch (err) {
           if (ip !== undefined && err instanceof IpamError && err.code === IpamErrorCode.IP_IN_USE) throw await this.unavailableAddress(allocator, ip, err);
+          // A family the delegated plugin's ranges do not have; the last one it lacks too fails the ADD.
+          if (delegated && err instanceof IpamError && err.code === IpamErrorCode.FAMILY_UNAVAILABLE && (allocations.length > 0 || family !== served[served.length - 1])) continue;
           throw err;
         }
       }
@@ -211,7 +221,7 @@ export class CniService {
       this.d.faultPoint?.('after-ipam');
       for (const a of allocations) {
         if (!a.gateway) throw new AgentError('IPAM_FAILED', `IPAM gave ${a.ip} without a gateway`);
-        if (config.ipam === 'delegated') await this.d.ensureRouterAddress(a.family, a.gateway);
+        if (delegated) await this.d.ensureRouterAddress(a.family, a.gateway);
       }
       const ep = await endpoints.create(
         {

@@ -27,20 +27,47 @@ describe('agent configuration', () => {
     assert.throws(() => validateConfig({ ...defaultConfig(), ipam: 'block' }), isConfigError(ConfigErrorCode.INVALID, /--pool-cidr/));
   });
 
-  it('refuses an IPv6 pod CIDR with the eBPF datapath (it would drop the pods\' IPv6), in every IPAM mode; the routing datapath takes it', () => {
+  it('takes an IPv6 pod CIDR (dual-stack: both families) with the eBPF datapath in native routing, in every IPAM mode', () => {
+    for (const extra of [
+      { podCidrs: ['10.0.0.0/24', 'fd00::/64'] },
+      { podCidrs: ['fd00::/64'] },
+      { ipam: 'cluster-pool', clusterPoolCidrs: ['10.8.0.0/16', 'fd00::/104'] },
+      { ipam: 'block', poolCidrs: ['10.9.0.0/16', 'fd00::/100'] },
+    ]) {
+      const c = validateConfig(hostScope({ ...extra, routingMode: 'native' }));
+      assert.equal(c.datapath, 'bpf');
+      assert.equal(c.ipv6Masquerade, false);
+    }
+    const k8s = validateConfig({ ...defaultConfig(), ipam: 'kubernetes' });
+    assert.equal(k8s.routingMode, 'native');
+    const node = { name: 'tdl-n1', podCidrs: ['10.0.0.0/24', 'fd00::/64'], internalIps: [], externalIps: [] };
+    assert.deepEqual(configWithNode(k8s, node).podCidrs, node.podCidrs);
+  });
+
+  it('refuses what the eBPF datapath does not carry for IPv6 yet: the overlay and IPv6 masquerade, saying what to give instead', () => {
     for (const [flag, extra] of [
       ['--pod-cidr', { podCidrs: ['10.0.0.0/24', 'fd00::/64'] }],
       ['--cluster-pool-cidr', { ipam: 'cluster-pool', clusterPoolCidrs: ['fd00::/104'] }],
       ['--pool-cidr', { ipam: 'block', poolCidrs: ['10.9.0.0/16', 'fd00::/100'] }],
     ] as const) {
-      assert.throws(() => validateConfig(hostScope(extra)), isConfigError(ConfigErrorCode.INVALID, new RegExp(`^${flag} fd00::/\\d+: the eBPF datapath does not carry IPv6 yet`)), flag);
-      assert.doesNotThrow(() => validateConfig(hostScope({ ...extra, datapath: 'routing' })), flag);
+      const tunnel = hostScope({ ...extra, routingMode: 'tunnel' });
+      assert.throws(() => validateConfig(tunnel), isConfigError(ConfigErrorCode.INVALID, new RegExp(`^${flag} fd00::/\\d+: the eBPF overlay \\(--routing-mode tunnel\\) does not carry IPv6 yet: use --routing-mode native`)), flag);
+      // The etcd kvstore's default routing mode is the overlay: refused too, not only when written out.
+      assert.throws(() => validateConfig({ ...hostScope(extra), kvstore: 'etcd' }), isConfigError(ConfigErrorCode.INVALID, /does not carry IPv6 yet/), flag);
+      // IPv4 only through the overlay stays as it was.
+      assert.doesNotThrow(() => validateConfig(hostScope({ routingMode: 'tunnel' })));
     }
+    assert.throws(
+      () => validateConfig(hostScope({ podCidrs: ['10.0.0.0/24', 'fd00::/64'], routingMode: 'native', ipv6Masquerade: true })),
+      isConfigError(ConfigErrorCode.INVALID, /^--ipv6-masquerade: the eBPF datapath does not masquerade IPv6 yet/),
+    );
+    // The routing datapath masquerades IPv6 with nftables already.
+    assert.doesNotThrow(() => validateConfig(hostScope({ podCidrs: ['10.0.0.0/24', 'fd00::/64'], datapath: 'routing', routingMode: 'native', ipv6Masquerade: true })));
     // --ipam kubernetes: the Node's spec.podCIDRs, once it is known.
-    const k8s = validateConfig({ ...defaultConfig(), ipam: 'kubernetes' });
+    const k8s = validateConfig({ ...defaultConfig(), ipam: 'kubernetes', kvstore: 'etcd' });
     const node = { name: 'tdl-n1', podCidrs: ['10.0.0.0/24', 'fd00::/64'], internalIps: [], externalIps: [] };
-    assert.throws(() => configWithNode(k8s, node), isConfigError(ConfigErrorCode.INVALID, /^--ipam kubernetes: Node tdl-n1 spec.podCIDRs fd00::\/64: the eBPF datapath does not carry IPv6 yet/));
-    assert.deepEqual(configWithNode({ ...k8s, datapath: 'routing' }, node).podCidrs, node.podCidrs);
+    assert.throws(() => configWithNode(k8s, node), isConfigError(ConfigErrorCode.INVALID, /^--ipam kubernetes: Node tdl-n1 spec.podCIDRs fd00::\/64: the eBPF overlay \(--routing-mode tunnel\) does not carry IPv6 yet/));
+    assert.deepEqual(configWithNode({ ...k8s, routingMode: 'native' }, node).podCidrs, node.podCidrs);
   });
 
   it('resolves the routing mode from the kvstore when not given, so the config holds the mode in effect', () => {

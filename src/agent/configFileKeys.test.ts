@@ -64,6 +64,7 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   bpfCtEndpointMax: { yaml: 5000, argv: ['--bpf-ct-endpoint-max', '5000'] },
   devices: { yaml: ['eth0', 'bond0'], argv: ['--devices', 'eth0,bond0'] },
   masquerade: { yaml: false, argv: ['--no-masquerade'] },
+  ipv6Masquerade: { yaml: true, argv: ['--ipv6-masquerade'] },
   k8sKubeconfig: { yaml: '/etc/tdl/kubeconfig', argv: ['--k8s-kubeconfig', '/etc/tdl/kubeconfig'] },
   k8sApiServer: { yaml: 'https://192.0.2.1:6443', argv: ['--k8s-api-server', 'https://192.0.2.1:6443'] },
   k8sSyncTimeout: { yaml: 7, argv: ['--k8s-sync-timeout', '7'] },

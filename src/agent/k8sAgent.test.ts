@@ -377,6 +377,37 @@ describe('the Node', () => {
     assert.ok(!(await client.listIpam()).allocations.some((a) => a.ip === ip));
   });
 
+  test('--ipam kubernetes with both families in spec.podCIDRs: a pod gets one address of each, the own record both CIDRs and the IPv6 InternalIP', async () => {
+    const NODE = 'tdl-k8s-dual';
+    kube.create(
+      'nodes',
+      nodeObject(NODE, ['10.77.5.0/24', 'fd00:77:5::/112'], [
+        { type: 'InternalIP', address: '192.0.2.25' },
+        { type: 'InternalIP', address: '2001:db8::25' },
+      ]),
+    );
+    const node = await startAgent(NODE, { config: { ipam: 'kubernetes', podCidrs: [], datapath: 'bpf', routingMode: 'native' } });
+    const client = new AgentClient({ socketPath: node.config.socket, timeoutMs: 10_000 });
+    assert.deepEqual((await client.getConfig()).podCidr, ['10.77.5.0/24', 'fd00:77:5::/112']);
+    const r = await add(node, 'tdl-k8s-dual-a', 'TENDRIL_LABELS=app=a');
+    const ips = r.result!.ips!.map((a) => [a.address, a.gateway]);
+    assert.equal(ips.length, 2, JSON.stringify(ips));
+    assert.match(ips[0]![0]!, /^10\.77\.5\.\d+\/32$/);
+    assert.equal(ips[0]![1], '10.77.5.1');
+    assert.match(ips[1]![0]!, /^fd00:77:5::[0-9a-f]+\/128$/);
+    assert.equal(ips[1]![1], 'fd00:77:5::1');
+    assert.ok(r.result!.routes!.some((x) => x.dst === '::/0' && x.gw === 'fd00:77:5::1'));
+    const own = await until('the own record with both families', async () => {
+      const n = await client.getNode(NODE);
+      return n.addresses.some((a) => a.ip === '2001:db8::25') ? n : undefined;
+    });
+    assert.deepEqual(own.podCidrs, ['10.77.5.0/24', 'fd00:77:5::/112']);
+    assert.deepEqual(own.addresses.filter((a) => a.type === 'RouterIP').map((a) => a.ip), ['10.77.5.1', 'fd00:77:5::1']);
+    // DEL frees both.
+    await node.agent.api().cni.handle({ command: 'DEL', containerId: 'tdl-k8s-dual-a', netns: '', ifName: 'eth0', args: '', config: CONF });
+    assert.deepEqual((await client.listIpam()).allocations.filter((a) => !a.owner.startsWith('tendril:router')), []);
+  });
+
   test('--ipam kubernetes refuses to start without pod CIDRs on the Node, without a Node, or without Kubernetes', async () => {
     kube.create('nodes', nodeObject('tdl-k8s-nocidr', undefined, [{ type: 'InternalIP', address: '192.0.2.21' }]));
     await assert.rejects(

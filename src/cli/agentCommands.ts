@@ -52,7 +52,7 @@ export function registerAgentCommands(program: Command): void {
       ]),
     );
   });
-  withAgentOpts(endpoint.command('get <id>').description('one endpoint: <number>, container-id:<id>, pod-name:<ns>:<name>, ipv4:<ip>')).action(
+  withAgentOpts(endpoint.command('get <id>').description('one endpoint: <number>, container-id:<id>, pod-name:<ns>:<name>, ipv4:<ip> or ipv6:<ip>')).action(
     async (id: string, opts: AgentOpts) => {
       const ep = await call(() => client(opts).getEndpoint(id));
       output(opts, ep, () => endpointView(ep));
@@ -163,7 +163,7 @@ export function registerEndpointLabelCommand(endpoint: Command): void {
     endpoint
       .command('labels <id>')
       .description(
-        'add or delete endpoint labels (a new identity follows); <id> is an endpoint ID, container-id:<id> (podman: the full ID podman inspect shows; ctr: <namespace>-<name>), pod-name:<ns>:<name> or ipv4:<ip>',
+        'add or delete endpoint labels (a new identity follows); <id> is an endpoint ID, container-id:<id> (podman: the full ID podman inspect shows; ctr: <namespace>-<name>), pod-name:<ns>:<name>, ipv4:<ip> or ipv6:<ip>',
       ),
   )
     .option('--add <label>', `label to add, [source:]k=v (repeatable); without a source it gets ${LabelSource.K8s}: on a pod of a Kubernetes namespace and ${LabelSource.Container}: on any other container (write k8s:app=web or container:app=web to choose)`, repeatable)

@@ -22,11 +22,27 @@ export class ConfigError extends CodedError<ConfigErrorCode> {
   }
 }
 
+/** The IPv6 combinations the eBPF datapath does not carry yet, and what to give instead. */
+export const IPV6_NOT_YET = {
+  tunnel: 'the eBPF overlay (--routing-mode tunnel) does not carry IPv6 yet: use --routing-mode native, or IPv4 pod CIDRs only',
+  masquerade: 'the eBPF datapath does not masquerade IPv6 yet: leave out --ipv6-masquerade (pods\' IPv6 traffic then leaves with the pod\'s address)',
+} as const;
+
 /**
- * Why an IPv6 pod CIDR cannot be served by the eBPF datapath yet: it has no
- * IPv6 datapath (only ICMPv6 passes a pod's device), so its pods would get
- * IPv6 addresses whose every packet is dropped. Refused at start instead.
+ * The start check for an IPv6 pod CIDR (from a flag, or the Node's
+ * spec.podCIDRs): the eBPF datapath carries pods' IPv6 natively routed, but
+ * not over the overlay yet. The routing datapath's tunnel mode is refused on
+ * its own.
  */
-export function ipv6PodCidrRefusal(what: string): string {
-  return `${what}: the eBPF datapath does not carry IPv6 yet (a pod's IPv6 traffic would be dropped); give IPv4 pod CIDRs, or use --datapath routing`;
+export function refuseIpv6PodCidrNotYet(what: string, config: { datapath: string; routingMode?: string | undefined }): void {
+  if (config.datapath === 'bpf' && config.routingMode === 'tunnel') throw new ConfigError(ipv6NotYetRefusal(what, 'tunnel'));
+}
+
+/**
+ * Refuses, at start, an IPv6 pod CIDR with a part of the eBPF datapath that
+ * has no IPv6 path yet: its pods would get IPv6 addresses whose traffic that
+ * part drops. `what` names the flag (or the Node field) and the CIDR.
+ */
+export function ipv6NotYetRefusal(what: string, missing: keyof typeof IPV6_NOT_YET): string {
+  return `${what}: ${IPV6_NOT_YET[missing]}`;
 }

@@ -83,6 +83,11 @@ export class ClusterPoolAllocator extends KvAllocator {
     return pool.blockSize;
   }
 
+  protected override firstBlock(family: IpFamily, pools: Pool[]): { cidr: string; pool: Pool } | undefined {
+    const first = (this.nodeCidrMap.get(family) ?? []).find((n) => pools.includes(n.pool));
+    return first === undefined ? undefined : { cidr: first.cidr, pool: first.pool };
+  }
+
   protected async place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
     const mine = (this.nodeCidrMap.get(family) ?? []).filter((n) => pools.includes(n.pool));
     for (const n of mine) {

@@ -98,6 +98,63 @@ export function runAllocatorContract(name: string, newSubject: NewAllocatorSubje
       assert.equal((await a.get(o)).length, s.families.length);
     });
 
+    it('dual-stack: an owner holds one address per family, both go with the owner, and a restart keeps both and both routers', async (t) => {
+      if (!(s.families.includes(4) && s.families.includes(6))) {
+        t.skip('not configured with both families');
+        return;
+      }
+      const o = owner();
+      const v4 = await a.allocate({ owner: o, family: 4 });
+      const v6 = await a.allocate({ owner: o, family: 6 });
+      assert.deepEqual([v4.family, v6.family, parseIp(v6.ip).family], [4, 6, 6]);
+      // A retry per family is the same address, not a second one.
+      assert.equal((await a.allocate({ owner: o, family: 6 })).ip, v6.ip);
+      const routers = s.hasRouter ? [a.routerAddress(4)!.ip, a.routerAddress(6)!.ip] : [];
+      if (s.hasRouter) assert.deepEqual([v4.gateway, v6.gateway], routers, 'each family\'s gateway is that family\'s router');
+      a = await s.restart();
+      assert.deepEqual((await a.get(o)).map((x) => x.ip).sort(), [v4.ip, v6.ip].sort());
+      if (s.hasRouter) assert.deepEqual([a.routerAddress(4)?.ip, a.routerAddress(6)?.ip], routers, 'both routers kept');
+      assert.deepEqual((await a.releaseOwner(o)).map((x) => x.ip).sort(), [v4.ip, v6.ip].sort());
+      assert.deepEqual(await a.get(o), []);
+      // Both are free again: another owner may have them (a given address is taken at once).
+      const other = owner();
+      assert.equal((await a.allocate({ owner: other, family: 6, ip: v6.ip })).ip, v6.ip);
+      assert.equal((await a.allocate({ owner: other, family: 4, ip: v4.ip })).ip, v4.ip);
+    });
+
+    it('dual-stack allocateAll: an address of each family at once, the same on a retry; all or none when a family is full', async (t) => {
+      if (!(s.families.includes(4) && s.families.includes(6)) || a.allocateAll === undefined) {
+        t.skip('not configured with both families, or no allocateAll');
+        return;
+      }
+      const o = owner();
+      const before = a.stats().allocations;
+      const both = await a.allocateAll([{ owner: o, family: 4, expirationMs: 60_000 }, { owner: o, family: 6, expirationMs: 60_000 }]);
+      assert.deepEqual(both.map((x) => x.family), [4, 6]);
+      assert.equal(a.stats().allocations - before, 2);
+      if (s.hasRouter) assert.deepEqual(both.map((x) => x.gateway), [a.routerAddress(4)!.ip, a.routerAddress(6)!.ip]);
+      assert.ok(both.every((x) => x.expiresAt !== undefined), 'provisional, as asked');
+      const again = await a.allocateAll([{ owner: o, family: 4, expirationMs: 60_000 }, { owner: o, family: 6, expirationMs: 60_000 }]);
+      assert.deepEqual(again.map((x) => x.ip), both.map((x) => x.ip), 'a retried ADD keeps its addresses');
+      assert.equal((await a.get(o)).length, 2);
+      assert.equal(await a.confirm(o), true);
+      // Use up IPv6, then a pod asking for both families gets neither.
+      for (let i = 0; ; i++) {
+        assert.ok(i < 600, 'the IPv6 pool never filled up');
+        try {
+          await a.allocate({ owner: owner(), family: 6 });
+        } catch (err) {
+          assert.ok(isIpamError(err) && err.code === IpamErrorCode.POOL_EXHAUSTED, String(err));
+          break;
+        }
+      }
+      const v4Before = (await a.list()).filter((x) => x.family === 4).length;
+      const late = owner();
+      await rejectsWithIpamCode(a.allocateAll([{ owner: late, family: 4 }, { owner: late, family: 6 }]), IpamErrorCode.POOL_EXHAUSTED);
+      assert.deepEqual(await a.get(late), [], 'no address of either family stays with the owner');
+      assert.equal((await a.list()).filter((x) => x.family === 4).length, v4Before, 'the IPv4 address taken first went back');
+    });
+
     it('allocates a given address once: in use is IPAM_IP_IN_USE, outside the pool is invalid', async () => {
       if (!s.hasRouter) {
         // Delegated IPAM: the plugin chooses every address.

@@ -47,6 +47,11 @@ export class HostScopeAllocator extends KvAllocator {
     return pool.cidr.length;
   }
 
+  protected override firstBlock(_family: IpFamily, pools: Pool[]): { cidr: string; pool: Pool } | undefined {
+    const pool = pools[0];
+    return pool === undefined ? undefined : { cidr: formatPrefix(pool.cidr), pool };
+  }
+
   protected async place(owner: string, family: IpFamily, pools: Pool[], expiresAt: number | undefined): Promise<NewAddress> {
     for (const pool of pools) {
       const out = await this.store.assign(formatPrefix(pool.cidr), owner, {

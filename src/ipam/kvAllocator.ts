@@ -1,5 +1,6 @@
 import type { Backend } from '../kvstore/types.js';
 import { type Logger, createLogger } from '../logging/logger.js';
+import { UndoList } from '../async/undoList.js';
 import { AffinityManager } from './affinity.js';
 import { DEFAULT_MAX_RETRIES, newStats } from './cas.js';
 import { IpamError, IpamErrorCode } from './errors.js';
@@ -166,13 +167,70 @@ export abstract class KvAllocator implements Allocator {
     return h.addrs.map((a) => this.toAllocation(h.owner, a, h.expiresAt));
   }
 
-  async allocate(req: AllocateRequest): Promise<Allocation> {
+  private checkRequest(req: AllocateRequest): void {
     this.assertStarted();
     validateName('owner', req.owner);
     if (req.family !== 4 && req.family !== 6) throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, `family must be 4 or 6, got ${String(req.family)}`);
     if (req.expirationMs !== undefined && !(Number.isFinite(req.expirationMs) && req.expirationMs > 0)) {
       throw new IpamError(IpamErrorCode.INVALID_ARGUMENT, `expirationMs must be a positive number, got ${req.expirationMs}`);
     }
+  }
+
+  /**
+   * The one block an address of `family` would come from first, when the
+   * mode knows it without claiming anything (host-scope, cluster-pool);
+   * undefined: allocateAll takes the families one by one.
+   */
+  protected firstBlock(_family: IpFamily, _pools: Pool[]): { cidr: string; pool: Pool } | undefined {
+    return undefined;
+  }
+
+  /**
+   * An address of each requested family for one owner (a dual-stack pod),
+   * all or none: in one kvstore transaction when every family's first block
+   * has room, else one by one, and then a family that fails takes back the
+   * addresses this call had already taken (the owner's earlier ones stay).
+   */
+  async allocateAll(reqs: readonly AllocateRequest[]): Promise<Allocation[]> {
+    for (const r of reqs) this.checkRequest(r);
+    const owner = reqs[0]?.owner;
+    const oneOwner = reqs.every((r) => r.owner === owner && r.ip === undefined && r.pool === undefined && r.expirationMs === reqs[0]!.expirationMs);
+    if (owner !== undefined && reqs.length > 1 && oneOwner && new Set(reqs.map((r) => r.family)).size === reqs.length) {
+      const blocks = reqs.map((r) => this.firstBlock(r.family, selectPools(this.pools, r.family, undefined)));
+      if (blocks.every((b) => b !== undefined)) {
+        const expiresAt = reqs[0]!.expirationMs === undefined ? undefined : this.now() + reqs[0]!.expirationMs;
+        const items = reqs.map((r, i) => {
+          const b = blocks[i]!;
+          return { cidr: b.cidr, opts: { family: r.family, prefixLength: (rec: BlockRecord) => this.addressPrefixLength(rec, b.pool), mayUse: (rec: BlockRecord) => rec.affinity === this.host } };
+        });
+        const outs = await this.store.assignEach(items, owner, expiresAt);
+        if (outs !== undefined) {
+          const fresh = outs.filter((o) => o.fresh).length;
+          this.statsRec.allocations += fresh;
+          const deadline = outs[0]?.expiresAt;
+          if (deadline !== undefined) this.expirer?.arm(deadline);
+          return outs.map((o) => this.toAllocation(owner, o.addr, o.expiresAt, o.fresh ? false : undefined));
+        }
+      }
+    }
+    const held = new Set(owner === undefined ? [] : (await this.get(owner)).map((a) => a.ip));
+    const undo = new UndoList();
+    const out: Allocation[] = [];
+    try {
+      for (const r of reqs) {
+        const a = await this.allocate(r);
+        if (!held.has(a.ip)) undo.add(() => this.releaseIp(a.ip, { owner: a.owner }), `release ${a.ip}`);
+        out.push(a);
+      }
+      return out;
+    } catch (err) {
+      await undo.rollBack(this.log, 'releasing an address of a half-done allocation failed', { owner });
+      throw err;
+    }
+  }
+
+  async allocate(req: AllocateRequest): Promise<Allocation> {
+    this.checkRequest(req);
     const pools = selectPools(this.pools, req.family, req.pool);
     const expiresAt = req.expirationMs === undefined ? undefined : this.now() + req.expirationMs;
     // A retried ADD gets the address it already has (no second address, no

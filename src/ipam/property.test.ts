@@ -18,6 +18,7 @@ import type { Allocator, IpFamily } from './types.js';
 
 type Op =
   | { t: 'alloc'; owner: number; family: IpFamily; provisional: boolean }
+  | { t: 'allocAll'; owner: number; provisional: boolean }
   | { t: 'release'; owner: number }
   | { t: 'releaseIp'; owner: number }
   | { t: 'confirm'; owner: number }
@@ -30,6 +31,7 @@ const TTL = 1000;
 
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 6, arbitrary: fc.record({ t: fc.constant('alloc' as const), owner: fc.nat(OWNERS - 1), family: fc.constantFrom(4 as const, 6 as const), provisional: fc.boolean() }) },
+  { weight: 3, arbitrary: fc.record({ t: fc.constant('allocAll' as const), owner: fc.nat(OWNERS - 1), provisional: fc.boolean() }) },
   { weight: 2, arbitrary: fc.record({ t: fc.constant('release' as const), owner: fc.nat(OWNERS - 1) }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant('releaseIp' as const), owner: fc.nat(OWNERS - 1) }) },
   { weight: 2, arbitrary: fc.record({ t: fc.constant('confirm' as const), owner: fc.nat(OWNERS - 1) }) },
@@ -114,6 +116,28 @@ async function runSequence(mode: Mode, ops: Op[], seen: Seen): Promise<void> {
           } catch (err) {
             if (!isIpamError(err) || err.code !== IpamErrorCode.POOL_EXHAUSTED) throw err;
             assert.ok(!expectOk, `exhausted with ${count(op.family)} of ${mode.capacity[op.family]} used`);
+            seen.exhausted += 1;
+          }
+          break;
+        }
+        case 'allocAll': {
+          // A dual-stack pod: both families or neither (allocateAll takes back what it took).
+          const m = model.get(owner);
+          const missingFull = ([4, 6] as const).some((f) => m?.ips[f] === undefined && count(f) >= mode.capacity[f]);
+          const reqs = ([4, 6] as const).map((family) => ({ owner, family, ...(op.provisional ? { expirationMs: TTL } : {}) }));
+          try {
+            const got = await a.allocateAll!(reqs);
+            assert.ok(!missingFull, 'allocateAll succeeded although the model says a family is full');
+            const next: ModelOwner = m ?? { ips: {}, ...(op.provisional ? { deadline: clock + TTL } : {}) };
+            for (const g of got) {
+              assert.ok(!routers.has(g.ip), 'router address handed out');
+              if (m?.ips[g.family] !== undefined) assert.equal(g.ip, m.ips[g.family], 'retried allocateAll changed address');
+              next.ips[g.family] = g.ip;
+            }
+            model.set(owner, next);
+          } catch (err) {
+            if (!isIpamError(err) || err.code !== IpamErrorCode.POOL_EXHAUSTED) throw err;
+            assert.ok(missingFull, `allocateAll exhausted with IPv4 ${count(4)}/${mode.capacity[4]}, IPv6 ${count(6)}/${mode.capacity[6]} used`);
             seen.exhausted += 1;
           }
           break;

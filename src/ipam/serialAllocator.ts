@@ -32,6 +32,15 @@ export class SerialAllocator implements Allocator {
   allocate(req: AllocateRequest): Promise<Allocation> {
     return this.serial(() => this.inner.allocate(req));
   }
+  /** The inner allocator's allocateAll, or its allocate family by family (not all or none then). */
+  allocateAll(reqs: readonly AllocateRequest[]): Promise<Allocation[]> {
+    return this.serial(async () => {
+      if (this.inner.allocateAll) return this.inner.allocateAll(reqs);
+      const out: Allocation[] = [];
+      for (const r of reqs) out.push(await this.inner.allocate(r));
+      return out;
+    });
+  }
   confirm(owner: string): Promise<boolean> {
     return this.serial(() => this.inner.confirm(owner));
   }

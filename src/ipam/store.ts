@@ -112,6 +112,49 @@ export class IpamStore {
   }
 
   /**
+   * Takes a free address of each block for `owner` in one transaction: a
+   * dual-stack pod's two families cost one kvstore write, not two. The items
+   * are of distinct families; a family the owner already holds is returned
+   * unchanged (fresh=false). Undefined, with nothing written, when any block
+   * is missing, not usable or full: the caller then takes the families one
+   * by one, whose errors say which.
+   */
+  async assignEach(items: ReadonlyArray<{ cidr: string; opts: Omit<AssignOptions, 'ip'> }>, owner: string, expiresAt: number | undefined): Promise<Array<{ addr: HandleAddr; fresh: boolean; expiresAt: number | undefined }> | undefined> {
+    return casLoop(this.stats, `allocate in ${items.map((i) => i.cidr).join(', ')}`, this.maxRetries, async () => {
+      const [h, ...blocks] = await Promise.all([this.readHandle(owner), ...items.map((i) => this.readBlock(i.cidr))]);
+      const addrs: HandleAddr[] = [...(h?.rec.addrs ?? [])];
+      const out: Array<{ addr: HandleAddr; fresh: boolean }> = [];
+      const success: TxnOp[] = [];
+      const compare: Compare[] = [{ key: handleKey(owner), target: 'modRevision', value: h?.rev ?? 0 }];
+      for (const [i, item] of items.entries()) {
+        const held = h?.rec.addrs.find((a) => a.family === item.opts.family);
+        if (held !== undefined) {
+          out.push({ addr: held, fresh: false });
+          continue;
+        }
+        const b = blocks[i];
+        if (b === undefined || (item.opts.mayUse !== undefined && !item.opts.mayUse(b.rec))) return undefined;
+        const block = structuredClone(b.rec);
+        const ord = findFree(block);
+        if (ord === undefined) return undefined;
+        const seq = assign(block, ord, owner);
+        const addr: HandleAddr = { family: item.opts.family, ip: ipAt(block, ord), cidr: block.cidr, pool: block.pool, seq, prefixLength: item.opts.prefixLength(block) };
+        addrs.push(addr);
+        out.push({ addr, fresh: true });
+        compare.push({ key: blockKey(item.cidr), target: 'modRevision', value: b.rev });
+        success.push({ type: 'put', key: blockKey(item.cidr), value: encode(block) });
+      }
+      // Every family already held (a retried ADD): nothing to write.
+      if (success.length === 0) return out.map((o) => ({ ...o, expiresAt: h?.rec.expiresAt }));
+      const handle: HandleRecord = h === undefined ? { owner, host: this.host, addrs, ...(expiresAt !== undefined ? { expiresAt } : {}) } : { ...h.rec, addrs };
+      success.push(...putHandle(handle));
+      if (h === undefined && expiresAt !== undefined) success.push({ type: 'put', key: expiryKey(this.host, owner), value: String(expiresAt) });
+      const r = await this.backend.txn({ compare, success });
+      return r.succeeded ? out.map((o) => ({ ...o, expiresAt: handle.expiresAt })) : RETRY;
+    });
+  }
+
+  /**
    * Frees every address of `owner` and deletes its handle in one transaction.
    * `only` is checked on the handle as read inside the CAS loop, so a condition
    * like "still provisional and past its deadline" cannot race a confirm.

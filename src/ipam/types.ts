@@ -108,6 +108,12 @@ export interface Allocator {
   /** Stops timers; state stays in the kvstore for the next start. */
   stop(): Promise<void>;
   allocate(req: AllocateRequest): Promise<Allocation>;
+  /**
+   * An address of each requested family for one owner, all or none (a
+   * family that fails takes back what this call took). Absent: the caller
+   * allocates family by family.
+   */
+  allocateAll?(reqs: readonly AllocateRequest[]): Promise<Allocation[]>;
   /** Makes every provisional address of `owner` permanent. False when the owner has none. */
   confirm(owner: string): Promise<boolean>;
   /** Releases every address of `owner`; an unknown owner is not an error (CNI DEL is idempotent). */

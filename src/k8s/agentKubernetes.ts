@@ -20,13 +20,14 @@ import {
   type OwnNode,
   type RetryOptions,
 } from './index.js';
-import { ConfigError, ipv6PodCidrRefusal } from '../errors/configError.js';
+import { ConfigError, refuseIpv6PodCidrNotYet } from '../errors/configError.js';
 
 /** The agent settings the watchers and the Node's facts depend on (the agent's configuration has them). */
 export interface K8sAgentConfig {
   nodeName: string;
   ipam: string;
   datapath: string;
+  routingMode?: string | undefined;
   nodeIp?: string | undefined;
   podCidrs: string[];
   k8sKubeconfig?: string | undefined;
@@ -147,7 +148,7 @@ export function configWithNode<C extends K8sAgentConfig>(config: C, node: NodeFa
       throw new ConfigError(`--ipam kubernetes: Node ${node.name} has no spec.podCIDRs (the controller manager allocates them with --allocate-node-cidrs; or give the Node spec.podCIDRs)`);
     }
     const v6 = node.podCidrs.find((c) => tryParsePrefix(c)?.family === 6);
-    if (v6 !== undefined && config.datapath === 'bpf') throw new ConfigError(ipv6PodCidrRefusal(`--ipam kubernetes: Node ${node.name} spec.podCIDRs ${v6}`));
+    if (v6 !== undefined) refuseIpv6PodCidrNotYet(`--ipam kubernetes: Node ${node.name} spec.podCIDRs ${v6}`, config);
     out = { ...out, podCidrs: node.podCidrs };
   }
   if (config.nodeIp === undefined && node) {

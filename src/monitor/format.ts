@@ -6,13 +6,15 @@
  *   12:00:01.250 DROP (POLICY: policy denied: no rule allows this flow) ingress
  *     10.0.0.12:40312 [ep 12 id 30012 k8s:app=web] -> 10.0.0.13:80 [ep 13 id 30013 k8s:app=db]
  *     tcp SYN on lxc1a2b, 74 bytes; rule: no rule allows (default deny)
- * (printed on one line).
+ * (printed on one line). An IPv6 peer with a port is written [addr]:port,
+ * so the port cannot be read as the address's last group.
  */
 import type { MonitorEvent, MonitorPeer } from './types.js';
 
 function peerText(p: MonitorPeer, showPort: boolean): string {
   const tags = [...(p.endpoint !== undefined ? [`ep ${p.endpoint}`] : []), `id ${p.identity}`, ...p.labels];
-  return `${p.ip}${showPort ? `:${p.port}` : ''} [${tags.join(' ')}]`;
+  const ip = showPort && p.ip.includes(':') ? `[${p.ip}]` : p.ip;
+  return `${ip}${showPort ? `:${p.port}` : ''} [${tags.join(' ')}]`;
 }
 
 function what(e: MonitorEvent): string {
@@ -29,7 +31,8 @@ function what(e: MonitorEvent): string {
 export function formatEventLine(e: MonitorEvent): string {
   const time = e.time.slice(11, 23);
   const withPorts = e.protocol === 'tcp' || e.protocol === 'udp' || e.protocol === 'sctp';
-  const icmpId = e.protocol === 'icmp' && e.source.port !== 0 ? ` id ${e.source.port}` : '';
+  // The echo id, which the datapath keeps in the source port for ICMP and ICMPv6 alike.
+  const icmpId = (e.protocol === 'icmp' || e.protocol === 'icmpv6') && e.source.port !== 0 ? ` id ${e.source.port}` : '';
   const parts = [
     time,
     what(e),

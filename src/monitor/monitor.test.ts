@@ -223,6 +223,33 @@ describe('decoding and resolving', () => {
   });
 });
 
+describe('IPv6 events', () => {
+  const ctx = context();
+  const v6 = (over: Partial<DatapathEvent>) => event({ saddr: parseIp('fd00:200::12'), daddr: parseIp('fd00:200::13'), ...over });
+
+  test('a record of family 6 decodes to the 16-byte addresses, written as IPv6', () => {
+    const raw = record(v6({}));
+    assert.equal(raw.readUInt8(3), 6, 'the family byte');
+    const e = resolveEvent(decodeRecord(raw)!, ctx)!;
+    assert.deepEqual(e.source, { endpoint: 12, identity: 30012, labels: LABELS[30012], ip: 'fd00:200::12', port: 40312 });
+    assert.deepEqual(e.destination, { endpoint: 13, identity: 30013, labels: LABELS[30013], ip: 'fd00:200::13', port: 5432 });
+  });
+
+  test('the text line writes an IPv6 peer with a port as [addr]:port, and ICMPv6 with its echo id', () => {
+    const e = resolveEvent(decodeRecord(record(v6({})))!, ctx)!;
+    assert.equal(
+      formatEventLine(e),
+      `${e.time.slice(11, 23)} DROP (POLICY: policy denied: no rule allows this flow) ingress ` +
+        '[fd00:200::12]:40312 [ep 12 id 30012 k8s:app=web k8s:io.kubernetes.pod.namespace=shop] -> [fd00:200::13]:5432 [ep 13 id 30013 k8s:app=db k8s:io.kubernetes.pod.namespace=shop] ' +
+        'tcp SYN on lo, 74 bytes; rule: no rule allows (default deny)',
+    );
+    const udp = formatEventLine(resolveEvent(v6({ proto: 17, sport: 53, dport: 5353, type: EventType.TRACE, subtype: TracePoint.TO_ENDPOINT }), ctx)!);
+    assert.match(udp, / \[fd00:200::12\]:53 \[ep 12 .*\] -> \[fd00:200::13\]:5353 \[ep 13 .*\] udp on lo/);
+    const echo = formatEventLine(resolveEvent(v6({ proto: 58, sport: 9, dport: 9, type: EventType.TRACE, subtype: TracePoint.TO_STACK, direction: 0 }), ctx)!);
+    assert.match(echo, / TRACE to-stack fd00:200::12 \[ep 12 .*\] -> fd00:200::13 \[.*\] icmpv6 id 9 on lo, 74 bytes$/);
+  });
+});
+
 describe('MonitorHub over a pinned ring buffer', () => {
   requireRoot('the monitor hub tests');
   let maps: TestDatapathMaps;

@@ -95,12 +95,22 @@ export function decodeNodeRecord(text: string, keyName?: string): NodeRecord | s
   return canonical(parsed.data);
 }
 
-/** The first IPv4 InternalIP: the node's tunnel endpoint and native next hop. */
-export function primaryNodeIp(record: NodeRecord): string | undefined {
-  return record.addresses.find((a) => a.type === 'InternalIP' && tryParseIp(a.ip)?.family === 4)?.ip;
+/** The node's first InternalIP of a family: its next hop for that family's pod CIDRs in native routing. */
+export function nodeIpOfFamily(record: NodeRecord, family: 4 | 6): string | undefined {
+  return record.addresses.find((a) => a.type === 'InternalIP' && tryParseIp(a.ip)?.family === family)?.ip;
 }
 
-/** The IPv4 pod CIDRs (the datapath routes IPv4 only). */
+/** The node's pod CIDRs of a family (a dual-stack node has one or more of each). */
+export function podCidrsOfFamily(record: NodeRecord, family: 4 | 6): string[] {
+  return record.podCidrs.filter((c) => tryParsePrefix(c)?.family === family);
+}
+
+/** The first IPv4 InternalIP: the node's tunnel endpoint and native next hop. */
+export function primaryNodeIp(record: NodeRecord): string | undefined {
+  return nodeIpOfFamily(record, 4);
+}
+
+/** The IPv4 pod CIDRs (the remote-node routes are IPv4 only so far). */
 export function ipv4PodCidrs(record: NodeRecord): string[] {
-  return record.podCidrs.filter((c) => tryParsePrefix(c)?.family === 4);
+  return podCidrsOfFamily(record, 4);
 }

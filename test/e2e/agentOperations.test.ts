@@ -155,12 +155,12 @@ describe('a failed start says why in one line', () => {
     oneLine(r.lines, /--routing-mode tunnel needs --datapath bpf/);
   });
 
-  test('an IPv6 pod CIDR with the eBPF datapath, which does not carry IPv6 yet', async () => {
+  test('an IPv6 pod CIDR through the eBPF overlay, which does not carry IPv6 yet', async () => {
     // In a namespace and directories of its own: an agent that did not refuse would start there, not on this machine.
     const ns = (await pool.add('v6')).name;
-    const r = await failedStart(['--pod-cidr', '10.0.0.0/24,fd00:10::/64', '--state-dir', join(scratch, 'v6-state'), '--lib-dir', join(scratch, 'v6-lib'), '--bpffs-root', '/sys/fs/bpf/tdl-v6refusal'], ns);
+    const r = await failedStart(['--pod-cidr', '10.0.0.0/24,fd00:10::/64', '--routing-mode', 'tunnel', '--state-dir', join(scratch, 'v6-state'), '--lib-dir', join(scratch, 'v6-lib'), '--bpffs-root', '/sys/fs/bpf/tdl-v6refusal'], ns);
     assert.equal(r.code, 2);
-    oneLine(r.lines, /--pod-cidr fd00:10::\/64: the eBPF datapath does not carry IPv6 yet/);
+    oneLine(r.lines, /--pod-cidr fd00:10::\/64: the eBPF overlay \(--routing-mode tunnel\) does not carry IPv6 yet: use --routing-mode native/);
   });
 
   test('an unknown config file key', async () => {

@@ -10,7 +10,7 @@ import { POD_HOST_IFNAME, canonicalIp, hostInterfaceName, hostPrefix } from './l
 import { applyMasquerade } from './masquerade.js';
 import { RemoteNodeRoutes } from './remoteNodeRoutes.js';
 import { classifyNetnsPath } from './netnsKind.js';
-import { interfaceSysctl, setSysctl } from './sysctl.js';
+import { getSysctl, interfaceSysctl, setSysctl } from './sysctl.js';
 
 function alreadyExists(spec: Pick<PodNetworkSpec, 'netns' | 'ifName'>): DatapathError {
   return new DatapathError('exists', `interface ${spec.ifName} already exists in ${spec.netns} and is not this attachment's: refusing to replace it`);
@@ -155,6 +155,14 @@ export class LinuxDatapath implements Datapath {
       const link = await host.getLink(hostIf);
       // A sysctl of the agent's own namespace: a write under /proc/sys, no process.
       if (this.proxyArp) await setSysctl(interfaceSysctl(4, hostIf, 'proxy_arp'), '1');
+      // The device forwards its pod's IPv6 whatever new devices start with here (they take
+      // net.ipv6.conf.default.forwarding, which the node's own settings may have turned off).
+      // Read first: a write takes the RTNL lock (the kernel retries the syscall while another
+      // holder has it), and a device that inherited forwarding needs none.
+      if (addresses.some((a) => a.family === 6)) {
+        const forwarding = interfaceSysctl(6, hostIf, 'forwarding');
+        if ((await getSysctl(forwarding)) !== '1') await setSysctl(forwarding, '1');
+      }
       const batch = new NetlinkBatch().setLink(link.index, { up: true });
       for (const a of addresses) batch.replaceRoute({ dst: hostPrefix(a), oif: link.index, prefsrc: a.gateway });
       await host.apply(batch);

@@ -15,7 +15,10 @@ export async function setSysctl(name: string, value: string): Promise<void> {
 
 export async function getSysctl(name: string): Promise<string> {
   if (!SYSCTL_PATTERN.test(name)) throw new DatapathError('failed', `refusing to read unexpected sysctl ${name}`);
-  return (await readFile(`/proc/sys/${name}`, 'utf8')).trim();
+  const text = await readFile(`/proc/sys/${name}`, 'utf8').catch((err: NodeJS.ErrnoException) => {
+    throw new DatapathError(err.code === 'ENOENT' ? 'not-found' : 'failed', `sysctl ${name}: ${err.message}`);
+  });
+  return text.trim();
 }
 
 export function interfaceSysctl(family: 4 | 6, ifName: string, key: string): string {

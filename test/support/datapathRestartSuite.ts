@@ -184,16 +184,10 @@ export function datapathRestartSuite(family: Family, tag: string): void {
     assert.equal(policyDrops, deniedProbes, `policy drops during the stream are the intruder's ${deniedProbes} SYNs: ${JSON.stringify(delta)}`);
   });
 
-  test(
-    'the stream\'s conntrack entry survived the SIGTERM restart, as `tendril bpf ct list` shows it',
-    // Expected failure on IPv6 (a CLI gap, not the datapath's): `tendril bpf ct list` (src/datapath/bpf/inspect.ts,
-    // src/cli/bpfCommands.ts) reads tendril_ct4_* only, never tendril_ct6_tcp/any.
-    streamVersion === 6 ? { todo: '`tendril bpf ct list` does not read tendril_ct6_*' } : {},
-    () => {
-      assert.notEqual(streamCtAfterRestart, undefined, 'the stream test ran');
-      assert.ok(streamCtAfterRestart, 'the stream\'s conntrack entries survived the restart');
-    },
-  );
+  test('the stream\'s conntrack entry survived the SIGTERM restart, as `tendril bpf ct list` shows it (tendril_ct6_* on IPv6)', () => {
+    assert.notEqual(streamCtAfterRestart, undefined, 'the stream test ran');
+    assert.ok(streamCtAfterRestart, 'the stream\'s conntrack entries survived the restart');
+  });
 
   test('after the restarts the policy is still imported and enforced', async () => {
     const node = scene!.node;

@@ -1,9 +1,10 @@
 // What a pod's device lets through besides the pod's IPv4, on real packets:
 // ICMPv6 echo between a pod and the node (link-local, as ping -6 does)
 // meets the pod's policy in the direction that opens it (the replies ride
-// conntrack), a router advertisement a pod sends is refused, and a packet the node hands a pod's device for another
-// pod's address never reaches the pod. Drops show in `tendril monitor` and
-// `tendril bpf metrics` under their own reasons. One suite for every address
+// conntrack), a router advertisement a pod sends is refused, and a packet
+// the node hands a pod's device for another pod's address never reaches the
+// pod. Drops show in `tendril monitor` and `tendril bpf metrics` under their
+// own reasons. One suite for every address
 // family (family.ts; wrappers test/e2e/datapathPodDevice*.test.ts): the
 // misdelivered packet is tried on each IP version of the pods' addresses.
 import assert from 'node:assert/strict';

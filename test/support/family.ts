@@ -21,8 +21,6 @@ export type { IpFamily } from '../../src/netip/index.js';
 /** What a suite runs on: pods with an IPv4 address, an IPv6 address, or one of each. */
 export type Family = 4 | 6 | 'dual';
 
-export const FAMILIES: readonly Family[] = [4, 6, 'dual'];
-
 /** How a suite names its family in test titles and namespace tags. */
 export function familyName(f: Family): 'ipv4' | 'ipv6' | 'dual' {
   return f === 4 ? 'ipv4' : f === 6 ? 'ipv6' : 'dual';
@@ -109,11 +107,6 @@ export function podCidrArgs(cidrs: readonly string[]): string[] {
   return cidrs.flatMap((c) => ['--pod-cidr', c]);
 }
 
-/** The wildcard a listener binds in IP version `v`. */
-export function anyAddress(v: IpFamily): string {
-  return v === 4 ? '0.0.0.0' : '::';
-}
-
 /** Something that has an address per IP version (a pod, the node's router, an outside host). */
 export type Addresses = Partial<Record<IpFamily, string>>;
 
@@ -133,9 +126,4 @@ export function addressesByVersion(cidrs: readonly string[]): Addresses {
     if (out[v] === undefined) out[v] = addr;
   }
   return out;
-}
-
-/** A label set's family suffix for test titles and diagnostics: `` on IPv4 (today's names), ` [IPv6]` otherwise. */
-export function versionTag(v: IpFamily, f: Family): string {
-  return f === 4 ? '' : ` [IPv${v}]`;
 }

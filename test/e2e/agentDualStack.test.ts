@@ -85,7 +85,7 @@ describe('dual-stack pods on the eBPF datapath', () => {
 
   test('ADD (CNI 1.0.0) answers one address of each family, each on eth0 with its gateway, and a default route per family', async () => {
     // New devices start with IPv6 forwarding off here: the host side must turn it on for its pod.
-    await pool.exec(node, ['sysctl', '-q', '-w', 'net.ipv6.conf.default.forwarding=0']);
+    assert.equal((await pool.exec(node, ['sysctl', '-q', '-w', 'net.ipv6.conf.default.forwarding=0'])).code, 0);
     for (const i of [0, 1]) {
       const ns = await pool.add(`p${i}`);
       const id = `tdl-ds-${i}`;

@@ -29,7 +29,7 @@ if (files.length === 0) {
 // run starts three agents and etcd, and waits on real timeouts (ping -W, nc -w). The demo test
 // runs the whole demo (five agents, one after another) twice.
 const ALONE = [
-  '/e2e/datapathRestart.test.js', '/e2e/servicesBackends.test.js', '/e2e/masquerade.test.js',
+  '/e2e/datapathRestart.test.js', '/e2e/datapathRestartIpv6.test.js', '/e2e/datapathRestartDual.test.js', '/e2e/servicesBackends.test.js', '/e2e/masquerade.test.js',
   '/e2e/readmeGettingStarted.test.js', '/e2e/demo.test.js',
 ];
 const alone = files.filter((f) => ALONE.some((s) => f.endsWith(s)));

@@ -34,11 +34,6 @@ function rt(containerId: string, netns: string, extra: Partial<RuntimeConf> = {}
 const ping = (fromNs: string, ip: string) => pingFrom(pool, fromNs, ip);
 const nodeLinks = () => podHostLinks(pool, node);
 
-async function nodeRoutes(): Promise<string[]> {
-  const r = await pool.exec(node, ['ip', '-j', '-4', 'route', 'show']);
-  return (JSON.parse(r.stdout) as Array<{ dst: string; dev: string }>).filter((x) => x.dev?.startsWith('lxc')).map((x) => x.dst);
-}
-
 async function podAllocations(): Promise<string[]> {
   return (await allocationsOf(agent)).map((a) => a.split('=')[1]!);
 }
@@ -52,71 +47,8 @@ after(async () => {
   await pool.cleanup();
 });
 
-describe('20 pods added concurrently through libcni', () => {
-  const pods: Array<{ ns: string; path: string; ip: string; id: string }> = [];
-
-  test('every ADD succeeds with a unique address in the pod CIDR', async () => {
-    const namespaces = await Promise.all(Array.from({ length: 20 }, (_, i) => pool.add(`p${i}`)));
-    const results = await Promise.all(
-      namespaces.map((ns, i) => runtime.addNetworkList(conflist('1.0.0'), rt(`tdl-pod-${i}`, ns.path)) as Promise<Result100>),
-    );
-    for (const [i, r] of results.entries()) {
-      const ip = r.ips![0]!.address.split('/')[0]!;
-      assert.match(ip, /^10\.240\.0\.\d+$/);
-      assert.equal(r.ips![0]!.address.endsWith('/32'), true);
-      assert.equal(r.ips![0]!.gateway, '10.240.0.1');
-      assert.equal(r.interfaces![r.ips![0]!.interface!]!.name, 'eth0');
-      assert.equal(r.interfaces![r.ips![0]!.interface!]!.sandbox, namespaces[i]!.path);
-      pods.push({ ns: namespaces[i]!.name, path: namespaces[i]!.path, ip, id: `tdl-pod-${i}` });
-    }
-    assert.equal(new Set(pods.map((p) => p.ip)).size, 20, 'addresses are unique');
-  });
-
-  test('every pair of pods talks, and each pod reaches the node', async () => {
-    const failures: string[] = [];
-    await Promise.all(
-      pods.map(async (src) => {
-        for (const dst of pods) {
-          if (dst !== src && !(await ping(src.ns, dst.ip))) failures.push(`${src.ip} -> ${dst.ip}`);
-        }
-        if (!(await ping(src.ns, '10.240.0.1'))) failures.push(`${src.ip} -> gateway`);
-      }),
-    );
-    assert.deepEqual(failures, []);
-    assert.ok(await ping(node, pods[0]!.ip), 'the node reaches a pod');
-  });
-
-  test('endpoints are listed with labels, pod names and ready state', async () => {
-    const eps = (await agent.client.listEndpoints()) as Endpoint[];
-    assert.equal(eps.length, 20);
-    const ep = eps.find((e) => e.containerId === 'tdl-pod-3')!;
-    assert.equal(ep.state, 'ready');
-    assert.equal(ep.podName, 'tdl-pod-3');
-    assert.ok(ep.labels.includes('k8s:io.kubernetes.pod.namespace=default'));
-    const byPod = (await agent.client.getEndpoint('pod-name:default:tdl-pod-3')) as Endpoint;
-    assert.equal(byPod.id, ep.id);
-  });
-
-  test('CHECK passes for a healthy pod and fails once its interface is gone', async () => {
-    await runtime.checkNetworkList(conflist('1.0.0'), rt(pods[0]!.id, pods[0]!.path));
-    await pool.exec(pods[1]!.ns, ['ip', 'link', 'del', 'eth0']);
-    await assert.rejects(runtime.checkNetworkList(conflist('1.0.0'), rt(pods[1]!.id, pods[1]!.path)), (e: unknown) => e instanceof CniError && e.code === 102);
-  });
-
-  test('DEL of every pod leaves no link, route, endpoint or allocation behind', async () => {
-    // Something to delete first: with no pods (an earlier test failed) the emptiness below would prove nothing.
-    assert.equal(pods.length, 20, 'the 20 pods of the first test exist');
-    assert.equal((await agent.client.listEndpoints()).length, 20);
-    assert.notDeepEqual(await nodeLinks(), []);
-    await Promise.all(pods.map((p) => runtime.delNetworkList(conflist('1.0.0'), rt(p.id, p.path))));
-    assert.deepEqual(await nodeLinks(), []);
-    assert.deepEqual(await nodeRoutes(), []);
-    assert.deepEqual(await agent.client.listEndpoints(), []);
-    assert.deepEqual(await podAllocations(), []);
-    // DEL is idempotent, also for a namespace that no longer exists.
-    await runtime.delNetworkList(conflist('1.0.0'), rt(pods[0]!.id, '/var/run/netns/tdl-gone'));
-  });
-});
+// The 20 concurrent pods (ADD, every pair talking, CHECK, DEL) run per address family in
+// test/support/agentPodsSuite.ts (wrappers test/e2e/agentPodsConcurrent*.test.ts).
 
 describe('a repeated ADD', () => {
   // The spec forbids a runtime to ADD an attachment twice without a DEL; one that does must not move the pod.

@@ -139,7 +139,9 @@ export class ClusterScene {
         bpffsRoot,
         // Block and cluster-pool IPAM: the node's CIDRs come from IPAM (GET /node), not from a flag.
         podCidr: '',
+        podCidrs: [],
         routerIp: '',
+        routerIps: {},
         conflist,
         cli: (args, input) => run([TENDRIL_BIN, ...args, '--socket', agent.socket], input === undefined ? {} : { input }),
         cleanup: () => agent.cleanup(),

@@ -5,7 +5,9 @@ import { join } from 'node:path';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
 import type { Result100 } from '../../src/cni/index.js';
+import { formatIp, nextIp, parsePrefix, prefixFirst } from '../../src/netip/index.js';
 import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
+import { type Addresses, addressesByVersion, podCidrArgs, versionOf } from './family.js';
 import type { NetnsPool } from './netns.js';
 import { run, runOk } from './run.js';
 import { REFERENCE_PLUGIN_DIR, TENDRIL_BIN } from './tendrilBin.js';
@@ -22,9 +24,14 @@ export interface DatapathNode {
   agent: AgentProcess;
   runtime: CniRuntime;
   bpffsRoot: string;
+  /** The first pod CIDR (IPv4 on a dual-stack node). */
   podCidr: string;
-  /** The pods' gateway: the node's router address (first address of the pod CIDR). */
+  /** Every pod CIDR, one per IP version the node's pods get: IPv4 first. */
+  podCidrs: string[];
+  /** The pods' gateway: the node's router address (first address of the first pod CIDR). */
   routerIp: string;
+  /** The router address of each IP version (first address of that version's pod CIDR). */
+  routerIps: Addresses;
   conflist: NetworkConfigList;
   /** `tendril <args> --socket <agent socket>`. */
   cli(args: readonly string[], input?: string): ReturnType<typeof run>;
@@ -33,8 +40,10 @@ export interface DatapathNode {
 
 export interface DatapathNodeOptions {
   nodeName: string;
-  /** A /24 (the router takes .1). */
+  /** A /24 (the router takes .1); ignored when podCidrs is given. */
   podCidr: string;
+  /** The pod CIDRs of a dual-stack or IPv6 node (family.ts podCidrsOf), one `--pod-cidr` each. */
+  podCidrs?: string[];
   extraArgs?: string[];
   /** Runs in the new node namespace before the agent starts (e.g. links the agent should find). */
   beforeStart?: (node: string) => Promise<void>;
@@ -42,6 +51,7 @@ export interface DatapathNodeOptions {
 
 export async function startDatapathNode(pool: NetnsPool, opts: DatapathNodeOptions): Promise<DatapathNode> {
   const nodeNs = await pool.add('node');
+  const podCidrs = opts.podCidrs ?? [opts.podCidr];
   const cleanups: Array<() => Promise<void>> = [];
   const cleanup = async () => {
     for (const c of cleanups.splice(0).reverse()) {
@@ -60,7 +70,7 @@ export async function startDatapathNode(pool: NetnsPool, opts: DatapathNodeOptio
     const agent = await AgentProcess.create({
       nodeNetns: nodeNs.name,
       nodeName: opts.nodeName,
-      args: ['--pod-cidr', opts.podCidr, '--datapath', 'bpf', '--bpffs-root', bpffsRoot, ...(opts.extraArgs ?? [])],
+      args: [...podCidrArgs(podCidrs), '--datapath', 'bpf', '--bpffs-root', bpffsRoot, ...(opts.extraArgs ?? [])],
     });
     cleanups.push(() => agent.cleanup());
     const bin = await tendrilPluginDir();
@@ -70,15 +80,18 @@ export async function startDatapathNode(pool: NetnsPool, opts: DatapathNodeOptio
     const runtime = new CniRuntime({ pluginDirs: [bin.dir, REFERENCE_PLUGIN_DIR], cacheDir: cache });
     await agent.start();
     const conflist = confListFromBytes(JSON.stringify({ cniVersion: '1.0.0', name: 'tdldatapath', plugins: [{ type: 'tendril-cni', socket: agent.socket }] }));
-    const routerIp = opts.podCidr.replace(/\.0\/24$/, '.1');
+    const routerIps = addressesByVersion(podCidrs.map(routerOf));
+    const routerIp = routerOf(podCidrs[0]!);
     return {
       node: nodeNs.name,
       nodePath: nodeNs.path,
       agent,
       runtime,
       bpffsRoot,
-      podCidr: opts.podCidr,
+      podCidr: podCidrs[0]!,
+      podCidrs,
       routerIp,
+      routerIps,
       conflist,
       cli: (args, input) => run([TENDRIL_BIN, ...args, '--socket', agent.socket], input === undefined ? {} : { input }),
       cleanup,
@@ -87,6 +100,11 @@ export async function startDatapathNode(pool: NetnsPool, opts: DatapathNodeOptio
     await cleanup();
     throw err;
   }
+}
+
+/** The router address of a pod CIDR: its first address after the network address (10.0.0.1, fd74:…::1). */
+export function routerOf(cidr: string): string {
+  return formatIp(nextIp(prefixFirst(parsePrefix(cidr)))!);
 }
 
 export interface PodSpec {
@@ -104,7 +122,12 @@ export interface Pod {
   netns: string;
   netnsPath: string;
   containerId: string;
+  /** The first address of the CNI result (IPv4 on a dual-stack pod). */
   ip: string;
+  /** Its addresses by IP version (family.ts addressIn picks one). */
+  addresses: Addresses;
+  /** The gateway the CNI result gives for each IP version. */
+  gateways: Addresses;
   endpoint: Endpoint;
 }
 
@@ -133,9 +156,12 @@ export async function addPod(pool: NetnsPool, node: DatapathNode, spec: PodSpec)
   const ns = await pool.add(`${spec.namespace}-${spec.name}`.replace(/[^A-Za-z0-9-]/g, ''));
   const containerId = `tdl-${pool.prefix}-${spec.namespace}-${spec.name}`;
   const result = (await node.runtime.addNetworkList(node.conflist, podRuntimeConf(spec, containerId, ns.path))) as Result100;
-  const ip = result.ips![0]!.address.split('/')[0]!;
+  const ips = result.ips ?? [];
+  const ip = ips[0]!.address.split('/')[0]!;
+  const addresses = addressesByVersion(ips.map((i) => i.address));
+  const gateways = addressesByVersion(ips.flatMap((i) => (i.gateway ? [i.gateway] : [])));
   const endpoint = (await node.agent.client.getEndpoint(`container-id:${containerId}`)) as Endpoint;
-  return { spec, netns: ns.name, netnsPath: ns.path, containerId, ip, endpoint };
+  return { spec, netns: ns.name, netnsPath: ns.path, containerId, ip, addresses, gateways, endpoint };
 }
 
 export async function delPod(node: DatapathNode, pod: Pod): Promise<void> {
@@ -149,26 +175,42 @@ export async function endpointLabels(node: DatapathNode, pod: Pod): Promise<stri
 
 /**
  * An "outside" host: a namespace that is no pod, linked to the node by a veth
- * pair (node side `tdlout0`, `gateway`/24), holding `addresses` and a route to
- * the pod CIDR through the node. Traffic from it reaches pods as the world
- * (or a CIDR identity) does.
+ * pair (node side `tdlout0`, `gateway`/24 or its /120 mirror), holding
+ * `addresses` and a route to each pod CIDR through the node's gateway of that
+ * IP version. Traffic from it reaches pods as the world (or a CIDR identity) does.
  */
 export interface OutsideHost {
   netns: string;
   netnsPath: string;
+  /** The first gateway (as given). */
   gateway: string;
   addresses: string[];
 }
 
-export async function addOutsideHost(pool: NetnsPool, node: string, opts: { gateway: string; addresses: string[]; podCidr: string }): Promise<OutsideHost> {
+/** The outside link's prefix length: a /24, or its IPv6 mirror /120 (family.ts). */
+const outsideLength = (address: string) => (versionOf(address) === 4 ? 24 : 120);
+
+export async function addOutsideHost(
+  pool: NetnsPool,
+  node: string,
+  opts: { gateway: string | string[]; addresses: string[]; podCidr: string | string[] },
+): Promise<OutsideHost> {
+  const gateways = typeof opts.gateway === 'string' ? [opts.gateway] : opts.gateway;
+  const podCidrs = typeof opts.podCidr === 'string' ? [opts.podCidr] : opts.podCidr;
+  // nodad: a fresh IPv6 address is tentative for a second (DAD) and would drop the first probes.
+  const addrArgs = (a: string) => ['addr', 'add', `${a}/${outsideLength(a)}`, ...(versionOf(a) === 6 ? ['nodad'] : [])];
   const ns = await pool.add('out');
   await runOk(['ip', '-n', node, 'link', 'add', 'tdlout0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.path]);
-  await runOk(['ip', '-n', node, 'addr', 'add', `${opts.gateway}/24`, 'dev', 'tdlout0']);
+  for (const g of gateways) await runOk(['ip', '-n', node, ...addrArgs(g), 'dev', 'tdlout0']);
   await runOk(['ip', '-n', node, 'link', 'set', 'tdlout0', 'up']);
-  for (const a of opts.addresses) await runOk(['ip', '-n', ns.name, 'addr', 'add', `${a}/24`, 'dev', 'eth0']);
+  for (const a of opts.addresses) await runOk(['ip', '-n', ns.name, ...addrArgs(a), 'dev', 'eth0']);
   await runOk(['ip', '-n', ns.name, 'link', 'set', 'eth0', 'up']);
-  await runOk(['ip', '-n', ns.name, 'route', 'add', opts.podCidr, 'via', opts.gateway]);
-  return { netns: ns.name, netnsPath: ns.path, gateway: opts.gateway, addresses: opts.addresses };
+  for (const cidr of podCidrs) {
+    const via = gateways.find((g) => versionOf(g) === versionOf(cidr.split('/')[0]!));
+    if (via === undefined) throw new Error(`outside host: no gateway of the IP version of pod CIDR ${cidr} (gateways ${gateways.join(', ')})`);
+    await runOk(['ip', '-n', ns.name, 'route', 'add', cidr, 'via', via]);
+  }
+  return { netns: ns.name, netnsPath: ns.path, gateway: gateways[0]!, addresses: opts.addresses };
 }
 
 /** `tendril policy import -` of a YAML/JSON text; fails with the CLI's message. */

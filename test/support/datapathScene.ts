@@ -3,24 +3,31 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { addOutsideHost, addPod, type DatapathNode, type OutsideHost, type Pod, type PodSpec, startDatapathNode } from './datapathNode.js';
 import { FakeKubeApi } from './fakeKubeApi.js';
+import { addressIn, cidrIn, cidrLabelOf, type Family, ipIn, type IpFamily, podCidrsOf, versionsOf } from './family.js';
 import { namespaceObject, nodeObject, podObject } from './k8sObjects.js';
 import { relayIntoNamespace } from './k8sScene.js';
 import type { NetnsPool } from './netns.js';
 import type { Peer } from './policyTruthTable.js';
 import { NetnsProber } from './reachability.js';
 
-export const OUTSIDE_GATEWAY = '10.199.0.1';
-
 /**
  * The world of a datapath test: one node with the eBPF datapath, pods, the
  * node itself and an outside host as probe peers, each namespace with a
  * probe agent listening on the test's ports. Peers are named
- * `<namespace>/<pod name>`, `host`, and `outside:<address>`.
+ * `<namespace>/<pod name>`, `host`, and `outside:<IPv4 template address>`
+ * on every family: the same name stands for the peer's address of the IP
+ * version probed (family.ts).
  */
 export interface Scene {
+  family: Family;
+  /** The IP versions probed: [4], [6] or [4, 6]. */
+  versions: IpFamily[];
   node: DatapathNode;
   pods: Map<string, Pod>;
+  /** The peers at their address of the first IP version (IPv4 unless the family is 6). */
   peers: Map<string, Peer>;
+  /** The peers at their address of IP version `v`. */
+  peersIn(v: IpFamily): Map<string, Peer>;
   /** Absent when the scene has no outside addresses. */
   outside?: OutsideHost;
   /** Adds a pod (and its probe agent) after the start. */
@@ -32,13 +39,38 @@ export interface Scene {
 
 export interface SceneOptions {
   nodeName: string;
+  /** The IPv4 template pod CIDR (a /24); the family gives the node its pod CIDRs from it. */
   podCidr: string;
+  /** Default 4: IPv4 only, as every scene was before families. */
+  family?: Family;
   pods: PodSpec[];
   tcpPorts: number[];
   udpPorts: number[];
-  /** Addresses of the outside host (in 10.199.0.0/24), and the labels `policy trace` should get for each; none = no outside host. */
-  outside: Array<{ address: string; labels: string[] }>;
+  /**
+   * IPv4 template addresses of the outside host (each in a /24 whose .1 is
+   * the node's side), and the labels `policy trace` should get for each;
+   * none = no outside host. On IPv6 the address and its `cidr:` labels are
+   * mirrored (family.ts); `labels6` replaces the mirrored labels where the
+   * families differ (an address no IPv6 CIDR identity holds is the world).
+   */
+  outside: Array<{ address: string; labels: string[]; labels6?: string[] }>;
   extraAgentArgs?: string[];
+}
+
+/** A label in IP version `v`: `cidr:` prefixes mirrored (in the label's own spelling, `cidr:fd74-10-199--0/120`), the rest as they are. */
+function labelIn(v: IpFamily, label: string): string {
+  return label.startsWith('cidr:') ? cidrLabelOf(cidrIn(v, label.slice('cidr:'.length))) : label;
+}
+
+/** The labels `policy trace` gets for an outside address in IP version `v`. */
+function outsideLabels(v: IpFamily, o: SceneOptions['outside'][number]): string[] {
+  return v === 6 && o.labels6 ? o.labels6 : o.labels.map((l) => labelIn(v, l));
+}
+
+/** The node's side of each outside /24 (its .1), in every IP version. */
+function outsideGateways(opts: SceneOptions, versions: readonly IpFamily[]): string[] {
+  const nets = [...new Set(opts.outside.map((o) => o.address.replace(/\.\d+$/, '.1')))];
+  return versions.flatMap((v) => nets.map((g) => ipIn(v, g)));
 }
 
 export const peerName = (spec: PodSpec) => `${spec.namespace}/${spec.name}`;
@@ -56,7 +88,7 @@ async function kubernetesForNamespaceLabels(opts: SceneOptions, cleanups: Array<
   const namespaces = new Map<string, Record<string, string>>();
   for (const p of opts.pods) namespaces.set(p.namespace, { ...namespaces.get(p.namespace), ...p.namespaceLabels });
   for (const [name, labels] of namespaces) fake.create('namespaces', namespaceObject(name, labels));
-  fake.create('nodes', nodeObject(opts.nodeName, [opts.podCidr], [{ type: 'Hostname', address: opts.nodeName }]));
+  fake.create('nodes', nodeObject(opts.nodeName, podCidrsOf(opts.family ?? 4, opts.podCidr), [{ type: 'Hostname', address: opts.nodeName }]));
   return {
     args: ['--k8s-api-server', fake.url],
     relay: async (nodeNetns: string) => {
@@ -84,51 +116,74 @@ export async function startScene(pool: NetnsPool, opts: SceneOptions): Promise<S
     for (const c of kubeCleanups.splice(0).reverse()) await c();
     await pool.cleanup();
   };
+  const family = opts.family ?? 4;
+  const versions = versionsOf(family);
+  const podCidrs = podCidrsOf(family, opts.podCidr);
   try {
     let outside: OutsideHost | undefined;
     const kube = opts.pods.some((p) => p.namespaceLabels) ? await kubernetesForNamespaceLabels(opts, kubeCleanups) : undefined;
     const extraArgs = [...(kube?.args ?? []), ...(opts.extraAgentArgs ?? [])];
     node = await startDatapathNode(pool, {
       nodeName: opts.nodeName,
-      podCidr: opts.podCidr,
+      podCidr: podCidrs[0]!,
+      podCidrs,
       ...(extraArgs.length > 0 ? { extraArgs } : {}),
       beforeStart: async (n) => {
         await kube?.relay(n);
         if (opts.outside.length === 0) return;
-        outside = await addOutsideHost(pool, n, { gateway: OUTSIDE_GATEWAY, addresses: opts.outside.map((o) => o.address), podCidr: opts.podCidr });
+        const addresses = versions.flatMap((v) => opts.outside.map((o) => ipIn(v, o.address)));
+        outside = await addOutsideHost(pool, n, { gateway: outsideGateways(opts, versions), addresses, podCidr: podCidrs });
       },
     });
-    const config = { tcpPorts: opts.tcpPorts, udpPorts: opts.udpPorts };
+    const config = { tcpPorts: opts.tcpPorts, udpPorts: opts.udpPorts, ...(family === 4 ? {} : { versions }) };
     const startProber = async (name: string, path: string, udpBind?: string[]) => {
       const p = await NetnsProber.start(name, path, { ...config, ...(udpBind ? { udpBind } : {}) });
       probers.push(p);
       return p;
     };
     const pods = new Map<string, Pod>();
-    const peers = new Map<string, Peer>();
+    const peersByVersion = new Map<IpFamily, Map<string, Peer>>(versions.map((v) => [v, new Map()]));
+    const setPeer = (v: IpFamily, peer: Omit<Peer, 'version'>) => peersByVersion.get(v)!.set(peer.name, { ...peer, version: v });
     const n = node;
     const add = async (spec: PodSpec) => {
       kube?.createPod(spec);
       const pod = await addPod(pool, n, spec);
       const name = peerName(spec);
       pods.set(name, pod);
-      peers.set(name, { name, labels: pod.endpoint.labels, address: pod.ip, prober: await startProber(name, pod.netnsPath), bindSource: false });
+      const prober = await startProber(name, pod.netnsPath);
+      for (const v of versions) setPeer(v, { name, labels: pod.endpoint.labels, address: addressIn(name, pod.addresses, v), prober, bindSource: false });
       return pod;
     };
     await Promise.all(opts.pods.map(add));
-    peers.set('host', { name: 'host', labels: ['reserved:host'], address: n.routerIp, prober: await startProber('host', n.nodePath, [n.routerIp]), bindSource: true });
-    const outsideProber = outside ? await startProber('outside', outside.netnsPath, opts.outside.map((o) => o.address)) : undefined;
-    for (const o of opts.outside) if (outsideProber) peers.set(`outside:${o.address}`, { name: `outside:${o.address}`, labels: o.labels, address: o.address, prober: outsideProber, bindSource: true });
+    // The pods' gateway of each version is the node's address they reach it at (the CNI result says which).
+    const firstPod = [...pods.values()][0];
+    const hostAddresses = versions.map((v) => firstPod?.gateways[v] ?? addressIn('the node', n.routerIps, v));
+    const hostProber = await startProber('host', n.nodePath, hostAddresses);
+    versions.forEach((v, i) => setPeer(v, { name: 'host', labels: ['reserved:host'], address: hostAddresses[i]!, prober: hostProber, bindSource: true }));
+    const outsideProber = outside ? await startProber('outside', outside.netnsPath, outside.addresses) : undefined;
+    for (const o of opts.outside) {
+      for (const v of versions) {
+        if (outsideProber) setPeer(v, { name: `outside:${o.address}`, labels: outsideLabels(v, o), address: ipIn(v, o.address), prober: outsideProber, bindSource: true });
+      }
+    }
+    const peersIn = (v: IpFamily) => {
+      const m = peersByVersion.get(v);
+      if (!m) throw new Error(`the ${family} scene has no IPv${v} peers`);
+      return m;
+    };
     return {
+      family,
+      versions,
       node: n,
       pods,
-      peers,
+      peers: peersIn(versions[0]!),
+      peersIn,
       ...(outside ? { outside } : {}),
       addPod: add,
       refreshLabels: async (name) => {
-        const peer = peers.get(name)!;
         const pod = pods.get(name)!;
-        peer.labels = (await n.agent.client.getEndpoint(pod.endpoint.id)).labels;
+        const labels = (await n.agent.client.getEndpoint(pod.endpoint.id)).labels;
+        for (const m of peersByVersion.values()) m.get(name)!.labels = labels;
       },
       cleanup,
     };

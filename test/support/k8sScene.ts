@@ -23,7 +23,7 @@ import type { Result100 } from '../../src/cni/index.js';
 import { CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf } from '../../src/libcni/index.js';
 import type { ServiceStatus } from '../../src/service/types.js';
 import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
-import { addOutsideHost, type DatapathNode, type OutsideHost, waitRealized } from './datapathNode.js';
+import { addOutsideHost, type DatapathNode, type OutsideHost, routerOf, waitRealized } from './datapathNode.js';
 import { FakeKubeApi } from './fakeKubeApi.js';
 import { splice } from './k8sApiRelay.js';
 import { endpointSliceObject as endpointSliceOf, type Labels, namespaceObject, nodeObject, podObject, type PodObject, type SlicePortSpec } from './k8sObjects.js';
@@ -259,7 +259,9 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
       runtime,
       bpffsRoot,
       podCidr: opts.podCidr,
-      routerIp: opts.podCidr.replace(/\.0\/24$/, '.1'),
+      podCidrs: [opts.podCidr],
+      routerIp: routerOf(opts.podCidr),
+      routerIps: { 4: routerOf(opts.podCidr) },
       conflist,
       cli: (args, input) => run([TENDRIL_BIN, ...args, '--socket', agentProcess.socket], input === undefined ? {} : { input }),
       cleanup: async () => undefined,

@@ -6,18 +6,20 @@
  * process per probe: hundreds of probes then cost sockets, not spawns.
  *
  * It listens on the configured TCP ports (accepts, nothing more) and UDP
- * ports (echoes every datagram, counting them per source address), and runs
+ * ports (echoes every datagram, counting them per source address) on the
+ * configured IP versions, and runs
  * client probes it reads as JSON lines on stdin, answering JSON lines on
  * stdout with the same `id`:
  *   {op:'tcp', dst, port, src?, timeoutMs}   → open | refused | unreachable | timeout
  *   {op:'udp', dst, port, src?, timeoutMs}   → one datagram; open when its echo returns
- *   {op:'icmp', dst, src?, timeoutMs}        → one echo request (iputils ping)
+ *   {op:'icmp', dst, src?, timeoutMs}        → one echo request (iputils ping; ICMPv6 to an IPv6 dst)
  *   {op:'udpReceived', port, from}           → datagrams the UDP server got from `from`
  * The first line it prints is {"ready":true} once every listener is bound.
  */
 import { spawn } from 'node:child_process';
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
 import { connect, createServer, type Server } from 'node:net';
+import { isIPv6 } from 'node:net';
 import { createInterface } from 'node:readline';
 
 export type ProbeOutcome = 'open' | 'refused' | 'unreachable' | 'timeout' | 'error';
@@ -32,6 +34,12 @@ export interface ProbeAgentConfig {
    * connected socket (and conntrack) would not take for the answer.
    */
   udpBind?: string[];
+  /**
+   * The IP versions the listeners take (default [4]: IPv4 only, as before).
+   * Each version gets its own socket (IPv6 ones IPV6_V6ONLY): a dual-stack
+   * socket would see IPv4 peers as ::ffff:a.b.c.d and count them apart.
+   */
+  versions?: Array<4 | 6>;
 }
 
 export type ProbeCommand =
@@ -67,7 +75,7 @@ function probeTcp(dst: string, port: number, src: string | undefined, timeoutMs:
 let udpSeq = 0;
 function probeUdp(dst: string, port: number, src: string | undefined, timeoutMs: number): Promise<{ outcome: ProbeOutcome; detail?: string }> {
   return new Promise((resolve) => {
-    const sock: UdpSocket = createSocket('udp4');
+    const sock: UdpSocket = udpSocketFor(dst);
     const token = `tdlprobe-${process.pid}-${++udpSeq}`;
     let finished = false;
     const done = (outcome: ProbeOutcome, detail?: string) => {
@@ -83,7 +91,7 @@ function probeUdp(dst: string, port: number, src: string | undefined, timeoutMs:
       if (msg.toString() === token) done('open');
     });
     // Connected, so an ICMP port-unreachable comes back as ECONNREFUSED (the packet got there).
-    sock.bind({ address: src ?? '0.0.0.0', port: 0 }, () => {
+    sock.bind({ address: src ?? wildcardFor(dst), port: 0 }, () => {
       sock.connect(port, dst, () => sock.send(token));
     });
   });
@@ -92,7 +100,8 @@ function probeUdp(dst: string, port: number, src: string | undefined, timeoutMs:
 function probeIcmp(dst: string, src: string | undefined, timeoutMs: number): Promise<{ outcome: ProbeOutcome; detail?: string }> {
   return new Promise((resolve) => {
     const seconds = (Math.max(timeoutMs, 100) / 1000).toFixed(1);
-    const argv = ['-n', '-q', '-c', '1', '-W', seconds, ...(src ? ['-I', src] : []), dst];
+    // The family spelled out: an ICMPv6 echo for an IPv6 destination, never a guess from the name.
+    const argv = [isIPv6(dst) ? '-6' : '-4', '-n', '-q', '-c', '1', '-W', seconds, ...(src ? ['-I', src] : []), dst];
     const child = spawn('ping', argv, { stdio: ['ignore', 'ignore', 'pipe'] });
     let err = '';
     child.stderr.on('data', (c: Buffer) => (err += c.toString()));
@@ -102,27 +111,40 @@ function probeIcmp(dst: string, src: string | undefined, timeoutMs: number): Pro
   });
 }
 
+/** The wildcard of an address's IP version: what a socket binds when it has no source address. */
+function wildcardFor(address: string): string {
+  return isIPv6(address) ? '::' : '0.0.0.0';
+}
+
+/** A UDP socket of the address's IP version; IPv6 ones take IPv6 only (see ProbeAgentConfig.versions). */
+function udpSocketFor(address: string): UdpSocket {
+  return isIPv6(address) ? createSocket({ type: 'udp6', ipv6Only: true }) : createSocket('udp4');
+}
+
 async function listen(config: ProbeAgentConfig): Promise<Array<Server | UdpSocket>> {
   const handles: Array<Server | UdpSocket> = [];
+  const wildcards = (config.versions ?? [4]).map((v) => (v === 6 ? '::' : '0.0.0.0'));
   for (const port of config.tcpPorts) {
-    const server = createServer((s) => {
-      s.on('error', () => s.destroy());
-      s.resume();
-    });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen({ host: '0.0.0.0', port }, resolve);
-    });
-    handles.push(server);
+    for (const host of wildcards) {
+      const server = createServer((s) => {
+        s.on('error', () => s.destroy());
+        s.resume();
+      });
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen({ host, port, ipv6Only: host === '::' }, resolve);
+      });
+      handles.push(server);
+    }
   }
   for (const port of config.udpPorts) {
-    for (const address of config.udpBind ?? ['0.0.0.0']) handles.push(await udpServer(address, port));
+    for (const address of config.udpBind ?? wildcards) handles.push(await udpServer(address, port));
   }
   return handles;
 }
 
 async function udpServer(address: string, port: number): Promise<UdpSocket> {
-  const sock = createSocket('udp4');
+  const sock = udpSocketFor(address);
   sock.on('message', (msg, rinfo) => {
     const k = receivedKey(port, rinfo.address);
     received.set(k, (received.get(k) ?? 0) + 1);
@@ -153,7 +175,7 @@ async function handle(cmd: ProbeCommand): Promise<ProbeReply> {
 
 async function main(): Promise<void> {
   const config = JSON.parse(process.argv[2] ?? '{}') as ProbeAgentConfig;
-  await listen({ tcpPorts: config.tcpPorts ?? [], udpPorts: config.udpPorts ?? [], ...(config.udpBind ? { udpBind: config.udpBind } : {}) });
+  await listen({ tcpPorts: config.tcpPorts ?? [], udpPorts: config.udpPorts ?? [], ...(config.udpBind ? { udpBind: config.udpBind } : {}), ...(config.versions ? { versions: config.versions } : {}) });
   process.stdout.write(`${JSON.stringify({ ready: true })}\n`);
   const lines = createInterface({ input: process.stdin });
   lines.on('line', (line) => {

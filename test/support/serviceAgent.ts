@@ -24,7 +24,7 @@
  * The first line it prints is {"ready":true} once every listener is bound.
  */
 import { createSocket, type Socket as UdpSocket } from 'node:dgram';
-import { connect, createServer, type Socket } from 'node:net';
+import { connect, createServer, isIPv6, type Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 
 export interface ServiceAgentConfig {
@@ -32,6 +32,8 @@ export interface ServiceAgentConfig {
   name: string;
   tcpPorts: number[];
   udpPorts: number[];
+  /** The IP versions the backend listens on (default [4]), one socket each (IPv6 ones IPV6_V6ONLY). */
+  versions?: Array<4 | 6>;
 }
 
 /** What a backend answers: its name, and the client's address and port as it saw them. */
@@ -113,8 +115,8 @@ const answerFor = (peer: string | undefined, peerPort: number | undefined, local
 });
 
 async function listen(): Promise<void> {
-  for (const port of config.tcpPorts) {
-    const server = createServer((s) => {
+  const tcpBackend = () =>
+    createServer((s) => {
       s.on('error', () => s.destroy());
       const lines = createInterface({ input: s });
       lines.on('line', () => {
@@ -122,26 +124,43 @@ async function listen(): Promise<void> {
         s.write(`${JSON.stringify(answerFor(s.remoteAddress, s.remotePort, s.localAddress))}\n`);
       });
     });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen({ host: '0.0.0.0', port }, resolve);
-    });
+  for (const port of config.tcpPorts) {
+    for (const host of wildcards()) {
+      const server = tcpBackend();
+      await new Promise<void>((resolve, reject) => {
+        server.once('error', reject);
+        server.listen({ host, port, ipv6Only: host === '::' }, resolve);
+      });
+    }
   }
   for (const port of config.udpPorts) {
-    const sock = createSocket('udp4');
-    sock.on('message', (_msg, rinfo) => {
-      // The wildcard socket cannot tell which local address was reached: `local` is its port only.
-      sock.send(JSON.stringify(answerFor(rinfo.address, rinfo.port, `*:${port}`)), rinfo.port, rinfo.address);
-    });
-    await new Promise<void>((resolve, reject) => {
-      sock.once('error', reject);
-      sock.bind({ address: '0.0.0.0', port }, () => {
-        sock.off('error', reject);
-        resolve();
+    for (const host of wildcards()) {
+      const sock = udpSocketFor(host);
+      sock.on('message', (_msg, rinfo) => {
+        // The wildcard socket cannot tell which local address was reached: `local` is its port only.
+        sock.send(JSON.stringify(answerFor(rinfo.address, rinfo.port, `*:${port}`)), rinfo.port, rinfo.address);
       });
-    });
-    sock.on('error', () => undefined);
+      await new Promise<void>((resolve, reject) => {
+        sock.once('error', reject);
+        sock.bind({ address: host, port }, () => {
+          sock.off('error', reject);
+          resolve();
+        });
+      });
+      sock.on('error', () => undefined);
+    }
   }
+}
+
+/** The wildcards the backend listens on: one per configured IP version. */
+const wildcards = () => (config.versions ?? [4]).map((v) => (v === 6 ? '::' : '0.0.0.0'));
+
+/** The wildcard of an address's IP version. */
+const wildcardFor = (address: string) => (isIPv6(address) ? '::' : '0.0.0.0');
+
+/** A UDP socket of the address's IP version (IPv6 ones IPv6 only). */
+function udpSocketFor(address: string): UdpSocket {
+  return isIPv6(address) ? createSocket({ type: 'udp6', ipv6Only: true }) : createSocket('udp4');
 }
 
 // --- TCP client ------------------------------------------------------------
@@ -260,7 +279,7 @@ async function inParallel<T>(count: number, limit: number, fn: (i: number) => Pr
 
 function udpShot(t: Target, timeoutMs: number): Promise<ShotResult> {
   return new Promise((resolve) => {
-    const sock: UdpSocket = createSocket('udp4');
+    const sock: UdpSocket = udpSocketFor(t.dst);
     let finished = false;
     const done = (r: ShotResult) => {
       if (finished) return;
@@ -276,7 +295,7 @@ function udpShot(t: Target, timeoutMs: number): Promise<ShotResult> {
     sock.on('message', (msg) => done({ outcome: 'open', answer: JSON.parse(msg.toString()) as Answer, ...port() }));
     sock.on('listening', () => (localPort = sock.address().port));
     // Connected: an ICMP port unreachable comes back as ECONNREFUSED.
-    sock.bind({ address: t.src ?? '0.0.0.0', port: t.srcPort ?? 0 }, () => sock.connect(t.port, t.dst, () => sock.send('?')));
+    sock.bind({ address: t.src ?? wildcardFor(t.dst), port: t.srcPort ?? 0 }, () => sock.connect(t.port, t.dst, () => sock.send('?')));
   });
 }
 
@@ -288,7 +307,7 @@ interface Stream {
 
 function udpStream(t: Target, intervalMs: number): Promise<Stream> {
   return new Promise((resolve, reject) => {
-    const sock = createSocket('udp4');
+    const sock = udpSocketFor(t.dst);
     const events: StreamEvent[] = [];
     sock.on('message', (msg) => {
       const a = JSON.parse(msg.toString()) as Answer;
@@ -296,7 +315,7 @@ function udpStream(t: Target, intervalMs: number): Promise<Stream> {
     });
     // A connected socket reports an ICMP error to the next call: kept as an event, the stream goes on.
     sock.on('error', (err) => events.push({ t: Date.now(), error: (err as NodeJS.ErrnoException).code ?? err.message }));
-    sock.bind({ address: t.src ?? '0.0.0.0', port: 0 }, () => {
+    sock.bind({ address: t.src ?? wildcardFor(t.dst), port: 0 }, () => {
       sock.connect(t.port, t.dst, (err?: Error) => {
         if (err) {
           reject(err);

@@ -244,7 +244,7 @@ static __always_inline void flow_set_arrived_source6(struct flow *f, __u32 devic
 	struct endpoint_info *ep;
 	__u32 id;
 
-	f->src_identity = IDENTITY_WORLD;
+	f->src_identity = IDENTITY_WORLD_IPV6;
 	ep = endpoint_lookup6(f->saddr6);
 	if (ep) {
 		if (device && !(ep->flags & ENDPOINT_F_HOST) && ep->ifindex == device) {

@@ -66,14 +66,19 @@ static __always_inline struct remote_endpoint_info *ipcache_lookup6(const __u32 
 }
 
 /*
- * The identity of the longest IPv6 prefix holding addr, or IDENTITY_WORLD
- * when none does, as for IPv4 (the agent mirrors whatever IPv6 prefixes its
- * IPCache holds: pods, nodes, the CIDR identities of IPv6 ipBlocks; a
- * link-local peer has none and is the world).
+ * The identity of the longest IPv6 prefix holding addr, or
+ * IDENTITY_WORLD_IPV6 when none does (the agent mirrors whatever IPv6
+ * prefixes its IPCache holds: pods, nodes, the CIDR identities of IPv6
+ * ipBlocks; a link-local peer has none and is the world). Not the
+ * family-free IDENTITY_WORLD, which IPv4's misses are: a policy's
+ * 0.0.0.0/0 admits that one, and must admit no IPv6 peer (nor ::/0 an
+ * IPv4 one; src/policy/selector.ts).
  */
 static __always_inline __u32 ipcache_identity6(const __u32 *addr)
 {
-	return ipcache_entry_identity(ipcache_lookup6(addr));
+	struct remote_endpoint_info *info = ipcache_lookup6(addr);
+
+	return info ? info->identity : IDENTITY_WORLD_IPV6;
 }
 
 /*

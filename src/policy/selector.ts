@@ -107,8 +107,9 @@ function isWorldLabelSet(labels: LabelSet): boolean {
 
 /**
  * A CIDR with exceptions. It selects the local CIDR identities whose prefix
- * lies inside `prefix` and inside no `except`; a /0 also selects the world
- * identity (everything outside the cluster without a more specific CIDR identity).
+ * lies inside `prefix` and inside no `except`; a /0 also selects its own
+ * family's world identity (everything outside the cluster without a more
+ * specific CIDR identity).
  */
 export class CidrIdentitySelector implements IdentitySelector {
   readonly key: string;
@@ -126,12 +127,12 @@ export class CidrIdentitySelector implements IdentitySelector {
       return prefixes.some((p) => prefixContains(this.prefix, p) && !this.except.some((e) => prefixContains(e, p)));
     }
     if (this.prefix.length !== 0 || !isWorldLabelSet(labels)) return false;
-    const worldFamily = labels.has(ReservedLabelKey.WorldIpv4, LabelSource.Reserved)
-      ? 4
-      : labels.has(ReservedLabelKey.WorldIpv6, LabelSource.Reserved)
-        ? 6
-        : undefined;
-    return worldFamily === undefined || worldFamily === this.prefix.family;
+    // A /0 admits its own family's world only. The eBPF datapath gives an IPv6
+    // address outside the ipcache world-ipv6 and an IPv4 one the family-free
+    // world (or world-ipv4): 0.0.0.0/0 must not open IPv6 to everyone, nor
+    // ::/0 IPv4 (Cilium once let 0.0.0.0/0 admit IPv6).
+    const worldFamily = labels.has(ReservedLabelKey.WorldIpv6, LabelSource.Reserved) ? 6 : 4;
+    return worldFamily === this.prefix.family;
   }
 }
 

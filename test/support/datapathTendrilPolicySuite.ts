@@ -181,11 +181,8 @@ export function datapathTendrilPolicySuite(family: Family, tag: string): void {
   for (const v of versions) {
     test(
       `toCIDR 0.0.0.0/0 ${v === 4 ? 'admits every outside IPv4 peer' : 'admits no IPv6 peer (ICMPv6 echo neither)'}`,
-      // Expected failure on IPv6, a datapath/policy gap (no test support fault): ipcache_identity6 gives an IPv6
-      // address no ipcache prefix holds identity 2 (reserved:world, of no family), and the policy engine's
-      // 0.0.0.0/0 selector (src/policy/selector.ts CidrIdentitySelector) admits that family-free world.
-      // Missing: world-ipv6 (10) for IPv6 ipcache misses, or a /0 that admits only its own family's world.
-      v === 6 ? { todo: 'IPv6 ipcache misses are the family-free world, which 0.0.0.0/0 admits' } : {},
+      // An IPv6 address outside the ipcache is world-ipv6 in the datapath, which 0.0.0.0/0 does not select.
+      {},
       () => {
         assert.ok(table.length > 0, 'the truth table ran');
         const rows = [NEAR, FAR, BARE].flatMap((dst): Expectation[] => [

@@ -276,7 +276,7 @@ describe('IPv6 services from outside, bpf_netdev', () => {
     h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: COOKIE_ALLOW });
     assert.equal((await h.run(FROM_NETDEV, syn(NODE6, 30080))).retval, TcAction.SHOT);
     assertEvents(await h.takeEvents(2), [
-      { type: EventType.POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, srcIdentity: IDENTITY.WORLD, dstEndpoint: POD_A.endpointId, daddr: A6.ip, dport: 8080 },
+      { type: EventType.POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, srcIdentity: IDENTITY.WORLD_IPV6, dstEndpoint: POD_A.endpointId, daddr: A6.ip, dport: 8080 },
       { type: EventType.DROP, subtype: -DropReason.POLICY.code },
     ]);
     // Even a client whose address the ipcache gives the host identity (spoofed from outside) is not the host here.
@@ -286,7 +286,7 @@ describe('IPv6 services from outside, bpf_netdev', () => {
 
   it('a NodePort from outside allowed for world: DNAT to the local backend, hop limit - 1, the pod\'s MACs, client address kept', async () => {
     lb.addService({ id: ID.WEB, frontend: NODE_PORT, backends: [BE.A.id], flags: ServiceFlag.NODEPORT });
-    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: false, cookie: COOKIE_ALLOW });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: false, cookie: COOKIE_ALLOW });
     const r = await h.run(FROM_NETDEV, syn(NODE6, 30080));
     assert.equal(r.retval, TcAction.REDIRECT);
     assert.deepEqual(tuple6(r.data), { src: CLIENT6, dst: A6.ip, sport: 50000, dport: 8080 });
@@ -298,7 +298,7 @@ describe('IPv6 services from outside, bpf_netdev', () => {
     const others = Array.from({ length: 6 }, (_, i) => ({ id: 210 + i, ip: `fd00:202::${i + 1}`, port: 8080, proto: IpProto.TCP }));
     for (const b of others) lb.addBackend(b);
     lb.addService({ id: ID.WEB, frontend: NODE_PORT, backends: [...others.map((b) => b.id), BE.A.id], flags: ServiceFlag.NODEPORT });
-    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: false, cookie: COOKIE_ALLOW });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: false, cookie: COOKIE_ALLOW });
     for (let sport = 51000; sport < 51012; sport++) {
       const r = await h.run(FROM_NETDEV, syn(NODE6, 30080, sport));
       assert.equal(r.retval, TcAction.REDIRECT);
@@ -309,7 +309,7 @@ describe('IPv6 services from outside, bpf_netdev', () => {
   it('a ClusterIP from outside is dropped (CLUSTERIP_FROM_OUTSIDE); a backend elsewhere is refused, not forwarded untranslated; other traffic passes', async () => {
     lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.A.id] });
     assert.equal((await h.run(FROM_NETDEV, syn(VIP6, 80))).retval, TcAction.SHOT);
-    assertEvents(await h.takeEvents(1), [{ type: EventType.DROP, subtype: -DropReason.CLUSTERIP_FROM_OUTSIDE.code, srcIdentity: IDENTITY.WORLD }]);
+    assertEvents(await h.takeEvents(1), [{ type: EventType.DROP, subtype: -DropReason.CLUSTERIP_FROM_OUTSIDE.code, srcIdentity: IDENTITY.WORLD_IPV6 }]);
     lb.addService({ id: ID.DNS, frontend: NODE_PORT, backends: [BE.REMOTE.id], flags: ServiceFlag.NODEPORT });
     assert.equal((await h.run(FROM_NETDEV, syn(NODE6, 30080))).retval, TcAction.SHOT);
     assertEvents(await h.takeEvents(1), [{ type: EventType.DROP, subtype: -DropReason.NO_SERVICE.code }]);

@@ -791,18 +791,18 @@ describe('bpf_lxc ICMPv6', () => {
     const echo = fromPod(NODE_LL, Icmp6Type.ECHO_REQUEST, echoBody());
     assert.equal((await h.run(FROM, echo)).retval, TcAction.SHOT);
     assertEvents(await h.takeEvents(2), [
-      { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: EGRESS, proto: IpProto.ICMPV6, srcEndpoint: POD_A.endpointId, srcIdentity: IDENTITY.A, dstIdentity: IDENTITY.WORLD, saddr: POD_LL, daddr: NODE_LL },
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: EGRESS, proto: IpProto.ICMPV6, srcEndpoint: POD_A.endpointId, srcIdentity: IDENTITY.A, dstIdentity: IDENTITY.WORLD_IPV6, saddr: POD_LL, daddr: NODE_LL },
       { type: DROP, subtype: code('POLICY'), direction: EGRESS },
     ]);
     assert.equal(h.metric(code('POLICY'), EGRESS).packets, 1n);
     // A deny rule for ICMPv6 says so by its cookie; an allow on protocol 58 (or any protocol) lets it through.
-    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.ICMPV6, cookie: COOKIE.DENY, deny: true });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: true, proto: IpProto.ICMPV6, cookie: COOKIE.DENY, deny: true });
     assert.equal((await h.run(FROM, echo)).retval, TcAction.SHOT);
     assertEvents(await h.takeEvents(2), [
       { type: POLICY_VERDICT, subtype: PolicyVerdict.DENIED, cookie: COOKIE.DENY },
       { type: DROP, subtype: code('POLICY_DENY'), cookie: COOKIE.DENY },
     ]);
-    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.ICMPV6, cookie: COOKIE.A_EGRESS });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: true, proto: IpProto.ICMPV6, cookie: COOKIE.A_EGRESS });
     const r = await h.run(FROM, echo);
     assert.equal(r.retval, TcAction.OK);
     assert.deepEqual(r.data, echo);
@@ -826,7 +826,7 @@ describe('bpf_lxc ICMPv6', () => {
     assert.equal((await h.run(FROM, fromPod('fd00:2::5', Icmp6Type.ECHO_REQUEST, echoBody()))).retval, TcAction.SHOT);
     assertEvents((await h.takeEvents(3)).filter((e) => e.type === POLICY_VERDICT), [
       { subtype: PolicyVerdict.ALLOWED, dstIdentity: IDENTITY.CIDR_24, daddr: 'fd00:1::5' },
-      { subtype: PolicyVerdict.NO_MATCH, dstIdentity: IDENTITY.WORLD, daddr: 'fd00:2::5' },
+      { subtype: PolicyVerdict.NO_MATCH, dstIdentity: IDENTITY.WORLD_IPV6, daddr: 'fd00:2::5' },
     ]);
   });
 
@@ -853,7 +853,7 @@ describe('bpf_lxc ICMPv6', () => {
     const echo = toPod(NODE_LL, Icmp6Type.ECHO_REQUEST, echoBody());
     assert.equal((await h.run(TO, echo)).retval, TcAction.SHOT);
     assertEvents(await h.takeEvents(2), [
-      { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, proto: IpProto.ICMPV6, dstEndpoint: POD_A.endpointId, dstIdentity: IDENTITY.A, srcIdentity: IDENTITY.WORLD, saddr: NODE_LL, daddr: POD_LL },
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, proto: IpProto.ICMPV6, dstEndpoint: POD_A.endpointId, dstIdentity: IDENTITY.A, srcIdentity: IDENTITY.WORLD_IPV6, saddr: NODE_LL, daddr: POD_LL },
       { type: DROP, subtype: code('POLICY'), direction: INGRESS },
     ]);
     for (const type of [Icmp6Type.ROUTER_ADVERT, Icmp6Type.REDIRECT, Icmp6Type.ROUTER_SOLICIT, Icmp6Type.NEIGH_SOLICIT, Icmp6Type.NEIGH_ADVERT, Icmp6Type.MLD_QUERY]) {
@@ -863,7 +863,7 @@ describe('bpf_lxc ICMPv6', () => {
     // The host identity's allow-localhost entry does not cover the node's link-local address: it is no ipcache entry.
     h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
     assert.equal((await h.run(TO, echo)).retval, TcAction.SHOT);
-    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: false, cookie: COOKIE.A_INGRESS });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: false, cookie: COOKIE.A_INGRESS });
     assert.equal((await h.run(TO, echo)).retval, TcAction.OK);
   });
 
@@ -970,8 +970,8 @@ describe('bpf_lxc IPv6 pod addresses', () => {
   });
 
   it('tracks ICMPv6 echo by its identifier and UDP to the world; replies come back through to_container on conntrack, unsolicited traffic meets ingress policy', async () => {
-    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.ICMPV6, cookie: COOKIE.A_EGRESS });
-    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: true, proto: IpProto.ICMPV6, cookie: COOKIE.A_EGRESS });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
     assert.equal((await h.run(FROM, echo6(A6, WORLD6, Icmp6Type.ECHO_REQUEST, 0x4242))).retval, TcAction.OK);
     assert.ok(h.ct({ saddr: A6, daddr: WORLD6, sport: 0x4242, dport: 0, proto: IpProto.ICMPV6 }));
     const toA = { srcMac: POD_A.lxcMac, dstMac: POD_A.podMac };
@@ -986,7 +986,7 @@ describe('bpf_lxc IPv6 pod addresses', () => {
     assert.equal((await h.run(TO, udpFrame({ ...toA, src: WORLD6, dst: A6, sport: 53, dport: 5353 }))).retval, TcAction.OK);
     assert.equal((await h.run(TO, udpFrame({ ...toA, src: WORLD6, dst: A6, sport: 53, dport: 5354 }))).retval, TcAction.SHOT);
     const drops = (await h.takeEvents(6)).filter((e) => e.type === DROP);
-    assert.deepEqual(drops.map((d) => [d.subtype, d.direction, d.srcIdentity, d.dstEndpoint]), [0, 1, 2].map(() => [code('POLICY'), INGRESS, IDENTITY.WORLD, POD_A.endpointId]));
+    assert.deepEqual(drops.map((d) => [d.subtype, d.direction, d.srcIdentity, d.dstEndpoint]), [0, 1, 2].map(() => [code('POLICY'), INGRESS, IDENTITY.WORLD_IPV6, POD_A.endpointId]));
     // The UDP echo's entry is in tendril_ct6_any, none in the IPv4 tables.
     assert.equal(await h.ctCount(6), 2);
     assert.equal(await h.ctCount(4), 0);
@@ -1060,7 +1060,7 @@ describe('bpf_lxc IPv6 pod addresses', () => {
   });
 
   it('relates an ICMPv6 error only when its embedded header is a tracked flow the error goes back to; a forged inner header meets policy', async () => {
-    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
     const dns = udpFrame({ ...fromA, src: A6, dst: WORLD6, sport: 5353, dport: 53 });
     assert.equal((await h.run(FROM, dns)).retval, TcAction.OK);
     await h.takeEvents(1);
@@ -1083,7 +1083,7 @@ describe('bpf_lxc IPv6 pod addresses', () => {
   });
 
   it('takes a later fragment\'s ports from the first fragment\'s record in tendril_frag6, and drops one without it', async () => {
-    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: true, proto: IpProto.UDP, port: 53, cookie: COOKIE.A_EGRESS });
     const frag = (offset: number, more: boolean, id: number, payload: Buffer) => {
       const fh = Buffer.from([IpProto.UDP, 0, 0, 0, 0, 0, 0, 0]);
       fh.writeUInt16BE(offset | (more ? 1 : 0), 2);

@@ -474,7 +474,7 @@ function expectFromContainer6(f: Buffer, s: ModelState): Expected {
   const status = ctStatus6(ip, l4, s.ct, s.now);
   if (status !== 'new') return { action: OK, wellFormed: true };
   if (!podDeviceOwner) return drop(reason('POLICY'), true);
-  const d = s.policy.decide(podDeviceOwner.endpointId, 'egress', IDENTITY.WORLD, ip.proto, hasPorts(ip.proto) ? l4.dport : 0);
+  const d = s.policy.decide(podDeviceOwner.endpointId, 'egress', IDENTITY.WORLD_IPV6, ip.proto, hasPorts(ip.proto) ? l4.dport : 0);
   if (!d.allowed) return drop(d.reason, true);
   return { action: OK, wellFormed: true, ...(l4.icmpError ? {} : { creates: tuple6String(ip.saddr, ip.daddr, l4.sport, l4.dport, ip.proto) }) };
 }
@@ -491,7 +491,7 @@ function expectToContainer6(f: Buffer, s: ModelState): Expected {
   if (typeof l4 === 'number') return drop(l4, true);
   const status = ctStatus6(ip, l4, s.ct, s.now);
   if (status !== 'new') return { action: OK, wellFormed: true };
-  const d = s.policy.decide(podDeviceOwner?.endpointId ?? 0, 'ingress', IDENTITY.WORLD, ip.proto, hasPorts(ip.proto) ? l4.dport : 0);
+  const d = s.policy.decide(podDeviceOwner?.endpointId ?? 0, 'ingress', IDENTITY.WORLD_IPV6, ip.proto, hasPorts(ip.proto) ? l4.dport : 0);
   if (!d.allowed) return drop(d.reason, true);
   return { action: OK, wellFormed: true, ...(l4.icmpError ? {} : { creates: tuple6String(ip.saddr, ip.daddr, l4.sport, l4.dport, ip.proto) }) };
 }

@@ -170,7 +170,7 @@ describe('trust-boundary probes: IPv6 at a pod\'s device', () => {
 
   const datagram = (src: string, sport: number) => udpFrame({ ...toA, src, dst: A6, sport, dport: 5353, payload: Buffer.from('forged') });
 
-  it('a datagram forwarded from a device claiming a local pod\'s or the node\'s IPv6 address is world', async () => {
+  it('a datagram forwarded from a device claiming a local pod\'s or the node\'s IPv6 address is world (world-ipv6)', async () => {
     h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: false, cookie: 0x2001 });
     h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
     let sport = 54000;
@@ -178,7 +178,7 @@ describe('trust-boundary probes: IPv6 at a pod\'s device', () => {
       const r = await h.runForwarded('tendril_to_container', datagram(src, sport++), OUTSIDE_DEVICE);
       assert.equal(r.retval, TcAction.SHOT, `${src} from the wire is no proof of who sent it`);
       assertEvents(await h.takeEvents(2), [
-        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, srcIdentity: IDENTITY.WORLD, dstEndpoint: POD_A.endpointId },
+        { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: INGRESS, srcIdentity: IDENTITY.WORLD_IPV6, dstEndpoint: POD_A.endpointId },
         { type: DROP, subtype: code('POLICY'), direction: INGRESS },
       ]);
     }

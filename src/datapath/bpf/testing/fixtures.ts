@@ -15,6 +15,8 @@ export const TEST_IFINDEX = 1;
 export const IDENTITY = {
   HOST: 1,
   WORLD: 2,
+  /** An IPv6 address outside the ipcache (IPv4's are the family-free WORLD). */
+  WORLD_IPV6: 10,
   A: 1000,
   B: 2000,
   C: 3000,

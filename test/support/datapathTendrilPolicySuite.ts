@@ -96,8 +96,8 @@ export function datapathTendrilPolicySuite(family: Family, tag: string): void {
       outside: [
         { address: OUT_NEAR, labels: ['cidr:10.199.0.0/24', 'reserved:world'] },
         { address: OUT_FAR, labels: ['cidr:10.199.0.200/32', 'reserved:world'] },
-        // No IPv6 policy prefix holds its mirror: on IPv6 it is the world itself.
-        { address: OUT_BARE, labels: ['cidr:0.0.0.0/0', 'reserved:world'], labels6: ['reserved:world'] },
+        // No IPv6 policy prefix holds its mirror: on IPv6 it is the world itself, IPv6's own (world-ipv6).
+        { address: OUT_BARE, labels: ['cidr:0.0.0.0/0', 'reserved:world'], labels6: ['reserved:world-ipv6'] },
       ],
     });
     await importPolicyAndWait(scene.node, policies(versions));

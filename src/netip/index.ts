@@ -20,6 +20,7 @@ export {
   compareIp,
   nextIp,
   prevIp,
+  notUnicast,
 } from './ip.js';
 export {
   type IpPrefix,

@@ -256,3 +256,29 @@ export function nextIp(addr: IpAddress): IpAddress | undefined {
 export function prevIp(addr: IpAddress): IpAddress | undefined {
   return addr.bits === 0n ? undefined : { family: addr.family, bits: addr.bits - 1n };
 }
+
+/**
+ * Why an address cannot be a unicast address of a host (a service's, or a
+ * node's next hop), or undefined when it can: unspecified, loopback,
+ * multicast, link-local, IPv4's reserved and broadcast range, an
+ * IPv4-mapped IPv6 address (another family's address in IPv6 clothing,
+ * which the datapath would never see as either).
+ */
+export function notUnicast(addr: IpAddress): string | undefined {
+  const v = addr.bits;
+  if (addr.family === 4) {
+    const first = Number(v >> 24n);
+    if (first === 0) return 'is not a unicast address (0.0.0.0/8)';
+    if (first === 127) return 'is a loopback address';
+    if (first >= 224 && first <= 239) return 'is a multicast address';
+    if (first >= 240) return 'is not a unicast address (240.0.0.0/4, broadcast)';
+    if (v >> 16n === 0xa9fen) return 'is a link-local address (169.254.0.0/16)';
+    return undefined;
+  }
+  if (v === 0n) return 'is the unspecified address (::)';
+  if (v === 1n) return 'is a loopback address (::1)';
+  if (v >> 120n === 0xffn) return 'is a multicast address (ff00::/8)';
+  if (v >> 118n === 0x3fan) return 'is a link-local address (fe80::/10)';
+  if (v >> 32n === 0xffffn) return 'is an IPv4-mapped address (::ffff:0:0/96); use the IPv4 address';
+  return undefined;
+}

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { NodeRecordError } from './errors.js';
-import { decodeNodeRecord, encodeNodeRecord, ipv4PodCidrs, nodeIpOfFamily, podCidrsOfFamily, primaryNodeIp } from './nodeRecord.js';
+import { decodeNodeRecord, encodeNodeRecord, nodeIpOfFamily, podCidrsOfFamily, primaryNodeIp } from './nodeRecord.js';
 import { nodeRecord } from './testing/registrySuite.js';
 
 describe('node record codec', () => {
@@ -21,13 +21,17 @@ describe('node record codec', () => {
     assert.deepEqual(back.podCidrs, ['10.200.1.0/24', 'fd00:200::/64']);
     assert.equal(encodeNodeRecord(back), text.replace('FD00:0:0::1', 'fd00::1').replace('FD00:200::/64', 'fd00:200::/64'));
     assert.equal(primaryNodeIp(back), '192.168.50.1', 'the first IPv4 InternalIP, not the first address');
-    assert.deepEqual(ipv4PodCidrs(back), ['10.200.1.0/24']);
     // Per family, for a dual-stack node: its IPv6 InternalIP and IPv6 pod CIDRs.
     assert.equal(nodeIpOfFamily(back, 6), 'fd00::1');
     assert.equal(nodeIpOfFamily(back, 4), '192.168.50.1');
     assert.deepEqual(podCidrsOfFamily(back, 6), ['fd00:200::/64']);
     assert.deepEqual(podCidrsOfFamily(back, 4), ['10.200.1.0/24']);
     assert.equal(nodeIpOfFamily({ ...back, addresses: back.addresses.filter((a) => a.ip !== 'fd00::1') }, 6), undefined, 'an IPv4-only node has no IPv6 next hop');
+    // A record is another node's word: an InternalIP that is no host's unicast address is no next hop.
+    const lying = { ...back, addresses: ['::1', 'fe80::1', 'ff02::1', '::ffff:10.0.0.1', '127.0.0.1', '169.254.1.1', '224.0.0.1'].map((ip) => ({ type: 'InternalIP' as const, ip })) };
+    assert.equal(nodeIpOfFamily(lying, 6), undefined);
+    assert.equal(nodeIpOfFamily(lying, 4), undefined);
+    assert.equal(nodeIpOfFamily({ ...lying, addresses: [...lying.addresses, { type: 'InternalIP', ip: 'fd00::7' }] }, 6), 'fd00::7', 'the first unicast one');
   });
 
   it('says why a record is unusable instead of throwing', () => {

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { formatIp, formatPrefix, tryParseIp, tryParsePrefix } from '../netip/index.js';
+import { formatIp, formatPrefix, notUnicast, tryParseIp, tryParsePrefix } from '../netip/index.js';
 import { NodeRecordError } from './errors.js';
 import { TUNNEL_PROTOCOLS, type NodeRecord } from './types.js';
 
@@ -95,9 +95,17 @@ export function decodeNodeRecord(text: string, keyName?: string): NodeRecord | s
   return canonical(parsed.data);
 }
 
-/** The node's first InternalIP of a family: its next hop for that family's pod CIDRs in native routing. */
+/**
+ * The node's first unicast InternalIP of a family: its next hop for that
+ * family's pod CIDRs in native routing and (IPv4) its tunnel endpoint. A
+ * record is another node's word (or a file edited in the kvstore): a
+ * loopback, link-local, multicast or unspecified address is no next hop.
+ */
 export function nodeIpOfFamily(record: NodeRecord, family: 4 | 6): string | undefined {
-  return record.addresses.find((a) => a.type === 'InternalIP' && tryParseIp(a.ip)?.family === family)?.ip;
+  return record.addresses.find((a) => {
+    const ip = a.type === 'InternalIP' ? tryParseIp(a.ip) : undefined;
+    return ip?.family === family && notUnicast(ip) === undefined;
+  })?.ip;
 }
 
 /** The node's pod CIDRs of a family (a dual-stack node has one or more of each). */
@@ -110,7 +118,3 @@ export function primaryNodeIp(record: NodeRecord): string | undefined {
   return nodeIpOfFamily(record, 4);
 }
 
-/** The IPv4 pod CIDRs (the remote-node routes are IPv4 only so far). */
-export function ipv4PodCidrs(record: NodeRecord): string[] {
-  return podCidrsOfFamily(record, 4);
-}

@@ -6,7 +6,7 @@
  */
 import type { LbBackendState, LbProtocol } from '../datapath/types.js';
 import { MAX_SERVICE_ID } from '../datapath/limits.js';
-import { formatIp, ipFamilyOf, parseIp, prefixContainsIp, tryParseIp, tryParsePrefix } from '../netip/index.js';
+import { formatIp, ipFamilyOf, notUnicast, parseIp, prefixContainsIp, tryParseIp, tryParsePrefix } from '../netip/index.js';
 import { ServiceError, ServiceErrorCode } from './errors.js';
 import type { ServiceFlags, ServiceType, TrafficPolicy } from './types.js';
 
@@ -79,30 +79,6 @@ export function validateServiceId(id: unknown, field = 'id'): number {
   return integerIn(id, field, 1, MAX_SERVICE_ID);
 }
 
-/** Why an IPv4 address cannot be a unicast service address, or undefined when it can. */
-function notUnicast4(ip: string): string | undefined {
-  const v = Number(parseIp(ip).bits);
-  const first = v >>> 24;
-  if (first === 0) return 'is not a unicast address (0.0.0.0/8)';
-  if (first === 127) return 'is a loopback address';
-  if (first >= 224 && first <= 239) return 'is a multicast address';
-  if (first >= 240) return 'is not a unicast address (240.0.0.0/4, broadcast)';
-  if (v >>> 16 === ((169 << 8) | 254)) return 'is a link-local address (169.254.0.0/16; 169.254.42.1 is the datapath\'s hairpin address)';
-  return undefined;
-}
-
-/** Why an IPv6 address cannot be a unicast service address, or undefined when it can. */
-function notUnicast6(ip: string): string | undefined {
-  const v = parseIp(ip).bits;
-  if (v === 0n) return 'is the unspecified address (::)';
-  if (v === 1n) return 'is a loopback address (::1)';
-  if (v >> 120n === 0xffn) return 'is a multicast address (ff00::/8)';
-  if (v >> 118n === 0x3fan) return 'is a link-local address (fe80::/10)';
-  // Another family's address in IPv6 clothing: the datapath would never see it as either.
-  if (v >> 32n === 0xffffn) return 'is an IPv4-mapped address (::ffff:0:0/96); use the IPv4 address';
-  return undefined;
-}
-
 /**
  * An address of either family, in its canonical text (so "fd00::0a" and
  * "fd00::a" are one frontend or backend). A service is one family: the
@@ -124,7 +100,9 @@ function nodePortAddress(v: unknown, field: string): string {
 
 function unicast(v: unknown, field: string): string {
   const ip = ipAddress(v, field);
-  const why = ipFamilyOf(ip) === 6 ? notUnicast6(ip) : notUnicast4(ip);
+  const parsed = parseIp(ip);
+  // 169.254.42.1 and fe80::a9fe:2a01 are the datapath's hairpin addresses: link-local, refused with the rest.
+  const why = notUnicast(parsed);
   if (why) throw invalid(`${field}: ${ip} ${why}`);
   return ip;
 }

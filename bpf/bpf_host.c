@@ -19,11 +19,12 @@
  *     another node in tunnel mode, else out by the FIB's route); a
  *     ClusterIP packet forwarded from outside is dropped
  *     (DROP_CLUSTERIP_FROM_OUTSIDE) unless --bpf-lb-external-clusterip.
- *     IPv6 (from_host_ipv6): a local endpoint's address is delivered after
- *     its ingress policy with conntrack, as IPv4; multicast, link-local
- *     addresses and neighbour discovery are the node's own and pass; any
- *     other unicast address is DROP_UNKNOWN_ENDPOINT. No IPv6 services or
- *     overlay yet.
+ *     IPv6 (from_host_ipv6) the same: the node's connections to IPv6
+ *     service frontends load-balanced, a local endpoint's address delivered
+ *     after its ingress policy with conntrack, another node's pod through
+ *     the overlay in tunnel mode; multicast, link-local addresses and
+ *     neighbour discovery are the node's own and pass; any other unicast
+ *     address is DROP_UNKNOWN_ENDPOINT.
  *   tendril_to_host — tendril_host ingress: counted and traced, passed.
  */
 #include <linux/if_ether.h>
@@ -191,17 +192,91 @@ static __always_inline int from_host_ipv4(struct __sk_buff *skb, struct flow *f)
 }
 
 /*
- * IPv6 the node routes into tendril_host: a local endpoint's address gets
- * its ingress policy (the source judged as ingress_to_endpoint6 does) and
- * is delivered. The node's own multicast, link-local traffic and neighbour
- * discovery pass: a node's ND must never be dropped here.
+ * from_host_service4 for IPv6: the node's own connection to an IPv6
+ * ClusterIP (the agent routes each IPv6 frontend to tendril_host too),
+ * load-balanced the same way: DNAT, then a local backend's ingress policy
+ * and delivery, a backend on another node through the overlay in tunnel
+ * mode (the node's identity as VNI), else out by the FIB's route. A
+ * forwarded packet is judged by its own source (flow_set_arrived_source6),
+ * never as the node, and a ClusterIP is no frontend for it
+ * (DROP_CLUSTERIP_FROM_OUTSIDE) unless it came from a local pod's own
+ * device or --bpf-lb-external-clusterip. 0 when no service is addressed.
+ */
+static __always_inline int from_host_service6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6, int *action)
+{
+	__u32 forwarded = skb->ingress_ifindex, src_identity = IDENTITY_HOST;
+	struct endpoint_info *dst;
+	struct tunnel_route route;
+	struct lb6_frontend fe;
+	int ret, tunneled;
+	__u64 now;
+
+	if (!lb6_lookup(f, &fe, 1))
+		return 0;
+	if (forwarded) {
+		flow_set_arrived_source6(f, skb->ingress_ifindex);
+		src_identity = tunnel_portable_identity(f->src_identity);
+		if (!from_host_clusterip_allowed(f, &fe.svc)) {
+			*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_NONE, 0);
+			return 1;
+		}
+	}
+	now = bpf_ktime_get_ns();
+	ret = lb6_translate(skb, f, ip6, &fe, now);
+	if (ret < 0) {
+		if (!forwarded)
+			flow_set_source6(f);
+		*action = drop_packet(skb, f, ret, DIR_NONE, 0);
+		return 1;
+	}
+	dst = pod_endpoint_lookup6(f->daddr6);
+	if (dst) {
+		f->dst_identity = dst->identity;
+		f->dst_endpoint = dst->endpoint_id;
+		ret = ingress_ct_policy6_stage(skb, f, ip6, now, TRACE_TO_ENDPOINT | (forwarded ? INGRESS_SOURCE_KNOWN : 0));
+		*action = ret ? ret : from_host_deliver4(skb, f, dst);
+		return 1;
+	}
+	tunneled = tunnel_route6(f->daddr6, &route);
+	if (ct_lookup(f, now) == CT_NEW) {
+		if (forwarded)
+			f->src_identity = src_identity;
+		else
+			flow_set_source6(f);
+		f->dst_identity = tunneled ? route.identity : ipcache_identity6(f->daddr6);
+		ret = ct_create(f, now);
+		if (ret < 0) {
+			*action = drop_packet(skb, f, ret, DIR_NONE, 0);
+			return 1;
+		}
+		trace_new_flow(skb, f, tunneled ? TRACE_TO_OVERLAY : TRACE_TO_NETWORK, DIR_NONE);
+	}
+	/* As IPv4: the VNI is the node's for its own packets, a forwarded packet's own, never the conntrack entry's. */
+	if (tunneled)
+		*action = tunnel_encap4(skb, f, &route, src_identity, DIR_NONE);
+	else
+		*action = nodeport_fib_redirect6(skb, f, ip6);
+	return 1;
+}
+
+/*
+ * IPv6 the node routes into tendril_host: an IPv6 service frontend is
+ * load-balanced (from_host_service6); a local endpoint's address gets its
+ * ingress policy (the source judged as ingress_to_endpoint6 does) and is
+ * delivered; in tunnel mode an address another node hosts goes through
+ * the overlay (the agent routes remote IPv6 pod CIDRs here), with the
+ * node's identity as VNI for its own packets and a forwarded packet's own.
+ * The node's own multicast, link-local traffic and neighbour discovery
+ * pass: a node's ND must never be dropped here.
  */
 static __always_inline int from_host_ipv6(struct __sk_buff *skb, struct flow *f)
 {
+	__u32 arrived_on = skb->ingress_ifindex;
 	struct endpoint_info *dst;
+	struct tunnel_route route;
 	struct ipv6_info ip6;
+	int l4_ret, ret, action = TC_ACT_SHOT;
 	__u8 type = 0;
-	int ret;
 
 	ret = ipv6_load(skb, f, &ip6);
 	if (ret < 0)
@@ -211,15 +286,35 @@ static __always_inline int from_host_ipv6(struct __sk_buff *skb, struct flow *f)
 	if (f->proto == IPPROTO_ICMPV6 && !ipv6_is_later_fragment(&ip6) && icmp6_load_type(skb, &ip6, &type) == 0 &&
 	    type >= ICMP6_T_ROUTER_SOLICIT && type <= ICMP6_T_REDIRECT)
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_HOST, DIR_NONE);
+	/* Ports for the service lookup; a header too short for them is judged below, as IPv4's. */
+	l4_ret = l4_load6(skb, f, &ip6);
+	if (l4_ret == 0 && from_host_service6(skb, f, &ip6, &action))
+		return action;
 	dst = pod_endpoint_lookup6(f->daddr6);
 	if (!dst) {
+		if (tunnel_route6(f->daddr6, &route)) {
+			f->src_identity = IDENTITY_HOST;
+			if (arrived_on) {
+				flow_set_arrived_source6(f, arrived_on);
+				f->src_identity = tunnel_portable_identity(f->src_identity);
+			}
+			f->dst_identity = route.identity;
+			return tunnel_encap4(skb, f, &route, f->src_identity, DIR_NONE);
+		}
 		f->src_identity = IDENTITY_HOST;
 		f->dst_identity = ipcache_identity6(f->daddr6);
 		return drop_packet(skb, f, DROP_UNKNOWN_ENDPOINT, DIR_NONE, 0);
 	}
 	f->dst_identity = dst->identity;
 	f->dst_endpoint = dst->endpoint_id;
-	ret = ingress_to_endpoint6(skb, f, &ip6, TRACE_TO_ENDPOINT);
+	if (arrived_on)
+		flow_set_arrived_source6(f, arrived_on);
+	if (l4_ret < 0) {
+		if (!arrived_on)
+			flow_set_source6(f);
+		return drop_packet(skb, f, l4_ret, DIR_INGRESS, 0);
+	}
+	ret = ingress_ct_policy6_stage(skb, f, &ip6, bpf_ktime_get_ns(), TRACE_TO_ENDPOINT | (arrived_on ? INGRESS_SOURCE_KNOWN : 0));
 	if (ret)
 		return ret;
 	return from_host_deliver4(skb, f, dst);

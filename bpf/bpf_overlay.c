@@ -12,7 +12,7 @@
  *     NAT) and is delivered straight into the pod, IPv4 or IPv6 alike;
  *     one for an address of this node gets the reverse translations of
  *     the node's NodePort and service flows to backends on other nodes
- *     (IPv4; none in IPv6 yet), else goes to the stack;
+ *     (IPv6: the node's service flows only), else goes to the stack;
  *     anything else is no business of this node: DROP_NOT_FOR_NODE.
  */
 #include <linux/if_ether.h>
@@ -159,14 +159,15 @@ static __always_inline int overlay_to_endpoint6(struct __sk_buff *skb, struct fl
 
 /*
  * The decapsulated IPv6 packet: a local pod's is delivered; one for an
- * address of this node goes to the stack (no IPv6 translation to undo
- * here yet); anything else is DROP_NOT_FOR_NODE.
+ * address of this node goes to the stack, a backend's reply to the node's
+ * own service connection with the frontend back (nodeport_host_reply6);
+ * anything else is DROP_NOT_FOR_NODE.
  */
 static __always_inline int from_overlay_ipv6(struct __sk_buff *skb, struct flow *f)
 {
 	struct endpoint_info *dst;
 	struct ipv6_info ip6;
-	int ret;
+	int ret, action = TC_ACT_OK;
 
 	ret = ipv6_load(skb, f, &ip6);
 	if (ret < 0)
@@ -179,6 +180,9 @@ static __always_inline int from_overlay_ipv6(struct __sk_buff *skb, struct flow 
 		ret = overlay_to_host_type(skb, f);
 		if (ret)
 			return ret;
+		/* A backend's reply to the node's own IPv6 service connection gets the frontend back (as overlay_to_host4). */
+		if (l4_load6(skb, f, &ip6) == 0 && nodeport_host_reply6(skb, f, &ip6, &action))
+			return action;
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_OVERLAY, DIR_INGRESS);
 	}
 	return drop_packet(skb, f, DROP_NOT_FOR_NODE, DIR_INGRESS, 0);

@@ -87,6 +87,45 @@ static __always_inline int nodeport_fib_redirect4(struct __sk_buff *skb, struct 
 	return nodeport_redirect4(skb, f, ip, &fib);
 }
 
+/* From linux/socket.h, as NODEPORT_AF_INET. */
+#define NODEPORT_AF_INET6 10
+
+/*
+ * nodeport_fib_redirect4 for IPv6: a translated packet sent on by the
+ * node's routes out of the device the FIB chose, hop limit - 1, the
+ * neighbour resolved by the kernel. DROP_FIB_LOOKUP_FAILED without a route.
+ */
+__stage int nodeport_fib_redirect6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip)
+{
+	struct bpf_redir_neigh nh;
+	struct bpf_fib_lookup fib;
+	int ret;
+
+	if (!f || !ip)
+		return TC_ACT_SHOT;
+	__builtin_memset(&fib, 0, sizeof(fib));
+	fib.family = NODEPORT_AF_INET6;
+	fib.l4_protocol = f->proto;
+	fib.sport = f->sport;
+	fib.dport = f->dport;
+	fib.tot_len = (__u16)(ip->ip_end - IP6_OFF);
+	fib.ifindex = skb->ifindex;
+	__builtin_memcpy(fib.ipv6_src, f->saddr6, 16);
+	__builtin_memcpy(fib.ipv6_dst, f->daddr6, 16);
+	ret = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return drop_packet(skb, f, DROP_FIB_LOOKUP_FAILED, DIR_NONE, 0);
+	if (ip->hop_limit <= 1)
+		return drop_packet(skb, f, DROP_TTL_EXCEEDED, DIR_NONE, 0);
+	ret = ipv6_dec_hop_limit(skb, ip);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	__builtin_memset(&nh, 0, sizeof(nh));
+	nh.nh_family = NODEPORT_AF_INET6;
+	__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
+	return pass_packet(skb, f, bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0), TRACE_TO_NETWORK, DIR_NONE);
+}
+
 /*
  * The reply of a NodePort flow SNATed to a backend off the node (or an ICMP
  * error about it), its destination already the client again
@@ -191,6 +230,31 @@ __stage int nodeport_host_reply4(struct __sk_buff *skb, struct flow *f, struct i
 	if (ct_lookup(f, bpf_ktime_get_ns()) != CT_REPLY || !f->rev_nat_index)
 		return 0;
 	ret = lb4_rev_nat(skb, f, ip);
+	if (ret < 0)
+		*action = drop_packet(skb, f, ret, DIR_NONE, 0);
+	else
+		*action = pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_NETWORK, DIR_NONE);
+	return 1;
+}
+
+/*
+ * nodeport_host_reply4 for IPv6: a backend's reply, from another node, to
+ * the node's own connection to an IPv6 service (bpf_host's
+ * from_host_service6 chose a backend off the node) gets the frontend back
+ * as its source before the node's stack takes it. 1 with *action set when
+ * it was such a reply, else 0.
+ */
+__stage int nodeport_host_reply6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, int *action)
+{
+	int ret;
+
+	if (!f || !ip || !action)
+		return 0;
+	if (!lb4_proto_supported(f->proto) || ipcache_identity6(f->daddr6) != IDENTITY_HOST)
+		return 0;
+	if (ct_lookup(f, bpf_ktime_get_ns()) != CT_REPLY || !f->rev_nat_index)
+		return 0;
+	ret = lb6_rev_nat_ct(skb, f, ip, CT_REPLY);
 	if (ret < 0)
 		*action = drop_packet(skb, f, ret, DIR_NONE, 0);
 	else
@@ -307,7 +371,8 @@ __stage int nodeport_lb6(struct __sk_buff *skb, struct flow *f, const struct ipv
 	if (!f || !ip || !action)
 		return 0;
 	if (!lb6_lookup(f, &fe, 0))
-		return 0;
+		/* The node's own connection to an IPv6 service whose backend is on another node: the reply comes to the router address. */
+		return nodeport_host_reply6(skb, f, ip, action);
 	flow_set_arrived_source6(f, 0);
 	if (!(fe.svc.flags & (SVC_F_NODEPORT | SVC_F_EXTERNAL_IP | SVC_F_LOADBALANCER)) && !config_external_clusterip()) {
 		*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_INGRESS, 0);

@@ -1,23 +1,25 @@
 /**
  * bpf_host.o through BPF_PROG_TEST_RUN: tendril_from_host (tendril_host
  * egress, the pod CIDRs' fallback route) delivers to a local endpoint under
- * its ingress policy and drops pod addresses with no endpoint;
+ * its ingress policy and drops pod addresses with no endpoint; in IPv6 it
+ * also load-balances the node's own connections to a ClusterIP and sends
+ * the node's packets for another node's pod into the overlay (tunnel mode);
  * tendril_to_host counts, traces and passes.
  */
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
-import { BpfObject, removePinDir, TcAction } from '../kernel/bpf/index.js';
+import { BpfObject, codec, removePinDir, TcAction } from '../kernel/bpf/index.js';
 import { makePinRoot } from '../kernel/bpf/testing/kernelTest.js';
 import { MapName } from './constants.js';
-import { endpointInfo, endpointKey, NO_NAT_CONFIG } from './layout.js';
-import { parseIp } from '../../netip/index.js';
+import { deviceInfo, endpointInfo, endpointKey, NO_NAT_CONFIG } from './layout.js';
+import { formatIp, parseIp, parsePrefix } from '../../netip/index.js';
 import { ConfigFlag, CtFlag, DropReason, EventType, PolicyVerdict, ReservedCookie, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
 import { assertEvents } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, WORLD_IP } from './testing/fixtures.js';
 import { LbNode } from './testing/lbNode.js';
-import { arpFrame, icmpv6NeighborSolicitation, IpProto, ipv6Frame, readIpv4, TcpFlag, tcpFrame, truncate, udpFrame } from './testing/packets.js';
-import { HOST_OBJECT, LXC_OBJECT, ProgramHarness } from './testing/programHarness.js';
+import { arpFrame, icmpv6NeighborSolicitation, internetChecksum, IpProto, ipv6Frame, pseudoHeader6, readIpv4, TcpFlag, tcpFrame, truncate, udpFrame } from './testing/packets.js';
+import { HOST_OBJECT, LXC_OBJECT, NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
 
 requireRoot('the bpf_host program tests');
 
@@ -187,6 +189,149 @@ describe('bpf_host', () => {
       h.addEndpoint({ ...POD_A, ip: A6 });
       h.addIpcache(`${A6}/128`, IDENTITY.A);
       h.addIpcache(`${NODE6}/128`, IDENTITY.HOST);
+    });
+
+    const OUTSIDE_DEVICE = 9;
+    const VIP6 = 'fd00:96::10';
+    const WORLD6 = '2001:db8:99::9';
+    /** An IPv6 pod on another node, the IPv4 underlay address of that node, and tendril_vxlan's ifindex. */
+    const REMOTE6 = 'fd00:b::20';
+    const REMOTE_NODE_IP = '192.168.77.6';
+    const TUNNEL_IFINDEX = 42;
+    const WEB = { ip: VIP6, port: 80, proto: IpProto.TCP };
+    const tunnelMode = (on: boolean) =>
+      h.config.set(0, { traceLevel: TraceLevel.ALL, flags: on ? ConfigFlag.TUNNEL : 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: TUNNEL_IFINDEX, nodeIpv4: 0, ...NO_NAT_CONFIG });
+    const remotePod = () => h.ipcache.set(parsePrefix(`${REMOTE6}/128`), { identity: IDENTITY.REMOTE, tunnelIp4: Number(parseIp(REMOTE_NODE_IP).bits), flags: 0 });
+
+    /** An IPv6 TCP/UDP frame's addresses and ports, its L4 checksum checked over the IPv6 pseudo-header. */
+    function tuple6(frame: Uint8Array): { src: string; dst: string; sport: number; dport: number } {
+      const b = Buffer.from(frame);
+      assert.equal(b.readUInt16BE(12), 0x86dd);
+      const addr = (o: number) => formatIp(parseIp(Array.from({ length: 8 }, (_, i) => b.readUInt16BE(o + 2 * i).toString(16)).join(':')));
+      const [src, dst] = [addr(22), addr(38)];
+      const l4 = b.subarray(54, 54 + b.readUInt16BE(18));
+      assert.equal(internetChecksum(Buffer.concat([pseudoHeader6(src, dst, b[20]!, l4.length), l4])), 0, 'L4 checksum over the IPv6 pseudo-header');
+      return { src, dst, sport: l4.readUInt16BE(0), dport: l4.readUInt16BE(2) };
+    }
+
+    describe('an IPv6 ClusterIP', () => {
+      let lb: LbNode;
+      beforeEach(() => {
+        lb = new LbNode(h);
+        lb.addBackend({ id: 201, ip: A6, port: 8080, proto: IpProto.TCP });
+        lb.addBackend({ id: 202, ip: REMOTE6, port: 8080, proto: IpProto.TCP });
+      });
+      afterEach(() => lb?.close());
+      const syn = (src: string, sport: number) => tcpFrame({ ...hostMacs, src, dst: VIP6, sport, dport: 80, flags: TcpFlag.SYN });
+
+      it('the node\'s own connection: DNAT to a local backend under its ingress policy (as host), conntrack with the reverse NAT; the backend\'s reply through from_container gets the frontend back', async () => {
+        lb.addService({ id: 7, frontend: WEB, backends: [201] });
+        h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
+        const r = await h.run(FROM_HOST, syn(NODE6, 36010));
+        assert.equal(r.retval, TcAction.REDIRECT);
+        assert.deepEqual(tuple6(r.data), { src: NODE6, dst: A6, sport: 36010, dport: 8080 });
+        assert.equal(r.data.subarray(0, 6).toString('hex'), POD_A.podMac.replace(/:/g, ''));
+        const tuple = { saddr: NODE6, daddr: A6, sport: 36010, dport: 8080, proto: IpProto.TCP };
+        const entry = h.ct(tuple)!;
+        assert.ok(entry, 'tracked after DNAT');
+        assert.deepEqual([entry.srcIdentity, entry.dstEndpoint, entry.revNatIndex], [IDENTITY.HOST, POD_A.endpointId, 7]);
+
+        const lxc = await ProgramHarness.load(LXC_OBJECT);
+        const lxcLb = new LbNode(lxc);
+        try {
+          installNode(lxc);
+          lxc.addEndpoint({ ...POD_A, ip: A6 });
+          lxc.addIpcache(`${NODE6}/128`, IDENTITY.HOST);
+          lxcLb.addBackend({ id: 201, ip: A6, port: 8080, proto: IpProto.TCP });
+          lxcLb.addService({ id: 7, frontend: WEB, backends: [201] });
+          lxc.ct6Tcp.set(lxc.ctKey(tuple), entry);
+          const reply = tcpFrame({ srcMac: POD_A.podMac, dstMac: POD_A.lxcMac, src: A6, dst: NODE6, sport: 8080, dport: 36010, flags: TcpFlag.SYN | TcpFlag.ACK });
+          const back = await lxc.run('tendril_from_container', reply);
+          assert.equal(back.retval, TcAction.OK);
+          assert.deepEqual(tuple6(back.data), { src: VIP6, dst: NODE6, sport: 80, dport: 36010 }, 'the node sees the frontend it connected to');
+        } finally {
+          lxcLb.close();
+          await lxc.close();
+        }
+      });
+
+      it('forwarded from a device (a router sent it here) is CLUSTERIP_FROM_OUTSIDE before any backend is chosen, the source world-ipv6 even when it claims the node\'s address', async () => {
+        lb.addService({ id: 7, frontend: WEB, backends: [201] });
+        h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
+        for (const [src, sport] of [[WORLD6, 50000], [NODE6, 50001]] as const) {
+          assert.equal((await h.runForwarded(FROM_HOST, syn(src, sport), OUTSIDE_DEVICE)).retval, TcAction.SHOT, src);
+        }
+        assertEvents(await h.takeEvents(2), [
+          { type: DROP, subtype: code('CLUSTERIP_FROM_OUTSIDE'), direction: NONE, saddr: WORLD6, daddr: VIP6, srcIdentity: IDENTITY.WORLD_IPV6 },
+          { type: DROP, subtype: code('CLUSTERIP_FROM_OUTSIDE'), direction: NONE, saddr: NODE6, daddr: VIP6, srcIdentity: IDENTITY.WORLD_IPV6 },
+        ]);
+        assert.equal(await h.ctCount(6), 0);
+        // With --bpf-lb-external-clusterip it is a frontend, its client still world-ipv6: a policy admitting only host drops it.
+        h.config.set(0, { traceLevel: TraceLevel.OFF, flags: ConfigFlag.EXTERNAL_CLUSTERIP, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG });
+        assert.equal((await h.runForwarded(FROM_HOST, syn(NODE6, 50002), OUTSIDE_DEVICE)).retval, TcAction.SHOT);
+        assertEvents(await h.takeEvents(2), [
+          { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, srcIdentity: IDENTITY.WORLD_IPV6, daddr: A6, dport: 8080 },
+          { type: DROP, subtype: code('POLICY') },
+        ]);
+      });
+
+      it('a backend on another node, tunnel mode: DNAT, conntrack with the reverse NAT, into the overlay with the host identity', async () => {
+        tunnelMode(true);
+        remotePod();
+        lb.addService({ id: 8, frontend: WEB, backends: [202] });
+        const r = await h.run(FROM_HOST, syn(NODE6, 36020));
+        assert.equal(r.retval, TcAction.REDIRECT);
+        assert.deepEqual(tuple6(r.data), { src: NODE6, dst: REMOTE6, sport: 36020, dport: 8080 });
+        assertEvents(await h.takeEvents(1), [{ type: TRACE, subtype: TracePoint.TO_OVERLAY, saddr: NODE6, daddr: REMOTE6, srcIdentity: IDENTITY.HOST, dstIdentity: IDENTITY.REMOTE }]);
+        const entry = h.ct({ saddr: NODE6, daddr: REMOTE6, sport: 36020, dport: 8080, proto: IpProto.TCP })!;
+        assert.deepEqual([entry.srcIdentity, entry.dstIdentity, entry.revNatIndex], [IDENTITY.HOST, IDENTITY.REMOTE, 8]);
+      });
+
+      it('the remote backend\'s reply arriving on a device gets the frontend back before the node\'s stack takes it (tendril_from_netdev)', async () => {
+        lb.addService({ id: 8, frontend: WEB, backends: [202] });
+        tunnelMode(true);
+        remotePod();
+        assert.equal((await h.run(FROM_HOST, syn(NODE6, 36030))).retval, TcAction.REDIRECT);
+        const tuple = { saddr: NODE6, daddr: REMOTE6, sport: 36030, dport: 8080, proto: IpProto.TCP };
+        const netdev = await ProgramHarness.load(NETDEV_OBJECT);
+        const netLb = new LbNode(netdev);
+        try {
+          installNode(netdev);
+          netdev.object.map(MapName.DEVICES, codec.u32, deviceInfo).set(1, { ipv4: parseIp(NODE_IP), flags: 0, mac: hostMacs.dstMac });
+          netdev.addIpcache(`${NODE6}/128`, IDENTITY.HOST);
+          netLb.addBackend({ id: 202, ip: REMOTE6, port: 8080, proto: IpProto.TCP });
+          netLb.addService({ id: 8, frontend: WEB, backends: [202] });
+          netdev.ct6Tcp.set(netdev.ctKey(tuple), h.ct(tuple)!);
+          const reply = tcpFrame({ ...hostMacs, src: REMOTE6, dst: NODE6, sport: 8080, dport: 36030, flags: TcpFlag.SYN | TcpFlag.ACK });
+          const r = await netdev.run('tendril_from_netdev', reply);
+          assert.equal(r.retval, TcAction.OK);
+          assert.deepEqual(tuple6(r.data), { src: VIP6, dst: NODE6, sport: 80, dport: 36030 });
+          // A packet from that backend no flow of the node's opened is left as it is.
+          const stray = tcpFrame({ ...hostMacs, src: REMOTE6, dst: NODE6, sport: 8080, dport: 36031, flags: TcpFlag.SYN | TcpFlag.ACK });
+          assert.deepEqual((await netdev.run('tendril_from_netdev', stray)).data, stray);
+        } finally {
+          netLb.close();
+          await netdev.close();
+        }
+      });
+    });
+
+    it('tunnel mode: the node\'s packet for another node\'s IPv6 pod goes into the overlay with the host identity; a forwarded one with its own (world-ipv6), never host; natively it stays UNKNOWN_ENDPOINT', async () => {
+      remotePod();
+      tunnelMode(true);
+      const frame = (src: string) => udpFrame({ ...hostMacs, src, dst: REMOTE6, sport: 5000, dport: 53 });
+      const own = await h.run(FROM_HOST, frame(NODE6));
+      assert.equal(own.retval, TcAction.REDIRECT);
+      assert.deepEqual(own.data, frame(NODE6), 'the sender leaves the inner packet as it is');
+      for (const src of [WORLD6, NODE6]) assert.equal((await h.runForwarded(FROM_HOST, frame(src), OUTSIDE_DEVICE)).retval, TcAction.REDIRECT, src);
+      assertEvents(await h.takeEvents(3), [
+        { type: TRACE, subtype: TracePoint.TO_OVERLAY, direction: NONE, saddr: NODE6, daddr: REMOTE6, srcIdentity: IDENTITY.HOST, dstIdentity: IDENTITY.REMOTE },
+        { type: TRACE, subtype: TracePoint.TO_OVERLAY, saddr: WORLD6, srcIdentity: IDENTITY.WORLD_IPV6 },
+        { type: TRACE, subtype: TracePoint.TO_OVERLAY, saddr: NODE6, srcIdentity: IDENTITY.WORLD_IPV6 },
+      ]);
+      tunnelMode(false);
+      assert.equal((await h.run(FROM_HOST, frame(NODE6))).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('UNKNOWN_ENDPOINT'), dstIdentity: IDENTITY.REMOTE }]);
     });
 
     it('delivers to a local endpoint\'s IPv6 address under its ingress policy with conntrack; an IPv6 pod address with no endpoint is UNKNOWN_ENDPOINT; the node\'s ND and multicast pass', async () => {

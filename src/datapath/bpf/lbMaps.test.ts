@@ -19,6 +19,7 @@ import { ct4Key, ctEntry, type CtEntryValue, lb4AffinityKey, lb4AffinityValue, t
 import { lbMapSet, LbMaps, type LbMapSet } from './lbMaps.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
 import { SERVICE_ROUTE_NEXTHOP, SERVICE_ROUTE_PROTOCOL, ServiceRoutes } from './serviceRoutes.js';
+import { HOST_NEXTHOP6 } from '../linux/hostNextHop.js';
 import { TEST_MAP_SIZES } from './testing/programHarness.js';
 
 requireRoot('the load-balancer map tests');
@@ -102,6 +103,7 @@ describe('LbMaps', { timeout: 120_000 }, () => {
   let objects: DatapathObjects;
   let lb: LbMaps;
   let nsPath: string;
+  let nsName: string;
   let nl: Netlink;
   let routes: ServiceRoutes;
 
@@ -110,6 +112,7 @@ describe('LbMaps', { timeout: 120_000 }, () => {
   before(async () => {
     const ns = await pool.add('node');
     nsPath = ns.path;
+    nsName = ns.name;
     await runOk(['ip', '-n', ns.name, 'link', 'add', 'tendril_host', 'type', 'veth', 'peer', 'name', 'tendril_net']);
     await runOk(['ip', '-n', ns.name, 'link', 'set', 'tendril_host', 'up']);
     await runOk(['ip', '-n', ns.name, 'link', 'set', 'tendril_net', 'up']);
@@ -148,6 +151,28 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     assert.equal(maps.revNat.get(60), undefined);
     assert.equal(maps.backends.get(61), undefined);
     lb = await LbMaps.open({ maps, routes, log, maglevTableSize: MAGLEV_SIZE });
+  });
+
+  it('an IPv6 ClusterIP\'s /128 goes to tendril_host via the IPv6 next hop once the IPv6 router is known, with it as source; it goes with its last holder; a stale one is pruned', async () => {
+    const ROUTER6 = 'fd00:241::1';
+    const VIP6 = 'fd00:96::20';
+    const route6 = async (address: string) => (await nl.listRoutes({ family: 6, table: 254 })).find((r) => r.dst === `${address}/128`);
+    await runOk(['ip', '-n', nsName, '-6', 'addr', 'add', `${ROUTER6}/128`, 'dev', 'tendril_host', 'nodad']);
+    await lb.upsertBackends([{ id: 71, address: 'fd00:215::71', port: 8080, protocol: 'TCP', state: 'active' }]);
+    await lb.upsertService(svc({ id: 70, address: VIP6, backendIds: [71] }));
+    assert.equal(await route6(VIP6), undefined, 'recorded only until an IPv6 router address is known');
+    await lb.setRouter(ROUTER6);
+    const r = await route6(VIP6);
+    assert.deepEqual([r?.gateway, r?.prefsrc, r?.protocol], [HOST_NEXTHOP6, ROUTER6, SERVICE_ROUTE_PROTOCOL]);
+    const neigh = (await nl.listNeighbours({ family: 6, link: 'tendril_host' })).find((n) => n.ip === HOST_NEXTHOP6);
+    assert.equal(neigh?.mac, (await nl.getLink('tendril_net')).mac, 'the IPv6 next hop resolves to tendril_net without solicitation');
+    assert.equal(await routeOf('10.96.0.10'), undefined, 'an IPv6 router puts no IPv4 route in force');
+    await nl.replaceRoute({ dst: 'fd00:96::99/128', gateway: HOST_NEXTHOP6, onlink: true, link: 'tendril_host', prefsrc: ROUTER6, protocol: SERVICE_ROUTE_PROTOCOL });
+    assert.deepEqual(await routes.prune(), ['fd00:96::99']);
+    assert.ok(await route6(VIP6), 'a held route stays');
+    await lb.deleteService(70);
+    await lb.deleteBackends([71]);
+    assert.equal(await route6(VIP6), undefined);
   });
 
   it('a ClusterIP: backends, slots 1..n, slot 0 with count and flags, reverse NAT; its route once the router is known', async () => {

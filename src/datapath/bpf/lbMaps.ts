@@ -115,8 +115,8 @@ interface ServiceShadow {
  * NodePort is on the node's addresses, reached over lo).
  */
 function routedFrontend(flags: number, f: Frontend): boolean {
-  // IPv6: pods' connections only so far (bpf_host translates IPv4), so no route that would send the node's own into tendril_host.
-  return (flags & ServiceFlag.NODEPORT) === 0 && f.address.bits !== 0n && f.address.family === 4;
+  // Either family: bpf_host translates the node's own IPv4 and IPv6 connections alike.
+  return (flags & ServiceFlag.NODEPORT) === 0 && f.address.bits !== 0n;
 }
 
 function frontendText(f: Frontend): string {

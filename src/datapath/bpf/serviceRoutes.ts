@@ -1,28 +1,41 @@
 /**
  * The node's routes to service frontends (ClusterIPs, external and
- * LoadBalancer IPs): each such /32 goes to tendril_host,
+ * LoadBalancer IPs): each such /32 (or IPv6 /128) goes to tendril_host,
  * whose egress program load-balances what the node itself sends to a
- * service; the preferred source is the router address, so a backend's reply
- * comes back to an address the datapath knows as the host.
+ * service; the preferred source is the router address of the frontend's
+ * family, so a backend's reply comes back to an address the datapath knows
+ * as the host. A family without a router address (no pod CIDR of it) gets
+ * no routes: its frontends are only recorded.
  *
- * The routes go through one next hop on tendril_host with a permanent
- * neighbour entry (tendril_net's MAC): a plain link route would make the
- * kernel ARP for every ClusterIP on tendril_host, nobody answers, and the
- * packet never reaches the program (tc egress runs after neighbour
- * resolution). Our routes carry their own rtm_protocol, so a restart tells
- * them from anyone else's.
+ * The routes go through one next hop per family on tendril_host with a
+ * permanent neighbour entry (tendril_net's MAC): a plain link route would
+ * make the kernel ARP (or solicit) for every ClusterIP on tendril_host,
+ * nobody answers, and the packet never reaches the program (tc egress runs
+ * after neighbour resolution). Our routes carry their own rtm_protocol, so
+ * a restart tells them from anyone else's.
  */
 import type { Logger } from '../../logging/logger.js';
 import { isKernelError } from '../kernel/errors.js';
 import type { Netlink } from '../kernel/netlink/index.js';
 import { HOST_DEVICE, HOST_PEER_DEVICE } from '../linux/hostDevice.js';
-import { ensureHostNextHop, HOST_NEXTHOP } from '../linux/hostNextHop.js';
+import { ensureHostNextHop, HOST_NEXTHOP, hostNextHop } from '../linux/hostNextHop.js';
 import { kernel, toDatapathError } from '../linux/kernel.js';
+import { DatapathError } from '../types.js';
+import { ipFamilyOf, type IpFamily } from '../../netip/index.js';
 
 /** rtm_protocol of tendril's service routes (unassigned in rt_protos). */
 export const SERVICE_ROUTE_PROTOCOL = 211;
-/** The next hop ClusterIP routes use on tendril_host (link-local, never a real host; shared with the tunnel-mode node routes). */
+/** The next hop IPv4 ClusterIP routes use on tendril_host (link-local, never a real host; shared with the tunnel-mode node routes); IPv6's is HOST_NEXTHOP6. */
 export const SERVICE_ROUTE_NEXTHOP = HOST_NEXTHOP;
+
+/** A frontend's family (an address some service holds is a valid IP). */
+function familyOf(address: string): IpFamily {
+  return ipFamilyOf(address) === 6 ? 6 : 4;
+}
+
+function hostRoute(address: string): string {
+  return `${address}/${familyOf(address) === 4 ? 32 : 128}`;
+}
 
 export interface ServiceRoutesOptions {
   netlink: () => Promise<Netlink>;
@@ -37,7 +50,8 @@ export class ServiceRoutes {
   readonly #holders = new Map<string, Set<number>>();
   /** Addresses whose route is in the kernel (as this process put or found it). */
   readonly #installed = new Set<string>();
-  #router: string | undefined;
+  /** The router address of each family known so far (the routes' source). */
+  readonly #routers = new Map<IpFamily, string>();
   /** tendril_host's ifindex, resolved with the router address: one lookup, not one per route. */
   #devIndex: number | undefined;
   readonly #dev: string;
@@ -65,20 +79,23 @@ export class ServiceRoutes {
   }
 
   /**
-   * The router address is known (setupNode): the next hop goes in and every
-   * route held so far is put in force. Until then routes are only recorded.
+   * A router address is known (setupNode, once per family): that family's
+   * next hop goes in and every route of the family held so far is put in
+   * force. Until then its routes are only recorded.
    */
   async setRouter(router: string): Promise<void> {
-    this.#router = router;
-    this.#devIndex = await ensureHostNextHop(await this.opts.netlink(), this.#dev, this.#peer);
-    for (const address of this.#holders.keys()) await this.#install(address);
+    const family = ipFamilyOf(router);
+    if (family === 0) throw new DatapathError('failed', `router address ${JSON.stringify(router)} is not an IP address`);
+    this.#devIndex = await ensureHostNextHop(await this.opts.netlink(), this.#dev, this.#peer, family);
+    this.#routers.set(family, router);
+    for (const address of this.#holders.keys()) if (familyOf(address) === family) await this.#install(address);
   }
 
   /** `id` holds a route to `address` (in force once the router address is known). */
   async hold(id: number, address: string): Promise<void> {
     const holders = this.#holdersOf(address);
     holders.add(id);
-    if (this.#router === undefined) return;
+    if (!this.#routers.has(familyOf(address))) return;
     try {
       await this.#install(address);
     } catch (err) {
@@ -97,19 +114,22 @@ export class ServiceRoutes {
   }
 
   async #install(address: string): Promise<void> {
+    const family = familyOf(address);
+    const router = this.#routers.get(family);
+    if (router === undefined) return;
     const nl = await this.opts.netlink();
     await kernel(() =>
-      nl.replaceRoute({ dst: `${address}/32`, gateway: SERVICE_ROUTE_NEXTHOP, onlink: true, link: this.#devIndex ?? this.#dev, prefsrc: this.#router!, protocol: SERVICE_ROUTE_PROTOCOL }),
+      nl.replaceRoute({ dst: hostRoute(address), gateway: hostNextHop(family), onlink: true, link: this.#devIndex ?? this.#dev, prefsrc: router, protocol: SERVICE_ROUTE_PROTOCOL }),
     );
     this.#installed.add(address);
   }
 
   async #remove(address: string, found = false): Promise<void> {
     // Nothing was put in force yet (no router address): a previous run's route goes with prune().
-    if (!this.#installed.delete(address) && this.#router === undefined && !found) return;
+    if (!this.#installed.delete(address) && !this.#routers.has(familyOf(address)) && !found) return;
     const nl = await this.opts.netlink();
     try {
-      await nl.deleteRoute({ dst: `${address}/32`, link: this.#devIndex ?? this.#dev, protocol: SERVICE_ROUTE_PROTOCOL });
+      await nl.deleteRoute({ dst: hostRoute(address), link: this.#devIndex ?? this.#dev, protocol: SERVICE_ROUTE_PROTOCOL });
     } catch (err) {
       // Gone already (the device was recreated, someone deleted it): nothing to do.
       if (!isKernelError(err, 'ESRCH', 'ENODEV', 'ENOENT')) throw toDatapathError(err);
@@ -119,17 +139,18 @@ export class ServiceRoutes {
   /** Deletes our routes on the device to addresses no service holds (a previous run's); answers them. */
   async prune(): Promise<string[]> {
     const nl = await this.opts.netlink();
-    let routes;
+    const routes = [];
     try {
-      routes = await nl.listRoutes({ family: 4, link: this.#dev });
+      for (const family of [4, 6] as const) routes.push(...(await nl.listRoutes({ family, link: this.#dev })));
     } catch (err) {
       if (isKernelError(err, 'ENODEV')) return [];
       throw err;
     }
     const removed: string[] = [];
     for (const r of routes) {
-      if (r.protocol !== SERVICE_ROUTE_PROTOCOL || !r.dst.endsWith('/32')) continue;
-      const address = r.dst.slice(0, -3);
+      const slash = r.dst.indexOf('/');
+      const address = r.dst.slice(0, slash);
+      if (r.protocol !== SERVICE_ROUTE_PROTOCOL || slash < 0 || r.dst !== hostRoute(address)) continue;
       if (this.#holders.has(address)) continue;
       await this.#remove(address, true);
       removed.push(address);

@@ -324,12 +324,11 @@ export class BpfDatapath implements Datapath {
     const endpointIfs = new Set(this.#endpointByIf.keys());
     const devices = await detectDevices(nl, { ...(this.opts.devices !== undefined ? { configured: this.opts.devices } : {}), exclude: (name) => endpointIfs.has(name) || this.#adoptedPodMac.has(name) });
     await this.devices.sync(devices, this.opts.masquerade ?? true);
-    const router = spec.routerAddresses.find((a) => a.family === 4);
-    if (router) {
-      await this.loadBalancer.setRouter(router.ip);
-      // Last: the routes to remote pods lead into tendril_host once the tunnel is in the config.
-      await this.nodeRouting.setRouter(router.ip);
-    }
+    // One router address per family: the node's routes of that family into tendril_host take it as source.
+    const routers = [4, 6].flatMap((family) => spec.routerAddresses.find((a) => a.family === family) ?? []);
+    for (const router of routers) await this.loadBalancer.setRouter(router.ip);
+    // Last: the routes to remote pods lead into tendril_host once the tunnel is in the config.
+    for (const router of routers) await this.nodeRouting.setRouter(router.ip);
   }
 
   /**

@@ -7,13 +7,14 @@ import { requireRoot } from '../../../test/support/root.js';
 import { createLogger } from '../../logging/logger.js';
 import { Netlink, NetlinkBatch } from '../kernel/netlink/index.js';
 import { isDatapathError } from '../types.js';
-import { HOST_NEXTHOP } from './hostNextHop.js';
+import { HOST_NEXTHOP, HOST_NEXTHOP6 } from './hostNextHop.js';
 import { NODE_ROUTE_PROTOCOL, RemoteNodeRoutes } from './remoteNodeRoutes.js';
 
 requireRoot('the remote node routes tests');
 
 const log = createLogger('remote-node-routes-test', 'warn');
 const ROUTER = '10.215.0.1';
+const ROUTER6 = 'fd00:215::1';
 /** The underlay: tdlu0 192.0.2.1/24 and 2001:db8:2::1/64 (its veth peer tdlu1 is up too, so the link has carrier). */
 const UNDERLAY = 'tdlu0';
 
@@ -131,13 +132,20 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
     await routes('native').pruneRemoteNodes([]);
     assert.deepEqual(await ours6(), []);
     await othersIntact();
-    // Tunnel mode does not carry IPv6 pods yet: no IPv6 route, the IPv4 ones as ever.
+    // Tunnel mode: an IPv6 pod CIDR waits for the IPv6 router address, then goes into tendril_host via the IPv6 next hop.
     const t = routes('tunnel');
     await t.setRouter(ROUTER);
     await t.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', nodeIp6: '2001:db8:2::2', podCidrs: ['10.1.1.0/24', 'fd00:2::/64'] });
-    assert.deepEqual(await ours6(), []);
+    assert.deepEqual(await ours6(), [], 'no IPv6 route before the IPv6 router address is known');
     assert.deepEqual(await ours(), ['10.1.1.0/24']);
+    await pool.exec(ns.name, ['ip', '-6', 'addr', 'replace', `${ROUTER6}/128`, 'dev', 'tendril_host', 'nodad']);
+    await t.setRouter(ROUTER6);
+    const route6 = (await ipRoutes6()).get('fd00:2::/64');
+    assert.deepEqual([route6?.gateway, route6?.dev, route6?.prefsrc, route6?.flags?.includes('onlink')], [HOST_NEXTHOP6, 'tendril_host', ROUTER6, true]);
+    const neigh6 = JSON.parse((await pool.exec(ns.name, ['ip', '-j', '-6', 'neigh', 'show', HOST_NEXTHOP6, 'dev', 'tendril_host'])).stdout) as Array<{ lladdr: string; state: string[] }>;
+    assert.deepEqual([neigh6[0]?.lladdr, neigh6[0]?.state], [(await nl.getLink('tendril_net')).mac, ['PERMANENT']]);
     await t.removeRemoteNode('b');
+    assert.deepEqual(await ours6(), []);
     await assert.rejects(r.upsertRemoteNode({ name: 'b', nodeIp: '192.0.2.2', nodeIp6: '192.0.2.3', podCidrs: [] }), (err: unknown) => isDatapathError(err, 'failed') && /not an IPv6 address/.test((err as Error).message));
   });
 
@@ -255,8 +263,8 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
     await r.upsertRemoteNode({ name: 'far', nodeIp: '192.0.2.7', podCidrs: ['10.3.2.0/24'] });
     assert.equal((await ipRoutes()).get('10.3.2.0/24')?.gateway, '192.0.2.7');
     await r.removeRemoteNode('far');
-    // Tunnel mode: the router address must be IPv4, and the host device must exist.
-    await assert.rejects(routes('tunnel').setRouter('fd00::1'), (err: unknown) => isDatapathError(err, 'failed'));
+    // Tunnel mode: the router address must be an address, and the host device must exist.
+    await assert.rejects(routes('tunnel').setRouter('router'), (err: unknown) => isDatapathError(err, 'failed'));
     const missing = new RemoteNodeRoutes({ mode: 'tunnel', netlink: async () => nl, log, hostDevice: 'tdlnothere0' });
     await assert.rejects(missing.setRouter(ROUTER), (err: unknown) => isDatapathError(err, 'not-found'));
   });

@@ -9,7 +9,9 @@
  *   the ClusterIP routes' next hop: what the node itself sends to a remote
  *   pod reaches tendril_host's egress program, which encapsulates it to the
  *   node the ipcache names. The router address as source brings the reply
- *   back to an address the datapath knows as the host.
+ *   back to an address the datapath knows as the host. An IPv6 pod CIDR the
+ *   same, via the IPv6 next hop (fe80::a9fe:2a02) and the IPv6 router
+ *   address, once this node has one (an IPv6 pod CIDR of its own).
  * Every route carries rtm_protocol NODE_ROUTE_PROTOCOL, so a restarted agent
  * finds its own (and only its own) to prune; deletes name the protocol, so
  * a route someone else made to the same CIDR is never deleted.
@@ -21,7 +23,7 @@ import { isKernelError } from '../kernel/errors.js';
 import { type LinkRouteSpec, type Netlink, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
 import { DatapathError, isDatapathError, type NodeRoutingDatapath, type RemoteNodeRoute, type RoutingMode } from '../types.js';
 import { HOST_DEVICE, HOST_PEER_DEVICE } from './hostDevice.js';
-import { ensureHostNextHop, HOST_NEXTHOP } from './hostNextHop.js';
+import { ensureHostNextHop, hostNextHop } from './hostNextHop.js';
 import { kernel, toDatapathError } from './kernel.js';
 
 /** rtm_protocol of tendril's routes to other nodes' pod CIDRs (unassigned in rt_protos; services use 211). */
@@ -48,8 +50,8 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
    * goes to the newest claim, and back to the older one when it lets go.
    */
   readonly #claims = new Map<string, string[]>();
-  /** Tunnel mode: the routes' source; until it is known routes are only recorded. */
-  #router: string | undefined;
+  /** Tunnel mode: the routes' source, per family; until a family's is known its routes are only recorded. */
+  readonly #routers = new Map<4 | 6, string>();
   #devIndex: number | undefined;
   readonly #dev: string;
   readonly #peer: string;
@@ -63,17 +65,18 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   }
 
   /**
-   * The router address is known (setupNode). Tunnel mode: the next hop's
-   * neighbour entry goes in (also with no service) and every route recorded
-   * so far is put in force. Native mode needs no source: nothing to do.
+   * A router address is known (setupNode, once per family). Tunnel mode:
+   * that family's next hop's neighbour entry goes in (also with no service)
+   * and every route recorded so far is put in force. Native mode needs no
+   * source: nothing to do.
    */
   setRouter(ip: string): Promise<void> {
     return this.#serial.run(async () => {
       if (this.mode !== 'tunnel') return;
       const parsed = tryParseIp(ip);
-      if (parsed?.family !== 4) throw new DatapathError('failed', `router address ${JSON.stringify(ip)} is not an IPv4 address`);
-      this.#router = formatIp(parsed);
-      this.#devIndex = await ensureHostNextHop(await this.opts.netlink(), this.#dev, this.#peer);
+      if (parsed === undefined) throw new DatapathError('failed', `router address ${JSON.stringify(ip)} is not an IP address`);
+      this.#devIndex = await ensureHostNextHop(await this.opts.netlink(), this.#dev, this.#peer, parsed.family);
+      this.#routers.set(parsed.family, formatIp(parsed));
       await this.#installAll([...this.#claims.keys()]);
     });
   }
@@ -128,9 +131,11 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
 
   /**
    * CIDRs in canonical form, those that can get a route: IPv4 when the node
-   * has an IPv4 address; IPv6 in native mode when it has an IPv6 address
-   * (tunnel mode sends to IPv4 endpoints only). `nodeIp` is the IPv4
-   * address, or the IPv6 one of a node that has no IPv4 address at all.
+   * has an IPv4 address; IPv6 in native mode when it has an IPv6 address,
+   * in tunnel mode always (the route leads into tendril_host, whose program
+   * encapsulates to the endpoint the ipcache names, or drops the packet when
+   * it names none). `nodeIp` is the IPv4 address, or the IPv6 one of a node
+   * that has no IPv4 address at all.
    */
   #normalize(node: RemoteNodeRoute): RemoteNodeRoute {
     const primary = tryParseIp(node.nodeIp);
@@ -145,7 +150,8 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
     for (const text of node.podCidrs) {
       const p = tryParsePrefix(text, { hostBits: 'mask' });
       if (p === undefined) throw new DatapathError('failed', `node ${node.name}: pod CIDR ${JSON.stringify(text)} is not a CIDR`);
-      const reachable = p.family === 4 ? ip4 !== undefined : this.mode === 'native' && ip6 !== undefined;
+      // Tunnel mode: the ipcache names the tunnel endpoint of each pod, IPv6 ones too (an IPv4 underlay).
+      const reachable = p.family === 4 ? ip4 !== undefined : this.mode === 'tunnel' || ip6 !== undefined;
       if (!reachable) {
         // The node's pods of the other family still get their routes.
         this.opts.log.debug({ node: node.name, cidr: text, mode: this.mode }, 'no route to a pod CIDR of a remote node (no node address of its family, or IPv6 in tunnel mode)');
@@ -209,7 +215,7 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
     if (first !== undefined) throw first;
   }
 
-  /** The route for `cidr` to `node`; undefined in tunnel mode until the router address is known. */
+  /** The route for `cidr` to `node`; undefined in tunnel mode until the router address of its family is known. */
   #routeTo(cidr: string, node: RemoteNodeRoute): LinkRouteSpec | undefined {
     if (this.mode === 'native') {
       const v6 = cidr.includes(':');
@@ -217,8 +223,10 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
       const gateway = v6 ? (node.nodeIp6 ?? (node.nodeIp.includes(':') ? node.nodeIp : undefined)) : node.nodeIp.includes(':') ? undefined : node.nodeIp;
       return gateway === undefined ? undefined : { dst: cidr, gateway, protocol: NODE_ROUTE_PROTOCOL };
     }
-    if (this.#router === undefined) return undefined;
-    return { dst: cidr, gateway: HOST_NEXTHOP, onlink: true, link: this.#devIndex ?? this.#dev, prefsrc: this.#router, protocol: NODE_ROUTE_PROTOCOL };
+    const family = cidr.includes(':') ? 6 : 4;
+    const router = this.#routers.get(family);
+    if (router === undefined) return undefined;
+    return { dst: cidr, gateway: hostNextHop(family), onlink: true, link: this.#devIndex ?? this.#dev, prefsrc: router, protocol: NODE_ROUTE_PROTOCOL };
   }
 
   async #delete(cidr: string): Promise<void> {

@@ -3,10 +3,13 @@
 // IPv6 address before the agents start) and whose block IPAM has an IPv6
 // pool next to the IPv4 one. Native: each node routes the other's IPv6 pod
 // CIDR via that node's IPv6 InternalIP. Tunnel: the IPv6 pod packets cross
-// the IPv4 underlay in VXLAN with the source pod's identity as VNI. IPv6
-// traffic really flows pod to pod (ICMPv6, TCP, UDP), and the receiving node
-// classifies the source (native: by its ipcache; tunnel: by the VNI), so a
-// policy admitting that pod admits it, and one admitting only `host` does not.
+// the IPv4 underlay in VXLAN with the source pod's identity as VNI, and the
+// node's own through tendril_host (its route to the other's IPv6 pod CIDR)
+// with the host identity. IPv6 traffic really flows pod to pod (ICMPv6, TCP,
+// UDP) and node to pod, the node reaches an IPv6 ClusterIP whose backends
+// are on both nodes, and the receiving node classifies the source (native:
+// by its ipcache; tunnel: by the VNI), so a policy admitting that pod admits
+// it, and one admitting only `host` does not.
 // The scene is built here (test/support's scenes are IPv4 only so far).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -18,11 +21,17 @@ import { type ClusterPod, ClusterScene, NODE_ROUTE_PROTOCOL, type RoutingMode, V
 import { tendrilPolicy } from '../support/policyDocuments.js';
 import { requireRoot } from '../support/root.js';
 import { runOk, toolEnv } from '../support/run.js';
+import { HOST_NEXTHOP6 } from '../../src/datapath/linux/hostNextHop.js';
+import { assertAllAnswered, upsertService } from '../support/serviceApi.js';
+import { ServiceAgentProcess, shareByBackend } from '../support/serviceProcess.js';
 
 const NS = 'tdl-cluster';
 const POD_POOL6 = 'fd00:249::/48';
 const nodeIp6 = (index: number) => `fd00:248::${11 + index}`;
 const IPERF_PORT = 5201;
+/** An IPv6 ClusterIP, and the port its IPv6 backends (p0 and p1, one per node) listen on. */
+const VIP6 = 'fd00:96::10';
+const BACKEND6_PORT = 8086;
 const T = { timeout: 90_000 };
 
 /**
@@ -36,6 +45,8 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
   const s = () => scene!;
   const pods: ClusterPod[] = [];
   const ip6: Map<ClusterPod, string> = new Map();
+  /** IPv6 backends in p0 and p1 (the scene's pod agents listen on IPv4 only). */
+  const backends6: ServiceAgentProcess[] = [];
 
   /** The global IPv6 address of a pod's eth0. */
   async function podIp6(pod: ClusterPod): Promise<string> {
@@ -86,6 +97,7 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
     });
     for (const [i, name] of [[0, 'p0'], [1, 'p1'], [0, 'q0']] as const) pods.push(await scene.addPod(i, { name, labels: { app: name }, namespace: NS }));
     for (const p of pods) ip6.set(p, await podIp6(p));
+    for (const p of pods.slice(0, 2)) backends6.push(await ServiceAgentProcess.start(p.netnsPath, { name: p.spec.name, tcpPorts: [BACKEND6_PORT], udpPorts: [], versions: [6] }));
     await waitConverged6(20_000);
   });
 
@@ -107,10 +119,10 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
       gap = '';
       for (const n of s().nodes) {
         const status = await s().nodeStatus(n.index);
-        const want = opts.routingMode === 'native' ? status.filter((x) => !x.local).flatMap((x) => x.podCidrs.filter((c) => c.includes(':'))) : [];
+        const want = status.filter((x) => !x.local).flatMap((x) => x.podCidrs.filter((c) => c.includes(':')));
         const have = (await routes6(n.index)).map((r) => r.split(' ')[0]!);
         const missing = want.filter((c) => !have.includes(c));
-        if ((opts.routingMode === 'native' && want.length === 0) || missing.length > 0) gap += `${n.name}: IPv6 routes missing for ${JSON.stringify(want.length === 0 ? 'any' : missing)}; `;
+        if (want.length === 0 || missing.length > 0) gap += `${n.name}: IPv6 routes missing for ${JSON.stringify(want.length === 0 ? 'any' : missing)}; `;
         const cache = await s().ipcache(n.index);
         for (const p of pods) if (!cache.some((e) => e.prefix === ip6.get(p) || e.prefix === `${ip6.get(p)}/128`)) gap += `${n.name}: no ipcache entry for ${p.spec.name} ${ip6.get(p)}; `;
       }
@@ -121,10 +133,19 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
   }
 
   after(async () => {
+    for (const a of backends6.splice(0)) await a.stop();
     await scene?.cleanup();
   });
 
-  test(`[${opts.routingMode}] each node publishes its IPv6 InternalIP; native: routes the other node's IPv6 pod CIDR via it (protocol 212), tunnel: no IPv6 route (the pods' packets are encapsulated)`, T, async () => {
+  /** The node's IPv6 router address (on tendril_host): the source of what it sends into tendril_host. */
+  async function router6(index: number): Promise<string> {
+    const out = JSON.parse(await runOk(['ip', '-n', s().node(index).node, '-j', '-6', 'addr', 'show', 'dev', 'tendril_host', 'scope', 'global'])) as Array<{ addr_info: Array<{ local: string }> }>;
+    const a = out[0]?.addr_info[0]?.local;
+    assert.ok(a, `node ${index} has an IPv6 router address: ${JSON.stringify(out)}`);
+    return a;
+  }
+
+  test(`[${opts.routingMode}] each node publishes its IPv6 InternalIP; native: routes the other node's IPv6 pod CIDR via it (protocol 212), tunnel: into tendril_host via the IPv6 next hop (the node's own packets are encapsulated there)`, T, async () => {
     for (const n of s().nodes) {
       const status = await s().nodeStatus(n.index);
       for (const peer of s().nodes) {
@@ -135,7 +156,7 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
       const cidrs6 = other.podCidrs.filter((c) => c.includes(':'));
       assert.ok(cidrs6.length > 0, `${other.name} has an IPv6 pod CIDR: ${JSON.stringify(other.podCidrs)}`);
       if (opts.routingMode === 'tunnel') {
-        assert.deepEqual(await routes6(n.index), [], `${n.name}: no IPv6 route to ${other.name}'s pods in tunnel mode`);
+        assert.deepEqual(await routes6(n.index), cidrs6.map((c) => `${c} via ${HOST_NEXTHOP6} dev tendril_host`).sort(), `${n.name}: its IPv6 routes to ${other.name}'s pods lead into tendril_host`);
         continue;
       }
       assert.deepEqual(
@@ -153,15 +174,32 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
       'p1 -> p0 icmp': await ping6(p1.netns, ip6.get(p0)!),
       'p0 -> p1 tcp': await iperf6(p0, p1),
       'p1 -> p0 udp': await iperf6(p1, p0, true),
-      ...(opts.routingMode === 'native' ? { 'node 0 -> p1 icmp': await ping6(s().node(0).node, ip6.get(p1)!) } : {}),
+      'node 0 -> p1 icmp': await ping6(s().node(0).node, ip6.get(p1)!),
     };
     assert.deepEqual(seen, {
       'p0 -> p1 icmp': 'ok',
       'p1 -> p0 icmp': 'ok',
       'p0 -> p1 tcp': `seen as ${ip6.get(p0)}`,
       'p1 -> p0 udp': `seen as ${ip6.get(p1)}`,
-      ...(opts.routingMode === 'native' ? { 'node 0 -> p1 icmp': 'ok' } : {}),
+      'node 0 -> p1 icmp': 'ok',
     });
+  });
+
+  test(`[${opts.routingMode}] each node reaches the other node's IPv6 pods (TCP), and an IPv6 ClusterIP with a backend on each node, from its IPv6 router address`, T, async () => {
+    const [p0, p1] = [pods[0]!, pods[1]!];
+    for (const n of s().nodes) await upsertService(n, 61, { frontend: { ip: VIP6, port: 80 }, backends: [p0, p1].map((p) => ({ ip: ip6.get(p)!, port: BACKEND6_PORT })) });
+    for (const [index, remote] of [[0, p1], [1, p0]] as const) {
+      const node = await s().nodeAgent(index);
+      const direct = await node.tcpOnce({ dst: ip6.get(remote)!, port: BACKEND6_PORT }, 3000);
+      assert.deepEqual(direct.answers.map((a) => a.name), [remote.spec.name], `node ${index} -> ${remote.spec.name} [${ip6.get(remote)}]:${BACKEND6_PORT}: ${JSON.stringify(direct)}`);
+      // Tunnel mode: through tendril_host, from the router address; native: the kernel's route on eth0 picks the source.
+      if (opts.routingMode === 'tunnel') assert.deepEqual(direct.answers.map((a) => a.peer), [await router6(index)], 'the node reaches a remote pod from its IPv6 router address');
+      const sessions = await node.tcpSessions({ dst: VIP6, port: 80 }, { count: 24, requests: 2, concurrency: 6, timeoutMs: 3000 });
+      await assertAllAnswered(s().node(index), sessions, `node ${index} -> [${VIP6}]:80`);
+      assert.deepEqual([...shareByBackend(sessions).keys()].sort(), ['p0', 'p1'], `node ${index}'s connections reach the backends on both nodes: ${JSON.stringify(Object.fromEntries(shareByBackend(sessions)))}`);
+      const peers = [...new Set(sessions.flatMap((x) => x.answers.map((a) => a.peer)))];
+      assert.deepEqual(peers, [await router6(index)], 'the node reaches an IPv6 service from its IPv6 router address (the route through tendril_host)');
+    }
   });
 
   if (opts.routingMode === 'tunnel') {
@@ -177,6 +215,18 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
       const echoes = packets.filter((p) => p.inner.includes(`IP6 ${ip6.get(a)} > ${ip6.get(b)}: ICMP6, echo request`));
       assert.ok(echoes.length >= 1, `the echo requests crossed the underlay encapsulated: ${JSON.stringify(packets)}`);
       assert.deepEqual([...new Set(echoes.map((p) => `${p.outerSrc} > ${p.outerDst}:${p.dstPort} vni ${p.vni}`))], [`${a.node.ip} > ${b.node.ip}:${VXLAN_PORT} vni ${identity}`]);
+    });
+
+    test('[tunnel] the node to a remote IPv6 pod is VXLAN from its IPv6 router address with the host identity (1) as VNI', T, async (t) => {
+      const [a, b] = [s().node(0), pods[1]!];
+      const source = await router6(0);
+      const cap = await VxlanCapture.start(a.nodePath, 'eth0', `udp port ${VXLAN_PORT} and src host ${a.ip} and dst host ${b.node.ip}`, 2);
+      const ping = await ping6(a.node, ip6.get(b)!);
+      const { packets } = await cap.done(5000);
+      for (const p of packets) t.diagnostic(`captured: ${p.outerSrc} > ${p.outerDst}:${p.dstPort} vni ${p.vni} | ${p.inner}`);
+      assert.equal(ping, 'ok');
+      const echoes = packets.filter((p) => p.inner.includes(`IP6 ${source} > ${ip6.get(b)}: ICMP6, echo request`));
+      assert.ok(echoes.length >= 2 && echoes.every((p) => p.vni === 1), `node -> remote IPv6 pod carries VNI 1: ${JSON.stringify(packets)}`);
     });
   }
 

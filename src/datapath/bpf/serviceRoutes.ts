@@ -139,9 +139,9 @@ export class ServiceRoutes {
   /** Deletes our routes on the device to addresses no service holds (a previous run's); answers them. */
   async prune(): Promise<string[]> {
     const nl = await this.opts.netlink();
-    const routes = [];
+    let routes;
     try {
-      for (const family of [4, 6] as const) routes.push(...(await nl.listRoutes({ family, link: this.#dev })));
+      routes = [...(await nl.listRoutes({ family: 4, link: this.#dev })), ...(await nl.listRoutes({ family: 6, link: this.#dev }))];
     } catch (err) {
       if (isKernelError(err, 'ENODEV')) return [];
       throw err;

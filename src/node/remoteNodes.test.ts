@@ -171,7 +171,7 @@ describe('remote nodes', () => {
     assert.equal(ipcache.get('192.168.50.3'), undefined);
   });
 
-  it('without node routing, keeps the ipcache entries only; a node without an IPv4 InternalIP gets no tunnel endpoint', async () => {
+  it('without node routing, keeps the ipcache entries only; a node without an IPv4 InternalIP has its IPv6 one as tunnel endpoint', async () => {
     const prefix = uniquePrefix('remote-noroute');
     const a = await registry(prefix, dualStack(1));
     await registry(prefix, nodeRecord('node-b', 2, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::2' }], podCidrs: ['fd00:200:2::/64'] }));
@@ -182,10 +182,10 @@ describe('remote nodes', () => {
     assert.ok(rn.installed('node-b'));
     const e = ipcache.lookup('fd00:50::2');
     assert.equal(e?.identity, ReservedIdentity.RemoteNode);
-    assert.equal(e?.hostIP, undefined);
+    assert.equal(e?.hostIP, 'fd00:50::2');
   });
 
-  it('an IPv6-only node: no tunnel endpoint, and in native routing its IPv6 pod CIDRs go to the datapath with its IPv6 InternalIP as node IP', async () => {
+  it('an IPv6-only node: its IPv6 InternalIP is its addresses\' tunnel endpoint (an IPv6 underlay) and, in native routing, its IPv6 pod CIDRs\' node IP', async () => {
     const prefix = uniquePrefix('remote-v6only');
     const a = await registry(prefix, dualStack(1));
     await registry(prefix, nodeRecord('node-b', 2, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::2' }, { type: 'RouterIP', ip: 'fd00:200:2::1' }], podCidrs: ['fd00:200:2::/64'] }));
@@ -198,7 +198,7 @@ describe('remote nodes', () => {
     assert.deepEqual(routing.remoteNodes().get('node-b'), { name: 'node-b', nodeIp: 'fd00:50::2', podCidrs: ['fd00:200:2::/64'] });
     for (const ip of ['fd00:50::2', 'fd00:200:2::1']) {
       assert.equal(ipcache.lookup(ip)?.identity, ReservedIdentity.RemoteNode, ip);
-      assert.equal(ipcache.lookup(ip)?.hostIP, undefined, `${ip}: no IPv4 tunnel endpoint`);
+      assert.equal(ipcache.lookup(ip)?.hostIP, 'fd00:50::2', `${ip}: the IPv6 tunnel endpoint`);
     }
   });
 });

@@ -147,25 +147,25 @@ export class RemoteNodes {
     const state = this.#installed.get(node.name) ?? { prefixes: new Set<string>(), route: undefined, complete: false };
     this.#installed.set(node.name, state);
     state.complete = false;
-    // The tunnel endpoint is IPv4 (the overlay's underlay); native routing also reaches a node by its IPv6 InternalIP.
-    const hostIP = primaryNodeIp(node);
+    // The node's IP, the tunnel endpoint of its addresses: its IPv4 InternalIP, else (an IPv6-only node) its IPv6 one, which
+    // the overlay reaches over an IPv6 underlay. Native routing reaches a dual-stack node's IPv6 pods by its IPv6 InternalIP.
+    const ip4 = primaryNodeIp(node);
     const ip6 = nodeIpOfFamily(node, 6);
-    if (hostIP === undefined) {
-      this.#log?.warn({ node: node.name, ipv6: ip6 }, ip6 === undefined ? 'remote node has no InternalIP: no tunnel endpoint and no routes to its pods' : 'remote node has no IPv4 InternalIP: no tunnel endpoint; in native routing its IPv6 pods are routed via its IPv6 InternalIP');
-    }
+    const hostIP = ip4 ?? ip6;
+    if (hostIP === undefined) this.#log?.warn({ node: node.name }, 'remote node has no InternalIP: no tunnel endpoint and no routes to its pods');
     this.#setEntries(node.name, state, node.addresses.map((a) => a.ip), hostIP);
     if (this.#routing !== undefined) {
       if (node.routingMode !== this.#routing.mode) {
         // Both ends must agree for pod traffic to flow; the record says what the other side expects, so say it loudly.
         this.#log?.warn({ node: node.name, theirs: node.routingMode, ours: this.#routing.mode }, 'remote node runs another routing mode');
       }
-      const nodeIp = hostIP ?? ip6;
+      const nodeIp = hostIP;
       if (nodeIp === undefined) {
         if (state.route !== undefined) await this.#routing.removeRemoteNode(node.name);
         state.route = undefined;
       } else {
         // Every pod CIDR, with the IPv6 next hop: the datapath routes what its mode can carry.
-        const route: RemoteNodeRoute = { name: node.name, nodeIp, ...(hostIP !== undefined && ip6 !== undefined ? { nodeIp6: ip6 } : {}), podCidrs: [...node.podCidrs] };
+        const route: RemoteNodeRoute = { name: node.name, nodeIp, ...(ip4 !== undefined && ip6 !== undefined ? { nodeIp6: ip6 } : {}), podCidrs: [...node.podCidrs] };
         if (!sameRoute(state.route, route)) {
           state.route = undefined;
           await this.#routing.upsertRemoteNode(route);

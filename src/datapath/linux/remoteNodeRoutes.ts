@@ -127,10 +127,13 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   }
 
   /**
-   * CIDRs in canonical form, those that can get a route: IPv4 when the node
-   * has an IPv4 address; IPv6 in native mode when it has an IPv6 address
-   * (tunnel mode sends to IPv4 endpoints only). `nodeIp` is the IPv4
-   * address, or the IPv6 one of a node that has no IPv4 address at all.
+   * CIDRs in canonical form, those that can get a route: native, a family
+   * the node has an address of (its next hop); tunnel, IPv4 whatever the
+   * node's address family (the route leads into tendril_host, the ipcache
+   * names the tunnel endpoint, over an IPv4 or an IPv6 underlay), IPv6 not
+   * yet (the node's own IPv6 traffic to remote pods has no route into the
+   * overlay). `nodeIp` is the IPv4 address, or the IPv6 one of a node that
+   * has no IPv4 address at all.
    */
   #normalize(node: RemoteNodeRoute): RemoteNodeRoute {
     const primary = tryParseIp(node.nodeIp);
@@ -145,7 +148,7 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
     for (const text of node.podCidrs) {
       const p = tryParsePrefix(text, { hostBits: 'mask' });
       if (p === undefined) throw new DatapathError('failed', `node ${node.name}: pod CIDR ${JSON.stringify(text)} is not a CIDR`);
-      const reachable = p.family === 4 ? ip4 !== undefined : this.mode === 'native' && ip6 !== undefined;
+      const reachable = this.mode === 'tunnel' ? p.family === 4 : p.family === 4 ? ip4 !== undefined : ip6 !== undefined;
       if (!reachable) {
         // The node's pods of the other family still get their routes.
         this.opts.log.debug({ node: node.name, cidr: text, mode: this.mode }, 'no route to a pod CIDR of a remote node (no node address of its family, or IPv6 in tunnel mode)');

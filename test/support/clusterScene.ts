@@ -17,7 +17,7 @@ import { CniRuntime, confListFromBytes } from '../../src/libcni/index.js';
 import type { RoutingMode } from '../../src/datapath/types.js';
 import type { NodeStatus } from '../../src/node/types.js';
 import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
-import { ClusterInABox } from './clusterInABox.js';
+import { ClusterInABox, type UnderlayFamily } from './clusterInABox.js';
 import { addPod, type DatapathNode, delPod, type Pod, type PodSpec } from './datapathNode.js';
 import { run, runOk } from './run.js';
 import { ServiceAgentProcess } from './serviceProcess.js';
@@ -40,7 +40,7 @@ export { TUNNEL_DEFAULT_PORT as VXLAN_PORT, TUNNEL_OVERHEAD } from '../../src/da
 export interface SceneNode extends DatapathNode {
   index: number;
   name: string;
-  /** The node's address on the cluster network (eth0). */
+  /** The node's address on the cluster network (eth0), its node IP: IPv6 on an IPv6 underlay. */
   ip: string;
 }
 
@@ -62,6 +62,8 @@ export interface ClusterSceneOptions {
   nodeArgs?: (index: number) => string[];
   /** Devices of a node's agent (default: eth0). */
   devices?: (index: number) => string[];
+  /** The cluster network's family (default 4): 6 gives every node only an IPv6 address, its node IP, and etcd an IPv6 one. */
+  underlay?: UnderlayFamily;
   /** Runs after the nodes' namespaces exist, before any agent starts (links the agent should find). */
   beforeAgents?: (cluster: ClusterInABox) => Promise<void>;
 }
@@ -88,7 +90,7 @@ export class ClusterScene {
   }
 
   static async create(opts: ClusterSceneOptions): Promise<ClusterScene> {
-    const cluster = await ClusterInABox.create(opts.tag, opts.nodeCount ?? 3);
+    const cluster = await ClusterInABox.create(opts.tag, opts.nodeCount ?? 3, opts.underlay ?? 4);
     const scene = new ClusterScene(cluster, opts);
     try {
       await scene.start();

@@ -9,8 +9,10 @@ import { runOk } from './run.js';
 export interface ClusterNode {
   /** Network namespace the node's agent runs in. */
   netns: string;
-  /** The node's address on the cluster network (of the underlay's family). */
+  /** The node's address on the cluster network (of the underlay's family; IPv4 on a dual-stack one). */
   ip: string;
+  /** Its IPv6 address on a dual-stack cluster network. */
+  ip6?: string;
 }
 
 /** The cluster network's addresses per underlay family: the hub's (etcd's), node i's, the prefix length. */
@@ -19,8 +21,12 @@ const UNDERLAY = {
   6: { hub: 'fd00:248::1', node: (i: number) => `fd00:248::${11 + i}`, length: 64 },
 } as const;
 
-/** The family of the cluster network: IPv4 (the default), or IPv6 only (no IPv4 address on any node's eth0, etcd on IPv6). */
-export type UnderlayFamily = 4 | 6;
+/**
+ * The family of the cluster network: IPv4 (the default); dual-stack (IPv4
+ * as ever, each node's eth0 with an IPv6 address too, UNDERLAY[6]'s); or
+ * IPv6 only (no IPv4 address on any node's eth0, etcd on IPv6).
+ */
+export type UnderlayFamily = 4 | 6 | 'dual';
 /**
  * The hub bridge's MAC, set at creation: a bridge without one takes the
  * lowest MAC among its ports, so a host added later could change it and
@@ -47,7 +53,7 @@ export class ClusterInABox {
     readonly pool: NetnsPool,
     readonly underlay: UnderlayFamily,
   ) {
-    const hub = UNDERLAY[underlay].hub;
+    const hub = UNDERLAY[underlay === 6 ? 6 : 4].hub;
     this.etcdEndpoint = `http://${underlay === 6 ? `[${hub}]` : hub}:2379`;
   }
 
@@ -67,8 +73,9 @@ export class ClusterInABox {
     const hub = (await this.pool.add('hub')).name;
     this.hub = hub;
     await runOk(['ip', '-n', hub, 'link', 'add', 'tdlhub0', 'address', HUB_BRIDGE_MAC, 'type', 'bridge']);
-    const net = UNDERLAY[this.underlay];
+    const net = UNDERLAY[this.underlay === 6 ? 6 : 4];
     await this.#addAddress(hub, net.hub, 'tdlhub0');
+    if (this.underlay === 'dual') await this.#addAddress(hub, UNDERLAY[6].hub, 'tdlhub0', 6);
     await runOk(['ip', '-n', hub, 'link', 'set', 'tdlhub0', 'up']);
     for (let i = 0; i < nodeCount; i++) {
       const ns = (await this.pool.add(`n${i}`)).name;
@@ -76,8 +83,10 @@ export class ClusterInABox {
       await runOk(['ip', '-n', hub, 'link', 'add', `tdlport${i}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', `/var/run/netns/${ns}`]);
       await runOk(['ip', '-n', hub, 'link', 'set', `tdlport${i}`, 'master', 'tdlhub0', 'up']);
       await this.#addAddress(ns, ip, 'eth0');
+      const ip6 = this.underlay === 'dual' ? UNDERLAY[6].node(i) : undefined;
+      if (ip6 !== undefined) await this.#addAddress(ns, ip6, 'eth0', 6);
       await runOk(['ip', '-n', ns, 'link', 'set', 'eth0', 'up']);
-      this.nodes.push({ netns: ns, ip });
+      this.nodes.push({ netns: ns, ip, ...(ip6 !== undefined ? { ip6 } : {}) });
     }
     this.etcdDir = await mkdtemp(join(tmpdir(), 'tdl-etcd-'));
     const peer = 'http://127.0.0.1:2380';
@@ -108,10 +117,9 @@ export class ClusterInABox {
     });
   }
 
-  /** An address of the cluster network on a device: /24, or /64 with nodad on an IPv6 underlay. */
-  async #addAddress(ns: string, ip: string, dev: string): Promise<void> {
-    const net = UNDERLAY[this.underlay];
-    await runOk(['ip', '-n', ns, 'addr', 'add', `${ip}/${net.length}`, 'dev', dev, ...(this.underlay === 6 ? ['nodad'] : [])]);
+  /** An address of the cluster network on a device: IPv4 /24, or IPv6 /64 with nodad (usable at once: agents read them at start). */
+  async #addAddress(ns: string, ip: string, dev: string, family: 4 | 6 = this.underlay === 6 ? 6 : 4): Promise<void> {
+    await runOk(['ip', '-n', ns, 'addr', 'add', `${ip}/${UNDERLAY[family].length}`, 'dev', dev, ...(family === 6 ? ['nodad'] : [])]);
   }
 
   /**
@@ -124,7 +132,7 @@ export class ClusterInABox {
     const port = `tdlhost${this.hostSeq++}`;
     await runOk(['ip', '-n', this.hub, 'link', 'add', port, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.path]);
     await runOk(['ip', '-n', this.hub, 'link', 'set', port, 'master', 'tdlhub0', 'up']);
-    await this.#addAddress(ns.name, ip, 'eth0');
+    await this.#addAddress(ns.name, ip, 'eth0', ip.includes(':') ? 6 : 4);
     await runOk(['ip', '-n', ns.name, 'link', 'set', 'eth0', 'up']);
     return { netns: ns.name, netnsPath: ns.path };
   }

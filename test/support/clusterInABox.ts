@@ -125,14 +125,16 @@ export class ClusterInABox {
   /**
    * Another host on the cluster network that is no node (a server outside the
    * cluster, an attacker on the underlay): a namespace on the hub bridge with
-   * `ip` (of the underlay's family) on its eth0.
+   * `ip` (of the underlay's family) on its eth0, and `ip6` beside it on a
+   * dual-stack cluster network.
    */
-  async addUnderlayHost(suffix: string, ip: string): Promise<{ netns: string; netnsPath: string }> {
+  async addUnderlayHost(suffix: string, ip: string, ip6?: string): Promise<{ netns: string; netnsPath: string }> {
     const ns = await this.pool.add(suffix);
     const port = `tdlhost${this.hostSeq++}`;
     await runOk(['ip', '-n', this.hub, 'link', 'add', port, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', ns.path]);
     await runOk(['ip', '-n', this.hub, 'link', 'set', port, 'master', 'tdlhub0', 'up']);
     await this.#addAddress(ns.name, ip, 'eth0', ip.includes(':') ? 6 : 4);
+    if (ip6 !== undefined) await this.#addAddress(ns.name, ip6, 'eth0', 6);
     await runOk(['ip', '-n', ns.name, 'link', 'set', 'eth0', 'up']);
     return { netns: ns.name, netnsPath: ns.path };
   }

@@ -228,7 +228,7 @@ export class ClusterScene {
 
   /** A service agent in any namespace the scene made (an outside host), stopped with the scene. */
   async agentIn(netnsPath: string, name: string, ports: { tcp?: number[]; udp?: number[] } = {}): Promise<ServiceAgentProcess> {
-    const a = await ServiceAgentProcess.start(netnsPath, { name, tcpPorts: ports.tcp ?? [], udpPorts: ports.udp ?? [] });
+    const a = await ServiceAgentProcess.start(netnsPath, { name, tcpPorts: ports.tcp ?? [], udpPorts: ports.udp ?? [], versions: [4, 6] });
     this.extraAgents.push(a);
     return a;
   }

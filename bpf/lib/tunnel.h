@@ -136,6 +136,17 @@ static __always_inline __u32 tunnel_portable_identity(__u32 identity)
 }
 
 /*
+ * tunnel_portable_identity for an IPv6 source: a node-local identity
+ * travels as world-ipv6, never as world, which is IPv4's: a policy
+ * admitting 0.0.0.0/0 (world) must not admit an IPv6 source on the node
+ * that receives it, nor one admitting ::/0 refuse it.
+ */
+static __always_inline __u32 tunnel_portable_identity6(__u32 identity)
+{
+	return identity & IDENTITY_SCOPE_MASK ? IDENTITY_WORLD_IPV6 : identity;
+}
+
+/*
  * The sender's identity as a VNI carries it, seen from this node: a node
  * sends its own traffic as IDENTITY_HOST, which here is a remote node.
  */

@@ -4,8 +4,9 @@
  * which underlay family: a hosting node's IPv4 address (tunnel_ip4) or,
  * for a node on an IPv6 underlay, its IPv6 one (tunnel_ip6), for an inner
  * destination of either family; never for this node's own addresses, for
- * an entry without endpoint, or outside tunnel mode. SETUP writes the
- * entries as the agent's ipcache mirror lays them out.
+ * an entry without endpoint, or outside tunnel mode; and what identity a
+ * source travels with (a node-local one as its family's world). SETUP
+ * writes the entries as the agent's ipcache mirror lays them out.
  */
 #include <linux/in.h>
 
@@ -141,6 +142,19 @@ CHECK(tunnel_route_native_mode)
 
 	ASSERT_EQ(test_setup_status(skb), TEST_PASS);
 	ASSERT_EQ(ut_route4(POD4_OVER6, &r), 0);
+	return TEST_PASS;
+}
+
+CHECK(tunnel_portable_identity)
+{
+	/* A CIDR identity (local scope) means nothing on another node: the world of the source's family. */
+	ASSERT_EQ(tunnel_portable_identity(IDENTITY_SCOPE_MASK | 5), IDENTITY_WORLD);
+	ASSERT_EQ(tunnel_portable_identity6(IDENTITY_SCOPE_MASK | 5), IDENTITY_WORLD_IPV6);
+	/* Cluster-wide and reserved identities travel as they are. */
+	ASSERT_EQ(tunnel_portable_identity(1000), 1000);
+	ASSERT_EQ(tunnel_portable_identity6(1000), 1000);
+	ASSERT_EQ(tunnel_portable_identity6(IDENTITY_WORLD_IPV6), IDENTITY_WORLD_IPV6);
+	ASSERT_EQ(tunnel_portable_identity(IDENTITY_WORLD), IDENTITY_WORLD);
 	return TEST_PASS;
 }
 

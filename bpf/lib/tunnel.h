@@ -50,7 +50,7 @@ static __always_inline int tunnel_route_of(const struct remote_endpoint_info *in
 	if (info->tunnel_ip4) {
 		r->family = 4;
 		r->endpoint = info->tunnel_ip4;
-	} else if (info->tunnel_ip6[0] | info->tunnel_ip6[1] | info->tunnel_ip6[2] | info->tunnel_ip6[3]) {
+	} else if (ipcache_has_tunnel(info)) {
 		r->family = 6;
 		__builtin_memcpy(r->endpoint6, info->tunnel_ip6, sizeof(r->endpoint6));
 	} else {

@@ -159,18 +159,17 @@ export class RemoteNodes {
         // Both ends must agree for pod traffic to flow; the record says what the other side expects, so say it loudly.
         this.#log?.warn({ node: node.name, theirs: node.routingMode, ours: this.#routing.mode }, 'remote node runs another routing mode');
       }
-      const nodeIp = hostIP;
-      if (nodeIp === undefined) {
+      if (hostIP === undefined) {
         if (state.route !== undefined) await this.#routing.removeRemoteNode(node.name);
         state.route = undefined;
       } else {
         // Every pod CIDR, with the IPv6 next hop: the datapath routes what its mode can carry.
-        const route: RemoteNodeRoute = { name: node.name, nodeIp, ...(ip4 !== undefined && ip6 !== undefined ? { nodeIp6: ip6 } : {}), podCidrs: [...node.podCidrs] };
+        const route: RemoteNodeRoute = { name: node.name, nodeIp: hostIP, ...(ip4 !== undefined && ip6 !== undefined ? { nodeIp6: ip6 } : {}), podCidrs: [...node.podCidrs] };
         if (!sameRoute(state.route, route)) {
           state.route = undefined;
           await this.#routing.upsertRemoteNode(route);
           state.route = route;
-          this.#log?.info({ node: node.name, nodeIp, podCidrs: route.podCidrs }, 'routes to remote node installed');
+          this.#log?.info({ node: node.name, nodeIp: hostIP, podCidrs: route.podCidrs }, 'routes to remote node installed');
         }
       }
     }

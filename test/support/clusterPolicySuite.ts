@@ -122,7 +122,8 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
 
   test(title('before any policy, every pod reaches db on node C'), T, async () => {
     const seen: Record<string, string> = {};
-    for (const v of versions) for (const name of ['api', 'otherb', 'othera', 'spoofer', 'web']) seen[`${name} IPv${v}`] = await toDb(pods[name]!, 1000, undefined, v);
+    // 3 s: a path's first IPv6 packets wait for neighbour discovery on its hops, past a 1 s SYN retransmit.
+    for (const v of versions) for (const name of ['api', 'otherb', 'othera', 'spoofer', 'web']) seen[`${name} IPv${v}`] = await toDb(pods[name]!, 3000, undefined, v);
     assert.deepEqual(seen, everyVersion({ api: 'tcp open, udp open', otherb: 'tcp open, udp open', othera: 'tcp open, udp open', spoofer: 'tcp open, udp open', web: 'tcp open, udp open' }));
   });
 

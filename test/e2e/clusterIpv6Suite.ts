@@ -184,7 +184,8 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
     });
   });
 
-  test(`[${label}] the dual-stack pods reach each other on IPv4 too (ICMP, TCP), with the client pod's own address`, T, async () => {
+  // Native routing reaches IPv4 pod CIDRs via an IPv4 InternalIP only (remoteNodeRoutes.ts): a node known by its IPv6 address alone has none.
+  if (!(opts.routingMode === 'native' && v6NodeIp)) test(`[${label}] the dual-stack pods reach each other on IPv4 too (ICMP, TCP), with the client pod's own address`, T, async () => {
     const [p0, p1] = [pods[0]!, pods[1]!];
     const tcp = async (a: ClusterPod, b: ClusterPod) => {
       const r = await a.agent.tcpOnce({ dst: b.ip, port: POD_TCP_PORT }, 3000);

@@ -21,7 +21,7 @@ import { VxlanCapture } from '../support/vxlanCapture.js';
 import { bpfMetrics, dropCounts } from '../support/datapathObserve.js';
 import { deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
 import type { ClusterInABox, UnderlayFamily } from '../support/clusterInABox.js';
-import { type ClusterPod, ClusterScene, NODE_ROUTE_PROTOCOL, POD_TCP_PORT, type RoutingMode, VXLAN_PORT } from '../support/clusterScene.js';
+import { type ClusterPod, ClusterScene, NODE_ROUTE_PROTOCOL, POD_TCP_PORT, type RoutingMode, TUNNEL_OVERHEAD, VXLAN_PORT } from '../support/clusterScene.js';
 import { tendrilPolicy } from '../support/policyDocuments.js';
 import { requireRoot } from '../support/root.js';
 import { runOk, toolEnv } from '../support/run.js';
@@ -247,6 +247,19 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
   }
 
   if (opts.routingMode === 'tunnel' && underlay6) {
+    test(`[${label}] the pod MTU leaves room for an outer IPv6 header (70 bytes below the underlay's): packets of the full pod MTU cross whole with DF set, IPv4 and IPv6`, T, async () => {
+      const [a, b] = [pods[0]!, pods[1]!];
+      const want = 1500 - TUNNEL_OVERHEAD - 20;
+      assert.deepEqual({ pod: await s().mtuOf(a.netns, 'eth0'), vxlan: await s().mtuOf(a.node.node, 'tendril_vxlan') }, { pod: want, vxlan: want });
+      const seen: Record<string, string> = {};
+      // The echo's payload: the MTU less the IP header (20, IPv6 40) and ICMP's 8 bytes.
+      for (const [v, dst, payload] of [[4, b.ip, want - 28], [6, ip6.get(b)!, want - 48]] as const) {
+        const r = await s().exec(a.netns, ['ping', `-${v}`, '-n', '-q', '-M', 'do', '-s', String(payload), '-c', '3', '-i', '0.2', '-W', '2', dst]);
+        seen[`IPv${v}`] = r.code === 0 ? 'ok' : `${r.stdout}${r.stderr}`.trim();
+      }
+      assert.deepEqual(seen, { IPv4: 'ok', IPv6: 'ok' }, `${want}-byte packets`);
+    });
+
     test(`[${label}] only nodes may send VXLAN: a host on the IPv6 underlay that is no node is dropped as OVERLAY_NOT_NODE, even with an admitted pod's identity as VNI`, T, async () => {
       const [p0, p1] = [pods[0]!, pods[1]!];
       const n1 = s().node(1);

@@ -66,6 +66,8 @@ export class RemoteNodes {
   readonly #retries = new Map<string, { timer: NodeJS.Timeout | undefined; backoff: Backoff }>();
   #unsubscribe: (() => void) | undefined;
   #running = false;
+  /** `node/family` pairs already warned about (#warnUnreachableUnderlay). */
+  readonly #warnedUnderlay = new Set<string>();
 
   constructor(o: { registry: NodeRegistryView; nodeName: string; ipcache: IPCache; routing?: NodeRoutingDatapath; logger?: Logger; retryMs?: number }) {
     this.#registry = o.registry;
@@ -153,6 +155,7 @@ export class RemoteNodes {
     const ip6 = nodeIpOfFamily(node, 6);
     const hostIP = ip4 ?? ip6;
     if (hostIP === undefined) this.#log?.warn({ node: node.name }, 'remote node has no InternalIP: no tunnel endpoint and no routes to its pods');
+    else this.#warnUnreachableUnderlay(node, hostIP);
     this.#setEntries(node.name, state, node.addresses.map((a) => a.ip), hostIP);
     if (this.#routing !== undefined) {
       if (node.routingMode !== this.#routing.mode) {
@@ -187,6 +190,28 @@ export class RemoteNodes {
     this.#installed.delete(name);
     this.#settled(name);
     this.#log?.info({ node: name }, 'remote node removed');
+  }
+
+  /**
+   * The overlay reaches a node over the family of its node IP; a node with
+   * no InternalIP of that family (an IPv6-only one facing a node whose node
+   * IP is IPv4) cannot send there, and the kernel drops what it encapsulates
+   * unseen. Said once per node and family, at warn: a cluster mixing
+   * IPv6-only nodes with nodes on IPv4 node IPs is not supported in tunnel
+   * mode.
+   */
+  #warnUnreachableUnderlay(node: NodeRecord, hostIP: string): void {
+    if (this.#routing?.mode !== 'tunnel') return;
+    const own = this.#registry.get(this.#nodeName);
+    const family = tryParseIp(hostIP)?.family;
+    if (own === undefined || family === undefined || nodeIpOfFamily(own, family) !== undefined) return;
+    const key = `${node.name}/${family}`;
+    if (this.#warnedUnderlay.has(key)) return;
+    this.#warnedUnderlay.add(key);
+    this.#log?.warn(
+      { node: node.name, tunnelEndpoint: hostIP },
+      `remote node ${node.name} is reached through the overlay at its IPv${family} node IP, and this node has no IPv${family} InternalIP: its pods are unreachable from here; give every node a node IP of one family (--node-ip)`,
+    );
   }
 
   /** Makes the node's ipcache entries exactly `ips` (addresses that went are deleted). */

@@ -22,9 +22,16 @@ const AGENT = fileURLToPath(new URL('../../bin/tendril-agent', import.meta.url))
 
 export type BenchRoutingMode = 'tunnel' | 'native';
 
-/** The underlay of every box: 10.248.0.0/24 on the hub's bridge (each box is its own set of namespaces). */
-const HUB_IP = '10.248.0.1';
-const nodeIp = (i: number) => `10.248.0.${11 + i}`;
+/**
+ * The underlay of every box: 10.248.0.0/24 on the hub's bridge (each box is
+ * its own set of namespaces), or fd00:248::/64 alone on an IPv6 box (no IPv4
+ * address on any node: the overlay runs on IPv6, etcd is on IPv6).
+ */
+const UNDERLAY = {
+  4: { hub: '10.248.0.1', node: (i: number) => `10.248.0.${11 + i}`, length: 24 },
+  6: { hub: 'fd00:248::1', node: (i: number) => `fd00:248::${11 + i}`, length: 64 },
+} as const;
+export type BenchUnderlay = 4 | 6;
 /** Block IPAM's pool of every box's pods. */
 export const CLUSTER_POOL = '10.249.0.0/16';
 
@@ -49,12 +56,14 @@ export class BenchBox {
   private constructor(
     readonly tag: string,
     readonly namespaces: BenchNamespaces,
+    readonly underlay: BenchUnderlay,
   ) {
     this.hub = `${tag}h`;
   }
 
   get etcdEndpoint(): string {
-    return `http://${HUB_IP}:2379`;
+    const hub = UNDERLAY[this.underlay].hub;
+    return `http://${this.underlay === 6 ? `[${hub}]` : hub}:2379`;
   }
 
   /**
@@ -62,8 +71,8 @@ export class BenchBox {
    * `register` gets the box's cleanup before anything is made, so a signal
    * during the build removes what was made so far.
    */
-  static async create(tag: string, nodes: number, withEtcd: boolean, register?: (cleanup: () => Promise<void>) => void): Promise<BenchBox> {
-    const box = new BenchBox(tag, new BenchNamespaces());
+  static async create(tag: string, nodes: number, withEtcd: boolean, register?: (cleanup: () => Promise<void>) => void, underlay: BenchUnderlay = 4): Promise<BenchBox> {
+    const box = new BenchBox(tag, new BenchNamespaces(), underlay);
     register?.(() => box.cleanup());
     try {
       await box.#build(nodes, withEtcd);
@@ -78,15 +87,18 @@ export class BenchBox {
     const names = [this.hub, ...Array.from({ length: nodes }, (_, i) => `${this.tag}n${i}`)];
     await this.namespaces.add(...names);
     await exec(['ip', '-n', this.hub, 'link', 'add', 'tdlhub0', 'address', HUB_BRIDGE_MAC, 'type', 'bridge']);
-    await exec(['ip', '-n', this.hub, 'addr', 'add', `${HUB_IP}/24`, 'dev', 'tdlhub0']);
+    const net = UNDERLAY[this.underlay];
+    // IPv6 without DAD: usable at once (etcd binds the hub's address right away).
+    const dad = this.underlay === 6 ? ['nodad'] : [];
+    await exec(['ip', '-n', this.hub, 'addr', 'add', `${net.hub}/${net.length}`, 'dev', 'tdlhub0', ...dad]);
     await exec(['ip', '-n', this.hub, 'link', 'set', 'tdlhub0', 'up']);
     for (let i = 0; i < nodes; i++) {
       const ns = names[i + 1]!;
       await exec(['ip', '-n', this.hub, 'link', 'add', `tdlport${i}`, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netnsPath(ns)]);
       await exec(['ip', '-n', this.hub, 'link', 'set', `tdlport${i}`, 'master', 'tdlhub0', 'up']);
-      await exec(['ip', '-n', ns, 'addr', 'add', `${nodeIp(i)}/24`, 'dev', 'eth0']);
+      await exec(['ip', '-n', ns, 'addr', 'add', `${net.node(i)}/${net.length}`, 'dev', 'eth0', ...dad]);
       await exec(['ip', '-n', ns, 'link', 'set', 'eth0', 'up']);
-      this.nodes.push({ ns, ip: nodeIp(i) });
+      this.nodes.push({ ns, ip: net.node(i) });
     }
     if (withEtcd) await this.#startEtcd();
   }
@@ -224,7 +236,7 @@ export class BenchCluster {
   ) {}
 
   /** `register` as for BenchBox.create: gets the cluster's cleanup (agents, box, state) before anything is made. */
-  static async create(tag: string, nodes: number, mode: BenchRoutingMode, register?: (cleanup: () => Promise<void>) => void, extraArgs: string[] = []): Promise<BenchCluster> {
+  static async create(tag: string, nodes: number, mode: BenchRoutingMode, register?: (cleanup: () => Promise<void>) => void, extraArgs: string[] = [], underlay: BenchUnderlay = 4): Promise<BenchCluster> {
     let c: BenchCluster | undefined;
     let boxCleanup: (() => Promise<void>) | undefined;
     const stateRoot = await mkdtemp(join(tmpdir(), 'tdl-bench-cluster-'));
@@ -237,7 +249,7 @@ export class BenchCluster {
     });
     register?.(cleanup);
     try {
-      const box = await BenchBox.create(tag, nodes, true, (fn) => (boxCleanup = fn));
+      const box = await BenchBox.create(tag, nodes, true, (fn) => (boxCleanup = fn), underlay);
       const cluster = new BenchCluster(box, mode, stateRoot);
       c = cluster;
       // In parallel: an agent's start (loading the BPF objects) takes seconds on a busy machine.
@@ -268,15 +280,17 @@ export class BenchCluster {
 
 /**
  * A tendril cluster of two nodes in `mode` with a client pod on node 0 and a
- * server pod on node 1 (labels app=<name>-client, app=<name>-server).
+ * server pod on node 1 (labels app=<name>-client, app=<name>-server); on an
+ * IPv6-only underlay with `underlay` 6 (the pods keep their IPv4 addresses).
  */
 export async function crossNodePodPair(
   mode: BenchRoutingMode,
   name: string,
   register: (fn: () => Promise<void>) => void,
+  underlay: BenchUnderlay = 4,
 ): Promise<{ cluster: BenchCluster; clientNs: string; serverNs: string; serverIp: string }> {
-  const tag = boxTag(`${name.slice(0, 3)}${mode === 'native' ? 'n' : 't'}`);
-  const cluster = await BenchCluster.create(tag, 2, mode, register);
+  const tag = boxTag(`${name.slice(0, 3)}${mode === 'native' ? 'n' : 't'}${underlay === 6 ? '6' : ''}`);
+  const cluster = await BenchCluster.create(tag, 2, mode, register, [], underlay);
   const [clientNs, serverNs] = [`${tag}pc`, `${tag}ps`];
   await cluster.addNamespaces(clientNs, serverNs);
   await cluster.agents[0]!.addPod(`${name}-client`, clientNs, `app=${name}-client`);
@@ -284,9 +298,13 @@ export async function crossNodePodPair(
   return { cluster, clientNs, serverNs, serverIp: server.ip };
 }
 
-/** The paths the cross-node benches compare: the underlay (node → node, no tendril) and pod → pod in each routing mode. */
-export type ClusterPath = 'underlay' | BenchRoutingMode;
-export const CLUSTER_PATHS: readonly ClusterPath[] = ['underlay', 'native', 'tunnel'];
+/**
+ * The paths the cross-node benches compare: the underlay (node → node, no
+ * tendril), pod → pod in each routing mode, and pod → pod in tunnel mode over
+ * an IPv6-only underlay (`tunnel6`: the same IPv4 pods, an outer IPv6 header).
+ */
+export type ClusterPath = 'underlay' | BenchRoutingMode | 'tunnel6';
+export const CLUSTER_PATHS: readonly ClusterPath[] = ['underlay', 'native', 'tunnel', 'tunnel6'];
 
 /** Where a path's client runs and its server listens; `error` when it could not be set up. */
 export interface PathEnds {
@@ -299,7 +317,7 @@ export interface PathEnds {
 }
 
 /**
- * The three paths, built at once (agents take seconds to start): an underlay
+ * The paths, built at once (agents take seconds to start): an underlay
  * box of two node namespaces (client in node 0, server on node 1's own
  * address), and a two-node cluster per routing mode (`crossNodePodPair`). A mode
  * that cannot be set up is reported in its `error`, not thrown: the others are
@@ -310,8 +328,8 @@ export async function crossNodePaths(name: string, register: (fn: () => Promise<
     const box = await BenchBox.create(boxTag(`${name.slice(0, 3)}u`), 2, false, register);
     return { clientNs: box.nodes[0]!.ns, serverNs: box.nodes[1]!.ns, serverIp: box.nodes[1]!.ip };
   })();
-  const pair = (mode: BenchRoutingMode) =>
-    crossNodePodPair(mode, name, register).then(
+  const pair = (mode: BenchRoutingMode, underlay: BenchUnderlay = 4) =>
+    crossNodePodPair(mode, name, register, underlay).then(
       (p): PathEnds => {
         const [n0, n1] = [p.cluster.box.nodes[0]!, p.cluster.box.nodes[1]!];
         return { clientNs: p.clientNs, serverNs: p.serverNs, serverIp: p.serverIp, nodes: { clientNs: n0.ns, serverNs: n1.ns, serverIp: n1.ip } };
@@ -319,9 +337,10 @@ export async function crossNodePaths(name: string, register: (fn: () => Promise<
       (err: unknown): PathEnds => ({ clientNs: '', serverNs: '', serverIp: '', error: `set-up: ${errorLine(err)}` }),
     );
   // Settled all, so nothing is still being built when a failure starts the cleanup.
-  const [u, native, tunnel] = await Promise.allSettled([underlay, pair('native'), pair('tunnel')]);
+  const [u, native, tunnel, tunnel6] = await Promise.allSettled([underlay, pair('native'), pair('tunnel'), pair('tunnel', 6)]);
   if (u.status === 'rejected') throw u.reason;
-  return { underlay: u.value, native: (native as PromiseFulfilledResult<PathEnds>).value, tunnel: (tunnel as PromiseFulfilledResult<PathEnds>).value };
+  const value = (r: PromiseSettledResult<PathEnds>) => (r as PromiseFulfilledResult<PathEnds>).value;
+  return { underlay: u.value, native: value(native), tunnel: value(tunnel), tunnel6: value(tunnel6) };
 }
 
 /**

@@ -105,7 +105,7 @@ export function printClusterLatency(r: ClusterLatencyReport): void {
   const us = (x: number | undefined) => (x === undefined ? '    n/a' : x.toFixed(0).padStart(7));
   const ratio = (x: number | undefined, ref: number | undefined) => (x === undefined || ref === undefined ? '  n/a' : `${(x / ref).toFixed(2)}x`.padStart(5));
   const u = r.paths.underlay;
-  const names: Record<ClusterPath, string> = { underlay: 'underlay (node → node)', native: 'native routing (pod → pod)', tunnel: 'tunnel, VXLAN (pod → pod)' };
+  const names: Record<ClusterPath, string> = { underlay: 'underlay (node → node)', native: 'native routing (pod → pod)', tunnel: 'tunnel, VXLAN (pod → pod)', tunnel6: 'tunnel, VXLAN over IPv6' };
   console.log(`\nCross-node request/response latency (µs), pod on node 0 → pod on node 1, vs the underlay (node namespace → node namespace, no tendril); ${r.rounds} interleaved rounds of ${r.msPerSample} ms per shape`);
   console.log(`  ${''.padEnd(28)} ${'RR p50'.padStart(7)} ${'p99'.padStart(7)} ${'p50/u'.padStart(5)} ${'p99/u'.padStart(5)}   ${'CRR p50'.padStart(7)} ${'p99'.padStart(7)} ${'p50/u'.padStart(5)} ${'p99/u'.padStart(5)}   samples RR/CRR`);
   for (const name of CLUSTER_PATHS) {

@@ -37,8 +37,8 @@ export interface ClusterThroughputReport {
   paths: Record<ClusterPath, ClusterThroughputPath>;
   /** The native cluster's node namespaces between themselves: the underlay with tendril's programs on the nodes' devices (where a pod path's cost is not the pods' own). */
   clusterNodes?: ClusterThroughputPath;
-  /** Per round, path / underlay (Gbit/s and Gbit per CPU-second), where both ran. */
-  ratios: Record<BenchRoutingMode, { gbps: number[]; cpu: number[] }>;
+  /** Per round, path / underlay (Gbit/s and Gbit per CPU-second), where both ran; tunnel6 / tunnel (the IPv6 outer header's cost). */
+  ratios: Record<BenchRoutingMode | 'tunnel6', { gbps: number[]; cpu: number[] }>;
   setupMs: number;
 }
 
@@ -99,7 +99,7 @@ export async function runClusterThroughputBench(seconds = 2, rounds = 4, pin = t
         }
       }
     };
-    const roundOf: Record<ClusterPath, number[]> = { underlay: [], native: [], tunnel: [] };
+    const roundOf: Record<ClusterPath, number[]> = { underlay: [], native: [], tunnel: [], tunnel6: [] };
     for (let i = 0; i < rounds; i++) {
       for (const name of i % 2 === 0 ? CLUSTER_PATHS : [...CLUSTER_PATHS].reverse()) {
         const before = paths[name].runs.length;
@@ -110,12 +110,12 @@ export async function runClusterThroughputBench(seconds = 2, rounds = 4, pin = t
     }
     // A ratio per round in which both the path and the underlay ran.
     const ratios = {} as ClusterThroughputReport['ratios'];
-    for (const mode of ['native', 'tunnel'] as const) {
+    for (const [mode, against] of [['native', 'underlay'], ['tunnel', 'underlay'], ['tunnel6', 'tunnel']] as const) {
       ratios[mode] = { gbps: [], cpu: [] };
       roundOf[mode].forEach((round, k) => {
-        const u = roundOf.underlay.indexOf(round);
+        const u = roundOf[against].indexOf(round);
         if (u < 0) return;
-        const [x, ref] = [paths[mode].runs[k]!, paths.underlay.runs[u]!];
+        const [x, ref] = [paths[mode].runs[k]!, paths[against].runs[u]!];
         ratios[mode].gbps.push(x.gbps / ref.gbps);
         ratios[mode].cpu.push(x.gbitPerCpuSecond / ref.gbitPerCpuSecond);
       });
@@ -128,7 +128,7 @@ export function printClusterThroughput(r: ClusterThroughputReport): void {
   const med = (xs: number[]) => (xs.length ? percentile(xs, 0.5).toFixed(2) : ' n/a');
   const list = (xs: number[]) => xs.map((x) => x.toFixed(2)).join(', ');
   console.log(`\nCross-node TCP throughput, pod on node 0 → pod on node 1, vs the underlay (node namespace → node namespace over the same veths and bridge, no tendril); iperf3 single stream ${r.seconds} s, ${r.rounds} interleaved rounds`);
-  const names: Record<ClusterPath, string> = { underlay: 'underlay (node → node)', native: 'native routing (pod → pod)', tunnel: 'tunnel, VXLAN (pod → pod)' };
+  const names: Record<ClusterPath, string> = { underlay: 'underlay (node → node)', native: 'native routing (pod → pod)', tunnel: 'tunnel, VXLAN (pod → pod)', tunnel6: 'tunnel, VXLAN over IPv6' };
   for (const p of CLUSTER_PATHS) {
     const x = r.paths[p];
     const body = x.runs.length
@@ -145,13 +145,14 @@ export function printClusterThroughput(r: ClusterThroughputReport): void {
       `  ${'native nodes (node → node)'.padEnd(28)} ${g.length ? `${med(g).padStart(7)} Gbit/s, ${med(n.runs.map((y) => y.gbitPerCpuSecond))} Gbit per CPU-second (runs: ${list(g)})${vsUnderlay}: tendril's programs on the nodes' devices alone` : '    n/a'}${n.error ? ` — FAILED: ${n.error}` : ''}`,
     );
   }
-  const ratio = (mode: BenchRoutingMode, label: string, note: string) => {
+  const ratio = (mode: BenchRoutingMode | 'tunnel6', label: string, note: string) => {
     const q = r.ratios[mode];
     console.log(`  ${label.padEnd(28)} ${med(q.gbps).padStart(7)}x Gbit/s, ${med(q.cpu)}x Gbit per CPU-second, medians of rounds (${note}; per round: ${list(q.gbps)})`);
   };
   ratio('native', 'native / underlay', 'goal ≥ 0.90x');
   ratio('tunnel', 'tunnel / underlay', 'the overlay\'s cost: encapsulation, a 50-byte smaller MTU');
-  console.log(`  (three boxes built at once, two of them tendril clusters on etcd, set up in ${(r.setupMs / 1000).toFixed(1)} s)`);
+  ratio('tunnel6', 'tunnel over IPv6 / tunnel', 'an outer IPv6 header: 20 bytes more, a UDP checksum');
+  console.log(`  (four boxes built at once, three of them tendril clusters on etcd, set up in ${(r.setupMs / 1000).toFixed(1)} s)`);
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

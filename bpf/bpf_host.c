@@ -215,7 +215,7 @@ static __always_inline int from_host_service6(struct __sk_buff *skb, struct flow
 		return 0;
 	if (forwarded) {
 		flow_set_arrived_source6(f, skb->ingress_ifindex);
-		src_identity = tunnel_portable_identity(f->src_identity);
+		src_identity = tunnel_portable_identity6(f->src_identity);
 		if (!from_host_clusterip_allowed(f, &fe.svc)) {
 			*action = drop_packet(skb, f, DROP_CLUSTERIP_FROM_OUTSIDE, DIR_NONE, 0);
 			return 1;
@@ -296,7 +296,7 @@ static __always_inline int from_host_ipv6(struct __sk_buff *skb, struct flow *f)
 			f->src_identity = IDENTITY_HOST;
 			if (arrived_on) {
 				flow_set_arrived_source6(f, arrived_on);
-				f->src_identity = tunnel_portable_identity(f->src_identity);
+				f->src_identity = tunnel_portable_identity6(f->src_identity);
 			}
 			f->dst_identity = route.identity;
 			return tunnel_encap4(skb, f, &route, f->src_identity, DIR_NONE);

@@ -107,7 +107,7 @@ static __always_inline void flow_set_arrived_source4(struct flow *f, __u32 devic
 	id = info->identity;
 	if (id == IDENTITY_HOST)
 		return;
-	if (config_tunnel_ifindex() && (info->tunnel_ip4 || id == IDENTITY_REMOTE_NODE))
+	if (config_tunnel_ifindex() && (ipcache_has_tunnel(info) || id == IDENTITY_REMOTE_NODE))
 		return;
 	f->src_identity = id;
 }
@@ -259,7 +259,7 @@ static __always_inline void flow_set_arrived_source6(struct flow *f, __u32 devic
 	id = info->identity;
 	if (id == IDENTITY_HOST)
 		return;
-	if (config_tunnel_ifindex() && (info->tunnel_ip4 || id == IDENTITY_REMOTE_NODE))
+	if (config_tunnel_ifindex() && (ipcache_has_tunnel(info) || id == IDENTITY_REMOTE_NODE))
 		return;
 	f->src_identity = id;
 }

@@ -18,7 +18,19 @@ struct remote_endpoint_info {
 	__u32 tunnel_ip4; /* network order: the node hosting the address (overlay endpoint); 0 = none */
 	__u8 flags;
 	__u8 pad[3];
+	/*
+	 * Network order: the hosting node's IPv6 address when the overlay
+	 * reaches it over an IPv6 underlay (then tunnel_ip4 is 0); all zero =
+	 * none. One entry names at most one endpoint, of one family.
+	 */
+	__u32 tunnel_ip6[4];
 };
+
+/* Whether an entry names a tunnel endpoint (another node hosts the address), of either underlay family. */
+static __always_inline int ipcache_has_tunnel(const struct remote_endpoint_info *info)
+{
+	return (info->tunnel_ip4 | info->tunnel_ip6[0] | info->tunnel_ip6[1] | info->tunnel_ip6[2] | info->tunnel_ip6[3]) != 0;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -93,7 +105,7 @@ static __always_inline int ipcache_is_cluster4(__be32 addr)
 
 	if (!info)
 		return 0;
-	return info->tunnel_ip4 != 0 || info->identity == IDENTITY_REMOTE_NODE || info->identity == IDENTITY_HOST;
+	return ipcache_has_tunnel(info) || info->identity == IDENTITY_REMOTE_NODE || info->identity == IDENTITY_HOST;
 }
 
 #endif

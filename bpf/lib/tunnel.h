@@ -7,8 +7,10 @@
  * security identity as VNI. The receiving node takes the source identity
  * from the key, never from the inner source address, which any sender can
  * write, and only from a sender that is a registered node (an IPv4 or an
- * IPv6 outer source alike). Pods of either family are carried; the sending
- * side's tunnel endpoint is the node's IPv4 address (ipcache tunnel_ip4).
+ * IPv6 outer source alike). Pods of either family are carried, over an
+ * underlay of either family: the sending side's tunnel endpoint is the
+ * hosting node's IPv4 address (ipcache tunnel_ip4) or, for a node on an
+ * IPv6 underlay, its IPv6 address (tunnel_ip6).
  */
 #ifndef __TENDRIL_LIB_TUNNEL_H_
 #define __TENDRIL_LIB_TUNNEL_H_
@@ -26,63 +28,76 @@
 
 /* Where a destination is reached through the overlay. */
 struct tunnel_route {
-	__be32 endpoint; /* the hosting node's address, network order */
-	__u32 ifindex;   /* tendril_vxlan */
-	__u32 identity;  /* the destination's (ipcache) */
+	__u32 endpoint6[4]; /* the hosting node's IPv6 address, network order (family 6) */
+	__be32 endpoint;    /* the hosting node's IPv4 address, network order (family 4) */
+	__u32 ifindex;      /* tendril_vxlan */
+	__u32 identity;     /* the destination's (ipcache) */
+	__u8 family;        /* the outer header's: 4 or 6, the hosting node's underlay */
+	__u8 pad[3];
 };
 
 /*
- * Whether daddr is reached through the overlay: tunnel routing mode, and an
- * ipcache entry naming a tunnel endpoint. The node's own addresses never
- * are, whatever their entry says. Fills *r when it is. An ipcache lookup,
- * for every packet that is not for this node (established flows too: the
- * endpoint can change under a flow).
+ * The tunnel endpoint an ipcache entry names, whatever the inner packet's
+ * family: the hosting node's IPv4 address, or its IPv6 address when it is
+ * reached over an IPv6 underlay (the agent writes one of the two, by that
+ * node's address family). An entry of this node's own addresses never
+ * tunnels, whatever it says.
  */
-static __always_inline int tunnel_route4(__be32 daddr, struct tunnel_route *r)
+static __always_inline int tunnel_route_of(const struct remote_endpoint_info *info, __u32 ifindex, struct tunnel_route *r)
 {
-	struct remote_endpoint_info *info;
-	__u32 ifindex = config_tunnel_ifindex();
-
-	if (!ifindex)
+	if (!info || info->identity == IDENTITY_HOST)
 		return 0;
-	info = ipcache_lookup4(daddr);
-	if (!info || !info->tunnel_ip4 || info->identity == IDENTITY_HOST)
+	if (info->tunnel_ip4) {
+		r->family = 4;
+		r->endpoint = info->tunnel_ip4;
+	} else if (ipcache_has_tunnel(info)) {
+		r->family = 6;
+		__builtin_memcpy(r->endpoint6, info->tunnel_ip6, sizeof(r->endpoint6));
+	} else {
 		return 0;
-	r->endpoint = info->tunnel_ip4;
+	}
 	r->ifindex = ifindex;
 	r->identity = info->identity;
 	return 1;
 }
 
 /*
- * tunnel_route4 for an IPv6 destination: a remote pod's IPv6 address whose
- * ipcache entry names the hosting node's IPv4 address as tunnel endpoint
- * (the overlay runs on an IPv4 underlay; the inner packet is IPv6).
+ * Whether daddr is reached through the overlay: tunnel routing mode, and an
+ * ipcache entry naming a tunnel endpoint. Fills *r when it is. An ipcache
+ * lookup, for every packet that is not for this node (established flows
+ * too: the endpoint can change under a flow).
  */
-static __always_inline int tunnel_route6(const __u32 *daddr, struct tunnel_route *r)
+static __always_inline int tunnel_route4(__be32 daddr, struct tunnel_route *r)
 {
-	struct remote_endpoint_info *info;
 	__u32 ifindex = config_tunnel_ifindex();
 
 	if (!ifindex)
 		return 0;
-	info = ipcache_lookup6(daddr);
-	if (!info || !info->tunnel_ip4 || info->identity == IDENTITY_HOST)
+	return tunnel_route_of(ipcache_lookup4(daddr), ifindex, r);
+}
+
+/* tunnel_route4 for an IPv6 destination: a remote pod's IPv6 address, over either underlay family. */
+static __always_inline int tunnel_route6(const __u32 *daddr, struct tunnel_route *r)
+{
+	__u32 ifindex = config_tunnel_ifindex();
+
+	if (!ifindex)
 		return 0;
-	r->endpoint = info->tunnel_ip4;
-	r->ifindex = ifindex;
-	r->identity = info->identity;
-	return 1;
+	return tunnel_route_of(ipcache_lookup6(daddr), ifindex, r);
 }
 
 /*
  * Encapsulates towards r's endpoint with src_identity as VNI and sends the
- * packet to tendril_vxlan (TRACE_TO_OVERLAY). DROP_ENCAP_FAILED when the
- * kernel refuses the key or the identity does not fit a VNI.
+ * packet to tendril_vxlan (TRACE_TO_OVERLAY); the outer header is the
+ * endpoint's family (the name's 4 is the older IPv4-only history: an
+ * inner packet of either family, an outer header of either family).
+ * DROP_ENCAP_FAILED when the kernel refuses the key or the identity does
+ * not fit a VNI.
  */
 __stage int tunnel_encap4(struct __sk_buff *skb, struct flow *f, const struct tunnel_route *r, __u32 src_identity, __u8 direction)
 {
 	struct bpf_tunnel_key key;
+	__u64 flags;
 
 	if (!f || !r)
 		return TC_ACT_SHOT;
@@ -90,11 +105,23 @@ __stage int tunnel_encap4(struct __sk_buff *skb, struct flow *f, const struct tu
 		return drop_packet(skb, f, DROP_ENCAP_FAILED, direction, 0);
 	__builtin_memset(&key, 0, sizeof(key));
 	key.tunnel_id = src_identity;
-	/* The helper takes the address in host order. */
-	key.remote_ipv4 = bpf_ntohl(r->endpoint);
 	key.tunnel_ttl = TUNNEL_TTL;
-	/* No outer UDP checksum: the inner packet carries its own, as Linux's VXLAN does by default over IPv4. */
-	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX) < 0)
+	if (r->family == 6) {
+		/*
+		 * The helper takes an IPv6 address in network order. The outer
+		 * UDP checksum stays on: IPv6 has no header checksum, and a
+		 * receiver drops a zero UDP checksum over IPv6 unless told to
+		 * accept it (RFC 6935), which tendril_vxlan is not.
+		 */
+		__builtin_memcpy(key.remote_ipv6, r->endpoint6, sizeof(key.remote_ipv6));
+		flags = BPF_F_TUNINFO_IPV6;
+	} else {
+		/* The helper takes the address in host order. */
+		key.remote_ipv4 = bpf_ntohl(r->endpoint);
+		/* No outer UDP checksum: the inner packet carries its own, as Linux's VXLAN does by default over IPv4. */
+		flags = BPF_F_ZERO_CSUM_TX;
+	}
+	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), flags) < 0)
 		return drop_packet(skb, f, DROP_ENCAP_FAILED, direction, 0);
 	return pass_packet(skb, f, bpf_redirect(r->ifindex, 0), TRACE_TO_OVERLAY, direction);
 }
@@ -106,6 +133,17 @@ __stage int tunnel_encap4(struct __sk_buff *skb, struct flow *f, const struct tu
 static __always_inline __u32 tunnel_portable_identity(__u32 identity)
 {
 	return identity & IDENTITY_SCOPE_MASK ? IDENTITY_WORLD : identity;
+}
+
+/*
+ * tunnel_portable_identity for an IPv6 source: a node-local identity
+ * travels as world-ipv6, never as world, which is IPv4's: a policy
+ * admitting 0.0.0.0/0 (world) must not admit an IPv6 source on the node
+ * that receives it, nor one admitting ::/0 refuse it.
+ */
+static __always_inline __u32 tunnel_portable_identity6(__u32 identity)
+{
+	return identity & IDENTITY_SCOPE_MASK ? IDENTITY_WORLD_IPV6 : identity;
 }
 
 /*

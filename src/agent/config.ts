@@ -223,7 +223,7 @@ export function validateConfig(raw: unknown): AgentConfig {
     c.routingMode !== 'tunnel' || c.datapath === 'bpf',
     '--routing-mode tunnel needs --datapath bpf (the overlay is the eBPF datapath\'s); use --routing-mode native with --datapath routing',
   );
-  // IPv6 pod CIDRs are carried in both routing modes: natively routed, or in the overlay (an IPv4 underlay).
+  // IPv6 pod CIDRs are carried in both routing modes: natively routed, or in the overlay (over an IPv4 or an IPv6 underlay).
   if (c.ipv6Masquerade && c.datapath === 'bpf') throw new ConfigError(ipv6NotYetRefusal('--ipv6-masquerade', 'masquerade'));
   validateAbsolutePath(c.socket, 'socket path');
   return c;

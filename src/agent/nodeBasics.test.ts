@@ -5,7 +5,7 @@ import { defaultConfig, validateConfig } from './config.js';
 import { nodeBasics } from './nodeBasics.js';
 
 // nodeBasics with the underlay given (what detectUnderlay found, underlay.test.ts): the node IP, its second
-// InternalIP, the pod MTU by underlay family, and the refusal of the overlay on an IPv6 node IP.
+// InternalIP, the pod MTU by underlay family (the overlay's outer header is the node IP's family).
 describe('nodeBasics', () => {
   const config = (extra: Record<string, unknown>) => validateConfig({ ...defaultConfig(), podCidrs: ['10.0.0.0/24', 'fd00:10::/64'], ...extra });
   const dual = { device: 'eth0', ifindex: 2, mtu: 1500, ip: '192.0.2.1', ip6: '2001:db8::1' };
@@ -17,10 +17,12 @@ describe('nodeBasics', () => {
     assert.equal((await nodeBasics(config({ routingMode: 'native', nodeIp: '198.51.100.1' }), { underlay: dual })).ip6, undefined);
   });
 
-  it('an IPv6-only node: native routing takes the IPv6 node IP; the overlay, which sends to IPv4 endpoints only, is refused at start', async () => {
+  it('an IPv6-only node: native routing and the overlay (over the IPv6 underlay, 20 bytes more of outer header) take the IPv6 node IP', async () => {
     assert.deepEqual(await nodeBasics(config({ routingMode: 'native' }), { underlay: v6only }), { ip: '2001:db8::1', ip6: undefined, podMtu: 1500, underlay: v6only });
-    await assert.rejects(nodeBasics(config({ routingMode: 'tunnel' }), { underlay: v6only }), (err: unknown) => err instanceof NodeConfigError && /node IP 2001:db8::1 is IPv6: the overlay .* use --routing-mode native/.test(err.message));
-    await assert.rejects(nodeBasics(config({ routingMode: 'tunnel', nodeIp: '2001:db8::1' }), { underlay: dual }), NodeConfigError);
+    assert.deepEqual(await nodeBasics(config({ routingMode: 'tunnel' }), { underlay: v6only }), { ip: '2001:db8::1', ip6: undefined, podMtu: 1430, underlay: v6only });
+    // An IPv6 node IP given on a dual-stack underlay: the outer header is IPv6 too.
+    assert.equal((await nodeBasics(config({ routingMode: 'tunnel', nodeIp: '2001:db8::1' }), { underlay: dual })).podMtu, 1430);
+    await assert.rejects(nodeBasics(config({ routingMode: 'tunnel', mtu: 1431 }), { underlay: v6only }), (err: unknown) => err instanceof NodeConfigError && /--mtu 1431 is larger .* 70 bytes of VXLAN over IPv6 = 1430/.test(err.message));
   });
 
   it('pods with IPv6 addresses need a pod MTU of at least 1280', async () => {

@@ -26,12 +26,6 @@ export async function nodeBasics(config: AgentConfig, deps: AgentDeps): Promise<
   }
   const underlay = deps.underlay ?? (deps.datapath ? undefined : await detectUnderlay({ ...(config.nodeIp !== undefined ? { nodeIp: config.nodeIp } : {}), ...(config.devices ? { devices: config.devices } : {}) }));
   const nodeIpFamily = tryParseIp(config.nodeIp ?? underlay?.ip ?? '')?.family;
-  if (config.routingMode === 'tunnel' && nodeIpFamily === 6) {
-    // Other nodes would have no IPv4 tunnel endpoint for this node: its pods would be unreachable, silently.
-    throw new NodeConfigError(
-      `node IP ${config.nodeIp ?? underlay?.ip} is IPv6: the overlay (--routing-mode tunnel) sends to other nodes' IPv4 addresses only, an IPv6 underlay is not built yet; use --routing-mode native, or give --node-ip an IPv4 address`,
-    );
-  }
   let podMtu: number;
   try {
     // The outer header's family is the node IP's (the tunnel endpoint); pods with an IPv6 pool need IPv6's minimum MTU.

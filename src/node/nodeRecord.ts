@@ -97,7 +97,8 @@ export function decodeNodeRecord(text: string, keyName?: string): NodeRecord | s
 
 /**
  * The node's first unicast InternalIP of a family: its next hop for that
- * family's pod CIDRs in native routing and (IPv4) its tunnel endpoint. A
+ * family's pod CIDRs in native routing and its tunnel endpoint (IPv4, or
+ * IPv6 on a node without an IPv4 one). A
  * record is another node's word (or a file edited in the kvstore): a
  * loopback, link-local, multicast or unspecified address is no next hop.
  */
@@ -113,7 +114,7 @@ export function podCidrsOfFamily(record: NodeRecord, family: 4 | 6): string[] {
   return record.podCidrs.filter((c) => tryParsePrefix(c)?.family === family);
 }
 
-/** The first IPv4 InternalIP: the node's tunnel endpoint and native next hop. */
+/** The first IPv4 InternalIP: the node's tunnel endpoint and native next hop (an IPv6-only node has none: its IPv6 one is both). */
 export function primaryNodeIp(record: NodeRecord): string | undefined {
   return nodeIpOfFamily(record, 4);
 }

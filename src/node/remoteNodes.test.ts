@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
 import { after, afterEach, before, describe, it } from 'node:test';
+import { pino } from 'pino';
 import { FakeNodeRouting } from '../datapath/fake/fakeNodeRouting.js';
 import { NodeLease, ReservedIdentity } from '../identity/index.js';
 import { testLogger, uniquePrefix, waitFor, embeddedStore, type TestStore } from '../identity/testing/cluster.js';
@@ -9,6 +11,7 @@ import { NodeRegistry } from './nodeRegistry.js';
 import { RemoteNodes } from './remoteNodes.js';
 import { nodeRecord } from './testing/registrySuite.js';
 import type { NodeRecord } from './types.js';
+import type { Logger } from '../logging/logger.js';
 
 // RemoteNodes over real registries on one embedded store, a real IPCache and
 // the in-memory node routing.
@@ -41,8 +44,8 @@ describe('remote nodes', () => {
     return { registry: r, shutdown };
   }
 
-  function remoteNodes(reg: NodeRegistry, ipcache: IPCache, routing?: FakeNodeRouting): RemoteNodes {
-    const rn = new RemoteNodes({ registry: reg, nodeName: 'node-a', ipcache, ...(routing ? { routing } : {}), logger: testLogger, retryMs: 50 });
+  function remoteNodes(reg: NodeRegistry, ipcache: IPCache, routing?: FakeNodeRouting, logger: Logger = testLogger): RemoteNodes {
+    const rn = new RemoteNodes({ registry: reg, nodeName: 'node-a', ipcache, ...(routing ? { routing } : {}), logger, retryMs: 50 });
     stops.push(() => rn.stop());
     return rn;
   }
@@ -171,7 +174,7 @@ describe('remote nodes', () => {
     assert.equal(ipcache.get('192.168.50.3'), undefined);
   });
 
-  it('without node routing, keeps the ipcache entries only; a node without an IPv4 InternalIP gets no tunnel endpoint', async () => {
+  it('without node routing, keeps the ipcache entries only; a node without an IPv4 InternalIP has its IPv6 one as tunnel endpoint', async () => {
     const prefix = uniquePrefix('remote-noroute');
     const a = await registry(prefix, dualStack(1));
     await registry(prefix, nodeRecord('node-b', 2, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::2' }], podCidrs: ['fd00:200:2::/64'] }));
@@ -182,10 +185,10 @@ describe('remote nodes', () => {
     assert.ok(rn.installed('node-b'));
     const e = ipcache.lookup('fd00:50::2');
     assert.equal(e?.identity, ReservedIdentity.RemoteNode);
-    assert.equal(e?.hostIP, undefined);
+    assert.equal(e?.hostIP, 'fd00:50::2');
   });
 
-  it('an IPv6-only node: no tunnel endpoint, and in native routing its IPv6 pod CIDRs go to the datapath with its IPv6 InternalIP as node IP', async () => {
+  it('an IPv6-only node: its IPv6 InternalIP is its addresses\' tunnel endpoint (an IPv6 underlay) and, in native routing, its IPv6 pod CIDRs\' node IP', async () => {
     const prefix = uniquePrefix('remote-v6only');
     const a = await registry(prefix, dualStack(1));
     await registry(prefix, nodeRecord('node-b', 2, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::2' }, { type: 'RouterIP', ip: 'fd00:200:2::1' }], podCidrs: ['fd00:200:2::/64'] }));
@@ -198,7 +201,22 @@ describe('remote nodes', () => {
     assert.deepEqual(routing.remoteNodes().get('node-b'), { name: 'node-b', nodeIp: 'fd00:50::2', podCidrs: ['fd00:200:2::/64'] });
     for (const ip of ['fd00:50::2', 'fd00:200:2::1']) {
       assert.equal(ipcache.lookup(ip)?.identity, ReservedIdentity.RemoteNode, ip);
-      assert.equal(ipcache.lookup(ip)?.hostIP, undefined, `${ip}: no IPv4 tunnel endpoint`);
+      assert.equal(ipcache.lookup(ip)?.hostIP, 'fd00:50::2', `${ip}: the IPv6 tunnel endpoint`);
     }
+  });
+  it('tunnel mode: warns once when a remote node\'s node IP is of a family this node has no InternalIP of (an IPv6-only node facing an IPv4 one)', async () => {
+    const prefix = uniquePrefix('remote-mixed');
+    const a = await registry(prefix, nodeRecord('node-a', 1, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::1' }], podCidrs: ['fd00:200:1::/64'] }));
+    await registry(prefix, dualStack(2));
+    await registry(prefix, nodeRecord('node-c', 3, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::3' }], podCidrs: ['10.200.3.0/24'] }));
+    await waitFor('b and c on a', () => a.registry.get('node-b') && a.registry.get('node-c'));
+    const lines: Array<{ msg: string; node?: string }> = [];
+    const sink = new Writable({ write: (chunk: Buffer, _enc, cb) => (lines.push(JSON.parse(chunk.toString()) as { msg: string; node?: string }), cb()) });
+    const rn = remoteNodes(a.registry, new IPCache({ logger: testLogger }), new FakeNodeRouting('tunnel'), pino({ level: 'warn' }, sink));
+    await rn.start();
+    await rn.idle();
+    const warned = lines.filter((l) => /is reached through the overlay at its IPv4 node IP/.test(l.msg));
+    // node-b's node IP is IPv4 (node-a has none); node-c is reached over IPv6, which node-a has.
+    assert.deepEqual(warned.map((l) => l.node), ['node-b']);
   });
 });

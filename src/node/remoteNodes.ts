@@ -66,6 +66,8 @@ export class RemoteNodes {
   readonly #retries = new Map<string, { timer: NodeJS.Timeout | undefined; backoff: Backoff }>();
   #unsubscribe: (() => void) | undefined;
   #running = false;
+  /** `node/family` pairs already warned about (#warnUnreachableUnderlay). */
+  readonly #warnedUnderlay = new Set<string>();
 
   constructor(o: { registry: NodeRegistryView; nodeName: string; ipcache: IPCache; routing?: NodeRoutingDatapath; logger?: Logger; retryMs?: number }) {
     this.#registry = o.registry;
@@ -147,30 +149,30 @@ export class RemoteNodes {
     const state = this.#installed.get(node.name) ?? { prefixes: new Set<string>(), route: undefined, complete: false };
     this.#installed.set(node.name, state);
     state.complete = false;
-    // The tunnel endpoint is IPv4 (the overlay's underlay); native routing also reaches a node by its IPv6 InternalIP.
-    const hostIP = primaryNodeIp(node);
+    // The node's IP, the tunnel endpoint of its addresses: its IPv4 InternalIP, else (an IPv6-only node) its IPv6 one, which
+    // the overlay reaches over an IPv6 underlay. Native routing reaches a dual-stack node's IPv6 pods by its IPv6 InternalIP.
+    const ip4 = primaryNodeIp(node);
     const ip6 = nodeIpOfFamily(node, 6);
-    if (hostIP === undefined) {
-      this.#log?.warn({ node: node.name, ipv6: ip6 }, ip6 === undefined ? 'remote node has no InternalIP: no tunnel endpoint and no routes to its pods' : 'remote node has no IPv4 InternalIP: no tunnel endpoint; in native routing its IPv6 pods are routed via its IPv6 InternalIP');
-    }
+    const hostIP = ip4 ?? ip6;
+    if (hostIP === undefined) this.#log?.warn({ node: node.name }, 'remote node has no InternalIP: no tunnel endpoint and no routes to its pods');
+    else this.#warnUnreachableUnderlay(node, hostIP);
     this.#setEntries(node.name, state, node.addresses.map((a) => a.ip), hostIP);
     if (this.#routing !== undefined) {
       if (node.routingMode !== this.#routing.mode) {
         // Both ends must agree for pod traffic to flow; the record says what the other side expects, so say it loudly.
         this.#log?.warn({ node: node.name, theirs: node.routingMode, ours: this.#routing.mode }, 'remote node runs another routing mode');
       }
-      const nodeIp = hostIP ?? ip6;
-      if (nodeIp === undefined) {
+      if (hostIP === undefined) {
         if (state.route !== undefined) await this.#routing.removeRemoteNode(node.name);
         state.route = undefined;
       } else {
         // Every pod CIDR, with the IPv6 next hop: the datapath routes what its mode can carry.
-        const route: RemoteNodeRoute = { name: node.name, nodeIp, ...(hostIP !== undefined && ip6 !== undefined ? { nodeIp6: ip6 } : {}), podCidrs: [...node.podCidrs] };
+        const route: RemoteNodeRoute = { name: node.name, nodeIp: hostIP, ...(ip4 !== undefined && ip6 !== undefined ? { nodeIp6: ip6 } : {}), podCidrs: [...node.podCidrs] };
         if (!sameRoute(state.route, route)) {
           state.route = undefined;
           await this.#routing.upsertRemoteNode(route);
           state.route = route;
-          this.#log?.info({ node: node.name, nodeIp, podCidrs: route.podCidrs }, 'routes to remote node installed');
+          this.#log?.info({ node: node.name, nodeIp: hostIP, podCidrs: route.podCidrs }, 'routes to remote node installed');
         }
       }
     }
@@ -188,6 +190,28 @@ export class RemoteNodes {
     this.#installed.delete(name);
     this.#settled(name);
     this.#log?.info({ node: name }, 'remote node removed');
+  }
+
+  /**
+   * The overlay reaches a node over the family of its node IP; a node with
+   * no InternalIP of that family (an IPv6-only one facing a node whose node
+   * IP is IPv4) cannot send there, and the kernel drops what it encapsulates
+   * unseen. Said once per node and family, at warn: a cluster mixing
+   * IPv6-only nodes with nodes on IPv4 node IPs is not supported in tunnel
+   * mode.
+   */
+  #warnUnreachableUnderlay(node: NodeRecord, hostIP: string): void {
+    if (this.#routing?.mode !== 'tunnel') return;
+    const own = this.#registry.get(this.#nodeName);
+    const family = tryParseIp(hostIP)?.family;
+    if (own === undefined || family === undefined || nodeIpOfFamily(own, family) !== undefined) return;
+    const key = `${node.name}/${family}`;
+    if (this.#warnedUnderlay.has(key)) return;
+    this.#warnedUnderlay.add(key);
+    this.#log?.warn(
+      { node: node.name, tunnelEndpoint: hostIP },
+      `remote node ${node.name} is reached through the overlay at its IPv${family} node IP, and this node has no IPv${family} InternalIP: its pods are unreachable from here; give every node a node IP of one family (--node-ip)`,
+    );
   }
 
   /** Makes the node's ipcache entries exactly `ips` (addresses that went are deleted). */

@@ -1,23 +1,30 @@
 // IPv6 pods across nodes, in either routing mode (one test file per mode):
-// a two-node cluster whose underlay is dual-stack (each node's eth0 gets an
-// IPv6 address before the agents start) and whose block IPAM has an IPv6
-// pool next to the IPv4 one. Native: each node routes the other's IPv6 pod
-// CIDR via that node's IPv6 InternalIP. Tunnel: the IPv6 pod packets cross
-// the IPv4 underlay in VXLAN with the source pod's identity as VNI, and the
-// node's own through tendril_host (its route to the other's IPv6 pod CIDR)
-// with the host identity. IPv6 traffic really flows pod to pod (ICMPv6, TCP,
-// UDP) and node to pod, the node reaches an IPv6 ClusterIP whose backends
-// are on both nodes, and the receiving node classifies the source (native:
-// by its ipcache; tunnel: by the VNI), so a policy admitting that pod admits
-// it, and one admitting only `host` does not.
-// The scene is built here (test/support's scenes are IPv4 only so far).
+// a two-node cluster whose block IPAM has an IPv6 pool next to the IPv4 one
+// (dual-stack pods), on an underlay that is dual-stack (each node's eth0
+// gets an IPv6 address before the agents start) or IPv6 only (`underlay: 6`:
+// no IPv4 address on any node's eth0, etcd on IPv6, the node IPs IPv6).
+// Native: each node routes the other's IPv6 pod CIDR via that node's IPv6
+// InternalIP. Tunnel: the pod packets cross the underlay in VXLAN with the
+// source pod's identity as VNI, in an outer header of the underlay's family.
+// Traffic really flows pod to pod (ICMPv6, TCP, UDP; IPv4 too), and the
+// receiving node classifies the source (native: by its ipcache; tunnel: by
+// the VNI), so a policy admitting that pod admits it, and one admitting only
+// `host` does not; a reply reaches a pod whose ingress policy does not admit
+// the peer (conntrack), a new connection from the peer does not. On an IPv6
+// underlay only nodes may send VXLAN: a host on it that is no node is
+// dropped with OVERLAY_NOT_NODE.
+// In tunnel mode the node's own IPv6 packets to a remote pod take its route
+// into tendril_host and cross with the host identity; the node reaches an
+// IPv6 ClusterIP whose backends are on both nodes.
+// The scene is built here: a second pool and an IPv6 underlay on top of the cluster box.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import { VxlanCapture } from '../support/vxlanCapture.js';
 import { bpfMetrics, dropCounts } from '../support/datapathObserve.js';
-import { importPolicyAndWait } from '../support/datapathNode.js';
-import { type ClusterPod, ClusterScene, NODE_ROUTE_PROTOCOL, type RoutingMode, VXLAN_PORT } from '../support/clusterScene.js';
+import { deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
+import type { ClusterInABox, UnderlayFamily } from '../support/clusterInABox.js';
+import { type ClusterPod, ClusterScene, NODE_ROUTE_PROTOCOL, POD_TCP_PORT, type RoutingMode, TUNNEL_OVERHEAD, VXLAN_PORT } from '../support/clusterScene.js';
 import { tendrilPolicy } from '../support/policyDocuments.js';
 import { requireRoot } from '../support/root.js';
 import { runOk, toolEnv } from '../support/run.js';
@@ -32,15 +39,22 @@ const IPERF_PORT = 5201;
 /** An IPv6 ClusterIP, and the port its IPv6 backends (p0 and p1, one per node) listen on. */
 const VIP6 = 'fd00:96::10';
 const BACKEND6_PORT = 8086;
+/** A host on the IPv6 underlay that is no node. */
+const ATTACKER_IP6 = 'fd00:248::66';
 const T = { timeout: 90_000 };
 
 /**
  * `ipv6Only`: each node's node IP is its IPv6 address (--node-ip), so its
  * record has no IPv4 InternalIP, as an IPv6-only node's (the underlay keeps
- * IPv4 for etcd, which the scene's hub serves on IPv4 only).
+ * IPv4 for etcd). `underlay: 6`: the same node IPs on an underlay that has
+ * no IPv4 at all (etcd on the hub's IPv6 address).
  */
-export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; ipv6Only?: boolean }): void {
+export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; ipv6Only?: boolean; underlay?: UnderlayFamily }): void {
   requireRoot(`the IPv6 cross-node suite (${opts.routingMode})`);
+  const underlay6 = opts.underlay === 6;
+  /** Each node's record has its IPv6 address as its only InternalIP. */
+  const v6NodeIp = opts.ipv6Only === true || underlay6;
+  const label = `${opts.routingMode}${underlay6 ? ', IPv6 underlay' : ''}`;
   let scene: ClusterScene | undefined;
   const s = () => scene!;
   const pods: ClusterPod[] = [];
@@ -89,12 +103,18 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
       nodeCount: 2,
       routingMode: opts.routingMode,
       ipam: 'block',
-      beforeAgents: async (cluster) => {
-        // nodad: the addresses are usable at once (the agents read them at start).
-        for (const [i, n] of cluster.nodes.entries()) await runOk(['ip', '-n', n.netns, '-6', 'addr', 'add', `${nodeIp6(i)}/64`, 'dev', 'eth0', 'nodad']);
-      },
+      // On an IPv6 underlay the nodes' addresses are these very nodeIp6(i), and their node IPs.
+      ...(underlay6
+        ? { underlay: 6 as const }
+        : {
+            beforeAgents: async (cluster: ClusterInABox) => {
+              // nodad: the addresses are usable at once (the agents read them at start).
+              for (const [i, n] of cluster.nodes.entries()) await runOk(['ip', '-n', n.netns, '-6', 'addr', 'add', `${nodeIp6(i)}/64`, 'dev', 'eth0', 'nodad']);
+            },
+          }),
       nodeArgs: (i) => ['--pool-cidr', POD_POOL6, ...(opts.ipv6Only === true ? ['--node-ip', nodeIp6(i)] : [])],
     });
+    if (underlay6) assert.deepEqual(scene.nodes.map((n) => n.ip), scene.nodes.map((n) => nodeIp6(n.index)), 'the IPv6 underlay\'s node addresses');
     for (const [i, name] of [[0, 'p0'], [1, 'p1'], [0, 'q0']] as const) pods.push(await scene.addPod(i, { name, labels: { app: name }, namespace: NS }));
     for (const p of pods) ip6.set(p, await podIp6(p));
     for (const p of pods.slice(0, 2)) backends6.push(await ServiceAgentProcess.start(p.netnsPath, { name: p.spec.name, tcpPorts: [BACKEND6_PORT], udpPorts: [], versions: [6] }));
@@ -145,12 +165,12 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
     return a;
   }
 
-  test(`[${opts.routingMode}] each node publishes its IPv6 InternalIP; native: routes the other node's IPv6 pod CIDR via it (protocol 212), tunnel: into tendril_host via the IPv6 next hop (the node's own packets are encapsulated there)`, T, async () => {
+  test(`[${label}] each node publishes its IPv6 InternalIP; native: routes the other node's IPv6 pod CIDR via it (protocol 212), tunnel: into tendril_host via the IPv6 next hop (the node's own packets are encapsulated there)`, T, async () => {
     for (const n of s().nodes) {
       const status = await s().nodeStatus(n.index);
       for (const peer of s().nodes) {
         const st = status.find((x) => x.name === peer.name)!;
-        assert.deepEqual(st.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.ip), opts.ipv6Only === true ? [nodeIp6(peer.index)] : [peer.ip, nodeIp6(peer.index)], `${n.name} sees ${peer.name}'s InternalIPs`);
+        assert.deepEqual(st.addresses.filter((a) => a.type === 'InternalIP').map((a) => a.ip), v6NodeIp ? [nodeIp6(peer.index)] : [peer.ip, nodeIp6(peer.index)], `${n.name} sees ${peer.name}'s InternalIPs`);
       }
       const other = status.find((x) => !x.local)!;
       const cidrs6 = other.podCidrs.filter((c) => c.includes(':'));
@@ -167,7 +187,7 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
     }
   });
 
-  test(`[${opts.routingMode}] IPv6 flows pod to pod across nodes (ICMPv6, TCP, UDP), with the client pod's own address`, T, async () => {
+  test(`[${label}] IPv6 flows pod to pod across nodes (ICMPv6, TCP, UDP), with the client pod's own address`, T, async () => {
     const [p0, p1] = [pods[0]!, pods[1]!];
     const seen = {
       'p0 -> p1 icmp': await ping6(p0.netns, ip6.get(p1)!),
@@ -185,7 +205,7 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
     });
   });
 
-  test(`[${opts.routingMode}] each node reaches the other node's IPv6 pods (TCP), and an IPv6 ClusterIP with a backend on each node, from its IPv6 router address`, T, async () => {
+  test(`[${label}] each node reaches the other node's IPv6 pods (TCP), and an IPv6 ClusterIP with a backend on each node, from its IPv6 router address`, T, async () => {
     const [p0, p1] = [pods[0]!, pods[1]!];
     for (const n of s().nodes) await upsertService(n, 61, { frontend: { ip: VIP6, port: 80 }, backends: [p0, p1].map((p) => ({ ip: ip6.get(p)!, port: BACKEND6_PORT })) });
     for (const [index, remote] of [[0, p1], [1, p0]] as const) {
@@ -202,8 +222,46 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
     }
   });
 
+  // Native routing reaches IPv4 pod CIDRs via an IPv4 InternalIP only (remoteNodeRoutes.ts): a node known by its IPv6 address alone has none.
+  if (!(opts.routingMode === 'native' && v6NodeIp)) test(`[${label}] the dual-stack pods reach each other on IPv4 too (ICMP, TCP), with the client pod's own address`, T, async () => {
+    const [p0, p1] = [pods[0]!, pods[1]!];
+    const tcp = async (a: ClusterPod, b: ClusterPod) => {
+      const r = await a.agent.tcpOnce({ dst: b.ip, port: POD_TCP_PORT }, 3000);
+      return r.outcome === 'open' ? `seen as ${r.answers[0]?.peer ?? '?'}` : r.outcome;
+    };
+    const seen = {
+      'p0 -> p1 icmp': (await s().ping(p0.netns, p1.ip, { count: 3, waitSeconds: 2 })).ok,
+      'p1 -> p0 icmp': (await s().ping(p1.netns, p0.ip, { count: 3, waitSeconds: 2 })).ok,
+      'p0 -> p1 tcp': await tcp(p0, p1),
+      'p1 -> p0 tcp': await tcp(p1, p0),
+    };
+    assert.deepEqual(seen, { 'p0 -> p1 icmp': true, 'p1 -> p0 icmp': true, 'p0 -> p1 tcp': `seen as ${p0.ip}`, 'p1 -> p0 tcp': `seen as ${p1.ip}` });
+  });
+
+  test(`[${label}] an IPv6 reply from another node reaches a pod whose ingress policy does not admit the peer (conntrack); a new connection from that peer does not`, T, async () => {
+    const [p0, p1, q0] = pods as [ClusterPod, ClusterPod, ClusterPod];
+    const n0 = s().node(0);
+    // p0 admits q0 only: p1 (on the other node) is no peer it admits.
+    await importPolicyAndWait(n0, tendrilPolicy(NS, 'p0-from-q0', 'endpointSelector: {matchLabels: {app: p0}}\ningress:\n- fromEndpoints: [{matchLabels: {app: q0}}]'));
+    try {
+      const tcp6 = async (a: ClusterPod, b: ClusterPod) => (await a.agent.tcpOnce({ dst: ip6.get(b)!, port: POD_TCP_PORT }, 1500)).outcome;
+      const before = dropCounts(await bpfMetrics(n0));
+      const seen = {
+        'p0 -> p1 tcp (replies come back over the other node)': await tcp6(p0, p1),
+        'p0 -> p1 icmp': await ping6(p0.netns, ip6.get(p1)!),
+        'p1 -> p0 tcp (new)': await tcp6(p1, p0),
+        'q0 -> p0 tcp (admitted)': await tcp6(q0, p0),
+      };
+      assert.deepEqual(seen, { 'p0 -> p1 tcp (replies come back over the other node)': 'open', 'p0 -> p1 icmp': 'ok', 'p1 -> p0 tcp (new)': 'timeout', 'q0 -> p0 tcp (admitted)': 'open' });
+      const policyDrops = (m: Record<string, number>) => Object.entries(m).filter(([k]) => k.startsWith('POLICY')).reduce((sum, [, v]) => sum + v, 0);
+      assert.ok(policyDrops(dropCounts(await bpfMetrics(n0))) > policyDrops(before), 'node 0 counted the new connection\'s policy drops');
+    } finally {
+      await deletePolicyAndWait(n0, ['--namespace', NS, '--name', 'p0-from-q0']);
+    }
+  });
+
   if (opts.routingMode === 'tunnel') {
-    test('[tunnel] on the IPv4 underlay, IPv6 pod to pod is VXLAN on the tunnel port with the source pod\'s identity as VNI', T, async (t) => {
+    test(`[${label}] pod to pod is VXLAN on the tunnel port between the node IPs (outer IPv${underlay6 ? 6 : 4}) with the source pod's identity as VNI, for IPv6${underlay6 ? ' and IPv4' : ''} pods`, T, async (t) => {
       const [a, b] = [pods[0]!, pods[1]!];
       const identity = (await s().endpointOf(a)).identity;
       const cap = await VxlanCapture.start(a.node.nodePath, 'eth0', `udp port ${VXLAN_PORT} and src host ${a.node.ip} and dst host ${b.node.ip}`, 3);
@@ -215,6 +273,14 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
       const echoes = packets.filter((p) => p.inner.includes(`IP6 ${ip6.get(a)} > ${ip6.get(b)}: ICMP6, echo request`));
       assert.ok(echoes.length >= 1, `the echo requests crossed the underlay encapsulated: ${JSON.stringify(packets)}`);
       assert.deepEqual([...new Set(echoes.map((p) => `${p.outerSrc} > ${p.outerDst}:${p.dstPort} vni ${p.vni}`))], [`${a.node.ip} > ${b.node.ip}:${VXLAN_PORT} vni ${identity}`]);
+      if (!underlay6) return;
+      // The IPv4 side of the dual-stack pods crosses the same IPv6 underlay.
+      const cap4 = await VxlanCapture.start(a.node.nodePath, 'eth0', `udp port ${VXLAN_PORT} and src host ${a.node.ip} and dst host ${b.node.ip}`, 3);
+      const ping4 = await s().ping(a.netns, b.ip, { count: 3, waitSeconds: 2 });
+      const four = (await cap4.done(5000)).packets.filter((p) => p.inner.includes(`IP ${a.ip} > ${b.ip}: ICMP echo request`));
+      assert.ok(ping4.ok, ping4.output);
+      assert.ok(four.length >= 1, `the IPv4 echo requests crossed the IPv6 underlay encapsulated: ${JSON.stringify(four)}`);
+      assert.deepEqual([...new Set(four.map((p) => `${p.outerSrc} > ${p.outerDst}:${p.dstPort} vni ${p.vni}`))], [`${a.node.ip} > ${b.node.ip}:${VXLAN_PORT} vni ${identity}`]);
     });
 
     test('[tunnel] the node to a remote IPv6 pod is VXLAN from its IPv6 router address with the host identity (1) as VNI', T, async (t) => {
@@ -230,7 +296,54 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
     });
   }
 
-  test(`[${opts.routingMode}] the receiving node classifies an IPv6 source from another node as the remote pod, never host`, T, async () => {
+  if (opts.routingMode === 'tunnel' && underlay6) {
+    test(`[${label}] the pod MTU leaves room for an outer IPv6 header (70 bytes below the underlay's): packets of the full pod MTU cross whole with DF set, IPv4 and IPv6`, T, async () => {
+      const [a, b] = [pods[0]!, pods[1]!];
+      const want = 1500 - TUNNEL_OVERHEAD - 20;
+      assert.deepEqual({ pod: await s().mtuOf(a.netns, 'eth0'), vxlan: await s().mtuOf(a.node.node, 'tendril_vxlan') }, { pod: want, vxlan: want });
+      const seen: Record<string, string> = {};
+      // The echo's payload: the MTU less the IP header (20, IPv6 40) and ICMP's 8 bytes.
+      for (const [v, dst, payload] of [[4, b.ip, want - 28], [6, ip6.get(b)!, want - 48]] as const) {
+        const r = await s().exec(a.netns, ['ping', `-${v}`, '-n', '-q', '-M', 'do', '-s', String(payload), '-c', '3', '-i', '0.2', '-W', '2', dst]);
+        seen[`IPv${v}`] = r.code === 0 ? 'ok' : `${r.stdout}${r.stderr}`.trim();
+      }
+      assert.deepEqual(seen, { IPv4: 'ok', IPv6: 'ok' }, `${want}-byte packets`);
+    });
+
+    test(`[${label}] only nodes may send VXLAN: a host on the IPv6 underlay that is no node is dropped as OVERLAY_NOT_NODE, even with an admitted pod's identity as VNI`, T, async () => {
+      const [p0, p1] = [pods[0]!, pods[1]!];
+      const n1 = s().node(1);
+      const attacker = await s().cluster.addUnderlayHost('atk', ATTACKER_IP6);
+      const ip = (args: string[]) => runOk(['ip', '-n', attacker.netns, ...args]);
+      const identity = (await s().endpointOf(p0)).identity!;
+      // p1 admits p0 only: the forged packets carry p0's identity as VNI and p0's address inside.
+      await importPolicyAndWait(n1, tendrilPolicy(NS, 'p1-from-p0', 'endpointSelector: {matchLabels: {app: p1}}\ningress:\n- fromEndpoints: [{matchLabels: {app: p0}}]'));
+      await ip(['link', 'add', 'tdlspoof', 'type', 'vxlan', 'id', String(identity), 'remote', n1.ip, 'local', ATTACKER_IP6, 'dstport', String(VXLAN_PORT), 'dev', 'eth0']);
+      try {
+        // No IPv6 on the device itself: its router solicitations and MLD reports are not the test's packets.
+        await runOk(['ip', 'netns', 'exec', attacker.netns, 'sysctl', '-qw', 'net.ipv6.conf.tdlspoof.disable_ipv6=1']);
+        await ip(['addr', 'add', `${p0.ip}/32`, 'dev', 'tdlspoof']);
+        await ip(['link', 'set', 'tdlspoof', 'up']);
+        await ip(['route', 'add', `${p1.ip}/32`, 'dev', 'tdlspoof']);
+        await ip(['neigh', 'add', p1.ip, 'lladdr', '02:00:00:00:00:01', 'dev', 'tdlspoof', 'nud', 'permanent']);
+        const before = dropCounts(await bpfMetrics(n1));
+        const cap = await VxlanCapture.start(attacker.netnsPath, 'eth0', `udp port ${VXLAN_PORT} and dst host ${n1.ip}`, 3);
+        const forged = await s().ping(attacker.netns, p1.ip, { count: 3, waitSeconds: 1 });
+        const sent = (await cap.done(3000)).packets.filter((p) => p.vni === identity && p.inner.includes(`IP ${p0.ip} > ${p1.ip}: ICMP echo request`));
+        const after = dropCounts(await bpfMetrics(n1));
+        assert.ok(sent.length >= 3, `the forged packets left over IPv6 to ${n1.ip}: ${JSON.stringify(sent)}`);
+        assert.equal(forged.ok, false, 'no echo reply to a forged VXLAN packet');
+        assert.ok((after['OVERLAY_NOT_NODE/ingress'] ?? 0) >= (before['OVERLAY_NOT_NODE/ingress'] ?? 0) + 3, `node 1 dropped them as OVERLAY_NOT_NODE: ${JSON.stringify(before)} -> ${JSON.stringify(after)}`);
+        // The same packet from p0 through its node is admitted: the drop was the sender's, not the policy's.
+        assert.ok((await s().ping(p0.netns, p1.ip, { count: 2, waitSeconds: 2 })).ok, 'p0 -> p1 through node 0');
+      } finally {
+        await ip(['link', 'del', 'tdlspoof']);
+        await deletePolicyAndWait(n1, ['--namespace', NS, '--name', 'p1-from-p0']);
+      }
+    });
+  }
+
+  test(`[${label}] the receiving node classifies an IPv6 source from another node as the remote pod, never host`, T, async () => {
     const [p0, p1, q0] = pods as [ClusterPod, ClusterPod, ClusterPod];
     const n1 = s().node(1);
     // p1 admits p0 only: p0 passes (its identity, not host or world); q0 on the same node does not.

@@ -15,10 +15,12 @@ import { performance } from 'node:perf_hooks';
 import type { Endpoint } from '../../src/endpoint/endpoint.js';
 import { CniRuntime, confListFromBytes } from '../../src/libcni/index.js';
 import type { RoutingMode } from '../../src/datapath/types.js';
+import { prefixContainsIp, tryParseIp, tryParsePrefix } from '../../src/netip/index.js';
 import type { NodeStatus } from '../../src/node/types.js';
 import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
-import { ClusterInABox } from './clusterInABox.js';
+import { ClusterInABox, type UnderlayFamily } from './clusterInABox.js';
 import { addPod, type DatapathNode, delPod, type Pod, type PodSpec } from './datapathNode.js';
+import { type Family, hostCidr, type IpFamily, versionsOf } from './family.js';
 import { run, runOk } from './run.js';
 import { ServiceAgentProcess } from './serviceProcess.js';
 import { REFERENCE_PLUGIN_DIR, TENDRIL_BIN } from './tendrilBin.js';
@@ -28,6 +30,8 @@ export type ClusterIpam = 'block' | 'cluster-pool';
 
 /** The pods' address space (block pool or cluster-pool CIDR). */
 export const CLUSTER_POD_POOL = '10.249.0.0/16';
+/** The pods' IPv6 address space (a second block pool: IPv6 and dual-stack pods). */
+export const CLUSTER_POD_POOL6 = 'fd00:249::/48';
 /** The rtm_protocol of the routes the agent installs toward other nodes' pod CIDRs. */
 export const NODE_ROUTE_PROTOCOL = 212;
 /** The TCP and UDP port every pod's service agent answers on. */
@@ -40,8 +44,10 @@ export { TUNNEL_DEFAULT_PORT as VXLAN_PORT, TUNNEL_OVERHEAD } from '../../src/da
 export interface SceneNode extends DatapathNode {
   index: number;
   name: string;
-  /** The node's address on the cluster network (eth0). */
+  /** The node's address on the cluster network (eth0), its node IP: IPv6 on an IPv6 underlay. */
   ip: string;
+  /** Its IPv6 address on a dual-stack cluster network (its second InternalIP). */
+  ip6?: string;
 }
 
 export interface ClusterPod extends Pod {
@@ -62,6 +68,15 @@ export interface ClusterSceneOptions {
   nodeArgs?: (index: number) => string[];
   /** Devices of a node's agent (default: eth0). */
   devices?: (index: number) => string[];
+  /**
+   * The cluster network's family: 6 gives every node only an IPv6 address,
+   * its node IP, and etcd an IPv6 one; 'dual' an IPv6 address beside the
+   * IPv4 node IP. Default: 4, or 'dual' for IPv6 and dual-stack pods
+   * (native routing reaches their IPv6 pod CIDRs via IPv6 InternalIPs).
+   */
+  underlay?: UnderlayFamily;
+  /** The pods' addresses: IPv4 (default), IPv6, or one of each (block IPAM only). */
+  family?: Family;
   /** Runs after the nodes' namespaces exist, before any agent starts (links the agent should find). */
   beforeAgents?: (cluster: ClusterInABox) => Promise<void>;
 }
@@ -87,8 +102,13 @@ export class ClusterScene {
     return this.opts.routingMode;
   }
 
+  get family(): Family {
+    return this.opts.family ?? 4;
+  }
+
   static async create(opts: ClusterSceneOptions): Promise<ClusterScene> {
-    const cluster = await ClusterInABox.create(opts.tag, opts.nodeCount ?? 3);
+    if (opts.ipam !== 'block' && (opts.family ?? 4) !== 4) throw new Error(`${opts.ipam} IPAM: the scene gives IPv6 pools in block IPAM only`);
+    const cluster = await ClusterInABox.create(opts.tag, opts.nodeCount ?? 3, opts.underlay ?? ((opts.family ?? 4) === 4 ? 4 : 'dual'));
     const scene = new ClusterScene(cluster, opts);
     try {
       await scene.start();
@@ -100,7 +120,8 @@ export class ClusterScene {
   }
 
   private agentArgs(index: number, ip: string, bpffsRoot: string): string[] {
-    const ipam = this.opts.ipam === 'block' ? ['--ipam', 'block', '--pool-cidr', CLUSTER_POD_POOL] : ['--ipam', 'cluster-pool', '--cluster-pool-cidr', CLUSTER_POD_POOL, '--cluster-pool-mask-size', '24'];
+    const pools = versionsOf(this.family).flatMap((v) => ['--pool-cidr', v === 4 ? CLUSTER_POD_POOL : CLUSTER_POD_POOL6]);
+    const ipam = this.opts.ipam === 'block' ? ['--ipam', 'block', ...pools] : ['--ipam', 'cluster-pool', '--cluster-pool-cidr', CLUSTER_POD_POOL, '--cluster-pool-mask-size', '24'];
     return [
       '--kvstore', 'etcd', '--kvstore-opt', `etcd.endpoints=${this.cluster.etcdEndpoint}`,
       '--node-ip', ip,
@@ -132,6 +153,7 @@ export class ClusterScene {
         index,
         name,
         ip: cn.ip,
+        ...(cn.ip6 !== undefined ? { ip6: cn.ip6 } : {}),
         node: cn.netns,
         nodePath: `/var/run/netns/${cn.netns}`,
         agent,
@@ -174,7 +196,9 @@ export class ClusterScene {
     const node = this.node(nodeIndex);
     const podSpec: PodSpec = { name: spec.name, namespace: spec.namespace ?? 'tdl-cluster', labels: spec.labels };
     const pod = await addPod(this.cluster.pool, node, podSpec);
-    const agent = await ServiceAgentProcess.start(pod.netnsPath, { name: spec.name, tcpPorts: [POD_TCP_PORT], udpPorts: [POD_UDP_PORT] });
+    // The backend listens on every IP version the pod has an address of.
+    const versions = ([4, 6] as const).filter((v) => pod.addresses[v] !== undefined);
+    const agent = await ServiceAgentProcess.start(pod.netnsPath, { name: spec.name, tcpPorts: [POD_TCP_PORT], udpPorts: [POD_UDP_PORT], versions });
     const cp: ClusterPod = { ...pod, node, agent };
     this.pods.push(cp);
     return cp;
@@ -196,7 +220,7 @@ export class ClusterScene {
   async nodeAgent(index: number): Promise<ServiceAgentProcess> {
     let a = this.nodeAgents.get(index);
     if (!a) {
-      a = await ServiceAgentProcess.start(this.node(index).nodePath, { name: `node${index}`, tcpPorts: [POD_TCP_PORT], udpPorts: [POD_UDP_PORT] });
+      a = await ServiceAgentProcess.start(this.node(index).nodePath, { name: `node${index}`, tcpPorts: [POD_TCP_PORT], udpPorts: [POD_UDP_PORT], versions: [4, 6] });
       this.nodeAgents.set(index, a);
     }
     return a;
@@ -204,7 +228,7 @@ export class ClusterScene {
 
   /** A service agent in any namespace the scene made (an outside host), stopped with the scene. */
   async agentIn(netnsPath: string, name: string, ports: { tcp?: number[]; udp?: number[] } = {}): Promise<ServiceAgentProcess> {
-    const a = await ServiceAgentProcess.start(netnsPath, { name, tcpPorts: ports.tcp ?? [], udpPorts: ports.udp ?? [] });
+    const a = await ServiceAgentProcess.start(netnsPath, { name, tcpPorts: ports.tcp ?? [], udpPorts: ports.udp ?? [], versions: [4, 6] });
     this.extraAgents.push(a);
     return a;
   }
@@ -228,9 +252,9 @@ export class ClusterScene {
     return this.node(index).agent.client.request('GET', '/ip');
   }
 
-  /** The node-route protocol's IPv4 routes in a node namespace (every table). */
-  async nodeRoutes(index: number): Promise<Array<{ dst: string; gateway?: string; dev?: string; prefsrc?: string; table?: string }>> {
-    const out = await runOk(['ip', '-n', this.node(index).node, '-j', '-4', 'route', 'show', 'table', 'all', 'proto', String(NODE_ROUTE_PROTOCOL)]);
+  /** The node-route protocol's routes of an IP version (IPv4 unless given) in a node namespace (every table). */
+  async nodeRoutes(index: number, version: IpFamily = 4): Promise<Array<{ dst: string; gateway?: string; dev?: string; prefsrc?: string; table?: string }>> {
+    const out = await runOk(['ip', '-n', this.node(index).node, '-j', `-${version}`, 'route', 'show', 'table', 'all', 'proto', String(NODE_ROUTE_PROTOCOL)]);
     return out.trim() === '' ? [] : (JSON.parse(out) as Array<{ dst: string; gateway?: string; dev?: string; prefsrc?: string; table?: string }>);
   }
 
@@ -256,16 +280,20 @@ export class ClusterScene {
       if (JSON.stringify(listed) !== JSON.stringify(names)) return `node ${i} lists ${JSON.stringify(listed)}, want ${JSON.stringify(names)}`;
       const pending = status.filter((s) => !s.local && s.routesInstalled !== true).map((s) => s.name);
       if (pending.length > 0) return `node ${i} has not installed the routes of ${pending.join(', ')}`;
-      const routed = (await this.nodeRoutes(i)).map((r) => r.dst);
-      const unrouted = status.filter((s) => !s.local).flatMap((s) => s.podCidrs.filter((c) => !routed.includes(c)).map((c) => `${s.name} ${c}`));
+      // IPv4 pod CIDRs are routed in both modes; IPv6 ones natively (tunnel mode's are not this scene's to require).
+      const routed = [...(await this.nodeRoutes(i, 4)), ...(this.routingMode === 'native' ? await this.nodeRoutes(i, 6) : [])].map((r) => r.dst);
+      const wanted = (c: string) => this.routingMode === 'native' || !c.includes(':');
+      const unrouted = status.filter((s) => !s.local).flatMap((s) => s.podCidrs.filter((c) => wanted(c) && !routed.includes(c)).map((c) => `${s.name} ${c}`));
       if (unrouted.length > 0) return `node ${i} has no proto ${NODE_ROUTE_PROTOCOL} route for ${unrouted.join(', ')} (routes: ${routed.join(' ')})`;
       const ipc = await this.ipcache(i);
       for (const p of pods) {
-        const e = ipc.find((x) => x.prefix === `${p.ip}/32`);
-        if (!e) return `node ${i} has no ipcache entry for pod ${p.spec.name} (${p.ip})`;
-        if (p.node.index !== i && e.hostIP !== p.node.ip) return `node ${i}: pod ${p.spec.name} (${p.ip}) has host ${e.hostIP}, want ${p.node.ip}`;
-        if (p.node.index !== i && !status.find((s) => s.name === p.node.name)?.podCidrs.some((c) => cidrHolds(c, p.ip))) {
-          return `node ${i}: node ${p.node.name}'s pod CIDRs do not hold pod ${p.spec.name} (${p.ip})`;
+        for (const ip of Object.values(p.addresses)) {
+          const e = ipc.find((x) => x.prefix === hostCidr(ip));
+          if (!e) return `node ${i} has no ipcache entry for pod ${p.spec.name} (${ip})`;
+          if (p.node.index !== i && e.hostIP !== p.node.ip) return `node ${i}: pod ${p.spec.name} (${ip}) has host ${e.hostIP}, want ${p.node.ip}`;
+          if (p.node.index !== i && !status.find((s) => s.name === p.node.name)?.podCidrs.some((c) => cidrHolds(c, ip))) {
+            return `node ${i}: node ${p.node.name}'s pod CIDRs do not hold pod ${p.spec.name} (${ip})`;
+          }
         }
       }
     }
@@ -334,14 +362,11 @@ export class ClusterScene {
   }
 }
 
-/** Whether an IPv4 CIDR holds an address. */
+/** Whether a CIDR holds an address (of its family). */
 export function cidrHolds(cidr: string, ip: string): boolean {
-  const [base, lenText] = cidr.split('/');
-  const len = Number(lenText);
-  const n = (a: string) => a.split('.').reduce((acc, o) => (acc << 8) | Number(o), 0) >>> 0;
-  if (!base || !Number.isInteger(len) || len < 0 || len > 32 || base.includes(':') || ip.includes(':')) return false;
-  const mask = len === 0 ? 0 : (0xffffffff << (32 - len)) >>> 0;
-  return (n(base) & mask) === (n(ip) & mask);
+  const p = tryParsePrefix(cidr, { hostBits: 'mask' });
+  const a = tryParseIp(ip);
+  return p !== undefined && a !== undefined && prefixContainsIp(p, a);
 }
 
 /** The distinct values of a list, sorted, for assertion messages. */

@@ -16,7 +16,8 @@ export interface VxlanPacket {
   inner: string;
 }
 
-const OUTER = /^\S+ IP (\d+\.\d+\.\d+\.\d+)\.\d+ > (\d+\.\d+\.\d+\.\d+)\.(\d+): VXLAN, flags \[I\] \(0x08\), vni (\d+)\s*$/;
+/** The outer header's line, over an IPv4 (`IP a.b.c.d.port`) or an IPv6 (`IP6 fd00::1.port`) underlay. */
+const OUTER = /^\S+ IP6? ([\d.]+|[\da-f:]+)\.\d+ > ([\d.]+|[\da-f:]+)\.(\d+): VXLAN, flags \[I\] \(0x08\), vni (\d+)\s*$/;
 
 /** Parses tcpdump's `-T vxlan` text into packets (lines that are no VXLAN outer header end up as `inner`). */
 export function parseVxlanText(text: string): VxlanPacket[] {

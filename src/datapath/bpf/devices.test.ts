@@ -50,6 +50,10 @@ describe('detectDevices', { timeout: 60_000 }, () => {
     await ip('addr', 'add', '203.0.113.1/24', 'dev', 'tdlbr0');
     await ip('link', 'set', 'tdlbr0', 'up');
     await ip('addr', 'add', '127.0.0.2/8', 'dev', 'lo');
+    // An IPv6-only node's device: a global IPv6 address, no IPv4 one.
+    await ip('link', 'add', 'tdlv6', 'type', 'veth', 'peer', 'name', 'tdlv6p');
+    await ip('addr', 'add', '2001:db8:7::1/64', 'dev', 'tdlv6', 'nodad');
+    await ip('link', 'set', 'tdlv6', 'up');
     nl = await Netlink.open({ netns: ns.path });
   });
   after(async () => {
@@ -86,6 +90,10 @@ describe('detectDevices', { timeout: 60_000 }, () => {
     );
     await assert.rejects(detectDevices(nl, { configured: ['tdlup0', 'tdlnope'] }), (err: unknown) => isDatapathError(err, 'not-found') && /tdlnope/.test((err as Error).message));
     await assert.rejects(detectDevices(nl, { configured: ['lo'] }), (err: unknown) => isDatapathError(err, 'refused'));
-    await assert.rejects(detectDevices(nl, { configured: ['tdllink'] }), (err: unknown) => isDatapathError(err, 'failed') && /no global IPv4/.test((err as Error).message));
+    await assert.rejects(detectDevices(nl, { configured: ['tdllink'] }), (err: unknown) => isDatapathError(err, 'failed') && /no global IPv4 or IPv6 address/.test((err as Error).message));
+    // An IPv6-only node's device is taken, with no IPv4 address (detection, which looks for IPv4, leaves it out).
+    const [v6] = await detectDevices(nl, { configured: ['tdlv6'] });
+    assert.deepEqual([v6?.name, v6?.ipv4], ['tdlv6', undefined]);
+    assert.ok(!(await detectDevices(nl)).some((d) => d.name === 'tdlv6'));
   });
 });

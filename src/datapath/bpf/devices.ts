@@ -25,8 +25,13 @@ export interface NodeDevice {
   name: string;
   ifindex: number;
   mac: string;
-  /** Its first global IPv4 address: the NodePort frontend and SNAT source on it. */
-  ipv4: string;
+  /**
+   * Its first global IPv4 address: the NodePort frontend and SNAT source on
+   * it. Absent on a device of an IPv6-only node (configured with --devices,
+   * holding a global IPv6 address): no IPv4 frontend, and no masquerade to
+   * a source it does not have.
+   */
+  ipv4?: string;
 }
 
 /** Interfaces that are never node devices: tendril's own and pods' host ends. */
@@ -37,30 +42,41 @@ const NO_MAC = '00:00:00:00:00:00';
 export const LOOPBACK = 'lo';
 
 export interface DetectOptions {
-  /** --devices: exactly these (each must exist and have a global IPv4 address); undefined = detect. */
+  /** --devices: exactly these (each must exist and have a global IPv4 or, on an IPv6-only node, IPv6 address); undefined = detect. */
   configured?: readonly string[];
   /** More interfaces that are not devices (adopted pods' host ends, whatever their names). */
   exclude?: (name: string) => boolean;
 }
 
+function firstGlobal(addresses: readonly Address[], index: number, family: 4 | 6): string | undefined {
+  return addresses.find((a) => a.index === index && a.family === family && a.scope === RT_SCOPE_UNIVERSE)?.ip;
+}
+
 function firstGlobalIpv4(addresses: readonly Address[], index: number): string | undefined {
-  return addresses.find((a) => a.index === index && a.family === 4 && a.scope === RT_SCOPE_UNIVERSE)?.ip;
+  return firstGlobal(addresses, index, 4);
 }
 
 /** The node devices of the namespace `nl` works in, sorted by name. */
 export async function detectDevices(nl: Netlink, opts: DetectOptions = {}): Promise<NodeDevice[]> {
   const [links, addresses] = await kernel(() => Promise.all([nl.listLinks(), nl.listAddresses({ family: 4 })]));
-  const device = (l: Link, ipv4: string): NodeDevice => ({ name: l.name, ifindex: l.index, mac: l.mac === '' ? NO_MAC : l.mac, ipv4 });
+  const device = (l: Link, ipv4: string | undefined): NodeDevice => ({ name: l.name, ifindex: l.index, mac: l.mac === '' ? NO_MAC : l.mac, ...(ipv4 !== undefined ? { ipv4 } : {}) });
   if (opts.configured !== undefined) {
     const byName = new Map(links.map((l) => [l.name, l]));
-    return opts.configured.map((name) => {
+    // An IPv6-only node's device has a global IPv6 address only: read those when an IPv4 one is missing.
+    let addresses6: readonly Address[] | undefined;
+    const out: NodeDevice[] = [];
+    for (const name of opts.configured) {
       const l = byName.get(name);
       if (!l) throw new DatapathError('not-found', `--devices names ${name}, which does not exist`);
       if (NEVER_DEVICE.some((re) => re.test(name))) throw new DatapathError('refused', `--devices names ${name}, which cannot be a node device (lo, tendril's own and pods' interfaces are not)`);
       const ipv4 = firstGlobalIpv4(addresses, l.index);
-      if (ipv4 === undefined) throw new DatapathError('failed', `--devices names ${name}, which has no global IPv4 address`);
-      return device(l, ipv4);
-    });
+      if (ipv4 === undefined) {
+        addresses6 ??= await kernel(() => nl.listAddresses({ family: 6 }));
+        if (firstGlobal(addresses6, l.index, 6) === undefined) throw new DatapathError('failed', `--devices names ${name}, which has no global IPv4 or IPv6 address`);
+      }
+      out.push(device(l, ipv4));
+    }
+    return out;
   }
   const out: NodeDevice[] = [];
   for (const l of links) {
@@ -108,7 +124,8 @@ export class NodeDevices {
     const flags = masquerade ? DeviceFlag.MASQUERADE : 0;
     const wanted = new Set(devices.map((d) => d.ifindex));
     try {
-      for (const d of devices) map.set(d.ifindex, { ipv4: parseIp(d.ipv4), flags, mac: d.mac });
+      // A device without IPv4 has no source to masquerade IPv4 to: its entry says so (0.0.0.0, no MASQUERADE).
+      for (const d of devices) map.set(d.ifindex, { ipv4: parseIp(d.ipv4 ?? '0.0.0.0'), flags: d.ipv4 === undefined ? 0 : flags, mac: d.mac });
     } catch (err) {
       throw new DatapathError('failed', `writing ${map.name} failed: ${(err as Error).message}`, [], '', { cause: err });
     }
@@ -129,6 +146,6 @@ export class NodeDevices {
     }
     if (stale.length > 0) log.info({ ifindexes: stale }, 'took the datapath off devices no longer in --devices');
     this.#current = [...devices];
-    log.info({ devices: devices.map((d) => `${d.name} ${d.ipv4} (ifindex ${d.ifindex})`), masquerade }, 'node devices programmed');
+    log.info({ devices: devices.map((d) => `${d.name} ${d.ipv4 ?? 'no IPv4'} (ifindex ${d.ifindex})`), masquerade }, 'node devices programmed');
   }
 }

@@ -63,11 +63,13 @@ describe('DatapathInspector', () => {
     maps.ipcache.set(parsePrefix('10.200.0.12/32'), { identity: 30012, tunnelIp4: 0, flags: 0 });
     maps.ipcache.set(parsePrefix('10.201.0.0/24'), { identity: 30500, tunnelIp4: 0xc0a80a02, flags: 0 });
     maps.ipcache.set(parsePrefix('0.0.0.0/0'), { identity: 2, tunnelIp4: 0, flags: 0 });
+    maps.ipcache.set(parsePrefix('fd00:201::/64'), { identity: 30501, tunnelIp4: 0, tunnelIp6: parseIp('fd00:248::2'), flags: 0 });
     const rows = await inspector.ipcache();
     assert.deepEqual(rows, [
       { prefix: '0.0.0.0/0', identity: 2, flags: 0 },
       { prefix: '10.200.0.12/32', identity: 30012, flags: 0 },
       { prefix: '10.201.0.0/24', identity: 30500, tunnelEndpoint: '192.168.10.2', flags: 0 },
+      { prefix: 'fd00:201::/64', identity: 30501, tunnelEndpoint: 'fd00:248::2', flags: 0 },
     ]);
   });
 

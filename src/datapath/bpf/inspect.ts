@@ -152,7 +152,7 @@ export function endpointRow(ip: IpAddress, v: EndpointInfoValue): EndpointMapRow
 }
 
 export function ipcacheRow(p: IpPrefix, v: IpcacheValue): IpcacheMapRow {
-  const tunnel = v.tunnelIp4 === 0 ? undefined : [v.tunnelIp4 >>> 24, (v.tunnelIp4 >>> 16) & 0xff, (v.tunnelIp4 >>> 8) & 0xff, v.tunnelIp4 & 0xff].join('.');
+  const tunnel = v.tunnelIp4 !== 0 ? [v.tunnelIp4 >>> 24, (v.tunnelIp4 >>> 16) & 0xff, (v.tunnelIp4 >>> 8) & 0xff, v.tunnelIp4 & 0xff].join('.') : v.tunnelIp6 !== undefined ? formatIp(v.tunnelIp6) : undefined;
   return { prefix: formatPrefix(p), identity: v.identity, ...(tunnel ? { tunnelEndpoint: tunnel } : {}), flags: v.flags };
 }
 

@@ -11,7 +11,7 @@ import { IPCache, IpcacheSource } from '../../ipcache/index.js';
 import { createLogger } from '../../logging/logger.js';
 import { AgentMetrics } from '../../metrics/index.js';
 import { sampleValue } from '../../metrics/testing/exposition.js';
-import { formatPrefix, parsePrefix } from '../../netip/index.js';
+import { formatPrefix, parseIp, parsePrefix } from '../../netip/index.js';
 import { BpfMap, ensureBpffs, removePinDir } from '../kernel/bpf/index.js';
 import { MapName } from './constants.js';
 import { IpcacheMapMirror } from './ipcacheMap.js';
@@ -29,14 +29,14 @@ after(async () => {
   for (const r of roots) await removePinDir(r);
 });
 
-async function fullMirror(): Promise<{ mirror: IpcacheMapMirror; ipcache: IPCache; map: BpfMap<ReturnType<typeof parsePrefix>, ReturnType<typeof ipcacheValue.read>>; metrics: AgentMetrics }> {
+async function fullMirror(o: { size?: number; ownNodeIp?: string } = {}): Promise<{ mirror: IpcacheMapMirror; ipcache: IPCache; map: BpfMap<ReturnType<typeof parsePrefix>, ReturnType<typeof ipcacheValue.read>>; metrics: AgentMetrics }> {
   await ensureBpffs();
   const root = `/sys/fs/bpf/tdl-${randomBytes(4).toString('hex')}`;
   roots.push(root);
-  const objects = await loadDatapathObjects({ pinDir: join(root, 'tendril'), mapSizes: { ...TEST_MAP_SIZES, [MapName.IPCACHE]: 2 } });
+  const objects = await loadDatapathObjects({ pinDir: join(root, 'tendril'), mapSizes: { ...TEST_MAP_SIZES, [MapName.IPCACHE]: o.size ?? 2 } });
   opened.push(objects);
   const map = new BpfMap(objects.lxc.rawMap(MapName.IPCACHE), ipcacheKey, ipcacheValue);
-  const mirror = new IpcacheMapMirror(map, log, undefined, { initialMs: 10, maxMs: 40 });
+  const mirror = new IpcacheMapMirror(map, log, o.ownNodeIp, { initialMs: 10, maxMs: 40 });
   const ipcache = new IPCache();
   mirror.start(ipcache);
   const metrics = new AgentMetrics();
@@ -90,6 +90,26 @@ describe('ipcache map mirror', () => {
       text = await metrics.render();
       assert.equal(sampleValue(text, 'tendril_ipcache_map_write_failures_total'), 2);
       assert.equal(sampleValue(text, 'tendril_ipcache_map_writes_pending'), 0);
+    } finally {
+      mirror.stop();
+    }
+  });
+
+  it('an entry\'s tunnel endpoint is its hosting node\'s address in the member of that address\'s family; none for this node\'s own', async () => {
+    const { mirror, ipcache, map } = await fullMirror({ size: 16, ownNodeIp: 'fd00:248::11' });
+    try {
+      // A pod of an IPv6-only node (its node IP is IPv6) is reached over IPv6, whatever the pod's family.
+      ipcache.upsert('10.21.0.1/32', { ...meta('a'), identity: 1001, hostIP: 'fd00:248::12' });
+      ipcache.upsert('fd00:21::1/128', { ...meta('b'), identity: 1001, hostIP: 'fd00:248::12' });
+      // A node on an IPv4 underlay, as before.
+      ipcache.upsert('fd00:21::2/128', { ...meta('c'), identity: 1002, hostIP: '10.248.0.13' });
+      // This node's own (IPv6) node IP: no endpoint.
+      ipcache.upsert('fd00:21::3/128', { ...meta('d'), identity: 1003, hostIP: 'fd00:248::11' });
+      const got = async (p: string) => map.get(parsePrefix(p));
+      assert.deepEqual(await got('10.21.0.1/32'), { identity: 1001, tunnelIp4: 0, tunnelIp6: parseIp('fd00:248::12'), flags: 0 });
+      assert.deepEqual(await got('fd00:21::1/128'), { identity: 1001, tunnelIp4: 0, tunnelIp6: parseIp('fd00:248::12'), flags: 0 });
+      assert.deepEqual(await got('fd00:21::2/128'), { identity: 1002, tunnelIp4: Number(parseIp('10.248.0.13').bits), flags: 0 });
+      assert.deepEqual(await got('fd00:21::3/128'), { identity: 1003, tunnelIp4: 0, flags: 0 });
     } finally {
       mirror.stop();
     }

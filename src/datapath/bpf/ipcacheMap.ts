@@ -9,7 +9,7 @@
  */
 import type { IPCache, IpcacheEntry } from '../../ipcache/index.js';
 import type { Logger } from '../../logging/logger.js';
-import { formatPrefix, type IpPrefix, parseIp, tryParsePrefix } from '../../netip/index.js';
+import { formatPrefix, type IpPrefix, tryParseIp, tryParsePrefix } from '../../netip/index.js';
 import { type BpfMap } from '../kernel/bpf/index.js';
 import { type IpcacheValue } from './layout.js';
 import { Backoff, type BackoffOptions } from '../../async/backoff.js';
@@ -19,17 +19,21 @@ function prefixOf(text: string): IpPrefix | undefined {
 }
 
 /**
- * A tunnel endpoint as the map holds it: an IPv4 address as a number, 0 for
- * none. An entry hosted by this very node (its own kvstore entries, which
- * outlive an endpoint until their lease or owner removes them) has none: a
- * stale address of this node must meet the host program's
- * UNKNOWN_ENDPOINT, not be tunnelled back to this node.
+ * A tunnel endpoint as the map holds it: the hosting node's address (its
+ * node IP, the entry's hostIP) in the member of its family — tunnelIp4 as
+ * a number, or tunnelIp6 for a node on an IPv6 underlay; neither for none.
+ * The family is the hosting node's: a node whose node IP is IPv6 is reached
+ * over IPv6, whatever the inner packet's family. An entry hosted by this
+ * very node (its own kvstore entries, which outlive an endpoint until their
+ * lease or owner removes them) has none: a stale address of this node must
+ * meet the host program's UNKNOWN_ENDPOINT, not be tunnelled back to this
+ * node.
  */
-function tunnelOf(hostIP: string | undefined, ownNodeIp: string | undefined): number {
-  if (hostIP === undefined) return 0;
-  const ip = parseIp(hostIP);
-  if (ip.family !== 4) return 0;
-  return ownNodeIp !== undefined && Number(parseIp(ownNodeIp).bits) === Number(ip.bits) ? 0 : Number(ip.bits);
+function tunnelOf(hostIP: string | undefined, ownNodeIp: string | undefined): Pick<IpcacheValue, 'tunnelIp4' | 'tunnelIp6'> {
+  const ip = hostIP === undefined ? undefined : tryParseIp(hostIP);
+  const own = ownNodeIp === undefined ? undefined : tryParseIp(ownNodeIp);
+  if (ip === undefined || (own !== undefined && own.family === ip.family && own.bits === ip.bits)) return { tunnelIp4: 0 };
+  return ip.family === 4 ? { tunnelIp4: Number(ip.bits) } : { tunnelIp4: 0, tunnelIp6: ip };
 }
 
 /** How a failed ipcache map write is retried by default: soon, then up to every 5 s until it lands. */
@@ -96,7 +100,7 @@ export class IpcacheMapMirror {
   #write(entry: IpcacheEntry): void {
     const prefix = prefixOf(entry.prefix);
     if (!prefix) return;
-    this.#apply({ prefix, value: { identity: entry.identity, tunnelIp4: tunnelOf(entry.hostIP, this.ownNodeIp), flags: 0 } });
+    this.#apply({ prefix, value: { identity: entry.identity, ...tunnelOf(entry.hostIP, this.ownNodeIp), flags: 0 } });
   }
 
   #delete(previous: IpcacheEntry): void {

@@ -45,6 +45,7 @@ import {
   nat4Entry,
   nat4Key,
   ipcacheValue,
+  type IpcacheValue,
   metricsKey,
   metricsValue,
   policyEntry,
@@ -141,6 +142,7 @@ const CHECKS: Array<StructCheck<never>> = [
       identity: field({ identity: 0, tunnelIp4: 0, flags: 0 }, { identity: 9 }),
       tunnel_ip4: field({ identity: 0, tunnelIp4: 0, flags: 0 }, { tunnelIp4: 0xffffffff }),
       flags: field({ identity: 0, tunnelIp4: 0, flags: 0 }, { flags: 1 }),
+      tunnel_ip6: field<IpcacheValue>({ identity: 0, tunnelIp4: 0, flags: 0 }, { tunnelIp6: parseIp('ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff') }),
     },
   },
   {

@@ -86,12 +86,32 @@ function prefixKey(layout: typeof btf.ipcacheKeyLayout | typeof btf.ipmasqKeyLay
 
 export const ipcacheKey: Codec<IpPrefix> = prefixKey(btf.ipcacheKeyLayout, 'ipcache key');
 
-/** struct remote_endpoint_info */
-export const ipcacheValue = structCodec(btf.remoteEndpointInfoLayout, {
+/** struct remote_endpoint_info, its members as they are in C. */
+const ipcacheValueRaw = structCodec(btf.remoteEndpointInfoLayout, {
   /** Node to tunnel to, network order (a __u32 in C); 0 = none (local, or reached through the stack). */
   tunnelIp4: codec.u32be,
+  tunnelIp6: bytes(16),
 });
-export type IpcacheValue = codec.CodecValue<typeof ipcacheValue>;
+
+/** An ipcache entry's value: its identity, and the node hosting it over an IPv4 (tunnelIp4) or an IPv6 (tunnelIp6) underlay. */
+export interface IpcacheValue {
+  identity: number;
+  /** The hosting node's IPv4 address as a number; 0 = none. */
+  tunnelIp4: number;
+  flags: number;
+  /** The hosting node's IPv6 address, when the overlay reaches it over IPv6; absent = none (all zero in the map). */
+  tunnelIp6?: IpAddress;
+}
+
+/** struct remote_endpoint_info; an all-zero tunnel_ip6 reads as no tunnelIp6, so IPv4-only values read back as written. */
+export const ipcacheValue: Codec<IpcacheValue> = codec.mapped(
+  ipcacheValueRaw,
+  (r) => ({ identity: r.identity, tunnelIp4: r.tunnelIp4, flags: r.flags, ...(r.tunnelIp6.some((b) => b !== 0) ? { tunnelIp6: ipFromBytes(r.tunnelIp6, 6) } : {}) }),
+  (v) => {
+    if (v.tunnelIp6 !== undefined && v.tunnelIp6.family !== 6) throw new RangeError('tunnelIp6 must be an IPv6 address');
+    return { identity: v.identity, tunnelIp4: v.tunnelIp4, flags: v.flags, tunnelIp6: v.tunnelIp6 === undefined ? new Uint8Array(16) : slotBytes(v.tunnelIp6) };
+  },
+);
 
 // ---- tendril_policy: per-endpoint policy entries (bpf/lib/policy.h) ------------
 

@@ -110,6 +110,27 @@ describe('overlay: tendril_from_container', () => {
     assert.deepEqual(traces.map((e) => e.subtype), [TracePoint.TO_STACK, TracePoint.TO_STACK]);
   });
 
+  it('sends a pod\'s packet for a pod whose node is on an IPv6 underlay (the entry\'s tunnel_ip6) to tendril_vxlan, IPv4 and IPv6 pods alike', async () => {
+    const [node6, podA6, remote6, remote4] = ['fd00:77::6', 'fd00:a::10', 'fd00:b::21', '10.201.0.21'];
+    h.addEndpoint({ ...POD_A, ip: podA6 });
+    h.ipcache.set(parsePrefix(`${remote6}/128`), { identity: IDENTITY.REMOTE, tunnelIp4: 0, tunnelIp6: parseIp(node6), flags: 0 });
+    h.ipcache.set(parsePrefix(`${remote4}/32`), { identity: IDENTITY.REMOTE, tunnelIp4: 0, tunnelIp6: parseIp(node6), flags: 0 });
+    const udp6 = ipv6Frame({ ...fromA, src: podA6, dst: remote6, nextHeader: IpProto.UDP, payload: Buffer.from([0x9c, 0x40, 0, 53, 0, 8, 0, 0]) });
+    const udp4 = udpFrame({ ...fromA, src: POD_A.ip, dst: remote4, sport: 40000, dport: 53 });
+    tunnelMode(h);
+    for (const [frame, saddr, daddr] of [
+      [udp6, podA6, remote6],
+      [udp4, POD_A.ip, remote4],
+    ] as const) {
+      const r = await h.run(FROM, frame);
+      assert.equal(r.retval, TcAction.REDIRECT, daddr);
+      assert.deepEqual(r.data, frame, 'the sender leaves the inner packet as it is');
+      assertEvents(await h.takeEvents(1), [{ type: TRACE, subtype: TracePoint.TO_OVERLAY, direction: EGRESS, saddr, daddr, srcIdentity: IDENTITY.A, dstIdentity: IDENTITY.REMOTE, srcEndpoint: POD_A.endpointId }]);
+    }
+    // The entry read back as written: the IPv6 endpoint, no IPv4 one.
+    assert.deepEqual(h.ipcache.get(parsePrefix(`${remote6}/128`)), { identity: IDENTITY.REMOTE, tunnelIp4: 0, tunnelIp6: parseIp(node6), flags: 0 });
+  });
+
   it('encapsulates every packet of an established flow, not only its first', async () => {
     tunnelMode(h);
     await h.run(FROM, synToRemote());
@@ -188,6 +209,15 @@ describe('overlay: tendril_from_host', () => {
     assertEvents(await h.takeEvents(1), [
       { type: TRACE, subtype: TracePoint.TO_OVERLAY, direction: NONE, saddr: ROUTER.ip, daddr: REMOTE_POD_IP, srcIdentity: IDENTITY.HOST, dstIdentity: IDENTITY.REMOTE },
     ]);
+  });
+
+  it('encapsulates the node\'s packet for a remote pod whose node is on an IPv6 underlay, with the node\'s identity', async () => {
+    tunnelMode(h);
+    const remote4 = '10.201.0.22';
+    h.ipcache.set(parsePrefix(`${remote4}/32`), { identity: IDENTITY.REMOTE, tunnelIp4: 0, tunnelIp6: parseIp('fd00:77::6'), flags: 0 });
+    const r = await h.run(FROM_HOST, udpFrame({ ...toTendrilHost, src: ROUTER.ip, dst: remote4, sport: 5000, dport: 53 }));
+    assert.equal(r.retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(1), [{ type: TRACE, subtype: TracePoint.TO_OVERLAY, direction: NONE, saddr: ROUTER.ip, daddr: remote4, srcIdentity: IDENTITY.HOST, dstIdentity: IDENTITY.REMOTE }]);
   });
 
   it('drops it as before without CONFIG_F_TUNNEL: no local endpoint holds the address', async () => {

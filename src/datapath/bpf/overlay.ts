@@ -4,7 +4,9 @@
  * programs: remote = the node the ipcache names, VNI = the source identity)
  * says where it goes, and the receiving side reads the VNI back in
  * tendril_from_overlay on the device's ingress. No FDB learning: the ipcache
- * is the only source of tunnel endpoints.
+ * is the only source of tunnel endpoints. In external mode the kernel opens
+ * the device's UDP port on IPv4 and IPv6 alike, so one device serves nodes
+ * on either underlay family (each packet's key says which).
  */
 import type { Logger } from '../../logging/logger.js';
 import type { BpfProgram } from '../kernel/bpf/index.js';

@@ -397,6 +397,39 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
       }
     }
 
+    it('a pod reaches a pod on the other node over the IPv6 underlay when the ipcache names the nodes\' IPv6 addresses (tunnel_ip6): outer IPv6 between the nodes, the VNI the pod\'s identity', async () => {
+      const [a, b] = nodes as [LiveNode, LiveNode];
+      const A6 = 'fd00:250::1';
+      // Each node's entries for the other's addresses, as an IPv6-only cluster's agents write them; the old ones put back after.
+      const entries: Array<[LiveNode, string, string]> = [
+        ...[...NODES[1]!.pods.map((p) => p.ip), NODES[1]!.routerIp, NODES[1]!.underlayIp].map((ip): [LiveNode, string, string] => [a, `${ip}/32`, B6]),
+        ...[...NODES[0]!.pods.map((p) => p.ip), NODES[0]!.routerIp, NODES[0]!.underlayIp].map((ip): [LiveNode, string, string] => [b, `${ip}/32`, A6]),
+      ];
+      const saved = entries.map(([n, prefix]) => [n, prefix, n.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue).get(parsePrefix(prefix))!] as const);
+      for (const [n, prefix, endpoint] of entries) {
+        const map = n.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue);
+        map.set(parsePrefix(prefix), { ...map.get(parsePrefix(prefix))!, tunnelIp4: 0, tunnelIp6: parseIp(endpoint) });
+      }
+      // The other node's IPv6 address is a node's: the receiving side's trust rule.
+      for (const [n, ip] of [[a, B6], [b, A6]] as const) n.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue).set(parsePrefix(`${ip}/128`), { identity: REMOTE_NODE_IDENTITY, tunnelIp4: 0, tunnelIp6: parseIp(ip), flags: 0 });
+      try {
+        const capture = pool.exec(a.ns, ['timeout', '5', 'tcpdump', '-n', '-l', '-c', '2', '-T', 'vxlan', '-i', 'tdlu0', 'ip6', 'and', 'udp', 'port', String(VXLAN_PORT)]);
+        await new Promise((r) => setTimeout(r, 700));
+        const notNode = metric(b, DropReason.OVERLAY_NOT_NODE.code, TrafficDirection.INGRESS);
+        assert.ok(await ping(podNs.get('api')!, '10.211.0.20'), 'api → db and back over IPv6');
+        const text = (await capture).stdout;
+        assert.match(text, /IP6 fd00:250::1\.\d+ > fd00:250::2\.8472: VXLAN, flags \[I\] \(0x08\), vni 1000\b/, text);
+        assert.match(text, /10\.210\.0\.10 > 10\.211\.0\.20: ICMP echo request/, text);
+        assert.match(text, /IP6 fd00:250::2\.\d+ > fd00:250::1\.8472: VXLAN, flags \[I\] \(0x08\), vni 2000\b/, `the reply with db's identity: ${text}`);
+        assert.equal(metric(b, DropReason.OVERLAY_NOT_NODE.code, TrafficDirection.INGRESS), notNode, 'a node\'s IPv6 address is a node\'s');
+        // The node's own traffic too (VNI HOST, REMOTE_NODE at B, which db admits).
+        assert.ok(await ping(a.ns, '10.211.0.20'), 'node A → db over IPv6');
+      } finally {
+        for (const [n, prefix, value] of saved) n.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue).set(parsePrefix(prefix), value);
+        for (const [n, ip] of [[a, B6], [b, A6]] as const) n.objects.lxc.map(MapName.IPCACHE, ipcacheKey, ipcacheValue).delete(parsePrefix(`${ip}/128`));
+      }
+    });
+
     it('VXLAN over IPv6 from an address that is no node is dropped at B (OVERLAY_NOT_NODE), even with the VNI of an allowed identity', async () => {
       const [, b] = nodes as [LiveNode, LiveNode];
       const before = metric(b, DropReason.OVERLAY_NOT_NODE.code, TrafficDirection.INGRESS);

@@ -237,7 +237,7 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
     await native.removeRemoteNode('b');
   });
 
-  it('an IPv6-only node (its node IP IPv6): native routes its IPv6 pod CIDRs via that address, never its IPv4 ones; tunnel mode routes none', async () => {
+  it('an IPv6-only node (its node IP IPv6): native routes its IPv6 pod CIDRs via that address, never its IPv4 ones; tunnel mode routes its IPv4 ones into tendril_host (the overlay reaches it over IPv6)', async () => {
     const r = routes('native');
     await r.upsertRemoteNode({ name: 'v6', nodeIp: '2001:db8:2::6', podCidrs: ['10.3.9.0/24', 'fd00:6::/64'] });
     assert.deepEqual(await ours6(), ['fd00:6::/64']);
@@ -249,7 +249,9 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
     const t = routes('tunnel');
     await t.setRouter(ROUTER);
     await t.upsertRemoteNode({ name: 'v6', nodeIp: '2001:db8:2::6', podCidrs: ['10.3.9.0/24', 'fd00:6::/64'] });
-    assert.deepEqual([...(await ours()), ...(await ours6())], []);
+    assert.deepEqual([...(await ours()), ...(await ours6())], ['10.3.9.0/24']);
+    const route = (await ipRoutes()).get('10.3.9.0/24');
+    assert.deepEqual([route?.gateway, route?.dev, route?.prefsrc], [HOST_NEXTHOP, 'tendril_host', ROUTER]);
     await t.removeRemoteNode('v6');
   });
 

@@ -130,12 +130,12 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   }
 
   /**
-   * CIDRs in canonical form, those that can get a route: IPv4 when the node
-   * has an IPv4 address; IPv6 in native mode when it has an IPv6 address,
-   * in tunnel mode always (the route leads into tendril_host, whose program
-   * encapsulates to the endpoint the ipcache names, or drops the packet when
-   * it names none). `nodeIp` is the IPv4 address, or the IPv6 one of a node
-   * that has no IPv4 address at all.
+   * CIDRs in canonical form, those that can get a route: native, a family
+   * the node has an address of (its next hop); tunnel, every family whatever
+   * the node's address family (the route leads into tendril_host, whose
+   * program encapsulates to the endpoint the ipcache names, over an IPv4 or
+   * an IPv6 underlay, or drops the packet when it names none). `nodeIp` is
+   * the IPv4 address, or the IPv6 one of a node that has no IPv4 address at all.
    */
   #normalize(node: RemoteNodeRoute): RemoteNodeRoute {
     const primary = tryParseIp(node.nodeIp);
@@ -150,8 +150,8 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
     for (const text of node.podCidrs) {
       const p = tryParsePrefix(text, { hostBits: 'mask' });
       if (p === undefined) throw new DatapathError('failed', `node ${node.name}: pod CIDR ${JSON.stringify(text)} is not a CIDR`);
-      // Tunnel mode: the ipcache names the tunnel endpoint of each pod, IPv6 ones too (an IPv4 underlay).
-      const reachable = p.family === 4 ? ip4 !== undefined : this.mode === 'tunnel' || ip6 !== undefined;
+      // Tunnel mode: every family (the ipcache names each pod's tunnel endpoint, over either underlay).
+      const reachable = this.mode === 'tunnel' || (p.family === 4 ? ip4 !== undefined : ip6 !== undefined);
       if (!reachable) {
         // The node's pods of the other family still get their routes.
         this.opts.log.debug({ node: node.name, cidr: text, mode: this.mode }, 'no route to a pod CIDR of a remote node (no node address of its family, or IPv6 in tunnel mode)');

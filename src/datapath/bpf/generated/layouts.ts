@@ -304,12 +304,13 @@ export const policyKeyLayout = defineStruct('policy_key', 16, 4, {
   dport: { offset: 14, codec: codec.u16be }, // __be16 dport
 });
 
-/** struct remote_endpoint_info: 12 bytes. */
-export const remoteEndpointInfoLayout = defineStruct('remote_endpoint_info', 12, 4, {
+/** struct remote_endpoint_info: 28 bytes. */
+export const remoteEndpointInfoLayout = defineStruct('remote_endpoint_info', 28, 4, {
   identity: { offset: 0, codec: codec.u32 }, // __u32 identity
   tunnelIp4: { offset: 4, codec: codec.u32 }, // __u32 tunnel_ip4
   flags: { offset: 8, codec: codec.u8 }, // __u8 flags
   pad: { offset: 9, codec: codec.pad(3) }, // __u8[3] pad
+  tunnelIp6: { offset: 12, codec: codec.array(codec.u32, 4) }, // __u32[4] tunnel_ip6
 });
 
 /** struct tendril_event: 80 bytes. */
@@ -377,7 +378,7 @@ export const structLayouts = {
 /** The pinned maps (MapName) as the objects define them: type, key and value. */
 export const mapLayouts = {
   tendril_lxc: { type: 'hash', key: { cType: 'struct endpoint_key', size: 20 }, value: { cType: 'struct endpoint_info', size: 28 } },
-  tendril_ipcache: { type: 'LPM trie', key: { cType: 'struct ipcache_key', size: 24 }, value: { cType: 'struct remote_endpoint_info', size: 12 } },
+  tendril_ipcache: { type: 'LPM trie', key: { cType: 'struct ipcache_key', size: 24 }, value: { cType: 'struct remote_endpoint_info', size: 28 } },
   tendril_policy: { type: 'LPM trie', key: { cType: 'struct policy_key', size: 16 }, value: { cType: 'struct policy_entry', size: 8 } },
   tendril_ct4_tcp: { type: 'hash', key: { cType: 'struct ct4_key', size: 16 }, value: { cType: 'struct ct_entry', size: 56 } },
   tendril_ct4_any: { type: 'hash', key: { cType: 'struct ct4_key', size: 16 }, value: { cType: 'struct ct_entry', size: 56 } },

@@ -28,8 +28,6 @@ const OUTSIDE_IP6 = 'fd00:248::c8';
 /** Why an IPv6 row cannot pass yet: the items of the IPv6 work that are not built (docs/architecture.md "IPv6"). */
 const NOT_YET_IPV6 = {
   masquerade: 'IPv6 masquerade is not built (--ipv6-masquerade is refused): an IPv6 pod reaches the outside with its own address, which the outside has no route back to',
-  nodeToRemotePod: 'tunnel mode: the node\'s own IPv6 connections to remote pods have no route into the overlay yet',
-  remoteNodeReply: 'tunnel mode: a node\'s reply to a remote IPv6 pod has no route into the overlay yet',
 } as const;
 const UNDERLAY_MTU = 1500;
 const IPERF_PORT = 5201;
@@ -158,7 +156,7 @@ export function clusterConnectivitySuite(opts: { tag: string; routingMode: Routi
     assert.deepEqual(seen, want);
   });
 
-  for (const v of versions) test(`[${label}] IPv${v}: each node reaches the pods of the other nodes (TCP, UDP, ICMP)`, rowOpts(v, opts.routingMode === 'tunnel' ? NOT_YET_IPV6.nodeToRemotePod : undefined), async (t) => {
+  for (const v of versions) test(`[${label}] IPv${v}: each node reaches the pods of the other nodes (TCP, UDP, ICMP)`, T, async (t) => {
     const seen: Record<string, string> = {};
     const want: Record<string, string> = {};
     const sources: Record<string, string[]> = {};
@@ -178,7 +176,7 @@ export function clusterConnectivitySuite(opts: { tag: string; routingMode: Routi
     assert.deepEqual(seen, want);
   });
 
-  for (const v of versions) test(`[${label}] IPv${v}: a pod reaches the other nodes' addresses, seen with its own address (no masquerade inside the cluster)`, rowOpts(v, opts.routingMode === 'tunnel' ? NOT_YET_IPV6.remoteNodeReply : undefined), async () => {
+  for (const v of versions) test(`[${label}] IPv${v}: a pod reaches the other nodes' addresses, seen with its own address (no masquerade inside the cluster)`, T, async () => {
     const seen: Record<string, string> = {};
     const want: Record<string, string> = {};
     for (const n of s().nodes) await s().nodeAgent(n.index);
@@ -230,7 +228,7 @@ export function clusterConnectivitySuite(opts: { tag: string; routingMode: Routi
       assert.ok(replies.length >= 2 && replies.every((p) => p.vni === idB), `replies carry ${b.spec.name}'s identity ${idB}: ${JSON.stringify(replies)}`);
     });
 
-    for (const v of versions) test(`[${label}] IPv${v}: the node to a remote pod is VXLAN with the host identity (1)`, rowOpts(v, NOT_YET_IPV6.nodeToRemotePod), async () => {
+    for (const v of versions) test(`[${label}] IPv${v}: the node to a remote pod is VXLAN with the host identity (1)`, T, async () => {
       const [a, b] = [s().node(0), pods[1]!];
       const cap = await VxlanCapture.start(a.nodePath, 'eth0', `udp port ${VXLAN_PORT} and src host ${a.ip} and dst host ${b.node.ip}`, 2);
       const ping = await s().ping(a.node, ipOf(b, v), { count: 3, waitSeconds: 2 });

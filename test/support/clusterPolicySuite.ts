@@ -10,8 +10,7 @@
  * (fromEntities [cluster], then [remote-node]) keeps it out.
  * One test file per routing mode and pod family (IPv4, IPv6, dual-stack
  * pods): every verdict is checked on each IP version the pods have, with
- * the same expectations; a row that needs what IPv6 does not have yet is
- * todo, naming it.
+ * the same expectations.
  */
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
@@ -35,8 +34,6 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
   /** The version the single-version rows (a label change, measured) run on: IPv6 when the pods have it. */
   const main: IpFamily = versions.includes(6) ? 6 : 4;
   const title = (text: string) => (family === 4 ? text : `[${familyName(family)}] ${text}`);
-  /** A node's own IPv6 traffic to a remote pod in tunnel mode has no route into the overlay yet. */
-  const NODE_TO_REMOTE_POD6 = 'tunnel mode: a node\'s IPv6 traffic to a remote pod (its own, or a host\'s it forwards) has no route into the overlay yet';
 
   const NS = 'tdl-cluster';
   /** The db pod's counting UDP receiver (probe agent): how many datagrams arrived from an address. */
@@ -309,8 +306,7 @@ export function clusterPolicySuite(opts: { tag: string; routingMode: RoutingMode
     }
 
     for (const v of versions) for (const entity of ['cluster', 'remote-node']) {
-      const todo = v === 6 && opts.routingMode === 'tunnel' ? { todo: NODE_TO_REMOTE_POD6 } : {};
-      test(title(`IPv${v}: fromEntities [${entity}]: the outside host is world at C whether it routes via node A or via C itself; node A itself still gets in`), { ...T, ...todo }, async (t) => {
+      test(title(`IPv${v}: fromEntities [${entity}]: the outside host is world at C whether it routes via node A or via C itself; node A itself still gets in`), T, async (t) => {
         const c = s().node(C);
         await importPolicyAndWait(c, vaultPolicy(entity));
         try {

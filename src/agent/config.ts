@@ -87,7 +87,10 @@ export const AgentConfigSchema = z
     masqueradeCidrs: z.array(cidr).optional(),
     /** Pod traffic leaving the masquerade CIDRs is SNATed to the node's address (in BPF with the eBPF datapath, nftables with the routing one). */
     masquerade: z.boolean(),
-    /** The eBPF datapath masquerades pods' IPv6 traffic too (Cilium's --enable-ipv6-masquerade): not built yet, so true is refused there. */
+    /**
+     * The eBPF datapath masquerades pods' IPv6 traffic too (Cilium's --enable-ipv6-masquerade), to the device's IPv6 address.
+     * Off unless asked: an IPv6 pod leaves with its own address today, and an upgrade must not change that under it.
+     */
     ipv6Masquerade: z.boolean(),
     /** The node's devices that get the NodePort and masquerade programs (Cilium's --devices); default: detected. */
     devices: z.array(interfaceName).min(1).optional(),
@@ -224,7 +227,6 @@ export function validateConfig(raw: unknown): AgentConfig {
     '--routing-mode tunnel needs --datapath bpf (the overlay is the eBPF datapath\'s); use --routing-mode native with --datapath routing',
   );
   // IPv6 pod CIDRs are carried in both routing modes: natively routed, or in the overlay (an IPv4 underlay).
-  if (c.ipv6Masquerade && c.datapath === 'bpf') throw new ConfigError(ipv6NotYetRefusal('--ipv6-masquerade', 'masquerade'));
   validateAbsolutePath(c.socket, 'socket path');
   return c;
 }
@@ -329,8 +331,8 @@ export async function readConfigFile(path: string): Promise<Record<string, unkno
 export function nodeMasqueradeCidrs(c: AgentConfig): string[] {
   if (!c.masquerade && c.datapath !== 'bpf') return [];
   const cidrs = masqueradeCidrs(c);
-  // The eBPF datapath masquerades IPv4 only (--ipv6-masquerade is refused until it is
-  // built): an IPv6 pod CIDR listed here would tell `tendril status` what is not done.
+  // The eBPF datapath masquerades IPv6 only with --ipv6-masquerade: an IPv6 CIDR in
+  // its trie is what turns it on, and one listed without it would tell `tendril status` what is not done.
   if (c.datapath !== 'bpf' || c.ipv6Masquerade) return cidrs;
   return cidrs.filter((text) => tryParseInterfaceAddress(text, { leadingZeros: true })?.address.family !== 6);
 }

@@ -7,7 +7,7 @@ import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
 import { validateAbsolutePath, validateInterfaceName } from '../cni/index.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT } from '../datapath/bpf/constants.js';
 import { DEFAULT_NAT_PORT_RANGE, isPortRange } from '../datapath/bpf/natPorts.js';
-import { ConfigError, ConfigErrorCode, ipv6NotYetRefusal } from '../errors/configError.js';
+import { ConfigError, ConfigErrorCode } from '../errors/configError.js';
 import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
@@ -16,7 +16,7 @@ import { LOG_FORMATS } from '../logging/logger.js';
 import { fileErrorReason } from '../errors/fileError.js';
 
 // Defined beside the subsystems that raise or read them; named here too, where the agent's callers look.
-export { ConfigError, ConfigErrorCode, ipv6NotYetRefusal } from '../errors/configError.js';
+export { ConfigError, ConfigErrorCode } from '../errors/configError.js';
 export { k8sConnection } from '../k8s/agentKubernetes.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */

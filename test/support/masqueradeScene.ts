@@ -153,6 +153,9 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
       agents.push(a);
       podAgents[name] = a;
     }
+    // The node resolves a pod's address from its lxc device's link-local one, tentative for a second or two (DAD):
+    // until then the first reply towards a pod waits on a retried solicitation, IPv6's alone.
+    if (v6) await untilNoTentativeAddress(n.node);
     return {
       node: n,
       pods,
@@ -192,5 +195,16 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
   } catch (err) {
     await cleanup();
     throw err;
+  }
+}
+
+/** Waits (at most 5 s) until no IPv6 address of the namespace is tentative (duplicate address detection done). */
+async function untilNoTentativeAddress(netns: string): Promise<void> {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const tentative = (await runOk(['ip', '-n', netns, '-6', '-o', 'addr', 'show', 'tentative'])).trim();
+    if (tentative === '') return;
+    if (Date.now() > deadline) throw new Error(`IPv6 addresses still tentative in ${netns} after 5 s: ${tentative}`);
+    await new Promise((r) => setTimeout(r, 100));
   }
 }

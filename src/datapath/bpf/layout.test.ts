@@ -26,6 +26,7 @@ import {
   endpointKey,
   EVENT_SIZE,
   deviceInfo,
+  type DeviceInfoValue,
   frag4Key,
   frag4Ports,
   frag6Key,
@@ -84,7 +85,7 @@ const lb4Svc0 = { backendId: 0, affinityTimeout: 0, count: 0, revNatIndex: 0, fl
 const lb4Be0 = { address: v4zero, port: 0, proto: 0, state: 0 };
 const nat4Key0 = { saddr: v4zero, daddr: v4zero, sport: 0, dport: 0, proto: 0, dir: 0 };
 const nat4Entry0 = { createdNs: 0n, toAddr: v4zero, toPort: 0, flags: 0 };
-const dev0 = { ipv4: v4zero, flags: 0, mac: mac0, ipv6: parseIp('::') };
+const dev0: DeviceInfoValue = { ipv4: v4zero, flags: 0, mac: mac0 };
 const nat6Key0 = { saddr: parseIp('::'), daddr: parseIp('::'), sport: 0, dport: 0, proto: 0, dir: 0 };
 const nat6Entry0 = { createdNs: 0n, toAddr: parseIp('::'), toPort: 0, flags: 0 };
 const ct0 = { expiresNs: 0n, packets: 0n, bytes: 0n, srcIdentity: 0, dstIdentity: 0, srcEndpoint: 0, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 0, flags: 0, backendId: 0, natAddr: parseIp('0.0.0.0'), natPort: 0 };

@@ -250,7 +250,7 @@ export const ipmasqKey: Codec<IpPrefix> = prefixKey(btf.ipmasqKeyLayout, 'ipmasq
 // ---- tendril_devices (bpf/lib/devices.h) ---------------------------------------
 
 const deviceInfoStruct = structCodec(btf.deviceInfoLayout, { ipv4, mac: macAddress, ipv6 });
-/** struct device_info; ipv6 absent (read back as ::) when the device has no global IPv6 address. */
+/** struct device_info; ipv6 absent (all zero in the map) when the device has no global IPv6 address. */
 export type DeviceInfoValue = Omit<codec.CodecValue<typeof deviceInfoStruct>, 'ipv6'> & { ipv6?: IpAddress };
 const NO_IPV6 = ipFromBytes(new Uint8Array(16));
 
@@ -259,7 +259,10 @@ export const deviceInfo: Codec<DeviceInfoValue> = {
   size: deviceInfoStruct.size,
   align: deviceInfoStruct.align,
   write: (v, buf, offset) => deviceInfoStruct.write({ ...v, ipv6: v.ipv6 ?? NO_IPV6 }, buf, offset),
-  read: (buf, offset) => deviceInfoStruct.read(buf, offset),
+  read: (buf, offset) => {
+    const { ipv6: v6, ...rest } = deviceInfoStruct.read(buf, offset);
+    return v6.bits === 0n ? rest : { ...rest, ipv6: v6 };
+  },
 };
 
 // ---- tendril_metrics (bpf/lib/metrics.h) --------------------------------------

@@ -257,8 +257,7 @@ export class LbInspector {
     return this.inspector.withMap(MapName.DEVICES, codec.u32, deviceInfo, async (m) => {
       const rows: NodeDeviceRow[] = [];
       for await (const [ifindex, v] of m.entries()) {
-        const ipv6 = v.ipv6 !== undefined ? formatIp(v.ipv6) : '::';
-        rows.push({ ifindex, ipv4: formatIp(v.ipv4), mac: v.mac, masquerade: (v.flags & DeviceFlag.MASQUERADE) !== 0, ...(ipv6 !== '::' ? { ipv6 } : {}) });
+        rows.push({ ifindex, ipv4: formatIp(v.ipv4), mac: v.mac, masquerade: (v.flags & DeviceFlag.MASQUERADE) !== 0, ...(v.ipv6 !== undefined ? { ipv6: formatIp(v.ipv6) } : {}) });
       }
       return rows.sort((a, b) => a.ifindex - b.ifindex);
     });

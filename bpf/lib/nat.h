@@ -212,10 +212,10 @@ static __always_inline int nat4_reverse_holds(const struct nat4_key *rkey, const
  * entry expired, or a TCP connection reset or closed both ways whose last
  * packet is NAT_CLOSED_REUSE_NS old (a closed entry's deadline is its last
  * packet plus the closing lifetime). A mapping with no entry at all is over
- * once it is older than NAT_UNTRACKED_GRACE_NS. ICMP echo mappings wait
- * for the GC.
+ * once it is older than NAT_UNTRACKED_GRACE_NS. Either family: e is the
+ * holder's conntrack entry (NULL: none), created_ns when its mapping was
+ * made.
  */
-/* snat4_holder_over's judgement, either family: e is the holder's conntrack entry (NULL: none), created_ns its mapping's age. */
 static __always_inline int nat_holder_flow_over(const struct ct_entry *e, __u8 proto, __u64 created_ns, __u64 now)
 {
 	__u64 expires;
@@ -228,6 +228,7 @@ static __always_inline int nat_holder_flow_over(const struct ct_entry *e, __u8 p
 	return proto == IPPROTO_TCP && ct_entry_closed(e) && expires + NAT_CLOSED_REUSE_NS <= now + CT_TIMEOUT_TCP_CLOSING * NSEC_PER_SEC;
 }
 
+/* nat_holder_flow_over for the IPv4 flow holding rkey (ICMP echo mappings wait for the GC). */
 static __always_inline int snat4_holder_over(const struct nat4_key *rkey, const struct nat4_entry *cur, __u64 now)
 {
 	struct ct4_key key;

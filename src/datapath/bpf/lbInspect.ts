@@ -237,17 +237,17 @@ export class LbInspector {
     const rows: NatMappingRow[] = [];
     for (const [k, v] of await this.#entries({ v4: [MapName.SNAT, nat4Key, nat4Entry], v6: [MapName.SNAT6, nat6Key, nat6Entry] })) {
       rows.push({
-          direction: k.dir === NatDirection.INGRESS ? 'ingress' : 'egress',
-          protocol: protocolName(k.proto),
-          saddr: formatIp(k.saddr),
-          sport: k.sport,
-          daddr: formatIp(k.daddr),
-          dport: k.dport,
-          toAddr: formatIp(v.toAddr),
-          toPort: v.toPort,
-          flags: flagNames(v.flags, NatFlag),
-          ageSeconds: secondsSince(v.createdNs, nowNs),
-        });
+        direction: k.dir === NatDirection.INGRESS ? 'ingress' : 'egress',
+        protocol: protocolName(k.proto),
+        saddr: formatIp(k.saddr),
+        sport: k.sport,
+        daddr: formatIp(k.daddr),
+        dport: k.dport,
+        toAddr: formatIp(v.toAddr),
+        toPort: v.toPort,
+        flags: flagNames(v.flags, NatFlag),
+        ageSeconds: secondsSince(v.createdNs, nowNs),
+      });
     }
     const family = (r: NatMappingRow) => (r.saddr.includes(':') ? 6 : 4);
     return rows.sort((a, b) => a.direction.localeCompare(b.direction) || family(a) - family(b) || a.saddr.localeCompare(b.saddr, 'en', { numeric: true }) || a.sport - b.sport);

@@ -162,7 +162,7 @@ export function agentCommand(): Command {
     .option('--devices <name[,name]>', 'node devices for NodePort from outside and masquerading (default: every up interface with a global IPv4 address)', list)
     .option('--masquerade', 'masquerade pod traffic leaving the masquerade CIDRs (default)')
     .option('--no-masquerade', 'do not masquerade pod traffic')
-    .option('--ipv6-masquerade', 'eBPF datapath: masquerade pods\' IPv6 traffic too (not supported yet: refused; default off, IPv6 leaves with the pod\'s address; the routing datapath masquerades IPv6 with --masquerade)')
+    .option('--ipv6-masquerade', 'eBPF datapath: masquerade pods\' IPv6 traffic too, to the device\'s IPv6 address (default off: IPv6 leaves with the pod\'s address; the routing datapath masquerades IPv6 with --masquerade)')
     .option('--k8s-kubeconfig <file>', 'follow this Kubernetes API server (pods, namespaces, nodes, NetworkPolicies, tendril policies, Services, EndpointSlices); default: in-cluster when run in a pod')
     .option('--k8s-api-server <url>', 'the Kubernetes API server\'s URL, over the kubeconfig\'s or the in-cluster one')
     .option('--k8s-sync-timeout <s>', `how long start-up waits for the first Kubernetes sync and this node's Node object (default ${DEFAULT_K8S_SYNC_TIMEOUT_SECONDS})`, int('--k8s-sync-timeout'))

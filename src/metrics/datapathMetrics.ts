@@ -35,6 +35,7 @@ const PRESSURE_MAPS: readonly MapNameValue[] = [
   MapName.CT_ANY,
   MapName.FRAG,
   MapName.SNAT,
+  MapName.SNAT6,
   MapName.LB_SERVICES,
   MapName.LB_BACKENDS,
   MapName.LB_REVNAT,

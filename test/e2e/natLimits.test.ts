@@ -6,9 +6,11 @@
 // flow that reached it through a mapping leaves as the node's (the outside's
 // connected UDP socket gets the port unreachable; untranslated, nothing would
 // match it there). Each case is an agent of its own with the flags it needs.
+// The full SNAT map also on IPv6 (--ipv6-masquerade, tendril_snat6).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { after, test } from 'node:test';
+import type { Family } from '../support/family.js';
 import { dropsBetween, MASQ_NODE_IP, type MasqueradeScene, startMasqueradeScene } from '../support/masqueradeScene.js';
 import { NetnsPool } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
@@ -24,10 +26,10 @@ after(async () => {
   for (const p of pools) await p.cleanup();
 });
 
-async function scene(tag: string, subnet: number, agentArgs: string[]): Promise<MasqueradeScene> {
+async function scene(tag: string, subnet: number, agentArgs: string[], family: Family = 4): Promise<MasqueradeScene> {
   const pool = new NetnsPool(`nl${subnet}`);
   pools.push(pool);
-  const s = await startMasqueradeScene(pool, { nodeName: `tdl-node-${tag}`, podCidr: `10.243.${subnet}.0/24`, agentArgs });
+  const s = await startMasqueradeScene(pool, { nodeName: `tdl-node-${tag}`, podCidr: `10.243.${subnet}.0/24`, agentArgs, family });
   scenes.push(s);
   return s;
 }
@@ -45,6 +47,22 @@ test('a full SNAT map refuses new flows (NAT_FULL) and every established connect
   assert.ok((delta['NAT_FULL/egress'] ?? 0) > 0, `the refused ones were dropped as NAT_FULL: ${JSON.stringify(delta)}`);
   const again = await held.echoAll();
   assert.equal(opened(again), n, `every established connection still echoes: ${failures(again)}`);
+  await held.close();
+});
+
+test('IPv6: a full tendril_snat6 refuses new flows (NAT_FULL) and every established connection still echoes', { timeout: 120_000 }, async () => {
+  // --bpf-nat-max sizes both families' tables: 24 entries, 12 IPv6 mappings.
+  const s = await scene('nlm-nat6', 5, ['--bpf-nat-max', '24'], 6);
+  const dst = s.outside.addressesOf(6)[0]!;
+  const before = await s.drops();
+  const held = await s.holdConnections('client-a', 16, { timeoutMs: 1500, dst });
+  const n = opened(held.opened);
+  const delta = dropsBetween(before, await s.drops());
+  assert.ok(n >= 8 && n <= 12, `as many connections opened as the map has mappings for: ${n} (${failures(held.opened)})`);
+  assert.ok((delta['NAT_FULL/egress'] ?? 0) > 0, `the refused ones were dropped as NAT_FULL: ${JSON.stringify(delta)}`);
+  const again = await held.echoAll();
+  assert.equal(opened(again), n, `every established connection still echoes: ${failures(again)}`);
+  assert.deepEqual([...new Set(again.flatMap((x) => x.answers.map((a) => a.peer)))], [s.nodeIp(6)]);
   await held.close();
 });
 

@@ -345,6 +345,8 @@ describe('BpfDatapath', { timeout: 120_000 }, () => {
     const dev = `tdlup${randomBytes(2).toString('hex')}`;
     await subject.createVethPair(dev, outside, 'eth0');
     await runOk(['ip', 'addr', 'add', '192.0.2.10/24', 'dev', dev]);
+    // Its IPv6 SNAT address (--ipv6-masquerade): a global one, usable at once; a tentative one would not be taken.
+    await runOk(['ip', 'addr', 'add', '2001:db8:77::10/64', 'dev', dev, 'nodad']);
     await runOk(['ip', 'link', 'set', dev, 'up']);
     // What the routing datapath (or an earlier build) left.
     await runOk(['nft', 'add', 'table', 'inet', 'tendril']);
@@ -367,12 +369,13 @@ describe('BpfDatapath', { timeout: 120_000 }, () => {
     assert.equal(linkInfo('lo-egress').progId, objects.toLo.id);
     assert.equal(existsSync(join(pinDir, 'links', 'lo-ingress')), false, 'lo has no ingress program');
     const devices = BpfMap.openPinned(join(pinDir, MapName.DEVICES), codec.u32, deviceInfo);
-    assert.deepEqual(devices.get(ifindex), { ipv4: parseIp('192.0.2.10'), flags: DeviceFlag.MASQUERADE, mac: link!.address });
+    assert.deepEqual(devices.get(ifindex), { ipv4: parseIp('192.0.2.10'), flags: DeviceFlag.MASQUERADE, mac: link!.address, ipv6: parseIp('2001:db8:77::10') });
     const ipmasq = BpfMap.openPinned(join(pinDir, MapName.NO_MASQUERADE), ipmasqKey, codec.u8);
     const masq: string[] = [];
     for await (const p of ipmasq.keys()) masq.push(formatPrefix(p));
     ipmasq.close();
-    assert.deepEqual(masq, ['10.214.0.0/16']);
+    // Both families as given: the agent leaves the IPv6 ones out unless --ipv6-masquerade (nodeMasqueradeCidrs).
+    assert.deepEqual(masq.sort(), ['10.214.0.0/16', 'fd00:214::/64']);
     assert.notEqual((await run(['nft', 'list', 'table', 'inet', 'tendril'])).code, 0, 'no nftables masquerade table with the eBPF datapath');
     // The device loses its address: no longer a device; its entry and programs go.
     await runOk(['ip', 'addr', 'del', '192.0.2.10/24', 'dev', dev]);

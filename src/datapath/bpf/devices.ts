@@ -32,6 +32,8 @@ export interface NodeDevice {
    * a source it does not have.
    */
   ipv4?: string;
+  /** Its first global IPv6 address that is usable (not tentative, not deprecated): the IPv6 SNAT source (--ipv6-masquerade). */
+  ipv6?: string;
 }
 
 /** Interfaces that are never node devices: tendril's own and pods' host ends. */
@@ -52,27 +54,31 @@ function firstGlobal(addresses: readonly Address[], index: number, family: 4 | 6
   return addresses.find((a) => a.index === index && a.family === family && a.scope === RT_SCOPE_UNIVERSE)?.ip;
 }
 
-function firstGlobalIpv4(addresses: readonly Address[], index: number): string | undefined {
-  return firstGlobal(addresses, index, 4);
+/** IFA_F_TENTATIVE, IFA_F_DEPRECATED, IFA_F_DADFAILED: an address the kernel would not pick as a source. */
+const UNUSABLE_IPV6 = 0x40 | 0x20 | 0x08;
+
+function firstGlobalIpv6(addresses: readonly Address[], index: number): string | undefined {
+  return addresses.find((a) => a.index === index && a.family === 6 && a.scope === RT_SCOPE_UNIVERSE && (a.flags & UNUSABLE_IPV6) === 0)?.ip;
 }
 
 /** The node devices of the namespace `nl` works in, sorted by name. */
 export async function detectDevices(nl: Netlink, opts: DetectOptions = {}): Promise<NodeDevice[]> {
-  const [links, addresses] = await kernel(() => Promise.all([nl.listLinks(), nl.listAddresses({ family: 4 })]));
-  const device = (l: Link, ipv4: string | undefined): NodeDevice => ({ name: l.name, ifindex: l.index, mac: l.mac === '' ? NO_MAC : l.mac, ...(ipv4 !== undefined ? { ipv4 } : {}) });
+  const [links, addresses] = await kernel(() => Promise.all([nl.listLinks(), nl.listAddresses()]));
+  const device = (l: Link, ipv4: string | undefined): NodeDevice => {
+    const ipv6 = firstGlobalIpv6(addresses, l.index);
+    return { name: l.name, ifindex: l.index, mac: l.mac === '' ? NO_MAC : l.mac, ...(ipv4 !== undefined ? { ipv4 } : {}), ...(ipv6 !== undefined ? { ipv6 } : {}) };
+  };
   if (opts.configured !== undefined) {
     const byName = new Map(links.map((l) => [l.name, l]));
-    // An IPv6-only node's device has a global IPv6 address only: read those when an IPv4 one is missing.
-    let addresses6: readonly Address[] | undefined;
     const out: NodeDevice[] = [];
     for (const name of opts.configured) {
       const l = byName.get(name);
       if (!l) throw new DatapathError('not-found', `--devices names ${name}, which does not exist`);
       if (NEVER_DEVICE.some((re) => re.test(name))) throw new DatapathError('refused', `--devices names ${name}, which cannot be a node device (lo, tendril's own and pods' interfaces are not)`);
-      const ipv4 = firstGlobalIpv4(addresses, l.index);
-      if (ipv4 === undefined) {
-        addresses6 ??= await kernel(() => nl.listAddresses({ family: 6 }));
-        if (firstGlobal(addresses6, l.index, 6) === undefined) throw new DatapathError('failed', `--devices names ${name}, which has no global IPv4 or IPv6 address`);
+      const ipv4 = firstGlobal(addresses, l.index, 4);
+      // An IPv6-only node's device has a global IPv6 address only.
+      if (ipv4 === undefined && firstGlobal(addresses, l.index, 6) === undefined) {
+        throw new DatapathError('failed', `--devices names ${name}, which has no global IPv4 or IPv6 address`);
       }
       out.push(device(l, ipv4));
     }
@@ -83,8 +89,9 @@ export async function detectDevices(nl: Netlink, opts: DetectOptions = {}): Prom
     if (!l.up || NEVER_DEVICE.some((re) => re.test(l.name)) || opts.exclude?.(l.name)) continue;
     // A bridge's or bond's port carries no address of its own: the master is the device.
     if (l.masterIndex !== undefined) continue;
-    const ipv4 = firstGlobalIpv4(addresses, l.index);
-    if (ipv4 !== undefined) out.push(device(l, ipv4));
+    // A global address of either family makes a device: an IPv6-only node's devices have no IPv4 one.
+    const ipv4 = firstGlobal(addresses, l.index, 4);
+    if (ipv4 !== undefined || firstGlobal(addresses, l.index, 6) !== undefined) out.push(device(l, ipv4));
   }
   return out.sort((a, b) => a.name.localeCompare(b.name));
 }
@@ -124,8 +131,8 @@ export class NodeDevices {
     const flags = masquerade ? DeviceFlag.MASQUERADE : 0;
     const wanted = new Set(devices.map((d) => d.ifindex));
     try {
-      // A device without IPv4 has no source to masquerade IPv4 to: its entry says so (0.0.0.0, no MASQUERADE).
-      for (const d of devices) map.set(d.ifindex, { ipv4: parseIp(d.ipv4 ?? '0.0.0.0'), flags: d.ipv4 === undefined ? 0 : flags, mac: d.mac });
+      // The datapath checks each family's address before it translates to it: a device without IPv4 (an IPv6-only node's) keeps MASQUERADE for IPv6, its entry's IPv4 is 0.0.0.0.
+      for (const d of devices) map.set(d.ifindex, { ipv4: parseIp(d.ipv4 ?? '0.0.0.0'), flags, mac: d.mac, ...(d.ipv6 !== undefined ? { ipv6: parseIp(d.ipv6) } : {}) });
     } catch (err) {
       throw new DatapathError('failed', `writing ${map.name} failed: ${(err as Error).message}`, [], '', { cause: err });
     }
@@ -146,6 +153,6 @@ export class NodeDevices {
     }
     if (stale.length > 0) log.info({ ifindexes: stale }, 'took the datapath off devices no longer in --devices');
     this.#current = [...devices];
-    log.info({ devices: devices.map((d) => `${d.name} ${d.ipv4 ?? 'no IPv4'} (ifindex ${d.ifindex})`), masquerade }, 'node devices programmed');
+    log.info({ devices: devices.map((d) => `${d.name} ${d.ipv4 ?? 'no IPv4'}${d.ipv6 !== undefined ? ` ${d.ipv6}` : ''} (ifindex ${d.ifindex})`), masquerade }, 'node devices programmed');
   }
 }

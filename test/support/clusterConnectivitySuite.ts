@@ -7,7 +7,7 @@
  * remote pods, pods reach remote nodes, traffic leaving the cluster is
  * masqueraded, and in tunnel mode the packets on the underlay are VXLAN
  * carrying the source identity. Each row runs on every IP version the pods
- * have; rows that need what is not built on IPv6 yet are todo, naming it.
+ * have.
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -25,10 +25,6 @@ import { VxlanCapture } from './vxlanCapture.js';
 const OUTSIDE_IP = '10.248.0.200';
 /** Its IPv6 address on a dual-stack cluster network. */
 const OUTSIDE_IP6 = 'fd00:248::c8';
-/** Why an IPv6 row cannot pass yet: the items of the IPv6 work that are not built (docs/architecture.md "IPv6"). */
-const NOT_YET_IPV6 = {
-  masquerade: 'IPv6 masquerade is not built (--ipv6-masquerade is refused): an IPv6 pod reaches the outside with its own address, which the outside has no route back to',
-} as const;
 const UNDERLAY_MTU = 1500;
 const IPERF_PORT = 5201;
 const T = { timeout: 90_000 };
@@ -41,8 +37,6 @@ export function clusterConnectivitySuite(opts: { tag: string; routingMode: Routi
   const s = () => scene!;
   const label = `${opts.routingMode}/${opts.ipam}${family === 4 ? '' : `/${familyName(family)}`}`;
   const versions = versionsOf(family);
-  /** The test options of a row on IP version v: todo with the reason when it needs what IPv6 does not have yet. */
-  const rowOpts = (v: IpFamily, notYet?: string) => (v === 6 && notYet !== undefined ? { ...T, todo: notYet } : T);
   const ipOf = (p: ClusterPod, v: IpFamily) => addressIn(p.spec.name, p.addresses, v);
   /** A node's address of IP version v on the cluster network (its IPv6 one on a dual-stack underlay). */
   const nodeAddr = (n: SceneNode, v: IpFamily) => addressIn(n.name, { 4: n.ip, ...(n.ip6 !== undefined ? { 6: n.ip6 } : {}) }, v);
@@ -191,7 +185,7 @@ export function clusterConnectivitySuite(opts: { tag: string; routingMode: Routi
     assert.deepEqual(seen, want);
   });
 
-  for (const v of versions) test(`[${label}] IPv${v}: a pod reaching a host outside the cluster is masqueraded to its node's address`, rowOpts(v, NOT_YET_IPV6.masquerade), async () => {
+  for (const v of versions) test(`[${label}] IPv${v}: a pod reaching a host outside the cluster is masqueraded to its node's address`, T, async () => {
     const seen: Record<string, string> = {};
     const want: Record<string, string> = {};
     for (const p of pods) {

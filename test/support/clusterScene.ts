@@ -130,6 +130,8 @@ export class ClusterScene {
       '--lease-ttl', String(this.leaseTtl),
       '--datapath', 'bpf', '--bpffs-root', bpffsRoot,
       '--devices', (this.opts.devices?.(index) ?? ['eth0']).join(','),
+      // IPv6 pods leave the cluster as their node, as IPv4 ones do (IPv6 masquerade is off by default).
+      ...(this.family === 4 ? [] : ['--ipv6-masquerade']),
       ...(this.opts.nodeArgs?.(index) ?? []),
     ];
   }

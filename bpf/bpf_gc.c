@@ -11,7 +11,7 @@
  *     - conntrack (IPv4 and IPv6 tables): entries whose deadline passed (expires_ns <= now, what
  *       ct_lookup_key already ignores); a CT_F_CHARGED entry gives its
  *       count back to its endpoint's tendril_ct_budget entry.
- *     - SNAT: a mapping whose flow is gone (no conntrack entry for the
+ *     - SNAT (tendril_snat4, tendril_snat6): a mapping whose flow is gone (no conntrack entry for the
  *       EGRESS key's tuple, or an expired one) goes, both sides; an INGRESS
  *       side whose EGRESS side is gone is an orphan and goes alone. Both
  *       only once older than gc_run.grace_ns: a mapping is made just before
@@ -49,6 +49,7 @@
 #include "lb.h"
 #include "metrics.h"
 #include "nat.h"
+#include "nat6.h"
 #include "policy.h"
 
 struct gc_sample {
@@ -78,11 +79,12 @@ struct gc_run {
 	__u32 nkeys;
 	__u32 pad;
 	struct ct4_key keys[GC_BATCH];
-	/* input: the keys of a run over an IPv6 conntrack table (40 bytes each) */
+	/* input: the keys of a run over an IPv6 table, conntrack or SNAT (40 bytes each) */
 	struct ct6_key keys6[GC_BATCH];
 };
 
 _Static_assert(sizeof(struct ct4_key) == sizeof(struct nat4_key), "gc_run.keys holds both key kinds");
+_Static_assert(sizeof(struct ct6_key) == sizeof(struct nat6_key), "gc_run.keys6 holds both IPv6 key kinds");
 
 struct gc_run gc_run;
 
@@ -234,6 +236,65 @@ static long gc_snat_entry(void *map, struct nat4_key *key, struct nat4_entry *v,
 	return 0;
 }
 
+/* gc_flow_alive for an IPv6 mapping's EGRESS key. */
+static __always_inline int gc_flow6_alive(const struct nat6_key *k, __u64 now)
+{
+	struct ct6_key ck;
+	struct ct_entry *e;
+
+	ct6_key_init(&ck, k->saddr, k->daddr, k->sport, k->dport, k->proto);
+	if (k->proto == IPPROTO_TCP)
+		e = bpf_map_lookup_elem(&tendril_ct6_tcp, &ck);
+	else
+		e = bpf_map_lookup_elem(&tendril_ct6_any, &ck);
+	return e && e->expires_ns > now;
+}
+
+static __always_inline int gc_young6(const struct nat6_entry *v, const struct gc_walk *w)
+{
+	return v->created_ns + w->grace > w->now;
+}
+
+/* gc_snat_entry for tendril_snat6: the same rules (a mapping goes with its flow, an orphaned reply side alone). */
+static long gc_snat6_entry(struct nat6_key *key, struct nat6_entry *v, struct gc_walk *w)
+{
+	struct nat6_key other;
+	struct nat6_entry *peer, *back;
+
+	w->scanned++;
+	if (gc_young6(v, w))
+		return 0;
+	if (key->dir == NAT_DIR_EGRESS) {
+		if (gc_flow6_alive(key, w->now))
+			return 0;
+		nat6_key_init(&other, key->daddr, v->to_addr, key->dport, v->to_port, key->proto, NAT_DIR_INGRESS);
+		back = bpf_map_lookup_elem(&tendril_snat6, &other);
+		if (back && nat6_entry_is(back, key->saddr, key->sport) && bpf_map_delete_elem(&tendril_snat6, &other) == 0) {
+			w->scanned++;
+			w->removed++;
+		}
+		if (bpf_map_delete_elem(&tendril_snat6, key) < 0)
+			return 0;
+		w->removed++;
+		w->mappings++;
+		return 0;
+	}
+	nat6_key_init(&other, v->to_addr, key->saddr, v->to_port, key->sport, key->proto, NAT_DIR_EGRESS);
+	peer = bpf_map_lookup_elem(&tendril_snat6, &other);
+	if (peer && nat6_entry_is(peer, key->daddr, key->dport)) {
+		if (gc_young6(peer, w) || gc_flow6_alive(&other, w->now))
+			return 0;
+		if (bpf_map_delete_elem(&tendril_snat6, key) == 0)
+			w->removed++;
+		return 0;
+	}
+	if (bpf_map_delete_elem(&tendril_snat6, key) == 0) {
+		w->removed++;
+		w->orphans++;
+	}
+	return 0;
+}
+
 /* The kernel's count of a hash map's elements (per-CPU counters summed). */
 struct bpf_map {
 	int id;
@@ -271,7 +332,7 @@ static long gc_key(__u32 i, struct gc_walk *w)
 	return 0;
 }
 
-/* gc_key for a run over an IPv6 conntrack table: its keys are gc_run.keys6. A callback of its own, verified apart from gc_key's. */
+/* gc_key for a run over an IPv6 table (conntrack or SNAT): its keys are gc_run.keys6. A callback of its own, verified apart from gc_key's. */
 static long gc_key6(__u32 i, struct gc_walk *w)
 {
 	struct ct6_key *key;
@@ -280,6 +341,12 @@ static long gc_key6(__u32 i, struct gc_walk *w)
 	if (i >= GC_BATCH)
 		return 1;
 	key = &gc_run.keys6[i];
+	if (w->map == GC_MAP_SNAT6) {
+		value = bpf_map_lookup_elem(&tendril_snat6, key);
+		if (value)
+			gc_snat6_entry((struct nat6_key *)key, value, w);
+		return 0;
+	}
 	map = w->map == GC_MAP_CT6_TCP ? (void *)&tendril_ct6_tcp : (void *)&tendril_ct6_any;
 	value = bpf_map_lookup_elem(map, key);
 	if (value)
@@ -318,11 +385,14 @@ int tendril_ct_gc(struct __sk_buff *skb)
 	case GC_MAP_SNAT:
 		map = &tendril_snat4;
 		break;
+	case GC_MAP_SNAT6:
+		map = &tendril_snat6;
+		break;
 	default:
 		return TC_ACT_SHOT;
 	}
 	if (!count_only && nkeys > 0) {
-		if (run->map == GC_MAP_CT6_TCP || run->map == GC_MAP_CT6_ANY)
+		if (run->map == GC_MAP_CT6_TCP || run->map == GC_MAP_CT6_ANY || run->map == GC_MAP_SNAT6)
 			bpf_loop(nkeys < GC_BATCH ? nkeys : GC_BATCH, gc_key6, &w, 0);
 		else
 			bpf_loop(nkeys < GC_BATCH ? nkeys : GC_BATCH, gc_key, &w, 0);

@@ -32,6 +32,7 @@
 #include "ipv6.h"
 #include "l4.h"
 #include "nat.h"
+#include "nat6.h"
 #include "nodeport.h"
 #include "trace.h"
 
@@ -69,9 +70,13 @@ static __always_inline int from_netdev_ipv6(struct __sk_buff *skb, struct flow *
 {
 	struct ipv6_info ip6;
 	int action = TC_ACT_OK;
+	__u8 nat_flags = 0;
 
 	if (!device_lookup(skb->ifindex) || ipv6_load(skb, f, &ip6) < 0 || l4_load6(skb, f, &ip6) < 0)
 		return TC_ACT_OK;
+	/* An IPv6 masquerade reply, now addressed to its pod (as IPv4's). */
+	if (snat6_rev_netdev(skb, f, &ip6, &nat_flags, &action))
+		return action == TC_ACT_SHOT ? action : pass_packet(skb, f, action, TRACE_FROM_NETWORK, DIR_INGRESS);
 	if (nodeport_lb6(skb, f, &ip6, &action))
 		return action;
 	return TC_ACT_OK;
@@ -112,16 +117,42 @@ static __always_inline int to_netdev_ipv4(struct __sk_buff *skb, struct flow *f)
 	return TC_ACT_OK;
 }
 
+/* to_netdev_ipv4 for IPv6: pod traffic leaving the IPv6 masquerade CIDRs (--ipv6-masquerade) is SNATed to the device's IPv6 address. */
+static __always_inline int to_netdev_ipv6(struct __sk_buff *skb, struct flow *f)
+{
+	struct device_info *dev = device_lookup(skb->ifindex);
+	struct ipv6_info ip6;
+	int node_own, ret;
+
+	if (!dev || !(dev->flags & DEVICE_F_MASQUERADE) || ipv6_is_unspecified(dev->ipv6) || ipv6_load(skb, f, &ip6) < 0 ||
+	    l4_load6(skb, f, &ip6) < 0)
+		return TC_ACT_OK;
+	node_own = ipv6_addr_equal(f->saddr6, dev->ipv6);
+	ret = snat6_masquerade(skb, f, &ip6, dev);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+	if (ret > 0)
+		trace_new_flow(skb, f, TRACE_TO_NETWORK, DIR_EGRESS);
+	/* Only what was masqueraded (its source the device's now) is tendril's to count and trace. */
+	if (!node_own && ipv6_addr_equal(f->saddr6, dev->ipv6))
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_NETWORK, DIR_EGRESS);
+	return TC_ACT_OK;
+}
+
 SEC("tc")
 int tendril_to_netdev(struct __sk_buff *skb)
 {
 	struct flow *f;
+	__be16 proto;
 
 	f = flow_init(skb);
 	if (!f)
 		return TC_ACT_OK;
-	if (eth_load_proto(skb) == bpf_htons(ETH_P_IP))
+	proto = eth_load_proto(skb);
+	if (proto == bpf_htons(ETH_P_IP))
 		return to_netdev_ipv4(skb, f);
+	if (proto == bpf_htons(ETH_P_IPV6))
+		return to_netdev_ipv6(skb, f);
 	return TC_ACT_OK;
 }
 

@@ -10,6 +10,7 @@ struct device_info {
 	__u32 flags;  /* DEVICE_F_* */
 	__u8 mac[6];
 	__u8 pad[2];
+	__be32 ipv6[4]; /* its global IPv6 address: the IPv6 SNAT source (--ipv6-masquerade); all 0 = none */
 };
 
 struct {

@@ -52,7 +52,11 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } tendril_snat4 SEC(".maps");
 
-/* Masquerade CIDRs (--masquerade-cidr): pod traffic from them to outside them is masqueraded. */
+/*
+ * Masquerade CIDRs (--masquerade-cidr): pod traffic from them to outside them
+ * is masqueraded. Both families in one trie (the key names the family, as
+ * the ipcache's): IPv6 prefixes are written only with --ipv6-masquerade.
+ */
 struct ipmasq_key {
 	__u32 prefixlen; /* IPCACHE_KEY_FIXED_BITS + the prefix's length (laid out as the ipcache key) */
 	__u16 pad1;
@@ -180,23 +184,28 @@ static __always_inline int nat4_reverse_holds(const struct nat4_key *rkey, const
  * once it is older than NAT_UNTRACKED_GRACE_NS. ICMP echo mappings wait
  * for the GC.
  */
+/* snat4_holder_over's judgement, either family: e is the holder's conntrack entry (NULL: none), created_ns its mapping's age. */
+static __always_inline int nat_holder_flow_over(const struct ct_entry *e, __u8 proto, __u64 created_ns, __u64 now)
+{
+	__u64 expires;
+
+	if (!e)
+		return now - created_ns > NAT_UNTRACKED_GRACE_NS;
+	expires = READ_ONCE(e->expires_ns);
+	if (expires <= now)
+		return 1;
+	return proto == IPPROTO_TCP && ct_entry_closed(e) && expires + NAT_CLOSED_REUSE_NS <= now + CT_TIMEOUT_TCP_CLOSING * NSEC_PER_SEC;
+}
+
 static __always_inline int snat4_holder_over(const struct nat4_key *rkey, const struct nat4_entry *cur, __u64 now)
 {
 	struct ct4_key key;
-	struct ct_entry *e;
-	__u64 expires;
 
 	if (rkey->proto == IPPROTO_ICMP)
 		return 0;
 	/* The holder's original tuple: its source, the same destination. */
 	ct_key_init(&key, cur->to_addr, rkey->saddr, cur->to_port, rkey->sport, rkey->proto);
-	e = ct_map_lookup(&key);
-	if (!e)
-		return now - cur->created_ns > NAT_UNTRACKED_GRACE_NS;
-	expires = READ_ONCE(e->expires_ns);
-	if (expires <= now)
-		return 1;
-	return rkey->proto == IPPROTO_TCP && ct_entry_closed(e) && expires + NAT_CLOSED_REUSE_NS <= now + CT_TIMEOUT_TCP_CLOSING * NSEC_PER_SEC;
+	return nat_holder_flow_over(ct_map_lookup(&key), rkey->proto, cur->created_ns, now);
 }
 
 /* What one port claim needs, shared with the bpf_loop walk of the ranges. */
@@ -277,6 +286,18 @@ static __always_inline int snat4_claim(struct snat4_claim_ctx *c, __u16 port)
 	return 1;
 }
 
+/* The port the search's step i looks at (either family): a random one for the first NAT_PORT_RETRIES, then each in turn from `start`. */
+static __always_inline __u16 nat_claim_port(const struct nat_ports *p, __u32 start, __u32 i)
+{
+	__u32 idx;
+
+	if (i < NAT_PORT_RETRIES)
+		idx = bpf_get_prandom_u32() % p->total;
+	else
+		idx = (start + i - NAT_PORT_RETRIES) % p->total;
+	return nat_port_at(p, idx);
+}
+
 /*
  * One step of the search: NAT_PORT_RETRIES random ports first (a table
  * with room answers in one or two), then every port in turn from a random
@@ -288,18 +309,13 @@ static __always_inline int snat4_claim(struct snat4_claim_ctx *c, __u16 port)
 static long snat4_claim_step(__u32 i, void *data)
 {
 	struct snat4_claim_ctx *c = snat4_claim_slot();
-	__u32 idx;
 	__u16 port;
 
 	if (!c || c->ports.total == 0)
 		return 1;
 	if (c->full && i >= NAT_PORT_RETRIES + NAT_FULL_WALK)
 		return 1;
-	if (i < NAT_PORT_RETRIES)
-		idx = bpf_get_prandom_u32() % c->ports.total;
-	else
-		idx = (c->start + i - NAT_PORT_RETRIES) % c->ports.total;
-	port = nat_port_at(&c->ports, idx);
+	port = nat_claim_port(&c->ports, c->start, i);
 	c->ret = snat4_claim(c, port);
 	if (c->ret == 0)
 		return 0;

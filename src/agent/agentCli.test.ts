@@ -41,12 +41,15 @@ describe('agent flags for services, devices and masquerading', () => {
     assert.equal((await resolveConfig(parse('--masquerade'))).masquerade, true);
   });
 
-  it('dual-stack: the eBPF datapath masquerades the IPv4 pod CIDR only; the routing datapath (nftables) both', async () => {
+  it('dual-stack: the eBPF datapath masquerades the IPv6 pod CIDR only with --ipv6-masquerade (off by default); the routing datapath (nftables) both', async () => {
     const c = await resolveConfig(parse('--pod-cidr', 'fd00:10::/112'));
     assert.equal(c.ipv6Masquerade, false);
     assert.deepEqual(nodeMasqueradeCidrs(c), ['10.0.0.0/24']);
     assert.deepEqual(nodeMasqueradeCidrs({ ...c, datapath: 'routing' }), ['10.0.0.0/24', 'fd00:10::/112']);
-    await assert.rejects(resolveConfig(parse('--pod-cidr', 'fd00:10::/112', '--ipv6-masquerade')), invalid(/--ipv6-masquerade: the eBPF datapath does not masquerade IPv6 yet/));
+    const v6 = await resolveConfig(parse('--pod-cidr', 'fd00:10::/112', '--ipv6-masquerade'));
+    assert.equal(v6.ipv6Masquerade, true);
+    assert.equal(v6.datapath, 'bpf');
+    assert.deepEqual(nodeMasqueradeCidrs(v6), ['10.0.0.0/24', 'fd00:10::/112']);
   });
 
   it('refuses a Maglev size that is no prime in range, an unknown algorithm and bad device names', async () => {

@@ -54,11 +54,8 @@ describe('agent configuration', () => {
       // The etcd kvstore's default routing mode is the overlay.
       assert.doesNotThrow(() => validateConfig({ ...hostScope(extra), kvstore: 'etcd' }), flag);
     }
-    assert.throws(
-      () => validateConfig(hostScope({ podCidrs: ['10.0.0.0/24', 'fd00::/64'], routingMode: 'native', ipv6Masquerade: true })),
-      isConfigError(ConfigErrorCode.INVALID, /^--ipv6-masquerade: the eBPF datapath does not masquerade IPv6 yet/),
-    );
-    // The routing datapath masquerades IPv6 with nftables already.
+    // The eBPF datapath masquerades IPv6 (tendril_snat6), the routing datapath with nftables.
+    assert.equal(validateConfig(hostScope({ podCidrs: ['10.0.0.0/24', 'fd00::/64'], routingMode: 'native', ipv6Masquerade: true })).ipv6Masquerade, true);
     assert.doesNotThrow(() => validateConfig(hostScope({ podCidrs: ['10.0.0.0/24', 'fd00::/64'], datapath: 'routing', routingMode: 'native', ipv6Masquerade: true })));
     // --ipam kubernetes: the Node's spec.podCIDRs, once it is known.
     const k8s = validateConfig({ ...defaultConfig(), ipam: 'kubernetes', kvstore: 'etcd' });

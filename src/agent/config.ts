@@ -7,7 +7,7 @@ import { DEFAULT_LIB_DIR, DEFAULT_STATE_DIR } from '../api/types.js';
 import { validateAbsolutePath, validateInterfaceName } from '../cni/index.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT } from '../datapath/bpf/constants.js';
 import { DEFAULT_NAT_PORT_RANGE, isPortRange } from '../datapath/bpf/natPorts.js';
-import { ConfigError, ConfigErrorCode, ipv6NotYetRefusal } from '../errors/configError.js';
+import { ConfigError, ConfigErrorCode } from '../errors/configError.js';
 import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
@@ -16,7 +16,7 @@ import { LOG_FORMATS } from '../logging/logger.js';
 import { fileErrorReason } from '../errors/fileError.js';
 
 // Defined beside the subsystems that raise or read them; named here too, where the agent's callers look.
-export { ConfigError, ConfigErrorCode, ipv6NotYetRefusal } from '../errors/configError.js';
+export { ConfigError, ConfigErrorCode } from '../errors/configError.js';
 export { k8sConnection } from '../k8s/agentKubernetes.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */
@@ -87,7 +87,10 @@ export const AgentConfigSchema = z
     masqueradeCidrs: z.array(cidr).optional(),
     /** Pod traffic leaving the masquerade CIDRs is SNATed to the node's address (in BPF with the eBPF datapath, nftables with the routing one). */
     masquerade: z.boolean(),
-    /** The eBPF datapath masquerades pods' IPv6 traffic too (Cilium's --enable-ipv6-masquerade): not built yet, so true is refused there. */
+    /**
+     * The eBPF datapath masquerades pods' IPv6 traffic too (Cilium's --enable-ipv6-masquerade), to the device's IPv6 address.
+     * Off unless asked: an IPv6 pod leaves with its own address today, and an upgrade must not change that under it.
+     */
     ipv6Masquerade: z.boolean(),
     /** The node's devices that get the NodePort and masquerade programs (Cilium's --devices); default: detected. */
     devices: z.array(interfaceName).min(1).optional(),
@@ -224,7 +227,6 @@ export function validateConfig(raw: unknown): AgentConfig {
     '--routing-mode tunnel needs --datapath bpf (the overlay is the eBPF datapath\'s); use --routing-mode native with --datapath routing',
   );
   // IPv6 pod CIDRs are carried in both routing modes: natively routed, or in the overlay (an IPv4 underlay).
-  if (c.ipv6Masquerade && c.datapath === 'bpf') throw new ConfigError(ipv6NotYetRefusal('--ipv6-masquerade', 'masquerade'));
   validateAbsolutePath(c.socket, 'socket path');
   return c;
 }
@@ -329,8 +331,8 @@ export async function readConfigFile(path: string): Promise<Record<string, unkno
 export function nodeMasqueradeCidrs(c: AgentConfig): string[] {
   if (!c.masquerade && c.datapath !== 'bpf') return [];
   const cidrs = masqueradeCidrs(c);
-  // The eBPF datapath masquerades IPv4 only (--ipv6-masquerade is refused until it is
-  // built): an IPv6 pod CIDR listed here would tell `tendril status` what is not done.
+  // The eBPF datapath masquerades IPv6 only with --ipv6-masquerade: an IPv6 CIDR in
+  // its trie is what turns it on, and one listed without it would tell `tendril status` what is not done.
   if (c.datapath !== 'bpf' || c.ipv6Masquerade) return cidrs;
   return cidrs.filter((text) => tryParseInterfaceAddress(text, { leadingZeros: true })?.address.family !== 6);
 }

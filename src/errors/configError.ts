@@ -21,17 +21,3 @@ export class ConfigError extends CodedError<ConfigErrorCode> {
     super(code, message, options);
   }
 }
-
-/** The IPv6 combinations the eBPF datapath does not carry yet, and what to give instead. */
-export const IPV6_NOT_YET = {
-  masquerade: 'the eBPF datapath does not masquerade IPv6 yet: leave out --ipv6-masquerade (pods\' IPv6 traffic then leaves with the pod\'s address)',
-} as const;
-
-/**
- * Refuses, at start, an IPv6 pod CIDR with a part of the eBPF datapath that
- * has no IPv6 path yet: its pods would get IPv6 addresses whose traffic that
- * part drops. `what` names the flag (or the Node field) and the CIDR.
- */
-export function ipv6NotYetRefusal(what: string, missing: keyof typeof IPV6_NOT_YET): string {
-  return `${what}: ${IPV6_NOT_YET[missing]}`;
-}

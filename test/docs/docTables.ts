@@ -39,8 +39,9 @@ const MAP_PURPOSE = {
   [MapName.LB6_REVNAT]: 'IPv6 service ID (reverse NAT index) → frontend',
   [MapName.LB6_AFFINITY]: 'IPv6 ClientIP session affinity: (client, service ID) → backend, last used',
   [MapName.SNAT]: 'SNAT mappings, each direction: a flow\'s tuple → the translated address and port',
-  [MapName.DEVICES]: 'the node\'s devices with programs: ifindex → address, masquerade flag, MAC',
-  [MapName.NO_MASQUERADE]: 'the masquerade CIDRs: pod traffic to them is not masqueraded',
+  [MapName.SNAT6]: 'IPv6 SNAT mappings (`--ipv6-masquerade`), as `tendril_snat4` with 16-byte addresses',
+  [MapName.DEVICES]: 'the node\'s devices with programs: ifindex → IPv4 and IPv6 address, masquerade flag, MAC',
+  [MapName.NO_MASQUERADE]: 'the masquerade CIDRs of both families (IPv6 with `--ipv6-masquerade`): pod traffic to them is not masqueraded',
   [MapName.CT_BUDGET]: 'endpoint ID → conntrack entries charged to it (`--bpf-ct-endpoint-max`)',
 } as const satisfies Record<MapNameValue, string>;
 

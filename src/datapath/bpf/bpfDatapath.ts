@@ -107,7 +107,7 @@ export class BpfDatapath implements Datapath {
   /** Adopted pods' interface MACs by host interface (their endpoint records carry none). */
   readonly #adoptedPodMac = new Map<string, string>();
   #closed = false;
-  /** The masquerade CIDRs written to tendril_ipmasq4 (canonical text). */
+  /** The masquerade CIDRs written to tendril_ipmasq4, both families (canonical text). */
   readonly #ipmasq: BpfMap<IpPrefix, number>;
   /** tendril_devices and the programs on the node's devices. */
   readonly devices: NodeDevices;
@@ -359,13 +359,13 @@ export class BpfDatapath implements Datapath {
     }
   }
 
-  /** tendril_ipmasq4 holds exactly the IPv4 masquerade CIDRs. */
+  /** tendril_ipmasq4 holds exactly the masquerade CIDRs (IPv6 ones arrive only with --ipv6-masquerade: the agent filters them). */
   async #syncMasqueradeCidrs(cidrs: readonly string[]): Promise<void> {
     const wanted = new Map<string, IpPrefix>();
     for (const text of cidrs) {
       const p = tryParsePrefix(text, { hostBits: 'mask', leadingZeros: true });
       if (p === undefined) throw new DatapathError('failed', `invalid masquerade CIDR ${JSON.stringify(text)}`);
-      if (p.family === 4) wanted.set(formatPrefix(p), p);
+      wanted.set(formatPrefix(p), p);
     }
     try {
       for (const p of wanted.values()) this.#ipmasq.set(p, 1);

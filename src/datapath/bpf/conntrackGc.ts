@@ -74,9 +74,15 @@ export async function collectConntrack(inspector: DatapathInspector, opts: CtGcO
       for (const s of r.sample.slice(0, r.samples)) sample.push(ctRow(table, family === 6 ? s.key6 : s.key, s.entry, nowNs));
     }
     if (hasSnat) {
-      const r = await gc.run({ map: GcMap.SNAT, nowNs, graceNs: opts.natGraceNs ?? DEFAULT_NAT_GC_GRACE_NS });
-      nat = { scanned: r.scanned, removed: r.mappings, orphans: r.orphans };
-      fill.push(mapFill(gc, GcMap.SNAT, r.entries));
+      // Both families' mappings count together; each map's fill is its own.
+      nat = { scanned: 0, removed: 0, orphans: 0 };
+      for (const map of [GcMap.SNAT, GcMap.SNAT6] as const) {
+        const r = await gc.run({ map, nowNs, graceNs: opts.natGraceNs ?? DEFAULT_NAT_GC_GRACE_NS });
+        nat.scanned += r.scanned;
+        nat.removed += r.mappings;
+        nat.orphans += r.orphans;
+        fill.push(mapFill(gc, map, r.entries));
+      }
     }
   });
   return { ...result, durationMs: Math.round((performance.now() - started) * 10) / 10, sample, ...(nat ? { nat } : {}), fill };

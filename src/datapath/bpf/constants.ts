@@ -247,6 +247,8 @@ export const GcMap = {
   SNAT: 2,
   CT6_TCP: 3,
   CT6_ANY: 4,
+  /** tendril_snat6: its keys are 40 bytes, as IPv6 conntrack's (gc_run.keys6). */
+  SNAT6: 5,
 } as const;
 
 /** Flags of a GC run (gc_run.flags). */
@@ -335,9 +337,11 @@ export const MapName = {
   LB6_AFFINITY: 'tendril_lb6_aff',
   /** SNAT mappings, both directions (masquerade, and NodePort to a backend off the node). */
   SNAT: 'tendril_snat4',
+  /** IPv6 SNAT mappings (--ipv6-masquerade), as SNAT with 16-byte addresses. */
+  SNAT6: 'tendril_snat6',
   /** Node devices with programs (--devices): ifindex → the device's IPv4 address and flags. */
   DEVICES: 'tendril_devices',
-  /** Prefixes that pod traffic is not masqueraded to (and masquerade sources): the masquerade CIDRs. */
+  /** Prefixes that pod traffic is not masqueraded to (and masquerade sources): the masquerade CIDRs, both families (IPv6 with --ipv6-masquerade). */
   NO_MASQUERADE: 'tendril_ipmasq4',
   /** Endpoint ID → conntrack entries charged to it (CtFlag.CHARGED), for --bpf-ct-endpoint-max. */
   CT_BUDGET: 'tendril_ct_budget',
@@ -348,6 +352,8 @@ export type MapNameValue = (typeof MapName)[keyof typeof MapName];
 export const PrivateMapName = {
   /** SNAT's port search state, one slot per CPU (bpf/lib/nat.h). */
   NAT_CLAIM: 'tendril_nat_claim',
+  /** The same for IPv6 SNAT (bpf/lib/nat6.h). */
+  NAT6_CLAIM: 'tendril_nat6_claim',
   /** The flow of the packet in hand, one slot per CPU (bpf/lib/flow.h): off the stack the stages share. */
   FLOW_SCRATCH: 'tendril_flow_scratch',
 } as const;
@@ -382,6 +388,8 @@ export const DefaultMapSize = {
   [MapName.LB6_REVNAT]: 65536,
   [MapName.LB6_AFFINITY]: 65536,
   [MapName.SNAT]: 1 << 19,
+  /** Half the IPv4 table's entries: a key is 40 bytes, not 16 (as conntrack's). */
+  [MapName.SNAT6]: 1 << 18,
   [MapName.DEVICES]: 64,
   [MapName.NO_MASQUERADE]: 16384,
   /** One counter per endpoint: as many as endpoints. */

@@ -27,6 +27,8 @@ export interface NodeDevice {
   mac: string;
   /** Its first global IPv4 address: the NodePort frontend and SNAT source on it. */
   ipv4: string;
+  /** Its first global IPv6 address that is usable (not tentative, not deprecated): the IPv6 SNAT source (--ipv6-masquerade). */
+  ipv6?: string;
 }
 
 /** Interfaces that are never node devices: tendril's own and pods' host ends. */
@@ -47,10 +49,20 @@ function firstGlobalIpv4(addresses: readonly Address[], index: number): string |
   return addresses.find((a) => a.index === index && a.family === 4 && a.scope === RT_SCOPE_UNIVERSE)?.ip;
 }
 
+/** IFA_F_TENTATIVE, IFA_F_DEPRECATED, IFA_F_DADFAILED: an address the kernel would not pick as a source. */
+const UNUSABLE_IPV6 = 0x40 | 0x20 | 0x08;
+
+function firstGlobalIpv6(addresses: readonly Address[], index: number): string | undefined {
+  return addresses.find((a) => a.index === index && a.family === 6 && a.scope === RT_SCOPE_UNIVERSE && (a.flags & UNUSABLE_IPV6) === 0)?.ip;
+}
+
 /** The node devices of the namespace `nl` works in, sorted by name. */
 export async function detectDevices(nl: Netlink, opts: DetectOptions = {}): Promise<NodeDevice[]> {
-  const [links, addresses] = await kernel(() => Promise.all([nl.listLinks(), nl.listAddresses({ family: 4 })]));
-  const device = (l: Link, ipv4: string): NodeDevice => ({ name: l.name, ifindex: l.index, mac: l.mac === '' ? NO_MAC : l.mac, ipv4 });
+  const [links, addresses] = await kernel(() => Promise.all([nl.listLinks(), nl.listAddresses()]));
+  const device = (l: Link, ipv4: string): NodeDevice => {
+    const ipv6 = firstGlobalIpv6(addresses, l.index);
+    return { name: l.name, ifindex: l.index, mac: l.mac === '' ? NO_MAC : l.mac, ipv4, ...(ipv6 !== undefined ? { ipv6 } : {}) };
+  };
   if (opts.configured !== undefined) {
     const byName = new Map(links.map((l) => [l.name, l]));
     return opts.configured.map((name) => {
@@ -108,7 +120,7 @@ export class NodeDevices {
     const flags = masquerade ? DeviceFlag.MASQUERADE : 0;
     const wanted = new Set(devices.map((d) => d.ifindex));
     try {
-      for (const d of devices) map.set(d.ifindex, { ipv4: parseIp(d.ipv4), flags, mac: d.mac });
+      for (const d of devices) map.set(d.ifindex, { ipv4: parseIp(d.ipv4), flags, mac: d.mac, ...(d.ipv6 !== undefined ? { ipv6: parseIp(d.ipv6) } : {}) });
     } catch (err) {
       throw new DatapathError('failed', `writing ${map.name} failed: ${(err as Error).message}`, [], '', { cause: err });
     }
@@ -129,6 +141,6 @@ export class NodeDevices {
     }
     if (stale.length > 0) log.info({ ifindexes: stale }, 'took the datapath off devices no longer in --devices');
     this.#current = [...devices];
-    log.info({ devices: devices.map((d) => `${d.name} ${d.ipv4} (ifindex ${d.ifindex})`), masquerade }, 'node devices programmed');
+    log.info({ devices: devices.map((d) => `${d.name} ${d.ipv4}${d.ipv6 !== undefined ? ` ${d.ipv6}` : ''} (ifindex ${d.ifindex})`), masquerade }, 'node devices programmed');
   }
 }

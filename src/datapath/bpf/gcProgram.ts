@@ -29,10 +29,11 @@ export const GC_MAP_NAME: Record<GcMapValue, string> = {
   [GcMap.SNAT]: MapName.SNAT,
   [GcMap.CT6_TCP]: MapName.CT6_TCP,
   [GcMap.CT6_ANY]: MapName.CT6_ANY,
+  [GcMap.SNAT6]: MapName.SNAT6,
 };
 
-/** The maps whose keys a run takes in gc_run.keys6 (40-byte IPv6 conntrack keys); the others' go in gc_run.keys. */
-const IPV6_MAPS: ReadonlySet<GcMapValue> = new Set([GcMap.CT6_TCP, GcMap.CT6_ANY]);
+/** The maps whose keys a run takes in gc_run.keys6 (40-byte IPv6 conntrack and SNAT keys); the others' go in gc_run.keys. */
+const IPV6_MAPS: ReadonlySet<GcMapValue> = new Set([GcMap.CT6_TCP, GcMap.CT6_ANY, GcMap.SNAT6]);
 const keySizeOf = (map: GcMapValue): number => (IPV6_MAPS.has(map) ? GC_KEY6_SIZE : GC_KEY_SIZE);
 
 export interface GcRunInput {

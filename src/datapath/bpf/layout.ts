@@ -236,14 +236,31 @@ export type Nat4Key = codec.CodecValue<typeof nat4Key>;
 export const nat4Entry = structCodec(btf.nat4EntryLayout, { toAddr: ipv4 });
 export type Nat4EntryValue = codec.CodecValue<typeof nat4Entry>;
 
+/** struct nat6_key (bpf/lib/nat6.h) */
+export const nat6Key = structCodec(btf.nat6KeyLayout, { saddr: ipv6, daddr: ipv6 });
+export type Nat6Key = codec.CodecValue<typeof nat6Key>;
+
+/** struct nat6_entry */
+export const nat6Entry = structCodec(btf.nat6EntryLayout, { toAddr: ipv6 });
+export type Nat6EntryValue = codec.CodecValue<typeof nat6Entry>;
+
 /** struct ipmasq_key: laid out as the ipcache key. */
 export const ipmasqKey: Codec<IpPrefix> = prefixKey(btf.ipmasqKeyLayout, 'ipmasq key');
 
 // ---- tendril_devices (bpf/lib/devices.h) ---------------------------------------
 
+const deviceInfoStruct = structCodec(btf.deviceInfoLayout, { ipv4, mac: macAddress, ipv6 });
+/** struct device_info; ipv6 absent (read back as ::) when the device has no global IPv6 address. */
+export type DeviceInfoValue = Omit<codec.CodecValue<typeof deviceInfoStruct>, 'ipv6'> & { ipv6?: IpAddress };
+const NO_IPV6 = ipFromBytes(new Uint8Array(16));
+
 /** struct device_info, keyed by __u32 ifindex */
-export const deviceInfo = structCodec(btf.deviceInfoLayout, { ipv4, mac: macAddress });
-export type DeviceInfoValue = codec.CodecValue<typeof deviceInfo>;
+export const deviceInfo: Codec<DeviceInfoValue> = {
+  size: deviceInfoStruct.size,
+  align: deviceInfoStruct.align,
+  write: (v, buf, offset) => deviceInfoStruct.write({ ...v, ipv6: v.ipv6 ?? NO_IPV6 }, buf, offset),
+  read: (buf, offset) => deviceInfoStruct.read(buf, offset),
+};
 
 // ---- tendril_metrics (bpf/lib/metrics.h) --------------------------------------
 

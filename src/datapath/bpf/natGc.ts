@@ -1,5 +1,6 @@
 /**
- * SNAT garbage collection. tendril_snat4 holds both sides of each mapping:
+ * SNAT garbage collection. tendril_snat4 (and tendril_snat6, the same for
+ * IPv6) holds both sides of each mapping:
  * the original tuple as it leaves (EGRESS key → the node address and port)
  * and the translated tuple as replies arrive (INGRESS key → the original
  * source). A mapping lives as long as its flow: when conntrack has no live
@@ -33,11 +34,17 @@ export interface NatGcOptions {
 
 export const DEFAULT_NAT_GC_GRACE_NS = 10_000_000_000n;
 
-/** One pass over tendril_snat4 alone (the conntrack GC's pass includes it). */
+/** One pass over tendril_snat4 and tendril_snat6 alone, their counts together (the conntrack GC's pass includes it). */
 export async function collectNat(inspector: DatapathInspector, opts: NatGcOptions = {}): Promise<NatGcResult> {
   const nowNs = opts.nowNs ?? process.hrtime.bigint();
   return withGcProgram(inspector, async (gc) => {
-    const r = await gc.run({ map: GcMap.SNAT, nowNs, graceNs: opts.graceNs ?? DEFAULT_NAT_GC_GRACE_NS });
-    return { scanned: r.scanned, removed: r.mappings, orphans: r.orphans };
+    const out: NatGcResult = { scanned: 0, removed: 0, orphans: 0 };
+    for (const map of [GcMap.SNAT, GcMap.SNAT6] as const) {
+      const r = await gc.run({ map, nowNs, graceNs: opts.graceNs ?? DEFAULT_NAT_GC_GRACE_NS });
+      out.scanned += r.scanned;
+      out.removed += r.mappings;
+      out.orphans += r.orphans;
+    }
+    return out;
   });
 }

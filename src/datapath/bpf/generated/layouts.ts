@@ -69,12 +69,13 @@ export const datapathConfigLayout = defineStruct('datapath_config', 48, 8, {
   migrationUntilNs: { offset: 40, codec: codec.u64 }, // __u64 migration_until_ns
 });
 
-/** struct device_info: 16 bytes. */
-export const deviceInfoLayout = defineStruct('device_info', 16, 4, {
+/** struct device_info: 32 bytes. */
+export const deviceInfoLayout = defineStruct('device_info', 32, 4, {
   ipv4: { offset: 0, codec: codec.u32be }, // __be32 ipv4
   flags: { offset: 4, codec: codec.u32 }, // __u32 flags
   mac: { offset: 8, codec: codec.bytes(6) }, // __u8[6] mac
   pad: { offset: 14, codec: codec.pad(2) }, // __u8[2] pad
+  ipv6: { offset: 16, codec: codec.array(codec.u32be, 4) }, // __be32[4] ipv6
 });
 
 /** struct endpoint_info: 28 bytes. */
@@ -286,6 +287,26 @@ export const nat4KeyLayout = defineStruct('nat4_key', 16, 4, {
   pad: { offset: 14, codec: codec.pad(2) }, // __u16 pad
 });
 
+/** struct nat6_entry: 32 bytes. */
+export const nat6EntryLayout = defineStruct('nat6_entry', 32, 8, {
+  createdNs: { offset: 0, codec: codec.u64 }, // __u64 created_ns
+  toAddr: { offset: 8, codec: codec.array(codec.u32be, 4) }, // __be32[4] to_addr
+  toPort: { offset: 24, codec: codec.u16be }, // __be16 to_port
+  flags: { offset: 26, codec: codec.u8 }, // __u8 flags
+  pad: { offset: 27, codec: codec.pad(5) }, // __u8[5] pad
+});
+
+/** struct nat6_key: 40 bytes. */
+export const nat6KeyLayout = defineStruct('nat6_key', 40, 4, {
+  saddr: { offset: 0, codec: codec.array(codec.u32be, 4) }, // __be32[4] saddr
+  daddr: { offset: 16, codec: codec.array(codec.u32be, 4) }, // __be32[4] daddr
+  sport: { offset: 32, codec: codec.u16be }, // __be16 sport
+  dport: { offset: 34, codec: codec.u16be }, // __be16 dport
+  proto: { offset: 36, codec: codec.u8 }, // __u8 proto
+  dir: { offset: 37, codec: codec.u8 }, // __u8 dir
+  pad: { offset: 38, codec: codec.pad(2) }, // __u16 pad
+});
+
 /** struct policy_entry: 8 bytes. */
 export const policyEntryLayout = defineStruct('policy_entry', 8, 4, {
   cookie: { offset: 0, codec: codec.u32 }, // __u32 cookie
@@ -368,6 +389,8 @@ export const structLayouts = {
   nat_port_range: natPortRangeLayout,
   nat4_entry: nat4EntryLayout,
   nat4_key: nat4KeyLayout,
+  nat6_entry: nat6EntryLayout,
+  nat6_key: nat6KeyLayout,
   policy_entry: policyEntryLayout,
   policy_key: policyKeyLayout,
   remote_endpoint_info: remoteEndpointInfoLayout,
@@ -399,7 +422,8 @@ export const mapLayouts = {
   tendril_lb6_rev: { type: 'hash', key: { cType: '__u16', size: 2 }, value: { cType: 'struct lb6_reverse_nat', size: 20 } },
   tendril_lb6_aff: { type: 'LRU hash', key: { cType: 'struct lb6_affinity_key', size: 20 }, value: { cType: 'struct lb4_affinity_value', size: 16 } },
   tendril_snat4: { type: 'hash', key: { cType: 'struct nat4_key', size: 16 }, value: { cType: 'struct nat4_entry', size: 16 } },
-  tendril_devices: { type: 'hash', key: { cType: '__u32', size: 4 }, value: { cType: 'struct device_info', size: 16 } },
+  tendril_snat6: { type: 'hash', key: { cType: 'struct nat6_key', size: 40 }, value: { cType: 'struct nat6_entry', size: 32 } },
+  tendril_devices: { type: 'hash', key: { cType: '__u32', size: 4 }, value: { cType: 'struct device_info', size: 32 } },
   tendril_ipmasq4: { type: 'LPM trie', key: { cType: 'struct ipmasq_key', size: 24 }, value: { cType: '__u8', size: 1 } },
   tendril_ct_budget: { type: 'hash', key: { cType: '__u32', size: 4 }, value: { cType: 'struct ct_budget', size: 8 } },
 } as const;

@@ -63,6 +63,7 @@ export const TEST_MAP_SIZES: Readonly<MapSizes> = {
   [MapName.LB6_REVNAT]: 256,
   [MapName.LB6_AFFINITY]: 256,
   [MapName.SNAT]: 8192,
+  [MapName.SNAT6]: 8192,
   [MapName.DEVICES]: 16,
   [MapName.NO_MASQUERADE]: 64,
 };

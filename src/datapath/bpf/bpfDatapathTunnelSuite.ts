@@ -91,7 +91,7 @@ describe('BpfDatapath routing modes', { timeout: 120_000 }, () => {
     assert.equal(link.progId, dp['objects'].fromOverlay.id);
     assert.equal(existsSync(join(pinDir, 'links', `${TUNNEL_DEVICE}-egress`)), false, 'nothing on egress: the programs set the tunnel key and redirect');
     const host = await ipLink('tendril_host');
-    assert.deepEqual(config(), { traceLevel: config().traceLevel, flags: ConfigFlag.TUNNEL, hostIfindex: host.ifindex, maglevTableSize: config().maglevTableSize, tunnelIfindex: vxlan.ifindex, nodeIpv4: config().nodeIpv4, natPorts: config().natPorts, ctEndpointMax: 0, migrationUntilNs: 0n });
+    assert.deepEqual(config(), { traceLevel: config().traceLevel, flags: ConfigFlag.TUNNEL, hostIfindex: host.ifindex, maglevTableSize: config().maglevTableSize, tunnelIfindex: vxlan.ifindex, nodeIpv4: config().nodeIpv4, nodeIpv6: config().nodeIpv6, natPorts: config().natPorts, ctEndpointMax: 0, migrationUntilNs: 0n });
     assert.equal(host.mtu, 1450, 'what the node sends to remote pods fits the overlay');
     // Idempotent: a second setupNode keeps the device.
     await dp.setupNode(NODE);

@@ -17,6 +17,10 @@
 // addresses), rounds interleaved; iperf3 throughput through each path, rounds
 // interleaved. For tendril, the datapath's drop counters and its SNAT
 // mappings around every run. Clients run on CPU 0 and servers on CPU 1.
+// IPv6 too: the tendril pod is dual-stack (--ipv6-masquerade), linux masquerades
+// with `ip6tables -t nat -A POSTROUTING -o ext0 -j MASQUERADE`
+// (TENDRIL_BENCH_IP6TABLES for another), plain routes; one destination,
+// fd74:10:197::a, over the same namespaces.
 import { spawn } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
@@ -30,8 +34,14 @@ import { percentile } from './stats.js';
 
 const QUICK = process.env.TENDRIL_BENCH_MASQ_QUICK === '1';
 const IPTABLES = process.env.TENDRIL_BENCH_IPTABLES ?? 'iptables';
+const IP6TABLES = process.env.TENDRIL_BENCH_IP6TABLES ?? 'ip6tables';
 const SERVER_IP = '10.197.0.10';
 const ROUTER_IP = '10.197.0.1';
+/** The IPv6 side of the same link (family.ts's mirrors of the IPv4 addresses). */
+const SERVER_IP6 = 'fd74:10:197::a';
+const ROUTER_IP6 = 'fd74:10:197::1';
+/** Each side's IPv6 client prefix: the tendril pod's CIDR, the routed clients' (vpod0) /120s. */
+const CLIENT_NET6: Record<'tendril' | 'linux' | 'plain', string> = { tendril: 'fd74:10:235::/120', linux: 'fd74:10:236:1::/120', plain: 'fd74:10:237:1::/120' };
 const EXTRA_NET = '10.197.1';
 const DESTINATIONS = 100;
 const CRR_PORT = 7000;
@@ -76,6 +86,8 @@ export interface CrrRun {
 export interface MasqueradeReport {
   opts: MasqueradeOptions;
   one: Record<Side, CrrRun>;
+  /** The one-destination run over IPv6. */
+  one6: Record<Side, CrrRun>;
   many: Record<Side, CrrRun[]>;
   iperf: Record<Side, number[]>;
   iptablesVersion: string;
@@ -100,7 +112,19 @@ async function serverSide(router: string, server: string, dev: string, routeBack
   await exec(['ip', '-n', server, '-batch', '-'], process.env, lines.map((l) => `${l}\n`).join(''));
   await exec(['ip', '-n', router, 'route', 'add', `${EXTRA_NET}.0/24`, 'via', SERVER_IP]);
   if (routeBack) await exec(['ip', '-n', server, 'route', 'add', routeBack, 'via', ROUTER_IP]);
+  // IPv6 on the same link, usable at once (nodad).
+  await exec(['ip', '-n', router, 'addr', 'add', `${ROUTER_IP6}/120`, 'dev', dev, 'nodad']);
+  await exec(['ip', '-n', server, 'addr', 'add', `${SERVER_IP6}/120`, 'dev', 'eth0', 'nodad']);
   await tuneServer(server);
+}
+
+/** IPv6 for a routedVethPods client (its first pod, vpod0): the /120 `net`, the router's ::1 on vpod0, the client ::2 via it. */
+async function routedVethIpv6(router: string, client: string, net: string): Promise<void> {
+  const base = net.slice(0, net.indexOf('/'));
+  await exec(inNs(router, ['sysctl', '-q', '-w', 'net.ipv6.conf.all.forwarding=1']));
+  await exec(['ip', '-n', router, 'addr', 'add', `${base}1/120`, 'dev', 'vpod0', 'nodad']);
+  await exec(['ip', '-n', client, 'addr', 'add', `${base}2/120`, 'dev', 'eth0', 'nodad']);
+  await exec(['ip', '-n', client, '-6', 'route', 'add', 'default', 'via', `${base}1`]);
 }
 
 /** Gbit/s of one iperf3 run from `clientNs` to the server namespace. */
@@ -143,21 +167,25 @@ export async function runMasqueradeBench(opts: MasqueradeOptions = MASQUERADE_DE
 
     // tendril: the device towards the servers exists before the agent starts (it detects its devices then).
     await serverSide(ns('tendril').router, ns('tendril').server, 'tdlext0');
-    tendril = await TendrilBenchNode.start(ns('tendril').router, join(scratch, 'state'), '10.235.0.0/24');
+    tendril = await TendrilBenchNode.start(ns('tendril').router, join(scratch, 'state'), '10.235.0.0/24', ['--pod-cidr', CLIENT_NET6.tendril, '--ipv6-masquerade']);
     await tendril.addPod('masq-client', ns('tendril').client, 'app=masq-client');
     // linux: routed veth client, MASQUERADE out of ext0.
     await routedVethPods(ns('linux').router, [ns('linux').client], 236);
     await serverSide(ns('linux').router, ns('linux').server, 'ext0');
     await exec(inNs(ns('linux').router, [IPTABLES, '-t', 'nat', '-A', 'POSTROUTING', '-o', 'ext0', '-j', 'MASQUERADE']));
+    await routedVethIpv6(ns('linux').router, ns('linux').client, CLIENT_NET6.linux);
+    await exec(inNs(ns('linux').router, [IP6TABLES, '-t', 'nat', '-A', 'POSTROUTING', '-o', 'ext0', '-j', 'MASQUERADE']));
     // plain: the same routed path, no NAT; the servers route back to the client.
     await routedVethPods(ns('plain').router, [ns('plain').client], 237);
     await serverSide(ns('plain').router, ns('plain').server, 'ext0', '10.237.0.0/16');
+    await routedVethIpv6(ns('plain').router, ns('plain').client, CLIENT_NET6.plain);
+    await exec(['ip', '-n', ns('plain').server, '-6', 'route', 'add', CLIENT_NET6.plain, 'via', ROUTER_IP6]);
 
     const pinned = availableParallelism() >= 2;
     const clientCpus = pinned ? { cpus: '0' } : {};
     const crrServers = {} as Record<Side, CrrServer>;
     for (const side of SIDES) {
-      const s = await CrrServer.start(netnsPath(ns(side).server), [`0.0.0.0:${CRR_PORT}-${CHECK_PORT}`], pinned ? { cpus: '1' } : {});
+      const s = await CrrServer.start(netnsPath(ns(side).server), [`0.0.0.0:${CRR_PORT}-${CHECK_PORT}`, `[::]:${CRR_PORT}-${CHECK_PORT}`], pinned ? { cpus: '1' } : {});
       servers.push(s);
       crrServers[side] = s;
     }
@@ -165,8 +193,14 @@ export async function runMasqueradeBench(opts: MasqueradeOptions = MASQUERADE_DE
 
     // Every path answers before anything is timed (on a port the measured runs do not use).
     for (const side of SIDES) {
-      const r = await runCrrClient(netnsPath(ns(side).client), { destinations: [`${SERVER_IP}:${CHECK_PORT}`], seconds: 1, threads: 1, timeoutMs: 1000 });
-      if (r.connections === 0) throw new Error(`${side}: no connection to ${SERVER_IP}:${CHECK_PORT} answered (${crrErrors(r)})`);
+      for (const dst of [`${SERVER_IP}:${CHECK_PORT}`, `[${SERVER_IP6}]:${CHECK_PORT}`]) {
+        // IPv6's first packets may wait on neighbour discovery (a link-local address in DAD): a few tries.
+        for (let i = 0; ; i++) {
+          const r = await runCrrClient(netnsPath(ns(side).client), { destinations: [dst], seconds: 1, threads: 1, timeoutMs: 1000 });
+          if (r.connections > 0) break;
+          if (i >= 4) throw new Error(`${side}: no connection to ${dst} answered (${crrErrors(r)})`);
+        }
+      }
     }
 
     const node = tendril;
@@ -209,6 +243,8 @@ export async function runMasqueradeBench(opts: MasqueradeOptions = MASQUERADE_DE
     // One destination, sustained: one run per side (a run leaves its NAT state behind, so a second round would not start where the first did).
     const one = {} as Record<Side, CrrRun>;
     for (const side of SIDES) one[side] = await measure(side, [`${SERVER_IP}:${CRR_PORT}`], opts.oneSeconds, new Set([`${SERVER_IP}:${CRR_PORT}`]));
+    const one6 = {} as Record<Side, CrrRun>;
+    for (const side of SIDES) one6[side] = await measure(side, [`[${SERVER_IP6}]:${CRR_PORT}`], opts.oneSeconds, new Set([`${SERVER_IP6}:${CRR_PORT}`]));
     // 100 destinations, rounds interleaved, each round starting one side further on.
     const many: Record<Side, CrrRun[]> = { tendril: [], linux: [], plain: [] };
     const manyDests = [`${EXTRA_NET}.1-${EXTRA_NET}.${DESTINATIONS}:${CRR_PORT}`];
@@ -219,7 +255,7 @@ export async function runMasqueradeBench(opts: MasqueradeOptions = MASQUERADE_DE
     for (let r = 0; r < opts.iperfRounds; r++) for (const side of SIDES.map((_, i) => SIDES[(i + r) % SIDES.length]!)) iperfGbps[side].push(await iperf(ns(side).server, ns(side).client, opts.iperfSeconds, pinned));
 
     const iptablesVersion = (await exec([IPTABLES, '-V'])).trim();
-    return { opts, one, many, iperf: iperfGbps, iptablesVersion, pinned };
+    return { opts, one, one6, many, iperf: iperfGbps, iptablesVersion, pinned };
   } finally {
     await cleanup();
     unhook();
@@ -235,7 +271,7 @@ export function printMasquerade(r: MasqueradeReport): void {
   console.log(
     `\nMasquerade under load: pod → outside server through the node's SNAT; crr client (connect + 1-byte request/response + close with RST), 2 threads${r.pinned ? ', clients on CPU 0, servers on CPU 1' : ''}`,
   );
-  console.log(`  tendril: eBPF masquerade on the node's device; linux: ${IPTABLES} -t nat -A POSTROUTING -o ext0 -j MASQUERADE (${r.iptablesVersion}); plain: routed, no NAT`);
+  console.log(`  tendril: eBPF masquerade on the node's device; linux: ${IPTABLES} -t nat -A POSTROUTING -o ext0 -j MASQUERADE (${r.iptablesVersion}), ${IP6TABLES} the same for IPv6; plain: routed, no NAT`);
   console.log(`  ${''.padEnd(34)}${col('tendril')}${col('linux')}${col('plain')}${col('tendril/lnx')}`);
   const row = (label: string, f: (s: Side) => number, ratioToo = true) =>
     console.log(`  ${label.padEnd(34)}${n0(f('tendril'))}${n0(f('linux'))}${n0(f('plain'))}${ratioToo ? ratio(f('tendril'), f('linux')) : ''}`);
@@ -247,6 +283,14 @@ export function printMasquerade(r: MasqueradeReport): void {
   row('  p99 µs', (s) => oneRun(s).result.latencyUs.p99);
   row('  p99.9 µs', (s) => oneRun(s).result.latencyUs.p999);
   row('  CPU µs/conn (client+server)', (s) => oneRun(s).cpuPerConn);
+  const one6 = (s: Side) => r.one6[s];
+  row(`IPv6 1 dest, ${r.opts.oneSeconds} s: conn/s`, (s) => one6(s).result.connPerS);
+  row('  errors', (s) => one6(s).result.errorCount, false);
+  row('  SYN retransmits', (s) => one6(s).synRetransmits, false);
+  row('  p50 µs', (s) => one6(s).result.latencyUs.p50);
+  row('  p99 µs', (s) => one6(s).result.latencyUs.p99);
+  row('  p99.9 µs', (s) => one6(s).result.latencyUs.p999);
+  row('  CPU µs/conn (client+server)', (s) => one6(s).cpuPerConn);
   row(`${DESTINATIONS} dests, ${r.opts.manyRounds}×${r.opts.manySeconds} s: conn/s`, (s) => mid(r.many[s], (x) => x.result.connPerS));
   row('  errors (all rounds)', (s) => r.many[s].reduce((a, x) => a + x.result.errorCount, 0), false);
   row('  SYN retransmits (all rounds)', (s) => r.many[s].reduce((a, x) => a + x.synRetransmits, 0), false);
@@ -260,6 +304,7 @@ export function printMasquerade(r: MasqueradeReport): void {
   );
   for (const [label, runs] of [
     ['1 dest', [r.one.tendril]],
+    ['IPv6 1 dest', [r.one6.tendril]],
     [`${DESTINATIONS} dests`, r.many.tendril],
   ] as const) {
     runs.forEach((x, i) => {

@@ -53,6 +53,37 @@ struct {
 } tendril_snat4 SEC(".maps");
 
 /*
+ * IPv6 SNAT (nat6.h, --ipv6-masquerade): nat4_key with 16-byte addresses, 40
+ * bytes as a ct6_key (the GC hands both in gc_run.keys6). Declared here so
+ * every object that declares tendril_snat4 declares it too (one set of pins).
+ */
+struct nat6_key {
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 dir; /* NAT_DIR_* */
+	__u16 pad;
+};
+
+struct nat6_entry {
+	__u64 created_ns;
+	__be32 to_addr[4]; /* EGRESS: the new source; INGRESS: the original source (the new destination) */
+	__be16 to_port;
+	__u8 flags; /* NAT_F_* */
+	__u8 pad[5];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct nat6_key);
+	__type(value, struct nat6_entry);
+	__uint(max_entries, TENDRIL_SNAT6_DEFAULT_SIZE);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_snat6 SEC(".maps");
+
+/*
  * Masquerade CIDRs (--masquerade-cidr): pod traffic from them to outside them
  * is masqueraded. Both families in one trie (the key names the family, as
  * the ipcache's): IPv6 prefixes are written only with --ipv6-masquerade.

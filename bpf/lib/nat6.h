@@ -27,33 +27,6 @@
 #include "nat.h"
 #include "rewrite6.h"
 
-/* nat4_key with 16-byte addresses: 40 bytes, a ct6_key's size (the GC hands both in gc_run.keys6). */
-struct nat6_key {
-	__be32 saddr[4];
-	__be32 daddr[4];
-	__be16 sport;
-	__be16 dport;
-	__u8 proto;
-	__u8 dir; /* NAT_DIR_* */
-	__u16 pad;
-};
-
-struct nat6_entry {
-	__u64 created_ns;
-	__be32 to_addr[4]; /* EGRESS: the new source; INGRESS: the original source (the new destination) */
-	__be16 to_port;
-	__u8 flags; /* NAT_F_* */
-	__u8 pad[5];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, struct nat6_key);
-	__type(value, struct nat6_entry);
-	__uint(max_entries, TENDRIL_SNAT6_DEFAULT_SIZE);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} tendril_snat6 SEC(".maps");
-
 static __always_inline void nat6_key_init(struct nat6_key *k, const __be32 *saddr, const __be32 *daddr, __be16 sport, __be16 dport,
 					  __u8 proto, __u8 dir)
 {

@@ -71,6 +71,8 @@ describe('agent flags for services, devices and masquerading', () => {
     assert.deepEqual(bpfMapSizes(c), {
       [MapName.LB_SERVICES]: 2000,
       [MapName.SNAT]: 70000,
+      // Both families' SNAT tables, as Cilium's --bpf-nat-global-max.
+      [MapName.SNAT6]: 70000,
       [MapName.LB_BACKENDS]: 3000,
       [MapName.LB_REVNAT]: 4000,
       [MapName.LB_AFFINITY]: 5000,

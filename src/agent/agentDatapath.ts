@@ -36,6 +36,8 @@ const TRACE_LEVEL_OF: Record<AgentConfig['traceLevel'], number> = { off: TraceLe
 export function bpfMapSizes(config: Pick<AgentConfig, 'bpfMapSizes'>): MapSizes {
   const out: MapSizes = {};
   for (const [key, n] of Object.entries(config.bpfMapSizes ?? {})) if (n !== undefined) out[MAP_OF_SIZE_KEY[key as BpfMapSizeKey]] = n;
+  // --bpf-nat-max sizes both families' SNAT tables, as Cilium's --bpf-nat-global-max does.
+  if (out[MapName.SNAT] !== undefined) out[MapName.SNAT6] = out[MapName.SNAT];
   return out;
 }
 

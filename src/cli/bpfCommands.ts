@@ -62,13 +62,16 @@ export function natTable(r: ResponseBody<'listBpfNat', 200>): string {
     ...r.mappings.map((m) => [
       m.protocol,
       m.direction === 'egress' ? 'OUT' : 'IN',
-      `${m.saddr}:${m.sport} -> ${m.daddr}:${m.dport}`,
-      `${m.direction === 'egress' ? 'source' : 'destination'} ${m.toAddr}:${m.toPort}`,
+      `${addressPort(m.saddr, m.sport)} -> ${addressPort(m.daddr, m.dport)}`,
+      `${m.direction === 'egress' ? 'source' : 'destination'} ${addressPort(m.toAddr, m.toPort)}`,
       m.flags.join(',') || '-',
       `${Math.round(m.ageSeconds)}s`,
     ]),
   ]);
-  const devices = table([['DEVICE', 'IPV4', 'MAC', 'MASQUERADE'], ...r.devices.map((d) => [`${d.ifName ?? '?'} (${d.ifindex})`, d.ipv4, d.mac, d.masquerade ? 'yes' : 'no'])]);
+  const devices = table([
+    ['DEVICE', 'IPV4', 'IPV6', 'MAC', 'MASQUERADE'],
+    ...r.devices.map((d) => [`${d.ifName ?? '?'} (${d.ifindex})`, d.ipv4, d.ipv6 ?? '-', d.mac, d.masquerade ? 'yes' : 'no']),
+  ]);
   return `${mappings}\n${devices}`;
 }
 

@@ -9,7 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { requireRoot } from '../../test/support/root.js';
 import { type BpfApiServer, startBpfApiServer } from '../agent/testing/bpfApiServer.js';
 import { BackendState, LbScope, MapName, NatDirection, NatFlag, ServiceFlag, DeviceFlag } from '../datapath/bpf/constants.js';
-import { deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, lb6AffinityKey, lb6Backend, lb6Key, lb6ReverseNat, nat4Entry, nat4Key } from '../datapath/bpf/layout.js';
+import { deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, lb6AffinityKey, lb6Backend, lb6Key, lb6ReverseNat, nat4Entry, nat4Key, nat6Entry, nat6Key } from '../datapath/bpf/layout.js';
 import { BpfMap, codec, MapOfMaps, RawMap } from '../datapath/kernel/bpf/index.js';
 import { parseIp } from '../netip/index.js';
 import { runCli } from './testing/cliProcess.js';
@@ -42,6 +42,7 @@ before(async () => {
   opened.push(template);
   const maglev = await pinned(MapName.LB_MAGLEV, () => MapOfMaps.create({ name: MapName.LB_MAGLEV, type: 'HASH_OF_MAPS', maxEntries: 16, innerMap: template }, codec.u32));
   const snat = await pinned(MapName.SNAT, () => BpfMap.create({ name: MapName.SNAT, type: 'LRU_HASH', maxEntries: 64 }, nat4Key, nat4Entry));
+  const snat6 = await pinned(MapName.SNAT6, () => BpfMap.create({ name: MapName.SNAT6, type: 'HASH', maxEntries: 64 }, nat6Key, nat6Entry));
   const devices = await pinned(MapName.DEVICES, () => BpfMap.create({ name: MapName.DEVICES, type: 'HASH', maxEntries: 8 }, codec.u32, deviceInfo));
   const services6 = await pinned(MapName.LB6_SERVICES, () => BpfMap.create({ name: MapName.LB6_SERVICES, type: 'HASH', maxEntries: 64 }, lb6Key, lb4Service));
   const backends6 = await pinned(MapName.LB6_BACKENDS, () => BpfMap.create({ name: MapName.LB6_BACKENDS, type: 'HASH', maxEntries: 64 }, codec.u32, lb6Backend));
@@ -77,7 +78,11 @@ before(async () => {
   const tuple = { saddr: ip('10.96.128.5'), daddr: ip('192.0.2.1'), sport: 40000, dport: 443, proto: 6 };
   snat.set({ ...tuple, dir: NatDirection.EGRESS }, { createdNs: now - 3_000_000_000n, toAddr: ip('192.0.2.100'), toPort: 61000, flags: NatFlag.MASQUERADE });
   snat.set({ saddr: ip('192.0.2.1'), daddr: ip('192.0.2.100'), sport: 443, dport: 61000, proto: 6, dir: NatDirection.INGRESS }, { createdNs: now - 3_000_000_000n, toAddr: ip('10.96.128.5'), toPort: 40000, flags: NatFlag.MASQUERADE });
-  devices.set(1, { ipv4: ip('192.0.2.100'), flags: DeviceFlag.MASQUERADE, mac: '02:00:00:00:00:01' });
+  snat6.set(
+    { saddr: ip('fd10::5'), daddr: ip('2001:db8::1'), sport: 40000, dport: 443, proto: 6, dir: NatDirection.EGRESS },
+    { createdNs: now - 3_000_000_000n, toAddr: ip('fd00:77::1'), toPort: 61001, flags: NatFlag.MASQUERADE },
+  );
+  devices.set(1, { ipv4: ip('192.0.2.100'), ipv6: ip('fd00:77::1'), flags: DeviceFlag.MASQUERADE, mac: '02:00:00:00:00:01' });
 });
 
 after(async () => {
@@ -131,13 +136,20 @@ describe('tendril bpf nat list', () => {
     assert.match(r.stdout, /^PROTO\s+DIR\s+TUPLE\s+TRANSLATION\s+FLAGS\s+AGE\n/);
     assert.match(r.stdout, /\nTCP\s+OUT\s+10\.96\.128\.5:40000 -> 192\.0\.2\.1:443\s+source 192\.0\.2\.100:61000\s+masquerade\s+\d+s\n/);
     assert.match(r.stdout, /\nTCP\s+IN\s+192\.0\.2\.1:443 -> 192\.0\.2\.100:61000\s+destination 10\.96\.128\.5:40000\s+masquerade\s+\d+s\n/);
-    assert.match(r.stdout, /\nDEVICE\s+IPV4\s+MAC\s+MASQUERADE\nlo \(1\)\s+192\.0\.2\.100\s+02:00:00:00:00:01\s+yes\n$/);
-    const json = JSON.parse((await tendril(['bpf', 'nat', 'list', '-o', 'json', '--socket', sock])).stdout) as { mappings: Array<{ direction: string; flags: string[] }>; devices: Array<{ ifName?: string }> };
-    assert.deepEqual(json.mappings.map((m) => [m.direction, m.flags]), [
-      ['egress', ['masquerade']],
-      ['ingress', ['masquerade']],
+    // IPv6 mappings (tendril_snat6) beside IPv4's, addresses in brackets.
+    assert.match(r.stdout, /\nTCP\s+OUT\s+\[fd10::5\]:40000 -> \[2001:db8::1\]:443\s+source \[fd00:77::1\]:61001\s+masquerade\s+\d+s\n/);
+    assert.match(r.stdout, /\nDEVICE\s+IPV4\s+IPV6\s+MAC\s+MASQUERADE\nlo \(1\)\s+192\.0\.2\.100\s+fd00:77::1\s+02:00:00:00:00:01\s+yes\n$/);
+    const json = JSON.parse((await tendril(['bpf', 'nat', 'list', '-o', 'json', '--socket', sock])).stdout) as {
+      mappings: Array<{ direction: string; flags: string[]; saddr: string }>;
+      devices: Array<{ ifName?: string; ipv6?: string }>;
+    };
+    assert.deepEqual(json.mappings.map((m) => [m.direction, m.saddr, m.flags]), [
+      ['egress', '10.96.128.5', ['masquerade']],
+      ['egress', 'fd10::5', ['masquerade']],
+      ['ingress', '192.0.2.1', ['masquerade']],
     ]);
     assert.equal(json.devices[0]?.ifName, 'lo');
+    assert.equal(json.devices[0]?.ipv6, 'fd00:77::1');
   });
 
   test('without the eBPF datapath: exit code 1 and the agent\'s reason', async () => {

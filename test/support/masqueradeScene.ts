@@ -6,7 +6,12 @@
 //
 //   pod client-a ─┐                          ┌ outside (eth0): 10.197.0.10/24 (crr server, service agent)
 //   pod client-b ─┴─ node (agent, BPF) tdlext0 10.197.0.1/24 ───┤ and 10.197.1.1 … 10.197.1.<extra>/24 (crr server)
+//
+// On IPv6 (family 6 or 'dual', with --ipv6-masquerade) every address also has
+// its family.ts mirror (fd74:10:197::1/120 on the node's device, …), the pods
+// get IPv6 addresses, and the outside has no route to their IPv6 CIDR either.
 import type { MetricsRow } from '../../src/datapath/bpf/inspect.js';
+import { type Family, hostPort, type IpFamily, ipIn, podCidrsOf, versionsOf } from './family.js';
 import { CrrServer, type CrrClientOptions, type CrrResult, runCrrClient } from './crr.js';
 import { addPod, type DatapathNode, type Pod, startDatapathNode } from './datapathNode.js';
 import { bpfMetrics, dropCounts, tcpCounters, type TcpCounters } from './datapathObserve.js';
@@ -37,6 +42,8 @@ export interface MasqueradeSceneOptions {
   agentArgs?: string[];
   /** How many addresses besides MASQ_OUTSIDE_IP the outside host holds (10.197.1.1 …), each with a crr server (default 0, at most 250). */
   extraOutsideAddresses?: number;
+  /** The pods' address family (default 4); IPv6 runs the agent with --ipv6-masquerade. */
+  family?: Family;
 }
 
 /** Connections held open from a pod, each answering again on demand. */
@@ -51,16 +58,21 @@ export interface HeldConnections {
 export interface MasqueradeScene {
   node: DatapathNode;
   pods: Record<PodName, Pod>;
-  outside: { netns: string; netnsPath: string; addresses: string[] };
+  /** The outside's addresses: `addresses` IPv4's (as before), `addressesOf` either version's (MASQ_OUTSIDE_IP's mirror first). */
+  outside: { netns: string; netnsPath: string; addresses: string[]; addressesOf(v: IpFamily): string[] };
+  /** The IP versions the pods have (family.ts versionsOf). */
+  versions: IpFamily[];
+  /** The node's address on its masquerade device in a version: what the outside sees as the source. */
+  nodeIp(v: IpFamily): string;
   /** The crr client run in a pod; destinations default to MASQ_OUTSIDE_IP:CRR_PORT. */
   crr(pod: PodName, opts: Omit<CrrClientOptions, 'destinations'> & { destinations?: string[] }): Promise<CrrResult>;
-  /** `count` TCP connections from a pod to the outside's echo port, opened one after the other and held (a connection expected to be refused costs its whole timeoutMs, default 2000). */
+  /** `count` TCP connections from a pod to the outside's echo port (dst MASQ_OUTSIDE_IP unless given), opened one after the other and held (a connection expected to be refused costs its whole timeoutMs, default 2000). */
   holdConnections(pod: PodName, count: number, opts?: { dst?: string; timeoutMs?: number }): Promise<HeldConnections>;
   /**
    * `count` UDP datagrams from a pod to MASQ_OUTSIDE_IP's echo port, each from a new source port, each waiting for its answer.
    * (Only that address: the echo server's socket is unbound, so it answers from the outside's primary address.)
    */
-  udpShots(pod: PodName, count: number, opts?: { concurrency?: number; timeoutMs?: number }): Promise<ShotResult[]>;
+  udpShots(pod: PodName, count: number, opts?: { concurrency?: number; timeoutMs?: number; version?: IpFamily }): Promise<ShotResult[]>;
   /** `ping` from a pod: whether every echo was answered, and ping's output. */
   ping(pod: PodName, dst: string, count?: number): Promise<{ ok: boolean; output: string }>;
   /** The datapath's drop counters (`tendril bpf metrics`), packets per `REASON/direction`, forwarded packets left out. */
@@ -82,6 +94,10 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
   const extra = opts.extraOutsideAddresses ?? 0;
   if (!Number.isInteger(extra) || extra < 0 || extra > 250) throw new Error(`extraOutsideAddresses must be 0..250, not ${extra}`);
   const addresses = [MASQ_OUTSIDE_IP, ...Array.from({ length: extra }, (_, i) => `${MASQ_EXTRA_NET}.${i + 1}`)];
+  const family = opts.family ?? 4;
+  const versions = versionsOf(family);
+  const v6 = versions.includes(6);
+  const addressesOf = (v: IpFamily) => addresses.map((a) => ipIn(v, a));
   const agents: ServiceAgentProcess[] = [];
   const servers: CrrServer[] = [];
   let node: DatapathNode | undefined;
@@ -93,10 +109,12 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
   };
   try {
     const out = await pool.add('out');
+    const agentArgs = [...(v6 ? ['--ipv6-masquerade'] : []), ...(opts.agentArgs ?? [])];
     node = await startDatapathNode(pool, {
       nodeName: opts.nodeName,
       podCidr: opts.podCidr,
-      ...(opts.agentArgs ? { extraArgs: opts.agentArgs } : {}),
+      ...(family !== 4 ? { podCidrs: podCidrsOf(family, opts.podCidr) } : {}),
+      ...(agentArgs.length > 0 ? { extraArgs: agentArgs } : {}),
       // Before the agent starts: it takes its devices (and their addresses) from what is there.
       beforeStart: async (n) => {
         await runOk(['ip', '-n', n, 'link', 'add', MASQ_DEVICE, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', out.path]);
@@ -106,6 +124,13 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
         if (extra > 0) {
           await runOk(['ip', '-n', out.name, '-batch', '-'], { input: addresses.slice(1).map((a) => `addr add ${a}/24 dev eth0\n`).join('') });
           await runOk(['ip', '-n', n, 'route', 'add', `${MASQ_EXTRA_NET}.0/24`, 'via', MASQ_OUTSIDE_IP]);
+        }
+        if (v6) {
+          // nodad: usable at once (the agent takes a device's IPv6 address only once it is no longer tentative).
+          await runOk(['ip', '-n', n, 'addr', 'add', `${ipIn(6, MASQ_NODE_IP)}/120`, 'dev', MASQ_DEVICE, 'nodad']);
+          const v6Addresses = addressesOf(6);
+          await runOk(['ip', '-n', out.name, '-batch', '-'], { input: v6Addresses.map((a, i) => `addr add ${a}/${i === 0 ? 120 : 128} dev eth0 nodad\n`).join('') });
+          if (extra > 0) await runOk(['ip', '-n', n, '-6', 'route', 'add', `${ipIn(6, `${MASQ_EXTRA_NET}.0`)}/120`, 'via', ipIn(6, MASQ_OUTSIDE_IP)]);
         }
         await runOk(['ip', '-n', out.name, 'link', 'set', 'eth0', 'up']);
       },
@@ -118,8 +143,8 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
     ]) {
       await runOk(['nsenter', `--net=${out.path}`, '--', 'sysctl', '-q', '-w', `${k}=${v}`]);
     }
-    servers.push(await CrrServer.start(out.path, [`0.0.0.0:${CRR_PORT}`]));
-    agents.push(await ServiceAgentProcess.start(out.path, { name: 'outside', tcpPorts: [ECHO_TCP_PORT], udpPorts: [ECHO_UDP_PORT] }));
+    servers.push(await CrrServer.start(out.path, [`0.0.0.0:${CRR_PORT}`, ...(v6 ? [`[::]:${CRR_PORT}`] : [])]));
+    agents.push(await ServiceAgentProcess.start(out.path, { name: 'outside', tcpPorts: [ECHO_TCP_PORT], udpPorts: [ECHO_UDP_PORT], versions: v6 ? [4, 6] : [4] }));
     const pods = {} as Record<PodName, Pod>;
     const podAgents = {} as Record<PodName, ServiceAgentProcess>;
     for (const name of POD_NAMES) {
@@ -128,11 +153,16 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
       agents.push(a);
       podAgents[name] = a;
     }
+    // The node resolves a pod's address from its lxc device's link-local one, tentative for a second or two (DAD):
+    // until then the first reply towards a pod waits on a retried solicitation, IPv6's alone.
+    if (v6) await untilNoTentativeAddress(n.node);
     return {
       node: n,
       pods,
-      outside: { netns: out.name, netnsPath: out.path, addresses },
-      crr: (pod, o) => runCrrClient(pods[pod].netnsPath, { ...o, destinations: o.destinations ?? [`${MASQ_OUTSIDE_IP}:${CRR_PORT}`] }),
+      outside: { netns: out.name, netnsPath: out.path, addresses, addressesOf },
+      versions,
+      nodeIp: (v) => ipIn(v, MASQ_NODE_IP),
+      crr: (pod, o) => runCrrClient(pods[pod].netnsPath, { ...o, destinations: o.destinations ?? [hostPort(MASQ_OUTSIDE_IP, CRR_PORT)] }),
       holdConnections: async (pod, count, o = {}) => {
         const agent = podAgents[pod];
         const target = { dst: o.dst ?? MASQ_OUTSIDE_IP, port: ECHO_TCP_PORT };
@@ -152,7 +182,7 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
         };
       },
       udpShots: (pod, count, o = {}) =>
-        podAgents[pod].udpShots({ dst: MASQ_OUTSIDE_IP, port: ECHO_UDP_PORT }, { count, ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}), ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}) }),
+        podAgents[pod].udpShots({ dst: ipIn(o.version ?? 4, MASQ_OUTSIDE_IP), port: ECHO_UDP_PORT }, { count, ...(o.concurrency !== undefined ? { concurrency: o.concurrency } : {}), ...(o.timeoutMs !== undefined ? { timeoutMs: o.timeoutMs } : {}) }),
       ping: async (pod, dst, count = 3) => {
         const r = await run(['nsenter', `--net=${pods[pod].netnsPath}`, '--', 'ping', '-n', '-c', String(count), '-i', '0.2', '-W', '1', dst]);
         return { ok: r.code === 0, output: r.stdout + r.stderr };
@@ -165,5 +195,16 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
   } catch (err) {
     await cleanup();
     throw err;
+  }
+}
+
+/** Waits (at most 5 s) until no IPv6 address of the namespace is tentative (duplicate address detection done). */
+async function untilNoTentativeAddress(netns: string): Promise<void> {
+  const deadline = Date.now() + 5000;
+  for (;;) {
+    const tentative = (await runOk(['ip', '-n', netns, '-6', '-o', 'addr', 'show', 'tentative'])).trim();
+    if (tentative === '') return;
+    if (Date.now() > deadline) throw new Error(`IPv6 addresses still tentative in ${netns} after 5 s: ${tentative}`);
+    await new Promise((r) => setTimeout(r, 100));
   }
 }

@@ -44,6 +44,8 @@ import {
   lb6ReverseNat,
   nat4Entry,
   nat4Key,
+  nat6Entry,
+  nat6Key,
   ipcacheValue,
   metricsKey,
   metricsValue,
@@ -82,7 +84,9 @@ const lb4Svc0 = { backendId: 0, affinityTimeout: 0, count: 0, revNatIndex: 0, fl
 const lb4Be0 = { address: v4zero, port: 0, proto: 0, state: 0 };
 const nat4Key0 = { saddr: v4zero, daddr: v4zero, sport: 0, dport: 0, proto: 0, dir: 0 };
 const nat4Entry0 = { createdNs: 0n, toAddr: v4zero, toPort: 0, flags: 0 };
-const dev0 = { ipv4: v4zero, flags: 0, mac: mac0 };
+const dev0 = { ipv4: v4zero, flags: 0, mac: mac0, ipv6: parseIp('::') };
+const nat6Key0 = { saddr: parseIp('::'), daddr: parseIp('::'), sport: 0, dport: 0, proto: 0, dir: 0 };
+const nat6Entry0 = { createdNs: 0n, toAddr: parseIp('::'), toPort: 0, flags: 0 };
 const ct0 = { expiresNs: 0n, packets: 0n, bytes: 0n, srcIdentity: 0, dstIdentity: 0, srcEndpoint: 0, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 0, flags: 0, backendId: 0, natAddr: parseIp('0.0.0.0'), natPort: 0 };
 const event0: DatapathEvent = {
   type: 0,
@@ -362,6 +366,29 @@ const CHECKS: Array<StructCheck<never>> = [
       ipv4: field(dev0, { ipv4: parseIp('255.255.255.255') }),
       flags: field(dev0, { flags: 0xffffffff }),
       mac: field(dev0, { mac: 'ff:ff:ff:ff:ff:ff' }),
+      ipv6: field(dev0, { ipv6: parseIp('ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff') }),
+    },
+  },
+  {
+    struct: 'nat6_key',
+    codec: nat6Key,
+    probes: {
+      saddr: field(nat6Key0, { saddr: parseIp('ffff::ffff') }),
+      daddr: field(nat6Key0, { daddr: parseIp('ffff::ffff') }),
+      sport: field(nat6Key0, { sport: 0xffff }),
+      dport: field(nat6Key0, { dport: 0xffff }),
+      proto: field(nat6Key0, { proto: 0xff }),
+      dir: field(nat6Key0, { dir: 0xff }),
+    },
+  },
+  {
+    struct: 'nat6_entry',
+    codec: nat6Entry,
+    probes: {
+      created_ns: field(nat6Entry0, { createdNs: 0xffffffffffffffffn }),
+      to_addr: field(nat6Entry0, { toAddr: parseIp('ffff::ffff') }),
+      to_port: field(nat6Entry0, { toPort: 0xffff }),
+      flags: field(nat6Entry0, { flags: 0xff }),
     },
   },
 ] as unknown as Array<StructCheck<never>>;
@@ -434,6 +461,7 @@ describe('datapath layouts against the objects\' BTF', () => {
       [MapName.LB_MAGLEV]: { key: codec.u32.size },
       [MapName.LB_MEMBERS]: { key: lb4MemberKey.size, value: codec.u8.size },
       [MapName.SNAT]: { key: nat4Key.size, value: nat4Entry.size },
+      [MapName.SNAT6]: { key: nat6Key.size, value: nat6Entry.size },
       [MapName.DEVICES]: { key: codec.u32.size, value: deviceInfo.size },
       [MapName.NO_MASQUERADE]: { key: ipmasqKey.size, value: codec.u8.size },
       [MapName.CT6_TCP]: { key: ct6Key.size, value: ctEntry.size },

@@ -9,7 +9,7 @@ import { isKernelError } from '../kernel/errors.js';
 import { codec, MapOfMaps } from '../kernel/bpf/index.js';
 import { BackendState, DeviceFlag, LbScope, MapName, type MapNameValue, NatDirection, NatFlag, ServiceFlag } from './constants.js';
 import { type DatapathInspector, DatapathInspectError } from './inspect.js';
-import { deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, lb6AffinityKey, lb6Backend, lb6Key, lb6ReverseNat, nat4Entry, nat4Key } from './layout.js';
+import { deviceInfo, lb4AffinityKey, lb4AffinityValue, lb4Backend, lb4Key, lb4ReverseNat, lb4Service, lb6AffinityKey, lb6Backend, lb6Key, lb6ReverseNat, nat4Entry, nat4Key, nat6Entry, nat6Key } from './layout.js';
 import type { Codec } from '../kernel/bpf/index.js';
 import type { IpAddress } from '../../netip/index.js';
 
@@ -100,6 +100,8 @@ export interface NodeDeviceRow {
   ipv4: string;
   mac: string;
   masquerade: boolean;
+  /** The IPv6 SNAT source on the device; absent when it has no global IPv6 address. */
+  ipv6?: string;
 }
 
 export interface LbListing {
@@ -230,11 +232,11 @@ export class LbInspector {
     return { services: await this.services(backends), backends, reverseNat: await this.reverseNat(), affinity: await this.affinity() };
   }
 
+  /** Both families' mappings (tendril_snat4, tendril_snat6), IPv4 first. */
   async natMappings(nowNs: bigint = process.hrtime.bigint()): Promise<NatMappingRow[]> {
-    return this.inspector.withMap(MapName.SNAT, nat4Key, nat4Entry, async (m) => {
-      const rows: NatMappingRow[] = [];
-      for await (const [k, v] of m.entries()) {
-        rows.push({
+    const rows: NatMappingRow[] = [];
+    for (const [k, v] of await this.#entries({ v4: [MapName.SNAT, nat4Key, nat4Entry], v6: [MapName.SNAT6, nat6Key, nat6Entry] })) {
+      rows.push({
           direction: k.dir === NatDirection.INGRESS ? 'ingress' : 'egress',
           protocol: protocolName(k.proto),
           saddr: formatIp(k.saddr),
@@ -246,15 +248,18 @@ export class LbInspector {
           flags: flagNames(v.flags, NatFlag),
           ageSeconds: secondsSince(v.createdNs, nowNs),
         });
-      }
-      return rows.sort((a, b) => a.direction.localeCompare(b.direction) || a.saddr.localeCompare(b.saddr, 'en', { numeric: true }) || a.sport - b.sport);
-    });
+    }
+    const family = (r: NatMappingRow) => (r.saddr.includes(':') ? 6 : 4);
+    return rows.sort((a, b) => a.direction.localeCompare(b.direction) || family(a) - family(b) || a.saddr.localeCompare(b.saddr, 'en', { numeric: true }) || a.sport - b.sport);
   }
 
   async devices(): Promise<NodeDeviceRow[]> {
     return this.inspector.withMap(MapName.DEVICES, codec.u32, deviceInfo, async (m) => {
       const rows: NodeDeviceRow[] = [];
-      for await (const [ifindex, v] of m.entries()) rows.push({ ifindex, ipv4: formatIp(v.ipv4), mac: v.mac, masquerade: (v.flags & DeviceFlag.MASQUERADE) !== 0 });
+      for await (const [ifindex, v] of m.entries()) {
+        const ipv6 = v.ipv6 !== undefined ? formatIp(v.ipv6) : '::';
+        rows.push({ ifindex, ipv4: formatIp(v.ipv4), mac: v.mac, masquerade: (v.flags & DeviceFlag.MASQUERADE) !== 0, ...(ipv6 !== '::' ? { ipv6 } : {}) });
+      }
       return rows.sort((a, b) => a.ifindex - b.ifindex);
     });
   }

@@ -11,7 +11,7 @@ import { BpfMap, ensureBpffs, removePinDir } from '../kernel/bpf/index.js';
 import { ConntrackGc } from './conntrackGc.js';
 import { MapName, NatDirection, NatFlag } from './constants.js';
 import { DatapathInspector } from './inspect.js';
-import { type Ct4Key, ct4Key, ctEntry, type CtEntryValue, nat4Entry, type Nat4Key, nat4Key } from './layout.js';
+import { type Ct4Key, ct4Key, type Ct6Key, ct6Key, ctEntry, type CtEntryValue, nat4Entry, type Nat4Key, nat4Key, nat6Entry, type Nat6Key, nat6Key } from './layout.js';
 import { collectNat } from './natGc.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
 import { TEST_MAP_SIZES } from './testing/programHarness.js';
@@ -24,6 +24,8 @@ const NOW = 1_000_000_000_000n;
 const OLD = NOW - 60_000_000_000n;
 const NODE = '192.0.2.1';
 const POD = '10.216.0.5';
+const NODE6 = 'fd00:77::1';
+const POD6 = 'fd10::5';
 
 describe('SNAT GC', { timeout: 60_000 }, () => {
   let root: string;
@@ -31,6 +33,9 @@ describe('SNAT GC', { timeout: 60_000 }, () => {
   let snat: BpfMap<Nat4Key, ReturnType<typeof nat4Entry.read>>;
   let ctTcp: BpfMap<Ct4Key, CtEntryValue>;
   let ctAny: BpfMap<Ct4Key, CtEntryValue>;
+  let snat6: BpfMap<Nat6Key, ReturnType<typeof nat6Entry.read>>;
+  let ct6Tcp: BpfMap<Ct6Key, CtEntryValue>;
+  let ct6Any: BpfMap<Ct6Key, CtEntryValue>;
   let inspector: DatapathInspector;
 
   before(async () => {
@@ -40,6 +45,9 @@ describe('SNAT GC', { timeout: 60_000 }, () => {
     snat = objects.netdev.map(MapName.SNAT, nat4Key, nat4Entry);
     ctTcp = objects.netdev.map(MapName.CT_TCP, ct4Key, ctEntry);
     ctAny = objects.netdev.map(MapName.CT_ANY, ct4Key, ctEntry);
+    snat6 = objects.netdev.map(MapName.SNAT6, nat6Key, nat6Entry);
+    ct6Tcp = objects.netdev.map(MapName.CT6_TCP, ct6Key, ctEntry);
+    ct6Any = objects.netdev.map(MapName.CT6_ANY, ct6Key, ctEntry);
     inspector = new DatapathInspector(join(root, 'tendril'));
   });
   after(async () => {
@@ -121,6 +129,39 @@ describe('SNAT GC', { timeout: 60_000 }, () => {
     assert.equal(snat.get(orphan.ingress), undefined);
     assert.ok(snat.get(youngOrphan.ingress));
     for (const k of [young.egress, young.ingress, youngOrphan.ingress]) snat.delete(k);
+  });
+
+  /** mapping() for tendril_snat6: (POD6:sport → remote:dport) to NODE6:natPort. */
+  function mapping6(proto: number, sport: number, remote: string, dport: number, natPort: number, createdNs = OLD) {
+    const egress: Nat6Key = { saddr: parseIp(POD6), daddr: parseIp(remote), sport, dport, proto, dir: NatDirection.EGRESS };
+    const ingress: Nat6Key = { saddr: parseIp(remote), daddr: parseIp(NODE6), sport: dport, dport: natPort, proto, dir: NatDirection.INGRESS };
+    snat6.set(egress, { createdNs, toAddr: parseIp(NODE6), toPort: natPort, flags: NatFlag.MASQUERADE });
+    snat6.set(ingress, { createdNs, toAddr: parseIp(POD6), toPort: sport, flags: NatFlag.MASQUERADE });
+    const flow: Ct6Key = { saddr: parseIp(POD6), daddr: parseIp(remote), sport, dport, proto, flags: 0 };
+    return { egress, ingress, flow };
+  }
+
+  it('IPv6 (tendril_snat6): keeps live flows\' mappings, removes those whose flow is gone or expired, and old orphaned reply sides', async () => {
+    const live = mapping6(6, 40000, '2001:db8::1', 443, 61000);
+    ct6Tcp.set(live.flow, ct(NOW + 1_000_000_000n));
+    const gone = mapping6(6, 40001, '2001:db8::1', 443, 61001);
+    const expired = mapping6(17, 40002, '2001:db8::2', 53, 61002);
+    ct6Any.set(expired.flow, ct(NOW - 1n));
+    const echo = mapping6(58, 7, '2001:db8::3', 0, 61003);
+    const young = mapping6(17, 40020, '2001:db8::4', 53, 61020, NOW - 1_000_000_000n);
+    const orphan = mapping6(17, 40021, '2001:db8::4', 53, 61021);
+    snat6.delete(orphan.egress);
+    const r = await collectNat(inspector, { nowNs: NOW });
+    assert.deepEqual(r, { scanned: 11, removed: 3, orphans: 1 });
+    for (const k of [live.egress, live.ingress, young.egress, young.ingress]) assert.ok(snat6.get(k));
+    for (const m of [gone, expired, echo]) {
+      assert.equal(snat6.get(m.egress), undefined);
+      assert.equal(snat6.get(m.ingress), undefined);
+    }
+    assert.equal(snat6.get(orphan.ingress), undefined);
+    for (const k of [live.egress, live.ingress, young.egress, young.ingress]) snat6.delete(k);
+    ct6Tcp.delete(live.flow);
+    ct6Any.delete(expired.flow);
   });
 
   it('runs from the conntrack GC loop: a flow that expired takes its mapping along in the same pass', async () => {

@@ -26,7 +26,7 @@
 /* From linux/socket.h, which a BPF build cannot include. */
 #define NODEPORT_AF_INET 2
 
-/* nodeport_lb4: translated, for a backend off this node (nodeport_to_remote4 next). */
+/* nodeport_lb4/6: translated, for a backend off this node (nodeport_to_remote4/6 next). */
 #define NODEPORT_LB_REMOTE 2
 
 /* The FIB's answer for the packet as it is now: 0 with *fib filled in, or DROP_FIB_LOOKUP_FAILED without a route. */

@@ -5,9 +5,8 @@
  *     mappings get their original destination back; NodePort, externalIP
  *     and LoadBalancer frontends are load-balanced; a ClusterIP is no
  *     frontend for the outside: DROP_CLUSTERIP_FROM_OUTSIDE (unless
- *     --bpf-lb-external-clusterip); in IPv6 the same for a frontend
- *     whose backend is on this node (from_netdev_ipv6); everything else
- *     goes to the stack untouched.
+ *     --bpf-lb-external-clusterip); IPv6 alike (from_netdev_ipv6);
+ *     everything else goes to the stack untouched.
  *   tendril_to_netdev — egress of each --devices device: pod traffic
  *     leaving the masquerade CIDRs is SNATed to the device's address.
  *   tendril_to_lo — lo egress: the node's own connections to a NodePort on
@@ -61,23 +60,31 @@ static __always_inline int from_netdev_ipv4(struct __sk_buff *skb, struct flow *
 }
 
 /*
- * IPv6 from the network: an IPv6 service frontend (NodePort on a named
- * node address, external or LoadBalancer IP) with a backend on this node
- * (nodeport_lb6); everything else, neighbour discovery included, goes to
- * the stack untouched.
+ * IPv6 from the network, as from_netdev_ipv4: a reply to an IPv6 SNAT
+ * mapping (masquerade, or a NodePort flow to a backend off the node); an
+ * IPv6 service frontend (NodePort on a named node address, external or
+ * LoadBalancer IP) load-balanced to a backend here or elsewhere;
+ * everything else, neighbour discovery included, goes to the stack
+ * untouched.
  */
 static __always_inline int from_netdev_ipv6(struct __sk_buff *skb, struct flow *f)
 {
+	struct device_info *dev = device_lookup(skb->ifindex);
 	struct ipv6_info ip6;
-	int action = TC_ACT_OK;
+	int action = TC_ACT_OK, ret;
 	__u8 nat_flags = 0;
 
-	if (!device_lookup(skb->ifindex) || ipv6_load(skb, f, &ip6) < 0 || l4_load6(skb, f, &ip6) < 0)
+	if (!dev || ipv6_load(skb, f, &ip6) < 0 || l4_load6(skb, f, &ip6) < 0)
 		return TC_ACT_OK;
 	/* An IPv6 masquerade reply, now addressed to its pod (as IPv4's). */
 	if (snat6_rev_netdev(skb, f, &ip6, &nat_flags, &action))
 		return action == TC_ACT_SHOT ? action : pass_packet(skb, f, action, TRACE_FROM_NETWORK, DIR_INGRESS);
-	if (nodeport_lb6(skb, f, &ip6, &action))
+	if (nat_flags & NAT_F_NODEPORT)
+		return nodeport_snat_reply6(skb, f, &ip6);
+	ret = nodeport_lb6(skb, f, &ip6, &action);
+	if (ret == NODEPORT_LB_REMOTE)
+		return nodeport_to_remote6(skb, f, &ip6, dev, bpf_ktime_get_ns());
+	if (ret)
 		return action;
 	return TC_ACT_OK;
 }

@@ -38,6 +38,7 @@
 #include "lb.h"
 #include "metrics.h"
 #include "nat.h"
+#include "nat6.h"
 #include "nodeport.h"
 #include "policy.h"
 #include "trace.h"
@@ -159,8 +160,9 @@ static __always_inline int overlay_to_endpoint6(struct __sk_buff *skb, struct fl
 
 /*
  * The decapsulated IPv6 packet: a local pod's is delivered; one for an
- * address of this node goes to the stack, a backend's reply to the node's
- * own service connection with the frontend back (nodeport_host_reply6);
+ * address of this node goes to the stack, a NodePort flow's reply on to
+ * its client (nodeport_snat_reply6), a backend's reply to the node's own
+ * service connection with the frontend back (nodeport_host_reply6);
  * anything else is DROP_NOT_FOR_NODE.
  */
 static __always_inline int from_overlay_ipv6(struct __sk_buff *skb, struct flow *f)
@@ -168,6 +170,7 @@ static __always_inline int from_overlay_ipv6(struct __sk_buff *skb, struct flow 
 	struct endpoint_info *dst;
 	struct ipv6_info ip6;
 	int ret, action = TC_ACT_OK;
+	__u8 nat_flags = 0;
 
 	ret = ipv6_load(skb, f, &ip6);
 	if (ret < 0)
@@ -180,9 +183,15 @@ static __always_inline int from_overlay_ipv6(struct __sk_buff *skb, struct flow 
 		ret = overlay_to_host_type(skb, f);
 		if (ret)
 			return ret;
-		/* A backend's reply to the node's own IPv6 service connection gets the frontend back (as overlay_to_host4). */
-		if (l4_load6(skb, f, &ip6) == 0 && nodeport_host_reply6(skb, f, &ip6, &action))
-			return action;
+		/* A NodePort flow's reply goes back to its client, the node's own service connection gets the frontend back (as overlay_to_host4). */
+		if (l4_load6(skb, f, &ip6) == 0) {
+			if (snat6_rev_netdev(skb, f, &ip6, &nat_flags, &action))
+				return action == TC_ACT_SHOT ? action : pass_packet(skb, f, action, TRACE_FROM_OVERLAY, DIR_INGRESS);
+			if (nat_flags & NAT_F_NODEPORT)
+				return nodeport_snat_reply6(skb, f, &ip6);
+			if (nodeport_host_reply6(skb, f, &ip6, &action))
+				return action;
+		}
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_OVERLAY, DIR_INGRESS);
 	}
 	return drop_packet(skb, f, DROP_NOT_FOR_NODE, DIR_INGRESS, 0);

@@ -26,6 +26,8 @@ struct datapath_config {
 	 * not a flag, so that a loader that dies half way leaves nothing set.
 	 */
 	__u64 migration_until_ns;
+	/* this node's IPv6 InternalIP (a NodePort flow's source to a backend through the overlay); all 0 = unknown */
+	__be32 node_ipv6[4];
 };
 
 struct {
@@ -78,6 +80,21 @@ static __always_inline __be32 config_node_ipv4(void)
 	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
 
 	return cfg ? cfg->node_ipv4 : 0;
+}
+
+/*
+ * config_node_ipv4 for IPv6: copies this node's IPv6 InternalIP to out and
+ * returns 1, or 0 when it is unknown (out untouched).
+ */
+static __always_inline int config_node_ipv6(__be32 *out)
+{
+	__u32 zero = 0;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+
+	if (!cfg || !(cfg->node_ipv6[0] | cfg->node_ipv6[1] | cfg->node_ipv6[2] | cfg->node_ipv6[3]))
+		return 0;
+	__builtin_memcpy(out, cfg->node_ipv6, 16);
+	return 1;
 }
 
 /* Whether a build with other map layouts is taking over the node right now. */

@@ -19,13 +19,14 @@
 #include "ipv4.h"
 #include "lb.h"
 #include "nat.h"
+#include "nat6.h"
 #include "trace.h"
 #include "tunnel.h"
 
 /* From linux/socket.h, which a BPF build cannot include. */
 #define NODEPORT_AF_INET 2
 
-/* nodeport_lb4: translated, for a backend off this node (nodeport_to_remote4 next). */
+/* nodeport_lb4/6: translated, for a backend off this node (nodeport_to_remote4/6 next). */
 #define NODEPORT_LB_REMOTE 2
 
 /* The FIB's answer for the packet as it is now: 0 with *fib filled in, or DROP_FIB_LOOKUP_FAILED without a route. */
@@ -90,31 +91,34 @@ static __always_inline int nodeport_fib_redirect4(struct __sk_buff *skb, struct 
 /* From linux/socket.h, as NODEPORT_AF_INET. */
 #define NODEPORT_AF_INET6 10
 
-/*
- * nodeport_fib_redirect4 for IPv6: a translated packet sent on by the
- * node's routes out of the device the FIB chose, hop limit - 1, the
- * neighbour resolved by the kernel. DROP_FIB_LOOKUP_FAILED without a route.
- */
-__stage int nodeport_fib_redirect6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip)
+/* nodeport_fib_lookup4 for IPv6. */
+static __always_inline int nodeport_fib_lookup6(struct __sk_buff *skb, const struct flow *f, const struct ipv6_info *ip, struct bpf_fib_lookup *fib)
 {
-	struct bpf_redir_neigh nh;
-	struct bpf_fib_lookup fib;
 	int ret;
 
-	if (!f || !ip)
-		return TC_ACT_SHOT;
-	__builtin_memset(&fib, 0, sizeof(fib));
-	fib.family = NODEPORT_AF_INET6;
-	fib.l4_protocol = f->proto;
-	fib.sport = f->sport;
-	fib.dport = f->dport;
-	fib.tot_len = (__u16)(ip->ip_end - IP6_OFF);
-	fib.ifindex = skb->ifindex;
-	__builtin_memcpy(fib.ipv6_src, f->saddr6, 16);
-	__builtin_memcpy(fib.ipv6_dst, f->daddr6, 16);
-	ret = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = NODEPORT_AF_INET6;
+	fib->l4_protocol = f->proto;
+	fib->sport = f->sport;
+	fib->dport = f->dport;
+	fib->tot_len = (__u16)(ip->ip_end - IP6_OFF);
+	fib->ifindex = skb->ifindex;
+	__builtin_memcpy(fib->ipv6_src, f->saddr6, 16);
+	__builtin_memcpy(fib->ipv6_dst, f->daddr6, 16);
+	ret = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
 	if (ret != BPF_FIB_LKUP_RET_SUCCESS && ret != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return drop_packet(skb, f, DROP_FIB_LOOKUP_FAILED, DIR_NONE, 0);
+		return DROP_FIB_LOOKUP_FAILED;
+	return 0;
+}
+
+/* nodeport_redirect4 for IPv6: out of the device the FIB chose, hop limit - 1, the neighbour resolved by the kernel. */
+__stage int nodeport_redirect6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, const struct bpf_fib_lookup *fib)
+{
+	struct bpf_redir_neigh nh;
+	int ret;
+
+	if (!f || !ip || !fib)
+		return TC_ACT_SHOT;
 	if (ip->hop_limit <= 1)
 		return drop_packet(skb, f, DROP_TTL_EXCEEDED, DIR_NONE, 0);
 	ret = ipv6_dec_hop_limit(skb, ip);
@@ -122,8 +126,25 @@ __stage int nodeport_fib_redirect6(struct __sk_buff *skb, struct flow *f, const 
 		return drop_packet(skb, f, ret, DIR_NONE, 0);
 	__builtin_memset(&nh, 0, sizeof(nh));
 	nh.nh_family = NODEPORT_AF_INET6;
-	__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
-	return pass_packet(skb, f, bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0), TRACE_TO_NETWORK, DIR_NONE);
+	__builtin_memcpy(nh.ipv6_nh, fib->ipv6_dst, 16);
+	return pass_packet(skb, f, bpf_redirect_neigh(fib->ifindex, &nh, sizeof(nh), 0), TRACE_TO_NETWORK, DIR_NONE);
+}
+
+/*
+ * nodeport_fib_redirect4 for IPv6: a translated packet sent on by the
+ * node's routes (nodeport_redirect6). DROP_FIB_LOOKUP_FAILED without a route.
+ */
+__stage int nodeport_fib_redirect6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip)
+{
+	struct bpf_fib_lookup fib;
+	int ret;
+
+	if (!f || !ip)
+		return TC_ACT_SHOT;
+	ret = nodeport_fib_lookup6(skb, f, ip, &fib);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	return nodeport_redirect6(skb, f, ip, &fib);
 }
 
 /*
@@ -209,6 +230,82 @@ __stage int nodeport_to_remote4(struct __sk_buff *skb, struct flow *f, struct ip
 	if (tunneled)
 		return tunnel_encap4(skb, f, &route, client_identity, DIR_NONE);
 	return nodeport_redirect4(skb, f, ip, &fib);
+}
+
+/*
+ * nodeport_snat_reply4 for IPv6: the reply of a NodePort flow SNATed to a
+ * backend off the node (or an ICMPv6 error about it), its destination the
+ * client again (snat6_rev_netdev, NAT_F_NODEPORT): source <- the frontend
+ * the client addressed, then out by the FIB to the client.
+ */
+__stage int nodeport_snat_reply6(struct __sk_buff *skb, struct flow *f, struct ipv6_info *ip)
+{
+	enum ct_status status;
+	int ret;
+
+	if (!f || !ip)
+		return TC_ACT_SHOT;
+	status = ct_lookup(f, bpf_ktime_get_ns());
+	if ((status != CT_REPLY && status != CT_RELATED) || !f->rev_nat_index)
+		return drop_packet(skb, f, DROP_NAT_NO_MAPPING, DIR_NONE, 0);
+	ret = lb6_rev_nat_ct(skb, f, ip, status);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	return nodeport_fib_redirect6(skb, f, ip);
+}
+
+/*
+ * nodeport_to_remote4 for IPv6: a NodePort/externalIP/LoadBalancer flow to
+ * a backend off this node (Cluster policy). Conntrack keyed by the
+ * translated tuple before SNAT; source <- this node's IPv6 InternalIP when
+ * the backend is reached through the overlay (its node knows that address
+ * as this node's and tunnels the reply back), else the IPv6 address of the
+ * device the FIB sends it out of (the arrival device's when that one is
+ * none of ours), and a NAT port; then encapsulated with the client's
+ * identity as VNI, or out by the FIB. `arrival` is the device the flow
+ * arrived on. DROP_NO_CONFIG when the node has no IPv6 address to SNAT to.
+ */
+__stage int nodeport_to_remote6(struct __sk_buff *skb, struct flow *f, struct ipv6_info *ip, const struct device_info *arrival, __u64 now)
+{
+	struct tunnel_route route;
+	struct device_info *out;
+	struct bpf_fib_lookup fib;
+	__be32 nat_addr[4];
+	__u32 client_identity;
+	int ret, tunneled;
+
+	if (!f || !ip || !arrival)
+		return TC_ACT_SHOT;
+	/* A CIDR's identity is node-local: the backend's node knows the client as IPv6's world. */
+	client_identity = f->src_identity & IDENTITY_SCOPE_MASK ? IDENTITY_WORLD_IPV6 : f->src_identity;
+	__builtin_memcpy(nat_addr, arrival->ipv6, 16);
+	tunneled = tunnel_route6(f->daddr6, &route);
+	if (tunneled) {
+		config_node_ipv6(nat_addr);
+	} else {
+		ret = nodeport_fib_lookup6(skb, f, ip, &fib);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_NONE, 0);
+		out = device_lookup(fib.ifindex);
+		if (out && !ipv6_is_unspecified(out->ipv6))
+			__builtin_memcpy(nat_addr, out->ipv6, 16);
+	}
+	if (ipv6_is_unspecified(nat_addr))
+		return drop_packet(skb, f, DROP_NO_CONFIG, DIR_NONE, 0);
+	if (ct_lookup(f, now) == CT_NEW) {
+		f->dst_identity = tunneled ? route.identity : ipcache_identity6(f->daddr6);
+		ret = ct_create(f, now);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_NONE, 0);
+		trace_new_flow(skb, f, tunneled ? TRACE_TO_OVERLAY : TRACE_TO_NETWORK, DIR_NONE);
+	}
+	ret = snat6_apply(skb, f, ip, nat_addr, NAT_F_NODEPORT, now);
+	if (ret < 0)
+		return drop_packet(skb, f, ret, DIR_NONE, 0);
+	/* The flow is the client's, never the node's (GO-2023-1643): the VNI carries the client's identity as it arrived. */
+	if (tunneled)
+		return tunnel_encap4(skb, f, &route, client_identity, DIR_NONE);
+	return nodeport_redirect6(skb, f, ip, &fib);
 }
 
 /*
@@ -349,15 +446,15 @@ __stage int nodeport_lb4(struct __sk_buff *skb, struct flow *f, struct ipv4_info
 }
 
 /*
- * nodeport_lb4 for IPv6, a backend on this node only so far (chosen among
- * the service's, lb_local_only): a NodePort on a named node address, an
- * external or LoadBalancer IP, from outside.
- * The client's identity is what its address is known as here, or world,
- * never the node's (flow_set_arrived_source6 without a device: Cilium's
- * GO-2023-1643 took IPv6 NodePort clients for the host). A ClusterIP is
- * no frontend for the outside (DROP_CLUSTERIP_FROM_OUTSIDE, as IPv4's). A
- * service with no backend here would need the NodePort SNAT IPv6 does not
- * have yet: DROP_NO_SERVICE, counted, never forwarded untranslated. Returns 1
+ * nodeport_lb4 for IPv6: a NodePort on a named node address, an external
+ * or LoadBalancer IP, from outside. The client's identity is what its
+ * address is known as here, or world, never the node's
+ * (flow_set_arrived_source6 without a device: Cilium's GO-2023-1643 took
+ * IPv6 NodePort clients for the host). A ClusterIP is no frontend for the
+ * outside (DROP_CLUSTERIP_FROM_OUTSIDE, as IPv4's). A Local service's
+ * backends are this node's (its EXTERNAL scope; none here:
+ * DROP_NO_SERVICE); a Cluster service's backend off this node is
+ * NODEPORT_LB_REMOTE, for the caller's nodeport_to_remote6. Returns 1
  * with *action set when decided here, 0 when no frontend was addressed.
  */
 __stage int nodeport_lb6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, int *action)
@@ -380,8 +477,6 @@ __stage int nodeport_lb6(struct __sk_buff *skb, struct flow *f, const struct ipv
 	}
 	now = bpf_ktime_get_ns();
 	f->lb_checked = 1;
-	/* Without the NodePort SNAT in IPv6, a backend on this node is the only one that can answer: chosen among the slots. */
-	f->lb_local_only = 1;
 	ret = lb6_translate(skb, f, ip, &fe, now);
 	if (ret < 0) {
 		*action = drop_packet(skb, f, ret, DIR_INGRESS, 0);
@@ -390,6 +485,8 @@ __stage int nodeport_lb6(struct __sk_buff *skb, struct flow *f, const struct ipv
 	f->ct_flags |= CT_F_NODEPORT;
 	dst = pod_endpoint_lookup6(f->daddr6);
 	if (!dst) {
+		if (!(fe.svc.flags & SVC_F_LOCAL_TRAFFIC))
+			return NODEPORT_LB_REMOTE;
 		*action = drop_packet(skb, f, DROP_NO_SERVICE, DIR_INGRESS, 0);
 		return 1;
 	}

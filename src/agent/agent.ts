@@ -299,7 +299,7 @@ export class Agent {
       await ipcacheSync.start();
       teardown.add(() => ipcacheSync.stop(), 'ipcache sync');
       // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.
-      opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu, nodeIp });
+      opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu, nodeIp, ...(basics.ip6 === undefined ? {} : { nodeIp6: basics.ip6 }) });
       const foundation = { backend, lease, ipam, identities, ipcache, ipcacheSync, nodeIp, nodeIp6: basics.ip6, metrics };
       const agent = new Agent(config, log, foundation, deps.datapath ?? opened!.datapath, basics.podMtu, kubernetes, teardown);
       agent.ownedDatapath = opened;

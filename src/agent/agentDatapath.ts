@@ -57,6 +57,8 @@ export interface AgentDatapathNode {
   podMtu: number;
   /** The node's IP, the hostIP of the ipcache entries it publishes. */
   nodeIp: string;
+  /** Its IPv6 InternalIP next to an IPv4 node IP: an IPv6 NodePort flow's source to a backend through the overlay. */
+  nodeIp6?: string;
 }
 
 export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, log: Logger, node: AgentDatapathNode): Promise<AgentDatapath> {
@@ -78,7 +80,7 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     natPortRanges: snatPorts,
     ctEndpointMax: config.bpfCtEndpointMax,
     masquerade: config.masquerade,
-    routing: { mode: config.routingMode, tunnelPort: config.tunnelPort, podMtu: node.podMtu, nodeIp: node.nodeIp },
+    routing: { mode: config.routingMode, tunnelPort: config.tunnelPort, podMtu: node.podMtu, nodeIp: node.nodeIp, ...(node.nodeIp6 === undefined ? {} : { nodeIp6: node.nodeIp6 }) },
     ...(config.devices ? { devices: config.devices } : {}),
     // Only host-scope CIDRs are this node's alone: a cluster-wide CIDR routed to tendril_host would drop other nodes' pods.
     ...(config.ipam === 'host-scope' || config.ipam === 'kubernetes' ? { fallbackRouteCidrs: config.podCidrs } : {}),

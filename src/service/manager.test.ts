@@ -230,6 +230,11 @@ describe('ServiceManager', () => {
     assert.deepEqual(lb.services.get(4)!.backendIds, c.service['backend-addresses'].map((b) => b.id));
     assert.equal(lb.services.get(4)!.internalBackendIds, undefined);
     await assert.rejects(m.upsert(5, { ...spec, 'frontend-address': { ip: '192.0.2.99', port: 30081, protocol: 'TCP' } }), code(ServiceErrorCode.INVALID, /^frontend-address\.ip/));
+    // An IPv6 NodePort on one of the node's IPv6 addresses is taken; on another IPv6 address it is refused.
+    const m6 = make({ nodeAddresses: () => ['192.0.2.10', 'fd00:248::11'] });
+    const v6: ServiceSpec = { 'frontend-address': { ip: 'fd00:248::11', port: 30090, protocol: 'TCP' }, 'backend-addresses': [be('fd00:10::5')], flags: { type: 'NodePort' } };
+    assert.equal((await m6.upsert(6, v6)).service.realized, true);
+    await assert.rejects(m6.upsert(7, { ...v6, 'frontend-address': { ip: 'fd00:248::99', port: 30090, protocol: 'TCP' } }), code(ServiceErrorCode.INVALID, /^frontend-address\.ip/));
     // The persisted locality serves the next start until endpoints are back.
     local.add('10.0.0.1');
     await m.localityChanged();

@@ -22,7 +22,7 @@ test('the tables name every pinned map, every drop reason with its code, and the
   for (const name of Object.values(MapName)) assert.match(all, new RegExp(`^\\| \`${name}\` \\|`, 'm'));
   for (const [name, r] of Object.entries(DropReason)) assert.match(all, new RegExp(`^\\| ${-r.code} \\| \`${name}\` \\|`, 'm'));
   // tendril_config's row lists every member of struct datapath_config.
-  assert.match(all, /^\| `tendril_config` \| array \| `__u32` \| `datapath_config`: trace_level, flags, host_ifindex, maglev_table_size, tunnel_ifindex, node_ipv4, nat_ports, ct_endpoint_max, migration_until_ns \|/m);
+  assert.match(all, /^\| `tendril_config` \| array \| `__u32` \| `datapath_config`: trace_level, flags, host_ifindex, maglev_table_size, tunnel_ifindex, node_ipv4, nat_ports, ct_endpoint_max, migration_until_ns, node_ipv6 \|/m);
 });
 
 test('a page without a table\'s markers is refused, not appended to', () => {

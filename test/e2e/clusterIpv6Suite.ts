@@ -16,6 +16,9 @@
 // In tunnel mode the node's own IPv6 packets to a remote pod take its route
 // into tendril_host and cross with the host identity; the node reaches an
 // IPv6 ClusterIP whose backends are on both nodes.
+// An IPv6 NodePort on one node whose backend is on the other answers a host
+// on the underlay, SNATed to the node's IPv6 address (tunnel: with the
+// client's identity as VNI).
 // The scene is built here: a second pool and an IPv6 underlay on top of the cluster box.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -29,6 +32,7 @@ import { tendrilPolicy } from '../support/policyDocuments.js';
 import { requireRoot } from '../support/root.js';
 import { runOk, toolEnv } from '../support/run.js';
 import { HOST_NEXTHOP6 } from '../../src/datapath/linux/hostNextHop.js';
+import { ReservedIdentity } from '../../src/identity/constants.js';
 import { assertAllAnswered, upsertService } from '../support/serviceApi.js';
 import { ServiceAgentProcess, shareByBackend } from '../support/serviceProcess.js';
 
@@ -42,6 +46,10 @@ const BACKEND6_PORT = 8086;
 /** A host on the IPv6 underlay that is no node. */
 const ATTACKER_IP6 = 'fd00:248::66';
 const T = { timeout: 90_000 };
+/** An IPv6 NodePort on node 0's IPv6 address, and a host on the underlay (no node) with both families. */
+const NODE_PORT6 = 30090;
+const LAN_CLIENT4 = '10.248.0.201';
+const LAN_CLIENT6 = 'fd00:248::201';
 
 /**
  * `ipv6Only`: each node's node IP is its IPv6 address (--node-ip), so its
@@ -342,6 +350,37 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
       }
     });
   }
+
+
+  test(`[${label}] an IPv6 NodePort on node 0 whose only backend is on node 1, from a host on the underlay: answered, the backend sees node 0's IPv6 InternalIP (tunnel: in VXLAN with world-ipv6 as VNI); a policy admitting only host refuses the outside client`, T, async (t) => {
+    const p1 = pods[1]!;
+    const node0 = s().node(0);
+    const lan = await s().cluster.addUnderlayHost('lan6', underlay6 ? LAN_CLIENT6 : LAN_CLIENT4, underlay6 ? undefined : LAN_CLIENT6);
+    const client = await s().agentIn(lan.netnsPath, 'lan6');
+    await upsertService(node0, 62, { type: 'NodePort', frontend: { ip: nodeIp6(0), port: NODE_PORT6 }, backends: [{ ip: ip6.get(p1)!, port: BACKEND6_PORT }], trafficPolicy: 'Cluster' });
+    const cap = opts.routingMode === 'tunnel' ? await VxlanCapture.start(node0.nodePath, 'eth0', `udp port ${VXLAN_PORT} and src host ${node0.ip} and dst host ${p1.node.ip}`, 4) : undefined;
+    const sessions = await client.tcpSessions({ dst: nodeIp6(0), port: NODE_PORT6 }, { count: 8, requests: 2, concurrency: 4, timeoutMs: 3000 });
+    await assertAllAnswered(node0, sessions, `underlay host [${LAN_CLIENT6}] -> [${nodeIp6(0)}]:${NODE_PORT6}`);
+    const answers = sessions.flatMap((x) => x.answers);
+    assert.deepEqual([...new Set(answers.map((a) => a.name))], ['p1'], 'the backend on node 1 answers');
+    assert.deepEqual([...new Set(answers.map((a) => a.peer))], [nodeIp6(0)], 'the backend sees node 0\'s IPv6 address (SNAT), not the client');
+    if (cap) {
+      const { packets } = await cap.done(5000);
+      for (const p of packets.slice(0, 4)) t.diagnostic(`captured: ${p.outerSrc} > ${p.outerDst}:${p.dstPort} vni ${p.vni} | ${p.inner}`);
+      const syns = packets.filter((p) => p.inner.includes(`IP6 ${nodeIp6(0)}.`) && p.inner.includes(`> ${ip6.get(p1)}.${BACKEND6_PORT}`));
+      assert.ok(syns.length >= 1, `the NodePort flow crossed the underlay encapsulated: ${JSON.stringify(packets)}`);
+      assert.deepEqual([...new Set(syns.map((p) => p.vni))], [ReservedIdentity.WorldIpv6], 'the VNI carries the outside client\'s identity (world-ipv6), never host');
+    }
+    // p1 admits the host only: the outside client is no host on node 1, whichever way the flow came.
+    const n1 = s().node(1);
+    const before = dropCounts(await bpfMetrics(n1));
+    await importPolicyAndWait(n1, tendrilPolicy(NS, 'p1-from-p0', 'endpointSelector: {matchLabels: {app: p1}}\ningress:\n- fromEntities: [host]'));
+    const refused = await client.tcpOnce({ dst: nodeIp6(0), port: NODE_PORT6 }, 1500);
+    assert.notEqual(refused.outcome, 'open', `refused under a host-only policy: ${JSON.stringify(refused)}`);
+    const policyDrops = (m: Record<string, number>) => Object.entries(m).filter(([k]) => k.startsWith('POLICY')).reduce((sum, [, v]) => sum + v, 0);
+    assert.ok(policyDrops(dropCounts(await bpfMetrics(n1))) > policyDrops(before), 'node 1 counted the policy drop');
+  });
+
 
   test(`[${label}] the receiving node classifies an IPv6 source from another node as the remote pod, never host`, T, async () => {
     const [p0, p1, q0] = pods as [ClusterPod, ClusterPod, ClusterPod];

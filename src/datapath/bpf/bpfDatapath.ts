@@ -11,7 +11,7 @@ import { existsSync } from 'node:fs';
 import { dirname, relative, resolve } from 'node:path';
 import type { IPCache } from '../../ipcache/index.js';
 import type { Logger } from '../../logging/logger.js';
-import { formatPrefix, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress, tryParseIp, tryParsePrefix } from '../../netip/index.js';
+import { formatPrefix, type IpAddress, type IpPrefix, parseIp, prefixOf, tryParseInterfaceAddress, tryParseIp, tryParsePrefix } from '../../netip/index.js';
 import { type Netlink, NetlinkBatch } from '../kernel/netlink/index.js';
 import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, isOnBpffs, mkdirPinDir } from '../kernel/bpf/index.js';
 import { HOST_DEVICE } from '../linux/hostDevice.js';
@@ -28,7 +28,7 @@ import { IpcacheMapMirror, type IpcacheWriteStats } from './ipcacheMap.js';
 import { detectDevices, LOOPBACK, NodeDevices } from './devices.js';
 import { lbMapSet, LbMaps } from './lbMaps.js';
 import { configNatPorts } from './natPorts.js';
-import { datapathConfig, type NatPortRangeValue, deviceInfo, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, ipmasqKey, policyEntry, policyKey } from './layout.js';
+import { datapathConfig, type NatPortRangeValue, deviceInfo, type IpcacheValue, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, ipmasqKey, NO_NAT_CONFIG, policyEntry, policyKey } from './layout.js';
 import { type DatapathObjects, loadDatapathObjects, type MapSizes } from './objects.js';
 import { TunnelDevice } from './overlay.js';
 import { ServiceRoutes } from './serviceRoutes.js';
@@ -91,6 +91,8 @@ export interface BpfRoutingOptions {
   podMtu: number;
   /** This node's underlay address (its ipcache entries' hostIP): entries it hosts are never tunnelled. */
   nodeIp?: string;
+  /** Its IPv6 InternalIP next to an IPv4 nodeIp (an IPv6 nodeIp is its own): an IPv6 NodePort flow's SNAT source to a backend through the overlay. */
+  nodeIp6?: string;
 }
 
 export class BpfDatapath implements Datapath {
@@ -219,6 +221,16 @@ export class BpfDatapath implements Datapath {
     return ip?.family === 4 ? Number(ip.bits) : 0;
   }
 
+  /** The node's IPv6 InternalIP as tendril_config holds it (`::` when it has none). */
+  get #nodeIpv6(): IpAddress {
+    const r = this.opts.routing;
+    for (const text of [r?.nodeIp6, r?.nodeIp]) {
+      const ip = text === undefined ? undefined : tryParseIp(text);
+      if (ip?.family === 6) return ip;
+    }
+    return NO_NAT_CONFIG.nodeIpv6;
+  }
+
   /** tendril_config in one write: the host and tunnel devices always go together. */
   #writeConfig(): void {
     this.config.set(0, {
@@ -228,6 +240,7 @@ export class BpfDatapath implements Datapath {
       maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE,
       tunnelIfindex: this.#tunnelIfindex,
       nodeIpv4: this.#nodeIpv4,
+      nodeIpv6: this.#nodeIpv6,
       natPorts: configNatPorts(this.opts.natPortRanges),
       ctEndpointMax: this.opts.ctEndpointMax ?? 0,
       // The loader's take-over window (objects.ts) closed before the objects were handed over.

@@ -9,6 +9,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createLogger } from '../../logging/logger.js';
+import { formatIp, parseIp } from '../../netip/index.js';
 import { runOk } from '../../testing/run.js';
 import { BpfMap, codec, removePinDir, TcxLink } from '../kernel/bpf/index.js';
 import { Netlink } from '../kernel/netlink/index.js';
@@ -91,7 +92,7 @@ describe('BpfDatapath routing modes', { timeout: 120_000 }, () => {
     assert.equal(link.progId, dp['objects'].fromOverlay.id);
     assert.equal(existsSync(join(pinDir, 'links', `${TUNNEL_DEVICE}-egress`)), false, 'nothing on egress: the programs set the tunnel key and redirect');
     const host = await ipLink('tendril_host');
-    assert.deepEqual(config(), { traceLevel: config().traceLevel, flags: ConfigFlag.TUNNEL, hostIfindex: host.ifindex, maglevTableSize: config().maglevTableSize, tunnelIfindex: vxlan.ifindex, nodeIpv4: config().nodeIpv4, natPorts: config().natPorts, ctEndpointMax: 0, migrationUntilNs: 0n });
+    assert.deepEqual(config(), { traceLevel: config().traceLevel, flags: ConfigFlag.TUNNEL, hostIfindex: host.ifindex, maglevTableSize: config().maglevTableSize, tunnelIfindex: vxlan.ifindex, nodeIpv4: config().nodeIpv4, nodeIpv6: config().nodeIpv6, natPorts: config().natPorts, ctEndpointMax: 0, migrationUntilNs: 0n });
     assert.equal(host.mtu, 1450, 'what the node sends to remote pods fits the overlay');
     // Idempotent: a second setupNode keeps the device.
     await dp.setupNode(NODE);
@@ -139,8 +140,10 @@ describe('BpfDatapath routing modes', { timeout: 120_000 }, () => {
 
   it('native mode removes a tunnel-mode run\'s tendril_vxlan, its pins and the tunnel from tendril_config, and gives tendril_host the pod MTU', async () => {
     assert.ok(await nl.findLink(TUNNEL_DEVICE));
-    const dp = await open({ mode: 'native', tunnelPort: TUNNEL_DEFAULT_PORT, podMtu: 1500 });
+    const dp = await open({ mode: 'native', tunnelPort: TUNNEL_DEFAULT_PORT, podMtu: 1500, nodeIp: '192.0.2.1', nodeIp6: 'fd00:248::11' });
     assert.equal(dp.nodeRouting.mode, 'native');
+    // The node's addresses of both families (an IPv6 NodePort flow's SNAT source to a backend through the overlay).
+    assert.deepEqual([config().nodeIpv4, formatIp(config().nodeIpv6)], [Number(parseIp('192.0.2.1').bits), 'fd00:248::11']);
     assert.equal(config().flags & ConfigFlag.TUNNEL, 0, 'native mode drops the tunnel at open');
     await dp.setupNode(NODE);
     assert.equal(await nl.findLink(TUNNEL_DEVICE), undefined);
@@ -155,5 +158,9 @@ describe('BpfDatapath routing modes', { timeout: 120_000 }, () => {
     assert.equal(plain.nodeRouting.mode, 'native');
     await plain.setupNode(NODE);
     assert.equal(config().flags, 0);
+    assert.deepEqual([config().nodeIpv4, formatIp(config().nodeIpv6)], [0, '::'], 'no node address known');
+    // An IPv6-only node: its node IP is its IPv6 one.
+    await open({ mode: 'native', tunnelPort: TUNNEL_DEFAULT_PORT, podMtu: 1500, nodeIp: 'fd00:248::12' });
+    assert.deepEqual([config().nodeIpv4, formatIp(config().nodeIpv6)], [0, 'fd00:248::12']);
   });
 });

@@ -240,6 +240,7 @@ const CHECKS: Array<StructCheck<never>> = [
       nat_ports: field(cfg0, { natPorts: [{ min: 1024, max: 29999 }, { min: 61000, max: 65535 }] }),
       ct_endpoint_max: field(cfg0, { ctEndpointMax: 1 }),
       migration_until_ns: field(cfg0, { migrationUntilNs: 0xffffffffffffffffn }),
+      node_ipv6: field(cfg0, { nodeIpv6: parseIp('fd00:248::11') }),
     },
   },
   {

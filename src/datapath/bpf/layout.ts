@@ -300,23 +300,25 @@ export type NatPortRangeValue = codec.CodecValue<typeof natPortRange>;
 
 /**
  * struct datapath_config. natPorts: SNAT's source ports, one or two ranges
- * (the second { min: 0 } when unused; none at all → NAT_PORT_MIN..NAT_PORT_MAX).
+ * (the second { min: 0 } when unused; none at all → NAT_PORT_MIN..NAT_PORT_MAX);
+ * nodeIpv6: the node's IPv6 InternalIP, `::` when it has none.
  */
-export const datapathConfig = structCodec(btf.datapathConfigLayout, { natPorts: codec.array(natPortRange, NAT_PORT_RANGES) });
+export const datapathConfig = structCodec(btf.datapathConfigLayout, { natPorts: codec.array(natPortRange, NAT_PORT_RANGES), nodeIpv6: ipv6 });
 export type DatapathConfigValue = codec.CodecValue<typeof datapathConfig>;
 
 /**
  * The config fields of SNAT, the endpoint budget and the migration window
  * left at "none": the programs' built-in port range, no budget, no build
- * taking over.
+ * taking over, no IPv6 node address (NodePort's IPv6 SNAT source in tunnel mode).
  */
-export const NO_NAT_CONFIG: Readonly<Pick<DatapathConfigValue, 'natPorts' | 'ctEndpointMax' | 'migrationUntilNs'>> = {
+export const NO_NAT_CONFIG: Readonly<Pick<DatapathConfigValue, 'natPorts' | 'ctEndpointMax' | 'migrationUntilNs' | 'nodeIpv6'>> = {
   natPorts: [
     { min: 0, max: 0 },
     { min: 0, max: 0 },
   ],
   ctEndpointMax: 0,
   migrationUntilNs: 0n,
+  nodeIpv6: NO_IPV6,
 };
 
 // ---- tendril_events records (bpf/lib/events.h) --------------------------------

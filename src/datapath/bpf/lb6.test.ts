@@ -11,7 +11,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
 import { formatIp, parseIp } from '../../netip/index.js';
 import { codec, TcAction } from '../kernel/bpf/index.js';
-import { BackendState, CtFlag, DropReason, EventType, LB_HAIRPIN_IP6, MapName, PolicyVerdict, ServiceFlag } from './constants.js';
+import { BackendState, CtFlag, DropReason, EventType, LB_HAIRPIN_IP6, LbScope, MapName, PolicyVerdict, ServiceFlag } from './constants.js';
 import { flowHash6 } from './flowHash.js';
 import { deviceInfo } from './layout.js';
 import { assertEvents } from './testing/expect.js';
@@ -294,10 +294,12 @@ describe('IPv6 services from outside, bpf_netdev', () => {
     assert.equal(h.ct({ saddr: CLIENT6, daddr: A6.ip, sport: 50000, dport: 8080, proto: IpProto.TCP })!.flags & CtFlag.NODEPORT, CtFlag.NODEPORT);
   });
 
-  it('from outside only a backend of this node is chosen, however many others the service has', async () => {
+  it('a Local service from outside chooses only among its backends here (EXTERNAL scope), however many others the service has', async () => {
     const others = Array.from({ length: 6 }, (_, i) => ({ id: 210 + i, ip: `fd00:202::${i + 1}`, port: 8080, proto: IpProto.TCP }));
     for (const b of others) lb.addBackend(b);
-    lb.addService({ id: ID.WEB, frontend: NODE_PORT, backends: [...others.map((b) => b.id), BE.A.id], flags: ServiceFlag.NODEPORT });
+    const flags = ServiceFlag.NODEPORT | ServiceFlag.LOCAL_TRAFFIC | ServiceFlag.TWO_SCOPES;
+    lb.addService({ id: ID.WEB, frontend: NODE_PORT, backends: [BE.A.id], flags });
+    lb.addService({ id: ID.WEB, frontend: NODE_PORT, backends: [...others.map((b) => b.id), BE.A.id], flags, scope: LbScope.INTERNAL });
     h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: false, cookie: COOKIE_ALLOW });
     for (let sport = 51000; sport < 51012; sport++) {
       const r = await h.run(FROM_NETDEV, syn(NODE6, 30080, sport));
@@ -306,11 +308,11 @@ describe('IPv6 services from outside, bpf_netdev', () => {
     }
   });
 
-  it('a ClusterIP from outside is dropped (CLUSTERIP_FROM_OUTSIDE); a backend elsewhere is refused, not forwarded untranslated; other traffic passes', async () => {
+  it('a ClusterIP from outside is dropped (CLUSTERIP_FROM_OUTSIDE); a Local service with its backend elsewhere is refused, not forwarded untranslated; other traffic passes', async () => {
     lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.A.id] });
     assert.equal((await h.run(FROM_NETDEV, syn(VIP6, 80))).retval, TcAction.SHOT);
     assertEvents(await h.takeEvents(1), [{ type: EventType.DROP, subtype: -DropReason.CLUSTERIP_FROM_OUTSIDE.code, srcIdentity: IDENTITY.WORLD_IPV6 }]);
-    lb.addService({ id: ID.DNS, frontend: NODE_PORT, backends: [BE.REMOTE.id], flags: ServiceFlag.NODEPORT });
+    lb.addService({ id: ID.DNS, frontend: NODE_PORT, backends: [BE.REMOTE.id], flags: ServiceFlag.NODEPORT | ServiceFlag.LOCAL_TRAFFIC });
     assert.equal((await h.run(FROM_NETDEV, syn(NODE6, 30080))).retval, TcAction.SHOT);
     assertEvents(await h.takeEvents(1), [{ type: EventType.DROP, subtype: -DropReason.NO_SERVICE.code }]);
     const other = syn(NODE6, 22);

@@ -11,14 +11,14 @@
 import assert from 'node:assert/strict';
 import { afterEach, beforeEach, describe, it } from 'node:test';
 import { requireRoot } from '../../../test/support/root.js';
-import { parseIp } from '../../netip/index.js';
+import { formatIp, parseIp, parsePrefix } from '../../netip/index.js';
 import { codec, TcAction } from '../kernel/bpf/index.js';
-import { ConfigFlag, CtFlag, DropReason, EventType, LbScope, MapName, NAT_PORT_MAX, NAT_PORT_MIN, PolicyVerdict, ServiceFlag, TrafficDirection } from './constants.js';
-import { deviceInfo, NO_NAT_CONFIG } from './layout.js';
+import { ConfigFlag, CtFlag, DropReason, EventType, LbScope, MapName, NAT_PORT_MAX, NAT_PORT_MIN, NatFlag, PolicyVerdict, ServiceFlag, TraceLevel, TracePoint, TrafficDirection } from './constants.js';
+import { deviceInfo, nat6Entry, nat6Key, NO_NAT_CONFIG } from './layout.js';
 import { assertEvents, checkedTuple as tuple } from './testing/expect.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, REMOTE_POD_IP, ROUTER, TEST_IFINDEX, WORLD_IP } from './testing/fixtures.js';
 import { LbNode, type TestFrontend } from './testing/lbNode.js';
-import { IpProto, readIpv4, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
+import { internetChecksum, IpProto, ipv6Frame, pseudoHeader6, readIpv4, TcpFlag, tcpFrame, udpFrame } from './testing/packets.js';
 import { LXC_OBJECT, NETDEV_OBJECT, ProgramHarness } from './testing/programHarness.js';
 
 requireRoot('the NodePort program tests');
@@ -263,5 +263,168 @@ describe('bpf_netdev NodePort', () => {
       assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('NO_SERVICE'), srcIdentity: IDENTITY.HOST }]);
       assert.equal(h.metric(code('NO_SERVICE'), INGRESS).packets, 1n);
     });
+  });
+});
+
+/**
+ * IPv6 frontends from outside to a backend on another node (Cluster
+ * policy): conntrack keyed before SNAT, the source the node's IPv6
+ * InternalIP (tunnel mode, into the overlay with the client's identity)
+ * or the FIB's device's IPv6 address (native), and the reply (or an
+ * ICMPv6 error about the flow) back to the client with the frontend as
+ * source. Where the FIB sends a packet depends on the host's routes: the
+ * tunnel mode's way out is the program's alone, the native one is checked
+ * where the host has an IPv6 route, the forwarding itself by the e2e
+ * (test/e2e/clusterIpv6Suite.ts).
+ */
+describe('bpf_netdev NodePort to a backend on another node, IPv6', () => {
+  let h: ProgramHarness;
+  let lb: LbNode;
+  /** The address the NodePort is on (the device's), the node's IPv6 InternalIP, an outside client, a pod on another node and that node's underlay address. */
+  const NODE6 = 'fd00:77::5';
+  const INTERNAL6 = 'fd00:248::11';
+  const CLIENT6 = '2001:db8:99::9';
+  const REMOTE6 = 'fd00:201::5';
+  const REMOTE_NODE_IP = '192.168.77.6';
+  const TUNNEL_IFINDEX = 42;
+  const FRONTEND6: TestFrontend = { ip: NODE6, port: 30080, proto: IpProto.TCP };
+  const BE6 = { LOCAL: { id: 301, ip: 'fd00:10::a', port: 8080, proto: IpProto.TCP }, REMOTE: { id: 302, ip: REMOTE6, port: 8080, proto: IpProto.TCP } } as const;
+  const SVC = 31;
+
+  const config = (tunnel: boolean, nodeIpv6?: string) =>
+    h.config.set(0, {
+      traceLevel: TraceLevel.ALL, flags: tunnel ? ConfigFlag.TUNNEL : 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: TUNNEL_IFINDEX, nodeIpv4: 0,
+      ...NO_NAT_CONFIG, ...(nodeIpv6 === undefined ? {} : { nodeIpv6: parseIp(nodeIpv6) }),
+    });
+  const device = (ipv6?: string) => h.object.map(MapName.DEVICES, codec.u32, deviceInfo).set(TEST_IFINDEX, { ipv4: parseIp(NODE_IP), flags: 0, mac: wire.dstMac, ...(ipv6 === undefined ? {} : { ipv6: parseIp(ipv6) }) });
+  const syn = (sport: number) => tcpFrame({ ...wire, src: CLIENT6, dst: NODE6, sport, dport: 30080, flags: TcpFlag.SYN });
+
+  /** An IPv6 TCP/UDP frame's addresses and ports, its L4 checksum checked over the IPv6 pseudo-header. */
+  function tuple6(frame: Uint8Array): { src: string; dst: string; sport: number; dport: number } {
+    const b = Buffer.from(frame);
+    assert.equal(b.readUInt16BE(12), 0x86dd);
+    const [src, dst] = [addr6(b, 22), addr6(b, 38)];
+    const l4 = b.subarray(54, 54 + b.readUInt16BE(18));
+    assert.equal(internetChecksum(Buffer.concat([pseudoHeader6(src, dst, b[20]!, l4.length), l4])), 0, 'L4 checksum over the IPv6 pseudo-header');
+    return { src, dst, sport: l4.readUInt16BE(0), dport: l4.readUInt16BE(2) };
+  }
+  const addr6 = (b: Buffer, o: number) => formatIp(parseIp(Array.from({ length: 8 }, (_, i) => b.readUInt16BE(o + 2 * i).toString(16)).join(':')));
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(NETDEV_OBJECT);
+    lb = new LbNode(h);
+    installNode(h);
+    device(NODE6);
+    h.addIpcache(`${NODE6}/128`, IDENTITY.HOST);
+    h.addIpcache(`${INTERNAL6}/128`, IDENTITY.HOST);
+    h.addEndpoint({ ...POD_A, ip: BE6.LOCAL.ip });
+    for (const b of Object.values(BE6)) lb.addBackend(b);
+    lb.addService({ id: SVC, frontend: FRONTEND6, backends: [BE6.REMOTE.id], flags: ServiceFlag.NODEPORT });
+  });
+  afterEach(async () => {
+    lb?.close();
+    await h?.close();
+  });
+
+  it('tunnel mode: DNAT, conntrack keyed before SNAT, SNAT to the node\'s IPv6 InternalIP and a NAT port, into the overlay as the client (world-ipv6, never host, even for an address the ipcache calls the host)', async () => {
+    config(true, INTERNAL6);
+    h.ipcache.set(parsePrefix(`${REMOTE6}/128`), { identity: IDENTITY.REMOTE, tunnelIp4: Number(parseIp(REMOTE_NODE_IP).bits), flags: 0 });
+    // The client's address spoofs one the ipcache gives the host identity: from a device it is still world-ipv6 (GO-2023-1643).
+    h.addIpcache(`${CLIENT6}/128`, IDENTITY.HOST);
+    const r = await h.run(FROM_NETDEV, syn(50020));
+    assert.equal(r.retval, TcAction.REDIRECT);
+    const out = tuple6(r.data);
+    assert.deepEqual([out.src, out.dst, out.dport], [INTERNAL6, REMOTE6, 8080]);
+    assert.ok(out.sport >= NAT_PORT_MIN && out.sport <= NAT_PORT_MAX, `NAT port ${out.sport}`);
+    // The flow's identity is the client's (the VNI tunnel_encap4 sets): world-ipv6.
+    assertEvents(await h.takeEvents(1), [{ type: EventType.TRACE, subtype: TracePoint.TO_OVERLAY, saddr: INTERNAL6, daddr: REMOTE6, srcIdentity: IDENTITY.WORLD_IPV6, dstIdentity: IDENTITY.REMOTE }]);
+    const t = { saddr: CLIENT6, daddr: REMOTE6, sport: 50020, dport: 8080, proto: IpProto.TCP };
+    const entry = h.ct(t)!;
+    assert.ok(entry, 'conntrack keyed by the translated tuple before SNAT');
+    assert.deepEqual([entry.flags, entry.srcIdentity, entry.dstIdentity, entry.revNatIndex, entry.backendId], [CtFlag.NODEPORT, IDENTITY.WORLD_IPV6, IDENTITY.REMOTE, SVC, BE6.REMOTE.id]);
+    // Both sides of the NodePort mapping in tendril_snat6, flagged NODEPORT: the reply side points back at the client.
+    const sides: string[] = [];
+    for await (const [k, v] of h.object.map(MapName.SNAT6, nat6Key, nat6Entry).entries()) sides.push(`${formatIp(k.saddr)}:${k.sport} -> ${formatIp(v.toAddr)}:${v.toPort} flags ${v.flags}`);
+    assert.deepEqual(sides.sort(), [`${CLIENT6}:50020 -> ${INTERNAL6}:${out.sport} flags ${NatFlag.NODEPORT}`, `${REMOTE6}:8080 -> ${CLIENT6}:50020 flags ${NatFlag.NODEPORT}`].sort());
+
+    // The backend's reply (as the overlay hands it on, or on a device): destination the client again, source the frontend, then by the FIB.
+    const reply = await h.run(FROM_NETDEV, tcpFrame({ ...wire, src: REMOTE6, dst: INTERNAL6, sport: 8080, dport: out.sport, flags: TcpFlag.SYN | TcpFlag.ACK }));
+    assert.ok(reply.retval === TcAction.REDIRECT || reply.retval === TcAction.SHOT, `verdict ${reply.retval}`);
+    assert.deepEqual(tuple6(reply.data), { src: NODE6, dst: CLIENT6, sport: 30080, dport: 50020 });
+    assert.equal(h.ct(t)!.flags, CtFlag.NODEPORT | CtFlag.REPLY_SEEN);
+    // A packet to the NAT port that no flow opened is no reply: refused, never handed to the stack.
+    await h.takeEvents();
+    const stray = await h.run(FROM_NETDEV, tcpFrame({ ...wire, src: '2001:db8:66::6', dst: INTERNAL6, sport: 8080, dport: out.sport, flags: TcpFlag.SYN | TcpFlag.ACK }));
+    assert.equal(stray.retval, TcAction.OK, 'no mapping for that tuple: the stack\'s');
+  });
+
+  it('tunnel mode without an IPv6 InternalIP: the arrival device\'s IPv6 address; neither: DROP_NO_CONFIG, nothing tracked or mapped', async () => {
+    config(true);
+    h.ipcache.set(parsePrefix(`${REMOTE6}/128`), { identity: IDENTITY.REMOTE, tunnelIp4: Number(parseIp(REMOTE_NODE_IP).bits), flags: 0 });
+    const r = await h.run(FROM_NETDEV, syn(50021));
+    assert.equal(r.retval, TcAction.REDIRECT);
+    assert.equal(tuple6(r.data).src, NODE6);
+
+    device();
+    await h.takeEvents();
+    assert.equal((await h.run(FROM_NETDEV, syn(50022))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('NO_CONFIG'), saddr: CLIENT6, daddr: REMOTE6 }]);
+    assert.equal(h.ct({ saddr: CLIENT6, daddr: REMOTE6, sport: 50022, dport: 8080, proto: IpProto.TCP }), undefined);
+  });
+
+  it('native mode: SNAT to the IPv6 address of the device the FIB chose (the arrival device\'s when that is none of ours), out by the FIB; the reply back to the client', async () => {
+    config(false);
+    const r = await h.run(FROM_NETDEV, syn(50030));
+    assert.ok(r.retval === TcAction.REDIRECT || r.retval === TcAction.SHOT, `verdict ${r.retval}`);
+    if (r.retval === TcAction.SHOT) {
+      // No IPv6 route to the backend where the test runs: nothing translated, nothing mapped.
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('FIB_LOOKUP_FAILED') }]);
+      assert.deepEqual(tuple6(r.data), { src: CLIENT6, dst: REMOTE6, sport: 50030, dport: 8080 });
+      return;
+    }
+    const out = tuple6(r.data);
+    assert.deepEqual([out.src, out.dst, out.dport], [NODE6, REMOTE6, 8080]);
+    assert.equal(r.data[14 + 7], 63, 'hop limit - 1');
+    const t = { saddr: CLIENT6, daddr: REMOTE6, sport: 50030, dport: 8080, proto: IpProto.TCP };
+    assert.deepEqual([h.ct(t)!.flags, h.ct(t)!.srcIdentity], [CtFlag.NODEPORT, IDENTITY.WORLD_IPV6]);
+    const reply = await h.run(FROM_NETDEV, tcpFrame({ ...wire, src: REMOTE6, dst: NODE6, sport: 8080, dport: out.sport, flags: TcpFlag.SYN | TcpFlag.ACK }));
+    assert.deepEqual(tuple6(reply.data), { src: NODE6, dst: CLIENT6, sport: 30080, dport: 50030 });
+    assert.equal(h.ct(t)!.flags, CtFlag.NODEPORT | CtFlag.REPLY_SEEN);
+  });
+
+  it('the backend\'s ICMPv6 error about the SNATed flow goes back to the client about its own datagram: the frontend outside and inside', async () => {
+    config(true, INTERNAL6);
+    h.ipcache.set(parsePrefix(`${REMOTE6}/128`), { identity: IDENTITY.REMOTE, tunnelIp4: Number(parseIp(REMOTE_NODE_IP).bits), flags: 0 });
+    const first = await h.run(FROM_NETDEV, syn(50040));
+    assert.equal(first.retval, TcAction.REDIRECT);
+    const natPort = tuple6(first.data).sport;
+    // The backend answers port unreachable to the node's InternalIP, quoting the datagram it got.
+    const quoted = Buffer.from(first.data.subarray(14));
+    const msg = Buffer.concat([Buffer.from([1, 4, 0, 0, 0, 0, 0, 0]), quoted]);
+    msg.writeUInt16BE(internetChecksum(Buffer.concat([pseudoHeader6(REMOTE6, INTERNAL6, IpProto.ICMPV6, msg.length), msg])), 2);
+    const r = await h.run(FROM_NETDEV, ipv6Frame({ ...wire, src: REMOTE6, dst: INTERNAL6, nextHeader: IpProto.ICMPV6, payload: msg }));
+    assert.ok(r.retval === TcAction.REDIRECT || r.retval === TcAction.SHOT, `verdict ${r.retval}`);
+    const out = Buffer.from(r.data);
+    assert.deepEqual([addr6(out, 22), addr6(out, 38)], [NODE6, CLIENT6], 'outer: from the frontend to the client');
+    const icmp = out.subarray(54);
+    assert.equal(internetChecksum(Buffer.concat([pseudoHeader6(NODE6, CLIENT6, IpProto.ICMPV6, icmp.length), icmp])), 0, 'ICMPv6 checksum');
+    const inner = icmp.subarray(8);
+    assert.deepEqual([addr6(inner, 8), addr6(inner, 24)], [CLIENT6, NODE6], 'the quoted datagram is the client\'s to the frontend');
+    assert.deepEqual([inner.readUInt16BE(40), inner.readUInt16BE(42)], [50040, 30080]);
+    assert.notEqual(natPort, 50040);
+  });
+
+  it('a Local service never leaves the node: only its backends here are chosen, none here is DROP_NO_SERVICE', async () => {
+    config(true, INTERNAL6);
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: false, cookie: COOKIE });
+    const flags = ServiceFlag.NODEPORT | ServiceFlag.LOCAL_TRAFFIC | ServiceFlag.TWO_SCOPES;
+    lb.addService({ id: SVC, frontend: FRONTEND6, backends: [], flags });
+    lb.addService({ id: SVC, frontend: FRONTEND6, backends: [BE6.REMOTE.id], flags, scope: LbScope.INTERNAL });
+    assert.equal((await h.run(FROM_NETDEV, syn(50050))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('NO_SERVICE'), direction: INGRESS, srcIdentity: IDENTITY.WORLD_IPV6 }]);
+    lb.addService({ id: SVC, frontend: FRONTEND6, backends: [BE6.LOCAL.id], flags });
+    const r = await h.run(FROM_NETDEV, syn(50051));
+    assert.equal(r.retval, TcAction.REDIRECT);
+    assert.deepEqual(tuple6(r.data), { src: CLIENT6, dst: BE6.LOCAL.ip, sport: 50051, dport: 8080 });
   });
 });

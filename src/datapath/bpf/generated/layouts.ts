@@ -56,8 +56,8 @@ export const natPortRangeLayout = defineStruct('nat_port_range', 4, 2, {
   max: { offset: 2, codec: codec.u16 }, // __u16 max
 });
 
-/** struct datapath_config: 48 bytes. */
-export const datapathConfigLayout = defineStruct('datapath_config', 48, 8, {
+/** struct datapath_config: 64 bytes. */
+export const datapathConfigLayout = defineStruct('datapath_config', 64, 8, {
   traceLevel: { offset: 0, codec: codec.u32 }, // __u32 trace_level
   flags: { offset: 4, codec: codec.u32 }, // __u32 flags
   hostIfindex: { offset: 8, codec: codec.u32 }, // __u32 host_ifindex
@@ -67,6 +67,7 @@ export const datapathConfigLayout = defineStruct('datapath_config', 48, 8, {
   natPorts: { offset: 24, codec: codec.array(natPortRangeLayout, 2) }, // struct nat_port_range[2] nat_ports
   ctEndpointMax: { offset: 32, codec: codec.u32 }, // __u32 ct_endpoint_max
   migrationUntilNs: { offset: 40, codec: codec.u64 }, // __u64 migration_until_ns
+  nodeIpv6: { offset: 48, codec: codec.array(codec.u32be, 4) }, // __be32[4] node_ipv6
 });
 
 /** struct device_info: 32 bytes. */
@@ -411,7 +412,7 @@ export const mapLayouts = {
   tendril_frag6: { type: 'LRU hash', key: { cType: 'struct frag6_key', size: 40 }, value: { cType: 'struct frag4_ports', size: 4 } },
   tendril_metrics: { type: 'per-CPU hash', key: { cType: 'struct metrics_key', size: 4 }, value: { cType: 'struct metrics_value', size: 16 } },
   tendril_events: { type: 'ring buffer', key: undefined, value: undefined },
-  tendril_config: { type: 'array', key: { cType: '__u32', size: 4 }, value: { cType: 'struct datapath_config', size: 48 } },
+  tendril_config: { type: 'array', key: { cType: '__u32', size: 4 }, value: { cType: 'struct datapath_config', size: 64 } },
   tendril_lb4_svc: { type: 'hash', key: { cType: 'struct lb4_key', size: 12 }, value: { cType: 'struct lb4_service', size: 16 } },
   tendril_lb4_be: { type: 'hash', key: { cType: '__u32', size: 4 }, value: { cType: 'struct lb4_backend', size: 8 } },
   tendril_lb4_rev: { type: 'hash', key: { cType: '__u16', size: 2 }, value: { cType: 'struct lb4_reverse_nat', size: 8 } },

@@ -377,8 +377,12 @@ describe('BpfDatapath', { timeout: 120_000 }, () => {
     // Both families as given: the agent leaves the IPv6 ones out unless --ipv6-masquerade (nodeMasqueradeCidrs).
     assert.deepEqual(masq.sort(), ['10.214.0.0/16', 'fd00:214::/64']);
     assert.notEqual((await run(['nft', 'list', 'table', 'inet', 'tendril'])).code, 0, 'no nftables masquerade table with the eBPF datapath');
-    // The device loses its address: no longer a device; its entry and programs go.
+    // The device loses its global addresses: no longer a device; its entry and programs go.
     await runOk(['ip', 'addr', 'del', '192.0.2.10/24', 'dev', dev]);
+    await dp.setupNode({ routerAddresses: [{ family: 4, ip: ROUTER }], masqueradeCidrs: [] });
+    // Its IPv6 address alone keeps it a device (an IPv6-only node's), with no IPv4 source.
+    assert.deepEqual(devices.get(ifindex), { ipv4: parseIp('0.0.0.0'), flags: DeviceFlag.MASQUERADE, mac: link!.address, ipv6: parseIp('2001:db8:77::10') });
+    await runOk(['ip', 'addr', 'del', '2001:db8:77::10/64', 'dev', dev]);
     await dp.setupNode({ routerAddresses: [{ family: 4, ip: ROUTER }], masqueradeCidrs: [] });
     assert.equal(devices.get(ifindex), undefined);
     devices.close();

@@ -61,13 +61,15 @@ describe('detectDevices', { timeout: 60_000 }, () => {
     await pool.cleanup();
   });
 
-  it('detects the interfaces that are up with a global IPv4 address, except lo, tendril_* and pods\' interfaces, with their first address and MAC', async () => {
+  it('detects the interfaces that are up with a global address of either family, except lo, tendril_* and pods\' interfaces, with their first addresses and MAC', async () => {
     const devices = await detectDevices(nl);
     assert.deepEqual(
-      devices.map((d) => [d.name, d.ipv4]),
+      devices.map((d) => [d.name, d.ipv4, d.ipv6]),
       [
-        ['tdlbr0', '203.0.113.1'],
-        ['tdlup0', '192.0.2.10'],
+        ['tdlbr0', '203.0.113.1', undefined],
+        ['tdlup0', '192.0.2.10', undefined],
+        // An IPv6-only node's device: no IPv4 address, its IPv6 one the IPv6 masquerade source.
+        ['tdlv6', undefined, '2001:db8:7::1'],
       ],
     );
     const up = await nl.getLink('tdlup0');
@@ -76,14 +78,14 @@ describe('detectDevices', { timeout: 60_000 }, () => {
   });
 
   it('leaves out interfaces the caller says are pods\' (adopted ones, any name)', async () => {
-    const devices = await detectDevices(nl, { exclude: (name) => name === 'tdlbr0' });
+    const devices = await detectDevices(nl, { exclude: (name) => name === 'tdlbr0' || name === 'tdlv6' });
     assert.deepEqual(
       devices.map((d) => d.name),
       ['tdlup0'],
     );
   });
 
-  it('takes exactly the configured devices; one that does not exist, cannot be one or has no IPv4 address fails', async () => {
+  it('takes exactly the configured devices; one that does not exist, cannot be one or has no global address fails', async () => {
     assert.deepEqual(
       (await detectDevices(nl, { configured: ['tdlup0'] })).map((d) => d.name),
       ['tdlup0'],
@@ -91,9 +93,8 @@ describe('detectDevices', { timeout: 60_000 }, () => {
     await assert.rejects(detectDevices(nl, { configured: ['tdlup0', 'tdlnope'] }), (err: unknown) => isDatapathError(err, 'not-found') && /tdlnope/.test((err as Error).message));
     await assert.rejects(detectDevices(nl, { configured: ['lo'] }), (err: unknown) => isDatapathError(err, 'refused'));
     await assert.rejects(detectDevices(nl, { configured: ['tdllink'] }), (err: unknown) => isDatapathError(err, 'failed') && /no global IPv4 or IPv6 address/.test((err as Error).message));
-    // An IPv6-only node's device is taken, with no IPv4 address (detection, which looks for IPv4, leaves it out).
+    // An IPv6-only node's device is taken, with no IPv4 address.
     const [v6] = await detectDevices(nl, { configured: ['tdlv6'] });
-    assert.deepEqual([v6?.name, v6?.ipv4], ['tdlv6', undefined]);
-    assert.ok(!(await detectDevices(nl)).some((d) => d.name === 'tdlv6'));
+    assert.deepEqual([v6?.name, v6?.ipv4, v6?.ipv6], ['tdlv6', undefined, '2001:db8:7::1']);
   });
 });

@@ -91,17 +91,13 @@ function ipAddress(v: unknown, field: string): string {
   return formatIp(ip);
 }
 
-/** A NodePort's address: IPv4 (0.0.0.0 = every node address), or one named IPv6 node address (the IPv6 datapath serves no "every address"). */
-function nodePortAddress(v: unknown, field: string): string {
-  const ip = ipAddress(v, field);
-  if (ip === '::') throw invalid(`${field}: an IPv6 NodePort names one of the node's IPv6 addresses; "every node address" (::) is not supported`);
-  return ip;
-}
+/** A NodePort's address: 0.0.0.0 or :: (every node address of that family), or one node address. */
+const EVERY_NODE_ADDRESS = new Set(['0.0.0.0', '::']);
 
 function unicast(v: unknown, field: string): string {
   const ip = ipAddress(v, field);
   const parsed = parseIp(ip);
-  // 169.254.42.1 and fe80::a9fe:2a01 are the datapath's hairpin addresses: link-local, refused with the rest.
+  // 169.254.42.1 and 100::a9fe:2a01 are the datapath's hairpin addresses: link-local and discard-only, refused with the rest.
   const why = notUnicast(parsed);
   if (why) throw invalid(`${field}: ${ip} ${why}`);
   return ip;
@@ -126,11 +122,11 @@ function frontend(v: unknown, type: ServiceType, ctx: ValidationContext): Normal
   const proto = protocol(v.protocol, `${field}.protocol`);
   let ip: string;
   if (type === 'NodePort') {
-    ip = nodePortAddress(v.ip, `${field}.ip`);
-    if (ip !== '0.0.0.0' && ctx.nodeAddresses && !ctx.nodeAddresses.has(ip)) {
-      throw invalid(`${field}.ip: a NodePort frontend is 0.0.0.0 (every node address) or one of this node's addresses (${[...ctx.nodeAddresses].join(', ') || 'none known'}), got ${ip}`);
+    ip = ipAddress(v.ip, `${field}.ip`);
+    if (!EVERY_NODE_ADDRESS.has(ip) && ctx.nodeAddresses && !ctx.nodeAddresses.has(ip)) {
+      throw invalid(`${field}.ip: a NodePort frontend is 0.0.0.0 or :: (every node address) or one of this node's addresses (${[...ctx.nodeAddresses].join(', ') || 'none known'}), got ${ip}`);
     }
-    if (ip !== '0.0.0.0') unicast(ip, `${field}.ip`);
+    if (!EVERY_NODE_ADDRESS.has(ip)) unicast(ip, `${field}.ip`);
   } else {
     ip = unicast(v.ip, `${field}.ip`);
     const why = takenAddress(ip, type, ctx);

@@ -295,7 +295,10 @@ function udpShot(t: Target, timeoutMs: number): Promise<ShotResult> {
     sock.on('message', (msg) => done({ outcome: 'open', answer: JSON.parse(msg.toString()) as Answer, ...port() }));
     sock.on('listening', () => (localPort = sock.address().port));
     // Connected: an ICMP port unreachable comes back as ECONNREFUSED.
-    sock.bind({ address: t.src ?? wildcardFor(t.dst), port: t.srcPort ?? 0 }, () => sock.connect(t.port, t.dst, () => sock.send('?')));
+    // A connect that fails (no route: ENETUNREACH) reports to its callback, not as an 'error' event.
+    sock.bind({ address: t.src ?? wildcardFor(t.dst), port: t.srcPort ?? 0 }, () =>
+      sock.connect(t.port, t.dst, (err?: Error) => (err ? done({ outcome: outcomeOf(err as NodeJS.ErrnoException), detail: err.message, ...port() }) : sock.send('?'))),
+    );
   });
 }
 

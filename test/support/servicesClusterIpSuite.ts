@@ -105,10 +105,10 @@ export function servicesClusterIpSuite(family: Family, tag: string): void {
     return share;
   }
 
-  for (const v of versionsOf(family)) rows(v);
+  for (const v of versionsOf(family)) rowsOn(v);
 
   /** Every row on IP version `v`: its services, its addresses. */
-  function rows(v: IpFamily): void {
+  function rowsOn(v: IpFamily): void {
     const ip = (pod: string) => scene!.podIp(pod, v);
     const id = (n: number) => serviceId(v, n);
     const title = (t: string) => rowTitle(family, v, t);

@@ -728,11 +728,9 @@ struct lb6_frontend {
 };
 
 /*
- * The service an IPv6 packet addresses: its exact frontend; else, when the
- * destination is a node address, a NodePort on every node address (::),
- * with the INTERNAL scope of a TWO_SCOPES frontend for traffic from inside
- * the node, as lb4_lookup: 1 with *fe filled in (its key left as the entry
- * found), or 0.
+ * The service an IPv6 packet addresses (its exact frontend), with the
+ * INTERNAL scope of a TWO_SCOPES frontend for traffic from inside the
+ * node, as lb4_lookup: 1 with *fe filled in, or 0.
  */
 static __always_inline int lb6_lookup(const struct flow *f, struct lb6_frontend *fe, int internal)
 {
@@ -748,13 +746,8 @@ static __always_inline int lb6_lookup(const struct flow *f, struct lb6_frontend 
 	key->scope = LB_SCOPE_EXTERNAL;
 	key->pad = 0;
 	svc = bpf_map_lookup_elem(&tendril_lb6_svc, key);
-	if (!svc) {
-		__builtin_memset(key->address, 0, 16);
-		svc = bpf_map_lookup_elem(&tendril_lb6_svc, key);
-		/* The ipcache walk only when a NodePort exists on this port. */
-		if (!svc || !(svc->flags & SVC_F_NODEPORT) || ipcache_identity6(f->daddr6) != IDENTITY_HOST)
-			return 0;
-	}
+	if (!svc)
+		return 0;
 	if (internal && (svc->flags & SVC_F_TWO_SCOPES)) {
 		key->scope = LB_SCOPE_INTERNAL;
 		scoped = bpf_map_lookup_elem(&tendril_lb6_svc, key);

@@ -90,8 +90,8 @@ function policy(v: string | undefined): TrafficPolicy {
  * and ExternalName Services have none: nothing load-balances them.
  * ClusterIPs, external and LoadBalancer IPs of both families (one service
  * per family and frontend, each with its family's slices; from outside,
- * IPv6 reaches a backend on the node it arrives at only), NodePorts on
- * every node address of each family (0.0.0.0, ::) and TCP/UDP ports are served; the rest is listed in `skipped`. externalTrafficPolicy concerns the frontends reached from
+ * IPv6 reaches a backend on the node it arrives at only), IPv4 NodePorts
+ * and TCP/UDP ports are served; the rest is listed in `skipped`. externalTrafficPolicy concerns the frontends reached from
  * outside the node (NodePort, external IPs, LoadBalancer IPs);
  * internalTrafficPolicy every frontend's traffic from inside the node (as
  * Cilium applies it).
@@ -175,9 +175,9 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
     };
     for (const ip of serviceClusterIps) add(ip, port.port, 'ClusterIP', 'Cluster');
     if ((type === 'NodePort' || type === 'LoadBalancer') && port.nodePort !== undefined && port.nodePort > 0) {
-      // The NodePort on every node address of each family the Service has.
+      // The NodePort on the node's IPv4 addresses, when the Service has IPv4; IPv6 has no "every node address" frontend yet.
       if (serviceClusterIps.some((ip) => familyOf(ip) === 4)) add('0.0.0.0', port.nodePort, 'NodePort', externalPolicy);
-      if (serviceClusterIps.some((ip) => familyOf(ip) === 6)) add('::', port.nodePort, 'NodePort', externalPolicy);
+      if (serviceClusterIps.some((ip) => familyOf(ip) === 6)) out.skipped.push({ what: `${what} nodePort ${port.nodePort} on IPv6`, reason: 'IPv6 NodePorts are not served yet' });
     }
     for (const ip of externalIps) add(ip, port.port, 'ExternalIPs', externalPolicy);
     for (const ip of serviceLbIps) add(ip, port.port, 'LoadBalancer', externalPolicy);

@@ -65,12 +65,6 @@ describe('validateServiceSpec', () => {
         b.flags = { type: 'NodePort' };
         b['frontend-address'].ip = '192.0.2.10';
       }),
-      // An IPv6 NodePort on every node address (::), as 0.0.0.0 is for IPv4.
-      edit((b) => {
-        b.flags = { type: 'NodePort' };
-        b['frontend-address'] = { ip: '::', port: 30080, protocol: 'TCP' };
-        b['backend-addresses'] = [{ ip: 'fd00:10::5', port: 8080 }];
-      }),
       edit((b) => (b.flags = { type: 'ExternalIPs', trafficPolicy: 'Local', sessionAffinity: true, sessionAffinityTimeout: 1 })),
       edit((b) => (b.flags = { type: 'LoadBalancer', sessionAffinityTimeout: 86400 })),
       // internalTrafficPolicy concerns the node's own traffic, which a ClusterIP has.
@@ -98,15 +92,15 @@ describe('validateServiceSpec', () => {
     ['unknown top field', edit((b) => (b.frontend = {})), /^frontend: unknown field/],
     ['no frontend', edit((b) => delete b['frontend-address']), /^frontend-address:/],
     ['an IPv6 frontend with IPv4 backends', edit((b) => (b['frontend-address'].ip = 'fd00::10')), /^backend-addresses\[0\]\.ip: 10\.0\.0\.5 is not IPv6 like the frontend fd00::10 \(a service is one family\)/],
-    ['an IPv6 NodePort on every node address with IPv4 backends', edit((b) => {
+    ['an IPv6 NodePort on every node address', edit((b) => {
       b.flags = { type: 'NodePort' };
       b['frontend-address'].ip = '::';
-    }), /^backend-addresses\[0\]\.ip: 10\.0\.0\.5 is not IPv6 like the frontend ::/],
+    }), /^frontend-address\.ip: an IPv6 NodePort names one of the node's IPv6 addresses/],
     ['an IPv6 NodePort on an address not the node\'s', edit((b) => {
       b.flags = { type: 'NodePort' };
       b['frontend-address'].ip = 'fd00::99';
       b['backend-addresses'] = [{ ip: 'fd00:10::5', port: 8080 }];
-    }), /^frontend-address\.ip: a NodePort frontend is 0\.0\.0\.0 or :: \(every node address\) or one of this node's addresses/],
+    }), /^frontend-address\.ip: a NodePort frontend is 0\.0\.0\.0 \(every node address\) or one of this node's addresses/],
     ['an IPv6 multicast frontend', edit((b) => (b['frontend-address'].ip = 'ff02::1')), /^frontend-address\.ip: ff02::1 is a multicast address/],
     ['an IPv6 link-local frontend', edit((b) => (b['frontend-address'].ip = 'fe80::1')), /^frontend-address\.ip: fe80::1 is a link-local address/],
     ['the IPv6 loopback as backend', edit((b) => {

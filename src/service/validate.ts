@@ -91,8 +91,12 @@ function ipAddress(v: unknown, field: string): string {
   return formatIp(ip);
 }
 
-/** A NodePort's address: 0.0.0.0 or :: (every node address of that family), or one node address. */
-const EVERY_NODE_ADDRESS = new Set(['0.0.0.0', '::']);
+/** A NodePort's address: IPv4 (0.0.0.0 = every node address), or one named IPv6 node address (the IPv6 datapath serves no "every address"). */
+function nodePortAddress(v: unknown, field: string): string {
+  const ip = ipAddress(v, field);
+  if (ip === '::') throw invalid(`${field}: an IPv6 NodePort names one of the node's IPv6 addresses; "every node address" (::) is not supported`);
+  return ip;
+}
 
 function unicast(v: unknown, field: string): string {
   const ip = ipAddress(v, field);
@@ -122,11 +126,11 @@ function frontend(v: unknown, type: ServiceType, ctx: ValidationContext): Normal
   const proto = protocol(v.protocol, `${field}.protocol`);
   let ip: string;
   if (type === 'NodePort') {
-    ip = ipAddress(v.ip, `${field}.ip`);
-    if (!EVERY_NODE_ADDRESS.has(ip) && ctx.nodeAddresses && !ctx.nodeAddresses.has(ip)) {
-      throw invalid(`${field}.ip: a NodePort frontend is 0.0.0.0 or :: (every node address) or one of this node's addresses (${[...ctx.nodeAddresses].join(', ') || 'none known'}), got ${ip}`);
+    ip = nodePortAddress(v.ip, `${field}.ip`);
+    if (ip !== '0.0.0.0' && ctx.nodeAddresses && !ctx.nodeAddresses.has(ip)) {
+      throw invalid(`${field}.ip: a NodePort frontend is 0.0.0.0 (every node address) or one of this node's addresses (${[...ctx.nodeAddresses].join(', ') || 'none known'}), got ${ip}`);
     }
-    if (!EVERY_NODE_ADDRESS.has(ip)) unicast(ip, `${field}.ip`);
+    if (ip !== '0.0.0.0') unicast(ip, `${field}.ip`);
   } else {
     ip = unicast(v.ip, `${field}.ip`);
     const why = takenAddress(ip, type, ctx);

@@ -172,6 +172,8 @@ export const NOT_YET_6 = {
    * from tendril_lb6_rev (`::` there) since ct_entry.nat_addr holds 4 bytes.
    */
   nodePortAny: 'a NodePort on every node address (::): the reply needs the node address the client reached, which neither tendril_lb6_rev (::) nor ct_entry.nat_addr (4 bytes) holds',
+  /** No owner this session; found by the NodePort suite. */
+  directAfterNodePort: 'a direct flow on the tuple an IPv6 NodePort flow translated to (outside:port -> pod) is answered with the NodePort frontend as source (the IPv4 path tells them apart)',
   /** No owner this session: devices.ts takes a node device by its global IPv4 address. */
   ipv6OnlyDevice: 'an IPv6-only node has no node device (devices.ts takes a device by its global IPv4 address), so nothing arriving from outside is translated',
 } as const;

@@ -77,7 +77,8 @@ export function k8sServicesSuite(family: Family, tag: string): void {
     const slice = (name: string, eps: SliceEndpoint[]) => endpointSliceObject(NS, named(name), named('web'), scene!.nodeName, eps, SLICE_PORTS, v);
     const ready = (...names: string[]): SliceEndpoint[] => names.map((n) => ({ pod: pods[n]! }));
     const active = (...names: string[]) => names.map((n) => `${hostPortOf(podIp(n))} active`);
-    const hostPortOf = (ip: string) => (v === 6 ? `[${ip}]:${TCP_PORT}` : `${ip}:${TCP_PORT}`);
+    /** How waitServiceBackends spells a backend: `address:port`, no brackets on IPv6. */
+    const hostPortOf = (ip: string) => `${ip}:${TCP_PORT}`;
 
     /** Replaces an EndpointSlice in the fake API (as the EndpointSlice controller does). */
     function putSlice(name: string, eps: SliceEndpoint[]): void {

@@ -73,6 +73,9 @@ export function k8sServicesSuite(family: Family, tag: string): void {
     const EXTERNAL_IP = ipIn(v, EXTERNAL_IP_T);
     const LB_INGRESS_IP = ipIn(v, LB_INGRESS_IP_T);
     const OUTSIDE_NODE_IP = ipIn(v, OUTSIDE_NODE_T);
+    // NodePorts are one number space per cluster (the API server refuses one taken): IPv6's Services take their own.
+    const NODE_PORT_V = v === 6 ? NODE_PORT + 10 : NODE_PORT;
+    const LB_NODE_PORT_V = v === 6 ? LB_NODE_PORT + 10 : LB_NODE_PORT;
 
     const slice = (name: string, eps: SliceEndpoint[]) => endpointSliceObject(NS, named(name), named('web'), scene!.nodeName, eps, SLICE_PORTS, v);
     const ready = (...names: string[]): SliceEndpoint[] => names.map((n) => ({ pod: pods[n]! }));
@@ -162,17 +165,17 @@ export function k8sServicesSuite(family: Family, tag: string): void {
     });
 
     test(title('a NodePort Service answers an outside host on the node\'s address'), todoOn6(v, NOT_YET_6.nodePortAny), async () => {
-      scene!.fake.create('services', serviceObject(NS, named('web-np'), { type: 'NodePort', clusterIP: VIP_NODEPORT, selector: { app: 'backend' }, ports: [{ name: 'http', port: 80, targetPort: TCP_PORT, nodePort: NODE_PORT }] }));
+      scene!.fake.create('services', serviceObject(NS, named('web-np'), { type: 'NodePort', clusterIP: VIP_NODEPORT, selector: { app: 'backend' }, ports: [{ name: 'http', port: 80, targetPort: TCP_PORT, nodePort: NODE_PORT_V }] }));
       scene!.fake.create('endpointslices', endpointSliceObject(NS, named('web-np-1'), named('web-np'), scene!.nodeName, ready('be-a', 'be-c'), SLICE_PORTS, v));
       await waitServiceBackends(scene!.node, { ip: VIP_NODEPORT, port: 80 }, active('be-a', 'be-c'), FOLLOW_MS);
       const deadline = Date.now() + FOLLOW_MS;
-      let sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT }, { count: 20, requests: 1, concurrency: 5 });
+      let sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_V }, { count: 20, requests: 1, concurrency: 5 });
       // The NodePort frontend may follow the ClusterIP's by a moment.
       while (sessions.some((s) => s.outcome !== 'open') && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 200));
-        sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT }, { count: 20, requests: 1, concurrency: 5 });
+        sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_V }, { count: 20, requests: 1, concurrency: 5 });
       }
-      await assertAllAnswered(scene!.node, sessions, `outside -> ${OUTSIDE_NODE_IP}:${NODE_PORT}`);
+      await assertAllAnswered(scene!.node, sessions, `outside -> ${OUTSIDE_NODE_IP}:${NODE_PORT_V}`);
       assert.deepEqual(names(shareByBackend(sessions)), ['be-a', 'be-c'].map(backendKey));
     });
 
@@ -193,11 +196,11 @@ export function k8sServicesSuite(family: Family, tag: string): void {
     });
 
     test(title('a LoadBalancer Service with an external IP: the outside host reaches it on the external IP, the ingress IP and the NodePort'), family === 6 ? todoOn6(v, NOT_YET_6.ipv6OnlyDevice) : {}, async () => {
-      scene!.fake.create('services', serviceObject(NS, named('web-lb'), { type: 'LoadBalancer', clusterIP: VIP_LB, externalIPs: [EXTERNAL_IP], loadBalancerIPs: [LB_INGRESS_IP], selector: { app: 'backend' }, ports: [{ name: 'http', port: 80, targetPort: TCP_PORT, nodePort: LB_NODE_PORT }] }));
+      scene!.fake.create('services', serviceObject(NS, named('web-lb'), { type: 'LoadBalancer', clusterIP: VIP_LB, externalIPs: [EXTERNAL_IP], loadBalancerIPs: [LB_INGRESS_IP], selector: { app: 'backend' }, ports: [{ name: 'http', port: 80, targetPort: TCP_PORT, nodePort: LB_NODE_PORT_V }] }));
       scene!.fake.create('endpointslices', endpointSliceObject(NS, named('web-lb-1'), named('web-lb'), scene!.nodeName, ready('be-b', 'be-c'), SLICE_PORTS, v));
       for (const ip of [VIP_LB, EXTERNAL_IP, LB_INGRESS_IP]) await waitServiceBackends(scene!.node, { ip, port: 80 }, active('be-b', 'be-c'), FOLLOW_MS);
       // IPv6 Services get no NodePort frontend yet (NOT_YET_6.nodePortAny): the external and ingress IPs only.
-      const targets: Array<[string, number]> = [[EXTERNAL_IP, 80], [LB_INGRESS_IP, 80], ...(v === 4 ? [[OUTSIDE_NODE_IP, LB_NODE_PORT] as [string, number]] : [])];
+      const targets: Array<[string, number]> = [[EXTERNAL_IP, 80], [LB_INGRESS_IP, 80], ...(v === 4 ? [[OUTSIDE_NODE_IP, LB_NODE_PORT_V] as [string, number]] : [])];
       for (const [dst, port] of targets) {
         const sessions = await scene!.agent('outside').tcpSessions({ dst, port }, { count: 20, requests: 1, concurrency: 5 });
         await assertAllAnswered(scene!.node, sessions, `outside -> ${dst}:${port}`);

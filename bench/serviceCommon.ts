@@ -37,6 +37,28 @@ export function placeholderBackend(id: number, j: number, port: number): BenchBa
   return { ip: `10.${160 + Math.floor(n / 62_500)}.${Math.floor(n / 250) % 250}.${(n % 250) + 1}`, port };
 }
 
+/** Service `id`'s IPv6 ClusterIP, in fd00:96::/112 (every ID 1..65535 has its own). */
+export const clusterIp6 = (id: number): string => `fd00:96::${id.toString(16)}`;
+
+/** placeholderBackend in IPv6: an address of fd00:160::/64 no namespace of the bench has, distinct for every (id, j). */
+export function placeholderBackend6(id: number, j: number, port: number): BenchBackend {
+  return { ip: `fd00:160::${(id * 3 + j + 1).toString(16)}`, port };
+}
+
+/**
+ * benchServices in IPv6, IDs offset by `firstId - 1` (service IDs are one
+ * number space across families: a node holding both sets needs them apart);
+ * the last one (the measured one) is backed by `real`.
+ */
+export function benchServices6(count: number, port: number, backendPort: number, real: BenchBackend[], firstId: number): BenchService[] {
+  const out: BenchService[] = [];
+  for (let i = 1; i <= count; i++) {
+    const backends = i === count ? real : [0, 1, 2].map((j) => placeholderBackend6(i, j, backendPort));
+    out.push({ id: firstId + i - 1, ip: clusterIp6(i), port, backends });
+  }
+  return out;
+}
+
 /**
  * `count` services with IDs 1..count, each on port `port` with 3 backends on
  * `backendPort`; the last one (ID `count`: the one a bench measures, and the last

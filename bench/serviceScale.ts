@@ -20,15 +20,23 @@
 // processes are new every 5 rounds.
 // Beside latency, figures a busy machine moves less: CPU per connection of client
 // and servers, and for tendril the pod programs' ns per run (kernel BPF stats).
+// IPv6: the tendril nodes are dual-stack and hold N IPv6 services too (IDs apart,
+// fd00:96::/112, the measured one backed by the server pods' IPv6 addresses), and
+// a fourth series connects to the IPv6 ClusterIP from the same client pod; the two
+// families' services live in maps of their own (tendril_lb4_svc, tendril_lb6_svc).
+// TENDRIL_BENCH_SERVICE_SCALE_QUICK=1: 10 and 1,000 services, 6 rounds (a check, not a measurement).
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exec } from './benchProcess.js';
 import { BenchNamespaces, BpfRunStats, TcpClientSession, TendrilBenchNode, inNs, runTcpClient, startTcpServer } from './policyDatapath.js';
-import { benchServices, cleanupOnSignal, clusterIp, kubeProxyStyleRuleset, once, pinNamespaceProcesses, programServices, routedVethPods, serviceCounts } from './serviceCommon.js';
+import { benchServices, benchServices6, cleanupOnSignal, clusterIp, clusterIp6, kubeProxyStyleRuleset, once, pinNamespaceProcesses, programServices, routedVethPods, serviceCounts } from './serviceCommon.js';
 import { percentile } from './stats.js';
 
-const COUNTS = [10, 1000, 10000];
+const QUICK = process.env.TENDRIL_BENCH_SERVICE_SCALE_QUICK === '1';
+const COUNTS = QUICK ? [10, 1000] : [10, 1000, 10000];
+/** The first IPv6 service's ID: past every IPv4 one (IDs are one number space across families). */
+const FIRST_ID6 = 20001;
 const SERVICE_PORT = 80;
 const BACKEND_PORT = 8080;
 /** Rounds each generation of client processes runs. */
@@ -37,6 +45,10 @@ const median = (xs: number[]) => percentile(xs, 0.5);
 /** The iptables the baseline uses: `iptables` (this machine's default backend) unless TENDRIL_BENCH_IPTABLES names another (e.g. iptables-legacy). */
 const IPTABLES = process.env.TENDRIL_BENCH_IPTABLES ?? 'iptables';
 const loadAverage = async () => Number((await readFile('/proc/loadavg', 'utf8')).split(' ')[0]);
+
+/** The series: tendril to the IPv4 ClusterIP, tendril to the IPv6 one (the same nodes and pods), the iptables baseline. */
+const SIDES = ['tendril', 'tendrilIpv6', 'iptables'] as const;
+type Side = (typeof SIDES)[number];
 
 interface CrrResult {
   transactions: number;
@@ -72,9 +84,13 @@ export interface ServiceScaleReport {
   rounds: number;
   ms: number;
   tendril: ServiceScalePoint[];
+  /** The same tendril nodes and client pods, to the IPv6 ClusterIP among N IPv6 services. */
+  tendrilIpv6: ServiceScalePoint[];
   iptables: ServiceScalePoint[];
   /** Per count: wall time to PUT the services (16 in flight), and what GET /service then said. */
   tendrilProgram: Array<{ ms: number; services: number; realized: number }>;
+  /** Per count: wall time to PUT the N IPv6 services after the IPv4 ones. */
+  tendrilProgram6: Array<{ ms: number }>;
   /** Per count: iptables-restore of the whole ruleset, and the nat rules it left. */
   iptablesProgram: Array<{ ms: number; rules: number }>;
   /** Whether clients ran pinned to CPU 0 and servers to CPU 1. */
@@ -85,7 +101,7 @@ export interface ServiceScaleReport {
   load: [number, number];
 }
 
-export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<ServiceScaleReport> {
+export async function runServiceScaleBench(rounds = QUICK ? 6 : 30, ms = 120): Promise<ServiceScaleReport> {
   const tag = `tdlss${process.pid % 10000}`;
   const namespaces = new BenchNamespaces();
   const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-svcscale-'));
@@ -108,22 +124,30 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
     for (const n of [...tNames, ...bNames]) await namespaces.add(n.node, n.client, ...n.servers);
 
     // tendril: an agent per count, a client and three server pods each.
-    const tClientIp: string[] = [];
     const tServerIps: string[][] = [];
+    const tServerIps6: string[][] = [];
     for (const [k, n] of tNames.entries()) {
-      const node = await TendrilBenchNode.start(n.node, join(scratch, `state${k}`), `10.248.${k}.0/24`);
+      // Dual-stack: every pod gets an IPv4 and an IPv6 address.
+      const node = await TendrilBenchNode.start(n.node, join(scratch, `state${k}`), `10.248.${k}.0/24,fd00:248:${k}::/112`);
       nodes.push(node);
-      tClientIp.push((await node.addPod(`svc-client-${k}`, n.client, 'app=svc-client')).ip);
+      await node.addPod(`svc-client-${k}`, n.client, 'app=svc-client');
       const ips: string[] = [];
-      for (const [j, ns] of n.servers.entries()) ips.push((await node.addPod(`svc-server-${k}-${j}`, ns, 'app=svc-server')).ip);
+      const ips6: string[] = [];
+      for (const [j, ns] of n.servers.entries()) {
+        const pod = await node.addPod(`svc-server-${k}-${j}`, ns, 'app=svc-server');
+        if (pod.ip6 === undefined) throw new Error(`${pod.name} got no IPv6 address`);
+        ips.push(pod.ip);
+        ips6.push(pod.ip6);
+      }
       tServerIps.push(ips);
+      tServerIps6.push(ips6);
     }
     // iptables: routed veth pods per count.
     const bServerIps: string[][] = [];
     for (const [k, n] of bNames.entries()) bServerIps.push((await routedVethPods(n.node, [n.client, ...n.servers], 240 + k)).slice(1));
     type Server = Awaited<ReturnType<typeof startTcpServer>>;
-    const servers: Record<'tendril' | 'iptables', Server[][]> = { tendril: [], iptables: [] };
-    for (const [side, all, ips] of [['tendril', tNames, tServerIps], ['iptables', bNames, bServerIps]] as const) {
+    const servers: Record<Side, Server[][]> = { tendril: [], tendrilIpv6: [], iptables: [] };
+    for (const [side, all, ips] of [['tendril', tNames, tServerIps], ['tendrilIpv6', tNames, tServerIps6], ['iptables', bNames, bServerIps]] as const) {
       for (const [k, n] of all.entries()) {
         const mine: Server[] = [];
         for (const [j, ns] of n.servers.entries()) {
@@ -134,7 +158,7 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
         servers[side].push(mine);
       }
     }
-    const serversCpuNs = async (side: 'tendril' | 'iptables', k: number) => (await Promise.all(servers[side][k]!.map((s) => s.cpuNs()))).reduce((a, b) => a + b, 0);
+    const serversCpuNs = async (side: Side, k: number) => (await Promise.all(servers[side][k]!.map((s) => s.cpuNs()))).reduce((a, b) => a + b, 0);
 
     // Services: the agents program theirs at the same time (each its own process).
     const realOf = (ips: string[]) => ips.map((ip) => ({ ip, port: BACKEND_PORT }));
@@ -143,6 +167,9 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
         const ms = await programServices(node.client, benchServices(COUNTS[k]!, SERVICE_PORT, BACKEND_PORT, realOf(tServerIps[k]!)));
         return { ms, ...(await serviceCounts(node.client)) };
       }),
+    );
+    const tendrilProgram6 = await Promise.all(
+      nodes.map(async (node, k) => ({ ms: await programServices(node.client, benchServices6(COUNTS[k]!, SERVICE_PORT, BACKEND_PORT, realOf(tServerIps6[k]!), FIRST_ID6)) })),
     );
     const iptablesProgram: ServiceScaleReport['iptablesProgram'] = [];
     for (const [k, n] of bNames.entries()) {
@@ -156,21 +183,25 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
     for (const node of nodes) await node.waitIdle();
 
     // Every measured ClusterIP answers before anything is timed.
-    const target = (k: number) => clusterIp(COUNTS[k]!);
-    for (const [k, n] of [...tNames.entries(), ...bNames.entries()]) {
-      const r = (await runTcpClient<{ result: string }>(n.client, ['check', target(k), String(SERVICE_PORT), '1000'])).result;
-      if (r !== 'connected') throw new Error(`${n.client} → ${target(k)}:${SERVICE_PORT} (${COUNTS[k]} services): ${r}`);
+    const target = (side: Side, k: number) => (side === 'tendrilIpv6' ? clusterIp6(COUNTS[k]!) : clusterIp(COUNTS[k]!));
+    for (const [side, all] of [['tendril', tNames], ['tendrilIpv6', tNames], ['iptables', bNames]] as const) {
+      for (const [k, n] of all.entries()) {
+        const r = (await runTcpClient<{ result: string }>(n.client, ['check', target(side, k), String(SERVICE_PORT), '1000'])).result;
+        if (r !== 'connected') throw new Error(`${n.client} → ${target(side, k)}:${SERVICE_PORT} (${COUNTS[k]} services): ${r}`);
+      }
     }
 
-    type Series = { side: 'tendril' | 'iptables'; k: number; runs: CrrResult[]; cpuPerConn: number[]; bpf: Array<{ ns: number; runs: number }> };
+    type Series = { side: Side; k: number; runs: CrrResult[]; cpuPerConn: number[]; bpf: Array<{ ns: number; runs: number }> };
     const series: Series[] = [];
-    for (const k of COUNTS.keys()) series.push({ side: 'tendril', k, runs: [], cpuPerConn: [], bpf: [] }, { side: 'iptables', k, runs: [], cpuPerConn: [], bpf: [] });
-    const clients: Record<Series['side'], TcpClientSession[]> = { tendril: [], iptables: [] };
+    for (const k of COUNTS.keys()) {
+      for (const side of SIDES) series.push({ side, k, runs: [], cpuPerConn: [], bpf: [] });
+    }
+    const clients: Record<Side, TcpClientSession[]> = { tendril: [], tendrilIpv6: [], iptables: [] };
     const stopClients = () => {
-      for (const c of [...clients.tendril, ...clients.iptables]) c.stop();
+      for (const c of [...clients.tendril, ...clients.tendrilIpv6, ...clients.iptables]) c.stop();
     };
     stoppers.push(stopClients);
-    const run = (s: Series, runMs: number) => clients[s.side][s.k]!.run<CrrResult>({ op: 'crr', ip: target(s.k), port: SERVICE_PORT, ms: runMs, concurrency: 1 });
+    const run = (s: Series, runMs: number) => clients[s.side][s.k]!.run<CrrResult>({ op: 'crr', ip: target(s.side, s.k), port: SERVICE_PORT, ms: runMs, concurrency: 1 });
     const pinned = availableParallelism() >= 2;
     if (pinned) {
       for (const n of [...tNames, ...bNames]) for (const ns of n.servers) await pinNamespaceProcesses(ns, 1);
@@ -185,6 +216,7 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
     const freshClients = async () => {
       stopClients();
       clients.tendril = tNames.map((n) => TcpClientSession.start(n.client));
+      clients.tendrilIpv6 = tNames.map((n) => TcpClientSession.start(n.client));
       clients.iptables = bNames.map((n) => TcpClientSession.start(n.client));
       for (const s of series) await run(s, 100);
       if (pinned) for (const n of [...tNames, ...bNames]) await pinNamespaceProcesses(n.client, 0);
@@ -195,7 +227,7 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
       if (r % CLIENT_ROUNDS === 0) await freshClients();
       // Each round starts one series further on, so no series always runs first.
       for (const s of series.map((_, i) => series[(i + r) % series.length]!)) {
-        const b0 = s.side === 'tendril' ? await bpfStats[s.k]!.read() : undefined;
+        const b0 = s.side !== 'iptables' ? await bpfStats[s.k]!.read() : undefined;
         const cpu0 = await serversCpuNs(s.side, s.k);
         const res = await run(s, ms);
         s.cpuPerConn.push((res.cpuUs + ((await serversCpuNs(s.side, s.k)) - cpu0) / 1000) / Math.max(1, res.transactions));
@@ -225,12 +257,12 @@ export async function runServiceScaleBench(rounds = 30, ms = 120): Promise<Servi
           p50Vs10: median(s.runs.map((x, r) => roundP50(x) / roundP50(base.runs[r]!))),
           cpuPerConn: median(s.cpuPerConn),
           cpuPerConnVs10: median(s.cpuPerConn.map((c, r) => c / base.cpuPerConn[r]!)),
-          ...(side === 'tendril' ? { bpfNsPerRun: median(s.bpf.map(nsPerRun)), bpfNsPerRunVs10: median(s.bpf.map((b, r) => nsPerRun(b) / nsPerRun(base.bpf[r]!))) } : {}),
+          ...(side !== 'iptables' ? { bpfNsPerRun: median(s.bpf.map(nsPerRun)), bpfNsPerRunVs10: median(s.bpf.map((b, r) => nsPerRun(b) / nsPerRun(base.bpf[r]!))) } : {}),
         };
       });
     };
     const iptablesVersion = (await exec([IPTABLES, '-V'])).trim();
-    return { rounds, ms, tendril: points('tendril'), iptables: points('iptables'), tendrilProgram, iptablesProgram, load, iptablesVersion, pinned };
+    return { rounds, ms, tendril: points('tendril'), tendrilIpv6: points('tendrilIpv6'), iptables: points('iptables'), tendrilProgram, tendrilProgram6, iptablesProgram, load, iptablesVersion, pinned };
   } finally {
     await cleanup();
     unhook();
@@ -262,10 +294,18 @@ export function printServiceScale(r: ServiceScaleReport): void {
   const last = r.tendril.length - 1;
   const ratio = (xs: ServiceScalePoint[], key: 'p50' | 'p99') => (xs[last]![key] / xs[0]![key]).toFixed(2);
   console.log(
-    `  10,000 / 10 services: tendril p50 ${ratio(r.tendril, 'p50')}x (paired per round ${r.tendril[last]!.p50Vs10.toFixed(2)}x), p99 ${ratio(r.tendril, 'p99')}x, CPU/conn ${r.tendril[last]!.cpuPerConnVs10.toFixed(2)}x, BPF ns/run ${r.tendril[last]!.bpfNsPerRunVs10!.toFixed(2)}x (goal: within 5%);` +
+    `  ${r.tendril[last]!.services} / 10 services: tendril p50 ${ratio(r.tendril, 'p50')}x (paired per round ${r.tendril[last]!.p50Vs10.toFixed(2)}x), p99 ${ratio(r.tendril, 'p99')}x, CPU/conn ${r.tendril[last]!.cpuPerConnVs10.toFixed(2)}x, BPF ns/run ${r.tendril[last]!.bpfNsPerRunVs10!.toFixed(2)}x (goal: within 5%);` +
       ` iptables p50 ${ratio(r.iptables, 'p50')}x (paired ${r.iptables[last]!.p50Vs10.toFixed(2)}x), p99 ${ratio(r.iptables, 'p99')}x, CPU/conn ${r.iptables[last]!.cpuPerConnVs10.toFixed(2)}x`,
   );
-  console.log(`  at 10,000 services: tendril p50 ${(r.tendril[last]!.p50 / r.iptables[last]!.p50).toFixed(2)}x the baseline's, p99 ${(r.tendril[last]!.p99 / r.iptables[last]!.p99).toFixed(2)}x`);
+  const v6 = r.tendrilIpv6;
+  console.log(`  tendril over IPv6 (the same nodes and client pods, N IPv6 services beside the N IPv4 ones; PUT in ${r.tendrilProgram6.map((p) => `${(p.ms / 1000).toFixed(2)} s`).join(' / ')}):`);
+  for (const p of v6) {
+    console.log(`  ${String(p.services).padStart(8)} | ${f(p.p50)}${f(p.p99)}${f(p.p50Vs10, 2)}${f(p.connPerS)}${f(p.cpuPerConn, 1)}${f(p.cpuPerConnVs10, 2)}${p.bpfNsPerRun!.toFixed(0).padStart(11)}${p.bpfNsPerRunVs10!.toFixed(2).padStart(7)}${p.errors > 0 ? `  errors ${p.errors}` : ''}`);
+  }
+  console.log(
+    `  ${v6.at(-1)!.services} / 10 services over IPv6: p50 paired ${v6.at(-1)!.p50Vs10.toFixed(2)}x, CPU/conn ${v6.at(-1)!.cpuPerConnVs10.toFixed(2)}x, BPF ns/run ${v6.at(-1)!.bpfNsPerRunVs10!.toFixed(2)}x (goal: flat); IPv6 / IPv4 conn/s at ${v6[0]!.services} and ${v6.at(-1)!.services}: ${(v6[0]!.connPerS / r.tendril[0]!.connPerS).toFixed(2)}x, ${(v6.at(-1)!.connPerS / r.tendril.at(-1)!.connPerS).toFixed(2)}x`,
+  );
+  console.log(`  at ${r.tendril[last]!.services} services: tendril p50 ${(r.tendril[last]!.p50 / r.iptables[last]!.p50).toFixed(2)}x the baseline's, p99 ${(r.tendril[last]!.p99 / r.iptables[last]!.p99).toFixed(2)}x`);
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

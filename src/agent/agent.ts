@@ -179,7 +179,8 @@ export class Agent {
       log: log.child({ subsys: 'service' }),
       algorithm: config.lbAlgorithm,
       maglevTableSize: config.lbMaglevTableSize,
-      localAddresses: () => this.endpoints.list().flatMap((ep) => ep.addresses.filter((a) => a.family === 4).map((a) => a.ip)),
+      // Both families: a Local service's IPv6 backends on this node are as local as its IPv4 ones.
+      localAddresses: () => this.endpoints.list().flatMap((ep) => ep.addresses.map((a) => a.ip)),
       nodeAddresses: () => this.nodeAddresses.addresses.map((p) => p.slice(0, p.indexOf('/'))),
       routerAddresses: () => this.hostAddresses.routerAddresses(),
       podCidrs: () => ipam.podCidrs(),

@@ -280,5 +280,6 @@ export function notUnicast(addr: IpAddress): string | undefined {
   if (v >> 120n === 0xffn) return 'is a multicast address (ff00::/8)';
   if (v >> 118n === 0x3fan) return 'is a link-local address (fe80::/10)';
   if (v >> 32n === 0xffffn) return 'is an IPv4-mapped address (::ffff:0:0/96); use the IPv4 address';
+  if (v >> 64n === 0x0100_0000_0000_0000n) return 'is a discard-only address (100::/64)';
   return undefined;
 }

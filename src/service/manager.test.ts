@@ -107,6 +107,15 @@ describe('ServiceManager', () => {
     assert.ok(!lb.deletedBackends.includes(c.service['backend-addresses'][0]!.id));
   });
 
+  it('takes an IPv6 NodePort on one of the node\'s IPv6 addresses, and refuses an IPv6 ClusterIP there', async () => {
+    const m = make({ nodeAddresses: () => ['192.0.2.10', 'fd00:2::10'] });
+    const nodePort = (ip: string) => ({ ...clusterIp(ip, [be('fd00:10::1')]), flags: { type: 'NodePort' as const } });
+    await m.upsert(1, nodePort('fd00:2::10'));
+    assert.equal(m.get(1)?.['frontend-address'].ip, 'fd00:2::10');
+    await assert.rejects(m.upsert(2, nodePort('fd00:2::99')), code(ServiceErrorCode.INVALID, /a NodePort frontend is 0\.0\.0\.0 \(every node address\) or one of this node's addresses/));
+    await assert.rejects(m.upsert(3, clusterIp('fd00:2::10', [be('fd00:10::1')])), code(ServiceErrorCode.INVALID, /is one of this node's addresses/));
+  });
+
   it('refuses a frontend another service has, changing nothing', async () => {
     const m = make();
     await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1')]));

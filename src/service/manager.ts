@@ -295,7 +295,7 @@ export class ServiceManager implements ServiceApi {
   #validationContext(): ValidationContext {
     const { nodeAddresses, routerAddresses, localAddresses, podCidrs, addressOwner } = this.o;
     return {
-      // Both families: an IPv6 NodePort names one of the node's IPv6 addresses.
+      // Both families: an IPv6 NodePort names one of the node's IPv6 addresses, and an IPv6 ClusterIP may not be one.
       ...(nodeAddresses ? { nodeAddresses: new Set(nodeAddresses()) } : {}),
       ...(routerAddresses ? { routerAddresses: new Set(routerAddresses()) } : {}),
       ...(localAddresses ? { podAddresses: new Set(localAddresses()) } : {}),

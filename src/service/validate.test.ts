@@ -102,6 +102,8 @@ describe('validateServiceSpec', () => {
       b['backend-addresses'] = [{ ip: 'fd00:10::5', port: 8080 }];
     }), /^frontend-address\.ip: a NodePort frontend is 0\.0\.0\.0 \(every node address\) or one of this node's addresses/],
     ['an IPv6 multicast frontend', edit((b) => (b['frontend-address'].ip = 'ff02::1')), /^frontend-address\.ip: ff02::1 is a multicast address/],
+    // The IPv6 hairpin source (LB_HAIRPIN_IP6) lives there: no service may take it.
+    ['a frontend in the discard-only prefix', edit((b) => (b['frontend-address'].ip = '100::a9fe:2a01')), /^frontend-address\.ip: 100::a9fe:2a01 is a discard-only address \(100::\/64\)/],
     ['an IPv6 link-local frontend', edit((b) => (b['frontend-address'].ip = 'fe80::1')), /^frontend-address\.ip: fe80::1 is a link-local address/],
     ['the IPv6 loopback as backend', edit((b) => {
       b['frontend-address'].ip = 'fd00::10';

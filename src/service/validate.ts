@@ -101,7 +101,7 @@ function nodePortAddress(v: unknown, field: string): string {
 function unicast(v: unknown, field: string): string {
   const ip = ipAddress(v, field);
   const parsed = parseIp(ip);
-  // 169.254.42.1 and fe80::a9fe:2a01 are the datapath's hairpin addresses: link-local, refused with the rest.
+  // 169.254.42.1 and 100::a9fe:2a01 are the datapath's hairpin addresses: link-local and discard-only, refused with the rest.
   const why = notUnicast(parsed);
   if (why) throw invalid(`${field}: ${ip} ${why}`);
   return ip;

@@ -93,6 +93,8 @@ export function serviceObject(
   name: string,
   o: { clusterIP: string; ports: ServicePortSpec[]; selector?: Labels; type?: 'ClusterIP' | 'NodePort' | 'LoadBalancer'; sessionAffinity?: 'None' | 'ClientIP'; externalIPs?: string[]; loadBalancerIPs?: string[] },
 ): object {
+  // An IPv6 clusterIP makes an IPv6 single-stack Service, as the API server fills in ipFamilies from it.
+  const family = o.clusterIP.includes(':') ? 'IPv6' : 'IPv4';
   const external = o.type === 'NodePort' || o.type === 'LoadBalancer' || (o.externalIPs ?? []).length > 0;
   return {
     apiVersion: 'v1',
@@ -102,7 +104,7 @@ export function serviceObject(
       type: o.type ?? 'ClusterIP',
       clusterIP: o.clusterIP,
       clusterIPs: [o.clusterIP],
-      ipFamilies: ['IPv4'],
+      ipFamilies: [family],
       ipFamilyPolicy: 'SingleStack',
       selector: o.selector ?? {},
       sessionAffinity: o.sessionAffinity ?? 'None',
@@ -139,12 +141,19 @@ export interface SlicePortSpec {
 }
 
 /** An EndpointSlice of a service (label kubernetes.io/service-name), as the EndpointSlice controller writes it. */
-export function endpointSliceObject(namespace: string, name: string, service: string, endpoints: readonly SliceEndpointSpec[], ports: readonly SlicePortSpec[]): object {
+export function endpointSliceObject(
+  namespace: string,
+  name: string,
+  service: string,
+  endpoints: readonly SliceEndpointSpec[],
+  ports: readonly SlicePortSpec[],
+  addressType: 'IPv4' | 'IPv6' = 'IPv4',
+): object {
   return {
     apiVersion: 'discovery.k8s.io/v1',
     kind: 'EndpointSlice',
     metadata: { name, namespace, labels: { 'kubernetes.io/service-name': service, 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' } },
-    addressType: 'IPv4',
+    addressType,
     endpoints: endpoints.map((e) => ({
       addresses: [e.ip],
       conditions: e.conditions ?? { ready: true, serving: true, terminating: false },

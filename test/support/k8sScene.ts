@@ -24,6 +24,7 @@ import { CniRuntime, confListFromBytes, type NetworkConfigList, type RuntimeConf
 import type { ServiceStatus } from '../../src/service/types.js';
 import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
 import { addOutsideHost, type DatapathNode, type OutsideHost, routerOf, waitRealized } from './datapathNode.js';
+import { type Addresses, addressesByVersion, addressIn, type Family, type IpFamily, ipIn, podCidrArgs, podCidrsOf, versionsOf } from './family.js';
 import { FakeKubeApi } from './fakeKubeApi.js';
 import { splice } from './k8sApiRelay.js';
 import { endpointSliceObject as endpointSliceOf, type Labels, namespaceObject, nodeObject, podObject, type PodObject, type SlicePortSpec } from './k8sObjects.js';
@@ -103,14 +104,19 @@ export interface K8sPod {
   netnsPath: string;
   /** The sandbox (infra container) ID kubelet passes as CNI_CONTAINERID and K8S_POD_INFRA_CONTAINER_ID. */
   containerId: string;
+  /** The first address of the CNI result (IPv4 on a dual-stack pod). */
   ip: string;
+  /** Its addresses by IP version. */
+  addresses: Addresses;
   endpointId: number;
 }
 
 export interface K8sSceneOptions {
   nodeName: string;
-  /** A /24 (the router takes .1). */
+  /** A /24 (the router takes .1): the IPv4 template of the pod CIDRs (family.ts podCidrsOf). */
   podCidr: string;
+  /** What the pods carry (default IPv4): the node's podCIDRs, the outside host's addresses and the backends' listeners follow it. */
+  family?: Family;
   /** Namespaces created in the API before the agent starts, with their labels. */
   namespaces: Record<string, Labels>;
   /** Ports every pod's service agent serves. */
@@ -206,6 +212,8 @@ export function k8sSceneHooks(poolPrefix: string, opts: K8sSceneOptions, setup: 
 }
 
 export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Promise<K8sScene> {
+  const versions = versionsOf(opts.family ?? 4);
+  const podCidrs = podCidrsOf(opts.family ?? 4, opts.podCidr);
   const cleanups: Array<() => Promise<void>> = [];
   const agents = new Map<string, ServiceAgentProcess>();
   const cleanup = async () => {
@@ -227,7 +235,7 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
     cleanups.push(() => fake.stop());
     for (const crd of crds) fake.create('customresourcedefinitions', crd);
     for (const [name, labels] of Object.entries(opts.namespaces)) fake.create('namespaces', namespaceObject(name, labels));
-    fake.create('nodes', nodeObject(opts.nodeName, [opts.podCidr], [{ type: 'Hostname', address: opts.nodeName }]));
+    fake.create('nodes', nodeObject(opts.nodeName, podCidrs, [{ type: 'Hostname', address: opts.nodeName }]));
     const connectArgs = opts.connect === 'api-server' ? ['--k8s-api-server', fake.url] : ['--k8s-kubeconfig', await fake.kubeconfig()];
 
     const nodeNs = await pool.add('node');
@@ -235,14 +243,16 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
     cleanups.push(() => rm(relayDir, { recursive: true, force: true }));
     cleanups.push(await relayIntoNamespace(fake, nodeNs.path, relayDir));
     let outside: OutsideHost | undefined;
-    if (opts.outside) outside = await addOutsideHost(pool, nodeNs.name, { gateway: OUTSIDE_NODE_IP, addresses: [OUTSIDE_CLIENT_IP], podCidr: opts.podCidr });
+    if (opts.outside) {
+      outside = await addOutsideHost(pool, nodeNs.name, { gateway: versions.map((v) => ipIn(v, OUTSIDE_NODE_IP)), addresses: versions.map((v) => ipIn(v, OUTSIDE_CLIENT_IP)), podCidr: podCidrs });
+    }
     const bpffsRoot = `/sys/fs/bpf/tdl-k8s-${pool.prefix}`;
     cleanups.push(() => rm(bpffsRoot, { recursive: true, force: true }));
     const agentProcess = await AgentProcess.create({
       nodeNetns: nodeNs.name,
       nodeName: opts.nodeName,
       // debug: the per-endpoint 'endpoint regenerated' lines are the only regeneration count the agent gives.
-      args: ['--pod-cidr', opts.podCidr, '--datapath', 'bpf', '--bpffs-root', bpffsRoot, ...connectArgs, '--log-level', 'debug', ...(opts.extraAgentArgs ?? [])],
+      args: [...podCidrArgs(podCidrs), '--datapath', 'bpf', '--bpffs-root', bpffsRoot, ...connectArgs, '--log-level', 'debug', ...(opts.extraAgentArgs ?? [])],
     });
     cleanups.push(() => agentProcess.cleanup());
     const bin = await tendrilPluginDir();
@@ -258,10 +268,10 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
       agent: agentProcess,
       runtime,
       bpffsRoot,
-      podCidr: opts.podCidr,
-      podCidrs: [opts.podCidr],
-      routerIp: routerOf(opts.podCidr),
-      routerIps: { 4: routerOf(opts.podCidr) },
+      podCidr: podCidrs[0]!,
+      podCidrs,
+      routerIp: routerOf(podCidrs[0]!),
+      routerIps: addressesByVersion(podCidrs.map(routerOf)),
       conflist,
       cli: (args, input) => run([TENDRIL_BIN, ...args, '--socket', agentProcess.socket], input === undefined ? {} : { input }),
       cleanup: async () => undefined,
@@ -307,7 +317,7 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
         const uid = created?.metadata.uid ?? '';
         const ns = await pool.add(`${spec.namespace}-${spec.name}`.replace(/[^A-Za-z0-9-]/g, ''));
         const containerId = `tdl-${pool.prefix}-${spec.namespace}-${spec.name}`;
-        const partial = { spec, key, uid, netns: ns.name, netnsPath: ns.path, containerId, ip: '', endpointId: 0 };
+        const partial = { spec, key, uid, netns: ns.name, netnsPath: ns.path, containerId, ip: '', addresses: {}, endpointId: 0 };
         const late = o.objectDelayMs === undefined ? undefined : setTimeout(() => fake.create('pods', obj), o.objectDelayMs);
         let result: Result100;
         try {
@@ -319,12 +329,13 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
         if (!fake.get('pods', spec.namespace, spec.name)) fake.create('pods', obj);
         const ip = result.ips![0]!.address.split('/')[0]!;
         const endpoint = (await agentProcess.client.getEndpoint(`container-id:${containerId}`)) as Endpoint;
-        const pod: K8sPod = { ...partial, ip, endpointId: endpoint.id };
+        const addresses = addressesByVersion(result.ips!.map((i) => i.address));
+        const pod: K8sPod = { ...partial, ip, addresses, endpointId: endpoint.id };
         pods.set(key, pod);
         // kubelet reports the sandbox's address once the network is up.
         const now = podInApi(key);
-        fake.update('pods', { ...now, status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] } });
-        agents.set(key, await ServiceAgentProcess.start(ns.path, { name: key, tcpPorts: opts.tcpPorts ?? [], udpPorts: opts.udpPorts ?? [] }));
+        fake.update('pods', { ...now, status: { phase: 'Running', podIP: ip, podIPs: result.ips!.map((i) => ({ ip: i.address.split('/')[0]! })) } });
+        agents.set(key, await ServiceAgentProcess.start(ns.path, { name: key, tcpPorts: opts.tcpPorts ?? [], udpPorts: opts.udpPorts ?? [], versions }));
         return pod;
       },
       setPodLabels: (pod, labels) => {
@@ -366,14 +377,15 @@ export interface SliceEndpoint {
   conditions?: { ready: boolean; serving: boolean; terminating: boolean };
 }
 
-/** An EndpointSlice of a service whose endpoints are the scene's pods, all on `nodeName`. */
-export function endpointSliceObject(namespace: string, name: string, service: string, nodeName: string, endpoints: readonly SliceEndpoint[], ports: readonly SlicePortSpec[]): object {
+/** An EndpointSlice of a service whose endpoints are the scene's pods, all on `nodeName`: of addressType IPv4, or IPv6 with `v` 6. */
+export function endpointSliceObject(namespace: string, name: string, service: string, nodeName: string, endpoints: readonly SliceEndpoint[], ports: readonly SlicePortSpec[], v: IpFamily = 4): object {
   return endpointSliceOf(
     namespace,
     name,
     service,
-    endpoints.map((e) => ({ ip: e.pod.ip, nodeName, pod: { namespace: e.pod.spec.namespace, name: e.pod.spec.name, uid: e.pod.uid }, ...(e.conditions ? { conditions: e.conditions } : {}) })),
+    endpoints.map((e) => ({ ip: addressIn(`pod ${e.pod.key}`, e.pod.addresses, v), nodeName, pod: { namespace: e.pod.spec.namespace, name: e.pod.spec.name, uid: e.pod.uid }, ...(e.conditions ? { conditions: e.conditions } : {}) })),
     ports,
+    v === 6 ? 'IPv6' : 'IPv4',
   );
 }
 

@@ -414,13 +414,16 @@ export const IPCACHE_KEY_FIXED_BITS = 32;
 /** The source a pod's own connection to its own service (hairpin) gets (Cilium's IPV4_LOOPBACK), network order in C. */
 export const LB_HAIRPIN_IP4 = '169.254.42.1';
 /**
- * LB_HAIRPIN_IP4 for IPv6: link-local (fe80::/64 is on-link in every pod,
- * so its reply goes out its device, where the neighbour responder answers
- * for it), never a pod's or node's routed address, and with an interface
- * ID no EUI-64 (ff:fe in the middle) gives a device: the node's own link
- * -local addresses cannot be it.
+ * LB_HAIRPIN_IP4 for IPv6: an address of the discard-only prefix 100::/64
+ * (RFC 6666), never a pod's, node's or service's (validation refuses the
+ * prefix), routed out of the pod by its default route. Not link-local: a
+ * pod's UDP socket bound to `::` answers a link-local source from its own
+ * link-local address (source selection prefers the destination's scope),
+ * a tuple the hairpin flow's conntrack entry does not hold, so UDP hairpin
+ * replies were lost; a global-scope source gets the reply from the pod's
+ * own address, as TCP's accepted socket does anyway.
  */
-export const LB_HAIRPIN_IP6 = 'fe80::a9fe:2a01';
+export const LB_HAIRPIN_IP6 = '100::a9fe:2a01';
 
 /** An IPv6 address's four 32-bit words in host order (the C side takes each through bpf_htonl). */
 function ipv6HostWords(ip: string): number[] {

@@ -195,7 +195,7 @@ export function k8sServicesSuite(family: Family, tag: string): void {
       assert.deepEqual([...share.keys()], [first.answers[0]!.name], `every connection on the first one's backend: ${JSON.stringify(Object.fromEntries(share))}`);
     });
 
-    test(title('a LoadBalancer Service with an external IP: the outside host reaches it on the external IP, the ingress IP and the NodePort'), family === 6 ? todoOn6(v, NOT_YET_6.ipv6OnlyDevice) : {}, async () => {
+    test(title('a LoadBalancer Service with an external IP: the outside host reaches it on the external IP, the ingress IP and the NodePort'), {}, async () => {
       scene!.fake.create('services', serviceObject(NS, named('web-lb'), { type: 'LoadBalancer', clusterIP: VIP_LB, externalIPs: [EXTERNAL_IP], loadBalancerIPs: [LB_INGRESS_IP], selector: { app: 'backend' }, ports: [{ name: 'http', port: 80, targetPort: TCP_PORT, nodePort: LB_NODE_PORT_V }] }));
       scene!.fake.create('endpointslices', endpointSliceObject(NS, named('web-lb-1'), named('web-lb'), scene!.nodeName, ready('be-b', 'be-c'), SLICE_PORTS, v));
       for (const ip of [VIP_LB, EXTERNAL_IP, LB_INGRESS_IP]) await waitServiceBackends(scene!.node, { ip, port: 80 }, active('be-b', 'be-c'), FOLLOW_MS);

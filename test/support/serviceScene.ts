@@ -88,7 +88,8 @@ export async function startServiceScene(pool: NetnsPool, opts: ServiceSceneOptio
       nodeName: opts.nodeName,
       podCidr: opts.podCidr,
       podCidrs: podCidrsOf(family, opts.podCidr),
-      ...(opts.extraAgentArgs ? { extraArgs: opts.extraAgentArgs } : {}),
+      // IPv6 pods leave the node as the node, as IPv4 ones do (IPv6 masquerade is off by default).
+      extraArgs: [...(opts.extraAgentArgs ?? []), ...(family === 4 ? [] : ['--ipv6-masquerade'])],
       // Before the agent starts: it takes the node's devices (and their addresses) from what is there.
       beforeStart: async (n) => {
         if (opts.outside) {
@@ -163,19 +164,12 @@ export function todoOn6(v: IpFamily, reason: string): { todo?: string } {
 
 /** The reasons IPv6 rows are todo, each the item another change builds. */
 export const NOT_YET_6 = {
-  nodeToClusterIp: "the node's own connections to an IPv6 ClusterIP (no route to tendril_host for IPv6 service addresses yet)",
-  nodePortRemote: 'NodePort from outside to a backend on another host (IPv6 NodePort SNAT)',
-  masquerade: 'IPv6 masquerade (--ipv6-masquerade)',
   /**
    * No owner this session. A NodePort on `::` needs the address the client
    * reached for the reply's source: IPv6 reverse NAT takes the frontend
    * from tendril_lb6_rev (`::` there) since ct_entry.nat_addr holds 4 bytes.
    */
   nodePortAny: 'a NodePort on every node address (::): the reply needs the node address the client reached, which neither tendril_lb6_rev (::) nor ct_entry.nat_addr (4 bytes) holds',
-  /** No owner this session; found by the NodePort suite. */
-  directAfterNodePort: 'a direct flow on the tuple an IPv6 NodePort flow translated to (outside:port -> pod) is answered with the NodePort frontend as source (the IPv4 path tells them apart)',
-  /** No owner this session: devices.ts takes a node device by its global IPv4 address. */
-  ipv6OnlyDevice: 'an IPv6-only node has no node device (devices.ts takes a device by its global IPv4 address), so nothing arriving from outside is translated',
 } as const;
 
 /** A service's ID on IP version `v`: IDs are one number space across families, so IPv6's sit 1000 above. */

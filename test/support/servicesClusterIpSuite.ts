@@ -23,7 +23,7 @@ import { requireRoot } from './root.js';
 import { run } from './run.js';
 import { assertAllAnswered, bpfLbList, deleteService, getService, upsertService } from './serviceApi.js';
 import { failures, movedSessions, type SessionResult, shareByBackend, type ShotResult } from './serviceProcess.js';
-import { NOT_YET_6, rowTitle, type ServiceScene, serviceId, startServiceScene, todoOn6 } from './serviceScene.js';
+import { rowTitle, type ServiceScene, serviceId, startServiceScene } from './serviceScene.js';
 
 const NS = 'tdl-svc';
 /** IPv4 templates (family.ts mirrors them on IPv6). */
@@ -251,7 +251,7 @@ export function servicesClusterIpSuite(family: Family, tag: string): void {
       assert.ok(noService(after) > noService(before), `NO_SERVICE drops counted: ${JSON.stringify(before)} -> ${JSON.stringify(after)} (client saw ${r.outcome})`);
     });
 
-    test(title('the node reaches a ClusterIP (TCP and UDP)'), todoOn6(v, NOT_YET_6.nodeToClusterIp), async () => {
+    test(title('the node reaches a ClusterIP (TCP and UDP)'), {}, async () => {
       const node = scene!.agent('node');
       const sessions = await node.tcpSessions({ dst: VIP, port: 80 }, { count: 30, requests: 3, concurrency: 6 });
       await assertAllAnswered(scene!.node, sessions, `node -> ${VIP}:80`);
@@ -268,7 +268,7 @@ export function servicesClusterIpSuite(family: Family, tag: string): void {
       assert.deepEqual(fromPod.map((s) => s.outcome), ['refused', 'refused', 'refused'], `a connected socket to ${VIP_CLOSED}:53 only takes an ICMP error quoting ${VIP_CLOSED}:53`);
     });
 
-    test(title('UDP from the node to a service whose backend port is closed: ECONNREFUSED'), todoOn6(v, NOT_YET_6.nodeToClusterIp), async () => {
+    test(title('UDP from the node to a service whose backend port is closed: ECONNREFUSED'), {}, async () => {
       const fromNode = await scene!.agent('node').udpShots({ dst: VIP_CLOSED, port: 53 }, { count: 3, concurrency: 1, timeoutMs: 1500 });
       assert.deepEqual(fromNode.map((s) => s.outcome), ['refused', 'refused', 'refused'], `the node's connected socket to ${VIP_CLOSED}:53 only takes an ICMP error quoting ${VIP_CLOSED}:53`);
     });

@@ -153,7 +153,6 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
   /** Every row on IP version `v`. */
   function rowsOn(v: IpFamily): void {
     /** A row whose traffic arrives from outside: todo on an IPv6-only node (a dual-stack node has devices: its IPv6 rows run). */
-    const fromOutside = family === 6 ? todoOn6(v, NOT_YET_6.ipv6OnlyDevice) : {};
     const { ip, id, title, ANY, OUTSIDE_NODE_IP, OUTSIDE_CLIENT_IP, REMOTE_NODE_IP, REMOTE_HOST_IP, EXTERNAL_IP, LB_IP, EXTERNAL_IP_ONE, VIP_REMOTE, NODE_ADDRESSES } = on(v);
 
     describe('NodePort from an outside host', () => {
@@ -161,7 +160,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
         ['Cluster', NODE_PORT_CLUSTER],
         ['Local', NODE_PORT_LOCAL],
       ] as const) {
-        test(title(`trafficPolicy ${policy}: local backends see the client's own address`), fromOutside, async () => {
+        test(title(`trafficPolicy ${policy}: local backends see the client's own address`), {}, async () => {
           const sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port }, { count: 40, requests: 3, concurrency: 8 });
           await assertAllAnswered(scene!.node, sessions, `outside -> ${OUTSIDE_NODE_IP}:${port}`);
           const share = shareByBackend(sessions);
@@ -171,24 +170,24 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
         });
       }
 
-      test(title('UDP NodePort: answers come back from the node address, the backend saw the client'), fromOutside, async () => {
+      test(title('UDP NodePort: answers come back from the node address, the backend saw the client'), {}, async () => {
         const shots = await scene!.agent('outside').udpShots({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_UDP }, { count: 40, concurrency: 8 });
         await assertAllAnswered(scene!.node, shots, `outside -> ${OUTSIDE_NODE_IP}:${NODE_PORT_UDP}/udp`);
         assert.deepEqual([...shareByBackend(shots).keys()].sort(), BACKENDS);
         assert.deepEqual([...new Set(shots.map((s) => s.answer!.peer))], [OUTSIDE_CLIENT_IP]);
       });
 
-      test(title('UDP NodePort to a closed backend port: the outside client gets ECONNREFUSED'), fromOutside, async () => {
+      test(title('UDP NodePort to a closed backend port: the outside client gets ECONNREFUSED'), {}, async () => {
         const local = await scene!.agent('outside').udpShots({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLOSED_LOCAL }, { count: 2, concurrency: 1, timeoutMs: 1500 });
         assert.deepEqual(local.map((x) => x.outcome), ['refused', 'refused'], 'the ICMP port unreachable, translated back to quote the NodePort frontend');
       });
 
-      test(title('UDP NodePort to a closed port of a backend off the node: the outside client gets ECONNREFUSED'), todoOn6(v, NOT_YET_6.nodePortRemote), async () => {
+      test(title('UDP NodePort to a closed port of a backend off the node: the outside client gets ECONNREFUSED'), {}, async () => {
         const remote = await scene!.agent('outside').udpShots({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLOSED_REMOTE }, { count: 2, concurrency: 1, timeoutMs: 1500 });
         assert.deepEqual(remote.map((x) => x.outcome), ['refused', 'refused'], 'the remote backend\'s ICMP port unreachable, translated back to quote the NodePort frontend');
       });
 
-      test(title('externalIPs: reached from outside (the client address preserved) and from a pod'), fromOutside, async () => {
+      test(title('externalIPs: reached from outside (the client address preserved) and from a pod'), {}, async () => {
         const sessions = await scene!.agent('outside').tcpSessions({ dst: EXTERNAL_IP, port: 80 }, { count: 20, requests: 2, concurrency: 5 });
         await assertAllAnswered(scene!.node, sessions, `outside -> ${EXTERNAL_IP}:80`);
         assert.deepEqual([...shareByBackend(sessions).keys()].sort(), BACKENDS);
@@ -199,21 +198,21 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
         assert.deepEqual([...new Set(fromPod.flatMap((s) => s.answers.map((a) => a.peer)))], [ip('client')]);
       });
 
-      test(title('externalIPs and LoadBalancer addresses reached from the node itself'), todoOn6(v, NOT_YET_6.nodeToClusterIp), async () => {
+      test(title('externalIPs and LoadBalancer addresses reached from the node itself'), {}, async () => {
         const node = scene!.agent('node');
         const seen: Record<string, string> = {};
         for (const dst of [EXTERNAL_IP, LB_IP]) seen[dst] = failures(await node.tcpSessions({ dst, port: 80 }, { count: 5, requests: 1, concurrency: 5, timeoutMs: 1500 }));
         assert.deepEqual(seen, { [EXTERNAL_IP]: 'none', [LB_IP]: 'none' }, 'node -> externalIP / LoadBalancer :80');
       });
 
-      test(title('LoadBalancer: reached from outside, the client address preserved'), fromOutside, async () => {
+      test(title('LoadBalancer: reached from outside, the client address preserved'), {}, async () => {
         const sessions = await scene!.agent('outside').tcpSessions({ dst: LB_IP, port: 80 }, { count: 20, requests: 2, concurrency: 5 });
         await assertAllAnswered(scene!.node, sessions, `outside -> ${LB_IP}:80`);
         assert.deepEqual([...shareByBackend(sessions).keys()].sort(), BACKENDS);
         assert.deepEqual([...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))], [OUTSIDE_CLIENT_IP]);
       });
 
-      test(title('trafficPolicy Cluster to a backend off the node: SNAT to the node, the reply returns'), todoOn6(v, NOT_YET_6.nodePortRemote), async (t) => {
+      test(title('trafficPolicy Cluster to a backend off the node: SNAT to the node, the reply returns'), {}, async (t) => {
         await upsertService(scene!.node, id(13), { type: 'NodePort', frontend: { ip: ANY, port: NODE_PORT_REMOTE }, backends: [{ ip: REMOTE_HOST_IP, port: TCP_PORT }], trafficPolicy: 'Cluster' });
         const sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_REMOTE }, { count: 10, requests: 3, concurrency: 5 });
         await assertAllAnswered(scene!.node, sessions, `outside -> ${OUTSIDE_NODE_IP}:${NODE_PORT_REMOTE} (remote backend)`);
@@ -225,14 +224,14 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
         t.diagnostic(`the remote backend saw ${peers[0]}`);
       });
 
-      test(title('trafficPolicy Local with a local and a remote backend: only the local one is used'), fromOutside, async () => {
+      test(title('trafficPolicy Local with a local and a remote backend: only the local one is used'), {}, async () => {
         const sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_MIXED_LOCAL }, { count: 30, requests: 2, concurrency: 6 });
         await assertAllAnswered(scene!.node, sessions, `outside -> ${OUTSIDE_NODE_IP}:${NODE_PORT_MIXED_LOCAL} (Local, be-a + remote)`);
         assert.deepEqual(Object.fromEntries(shareByBackend(sessions)), { 'be-a': 30 }, 'external traffic stays on the node\'s backend');
         assert.deepEqual([...new Set(sessions.flatMap((s) => s.answers.map((a) => a.peer)))], [OUTSIDE_CLIENT_IP]);
       });
 
-      test(title('trafficPolicy Local without a backend on the node: external traffic is dropped (NO_SERVICE), a pod still gets through'), fromOutside, async () => {
+      test(title('trafficPolicy Local without a backend on the node: external traffic is dropped (NO_SERVICE), a pod still gets through'), {}, async () => {
         const before = dropCounts(await bpfMetrics(scene!.node));
         const r = await scene!.agent('outside').tcpOnce({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_LOCAL_NONE }, 700);
         const after = dropCounts(await bpfMetrics(scene!.node));
@@ -243,7 +242,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
         await assertAllAnswered(scene!.node, fromPod, 'client pod -> Local NodePort (internal scope: every backend)');
       });
 
-      test(title('trafficPolicy Cluster with a local and a remote backend: the local one sees the client, the remote one the node'), todoOn6(v, NOT_YET_6.nodePortRemote), async () => {
+      test(title('trafficPolicy Cluster with a local and a remote backend: the local one sees the client, the remote one the node'), {}, async () => {
         const sessions = await scene!.agent('outside').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_MIXED_CLUSTER }, { count: 30, requests: 2, concurrency: 6 });
         await assertAllAnswered(scene!.node, sessions, `outside -> ${OUTSIDE_NODE_IP}:${NODE_PORT_MIXED_CLUSTER} (Cluster, be-a + remote)`);
         assert.deepEqual([...shareByBackend(sessions).keys()].sort(), ['be-a', 'remote']);
@@ -254,7 +253,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
       });
     });
 
-    test(title('an outside client port reused toward another frontend with the same backend: answers come from the frontend it addressed'), fromOutside, async () => {
+    test(title('an outside client port reused toward another frontend with the same backend: answers come from the frontend it addressed'), {}, async () => {
       // Both flows translate to the same tuple (outside:port -> be-a): the second must not take the first's conntrack entry and its frontend.
       const out = scene!.agent('outside');
       const outcome = async (kind: 'tcp' | 'udp', srcPort: number, dst: string, port: number) => {
@@ -270,7 +269,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
       assert.deepEqual(seen, { tcpFirst: 'none', tcpSecond: 'none', udpFirst: 'none', udpSecond: 'none' }, `outside:21001 ${EXTERNAL_IP_ONE}:80 then ${OUTSIDE_NODE_IP}:${NODE_PORT_ONE}; outside:21002 the same over UDP`);
     });
 
-    test(title('an outside client\'s direct flow on the tuple a NodePort flow translated to: the pod\'s answer comes from the pod'), family === 6 ? fromOutside : todoOn6(v, NOT_YET_6.directAfterNodePort), async () => {
+    test(title('an outside client\'s direct flow on the tuple a NodePort flow translated to: the pod\'s answer comes from the pod'), {}, async () => {
       // The outside host routes the pod CIDR through the node: outside:21003 -> NodePort (translated to outside:21003 -> be-a), then outside:21003 -> be-a directly.
       const out = scene!.agent('outside');
       const first = await out.udpShots({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_ONE, srcPort: 21_003 }, { count: 1, concurrency: 1, timeoutMs: 1500 });
@@ -300,7 +299,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
       await assertAllAnswered(scene!.node, other, `client pod -> ${REMOTE_NODE_IP}:${NODE_PORT_CLUSTER}`);
     });
 
-    test(title('a ClusterIP whose backend is off the node, from a pod and from the node: SNAT out, the reply translated back'), todoOn6(v, NOT_YET_6.masquerade), async (t) => {
+    test(title('a ClusterIP whose backend is off the node, from a pod and from the node: SNAT out, the reply translated back'), {}, async (t) => {
       const fromPod = await scene!.agent('client').tcpSessions({ dst: VIP_REMOTE, port: 80 }, { count: 10, requests: 2, concurrency: 5 });
       const fromNode = await scene!.agent('node').tcpSessions({ dst: VIP_REMOTE, port: 80 }, { count: 10, requests: 2, concurrency: 5 });
       t.diagnostic(`remote saw: from the pod ${JSON.stringify([...new Set(fromPod.flatMap((x) => x.answers.map((a) => a.peer)))])}, from the node ${JSON.stringify([...new Set(fromNode.flatMap((x) => x.answers.map((a) => a.peer)))])}`);
@@ -308,7 +307,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
       assert.ok([...fromPod, ...fromNode].every((x) => x.answers.every((a) => a.name === 'remote' && NODE_ADDRESSES.includes(a.peer))), 'the remote backend saw a node address');
     });
 
-    test(title('the node reaches a NodePort on its own address'), todoOn6(v, NOT_YET_6.nodeToClusterIp), async (t) => {
+    test(title('the node reaches a NodePort on its own address'), {}, async (t) => {
       const sessions = await scene!.agent('node').tcpSessions({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLUSTER }, { count: 20, requests: 2, concurrency: 5 });
       await assertAllAnswered(scene!.node, sessions, `node -> ${OUTSIDE_NODE_IP}:${NODE_PORT_CLUSTER}`);
       assert.ok(sessions.every((s) => BACKENDS.includes(s.answers[0]!.name)));
@@ -319,7 +318,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
       assert.deepEqual(Object.fromEntries(shareByBackend(mixed)), { 'be-a': 20 });
     });
 
-    test(title('policy holds for NodePort traffic: the backends\' ingress policy sees the outside client, not the node'), fromOutside, async () => {
+    test(title('policy holds for NodePort traffic: the backends\' ingress policy sees the outside client, not the node'), {}, async () => {
       const policy = networkPolicy(NS, 'backend-from-client', 'podSelector: {matchLabels: {app: backend}}\npolicyTypes: [Ingress]\ningress:\n- from: [{podSelector: {matchLabels: {app: client}}}]');
       await importPolicyAndWait(scene!.node, policy);
       try {
@@ -333,7 +332,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
     });
 
     describe('masquerade in BPF', () => {
-      test(title('a pod reaching servers outside the cluster is seen as the node; replies come back (TCP, UDP)'), todoOn6(v, NOT_YET_6.masquerade), async () => {
+      test(title('a pod reaching servers outside the cluster is seen as the node; replies come back (TCP, UDP)'), {}, async () => {
         const client = scene!.agent('client');
         for (const [dst, nodeIp, name] of [
           [REMOTE_HOST_IP, REMOTE_NODE_IP, 'remote'],
@@ -350,7 +349,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
         }
       });
 
-      test(title('ICMP echo from a pod to a server outside: masqueraded (a NAT mapping keyed by the echo identifier), replies come back'), todoOn6(v, NOT_YET_6.masquerade), async () => {
+      test(title('ICMP echo from a pod to a server outside: masqueraded (a NAT mapping keyed by the echo identifier), replies come back'), {}, async () => {
         const r = await pool.exec(scene!.pod('client').netns, ['ping', '-n', '-c', '3', '-i', '0.2', '-W', '1', REMOTE_HOST_IP]);
         assert.equal(r.code, 0, `ping ${REMOTE_HOST_IP} from the pod: ${r.stdout}${r.stderr}`);
         const icmp = (await snatEntries(scene!.node)).map((e) => decodeNatKey(e.key)).filter((k) => k.proto === 1 && (k.saddr === ip('client') || k.daddr === REMOTE_NODE_IP));
@@ -358,12 +357,12 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
         assert.ok(icmp.some((k) => k.saddr === REMOTE_HOST_IP && k.daddr === REMOTE_NODE_IP), `an INGRESS mapping on the node address: ${JSON.stringify(icmp)}`);
       });
 
-      test(title('an ICMP error for a masqueraded flow reaches the pod: UDP to a closed port outside gets ECONNREFUSED'), todoOn6(v, NOT_YET_6.masquerade), async () => {
+      test(title('an ICMP error for a masqueraded flow reaches the pod: UDP to a closed port outside gets ECONNREFUSED'), {}, async () => {
         const shots = await scene!.agent('client').udpShots({ dst: REMOTE_HOST_IP, port: 5999 }, { count: 2, concurrency: 1, timeoutMs: 1500 });
         assert.deepEqual(shots.map((x) => x.outcome), ['refused', 'refused'], `the remote's port unreachable, addressed to the node, must be translated back to the pod: ${failures(shots)}`);
       });
 
-      test(title('a pod port reused between a masqueraded flow and a service flow to the same remote backend'), todoOn6(v, NOT_YET_6.masquerade), async () => {
+      test(title('a pod port reused between a masqueraded flow and a service flow to the same remote backend'), {}, async () => {
         // pod:port -> remote:8080 directly, then pod:port -> NodePort 30082 (whose backend is remote:8080): one translated tuple, two meanings.
         await upsertService(scene!.node, id(13), { type: 'NodePort', frontend: { ip: ANY, port: NODE_PORT_REMOTE }, backends: [{ ip: REMOTE_HOST_IP, port: TCP_PORT }], trafficPolicy: 'Cluster' });
         const c = scene!.agent('client');
@@ -383,7 +382,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
         assert.equal(s.answers[0]!.peer, ip('client'));
       });
 
-      test(title('the NAT entries of a finished flow are garbage-collected'), todoOn6(v, NOT_YET_6.masquerade), async (t) => {
+      test(title('the NAT entries of a finished flow are garbage-collected'), {}, async (t) => {
         const PORT_OF_TEST = TCP_PORT;
         const mine = async () =>
           (await snatEntries(scene!.node)).map((e) => decodeNatKey(e.key)).filter((k) => k.proto === 6 && (k.dport === PORT_OF_TEST || k.sport === PORT_OF_TEST) && (k.saddr === REMOTE_HOST_IP || k.daddr === REMOTE_HOST_IP));
@@ -413,7 +412,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
       });
     });
 
-    test(title('the agent killed and started again: NodePort and masqueraded connections held open carry on, new ones work'), todoOn6(v, NOT_YET_6.masquerade), async () => {
+    test(title('the agent killed and started again: NodePort and masqueraded connections held open carry on, new ones work'), {}, async () => {
       const node = scene!.node;
       const [outside, client] = [scene!.agent('outside'), scene!.agent('client')];
       const viaNodePort = await outside.tcpOpen({ dst: OUTSIDE_NODE_IP, port: NODE_PORT_CLUSTER });
@@ -444,7 +443,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
     });
 
     // Last: it leaves every NAT port toward the remote's UDP port taken for a minute.
-    test(title('masquerade port exhaustion: more flows to one remote ip:port than NAT ports, the rest dropped and counted'), todoOn6(v, NOT_YET_6.masquerade), async (t) => {
+    test(title('masquerade port exhaustion: more flows to one remote ip:port than NAT ports, the rest dropped and counted'), {}, async (t) => {
       const before = dropCounts(await bpfMetrics(scene!.node));
       const shots = await scene!.agent('client').udpShots({ dst: REMOTE_HOST_IP, port: UDP_PORT }, { count: 5200, concurrency: 100, timeoutMs: 1000 });
       const after = dropCounts(await bpfMetrics(scene!.node));

@@ -7,8 +7,10 @@ import { type ChildProcess, spawn } from 'node:child_process';
  * had, shows as an event (an IPv6 route "replaced" by an equal one is swapped
  * for a new one and announced; an address replaced is announced), and so does
  * a neighbour entry deleted. Neighbour state changes the kernel makes on its
- * own (REACHABLE to STALE and back) are not changes anyone made: `changes()`
- * leaves them out.
+ * own (REACHABLE to STALE and back) are not changes anyone made, nor are the
+ * IPv6 link-local addresses (and their local and anycast routes) the kernel
+ * announces when duplicate address detection completes on a new device:
+ * `changes()` leaves both out.
  */
 export class RtnetlinkWatch {
   #out = '';
@@ -37,7 +39,7 @@ export class RtnetlinkWatch {
 
   /** Route and address events, and neighbour deletions: what someone wrote or flushed. */
   changes(): string[] {
-    return this.lines.filter((l) => !/^\[NEIGH\]/.test(l) || /^\[NEIGH\]Deleted /.test(l) || /\bFAILED\b/.test(l));
+    return this.lines.filter((l) => (!/^\[NEIGH\]/.test(l) || /^\[NEIGH\]Deleted /.test(l) || /\bFAILED\b/.test(l)) && !/^\[(ADDR|ROUTE)\].*\bfe80::/.test(l));
   }
 
   async stop(): Promise<void> {

@@ -25,6 +25,7 @@ import type { ServiceStatus } from '../../src/service/types.js';
 import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
 import { addOutsideHost, type DatapathNode, type OutsideHost, routerOf, waitRealized } from './datapathNode.js';
 import { FakeKubeApi } from './fakeKubeApi.js';
+import { type Addresses, addressesByVersion, type Family, ipIn, podCidrArgs, podCidrsOf, versionOf, versionsOf } from './family.js';
 import { splice } from './k8sApiRelay.js';
 import { endpointSliceObject as endpointSliceOf, type Labels, namespaceObject, nodeObject, podObject, type PodObject, type SlicePortSpec } from './k8sObjects.js';
 import { NetnsPool } from './netns.js';
@@ -103,14 +104,19 @@ export interface K8sPod {
   netnsPath: string;
   /** The sandbox (infra container) ID kubelet passes as CNI_CONTAINERID and K8S_POD_INFRA_CONTAINER_ID. */
   containerId: string;
+  /** The first address (IPv4 on a dual-stack pod). */
   ip: string;
+  /** The pod's address of each IP version of the scene's family. */
+  ips: Addresses;
   endpointId: number;
 }
 
 export interface K8sSceneOptions {
   nodeName: string;
-  /** A /24 (the router takes .1). */
+  /** A /24 (the router takes .1); the IPv4 template of the family's pod CIDRs (family.ts). */
   podCidr: string;
+  /** Default 4. Pods get an address of each IP version; the outside host too (the mirrors of its IPv4 addresses). */
+  family?: Family;
   /** Namespaces created in the API before the agent starts, with their labels. */
   namespaces: Record<string, Labels>;
   /** Ports every pod's service agent serves. */
@@ -227,7 +233,9 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
     cleanups.push(() => fake.stop());
     for (const crd of crds) fake.create('customresourcedefinitions', crd);
     for (const [name, labels] of Object.entries(opts.namespaces)) fake.create('namespaces', namespaceObject(name, labels));
-    fake.create('nodes', nodeObject(opts.nodeName, [opts.podCidr], [{ type: 'Hostname', address: opts.nodeName }]));
+    const versions = versionsOf(opts.family ?? 4);
+    const podCidrs = podCidrsOf(opts.family ?? 4, opts.podCidr);
+    fake.create('nodes', nodeObject(opts.nodeName, podCidrs, [{ type: 'Hostname', address: opts.nodeName }]));
     const connectArgs = opts.connect === 'api-server' ? ['--k8s-api-server', fake.url] : ['--k8s-kubeconfig', await fake.kubeconfig()];
 
     const nodeNs = await pool.add('node');
@@ -235,14 +243,14 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
     cleanups.push(() => rm(relayDir, { recursive: true, force: true }));
     cleanups.push(await relayIntoNamespace(fake, nodeNs.path, relayDir));
     let outside: OutsideHost | undefined;
-    if (opts.outside) outside = await addOutsideHost(pool, nodeNs.name, { gateway: OUTSIDE_NODE_IP, addresses: [OUTSIDE_CLIENT_IP], podCidr: opts.podCidr });
+    if (opts.outside) outside = await addOutsideHost(pool, nodeNs.name, { gateway: versions.map((v) => ipIn(v, OUTSIDE_NODE_IP)), addresses: versions.map((v) => ipIn(v, OUTSIDE_CLIENT_IP)), podCidr: podCidrs });
     const bpffsRoot = `/sys/fs/bpf/tdl-k8s-${pool.prefix}`;
     cleanups.push(() => rm(bpffsRoot, { recursive: true, force: true }));
     const agentProcess = await AgentProcess.create({
       nodeNetns: nodeNs.name,
       nodeName: opts.nodeName,
       // debug: the per-endpoint 'endpoint regenerated' lines are the only regeneration count the agent gives.
-      args: ['--pod-cidr', opts.podCidr, '--datapath', 'bpf', '--bpffs-root', bpffsRoot, ...connectArgs, '--log-level', 'debug', ...(opts.extraAgentArgs ?? [])],
+      args: [...podCidrArgs(podCidrs), '--datapath', 'bpf', '--bpffs-root', bpffsRoot, ...connectArgs, '--log-level', 'debug', ...(opts.extraAgentArgs ?? [])],
     });
     cleanups.push(() => agentProcess.cleanup());
     const bin = await tendrilPluginDir();
@@ -258,10 +266,10 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
       agent: agentProcess,
       runtime,
       bpffsRoot,
-      podCidr: opts.podCidr,
-      podCidrs: [opts.podCidr],
-      routerIp: routerOf(opts.podCidr),
-      routerIps: { 4: routerOf(opts.podCidr) },
+      podCidr: podCidrs[0]!,
+      podCidrs,
+      routerIp: routerOf(podCidrs[0]!),
+      routerIps: addressesByVersion(podCidrs.map(routerOf)),
       conflist,
       cli: (args, input) => run([TENDRIL_BIN, ...args, '--socket', agentProcess.socket], input === undefined ? {} : { input }),
       cleanup: async () => undefined,
@@ -307,7 +315,7 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
         const uid = created?.metadata.uid ?? '';
         const ns = await pool.add(`${spec.namespace}-${spec.name}`.replace(/[^A-Za-z0-9-]/g, ''));
         const containerId = `tdl-${pool.prefix}-${spec.namespace}-${spec.name}`;
-        const partial = { spec, key, uid, netns: ns.name, netnsPath: ns.path, containerId, ip: '', endpointId: 0 };
+        const partial = { spec, key, uid, netns: ns.name, netnsPath: ns.path, containerId, ip: '', ips: {}, endpointId: 0 };
         const late = o.objectDelayMs === undefined ? undefined : setTimeout(() => fake.create('pods', obj), o.objectDelayMs);
         let result: Result100;
         try {
@@ -317,14 +325,17 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
         }
         // ADD answered before the late object was due: the object comes now (the test sees the labels ADD took).
         if (!fake.get('pods', spec.namespace, spec.name)) fake.create('pods', obj);
-        const ip = result.ips![0]!.address.split('/')[0]!;
+        const all = result.ips!.map((x) => x.address.split('/')[0]!);
+        const ip = all[0]!;
+        const ips: Addresses = {};
+        for (const a of all) ips[versionOf(a)] = a;
         const endpoint = (await agentProcess.client.getEndpoint(`container-id:${containerId}`)) as Endpoint;
-        const pod: K8sPod = { ...partial, ip, endpointId: endpoint.id };
+        const pod: K8sPod = { ...partial, ip, ips, endpointId: endpoint.id };
         pods.set(key, pod);
-        // kubelet reports the sandbox's address once the network is up.
+        // kubelet reports the sandbox's addresses once the network is up.
         const now = podInApi(key);
-        fake.update('pods', { ...now, status: { phase: 'Running', podIP: ip, podIPs: [{ ip }] } });
-        agents.set(key, await ServiceAgentProcess.start(ns.path, { name: key, tcpPorts: opts.tcpPorts ?? [], udpPorts: opts.udpPorts ?? [] }));
+        fake.update('pods', { ...now, status: { phase: 'Running', podIP: ip, podIPs: all.map((a) => ({ ip: a })) } });
+        agents.set(key, await ServiceAgentProcess.start(ns.path, { name: key, tcpPorts: opts.tcpPorts ?? [], udpPorts: opts.udpPorts ?? [], versions }));
         return pod;
       },
       setPodLabels: (pod, labels) => {

@@ -833,7 +833,9 @@ describe('bpf_lxc ICMPv6', () => {
   it('passes neighbour discovery, router solicitation and MLD from the pod without policy; refuses its router advertisements and redirects', async () => {
     // Neighbour solicitations are answered here (bpf_lxc IPv6 tests); what is left goes to the stack.
     for (const type of [Icmp6Type.ROUTER_SOLICIT, Icmp6Type.NEIGH_ADVERT, Icmp6Type.MLD_REPORT, Icmp6Type.MLD_DONE, Icmp6Type.MLD2_REPORT, Icmp6Type.MLD_QUERY]) {
-      assert.equal((await h.run(FROM, fromPod('ff02::2', type, Buffer.alloc(20)))).retval, TcAction.OK, `type ${type}`);
+      // An advertisement speaks for the pod's own (link-local) address; the rest carry zeros.
+      const body = type === Icmp6Type.NEIGH_ADVERT ? Buffer.concat([Buffer.from([0x20, 0, 0, 0]), ipv6Bytes(POD_LL)]) : Buffer.alloc(20);
+      assert.equal((await h.run(FROM, fromPod('ff02::2', type, body))).retval, TcAction.OK, `type ${type}`);
     }
     assert.equal(h.metric(0, EGRESS).packets, 6n);
     for (const type of [Icmp6Type.ROUTER_ADVERT, Icmp6Type.REDIRECT]) {
@@ -1049,6 +1051,35 @@ describe('bpf_lxc IPv6 pod addresses', () => {
       { subtype: code('INVALID_SOURCE') },
       { subtype: code('INVALID_PACKET') },
     ]);
+  });
+
+  it('passes a neighbour advertisement from the pod only for its own address with its own MAC; one for the gateway, another pod, with another MAC or a bad option, or from the unspecified address is refused', async () => {
+    const tlla = (mac: string, type = 2, len = 1) => Buffer.concat([Buffer.from([type, len]), Buffer.from(mac.replace(/:/g, ''), 'hex')]);
+    const na = (src: string, target: string, opt: Buffer) =>
+      fromA6(IpProto.ICMPV6, icmpv6Message(src, 'ff02::1', Icmp6Type.NEIGH_ADVERT, Buffer.concat([Buffer.from([0x20, 0, 0, 0]), ipv6Bytes(target), opt])), { src, dst: 'ff02::1', hopLimit: 255 });
+    const passed: Array<[string, Buffer]> = [
+      ['its own address, its MAC', na(A6, A6, tlla(POD_A.podMac))],
+      ['its own address, no option', na(A6, A6, Buffer.alloc(0))],
+      // (Which endpoint owns a link-local source is the device's: the test device holds more than one, so no option here.)
+      ['its link-local address, no option', na('fe80::800:ff:fe00:a02', 'fe80::800:ff:fe00:a02', Buffer.alloc(0))],
+    ];
+    for (const [what, frame] of passed) {
+      const r = await h.run(FROM, frame);
+      assert.equal(r.retval, TcAction.OK, what);
+      assert.deepEqual(r.data, frame, `${what}: unchanged, to the stack`);
+    }
+    const refused: Array<[string, Buffer, keyof typeof DropReason]> = [
+      ['the gateway\'s address', na(A6, ROUTER6, tlla(POD_A.podMac)), 'INVALID_SOURCE'],
+      ['another pod\'s address', na(A6, C6, tlla(POD_A.podMac)), 'INVALID_SOURCE'],
+      ['its address with another MAC', na(A6, A6, tlla('0a:00:00:00:ee:ee')), 'INVALID_SOURCE'],
+      ['a source link-layer option', na(A6, A6, tlla(POD_A.podMac, 1)), 'INVALID_SOURCE'],
+      ['an option of the wrong length', na(A6, A6, tlla(POD_A.podMac, 2, 2)), 'INVALID_SOURCE'],
+      ['from the unspecified address', na('::', A6, tlla(POD_A.podMac)), 'INVALID_SOURCE'],
+      ['too short for a target', fromA6(IpProto.ICMPV6, icmpv6Message(A6, 'ff02::1', Icmp6Type.NEIGH_ADVERT, Buffer.alloc(8)), { dst: 'ff02::1', hopLimit: 255 }), 'INVALID_PACKET'],
+    ];
+    for (const [what, frame] of refused) assert.equal((await h.run(FROM, frame)).retval, TcAction.SHOT, what);
+    assertEvents((await h.takeEvents(refused.length)).filter((e) => e.type === DROP), refused.map(([, , r]) => ({ subtype: code(r), direction: EGRESS })));
+    assert.equal(h.metric(code('INVALID_SOURCE'), EGRESS).packets, 6n);
   });
 
   it('refuses router advertisements and redirects from the pod\'s address', async () => {

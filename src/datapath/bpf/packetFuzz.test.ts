@@ -461,6 +461,20 @@ function expectNeighborSolicit(f: Buffer, ip: Ipv6, owner: Endpoint): Expected {
 }
 
 /**
+ * nd_advert_check on an advertisement from the device's pod (`owner`): a
+ * link-local target (the model's endpoints hold no other IPv6 address), no
+ * option or one target link-layer address with the pod's MAC; the stack's then.
+ */
+function expectNeighborAdvert(f: Buffer, ip: Ipv6, owner: Endpoint): Expected {
+  const len = ip.ipEnd - ip.l4Off;
+  if (len < 24) return drop(reason('INVALID_PACKET'));
+  if (len !== 24 && len !== 32) return drop(reason('INVALID_SOURCE'));
+  if (!isLinkLocal6(f.subarray(ip.l4Off + 8, ip.l4Off + 24))) return drop(reason('INVALID_SOURCE'));
+  if (len === 32 && (f[ip.l4Off + 24] !== 2 || f[ip.l4Off + 25] !== 1 || f.subarray(ip.l4Off + 26, ip.l4Off + 32).toString('hex') !== macHex(owner.podMac))) return drop(reason('INVALID_SOURCE'));
+  return { action: OK, wellFormed: false };
+}
+
+/**
  * IPv6 from the pod (from_container_ipv6). The model's endpoints hold no
  * IPv6 address: a source is the device owner's only when link-local (or
  * unspecified, for ND and MLD); any other is forged.
@@ -474,7 +488,10 @@ function expectFromContainer6(f: Buffer, s: ModelState): Expected {
     if (disposition === 'refuse') return drop(reason('ICMP6_NOT_ALLOWED'));
     if (disposition === 'pass') {
       if (!isUnspecified6(ip.src) && !isLinkLocal6(ip.src)) return drop(reason('INVALID_SOURCE'));
-      if (type !== 135 || isUnspecified6(ip.src)) return { action: OK, wellFormed: false };
+      if (type === 136 && isUnspecified6(ip.src)) return drop(reason('INVALID_SOURCE'));
+      if ((type !== 135 && type !== 136) || isUnspecified6(ip.src)) return { action: OK, wellFormed: false };
+      if (!podDeviceOwner) return drop(reason('INVALID_SOURCE'));
+      if (type === 136) return expectNeighborAdvert(f, ip, podDeviceOwner);
       if (!podDeviceOwner) return drop(reason('INVALID_SOURCE'));
       return expectNeighborSolicit(f, ip, podDeviceOwner);
     }

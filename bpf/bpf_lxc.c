@@ -549,6 +549,8 @@ static __always_inline int to_container_ipv6(struct __sk_buff *skb, struct flow 
 		}
 		return drop_packet(skb, f, DROP_NOT_FOR_ENDPOINT, DIR_INGRESS, 0);
 	}
+	/* As to_container_ipv4: the stack hands it to the pod, so a NodePort translation left on the tuple is stale. */
+	f->lb_direct = 1;
 	ret = ingress_to_endpoint6(skb, f, &ip6, TRACE_FROM_STACK);
 	if (ret)
 		return ret;

@@ -1082,6 +1082,40 @@ describe('bpf_lxc IPv6 pod addresses', () => {
     assert.equal(h.metric(code('INVALID_SOURCE'), EGRESS).packets, 6n);
   });
 
+  // As to_container_ipv4: a NodePort delivers into the pod itself, so the stack handing the pod a packet of a tuple
+  // a NodePort translation was left on means the client now talks to the pod directly (a client port reused).
+  it('a client that reached the pod through a NodePort and now talks to it directly: the entry drops the NodePort translation (lb_direct), so replies leave from the pod\'s own address', async () => {
+    const CLIENT6 = '2001:db8::77';
+    const tuple = { saddr: CLIENT6, daddr: A6, sport: 50000, dport: 8080, proto: IpProto.TCP };
+    const now = process.hrtime.bigint();
+    h.ct6Tcp.set(h.ctKey(tuple), {
+      expiresNs: now + 3600n * 1_000_000_000n,
+      packets: 3n,
+      bytes: 180n,
+      srcIdentity: IDENTITY.WORLD_IPV6,
+      dstIdentity: IDENTITY.A,
+      srcEndpoint: 0,
+      dstEndpoint: POD_A.endpointId,
+      revNatIndex: 7,
+      tcpFlags: TcpFlag.SYN | TcpFlag.ACK,
+      flags: CtFlag.NODEPORT | CtFlag.REPLY_SEEN,
+      backendId: 3,
+      natAddr: parseIp('0.0.0.0'),
+      natPort: 30080,
+    });
+    const toA = { srcMac: POD_A.lxcMac, dstMac: POD_A.podMac };
+    const r = await h.run(TO, tcp6(CLIENT6, A6, 50000, 8080, TcpFlag.ACK, toA));
+    assert.equal(r.retval, TcAction.OK, 'established: delivered');
+    const e = h.ct(tuple)!;
+    assert.deepEqual({ nodePort: e.flags & CtFlag.NODEPORT, revNatIndex: e.revNatIndex, backendId: e.backendId, natPort: e.natPort }, { nodePort: 0, revNatIndex: 0, backendId: 0, natPort: 0 }, 'the stale NodePort translation is gone');
+    // The pod's reply is no longer reverse-translated: it leaves from A6:8080 as sent.
+    const reply = tcp6(A6, CLIENT6, 8080, 50000, TcpFlag.ACK);
+    const out = await h.run(FROM, reply);
+    assert.equal(out.retval, TcAction.OK);
+    assert.deepEqual(out.data.subarray(14 + 8, 14 + 24), ipv6Bytes(A6), 'from the pod\'s own address');
+    assert.equal(out.data.readUInt16BE(14 + 40), 8080, 'from the pod\'s own port');
+  });
+
   it('refuses router advertisements and redirects from the pod\'s address', async () => {
     for (const type of [Icmp6Type.ROUTER_ADVERT, Icmp6Type.REDIRECT]) {
       const f = fromA6(IpProto.ICMPV6, icmpv6Message(A6, 'ff02::1', type, Buffer.alloc(36)), { dst: 'ff02::1', hopLimit: 255 });

@@ -67,25 +67,11 @@ describe('agent flags for services, devices and masquerading', () => {
     assert.equal(c.masquerade, false);
     assert.deepEqual(bpfMapSizes(c), {
       [MapName.LB_SERVICES]: 2000,
-      [MapName.LB6_SERVICES]: 2000,
       [MapName.SNAT]: 70000,
       [MapName.LB_BACKENDS]: 3000,
-      [MapName.LB6_BACKENDS]: 3000,
       [MapName.LB_REVNAT]: 4000,
-      [MapName.LB6_REVNAT]: 4000,
       [MapName.LB_AFFINITY]: 5000,
-      [MapName.LB6_AFFINITY]: 5000,
       [MapName.LB_MAGLEV]: 600,
-    });
-    // Conntrack and fragment tables of both families follow one flag each, as the service tables do.
-    const ct = await resolveConfig(parse('--bpf-ct-tcp-max', '1000', '--bpf-ct-any-max', '500', '--bpf-frag-max', '300'));
-    assert.deepEqual(bpfMapSizes(ct), {
-      [MapName.CT_TCP]: 1000,
-      [MapName.CT6_TCP]: 1000,
-      [MapName.CT_ANY]: 500,
-      [MapName.CT6_ANY]: 500,
-      [MapName.FRAG]: 300,
-      [MapName.FRAG6]: 300,
     });
     await writeFile(file, 'bpfMapSizes:\n  lbServices: 10\n');
     await assert.rejects(resolveConfig(parse('--config', file)), invalid(/"bpfMapSizes": each map's size is a key of its own \(bpfLxcMax, .*bpfLbServiceMax/));

@@ -14,39 +14,28 @@ import type { IPCache } from '../ipcache/index.js';
 import type { Logger } from '../logging/logger.js';
 import type { AgentConfig, BpfMapSizeKey } from './config.js';
 
-/**
- * The maps each --bpf-*-max flag sizes. A flag of a table keyed by address
- * sizes both families' tables (IPv4's and IPv6's), as Cilium's do: an
- * operator sizes conntrack or services for the node's load, whichever
- * family carries it; without the flag each keeps its own default (the IPv6
- * conntrack tables half the IPv4 ones, DefaultMapSize).
- */
-const MAPS_OF_SIZE_KEY: Record<BpfMapSizeKey, readonly MapNameValue[]> = {
-  lxc: [MapName.ENDPOINTS],
-  ipcache: [MapName.IPCACHE],
-  policy: [MapName.POLICY],
-  ctTcp: [MapName.CT_TCP, MapName.CT6_TCP],
-  ctAny: [MapName.CT_ANY, MapName.CT6_ANY],
-  frag: [MapName.FRAG, MapName.FRAG6],
-  events: [MapName.EVENTS],
-  lbServices: [MapName.LB_SERVICES, MapName.LB6_SERVICES],
-  lbBackends: [MapName.LB_BACKENDS, MapName.LB6_BACKENDS],
-  lbRevnat: [MapName.LB_REVNAT, MapName.LB6_REVNAT],
-  lbAffinity: [MapName.LB_AFFINITY, MapName.LB6_AFFINITY],
-  // Maglev tables and members are keyed by service and backend IDs, one number space for both families: one map serves both.
-  lbMaglev: [MapName.LB_MAGLEV],
-  lbMembers: [MapName.LB_MEMBERS],
-  snat: [MapName.SNAT],
+const MAP_OF_SIZE_KEY: Record<BpfMapSizeKey, MapNameValue> = {
+  lxc: MapName.ENDPOINTS,
+  ipcache: MapName.IPCACHE,
+  policy: MapName.POLICY,
+  ctTcp: MapName.CT_TCP,
+  ctAny: MapName.CT_ANY,
+  frag: MapName.FRAG,
+  events: MapName.EVENTS,
+  lbServices: MapName.LB_SERVICES,
+  lbBackends: MapName.LB_BACKENDS,
+  lbRevnat: MapName.LB_REVNAT,
+  lbAffinity: MapName.LB_AFFINITY,
+  lbMaglev: MapName.LB_MAGLEV,
+  lbMembers: MapName.LB_MEMBERS,
+  snat: MapName.SNAT,
 };
 
 const TRACE_LEVEL_OF: Record<AgentConfig['traceLevel'], number> = { off: TraceLevel.OFF, 'new-flows': TraceLevel.NEW_FLOWS, all: TraceLevel.ALL };
 
 export function bpfMapSizes(config: Pick<AgentConfig, 'bpfMapSizes'>): MapSizes {
   const out: MapSizes = {};
-  for (const [key, n] of Object.entries(config.bpfMapSizes ?? {})) {
-    if (n === undefined) continue;
-    for (const map of MAPS_OF_SIZE_KEY[key as BpfMapSizeKey]) out[map] = n;
-  }
+  for (const [key, n] of Object.entries(config.bpfMapSizes ?? {})) if (n !== undefined) out[MAP_OF_SIZE_KEY[key as BpfMapSizeKey]] = n;
   return out;
 }
 

@@ -37,7 +37,6 @@ const ctValue = {
   natPort: 0,
 };
 const flow = (sport: number, proto: number) => ({ saddr: parseIp('10.200.0.5'), daddr: parseIp('10.200.0.6'), sport, dport: 80, proto, flags: 0 });
-const flow6 = (sport: number, proto: number) => ({ saddr: parseIp('fd74:10:200:0::5'), daddr: parseIp('fd74:10:200:0::6'), sport, dport: 80, proto, flags: 0 });
 
 describe('datapath metrics from the pinned maps', () => {
   test('forwarded and dropped counters by reason, conntrack entries and map pressure', async () => {
@@ -48,7 +47,6 @@ describe('datapath metrics from the pinned maps', () => {
     maps.metrics.set({ reason: MetricsReason.EVENTS_LOST, direction: TrafficDirection.NONE }, onCpu0(4n, 0n));
     for (let port = 1000; port < 1016; port++) maps.ctTcp.set(flow(port, 6), ctValue);
     maps.ctAny.set(flow(53, 17), ctValue);
-    for (let port = 2000; port < 2005; port++) maps.ct6Tcp.set(flow6(port, 6), ctValue);
 
     const m = new AgentMetrics();
     m.bind({
@@ -67,11 +65,8 @@ describe('datapath metrics from the pinned maps', () => {
     assert.equal(sampleValue(text, 'tendril_datapath_dropped_bytes_total', { reason: 'POLICY', direction: 'ingress' }), 120);
     assert.equal(sampleValue(text, 'tendril_datapath_dropped_packets_total', { reason: 'EVENTS_LOST' }), undefined, 'lost events are no drops');
     assert.equal(sampleValue(text, 'tendril_datapath_monitor_events_lost_total'), 4);
-    assert.equal(sampleValue(text, 'tendril_datapath_conntrack_entries', { table: 'tcp', family: 'ipv4' }), 16);
-    assert.equal(sampleValue(text, 'tendril_datapath_conntrack_entries', { table: 'any', family: 'ipv4' }), 1);
-    // IPv6 conntrack: its own series, and its own table's fill (the fixture's holds 128).
-    assert.equal(sampleValue(text, 'tendril_datapath_conntrack_entries', { table: 'tcp', family: 'ipv6' }), 5);
-    assert.equal(sampleValue(text, 'tendril_datapath_map_pressure', { map: MapName.CT6_TCP }), 5 / 128);
+    assert.equal(sampleValue(text, 'tendril_datapath_conntrack_entries', { table: 'tcp' }), 16);
+    assert.equal(sampleValue(text, 'tendril_datapath_conntrack_entries', { table: 'any' }), 1);
     // The fixture's conntrack table holds 256 entries.
     assert.equal(sampleValue(text, 'tendril_datapath_map_entries', { map: MapName.CT_TCP }), 16);
     assert.equal(sampleValue(text, 'tendril_datapath_map_pressure', { map: MapName.CT_TCP }), 16 / 256);
@@ -82,6 +77,6 @@ describe('datapath metrics from the pinned maps', () => {
     maps.ctTcp.delete(flow(1000, 6));
     text = await m.render();
     assert.equal(sampleValue(text, 'tendril_datapath_forwarded_packets_total', { direction: 'egress' }), 15);
-    assert.equal(sampleValue(text, 'tendril_datapath_conntrack_entries', { table: 'tcp', family: 'ipv4' }), 15);
+    assert.equal(sampleValue(text, 'tendril_datapath_conntrack_entries', { table: 'tcp' }), 15);
   });
 });

@@ -40,22 +40,12 @@ const PRESSURE_MAPS: readonly MapNameValue[] = [
   MapName.LB_REVNAT,
   MapName.LB_AFFINITY,
   MapName.LB_MEMBERS,
-  // The IPv6 twins, sized on their own (--bpf-*-max sizes both): each runs full on its own.
-  MapName.CT6_TCP,
-  MapName.CT6_ANY,
-  MapName.FRAG6,
-  MapName.LB6_SERVICES,
-  MapName.LB6_BACKENDS,
-  MapName.LB6_REVNAT,
-  MapName.LB6_AFFINITY,
 ];
 
-/** The conntrack tables by the name `tendril bpf ct` gives them, and the family each holds. */
-const CT_TABLES: ReadonlyArray<{ table: string; family: 'ipv4' | 'ipv6'; map: MapNameValue }> = [
-  { table: 'tcp', family: 'ipv4', map: MapName.CT_TCP },
-  { table: 'any', family: 'ipv4', map: MapName.CT_ANY },
-  { table: 'tcp', family: 'ipv6', map: MapName.CT6_TCP },
-  { table: 'any', family: 'ipv6', map: MapName.CT6_ANY },
+/** The conntrack tables by the name `tendril bpf ct` gives them. */
+const CT_TABLES: ReadonlyArray<[string, MapNameValue]> = [
+  ['tcp', MapName.CT_TCP],
+  ['any', MapName.CT_ANY],
 ];
 
 /** The pinned maps under the inspector's directory; a map not pinned (an older datapath) is left out. */
@@ -153,10 +143,10 @@ export class DatapathMetrics {
           emit(this, list);
         },
       });
-    gaugeFromUsage('tendril_datapath_conntrack_entries', 'Conntrack entries, by table (tcp, any) and family (ipv4, ipv6)', ['table', 'family'], (g, list) => {
-      for (const { table, family, map } of CT_TABLES) {
+    gaugeFromUsage('tendril_datapath_conntrack_entries', 'Conntrack entries, by table (tcp, any)', ['table'], (g, list) => {
+      for (const [table, map] of CT_TABLES) {
         const u = list.find((x) => x.map === map);
-        if (u) g.set({ table, family }, u.entries);
+        if (u) g.set({ table }, u.entries);
       }
     });
     gaugeFromUsage('tendril_datapath_map_entries', 'Entries in each eBPF map that fills with traffic or cluster state', ['map'], (g, list) => {

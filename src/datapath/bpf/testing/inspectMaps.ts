@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { BPFFS_ROOT, BpfMap, codec, ensureBpffs, MapFlag, mkdirPinDir, perCpuValue, RawMap, removePinDir } from '../../kernel/bpf/index.js';
 import { MapName } from '../constants.js';
-import { ct4Key, ct6Key, ctEntry, datapathConfig, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, metricsKey, metricsValue, policyEntry, policyKey } from '../layout.js';
+import { ct4Key, ctEntry, datapathConfig, endpointInfo, endpointKey, ipcacheKey, ipcacheValue, metricsKey, metricsValue, policyEntry, policyKey } from '../layout.js';
 
 export interface TestDatapathMaps {
   /** `<root>/tendril`: what DatapathInspector takes. */
@@ -20,7 +20,6 @@ export interface TestDatapathMaps {
   policy: BpfMap<ReturnType<typeof policyKey.read>, ReturnType<typeof policyEntry.read>>;
   ctTcp: BpfMap<ReturnType<typeof ct4Key.read>, ReturnType<typeof ctEntry.read>>;
   ctAny: BpfMap<ReturnType<typeof ct4Key.read>, ReturnType<typeof ctEntry.read>>;
-  ct6Tcp: BpfMap<ReturnType<typeof ct6Key.read>, ReturnType<typeof ctEntry.read>>;
   metrics: BpfMap<ReturnType<typeof metricsKey.read>, Array<ReturnType<typeof metricsValue.read>>>;
   events: RawMap;
   /** Closes this process's fds and removes the pin directory. */
@@ -47,7 +46,6 @@ export async function createTestDatapathMaps(): Promise<TestDatapathMaps> {
       policy: await pinned(MapName.POLICY, () => BpfMap.create({ name: MapName.POLICY, type: 'LPM_TRIE', maxEntries: 256, flags: MapFlag.NO_PREALLOC }, policyKey, policyEntry)),
       ctTcp: await pinned(MapName.CT_TCP, () => BpfMap.create({ name: MapName.CT_TCP, type: 'HASH', maxEntries: 256 }, ct4Key, ctEntry)),
       ctAny: await pinned(MapName.CT_ANY, () => BpfMap.create({ name: MapName.CT_ANY, type: 'HASH', maxEntries: 256 }, ct4Key, ctEntry)),
-      ct6Tcp: await pinned(MapName.CT6_TCP, () => BpfMap.create({ name: MapName.CT6_TCP, type: 'HASH', maxEntries: 128 }, ct6Key, ctEntry)),
       metrics: await pinned(MapName.METRICS, () => BpfMap.create({ name: MapName.METRICS, type: 'PERCPU_HASH', maxEntries: 64 }, metricsKey, perCpuValue(metricsValue))),
       events: await pinned(MapName.EVENTS, () => RawMap.create({ name: MapName.EVENTS, type: 'RINGBUF', keySize: 0, valueSize: 0, maxEntries: 1 << 16 })),
     };

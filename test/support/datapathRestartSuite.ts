@@ -47,6 +47,8 @@ export function datapathRestartSuite(family: Family, tag: string): void {
   const pool = new NetnsPool(tag);
   let scene: Scene | undefined;
   const children: ChildProcess[] = [];
+  /** Stopped by the test, or in `after` when it failed first. */
+  let watches: RtnetlinkWatch[] = [];
   const peer = (app: string, v: IpFamily = streamVersion): Peer => scene!.peersIn(v).get(`${NS}/${app}`)!;
 
   before(async () => {
@@ -64,6 +66,7 @@ export function datapathRestartSuite(family: Family, tag: string): void {
 
   after(async () => {
     for (const c of children) if (c.exitCode === null && c.signalCode === null) c.kill('SIGKILL');
+    for (const w of watches) await w.stop();
     if (scene) await scene.cleanup();
     else await pool.cleanup();
   });
@@ -130,7 +133,7 @@ export function datapathRestartSuite(family: Family, tag: string): void {
     const downChecks: string[] = [];
     await sleep(2500);
     // What the restarts write into the node's and the pods' namespaces: nothing, since everything is already in force.
-    const watches = await Promise.all([node.nodePath, senderNetns, receiverNetns].map((p) => RtnetlinkWatch.start(p)));
+    watches = await Promise.all([node.nodePath, senderNetns, receiverNetns].map((p) => RtnetlinkWatch.start(p)));
 
     // SIGTERM: a clean stop. The pinned programs and maps keep forwarding and enforcing.
     await node.agent.stop();

@@ -79,12 +79,63 @@ static __always_inline void device_owner_find(struct device_owner *owner)
 	bpf_for_each_map_elem(&tendril_lxc, device_owner_match, owner, 0);
 }
 
+/* A neighbour advertisement's body: the target and at most one option. */
+struct nd_advert {
+	__u8 type;
+	__u8 code;
+	__sum16 check;
+	__u8 flags;
+	__u8 reserved[3];
+	__be32 target[4];
+	__u8 opt_type;
+	__u8 opt_len; /* 8-byte units */
+	__u8 opt_mac[ETH_ALEN];
+};
+#define ND_ADVERT_NO_OPT_LEN (sizeof(struct nd_advert) - 8)
+
+/*
+ * A neighbour advertisement from this device's pod speaks only for the pod:
+ * its target is a link-local address (on the pod's own link, whose only
+ * other end is the lxc device) or an address of its endpoint on this
+ * device, and it carries no option or one target link-layer address, the
+ * pod's MAC (m->pod_mac). DROP_INVALID_SOURCE for any other (a pod claiming another's
+ * address or link-layer address to the node's neighbour tables),
+ * DROP_INVALID_PACKET for one too short to hold a target. 0: the stack's.
+ */
+__stage int nd_advert_check(struct __sk_buff *skb, const struct ipv6_info *ip, const struct nd_macs *m)
+{
+	struct endpoint_info *own;
+	struct nd_advert na;
+	__u32 len;
+
+	if (!ip || !m)
+		return DROP_INVALID_PACKET;
+	len = ip->ip_end - ip->l4_off;
+	if (len < ND_ADVERT_NO_OPT_LEN)
+		return DROP_INVALID_PACKET;
+	if (len != ND_ADVERT_NO_OPT_LEN && len != sizeof(na))
+		return DROP_INVALID_SOURCE;
+	__builtin_memset(&na, 0, sizeof(na));
+	if (bpf_skb_load_bytes(skb, ip->l4_off, &na, len == sizeof(na) ? sizeof(na) : ND_ADVERT_NO_OPT_LEN) < 0)
+		return DROP_INVALID_PACKET;
+	if (!ipv6_is_link_local(na.target)) {
+		own = pod_endpoint_lookup6(na.target);
+		if (!own || own->ifindex != skb->ifindex)
+			return DROP_INVALID_SOURCE;
+	}
+	if (len == sizeof(na) && (na.opt_type != ND_OPT_TARGET_LL || na.opt_len != 1 || !mac_equal(na.opt_mac, m->pod_mac)))
+		return DROP_INVALID_SOURCE;
+	return 0;
+}
+
 /*
  * Neighbour discovery, router solicitations and MLD from the pod (no
  * policy: without them nothing else works). Their source is the pod's own
  * address on this device, its link-local address, or the unspecified
  * address (duplicate address detection); a solicitation is answered with
- * the lxc device's MAC (nd_respond), the rest goes to the stack.
+ * the lxc device's MAC (nd_respond), an advertisement must speak for the
+ * pod only (nd_advert_check; never from the unspecified address), the rest
+ * goes to the stack.
  */
 static __always_inline int from_container_nd(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip6, __u8 type)
 {
@@ -99,7 +150,9 @@ static __always_inline int from_container_nd(struct __sk_buff *skb, struct flow 
 		f->src_identity = src->identity;
 		f->src_endpoint = src->endpoint_id;
 	}
-	if (type != ICMP6_T_NEIGH_SOLICIT || ipv6_is_unspecified(f->saddr6))
+	if (type == ICMP6_T_NEIGH_ADVERT && ipv6_is_unspecified(f->saddr6))
+		return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
+	if ((type != ICMP6_T_NEIGH_SOLICIT && type != ICMP6_T_NEIGH_ADVERT) || ipv6_is_unspecified(f->saddr6))
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_EGRESS);
 	/* The answer's MACs: the source's endpoint, or for a link-local source the device's owner. */
 	if (src) {
@@ -111,6 +164,12 @@ static __always_inline int from_container_nd(struct __sk_buff *skb, struct flow 
 	}
 	if (!owner.endpoint_id)
 		return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
+	if (type == ICMP6_T_NEIGH_ADVERT) {
+		ret = nd_advert_check(skb, ip6, &owner.macs);
+		if (ret < 0)
+			return drop_packet(skb, f, ret, DIR_EGRESS, 0);
+		return pass_packet(skb, f, TC_ACT_OK, TRACE_TO_STACK, DIR_EGRESS);
+	}
 	ret = nd_respond(skb, ip6, &owner.macs);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_EGRESS, 0);
@@ -490,6 +549,8 @@ static __always_inline int to_container_ipv6(struct __sk_buff *skb, struct flow 
 		}
 		return drop_packet(skb, f, DROP_NOT_FOR_ENDPOINT, DIR_INGRESS, 0);
 	}
+	/* As to_container_ipv4: the stack hands it to the pod, so a NodePort translation left on the tuple is stale. */
+	f->lb_direct = 1;
 	ret = ingress_to_endpoint6(skb, f, &ip6, TRACE_FROM_STACK);
 	if (ret)
 		return ret;

@@ -332,7 +332,7 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
         const addresses = addressesByVersion(result.ips!.map((i) => i.address));
         const pod: K8sPod = { ...partial, ip, addresses, endpointId: endpoint.id };
         pods.set(key, pod);
-        // kubelet reports the sandbox's address once the network is up.
+        // kubelet reports the sandbox's addresses once the network is up.
         const now = podInApi(key);
         fake.update('pods', { ...now, status: { phase: 'Running', podIP: ip, podIPs: result.ips!.map((i) => ({ ip: i.address.split('/')[0]! })) } });
         agents.set(key, await ServiceAgentProcess.start(ns.path, { name: key, tcpPorts: opts.tcpPorts ?? [], udpPorts: opts.udpPorts ?? [], versions }));

@@ -833,7 +833,9 @@ describe('bpf_lxc ICMPv6', () => {
   it('passes neighbour discovery, router solicitation and MLD from the pod without policy; refuses its router advertisements and redirects', async () => {
     // Neighbour solicitations are answered here (bpf_lxc IPv6 tests); what is left goes to the stack.
     for (const type of [Icmp6Type.ROUTER_SOLICIT, Icmp6Type.NEIGH_ADVERT, Icmp6Type.MLD_REPORT, Icmp6Type.MLD_DONE, Icmp6Type.MLD2_REPORT, Icmp6Type.MLD_QUERY]) {
-      assert.equal((await h.run(FROM, fromPod('ff02::2', type, Buffer.alloc(20)))).retval, TcAction.OK, `type ${type}`);
+      // An advertisement speaks for the pod's own (link-local) address; the rest carry zeros.
+      const body = type === Icmp6Type.NEIGH_ADVERT ? Buffer.concat([Buffer.from([0x20, 0, 0, 0]), ipv6Bytes(POD_LL)]) : Buffer.alloc(20);
+      assert.equal((await h.run(FROM, fromPod('ff02::2', type, body))).retval, TcAction.OK, `type ${type}`);
     }
     assert.equal(h.metric(0, EGRESS).packets, 6n);
     for (const type of [Icmp6Type.ROUTER_ADVERT, Icmp6Type.REDIRECT]) {
@@ -1049,6 +1051,69 @@ describe('bpf_lxc IPv6 pod addresses', () => {
       { subtype: code('INVALID_SOURCE') },
       { subtype: code('INVALID_PACKET') },
     ]);
+  });
+
+  it('passes a neighbour advertisement from the pod only for its own address with its own MAC; one for the gateway, another pod, with another MAC or a bad option, or from the unspecified address is refused', async () => {
+    const tlla = (mac: string, type = 2, len = 1) => Buffer.concat([Buffer.from([type, len]), Buffer.from(mac.replace(/:/g, ''), 'hex')]);
+    const na = (src: string, target: string, opt: Buffer) =>
+      fromA6(IpProto.ICMPV6, icmpv6Message(src, 'ff02::1', Icmp6Type.NEIGH_ADVERT, Buffer.concat([Buffer.from([0x20, 0, 0, 0]), ipv6Bytes(target), opt])), { src, dst: 'ff02::1', hopLimit: 255 });
+    const passed: Array<[string, Buffer]> = [
+      ['its own address, its MAC', na(A6, A6, tlla(POD_A.podMac))],
+      ['its own address, no option', na(A6, A6, Buffer.alloc(0))],
+      // (Which endpoint owns a link-local source is the device's: the test device holds more than one, so no option here.)
+      ['its link-local address, no option', na('fe80::800:ff:fe00:a02', 'fe80::800:ff:fe00:a02', Buffer.alloc(0))],
+    ];
+    for (const [what, frame] of passed) {
+      const r = await h.run(FROM, frame);
+      assert.equal(r.retval, TcAction.OK, what);
+      assert.deepEqual(r.data, frame, `${what}: unchanged, to the stack`);
+    }
+    const refused: Array<[string, Buffer, keyof typeof DropReason]> = [
+      ['the gateway\'s address', na(A6, ROUTER6, tlla(POD_A.podMac)), 'INVALID_SOURCE'],
+      ['another pod\'s address', na(A6, C6, tlla(POD_A.podMac)), 'INVALID_SOURCE'],
+      ['its address with another MAC', na(A6, A6, tlla('0a:00:00:00:ee:ee')), 'INVALID_SOURCE'],
+      ['a source link-layer option', na(A6, A6, tlla(POD_A.podMac, 1)), 'INVALID_SOURCE'],
+      ['an option of the wrong length', na(A6, A6, tlla(POD_A.podMac, 2, 2)), 'INVALID_SOURCE'],
+      ['from the unspecified address', na('::', A6, tlla(POD_A.podMac)), 'INVALID_SOURCE'],
+      ['too short for a target', fromA6(IpProto.ICMPV6, icmpv6Message(A6, 'ff02::1', Icmp6Type.NEIGH_ADVERT, Buffer.alloc(8)), { dst: 'ff02::1', hopLimit: 255 }), 'INVALID_PACKET'],
+    ];
+    for (const [what, frame] of refused) assert.equal((await h.run(FROM, frame)).retval, TcAction.SHOT, what);
+    assertEvents((await h.takeEvents(refused.length)).filter((e) => e.type === DROP), refused.map(([, , r]) => ({ subtype: code(r), direction: EGRESS })));
+    assert.equal(h.metric(code('INVALID_SOURCE'), EGRESS).packets, 6n);
+  });
+
+  // As to_container_ipv4: a NodePort delivers into the pod itself, so the stack handing the pod a packet of a tuple
+  // a NodePort translation was left on means the client now talks to the pod directly (a client port reused).
+  it('a client that reached the pod through a NodePort and now talks to it directly: the entry drops the NodePort translation (lb_direct), so replies leave from the pod\'s own address', async () => {
+    const CLIENT6 = '2001:db8::77';
+    const tuple = { saddr: CLIENT6, daddr: A6, sport: 50000, dport: 8080, proto: IpProto.TCP };
+    const now = process.hrtime.bigint();
+    h.ct6Tcp.set(h.ctKey(tuple), {
+      expiresNs: now + 3600n * 1_000_000_000n,
+      packets: 3n,
+      bytes: 180n,
+      srcIdentity: IDENTITY.WORLD_IPV6,
+      dstIdentity: IDENTITY.A,
+      srcEndpoint: 0,
+      dstEndpoint: POD_A.endpointId,
+      revNatIndex: 7,
+      tcpFlags: TcpFlag.SYN | TcpFlag.ACK,
+      flags: CtFlag.NODEPORT | CtFlag.REPLY_SEEN,
+      backendId: 3,
+      natAddr: parseIp('0.0.0.0'),
+      natPort: 30080,
+    });
+    const toA = { srcMac: POD_A.lxcMac, dstMac: POD_A.podMac };
+    const r = await h.run(TO, tcp6(CLIENT6, A6, 50000, 8080, TcpFlag.ACK, toA));
+    assert.equal(r.retval, TcAction.OK, 'established: delivered');
+    const e = h.ct(tuple)!;
+    assert.deepEqual({ nodePort: e.flags & CtFlag.NODEPORT, revNatIndex: e.revNatIndex, backendId: e.backendId, natPort: e.natPort }, { nodePort: 0, revNatIndex: 0, backendId: 0, natPort: 0 }, 'the stale NodePort translation is gone');
+    // The pod's reply is no longer reverse-translated: it leaves from A6:8080 as sent.
+    const reply = tcp6(A6, CLIENT6, 8080, 50000, TcpFlag.ACK);
+    const out = await h.run(FROM, reply);
+    assert.equal(out.retval, TcAction.OK);
+    assert.deepEqual(out.data.subarray(14 + 8, 14 + 24), ipv6Bytes(A6), 'from the pod\'s own address');
+    assert.equal(out.data.readUInt16BE(14 + 40), 8080, 'from the pod\'s own port');
   });
 
   it('refuses router advertisements and redirects from the pod\'s address', async () => {

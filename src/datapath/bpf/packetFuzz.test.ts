@@ -5,7 +5,7 @@
 // A and B on the test device, pod C on another, the router address, an
 // ipcache with pod, host and CIDR entries (anything else is world), a generated policy with
 // allow, deny and port-range entries, a few tracked flows and a fragment
-// record), then sends 1-3 generated frames (well-formed, mutated, random)
+// record in each IP version), then sends 1-3 generated frames (well-formed, mutated, random)
 // and checks after each:
 //   - the verdict is TC_ACT_OK, TC_ACT_SHOT or TC_ACT_REDIRECT;
 //   - a drop emits exactly one DROP event with a known reason and counts it
@@ -23,7 +23,11 @@
 //     ND/MLD by direction, a neighbour solicitation answered, a link-local
 //     source under the device owner's policy with conntrack, any other
 //     source not the pod's refused; to_container only for the device's own
-//     pod, multicast passing).
+//     pod, multicast passing; ICMPv6 errors related only when they go back
+//     to the sender of a tracked flow they embed, forged ones held to
+//     policy; IPv6 fragments given ports only by their own first's record;
+//     neighbour solicitations and advertisements with a link-layer address
+//     or target not the pod's).
 // tendril_from_host runs in tunnel mode with a ClusterIP, and each frame
 // arrives either from the node itself or forwarded from a device (a pod's,
 // or another): the model also says which identity a forwarded source has,
@@ -42,8 +46,8 @@ import type { Direction } from '../../policy/types.js';
 import { ConfigFlag, DropReason, EndpointFlag, EventType, LbScope, MapName, POLICY_KEY_FIXED_BITS, TraceLevel, TracePoint } from './constants.js';
 import { ct4Key, ct6Key, ctEntry, datapathConfig, endpointInfo, endpointKey, frag4Key, frag4Ports, frag6Key, ipcacheKey, ipcacheValue, lb4Key, lb4Service, metricsKey, metricsValue, policyEntry, policyKey, type CtEntryValue, NO_NAT_CONFIG } from './layout.js';
 import { CIDR_24, CIDR_25, IDENTITY, NODE_IP, POD_A, POD_B, POD_C, REMOTE_POD_IP, ROUTER, TEST_IFINDEX } from './testing/fixtures.js';
-import { EXPIRED_FLOW, FUZZ_MAX_FRAME, fuzzFrameArb, SEED_FLOWS, SEED_FRAGMENT, testRunAccepts, truncations, type FuzzFrame, type FuzzSide } from './testing/packetArbitraries.js';
-import { EtherType, ethernetFrame, icmpEcho, icmpError, IpProto, internetChecksum, ipv4Datagram, ipv4Frame, TcpFlag, tcpFrame, udpDatagram, udpFrame } from './testing/packets.js';
+import { EXPIRED_FLOW, FUZZ_MAX_FRAME, fuzzFrameArb, SEED_FLOWS, SEED_FLOWS6, SEED_FRAGMENT, SEED_FRAGMENT6, testRunAccepts, truncations, type FuzzFrame, type FuzzSide } from './testing/packetArbitraries.js';
+import { datagramOf, EtherType, ethernetFrame, icmpEcho, icmpError, IpProto, internetChecksum, ipv4Datagram, ipv4Frame, ipv6Frame, TcpFlag, tcpFrame, udpDatagram, udpFrame } from './testing/packets.js';
 import { HOST_OBJECT, LXC_OBJECT, skbContext } from './testing/programHarness.js';
 import { fragKeyString, hasPorts, ipNum, parseIpv4, parseL4, tupleString as ctKeyString, type Ipv4, type L4 } from './testing/packetModel.js';
 import { frag6KeyString, isLaterFragment6, isLinkLocal6, isMulticast6, isUnspecified6, parseIpv6, parseL4v6, tuple6String, type Ipv6, type L4v6 } from './testing/packetModel6.js';
@@ -276,6 +280,13 @@ class FuzzHarness {
     this.ctTcp.set(key(EXPIRED_FLOW), entry(EXPIRED_FLOW, now - 1n));
     const s = SEED_FRAGMENT;
     this.frag.set({ saddr: ipNum(s.saddr), daddr: ipNum(s.daddr), id: s.id, proto: s.proto }, { sport: s.sport, dport: s.dport });
+    // IPv6: the pod's link-local flows, as its device's owner (the world-ipv6 identity on the far side).
+    for (const f of SEED_FLOWS6) {
+      const e: CtEntryValue = { expiresNs: now + 3600n * 1_000_000_000n, packets: 1n, bytes: 60n, srcIdentity: IDENTITY.WORLD_IPV6, dstIdentity: IDENTITY.WORLD_IPV6, srcEndpoint: 0, dstEndpoint: 0, revNatIndex: 0, tcpFlags: f.proto === IpProto.TCP ? TcpFlag.SYN | TcpFlag.ACK : 0, flags: 0, backendId: 0, natAddr: parseIp('0.0.0.0'), natPort: 0 };
+      (f.proto === IpProto.TCP ? this.ct6Tcp : this.ct6Any).set(key(f), e);
+    }
+    const s6 = SEED_FRAGMENT6;
+    this.frag6.set({ saddr: parseIp(s6.saddr), daddr: parseIp(s6.daddr), id: s6.id, proto: s6.proto }, { sport: s6.sport, dport: s6.dport });
   }
 
   async conntrack(): Promise<Map<string, CtEntryValue>> {
@@ -450,6 +461,20 @@ function expectNeighborSolicit(f: Buffer, ip: Ipv6, owner: Endpoint): Expected {
 }
 
 /**
+ * nd_advert_check on an advertisement from the device's pod (`owner`): a
+ * link-local target (the model's endpoints hold no other IPv6 address), no
+ * option or one target link-layer address with the pod's MAC; the stack's then.
+ */
+function expectNeighborAdvert(f: Buffer, ip: Ipv6, owner: Endpoint): Expected {
+  const len = ip.ipEnd - ip.l4Off;
+  if (len < 24) return drop(reason('INVALID_PACKET'));
+  if (len !== 24 && len !== 32) return drop(reason('INVALID_SOURCE'));
+  if (!isLinkLocal6(f.subarray(ip.l4Off + 8, ip.l4Off + 24))) return drop(reason('INVALID_SOURCE'));
+  if (len === 32 && (f[ip.l4Off + 24] !== 2 || f[ip.l4Off + 25] !== 1 || f.subarray(ip.l4Off + 26, ip.l4Off + 32).toString('hex') !== macHex(owner.podMac))) return drop(reason('INVALID_SOURCE'));
+  return { action: OK, wellFormed: false };
+}
+
+/**
  * IPv6 from the pod (from_container_ipv6). The model's endpoints hold no
  * IPv6 address: a source is the device owner's only when link-local (or
  * unspecified, for ND and MLD); any other is forged.
@@ -463,7 +488,10 @@ function expectFromContainer6(f: Buffer, s: ModelState): Expected {
     if (disposition === 'refuse') return drop(reason('ICMP6_NOT_ALLOWED'));
     if (disposition === 'pass') {
       if (!isUnspecified6(ip.src) && !isLinkLocal6(ip.src)) return drop(reason('INVALID_SOURCE'));
-      if (type !== 135 || isUnspecified6(ip.src)) return { action: OK, wellFormed: false };
+      if (type === 136 && isUnspecified6(ip.src)) return drop(reason('INVALID_SOURCE'));
+      if ((type !== 135 && type !== 136) || isUnspecified6(ip.src)) return { action: OK, wellFormed: false };
+      if (!podDeviceOwner) return drop(reason('INVALID_SOURCE'));
+      if (type === 136) return expectNeighborAdvert(f, ip, podDeviceOwner);
       if (!podDeviceOwner) return drop(reason('INVALID_SOURCE'));
       return expectNeighborSolicit(f, ip, podDeviceOwner);
     }
@@ -987,6 +1015,36 @@ describe(`datapath packet fuzz (seed ${SEED}, ${RUNS} runs per program; TENDRIL_
     const r = await h.run('tendril_to_container', frame);
     await h.eventsUpToMarker();
     assert.equal(r.retval, SHOT, 'the datagram carries no embedded header, so nothing relates it; no policy entry allows it');
+  });
+
+  /** An ICMPv6 error from `src` to `dst` (link-local: the model's pod holds no other IPv6 address) embedding an IPv6 datagram of `flow`. */
+  const error6Frame = (src: string, dst: string, flow: { saddr: string; daddr: string; proto: number; sport: number; dport: number }): Buffer => {
+    const l4 = udpDatagram({ src: '10.0.0.1', dst: '10.0.0.2', sport: flow.sport, dport: flow.dport }).subarray(0, 8);
+    const inner = datagramOf(ipv6Frame({ src: flow.saddr, dst: flow.daddr, nextHeader: flow.proto, payload: l4 }));
+    return ipv6Frame({ srcMac: POD_A.podMac, dstMac: POD_A.lxcMac, src, dst, nextHeader: IpProto.ICMPV6, payload: Buffer.concat([Buffer.from([1, 4, 0, 0, 0, 0, 0, 0]), inner]) });
+  };
+  const udpSeed6 = SEED_FLOWS6.find((f) => f.proto === IpProto.UDP)!;
+
+  it('an ICMPv6 error to the pod about a flow it sent is related and delivered; one about a flow it never had, or sent to someone else, meets policy (none allows it)', async () => {
+    const h = await harness('lxc');
+    const verdicts: Record<string, number> = {};
+    const cases: Array<[string, Buffer]> = [
+      ['about its own flow, to it', error6Frame('fe80::2', udpSeed6.saddr, udpSeed6)],
+      ['about a flow it never had', error6Frame('fe80::2', 'fe80::1', { ...udpSeed6, daddr: 'fe80::5', sport: 4444 })],
+      ['about its flow with a forged port', error6Frame('fe80::2', 'fe80::1', { ...udpSeed6, dport: udpSeed6.dport + 1 })],
+      ['about its flow, to the flow\'s peer', error6Frame('fe80::1', udpSeed6.daddr, udpSeed6)],
+    ];
+    for (const [what, frame] of cases) {
+      await h.reset([]);
+      verdicts[what] = (await h.run('tendril_to_container', frame)).retval;
+      await h.eventsUpToMarker();
+    }
+    assert.deepEqual(verdicts, {
+      'about its own flow, to it': OK,
+      'about a flow it never had': SHOT,
+      'about its flow with a forged port': SHOT,
+      'about its flow, to the flow\'s peer': SHOT,
+    });
   });
 
   // Found by this fuzzer: the node's own multicast on tendril_host is no pod's traffic and passes.

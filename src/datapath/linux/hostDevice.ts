@@ -3,7 +3,7 @@ import { NetlinkBatch } from '../kernel/netlink/index.js';
 import { isKernelError } from '../kernel/errors.js';
 import { kernel } from './kernel.js';
 import { hostPrefix } from './links.js';
-import { setSysctl } from './sysctl.js';
+import { getSysctl, setSysctl } from './sysctl.js';
 
 /** The host device holding the node's router addresses (Cilium's cilium_host)... */
 export const HOST_DEVICE = 'tendril_host';
@@ -27,10 +27,18 @@ export async function ensureHostDevice(nl: Netlink, routerAddresses: ReadonlyArr
       }
     }
     const [dev, peer] = await Promise.all([nl.getLink(HOST_DEVICE), nl.getLink(HOST_PEER_DEVICE)]);
-    const batch = new NetlinkBatch().setLink(peer.index, { up: true }).setLink(dev.index, { up: true });
-    for (const a of routerAddresses) batch.replaceAddress({ index: dev.index, address: hostPrefix(a), nodad: a.family === 6 });
-    await nl.apply(batch);
+    // What a previous start left in force is not written again (an agent restart touches nothing that is right).
+    const held = new Set((await nl.listAddresses({ link: dev.index })).map((a) => `${a.ip}/${a.prefixLength}`));
+    const batch = new NetlinkBatch();
+    if (!peer.up) batch.setLink(peer.index, { up: true });
+    if (!dev.up) batch.setLink(dev.index, { up: true });
+    for (const a of routerAddresses) if (!held.has(hostPrefix(a))) batch.replaceAddress({ index: dev.index, address: hostPrefix(a), nodad: a.family === 6 });
+    if (batch.items.length > 0) await nl.apply(batch);
   });
-  if (routerAddresses.some((a) => a.family === 4)) await setSysctl('net/ipv4/ip_forward', '1');
-  if (routerAddresses.some((a) => a.family === 6)) await setSysctl('net/ipv6/conf/all/forwarding', '1');
+  // Read first: a write takes the RTNL lock, and writing IPv6's all/forwarding runs through every device.
+  const forwarding = async (name: string) => {
+    if ((await getSysctl(name)) !== '1') await setSysctl(name, '1');
+  };
+  if (routerAddresses.some((a) => a.family === 4)) await forwarding('net/ipv4/ip_forward');
+  if (routerAddresses.some((a) => a.family === 6)) await forwarding('net/ipv6/conf/all/forwarding');
 }

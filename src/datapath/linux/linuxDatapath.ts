@@ -1,7 +1,7 @@
 import { validateAbsolutePath, validateInterfaceName } from '../../cni/index.js';
 import type { Logger } from '../../logging/logger.js';
 import { isKernelError } from '../kernel/errors.js';
-import { type Link, type Netlink, NetlinkBatch, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
+import { type Link, type Netlink, NetlinkBatch, type Route, RT_SCOPE, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
 import { type AdoptedPodSpec, type AttachmentOwnership, DatapathError, type Datapath, type EndpointDatapathState, type NetnsKind, type NodeNetworkSpec, type PodAddress, type PodNetwork, type PodNetworkSpec, type PodTeardownSpec, type RecordedAttachment } from '../types.js';
 import { attachmentOwnership } from './attachmentOwnership.js';
 import { ensureHostDevice } from './hostDevice.js';
@@ -11,6 +11,19 @@ import { applyMasquerade } from './masquerade.js';
 import { RemoteNodeRoutes } from './remoteNodeRoutes.js';
 import { classifyNetnsPath } from './netnsKind.js';
 import { getSysctl, interfaceSysctl, setSysctl } from './sysctl.js';
+
+/** The metric the kernel gives an IPv6 route added without one (IP6_RT_PRIO_USER); IPv4's is 0. */
+const IPV6_DEFAULT_METRIC = 1024;
+
+/**
+ * Whether `r` is the host route hostSide writes for pod address `a` over the
+ * lxc device: main table, no gateway, the gateway as preferred source, link
+ * scope on IPv4 (IPv6 routes have no scope: the kernel answers universe),
+ * the family's default metric (0 for IPv4, 1024 for IPv6).
+ */
+function isPodHostRoute(r: Route, a: PodAddress, oif: number): boolean {
+  return r.dst === hostPrefix(a) && r.oif === oif && r.gateway === undefined && r.prefsrc === canonicalIp(a.gateway) && r.scope === (a.family === 4 ? RT_SCOPE.link : RT_SCOPE.universe) && r.table === RT_TABLE_MAIN && (r.priority ?? 0) === (a.family === 6 ? IPV6_DEFAULT_METRIC : 0);
+}
 
 function alreadyExists(spec: Pick<PodNetworkSpec, 'netns' | 'ifName'>): DatapathError {
   return new DatapathError('exists', `interface ${spec.ifName} already exists in ${spec.netns} and is not this attachment's: refusing to replace it`);
@@ -163,9 +176,17 @@ export class LinuxDatapath implements Datapath {
         const forwarding = interfaceSysctl(6, hostIf, 'forwarding');
         if ((await getSysctl(forwarding)) !== '1') await setSysctl(forwarding, '1');
       }
-      const batch = new NetlinkBatch().setLink(link.index, { up: true });
-      for (const a of addresses) batch.replaceRoute({ dst: hostPrefix(a), oif: link.index, prefsrc: a.gateway });
-      await host.apply(batch);
+      // Only what is not already in force is written: an agent restart re-syncs every endpoint,
+      // and an IPv6 route "replaced" by an equal one is not left alone as IPv4's is (the
+      // kernel swaps in a new route, invalidating every cached IPv6 route of the node and
+      // notifying listeners), so a restart would churn what is right.
+      const batch = new NetlinkBatch();
+      if (!link.up) batch.setLink(link.index, { up: true });
+      const held = await Promise.all(([4, 6] as const).map((family) => (addresses.some((a) => a.family === family) ? host.listRoutes({ family, table: RT_TABLE_MAIN, link: link.index }) : [])));
+      for (const a of addresses) {
+        if (!held[a.family === 4 ? 0 : 1]!.some((r) => isPodHostRoute(r, a, link.index))) batch.replaceRoute({ dst: hostPrefix(a), oif: link.index, prefsrc: a.gateway });
+      }
+      if (batch.items.length > 0) await host.apply(batch);
       return link;
     });
   }

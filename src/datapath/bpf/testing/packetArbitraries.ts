@@ -21,6 +21,7 @@ import {
   internetChecksum,
   ipv4Datagram,
   ipv4Frame,
+  ipv6Bytes,
   ipv6Frame,
   tcpSegment,
   udpDatagram,
@@ -53,6 +54,20 @@ export const SEED_FLOWS: readonly SeedFlow[] = [
 
 /** A flow whose entry has expired (the GC has not removed it): opens nothing. */
 export const EXPIRED_FLOW: SeedFlow = { saddr: POD_A.ip, daddr: '203.0.113.7', proto: IpProto.TCP, sport: 41000, dport: 443 };
+
+/**
+ * IPv6 flows tracked (tendril_ct6_*) before every run, between the test
+ * device's pod (its link-local fe80::1: the model's endpoints hold no other
+ * IPv6 address) and fe80::2: what the ICMPv6 errors below claim to be about,
+ * or forge.
+ */
+export const SEED_FLOWS6: readonly SeedFlow[] = [
+  { saddr: 'fe80::1', daddr: 'fe80::2', proto: IpProto.UDP, sport: 5353, dport: 53 },
+  { saddr: 'fe80::2', daddr: 'fe80::1', proto: IpProto.TCP, sport: 30001, dport: 8080 },
+];
+
+/** The IPv6 fragment record every run starts with (tendril_frag6): (fe80::1 → fe80::2, UDP, id 0x77) carried ports 1000 → 80. */
+export const SEED_FRAGMENT6 = { saddr: 'fe80::1', daddr: 'fe80::2', id: 0x77, proto: IpProto.UDP, sport: 1000, dport: 80 };
 
 /** The fragment record every run starts with: (A → B, UDP, id 0x99) carried ports 1000 → 80. */
 export const SEED_FRAGMENT = { saddr: POD_A.ip, daddr: POD_B.ip, id: 0x99, proto: IpProto.UDP, sport: 1000, dport: 80 };
@@ -247,6 +262,102 @@ const ipv6Arb = fc
     return { label: `ipv6-${[...p.chain, p.last].join('-')}-t${p.ns === 'none' ? p.type : `ns-${p.ns}`}`, frame: ipv6Frame({ ...macs, src: p.src, dst: p.dst, hopLimit: p.hopLimit, nextHeader: first, payload }) };
   });
 
+/** A bare IPv6 header (payload length, next header, hop limit 64) and what follows it. */
+function ipv6Packet(src: string, dst: string, nextHeader: number, payload: Buffer): Buffer {
+  return datagramOf(ipv6Frame({ src, dst, nextHeader, payload }));
+}
+
+/**
+ * ICMPv6 errors (destination unreachable, packet too big, time exceeded,
+ * parameter problem) whose embedded datagram names a tracked flow as it was
+ * sent, reversed, with a forged port or address, or a flow that never was;
+ * sent to the flow's sender or to someone else; the embedded datagram cut
+ * short. Related only when it goes back to the sender of a tracked flow:
+ * any other must meet policy, never pass as the flow's.
+ */
+const icmp6ErrorArb = fc
+  .record({
+    seed: fc.constantFrom(...SEED_FLOWS6),
+    claim: fc.constantFrom<'as-sent' | 'reversed' | 'forged-port' | 'forged-address' | 'never'>('as-sent', 'reversed', 'forged-port', 'forged-address', 'never'),
+    to: fc.constantFrom<'sender' | 'other'>('sender', 'sender', 'other'),
+    type: fc.constantFrom(1, 2, 3, 4),
+    cut: fc.constantFrom(0, 0, 0, 4, 30),
+    outerPeer: fc.constantFrom('fe80::2', 'fe80::9', 'fd00::99'),
+  })
+  .map((p): FuzzFrame => {
+    let { saddr, daddr, sport, dport } = p.seed;
+    const proto = p.seed.proto;
+    if (p.claim === 'reversed') [saddr, daddr, sport, dport] = [daddr, saddr, dport, sport];
+    if (p.claim === 'forged-port') sport = (sport + 1) & 0xffff;
+    if (p.claim === 'forged-address') daddr = 'fe80::7';
+    if (p.claim === 'never') [saddr, daddr, sport, dport] = ['fe80::1', 'fe80::5', 4444, 4445];
+    const l4 = proto === IpProto.TCP ? tcpSegment({ src: '10.0.0.1', dst: '10.0.0.2', sport, dport }) : udpDatagram({ src: '10.0.0.1', dst: '10.0.0.2', sport, dport });
+    let inner = ipv6Packet(saddr, daddr, proto, l4.subarray(0, 8));
+    if (p.cut > 0) inner = inner.subarray(0, inner.length - p.cut);
+    // The error goes to the embedded datagram's sender (whoever sent it is the peer), or elsewhere.
+    const dst = p.to === 'sender' ? saddr : saddr === 'fe80::1' ? 'fe80::2' : 'fe80::1';
+    const src = p.outerPeer === dst ? 'fe80::3' : p.outerPeer;
+    const icmp = Buffer.concat([Buffer.from([p.type, 0, 0, 0, 0, 0, 0, 0]), inner]);
+    return { label: `icmp6-error-t${p.type}-${p.claim}-to-${p.to}${p.cut ? `-cut${p.cut}` : ''}`, frame: ipv6Frame({ ...macs, src, dst, hopLimit: 64, nextHeader: IpProto.ICMPV6, payload: icmp }) };
+  });
+
+/**
+ * Neighbour advertisements and solicitations a pod may forge: the target its
+ * own link-local address, another pod's or the router's; a target or source
+ * link-layer option with the pod's MAC, another MAC, or a malformed one; from
+ * the pod's link-local address, the unspecified address or a forged global
+ * one; solicited, override or router flags set.
+ */
+const ndSpoofArb = fc
+  .record({
+    type: fc.constantFrom(135, 136, 136),
+    target: fc.constantFrom('fe80::1', 'fd00::2', 'fd00::1', 'fe80::2'),
+    option: fc.constantFrom<'none' | 'own' | 'other' | 'bad-length' | 'other-type'>('none', 'own', 'other', 'other', 'bad-length', 'other-type'),
+    src: fc.constantFrom('fe80::1', 'fe80::1', '::', 'fd00::2'),
+    dst: fc.constantFrom('ff02::1', 'fe80::2', 'ff02::1:ff00:1'),
+    flags: fc.constantFrom(0, 0x20, 0x40, 0x60, 0x80, 0xe0),
+    hopLimit: fc.constantFrom(255, 255, 64),
+  })
+  .map((p): FuzzFrame => {
+    const optType = p.option === 'other-type' ? (p.type === 136 ? 1 : 2) : p.type === 136 ? 2 : 1;
+    const mac = p.option === 'own' ? POD_A.podMac : '0a:00:00:00:ee:ee';
+    const opt = p.option === 'none' ? Buffer.alloc(0) : Buffer.concat([Buffer.from([optType, p.option === 'bad-length' ? 2 : 1]), Buffer.from(mac.replace(/:/g, ''), 'hex')]);
+    const head = Buffer.from([p.type, 0, 0, 0, p.type === 136 ? p.flags : 0, 0, 0, 0]);
+    const icmp = Buffer.concat([head, ipv6Bytes(p.target), opt]);
+    return { label: `nd-${p.type === 136 ? 'na' : 'ns'}-${p.target}-${p.option}-from-${p.src}`, frame: ipv6Frame({ ...macs, src: p.src, dst: p.dst, hopLimit: p.hopLimit, nextHeader: IpProto.ICMPV6, payload: icmp }) };
+  });
+
+/**
+ * IPv6 fragments: first ones (offset 0, more to come) of UDP, TCP and ICMPv6
+ * echo, and later ones of the recorded datagram (SEED_FRAGMENT6), of it with
+ * another ID or reversed, or of a datagram never seen: a later fragment has
+ * no ports of its own and takes them only from the record of its own first.
+ */
+const fragment6Arb = fc
+  .record({
+    later: fc.boolean(),
+    proto: fc.constantFrom(IpProto.UDP, IpProto.TCP, IpProto.ICMPV6),
+    id: fc.constantFrom(SEED_FRAGMENT6.id, SEED_FRAGMENT6.id, 0x78),
+    reversed: fc.boolean(),
+    offset: fc.constantFrom(1, 8, 100),
+    more: fc.boolean(),
+    dport: fc.constantFrom(80, 53, 8080, 22),
+  })
+  .map((p): FuzzFrame => {
+    const [src, dst] = p.reversed ? [SEED_FRAGMENT6.daddr, SEED_FRAGMENT6.saddr] : [SEED_FRAGMENT6.saddr, SEED_FRAGMENT6.daddr];
+    const proto = p.later ? SEED_FRAGMENT6.proto : p.proto;
+    const fh = Buffer.alloc(8);
+    fh[0] = proto;
+    fh.writeUInt16BE(((p.later ? p.offset : 0) << 3) | (p.later && !p.more ? 0 : 1), 2);
+    fh.writeUInt32BE(p.id, 4);
+    const body = p.later
+      ? Buffer.alloc(16, 0xab)
+      : proto === IpProto.ICMPV6
+        ? Buffer.concat([Buffer.from([128, 0, 0, 0, 0, 7, 0, 1]), Buffer.alloc(16)])
+        : (proto === IpProto.TCP ? tcpSegment({ src: '10.0.0.1', dst: '10.0.0.2', sport: 1000, dport: p.dport }) : udpDatagram({ src: '10.0.0.1', dst: '10.0.0.2', sport: 1000, dport: p.dport })).subarray(0, 16);
+    return { label: `fragment6-${p.later ? `later-id${p.id}${p.reversed ? '-reversed' : ''}` : `first-${proto}`}`, frame: ipv6Frame({ ...macs, src, dst, hopLimit: 64, nextHeader: 44, payload: Buffer.concat([fh, body]) }) };
+  });
+
 const randomArb: fc.Arbitrary<FuzzFrame> = fc.oneof(
   fc.uint8Array({ maxLength: 120 }).map((b) => ({ label: 'random', frame: Buffer.from(b) })),
   fc
@@ -263,6 +374,9 @@ export const wellFormedFrameArb = (side: FuzzSide): fc.Arbitrary<FuzzFrame> => f
   { weight: 2, arbitrary: fragmentArb(side) },
   { weight: 2, arbitrary: arpArb },
   { weight: 2, arbitrary: ipv6Arb },
+  { weight: 2, arbitrary: icmp6ErrorArb },
+  { weight: 1, arbitrary: ndSpoofArb },
+  { weight: 1, arbitrary: fragment6Arb },
 );
 
 /** One change to a frame; `fix` recomputes the IPv4 header checksum afterwards (an inconsistent header that still verifies). */

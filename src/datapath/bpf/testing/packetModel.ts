@@ -64,7 +64,8 @@ export interface L4 {
 }
 
 export const hasPorts = (p: number): boolean => p === IpProto.TCP || p === IpProto.UDP || p === IpProto.SCTP;
-const MIN_L4: Record<number, number> = { [IpProto.TCP]: 20, [IpProto.UDP]: 8, [IpProto.SCTP]: 12, [IpProto.ICMP]: 8 };
+// l4_min_len is shared by both families: ICMPv6's 8 bytes hold in an IPv4 datagram claiming protocol 58 too.
+const MIN_L4: Record<number, number> = { [IpProto.TCP]: 20, [IpProto.UDP]: 8, [IpProto.SCTP]: 12, [IpProto.ICMP]: 8, [IpProto.ICMPV6]: 8 };
 
 /** Conntrack's ports for an ICMP echo: the identifier is a request's source port and a reply's destination port. */
 export function echoPorts(type: number, id: number): { sport: number; dport: number } {

@@ -10,7 +10,7 @@
  *   tendril_to_netdev — egress of each --devices device: pod traffic
  *     leaving the masquerade CIDRs is SNATed to the device's address.
  *   tendril_to_lo — lo egress: the node's own connections to a NodePort on
- *     one of its addresses.
+ *     one of its addresses (IPv4 and IPv6).
  * Nothing here drops traffic that is not tendril's, and only what tendril
  * translates is counted in tendril_metrics and traced (TRACE_FROM_NETWORK,
  * TRACE_TO_NETWORK): the node's own traffic on these devices is not.
@@ -166,14 +166,24 @@ int tendril_to_netdev(struct __sk_buff *skb)
 SEC("tc")
 int tendril_to_lo(struct __sk_buff *skb)
 {
+	struct ipv6_info ip6;
 	struct ipv4_info ip;
 	struct flow *f;
 	int action = TC_ACT_OK;
+	__be16 proto;
 
 	f = flow_init(skb);
 	if (!f)
 		return TC_ACT_OK;
-	if (eth_load_proto(skb) != bpf_htons(ETH_P_IP) || ipv4_load(skb, f, &ip) < 0 || l4_load(skb, f, &ip) < 0)
+	proto = eth_load_proto(skb);
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		if (ipv6_load(skb, f, &ip6) < 0 || l4_load6(skb, f, &ip6) < 0)
+			return TC_ACT_OK;
+		if (nodeport_local6(skb, f, &ip6, &action))
+			return action;
+		return TC_ACT_OK;
+	}
+	if (proto != bpf_htons(ETH_P_IP) || ipv4_load(skb, f, &ip) < 0 || l4_load(skb, f, &ip) < 0)
 		return TC_ACT_OK;
 	if (nodeport_local4(skb, f, &ip, &action))
 		return action;

@@ -553,4 +553,39 @@ static __always_inline int nodeport_local4(struct __sk_buff *skb, struct flow *f
 	return 1;
 }
 
+
+/* nodeport_local4 for IPv6: the node connecting to an IPv6 NodePort on one of its own addresses. */
+static __always_inline int nodeport_local6(struct __sk_buff *skb, struct flow *f, struct ipv6_info *ip6, int *action)
+{
+	struct endpoint_info *dst;
+	struct lb6_frontend fe;
+	__u64 now;
+	int ret;
+
+	if (!lb6_lookup(f, &fe, 1))
+		return 0;
+	now = bpf_ktime_get_ns();
+	f->lb_local_only = 1;
+	ret = lb6_translate(skb, f, ip6, &fe, now);
+	dst = ret < 0 ? NULL : pod_endpoint_lookup6(f->daddr6);
+	if (!dst) {
+		flow_set_source6(f);
+		*action = drop_packet(skb, f, ret < 0 ? ret : DROP_NO_SERVICE, DIR_INGRESS, 0);
+		return 1;
+	}
+	f->dst_identity = dst->identity;
+	f->dst_endpoint = dst->endpoint_id;
+	ret = ingress_ct_policy6_stage(skb, f, ip6, now, TRACE_TO_ENDPOINT);
+	if (ret) {
+		*action = ret;
+		return 1;
+	}
+	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0) {
+		*action = drop_packet(skb, f, DROP_WRITE_ERROR, DIR_INGRESS, 0);
+		return 1;
+	}
+	*action = pass_packet(skb, f, bpf_redirect(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+	return 1;
+}
+
 #endif

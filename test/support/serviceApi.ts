@@ -3,6 +3,7 @@ import type { BackendAddress, ServiceSpec, ServiceStatus, ServiceType, TrafficPo
 import type { LbBackendState, LbProtocol } from '../../src/datapath/types.js';
 import { cliJson, type DatapathNode } from './datapathNode.js';
 import { run } from './run.js';
+import { formatIp, ipFromBytes } from '../../src/netip/ip.js';
 import { bpfConntrack, bpfMetrics, dropCounts } from './datapathObserve.js';
 import { failures, type SessionResult, type ShotResult } from './serviceProcess.js';
 
@@ -74,15 +75,19 @@ export async function lbDiagnostics(node: DatapathNode): Promise<string> {
  * the agent's own decoder. Keys decode with decodeNatKey.
  */
 export async function snatEntries(node: DatapathNode): Promise<Array<{ key: number[]; value: number[] }>> {
-  const pin = `${node.bpffsRoot}/tendril/tendril_snat4`;
-  const r = await run(['bpftool', '-j', 'map', 'dump', 'pinned', pin]);
-  if (r.code !== 0) throw new Error(`bpftool map dump ${pin}: ${r.stderr.trim() || r.stdout.trim()}`);
-  const rows = JSON.parse(r.stdout) as Array<{ key: string[] | number[]; value: string[] | number[] } | { formatted?: unknown }>;
-  const bytes = (a: ReadonlyArray<string | number>) => a.map((x) => (typeof x === 'number' ? x : Number.parseInt(x, 16)));
-  return rows.flatMap((row) => ('key' in row && 'value' in row ? [{ key: bytes(row.key), value: bytes(row.value) }] : []));
+  const out: Array<{ key: number[]; value: number[] }> = [];
+  // Both families' tables: tendril_snat4, then tendril_snat6 (keys tell them apart by length).
+  for (const pin of [`${node.bpffsRoot}/tendril/tendril_snat4`, `${node.bpffsRoot}/tendril/tendril_snat6`]) {
+    const r = await run(['bpftool', '-j', 'map', 'dump', 'pinned', pin]);
+    if (r.code !== 0) throw new Error(`bpftool map dump ${pin}: ${r.stderr.trim() || r.stdout.trim()}`);
+    const rows = JSON.parse(r.stdout) as Array<{ key: string[] | number[]; value: string[] | number[] } | { formatted?: unknown }>;
+    const bytes = (a: ReadonlyArray<string | number>) => a.map((x) => (typeof x === 'number' ? x : Number.parseInt(x, 16)));
+    out.push(...rows.flatMap((row) => ('key' in row && 'value' in row ? [{ key: bytes(row.key), value: bytes(row.value) }] : [])));
+  }
+  return out;
 }
 
-/** A nat4_key (bpf/lib/nat.h): saddr, daddr, sport, dport (network order), proto, dir. */
+/** A nat4_key or nat6_key (bpf/lib/nat.h, nat6.h): saddr, daddr, sport, dport (network order), proto, dir. */
 export interface NatKey {
   saddr: string;
   daddr: string;
@@ -93,8 +98,11 @@ export interface NatKey {
 }
 
 export function decodeNatKey(b: readonly number[]): NatKey {
-  const ip = (o: number) => b.slice(o, o + 4).join('.');
-  return { saddr: ip(0), daddr: ip(4), sport: (b[8]! << 8) | b[9]!, dport: (b[10]! << 8) | b[11]!, proto: b[12]!, dir: b[13]! };
+  // A nat6_key is 40 bytes (two 16-byte addresses first), a nat4_key 16.
+  const size = b.length >= 40 ? 16 : 4;
+  const ip = (o: number) => formatIp(ipFromBytes(Uint8Array.from(b.slice(o, o + size))));
+  const o = 2 * size;
+  return { saddr: ip(0), daddr: ip(size), sport: (b[o]! << 8) | b[o + 1]!, dport: (b[o + 2]! << 8) | b[o + 3]!, proto: b[o + 4]!, dir: b[o + 5]! };
 }
 
 /** Conntrack entries on the client ports of failed flows, as text for a failure message ('' when none failed). */

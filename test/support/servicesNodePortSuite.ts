@@ -352,7 +352,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
       test(title('ICMP echo from a pod to a server outside: masqueraded (a NAT mapping keyed by the echo identifier), replies come back'), {}, async () => {
         const r = await pool.exec(scene!.pod('client').netns, ['ping', '-n', '-c', '3', '-i', '0.2', '-W', '1', REMOTE_HOST_IP]);
         assert.equal(r.code, 0, `ping ${REMOTE_HOST_IP} from the pod: ${r.stdout}${r.stderr}`);
-        const icmp = (await snatEntries(scene!.node)).map((e) => decodeNatKey(e.key)).filter((k) => k.proto === 1 && (k.saddr === ip('client') || k.daddr === REMOTE_NODE_IP));
+        const icmp = (await snatEntries(scene!.node)).map((e) => decodeNatKey(e.key)).filter((k) => k.proto === (v === 6 ? 58 : 1) && (k.saddr === ip('client') || k.daddr === REMOTE_NODE_IP));
         assert.ok(icmp.some((k) => k.saddr === ip('client') && k.daddr === REMOTE_HOST_IP), `an EGRESS mapping for the echo: ${JSON.stringify(icmp)}`);
         assert.ok(icmp.some((k) => k.saddr === REMOTE_HOST_IP && k.daddr === REMOTE_NODE_IP), `an INGRESS mapping on the node address: ${JSON.stringify(icmp)}`);
       });

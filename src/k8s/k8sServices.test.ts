@@ -22,8 +22,8 @@ const slice = (name: string, endpoints: V1Endpoint[], ports: V1EndpointSlice['po
 });
 
 /** frontend key → [backends as ip:port(state), flags] */
-function summary(svc: V1Service, slices: V1EndpointSlice[]) {
-  const { specs, skipped } = k8sServiceFrontends(svc, slices);
+function summary(svc: V1Service, slices: V1EndpointSlice[], ipv6NodePortAddresses?: string[]) {
+  const { specs, skipped } = k8sServiceFrontends(svc, slices, ipv6NodePortAddresses ? { ipv6NodePortAddresses } : {});
   // Every spec is one the service API takes.
   for (const s of specs) validateServiceSpec(40000, s);
   return {
@@ -151,7 +151,7 @@ describe('k8sServiceFrontends', () => {
     assert.deepEqual(summary(svc, [v4, v6]), { frontends: { 'fd00:96::a:80/TCP': { backends: ['fd00:10::1:8080', 'fd00:10::2:8080'], flags: cluster } }, skipped: [] });
   });
 
-  it('a dual-stack Service is one service per family, each with its family\'s slices; the IPv6 NodePort is skipped with a reason', () => {
+  it('a dual-stack Service is one service per family, each with its family\'s slices; the IPv6 NodePort on the node\'s IPv6 InternalIPs, skipped with a reason when it has none', () => {
     const svc = k8sService('d', {
       type: 'NodePort',
       clusterIPs: ['10.96.0.10', 'fd00:96::10'],
@@ -166,6 +166,13 @@ describe('k8sServiceFrontends', () => {
       { '10.96.0.10:80/TCP': ['10.0.1.1:8080'], 'fd00:96::10:80/TCP': ['fd00:10::1:8080'], '0.0.0.0:30080/TCP': ['10.0.1.1:8080'], '198.51.100.7:80/TCP': ['10.0.1.1:8080'], 'fd00:7::7:80/TCP': ['fd00:10::1:8080'] },
     );
     assert.deepEqual(r.skipped, ['port http 80/TCP nodePort 30080 on IPv6']);
+    // A node with IPv6 InternalIPs serves the IPv6 NodePort on each, with the IPv6 slices' backends.
+    const on6 = summary(svc, [slice('d-a', [endpoint('10.0.1.1')]), slice('d-b', [endpoint('fd00:10::1')], undefined, 'IPv6')], ['fd00:1::5', 'fd00:2::5']);
+    assert.deepEqual(
+      Object.fromEntries(Object.entries(on6.frontends).filter(([, v]) => v.flags.type === 'NodePort').map(([k, v]) => [k, v.backends])),
+      { '0.0.0.0:30080/TCP': ['10.0.1.1:8080'], 'fd00:1::5:30080/TCP': ['fd00:10::1:8080'], 'fd00:2::5:30080/TCP': ['fd00:10::1:8080'] },
+    );
+    assert.deepEqual(on6.skipped, []);
     // ipFamilies is what the Service has: an address of another family (an object mid-conversion) is not served.
     const single = summary(k8sService('s', { clusterIPs: ['10.96.0.10', 'fd00:96::10'], ipFamilies: ['IPv4'] }), []);
     assert.deepEqual(Object.keys(single.frontends), ['10.96.0.10:80/TCP']);

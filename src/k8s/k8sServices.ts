@@ -89,8 +89,8 @@ function policy(v: string | undefined): TrafficPolicy {
  * Every frontend of a Service with its backends. Headless (clusterIP None)
  * and ExternalName Services have none: nothing load-balances them.
  * ClusterIPs, external and LoadBalancer IPs of both families (one service
- * per family and frontend, each with its family's slices; from outside,
- * IPv6 reaches a backend on the node it arrives at only), IPv4 NodePorts
+ * per family and frontend, each with its family's slices), IPv4 NodePorts
+ * on every node address, IPv6 ones on each of the node's IPv6 InternalIPs
  * and TCP/UDP ports are served; the rest is listed in `skipped`. externalTrafficPolicy concerns the frontends reached from
  * outside the node (NodePort, external IPs, LoadBalancer IPs);
  * internalTrafficPolicy every frontend's traffic from inside the node (as
@@ -99,7 +99,7 @@ function policy(v: string | undefined): TrafficPolicy {
 /** The label by which a Service names the service proxy that serves it (tendril serves only unlabelled ones). */
 export const SERVICE_PROXY_NAME_LABEL = 'service.kubernetes.io/service-proxy-name';
 
-export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointSlice[]): K8sServiceFrontends {
+export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointSlice[], node: { ipv6NodePortAddresses?: readonly string[] } = {}): K8sServiceFrontends {
   const out: K8sServiceFrontends = { specs: [], skipped: [] };
   const spec = svc.spec;
   const type = spec?.type ?? 'ClusterIP';
@@ -175,9 +175,15 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
     };
     for (const ip of serviceClusterIps) add(ip, port.port, 'ClusterIP', 'Cluster');
     if ((type === 'NodePort' || type === 'LoadBalancer') && port.nodePort !== undefined && port.nodePort > 0) {
-      // The NodePort on the node's IPv4 addresses, when the Service has IPv4; IPv6 has no "every node address" frontend yet.
+      // The NodePort on the node's IPv4 addresses, when the Service has IPv4. IPv6 has no "every node
+      // address" frontend: its NodePort is served on each of the node's IPv6 InternalIPs (kube-proxy's
+      // default --nodeport-addresses serves them all; the InternalIP is where clients are told to go).
       if (serviceClusterIps.some((ip) => familyOf(ip) === 4)) add('0.0.0.0', port.nodePort, 'NodePort', externalPolicy);
-      if (serviceClusterIps.some((ip) => familyOf(ip) === 6)) out.skipped.push({ what: `${what} nodePort ${port.nodePort} on IPv6`, reason: 'IPv6 NodePorts are not served yet' });
+      if (serviceClusterIps.some((ip) => familyOf(ip) === 6)) {
+        const on6 = node.ipv6NodePortAddresses ?? [];
+        for (const ip of on6) add(ip, port.nodePort, 'NodePort', externalPolicy);
+        if (on6.length === 0) out.skipped.push({ what: `${what} nodePort ${port.nodePort} on IPv6`, reason: 'the node has no IPv6 InternalIP to serve an IPv6 NodePort on' });
+      }
     }
     for (const ip of externalIps) add(ip, port.port, 'ExternalIPs', externalPolicy);
     for (const ip of serviceLbIps) add(ip, port.port, 'LoadBalancer', externalPolicy);

@@ -55,6 +55,8 @@ export interface ServiceSyncOptions {
   logger: Logger;
   /** How long after a datapath failure a frontend is written again (default 10 s). */
   retryIntervalMs?: number;
+  /** The node's IPv6 InternalIPs, read at each update: an IPv6 NodePort is served on each (none: not served). */
+  ipv6NodePortAddresses?: () => readonly string[];
 }
 
 /** A frontend a Service holds: its ID stays while the Service has the frontend. */
@@ -75,6 +77,7 @@ export class ServiceSync {
   readonly #services: ServiceApi;
   readonly #log: Logger;
   readonly #retryMs: number;
+  readonly #ipv6NodePortAddresses: () => readonly string[];
   /** What each Service wants: frontend key → spec (a Service being deleted wants nothing). */
   readonly #wanted = new Map<string, Map<string, ServiceSpec>>();
   /** Frontend key → the Service holding it and its ID. A frontend two Services want is the first one's. */
@@ -105,6 +108,7 @@ export class ServiceSync {
     this.#services = o.services;
     this.#log = o.logger.child({ component: 'k8s-services', node: o.nodeName });
     this.#retryMs = o.retryIntervalMs ?? DEFAULT_RETRY_MS;
+    this.#ipv6NodePortAddresses = o.ipv6NodePortAddresses ?? (() => []);
   }
 
   /**
@@ -178,7 +182,7 @@ export class ServiceSync {
     this.#index();
     const wanted = new Map<string, ServiceSpec>();
     if (svc) {
-      const { specs, skipped } = k8sServiceFrontends(svc, slices);
+      const { specs, skipped } = k8sServiceFrontends(svc, slices, { ipv6NodePortAddresses: this.#ipv6NodePortAddresses() });
       // A frontend listed twice (an external IP that is also a LoadBalancer IP) is served once.
       for (const spec of specs) if (!wanted.has(specFrontendKey(spec))) wanted.set(specFrontendKey(spec), spec);
       const skippedText = JSON.stringify(skipped);

@@ -25,6 +25,8 @@ export interface K8sWatchersOptions {
   policy: K8sPolicyTarget;
   services?: ServiceApi;
   retry?: RetryOptions;
+  /** The node's IPv6 InternalIPs (an IPv6 NodePort's frontends). */
+  ipv6NodePortAddresses?: () => readonly string[];
 }
 
 export class K8sWatchers {
@@ -46,7 +48,7 @@ export class K8sWatchers {
     this.#pods = new PodWatcher({ ...common, nodeName: o.nodeName, endpoints: o.endpoints });
     this.#node = new NodeWatcher({ ...common, nodeName: o.nodeName });
     this.#policies = new PolicyWatcher({ ...common, target: o.policy });
-    this.#services = o.services === undefined ? undefined : new ServiceWatcher({ ...common, nodeName: o.nodeName, services: o.services });
+    this.#services = o.services === undefined ? undefined : new ServiceWatcher({ ...common, nodeName: o.nodeName, services: o.services, ...(o.ipv6NodePortAddresses ? { ipv6NodePortAddresses: o.ipv6NodePortAddresses } : {}) });
     this.#informers = [
       this.#pods.pods,
       this.#pods.namespaces,

@@ -235,7 +235,9 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
     cleanups.push(() => fake.stop());
     for (const crd of crds) fake.create('customresourcedefinitions', crd);
     for (const [name, labels] of Object.entries(opts.namespaces)) fake.create('namespaces', namespaceObject(name, labels));
-    fake.create('nodes', nodeObject(opts.nodeName, podCidrs, [{ type: 'Hostname', address: opts.nodeName }]));
+    // An IPv6 InternalIP (the node's address toward the outside host) where pods have IPv6: IPv6 NodePorts are served there.
+    const internal6 = opts.outside && versions.includes(6) ? [{ type: 'InternalIP', address: ipIn(6, OUTSIDE_NODE_IP) }] : [];
+    fake.create('nodes', nodeObject(opts.nodeName, podCidrs, [{ type: 'Hostname', address: opts.nodeName }, ...internal6]));
     const connectArgs = opts.connect === 'api-server' ? ['--k8s-api-server', fake.url] : ['--k8s-kubeconfig', await fake.kubeconfig()];
 
     const nodeNs = await pool.add('node');

@@ -21,7 +21,7 @@ import { requireRoot } from './root.js';
 import { runOk } from './run.js';
 import { assertAllAnswered } from './serviceApi.js';
 import { movedSessions, shareByBackend } from './serviceProcess.js';
-import { NOT_YET_6, rowTitle, todoOn6 } from './serviceScene.js';
+import { rowTitle } from './serviceScene.js';
 
 const NS = 'tdl-k8s-svc';
 const TCP_PORT = 8080;
@@ -164,7 +164,7 @@ export function k8sServicesSuite(family: Family, tag: string): void {
       await waitServiceBackends(scene!.node, { ip: VIP, port: 80 }, active('be-b', 'be-c'), FOLLOW_MS);
     });
 
-    test(title('a NodePort Service answers an outside host on the node\'s address'), todoOn6(v, NOT_YET_6.nodePortAny), async () => {
+    test(title('a NodePort Service answers an outside host on the node\'s address'), {}, async () => {
       scene!.fake.create('services', serviceObject(NS, named('web-np'), { type: 'NodePort', clusterIP: VIP_NODEPORT, selector: { app: 'backend' }, ports: [{ name: 'http', port: 80, targetPort: TCP_PORT, nodePort: NODE_PORT_V }] }));
       scene!.fake.create('endpointslices', endpointSliceObject(NS, named('web-np-1'), named('web-np'), scene!.nodeName, ready('be-a', 'be-c'), SLICE_PORTS, v));
       await waitServiceBackends(scene!.node, { ip: VIP_NODEPORT, port: 80 }, active('be-a', 'be-c'), FOLLOW_MS);
@@ -199,8 +199,8 @@ export function k8sServicesSuite(family: Family, tag: string): void {
       scene!.fake.create('services', serviceObject(NS, named('web-lb'), { type: 'LoadBalancer', clusterIP: VIP_LB, externalIPs: [EXTERNAL_IP], loadBalancerIPs: [LB_INGRESS_IP], selector: { app: 'backend' }, ports: [{ name: 'http', port: 80, targetPort: TCP_PORT, nodePort: LB_NODE_PORT_V }] }));
       scene!.fake.create('endpointslices', endpointSliceObject(NS, named('web-lb-1'), named('web-lb'), scene!.nodeName, ready('be-b', 'be-c'), SLICE_PORTS, v));
       for (const ip of [VIP_LB, EXTERNAL_IP, LB_INGRESS_IP]) await waitServiceBackends(scene!.node, { ip, port: 80 }, active('be-b', 'be-c'), FOLLOW_MS);
-      // IPv6 Services get no NodePort frontend yet (NOT_YET_6.nodePortAny): the external and ingress IPs only.
-      const targets: Array<[string, number]> = [[EXTERNAL_IP, 80], [LB_INGRESS_IP, 80], ...(v === 4 ? [[OUTSIDE_NODE_IP, LB_NODE_PORT_V] as [string, number]] : [])];
+      // IPv6: the NodePort on the node's IPv6 InternalIP, its address toward the outside host.
+      const targets: Array<[string, number]> = [[EXTERNAL_IP, 80], [LB_INGRESS_IP, 80], [OUTSIDE_NODE_IP, LB_NODE_PORT_V]];
       for (const [dst, port] of targets) {
         const sessions = await scene!.agent('outside').tcpSessions({ dst, port }, { count: 20, requests: 1, concurrency: 5 });
         await assertAllAnswered(scene!.node, sessions, `outside -> ${dst}:${port}`);

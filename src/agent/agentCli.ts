@@ -159,7 +159,7 @@ export function agentCommand(): Command {
     .option('--bpf-lb-external-clusterip', 'ClusterIPs answer traffic from outside the cluster too (default: off, such traffic is dropped)')
     .option('--bpf-nat-port-range <min-max>', 'source ports SNAT gives out, less the node\'s ephemeral range and the NodePort range 30000-32767 (default 1024-65535)')
     .option('--bpf-ct-endpoint-max <n>', 'conntrack entries one endpoint may hold; its new flows beyond are dropped as CT_ENDPOINT_BUDGET (default 0: no budget)', int('--bpf-ct-endpoint-max'))
-    .option('--devices <name[,name]>', 'node devices for NodePort from outside and masquerading (default: every up interface with a global IPv4 address)', list)
+    .option('--devices <name[,name]>', 'node devices for NodePort from outside and masquerading (default: every up interface with a global address of either family)', list)
     .option('--masquerade', 'masquerade pod traffic leaving the masquerade CIDRs (default)')
     .option('--no-masquerade', 'do not masquerade pod traffic')
     .option('--ipv6-masquerade', 'eBPF datapath: masquerade pods\' IPv6 traffic too, to the device\'s IPv6 address (default off: IPv6 leaves with the pod\'s address; the routing datapath masquerades IPv6 with --masquerade)')

@@ -79,20 +79,6 @@ static __always_inline void device_owner_find(struct device_owner *owner)
 	bpf_for_each_map_elem(&tendril_lxc, device_owner_match, owner, 0);
 }
 
-/* A neighbour advertisement's body: the target and at most one option. */
-struct nd_advert {
-	__u8 type;
-	__u8 code;
-	__sum16 check;
-	__u8 flags;
-	__u8 reserved[3];
-	__be32 target[4];
-	__u8 opt_type;
-	__u8 opt_len; /* 8-byte units */
-	__u8 opt_mac[ETH_ALEN];
-};
-#define ND_ADVERT_NO_OPT_LEN (sizeof(struct nd_advert) - 8)
-
 /*
  * A neighbour advertisement from this device's pod speaks only for the pod:
  * its target is a link-local address (on the pod's own link, whose only
@@ -105,25 +91,26 @@ struct nd_advert {
 __stage int nd_advert_check(struct __sk_buff *skb, const struct ipv6_info *ip, const struct nd_macs *m)
 {
 	struct endpoint_info *own;
-	struct nd_advert na;
+	/* The body is read into icmp6.h's frame layout (one layout of an ND message), past its headers. */
+	struct nd_frame na;
 	__u32 len;
 
 	if (!ip || !m)
 		return DROP_INVALID_PACKET;
 	len = ip->ip_end - ip->l4_off;
-	if (len < ND_ADVERT_NO_OPT_LEN)
+	if (len < ND_BODY_NO_OPT_LEN)
 		return DROP_INVALID_PACKET;
-	if (len != ND_ADVERT_NO_OPT_LEN && len != sizeof(na))
+	if (len != ND_BODY_NO_OPT_LEN && len != ND_BODY_LEN)
 		return DROP_INVALID_SOURCE;
 	__builtin_memset(&na, 0, sizeof(na));
-	if (bpf_skb_load_bytes(skb, ip->l4_off, &na, len == sizeof(na) ? sizeof(na) : ND_ADVERT_NO_OPT_LEN) < 0)
+	if (bpf_skb_load_bytes(skb, ip->l4_off, &na.type, len == ND_BODY_LEN ? ND_BODY_LEN : ND_BODY_NO_OPT_LEN) < 0)
 		return DROP_INVALID_PACKET;
 	if (!ipv6_is_link_local(na.target)) {
 		own = pod_endpoint_lookup6(na.target);
 		if (!own || own->ifindex != skb->ifindex)
 			return DROP_INVALID_SOURCE;
 	}
-	if (len == sizeof(na) && (na.opt_type != ND_OPT_TARGET_LL || na.opt_len != 1 || !mac_equal(na.opt_mac, m->pod_mac)))
+	if (len == ND_BODY_LEN && (na.opt_type != ND_OPT_TARGET_LL || na.opt_len != 1 || !mac_equal(na.opt_mac, m->pod_mac)))
 		return DROP_INVALID_SOURCE;
 	return 0;
 }

@@ -514,6 +514,14 @@ __stage int nodeport_lb6(struct __sk_buff *skb, struct flow *f, const struct ipv
 	return 1;
 }
 
+/* The last step of nodeport_local4/6: the backend's MACs, then straight into its device. */
+static __always_inline int nodeport_local_deliver(struct __sk_buff *skb, struct flow *f, const struct endpoint_info *dst)
+{
+	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0)
+		return drop_packet(skb, f, DROP_WRITE_ERROR, DIR_INGRESS, 0);
+	return pass_packet(skb, f, bpf_redirect(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+}
+
 /*
  * lo egress: the node connecting to a NodePort on one of its own addresses.
  * Only a backend on this node can be reached this way: one is chosen among
@@ -545,11 +553,7 @@ static __always_inline int nodeport_local4(struct __sk_buff *skb, struct flow *f
 		*action = ret;
 		return 1;
 	}
-	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0) {
-		*action = drop_packet(skb, f, DROP_WRITE_ERROR, DIR_INGRESS, 0);
-		return 1;
-	}
-	*action = pass_packet(skb, f, bpf_redirect(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+	*action = nodeport_local_deliver(skb, f, dst);
 	return 1;
 }
 
@@ -580,11 +584,7 @@ static __always_inline int nodeport_local6(struct __sk_buff *skb, struct flow *f
 		*action = ret;
 		return 1;
 	}
-	if (eth_store_macs(skb, dst->pod_mac, dst->lxc_mac) < 0) {
-		*action = drop_packet(skb, f, DROP_WRITE_ERROR, DIR_INGRESS, 0);
-		return 1;
-	}
-	*action = pass_packet(skb, f, bpf_redirect(dst->ifindex, 0), TRACE_TO_ENDPOINT, DIR_INGRESS);
+	*action = nodeport_local_deliver(skb, f, dst);
 	return 1;
 }
 

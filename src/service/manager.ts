@@ -11,10 +11,12 @@
  * connection pinned to a non-member on its next packet.
  */
 import { Serializer } from '../async/keyedSerializer.js';
+import { UndoList } from '../async/undoList.js';
 import type { LbBackendEntry, LoadBalancerDatapath } from '../datapath/types.js';
 import type { Logger } from '../logging/logger.js';
 import { BackendRegistry, type RefChange } from './backendRegistry.js';
 import { ServiceError, ServiceErrorCode } from './errors.js';
+import { type DatapathFrontend, datapathFrontends, entryOf, EXTRA_FRONTEND_ID_MAX, frontendKeysOf, ipv6NodePortAddresses, onEveryIpv6NodeAddress, sameFrontends } from './frontends.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE } from './maglev.js';
 import { dependsOnLocality, keyOfBackend, renderService, type RenderContext } from './render.js';
 import { SERVICE_RECORD_VERSION, type ServiceStore, type StoredService } from './serviceStore.js';
@@ -31,7 +33,11 @@ export interface ServiceManagerOptions {
   maglevTableSize?: number;
   /** This node's endpoint addresses: a backend there is local (external or internal traffic policy Local). */
   localAddresses?: () => Iterable<string>;
-  /** This node's own addresses: a NodePort frontend other than 0.0.0.0 must be one, a ClusterIP none. */
+  /**
+   * This node's own addresses: a NodePort frontend other than 0.0.0.0 and ::
+   * must be one, a ClusterIP none; a NodePort on :: is served on each IPv6
+   * one, as they are when the service is written (or restored).
+   */
   nodeAddresses?: () => Iterable<string>;
   /** The node's router addresses and pod CIDRs: no ClusterIP, external or LoadBalancer frontend there (nor on an endpoint's address, localAddresses). */
   routerAddresses?: () => Iterable<string>;
@@ -44,6 +50,8 @@ export interface ServiceManagerOptions {
 
 interface ServiceState {
   spec: NormalizedService;
+  /** What the datapath holds it as: one frontend under the service's ID, or for a NodePort on :: one per node IPv6 address. */
+  frontends: DatapathFrontend[];
   /** Backend keys, in the spec's order. */
   keys: string[];
   /**
@@ -74,8 +82,12 @@ function datapathFailed(what: string, err: unknown): ServiceError {
 
 export class ServiceManager implements ServiceApi {
   readonly #services = new Map<number, ServiceState>();
-  /** Frontend key → service ID. */
+  /** Frontend key → service ID (a NodePort on :: holds its own key and each node address's). */
   readonly #frontends = new Map<string, number>();
+  /** The IDs of NodePorts' extra frontends (on ::, one per node IPv6 address beyond the first) → the service they serve. */
+  readonly #extraIds = new Map<number, number>();
+  /** Datapath frontend IDs whose deletion failed after a failed write: retried before the next write. */
+  readonly #pendingServiceDeletes = new Set<number>();
   readonly #registry = new BackendRegistry();
   /** Backend IDs freed whose deletion from the datapath failed: retried before the next write (and by restoreDone at a start). */
   readonly #pendingBackendDeletes = new Set<number>();
@@ -117,13 +129,27 @@ export class ServiceManager implements ServiceApi {
     const lb = this.#requireLb();
     const spec = validateServiceSpec(id, body, this.#validationContext());
     return this.#serial.run(async () => {
-      await this.#retryBackendDeletes(lb);
+      await this.#retryDeletes(lb);
+      const holder = this.#extraIds.get(spec.id);
+      if (holder !== undefined) {
+        const on = this.#services.get(holder)?.frontends.find((f) => f.id === spec.id)?.ip;
+        throw new ServiceError(ServiceErrorCode.CONFLICT, `id: service ID ${spec.id} is service ${holder}'s frontend on ${on ?? 'a node address'} (a NodePort on :: is one frontend per node IPv6 address, each under an ID of its own); use another ID`);
+      }
       const prev = this.#services.get(spec.id);
-      if (prev && prev.realized && sameService(prev.spec, spec)) return { service: this.#status(prev, this.#localSet()), created: false, changed: false };
-      const fk = frontendKey(spec.frontend);
-      const owner = this.#frontends.get(fk);
-      if (owner !== undefined && owner !== spec.id) throw new ServiceError(ServiceErrorCode.CONFLICT, `frontend-address: ${fk} already belongs to service ${owner}`);
-      const next = await this.#write(lb, spec, prev);
+      const frontends = this.#frontendsOf(spec, new Map(prev?.frontends.map((f) => [f.ip, f.id])));
+      if (onEveryIpv6NodeAddress(spec) && frontends.length === 0) {
+        throw new ServiceError(ServiceErrorCode.INVALID, 'frontend-address.ip: a NodePort on :: is served on each of this node\'s IPv6 addresses, and it has none');
+      }
+      // Served as it is on the node's addresses as they are now: the same spec again picks up addresses that came or went.
+      if (prev && prev.realized && sameService(prev.spec, spec) && sameFrontends(prev.frontends, frontends)) return { service: this.#status(prev, this.#localSet()), created: false, changed: false };
+      for (const fk of frontendKeysOf(spec, frontends)) {
+        const owner = this.#frontends.get(fk);
+        if (owner === undefined || owner === spec.id) continue;
+        const ownerSpec = this.#services.get(owner)?.spec;
+        const why = onEveryIpv6NodeAddress(spec) && fk !== frontendKey(spec.frontend) ? ' (:: stands for each node IPv6 address)' : ownerSpec && onEveryIpv6NodeAddress(ownerSpec) ? ` (service ${owner} is a NodePort on ::, served on each node IPv6 address)` : '';
+        throw new ServiceError(ServiceErrorCode.CONFLICT, `frontend-address: ${fk} already belongs to service ${owner}${why}`);
+      }
+      const next = await this.#write(lb, spec, frontends, prev);
       this.o.log.info({ service: spec.id, frontend: frontendKey(spec.frontend), backends: spec.backends.length }, prev === undefined ? 'service created' : 'service updated');
       return { service: this.#status(next, this.#localSet()), created: prev === undefined, changed: true };
     });
@@ -133,27 +159,28 @@ export class ServiceManager implements ServiceApi {
     const lb = this.#requireLb();
     validateServiceId(id);
     return this.#serial.run(async () => {
-      await this.#retryBackendDeletes(lb);
+      await this.#retryDeletes(lb);
       const prev = this.#services.get(id);
       if (!prev) throw new ServiceError(ServiceErrorCode.NOT_FOUND, `service ${id} not found`);
+      const undo = new UndoList();
+      let change: RefChange | undefined;
+      let stage = 'the datapath did not delete it';
       try {
-        await lb.deleteService(id);
-      } catch (err) {
-        // Half-deleted, perhaps: written whole again by the retry unless deleted first.
-        prev.realized = false;
-        this.#scheduleRetry();
-        throw datapathFailed(`service ${id}: the datapath did not delete it`, err);
-      }
-      const change = this.#registry.replaceRefs(id, prev.keys, new Map());
-      try {
+        for (const f of prev.frontends) {
+          // A frontend half-deleted or deleted is written back as it was (its backends are still there).
+          undo.add(() => this.#putBackFrontend(lb, prev, f, f.id), `frontend ${f.ip} (${f.id})`);
+          await lb.deleteService(f.id);
+        }
+        change = this.#registry.replaceRefs(id, prev.keys, new Map());
+        stage = 'its record could not be removed';
         await this.o.store.remove(id);
       } catch (err) {
-        change.undo();
-        await this.#putBack(lb, id, prev, []);
-        throw datapathFailed(`service ${id}: its record could not be removed`, err);
+        change?.undo();
+        await this.#rollBack(lb, id, undo, prev, []);
+        throw datapathFailed(`service ${id}: ${stage}`, err);
       }
       this.#services.delete(id);
-      this.#frontends.delete(frontendKey(prev.spec.frontend));
+      this.#release(prev);
       await this.#settleBackends(lb, prev.keys.filter((k) => this.#registry.idOf(k) !== undefined), change.freed);
       this.o.log.info({ service: id, frontend: frontendKey(prev.spec.frontend) }, 'service deleted');
     });
@@ -194,14 +221,18 @@ export class ServiceManager implements ServiceApi {
           report.skipped.push({ id: rec.id, error: (err as Error).message });
         }
       }
+      const expanded = this.#restoreFrontends(accepted, report);
       // Every persisted ID is claimed before any is allocated, so no restored service takes another's.
-      for (const { rec } of accepted) for (const [key, id] of Object.entries(rec.backendIds)) this.#registry.claim(key, id);
+      for (const { rec } of expanded) for (const [key, id] of Object.entries(rec.backendIds)) this.#registry.claim(key, id);
       const renumbered: number[] = [];
-      for (const { rec, spec } of accepted) {
+      for (const { rec, spec, frontends } of expanded) {
         const keys = spec.backends.map((b) => keyOfBackend(spec, b));
         this.#registry.replaceRefs(spec.id, [], new Map(spec.backends.map((b, i) => [keys[i]!, b.state] as const)));
-        if (keys.some((k) => rec.backendIds[k] !== this.#registry.idOf(k))) renumbered.push(spec.id);
-        this.#services.set(spec.id, { spec, keys, written: false, realized: false, local: new Set(rec.local) });
+        const moved = onEveryIpv6NodeAddress(spec) && !sameFrontends(rec.frontends ?? [], frontends);
+        if (moved || keys.some((k) => rec.backendIds[k] !== this.#registry.idOf(k))) renumbered.push(spec.id);
+        const s: ServiceState = { spec, frontends, keys, written: false, realized: false, local: new Set(rec.local) };
+        this.#services.set(spec.id, s);
+        this.#hold(s);
       }
       this.#registry.dropUnreferenced();
       try {
@@ -212,7 +243,7 @@ export class ServiceManager implements ServiceApi {
       for (const s of this.#services.values()) {
         const entry = renderService(s.spec, this.#renderContext(s, undefined));
         try {
-          await lb.upsertService(entry);
+          for (const f of s.frontends) await lb.upsertService(entryOf(entry, f));
           s.written = true;
           s.realized = true;
           report.restored++;
@@ -224,10 +255,10 @@ export class ServiceManager implements ServiceApi {
       }
       for (const id of renumbered) {
         const s = this.#services.get(id)!;
-        await this.o.store.save(this.#record(s)).catch((err: unknown) => this.o.log.error({ service: id, err }, 'persisting renumbered backends failed'));
+        await this.o.store.save(this.#record(s)).catch((err: unknown) => this.o.log.error({ service: id, err }, 'persisting renumbered backends or frontends failed'));
       }
       try {
-        await lb.restoreDone([...this.#services.keys()], this.#registry.ids());
+        await lb.restoreDone([...this.#services.values()].flatMap((s) => s.frontends.map((f) => f.id)), this.#registry.ids());
       } catch (err) {
         // Entries of services deleted while the agent was down stay until the next start; not worth refusing to start over.
         this.o.log.error({ err }, 'dropping the load-balancer entries of services gone while the agent was down failed');
@@ -284,6 +315,80 @@ export class ServiceManager implements ServiceApi {
   }
 
   // ---- internals ---------------------------------------------------------------
+
+  /**
+   * The datapath frontends of `spec` on the node's addresses as they are now
+   * (one, unless it is a NodePort on ::). `kept`: address → ID the service
+   * had; an ID is kept only where it is still the service's.
+   */
+  #frontendsOf(spec: NormalizedService, kept: ReadonlyMap<string, number>, reserved: ReadonlySet<number> = new Set()): DatapathFrontend[] {
+    const addresses = onEveryIpv6NodeAddress(spec) ? ipv6NodePortAddresses(this.o.nodeAddresses?.() ?? []) : [];
+    const own = new Map([...kept].filter(([, id]) => id === spec.id || this.#extraIds.get(id) === spec.id));
+    return datapathFrontends(spec, addresses, own, (chosen) => {
+      for (let id = EXTRA_FRONTEND_ID_MAX; id >= 1; id--) {
+        if (chosen.has(id) || reserved.has(id) || this.#services.has(id) || this.#extraIds.has(id) || this.#pendingServiceDeletes.has(id)) continue;
+        return id;
+      }
+      return undefined;
+    });
+  }
+
+  /**
+   * At restore: each record's datapath frontends. A NodePort on :: keeps the
+   * IDs its record names for the node addresses it still has (claimed before
+   * any is allocated, a service's own ID before another's extra one); a record
+   * whose frontends another has is skipped.
+   */
+  #restoreFrontends(accepted: ReadonlyArray<{ rec: StoredService; spec: NormalizedService }>, report: ServiceRestoreReport): Array<{ rec: StoredService; spec: NormalizedService; frontends: DatapathFrontend[] }> {
+    const ownIds = new Set(accepted.map((a) => a.spec.id));
+    const kept = new Map<number, Map<string, number>>();
+    for (const { rec, spec } of accepted) {
+      const mine = new Map<string, number>();
+      if (onEveryIpv6NodeAddress(spec)) {
+        for (const f of rec.frontends ?? []) {
+          if (f.id !== spec.id && (ownIds.has(f.id) || this.#extraIds.has(f.id))) continue;
+          if (f.id !== spec.id) this.#extraIds.set(f.id, spec.id);
+          mine.set(f.ip, f.id);
+        }
+      }
+      kept.set(spec.id, mine);
+    }
+    const out: Array<{ rec: StoredService; spec: NormalizedService; frontends: DatapathFrontend[] }> = [];
+    for (const { rec, spec } of accepted) {
+      const mine = kept.get(spec.id)!;
+      try {
+        const frontends = this.#frontendsOf(spec, mine, ownIds);
+        for (const id of mine.values()) if (this.#extraIds.get(id) === spec.id) this.#extraIds.delete(id);
+        const own = frontendKey(spec.frontend);
+        for (const fk of frontendKeysOf(spec, frontends)) {
+          const owner = this.#frontends.get(fk);
+          if (fk !== own && owner !== undefined) throw new Error(`frontend ${fk} already belongs to restored service ${owner}`);
+        }
+        for (const f of frontends) if (f.id !== spec.id) this.#extraIds.set(f.id, spec.id);
+        for (const fk of frontendKeysOf(spec, frontends)) this.#frontends.set(fk, spec.id);
+        if (onEveryIpv6NodeAddress(spec) && frontends.length === 0) this.o.log.warn({ service: spec.id }, 'a NodePort on :: is not served: the node has no IPv6 address');
+        out.push({ rec, spec, frontends });
+      } catch (err) {
+        for (const id of mine.values()) if (this.#extraIds.get(id) === spec.id) this.#extraIds.delete(id);
+        this.#frontends.delete(frontendKey(spec.frontend));
+        this.o.log.error({ service: rec.id, err }, 'service record not restored');
+        report.skipped.push({ id: rec.id, error: (err as Error).message });
+      }
+    }
+    return out;
+  }
+
+  /** The service's frontend keys and extra IDs become its own. */
+  #hold(s: ServiceState): void {
+    for (const fk of frontendKeysOf(s.spec, s.frontends)) this.#frontends.set(fk, s.spec.id);
+    for (const f of s.frontends) if (f.id !== s.spec.id) this.#extraIds.set(f.id, s.spec.id);
+  }
+
+  /** The service's frontend keys and extra IDs are free again. */
+  #release(s: ServiceState): void {
+    for (const fk of frontendKeysOf(s.spec, s.frontends)) if (this.#frontends.get(fk) === s.spec.id) this.#frontends.delete(fk);
+    for (const f of s.frontends) if (this.#extraIds.get(f.id) === s.spec.id) this.#extraIds.delete(f.id);
+  }
 
   #requireLb(): LoadBalancerDatapath {
     const lb = this.o.loadBalancer;
@@ -343,7 +448,15 @@ export class ServiceManager implements ServiceApi {
   #record(s: ServiceState): StoredService {
     const backendIds: Record<string, number> = {};
     for (const k of s.keys) backendIds[k] = this.#registry.idOf(k)!;
-    return { version: SERVICE_RECORD_VERSION, id: s.spec.id, spec: this.#specBody(s.spec), backendIds, local: [...s.local].sort() };
+    return {
+      version: SERVICE_RECORD_VERSION,
+      id: s.spec.id,
+      spec: this.#specBody(s.spec),
+      backendIds,
+      local: [...s.local].sort(),
+      // The IDs of a NodePort on ::'s frontends: kept across restarts, as conntrack names them.
+      ...(onEveryIpv6NodeAddress(s.spec) ? { frontends: s.frontends.map((f) => ({ ...f })) } : {}),
+    };
   }
 
   #specBody(spec: NormalizedService): ServiceSpec {
@@ -361,7 +474,7 @@ export class ServiceManager implements ServiceApi {
   }
 
   /** Upsert's datapath and disk work for a spec that differs from what the service had (or was not realized). */
-  async #write(lb: LoadBalancerDatapath, spec: NormalizedService, prev: ServiceState | undefined): Promise<ServiceState> {
+  async #write(lb: LoadBalancerDatapath, spec: NormalizedService, frontends: DatapathFrontend[], prev: ServiceState | undefined): Promise<ServiceState> {
     const id = spec.id;
     const keys = spec.backends.map((b) => keyOfBackend(spec, b));
     let change: RefChange;
@@ -371,60 +484,89 @@ export class ServiceManager implements ServiceApi {
       throw datapathFailed(`service ${id}: no backend ID for it`, err);
     }
     const localNow = this.#localSet();
-    const next: ServiceState = { spec, keys, written: false, realized: false, local: new Set() };
+    const next: ServiceState = { spec, frontends, keys, written: false, realized: false, local: new Set() };
     const wasLocal = (k: string) => (localNow ? localNow.has(ipOfKey(k)) : prev?.local.has(k) === true);
     for (const k of keys) if (wasLocal(k)) next.local.add(k);
     const entry = renderService(spec, this.#renderContext(next, localNow));
     // Backends the service had that others still use may change state (the most serving reference wins).
     const stillUsed = (prev?.keys ?? []).filter((k) => !keys.includes(k) && this.#registry.idOf(k) !== undefined);
+    // Each step's inverse, so a failure half way (the third of four frontends) puts back all of it.
+    const undo = new UndoList();
+    let stage = 'the datapath did not take it';
     try {
+      undo.add(async () => {
+        if (prev?.written) await lb.upsertBackends(prev.keys.map((k) => this.#backendEntry(k)));
+      }, 'backends as they were');
       await lb.upsertBackends([...keys, ...stillUsed].map((k) => this.#backendEntry(k)));
-      await lb.upsertService(entry);
-    } catch (err) {
-      change.undo();
-      await this.#putBack(lb, id, prev, change.allocated);
-      throw datapathFailed(`service ${id}: the datapath did not take it`, err);
-    }
-    next.written = true;
-    next.realized = true;
-    try {
+      // Frontends the service no longer has go first: a node address changing hands between IDs is never held twice.
+      for (const f of prev?.frontends ?? []) {
+        if (frontends.some((n) => n.id === f.id)) continue;
+        undo.add(() => this.#putBackFrontend(lb, prev, f, f.id), `frontend ${f.ip} (${f.id})`);
+        await lb.deleteService(f.id);
+      }
+      for (const f of frontends) {
+        undo.add(() => this.#putBackFrontend(lb, prev, prev?.frontends.find((p) => p.id === f.id), f.id), `frontend ${f.ip} (${f.id})`);
+        await lb.upsertService(entryOf(entry, f));
+      }
+      next.written = true;
+      next.realized = true;
+      stage = 'its record could not be written';
       await this.o.store.save(this.#record(next));
     } catch (err) {
       change.undo();
-      await this.#putBack(lb, id, prev, change.allocated);
-      throw datapathFailed(`service ${id}: its record could not be written`, err);
+      await this.#rollBack(lb, id, undo, prev, change.allocated);
+      throw datapathFailed(`service ${id}: ${stage}`, err);
     }
-    if (prev) this.#frontends.delete(frontendKey(prev.spec.frontend));
-    this.#frontends.set(frontendKey(spec.frontend), id);
+    if (prev) this.#release(prev);
     this.#services.set(id, next);
+    this.#hold(next);
     await this.#settleBackends(lb, [], change.freed);
-    this.o.log.debug({ service: id, frontend: frontendKey(spec.frontend), backends: entry.backendIds.length }, prev ? 'service updated' : 'service created');
+    this.o.log.debug({ service: id, frontend: frontendKey(spec.frontend), frontends: frontends.length, backends: entry.backendIds.length }, prev ? 'service updated' : 'service created');
     return next;
   }
 
   /**
-   * After a failed write (the registry already undone): the datapath gets
-   * the service as it was (or loses the new one) and the backends that
-   * were allocated for the write go again. When even that fails, the
-   * service is marked unrealized, so the next upsert writes it whole.
+   * An undo step: datapath frontend `id` gets back what `prev` wrote there
+   * (`was`, its frontend on that ID), or goes when it was not the service's.
+   * A service that was never realized keeps whatever the maps held for it
+   * (a previous run's entries).
    */
-  async #putBack(lb: LoadBalancerDatapath, id: number, prev: ServiceState | undefined, allocated: readonly number[]): Promise<void> {
+  async #putBackFrontend(lb: LoadBalancerDatapath, prev: ServiceState | undefined, was: DatapathFrontend | undefined, id: number): Promise<void> {
+    if (prev && was) {
+      if (prev.written) await lb.upsertService(entryOf(renderService(prev.spec, this.#renderContext(prev, undefined)), was));
+      return;
+    }
     try {
-      if (prev?.written) {
-        await lb.upsertBackends(prev.keys.map((k) => this.#backendEntry(k)));
-        await lb.upsertService(renderService(prev.spec, this.#renderContext(prev, undefined)));
-      } else if (!prev) {
-        await lb.deleteService(id);
-      }
-      // A service that was never realized keeps whatever the maps held for it (a previous run's entries).
-      if (allocated.length > 0) await lb.deleteBackends(allocated);
+      await lb.deleteService(id);
     } catch (err) {
-      if (prev) {
-        prev.realized = false;
-        this.#scheduleRetry();
+      this.#pendingServiceDeletes.add(id);
+      throw err;
+    }
+  }
+
+  /**
+   * After a failed write or delete (the registry already undone): the undo
+   * steps put the datapath back as the service was (or remove the new one),
+   * then the backends allocated for the write go again. When any of that
+   * fails, the service is marked unrealized, so it is written whole again.
+   */
+  async #rollBack(lb: LoadBalancerDatapath, id: number, undo: UndoList, prev: ServiceState | undefined, allocated: readonly number[]): Promise<void> {
+    const failures = await undo.runAll();
+    for (const f of failures) this.o.log.error({ service: id, step: f.label, err: f.error }, 'putting the service back after a failed change failed');
+    let failed = failures.length > 0;
+    if (allocated.length > 0) {
+      try {
+        await lb.deleteBackends(allocated);
+      } catch (err) {
+        failed = true;
+        for (const b of allocated) this.#pendingBackendDeletes.add(b);
+        this.o.log.error({ service: id, err }, 'deleting the backends allocated for a failed write failed; retried with the next change');
       }
-      for (const b of allocated) this.#pendingBackendDeletes.add(b);
-      this.o.log.error({ service: id, err }, 'putting the service back after a failed write failed; it is marked unrealized');
+    }
+    if (failed && prev) {
+      prev.realized = false;
+      this.#scheduleRetry();
+      this.o.log.error({ service: id }, 'the service is marked unrealized and written again');
     }
   }
 
@@ -444,7 +586,20 @@ export class ServiceManager implements ServiceApi {
     }
   }
 
-  async #retryBackendDeletes(lb: LoadBalancerDatapath): Promise<void> {
+  /** Frontends, then backends, whose deletion failed earlier and that nothing took since. */
+  async #retryDeletes(lb: LoadBalancerDatapath): Promise<void> {
+    for (const id of [...this.#pendingServiceDeletes]) {
+      // Taken again since (the service written whole, or another's frontend): not ours to delete.
+      if (!this.#services.has(id) && !this.#extraIds.has(id)) {
+        try {
+          await lb.deleteService(id);
+        } catch (err) {
+          this.o.log.warn({ service: id, err }, 'deleting a frontend left by a failed write failed again');
+          continue;
+        }
+      }
+      this.#pendingServiceDeletes.delete(id);
+    }
     if (this.#pendingBackendDeletes.size === 0) return;
     // An ID handed out again since is in use: not ours to delete.
     const ids = [...this.#pendingBackendDeletes].filter((id) => this.#registry.keyOf(id) === undefined);
@@ -458,7 +613,7 @@ export class ServiceManager implements ServiceApi {
 
   /** Renders again the services that depend on locality (and any not realized), writing what changed. */
   async #refresh(lb: LoadBalancerDatapath): Promise<void> {
-    await this.#retryBackendDeletes(lb);
+    await this.#retryDeletes(lb);
     const local = this.#localSet();
     for (const s of this.#services.values()) {
       if (!dependsOnLocality(s.spec) && s.realized) continue;
@@ -469,7 +624,7 @@ export class ServiceManager implements ServiceApi {
       const entry = renderService(s.spec, this.#renderContext(s, local));
       try {
         if (!s.realized) await lb.upsertBackends(s.keys.map((k) => this.#backendEntry(k)));
-        await lb.upsertService(entry);
+        for (const f of s.frontends) await lb.upsertService(entryOf(entry, f));
         s.written = true;
         s.realized = true;
       } catch (err) {

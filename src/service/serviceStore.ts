@@ -4,11 +4,13 @@
  * the new record, never half of one. A record carries the spec with its
  * defaults, the backend IDs (so conntrack entries pinned to them stay valid
  * across an agent restart) and which backends were local when it was
- * written (what the restored entries use until endpoints are back).
+ * written (what the restored entries use until endpoints are back), and
+ * for a NodePort on :: the ID of its frontend on each node address.
  */
 import { mkdir, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { z } from 'zod';
+import { MAX_SERVICE_ID } from '../datapath/limits.js';
 
 const TMP_SUFFIX = '.tmp';
 export const SERVICE_QUARANTINE_DIR = '.quarantine';
@@ -24,6 +26,8 @@ const StoredServiceSchema = z.object({
   backendIds: z.record(z.string(), z.number().int().nonnegative()),
   /** Backend keys that were this node's when the record was written. */
   local: z.array(z.string()),
+  /** A NodePort on ::: its frontend per node IPv6 address and that frontend's ID (absent for any other service). */
+  frontends: z.array(z.object({ ip: z.string(), id: z.number().int().min(1).max(MAX_SERVICE_ID) })).optional(),
 });
 
 export type StoredService = z.infer<typeof StoredServiceSchema>;

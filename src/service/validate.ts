@@ -36,7 +36,7 @@ export interface NormalizedService {
 }
 
 export interface ValidationContext {
-  /** The node's addresses (either family): a NodePort frontend must be 0.0.0.0 or one of them, a ClusterIP none of them. Unchecked when absent. */
+  /** The node's addresses (either family): a NodePort frontend must be 0.0.0.0, :: or one of them, a ClusterIP none of them. Unchecked when absent. */
   nodeAddresses?: ReadonlySet<string>;
   /** The node's router addresses (the pods' gateway): never a frontend. */
   routerAddresses?: ReadonlySet<string>;
@@ -91,11 +91,14 @@ function ipAddress(v: unknown, field: string): string {
   return formatIp(ip);
 }
 
-/** A NodePort's address: IPv4 (0.0.0.0 = every node address), or one named IPv6 node address (the IPv6 datapath serves no "every address"). */
-function nodePortAddress(v: unknown, field: string): string {
-  const ip = ipAddress(v, field);
-  if (ip === '::') throw invalid(`${field}: an IPv6 NodePort names one of the node's IPv6 addresses; "every node address" (::) is not supported`);
-  return ip;
+/**
+ * The address of a NodePort on every node address: 0.0.0.0 (the datapath's
+ * wildcard frontend) and :: (one frontend per node IPv6 address, which the
+ * manager expands: an IPv6 reply takes its source from the reverse NAT entry
+ * of the frontend the client reached, and a wildcard entry holds no address).
+ */
+export function isEveryNodeAddress(ip: string): boolean {
+  return ip === '0.0.0.0' || ip === '::';
 }
 
 function unicast(v: unknown, field: string): string {
@@ -126,11 +129,11 @@ function frontend(v: unknown, type: ServiceType, ctx: ValidationContext): Normal
   const proto = protocol(v.protocol, `${field}.protocol`);
   let ip: string;
   if (type === 'NodePort') {
-    ip = nodePortAddress(v.ip, `${field}.ip`);
-    if (ip !== '0.0.0.0' && ctx.nodeAddresses && !ctx.nodeAddresses.has(ip)) {
-      throw invalid(`${field}.ip: a NodePort frontend is 0.0.0.0 (every node address) or one of this node's addresses (${[...ctx.nodeAddresses].join(', ') || 'none known'}), got ${ip}`);
+    ip = ipAddress(v.ip, `${field}.ip`);
+    if (!isEveryNodeAddress(ip) && ctx.nodeAddresses && !ctx.nodeAddresses.has(ip)) {
+      throw invalid(`${field}.ip: a NodePort frontend is 0.0.0.0 or :: (every node address of the family) or one of this node's addresses (${[...ctx.nodeAddresses].join(', ') || 'none known'}), got ${ip}`);
     }
-    if (ip !== '0.0.0.0') unicast(ip, `${field}.ip`);
+    if (!isEveryNodeAddress(ip)) unicast(ip, `${field}.ip`);
   } else {
     ip = unicast(v.ip, `${field}.ip`);
     const why = takenAddress(ip, type, ctx);

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { pino } from 'pino';
 import { FakeLoadBalancer } from '../datapath/fake/fakeDatapath.js';
+import { DatapathError } from '../datapath/types.js';
 import { isServiceError, ServiceErrorCode } from './errors.js';
 import { ServiceManager, type ServiceManagerOptions } from './manager.js';
 import { ServiceStore } from './serviceStore.js';
@@ -112,8 +113,112 @@ describe('ServiceManager', () => {
     const nodePort = (ip: string) => ({ ...clusterIp(ip, [be('fd00:10::1')]), flags: { type: 'NodePort' as const } });
     await m.upsert(1, nodePort('fd00:2::10'));
     assert.equal(m.get(1)?.['frontend-address'].ip, 'fd00:2::10');
-    await assert.rejects(m.upsert(2, nodePort('fd00:2::99')), code(ServiceErrorCode.INVALID, /a NodePort frontend is 0\.0\.0\.0 \(every node address\) or one of this node's addresses/));
+    await assert.rejects(m.upsert(2, nodePort('fd00:2::99')), code(ServiceErrorCode.INVALID, /a NodePort frontend is 0\.0\.0\.0 or :: \(every node address of the family\) or one of this node's addresses/));
     await assert.rejects(m.upsert(3, clusterIp('fd00:2::10', [be('fd00:10::1')])), code(ServiceErrorCode.INVALID, /is one of this node's addresses/));
+  });
+
+  describe('a NodePort on :: (every node IPv6 address)', () => {
+    const NODE = ['192.0.2.10', 'fd00:2::20', 'fd00:2::10', 'fe80::1', '::1'];
+    const np6 = (ip: string, backends = [be('fd00:10::1')], port = 30080): ServiceSpec => ({ 'frontend-address': { ip, port, protocol: 'TCP' }, 'backend-addresses': backends, flags: { type: 'NodePort' } });
+    /** What the datapath holds: frontend address → [ID, backend IDs]. */
+    const held = () => Object.fromEntries([...lb.services.values()].map((e) => [`${e.address}:${e.port}`, [e.id, e.backendIds]]));
+
+    it('is one datapath frontend per node IPv6 address, each under its own ID; the API shows ::', async () => {
+      const m = make({ nodeAddresses: () => NODE });
+      const r = await m.upsert(5, np6('::'));
+      const [b1] = r.service['backend-addresses'].map((b) => b.id);
+      assert.deepEqual(r.service['frontend-address'], { ip: '::', port: 30080, protocol: 'TCP' });
+      // Sorted addresses; the first takes the service's ID, the others IDs from 32767 down; link-local and loopback are no frontends.
+      assert.deepEqual(held(), { 'fd00:2::10:30080': [5, [b1]], 'fd00:2::20:30080': [32767, [b1]] });
+      assert.equal(lb.services.get(32767)!.type, 'NodePort');
+      assert.deepEqual(m.list().map((x) => x.id), [5], 'the extra frontend is no service of its own');
+      // An update changes every frontend and keeps their IDs.
+      const u = await m.upsert(5, np6('::', [be('fd00:10::2')]));
+      const [b2] = u.service['backend-addresses'].map((b) => b.id);
+      assert.deepEqual(held(), { 'fd00:2::10:30080': [5, [b2]], 'fd00:2::20:30080': [32767, [b2]] });
+      // The IDs are persisted: a restart brings the same frontends back under the same IDs.
+      lb = new FakeLoadBalancer();
+      const m2 = make({ nodeAddresses: () => NODE });
+      assert.equal((await m2.restore()).restored, 1);
+      assert.deepEqual(held(), { 'fd00:2::10:30080': [5, [b2]], 'fd00:2::20:30080': [32767, [b2]] });
+      assert.deepEqual(lb.restored!.services.sort((a, b) => a - b), [5, 32767]);
+      // Delete removes all of them.
+      await m2.delete(5);
+      assert.deepEqual(held(), {});
+      assert.deepEqual(lb.deletedBackends, [b2]);
+    });
+
+    it('refuses a named NodePort on one of the node addresses :: stands for (same port and protocol), and the reverse; takes another port', async () => {
+      const m = make({ nodeAddresses: () => NODE });
+      await m.upsert(5, np6('::'));
+      const before = structuredClone(held());
+      await assert.rejects(m.upsert(6, np6('fd00:2::20')), code(ServiceErrorCode.CONFLICT, /^frontend-address: fd00:2::20:30080\/TCP already belongs to service 5 \(service 5 is a NodePort on ::/));
+      await assert.rejects(m.upsert(7, np6('::')), code(ServiceErrorCode.CONFLICT, /already belongs to service 5/));
+      assert.deepEqual(held(), before);
+      await m.upsert(6, np6('fd00:2::20', undefined, 30081));
+      await m.upsert(8, { ...np6('::'), 'frontend-address': { ip: '::', port: 30080, protocol: 'UDP' } });
+      await m.delete(5);
+      await m.upsert(9, np6('fd00:2::10'));
+      await assert.rejects(m.upsert(5, np6('::')), code(ServiceErrorCode.CONFLICT, /^frontend-address: fd00:2::10:30080\/TCP already belongs to service 9 \(:: stands for each node IPv6 address\)/));
+      // IPv4 takes 0.0.0.0 beside a named node address on the same port: the datapath's exact frontend wins over its wildcard one.
+      await m.upsert(10, { ...np6('0.0.0.0', [be('10.0.0.1')]) });
+      await m.upsert(11, { ...np6('192.0.2.10', [be('10.0.0.2')]) });
+      // An ID an extra frontend holds is not the user's to take.
+      await m.upsert(12, np6('::', undefined, 30090));
+      const extra = [...lb.services.values()].find((e) => e.port === 30090 && e.id !== 12)!.id;
+      await assert.rejects(m.upsert(extra, clusterIp('10.96.0.1', [])), code(ServiceErrorCode.CONFLICT, new RegExp(`^id: service ID ${extra} is service 12's frontend on fd00:2::`)));
+      // No IPv6 node address: nothing to serve it on.
+      const v4only = make({ nodeAddresses: () => ['192.0.2.10'] });
+      await assert.rejects(v4only.upsert(20, np6('::', undefined, 30100)), code(ServiceErrorCode.INVALID, /^frontend-address\.ip: a NodePort on :: is served on each of this node's IPv6 addresses, and it has none/));
+    });
+
+    it('puts every frontend back when the datapath fails half way, and a failed delete leaves the service whole', async () => {
+      const three = ['fd00:2::1', 'fd00:2::2', 'fd00:2::3'];
+      const m = make({ nodeAddresses: () => three });
+      const first = await m.upsert(5, np6('::'));
+      const before = structuredClone(held());
+      const disk = await readFile(join(dir, 'services', '5.json'), 'utf8');
+      assert.equal(Object.keys(before).length, 3);
+      // The third of three frontends fails: the two written are put back as they were.
+      const fail = new DatapathError('failed', 'fake: third frontend');
+      lb.failNext('upsertService', fail, 2);
+      await assert.rejects(m.upsert(5, np6('::', [be('fd00:10::2')])), code(ServiceErrorCode.DATAPATH_FAILED, /fake: third frontend; nothing was changed/));
+      assert.deepEqual(held(), before, 'every frontend as it was');
+      assert.deepEqual(m.get(5), first.service);
+      assert.deepEqual([...lb.backends.keys()], [first.service['backend-addresses'][0]!.id], 'the new backend went again');
+      assert.equal(await readFile(join(dir, 'services', '5.json'), 'utf8'), disk);
+      // A new :: service failing on its second frontend leaves nothing behind.
+      lb.failNext('upsertService', fail, 1);
+      await assert.rejects(m.upsert(6, np6('::', [be('fd00:10::3')], 30081)), code(ServiceErrorCode.DATAPATH_FAILED));
+      assert.deepEqual(held(), before);
+      assert.equal(m.get(6), undefined);
+      // Delete fails on the second frontend: the first is written back, the service stays whole and realized.
+      lb.failNext('deleteService', fail, 1);
+      await assert.rejects(m.delete(5), code(ServiceErrorCode.DATAPATH_FAILED, /did not delete it/));
+      assert.deepEqual(held(), before);
+      assert.equal(m.get(5)!.realized, true);
+      await m.delete(5);
+      assert.deepEqual(held(), {});
+    });
+
+    it('follows the node addresses when it is written again: a kept address keeps its ID, a gone one is deleted', async () => {
+      let addrs = ['fd00:2::1', 'fd00:2::2'];
+      const m = make({ nodeAddresses: () => addrs });
+      await m.upsert(5, np6('::'));
+      assert.deepEqual(Object.fromEntries(Object.entries(held()).map(([k, [id]]) => [k, id])), { 'fd00:2::1:30080': 5, 'fd00:2::2:30080': 32767 });
+      addrs = ['fd00:2::2', 'fd00:2::3'];
+      const again = await m.upsert(5, np6('::'));
+      assert.equal(again.changed, true, 'the same spec on other node addresses is a change');
+      assert.deepEqual(Object.fromEntries(Object.entries(held()).map(([k, [id]]) => [k, id])), { 'fd00:2::2:30080': 32767, 'fd00:2::3:30080': 5 });
+      assert.equal((await m.upsert(5, np6('::'))).changed, false);
+      // From a named address to ::: the named address keeps the service's ID (its connections stay).
+      await m.upsert(6, np6('fd00:2::3', undefined, 30081));
+      await m.upsert(6, np6('::', undefined, 30081));
+      assert.equal(held()['fd00:2::3:30081']![0], 6);
+      // And back: the extra frontends go.
+      await m.upsert(6, np6('fd00:2::3', undefined, 30081));
+      assert.deepEqual(Object.keys(held()).filter((k) => k.endsWith(':30081')), ['fd00:2::3:30081']);
+    });
   });
 
   it('refuses a frontend another service has, changing nothing', async () => {

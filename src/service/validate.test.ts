@@ -36,9 +36,9 @@ describe('validateServiceSpec', () => {
     const svc = validateServiceSpec(7, body, { podCidrs: ['fd00:10:0:1::/64'] });
     assert.equal(svc.frontend.ip, 'fd00:96::a');
     assert.deepEqual(svc.backends.map((b) => b.ip), ['fd00:10::5', 'fd00:10::6']);
-    // From outside: IPv6 external and LoadBalancer IPs, and a NodePort on a named IPv6 node address.
+    // From outside: IPv6 external and LoadBalancer IPs, and a NodePort on a named IPv6 node address or on every one (::).
     const v6Backends = [{ ip: 'fd00:10::5', port: 8080 }];
-    for (const [type, ip] of [['ExternalIPs', '2001:db8::50'], ['LoadBalancer', '2001:db8::51'], ['NodePort', 'fd00:77::5']] as const) {
+    for (const [type, ip] of [['ExternalIPs', '2001:db8::50'], ['LoadBalancer', '2001:db8::51'], ['NodePort', 'fd00:77::5'], ['NodePort', '::']] as const) {
       const s = validateServiceSpec(7, edit((b) => {
         b.flags = { type };
         b['frontend-address'].ip = ip;
@@ -92,15 +92,15 @@ describe('validateServiceSpec', () => {
     ['unknown top field', edit((b) => (b.frontend = {})), /^frontend: unknown field/],
     ['no frontend', edit((b) => delete b['frontend-address']), /^frontend-address:/],
     ['an IPv6 frontend with IPv4 backends', edit((b) => (b['frontend-address'].ip = 'fd00::10')), /^backend-addresses\[0\]\.ip: 10\.0\.0\.5 is not IPv6 like the frontend fd00::10 \(a service is one family\)/],
-    ['an IPv6 NodePort on every node address', edit((b) => {
-      b.flags = { type: 'NodePort' };
+    ['an IPv6 ClusterIP on ::', edit((b) => {
       b['frontend-address'].ip = '::';
-    }), /^frontend-address\.ip: an IPv6 NodePort names one of the node's IPv6 addresses/],
+      b['backend-addresses'] = [{ ip: 'fd00:10::5', port: 8080 }];
+    }), /^frontend-address\.ip: :: is the unspecified address/],
     ['an IPv6 NodePort on an address not the node\'s', edit((b) => {
       b.flags = { type: 'NodePort' };
       b['frontend-address'].ip = 'fd00::99';
       b['backend-addresses'] = [{ ip: 'fd00:10::5', port: 8080 }];
-    }), /^frontend-address\.ip: a NodePort frontend is 0\.0\.0\.0 \(every node address\) or one of this node's addresses/],
+    }), /^frontend-address\.ip: a NodePort frontend is 0\.0\.0\.0 or :: \(every node address of the family\) or one of this node's addresses/],
     ['an IPv6 multicast frontend', edit((b) => (b['frontend-address'].ip = 'ff02::1')), /^frontend-address\.ip: ff02::1 is a multicast address/],
     // The IPv6 hairpin source (LB_HAIRPIN_IP6) lives there: no service may take it.
     ['a frontend in the discard-only prefix', edit((b) => (b['frontend-address'].ip = '100::a9fe:2a01')), /^frontend-address\.ip: 100::a9fe:2a01 is a discard-only address \(100::\/64\)/],

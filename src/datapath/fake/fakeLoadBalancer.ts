@@ -24,16 +24,16 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
   readonly deletedBackends: number[] = [];
   /** The arguments of the last restoreDone. */
   restored: { services: number[]; backends: number[] } | undefined;
-  readonly #failures = new Map<FakeLoadBalancerOp, Error[]>();
+  readonly #failures = new Map<FakeLoadBalancerOp, Array<{ err: Error; skip: number }>>();
   /** Frontend (`address:port/PROTO`) → the service ID holding it. */
   readonly #frontends = new Map<string, number>();
 
   constructor(private readonly options: FakeLoadBalancerOptions = {}) {}
 
-  /** The next call of `op` fails with `err` (queued: call twice to fail two calls). */
-  failNext(op: FakeLoadBalancerOp, err: Error = new DatapathError('failed', `fake: injected failure of ${op}`)): void {
+  /** The next call of `op` (after `skip` that succeed) fails with `err` (queued: call twice to fail two calls). */
+  failNext(op: FakeLoadBalancerOp, err: Error = new DatapathError('failed', `fake: injected failure of ${op}`), skip = 0): void {
     const list = this.#failures.get(op) ?? [];
-    list.push(err);
+    list.push({ err, skip });
     this.#failures.set(op, list);
   }
 
@@ -109,7 +109,13 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
 
   #enter(op: FakeLoadBalancerOp, ids: number[]): void {
     this.calls.push({ op, ids });
-    const err = this.#failures.get(op)?.shift();
-    if (err) throw err;
+    const next = this.#failures.get(op)?.[0];
+    if (next === undefined) return;
+    if (next.skip > 0) {
+      next.skip--;
+      return;
+    }
+    this.#failures.get(op)!.shift();
+    throw next.err;
   }
 }

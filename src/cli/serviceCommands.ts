@@ -167,7 +167,7 @@ export function registerServiceCommands(program: Command): void {
   withAgentOpts(service.command('upsert').description('create or replace a service, from flags or from a JSON file (-f <file|->) in the API\'s shape'))
     .option('--id <id>', 'service ID (1-65535); with -f, the file\'s "id" when not given')
     .option('-f, --file <file>', 'the service as JSON (PUT /service/{id} body); - for stdin')
-    .option('--frontend <ip:port>', 'frontend address and port (0.0.0.0 for a NodePort on every node address)')
+    .option('--frontend <ip:port>', 'frontend address and port (0.0.0.0 or [::] for a NodePort on every node address of the family)')
     .option('--protocol <tcp|udp>', 'frontend protocol (default tcp)')
     .option('--backends <list>', 'backends: ip:port[@weight][=state],… (state active, terminating, quarantined, maintenance)')
     .option('--type <type>', 'ClusterIP (default), NodePort, ExternalIPs or LoadBalancer')

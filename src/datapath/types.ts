@@ -192,7 +192,7 @@ export interface LbBackendEntry {
 export interface LbServiceEntry {
   /** The service ID, also its reverse NAT index (1..65535). */
   id: number;
-  /** `0.0.0.0` with `nodePort` = every node address. */
+  /** `0.0.0.0` with `nodePort` = every node IPv4 address (IPv6 has no wildcard: the service subsystem writes :: as one entry per node IPv6 address). */
   address: string;
   port: number;
   protocol: LbProtocol;

@@ -154,24 +154,6 @@ export function rowTitle(family: Family, v: IpFamily, title: string): string {
   return family === 'dual' ? `${title} [IPv${v}]` : title;
 }
 
-/**
- * `todo` for a row IPv6 cannot pass yet, with the reason (node:test reports
- * it and does not fail the run); nothing on IPv4.
- */
-export function todoOn6(v: IpFamily, reason: string): { todo?: string } {
-  return v === 6 ? { todo: `IPv6: ${reason}` } : {};
-}
-
-/** The reasons IPv6 rows are todo, each the item another change builds. */
-export const NOT_YET_6 = {
-  /**
-   * No owner this session. A NodePort on `::` needs the address the client
-   * reached for the reply's source: IPv6 reverse NAT takes the frontend
-   * from tendril_lb6_rev (`::` there) since ct_entry.nat_addr holds 4 bytes.
-   */
-  nodePortAny: 'a NodePort on every node address (::): the reply needs the node address the client reached, which neither tendril_lb6_rev (::) nor ct_entry.nat_addr (4 bytes) holds',
-} as const;
-
 /** A service's ID on IP version `v`: IDs are one number space across families, so IPv6's sit 1000 above. */
 export function serviceId(v: IpFamily, id: number): number {
   return v === 6 ? id + 1000 : id;

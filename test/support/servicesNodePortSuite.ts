@@ -8,9 +8,9 @@
 // errors), their NAT entries garbage-collected once the flow is over.
 // One suite for every family (family.ts): the wrappers
 // test/e2e/servicesNodePort*.test.ts run it on IPv4, IPv6 and dual-stack
-// pods (on dual-stack every row on both IP versions). IPv6 NodePorts name
-// the node address (`::`, every node address, is not served yet). Rows IPv6
-// cannot pass yet are `todo` with the reason (serviceScene.ts NOT_YET_6).
+// pods (on dual-stack every row on both IP versions). NodePorts are on
+// every node address of the family: 0.0.0.0, and :: (which the agent serves
+// as one frontend per node IPv6 address).
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { LB_HAIRPIN_IP4, LB_HAIRPIN_IP6, NAT_PORT_MAX, NAT_PORT_MIN } from '../../src/datapath/bpf/constants.js';
@@ -24,7 +24,6 @@ import { runOk } from './run.js';
 import { assertAllAnswered, ctOfFailed, decodeNatKey, snatEntries, upsertService } from './serviceApi.js';
 import { failures, shareByBackend } from './serviceProcess.js';
 import {
-  NOT_YET_6,
   OUTSIDE_CLIENT_IP as OUTSIDE_CLIENT_T,
   OUTSIDE_NODE_IP as OUTSIDE_NODE_T,
   REMOTE_HOST_IP as REMOTE_HOST_T,
@@ -33,7 +32,6 @@ import {
   type ServiceScene,
   serviceId,
   startServiceScene,
-  todoOn6,
 } from './serviceScene.js';
 
 const NS = 'tdl-svn';
@@ -68,8 +66,8 @@ const NODE_PORT_HAIRPIN = 30088;
 const NODE_PORT_LOCAL_NONE = 30089;
 const NAT_PORTS = NAT_PORT_MAX - NAT_PORT_MIN + 1;
 
-/** The NodePort frontend of IP version `v`: every node address (0.0.0.0) on IPv4, the node's address toward the outside on IPv6 (NOT_YET_6.nodePortAny). */
-const nodePortAddress = (v: IpFamily) => (v === 4 ? '0.0.0.0' : ipIn(6, OUTSIDE_NODE_T));
+/** The NodePort frontend of IP version `v`: every node address of the family. */
+const nodePortAddress = (v: IpFamily) => (v === 4 ? '0.0.0.0' : '::');
 /** The source a pod sees when it reached itself through a service. */
 const hairpinIp = (v: IpFamily) => (v === 4 ? LB_HAIRPIN_IP4 : LB_HAIRPIN_IP6);
 
@@ -294,7 +292,7 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
       assert.deepEqual([...new Set(hairpin.flatMap((x) => x.answers.map((a) => `${a.name} saw ${a.peer}`)))], [`client saw ${hairpinIp(v)}`]);
     });
 
-    test(title('a NodePort on every node address: a pod reaches it on the node\'s address toward the remote host too'), todoOn6(v, NOT_YET_6.nodePortAny), async () => {
+    test(title('a NodePort on every node address: a pod reaches it on the node\'s address toward the remote host too'), async () => {
       const other = await scene!.agent('client').tcpSessions({ dst: REMOTE_NODE_IP, port: NODE_PORT_CLUSTER }, { count: 10, requests: 2, concurrency: 5 });
       await assertAllAnswered(scene!.node, other, `client pod -> ${REMOTE_NODE_IP}:${NODE_PORT_CLUSTER}`);
     });

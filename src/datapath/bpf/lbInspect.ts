@@ -42,7 +42,7 @@ export interface LbSlotRow {
 export interface LbServiceRow {
   /** The service ID (= its reverse NAT index). */
   id: number;
-  /** `address:port/PROTO`; address 0.0.0.0 = every node address (NodePort). */
+  /** `address:port/PROTO`; address 0.0.0.0 = every node IPv4 address (NodePort; one on :: is one entry per node IPv6 address). */
   frontend: string;
   address: string;
   port: number;

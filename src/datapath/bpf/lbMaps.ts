@@ -387,8 +387,9 @@ export class LbMaps implements LoadBalancerDatapath {
     checkPort(svc.port, `service ${svc.id}`);
     const frontend: Frontend = { address: address(svc.address, `service ${svc.id} frontend`), port: svc.port, proto };
     if (frontend.address.bits === 0n && svc.type !== 'NodePort') throw invalid(`service ${svc.id}: only a NodePort frontend may have address 0.0.0.0`);
-    // The IPv6 datapath answers a service's own address only (a reply's frontend comes from its reverse NAT entry).
-    if (frontend.address.bits === 0n && frontend.address.family === 6) throw invalid(`service ${svc.id}: an IPv6 NodePort on every node address (::) is not supported; name the node address`);
+    // The IPv6 datapath answers a service's own address only (a reply's frontend comes from its reverse NAT entry):
+    // the service subsystem writes a NodePort on :: as one entry per node IPv6 address (src/service/frontends.ts).
+    if (frontend.address.bits === 0n && frontend.address.family === 6) throw invalid(`service ${svc.id}: an IPv6 frontend on :: has no reverse NAT address; write one entry per node IPv6 address`);
     const scopes = new Map<number, readonly number[]>([[LbScope.EXTERNAL, svc.backendIds]]);
     if (svc.internalBackendIds !== undefined) scopes.set(LbScope.INTERNAL, svc.internalBackendIds);
     for (const ids of scopes.values()) {

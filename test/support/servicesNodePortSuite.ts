@@ -14,14 +14,14 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { LB_HAIRPIN_IP4, LB_HAIRPIN_IP6, NAT_PORT_MAX, NAT_PORT_MIN } from '../../src/datapath/bpf/constants.js';
-import { deletePolicyAndWait, importPolicyAndWait } from './datapathNode.js';
+import { cliJson, deletePolicyAndWait, importPolicyAndWait } from './datapathNode.js';
 import { bpfMetrics, dropCounts, eventually } from './datapathObserve.js';
 import { cidrIn, type Family, type IpFamily, ipIn, versionsOf } from './family.js';
 import { NetnsPool } from './netns.js';
 import { networkPolicy } from './policyDocuments.js';
 import { requireRoot } from './root.js';
 import { runOk } from './run.js';
-import { assertAllAnswered, ctOfFailed, decodeNatKey, snatEntries, upsertService } from './serviceApi.js';
+import { assertAllAnswered, ctOfFailed, decodeNatKey, getService, snatEntries, upsertService } from './serviceApi.js';
 import { failures, shareByBackend } from './serviceProcess.js';
 import {
   OUTSIDE_CLIENT_IP as OUTSIDE_CLIENT_T,
@@ -295,6 +295,24 @@ export function servicesNodePortSuite(family: Family, tag: string): void {
     test(title('a NodePort on every node address: a pod reaches it on the node\'s address toward the remote host too'), async () => {
       const other = await scene!.agent('client').tcpSessions({ dst: REMOTE_NODE_IP, port: NODE_PORT_CLUSTER }, { count: 10, requests: 2, concurrency: 5 });
       await assertAllAnswered(scene!.node, other, `client pod -> ${REMOTE_NODE_IP}:${NODE_PORT_CLUSTER}`);
+      // The API shows the service as it was made; the maps hold 0.0.0.0 once, or :: as one frontend per node IPv6 address under IDs of their own.
+      assert.equal((await getService(scene!.node, id(10)))['frontend-address'].ip, ANY);
+      const lb = await cliJson<{ services: Array<{ id: number; address: string; port: number; scope: string }> }>(scene!.node, ['bpf', 'lb', 'list']);
+      const entries = lb.services.filter((x) => x.port === NODE_PORT_CLUSTER && x.scope === 'external' && x.address.includes(':') === (v === 6));
+      const ids = new Map(entries.map((x) => [x.address, x.id]));
+      if (v === 4) {
+        assert.deepEqual([...ids], [['0.0.0.0', id(10)]]);
+        return;
+      }
+      assert.ok(!ids.has('::'), `no wildcard IPv6 entry: ${JSON.stringify([...ids])}`);
+      for (const a of NODE_ADDRESSES) assert.ok(ids.has(a), `bpf lb list holds [${a}]:${NODE_PORT_CLUSTER}: ${JSON.stringify([...ids])}`);
+      assert.equal(new Set(ids.values()).size, ids.size, 'each node address its own ID (reverse NAT index)');
+      assert.ok([...ids.values()].includes(id(10)), 'one of them under the service\'s own ID');
+      // A NodePort named on one of those addresses, same port and protocol, is refused while :: holds it.
+      await assert.rejects(
+        upsertService(scene!.node, id(90), { type: 'NodePort', frontend: { ip: OUTSIDE_NODE_IP, port: NODE_PORT_CLUSTER }, backends: [{ ip: ip('be-a'), port: TCP_PORT }] }),
+        (err: unknown) => (err as { status?: number }).status === 409 && /already belongs to service/.test((err as Error).message),
+      );
     });
 
     test(title('a ClusterIP whose backend is off the node, from a pod and from the node: SNAT out, the reply translated back'), {}, async (t) => {

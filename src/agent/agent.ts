@@ -140,7 +140,11 @@ export class Agent {
       entries: this.nodeAddresses,
       nodeIp: f.nodeIp,
       setupNode: (routerAddresses) => datapath.setupNode({ routerAddresses, masqueradeCidrs: nodeMasqueradeCidrs(config) }),
-      changed: (why) => this.ownNode.publish(why),
+      changed: (why) => {
+        this.ownNode.publish(why);
+        // A NodePort on :: is served on each node IPv6 address, the new router address too.
+        this.services.nodeAddressesChanged().catch((err: unknown) => log.error({ err }, 'updating services after a node address change failed'));
+      },
     });
     this.endpoints = new EndpointManager({
       datapath,

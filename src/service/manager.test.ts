@@ -201,7 +201,7 @@ describe('ServiceManager', () => {
       assert.deepEqual(held(), {});
     });
 
-    it('follows the node addresses when it is written again: a kept address keeps its ID, a gone one is deleted', async () => {
+    it('follows the node addresses when written again or told they changed: a kept address keeps its ID, a gone one is deleted', async () => {
       let addrs = ['fd00:2::1', 'fd00:2::2'];
       const m = make({ nodeAddresses: () => addrs });
       await m.upsert(5, np6('::'));
@@ -211,6 +211,20 @@ describe('ServiceManager', () => {
       assert.equal(again.changed, true, 'the same spec on other node addresses is a change');
       assert.deepEqual(Object.fromEntries(Object.entries(held()).map(([k, [id]]) => [k, id])), { 'fd00:2::2:30080': 32767, 'fd00:2::3:30080': 5 });
       assert.equal((await m.upsert(5, np6('::'))).changed, false);
+      // An address the node takes while running (a router address) is followed without a write.
+      addrs = ['fd00:2::2', 'fd00:2::3', 'fd00:2::4'];
+      await m.nodeAddressesChanged();
+      assert.deepEqual(Object.fromEntries(Object.entries(held()).map(([k, [id]]) => [k, id])), { 'fd00:2::2:30080': 32767, 'fd00:2::3:30080': 5, 'fd00:2::4:30080': 32766 });
+      assert.equal((await m.upsert(5, np6('::'))).changed, false);
+      // Unless another service's NodePort is named there on the same port: then it stays as it is.
+      addrs = ['fd00:2::2', 'fd00:2::3', 'fd00:2::4', 'fd00:2::5'];
+      await m.upsert(9, np6('fd00:2::5'));
+      await m.nodeAddressesChanged();
+      assert.deepEqual(held()['fd00:2::5:30080']![0], 9);
+      assert.equal(Object.keys(held()).filter((k) => k.endsWith(':30080')).length, 4);
+      await m.delete(9);
+      await m.nodeAddressesChanged();
+      assert.equal(held()['fd00:2::5:30080']![0], 32765);
       // From a named address to ::: the named address keeps the service's ID (its connections stay).
       await m.upsert(6, np6('fd00:2::3', undefined, 30081));
       await m.upsert(6, np6('::', undefined, 30081));
@@ -218,6 +232,10 @@ describe('ServiceManager', () => {
       // And back: the extra frontends go.
       await m.upsert(6, np6('fd00:2::3', undefined, 30081));
       assert.deepEqual(Object.keys(held()).filter((k) => k.endsWith(':30081')), ['fd00:2::3:30081']);
+      // A restart starts from the record and the addresses of then: fd00:2::5 keeps its ID.
+      lb = new FakeLoadBalancer();
+      await make({ nodeAddresses: () => addrs }).restore();
+      assert.equal(held()['fd00:2::5:30080']![0], 32765);
     });
   });
 

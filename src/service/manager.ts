@@ -291,6 +291,16 @@ export class ServiceManager implements ServiceApi {
     });
   }
 
+  /**
+   * The node's addresses changed (a router address taken while running):
+   * NodePorts on :: are served on the addresses as they are now (and any
+   * service not realized is written again).
+   */
+  nodeAddressesChanged(): Promise<void> {
+    if (!this.o.loadBalancer) return Promise.resolve();
+    return this.#serial.run(() => this.#refresh(this.o.loadBalancer!));
+  }
+
   /** Waits for writes queued so far. */
   async idle(): Promise<void> {
     await this.#serial.settled();
@@ -611,11 +621,16 @@ export class ServiceManager implements ServiceApi {
     }
   }
 
-  /** Renders again the services that depend on locality (and any not realized), writing what changed. */
+  /**
+   * Renders again the services that depend on locality (and any not
+   * realized), writing what changed; a NodePort on :: whose node addresses
+   * changed is written whole on the new ones.
+   */
   async #refresh(lb: LoadBalancerDatapath): Promise<void> {
     await this.#retryDeletes(lb);
     const local = this.#localSet();
     for (const s of this.#services.values()) {
+      if (onEveryIpv6NodeAddress(s.spec) && (await this.#followNodeAddresses(lb, s))) continue;
       if (!dependsOnLocality(s.spec) && s.realized) continue;
       const nowLocal = new Set(s.keys.filter((k) => this.#isLocal(s, k, local)));
       const localChanged = nowLocal.size !== s.local.size || [...nowLocal].some((k) => !s.local.has(k));
@@ -636,5 +651,35 @@ export class ServiceManager implements ServiceApi {
       s.local = nowLocal;
       await this.o.store.save(this.#record(s)).catch((err: unknown) => this.o.log.warn({ service: s.spec.id, err }, 'persisting service locality failed'));
     }
+  }
+
+  /**
+   * A NodePort on :: on the node's addresses as they are now: true when it
+   * was written again (or tried: a failure is retried). An address another
+   * service's frontend holds on the same port keeps the service as it is.
+   */
+  async #followNodeAddresses(lb: LoadBalancerDatapath, s: ServiceState): Promise<boolean> {
+    const id = s.spec.id;
+    let frontends: DatapathFrontend[];
+    try {
+      frontends = this.#frontendsOf(s.spec, new Map(s.frontends.map((f) => [f.ip, f.id])));
+    } catch (err) {
+      this.o.log.warn({ service: id, err }, 'a NodePort on :: is not extended to the node\'s new addresses');
+      return false;
+    }
+    if (sameFrontends(frontends, s.frontends)) return false;
+    const taken = frontendKeysOf(s.spec, frontends).find((fk) => (this.#frontends.get(fk) ?? id) !== id);
+    if (taken !== undefined) {
+      this.o.log.warn({ service: id, frontend: taken, holder: this.#frontends.get(taken) }, 'a NodePort on :: is not extended to the node\'s new addresses: another service has one of them on its port');
+      return false;
+    }
+    try {
+      await this.#write(lb, s.spec, frontends, s);
+      this.o.log.info({ service: id, frontends: frontends.map((f) => f.ip) }, 'a NodePort on :: follows the node\'s IPv6 addresses');
+    } catch (err) {
+      this.o.log.error({ service: id, err }, 'moving a NodePort on :: to the node\'s addresses failed; retried');
+      this.#scheduleRetry();
+    }
+    return true;
   }
 }

@@ -42,7 +42,8 @@ describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
   let nl: Netlink;
   // Routes go to tendril_host of a namespace of the test's own (no router is set: only deletions reach it).
   const routes = () => new ServiceRoutes({ netlink: async () => nl, log });
-  const manager = (lb: LbMaps) => new ServiceManager({ loadBalancer: lb, store: new ServiceStore(join(dir, 'services')), log, algorithm: 'maglev', maglevTableSize: MAGLEV_SIZE });
+  const manager = (lb: LbMaps, nodeAddresses?: () => string[]) =>
+    new ServiceManager({ loadBalancer: lb, store: new ServiceStore(join(dir, 'services')), log, algorithm: 'maglev', maglevTableSize: MAGLEV_SIZE, ...(nodeAddresses ? { nodeAddresses } : {}) });
 
   before(async () => {
     const ns = await pool.add('node');
@@ -132,6 +133,29 @@ describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
     assert.equal((await toArray(maps.services.keys())).length, 0);
     assert.equal((await toArray(maps.backends.keys())).length, 0);
     assert.equal((await toArray(maps.maglev.keys())).length, 0);
+    assert.deepEqual(await members(), []);
+  });
+
+  it('writes a NodePort on :: as one tendril_lb6_svc frontend per node IPv6 address, each with its own reverse NAT entry', async () => {
+    const lb = await LbMaps.open({ maps, routes: routes(), log, maglevTableSize: MAGLEV_SIZE });
+    const m = manager(lb, () => ['192.0.2.10', 'fd00:2::20', 'fd00:2::10']);
+    await m.restore();
+    await m.endpointsRestored();
+    const r = await m.upsert(12, { 'frontend-address': { ip: '::', port: 30090, protocol: 'TCP' }, 'backend-addresses': [{ ip: 'fd00:215::1', port: 8080 }], flags: { type: 'NodePort' } });
+    const [b] = r.service['backend-addresses'].map((x) => x.id);
+    for (const [ip, id] of [['fd00:2::10', 12], ['fd00:2::20', 32767]] as const) {
+      const head = maps.services.get(slot(ip, 30090, 0));
+      assert.deepEqual([head?.count, head?.revNatIndex], [1, id], ip);
+      assert.equal(maps.services.get(slot(ip, 30090, 1))?.backendId, b, ip);
+      // A reply through this frontend leaves from the address the client reached.
+      assert.deepEqual(maps.revNat.get(id), { address: parseIp(ip), port: 30090 }, `reverse NAT ${id}`);
+    }
+    assert.equal(maps.services.get(slot('::', 30090, 0)), undefined, 'no wildcard IPv6 entry');
+    assert.deepEqual(await members(), [`12/${b}`, `32767/${b}`]);
+    await m.delete(12);
+    assert.equal((await toArray(maps.services.keys())).length, 0);
+    assert.equal(maps.revNat.get(12), undefined);
+    assert.equal(maps.revNat.get(32767), undefined);
     assert.deepEqual(await members(), []);
   });
 

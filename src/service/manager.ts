@@ -8,7 +8,9 @@
  * leave the maps after the service that dropped them was rewritten. No
  * write looks for the connections of a backend that left a service: the
  * rendered entry lists the service's members, and the datapath moves a
- * connection pinned to a non-member on its next packet.
+ * connection pinned to a non-member on its next packet. A NodePort on ::
+ * is one datapath frontend per node IPv6 address, each under an ID of its
+ * own (frontends.ts); writes, deletes and rollbacks cover all of them.
  */
 import { Serializer } from '../async/keyedSerializer.js';
 import { UndoList } from '../async/undoList.js';

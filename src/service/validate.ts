@@ -97,7 +97,7 @@ function ipAddress(v: unknown, field: string): string {
  * manager expands: an IPv6 reply takes its source from the reverse NAT entry
  * of the frontend the client reached, and a wildcard entry holds no address).
  */
-export function isEveryNodeAddress(ip: string): boolean {
+function isEveryNodeAddress(ip: string): boolean {
   return ip === '0.0.0.0' || ip === '::';
 }
 

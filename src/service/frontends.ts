@@ -10,7 +10,7 @@
  */
 import type { LbServiceEntry } from '../datapath/types.js';
 import { MAX_SERVICE_ID } from '../datapath/limits.js';
-import { compareIp, formatIp, notUnicast, tryParseIp } from '../netip/index.js';
+import { compareIp, formatIp, type IpAddress, notUnicast, tryParseIp } from '../netip/index.js';
 import { ServiceError, ServiceErrorCode } from './errors.js';
 import { frontendKey, type NormalizedService } from './validate.js';
 
@@ -40,12 +40,12 @@ export function onEveryIpv6NodeAddress(spec: NormalizedService): boolean {
  * loopback) are left out.
  */
 export function ipv6NodePortAddresses(nodeAddresses: Iterable<string>): string[] {
-  const out = new Map<string, ReturnType<typeof tryParseIp>>();
+  const out = new Map<string, IpAddress>();
   for (const text of nodeAddresses) {
     const ip = tryParseIp(text);
     if (ip?.family === 6 && notUnicast(ip) === undefined) out.set(formatIp(ip), ip);
   }
-  return [...out].sort((a, b) => compareIp(a[1]!, b[1]!)).map(([text]) => text);
+  return [...out].sort((a, b) => compareIp(a[1], b[1])).map(([text]) => text);
 }
 
 /**

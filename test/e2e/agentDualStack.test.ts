@@ -118,7 +118,7 @@ describe('dual-stack pods on the eBPF datapath', () => {
     assert.ok(rs.some((x) => x.dst === 'default' && x.gateway === gw6 && x.dev === 'eth0'), JSON.stringify(rs));
   });
 
-  test('the host side routes each pod\'s /128 over its lxc device, with IPv6 forwarding on the device', async () => {
+  test('the host side routes each pod\'s /128 over its lxc device, with IPv6 forwarding on the device and its link-local address usable at once (no DAD)', async () => {
     const lxcs = await podHostLinks(pool, node);
     assert.equal(lxcs.length, 2);
     for (const p of pods) {
@@ -126,6 +126,12 @@ describe('dual-stack pods on the eBPF datapath', () => {
       assert.equal(rs.length, 1, JSON.stringify(rs));
       assert.ok(lxcs.includes(rs[0]!.dev!), `${p.ip6} routed over ${rs[0]!.dev}`);
       assert.equal(await sysctl(node, `net.ipv6.conf.${rs[0]!.dev!}.forwarding`), '1');
+      // Checked within a second of the last ADD: a tentative link-local sends no neighbour
+      // solicitation, and what the node forwards to the pod would wait for DAD to end.
+      assert.equal(await sysctl(node, `net.ipv6.conf.${rs[0]!.dev!}.accept_dad`), '0');
+      const linkLocal = (await json<IpAddr[]>(node, ['ip', '-j', '-6', 'addr', 'show', 'dev', rs[0]!.dev!])).flatMap((l) => l.addr_info).filter((a) => a.scope === 'link');
+      assert.equal(linkLocal.length, 1, JSON.stringify(linkLocal));
+      assert.ok(!linkLocal[0]!.tentative, `${rs[0]!.dev}'s link-local address is not tentative: ${JSON.stringify(linkLocal[0])}`);
     }
   });
 

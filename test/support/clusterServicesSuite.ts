@@ -117,14 +117,7 @@ export function clusterServicesSuite(opts: { tag: string; routingMode: RoutingMo
   }
 
   describe('a ClusterIP with a backend on each of three nodes', () => {
-    /*
-     * IPv6 in native routing: 2 of 4 runs of the suite (one in a full run) had some of 30
-     * connections from a pod time out; on the client's node the backend's replies were seen in
-     * conntrack but the service entry never saw a reply (no reverse NAT). Todo
-     * until its cause is found, so the row still runs and reports.
-     */
-    const flaky6 = (v: IpFamily) => (v === 6 && opts.routingMode === 'native' ? { todo: 'IPv6, native routing: a pod\'s connection to a ClusterIP with a backend on another node intermittently gets no reverse NAT on the reply (2 of 4 runs; cause not found)' } : {});
-    for (const v of versions) test(title(v, 'from a pod on every node: every connection answered, spread over backends on several nodes, the backend sees the client pod'), { ...T, ...flaky6(v) }, async (t) => {
+    for (const v of versions) test(title(v, 'from a pod on every node: every connection answered, spread over backends on several nodes, the backend sees the client pod'), T, async (t) => {
       const VIP = ipIn(v, VIP4);
       for (const c of clients) {
         const sessions = await c.agent.tcpSessions({ dst: VIP, port: 80 }, { count: 30, requests: 2, concurrency: 6 });

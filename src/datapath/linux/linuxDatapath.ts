@@ -175,6 +175,12 @@ export class LinuxDatapath implements Datapath {
       if (addresses.some((a) => a.family === 6)) {
         const forwarding = interfaceSysctl(6, hostIf, 'forwarding');
         if ((await getSysctl(forwarding)) !== '1') await setSysctl(forwarding, '1');
+        // No duplicate address detection on the device's link-local address, before the link
+        // goes up: while it is tentative the node sends no neighbour solicitation from it, so
+        // every packet it forwards to the new pod (a reply from another node) waits ~2 s for
+        // DAD to end. The link has the pod alone on its other end: nothing to detect.
+        const dad = interfaceSysctl(6, hostIf, 'accept_dad');
+        if ((await getSysctl(dad)) !== '0') await setSysctl(dad, '0');
       }
       // Only what is not already in force is written: an agent restart re-syncs every endpoint,
       // and an IPv6 route "replaced" by an equal one is not left alone as IPv4's is (the

@@ -64,12 +64,16 @@ export interface ThroughputReport {
   seconds: number;
   runs: number;
   vethPair: number;
+  /** The plain veth pair over IPv6: the kernel's own IPv6 cost, the anchor of the tendril IPv6 / IPv4 ratios. */
+  vethPairIpv6: number;
   reference: number;
   tendril: number;
   /** The same tendril pods and rules over IPv6. */
   tendrilIpv6: number;
   /** Connections per second (crr, one thread) between the tendril pods, over each family, median of the runs. */
   connPerS: { ipv4: number; ipv6: number };
+  /** The same over the plain veth pair. */
+  vethConnPerS: { ipv4: number; ipv6: number };
   /** tendril / veth of each run (the two measured seconds apart). */
   tendrilVsVethPerRun: number[];
   /** Policy-map entries of the client and server endpoints, and whether the agent says the datapath enforces them. */
@@ -84,6 +88,7 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
   const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-tput-'));
   let agent: ReturnType<typeof spawn> | undefined;
   let crr: CrrServer | undefined;
+  let vethCrr: CrrServer | undefined;
   const ns = async (name: string) => {
     await exec(['ip', 'netns', 'add', name]);
     created.push(name);
@@ -97,6 +102,8 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
     await exec(['ip', '-n', va, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', `/var/run/netns/${vb}`]);
     await exec(['ip', '-n', va, 'addr', 'add', '10.244.0.1/30', 'dev', 'eth0']);
     await exec(['ip', '-n', vb, 'addr', 'add', '10.244.0.2/30', 'dev', 'eth0']);
+    await exec(['ip', '-n', va, 'addr', 'add', 'fd00:244::1/126', 'dev', 'eth0', 'nodad']);
+    await exec(['ip', '-n', vb, 'addr', 'add', 'fd00:244::2/126', 'dev', 'eth0', 'nodad']);
     await exec(['ip', '-n', va, 'link', 'set', 'eth0', 'up']);
     await exec(['ip', '-n', vb, 'link', 'set', 'eth0', 'up']);
 
@@ -145,21 +152,28 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
     const tendrilEntries = { client: cp.entries.length, server: sp.entries.length, datapathEnforced: cp.datapathEnforced && sp.datapathEnforced };
     const otherPort = (await runTcpClient<{ result: string }>(ta, ['check', tbIp!, String(IPERF_PORT + 3), '300'])).result;
     crr = await CrrServer.start(`/var/run/netns/${tb}`, [`${tbIp!}:${CRR_PORT}`, `[${tbIp6}]:${CRR_PORT}`], { threads: 1 });
-    const connRate = async (dst: string) => {
-      const r = await runCrrClient(`/var/run/netns/${ta}`, { destinations: [dst], seconds, threads: 1 });
+    vethCrr = await CrrServer.start(`/var/run/netns/${vb}`, [`10.244.0.2:${CRR_PORT}`, `[fd00:244::2]:${CRR_PORT}`], { threads: 1 });
+    const connRate = async (dst: string, from = ta) => {
+      const r = await runCrrClient(`/var/run/netns/${from}`, { destinations: [dst], seconds, threads: 1 });
       if (r.errorCount > 0) throw new Error(`crr to ${dst}: ${crrErrors(r)}`);
       return r.connPerS;
     };
 
     // Runs interleaved, so a busy moment of the machine falls on every path alike.
-    const samples = { vethPair: [] as number[], reference: [] as number[], tendril: [] as number[], tendrilIpv6: [] as number[], conn4: [] as number[], conn6: [] as number[] };
+    const samples = {
+      ...{ vethPair: [] as number[], vethPairIpv6: [] as number[], reference: [] as number[], tendril: [] as number[], tendrilIpv6: [] as number[] },
+      ...{ conn4: [] as number[], conn6: [] as number[], vethConn4: [] as number[], vethConn6: [] as number[] },
+    };
     const paths = [
       () => iperf(vb, va, '10.244.0.2', seconds).then((g) => samples.vethPair.push(g)),
+      () => iperf(vb, va, 'fd00:244::2', seconds).then((g) => samples.vethPairIpv6.push(g)),
       () => iperf(rb, ra, rbIp!, seconds).then((g) => samples.reference.push(g)),
       () => iperf(tb, ta, tbIp!, seconds).then((g) => samples.tendril.push(g)),
       () => iperf(tb, ta, tbIp6, seconds).then((g) => samples.tendrilIpv6.push(g)),
       () => connRate(`${tbIp!}:${CRR_PORT}`).then((n) => samples.conn4.push(n)),
       () => connRate(`[${tbIp6}]:${CRR_PORT}`).then((n) => samples.conn6.push(n)),
+      () => connRate(`10.244.0.2:${CRR_PORT}`, va).then((n) => samples.vethConn4.push(n)),
+      () => connRate(`[fd00:244::2]:${CRR_PORT}`, va).then((n) => samples.vethConn6.push(n)),
     ];
     // Every other run in reverse order, so no path always runs first.
     for (let i = 0; i < runs; i++) for (const run of i % 2 === 0 ? paths : [...paths].reverse()) await run();
@@ -168,16 +182,19 @@ export async function runThroughputBench(seconds = 3, runs = 3): Promise<Through
       seconds,
       runs,
       vethPair: med(samples.vethPair),
+      vethPairIpv6: med(samples.vethPairIpv6),
       reference: med(samples.reference),
       tendril: med(samples.tendril),
       tendrilIpv6: med(samples.tendrilIpv6),
       connPerS: { ipv4: med(samples.conn4), ipv6: med(samples.conn6) },
+      vethConnPerS: { ipv4: med(samples.vethConn4), ipv6: med(samples.vethConn6) },
       tendrilVsVethPerRun: samples.tendril.map((g, i) => g / samples.vethPair[i]!),
       tendrilEntries,
       otherPort,
     };
   } finally {
     await crr?.stop();
+    await vethCrr?.stop();
     if (agent) await stopBenchAgent(agent);
     for (const n of created.reverse()) await exec(['ip', 'netns', 'del', n]).catch(() => undefined);
     await rm(scratch, { recursive: true, force: true });
@@ -188,6 +205,7 @@ export function printThroughput(r: ThroughputReport): void {
   const row = (name: string, g: number) => `  ${name.padEnd(46)} ${g.toFixed(2).padStart(7)} Gbit/s  ${(g / r.vethPair).toFixed(2)}x veth`;
   console.log(`\nPod-to-pod TCP throughput, iperf3 single stream ${r.seconds}s, median of ${r.runs} interleaved runs`);
   console.log(row('plain veth pair (the limit of this path)', r.vethPair));
+  console.log(row('plain veth pair over IPv6', r.vethPairIpv6));
   console.log(row('reference bridge + host-local', r.reference));
   console.log(row('tendril, 1,000 rules loaded', r.tendril));
   console.log(row('tendril, the same pods and rules over IPv6', r.tendrilIpv6));
@@ -198,9 +216,13 @@ export function printThroughput(r: ThroughputReport): void {
   console.log(
     `  tendril / veth: ${(r.tendril / r.vethPair).toFixed(2)}x (goal ≥ 0.95; per run: ${r.tendrilVsVethPerRun.map((x) => x.toFixed(2)).join(', ')}), tendril / reference: ${(r.tendril / r.reference).toFixed(2)}x`,
   );
-  const c = r.connPerS;
+  const [c, v] = [r.connPerS, r.vethConnPerS];
   console.log(
     `  IPv6 / IPv4 on the tendril pods: throughput ${(r.tendrilIpv6 / r.tendril).toFixed(2)}x, connection rate ${(c.ipv6 / c.ipv4).toFixed(2)}x (crr, one thread: ${c.ipv4.toFixed(0)} vs ${c.ipv6.toFixed(0)} conn/s; goal ≥ 0.95 for both)`,
+  );
+  // The kernel's own IPv6 cost on the same machine: what no datapath can take away.
+  console.log(
+    `  IPv6 / IPv4 on the plain veth pair: throughput ${(r.vethPairIpv6 / r.vethPair).toFixed(2)}x, connection rate ${(v.ipv6 / v.ipv4).toFixed(2)}x (${v.ipv4.toFixed(0)} vs ${v.ipv6.toFixed(0)} conn/s); tendril IPv6 / veth IPv6: throughput ${(r.tendrilIpv6 / r.vethPairIpv6).toFixed(2)}x, connection rate ${(c.ipv6 / v.ipv6).toFixed(2)}x`,
   );
 }
 

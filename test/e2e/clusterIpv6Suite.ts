@@ -96,9 +96,11 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
       const r = await s().exec(from.netns, ['iperf3', '-6', '-c', ip6.get(to)!, '-p', String(IPERF_PORT), '-t', '1', '-J', '--connect-timeout', '2000', ...(udp ? ['-u', '-b', '10M'] : [])]);
       const report = JSON.parse(r.stdout || '{}') as { error?: string };
       if (report.error !== undefined) return `error: ${report.error}`;
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
-      const seen = JSON.parse(out || '{}') as { start?: { connected?: Array<{ remote_host: string }> } };
-      return `seen as ${seen.start?.connected?.[0]?.remote_host ?? '?'}`;
+      // The one-off server writes its report when it exits, after the client's test: on a busy machine that takes a while.
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+      const seen = JSON.parse(out || '{}') as { error?: string; start?: { connected?: Array<{ remote_host: string }> } };
+      const peer = seen.start?.connected?.[0]?.remote_host;
+      return peer !== undefined ? `seen as ${peer}` : `no server report (${seen.error ?? (out === '' ? 'the server wrote nothing' : out.slice(0, 200))})`;
     } finally {
       server.kill('SIGKILL');
       await exited;

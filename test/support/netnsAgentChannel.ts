@@ -12,8 +12,11 @@ export type Unnumbered<C> = C extends unknown ? Omit<C, 'id'> : never;
  */
 export class NetnsAgentChannel<Reply extends { id: number }> {
   private nextId = 1;
-  private readonly pending = new Map<number, (r: Reply) => void>();
+  private readonly pending = new Map<number, { resolve: (r: Reply) => void; reject: (e: Error) => void }>();
   private stderr = '';
+  private stopping = false;
+  /** How the agent ended when nobody stopped it (its stderr holds why). */
+  private death: string | undefined;
 
   private constructor(
     /** What the agent is, for messages (`probe agent web`). */
@@ -27,6 +30,15 @@ export class NetnsAgentChannel<Reply extends { id: number }> {
     const ch = new NetnsAgentChannel<Reply>(label, child);
     child.stderr!.on('data', (c: Buffer) => (ch.stderr += c.toString()));
     const lines = createInterface({ input: child.stdout! });
+    // An agent that ends by itself (a crash) fails what waits on it, and says so on stderr: a
+    // backend that is gone shows only as refused connections otherwise.
+    child.once('exit', (code, signal) => {
+      if (ch.stopping) return;
+      ch.death = `${label} exited by itself (code ${code}, signal ${signal}): ${ch.stderr}`;
+      process.stderr.write(`${ch.death}\n`);
+      for (const p of ch.pending.values()) p.reject(new Error(ch.death));
+      ch.pending.clear();
+    });
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`${label} not ready in 10 s: ${ch.stderr}`)), 10_000);
       child.once('exit', (code) => {
@@ -42,7 +54,7 @@ export class NetnsAgentChannel<Reply extends { id: number }> {
         }
         const waiter = ch.pending.get(msg.id);
         ch.pending.delete(msg.id);
-        waiter?.(msg);
+        waiter?.resolve(msg);
       });
     });
     return ch;
@@ -56,13 +68,19 @@ export class NetnsAgentChannel<Reply extends { id: number }> {
         reject(new Error(`${this.label} is gone: ${this.stderr}`));
         return;
       }
-      this.pending.set(id, resolve);
+      this.pending.set(id, { resolve, reject });
       this.child.stdin!.write(`${JSON.stringify({ ...cmd, id })}\n`);
     });
   }
 
+  /** Why the agent ended by itself, or undefined while it runs (or was stopped). */
+  get exited(): string | undefined {
+    return this.death;
+  }
+
   /** Ends the agent (closing its stdin ends it; SIGKILL if it lingers). */
   async stop(): Promise<void> {
+    this.stopping = true;
     if (this.child.exitCode !== null || this.child.signalCode !== null) return;
     const exited = new Promise((r) => this.child.once('exit', r));
     this.child.stdin!.end();

@@ -119,6 +119,12 @@ async function listen(): Promise<void> {
     createServer((s) => {
       s.on('error', () => s.destroy());
       const lines = createInterface({ input: s });
+      // readline re-emits its input's errors on the interface: unheard there, a client's reset
+      // (ECONNRESET) would be an uncaught exception and end this whole backend, every listener
+      // with it. A client that reuses the source port of a connection this backend still holds
+      // (one reset elsewhere, e.g. moved to another backend when this one left the service) gets
+      // a challenge ACK and answers it with a reset: routine, not a reason to stop serving.
+      lines.on('error', () => s.destroy());
       lines.on('line', () => {
         if (!s.writable) return;
         s.write(`${JSON.stringify(answerFor(s.remoteAddress, s.remotePort, s.localAddress))}\n`);

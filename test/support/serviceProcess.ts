@@ -96,6 +96,11 @@ export class ServiceAgentProcess {
     await this.send({ op: 'udpStreamStop', handle });
   }
 
+  /** Why this agent ended by itself (a crash, with its stderr), or undefined while it serves. */
+  get exited(): string | undefined {
+    return this.channel.exited;
+  }
+
   stop(): Promise<void> {
     return this.channel.stop();
   }

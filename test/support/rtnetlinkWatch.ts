@@ -10,7 +10,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
  * own (REACHABLE to STALE and back) are not changes anyone made, nor are the
  * IPv6 link-local addresses (and their local and anycast routes) the kernel
  * announces when duplicate address detection completes on a new device:
- * `changes()` leaves both out.
+ * `changes()` leaves both out (but not a route via a link-local next hop,
+ * as tendril's IPv6 ClusterIP and tunnel routes go).
  */
 export class RtnetlinkWatch {
   #out = '';
@@ -39,7 +40,10 @@ export class RtnetlinkWatch {
 
   /** Route and address events, and neighbour deletions: what someone wrote or flushed. */
   changes(): string[] {
-    return this.lines.filter((l) => (!/^\[NEIGH\]/.test(l) || /^\[NEIGH\]Deleted /.test(l) || /\bFAILED\b/.test(l)) && !/^\[(ADDR|ROUTE)\].*\bfe80::/.test(l));
+    // A link-local address, or a route TO a link-local destination (local, anycast, the device's
+    // fe80::/64); a route that only goes VIA a link-local next hop (tendril_host's) is someone's write.
+    const linkLocal = /^\[ADDR\].*\binet6 fe80::|^\[ROUTE\](?:Deleted )?(?:(?:local|anycast|multicast) )?fe80::/;
+    return this.lines.filter((l) => (!/^\[NEIGH\]/.test(l) || /^\[NEIGH\]Deleted /.test(l) || /\bFAILED\b/.test(l)) && !linkLocal.test(l));
   }
 
   async stop(): Promise<void> {

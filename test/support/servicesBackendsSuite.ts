@@ -18,6 +18,7 @@ import { bpfConntrack } from './datapathObserve.js';
 import { type Family, type IpFamily, ipIn, versionsOf } from './family.js';
 import { NetnsPool } from './netns.js';
 import { requireRoot } from './root.js';
+import { RtnetlinkWatch } from './rtnetlinkWatch.js';
 import { assertAllAnswered, deleteService, getService, lbDiagnostics, upsertService } from './serviceApi.js';
 import { shareByBackend, type StreamEvent } from './serviceProcess.js';
 import { rowTitle, type ServiceScene, serviceId, startServiceScene } from './serviceScene.js';
@@ -38,6 +39,8 @@ export function servicesBackendsSuite(family: Family, tag: string): void {
   requireRoot('the service backend-change tests');
   const pool = new NetnsPool(tag);
   let scene: ServiceScene | undefined;
+  /** The restart row's rtnetlink watches: stopped there, or in `after` when it failed first. */
+  const watches: RtnetlinkWatch[] = [];
 
   /** Both services of IP version `v` (TCP 80, UDP 53) with `backends` in the given states. */
   async function programFor(v: IpFamily, backends: ReadonlyArray<{ name: string; state?: LbBackendState }>): Promise<void> {
@@ -64,6 +67,7 @@ export function servicesBackendsSuite(family: Family, tag: string): void {
   });
 
   after(async () => {
+    for (const w of watches) await w.stop();
     if (scene) await scene.cleanup();
     else await pool.cleanup();
   });
@@ -269,12 +273,18 @@ export function servicesBackendsSuite(family: Family, tag: string): void {
       const before = await getService(node, id(1));
       for (const how of ['stop', 'kill'] as const) {
         const downAt = Date.now();
+        // A restart writes nothing already in force: an IPv6 ClusterIP's route "replaced" by an equal one is swapped and announced.
+        const watch = await RtnetlinkWatch.start(node.nodePath);
+        watches.push(watch);
         await node.agent[how]();
         // With the agent down the pinned maps and programs keep serving.
         const whileDown = await c.tcpSessions({ dst: VIP, port: 80 }, { count: 10, requests: 2, concurrency: 5 });
         await assertAllAnswered(scene!.node, whileDown, `new connections while the agent is down (${how})`);
         await node.agent.start();
         t.diagnostic(`agent ${how} + start: ${Date.now() - downAt} ms`);
+        await sleep(200);
+        await watch.stop();
+        assert.deepEqual(watch.changes(), [], `the ${how} + start wrote no route or address and flushed no neighbour in the node`);
         const after = await getService(node, id(1));
         assert.equal(after.realized, true, `service 1 realized after the restart: ${JSON.stringify(after)}`);
         assert.deepEqual(after['backend-addresses'].map((b) => [b.ip, b.id]), before['backend-addresses'].map((b) => [b.ip, b.id]), 'backend IDs are stable');

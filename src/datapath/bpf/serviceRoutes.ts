@@ -16,13 +16,16 @@
  */
 import type { Logger } from '../../logging/logger.js';
 import { isKernelError } from '../kernel/errors.js';
-import type { Netlink } from '../kernel/netlink/index.js';
+import { type Netlink, RT_TABLE_MAIN, RTN_UNICAST } from '../kernel/netlink/index.js';
 import { HOST_DEVICE, HOST_PEER_DEVICE } from '../linux/hostDevice.js';
 import { ensureHostNextHop, HOST_NEXTHOP, hostNextHop } from '../linux/hostNextHop.js';
+import { canonicalIp } from '../linux/links.js';
 import { kernel, toDatapathError } from '../linux/kernel.js';
 import { DatapathError } from '../types.js';
 import { ipFamilyOf, type IpFamily } from '../../netip/index.js';
 
+/** What an IPv6 route without a metric gets (IPv4's is 0). */
+const IPV6_DEFAULT_METRIC = 1024;
 /** rtm_protocol of tendril's service routes (unassigned in rt_protos). */
 export const SERVICE_ROUTE_PROTOCOL = 211;
 /** The next hop IPv4 ClusterIP routes use on tendril_host (link-local, never a real host; shared with the tunnel-mode node routes); IPv6's is HOST_NEXTHOP6. */
@@ -86,9 +89,31 @@ export class ServiceRoutes {
   async setRouter(router: string): Promise<void> {
     const family = ipFamilyOf(router);
     if (family === 0) throw new DatapathError('failed', `router address ${JSON.stringify(router)} is not an IP address`);
-    this.#devIndex = await ensureHostNextHop(await this.opts.netlink(), this.#dev, this.#peer, family);
+    const nl = await this.opts.netlink();
+    this.#devIndex = await ensureHostNextHop(nl, this.#dev, this.#peer, family);
     this.#routers.set(family, router);
-    for (const address of this.#holders.keys()) if (familyOf(address) === family) await this.#install(address);
+    // A restart finds the routes of the services it adopted in force: those are left alone. An
+    // IPv6 route "replaced" by an equal one is not (as an IPv4 one is): the kernel swaps in a new
+    // route and announces it, so a restart would rewrite every IPv6 ClusterIP's route.
+    const inForce = await this.#inForce(nl, family, router);
+    for (const address of this.#holders.keys()) {
+      if (familyOf(address) !== family) continue;
+      if (inForce.has(hostRoute(address))) this.#installed.add(address);
+      else await this.#install(address);
+    }
+  }
+
+  /** The destinations of `family` whose route on the device is exactly the one #install writes. */
+  async #inForce(nl: Netlink, family: IpFamily, router: string): Promise<Set<string>> {
+    const routes = await kernel(() => nl.listRoutes({ family, table: RT_TABLE_MAIN, link: this.#devIndex ?? this.#dev }));
+    const gateway = canonicalIp(hostNextHop(family));
+    const prefsrc = canonicalIp(router);
+    const metric = family === 6 ? IPV6_DEFAULT_METRIC : 0;
+    return new Set(
+      routes
+        .filter((r) => r.protocol === SERVICE_ROUTE_PROTOCOL && r.gateway === gateway && r.prefsrc === prefsrc && r.oif === this.#devIndex && r.onlink && r.type === RTN_UNICAST && (r.priority ?? 0) === metric)
+        .map((r) => r.dst),
+    );
   }
 
   /** `id` holds a route to `address` (in force once the router address is known). */

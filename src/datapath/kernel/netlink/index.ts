@@ -9,4 +9,4 @@ export type { Neighbour, NeighbourSpec } from './neighbours.js';
 export type { BpfFilter, BpfFilterSpec, Qdisc, TcDirection } from './tc.js';
 export type { IpFamily } from '../../../netip/index.js';
 export { type Prefix, parsePrefix, formatPrefix } from './address.js';
-export { RT_SCOPE, RT_TABLE_MAIN, RT_TABLE_LOCAL, type RouteScopeName, type NeighbourStateName } from './constants.js';
+export { RT_SCOPE, RT_TABLE_MAIN, RT_TABLE_LOCAL, RTN_UNICAST, type RouteScopeName, type NeighbourStateName } from './constants.js';

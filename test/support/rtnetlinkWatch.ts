@@ -7,7 +7,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
  * had, shows as an event (an IPv6 route "replaced" by an equal one is swapped
  * for a new one and announced; an address replaced is announced), and so does
  * a neighbour entry deleted. Neighbour state changes the kernel makes on its
- * own (REACHABLE to STALE and back) are not changes anyone made, nor are the
+ * own (REACHABLE to STALE and back, its GC deleting unused STALE and NOARP
+ * entries) are not changes anyone made, nor are the
  * IPv6 link-local addresses (and their local and anycast routes) the kernel
  * announces when duplicate address detection completes on a new device:
  * `changes()` leaves both out (but not a route via a link-local next hop,
@@ -43,7 +44,10 @@ export class RtnetlinkWatch {
     // A link-local address, or a route TO a link-local destination (local, anycast, the device's
     // fe80::/64); a route that only goes VIA a link-local next hop (tendril_host's) is someone's write.
     const linkLocal = /^\[ADDR\].*\binet6 fe80::|^\[ROUTE\](?:Deleted )?(?:(?:local|anycast|multicast) )?fe80::/;
-    return this.lines.filter((l) => (!/^\[NEIGH\]/.test(l) || /^\[NEIGH\]Deleted /.test(l) || /\bFAILED\b/.test(l)) && !linkLocal.test(l));
+    // The kernel's neighbour GC deletes, by itself, entries unused past gc_stale_time: multicast
+    // mappings (NOARP) and STALE entries, as a suite running over a minute sees.
+    const collected = /^\[NEIGH\]Deleted .* (NOARP|STALE)\s*$/;
+    return this.lines.filter((l) => (!/^\[NEIGH\]/.test(l) || /^\[NEIGH\]Deleted /.test(l) || /\bFAILED\b/.test(l)) && !linkLocal.test(l) && !collected.test(l));
   }
 
   async stop(): Promise<void> {

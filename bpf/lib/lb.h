@@ -400,13 +400,19 @@ static __always_inline int lb4_service_ct_create(const struct ct4_key *key, cons
 }
 
 /*
- * A TCP SYN on a service entry whose connection is closing: the client
- * reuses its port for a new connection, which is chosen afresh (a backend
- * drained since must not take it).
+ * A TCP SYN on a service entry whose connection is closing, or whose client
+ * already sent an ACK (a client sends a lone SYN on a tuple only to open it:
+ * after its ACK that is a new connection; before, a retransmitted SYN of the
+ * same one): the client reuses its port for a new connection, which is
+ * chosen afresh (a backend drained since must not take it). The second case
+ * is a connection that ended where this entry never saw it: one moved to
+ * another backend whose reset came back through the translated flow's entry
+ * only (a service entry sees the client's side alone).
  */
 static __always_inline int lb4_port_reused(const struct ct_entry *e, const struct flow *f)
 {
-	return f->proto == IPPROTO_TCP && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN && (e->flags & CT_F_CLOSING);
+	return f->proto == IPPROTO_TCP && (f->tcp_flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN &&
+	       ((e->flags & CT_F_CLOSING) || (READ_ONCE(e->tcp_flags) & TCP_FLAG_ACK));
 }
 
 /*

@@ -257,6 +257,33 @@ describe('services in bpf_lxc', () => {
       assert.ok(rest.includes(lb.serviceCt(t)!.backendId));
     });
 
+    it('chooses afresh for a SYN that reuses the port of a connection moved to another backend and reset there (its service entry never saw the end)', async () => {
+      const t = { saddr: POD_A.ip, daddr: VIP, sport: 41150, dport: 80, proto: IpProto.TCP };
+      const first = tuple((await h.run(FROM, synAtoWeb(41150))).data).dst;
+      const pinned = lb.serviceCt(t)!.backendId;
+      const ack = tcpFrame({ ...fromA, src: POD_A.ip, dst: VIP, sport: 41150, dport: 80, flags: TcpFlag.ACK });
+      // Its backend leaves: the next segment is re-pinned to another one, whose reset ends the
+      // connection on its way back through the translated flow's entry, not the service entry.
+      const rest: number[] = [BE.B.id, BE.C.id, BE.REMOTE.id].filter((id) => id !== pinned);
+      lb.addService({ id: ID.WEB, frontend: WEB, backends: rest });
+      lb.services.delete(lb.serviceKey(WEB, 3));
+      lb.backends.delete(pinned);
+      const moved = tuple((await h.run(FROM, ack)).data).dst;
+      assert.notEqual(moved, first);
+      const service = lb.serviceCt(t)!;
+      const repinned = service.backendId;
+      assert.ok(rest.includes(repinned));
+      assert.equal(service.flags & CtFlag.CLOSING, 0, 'the service entry does not know the connection ended');
+      // That backend is drained since (maintenance: out of the slots, still a member).
+      const left = rest.filter((id) => id !== repinned);
+      lb.addService({ id: ID.WEB, frontend: WEB, backends: left });
+      for (let slot = left.length + 1; slot <= 3; slot++) lb.services.delete(lb.serviceKey(WEB, slot));
+      lb.backends.set(repinned, { ...lb.backends.get(repinned)!, state: BackendState.MAINTENANCE });
+      const next = tuple((await h.run(FROM, synAtoWeb(41150))).data).dst;
+      assert.notEqual(next, moved, 'the new connection on the reused port is not pinned to the drained backend');
+      assert.ok(left.includes(lb.serviceCt(t)!.backendId));
+    });
+
     it('pins a client to one backend with ClientIP affinity, and lets go once the timeout passed', async () => {
       lb.addService({ id: ID.WEB, frontend: WEB, backends: [BE.B.id, BE.C.id, BE.REMOTE.id], flags: ServiceFlag.AFFINITY, affinityTimeout: 30 });
       const first = tuple((await h.run(FROM, synAtoWeb(42000))).data).dst;

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { NetnsPool } from '../../../test/support/netns.js';
 import { requireRoot } from '../../../test/support/root.js';
+import { RtnetlinkWatch } from '../../../test/support/rtnetlinkWatch.js';
 import { createLogger } from '../../logging/logger.js';
 import { Netlink, NetlinkBatch } from '../kernel/netlink/index.js';
 import { isDatapathError } from '../types.js';
@@ -222,6 +223,42 @@ describe('RemoteNodeRoutes', { timeout: 60_000 }, () => {
     await r.removeRemoteNode('c');
     await r.removeRemoteNode('b');
     assert.deepEqual(await ours(), []);
+    await othersIntact();
+  });
+
+  it('a restart leaves the routes it finds as it would write them alone (no rtnetlink event, both families, both modes) and rewrites one that differs', async () => {
+    await pool.exec(ns.name, ['ip', '-6', 'addr', 'replace', `${ROUTER6}/128`, 'dev', 'tendril_host', 'nodad']);
+    const b = { name: 'b', nodeIp: '192.0.2.2', nodeIp6: '2001:db8:2::2', podCidrs: ['10.3.1.0/24', 'fd00:3:1::/64'] };
+    const c = { name: 'c', nodeIp: '192.0.2.3', nodeIp6: '2001:db8:2::3', podCidrs: ['10.3.2.0/24', 'fd00:3:2::/64'] };
+    for (const mode of ['native', 'tunnel'] as const) {
+      const start = async () => {
+        const r = routes(mode);
+        if (mode === 'tunnel') for (const router of [ROUTER, ROUTER6]) await r.setRouter(router);
+        for (const node of [b, c]) await r.upsertRemoteNode(node);
+        await r.pruneRemoteNodes(['b', 'c']);
+        return r;
+      };
+      await start();
+      // Another agent's hand on c's IPv6 route while this one was down: not what it writes.
+      const moved = await pool.exec(ns.name, ['ip', '-6', 'route', 'replace', 'fd00:3:2::/64', 'via', '2001:db8:2::9', 'proto', String(NODE_ROUTE_PROTOCOL)]);
+      assert.equal(moved.code, 0, moved.stderr);
+      const watch = await RtnetlinkWatch.start(ns.path);
+      let r: RemoteNodeRoutes;
+      try {
+        r = await start();
+        await new Promise((res) => setTimeout(res, 200));
+      } finally {
+        await watch.stop();
+      }
+      const changes = watch.changes();
+      assert.equal(changes.length, 1, `${mode}: a restart writes only the route that differs: ${JSON.stringify(changes)}`);
+      assert.match(changes[0]!, /^\[ROUTE\]fd00:3:2::\/64 /, `${mode}: ${changes[0]}`);
+      assert.equal((await ipRoutes6()).get('fd00:3:2::/64')?.gateway, mode === 'native' ? '2001:db8:2::3' : HOST_NEXTHOP6);
+      // After the start, a change goes to the kernel again.
+      await r.upsertRemoteNode({ ...b, podCidrs: ['10.3.1.0/24'] });
+      assert.deepEqual(await ours6(), ['fd00:3:2::/64']);
+      for (const node of [b, c]) await r.removeRemoteNode(node.name);
+    }
     await othersIntact();
   });
 

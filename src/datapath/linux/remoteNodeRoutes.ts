@@ -14,20 +14,25 @@
  *   address, once this node has one (an IPv6 pod CIDR of its own).
  * Every route carries rtm_protocol NODE_ROUTE_PROTOCOL, so a restarted agent
  * finds its own (and only its own) to prune; deletes name the protocol, so
- * a route someone else made to the same CIDR is never deleted.
+ * a route someone else made to the same CIDR is never deleted. A restarted
+ * agent leaves a route it finds exactly as it would write it alone: an IPv6
+ * route "replaced" by an equal one is swapped in anew and announced.
  */
 import { Serializer } from '../../async/keyedSerializer.js';
 import type { Logger } from '../../logging/logger.js';
 import { formatIp, formatPrefix, tryParseIp, tryParsePrefix } from '../../netip/index.js';
 import { isKernelError } from '../kernel/errors.js';
-import { type LinkRouteSpec, type Netlink, RT_TABLE_MAIN } from '../kernel/netlink/index.js';
+import { type LinkRouteSpec, type Netlink, type Route, RT_TABLE_MAIN, RTN_UNICAST } from '../kernel/netlink/index.js';
 import { DatapathError, isDatapathError, type NodeRoutingDatapath, type RemoteNodeRoute, type RoutingMode } from '../types.js';
 import { HOST_DEVICE, HOST_PEER_DEVICE } from './hostDevice.js';
 import { ensureHostNextHop, hostNextHop } from './hostNextHop.js';
 import { kernel, toDatapathError } from './kernel.js';
+import { canonicalIp } from './links.js';
 
 /** rtm_protocol of tendril's routes to other nodes' pod CIDRs (unassigned in rt_protos; services use 211). */
 export const NODE_ROUTE_PROTOCOL = 212;
+/** The metric a route written without one gets, per family. */
+const DEFAULT_METRIC = { 4: 0, 6: 1024 } as const;
 
 export interface RemoteNodeRoutesOptions {
   mode: RoutingMode;
@@ -57,6 +62,12 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
   readonly #peer: string;
   /** Calls run one at a time: each reads and changes the claims across kernel round trips. */
   readonly #serial = new Serializer();
+  /**
+   * Routes of ours the kernel held when this run first installed one, by
+   * destination (read once then); each is consulted by the first install of
+   * its CIDR only, so a later write always goes to the kernel.
+   */
+  #foundAtStart: Map<string, Route> | undefined;
 
   constructor(private readonly opts: RemoteNodeRoutesOptions) {
     this.mode = opts.mode;
@@ -207,12 +218,37 @@ export class RemoteNodeRoutes implements NodeRoutingDatapath {
       if (!spec) continue;
       try {
         const nl = await this.opts.netlink();
+        const found = await this.#routesFoundAtStart(nl);
+        const held = found.get(cidr);
+        found.delete(cidr);
+        if (held !== undefined && this.#isInForce(held, spec)) continue;
         await kernel(() => nl.replaceRoute(spec));
       } catch (err) {
         first ??= new DatapathError(isDatapathError(err, 'not-found') ? 'not-found' : 'failed', `route to ${cidr} (pods of node ${owner.name}) failed: ${(err as Error).message}`, [], '', { cause: err });
       }
     }
     if (first !== undefined) throw first;
+  }
+
+  async #routesFoundAtStart(nl: Netlink): Promise<Map<string, Route>> {
+    if (this.#foundAtStart === undefined) {
+      const routes = await Promise.all(([4, 6] as const).map((family) => kernel(() => nl.listRoutes({ family, table: RT_TABLE_MAIN }))));
+      this.#foundAtStart = new Map(routes.flat().filter((r) => r.protocol === NODE_ROUTE_PROTOCOL).map((r) => [r.dst, r]));
+    }
+    return this.#foundAtStart;
+  }
+
+  /** Whether the kernel's route is the one `spec` writes (its device too when the spec names one; else the kernel picks it). */
+  #isInForce(route: Route, spec: LinkRouteSpec): boolean {
+    const device = spec.link === undefined || route.oif === (typeof spec.link === 'number' ? spec.link : this.#devIndex);
+    return (
+      route.type === RTN_UNICAST &&
+      route.gateway === (spec.gateway === undefined ? undefined : canonicalIp(spec.gateway)) &&
+      route.prefsrc === (spec.prefsrc === undefined ? undefined : canonicalIp(spec.prefsrc)) &&
+      route.onlink === (spec.onlink === true) &&
+      (route.priority ?? 0) === DEFAULT_METRIC[route.family] &&
+      device
+    );
   }
 
   /** The route for `cidr` to `node`; undefined in tunnel mode until the router address of its family is known. */

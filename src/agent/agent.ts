@@ -300,7 +300,10 @@ export class Agent {
       teardown.add(() => identities.close(), 'identities');
       const ipcache = new IPCache({ logger: log.child({ subsys: 'ipcache' }) });
       const nodeIp = basics.ip ?? ipam.routerAddresses().find((r) => r.family === 4)?.ip ?? ipam.routerAddresses()[0]?.ip ?? '0.0.0.0';
-      const ipcacheSync = new KvstoreIPCacheSync({ backend, ipcache, nodeName: config.nodeName, nodeIP: nodeIp, lease, logger: log.child({ subsys: 'ipcache' }) });
+      const ipcacheSync = new KvstoreIPCacheSync({
+        ...{ backend, ipcache, nodeName: config.nodeName, nodeIP: nodeIp, lease, logger: log.child({ subsys: 'ipcache' }) },
+        ...(basics.ip6 === undefined ? {} : { nodeIP6: basics.ip6 }),
+      });
       await ipcacheSync.start();
       teardown.add(() => ipcacheSync.stop(), 'ipcache sync');
       // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.

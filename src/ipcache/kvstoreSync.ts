@@ -16,6 +16,12 @@ export interface KvstoreIPCacheSyncOptions {
   nodeName: string;
   /** This node's IP: the tunnel endpoint other nodes use for its endpoints. */
   nodeIP: string;
+  /**
+   * Its IPv6 InternalIP beside an IPv4 node IP: published too, the endpoint a
+   * node whose node IP is IPv6 alone reaches its endpoints at (it has no IPv4
+   * underlay). Such a node (nodeIP IPv6) takes a value's hostIP6 when it has one.
+   */
+  nodeIP6?: string;
   lease: LeaseProvider;
   /** Default `tendril/state/ip/v1/`; tests pass a private prefix. */
   keyPrefix?: string;
@@ -60,13 +66,19 @@ export class KvstoreIPCacheSync {
   readonly #watcher: ListWatcher;
   readonly #unsubscribe: Array<() => void> = [];
   #stopped = false;
+  /** This node's node IP is IPv6: it reaches other nodes over an IPv6 underlay (a value's hostIP6 when given). */
+  readonly #ipv6Underlay: boolean;
   readonly stats: SyncStats = { writes: 0, deletes: 0, staleDeletesSkipped: 0, resyncs: 0 };
 
   constructor(options: KvstoreIPCacheSyncOptions) {
     if (tryParseIp(options.nodeIP) === undefined) {
       throw new IpcacheError(IpcacheErrorCode.INVALID_HOST_IP, `node IP ${JSON.stringify(options.nodeIP)} is not an IP address`);
     }
+    if (options.nodeIP6 !== undefined && tryParseIp(options.nodeIP6)?.family !== 6) {
+      throw new IpcacheError(IpcacheErrorCode.INVALID_HOST_IP, `IPv6 node IP ${JSON.stringify(options.nodeIP6)} is not an IPv6 address`);
+    }
     this.#o = options;
+    this.#ipv6Underlay = tryParseIp(options.nodeIP)?.family === 6;
     this.#prefix = options.keyPrefix ?? IPCACHE_PREFIX;
     this.#watcher = new ListWatcher(
       options.backend,
@@ -117,6 +129,7 @@ export class KvstoreIPCacheSync {
     const value = encodeValue({
       identity: entry.identity,
       hostIP: entry.hostIP ?? this.#o.nodeIP,
+      ...(entry.hostIP === undefined && this.#o.nodeIP6 !== undefined ? { hostIP6: this.#o.nodeIP6 } : {}),
       node: this.#o.nodeName,
       owner: entry.owner,
     });
@@ -187,7 +200,8 @@ export class KvstoreIPCacheSync {
       return;
     }
     const owner = kvstoreOwner(v.node);
-    this.#o.ipcache.upsert(prefix, { source: IpcacheSource.Kvstore, owner, identity: v.identity, hostIP: v.hostIP });
+    const hostIP = v.hostIP6 !== undefined && this.#ipv6Underlay ? v.hostIP6 : v.hostIP;
+    this.#o.ipcache.upsert(prefix, { source: IpcacheSource.Kvstore, owner, identity: v.identity, hostIP });
     this.#remote.set(prefix, owner);
   }
 

@@ -204,19 +204,38 @@ describe('remote nodes', () => {
       assert.equal(ipcache.lookup(ip)?.hostIP, 'fd00:50::2', `${ip}: the IPv6 tunnel endpoint`);
     }
   });
-  it('tunnel mode: warns once when a remote node\'s node IP is of a family this node has no InternalIP of (an IPv6-only node facing an IPv4 one)', async () => {
+  it('an IPv6-only node reaches a dual-stack peer at its IPv6 InternalIP (a cluster may mix them), and warns once about a peer it has no family in common with', async () => {
     const prefix = uniquePrefix('remote-mixed');
     const a = await registry(prefix, nodeRecord('node-a', 1, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::1' }], podCidrs: ['fd00:200:1::/64'] }));
     await registry(prefix, dualStack(2));
     await registry(prefix, nodeRecord('node-c', 3, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::3' }], podCidrs: ['10.200.3.0/24'] }));
-    await waitFor('b and c on a', () => a.registry.get('node-b') && a.registry.get('node-c'));
+    await registry(prefix, nodeRecord('node-d', 4, { addresses: [{ type: 'InternalIP', ip: '192.168.50.4' }], podCidrs: ['10.200.4.0/24'] }));
+    await waitFor('b, c and d on a', () => a.registry.get('node-b') && a.registry.get('node-c') && a.registry.get('node-d'));
     const lines: Array<{ msg: string; node?: string }> = [];
     const sink = new Writable({ write: (chunk: Buffer, _enc, cb) => (lines.push(JSON.parse(chunk.toString()) as { msg: string; node?: string }), cb()) });
-    const rn = remoteNodes(a.registry, new IPCache({ logger: testLogger }), new FakeNodeRouting('tunnel'), pino({ level: 'warn' }, sink));
+    const ipcache = new IPCache({ logger: testLogger });
+    const rn = remoteNodes(a.registry, ipcache, new FakeNodeRouting('tunnel'), pino({ level: 'warn' }, sink));
     await rn.start();
     await rn.idle();
+    // node-b's addresses (its IPv4 InternalIP among them) are reached over the IPv6 underlay, at its IPv6 InternalIP.
+    for (const ip of ['192.168.50.2', 'fd00:50::2', '10.200.2.1']) assert.equal(ipcache.lookup(ip)?.hostIP, 'fd00:50::2', ip);
+    assert.equal(ipcache.lookup('fd00:50::3')?.hostIP, 'fd00:50::3');
     const warned = lines.filter((l) => /is reached through the overlay at its IPv4 node IP/.test(l.msg));
-    // node-b's node IP is IPv4 (node-a has none); node-c is reached over IPv6, which node-a has.
-    assert.deepEqual(warned.map((l) => l.node), ['node-b']);
+    // node-d has an IPv4 node IP alone, and node-a no IPv4 InternalIP.
+    assert.deepEqual(warned.map((l) => l.node), ['node-d']);
+  });
+
+  it('a dual-stack node reaches a dual-stack peer at its IPv4 InternalIP and an IPv6-only one at its IPv6 InternalIP', async () => {
+    const prefix = uniquePrefix('remote-mixed4');
+    const a = await registry(prefix, dualStack(1));
+    await registry(prefix, dualStack(2));
+    await registry(prefix, nodeRecord('node-c', 3, { addresses: [{ type: 'InternalIP', ip: 'fd00:50::3' }], podCidrs: ['fd00:200:3::/64'] }));
+    await waitFor('b and c on a', () => a.registry.get('node-b') && a.registry.get('node-c'));
+    const ipcache = new IPCache({ logger: testLogger });
+    const rn = remoteNodes(a.registry, ipcache, new FakeNodeRouting('tunnel'));
+    await rn.start();
+    await rn.idle();
+    assert.equal(ipcache.lookup('fd00:50::2')?.hostIP, '192.168.50.2');
+    assert.equal(ipcache.lookup('fd00:50::3')?.hostIP, 'fd00:50::3');
   });
 });

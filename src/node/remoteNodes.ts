@@ -66,6 +66,8 @@ export class RemoteNodes {
   readonly #retries = new Map<string, { timer: NodeJS.Timeout | undefined; backoff: Backoff }>();
   #unsubscribe: (() => void) | undefined;
   #running = false;
+  /** Whether this node's own node IP was IPv6 alone when the tunnel endpoints were last chosen (#tunnelEndpoint). */
+  #ownIpv6Only = false;
   /** `node/family` pairs already warned about (#warnUnreachableUnderlay). */
   readonly #warnedUnderlay = new Set<string>();
 
@@ -98,8 +100,14 @@ export class RemoteNodes {
       // Stale routes of dead nodes point nowhere useful but break nothing live; the next start prunes again.
       this.#log?.error({ err }, 'cannot prune routes of nodes that are gone');
     });
+    this.#ownIpv6Only = this.#isOwnIpv6Only();
     this.#unsubscribe = this.#registry.subscribe((change) => {
       if (change.node.name !== this.#nodeName) void this.#schedule(change.node.name);
+      else if (this.#isOwnIpv6Only() !== this.#ownIpv6Only) {
+        // This node's own node IP changed family: every tunnel endpoint is chosen again.
+        this.#ownIpv6Only = this.#isOwnIpv6Only();
+        for (const name of this.#installed.keys()) void this.#schedule(name);
+      }
     });
     await Promise.all([pruned, ...names.map((n) => this.#schedule(n))]);
   }
@@ -149,14 +157,15 @@ export class RemoteNodes {
     const state = this.#installed.get(node.name) ?? { prefixes: new Set<string>(), route: undefined, complete: false };
     this.#installed.set(node.name, state);
     state.complete = false;
-    // The node's IP, the tunnel endpoint of its addresses: its IPv4 InternalIP, else (an IPv6-only node) its IPv6 one, which
-    // the overlay reaches over an IPv6 underlay. Native routing reaches a dual-stack node's IPv6 pods by its IPv6 InternalIP.
+    // The node's IP: its IPv4 InternalIP, else (an IPv6-only node) its IPv6 one. Native routing reaches a dual-stack node's
+    // IPv6 pods by its IPv6 InternalIP.
     const ip4 = primaryNodeIp(node);
     const ip6 = nodeIpOfFamily(node, 6);
     const hostIP = ip4 ?? ip6;
+    const endpoint = this.#tunnelEndpoint(ip4, ip6);
     if (hostIP === undefined) this.#log?.warn({ node: node.name }, 'remote node has no InternalIP: no tunnel endpoint and no routes to its pods');
-    else this.#warnUnreachableUnderlay(node, hostIP);
-    this.#setEntries(node.name, state, node.addresses.map((a) => a.ip), hostIP);
+    else this.#warnUnreachableUnderlay(node, endpoint!);
+    this.#setEntries(node.name, state, node.addresses.map((a) => a.ip), endpoint);
     if (this.#routing !== undefined) {
       if (node.routingMode !== this.#routing.mode) {
         // Both ends must agree for pod traffic to flow; the record says what the other side expects, so say it loudly.
@@ -193,12 +202,27 @@ export class RemoteNodes {
   }
 
   /**
-   * The overlay reaches a node over the family of its node IP; a node with
-   * no InternalIP of that family (an IPv6-only one facing a node whose node
-   * IP is IPv4) cannot send there, and the kernel drops what it encapsulates
-   * unseen. Said once per node and family, at warn: a cluster mixing
-   * IPv6-only nodes with nodes on IPv4 node IPs is not supported in tunnel
-   * mode.
+   * Where the overlay reaches a remote node: its node IP of the family this
+   * node's own node IP has, when it has one, else its other one. So a node
+   * with an IPv6 node IP alone reaches a dual-stack peer over the IPv6
+   * underlay, and a dual-stack node reaches an IPv6-only peer at its IPv6
+   * address: one cluster may mix IPv6-only nodes with dual-stack ones.
+   */
+  #tunnelEndpoint(ip4: string | undefined, ip6: string | undefined): string | undefined {
+    return this.#isOwnIpv6Only() ? (ip6 ?? ip4) : (ip4 ?? ip6);
+  }
+
+  /** Whether this node's own record has an IPv6 node IP and no IPv4 one. */
+  #isOwnIpv6Only(): boolean {
+    const own = this.#registry.get(this.#nodeName);
+    return own !== undefined && primaryNodeIp(own) === undefined && nodeIpOfFamily(own, 6) !== undefined;
+  }
+
+  /**
+   * A remote node reached at an endpoint of a family this node has no
+   * InternalIP of (an IPv6-only node facing a node with an IPv4 InternalIP
+   * alone) cannot be sent to: the kernel drops what it encapsulates unseen.
+   * Said once per node and family, at warn: such nodes share no underlay.
    */
   #warnUnreachableUnderlay(node: NodeRecord, hostIP: string): void {
     if (this.#routing?.mode !== 'tunnel') return;
@@ -210,7 +234,7 @@ export class RemoteNodes {
     this.#warnedUnderlay.add(key);
     this.#log?.warn(
       { node: node.name, tunnelEndpoint: hostIP },
-      `remote node ${node.name} is reached through the overlay at its IPv${family} node IP, and this node has no IPv${family} InternalIP: its pods are unreachable from here; give every node a node IP of one family (--node-ip)`,
+      `remote node ${node.name} is reached through the overlay at its IPv${family} node IP, and this node has no IPv${family} InternalIP: its pods are unreachable from here; give the nodes an underlay family in common (an IPv6 address beside an IPv4 node IP)`,
     );
   }
 

@@ -35,12 +35,12 @@ export function runSyncSuite(name: string, newStore: () => Promise<TestStore>): 
       await store.destroy();
     });
 
-    async function node(nodeName: string, nodeIP: string, prefix: string, wrap?: (b: Backend) => Backend): Promise<SyncNode> {
+    async function node(nodeName: string, nodeIP: string, prefix: string, wrap?: (b: Backend) => Backend, nodeIP6?: string): Promise<SyncNode> {
       const raw = await store.connect();
       const backend = wrap === undefined ? raw : wrap(raw);
       const lease = new NodeLease(backend, { ttlSeconds: LEASE_TTL, keepAliveMs: 300, logger: testLogger });
       const ipcache = new IPCache({ logger: testLogger });
-      const sync = new KvstoreIPCacheSync({ backend, ipcache, nodeName, nodeIP, lease, keyPrefix: prefix, logger: testLogger });
+      const sync = new KvstoreIPCacheSync({ backend, ipcache, nodeName, nodeIP, lease, keyPrefix: prefix, logger: testLogger, ...(nodeIP6 === undefined ? {} : { nodeIP6 }) });
       await sync.start();
       const n: SyncNode = {
         name: nodeName,
@@ -82,6 +82,26 @@ export function runSyncSuite(name: string, newStore: () => Promise<TestStore>): 
       assert.deepEqual(a.ipcache.candidates('10.0.1.1').map((e) => e.source), ['local']);
       a.ipcache.delete('10.0.1.1', { source: 'local', owner: 'endpoint:1' });
       await waitFor('delete on b', () => b.ipcache.lookup('10.0.1.1') === undefined);
+    });
+
+    it('a dual-stack node publishes its IPv6 InternalIP beside its IPv4 node IP: a node whose node IP is IPv6 alone takes it as the host, an IPv4 one the IPv4 node IP', async () => {
+      const prefix = uniquePrefix('ipcache-mixed');
+      const a = await node('node-a', '192.168.0.1', prefix, undefined, 'fd00:168::1');
+      const b = await node('node-b', '192.168.0.2', prefix);
+      const c = await node('node-c', 'fd00:168::3', prefix);
+      a.ipcache.upsert('10.0.9.1', { source: 'local', owner: 'endpoint:1', identity: 301 });
+      a.ipcache.upsert('fd00:9::1', { source: 'local', owner: 'endpoint:1', identity: 301 });
+      await waitFor('both on b and c', () => ['10.0.9.1', 'fd00:9::1'].every((ip) => b.ipcache.lookup(ip) !== undefined && c.ipcache.lookup(ip) !== undefined));
+      for (const ip of ['10.0.9.1', 'fd00:9::1']) {
+        assert.equal(b.ipcache.lookup(ip)?.hostIP, '192.168.0.1', `${ip} on b`);
+        assert.equal(c.ipcache.lookup(ip)?.hostIP, 'fd00:168::1', `${ip} on c`);
+      }
+      // c's own entries name its IPv6 node IP, whoever reads them.
+      c.ipcache.upsert('10.0.9.3', { source: 'local', owner: 'endpoint:3', identity: 303 });
+      await waitFor('c\'s pod on a', () => a.ipcache.lookup('10.0.9.3') !== undefined);
+      assert.equal(a.ipcache.lookup('10.0.9.3')?.hostIP, 'fd00:168::3');
+      for (const n of [a, c]) n.ipcache.delete(n === a ? '10.0.9.1' : '10.0.9.3', { source: 'local', owner: n === a ? 'endpoint:1' : 'endpoint:3' });
+      a.ipcache.delete('fd00:9::1', { source: 'local', owner: 'endpoint:1' });
     });
 
     it("a stale delete from the old node does not wipe the address's new owner", async () => {

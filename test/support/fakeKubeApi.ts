@@ -7,12 +7,21 @@
 // after compact()), label and field selectors, get/create/update/patch/delete
 // with Status bodies on errors, CRDs that register their resources.
 //
+// What the API-server-backed cluster mode relies on is there with the real
+// semantics: generateName (fakeKubeNames.ts); resourceVersion preconditions
+// on update and patch (409 Conflict; a PUT without one is refused for custom
+// resources, CRDs and Leases, fakeKubeStrategy.ts); the status subresource
+// split; finalizers, and owner references followed by a garbage collector
+// (fakeKubeGc.ts: Background, Foreground, Orphan); Leases (fakeKubeLease.ts).
+//
 // Where it differs from the real server (on purpose, for tests): no
 // authentication or admission beyond NamespaceLifecycle (an HTTP create in a
 // missing namespace is a 404; the programmatic create() does not check, so
-// tests need not make namespaces), deletion is immediate (no finalizers or
-// grace period; deleting a namespace leaves its objects), status is written
-// with the object (no status subresource split), no server-side apply, no
+// tests need not make namespaces), deletion has no grace period (an object
+// without finalizers goes at once; deleting a namespace leaves its objects),
+// the programmatic create()/update() write whole objects, status included,
+// whatever their resourceVersion (the test plays kubelet and the
+// controllers; HTTP clients get the real rules), no server-side apply, no
 // protobuf (415), no OpenAPI (404: kubectl needs --validate=false), strategic
 // merge patch is a JSON merge patch plus kubectl's directives (see
 // fakeKubePatch.ts), list pages are cut from the current state rather than a
@@ -26,9 +35,11 @@ import type { Socket } from 'node:net';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { FakeKubeGc, type GcFailure } from './fakeKubeGc.js';
 import { FakeKubeHttp } from './fakeKubeHttp.js';
+import type { NameSuffixSource } from './fakeKubeNames.js';
 import { tendrilCrdObjects } from './fakeKubeResources.js';
-import { FakeKubeStore, type KubeObject } from './fakeKubeStore.js';
+import { FakeKubeStore, type KubeObject, type PropagationPolicy } from './fakeKubeStore.js';
 import type { FakeKubeWatch } from './fakeKubeWatch.js';
 
 export { KubeStatusError } from './fakeKubeStore.js';
@@ -50,7 +61,8 @@ export type FakeResource =
   | 'clusterroles'
   | 'clusterrolebindings'
   | 'ciliumnetworkpolicies'
-  | 'ciliumclusterwidenetworkpolicies';
+  | 'ciliumclusterwidenetworkpolicies'
+  | 'leases';
 
 export interface FakeKubeApiOptions {
   port?: number;
@@ -58,11 +70,17 @@ export interface FakeKubeApiOptions {
   bookmarkIntervalMs?: number;
   /** Registers the tendril CRDs of deploy/kubernetes/crds/ (schema included) for tests that do not apply them with kubectl. */
   crds?: 'tendril';
+  /**
+   * Where generateName's 5 random characters come from (default: random, from the
+   * real alphabet). Only for tests of what a taken generated name does.
+   */
+  nameSuffix?: NameSuffixSource;
 }
 
 export class FakeKubeApi {
   readonly url: string;
-  private readonly store = new FakeKubeStore();
+  private readonly store: FakeKubeStore;
+  private readonly gc: FakeKubeGc;
   private readonly watches = new Set<FakeKubeWatch>();
   private readonly counts = new Map<string, number>();
   private readonly http: FakeKubeHttp;
@@ -75,8 +93,12 @@ export class FakeKubeApi {
     private readonly port: number,
     private readonly sockets: Set<Socket>,
     bookmarkIntervalMs: number,
+    nameSuffix: NameSuffixSource | undefined,
   ) {
     this.url = `http://127.0.0.1:${port}`;
+    this.store = new FakeKubeStore(nameSuffix);
+    this.gc = new FakeKubeGc(this.store);
+    this.gc.start();
     this.http = new FakeKubeHttp({ store: this.store, watches: this.watches, counts: this.counts, port, bookmarkIntervalMs });
   }
 
@@ -102,7 +124,7 @@ export class FakeKubeApi {
     });
     const addr = server.address();
     if (addr === null || typeof addr === 'string') throw new Error('fake kube API: no TCP address');
-    const api = new FakeKubeApi(server, addr.port, sockets, o.bookmarkIntervalMs ?? 1000);
+    const api = new FakeKubeApi(server, addr.port, sockets, o.bookmarkIntervalMs ?? 1000, o.nameSuffix);
     ready.api = api;
     api.listening = true;
     try {
@@ -130,18 +152,30 @@ export class FakeKubeApi {
     return file;
   }
 
-  /** Stores a new object (namespace from its metadata, 'default' when unset); throws KubeStatusError 409 if it exists. */
+  /**
+   * Stores a new object (namespace from its metadata, 'default' when unset; generateName
+   * expanded when it has no name); throws KubeStatusError 409 if it exists.
+   */
   create<T extends object>(resource: FakeResource, obj: T): T {
     return structuredClone(this.store.create(this.store.typeByPlural(resource), obj as KubeObject)) as T;
   }
 
   /** Replaces an object, whatever its metadata.resourceVersion (the test is the writer); throws KubeStatusError 404 if missing. */
   update<T extends object>(resource: FakeResource, obj: T): T {
-    return structuredClone(this.store.update(this.store.typeByPlural(resource), obj as KubeObject, { checkResourceVersion: false })) as T;
+    return structuredClone(this.store.update(this.store.typeByPlural(resource), obj as KubeObject, { writer: 'test' })) as T;
   }
 
-  delete(resource: FakeResource, namespace: string | undefined, name: string): void {
-    this.store.delete(this.store.typeByPlural(resource), namespace, name);
+  /**
+   * Deletes an object as a client's DELETE does: at once unless it has finalizers;
+   * its dependents are then collected (or orphaned) by the garbage collector, shortly after.
+   */
+  delete(resource: FakeResource, namespace: string | undefined, name: string, o: { propagationPolicy?: PropagationPolicy } = {}): void {
+    this.store.delete(this.store.typeByPlural(resource), namespace, name, o);
+  }
+
+  /** Writes the garbage collector had refused (it leaves such an object as it is). */
+  gcFailures(): GcFailure[] {
+    return [...this.gc.failures];
   }
 
   get(resource: FakeResource, namespace: string | undefined, name: string): object | undefined {
@@ -220,6 +254,7 @@ export class FakeKubeApi {
   async stop(): Promise<void> {
     if (this.stopped) return;
     await this.pause();
+    this.gc.stop();
     this.stopped = true;
     if (this.tempDir !== undefined) await rm(this.tempDir, { recursive: true, force: true });
     this.tempDir = undefined;

@@ -8,7 +8,17 @@ import { parse as parseYaml } from 'yaml';
 import { jsonMergePatch, jsonPatch, PatchError, strategicMergePatch } from './fakeKubePatch.js';
 import { apiGroup, apiGroupList, apiResourceList, apiVersionOf, type FakeResourceType } from './fakeKubeResources.js';
 import { type ObjectMatcher, parseFieldSelector, parseLabelSelector, SelectorError } from './fakeKubeSelectors.js';
-import { type FakeKubeStore, type KubeObject, kubeStatus, KubeStatusError, metaOf, nameOf, namespaceOf, notFound } from './fakeKubeStore.js';
+import {
+  type FakeKubeStore,
+  type KubeObject,
+  kubeStatus,
+  KubeStatusError,
+  metaOf,
+  nameOf,
+  namespaceOf,
+  notFound,
+  type PropagationPolicy,
+} from './fakeKubeStore.js';
 import { FakeKubeWatch } from './fakeKubeWatch.js';
 
 type Verb = 'get' | 'list' | 'watch' | 'create' | 'update' | 'patch' | 'delete' | 'deletecollection';
@@ -154,7 +164,7 @@ export class FakeKubeHttp {
     }
     const [plural, name, sub, ...extra] = parts;
     const type = this.store.findType(group, version, plural!);
-    if (type === undefined || extra.length > 0 || (sub !== undefined && sub !== 'status')) {
+    if (type === undefined || extra.length > 0 || (sub !== undefined && (sub !== 'status' || type.statusSubresource !== true))) {
       this.count('unknown');
       throw this.notFoundPath();
     }
@@ -180,6 +190,11 @@ export class FakeKubeHttp {
       this.count('unknown', type.plural);
       throw new KubeStatusError(kubeStatus(405, 'MethodNotAllowed', `the server does not allow this method on the requested resource`));
     }
+    const subresource = sub === 'status' ? 'status' : undefined;
+    if (subresource !== undefined && verb !== 'get' && verb !== 'update' && verb !== 'patch') {
+      this.count('unknown', type.plural);
+      throw new KubeStatusError(kubeStatus(405, 'MethodNotAllowed', `the server does not allow this method on the requested resource`));
+    }
     this.count(verb, type.plural);
     const dryRun = q.get('dryRun') === 'All';
     switch (verb) {
@@ -196,13 +211,13 @@ export class FakeKubeHttp {
         const body = this.checkedBody(type, group, version, namespace, await this.readBody(req, BODY_TYPES));
         this.requireNamespace(type, namespace);
         if (dryRun) return this.send(res, 201, this.present(type, version, this.dryRunCreate(type, body)));
-        return this.send(res, 201, this.present(type, version, this.store.create(type, body)));
+        return this.send(res, 201, this.present(type, version, this.store.create(type, body, { writer: 'client' })));
       }
       case 'update': {
         const body = this.checkedBody(type, group, version, namespace, await this.readBody(req, BODY_TYPES));
         if (nameOf(body) !== name) throw badRequest(`the name of the object (${nameOf(body)}) does not match the name on the URL (${name})`);
         if (dryRun) return this.send(res, 200, this.present(type, version, body));
-        return this.send(res, 200, this.present(type, version, this.store.update(type, body, { checkResourceVersion: true })));
+        return this.send(res, 200, this.present(type, version, this.store.update(type, body, { writer: 'client', subresource })));
       }
       case 'patch': {
         const accepted = type.custom ? PATCH_TYPES.filter((t) => !t.includes('strategic')) : PATCH_TYPES;
@@ -230,22 +245,22 @@ export class FakeKubeHttp {
         }
         meta.uid = metaOf(current).uid;
         if (dryRun) return this.send(res, 200, this.present(type, version, obj));
-        return this.send(res, 200, this.present(type, version, this.store.update(type, obj, { checkResourceVersion: true })));
+        return this.send(res, 200, this.present(type, version, this.store.update(type, obj, { writer: 'client', subresource })));
       }
       case 'delete': {
-        await this.drain(req);
+        const options = await this.deleteOptions(req, q);
         if (dryRun) {
           const o = this.store.get(type, namespace, name!);
           if (o === undefined) throw notFound(type, name!);
           return this.send(res, 200, this.present(type, version, o));
         }
-        return this.send(res, 200, this.present(type, version, this.store.delete(type, namespace, name!)));
+        return this.send(res, 200, this.present(type, version, this.store.delete(type, namespace, name!, options)));
       }
       case 'deletecollection': {
-        await this.drain(req);
+        const options = await this.deleteOptions(req, q);
         const matches = this.matcher(type, namespace, q);
         const gone = this.store.list(type, namespace).filter(matches);
-        const items = dryRun ? gone : gone.map((o) => this.store.delete(type, namespaceOf(o), nameOf(o)));
+        const items = dryRun ? gone : gone.map((o) => this.store.delete(type, namespaceOf(o), nameOf(o), options));
         return this.send(res, 200, this.listBody(type, version, items, {}));
       }
     }
@@ -364,6 +379,32 @@ export class FakeKubeHttp {
       meta.namespace = namespace;
     }
     return obj;
+  }
+
+  /** DeleteOptions from the body (JSON, as clients send it) or the query; propagationPolicy is what the fake acts on. */
+  private async deleteOptions(req: IncomingMessage, q: URLSearchParams): Promise<{ propagationPolicy?: PropagationPolicy }> {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const text = Buffer.concat(chunks).toString('utf8').trim();
+    let body: Record<string, unknown> = {};
+    if (text !== '') {
+      try {
+        body = JSON.parse(text) as Record<string, unknown>;
+      } catch (err) {
+        throw badRequest(`the body of the request could not be decoded: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+    let policy = q.get('propagationPolicy') ?? body.propagationPolicy;
+    // The legacy orphanDependents flag, which the policy replaced.
+    if (policy === undefined && body.orphanDependents !== undefined) policy = body.orphanDependents === true ? 'Orphan' : 'Background';
+    if (q.get('orphanDependents') !== null && policy === undefined) policy = q.get('orphanDependents') === 'true' ? 'Orphan' : 'Background';
+    if (policy === undefined || policy === null) return {};
+    if (policy !== 'Background' && policy !== 'Foreground' && policy !== 'Orphan') {
+      throw new KubeStatusError(
+        kubeStatus(422, 'Invalid', `DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: "${String(policy)}": supported values: "Foreground", "Background", "Orphan"`),
+      );
+    }
+    return { propagationPolicy: policy };
   }
 
   private async drain(req: IncomingMessage): Promise<void> {

@@ -8,6 +8,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
+import { BUILTIN_STATUS_SUBRESOURCE } from './fakeKubeStrategy.js';
 
 /** One resource type as discovery describes it. */
 export interface FakeResourceType {
@@ -25,6 +26,8 @@ export interface FakeResourceType {
   custom: boolean;
   /** Field selectors the real server accepts beyond metadata.name and metadata.namespace. */
   extraFieldSelectors?: string[];
+  /** Served with a /status subresource (a CRD's `subresources: {status: {}}`). */
+  statusSubresource?: boolean;
 }
 
 export const VERBS = ['create', 'delete', 'deletecollection', 'get', 'list', 'patch', 'update', 'watch'];
@@ -41,6 +44,7 @@ function builtin(
   const t: FakeResourceType = { group, versions: [version], plural, singular: kind.toLowerCase(), kind, namespaced, custom: false };
   if (shortNames !== undefined) t.shortNames = shortNames;
   if (extraFieldSelectors !== undefined) t.extraFieldSelectors = extraFieldSelectors;
+  if (BUILTIN_STATUS_SUBRESOURCE.has(`${group}/${plural}`)) t.statusSubresource = true;
   return t;
 }
 
@@ -78,6 +82,7 @@ export function builtinResourceTypes(): FakeResourceType[] {
     builtin('discovery.k8s.io', 'v1', 'endpointslices', 'EndpointSlice', true),
     builtin('networking.k8s.io', 'v1', 'networkpolicies', 'NetworkPolicy', true, ['netpol']),
     builtin('networking.k8s.io', 'v1', 'ingresses', 'Ingress', true, ['ing']),
+    builtin('coordination.k8s.io', 'v1', 'leases', 'Lease', true),
     builtin('apiextensions.k8s.io', 'v1', 'customresourcedefinitions', 'CustomResourceDefinition', false, ['crd', 'crds']),
   ];
 }
@@ -123,6 +128,10 @@ export function resourceTypeFromCrd(crd: Record<string, unknown>): FakeResourceT
     namespaced: spec.scope === 'Namespaced',
     custom: true,
   };
+  // The fake serves one schema per type (the first served version's), and so one subresource set.
+  const first = versions.find((v) => v.served === true) ?? {};
+  const subresources = (first.subresources ?? {}) as Record<string, unknown>;
+  if (subresources.status !== undefined && subresources.status !== null) t.statusSubresource = true;
   if (Array.isArray(names.shortNames)) t.shortNames = names.shortNames.map(String);
   if (Array.isArray(names.categories)) t.categories = names.categories.map(String);
   return t;
@@ -137,7 +146,7 @@ export function apiVersionOf(group: string, version: string): string {
 export function apiResourceList(types: readonly FakeResourceType[], group: string, version: string): object {
   const resources = types
     .filter((t) => t.group === group && t.versions.includes(version))
-    .map((t) => {
+    .map((t): Array<Record<string, unknown>> => {
       const r: Record<string, unknown> = {
         name: t.plural,
         singularName: t.singular,
@@ -147,8 +156,10 @@ export function apiResourceList(types: readonly FakeResourceType[], group: strin
       };
       if (t.shortNames !== undefined && t.shortNames.length > 0) r.shortNames = t.shortNames;
       if (t.categories !== undefined && t.categories.length > 0) r.categories = t.categories;
-      return r;
-    });
+      if (t.statusSubresource !== true) return [r];
+      return [r, { name: `${t.plural}/status`, singularName: '', namespaced: t.namespaced, kind: t.kind, verbs: ['get', 'patch', 'update'] }];
+    })
+    .flat();
   return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion: apiVersionOf(group, version), resources };
 }
 

@@ -6,7 +6,10 @@
 import { randomUUID } from 'node:crypto';
 import { crdSchemas, type CustomResourceSchema } from './fakeKubeCrdSchema.js';
 import { defaultEndpointSlice, defaultNamespace, defaultService } from './fakeKubeDefaults.js';
+import { admitLease } from './fakeKubeLease.js';
+import { GENERATE_NAME_ATTEMPTS, generatedName, type NameSuffixSource, randomNameSuffix } from './fakeKubeNames.js';
 import { apiVersionOf, builtinResourceTypes, type FakeResourceType, resourceTypeFromCrd } from './fakeKubeResources.js';
+import { allowsUnconditionalUpdate, generationPart, prepareMainWrite, prepareStatusWrite } from './fakeKubeStrategy.js';
 
 export type KubeObject = Record<string, unknown> & { metadata?: Record<string, unknown> };
 
@@ -17,9 +20,22 @@ export interface KubeStatus {
   status: 'Failure' | 'Success';
   message: string;
   reason: string;
-  details?: { name?: string; group?: string; kind?: string; causes?: Array<{ message: string }> };
+  details?: { name?: string; group?: string; kind?: string; causes?: Array<{ message: string; field?: string; reason?: string }>; retryAfterSeconds?: number };
   code: number;
 }
+
+/**
+ * Who writes. `client`: an API request, with the real server's rules (resourceVersion
+ * preconditions, the status subresource split). `test`: the test itself, whole objects
+ * whatever their resourceVersion (it plays kubelet and the controllers).
+ */
+export type Writer = 'client' | 'test';
+
+export type PropagationPolicy = 'Background' | 'Foreground' | 'Orphan';
+
+/** The finalizers through which the garbage collector carries out a Foreground or Orphan deletion. */
+export const FOREGROUND_FINALIZER = 'foregroundDeletion';
+export const ORPHAN_FINALIZER = 'orphan';
 
 /** A request the real server would refuse: carries the Status it would answer. */
 export class KubeStatusError extends Error {
@@ -88,14 +104,26 @@ export function notFound(t: FakeResourceType, name: string): KubeStatusError {
   return new KubeStatusError(kubeStatus(404, 'NotFound', `${qualifiedResource(t)} "${name}" not found`, details(t, name)));
 }
 
-/** The parts of an object that count as a change of its desired state (metadata.generation moves on them). */
-function specPart(obj: KubeObject): string {
-  const rest: Record<string, unknown> = { ...obj };
-  delete rest.metadata;
-  delete rest.status;
-  delete rest.apiVersion;
-  delete rest.kind;
-  return JSON.stringify(rest);
+export function finalizersOf(obj: KubeObject): string[] {
+  const f = metaOf(obj).finalizers;
+  return Array.isArray(f) ? f.map(String) : [];
+}
+
+export function isBeingDeleted(obj: KubeObject): boolean {
+  return typeof metaOf(obj).deletionTimestamp === 'string';
+}
+
+function conflict(t: FakeResourceType, name: string, why: string): KubeStatusError {
+  return new KubeStatusError(kubeStatus(409, 'Conflict', `Operation cannot be fulfilled on ${qualifiedResource(t)} "${name}": ${why}`, details(t, name)));
+}
+
+function invalid(t: FakeResourceType, name: string, field: string, message: string): KubeStatusError {
+  return new KubeStatusError(
+    kubeStatus(422, 'Invalid', `${qualifiedResource(t)} "${name}" is invalid: ${field}: ${message}`, {
+      ...details(t, name),
+      causes: [{ reason: 'FieldValueInvalid', message, field }],
+    }),
+  );
 }
 
 function withoutVolatile(obj: KubeObject): string {
@@ -115,6 +143,8 @@ export class FakeKubeStore {
   private readonly subscribers = new Set<(e: StoredEvent) => void>();
   private readonly schemas = new Map<string, Map<string, CustomResourceSchema>>();
 
+  constructor(private readonly nameSuffix: NameSuffixSource = randomNameSuffix) {}
+
   get resourceVersion(): number {
     return this.rv;
   }
@@ -131,6 +161,11 @@ export class FakeKubeStore {
   /** The type served at group/version/plural, if discovery lists it. */
   findType(group: string, version: string, plural: string): FakeResourceType | undefined {
     return this.typeList.find((t) => t.group === group && t.plural === plural && t.versions.includes(version));
+  }
+
+  /** The type of a stored event's typeKey, while it is served. */
+  typeByKey(key: string): FakeResourceType | undefined {
+    return this.typeList.find((t) => typeKeyOf(t) === key);
   }
 
   /** The type by its plural name (the programmatic API's FakeResource). */
@@ -181,13 +216,36 @@ export class FakeKubeStore {
     return this.objects.get(typeKeyOf(t))?.get(objectKey(t.namespaced ? (namespace ?? '') : '', name));
   }
 
-  /** Stores a new object (the caller's copy is not kept); 409 AlreadyExists if it exists. */
-  create(t: FakeResourceType, input: KubeObject): KubeObject {
+  /**
+   * Stores a new object (the caller's copy is not kept); 409 AlreadyExists if it exists.
+   * Without a name, metadata.generateName is expanded, drawn again while taken (fakeKubeNames.ts).
+   */
+  create(t: FakeResourceType, input: KubeObject, o: { writer: Writer } = { writer: 'test' }): KubeObject {
+    const prefix = metaOf(input).generateName;
+    if (nameOf(input) !== '' || typeof prefix !== 'string' || prefix === '') return this.createNamed(t, input, o.writer);
+    let last: KubeStatusError | undefined;
+    for (let attempt = 0; attempt < GENERATE_NAME_ATTEMPTS; attempt++) {
+      const named = structuredClone(input);
+      metaOf(named).name = generatedName(prefix, this.nameSuffix());
+      try {
+        return this.createNamed(t, named, o.writer);
+      } catch (err) {
+        if (!(err instanceof KubeStatusError) || err.status.reason !== 'AlreadyExists') throw err;
+        last = err;
+      }
+    }
+    const name = String(last?.status.details?.name ?? '');
+    throw new KubeStatusError(
+      kubeStatus(409, 'AlreadyExists', `${qualifiedResource(t)} "${name}" already exists, the server was not able to generate a unique name for the object`, {
+        ...details(t, name),
+        retryAfterSeconds: 1,
+      }),
+    );
+  }
+
+  private createNamed(t: FakeResourceType, input: KubeObject, writer: Writer): KubeObject {
     const obj = this.normalize(t, structuredClone(input));
     const meta = metaOf(obj);
-    if (typeof meta.generateName === 'string' && nameOf(obj) === '') {
-      meta.name = `${meta.generateName}${randomUUID().replace(/-/g, '').slice(0, 5)}`;
-    }
     const name = nameOf(obj);
     if (name === '') {
       throw new KubeStatusError(
@@ -204,13 +262,17 @@ export class FakeKubeStore {
     if (m.has(key)) {
       throw new KubeStatusError(kubeStatus(409, 'AlreadyExists', `${qualifiedResource(t)} "${name}" already exists`, details(t, name)));
     }
+    if (writer === 'client') prepareMainWrite(t, obj, undefined);
     this.validateCrd(t, obj);
+    this.admitMetadata(t, obj);
     this.admitCustom(t, obj);
+    this.admitBuiltin(t, obj);
     this.applyDefaults(t, obj, undefined);
     meta.uid = randomUUID();
     meta.creationTimestamp = nowTimestamp();
     meta.generation = 1;
     delete meta.deletionTimestamp;
+    delete meta.deletionGracePeriodSeconds;
     meta.resourceVersion = String(++this.rv);
     this.afterCrdWrite(t, obj);
     m.set(key, obj);
@@ -219,36 +281,47 @@ export class FakeKubeStore {
   }
 
   /**
-   * Replaces an object. With checkResourceVersion, a stale metadata.resourceVersion is a 409
-   * Conflict (PUT on the real server); a write that changes nothing keeps the
-   * resourceVersion and makes no event, as on the real server.
+   * Replaces an object. A client's write carrying a stale metadata.resourceVersion is a
+   * 409 Conflict; one without it is unconditional where the type allows it, else a 422
+   * (custom resources, CRDs, Leases); its write to the main resource keeps the stored
+   * status and one to `status` changes only that (fakeKubeStrategy.ts). A write that
+   * changes nothing keeps the resourceVersion and makes no event; one that leaves an
+   * object being deleted without finalizers deletes it — as on the real server.
    */
-  update(t: FakeResourceType, input: KubeObject, o: { checkResourceVersion: boolean }): KubeObject {
-    const obj = this.normalize(t, structuredClone(input));
+  update(t: FakeResourceType, input: KubeObject, o: { writer: Writer; subresource?: 'status' }): KubeObject {
+    let obj = this.normalize(t, structuredClone(input));
     const name = nameOf(obj);
     if (t.namespaced && namespaceOf(obj) === '') metaOf(obj).namespace = 'default';
     const old = this.get(t, namespaceOf(obj), name);
     if (old === undefined) throw notFound(t, name);
+    if (o.writer === 'client') {
+      const rv = metaOf(obj).resourceVersion;
+      if (rv === undefined || rv === '') {
+        if (!allowsUnconditionalUpdate(t)) throw invalid(t, name, 'metadata.resourceVersion', 'Invalid value: 0x0: must be specified for an update');
+      } else if (rv !== metaOf(old).resourceVersion) {
+        throw conflict(t, name, 'the object has been modified; please apply your changes to the latest version and try again');
+      }
+      if (o.subresource === 'status') obj = this.normalize(t, prepareStatusWrite(obj, old));
+      else prepareMainWrite(t, obj, old);
+    }
     const meta = metaOf(obj);
     const oldMeta = metaOf(old);
-    if (o.checkResourceVersion && meta.resourceVersion !== undefined && meta.resourceVersion !== '' && meta.resourceVersion !== oldMeta.resourceVersion) {
-      throw new KubeStatusError(
-        kubeStatus(
-          409,
-          'Conflict',
-          `Operation cannot be fulfilled on ${qualifiedResource(t)} "${name}": the object has been modified; please apply your changes to the latest version and try again`,
-          details(t, name),
-        ),
-      );
-    }
     this.validateCrd(t, obj);
+    this.admitMetadata(t, obj, old);
     this.admitCustom(t, obj);
+    this.admitBuiltin(t, obj);
     this.applyDefaults(t, obj, old);
     meta.uid = oldMeta.uid;
     meta.creationTimestamp = oldMeta.creationTimestamp;
+    // Only a delete sets these; an update keeps what the store has.
+    for (const f of ['deletionTimestamp', 'deletionGracePeriodSeconds']) {
+      if (oldMeta[f] === undefined) delete meta[f];
+      else meta[f] = oldMeta[f];
+    }
     meta.generation = (oldMeta.generation as number | undefined) ?? 1;
-    if (specPart(obj) !== specPart(old)) meta.generation = (meta.generation as number) + 1;
+    if (generationPart(t, obj) !== generationPart(t, old)) meta.generation = (meta.generation as number) + 1;
     meta.resourceVersion = oldMeta.resourceVersion;
+    if (isBeingDeleted(obj) && finalizersOf(obj).length === 0) return this.remove(t, obj);
     if (withoutVolatile(obj) === withoutVolatile(old)) return old;
     meta.resourceVersion = String(++this.rv);
     this.afterCrdWrite(t, obj);
@@ -257,14 +330,38 @@ export class FakeKubeStore {
     return obj;
   }
 
-  /** Removes an object at once (no finalizers, no graceful deletion); returns it as the DELETED event carries it. */
-  delete(t: FakeResourceType, namespace: string | undefined, name: string): KubeObject {
-    const ns = t.namespaced ? (namespace ?? '') : '';
-    const m = this.objects.get(typeKeyOf(t));
-    const old = m?.get(objectKey(ns, name));
-    if (m === undefined || old === undefined) throw notFound(t, name);
-    m.delete(objectKey(ns, name));
-    const gone = structuredClone(old);
+  /**
+   * Deletes an object. Foreground and Orphan add the garbage collector's finalizer
+   * (Background takes both away); an object left with finalizers gets its
+   * deletionTimestamp and stays until they are removed (a MODIFIED event), any
+   * other goes at once (no grace period). Returns the object as stored or as the
+   * DELETED event carries it.
+   */
+  delete(t: FakeResourceType, namespace: string | undefined, name: string, o: { propagationPolicy?: PropagationPolicy } = {}): KubeObject {
+    const old = this.get(t, namespace, name);
+    if (old === undefined) throw notFound(t, name);
+    const policy = o.propagationPolicy ?? 'Background';
+    const wanted = policy === 'Foreground' ? FOREGROUND_FINALIZER : policy === 'Orphan' ? ORPHAN_FINALIZER : undefined;
+    const finalizers = finalizersOf(old).filter((f) => f !== FOREGROUND_FINALIZER && f !== ORPHAN_FINALIZER);
+    if (wanted !== undefined) finalizers.push(wanted);
+    if (finalizers.length === 0) return this.remove(t, old);
+    const obj = structuredClone(old);
+    const meta = metaOf(obj);
+    meta.finalizers = finalizers;
+    meta.deletionTimestamp ??= nowTimestamp();
+    meta.deletionGracePeriodSeconds ??= 0;
+    if (withoutVolatile(obj) === withoutVolatile(old)) return old;
+    meta.resourceVersion = String(++this.rv);
+    this.objects.get(typeKeyOf(t))!.set(objectKey(namespaceOf(obj), name), obj);
+    this.record({ rv: this.rv, typeKey: typeKeyOf(t), type: 'MODIFIED', object: obj, previous: old });
+    return obj;
+  }
+
+  /** Takes an object out of the store: the DELETED event, with the version of the deletion. */
+  private remove(t: FakeResourceType, obj: KubeObject): KubeObject {
+    const key = objectKey(namespaceOf(obj), nameOf(obj));
+    this.objects.get(typeKeyOf(t))?.delete(key);
+    const gone = structuredClone(obj);
     metaOf(gone).resourceVersion = String(++this.rv);
     this.record({ rv: this.rv, typeKey: typeKeyOf(t), type: 'DELETED', object: gone });
     if (t.plural === 'customresourcedefinitions' && t.group === 'apiextensions.k8s.io') this.unregisterCrd(gone);
@@ -305,6 +402,50 @@ export class FakeKubeStore {
         throw new KubeStatusError(kubeStatus(422, 'Invalid', `Service "${nameOf(obj)}" is invalid: ${error}`, { ...details(t, nameOf(obj)), kind: 'Service', causes: [{ message: error }] }));
       }
     }
+  }
+
+  /** ObjectMeta rules every type shares: well-formed ownerReferences, no new finalizer on an object being deleted. */
+  private admitMetadata(t: FakeResourceType, obj: KubeObject, old?: KubeObject): void {
+    const meta = metaOf(obj);
+    const refs = meta.ownerReferences;
+    if (refs !== undefined && refs !== null) {
+      if (!Array.isArray(refs)) throw invalid(t, nameOf(obj), 'metadata.ownerReferences', 'Invalid value: must be a list');
+      let controllers = 0;
+      for (const r of refs as Array<Record<string, unknown>>) {
+        for (const [f, what] of [['apiVersion', 'version'], ['kind', 'kind'], ['name', 'name'], ['uid', 'uid']] as const) {
+          if (typeof r?.[f] !== 'string' || r[f] === '') throw invalid(t, nameOf(obj), `metadata.ownerReferences.${f}`, `Invalid value: "": ${what} must not be empty`);
+        }
+        if (r.controller === true) controllers++;
+      }
+      if (controllers > 1) throw invalid(t, nameOf(obj), 'metadata.ownerReferences', 'Invalid value: Only one reference can have Controller set to true');
+    }
+    if (old !== undefined && isBeingDeleted(old)) {
+      const before = new Set(finalizersOf(old));
+      const added = finalizersOf(obj).filter((f) => !before.has(f));
+      if (added.length > 0) {
+        throw new KubeStatusError(
+          kubeStatus(422, 'Invalid', `${qualifiedResource(t)} "${nameOf(obj)}" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers ${JSON.stringify(added)}`, details(t, nameOf(obj))),
+        );
+      }
+    }
+  }
+
+  /** Built-in types with admission of their own beyond defaults (Leases' MicroTime and validation). */
+  private admitBuiltin(t: FakeResourceType, obj: KubeObject): void {
+    if (typeKeyOf(t) !== 'coordination.k8s.io/leases') return;
+    const verdict = admitLease(obj);
+    if (verdict === undefined) return;
+    if ('decode' in verdict) {
+      throw new KubeStatusError(kubeStatus(400, 'BadRequest', `Lease in version "v1" cannot be handled as a Lease: ${verdict.decode}`));
+    }
+    const what = verdict.invalid.length === 1 ? verdict.invalid[0]! : `[${verdict.invalid.join(', ')}]`;
+    throw new KubeStatusError(
+      kubeStatus(422, 'Invalid', `Lease.coordination.k8s.io "${nameOf(obj)}" is invalid: ${what}`, {
+        ...details(t, nameOf(obj)),
+        kind: 'Lease',
+        causes: verdict.invalid.map((message) => ({ message })),
+      }),
+    );
   }
 
   /** A custom resource is pruned, defaulted and validated against its CRD's schema, as kube-apiserver does. */
@@ -369,7 +510,7 @@ export class FakeKubeStore {
     if (typeof r === 'string') return;
     const t = this.typeList.find((x) => x.group === r.group && x.plural === r.plural && x.custom);
     if (t === undefined) return;
-    for (const o of this.list(t)) this.delete(t, namespaceOf(o), nameOf(o));
+    for (const o of this.list(t)) this.remove(t, o);
     this.typeList.splice(this.typeList.indexOf(t), 1);
     this.schemas.delete(typeKeyOf(t));
     this.objects.delete(typeKeyOf(t));

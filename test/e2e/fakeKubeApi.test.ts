@@ -4,7 +4,10 @@
 // 410 Gone after a compaction leading an informer to relist and deliver the
 // delete it missed, dropped watches resumed without a relist, the server going
 // away and coming back, field and label selectors, Status errors, CRDs that
-// register their resources in discovery. A fake that drifted from the real
+// register their resources in discovery; and what the Kubernetes-backed
+// cluster mode relies on: generateName, resourceVersion preconditions, owner
+// references and the garbage collector, Leases, status subresources, watches
+// of cluster-scoped custom resources. A fake that drifted from the real
 // server here would make every Kubernetes test prove less than it claims.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -13,15 +16,22 @@ import { existsSync } from 'node:fs';
 import { dirname } from 'node:path';
 import {
   ApiextensionsV1Api,
+  CoordinationV1Api,
   CoreV1Api,
   CustomObjectsApi,
   KubeConfig,
   ListWatch,
   makeInformer,
+  PatchStrategy,
+  setHeaderOptions,
+  type V1Lease,
+  V1MicroTime,
   type V1Pod,
   Watch,
 } from '@kubernetes/client-node';
-import { FakeKubeApi, KubeStatusError } from '../support/fakeKubeApi.js';
+import { FakeKubeApi, type FakeResource, KubeStatusError } from '../support/fakeKubeApi.js';
+import { NAME_ALPHABET } from '../support/fakeKubeNames.js';
+import { TEST_CRD_GROUP, testCrd } from '../support/fakeKubeTestCrds.js';
 
 interface WatchEvent {
   type: string;
@@ -485,5 +495,459 @@ describe('fake Kubernetes API server options and teardown', () => {
     await assert.rejects(fetch(`${fake.url}/version`));
     await fake.resume();
     await assert.rejects(fetch(`${fake.url}/version`));
+  });
+});
+
+/** The Status body of a client-node ApiException. */
+function statusBody(err: unknown): { kind: string; reason: string; code: number; message: string; details?: Record<string, unknown> } {
+  const body = (err as { body?: unknown }).body;
+  return JSON.parse(typeof body === 'string' ? body : JSON.stringify(body)) as ReturnType<typeof statusBody>;
+}
+
+/** The test CRDs' resources (registered at run time, so not in FakeResource's list). */
+const WIDGETS = 'widgets' as FakeResource;
+
+const GENERATED = new RegExp(`^[${NAME_ALPHABET}]{5}$`);
+
+interface Custom {
+  apiVersion?: string;
+  kind?: string;
+  metadata: { name: string; namespace?: string; resourceVersion?: string; generation?: number; uid?: string; labels?: Record<string, string>; finalizers?: string[]; deletionTimestamp?: string; ownerReferences?: object[] };
+  spec?: Record<string, unknown>;
+  status?: Record<string, unknown>;
+}
+
+describe('fake Kubernetes API server: what the API-backed cluster mode relies on, through @kubernetes/client-node', () => {
+  let fake: FakeKubeApi;
+  let kc: KubeConfig;
+  let core: CoreV1Api;
+  let custom: CustomObjectsApi;
+  let leases: CoordinationV1Api;
+  const merge = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+  const jsonPatch = setHeaderOptions('Content-Type', PatchStrategy.JsonPatch);
+  const gadgets = { group: TEST_CRD_GROUP, version: 'v1', plural: 'gadgets' };
+  const widgets = { group: TEST_CRD_GROUP, version: 'v1', plural: 'widgets' };
+  const things = { group: TEST_CRD_GROUP, version: 'v1', plural: 'clusterthings' };
+
+  before(async () => {
+    fake = await FakeKubeApi.start({ bookmarkIntervalMs: 100 });
+    kc = new KubeConfig();
+    kc.loadFromFile(await fake.kubeconfig());
+    core = kc.makeApiClient(CoreV1Api);
+    custom = kc.makeApiClient(CustomObjectsApi);
+    leases = kc.makeApiClient(CoordinationV1Api);
+    fake.create('customresourcedefinitions', testCrd({ plural: 'gadgets', kind: 'Gadget', scope: 'Namespaced', status: true }));
+    fake.create('customresourcedefinitions', testCrd({ plural: 'widgets', kind: 'Widget', scope: 'Namespaced' }));
+    fake.create('customresourcedefinitions', testCrd({ plural: 'clusterthings', kind: 'ClusterThing', scope: 'Cluster' }));
+    for (const ns of ['tdl-gen', 'tdl-rv', 'tdl-gc', 'tdl-lease', 'tdl-status']) fake.create('namespaces', { metadata: { name: ns } });
+  });
+  after(async () => {
+    await fake.stop();
+  });
+
+  test('generateName: 5 characters of the real alphabet after the prefix (cut to 58), name wins, a clash is 409', async () => {
+    const names = new Set<string>();
+    for (let i = 0; i < 40; i++) {
+      const p = await core.createNamespacedPod({ namespace: 'tdl-gen', body: { metadata: { generateName: 'tdl-gen-' }, spec: { containers: [{ name: 'c', image: 'i' }] } } });
+      const name = p.metadata!.name!;
+      assert.ok(name.startsWith('tdl-gen-'), name);
+      assert.match(name.slice('tdl-gen-'.length), GENERATED);
+      assert.equal(p.metadata?.generateName, 'tdl-gen-');
+      names.add(name);
+    }
+    assert.equal(names.size, 40);
+    const long = 'x'.repeat(70);
+    const cut = (await custom.createNamespacedCustomObject({ ...widgets, namespace: 'tdl-gen', body: { apiVersion: `${TEST_CRD_GROUP}/v1`, kind: 'Widget', metadata: { generateName: long } } })) as Custom;
+    assert.equal(cut.metadata.name.length, 63);
+    assert.ok(cut.metadata.name.startsWith('x'.repeat(58)));
+    const named = await core.createNamespacedPod({ namespace: 'tdl-gen', body: { metadata: { name: 'tdl-fixed', generateName: 'tdl-gen-' }, spec: { containers: [{ name: 'c', image: 'i' }] } } });
+    assert.equal(named.metadata?.name, 'tdl-fixed');
+    await assert.rejects(
+      core.createNamespacedPod({ namespace: 'tdl-gen', body: { metadata: { name: 'tdl-fixed', generateName: 'tdl-gen-' }, spec: { containers: [{ name: 'c', image: 'i' }] } } }),
+      (err) => {
+        const st = statusBody(err);
+        assert.deepEqual([st.code, st.reason, st.message, st.details], [409, 'AlreadyExists', 'pods "tdl-fixed" already exists', { name: 'tdl-fixed', kind: 'pods' }]);
+        return true;
+      },
+    );
+  });
+
+  test('generateName: a generated name that is taken is drawn again, up to 8 attempts, then 409 AlreadyExists', async () => {
+    const draws: string[] = [];
+    let script = ['bbbbb', 'bbbbb', 'ccccc'];
+    const own = await FakeKubeApi.start({
+      nameSuffix: () => {
+        const s = script.length > 1 ? script.shift()! : script[0]!;
+        draws.push(s);
+        return s;
+      },
+    });
+    try {
+      const okc = new KubeConfig();
+      okc.loadFromFile(await own.kubeconfig());
+      const c = okc.makeApiClient(CoreV1Api);
+      own.create('namespaces', { metadata: { name: 'tdl-gen' } });
+      own.create('configmaps', { metadata: { namespace: 'tdl-gen', name: 'cm-bbbbb' } });
+      const got = await c.createNamespacedConfigMap({ namespace: 'tdl-gen', body: { metadata: { generateName: 'cm-' }, data: { a: '1' } } });
+      assert.equal(got.metadata?.name, 'cm-ccccc');
+      assert.deepEqual(draws, ['bbbbb', 'bbbbb', 'ccccc']);
+      draws.length = 0;
+      script = ['bbbbb'];
+      await assert.rejects(c.createNamespacedConfigMap({ namespace: 'tdl-gen', body: { metadata: { generateName: 'cm-' } } }), (err) => {
+        const st = statusBody(err);
+        assert.equal(st.code, 409);
+        assert.equal(st.reason, 'AlreadyExists');
+        assert.equal(st.message, 'configmaps "cm-bbbbb" already exists, the server was not able to generate a unique name for the object');
+        assert.equal(st.details?.retryAfterSeconds, 1);
+        return true;
+      });
+      assert.equal(draws.length, 8);
+      assert.deepEqual(own.list('configmaps').map((o) => (o as Custom).metadata.name).sort(), ['cm-bbbbb', 'cm-ccccc']);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test('update and patch: a stale resourceVersion is 409 Conflict; a custom resource PUT without one is 422, a pod PUT without one is unconditional', async () => {
+    const body = { apiVersion: `${TEST_CRD_GROUP}/v1`, kind: 'Widget', metadata: { name: 'w' }, spec: { size: 1 } };
+    const v1 = (await custom.createNamespacedCustomObject({ ...widgets, namespace: 'tdl-rv', body })) as Custom;
+    const v2 = (await custom.replaceNamespacedCustomObject({ ...widgets, namespace: 'tdl-rv', name: 'w', body: { ...v1, spec: { size: 2 } } })) as Custom;
+    assert.ok(Number(v2.metadata.resourceVersion) > Number(v1.metadata.resourceVersion));
+    const conflict = {
+      code: 409,
+      reason: 'Conflict',
+      message: `Operation cannot be fulfilled on widgets.${TEST_CRD_GROUP} "w": the object has been modified; please apply your changes to the latest version and try again`,
+      details: { name: 'w', group: TEST_CRD_GROUP, kind: 'widgets' },
+    };
+    const isConflict = (err: unknown): boolean => {
+      const st = statusBody(err);
+      assert.deepEqual({ code: st.code, reason: st.reason, message: st.message, details: st.details }, conflict);
+      return true;
+    };
+    await assert.rejects(custom.replaceNamespacedCustomObject({ ...widgets, namespace: 'tdl-rv', name: 'w', body: { ...v1, spec: { size: 3 } } }), isConflict);
+    await assert.rejects(
+      custom.patchNamespacedCustomObject({ ...widgets, namespace: 'tdl-rv', name: 'w', body: { metadata: { resourceVersion: v1.metadata.resourceVersion }, spec: { size: 3 } } }, merge),
+      isConflict,
+    );
+    await assert.rejects(
+      custom.patchNamespacedCustomObject({ ...widgets, namespace: 'tdl-rv', name: 'w', body: [{ op: 'replace', path: '/metadata/resourceVersion', value: v1.metadata.resourceVersion }, { op: 'replace', path: '/spec/size', value: 3 }] }, jsonPatch),
+      isConflict,
+    );
+    // The current resourceVersion in a patch passes; a patch without one is unconditional.
+    const v3 = (await custom.patchNamespacedCustomObject({ ...widgets, namespace: 'tdl-rv', name: 'w', body: { metadata: { resourceVersion: v2.metadata.resourceVersion }, spec: { size: 3 } } }, merge)) as Custom;
+    const v4 = (await custom.patchNamespacedCustomObject({ ...widgets, namespace: 'tdl-rv', name: 'w', body: { spec: { size: 4 } } }, merge)) as Custom;
+    assert.deepEqual([v3.spec?.size, v4.spec?.size, v4.metadata.generation], [3, 4, 4]);
+    // kube-apiserver's custom resource strategy refuses unconditional updates (AllowUnconditionalUpdate false).
+    await assert.rejects(custom.replaceNamespacedCustomObject({ ...widgets, namespace: 'tdl-rv', name: 'w', body }), (err) => {
+      const st = statusBody(err);
+      assert.equal(st.code, 422);
+      assert.equal(st.reason, 'Invalid');
+      assert.equal(st.message, `widgets.${TEST_CRD_GROUP} "w" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update`);
+      return true;
+    });
+    assert.equal((fake.get(WIDGETS, 'tdl-rv', 'w') as Custom).spec?.size, 4);
+
+    // A pod's strategy allows them: PUT without a resourceVersion overwrites; with a stale one, strategic merge patch included, 409.
+    const p1 = await core.createNamespacedPod({ namespace: 'tdl-rv', body: pod('tdl-rv', 'p', { labels: { v: '1' } }) });
+    const p2 = await core.replaceNamespacedPod({ namespace: 'tdl-rv', name: 'p', body: pod('tdl-rv', 'p', { labels: { v: '2' } }) });
+    assert.equal(p2.metadata?.labels?.v, '2');
+    await assert.rejects(
+      core.patchNamespacedPod({ namespace: 'tdl-rv', name: 'p', body: { metadata: { resourceVersion: p1.metadata?.resourceVersion, labels: { v: '3' } } } }, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch)),
+      (err) => statusBody(err).reason === 'Conflict' && statusBody(err).message.startsWith('Operation cannot be fulfilled on pods "p"'),
+    );
+  });
+
+  test('owner references: deleting an owner (Background) takes its dependents shortly after; a second live owner keeps one', async () => {
+    const owner = fake.create('configmaps', { metadata: { namespace: 'tdl-gc', name: 'owner' } }) as Custom;
+    const other = fake.create('configmaps', { metadata: { namespace: 'tdl-gc', name: 'other' } }) as Custom;
+    const ref = (o: Custom, extra: object = {}): object => ({ apiVersion: 'v1', kind: 'ConfigMap', name: o.metadata.name, uid: o.metadata.uid, ...extra });
+    for (const n of ['d1', 'd2']) fake.create('pods', { ...pod('tdl-gc', n), metadata: { namespace: 'tdl-gc', name: n, ownerReferences: [ref(owner)] } });
+    fake.create('pods', { ...pod('tdl-gc', 'shared'), metadata: { namespace: 'tdl-gc', name: 'shared', ownerReferences: [ref(owner), ref(other)] } });
+    const w = await collectWatch(kc, '/api/v1/namespaces/tdl-gc/pods', { resourceVersion: String(fake.resourceVersion) });
+    try {
+      fake.delete('configmaps', 'tdl-gc', 'owner');
+      // The collector runs after the delete has been answered, as kube-controller-manager's does.
+      assert.ok(fake.get('pods', 'tdl-gc', 'd1') !== undefined && fake.get('pods', 'tdl-gc', 'd2') !== undefined);
+      await until('the dependents to go', () => fake.get('pods', 'tdl-gc', 'd1') === undefined && fake.get('pods', 'tdl-gc', 'd2') === undefined);
+      await until('the watch to see both DELETED', () => w.events.filter((e) => e.type === 'DELETED').length === 2);
+      assert.deepEqual(w.events.filter((e) => e.type === 'DELETED').map((e) => e.object.metadata?.name).sort(), ['d1', 'd2']);
+      await until('the dead reference to be dropped', () => ((fake.get('pods', 'tdl-gc', 'shared') as Custom).metadata.ownerReferences ?? []).length === 1);
+      assert.deepEqual((fake.get('pods', 'tdl-gc', 'shared') as Custom).metadata.ownerReferences, [ref(other)]);
+      assert.deepEqual(fake.gcFailures(), []);
+    } finally {
+      w.stop();
+      fake.delete('pods', 'tdl-gc', 'shared');
+      fake.delete('configmaps', 'tdl-gc', 'other');
+    }
+  });
+
+  test('owner references: Foreground keeps the owner (deletionTimestamp, foregroundDeletion) until its blocking dependents are gone', async () => {
+    const owner = (await custom.createNamespacedCustomObject({ ...widgets, namespace: 'tdl-gc', body: { apiVersion: `${TEST_CRD_GROUP}/v1`, kind: 'Widget', metadata: { name: 'fg' } } })) as Custom;
+    const ref = { apiVersion: `${TEST_CRD_GROUP}/v1`, kind: 'Widget', name: 'fg', uid: owner.metadata.uid, blockOwnerDeletion: true };
+    // One dependent holds a finalizer of its own: the owner must wait for it.
+    fake.create('configmaps', { metadata: { namespace: 'tdl-gc', name: 'held', ownerReferences: [ref], finalizers: ['tdl.example.com/hold'] } });
+    fake.create('configmaps', { metadata: { namespace: 'tdl-gc', name: 'free', ownerReferences: [ref] } });
+    const from = String(fake.resourceVersion);
+    const ownerWatch = await collectWatch(kc, `/apis/${TEST_CRD_GROUP}/v1/namespaces/tdl-gc/widgets`, { resourceVersion: from });
+    const depWatch = await collectWatch(kc, '/api/v1/namespaces/tdl-gc/configmaps', { resourceVersion: from });
+    try {
+      const answered = (await custom.deleteNamespacedCustomObject({ ...widgets, namespace: 'tdl-gc', name: 'fg', propagationPolicy: 'Foreground' })) as Custom;
+      assert.deepEqual(answered.metadata.finalizers, ['foregroundDeletion']);
+      assert.ok(answered.metadata.deletionTimestamp);
+      await until('the free dependent to go', () => fake.get('configmaps', 'tdl-gc', 'free') === undefined);
+      await until('the held dependent to be deleting', () => (fake.get('configmaps', 'tdl-gc', 'held') as Custom | undefined)?.metadata.deletionTimestamp !== undefined);
+      await sleep(100);
+      const waiting = fake.get(WIDGETS, 'tdl-gc', 'fg') as Custom | undefined;
+      assert.ok(waiting, 'the owner waits for its blocking dependent');
+      assert.deepEqual(waiting.metadata.finalizers, ['foregroundDeletion']);
+      // The dependent's own controller lets go: the dependent goes, then the owner.
+      await core.patchNamespacedConfigMap({ namespace: 'tdl-gc', name: 'held', body: { metadata: { finalizers: null } } }, merge);
+      await until('the owner to go', () => fake.get(WIDGETS, 'tdl-gc', 'fg') === undefined);
+      await until('the DELETED events', () => ownerWatch.events.some((e) => e.type === 'DELETED') && depWatch.events.filter((e) => e.type === 'DELETED').length === 2);
+      assert.deepEqual(ownerWatch.events.map((e) => e.type), ['MODIFIED', 'DELETED']);
+      const ownerGone = Number(ownerWatch.events[1]!.object.metadata?.resourceVersion);
+      for (const e of depWatch.events.filter((x) => x.type === 'DELETED')) assert.ok(Number(e.object.metadata?.resourceVersion) < ownerGone);
+      assert.deepEqual(fake.gcFailures(), []);
+    } finally {
+      ownerWatch.stop();
+      depWatch.stop();
+    }
+  });
+
+  test('owner references: Orphan removes the owner and leaves its dependents without the reference', async () => {
+    const owner = fake.create('configmaps', { metadata: { namespace: 'tdl-gc', name: 'orphaner' } }) as Custom;
+    const keep = fake.create('configmaps', { metadata: { namespace: 'tdl-gc', name: 'keeper' } }) as Custom;
+    const ref = (o: Custom): object => ({ apiVersion: 'v1', kind: 'ConfigMap', name: o.metadata.name, uid: o.metadata.uid });
+    fake.create('pods', { ...pod('tdl-gc', 'o1'), metadata: { namespace: 'tdl-gc', name: 'o1', ownerReferences: [ref(owner)] } });
+    fake.create('pods', { ...pod('tdl-gc', 'o2'), metadata: { namespace: 'tdl-gc', name: 'o2', ownerReferences: [ref(owner), ref(keep)] } });
+    // client-node types a DELETE's answer as a Status; the server answers with the object while it stays.
+    const res = await fetch(`${fake.url}/api/v1/namespaces/tdl-gc/configmaps/orphaner`, {
+      method: 'DELETE',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ kind: 'DeleteOptions', apiVersion: 'v1', propagationPolicy: 'Orphan' }),
+    });
+    const answered = (await res.json()) as Custom;
+    assert.equal(res.status, 200);
+    assert.deepEqual([answered.metadata.finalizers, typeof answered.metadata.deletionTimestamp], [['orphan'], 'string']);
+    await until('the owner to go', () => fake.get('configmaps', 'tdl-gc', 'orphaner') === undefined);
+    assert.equal((fake.get('pods', 'tdl-gc', 'o1') as Custom).metadata.ownerReferences, undefined);
+    assert.deepEqual((fake.get('pods', 'tdl-gc', 'o2') as Custom).metadata.ownerReferences, [ref(keep)]);
+    await sleep(50);
+    assert.ok(fake.get('pods', 'tdl-gc', 'o1') && fake.get('pods', 'tdl-gc', 'o2'), 'orphans stay');
+    fake.delete('pods', 'tdl-gc', 'o1');
+    fake.delete('pods', 'tdl-gc', 'o2');
+    fake.delete('configmaps', 'tdl-gc', 'keeper');
+  });
+
+  test('owner references: a uid that names no object (or not the one of that name) is collected; an unserved kind is left alone', async () => {
+    const live = fake.create('configmaps', { metadata: { namespace: 'tdl-gc', name: 'live' } }) as Custom;
+    await core.createNamespacedConfigMap({
+      namespace: 'tdl-gc',
+      body: { metadata: { name: 'dangling', ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'never', uid: '00000000-0000-0000-0000-000000000001' }] } },
+    });
+    await core.createNamespacedConfigMap({
+      namespace: 'tdl-gc',
+      body: { metadata: { name: 'wrong-uid', ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'live', uid: '00000000-0000-0000-0000-000000000002' }] } },
+    });
+    await core.createNamespacedConfigMap({
+      namespace: 'tdl-gc',
+      body: { metadata: { name: 'unresolvable', ownerReferences: [{ apiVersion: 'nowhere.example.com/v1', kind: 'Nothing', name: 'x', uid: '00000000-0000-0000-0000-000000000003' }] } },
+    });
+    await until('the dangling dependents to go', () => fake.get('configmaps', 'tdl-gc', 'dangling') === undefined && fake.get('configmaps', 'tdl-gc', 'wrong-uid') === undefined);
+    assert.ok(fake.get('configmaps', 'tdl-gc', 'live'));
+    assert.ok(fake.get('configmaps', 'tdl-gc', 'unresolvable'));
+    // A malformed reference is refused by the API, as the real ObjectMeta validation does.
+    await assert.rejects(
+      core.createNamespacedConfigMap({ namespace: 'tdl-gc', body: { metadata: { name: 'bad', ownerReferences: [{ apiVersion: 'v1', kind: 'ConfigMap', name: 'live', uid: '' }] } } }),
+      (err) => statusBody(err).code === 422 && /metadata\.ownerReferences\.uid/.test(statusBody(err).message),
+    );
+    assert.equal(live.metadata.name, 'live');
+    fake.delete('configmaps', 'tdl-gc', 'live');
+    fake.delete('configmaps', 'tdl-gc', 'unresolvable');
+  });
+
+  /** One round of a LeaseLock-style leader election (client-go's tryAcquireOrRenew): true when `me` holds the lease after it. */
+  async function tryAcquireOrRenew(me: string, name: string, durationSeconds: number): Promise<boolean> {
+    const now = new V1MicroTime();
+    let current: V1Lease;
+    try {
+      current = await leases.readNamespacedLease({ namespace: 'tdl-lease', name });
+    } catch (err) {
+      if (statusCode(err) !== 404) throw err;
+      try {
+        await leases.createNamespacedLease({
+          namespace: 'tdl-lease',
+          body: { metadata: { name }, spec: { holderIdentity: me, leaseDurationSeconds: durationSeconds, acquireTime: now, renewTime: now, leaseTransitions: 0 } },
+        });
+        return true;
+      } catch (createErr) {
+        if (statusCode(createErr) === 409) return false;
+        throw createErr;
+      }
+    }
+    const spec = current.spec ?? {};
+    const renewed = Date.parse(String(spec.renewTime));
+    const held = spec.holderIdentity !== undefined && spec.holderIdentity !== '' && spec.holderIdentity !== me;
+    if (held && renewed + (spec.leaseDurationSeconds ?? 0) * 1000 > Date.now()) return false;
+    const next: V1Lease = {
+      ...current,
+      spec: {
+        ...spec,
+        holderIdentity: me,
+        leaseDurationSeconds: durationSeconds,
+        renewTime: now,
+        acquireTime: spec.holderIdentity === me ? spec.acquireTime : now,
+        leaseTransitions: (spec.leaseTransitions ?? 0) + (spec.holderIdentity === me ? 0 : 1),
+      },
+    };
+    try {
+      await leases.replaceNamespacedLease({ namespace: 'tdl-lease', name, body: next });
+      return true;
+    } catch (err) {
+      if (statusCode(err) === 409) return false;
+      throw err;
+    }
+  }
+
+  test('Leases: LeaseLock-style election has one winner per round; a stale renew is 409; the lease moves on expiry with leaseTransitions', async () => {
+    const w = await collectWatch(kc, '/apis/coordination.k8s.io/v1/namespaces/tdl-lease/leases', { resourceVersion: String(fake.resourceVersion) });
+    try {
+      const first = await Promise.all(['a', 'b', 'c'].map((me) => tryAcquireOrRenew(me, 'tdl-leader', 1)));
+      assert.equal(first.filter(Boolean).length, 1, `one winner: ${JSON.stringify(first)}`);
+      const leader = (fake.get('leases', 'tdl-lease', 'tdl-leader') as V1Lease).spec!.holderIdentity!;
+      // MicroTime as the real server stores it: six fractional digits, UTC.
+      const stored = fake.get('leases', 'tdl-lease', 'tdl-leader') as { spec: { renewTime: string; acquireTime: string } };
+      assert.match(stored.spec.renewTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
+      assert.equal(await tryAcquireOrRenew(leader, 'tdl-leader', 1), true);
+      const others = ['a', 'b', 'c'].filter((x) => x !== leader);
+      assert.deepEqual(await Promise.all(others.map((me) => tryAcquireOrRenew(me, 'tdl-leader', 1))), [false, false]);
+
+      // Two writers racing on the same resourceVersion: one update wins, the other gets 409 Conflict.
+      const seen = await leases.readNamespacedLease({ namespace: 'tdl-lease', name: 'tdl-leader' });
+      const race = await Promise.allSettled(others.map((me) => leases.replaceNamespacedLease({ namespace: 'tdl-lease', name: 'tdl-leader', body: { ...seen, spec: { ...seen.spec, holderIdentity: me } } })));
+      assert.equal(race.filter((r) => r.status === 'fulfilled').length, 1);
+      const lost = race.find((r) => r.status === 'rejected') as PromiseRejectedResult;
+      assert.deepEqual([statusBody(lost.reason).code, statusBody(lost.reason).reason, statusBody(lost.reason).details], [409, 'Conflict', { name: 'tdl-leader', group: 'coordination.k8s.io', kind: 'leases' }]);
+      // The Lease strategy refuses an update without a resourceVersion.
+      await assert.rejects(
+        leases.replaceNamespacedLease({ namespace: 'tdl-lease', name: 'tdl-leader', body: { metadata: { name: 'tdl-leader' }, spec: { holderIdentity: 'x' } } }),
+        (err) => statusBody(err).code === 422 && /must be specified for an update/.test(statusBody(err).message),
+      );
+      const holder = (fake.get('leases', 'tdl-lease', 'tdl-leader') as V1Lease).spec!.holderIdentity!;
+      const transitions = (fake.get('leases', 'tdl-lease', 'tdl-leader') as V1Lease).spec!.leaseTransitions!;
+      await sleep(1100);
+      const taker = ['a', 'b', 'c'].find((x) => x !== holder)!;
+      assert.equal(await tryAcquireOrRenew(taker, 'tdl-leader', 1), true);
+      const after = fake.get('leases', 'tdl-lease', 'tdl-leader') as V1Lease;
+      assert.deepEqual([after.spec?.holderIdentity, after.spec?.leaseTransitions], [taker, transitions + 1]);
+
+      const list = await leases.listNamespacedLease({ namespace: 'tdl-lease' });
+      assert.deepEqual(list.items.map((l) => l.metadata?.name), ['tdl-leader']);
+      await until('the watch to follow', () => w.events.some((e) => e.type === 'MODIFIED' && Number(e.object.metadata?.resourceVersion) === Number(after.metadata?.resourceVersion)));
+      assert.equal(w.events[0]!.type, 'ADDED');
+    } finally {
+      w.stop();
+    }
+  });
+
+  test('Leases: a MicroTime with milliseconds (Date#toISOString) is 400 as on kube-apiserver; leaseDurationSeconds 0 is 422', async () => {
+    await assert.rejects(
+      leases.createNamespacedLease({ namespace: 'tdl-lease', body: { metadata: { name: 'tdl-ms' }, spec: { holderIdentity: 'a', renewTime: new Date() as V1MicroTime } } }),
+      (err) => {
+        const st = statusBody(err);
+        assert.equal(st.code, 400);
+        assert.match(st.message, /^Lease in version "v1" cannot be handled as a Lease: .*2006-01-02T15:04:05\.000000Z07:00/);
+        return true;
+      },
+    );
+    await assert.rejects(
+      leases.createNamespacedLease({ namespace: 'tdl-lease', body: { metadata: { name: 'tdl-zero' }, spec: { holderIdentity: 'a', leaseDurationSeconds: 0 } } }),
+      (err) => statusBody(err).code === 422 && /spec\.leaseDurationSeconds: Invalid value: 0: must be greater than 0/.test(statusBody(err).message),
+    );
+    // An offset is stored as UTC.
+    const l = await leases.createNamespacedLease({ namespace: 'tdl-lease', body: { metadata: { name: 'tdl-tz' }, spec: { renewTime: '2026-01-01T10:00:00.123456+02:00' as unknown as V1MicroTime } } });
+    assert.equal(String(l.spec?.renewTime), '2026-01-01T08:00:00.123456Z');
+  });
+
+  test('status subresource: the main resource ignores .status, /status changes only .status; generation moves on spec changes only', async () => {
+    const base = { apiVersion: `${TEST_CRD_GROUP}/v1`, kind: 'Gadget', metadata: { name: 'g' }, spec: { size: 1 }, status: { phase: 'Made-up' } };
+    const created = (await custom.createNamespacedCustomObject({ ...gadgets, namespace: 'tdl-status', body: base })) as Custom;
+    assert.equal(created.status, undefined, 'a create does not set status');
+    assert.equal(created.metadata.generation, 1);
+
+    const s1 = (await custom.replaceNamespacedCustomObjectStatus({ ...gadgets, namespace: 'tdl-status', name: 'g', body: { ...created, spec: { size: 99 }, metadata: { ...created.metadata, labels: { x: 'y' } }, status: { phase: 'Ready', observedGeneration: 1 } } })) as Custom;
+    assert.deepEqual([s1.spec, s1.status, s1.metadata.labels, s1.metadata.generation], [{ size: 1 }, { phase: 'Ready', observedGeneration: 1 }, undefined, 1]);
+    assert.ok(Number(s1.metadata.resourceVersion) > Number(created.metadata.resourceVersion));
+
+    const m1 = (await custom.replaceNamespacedCustomObject({ ...gadgets, namespace: 'tdl-status', name: 'g', body: { ...s1, spec: { size: 2 }, status: { phase: 'Overwritten' } } })) as Custom;
+    assert.deepEqual([m1.spec, m1.status, m1.metadata.generation], [{ size: 2 }, { phase: 'Ready', observedGeneration: 1 }, 2]);
+
+    const p1 = (await custom.patchNamespacedCustomObjectStatus({ ...gadgets, namespace: 'tdl-status', name: 'g', body: { spec: { size: 7 }, status: { observedGeneration: 2 } } }, merge)) as Custom;
+    assert.deepEqual([p1.spec, p1.status, p1.metadata.generation], [{ size: 2 }, { phase: 'Ready', observedGeneration: 2 }, 2]);
+
+    // A patch of the main resource that touches only status changes nothing: same resourceVersion, no event.
+    const rv = fake.resourceVersion;
+    const p2 = (await custom.patchNamespacedCustomObject({ ...gadgets, namespace: 'tdl-status', name: 'g', body: { status: { phase: 'Ignored' } } }, merge)) as Custom;
+    assert.deepEqual([p2.status?.phase, p2.metadata.resourceVersion, fake.resourceVersion], ['Ready', p1.metadata.resourceVersion, rv]);
+    // A label change is a new resourceVersion, not a new generation.
+    const p3 = (await custom.patchNamespacedCustomObject({ ...gadgets, namespace: 'tdl-status', name: 'g', body: { metadata: { labels: { l: '1' } } } }, merge)) as Custom;
+    assert.deepEqual([p3.metadata.generation, Number(p3.metadata.resourceVersion) > Number(p2.metadata.resourceVersion)], [2, true]);
+    // /status takes preconditions too.
+    await assert.rejects(
+      custom.replaceNamespacedCustomObjectStatus({ ...gadgets, namespace: 'tdl-status', name: 'g', body: { ...p1, status: { phase: 'Stale' } } }),
+      (err) => statusBody(err).reason === 'Conflict',
+    );
+    const discovery = (await (await fetch(`${fake.url}/apis/${TEST_CRD_GROUP}/v1`)).json()) as { resources: Array<{ name: string; verbs: string[] }> };
+    assert.deepEqual(discovery.resources.find((r) => r.name === 'gadgets/status')?.verbs, ['get', 'patch', 'update']);
+    assert.equal(discovery.resources.find((r) => r.name === 'widgets/status'), undefined);
+
+    // Without the subresource: /status is not served, and the main resource writes status, which counts as a change of generation.
+    const w = (await custom.createNamespacedCustomObject({ ...widgets, namespace: 'tdl-status', body: { ...base, kind: 'Widget', metadata: { name: 'nw' } } })) as Custom;
+    assert.deepEqual(w.status, { phase: 'Made-up' });
+    const w2 = (await custom.patchNamespacedCustomObject({ ...widgets, namespace: 'tdl-status', name: 'nw', body: { status: { phase: 'Ready' } } }, merge)) as Custom;
+    assert.deepEqual([w2.status?.phase, w2.metadata.generation], ['Ready', 2]);
+    assert.equal((await fetch(`${fake.url}/apis/${TEST_CRD_GROUP}/v1/namespaces/tdl-status/widgets/nw/status`)).status, 404);
+
+    // Built-ins with a status subresource: a pod PUT does not change its status (kubelet writes it through /status).
+    fake.create('pods', { ...pod('tdl-status', 'sp'), status: { phase: 'Running', podIP: '10.0.0.9' } });
+    const cur = await core.readNamespacedPod({ namespace: 'tdl-status', name: 'sp' });
+    const put = await core.replaceNamespacedPod({ namespace: 'tdl-status', name: 'sp', body: { ...cur, status: { phase: 'Failed' } } });
+    assert.equal(put.status?.phase, 'Running');
+    const st = await core.replaceNamespacedPodStatus({ namespace: 'tdl-status', name: 'sp', body: { ...cur, status: { ...cur.status, podIP: '10.0.0.10' } } });
+    assert.equal(st.status?.podIP, '10.0.0.10');
+  });
+
+  test('cluster-scoped custom resources: list, watch from a resourceVersion in order, bookmarks, an informer', async () => {
+    const body = (name: string, size: number): object => ({ apiVersion: `${TEST_CRD_GROUP}/v1`, kind: 'ClusterThing', metadata: { name }, spec: { size } });
+    await custom.createClusterCustomObject({ ...things, body: body('t1', 1) });
+    const listed = (await custom.listClusterCustomObject(things)) as { metadata: { resourceVersion: string }; items: Custom[] };
+    assert.deepEqual(listed.items.map((i) => [i.metadata.name, i.metadata.namespace]), [['t1', undefined]]);
+    assert.equal(listed.metadata.resourceVersion, String(fake.resourceVersion));
+    const path = `/apis/${TEST_CRD_GROUP}/v1/clusterthings`;
+    const w = await collectWatch(kc, path, { resourceVersion: listed.metadata.resourceVersion, allowWatchBookmarks: true });
+    const informer = makeInformer(kc, path, () => custom.listClusterCustomObject(things) as never);
+    const seen: string[] = [];
+    informer.on('add', (o: { metadata?: { name?: string } }) => seen.push(`add ${o.metadata?.name}`));
+    informer.on('update', (o: { metadata?: { name?: string } }) => seen.push(`update ${o.metadata?.name}`));
+    informer.on('delete', (o: { metadata?: { name?: string } }) => seen.push(`delete ${o.metadata?.name}`));
+    try {
+      await informer.start();
+      await custom.createClusterCustomObject({ ...things, body: body('t2', 2) });
+      await custom.patchClusterCustomObject({ ...things, name: 't1', body: { spec: { size: 10 } } }, merge);
+      await custom.deleteClusterCustomObject({ ...things, name: 't2' });
+      await until('the changes and a bookmark', () => w.events.filter((e) => e.type !== 'BOOKMARK').length === 3 && w.events.some((e) => e.type === 'BOOKMARK'));
+      const changes = w.events.filter((e) => e.type !== 'BOOKMARK');
+      assert.deepEqual(changes.map((e) => `${e.type} ${e.object.metadata?.name}`), ['ADDED t2', 'MODIFIED t1', 'DELETED t2']);
+      const rvs = changes.map((e) => Number(e.object.metadata?.resourceVersion));
+      assert.deepEqual(rvs, [...rvs].sort((a, b) => a - b));
+      assert.equal(w.events.find((e) => e.type === 'BOOKMARK')!.object.kind, 'ClusterThing');
+      await until('the informer', () => seen.includes('delete t2'));
+      assert.deepEqual(seen, ['add t1', 'add t2', 'update t1', 'delete t2']);
+      // A cluster-scoped resource is not served under a namespace.
+      assert.equal((await fetch(`${fake.url}/apis/${TEST_CRD_GROUP}/v1/namespaces/default/clusterthings`)).status, 404);
+    } finally {
+      w.stop();
+      await informer.stop();
+    }
   });
 });

@@ -9,7 +9,7 @@ import { defaultEndpointSlice, defaultNamespace, defaultService } from './fakeKu
 import { admitLease } from './fakeKubeLease.js';
 import { GENERATE_NAME_ATTEMPTS, generatedName, type NameSuffixSource, randomNameSuffix } from './fakeKubeNames.js';
 import { apiVersionOf, builtinResourceTypes, type FakeResourceType, resourceTypeFromCrd } from './fakeKubeResources.js';
-import { allowsUnconditionalUpdate, generationPart, prepareMainWrite, prepareStatusWrite } from './fakeKubeStrategy.js';
+import { allowsUnconditionalUpdate, canonicalJson, generationPart, prepareMainWrite, prepareStatusWrite } from './fakeKubeStrategy.js';
 
 export type KubeObject = Record<string, unknown> & { metadata?: Record<string, unknown> };
 
@@ -131,7 +131,7 @@ function withoutVolatile(obj: KubeObject): string {
   const m = metaOf(copy);
   delete m.resourceVersion;
   delete m.managedFields;
-  return JSON.stringify(copy);
+  return canonicalJson(copy);
 }
 
 export class FakeKubeStore {

@@ -29,6 +29,18 @@ export const BUILTIN_STATUS_SUBRESOURCE = new Set([
   'apiextensions.k8s.io/customresourcedefinitions',
 ]);
 
+/**
+ * JSON with object keys sorted: the real server compares decoded objects, so
+ * the key order a client serializes in (client-node sorts, kubectl does not)
+ * must not make a write look like a change.
+ */
+export function canonicalJson(value: unknown): string {
+  return JSON.stringify(value, (_k, v: unknown) => {
+    if (v === null || typeof v !== 'object' || Array.isArray(v)) return v;
+    return Object.fromEntries(Object.entries(v as Record<string, unknown>).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+  });
+}
+
 function setStatus(obj: Obj, status: unknown): void {
   if (status === undefined) delete obj.status;
   else obj.status = structuredClone(status);
@@ -73,5 +85,5 @@ export function generationPart(t: FakeResourceType, obj: Obj): string {
   delete rest.apiVersion;
   delete rest.kind;
   if (!(t.custom && t.statusSubresource !== true)) delete rest.status;
-  return JSON.stringify(rest);
+  return canonicalJson(rest);
 }

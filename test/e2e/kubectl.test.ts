@@ -7,7 +7,10 @@
 // kubectl 1.32 sends JSON for apply, get, delete, label and annotate, but
 // protobuf bodies for `kubectl create <built-in kind>`, which the fake refuses
 // (415; kubectl fails with "UnsupportedMediaType"): namespaces are made with
-// apply here.
+// apply here. The second suite checks, through kubectl, what the
+// Kubernetes-backed cluster mode relies on: generateName, resourceVersion
+// preconditions, cascading deletion, Leases, the status subresource, and
+// watches of cluster-scoped custom resources.
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
@@ -17,6 +20,8 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { parseAllDocuments, stringify as stringifyYaml } from 'yaml';
 import { FakeKubeApi, type FakeResource } from '../support/fakeKubeApi.js';
+import { NAME_ALPHABET } from '../support/fakeKubeNames.js';
+import { TEST_CRD_GROUP, testCrd } from '../support/fakeKubeTestCrds.js';
 import { run, type RunResult, toolEnv } from '../support/run.js';
 
 const KUBECTL = '/usr/bin/kubectl';
@@ -74,23 +79,32 @@ function ciliumCrd(kind: string, namespaced: boolean): object {
   };
 }
 
-describe('kubectl against the fake API server applies deploy/kubernetes/', () => {
-  let fake: FakeKubeApi;
-  let kubeconfig: string;
-  let home: string;
-
-  const kubectlWithInput = (input: string, ...args: string[]): Promise<RunResult> =>
-    run([KUBECTL, '--kubeconfig', kubeconfig, '--cache-dir', join(home, 'cache'), ...args], {
+/** kubectl with a suite's kubeconfig and its own HOME and cache (both set in the suite's before hook). */
+function kubectlRunner(ctx: () => { kubeconfig: string; home: string }) {
+  const kubectlWithInput = (input: string, ...args: string[]): Promise<RunResult> => kubectlTimed(60_000, input, ...args);
+  const kubectlTimed = (timeoutMs: number, input: string, ...args: string[]): Promise<RunResult> => {
+    const { kubeconfig, home } = ctx();
+    return run([KUBECTL, '--kubeconfig', kubeconfig, '--cache-dir', join(home, 'cache'), ...args], {
       env: { ...toolEnv(), HOME: home, KUBECONFIG: kubeconfig },
       input,
-      timeoutMs: 60_000,
+      timeoutMs,
     });
+  };
   const kubectl = (...args: string[]): Promise<RunResult> => kubectlWithInput('', ...args);
   const kubectlOk = async (...args: string[]): Promise<string> => {
     const r = await kubectl(...args);
     assert.equal(r.code, 0, `kubectl ${args.join(' ')} failed: ${r.stderr}${r.stdout}`);
     return r.stdout;
   };
+  return { kubectlWithInput, kubectlTimed, kubectl, kubectlOk };
+}
+
+describe('kubectl against the fake API server applies deploy/kubernetes/', () => {
+  let fake: FakeKubeApi;
+  let kubeconfig: string;
+  let home: string;
+
+  const { kubectlWithInput, kubectl, kubectlOk } = kubectlRunner(() => ({ kubeconfig, home }));
 
   /** `kubectl create namespace` would send protobuf (see the test below); apply sends JSON. */
   const createNamespace = async (name: string): Promise<void> => {
@@ -266,5 +280,170 @@ describe('kubectl against the fake API server applies deploy/kubernetes/', () =>
     // A client-side dry run writes nothing.
     assert.equal(fake.resourceVersion, rv);
     assert.equal((fake.requests().create ?? 0) + (fake.requests().patch ?? 0) + (fake.requests().update ?? 0), 0);
+  });
+});
+
+describe('kubectl against the fake API server: what the API-backed cluster mode relies on', () => {
+  let fake: FakeKubeApi;
+  let kubeconfig: string;
+  let home: string;
+  const NS = 'tdl-k27';
+  const { kubectlWithInput, kubectlTimed, kubectl, kubectlOk } = kubectlRunner(() => ({ kubeconfig, home }));
+  const apply = (o: object): Promise<RunResult> => kubectlWithInput(JSON.stringify(o), 'apply', '--validate=false', '-f', '-');
+  const applyOk = async (o: object): Promise<string> => {
+    const r = await apply(o);
+    assert.equal(r.code, 0, r.stderr);
+    return r.stdout;
+  };
+  const custom = (kind: string, name: string, extra: Record<string, unknown> = {}): Record<string, unknown> => ({
+    apiVersion: `${TEST_CRD_GROUP}/v1`,
+    kind,
+    ...extra,
+    metadata: { name, ...(kind === 'ClusterThing' ? {} : { namespace: NS }), ...((extra.metadata as object | undefined) ?? {}) },
+  });
+  const json = async <T>(...args: string[]): Promise<T> => JSON.parse(await kubectlOk(...args, '-o', 'json')) as T;
+  type Obj = { metadata: { name: string; resourceVersion: string; uid: string; generation?: number; ownerReferences?: object[] }; spec?: Record<string, unknown>; status?: Record<string, unknown> };
+
+  before(async () => {
+    fake = await FakeKubeApi.start({ bookmarkIntervalMs: 200 });
+    kubeconfig = await fake.kubeconfig();
+    home = await mkdtemp(join(tmpdir(), 'tdl-kubectl-'));
+    for (const crd of [
+      testCrd({ plural: 'gadgets', kind: 'Gadget', scope: 'Namespaced', status: true }),
+      testCrd({ plural: 'widgets', kind: 'Widget', scope: 'Namespaced' }),
+      testCrd({ plural: 'clusterthings', kind: 'ClusterThing', scope: 'Cluster' }),
+    ]) {
+      await applyOk(crd);
+    }
+    await applyOk({ apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
+  });
+  after(async () => {
+    await fake?.stop();
+    if (home !== undefined) await rm(home, { recursive: true, force: true });
+  });
+
+  test('kubectl create with generateName gets a name with 5 characters of the real alphabet; name wins; a clash is AlreadyExists', async () => {
+    const out = await kubectlWithInput(JSON.stringify(custom('Widget', '', { metadata: { name: undefined, generateName: 'tdl-gen-' } })), 'create', '--validate=false', '-f', '-');
+    assert.equal(out.code, 0, out.stderr);
+    assert.match(out.stdout, new RegExp(`^widget\\.${TEST_CRD_GROUP.replace(/\./g, '\\.')}/tdl-gen-[${NAME_ALPHABET}]{5} created\\n$`));
+    const both = JSON.stringify(custom('Widget', 'tdl-named', { metadata: { generateName: 'tdl-gen-' } }));
+    assert.match((await kubectlWithInput(both, 'create', '--validate=false', '-f', '-')).stdout, /widget\.\S+\/tdl-named created/);
+    const again = await kubectlWithInput(both, 'create', '--validate=false', '-f', '-');
+    assert.notEqual(again.code, 0);
+    assert.match(again.stderr, /AlreadyExists.*widgets\.tdl\.example\.com "tdl-named" already exists/);
+  });
+
+  test('kubectl replace and patch: a stale resourceVersion is a Conflict; replace without one reads the current one first', async () => {
+    await applyOk(custom('Widget', 'w', { spec: { size: 1 } }));
+    const stale = await json<Obj>('get', 'widget', 'w', '-n', NS);
+    await kubectlOk('patch', 'widget', 'w', '-n', NS, '--type=merge', '-p', '{"spec":{"size":2}}');
+    const file = join(home, 'stale-widget.json');
+    await writeFile(file, JSON.stringify({ ...stale, spec: { size: 3 } }));
+    const conflict = /Operation cannot be fulfilled on widgets\.tdl\.example\.com "w": the object has been modified; please apply your changes to the latest version and try again/;
+    const replaced = await kubectl('replace', '--validate=false', '-f', file);
+    assert.notEqual(replaced.code, 0);
+    assert.match(replaced.stderr, conflict);
+    for (const [type, patch] of [
+      ['merge', JSON.stringify({ metadata: { resourceVersion: stale.metadata.resourceVersion }, spec: { size: 3 } })],
+      ['json', JSON.stringify([{ op: 'replace', path: '/metadata/resourceVersion', value: stale.metadata.resourceVersion }])],
+    ] as const) {
+      const r = await kubectl('patch', 'widget', 'w', '-n', NS, `--type=${type}`, '-p', patch);
+      assert.notEqual(r.code, 0, `${type} patch with a stale resourceVersion`);
+      assert.match(r.stderr, conflict);
+    }
+    assert.equal((await json<Obj>('get', 'widget', 'w', '-n', NS)).spec?.size, 2);
+    // The server refuses a custom resource's PUT without a resourceVersion (client-node's test shows the 422);
+    // kubectl replace never sends one: it reads the current resourceVersion first and puts it in.
+    const { resourceVersion: _rv, ...noRv } = stale.metadata;
+    await writeFile(file, JSON.stringify({ ...stale, metadata: noRv, spec: { size: 4 } }));
+    fake.resetRequests();
+    assert.match(await kubectlOk('replace', '--validate=false', '-f', file), /replaced/);
+    assert.deepEqual([fake.requests()['get:widgets'], fake.requests()['update:widgets']], [1, 1]);
+    assert.equal((await json<Obj>('get', 'widget', 'w', '-n', NS)).spec?.size, 4);
+  });
+
+  test('kubectl delete --cascade: background and foreground take the dependents, orphan leaves them without the reference', async () => {
+    for (const cascade of ['background', 'foreground', 'orphan']) {
+      const owner = `tdl-owner-${cascade}`;
+      await applyOk(custom('Widget', owner));
+      const uid = (await json<Obj>('get', 'widget', owner, '-n', NS)).metadata.uid;
+      const ref = { apiVersion: `${TEST_CRD_GROUP}/v1`, kind: 'Widget', name: owner, uid, blockOwnerDeletion: true };
+      for (const d of ['a', 'b']) await applyOk({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: `${owner}-${d}`, namespace: NS, ownerReferences: [ref] } });
+      // kubectl waits for the owner to be gone (a watch on it): with foreground, that is after its dependents.
+      await kubectlOk('delete', 'widget', owner, '-n', NS, `--cascade=${cascade}`, '--timeout=20s');
+      if (cascade === 'foreground') {
+        assert.equal(fake.get('configmaps', NS, `${owner}-a`), undefined);
+        assert.equal(fake.get('configmaps', NS, `${owner}-b`), undefined);
+      }
+      const deadline = Date.now() + 5000;
+      let left: Obj[] = [];
+      do {
+        left = (await json<{ items: Obj[] }>('get', 'configmaps', '-n', NS)).items.filter((c) => c.metadata.name.startsWith(owner));
+        if ((cascade === 'orphan') === (left.length === 2) && (cascade !== 'orphan' || left.every((c) => c.metadata.ownerReferences === undefined))) break;
+        await new Promise((r) => setTimeout(r, 50));
+      } while (Date.now() < deadline);
+      if (cascade === 'orphan') {
+        assert.deepEqual(left.map((c) => [c.metadata.name, c.metadata.ownerReferences]), [[`${owner}-a`, undefined], [`${owner}-b`, undefined]]);
+      } else {
+        assert.deepEqual(left, [], `${cascade}: the dependents are collected`);
+      }
+    }
+  });
+
+  test('Leases through kubectl: applied with MicroTimes, listed, a stale patch is a Conflict, a millisecond time is refused', async () => {
+    const lease = {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { name: 'tdl-leader', namespace: NS },
+      spec: { holderIdentity: 'node-a', leaseDurationSeconds: 15, acquireTime: '2026-11-29T12:00:00.000000Z', renewTime: '2026-11-29T12:00:05.123456Z', leaseTransitions: 0 },
+    };
+    assert.match(await applyOk(lease), /lease\.coordination\.k8s\.io\/tdl-leader created/);
+    const got = await json<{ metadata: { resourceVersion: string }; spec: Record<string, unknown> }>('get', 'lease', 'tdl-leader', '-n', NS);
+    assert.deepEqual(got.spec, lease.spec);
+    // The fake serves no Table (kubectl's default columns come from the server): columns named here.
+    assert.match(await kubectlOk('get', 'leases', '-n', NS, '--no-headers', '-o', 'custom-columns=N:.metadata.name,H:.spec.holderIdentity'), /^tdl-leader\s+node-a\n$/);
+    await kubectlOk('patch', 'lease', 'tdl-leader', '-n', NS, '--type=merge', '-p', JSON.stringify({ spec: { renewTime: '2026-11-29T12:00:10.000000Z' } }));
+    const stale = await kubectl('patch', 'lease', 'tdl-leader', '-n', NS, '--type=merge', '-p', JSON.stringify({ metadata: { resourceVersion: got.metadata.resourceVersion }, spec: { holderIdentity: 'node-b' } }));
+    assert.notEqual(stale.code, 0);
+    assert.match(stale.stderr, /Operation cannot be fulfilled on leases\.coordination\.k8s\.io "tdl-leader": the object has been modified/);
+    const ms = await apply({ ...lease, metadata: { name: 'tdl-ms', namespace: NS }, spec: { ...lease.spec, renewTime: '2026-11-29T12:00:05.123Z' } });
+    assert.notEqual(ms.code, 0);
+    assert.match(ms.stderr, /cannot be handled as a Lease/);
+    assert.equal(fake.get('leases', NS, 'tdl-ms'), undefined);
+  });
+
+  test('kubectl --subresource=status: only status changes there; the main resource ignores status', async () => {
+    const out = await applyOk(custom('Gadget', 'g', { spec: { size: 1 }, status: { phase: 'Invented' } }));
+    assert.match(out, /gadget\.\S+\/g created/);
+    assert.equal((await json<Obj>('get', 'gadget', 'g', '-n', NS)).status, undefined);
+    assert.match(await kubectlOk('patch', 'gadget', 'g', '-n', NS, '--subresource=status', '--type=merge', '-p', '{"status":{"phase":"Ready"},"spec":{"size":9}}'), /patched/);
+    const afterStatus = await json<Obj>('get', 'gadget', 'g', '-n', NS, '--subresource=status');
+    assert.deepEqual([afterStatus.status, afterStatus.spec, afterStatus.metadata.generation], [{ phase: 'Ready' }, { size: 1 }, 1]);
+    assert.match(await kubectlOk('patch', 'gadget', 'g', '-n', NS, '--type=merge', '-p', '{"status":{"phase":"Overwritten"}}'), /patched \(no change\)/);
+    await kubectlOk('patch', 'gadget', 'g', '-n', NS, '--type=merge', '-p', '{"spec":{"size":2}}');
+    const afterSpec = await json<Obj>('get', 'gadget', 'g', '-n', NS);
+    assert.deepEqual([afterSpec.status, afterSpec.metadata.generation], [{ phase: 'Ready' }, 2]);
+    // A CRD without the subresource does not serve it.
+    await applyOk(custom('Widget', 'nostatus'));
+    const none = await kubectl('patch', 'widget', 'nostatus', '-n', NS, '--subresource=status', '--type=merge', '-p', '{"status":{"phase":"x"}}');
+    assert.notEqual(none.code, 0);
+    assert.match(none.stderr, /NotFound|could not find the requested resource/);
+  });
+
+  test('kubectl get --watch on a cluster-scoped custom resource: the list, then the changes in order', async () => {
+    await applyOk(custom('ClusterThing', 't1', { spec: { size: 1 } }));
+    const before = fake.openWatches;
+    const watching = kubectlTimed(20_000, '', 'get', 'clusterthings', '--watch', '--output-watch-events', '-o', 'jsonpath={.type} {.object.metadata.name} {.object.spec.size}{"\\n"}');
+    const deadline = Date.now() + 10_000;
+    while (fake.openWatches === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(fake.openWatches, before + 1, 'kubectl watches');
+    fake.create('clusterthings' as FakeResource, custom('ClusterThing', 't2', { spec: { size: 2 } }));
+    fake.update('clusterthings' as FakeResource, custom('ClusterThing', 't1', { spec: { size: 10 } }));
+    fake.delete('clusterthings' as FakeResource, undefined, 't2');
+    await new Promise((r) => setTimeout(r, 500));
+    // The server ends the watch (as its timeout would): kubectl stops.
+    fake.dropWatches();
+    const r = await watching;
+    assert.deepEqual(r.stdout.trim().split('\n'), ['ADDED t1 1', 'ADDED t2 2', 'MODIFIED t1 10', 'DELETED t2 2']);
   });
 });

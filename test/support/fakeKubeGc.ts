@@ -170,8 +170,9 @@ export class FakeKubeGc {
     const waiting: OwnerRef[] = [];
     for (const r of refs) {
       const owner = this.resolve(type, obj, r);
-      if (owner === 'unresolvable') solid.push(r);
-      else if (owner === undefined) gone.push(r);
+      // The real GC cannot place such a reference and retries the object later, leaving it as it is.
+      if (owner === 'unresolvable') return;
+      if (owner === undefined) gone.push(r);
       else if (isBeingDeleted(owner) && finalizersOf(owner).includes(FOREGROUND_FINALIZER)) waiting.push(r);
       else solid.push(r);
     }

@@ -5,6 +5,7 @@
 // by verb:resource, for tests that assert what a client asked for.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parse as parseYaml } from 'yaml';
+import { generatedName, randomNameSuffix } from './fakeKubeNames.js';
 import { jsonMergePatch, jsonPatch, PatchError, strategicMergePatch } from './fakeKubePatch.js';
 import { apiGroup, apiGroupList, apiResourceList, apiVersionOf, type FakeResourceType } from './fakeKubeResources.js';
 import { type ObjectMatcher, parseFieldSelector, parseLabelSelector, SelectorError } from './fakeKubeSelectors.js';
@@ -352,6 +353,8 @@ export class FakeKubeHttp {
   }
 
   private dryRunCreate(type: FakeResourceType, body: KubeObject): KubeObject {
+    const prefix = metaOf(body).generateName;
+    if (nameOf(body) === '' && typeof prefix === 'string' && prefix !== '') metaOf(body).name = generatedName(prefix, randomNameSuffix());
     const existing = nameOf(body) === '' ? undefined : this.store.get(type, namespaceOf(body), nameOf(body));
     if (existing !== undefined) {
       throw new KubeStatusError(kubeStatus(409, 'AlreadyExists', `${type.plural} "${nameOf(body)}" already exists`, { name: nameOf(body), kind: type.plural }));

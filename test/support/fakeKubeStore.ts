@@ -221,8 +221,9 @@ export class FakeKubeStore {
    * Without a name, metadata.generateName is expanded, drawn again while taken (fakeKubeNames.ts).
    */
   create(t: FakeResourceType, input: KubeObject, o: { writer: Writer } = { writer: 'test' }): KubeObject {
-    const prefix = metaOf(input).generateName;
-    if (nameOf(input) !== '' || typeof prefix !== 'string' || prefix === '') return this.createNamed(t, input, o.writer);
+    // Read without metaOf, which would give the caller's object a metadata it did not have.
+    const { name: given, generateName: prefix } = (input.metadata ?? {}) as { name?: unknown; generateName?: unknown };
+    if ((typeof given === 'string' && given !== '') || typeof prefix !== 'string' || prefix === '') return this.createNamed(t, input, o.writer);
     let last: KubeStatusError | undefined;
     for (let attempt = 0; attempt < GENERATE_NAME_ATTEMPTS; attempt++) {
       const named = structuredClone(input);

@@ -657,6 +657,25 @@ describe('fake Kubernetes API server: what the API-backed cluster mode relies on
     );
   });
 
+  test('delete with preconditions: a uid or resourceVersion that no longer holds is 409 Conflict, and nothing is deleted', async () => {
+    const body = { apiVersion: `${TEST_CRD_GROUP}/v1`, kind: 'ClusterThing', metadata: { name: 'tdl-pre' }, spec: { size: 1 } };
+    const v1 = (await custom.createClusterCustomObject({ ...things, body })) as Custom;
+    await custom.patchClusterCustomObject({ ...things, name: 'tdl-pre', body: { spec: { size: 2 } } }, merge);
+    await assert.rejects(custom.deleteClusterCustomObject({ ...things, name: 'tdl-pre', body: { preconditions: { resourceVersion: v1.metadata.resourceVersion } } }), (err) => {
+      const st = statusBody(err);
+      assert.equal(st.code, 409);
+      assert.match(st.message, new RegExp(`^Operation cannot be fulfilled on clusterthings\\.${TEST_CRD_GROUP.replace(/\./g, '\\.')} "tdl-pre": Precondition failed: ResourceVersion in precondition: ${v1.metadata.resourceVersion}, ResourceVersion in object meta: \\d+$`));
+      return true;
+    });
+    await assert.rejects(
+      custom.deleteClusterCustomObject({ ...things, name: 'tdl-pre', body: { preconditions: { uid: '00000000-0000-0000-0000-00000000dead' } } }),
+      (err) => statusBody(err).code === 409 && /Precondition failed: UID in precondition/.test(statusBody(err).message),
+    );
+    assert.ok(fake.get('clusterthings' as FakeResource, undefined, 'tdl-pre'));
+    await custom.deleteClusterCustomObject({ ...things, name: 'tdl-pre', body: { preconditions: { uid: v1.metadata.uid } } });
+    assert.equal(fake.get('clusterthings' as FakeResource, undefined, 'tdl-pre'), undefined);
+  });
+
   test('owner references: deleting an owner (Background) takes its dependents shortly after; a second live owner keeps one', async () => {
     const owner = fake.create('configmaps', { metadata: { namespace: 'tdl-gc', name: 'owner' } }) as Custom;
     const other = fake.create('configmaps', { metadata: { namespace: 'tdl-gc', name: 'other' } }) as Custom;

@@ -10,7 +10,8 @@
 // What the API-server-backed cluster mode relies on is there with the real
 // semantics: generateName (fakeKubeNames.ts); resourceVersion preconditions
 // on update and patch (409 Conflict; a PUT without one is refused for custom
-// resources, CRDs and Leases, fakeKubeStrategy.ts); the status subresource
+// resources, CRDs and Leases, fakeKubeStrategy.ts), and delete
+// preconditions on uid and resourceVersion; the status subresource
 // split; finalizers, and owner references followed by a garbage collector
 // (fakeKubeGc.ts: Background, Foreground, Orphan); Leases (fakeKubeLease.ts).
 //
@@ -39,7 +40,7 @@ import { FakeKubeGc, type GcFailure } from './fakeKubeGc.js';
 import { FakeKubeHttp } from './fakeKubeHttp.js';
 import type { NameSuffixSource } from './fakeKubeNames.js';
 import { tendrilCrdObjects } from './fakeKubeResources.js';
-import { FakeKubeStore, type KubeObject, type PropagationPolicy } from './fakeKubeStore.js';
+import { type DeleteOptions, FakeKubeStore, type KubeObject } from './fakeKubeStore.js';
 import type { FakeKubeWatch } from './fakeKubeWatch.js';
 
 export { KubeStatusError } from './fakeKubeStore.js';
@@ -169,7 +170,7 @@ export class FakeKubeApi {
    * Deletes an object as a client's DELETE does: at once unless it has finalizers;
    * its dependents are then collected (or orphaned) by the garbage collector, shortly after.
    */
-  delete(resource: FakeResource, namespace: string | undefined, name: string, o: { propagationPolicy?: PropagationPolicy } = {}): void {
+  delete(resource: FakeResource, namespace: string | undefined, name: string, o: DeleteOptions = {}): void {
     this.store.delete(this.store.typeByPlural(resource), namespace, name, o);
   }
 

@@ -18,7 +18,7 @@ import {
   nameOf,
   namespaceOf,
   notFound,
-  type PropagationPolicy,
+  type DeleteOptions,
 } from './fakeKubeStore.js';
 import { FakeKubeWatch } from './fakeKubeWatch.js';
 
@@ -384,8 +384,8 @@ export class FakeKubeHttp {
     return obj;
   }
 
-  /** DeleteOptions from the body (JSON, as clients send it) or the query; propagationPolicy is what the fake acts on. */
-  private async deleteOptions(req: IncomingMessage, q: URLSearchParams): Promise<{ propagationPolicy?: PropagationPolicy }> {
+  /** DeleteOptions from the body (JSON, as clients send it) or the query: the cascade and the preconditions. */
+  private async deleteOptions(req: IncomingMessage, q: URLSearchParams): Promise<DeleteOptions> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     const text = Buffer.concat(chunks).toString('utf8').trim();
@@ -401,13 +401,21 @@ export class FakeKubeHttp {
     // The legacy orphanDependents flag, which the policy replaced.
     if (policy === undefined && body.orphanDependents !== undefined) policy = body.orphanDependents === true ? 'Orphan' : 'Background';
     if (q.get('orphanDependents') !== null && policy === undefined) policy = q.get('orphanDependents') === 'true' ? 'Orphan' : 'Background';
-    if (policy === undefined || policy === null) return {};
+    const out: DeleteOptions = {};
+    const pre = body.preconditions as { uid?: unknown; resourceVersion?: unknown } | undefined | null;
+    if (pre !== undefined && pre !== null) {
+      out.preconditions = {};
+      if (typeof pre.uid === 'string') out.preconditions.uid = pre.uid;
+      if (typeof pre.resourceVersion === 'string') out.preconditions.resourceVersion = pre.resourceVersion;
+    }
+    if (policy === undefined || policy === null) return out;
     if (policy !== 'Background' && policy !== 'Foreground' && policy !== 'Orphan') {
       throw new KubeStatusError(
         kubeStatus(422, 'Invalid', `DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: "${String(policy)}": supported values: "Foreground", "Background", "Orphan"`),
       );
     }
-    return { propagationPolicy: policy };
+    out.propagationPolicy = policy;
+    return out;
   }
 
   private async drain(req: IncomingMessage): Promise<void> {

@@ -33,6 +33,12 @@ export type Writer = 'client' | 'test';
 
 export type PropagationPolicy = 'Background' | 'Foreground' | 'Orphan';
 
+/** DeleteOptions the fake acts on: the cascade, and preconditions the object must still meet (else 409). */
+export interface DeleteOptions {
+  propagationPolicy?: PropagationPolicy;
+  preconditions?: { uid?: string; resourceVersion?: string };
+}
+
 /** The finalizers through which the garbage collector carries out a Foreground or Orphan deletion. */
 export const FOREGROUND_FINALIZER = 'foregroundDeletion';
 export const ORPHAN_FINALIZER = 'orphan';
@@ -335,12 +341,20 @@ export class FakeKubeStore {
    * Deletes an object. Foreground and Orphan add the garbage collector's finalizer
    * (Background takes both away); an object left with finalizers gets its
    * deletionTimestamp and stays until they are removed (a MODIFIED event), any
-   * other goes at once (no grace period). Returns the object as stored or as the
-   * DELETED event carries it.
+   * other goes at once (no grace period). Preconditions that no longer hold are a
+   * 409 Conflict. Returns the object as stored or as the DELETED event carries it.
    */
-  delete(t: FakeResourceType, namespace: string | undefined, name: string, o: { propagationPolicy?: PropagationPolicy } = {}): KubeObject {
+  delete(t: FakeResourceType, namespace: string | undefined, name: string, o: DeleteOptions = {}): KubeObject {
     const old = this.get(t, namespace, name);
     if (old === undefined) throw notFound(t, name);
+    const { uid, resourceVersion } = o.preconditions ?? {};
+    const meta0 = metaOf(old);
+    if (uid !== undefined && uid !== meta0.uid) {
+      throw conflict(t, name, `Precondition failed: UID in precondition: ${uid}, UID in object meta: ${String(meta0.uid)}`);
+    }
+    if (resourceVersion !== undefined && resourceVersion !== meta0.resourceVersion) {
+      throw conflict(t, name, `Precondition failed: ResourceVersion in precondition: ${resourceVersion}, ResourceVersion in object meta: ${String(meta0.resourceVersion)}`);
+    }
     const policy = o.propagationPolicy ?? 'Background';
     const wanted = policy === 'Foreground' ? FOREGROUND_FINALIZER : policy === 'Orphan' ? ORPHAN_FINALIZER : undefined;
     const finalizers = finalizersOf(old).filter((f) => f !== FOREGROUND_FINALIZER && f !== ORPHAN_FINALIZER);

@@ -831,15 +831,15 @@ describe('fake Kubernetes API server: what the API-backed cluster mode relies on
   test('Leases: LeaseLock-style election has one winner per round; a stale renew is 409; the lease moves on expiry with leaseTransitions', async () => {
     const w = await collectWatch(kc, '/apis/coordination.k8s.io/v1/namespaces/tdl-lease/leases', { resourceVersion: String(fake.resourceVersion) });
     try {
-      const first = await Promise.all(['a', 'b', 'c'].map((me) => tryAcquireOrRenew(me, 'tdl-leader', 1)));
+      const first = await Promise.all(['a', 'b', 'c'].map((me) => tryAcquireOrRenew(me, 'tdl-leader', 2)));
       assert.equal(first.filter(Boolean).length, 1, `one winner: ${JSON.stringify(first)}`);
       const leader = (fake.get('leases', 'tdl-lease', 'tdl-leader') as V1Lease).spec!.holderIdentity!;
       // MicroTime as the real server stores it: six fractional digits, UTC.
       const stored = fake.get('leases', 'tdl-lease', 'tdl-leader') as { spec: { renewTime: string; acquireTime: string } };
       assert.match(stored.spec.renewTime, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$/);
-      assert.equal(await tryAcquireOrRenew(leader, 'tdl-leader', 1), true);
+      assert.equal(await tryAcquireOrRenew(leader, 'tdl-leader', 2), true);
       const others = ['a', 'b', 'c'].filter((x) => x !== leader);
-      assert.deepEqual(await Promise.all(others.map((me) => tryAcquireOrRenew(me, 'tdl-leader', 1))), [false, false]);
+      assert.deepEqual(await Promise.all(others.map((me) => tryAcquireOrRenew(me, 'tdl-leader', 2))), [false, false]);
 
       // Two writers racing on the same resourceVersion: one update wins, the other gets 409 Conflict.
       const seen = await leases.readNamespacedLease({ namespace: 'tdl-lease', name: 'tdl-leader' });
@@ -854,9 +854,9 @@ describe('fake Kubernetes API server: what the API-backed cluster mode relies on
       );
       const holder = (fake.get('leases', 'tdl-lease', 'tdl-leader') as V1Lease).spec!.holderIdentity!;
       const transitions = (fake.get('leases', 'tdl-lease', 'tdl-leader') as V1Lease).spec!.leaseTransitions!;
-      await sleep(1100);
+      await sleep(2100);
       const taker = ['a', 'b', 'c'].find((x) => x !== holder)!;
-      assert.equal(await tryAcquireOrRenew(taker, 'tdl-leader', 1), true);
+      assert.equal(await tryAcquireOrRenew(taker, 'tdl-leader', 2), true);
       const after = fake.get('leases', 'tdl-lease', 'tdl-leader') as V1Lease;
       assert.deepEqual([after.spec?.holderIdentity, after.spec?.leaseTransitions], [taker, transitions + 1]);
 

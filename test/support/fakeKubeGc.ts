@@ -26,6 +26,7 @@ import {
   ORPHAN_FINALIZER,
   type PropagationPolicy,
   type StoredEvent,
+  typeKeyOf,
 } from './fakeKubeStore.js';
 import type { FakeResourceType } from './fakeKubeResources.js';
 
@@ -56,8 +57,6 @@ export interface GcFailure {
 }
 
 export class FakeKubeGc {
-  /** uid → where the object with that uid lives. */
-  private readonly byUid = new Map<string, Key>();
   /** owner uid → the objects that name it. */
   private readonly dependents = new Map<string, Set<Key>>();
   /** object → the owner uids it names. */
@@ -91,16 +90,14 @@ export class FakeKubeGc {
     }
     this.owners.delete(key);
     if (e.type === 'DELETED') {
-      if (this.byUid.get(uid) === key) this.byUid.delete(uid);
       // Its dependents may have lost their last owner; an owner deleting in the foreground may be free to go.
       for (const d of this.dependents.get(uid) ?? []) this.enqueue(d);
       for (const r of refsOf(e.object)) {
-        const owner = this.byUid.get(r.uid);
-        if (owner !== undefined) this.enqueue(owner);
+        const ownerType = this.ownerType(r);
+        if (ownerType !== undefined) this.enqueue(keyOf(typeKeyOf(ownerType), ownerType.namespaced ? namespaceOf(e.object) : '', r.name));
       }
       return;
     }
-    this.byUid.set(uid, key);
     const refs = refsOf(e.object);
     if (refs.length > 0) {
       this.owners.set(key, refs.map((r) => r.uid));
@@ -191,10 +188,15 @@ export class FakeKubeGc {
     this.store.delete(type, namespaceOf(obj), nameOf(obj), { propagationPolicy: policy });
   }
 
+  /** The served type an owner reference names by apiVersion and kind. */
+  private ownerType(r: OwnerRef): FakeResourceType | undefined {
+    const group = r.apiVersion.includes('/') ? r.apiVersion.split('/')[0]! : '';
+    return this.store.types.find((t) => t.group === group && t.kind === r.kind);
+  }
+
   /** The live owner a reference names, undefined when there is none, or 'unresolvable'. */
   private resolve(depType: FakeResourceType, dep: KubeObject, r: OwnerRef): KubeObject | undefined | 'unresolvable' {
-    const group = r.apiVersion.includes('/') ? r.apiVersion.split('/')[0]! : '';
-    const ownerType = this.store.types.find((t) => t.group === group && t.kind === r.kind);
+    const ownerType = this.ownerType(r);
     if (ownerType === undefined) return 'unresolvable';
     if (ownerType.namespaced && !depType.namespaced) return 'unresolvable';
     const owner = this.store.get(ownerType, ownerType.namespaced ? namespaceOf(dep) : undefined, r.name);

@@ -22,7 +22,9 @@
 // without finalizers goes at once; deleting a namespace leaves its objects),
 // the programmatic create()/update() write whole objects, status included,
 // whatever their resourceVersion (the test plays kubelet and the
-// controllers; HTTP clients get the real rules), no server-side apply, no
+// controllers; HTTP clients get the real rules, except that a built-in's
+// status sent with an HTTP create is kept), no Table output (kubectl's
+// default columns; name them with -o custom-columns), no server-side apply, no
 // protobuf (415), no OpenAPI (404: kubectl needs --validate=false), strategic
 // merge patch is a JSON merge patch plus kubectl's directives (see
 // fakeKubePatch.ts), list pages are cut from the current state rather than a

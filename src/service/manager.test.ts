@@ -123,6 +123,25 @@ describe('ServiceManager', () => {
     /** What the datapath holds: frontend address → [ID, backend IDs]. */
     const held = () => Object.fromEntries([...lb.services.values()].map((e) => [`${e.address}:${e.port}`, [e.id, e.backendIds]]));
 
+    it('a record edited while the agent was down cannot take another service\'s ID or serve an address the node does not have', async () => {
+      const m = make({ nodeAddresses: () => NODE });
+      await m.upsert(5, np6('::'));
+      await m.upsert(7, np6('fd00:2::20', [be('fd00:10::3')], 30081));
+      const file = join(dir, 'services', '5.json');
+      const rec = JSON.parse(await readFile(file, 'utf8')) as { frontends: Array<{ ip: string; id: number }> };
+      rec.frontends = [{ ip: 'fd00:2::10', id: 7 }, { ip: '2001:db8::66', id: 9 }, { ip: 'fd00:2::20', id: 5 }];
+      await writeFile(file, JSON.stringify(rec));
+      lb = new FakeLoadBalancer();
+      const m2 = make({ nodeAddresses: () => NODE });
+      assert.equal((await m2.restore()).restored, 2);
+      const frontends = Object.fromEntries([...lb.services.values()].map((e) => [`${e.address}:${e.port}`, e.id]));
+      // Service 7 keeps its ID; the :: service takes its own for the one it named and a fresh one for the other; no foreign address.
+      assert.equal(frontends['fd00:2::20:30081'], 7);
+      assert.deepEqual(Object.keys(frontends).sort(), ['fd00:2::10:30080', 'fd00:2::20:30080', 'fd00:2::20:30081']);
+      assert.equal(frontends['fd00:2::20:30080'], 5);
+      assert.ok(![7, 9, 5].includes(frontends['fd00:2::10:30080']!), `a fresh ID: ${frontends['fd00:2::10:30080']}`);
+    });
+
     it('is one datapath frontend per node IPv6 address, each under its own ID; the API shows ::', async () => {
       const m = make({ nodeAddresses: () => NODE });
       const r = await m.upsert(5, np6('::'));

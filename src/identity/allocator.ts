@@ -15,10 +15,11 @@ import {
   scopeOf,
   type Identity,
 } from './identity.js';
-import { IdentityTable, type IdentityEvent, type IdentityListener } from './identityTable.js';
+import type { IdentityEvent, IdentityListener } from './identityTable.js';
 import { KeyedSerializer } from '../async/keyedSerializer.js';
-import { IdentityKeys } from './keys.js';
-import { KvstoreIdentities, type GcResult } from './kvstoreIdentities.js';
+import type { GlobalIdentityStore } from './globalIdentityStore.js';
+import { KvstoreGlobalIdentities } from './kvstoreGlobalIdentities.js';
+import type { GcResult } from './kvstoreIdentities.js';
 import { LocalIdentityAllocator } from './localAllocator.js';
 import type { LeaseProvider } from './nodeLease.js';
 
@@ -39,6 +40,15 @@ export interface IdentityAllocatorOptions {
   logger?: Logger;
 }
 
+/** An allocator over another store of cluster-wide identities (src/k8s's KubernetesIdentities). */
+export interface StoreIdentityAllocatorOptions {
+  store: GlobalIdentityStore;
+  nodeName: string;
+  /** Period of the cluster-wide GC pass when the store has one; 0 disables the timer (default 60 s). */
+  gcIntervalMs?: number;
+  logger?: Logger;
+}
+
 export interface AllocateOptions {
   /** Ask for this number (restore after a restart); used when the labels have no identity yet and it is free. */
   preferredId?: number;
@@ -55,6 +65,13 @@ interface Held {
   refs: number;
 }
 
+/** Throws INVALID_ID unless minId..maxId lies within the cluster-wide range. */
+export function checkGlobalRange(minId: number, maxId: number): void {
+  if (!(isGlobalIdentityNumber(minId) && isGlobalIdentityNumber(maxId) && minId <= maxId)) {
+    throw new IdentityError(IdentityErrorCode.INVALID_ID, `identity range ${minId}..${maxId} must lie within ${MIN_GLOBAL_IDENTITY}..${MAX_GLOBAL_IDENTITY}`);
+  }
+}
+
 const NODE_NAME = /^[a-z0-9]([-a-z0-9_.]{0,251}[a-z0-9])?$/i;
 
 /**
@@ -62,77 +79,75 @@ const NODE_NAME = /^[a-z0-9]([-a-z0-9_.]{0,251}[a-z0-9])?$/i;
  *
  * - reserved labels resolve to the fixed reserved numbers;
  * - label sets with a `cidr:` label get a node-local number;
- * - everything else gets a cluster-wide number through the kvstore
- *   (KvstoreIdentities): the same labels → the same number on every node.
+ * - everything else gets a cluster-wide number from its GlobalIdentityStore:
+ *   the kvstore (KvstoreGlobalIdentities, built from IdentityAllocatorOptions)
+ *   or the Kubernetes API (src/k8s): the same labels → the same number on
+ *   every node.
  *
- * Each node keeps one usage key per identity it uses, plus a local reference
- * count, so repeated allocations and releases of a held identity cost no
- * kvstore round trip; the usage key is dropped with the last local reference
- * and the identity is deleted once no node uses it (immediately when this
- * node was the last, otherwise by the periodic GC, which also catches
- * identities held only by dead nodes whose leases expired).
+ * Each node keeps a local reference count per identity, so repeated
+ * allocations and releases of a held identity cost no round trip; the store
+ * hears of the first reference (acquire) and the last (release). In kvstore
+ * mode the node keeps one usage key per identity it uses, dropped with the
+ * last local reference, and the identity is deleted once no node uses it
+ * (immediately when this node was the last, otherwise by the periodic GC,
+ * which also catches identities held only by dead nodes whose leases expired).
  *
  * Callers pass identity-relevant labels only (LabelFilter.split).
  */
 export class IdentityAllocator {
   readonly nodeName: string;
-  readonly #kv: KvstoreIdentities;
-  readonly #table: IdentityTable;
+  readonly #store: GlobalIdentityStore;
   readonly #local = new LocalIdentityAllocator();
   readonly #held = new Map<string, Held>();
   /** Held identity number → its label set key, so release by number is O(1). */
   readonly #keyById = new Map<number, string>();
   readonly #serial = new KeyedSerializer();
   readonly #logger: Logger | undefined;
-  readonly #lease: LeaseProvider;
   readonly #gcIntervalMs: number;
   #gcTimer: NodeJS.Timeout | undefined;
-  #unsubscribeLease: (() => void) | undefined;
+  #unsubscribeUsageLost: (() => void) | undefined;
   #started = false;
   #closed = false;
-  /** kvstore transactions lost to other nodes, for metrics and the bench. */
+  /** Store writes lost to other nodes, for metrics and the bench. */
   conflicts = 0;
 
-  constructor(options: IdentityAllocatorOptions) {
+  constructor(options: IdentityAllocatorOptions | StoreIdentityAllocatorOptions) {
     if (!NODE_NAME.test(options.nodeName)) {
       throw new IdentityError(
         IdentityErrorCode.INVALID_NODE_NAME,
         `node name ${JSON.stringify(options.nodeName)} must be 1-253 letters, digits, '-', '_' or '.', starting and ending alphanumeric`,
       );
     }
-    const minId = options.minId ?? MIN_GLOBAL_IDENTITY;
-    const maxId = options.maxId ?? MAX_GLOBAL_IDENTITY;
-    if (!(isGlobalIdentityNumber(minId) && isGlobalIdentityNumber(maxId) && minId <= maxId)) {
-      throw new IdentityError(IdentityErrorCode.INVALID_ID, `identity range ${minId}..${maxId} must lie within ${MIN_GLOBAL_IDENTITY}..${MAX_GLOBAL_IDENTITY}`);
-    }
     this.nodeName = options.nodeName;
     this.#logger = options.logger;
-    this.#lease = options.lease;
     this.#gcIntervalMs = options.gcIntervalMs ?? 60_000;
-    const keys = new IdentityKeys(options.keyPrefix);
-    this.#table = new IdentityTable(options.backend, keys, options.logger);
-    this.#kv = new KvstoreIdentities({
-      backend: options.backend,
-      keys,
-      nodeName: options.nodeName,
-      lease: options.lease,
-      minId,
-      maxId,
-      maxRetries: options.maxRetries ?? 32,
-      knownIds: () => this.#table.ids(),
-      knownIdOf: (labels) => this.#table.idOfText(labels),
-      ...(options.logger === undefined ? {} : { logger: options.logger }),
-    });
-    this.#table.subscribe((events) => this.#onTableEvents(events));
+    if ('store' in options) {
+      this.#store = options.store;
+    } else {
+      const minId = options.minId ?? MIN_GLOBAL_IDENTITY;
+      const maxId = options.maxId ?? MAX_GLOBAL_IDENTITY;
+      checkGlobalRange(minId, maxId);
+      this.#store = new KvstoreGlobalIdentities({
+        backend: options.backend,
+        nodeName: options.nodeName,
+        lease: options.lease,
+        minId,
+        maxId,
+        maxRetries: options.maxRetries ?? 32,
+        ...(options.keyPrefix === undefined ? {} : { keyPrefix: options.keyPrefix }),
+        ...(options.logger === undefined ? {} : { logger: options.logger }),
+      });
+    }
+    this.#store.subscribe((events) => this.#onTableEvents(events));
   }
 
-  /** Mirrors the cluster's identities, re-registers usage after a lease change, starts GC. */
+  /** Mirrors the cluster's identities, re-registers usage when the store lost it, starts GC. */
   async start(): Promise<void> {
     if (this.#started) return;
     this.#started = true;
-    await this.#table.start();
-    this.#unsubscribeLease = this.#lease.onRenewed(() => this.#reassertAll('node lease renewed'));
-    if (this.#gcIntervalMs > 0) {
+    await this.#store.start();
+    this.#unsubscribeUsageLost = this.#store.onUsageLost?.((reason) => this.#reassertAll(reason));
+    if (this.#gcIntervalMs > 0 && this.#store.collect !== undefined) {
       this.#gcTimer = setInterval(() => {
         this.gc().catch((err: unknown) => this.#logger?.warn({ err }, 'identity GC pass failed'));
       }, this.#gcIntervalMs);
@@ -175,7 +190,7 @@ export class IdentityAllocator {
         again.refs++;
         return { identity: again.identity, isNew: false };
       }
-      const res = await this.#kv.acquire(key, options.preferredId);
+      const res = await this.#store.acquire(labels, options.preferredId);
       this.conflicts += res.conflicts;
       const identity = makeIdentity(res.id, labels);
       this.#held.set(key, { identity, refs: 1 });
@@ -207,9 +222,7 @@ export class IdentityAllocator {
       if (held.refs > 0 || this.#held.get(key) !== held) return;
       this.#held.delete(key);
       if (this.#keyById.get(held.identity.id) === key) this.#keyById.delete(held.identity.id);
-      await this.#kv.dropUsage(key);
-      const gone = await this.#kv.collectOne(key);
-      if (gone !== undefined) this.#logger?.debug({ id: gone, labels: key }, 'identity released cluster-wide');
+      await this.#store.release(held.identity.labels, held.identity.id);
     });
     return true;
   }
@@ -254,7 +267,7 @@ export class IdentityAllocator {
     const reserved = reservedIdentity(id);
     if (reserved !== undefined) return reserved;
     if (scopeOf(id) === 'local') return this.#local.lookupById(id);
-    const fromTable = this.#table.get(id);
+    const fromTable = this.#store.get(id);
     if (fromTable !== undefined) return fromTable;
     const key = this.#keyById.get(id);
     return key === undefined ? undefined : this.#held.get(key)?.identity;
@@ -266,15 +279,15 @@ export class IdentityAllocator {
     if (labels.hasSource(LabelSource.Cidr)) return this.#local.lookupByLabels(labels);
     const held = this.#held.get(labels.toString());
     if (held !== undefined) return held.identity;
-    const id = this.#table.idOf(labels);
-    return id === undefined ? undefined : this.#table.get(id);
+    const id = this.#store.idOf(labels);
+    return id === undefined ? undefined : this.#store.get(id);
   }
 
   /** Reserved, cluster-wide (as mirrored) and node-local identities, by number. */
   list(): Identity[] {
     const byId = new Map<number, Identity>();
     for (const i of RESERVED_IDENTITIES) byId.set(i.id, i);
-    for (const i of this.#table.list()) byId.set(i.id, i);
+    for (const i of this.#store.list()) byId.set(i.id, i);
     for (const h of this.#held.values()) byId.set(h.identity.id, h.identity);
     for (const i of this.#local.list()) byId.set(i.id, i);
     return [...byId.values()].sort((a, b) => a.id - b.id);
@@ -289,13 +302,19 @@ export class IdentityAllocator {
 
   /** Cluster-wide identity add/delete events (from the mirrored table). */
   subscribe(listener: IdentityListener): () => void {
-    return this.#table.subscribe(listener);
+    return this.#store.subscribe(listener);
   }
 
-  /** One cluster-wide GC pass (also run on a timer). */
+  /**
+   * One cluster-wide GC pass (also run on a timer), in kvstore mode. With the
+   * Kubernetes store the operator collects identities, not the agents.
+   */
   gc(): Promise<GcResult> {
     this.#checkOpen();
-    return this.#kv.collectAll();
+    if (this.#store.collect === undefined) {
+      return Promise.reject(new IdentityError(IdentityErrorCode.UNSUPPORTED, 'this identity store is garbage-collected by the operator, not by agents'));
+    }
+    return this.#store.collect();
   }
 
   #onTableEvents(events: readonly IdentityEvent[]): void {
@@ -318,7 +337,7 @@ export class IdentityAllocator {
       .run(key, async () => {
         const held = this.#held.get(key);
         if (held === undefined || held.refs === 0 || this.#closed) return;
-        const res = await this.#kv.acquire(key, held.identity.id);
+        const res = await this.#store.acquire(held.identity.labels, held.identity.id);
         if (res.id !== held.identity.id) {
           this.#logger?.error({ labels: key, old: held.identity.id, new: res.id, reason }, 'identity number changed while in use');
           this.#keyById.delete(held.identity.id);
@@ -337,8 +356,8 @@ export class IdentityAllocator {
     if (this.#closed) return;
     this.#closed = true;
     if (this.#gcTimer !== undefined) clearInterval(this.#gcTimer);
-    this.#unsubscribeLease?.();
+    this.#unsubscribeUsageLost?.();
     await this.#serial.idle();
-    await this.#table.stop();
+    await this.#store.stop();
   }
 }

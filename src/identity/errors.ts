@@ -14,6 +14,8 @@ export const IdentityErrorCode = {
   EXHAUSTED: 'IDENTITY_EXHAUSTED',
   CONFLICT: 'IDENTITY_CONFLICT',
   CLOSED: 'IDENTITY_CLOSED',
+  /** The operation belongs to another actor in this mode (GC with the Kubernetes store: the operator). */
+  UNSUPPORTED: 'IDENTITY_UNSUPPORTED',
 } as const;
 
 export type IdentityErrorCode = (typeof IdentityErrorCode)[keyof typeof IdentityErrorCode];

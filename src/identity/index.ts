@@ -28,7 +28,15 @@ export {
   cidrIdentityLabels,
   RESERVED_IDENTITIES,
 } from './identity.js';
-export { IdentityAllocator, type IdentityAllocatorOptions, type AllocateOptions, type Allocation } from './allocator.js';
+export {
+  IdentityAllocator,
+  checkGlobalRange,
+  type IdentityAllocatorOptions,
+  type StoreIdentityAllocatorOptions,
+  type AllocateOptions,
+  type Allocation,
+} from './allocator.js';
+export { type GlobalIdentityStore, type StoreAcquireResult } from './globalIdentityStore.js';
 export { type IdentityEvent, type IdentityListener } from './identityTable.js';
 export { type GcResult } from './kvstoreIdentities.js';
 export { IdentityKeys } from './keys.js';

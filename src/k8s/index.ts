@@ -28,3 +28,13 @@ export { policyDocument, TENDRIL_POLICY_GROUP, TENDRIL_POLICY_VERSION } from './
 export { ownNodeOf } from './nodeWatcher.js';
 export { K8sWatchers, type K8sWatchersOptions } from './watchers.js';
 export { ServiceSync, K8S_SERVICE_ID_MIN, K8S_SERVICE_ID_MAX, isK8sServiceId, userServiceApi } from './serviceSync.js';
+export { KubernetesIdentities, type KubernetesIdentitiesOptions } from './kubernetesIdentities.js';
+export { KubernetesIdentityAllocator, type KubernetesIdentityAllocatorOptions } from './kubernetesIdentityAllocator.js';
+export {
+  tendrilIdentityObject,
+  identityOfObject,
+  identityProbeOrder,
+  TENDRIL_IDENTITY_PLURAL,
+  TENDRIL_IDENTITY_KIND,
+  type TendrilIdentityObject,
+} from './tendrilIdentity.js';

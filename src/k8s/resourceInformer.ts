@@ -42,7 +42,8 @@ export interface ResourceInformerOptions<T extends KubernetesObject> {
   watchTimeoutSeconds?: number;
 }
 
-function httpStatusOf(err: unknown): number | undefined {
+/** The HTTP status of an API error (ApiException.code) or a watch error (statusCode). */
+export function httpStatusOf(err: unknown): number | undefined {
   const e = err as { code?: unknown; statusCode?: unknown } | null | undefined;
   if (typeof e?.code === 'number') return e.code;
   if (typeof e?.statusCode === 'number') return e.statusCode;

@@ -57,6 +57,7 @@ export type FakeResource =
   | 'customresourcedefinitions'
   | 'tendrilnetworkpolicies'
   | 'tendrilclusterwidenetworkpolicies'
+  | 'tendrilidentities'
   // Built-ins the manifests in deploy/ create, and Cilium's policy CRDs once registered.
   | 'configmaps'
   | 'serviceaccounts'

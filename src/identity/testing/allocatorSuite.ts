@@ -3,15 +3,17 @@ import { after, before, describe, it } from 'node:test';
 import { LabelSet } from '../../labels/index.js';
 import type { Backend } from '../../kvstore/types.js';
 import { IdentityAllocator } from '../allocator.js';
-import { MAX_GLOBAL_IDENTITY, MIN_GLOBAL_IDENTITY, ReservedIdentity } from '../constants.js';
 import { IdentityError, IdentityErrorCode } from '../errors.js';
 import { IdentityKeys } from '../keys.js';
 import { NodeLease } from '../nodeLease.js';
 import { countingBackend, testLogger, uniquePrefix, waitFor, type TestStore } from './cluster.js';
+import { runAllocatorContract, web, db, type ContractHarness } from './allocatorContract.js';
 
 /**
  * The identity proof list, run against every kvstore backend (hono's
- * runTest pattern): embedded.test.ts and etcd.test.ts call it.
+ * runTest pattern): embedded.test.ts and etcd.test.ts call it. The contract
+ * every store keeps (allocatorContract.ts) runs first; the tests below are
+ * what only the kvstore does (usage keys on node leases, GC by the agents).
  */
 export interface TestNode {
   name: string;
@@ -23,8 +25,42 @@ export interface TestNode {
 }
 
 const LEASE_TTL = 2;
+/** The node lease's own calls: the node's, not the allocator's. */
+const LEASE_METHODS = new Set(['grantLease', 'keepAlive', 'revokeLease']);
+
+/** The contract's view of a kvstore: one key prefix per cluster, one client (etcd: one connection) per node. */
+function kvstoreHarness(newStore: () => Promise<TestStore>): () => Promise<ContractHarness> {
+  return async () => {
+    const store = await newStore();
+    const opened: Array<{ allocator: IdentityAllocator; lease: NodeLease }> = [];
+    return {
+      cluster: async (what) => {
+        const prefix = uniquePrefix(what);
+        return {
+          node: async (nodeName) => {
+            const counted = countingBackend(await store.connect());
+            const lease = new NodeLease(counted.backend, { ttlSeconds: LEASE_TTL, keepAliveMs: 300, logger: testLogger });
+            const allocator = new IdentityAllocator({ backend: counted.backend, nodeName, lease, keyPrefix: prefix, gcIntervalMs: 0, logger: testLogger });
+            opened.push({ allocator, lease });
+            await allocator.start();
+            const calls = () => [...counted.calls].filter(([m]) => !LEASE_METHODS.has(m)).reduce((s, [, v]) => s + v, 0);
+            return { name: nodeName, allocator, roundTrips: calls };
+          },
+        };
+      },
+      destroy: async () => {
+        for (const o of opened) {
+          await o.allocator.close();
+          await o.lease.stop();
+        }
+        await store.destroy();
+      },
+    };
+  };
+}
 
 export function runAllocatorSuite(name: string, newStore: () => Promise<TestStore>): void {
+  runAllocatorContract(`kvstore ${name}`, kvstoreHarness(newStore));
   describe(`identity allocator: ${name}`, () => {
     let store: TestStore;
     const nodes: TestNode[] = [];
@@ -40,14 +76,12 @@ export function runAllocatorSuite(name: string, newStore: () => Promise<TestStor
       await store.destroy();
     });
 
-    async function node(nodeName: string, prefix: string, extra: { counting?: boolean } = {}): Promise<TestNode & { calls?: Map<string, number> }> {
-      const raw = await store.connect();
-      const counted = extra.counting === true ? countingBackend(raw) : undefined;
-      const backend = counted?.backend ?? raw;
+    async function node(nodeName: string, prefix: string): Promise<TestNode> {
+      const backend = await store.connect();
       const lease = new NodeLease(backend, { ttlSeconds: LEASE_TTL, keepAliveMs: 300, logger: testLogger });
       const allocator = new IdentityAllocator({ backend, nodeName, lease, keyPrefix: prefix, gcIntervalMs: 0, logger: testLogger });
       await allocator.start();
-      const n: TestNode & { calls?: Map<string, number> } = {
+      const n: TestNode = {
         name: nodeName,
         backend,
         lease,
@@ -56,7 +90,6 @@ export function runAllocatorSuite(name: string, newStore: () => Promise<TestStor
           await lease.stop({ revoke: false });
           await allocator.close();
         },
-        ...(counted === undefined ? {} : { calls: counted.calls }),
       };
       nodes.push(n);
       return n;
@@ -67,60 +100,6 @@ export function runAllocatorSuite(name: string, newStore: () => Promise<TestStor
       const [a, b, c] = await Promise.all([node('node-a', prefix), node('node-b', prefix), node('node-c', prefix)]);
       return { prefix, a, b, c };
     }
-
-    const web = LabelSet.parse(['k8s:app=web', 'k8s:io.kubernetes.pod.namespace=shop']);
-    const db = LabelSet.parse(['k8s:app=db', 'k8s:io.kubernetes.pod.namespace=shop']);
-
-    it('equal labels get the same identity on every node; different labels differ', async () => {
-      const { a, b, c } = await trio('equal');
-      const [ia, ib, ic] = await Promise.all([a, b, c].map((n) => n.allocator.allocate(web)));
-      assert.equal(ia!.identity.id, ib!.identity.id);
-      assert.equal(ib!.identity.id, ic!.identity.id);
-      assert.ok(ia!.identity.id >= MIN_GLOBAL_IDENTITY && ia!.identity.id <= MAX_GLOBAL_IDENTITY);
-      assert.equal(ia!.identity.scope, 'global');
-      const idb = await b.allocator.allocate(db);
-      assert.notEqual(idb.identity.id, ia!.identity.id);
-      // Node C learns of db's identity through its watch, without allocating it.
-      const seen = await waitFor('db on node c', () => c.allocator.lookupById(idb.identity.id));
-      assert.ok(seen.labels.equals(db));
-      assert.equal(c.allocator.lookupByLabels(db)?.id, idb.identity.id);
-    });
-
-    it('100 concurrent allocations of one label set from each of three nodes yield one number', async () => {
-      const { a, b, c } = await trio('concurrent');
-      const labels = LabelSet.parse(['k8s:app=hot', 'k8s:io.kubernetes.pod.namespace=race']);
-      const results = await Promise.all(
-        [a, b, c].flatMap((n) => Array.from({ length: 100 }, () => n.allocator.allocate(labels))),
-      );
-      const ids = new Set(results.map((r) => r.identity.id));
-      assert.equal(ids.size, 1, `got ${[...ids].join(', ')}`);
-      const id = [...ids][0]!;
-      for (const n of [a, b, c]) assert.equal(n.allocator.references(id), 100);
-      assert.equal(results.filter((r) => r.isNew).length, 3, 'one first reference per node');
-    });
-
-    it('many label sets allocated concurrently on three nodes get distinct numbers, agreed everywhere', async () => {
-      const { a, b, c } = await trio('many');
-      const sets = Array.from({ length: 30 }, (_, i) => LabelSet.parse([`k8s:app=svc-${i}`]));
-      const per = await Promise.all([a, b, c].map((n) => Promise.all(sets.map((s) => n.allocator.allocate(s)))));
-      for (let i = 0; i < sets.length; i++) {
-        assert.equal(per[0]![i]!.identity.id, per[1]![i]!.identity.id);
-        assert.equal(per[0]![i]!.identity.id, per[2]![i]!.identity.id);
-      }
-      assert.equal(new Set(per[0]!.map((r) => r.identity.id)).size, sets.length);
-    });
-
-    it('repeat allocations are answered from the local cache without a kvstore round trip', async () => {
-      const prefix = uniquePrefix('cache');
-      const n = await node('node-a', prefix, { counting: true });
-      await n.allocator.allocate(web);
-      const before = [...n.calls!.values()].reduce((s, v) => s + v, 0);
-      for (let i = 0; i < 50; i++) await n.allocator.allocate(web);
-      for (let i = 0; i < 50; i++) await n.allocator.release(n.allocator.lookupByLabels(web)!);
-      const afterCalls = [...n.calls!.values()].reduce((s, v) => s + v, 0);
-      assert.equal(afterCalls - before, 0);
-      assert.equal(n.allocator.references(n.allocator.lookupByLabels(web)!.id), 1);
-    });
 
     it('an identity is released when its last user on the last node goes', async () => {
       const { prefix, a, b, c } = await trio('release');
@@ -193,28 +172,13 @@ export function runAllocatorSuite(name: string, newStore: () => Promise<TestStor
       assert.equal(after.value, String(identity.id));
     });
 
-    it('reserved and CIDR labels; bad labels are rejected with clear errors', async () => {
-      const n = await node('node-a', uniquePrefix('reserved'));
-      assert.equal((await n.allocator.allocate(LabelSet.parse(['reserved:host', 'k8s:node-role=x']))).identity.id, ReservedIdentity.Host);
-      assert.equal((await n.allocator.allocate(LabelSet.parse(['reserved:init']))).identity.id, ReservedIdentity.Init);
-      assert.equal((await n.allocator.allocate(LabelSet.parse(['reserved:world']))).identity.id, ReservedIdentity.World);
-      const cidr = await n.allocator.allocate(LabelSet.parse(['cidr:10.0.0.0/8', 'reserved:world'].slice(0, 1)));
-      assert.equal(cidr.identity.scope, 'local');
-      assert.equal(n.allocator.lookupById(cidr.identity.id)?.labels.toString(), 'cidr:10.0.0.0/8;');
-      const bad: Array<[LabelSet, string]> = [
-        [LabelSet.EMPTY, 'at least one label'],
-        [LabelSet.parse(['any:app=web']), 'selector'],
-        [LabelSet.parse(['reserved:init', 'k8s:app=web']), 'cannot be combined'],
-        [LabelSet.from(Array.from({ length: 80 }, (_, i) => LabelSet.parse([`k8s:key-${i}-${'x'.repeat(40)}=${'v'.repeat(60)}`]).toArray()[0]!)), 'too many or too long'],
-      ];
-      for (const [labels, msg] of bad) {
-        await assert.rejects(
-          n.allocator.allocate(labels),
-          (err: unknown) => err instanceof IdentityError && err.code === IdentityErrorCode.INVALID_LABELS && err.message.includes(msg),
-          msg,
-        );
-      }
-      assert.ok(n.allocator.list().some((i) => i.id === ReservedIdentity.Health));
+    it('labels too long for a kvstore key are rejected with a clear error', async () => {
+      const n = await node('node-a', uniquePrefix('long'));
+      const long = LabelSet.from(Array.from({ length: 80 }, (_, i) => LabelSet.parse([`k8s:key-${i}-${'x'.repeat(40)}=${'v'.repeat(60)}`]).toArray()[0]!));
+      await assert.rejects(
+        n.allocator.allocate(long),
+        (err: unknown) => err instanceof IdentityError && err.code === IdentityErrorCode.INVALID_LABELS && err.message.includes('too many or too long'),
+      );
     });
   });
 }

@@ -32,6 +32,8 @@ import {
 } from '../../src/policy/schema.js';
 import { ENTITIES } from '../../src/policy/selector.js';
 import { FakeKubeApi } from '../support/fakeKubeApi.js';
+import { identityOfObject, tendrilIdentityObject } from '../../src/k8s/tendrilIdentity.js';
+import { LabelSet } from '../../src/labels/index.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const DEPLOY = join(ROOT, 'deploy/kubernetes');
@@ -105,6 +107,7 @@ describe('deploy/kubernetes manifests', () => {
       'DaemonSet/tendril',
       'CustomResourceDefinition/tendrilnetworkpolicies.tendril.io',
       'CustomResourceDefinition/tendrilclusterwidenetworkpolicies.tendril.io',
+      'CustomResourceDefinition/tendrilidentities.tendril.io',
     ]) {
       assert.ok(kinds.includes(k), `${k} in ${kinds.join(', ')}`);
     }
@@ -480,6 +483,29 @@ describe('tendril CRDs', () => {
       }
     });
   }
+
+  test('TendrilIdentity: cluster-scoped, tendril.io/v1, short name tid, structural; what the agent writes validates and reads back', () => {
+    const crd = crdOf('TendrilIdentity');
+    assert.ok(crd !== undefined, 'a CRD for TendrilIdentity');
+    assert.equal(obj(crd.metadata, 'metadata').name, 'tendrilidentities.tendril.io');
+    const spec = obj(crd.spec, 'spec');
+    assert.equal(spec.group, 'tendril.io');
+    assert.equal(spec.scope, 'Cluster');
+    const names = obj(spec.names, 'names');
+    assert.deepEqual([names.plural, names.listKind, names.shortNames], ['tendrilidentities', 'TendrilIdentityList', ['tid']]);
+    assert.deepEqual(arr(spec.versions, 'versions').map((v) => [obj(v, 'v').name, obj(v, 'v').served, obj(v, 'v').storage]), [['v1', true, true]]);
+    const root = schemaOf(crd);
+    const problems: string[] = [];
+    structuralProblems(root, 'openAPIV3Schema', problems);
+    assert.deepEqual(problems, []);
+    const labels = LabelSet.parse(['k8s:app=web', 'k8s:io.kubernetes.pod.namespace=shop', 'container:build=1']);
+    const written = tendrilIdentityObject(300, labels);
+    assert.deepEqual(keysOf(root), Object.keys(written).filter((k) => k !== 'metadata').concat('metadata').sort());
+    const validate = crdAjv().compile(root);
+    assert.ok(validate(written), JSON.stringify(validate.errors));
+    const read = identityOfObject(written);
+    assert.ok(typeof read !== 'string' && read.id === 300 && read.labels.equals(labels));
+  });
 
   test('every example is valid against its CRD (ajv) and as `tendril policy import` reads it', () => {
     const ajv = crdAjv();

@@ -150,6 +150,19 @@ describe('identities as TendrilIdentity objects', () => {
     assert.equal(a.lookupById(n1!), undefined, 'an unreadable object is no identity');
   });
 
+  it('a new identity costs one API write; joining one the mirror knows costs no request', async () => {
+    const [a, b] = await Promise.all([allocator('node-a'), allocator('node-b')]);
+    const labels = LabelSet.parse(['k8s:app=frugal']);
+    fake.resetRequests();
+    const { identity } = await a.allocate(labels);
+    assert.equal(objectRequests(fake), 1);
+    assert.equal(fake.requests().create, 1);
+    await waitFor('mirrored on b', () => b.lookupById(identity.id));
+    fake.resetRequests();
+    assert.equal((await b.allocate(labels)).identity.id, identity.id);
+    assert.equal(objectRequests(fake), 0);
+  });
+
   it('release leaves the object (the operator collects), and agents do not run a GC', async () => {
     const a = await allocator('node-a');
     const labels = LabelSet.parse(['k8s:app=short-lived']);

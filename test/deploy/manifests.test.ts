@@ -32,6 +32,8 @@ import {
 } from '../../src/policy/schema.js';
 import { ENTITIES } from '../../src/policy/selector.js';
 import { FakeKubeApi } from '../support/fakeKubeApi.js';
+import { KubeConfig } from '@kubernetes/client-node';
+import { KubernetesIdentityAllocator } from '../../src/k8s/kubernetesIdentityAllocator.js';
 import { identityOfObject, tendrilIdentityObject } from '../../src/k8s/tendrilIdentity.js';
 import { LabelSet } from '../../src/labels/index.js';
 
@@ -593,6 +595,23 @@ describe('kubectl applies deploy/kubernetes', () => {
     assert.equal(parsePolicyText(JSON.stringify(stored)).length, 1);
     // Applying again changes nothing.
     assert.match(await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'tendril.yaml')), /daemonset\.apps\/tendril unchanged/);
+  });
+
+  test('a TendrilIdentity an agent allocates is found with kubectl by short name and label selector', async () => {
+    await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'crds'));
+    const kc = new KubeConfig();
+    kc.loadFromFile(kubeconfig);
+    const allocator = new KubernetesIdentityAllocator({ kubeConfig: kc, nodeName: 'node-a', logger: pino({ level: 'silent' }) });
+    try {
+      await allocator.start();
+      const labels = LabelSet.parse(['k8s:app=web', 'k8s:io.kubernetes.pod.namespace=demo']);
+      const { identity } = await allocator.allocate(labels);
+      assert.equal((await kubectl('get', 'tid', '-l', 'app=web,io.kubernetes.pod.namespace=demo', '-o', 'name')).trim(), `tendrilidentity.tendril.io/${identity.id}`);
+      const got = JSON.parse(await kubectl('get', 'tendrilidentities', String(identity.id), '-o', 'json')) as Obj;
+      assert.deepEqual(got['security-labels'], { 'k8s:app': 'web', 'k8s:io.kubernetes.pod.namespace': 'demo' });
+    } finally {
+      await allocator.close();
+    }
   });
 
   test('the removal: tendril.yaml deleted, then the cleanup DaemonSet applied', async () => {

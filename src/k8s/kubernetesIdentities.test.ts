@@ -163,6 +163,18 @@ describe('identities as TendrilIdentity objects', () => {
     assert.equal(objectRequests(fake), 0);
   });
 
+  it('two objects for one label set (written by hand, or after a deletion): every node uses the one earliest in its order', async () => {
+    const labels = LabelSet.parse(['k8s:app=twin']);
+    const [first] = identityProbeOrder(labels.toString(), 256, 65535);
+    // first - 1 comes last in the label set's order, though it is the lower number.
+    const last = first! === 256 ? 65535 : first! - 1;
+    occupy(last, { 'k8s:app': 'twin' });
+    occupy(first!, { 'k8s:app': 'twin' });
+    const [a, b] = await Promise.all([allocator('node-a'), allocator('node-b')]);
+    assert.equal((await a.allocate(labels)).identity.id, first);
+    assert.equal(b.lookupByLabels(labels)?.id, first);
+  });
+
   it('release leaves the object (the operator collects), and agents do not run a GC', async () => {
     const a = await allocator('node-a');
     const labels = LabelSet.parse(['k8s:app=short-lived']);

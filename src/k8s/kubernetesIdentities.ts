@@ -49,6 +49,7 @@ import {
   identityNumberOfName,
   identityOfObject,
   identityProbeOrder,
+  identityProbePosition,
   TENDRIL_IDENTITY_GROUP,
   TENDRIL_IDENTITY_PATH,
   TENDRIL_IDENTITY_PLURAL,
@@ -80,7 +81,12 @@ export class KubernetesIdentities implements GlobalIdentityStore {
   readonly #syncTimeoutMs: number;
   readonly #maxRetries: number;
   readonly #byId = new Map<number, Identity>();
-  /** Label set → its numbers; more than one only if someone wrote objects by hand (the lowest wins, everywhere). */
+  /**
+   * Label set → its numbers. More than one only when objects were written by
+   * hand or a deletion let a label set's earlier number come free (see above):
+   * then every node uses the one earliest in the label set's order, the number
+   * a fresh allocation would also stop at.
+   */
   readonly #byLabels = new Map<string, Set<number>>();
   /** Numbers held by objects whose labels cannot be read: taken, never handed out. */
   readonly #unreadable = new Set<number>();
@@ -186,8 +192,12 @@ export class KubernetesIdentities implements GlobalIdentityStore {
   }
 
   idOf(labels: LabelSet): number | undefined {
-    const ids = this.#byLabels.get(labels.toString());
-    return ids === undefined || ids.size === 0 ? undefined : Math.min(...ids);
+    const text = labels.toString();
+    const ids = this.#byLabels.get(text);
+    if (ids === undefined || ids.size === 0) return undefined;
+    if (ids.size === 1) return ids.values().next().value;
+    const position = (n: number) => identityProbePosition(text, n, this.#minId, this.#maxId);
+    return [...ids].reduce((best, n) => (position(n) < position(best) ? n : best));
   }
 
   list(): Identity[] {

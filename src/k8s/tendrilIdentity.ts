@@ -96,6 +96,12 @@ export function identityProbeStart(sortedLabels: string, minId: number, maxId: n
   return minId + (h % (maxId - minId + 1));
 }
 
+/** Where n comes in the label set's order (0 = its first choice). */
+export function identityProbePosition(sortedLabels: string, n: number, minId: number, maxId: number): number {
+  const size = maxId - minId + 1;
+  return (n - identityProbeStart(sortedLabels, minId, maxId) + size) % size;
+}
+
 /** Every number of minId..maxId once, from the label set's first choice upwards, wrapping around. */
 export function* identityProbeOrder(sortedLabels: string, minId: number, maxId: number): Generator<number> {
   const size = maxId - minId + 1;

@@ -17,11 +17,13 @@
  * second lookup; that can leave two objects for one label set.
  *
  * This holds while objects are not deleted. Deleting an identity (the
- * operator's GC) frees a number that may lie before another live identity's
- * number in some label set's order; the GC must therefore delete only
- * identities no endpoint uses, after a grace period, so that no node is
- * mid-allocation for those labels. Agents delete nothing: release() only
- * drops the node's local reference (IdentityAllocator counts those).
+ * operator's GC) frees a number that may lie before a live identity's number
+ * in that label set's order; a node that has not yet mirrored the live one
+ * could then create a second object for the labels. Should two exist, every
+ * node uses the one earliest in the label set's order (idOf), the same one
+ * a fresh allocation stops at, so the later one is unused and the GC's to
+ * collect. Agents delete nothing: release() only drops the node's local
+ * reference (IdentityAllocator counts those).
  *
  * A free preferred number (restore after a restart) is not taken: honouring
  * it could split a label set across two numbers. The number stays the same

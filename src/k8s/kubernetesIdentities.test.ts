@@ -201,6 +201,24 @@ describe('identities as TendrilIdentity objects', () => {
     assert.equal(a.references(identity.id), 1);
   });
 
+  it('API server down: identities the mirror knows are still handed out, a new label set fails (nothing invented), and works again after', async () => {
+    const own = await FakeKubeApi.start({ crds: 'tendril', bookmarkIntervalMs: 200 });
+    closers.push(() => own.stop());
+    const [a, b] = await Promise.all([allocator('node-a', own), allocator('node-b', own)]);
+    const known = LabelSet.parse(['k8s:app=before-outage']);
+    const { identity } = await a.allocate(known);
+    await waitFor('mirrored on b', () => b.lookupById(identity.id));
+    await own.pause();
+    try {
+      assert.equal((await b.allocate(known)).identity.id, identity.id);
+      await assert.rejects(b.allocate(LabelSet.parse(['k8s:app=during-outage'])));
+    } finally {
+      await own.resume();
+    }
+    const later = await b.allocate(LabelSet.parse(['k8s:app=during-outage']));
+    assert.equal(later.identity.scope, 'global');
+  });
+
   it('start fails with K8S_SYNC_TIMEOUT when the TendrilIdentity CRD is not installed', async () => {
     const bare = await FakeKubeApi.start();
     closers.push(() => bare.stop());

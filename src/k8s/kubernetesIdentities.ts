@@ -140,8 +140,9 @@ export class KubernetesIdentities implements GlobalIdentityStore {
   }
 
   async acquire(labels: LabelSet, _preferredId?: number): Promise<StoreAcquireResult> {
-    const conflictsBefore = this.conflicts;
-    const result = (id: number): StoreAcquireResult => ({ id, conflicts: this.conflicts - conflictsBefore });
+    // Per call: acquires of other label sets may run beside this one.
+    const lost = { conflicts: 0 };
+    const result = (id: number): StoreAcquireResult => ({ id, conflicts: lost.conflicts });
     const known = this.idOf(labels);
     if (known !== undefined) return result(known);
     const text = labels.toString();
@@ -152,7 +153,7 @@ export class KubernetesIdentities implements GlobalIdentityStore {
         continue;
       }
       if (this.#unreadable.has(n)) continue;
-      const claim = await this.#claim(n, labels);
+      const claim = await this.#claim(n, labels, lost);
       if (claim !== 'taken') {
         this.#log.debug({ id: n, labels: text, claim }, 'identity object claimed');
         return result(n);
@@ -162,7 +163,7 @@ export class KubernetesIdentities implements GlobalIdentityStore {
   }
 
   /** Creates object n for labels, or reads who holds it. */
-  async #claim(n: number, labels: LabelSet): Promise<Claim> {
+  async #claim(n: number, labels: LabelSet, lost: { conflicts: number }): Promise<Claim> {
     for (let attempt = 0; attempt <= this.#maxRetries; attempt++) {
       try {
         this.creates++;
@@ -171,6 +172,7 @@ export class KubernetesIdentities implements GlobalIdentityStore {
       } catch (err) {
         if (httpStatusOf(err) !== 409) throw err;
         this.conflicts++;
+        lost.conflicts++;
       }
       let existing: KubernetesObject;
       try {

@@ -8,7 +8,7 @@ import type { Datapath } from '../datapath/types.js';
 import type { Underlay } from '../datapath/linux/underlay.js';
 import { EndpointManager, EndpointStore, PolicyRevisions } from '../endpoint/index.js';
 import { UndoList } from '../async/undoList.js';
-import { IdentityAllocator, NodeLease } from '../identity/index.js';
+import { type IdentityAllocator, NodeLease } from '../identity/index.js';
 import { attachmentOfOwner, IpamProvider, ipamOwner } from '../ipam/index.js';
 import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries } from '../ipcache/index.js';
 import { AgentKubernetes, configWithNode, registryAddresses, requireKubernetesForIpam } from '../k8s/agentKubernetes.js';
@@ -28,7 +28,8 @@ import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
 import { agentApi, type AgentParts, endpointLease, metricsSources, readiness } from './agentApi.js';
 import { type BpfObservability, bpfObservabilityOf } from './bpfObservability.js';
 import { CniService } from './cniService.js';
-import { type AgentConfig, k8sConnection, nodeMasqueradeCidrs } from './config.js';
+import { startClusterIdentities } from './clusterState.js';
+import { type AgentConfig, ConfigError, k8sConnection, nodeMasqueradeCidrs } from './config.js';
 import { readInterfaceAddresses } from './interfaceAddresses.js';
 import { type NodeBasics, nodeBasics } from './nodeBasics.js';
 import { type NodeClaim, type NodeLock, NetnsNodeLock } from './nodeLock.js';
@@ -259,6 +260,9 @@ export class Agent {
       });
     } else {
       requireKubernetesForIpam(given, deps.kubernetes?.env);
+      if (given.identityAllocationMode === 'crd') {
+        throw new ConfigError('--identity-allocation-mode crd keeps the cluster\'s state in the Kubernetes API server: give --k8s-kubeconfig or --k8s-api-server, or run the agent in a pod with a service account');
+      }
     }
     try {
       const config = configWithNode(given, await kubernetes?.loadOwnNode());
@@ -295,8 +299,7 @@ export class Agent {
       // The lease is not revoked at stop: another agent start within its TTL keeps this node's entries alive.
       const lease = new NodeLease(backend, { ttlSeconds: config.leaseTtlSeconds, logger: log.child({ subsys: 'lease' }) });
       teardown.add(() => lease.stop(), 'node lease');
-      const identities = new IdentityAllocator({ backend, nodeName: config.nodeName, lease, logger: log.child({ subsys: 'identity' }) });
-      await identities.start();
+      const identities = await startClusterIdentities(config, { backend, lease, kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'identity' }) });
       teardown.add(() => identities.close(), 'identities');
       const ipcache = new IPCache({ logger: log.child({ subsys: 'ipcache' }) });
       const nodeIp = basics.ip ?? ipam.routerAddresses().find((r) => r.family === 4)?.ip ?? ipam.routerAddresses()[0]?.ip ?? '0.0.0.0';

@@ -126,6 +126,27 @@ describe('agent flags for many nodes: routing mode, tunnel, MTU', () => {
     assert.equal((await resolveConfig(parse('--config', file))).routingMode, 'tunnel');
   });
 
+  it('defaults: crd and tunnel when following an API server without etcd; kvstore with etcd or without Kubernetes', async () => {
+    assert.equal((await resolveConfig(parse())).identityAllocationMode, 'kvstore');
+    const k8s = await resolveConfig(parse('--k8s-api-server', 'https://192.0.2.1:6443'));
+    assert.equal(k8s.identityAllocationMode, 'crd');
+    assert.equal(k8s.routingMode, 'tunnel');
+    const etcd = await resolveConfig(parse('--k8s-api-server', 'https://192.0.2.1:6443', '--kvstore', 'etcd'));
+    assert.equal(etcd.identityAllocationMode, 'kvstore');
+    assert.equal(etcd.routingMode, 'tunnel');
+    const single = await resolveConfig(parse('--k8s-api-server', 'https://192.0.2.1:6443', '--identity-allocation-mode', 'kvstore'));
+    assert.equal(single.routingMode, 'native', 'kvstore mode on the embedded kvstore is one node');
+  });
+
+  it('refuses crd with etcd, with block IPAM, and with the agent\'s own cluster-pool CIDRs (the operator hands them out)', async () => {
+    const api = ['--k8s-api-server', 'https://192.0.2.1:6443', '--identity-allocation-mode', 'crd'];
+    await assert.rejects(resolveConfig(parse(...api, '--kvstore', 'etcd')), (err: unknown) => err instanceof ConfigError && /leave out --kvstore etcd/.test(err.message));
+    await assert.rejects(resolveConfig(parse(...api, '--ipam', 'block', '--pool-cidr', '10.0.0.0/16')), (err: unknown) => err instanceof ConfigError && /--ipam block/.test(err.message));
+    await assert.rejects(resolveConfig(parse(...api, '--ipam', 'cluster-pool', '--cluster-pool-cidr', '10.0.0.0/16')), (err: unknown) => err instanceof ConfigError && /tendril-operator hands out/.test(err.message));
+    assert.equal((await resolveConfig(parse(...api, '--ipam', 'cluster-pool'))).ipam, 'cluster-pool');
+    await assert.rejects(resolveConfig(parse('--identity-allocation-mode', 'crd', '--pod-cidr', '10.0.0.0/24', '--k8s-namespace', 'Bad_NS')), (err: unknown) => err instanceof ConfigError && /k8sNamespace/.test(err.message));
+  });
+
   it('takes the flags and the file keys, the flags winning', async () => {
     const c = await resolveConfig(parse('--kvstore', 'etcd', '--routing-mode', 'native', '--mtu', '1400', '--tunnel-port', '4789', '--tunnel-protocol', 'vxlan'));
     assert.equal(c.routingMode, 'native');
@@ -155,7 +176,7 @@ describe('agent flags for many nodes: routing mode, tunnel, MTU', () => {
   it('says the new defaults in --help', () => {
     // Commander wraps the descriptions: compare with the line breaks folded.
     const help = agentCommand().helpInformation().replace(/\s+/g, ' ');
-    assert.match(help, /--routing-mode <mode>[\s\S]*default tunnel with --kvstore etcd, else native/);
+    assert.match(help, /--routing-mode <mode>[\s\S]*default tunnel in a cluster \(--kvstore etcd, or --identity-allocation-mode crd\), else native/);
     assert.match(help, /--tunnel-port <port>[\s\S]*default 8472/);
     assert.match(help, /--mtu <n>[\s\S]*default: auto/);
     assert.match(help, /--node-ip <ip>[\s\S]*default: the underlay device's IPv4 address/);

@@ -6,7 +6,8 @@
  */
 import { join, resolve } from 'node:path';
 import { Command, Option } from 'commander';
-import { requireKubernetesForIpam } from '../k8s/agentKubernetes.js';
+import { k8sConnection, requireKubernetesForIpam } from '../k8s/agentKubernetes.js';
+import { k8sEnabled } from '../k8s/index.js';
 import { parseKvstoreOpts } from '../kvstore/factory.js';
 import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT, TUNNEL_OVERHEAD } from '../datapath/bpf/constants.js';
@@ -15,6 +16,7 @@ import {
   DATAPATH_KINDS,
   DEFAULT_K8S_SYNC_TIMEOUT_SECONDS,
   defaultConfig,
+  IDENTITY_ALLOCATION_MODES,
   IPAM_MODES,
   LB_ALGORITHMS,
   LOG_LEVELS,
@@ -48,6 +50,7 @@ export interface Flags {
   socket?: string;
   kvstore?: string;
   kvstoreOpt?: string[];
+  identityAllocationMode?: string;
   ipam?: string;
   podCidr?: string[];
   clusterPoolCidr?: string[];
@@ -94,6 +97,7 @@ export interface Flags {
   k8sKubeconfig?: string;
   k8sApiServer?: string;
   k8sSyncTimeout?: number;
+  k8sNamespace?: string;
   prometheusServeAddr?: string;
   logFile?: string;
   logLevel?: string;
@@ -125,7 +129,7 @@ export function agentCommand(): Command {
     .option('--cni-path <dir[,dir]>', 'delegated: where the IPAM plugin lives', list)
     .option('--mtu <n>', `pod interface MTU (default: auto, the underlay device's MTU, less ${TUNNEL_OVERHEAD} in tunnel mode; a larger value is refused)`, int('--mtu'))
     .addOption(
-      new Option('--routing-mode <mode>', 'how pods reach other nodes\' pods: tunnel (VXLAN overlay, needs --datapath bpf) or native (routes via the nodes\' IPs); default tunnel with --kvstore etcd, else native').choices([
+      new Option('--routing-mode <mode>', 'how pods reach other nodes\' pods: tunnel (VXLAN overlay, needs --datapath bpf) or native (routes via the nodes\' IPs); default tunnel in a cluster (--kvstore etcd, or --identity-allocation-mode crd), else native').choices([
         ...ROUTING_MODES,
       ]),
     )
@@ -165,6 +169,13 @@ export function agentCommand(): Command {
     .option('--ipv6-masquerade', 'eBPF datapath: masquerade pods\' IPv6 traffic too, to the device\'s IPv6 address (default off: IPv6 leaves with the pod\'s address; the routing datapath masquerades IPv6 with --masquerade)')
     .option('--k8s-kubeconfig <file>', 'follow this Kubernetes API server (pods, namespaces, nodes, NetworkPolicies, tendril policies, Services, EndpointSlices); default: in-cluster when run in a pod')
     .option('--k8s-api-server <url>', 'the Kubernetes API server\'s URL, over the kubeconfig\'s or the in-cluster one')
+    .addOption(
+      new Option(
+        '--identity-allocation-mode <mode>',
+        'where cluster-wide state lives: crd (the Kubernetes API server: TendrilIdentity, TendrilEndpoint, TendrilNode objects, Leases) or kvstore (etcd); default crd when following an API server without --kvstore etcd',
+      ).choices([...IDENTITY_ALLOCATION_MODES]),
+    )
+    .option('--k8s-namespace <ns>', 'the namespace of tendril\'s own objects in the API server (each node\'s Lease; default kube-system)')
     .option('--k8s-sync-timeout <s>', `how long start-up waits for the first Kubernetes sync and this node's Node object (default ${DEFAULT_K8S_SYNC_TIMEOUT_SECONDS})`, int('--k8s-sync-timeout'))
     .option('--prometheus-serve-addr <host:port>', 'also serve GET /metrics (Prometheus) over TCP here, such as 127.0.0.1:9962 (default: off; the API socket always serves it)')
     .option('--log-file <path>', 'log to this file instead of stderr')
@@ -191,7 +202,8 @@ export function configFromFile(file: Record<string, unknown>, path: string, flag
   const merged: Record<string, unknown> = { ...defaultConfig() };
   applyFlags(merged, flagsFromConfigFile(agentCommand(), file, path));
   applyFlags(merged, flags);
-  return validateConfig(merged);
+  // In a pod with a service account Kubernetes is on without a flag: the identity allocation mode's default follows.
+  return validateConfig(merged, { kubernetes: k8sEnabled(k8sConnection(merged as { k8sKubeconfig?: string; k8sApiServer?: string })) });
 }
 
 /** Puts what flags (or a config file's flag-named keys) say over a configuration under construction. */
@@ -256,6 +268,8 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('k8sKubeconfig', flags.k8sKubeconfig === undefined ? undefined : resolve(flags.k8sKubeconfig));
   set('k8sApiServer', flags.k8sApiServer);
   set('k8sSyncTimeoutSeconds', flags.k8sSyncTimeout);
+  set('k8sNamespace', flags.k8sNamespace);
+  set('identityAllocationMode', flags.identityAllocationMode);
   set('prometheusServeAddr', flags.prometheusServeAddr);
   set('logFile', flags.logFile);
   set('logLevel', flags.logLevel);

@@ -21,6 +21,7 @@ export { k8sConnection } from '../k8s/agentKubernetes.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated', 'kubernetes'] as const;
+export const IDENTITY_ALLOCATION_MODES = ['kvstore', 'crd'] as const;
 /** How long the agent waits for the first sync of the Kubernetes watchers (and its Node) by default. */
 export const DEFAULT_K8S_SYNC_TIMEOUT_SECONDS = 60;
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const;
@@ -59,6 +60,13 @@ export const AgentConfigSchema = z
     socket: absPath,
     kvstore: z.enum(['embedded', 'etcd']),
     kvstoreOpts: z.record(z.string(), z.string()),
+    /**
+     * Where cluster-wide state lives (Cilium's --identity-allocation-mode): `kvstore`, the kvstore
+     * (etcd for a cluster); `crd`, the Kubernetes API server (TendrilIdentity, TendrilEndpoint and
+     * TendrilNode objects, Leases), the kvstore keeping node-local state only. Default: `crd` when
+     * the agent follows an API server and no etcd is named; resolved by validateConfig.
+     */
+    identityAllocationMode: z.enum(IDENTITY_ALLOCATION_MODES),
     ipam: z.enum(IPAM_MODES),
     podCidrs: z.array(cidr),
     clusterPoolCidrs: z.array(cidr),
@@ -129,6 +137,8 @@ export const AgentConfigSchema = z
       .optional(),
     /** How long start-up waits for the watchers' first sync (and for this node's Node object); past it the agent goes on unsynced. */
     k8sSyncTimeoutSeconds: z.number().int().min(1).max(3600),
+    /** The namespace of tendril's own namespaced objects in the API server (each node's Lease in crd mode). */
+    k8sNamespace: z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a namespace name (a DNS label)'),
     /** Where the metrics are served over TCP (host:port, [v6]:port or :port); absent: only on the API socket. */
     prometheusServeAddr: z
       .string()
@@ -142,8 +152,8 @@ export const AgentConfigSchema = z
   .strict();
 export type AgentConfig = z.infer<typeof AgentConfigSchema>;
 
-/** The defaults; `routingMode` is absent here since it follows the kvstore (see defaultRoutingMode). */
-export function defaultConfig(): Omit<AgentConfig, 'routingMode'> {
+/** The defaults; `routingMode` and `identityAllocationMode` are absent here since they follow the kvstore and Kubernetes (see resolveClusterDefaults). */
+export function defaultConfig(): Omit<AgentConfig, 'routingMode' | 'identityAllocationMode'> {
   return {
     nodeName: hostname().split('.')[0] || 'node',
     stateDir: DEFAULT_STATE_DIR,
@@ -174,14 +184,34 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode'> {
     lbMaglevTableSize: MAGLEV_DEFAULT_TABLE_SIZE,
     policyEndpointMaxEntries: DEFAULT_MAX_ENTRIES_PER_ENDPOINT,
     k8sSyncTimeoutSeconds: DEFAULT_K8S_SYNC_TIMEOUT_SECONDS,
+    k8sNamespace: 'kube-system',
     logLevel: 'info',
     logFormat: 'auto',
   };
 }
 
-/** Tunnel with the etcd kvstore (several nodes share it), native with the embedded one (one node). */
-export function defaultRoutingMode(kvstore: AgentConfig['kvstore']): AgentConfig['routingMode'] {
-  return kvstore === 'etcd' ? 'tunnel' : 'native';
+/** Tunnel in a cluster (the etcd kvstore, or the API server holds the cluster's state), native on a single node. */
+export function defaultRoutingMode(kvstore: AgentConfig['kvstore'], mode: AgentConfig['identityAllocationMode'] = 'kvstore'): AgentConfig['routingMode'] {
+  return kvstore === 'etcd' || mode === 'crd' ? 'tunnel' : 'native';
+}
+
+/** `crd` when the agent follows an API server and no etcd is named (Cilium's default), else `kvstore`. */
+export function defaultIdentityAllocationMode(kvstore: unknown, kubernetes: boolean): AgentConfig['identityAllocationMode'] {
+  return kubernetes && kvstore !== 'etcd' ? 'crd' : 'kvstore';
+}
+
+/**
+ * Fills what follows from other fields: the identity allocation mode
+ * (Kubernetes on: a kubeconfig or API server given, or `kubernetes` told by
+ * the caller who knows the environment, in-cluster), then the routing mode.
+ */
+function resolveClusterDefaults(raw: unknown, kubernetes: boolean | undefined): unknown {
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) return raw;
+  const r = { ...(raw as Record<string, unknown>) };
+  const k8s = kubernetes ?? (r.k8sKubeconfig !== undefined || r.k8sApiServer !== undefined);
+  r.identityAllocationMode ??= defaultIdentityAllocationMode(r.kvstore, k8s);
+  r.routingMode ??= defaultRoutingMode(r.kvstore === 'etcd' ? 'etcd' : 'embedded', r.identityAllocationMode === 'crd' ? 'crd' : 'kvstore');
+  return r;
 }
 
 /** What may change while the agent runs (PATCH /config): the log level and the provisional allocations' expiry. */
@@ -204,12 +234,8 @@ export function updateConfig(config: AgentConfig, update: RuntimeConfigUpdate): 
  * missing routingMode takes the kvstore's default here, so the resolved
  * configuration (and GET /config) holds the mode in effect.
  */
-export function validateConfig(raw: unknown): AgentConfig {
-  const withMode =
-    raw !== null && typeof raw === 'object' && !Array.isArray(raw) && (raw as Record<string, unknown>).routingMode === undefined
-      ? { ...(raw as Record<string, unknown>), routingMode: defaultRoutingMode((raw as Record<string, unknown>).kvstore === 'etcd' ? 'etcd' : 'embedded') }
-      : raw;
-  const parsed = AgentConfigSchema.safeParse(withMode);
+export function validateConfig(raw: unknown, o: { kubernetes?: boolean } = {}): AgentConfig {
+  const parsed = AgentConfigSchema.safeParse(resolveClusterDefaults(raw, o.kubernetes));
   if (!parsed.success) {
     throw new ConfigError(`invalid agent configuration: ${parsed.error.issues.map(describeIssue).join('; ')}`);
   }
@@ -218,7 +244,15 @@ export function validateConfig(raw: unknown): AgentConfig {
     if (!cond) throw new ConfigError(msg);
   };
   need(c.ipam !== 'host-scope' || c.podCidrs.length > 0, '--ipam host-scope needs --pod-cidr');
-  need(c.ipam !== 'cluster-pool' || c.clusterPoolCidrs.length > 0, '--ipam cluster-pool needs --cluster-pool-cidr');
+  need(c.ipam !== 'cluster-pool' || c.clusterPoolCidrs.length > 0 || c.identityAllocationMode === 'crd', '--ipam cluster-pool needs --cluster-pool-cidr');
+  if (c.identityAllocationMode === 'crd') {
+    need(c.kvstore !== 'etcd', '--identity-allocation-mode crd keeps the cluster\'s state in the Kubernetes API server: leave out --kvstore etcd, or use --identity-allocation-mode kvstore');
+    need(c.ipam !== 'block', '--ipam block shares its block affinities through the kvstore: use --identity-allocation-mode kvstore with --kvstore etcd, or --ipam cluster-pool/kubernetes');
+    need(
+      c.ipam !== 'cluster-pool' || c.clusterPoolCidrs.length === 0,
+      '--identity-allocation-mode crd: tendril-operator hands out the cluster-pool CIDRs (its --cluster-pool-cidr); leave out the agent\'s --cluster-pool-cidr',
+    );
+  }
   need(c.ipam !== 'block' || c.poolCidrs.length > 0, '--ipam block needs --pool-cidr');
   // Whether Kubernetes is on also depends on the environment (in-cluster): resolveConfig and the agent check that.
   need(c.ipam !== 'kubernetes' || c.podCidrs.length === 0, '--ipam kubernetes takes the pod CIDRs from this node\'s Node object (spec.podCIDRs): leave out --pod-cidr');

@@ -68,13 +68,18 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   k8sKubeconfig: { yaml: '/etc/tdl/kubeconfig', argv: ['--k8s-kubeconfig', '/etc/tdl/kubeconfig'] },
   k8sApiServer: { yaml: 'https://192.0.2.1:6443', argv: ['--k8s-api-server', 'https://192.0.2.1:6443'] },
   k8sSyncTimeout: { yaml: 7, argv: ['--k8s-sync-timeout', '7'] },
+  k8sNamespace: { yaml: 'tendril', argv: ['--k8s-namespace', 'tendril'] },
+  identityAllocationMode: { yaml: 'kvstore', argv: ['--identity-allocation-mode', 'kvstore'] },
   logFile: { yaml: '/var/log/tdl-keys/agent.log', argv: ['--log-file', '/var/log/tdl-keys/agent.log'] },
   logLevel: { yaml: 'debug', argv: ['--log-level', 'debug'] },
   logFormat: { yaml: 'text', argv: ['--log-format', 'text'] },
   prometheusServeAddr: { yaml: '127.0.0.1:9962', argv: ['--prometheus-serve-addr', '127.0.0.1:9962'] },
 };
-/** Keys whose sample is also the default (the flag has a single choice today). */
-const SAME_AS_DEFAULT = new Set(['tunnelProtocol']);
+/**
+ * Keys whose sample is also the default: the flag has a single choice today
+ * (tunnelProtocol), or the only mode the sample's etcd kvstore allows (crd keeps no etcd).
+ */
+const SAME_AS_DEFAULT = new Set(['tunnelProtocol', 'identityAllocationMode']);
 
 const parse = (argv: string[]): Flags => agentCommand().parse(['node', 'tendril-agent', ...argv]).opts<Flags>();
 const refused = (message: RegExp) => (err: unknown) => err instanceof ConfigError && message.test(err.message);

@@ -38,7 +38,7 @@ const started: FakeNodeAgent[] = [];
 let pods = 0;
 
 beforeEach(async () => {
-  kube = await FakeKubeApi.start({ bookmarkIntervalMs: 200 });
+  kube = await FakeKubeApi.start({ bookmarkIntervalMs: 200, crds: 'tendril' });
   kubeconfig = await kube.kubeconfig();
 });
 

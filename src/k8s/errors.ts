@@ -10,6 +10,8 @@ export const K8sErrorCode = {
   NODE_TIMEOUT: 'K8S_NODE_TIMEOUT',
   /** The watchers were stopped while a caller waited. */
   STOPPED: 'K8S_STOPPED',
+  /** The API server does not serve a tendril custom resource the configured mode needs (its CRD is not installed). */
+  CRD_MISSING: 'K8S_CRD_MISSING',
 } as const;
 
 export type K8sErrorCode = (typeof K8sErrorCode)[keyof typeof K8sErrorCode];
@@ -49,6 +51,12 @@ export class K8sNodeTimeoutError extends K8sError<'K8S_NODE_TIMEOUT'> {
 export class K8sStoppedError extends K8sError<'K8S_STOPPED'> {
   constructor(what: string) {
     super(K8sErrorCode.STOPPED, `Kubernetes watchers stopped while waiting for ${what}`);
+  }
+}
+
+export class K8sCrdMissingError extends K8sError<'K8S_CRD_MISSING'> {
+  constructor(resource: string, why: string) {
+    super(K8sErrorCode.CRD_MISSING, `the Kubernetes API server does not serve ${resource} (${why}): install tendril's CRDs (kubectl apply -f deploy/kubernetes/crds/)`);
   }
 }
 

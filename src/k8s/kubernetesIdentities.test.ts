@@ -219,9 +219,20 @@ describe('identities as TendrilIdentity objects', () => {
     assert.equal(later.identity.scope, 'global');
   });
 
-  it('start fails with K8S_SYNC_TIMEOUT when the TendrilIdentity CRD is not installed', async () => {
+  it('start fails at once with K8S_CRD_MISSING, naming what to install, when the TendrilIdentity CRD is not installed', async () => {
     const bare = await FakeKubeApi.start();
     closers.push(() => bare.stop());
-    await assert.rejects(allocator('node-a', bare, { syncTimeoutMs: 500 }), (err: unknown) => isK8sError(err, K8sErrorCode.SYNC_TIMEOUT));
+    const t0 = Date.now();
+    await assert.rejects(allocator('node-a', bare, { syncTimeoutMs: 30_000 }), (err: unknown) => isK8sError(err, K8sErrorCode.CRD_MISSING) && /tendrilidentities\.tendril\.io.*kubectl apply -f deploy\/kubernetes\/crds\//.test((err as Error).message));
+    assert.ok(Date.now() - t0 < 5000, 'not after a sync timeout');
+  });
+
+  it('start waits through an API server that does not answer yet, then syncs (only a 404 is an answer)', async () => {
+    const own = await FakeKubeApi.start({ crds: 'tendril', bookmarkIntervalMs: 200 });
+    closers.push(() => own.stop());
+    await own.pause();
+    setTimeout(() => void own.resume(), 700);
+    const a = await allocator('node-a', own, { syncTimeoutMs: 20_000 });
+    assert.equal((await a.allocate(LabelSet.parse(['k8s:app=after-pause']))).identity.scope, 'global');
   });
 });

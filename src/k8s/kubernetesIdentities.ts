@@ -47,6 +47,7 @@ import {
 } from '../identity/index.js';
 import { K8sSyncTimeoutError } from './errors.js';
 import { httpStatusOf, ResourceInformer } from './resourceInformer.js';
+import { requireServedResource } from './servedResource.js';
 import {
   identityNumberOfName,
   identityOfObject,
@@ -77,6 +78,7 @@ type Claim = 'created' | 'joined' | 'taken';
 export class KubernetesIdentities implements GlobalIdentityStore {
   readonly informer: ResourceInformer<KubernetesObject>;
   readonly #custom: CustomObjectsApi;
+  readonly #kubeConfig: KubeConfig;
   readonly #log: Logger;
   readonly #minId: number;
   readonly #maxId: number;
@@ -104,6 +106,7 @@ export class KubernetesIdentities implements GlobalIdentityStore {
     this.#log = o.logger;
     this.#syncTimeoutMs = o.syncTimeoutMs ?? 30_000;
     this.#maxRetries = o.maxRetries ?? 8;
+    this.#kubeConfig = o.kubeConfig;
     this.#custom = o.kubeConfig.makeApiClient(CustomObjectsApi);
     this.informer = new ResourceInformer<KubernetesObject>({
       resource: TENDRIL_IDENTITY_PLURAL,
@@ -123,6 +126,7 @@ export class KubernetesIdentities implements GlobalIdentityStore {
   }
 
   async start(): Promise<void> {
+    await requireServedResource(this.#kubeConfig, this.#collection());
     this.informer.start();
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {

@@ -37,6 +37,8 @@ export class K8sWatchers {
   readonly #policies: PolicyWatcher;
   readonly #services: ServiceWatcher | undefined;
   readonly #informers: readonly ResourceInformer<object>[];
+  /** Informers other subsystems own and start (the crd mode's cluster stores): part of status and synced. */
+  readonly #followed: ResourceInformer<object>[] = [];
   #started = false;
   #stopped = false;
 
@@ -119,17 +121,23 @@ export class K8sWatchers {
     return this.#services?.initialSyncDone() ?? Promise.resolve();
   }
 
+  /** Reports an informer another subsystem owns (started and stopped by it) with the watchers' own: health waits for it too. */
+  follow(informer: ResourceInformer<object>): void {
+    this.#followed.push(informer);
+  }
+
   status(): K8sStatus {
+    const all = [...this.#informers, ...this.#followed];
     return {
       apiServer: apiServerOf(this.kubeConfig),
-      connected: this.#informers.every((i) => i.connected),
+      connected: all.every((i) => i.connected),
       synced: this.synced,
-      resources: this.#informers.map((i) => i.status()),
+      resources: all.map((i) => i.status()),
     };
   }
 
   get synced(): boolean {
-    return this.#informers.every((i) => i.isSynced);
+    return this.#informers.every((i) => i.isSynced) && this.#followed.every((i) => i.isSynced);
   }
 
   async stop(): Promise<void> {

@@ -83,7 +83,7 @@ export const peerName = (spec: PodSpec) => `${spec.namespace}/${spec.name}`;
  * creates a pod's object before its ADD, and the cleanup.
  */
 async function kubernetesForNamespaceLabels(opts: SceneOptions, cleanups: Array<() => Promise<void>>) {
-  const fake = await FakeKubeApi.start();
+  const fake = await FakeKubeApi.start({ crds: 'tendril' });
   cleanups.push(() => fake.stop());
   const namespaces = new Map<string, Record<string, string>>();
   for (const p of opts.pods) namespaces.set(p.namespace, { ...namespaces.get(p.namespace), ...p.namespaceLabels });

@@ -10,6 +10,8 @@ export const K8sErrorCode = {
   NODE_TIMEOUT: 'K8S_NODE_TIMEOUT',
   /** The watchers were stopped while a caller waited. */
   STOPPED: 'K8S_STOPPED',
+  /** The operator handed this node no cluster-pool CIDRs (TendrilNode spec.ipam.podCIDRs) in time. */
+  POD_CIDR_TIMEOUT: 'K8S_POD_CIDR_TIMEOUT',
 } as const;
 
 export type K8sErrorCode = (typeof K8sErrorCode)[keyof typeof K8sErrorCode];
@@ -49,6 +51,15 @@ export class K8sNodeTimeoutError extends K8sError<'K8S_NODE_TIMEOUT'> {
 export class K8sStoppedError extends K8sError<'K8S_STOPPED'> {
   constructor(what: string) {
     super(K8sErrorCode.STOPPED, `Kubernetes watchers stopped while waiting for ${what}`);
+  }
+}
+
+export class K8sPodCidrTimeoutError extends K8sError<'K8S_POD_CIDR_TIMEOUT'> {
+  constructor(nodeName: string, timeoutMs: number) {
+    super(
+      K8sErrorCode.POD_CIDR_TIMEOUT,
+      `TendrilNode ${JSON.stringify(nodeName)} has no spec.ipam.podCIDRs after ${timeoutMs} ms: is tendril-operator running with --cluster-pool-cidr?`,
+    );
   }
 }
 

@@ -5,6 +5,10 @@ import { FakeKubeApi } from '../../test/support/fakeKubeApi.js';
 import { testLogger, waitFor } from '../identity/testing/cluster.js';
 import { nodeRecord, runRegistryContract, type ContractHarness } from '../node/testing/registryContract.js';
 import type { NodeChange, NodeRecord } from '../node/types.js';
+import { OwnNode } from '../node/ownNode.js';
+import { FakeNodeRouting } from '../datapath/fake/fakeNodeRouting.js';
+import { ReservedIdentity } from '../identity/index.js';
+import { IPCache } from '../ipcache/ipcache.js';
 import { K8sErrorCode, isK8sError } from './errors.js';
 import { KubernetesNodeRegistry } from './kubernetesNodeRegistry.js';
 import { nodeLeaseName, NODE_LEASE_LABEL } from './nodeLeases.js';
@@ -213,6 +217,49 @@ describe('node registry over TendrilNode objects and Leases', () => {
     fake.update('leases', { ...l, spec: { ...l.spec, holderIdentity: 'node-z' } });
     await waitFor('b gone on a', () => a.get('node-b') === undefined);
     assert.equal(a.leases.isAlive('node-z'), false);
+  });
+
+  it('OwnNode runs over it: the other nodes\' routes and ipcache entries come and go with their Leases; a pod CIDR change is published', async () => {
+    const ipcache = new IPCache({ logger: testLogger });
+    const routing = new FakeNodeRouting('tunnel');
+    let podCidrs = ['10.200.1.0/24'];
+    let cidrsChanged: (() => void) | undefined;
+    const own = new OwnNode({
+      registry: registry('node-a'),
+      nodeName: 'node-a',
+      ipcache,
+      routing,
+      logger: testLogger,
+      facts: async () => ({
+        nodeIp: '192.168.50.1',
+        otherAddresses: [],
+        routerAddresses: ['10.200.1.1'],
+        podCidrs,
+        routingMode: 'tunnel',
+        tunnel: { protocol: 'vxlan', port: 8472 },
+        kvstore: { backend: 'embedded', connected: true, revision: 0, detail: '' },
+        startedAt: new Date(0),
+      }),
+      onPodCidrsChanged: (cb) => {
+        cidrsChanged = cb;
+        return () => (cidrsChanged = undefined);
+      },
+    });
+    stops.push(() => own.stop());
+    const b = registry('node-b');
+    await b.start(nodeRecord('node-b', 2));
+    await own.start();
+    assert.ok(own.routesInstalled('node-b'));
+    assert.deepEqual(routing.remoteNodes().get('node-b'), { name: 'node-b', nodeIp: '192.168.50.2', podCidrs: ['10.200.2.0/24'] });
+    assert.equal(ipcache.lookup('192.168.50.2')?.identity, ReservedIdentity.RemoteNode);
+    podCidrs = ['10.200.1.0/24', '10.200.9.0/24'];
+    cidrsChanged!();
+    await waitFor('published', () => b.get('node-a')?.podCidrs.length === 2);
+    assert.deepEqual(object('node-a')!.spec.podCIDRs, podCidrs);
+    // node-b dies: its Lease runs out, its routes and entries go; the object stays.
+    await b.stop();
+    await waitFor('b removed', () => !routing.remoteNodes().has('node-b') && ipcache.lookup('192.168.50.2') === undefined, (TTL + 5) * 1000);
+    assert.ok(object('node-b'), 'the TendrilNode stays; its Lease said the node is gone');
   });
 
   it('refuses a node name that cannot name a Kubernetes object', () => {

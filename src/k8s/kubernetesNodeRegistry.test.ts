@@ -266,21 +266,28 @@ describe('node registry over TendrilNode objects and Leases', () => {
     assert.throws(() => new KubernetesNodeRegistry({ kubeConfig, nodeName: 'Node_A', logger: testLogger }), /lowercase DNS subdomain/);
   });
 
-  it('an API server outage: what is listed stays, the Lease is renewed again once it is back', async () => {
-    const a = registry('node-a', 4);
-    const b = registry('node-b', 4);
+  it('an API server outage longer than the TTL: no node counts as gone meanwhile; after it, one that died gets a TTL to renew, then goes', async () => {
+    const a = registry('node-a');
+    const b = registry('node-b');
+    const c = registry('node-c');
+    const changes: NodeChange[] = [];
+    a.subscribe((ch) => changes.push(ch));
     await a.start(nodeRecord('node-a', 1));
     await b.start(nodeRecord('node-b', 2));
-    await waitFor('b on a', () => a.get('node-b'));
+    await c.start(nodeRecord('node-c', 3));
+    await waitFor('b and c on a', () => a.get('node-b') && a.get('node-c'));
     await fake.pause();
-    await new Promise((r) => setTimeout(r, 1500));
-    assert.ok(a.get('node-b'), 'within the lease duration the mirror stands');
+    // node-c dies during the outage; nobody can renew anything.
+    await c.stop();
+    await new Promise((r) => setTimeout(r, (TTL + 1.5) * 1000));
+    assert.ok(a.get('node-b') && a.get('node-c'), 'every Lease ran out unseen: the mirror stands');
     await fake.resume();
+    const resumed = Date.now();
     const before = Date.parse(String(lease('node-a')!.spec!.renewTime));
     await waitFor('a renews after the outage', () => Date.parse(String(lease('node-a')?.spec?.renewTime)) > before, 5000);
-    await new Promise((r) => setTimeout(r, 2000));
-    assert.ok(a.get('node-b'));
-    const record: NodeRecord | undefined = b.get('node-a');
-    assert.ok(record);
+    await waitFor('c gone on a', () => a.get('node-c') === undefined, (TTL + 5) * 1000);
+    assert.ok(Date.now() - resumed >= TTL * 1000 - 200, `c went ${Date.now() - resumed} ms after the API server came back, not before a TTL`);
+    assert.ok(a.get('node-b'), 'b renewed in time');
+    assert.deepEqual(changes.map((ch) => [ch.type, ch.node.name]), [['upsert', 'node-b'], ['upsert', 'node-c'], ['delete', 'node-c']]);
   });
 });

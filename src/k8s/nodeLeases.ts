@@ -12,6 +12,13 @@
  *
  * A clean stop leaves the Lease as it is: an agent restarted within the
  * lease duration keeps its node alive for the others throughout.
+ *
+ * An API server outage stops every renewal at once, and the follower cannot
+ * tell that from every node dying: while its watch is down it lets no Lease
+ * run out (what is in force stays), and once the watch is back every node
+ * gets one more lease duration from then to renew before it counts as gone
+ * (the node lifecycle controller holds evictions in a full disruption for
+ * the same reason).
  */
 import { CoordinationV1Api, V1MicroTime, type KubeConfig, type KubernetesListObject, type V1Lease } from '@kubernetes/client-node';
 import { Backoff } from '../async/backoff.js';
@@ -204,6 +211,9 @@ export class NodeLeaseWriter {
   }
 }
 
+/** How often a follower whose watch is down looks whether it is back (only then). */
+const HOLD_CHECK_MS = 500;
+
 export interface NodeLeaseFollowerOptions {
   kubeConfig: KubeConfig;
   namespace: string;
@@ -220,12 +230,18 @@ export class NodeLeaseFollower {
   readonly #log: Logger;
   readonly #onChange: (node: string, alive: boolean) => void;
   readonly #now: () => number;
-  /** Lease name → its node and when it runs out. */
-  readonly #leases = new Map<string, { node: string; expiry: number | undefined }>();
+  /** Lease name → its node, when it runs out as written, and its duration (ms). */
+  readonly #leases = new Map<string, { node: string; expiry: number; durationMs: number }>();
   readonly #alive = new Set<string>();
   #timer: NodeJS.Timeout | undefined;
   #timerAt = Infinity;
   #stopped = false;
+  /** The watch was connected once (an outage is a loss after that). */
+  #wasConnected = false;
+  /** While the watch is down: expiries are held. */
+  #holding = false;
+  /** When the watch came back after an outage: no Lease runs out before this plus its duration. */
+  #resumedAt = 0;
 
   constructor(o: NodeLeaseFollowerOptions) {
     this.#log = o.logger;
@@ -267,9 +283,14 @@ export class NodeLeaseFollower {
     return this.#alive.has(node);
   }
 
-  /** When the node's Lease runs out (ms), if it has one. */
+  /** When the node's Lease runs out (ms), if it has one: as written, or later after an outage of the watch. */
   expiresAt(node: string): number | undefined {
-    return this.#leases.get(nodeLeaseName(node))?.expiry;
+    const l = this.#leases.get(nodeLeaseName(node));
+    return l === undefined ? undefined : this.#effective(l);
+  }
+
+  #effective(l: { expiry: number; durationMs: number }): number {
+    return this.#resumedAt === 0 ? l.expiry : Math.max(l.expiry, this.#resumedAt + l.durationMs);
   }
 
   #upsert(lease: V1Lease): void {
@@ -282,11 +303,15 @@ export class NodeLeaseFollower {
       this.#drop(name);
       return;
     }
+    if (this.informer.connected) this.#wasConnected = true;
     const old = this.#leases.get(name);
     if (old !== undefined && old.node !== node) this.#drop(name);
-    this.#leases.set(name, { node, expiry });
-    this.#evaluate(node, expiry);
-    if (expiry < this.#timerAt) this.#arm();
+    const entry = { node, expiry, durationMs: (lease.spec?.leaseDurationSeconds ?? 0) * 1000 };
+    this.#leases.set(name, entry);
+    const effective = this.#effective(entry);
+    // Held during an outage: a Lease seen alive stays so until the watch is back.
+    if (!(this.#holding && this.#alive.has(node))) this.#evaluate(node, effective);
+    if (effective < this.#timerAt) this.#arm();
   }
 
   #delete(lease: V1Lease): void {
@@ -319,7 +344,10 @@ export class NodeLeaseFollower {
     this.#timerAt = Infinity;
     if (this.#stopped) return;
     let next = Infinity;
-    for (const { node, expiry } of this.#leases.values()) if (expiry !== undefined && this.#alive.has(node) && expiry < next) next = expiry;
+    for (const l of this.#leases.values()) {
+      const at = this.#effective(l);
+      if (this.#alive.has(l.node) && at < next) next = at;
+    }
     if (next === Infinity) return;
     this.#timerAt = next;
     this.#timer = setTimeout(() => this.#expire(), Math.max(0, next - this.#now()) + 1);
@@ -329,7 +357,23 @@ export class NodeLeaseFollower {
   #expire(): void {
     this.#timer = undefined;
     this.#timerAt = Infinity;
-    for (const { node, expiry } of [...this.#leases.values()]) if (this.#alive.has(node)) this.#evaluate(node, expiry);
+    const connected = this.informer.connected;
+    if (connected) this.#wasConnected = true;
+    if (!connected && this.#wasConnected) {
+      // The watch is down: renewals may be happening unseen (or no one can renew). Hold, and look again shortly.
+      if (!this.#holding) this.#log.warn('node lease watch down: no node counts as gone until it is back');
+      this.#holding = true;
+      this.#timerAt = -Infinity;
+      this.#timer = setTimeout(() => this.#expire(), HOLD_CHECK_MS);
+      this.#timer.unref();
+      return;
+    }
+    if (this.#holding) {
+      this.#holding = false;
+      this.#resumedAt = this.#now();
+      this.#log.info('node lease watch back: every node has one lease duration from now to renew');
+    }
+    for (const l of [...this.#leases.values()]) if (this.#alive.has(l.node)) this.#evaluate(l.node, this.#effective(l));
     this.#arm();
   }
 }

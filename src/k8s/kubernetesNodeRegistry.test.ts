@@ -4,7 +4,7 @@ import { KubeConfig, type KubernetesObject, type V1Lease, V1MicroTime } from '@k
 import { FakeKubeApi } from '../../test/support/fakeKubeApi.js';
 import { testLogger, waitFor } from '../identity/testing/cluster.js';
 import { nodeRecord, runRegistryContract, type ContractHarness } from '../node/testing/registryContract.js';
-import type { NodeChange, NodeRecord } from '../node/types.js';
+import type { NodeChange } from '../node/types.js';
 import { OwnNode } from '../node/ownNode.js';
 import { FakeNodeRouting } from '../datapath/fake/fakeNodeRouting.js';
 import { ReservedIdentity } from '../identity/index.js';

@@ -120,7 +120,7 @@ describe('node registry over TendrilNode objects and Leases', () => {
   const object = (name: string) => fake.get('tendrilnodes', undefined, name) as (KubernetesObject & { spec: Record<string, unknown> }) | undefined;
   const lease = (name: string) => fake.get('leases', NAMESPACE, nodeLeaseName(name)) as V1Lease | undefined;
 
-  it('writes a TendrilNode named by the node and a labelled Lease held by it; the object is owned by the Node when one exists', async () => {
+  it('writes a TendrilNode named by the node and a labelled Lease held by it; both are owned by the Node when one exists', async () => {
     const node = fake.create('nodes', { apiVersion: 'v1', kind: 'Node', metadata: { name: 'node-a' } }) as KubernetesObject;
     const a = registry('node-a');
     await a.start(nodeRecord('node-a', 1));
@@ -133,14 +133,16 @@ describe('node registry over TendrilNode objects and Leases', () => {
     assert.equal(l.spec?.leaseDurationSeconds, TTL);
     assert.deepEqual(l.metadata?.labels, { 'app.kubernetes.io/part-of': 'tendril', [NODE_LEASE_LABEL]: 'true' });
     assert.equal(a.revisionOf('node-a'), Number(obj.metadata?.resourceVersion));
-    // Deleting the Node deletes the TendrilNode (the garbage collector follows the owner reference).
+    assert.deepEqual(l.metadata?.ownerReferences, obj.metadata?.ownerReferences, 'the Lease is the Node\'s too');
+    // Deleting the Node deletes the TendrilNode and the Lease (the garbage collector follows the owner references).
     await a.stop();
     fake.delete('nodes', undefined, 'node-a');
-    await waitFor('TendrilNode collected', () => object('node-a') === undefined);
+    await waitFor('TendrilNode and Lease collected', () => object('node-a') === undefined && lease('node-a') === undefined);
     // Without a Node object: no owner reference (an owner that does not exist would get it collected).
     const b = registry('node-b');
     await b.start(nodeRecord('node-b', 2));
     assert.equal(object('node-b')!.metadata?.ownerReferences, undefined);
+    assert.equal(lease('node-b')!.metadata?.ownerReferences, undefined);
   });
 
   it('renews its Lease every third of the TTL, re-reading it after a 409; a deleted Lease is created again', async () => {

@@ -12,7 +12,8 @@
  * spec.ipam (the operator's cluster-pool CIDRs) is never touched and no
  * resourceVersion precondition is needed (no one else writes those fields);
  * a patch answered 404 creates the object, owned by the Node object when it
- * exists. The object is written again when the informer sees it deleted.
+ * exists (its Lease too). The object is written again when the informer
+ * sees it deleted.
  *
  * Cluster-pool IPAM needs its CIDRs before the agent can say which pod CIDRs
  * it uses: ensureOwnObject(record) creates the object (pod CIDRs still
@@ -136,7 +137,15 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
     this.nodeInformer.on('update', (obj) => this.#upsertObject(obj));
     this.nodeInformer.on('delete', (obj) => this.#deleteObject(obj));
     this.leases = new NodeLeaseFollower({ kubeConfig: o.kubeConfig, namespace, logger: o.logger, ...retry, onChange: (node) => this.#leaseChanged(node) });
-    this.#leaseWriter = new NodeLeaseWriter({ kubeConfig: o.kubeConfig, namespace, nodeName: o.nodeName, ttlSeconds: ttl, logger: o.logger, ...retry });
+    this.#leaseWriter = new NodeLeaseWriter({
+      kubeConfig: o.kubeConfig,
+      namespace,
+      nodeName: o.nodeName,
+      ttlSeconds: ttl,
+      logger: o.logger,
+      ...retry,
+      owner: () => this.#nodeOwner(),
+    });
   }
 
   get nodeName(): string {

@@ -20,7 +20,7 @@
  * (the node lifecycle controller holds evictions in a full disruption for
  * the same reason).
  */
-import { CoordinationV1Api, V1MicroTime, type KubeConfig, type KubernetesListObject, type V1Lease } from '@kubernetes/client-node';
+import { CoordinationV1Api, V1MicroTime, type KubeConfig, type KubernetesListObject, type V1Lease, type V1OwnerReference } from '@kubernetes/client-node';
 import { Backoff } from '../async/backoff.js';
 import { Serializer } from '../async/keyedSerializer.js';
 import type { Logger } from '../logging/logger.js';
@@ -68,6 +68,8 @@ export interface NodeLeaseWriterOptions {
   logger: Logger;
   /** Delays of retries after a failed renewal (never longer than the renewal period). */
   retry?: RetryOptions;
+  /** The Lease's owner when it is created (the Node object, as the kubelet's node Lease has): it goes with the Node. */
+  owner?: () => Promise<V1OwnerReference | undefined>;
 }
 
 /** A 409 on every try means another writer renews the same Lease as fast as we do (two agents with one node name). */
@@ -153,12 +155,13 @@ export class NodeLeaseWriter {
     }
   }
 
-  #body(now: V1MicroTime): V1Lease {
+  #body(now: V1MicroTime, owner?: V1OwnerReference): V1Lease {
     const prev = this.#current;
     return {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
       metadata: {
+        ...(owner === undefined ? {} : { ownerReferences: [owner] }),
         ...(prev?.metadata ?? {}),
         name: this.#name,
         namespace: this.#o.namespace,
@@ -185,11 +188,12 @@ export class NodeLeaseWriter {
           if (httpStatusOf(err) !== 404) throw err;
         }
       }
+      const owner = this.#current === undefined ? await this.#o.owner?.() : undefined;
       const now = new V1MicroTime();
       try {
         this.#current =
           this.#current === undefined
-            ? await this.#api.createNamespacedLease({ namespace, body: this.#body(now) })
+            ? await this.#api.createNamespacedLease({ namespace, body: this.#body(now, owner) })
             : await this.#api.replaceNamespacedLease({ namespace, name: this.#name, body: this.#body(now) });
       } catch (err) {
         const status = httpStatusOf(err);

@@ -91,7 +91,7 @@ export function runRegistryContract(name: string, newHarness: () => Promise<Cont
       const b = await cluster.node(nodeRecord('node-b', 2));
       // b's first listing already holds a; a learns of b as a change.
       assert.deepEqual(names(b), ['node-a', 'node-b']);
-      assert.deepEqual(b.changes.filter((c) => c.node.name !== 'node-b'), [], 'what the first listing held is not a change');
+      assert.deepEqual(b.changes, [], 'what the first listing held (its own record too) is not a change');
       await waitFor('b on a', () => a.registry.get('node-b'));
       assert.deepEqual(names(a), ['node-a', 'node-b']);
       assert.deepEqual(events(a, 'node-b'), ['upsert']);
@@ -148,10 +148,10 @@ export function runRegistryContract(name: string, newHarness: () => Promise<Cont
       await waitFor('b on a', () => a.registry.get('node-b'));
       await b.crash();
       const t0 = Date.now();
-      await sleep(cluster.ttlSeconds * 250);
+      await sleep(cluster.ttlSeconds * 500);
       assert.ok(a.registry.get('node-b'), 'still listed within its TTL');
       const del = await waitFor('b gone on a', () => a.changes.find((c) => c.type === 'delete' && c.node.name === 'node-b'), (cluster.ttlSeconds + 5) * 1000);
-      assert.ok(Date.now() - t0 >= cluster.ttlSeconds * 250, 'the record outlived the crash');
+      assert.ok(Date.now() - t0 >= cluster.ttlSeconds * 500, 'the record outlived the crash');
       assert.equal(del.node.routingMode, 'tunnel');
       assert.deepEqual(del.node.podCidrs, ['10.200.2.0/24']);
       assert.deepEqual(names(a), ['node-a']);

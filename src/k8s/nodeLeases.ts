@@ -361,6 +361,7 @@ export class NodeLeaseFollower {
   #expire(): void {
     this.#timer = undefined;
     this.#timerAt = Infinity;
+    if (this.#stopped) return;
     const connected = this.informer.connected;
     if (connected) this.#wasConnected = true;
     if (!connected && this.#wasConnected) {

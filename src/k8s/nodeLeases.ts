@@ -225,15 +225,12 @@ export interface NodeLeaseFollowerOptions {
   retry?: RetryOptions;
   /** A node became alive (its Lease renewed in time) or ran out (expired, deleted). */
   onChange: (node: string, alive: boolean) => void;
-  /** The clock (tests); Date.now by default. */
-  now?: () => number;
 }
 
 export class NodeLeaseFollower {
   readonly informer: ResourceInformer<V1Lease>;
   readonly #log: Logger;
   readonly #onChange: (node: string, alive: boolean) => void;
-  readonly #now: () => number;
   /** Lease name → its node, when it runs out as written, and its duration (ms). */
   readonly #leases = new Map<string, { node: string; expiry: number; durationMs: number }>();
   readonly #alive = new Set<string>();
@@ -250,7 +247,6 @@ export class NodeLeaseFollower {
   constructor(o: NodeLeaseFollowerOptions) {
     this.#log = o.logger;
     this.#onChange = o.onChange;
-    this.#now = o.now ?? Date.now;
     const api = o.kubeConfig.makeApiClient(CoordinationV1Api);
     this.informer = new ResourceInformer<V1Lease>({
       resource: 'leases',
@@ -330,7 +326,7 @@ export class NodeLeaseFollower {
   }
 
   #evaluate(node: string, expiry: number | undefined): void {
-    const alive = expiry !== undefined && expiry > this.#now();
+    const alive = expiry !== undefined && expiry > Date.now();
     if (alive === this.#alive.has(node)) return;
     if (alive) this.#alive.add(node);
     else this.#alive.delete(node);
@@ -354,7 +350,7 @@ export class NodeLeaseFollower {
     }
     if (next === Infinity) return;
     this.#timerAt = next;
-    this.#timer = setTimeout(() => this.#expire(), Math.max(0, next - this.#now()) + 1);
+    this.#timer = setTimeout(() => this.#expire(), Math.max(0, next - Date.now()) + 1);
     this.#timer.unref();
   }
 
@@ -375,7 +371,7 @@ export class NodeLeaseFollower {
     }
     if (this.#holding) {
       this.#holding = false;
-      this.#resumedAt = this.#now();
+      this.#resumedAt = Date.now();
       this.#log.info('node lease watch back: every node has one lease duration from now to renew');
     }
     for (const l of [...this.#leases.values()]) if (this.#alive.has(l.node)) this.#evaluate(l.node, this.#effective(l));

@@ -164,7 +164,7 @@ describe('node registry over TendrilNode objects and Leases', () => {
     await waitFor('Lease created again', () => lease('node-a'), 3000);
   });
 
-  it('never writes spec.ipam; the operator\'s CIDRs survive updates and a re-created object; one patch per update', async () => {
+  it('never writes spec.ipam: the operator\'s CIDRs survive the agent\'s updates; one patch per update', async () => {
     const a = registry('node-a');
     await a.start(nodeRecord('node-a', 1));
     const obj = object('node-a')!;

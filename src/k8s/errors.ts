@@ -12,6 +12,8 @@ export const K8sErrorCode = {
   STOPPED: 'K8S_STOPPED',
   /** The API server does not serve a tendril custom resource the configured mode needs (its CRD is not installed). */
   CRD_MISSING: 'K8S_CRD_MISSING',
+  /** The operator handed this node no cluster-pool CIDRs (TendrilNode spec.ipam.podCIDRs) in time. */
+  POD_CIDR_TIMEOUT: 'K8S_POD_CIDR_TIMEOUT',
 } as const;
 
 export type K8sErrorCode = (typeof K8sErrorCode)[keyof typeof K8sErrorCode];
@@ -57,6 +59,15 @@ export class K8sStoppedError extends K8sError<'K8S_STOPPED'> {
 export class K8sCrdMissingError extends K8sError<'K8S_CRD_MISSING'> {
   constructor(resource: string, why: string) {
     super(K8sErrorCode.CRD_MISSING, `the Kubernetes API server does not serve ${resource} (${why}): install tendril's CRDs (kubectl apply -f deploy/kubernetes/crds/)`);
+  }
+}
+
+export class K8sPodCidrTimeoutError extends K8sError<'K8S_POD_CIDR_TIMEOUT'> {
+  constructor(nodeName: string, timeoutMs: number) {
+    super(
+      K8sErrorCode.POD_CIDR_TIMEOUT,
+      `TendrilNode ${JSON.stringify(nodeName)} has no spec.ipam.podCIDRs after ${timeoutMs} ms: is tendril-operator running with --cluster-pool-cidr?`,
+    );
   }
 }
 

@@ -38,3 +38,6 @@ export {
   TENDRIL_IDENTITY_KIND,
   type TendrilIdentityObject,
 } from './tendrilIdentity.js';
+export { KubernetesNodeRegistry, type KubernetesNodeRegistryOptions } from './kubernetesNodeRegistry.js';
+export { NodeLeaseFollower, NodeLeaseWriter, nodeLeaseName, NODE_LEASE_LABEL } from './nodeLeases.js';
+export { TENDRIL_NODE_PLURAL, nodeRecordOfObject, allocatedPodCidrsOfObject } from './tendrilNode.js';

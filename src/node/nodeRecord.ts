@@ -89,6 +89,11 @@ export function decodeNodeRecord(text: string, keyName?: string): NodeRecord | s
   } catch {
     return 'value is not JSON';
   }
+  return parseNodeRecord(raw, keyName);
+}
+
+/** decodeNodeRecord for a value already parsed (a record held in another form: a TendrilNode object's spec). */
+export function parseNodeRecord(raw: unknown, keyName?: string): NodeRecord | string {
   const parsed = NodeRecordSchema.safeParse(raw);
   if (!parsed.success) return describeIssues(parsed.error);
   if (keyName !== undefined && parsed.data.name !== keyName) return `record names node ${JSON.stringify(parsed.data.name)} under the key of ${JSON.stringify(keyName)}`;

@@ -5,7 +5,7 @@ import type { Backend, KeyValue, WatchEvent } from '../kvstore/types.js';
 import { ListWatcher, withLease, type LeaseProvider } from '../identity/index.js';
 import { NodeError, NodeErrorCode, NodeRecordError } from './errors.js';
 import { decodeNodeRecord, encodeNodeRecord, isNodeName } from './nodeRecord.js';
-import type { NodeChange, NodeRecord, NodeRegistryView } from './types.js';
+import type { NodeChange, NodeRecord, NodeRegistryService } from './types.js';
 
 export interface NodeRegistryOptions {
   backend: Backend;
@@ -40,7 +40,7 @@ interface Known {
  * - After a failed watch the state is listed again and the difference is
  *   handed to subscribers as upserts and deletes.
  */
-export class NodeRegistry implements NodeRegistryView {
+export class NodeRegistry implements NodeRegistryService {
   readonly #backend: Backend;
   readonly #lease: LeaseProvider;
   readonly #nodeName: string;

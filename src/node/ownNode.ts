@@ -6,7 +6,7 @@ import type { Backend, Status } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { NodeRegistry } from './nodeRegistry.js';
 import { RemoteNodes } from './remoteNodes.js';
-import type { NodeAddress, NodeRecord, RoutingMode, TunnelProtocol } from './types.js';
+import type { NodeAddress, NodeRecord, NodeRegistryService, RoutingMode, TunnelProtocol } from './types.js';
 
 /** What this node's record says, read again at each write. */
 export interface OwnNodeFacts {
@@ -44,9 +44,7 @@ export function ownNodeRecord(name: string, f: OwnNodeFacts): NodeRecord {
   };
 }
 
-export interface OwnNodeOptions {
-  backend: Backend;
-  lease: LeaseProvider;
+interface OwnNodeCommon {
   nodeName: string;
   ipcache: IPCache;
   /** Routes to the other nodes' pod CIDRs; absent: ipcache entries only. */
@@ -59,13 +57,19 @@ export interface OwnNodeOptions {
 }
 
 /**
+ * The registry: one made here over the kvstore (backend + the node's lease),
+ * or one given (KubernetesNodeRegistry in crd mode), which start() starts.
+ */
+export type OwnNodeOptions = OwnNodeCommon & ({ backend: Backend; lease: LeaseProvider } | { registry: NodeRegistryService });
+
+/**
  * This node in the cluster: publishes its record in the registry (under its
  * lease) and follows the others — their addresses into the ipcache
  * (identity remote-node, tunnel endpoint their node IP), their pod CIDRs
  * routed.
  */
 export class OwnNode {
-  private nodes: NodeRegistry | undefined;
+  private nodes: NodeRegistryService | undefined;
   private remoteNodes: RemoteNodes | undefined;
   private unsubscribePodCidrs: (() => void) | undefined;
   /** The own record's writes, in order (publish). */
@@ -74,13 +78,13 @@ export class OwnNode {
   constructor(private readonly o: OwnNodeOptions) {}
 
   /** The cluster's nodes; undefined before start(). */
-  get registry(): NodeRegistry | undefined {
+  get registry(): NodeRegistryService | undefined {
     return this.nodes;
   }
 
   /** Publishes this node and follows the others; before endpoints are restored, so a restored pod reaches the other nodes' pods at once. */
   async start(): Promise<void> {
-    const registry = new NodeRegistry({ backend: this.o.backend, lease: this.o.lease, nodeName: this.o.nodeName, logger: this.o.logger });
+    const registry = 'registry' in this.o ? this.o.registry : new NodeRegistry({ backend: this.o.backend, lease: this.o.lease, nodeName: this.o.nodeName, logger: this.o.logger });
     this.nodes = registry;
     await registry.start(await this.record());
     this.remoteNodes = new RemoteNodes({

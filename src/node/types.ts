@@ -51,6 +51,23 @@ export interface NodeRegistryView {
   subscribe(listener: (change: NodeChange) => void): () => void;
 }
 
+/**
+ * A node registry the agent runs: the kvstore one (NodeRegistry: records held
+ * by the node's kvstore lease) or the Kubernetes one (KubernetesNodeRegistry:
+ * TendrilNode objects, alive while their node's coordination.k8s.io Lease is).
+ */
+export interface NodeRegistryService extends NodeRegistryView {
+  readonly nodeName: string;
+  /** Publishes `own` and follows the cluster's nodes; resolves after the first listing. */
+  start(own: NodeRecord): Promise<void>;
+  /** Publishes a new version of this node's record (pod CIDRs, addresses or health changed). */
+  update(own: NodeRecord): Promise<void>;
+  /** Stops following and renewing. What this node published stays until its liveness runs out (a restart within it keeps it). */
+  stop(): Promise<void>;
+  /** A number that grows with each write of the node's record as last seen (the kvstore revision, the object's resourceVersion). */
+  revisionOf(name: string): number | undefined;
+}
+
 /** A node as `GET /node` answers it: its record, and what this node made of it. */
 export interface NodeStatus extends NodeRecord {
   /** This agent's own node. */

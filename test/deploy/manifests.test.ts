@@ -35,6 +35,9 @@ import { FakeKubeApi } from '../support/fakeKubeApi.js';
 import { KubeConfig } from '@kubernetes/client-node';
 import { KubernetesIdentityAllocator } from '../../src/k8s/kubernetesIdentityAllocator.js';
 import { identityOfObject, tendrilIdentityObject } from '../../src/k8s/tendrilIdentity.js';
+import { KubernetesNodeRegistry } from '../../src/k8s/kubernetesNodeRegistry.js';
+import { allocatedPodCidrsOfObject, nodeRecordOfObject, tendrilNodeObject, tendrilNodeSpecPatch } from '../../src/k8s/tendrilNode.js';
+import type { NodeRecord } from '../../src/node/types.js';
 import { LabelSet } from '../../src/labels/index.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -110,6 +113,7 @@ describe('deploy/kubernetes manifests', () => {
       'CustomResourceDefinition/tendrilnetworkpolicies.tendril.io',
       'CustomResourceDefinition/tendrilclusterwidenetworkpolicies.tendril.io',
       'CustomResourceDefinition/tendrilidentities.tendril.io',
+      'CustomResourceDefinition/tendrilnodes.tendril.io',
     ]) {
       assert.ok(kinds.includes(k), `${k} in ${kinds.join(', ')}`);
     }
@@ -509,6 +513,56 @@ describe('tendril CRDs', () => {
     assert.ok(typeof read !== 'string' && read.id === 300 && read.labels.equals(labels));
   });
 
+  test('TendrilNode: cluster-scoped, tendril.io/v1, short name tn, structural; what the agent writes and the operator adds validates and reads back', () => {
+    const crd = crdOf('TendrilNode');
+    assert.ok(crd !== undefined, 'a CRD for TendrilNode');
+    assert.equal(obj(crd.metadata, 'metadata').name, 'tendrilnodes.tendril.io');
+    const spec = obj(crd.spec, 'spec');
+    assert.equal(spec.group, 'tendril.io');
+    assert.equal(spec.scope, 'Cluster');
+    const names = obj(spec.names, 'names');
+    assert.deepEqual([names.plural, names.listKind, names.shortNames, names.categories], ['tendrilnodes', 'TendrilNodeList', ['tn'], ['tendril']]);
+    assert.deepEqual(arr(spec.versions, 'versions').map((v) => [obj(v, 'v').name, obj(v, 'v').served, obj(v, 'v').storage]), [['v1', true, true]]);
+    const root = schemaOf(crd);
+    const problems: string[] = [];
+    structuralProblems(root, 'openAPIV3Schema', problems);
+    assert.deepEqual(problems, []);
+    const validate = crdAjv().compile(root);
+    const record: NodeRecord = {
+      name: 'node-a',
+      addresses: [
+        { type: 'InternalIP', ip: '192.168.50.1' },
+        { type: 'InternalIP', ip: 'fd00:50::1' },
+        { type: 'ExternalIP', ip: '203.0.113.1' },
+        { type: 'RouterIP', ip: '10.200.1.1' },
+      ],
+      podCidrs: ['10.200.1.0/24', 'fd00:200:1::/64'],
+      routingMode: 'tunnel',
+      tunnel: { protocol: 'vxlan', port: 8472 },
+      health: { status: 'degraded', reason: 'kvstore embedded disconnected' },
+      startedAt: '2026-11-29T10:00:00.000Z',
+    };
+    const written = tendrilNodeObject(record, { apiVersion: 'v1', kind: 'Node', name: 'node-a', uid: '6a1c0d2e-0000-4000-8000-000000000001' });
+    // Every field the agent writes is declared (the server would prune an undeclared one).
+    assert.deepEqual(keysOf(props(root, 'spec')), [...Object.keys(written.spec), 'ipam'].sort());
+    assert.deepEqual(keysOf(props(root, 'spec', 'addresses')), ['ip', 'type']);
+    assert.deepEqual(obj(props(root, 'spec', 'addresses', 'type'), 'type').enum, ['InternalIP', 'ExternalIP', 'RouterIP']);
+    assert.ok(validate(written), JSON.stringify(validate.errors));
+    // The agent's merge patch applied to an object the operator gave CIDRs: valid, ipam kept.
+    const withIpam = { ...written, spec: { ...written.spec, ipam: { podCIDRs: ['10.244.1.0/24', 'fd00:244:1::/64'] } } };
+    assert.ok(validate(withIpam), JSON.stringify(validate.errors));
+    assert.deepEqual(nodeRecordOfObject(withIpam), record);
+    assert.deepEqual(allocatedPodCidrsOfObject(withIpam), ['10.244.1.0/24', 'fd00:244:1::/64']);
+    const native = tendrilNodeSpecPatch({ ...record, routingMode: 'native', tunnel: undefined, health: { status: 'ok' } });
+    assert.equal(native.spec.tunnel, null, 'the patch removes the tunnel');
+    assert.equal(obj(native.spec.health, 'health').reason, null, 'and the old reason');
+    assert.equal(native.spec.ipam, undefined, 'and never names ipam');
+    // The schema has teeth where the record's rules are a schema's to say.
+    assert.equal(validate({ ...written, spec: { ...written.spec, routingMode: 'bgp' } }), false);
+    assert.equal(validate({ ...written, spec: { ...written.spec, tunnel: { protocol: 'geneve', port: 6081 } } }), false);
+    assert.equal(validate({ ...written, spec: { ...written.spec, addresses: [{ type: 'Hostname', ip: 'a' }] } }), false);
+  });
+
   test('every example is valid against its CRD (ajv) and as `tendril policy import` reads it', () => {
     const ajv = crdAjv();
     const validators = new Map<string, ValidateFunction>(cases.map((c) => [c.kind, ajv.compile(schemaOf(crdOf(c.kind)))]));
@@ -611,6 +665,29 @@ describe('kubectl applies deploy/kubernetes', () => {
       assert.deepEqual(got['security-labels'], { 'k8s:app': 'web', 'k8s:io.kubernetes.pod.namespace': 'demo' });
     } finally {
       await allocator.close();
+    }
+  });
+
+  test('a TendrilNode an agent publishes is found with kubectl by short name, its Lease by label', async () => {
+    await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'crds'));
+    const kc = new KubeConfig();
+    kc.loadFromFile(kubeconfig);
+    const registry = new KubernetesNodeRegistry({ kubeConfig: kc, nodeName: 'node-a', namespace: 'kube-system', logger: pino({ level: 'silent' }) });
+    try {
+      await registry.start({
+        name: 'node-a',
+        addresses: [{ type: 'InternalIP', ip: '192.168.50.1' }],
+        podCidrs: ['10.200.1.0/24'],
+        routingMode: 'native',
+        health: { status: 'ok' },
+        startedAt: new Date().toISOString(),
+      });
+      assert.equal((await kubectl('get', 'tn', '-o', 'name')).trim(), 'tendrilnode.tendril.io/node-a');
+      const got = JSON.parse(await kubectl('get', 'tendrilnodes', 'node-a', '-o', 'json')) as Obj;
+      assert.deepEqual(obj(got.spec, 'spec').podCIDRs, ['10.200.1.0/24']);
+      assert.equal((await kubectl('get', 'leases', '-n', 'kube-system', '-l', 'tendril.io/node-lease=true', '-o', 'name')).trim(), 'lease.coordination.k8s.io/tendril-node-node-a');
+    } finally {
+      await registry.stop();
     }
   });
 

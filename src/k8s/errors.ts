@@ -10,6 +10,8 @@ export const K8sErrorCode = {
   NODE_TIMEOUT: 'K8S_NODE_TIMEOUT',
   /** The watchers were stopped while a caller waited. */
   STOPPED: 'K8S_STOPPED',
+  /** An object this node must write is held by another writer it may not overwrite (retried). */
+  OBJECT_CONFLICT: 'K8S_OBJECT_CONFLICT',
 } as const;
 
 export type K8sErrorCode = (typeof K8sErrorCode)[keyof typeof K8sErrorCode];
@@ -49,6 +51,12 @@ export class K8sNodeTimeoutError extends K8sError<'K8S_NODE_TIMEOUT'> {
 export class K8sStoppedError extends K8sError<'K8S_STOPPED'> {
   constructor(what: string) {
     super(K8sErrorCode.STOPPED, `Kubernetes watchers stopped while waiting for ${what}`);
+  }
+}
+
+export class K8sObjectConflictError extends K8sError<'K8S_OBJECT_CONFLICT'> {
+  constructor(message: string) {
+    super(K8sErrorCode.OBJECT_CONFLICT, message);
   }
 }
 

@@ -58,6 +58,7 @@ export type FakeResource =
   | 'tendrilnetworkpolicies'
   | 'tendrilclusterwidenetworkpolicies'
   | 'tendrilidentities'
+  | 'tendrilendpoints'
   // Built-ins the manifests in deploy/ create, and Cilium's policy CRDs once registered.
   | 'configmaps'
   | 'serviceaccounts'

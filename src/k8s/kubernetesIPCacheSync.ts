@@ -203,6 +203,8 @@ export class KubernetesIPCacheSync {
 
   /** Resolves when every queued write has landed (retries included). */
   async flush(): Promise<void> {
+    // The feed reports ipcache changes after the current task (it gathers an endpoint's addresses).
+    await new Promise((r) => setImmediate(r));
     for (;;) {
       await this.#serial.idle();
       if (this.#retryTimers.size === 0 || this.#stopped) return;
@@ -468,8 +470,10 @@ export class KubernetesIPCacheSync {
     if (have !== undefined && (c.metadata.uid === undefined || c.metadata.uid === have.uid)) {
       this.#written.delete(key);
       if (this.#desired.has(key)) {
-        this.#log.info({ pod: key }, 'TendrilEndpoint of a live endpoint deleted by another writer; creating it again');
-        this.#kick(key);
+        // After a back-off step, not at once: the pod's own deletion (the GC took its object)
+        // reaches the feed through another watch, and then there is nothing to write.
+        this.#log.info({ pod: key }, 'TendrilEndpoint of a live endpoint deleted by another writer; writing it again');
+        this.#scheduleRetry(key);
       }
     }
   }

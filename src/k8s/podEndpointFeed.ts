@@ -39,6 +39,8 @@ export interface EndpointPodLookup {
 export interface PodCache {
   get(name: string, namespace?: string): { metadata?: { uid?: string } } | undefined;
   onChange(listener: () => void): () => void;
+  /** The first list is in: a pod missing now is gone, not unseen. */
+  readonly isSynced: boolean;
 }
 
 export interface PodEndpointFeedOptions {
@@ -58,6 +60,8 @@ interface Tracked {
   identity: number;
   /** Fixed when first reported (see above). */
   pod?: { namespace: string; name: string; uid: string };
+  /** The pod left the API (deleted; its object goes with it): nothing more is reported until the endpoint goes. */
+  podGone?: boolean;
   reported?: PublishedEndpoint;
 }
 
@@ -76,8 +80,8 @@ export class PodEndpointFeed implements PublishedEndpointSource {
   start(): void {
     const { ipcache, pods } = this.#o;
     this.#unsubscribe.push(ipcache.watchSource(IpcacheSource.Local, (c) => this.#onLocal(c)));
-    // An endpoint waiting for its pod looks again whenever the pod cache changes.
-    this.#unsubscribe.push(pods.onChange(() => this.#retryWaiting()));
+    // An endpoint waiting for its pod looks again whenever the pod cache changes; one whose pod went stops.
+    this.#unsubscribe.push(pods.onChange(() => this.#onPods()));
     for (const entry of ipcache.listSource(IpcacheSource.Local)) this.#onLocal({ type: 'upsert', entry });
     this.#flush();
   }
@@ -119,8 +123,18 @@ export class PodEndpointFeed implements PublishedEndpointSource {
     }
   }
 
-  #retryWaiting(): void {
-    for (const [id, t] of this.#tracked) if (t.pod === undefined && t.addresses.size > 0) this.#dirty.add(id);
+  #onPods(): void {
+    const { pods } = this.#o;
+    for (const [id, t] of this.#tracked) {
+      if (t.pod === undefined) {
+        if (t.addresses.size > 0) this.#dirty.add(id);
+      } else if (!t.podGone && pods.isSynced && pods.get(t.pod.name, t.pod.namespace)?.metadata?.uid !== t.pod.uid) {
+        // Deleted from the API before its endpoint (CNI DEL comes later): its object is being
+        // collected, and writing it again would only race the garbage collector.
+        t.podGone = true;
+        this.#dirty.add(id);
+      }
+    }
     this.#flush();
   }
 
@@ -152,7 +166,7 @@ export class PodEndpointFeed implements PublishedEndpointSource {
       }
       t.pod = { namespace, name, uid };
     }
-    if (!isPublishableIdentity(t.identity)) {
+    if (t.podGone === true || !isPublishableIdentity(t.identity)) {
       if (t.reported !== undefined) {
         t.reported = undefined;
         this.#emit({ type: 'delete', id });

@@ -326,6 +326,51 @@ describe('ipcache over TendrilEndpoint objects', () => {
     await waitFor('written once free', () => object('conflict', 'held')?.spec.node === 'cf-a', 5000);
   });
 
+  it("two objects of one node claim an address: the older one's delete leaves the newer's entry; the newer's gives it back", async () => {
+    const b = await agent('cl-b', '192.168.9.2');
+    nodes.add('cl-x', '192.168.9.9');
+    fake.create('namespaces', namespaceObject('claims'));
+    const claim = (name: string, identity: number) =>
+      fake.create('tendrilendpoints', {
+        apiVersion: 'tendril.io/v1',
+        kind: 'TendrilEndpoint',
+        metadata: { name, namespace: 'claims', labels: { 'tendril.io/node': 'cl-x' } },
+        spec: { node: 'cl-x', nodeIP: '192.168.9.9', identity, addresses: ['10.9.0.1'], endpointID: identity },
+      });
+    claim('old', 300);
+    await waitFor('old on b', () => b.ipcache.lookup('10.9.0.1')?.identity === 300);
+    // The address went to a new pod on the same node before the old pod's object was deleted.
+    claim('new', 301);
+    await waitFor('new on b', () => b.ipcache.lookup('10.9.0.1')?.identity === 301);
+    fake.delete('tendrilendpoints', 'claims', 'old');
+    await waitFor('old object gone from b', () => b.sync.informer.get('old', 'claims') === undefined);
+    assert.equal(b.ipcache.lookup('10.9.0.1')?.identity, 301, "the new pod's entry stays");
+    // The other way round: the newest claim goes first, the older one takes the address back.
+    claim('newer', 302);
+    await waitFor('newer on b', () => b.ipcache.lookup('10.9.0.1')?.identity === 302);
+    fake.delete('tendrilendpoints', 'claims', 'newer');
+    await waitFor('back to the older claim', () => b.ipcache.lookup('10.9.0.1')?.identity === 301);
+    fake.delete('tendrilendpoints', 'claims', 'new');
+    await waitFor('gone with the last claim', () => b.ipcache.lookup('10.9.0.1') === undefined);
+  });
+
+  it("an address taken over by another endpoint of the node leaves the first endpoint's object", async () => {
+    const a = await agent('to-a', '192.168.10.1');
+    await publish(fake, a, { id: 1, namespace: 'takeover', pod: 'old', identity: 300, addresses: ['10.10.0.1', 'fd00:10::1'] });
+    await a.sync.flush();
+    await publish(fake, a, { id: 2, namespace: 'takeover', pod: 'new', identity: 301, addresses: ['10.10.0.1'] });
+    await a.sync.flush();
+    assert.deepEqual(object('takeover', 'old')?.spec.addresses, ['fd00:10::1']);
+    await publish(fake, a, { id: 3, namespace: 'takeover', pod: 'newer', identity: 302, addresses: ['fd00:10::1'] });
+    await a.sync.flush();
+    assert.equal(object('takeover', 'old'), undefined, 'no address left: deleted');
+    // The old endpoint's own (late) withdrawal changes nothing.
+    withdraw(a, { id: 1, namespace: 'takeover', pod: 'old', identity: 300, addresses: ['10.10.0.1', 'fd00:10::1'] });
+    await a.sync.flush();
+    assert.deepEqual(object('takeover', 'new')?.spec.addresses, ['10.10.0.1']);
+    assert.deepEqual(object('takeover', 'newer')?.spec.addresses, ['fd00:10::1']);
+  });
+
   it('the pod deleted: the garbage collector deletes its object, and the other nodes forget the address', async () => {
     const a = await agent('gc-a', '192.168.5.1');
     const b = await agent('gc-b', '192.168.5.2');

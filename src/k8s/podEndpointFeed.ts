@@ -68,6 +68,8 @@ interface Tracked {
 export class PodEndpointFeed implements PublishedEndpointSource {
   readonly #o: PodEndpointFeedOptions;
   readonly #tracked = new Map<number, Tracked>();
+  /** Address → the endpoint whose local entry it is (the ipcache holds one per address: the newest writer's). */
+  readonly #holder = new Map<string, number>();
   readonly #dirty = new Set<number>();
   readonly #listeners = new Set<(change: PublishedEndpointChange) => void>();
   readonly #unsubscribe: Array<() => void> = [];
@@ -109,12 +111,20 @@ export class PodEndpointFeed implements PublishedEndpointSource {
     const ip = formatIp(prefix);
     let t = this.#tracked.get(id);
     if (change.type === 'upsert') {
+      // An address another endpoint held is this one's now (the ipcache replaced that entry without a delete).
+      const former = this.#holder.get(ip);
+      if (former !== undefined && former !== id) {
+        this.#tracked.get(former)?.addresses.delete(ip);
+        this.#dirty.add(former);
+      }
+      this.#holder.set(ip, id);
       if (t === undefined) this.#tracked.set(id, (t = { addresses: new Map(), identity: change.entry.identity }));
       t.addresses.set(ip, change.entry.identity);
       t.identity = change.entry.identity;
     } else {
       if (t === undefined) return;
       t.addresses.delete(ip);
+      if (this.#holder.get(ip) === id) this.#holder.delete(ip);
     }
     this.#dirty.add(id);
     if (!this.#scheduled) {

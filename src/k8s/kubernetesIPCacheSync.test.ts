@@ -89,7 +89,7 @@ async function startAgent(fake: FakeKubeApi, nodes: NodeRegistryView, name: stri
   const endpoints = new Map<number, { podNamespace?: string; podName?: string }>();
   const feed = new PodEndpointFeed({ ipcache, endpoints, pods, logger: testLogger });
   feed.start();
-  const sync = new KubernetesIPCacheSync({ kubeConfig, ipcache, nodeName: name, nodeIP, ...o, endpoints: feed, nodes, logger: testLogger, retry: RETRY });
+  const sync = new KubernetesIPCacheSync({ kubeConfig, ipcache, nodeName: name, nodeIP, ...o, endpoints: feed, nodes, logger: testLogger, retry: RETRY, listPageSize: 2 });
   await Promise.all([pods.synced, sync.start()]);
   let stopped = false;
   return {

@@ -124,8 +124,10 @@ export class KubernetesIPCacheSync {
   readonly #byNode = new Map<string, Set<Remote>>();
   /** Address → the installed endpoints claiming it, the effective one last. */
   readonly #claims = new Map<string, Remote | Remote[]>();
-  /** One string per node name and node IP (50,000 records name a few hundred nodes). */
+  /** One string per namespace, node name and node IP (50,000 records name a few hundred nodes). */
   readonly #interned = new Map<string, string>();
+  /** node → its ipcache owner (`node:<name>`), one string per node. */
+  readonly #owners = new Map<string, string>();
   readonly #unsubscribe: Array<() => void> = [];
   #lists = 0;
   #started = false;
@@ -145,7 +147,7 @@ export class KubernetesIPCacheSync {
       kubeConfig: o.kubeConfig,
       path: TENDRIL_ENDPOINT_PATH,
       list: () => this.#listAll(),
-      transform: compactEndpoint,
+      transform: (obj) => compactEndpoint(obj, { ownNode: o.nodeName, intern: (s) => this.#intern(s) }),
       logger: o.logger,
       ...(o.retry === undefined ? {} : { retry: o.retry }),
     });
@@ -176,7 +178,9 @@ export class KubernetesIPCacheSync {
       })) as KubernetesListObject<KubernetesObject>;
       resourceVersion ??= page.metadata?.resourceVersion;
       for (const item of page.items) items.push(item);
-      cont = page.metadata?._continue || undefined;
+      // Custom objects come back as wire JSON (`continue`), not the client's model (`_continue`).
+      const meta = page.metadata as { continue?: string; _continue?: string } | undefined;
+      cont = meta?.continue || meta?._continue || undefined;
     } while (cont !== undefined);
     return { apiVersion: 'v1', kind: 'List', metadata: { ...(resourceVersion === undefined ? {} : { resourceVersion }) }, items };
   }
@@ -288,6 +292,8 @@ export class KubernetesIPCacheSync {
     // What we believe is there: our last write, else what the informer saw (an earlier life's object, another node's).
     let current: CompactEndpoint | undefined =
       have !== undefined ? { metadata: { name: want.podName, namespace: want.podNamespace, uid: have.uid, resourceVersion: have.resourceVersion }, podUid: have.ep.podUid } : this.informer.get(want.podName, want.podNamespace);
+    // The informer keeps no uids of other nodes' objects: whose pod it names is read when it matters.
+    if (current !== undefined && current.metadata.uid === undefined) current = await this.#read(want);
     for (let attempt = 0; attempt < 4; attempt++) {
       if (current === undefined) {
         try {
@@ -425,6 +431,12 @@ export class KubernetesIPCacheSync {
     return s;
   }
 
+  #ownerOf(node: string): string {
+    let owner = this.#owners.get(node);
+    if (owner === undefined) this.#owners.set(node, (owner = kvstoreOwner(node)));
+    return owner;
+  }
+
   #follow(c: CompactEndpoint): void {
     const key = podKey(c.metadata.namespace, c.metadata.name);
     const spec = c.spec;
@@ -440,7 +452,7 @@ export class KubernetesIPCacheSync {
       this.#forget(key);
       return;
     }
-    const hostIP = this.#intern(spec.nodeIP6 !== undefined && this.#ipv6Underlay ? spec.nodeIP6 : spec.nodeIP);
+    const hostIP = spec.nodeIP6 !== undefined && this.#ipv6Underlay ? spec.nodeIP6 : spec.nodeIP;
     const old = this.#remote.get(key);
     if (
       old !== undefined &&
@@ -453,7 +465,7 @@ export class KubernetesIPCacheSync {
       return;
     }
     this.#forget(key);
-    const node = this.#intern(spec.node);
+    const node = spec.node;
     const rec: Remote = { key, node, identity: spec.identity, addresses: spec.addresses, hostIP, installed: false };
     this.#remote.set(key, rec);
     let set = this.#byNode.get(node);
@@ -519,7 +531,7 @@ export class KubernetesIPCacheSync {
       if (!Array.isArray(claims)) {
         if (claims !== rec) continue;
         this.#claims.delete(ip);
-        this.#o.ipcache.delete(ip, { source: IpcacheSource.Kvstore, owner: kvstoreOwner(rec.node) });
+        this.#o.ipcache.delete(ip, { source: IpcacheSource.Kvstore, owner: this.#ownerOf(rec.node) });
         continue;
       }
       const i = claims.indexOf(rec);
@@ -535,7 +547,7 @@ export class KubernetesIPCacheSync {
 
   #upsertEntry(ip: string, rec: Remote): void {
     try {
-      this.#o.ipcache.upsert(ip, { source: IpcacheSource.Kvstore, owner: kvstoreOwner(rec.node), identity: rec.identity, hostIP: rec.hostIP });
+      this.#o.ipcache.upsert(ip, { source: IpcacheSource.Kvstore, owner: this.#ownerOf(rec.node), identity: rec.identity, hostIP: rec.hostIP });
     } catch (err) {
       // Validated on the way in; an ipcache refusal is a bug worth a log line, not a stopped watch.
       this.#log.error({ err, pod: rec.key, ip }, 'ipcache refused a TendrilEndpoint address');

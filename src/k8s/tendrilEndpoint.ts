@@ -149,21 +149,36 @@ export function podOwnerUid(obj: KubernetesObject): string | undefined {
   return ref?.uid;
 }
 
+export interface CompactOptions {
+  /**
+   * Only this node's objects keep their uid and owner uid (its writes need
+   * them); another node's need neither, and 50,000 uids are 5 MiB.
+   */
+  ownNode?: string;
+  /** Shares repeated strings (namespaces, node names and IPs: a few hundred values over 50,000 objects). */
+  intern?: (s: string) => string;
+}
+
 /**
  * The informer's transform: the fields the sync reads, validated once.
  * metadata.name/namespace/resourceVersion stay for the informer's own cache
  * (it keys by them and skips an event whose resourceVersion it has).
  */
-export function compactEndpoint(obj: KubernetesObject): CompactEndpoint {
+export function compactEndpoint(obj: KubernetesObject, o: CompactOptions = {}): CompactEndpoint {
   const m = obj.metadata ?? {};
-  const spec = endpointSpecOf(obj);
-  const podUid = podOwnerUid(obj);
+  const intern = o.intern ?? ((s: string) => s);
+  let spec = endpointSpecOf(obj);
+  if (typeof spec !== 'string') {
+    spec = { ...spec, node: intern(spec.node), nodeIP: intern(spec.nodeIP), ...(spec.nodeIP6 === undefined ? {} : { nodeIP6: intern(spec.nodeIP6) }) };
+  }
+  const keepUids = o.ownNode === undefined || typeof spec === 'string' || spec.node === o.ownNode;
+  const podUid = keepUids ? podOwnerUid(obj) : undefined;
   return {
     metadata: {
       name: m.name ?? '',
-      namespace: m.namespace ?? '',
+      namespace: intern(m.namespace ?? ''),
       ...(m.resourceVersion === undefined ? {} : { resourceVersion: m.resourceVersion }),
-      ...(m.uid === undefined ? {} : { uid: m.uid }),
+      ...(m.uid === undefined || !keepUids ? {} : { uid: m.uid }),
     },
     ...(podUid === undefined ? {} : { podUid }),
     ...(typeof spec === 'string' ? { problem: spec } : { spec }),

@@ -272,6 +272,22 @@ describe('ipcache over TendrilEndpoint objects', () => {
     assert.deepEqual([a.sync.stats.writes, a.sync.stats.deletes, a.sync.stats.conflicts], [2, 1, 0]);
   });
 
+  it('the first list pages through every object (two per page here)', async () => {
+    nodes.add('pg-x', '192.168.11.9');
+    fake.create('namespaces', namespaceObject('paged'));
+    for (let i = 1; i <= 7; i++) {
+      fake.create('tendrilendpoints', {
+        apiVersion: 'tendril.io/v1',
+        kind: 'TendrilEndpoint',
+        metadata: { name: `p-${i}`, namespace: 'paged', labels: { 'tendril.io/node': 'pg-x' } },
+        spec: { node: 'pg-x', nodeIP: '192.168.11.9', identity: 300 + i, addresses: [`10.11.0.${i}`], endpointID: i },
+      });
+    }
+    const a = await agent('pg-a', '192.168.11.1');
+    // Synced: every object is in, with no watch event needed.
+    for (let i = 1; i <= 7; i++) assert.equal(a.ipcache.lookup(`10.11.0.${i}`)?.identity, 300 + i, `object ${i}`);
+  });
+
   it('a node with an IPv6 node IP reaches a dual-stack node through its nodeIP6', async () => {
     const a = await agent('v6-a', '192.168.2.1', { nodeIP6: 'fd00:168::2:1' });
     const c = await agent('v6-c', 'fd00:168::2:3');

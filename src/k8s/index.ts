@@ -20,6 +20,7 @@ export {
   K8sSyncTimeoutError,
   K8sNodeTimeoutError,
   K8sStoppedError,
+  K8sObjectConflictError,
   isK8sError,
 } from './errors.js';
 export { loadKubeConfig, k8sEnabled, apiServerOf, SERVICE_ACCOUNT_DIR } from './kubeConfig.js';
@@ -38,3 +39,6 @@ export {
   TENDRIL_IDENTITY_KIND,
   type TendrilIdentityObject,
 } from './tendrilIdentity.js';
+export { KubernetesIPCacheSync, type KubernetesIPCacheSyncOptions, type KubernetesSyncStats } from './kubernetesIPCacheSync.js';
+export { PodEndpointFeed, type PodEndpointFeedOptions, type PublishedEndpointSource, type PublishedEndpointChange, type EndpointPodLookup, type PodCache } from './podEndpointFeed.js';
+export { tendrilEndpointObject, TENDRIL_ENDPOINT_PLURAL, TENDRIL_ENDPOINT_KIND, TENDRIL_ENDPOINT_NODE_LABEL, type TendrilEndpointObject, type PublishedEndpoint } from './tendrilEndpoint.js';

@@ -8,11 +8,15 @@ import { IPCache } from '../ipcache/index.js';
 import { runSyncContract, type ContractEndpoint, type SyncContractHarness, type SyncContractNode } from '../ipcache/testing/syncContract.js';
 import type { NodeChange, NodeRecord, NodeRegistryView } from '../node/types.js';
 import { KubernetesIPCacheSync } from './kubernetesIPCacheSync.js';
-import { PodEndpointFeed } from './podEndpointFeed.js';
+import type { EndpointManager } from '../endpoint/index.js';
+import { PodEndpointFeed, type EndpointPodLookup } from './podEndpointFeed.js';
 import { ResourceInformer } from './resourceInformer.js';
 import { TENDRIL_ENDPOINT_GROUP, TENDRIL_ENDPOINT_VERSION, type TendrilEndpointObject } from './tendrilEndpoint.js';
 
 const RETRY = { initialMs: 50, maxMs: 500 };
+// The agent hands the feed its EndpointManager (and PodWatcher.pods, as startAgent does below).
+const managerIsLookup: (m: EndpointManager) => EndpointPodLookup = (m) => m;
+void managerIsLookup;
 const WRITE_VERBS = ['create', 'update', 'patch', 'delete'];
 
 async function kubeConfigOf(fake: FakeKubeApi): Promise<KubeConfig> {
@@ -286,6 +290,30 @@ describe('ipcache over TendrilEndpoint objects', () => {
     const a = await agent('pg-a', '192.168.11.1');
     // Synced: every object is in, with no watch event needed.
     for (let i = 1; i <= 7; i++) assert.equal(a.ipcache.lookup(`10.11.0.${i}`)?.identity, 300 + i, `object ${i}`);
+  });
+
+  it('a watch that cannot resume (410 Gone after compaction) re-lists and reconciles what it missed', async () => {
+    nodes.add('rl-x', '192.168.12.9');
+    fake.create('namespaces', namespaceObject('relist'));
+    const teps = (name: string, identity: number, ip: string) => ({
+      apiVersion: 'tendril.io/v1',
+      kind: 'TendrilEndpoint',
+      metadata: { name, namespace: 'relist', labels: { 'tendril.io/node': 'rl-x' } },
+      spec: { node: 'rl-x', nodeIP: '192.168.12.9', identity, addresses: [ip], endpointID: identity },
+    });
+    fake.create('tendrilendpoints', teps('kept', 300, '10.12.0.1'));
+    fake.create('tendrilendpoints', teps('deleted', 301, '10.12.0.2'));
+    const b = await agent('rl-b', '192.168.12.2');
+    await waitFor('both on b', () => b.ipcache.lookup('10.12.0.1') !== undefined && b.ipcache.lookup('10.12.0.2') !== undefined);
+    const resyncs = b.sync.stats.resyncs;
+    await fake.pause();
+    fake.delete('tendrilendpoints', 'relist', 'deleted');
+    fake.update('tendrilendpoints', teps('kept', 302, '10.12.0.1'));
+    fake.create('tendrilendpoints', teps('added', 303, '10.12.0.3'));
+    fake.compact();
+    await fake.resume();
+    await waitFor('reconciled', () => b.ipcache.lookup('10.12.0.2') === undefined && b.ipcache.lookup('10.12.0.1')?.identity === 302 && b.ipcache.lookup('10.12.0.3')?.identity === 303, 10_000);
+    assert.ok(b.sync.stats.resyncs > resyncs, `resyncs ${resyncs} → ${b.sync.stats.resyncs}`);
   });
 
   it('a node with an IPv6 node IP reaches a dual-stack node through its nodeIP6', async () => {

@@ -454,15 +454,22 @@ describe('ipcache over TendrilEndpoint objects', () => {
     await waitFor('written after the outage', () => object('down', 'web')?.spec.identity === 300, 10_000);
   });
 
-  it('an endpoint without a Kubernetes pod is not published; one whose pod is not cached yet waits for it', async () => {
+  it('an endpoint without a Kubernetes pod is not published; one whose pod is not cached yet (or only a terminating earlier pod of its name) waits for it', async () => {
     const a = await agent('np-a', '192.168.8.1');
     a.ipcache.upsert('10.8.0.1', { source: 'local', owner: 'endpoint:1', identity: 300 });
+    // A terminating earlier pod of the name is not the pod of an endpoint made now.
+    const earlier = fake.create('pods', { ...podObject({ namespace: 'late', name: 'web', nodeName: 'np-a', labels: {} }), metadata: { namespace: 'late', name: 'web', finalizers: ['tendril.io/test'] } }) as V1Pod;
+    fake.delete('pods', 'late', 'web');
+    await waitFor('the earlier pod terminating in the cache', () => a.pods.get('web', 'late')?.metadata?.deletionTimestamp !== undefined);
     a.endpoints.set(2, { podNamespace: 'late', podName: 'web' });
     a.ipcache.upsert('10.8.0.2', { source: 'local', owner: 'endpoint:2', identity: 300 });
     await new Promise((r) => setTimeout(r, 100));
     assert.deepEqual(a.feed.list(), []);
-    ensurePod(fake, 'late', 'web', 'np-a');
+    fake.update('pods', { ...earlier, metadata: { ...earlier.metadata, finalizers: [] } });
+    await waitFor('the earlier pod gone', () => fake.get('pods', 'late', 'web') === undefined);
+    const uid = ensurePod(fake, 'late', 'web', 'np-a');
     await waitFor('written once the pod is cached', () => object('late', 'web')?.spec.endpointID === 2);
+    assert.equal(object('late', 'web')?.metadata?.ownerReferences?.[0]?.uid, uid);
     assert.deepEqual(fake.list('tendrilendpoints').filter((o) => (o as TendrilEndpointObject).spec.node === 'np-a').length, 1);
   });
 });

@@ -14,7 +14,11 @@
  * The uid is taken once, when the endpoint is first reported: a pod deleted
  * and re-created under the same name while the old endpoint lingers must not
  * lend the old endpoint the new pod's uid. An endpoint whose pod is not (yet)
- * in the cache waits for it.
+ * in the cache, or only a terminating pod of its name is, waits for it. Once
+ * the pod leaves the API (or its name goes to another uid), the endpoint is
+ * no longer reported: the pod's object is the garbage collector's. (An agent
+ * restarted while a pod terminates therefore stops publishing that pod; the
+ * CNI ADD's K8S_POD_UID, were it recorded in the endpoint, would settle both.)
  */
 import type { Logger } from '../logging/logger.js';
 import { IpcacheSource, type IPCache, type SourceChange } from '../ipcache/index.js';
@@ -37,7 +41,7 @@ export interface EndpointPodLookup {
 
 /** This node's pods (PodWatcher.pods, a ResourceInformer<V1Pod>, satisfies it). */
 export interface PodCache {
-  get(name: string, namespace?: string): { metadata?: { uid?: string } } | undefined;
+  get(name: string, namespace?: string): { metadata?: { uid?: string; deletionTimestamp?: Date | string } } | undefined;
   onChange(listener: () => void): () => void;
   /** The first list is in: a pod missing now is gone, not unseen. */
   readonly isSynced: boolean;
@@ -169,8 +173,11 @@ export class PodEndpointFeed implements PublishedEndpointSource {
       const name = ep?.podName;
       // Not a Kubernetes pod's endpoint (no K8S_POD_NAME): not published in crd mode.
       if (!namespace || !name) return;
-      const uid = this.#o.pods.get(name, namespace)?.metadata?.uid;
-      if (uid === undefined) {
+      const meta = this.#o.pods.get(name, namespace)?.metadata;
+      const uid = meta?.uid;
+      // A terminating pod of the name is an earlier pod (a StatefulSet's, its deletion not yet
+      // seen here), never the one a new endpoint was made for: wait for the pod that replaces it.
+      if (uid === undefined || meta?.deletionTimestamp !== undefined) {
         this.#o.logger?.debug({ endpoint: id, pod: `${namespace}/${name}` }, 'endpoint waits for its pod in the cache');
         return;
       }

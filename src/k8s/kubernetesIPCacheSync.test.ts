@@ -465,11 +465,20 @@ describe('ipcache over TendrilEndpoint objects', () => {
     a.ipcache.upsert('10.8.0.2', { source: 'local', owner: 'endpoint:2', identity: 300 });
     await new Promise((r) => setTimeout(r, 100));
     assert.deepEqual(a.feed.list(), []);
+    // An earlier life's object of that pod is not stale while its endpoint waits.
+    fake.create('tendrilendpoints', {
+      apiVersion: 'tendril.io/v1',
+      kind: 'TendrilEndpoint',
+      metadata: { name: 'web', namespace: 'late', labels: { 'tendril.io/node': 'np-a' } },
+      spec: { node: 'np-a', nodeIP: '192.168.8.1', identity: 300, addresses: ['10.8.0.2'], endpointID: 2 },
+    });
+    assert.equal(await a.sync.pruneStale(), 0);
     fake.update('pods', { ...earlier, metadata: { ...earlier.metadata, finalizers: [] } });
     await waitFor('the earlier pod gone', () => fake.get('pods', 'late', 'web') === undefined);
     const uid = ensurePod(fake, 'late', 'web', 'np-a');
-    await waitFor('written once the pod is cached', () => object('late', 'web')?.spec.endpointID === 2);
-    assert.equal(object('late', 'web')?.metadata?.ownerReferences?.[0]?.uid, uid);
+    // The earlier life's object is taken over: owned by the pod now.
+    await waitFor('written once the pod is cached', () => object('late', 'web')?.metadata?.ownerReferences?.[0]?.uid === uid);
+    assert.equal(object('late', 'web')?.spec.endpointID, 2);
     assert.deepEqual(fake.list('tendrilendpoints').filter((o) => (o as TendrilEndpointObject).spec.node === 'np-a').length, 1);
   });
 });

@@ -392,17 +392,20 @@ export class KubernetesIPCacheSync {
    * Deletes the objects labelled with this node that no current endpoint
    * publishes: an earlier life's, for pods deleted while the agent was down
    * (their pods' GC takes them too, but a pod may outlive its endpoint).
-   * The agent calls it once its restore is done. Each delete has uid and
+   * The agent calls it once its restore is done; an endpoint whose pod the
+   * feed is still waiting for keeps its object. Each delete has uid and
    * resourceVersion preconditions, so an object re-written meanwhile stays.
    */
   async pruneStale(): Promise<number> {
     await this.flush();
     const list = await this.#listAll(`${TENDRIL_ENDPOINT_NODE_LABEL}=${this.#self.name}`);
+    // An endpoint still waiting for its pod in the cache will publish its object: not stale.
+    const waiting = this.#o.endpoints.waiting?.() ?? new Set<string>();
     let pruned = 0;
     for (const item of list.items) {
       const c = compactEndpoint(item);
       const key = podKey(c.metadata.namespace, c.metadata.name);
-      if (this.#desired.has(key) || this.#written.has(key)) continue;
+      if (this.#desired.has(key) || this.#written.has(key) || waiting.has(key)) continue;
       if (c.spec !== undefined && c.spec.node !== this.#self.name) continue;
       try {
         await this.#custom.deleteNamespacedCustomObject({

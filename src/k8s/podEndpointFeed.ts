@@ -30,6 +30,11 @@ export type PublishedEndpointChange = { type: 'upsert'; endpoint: PublishedEndpo
 /** What KubernetesIPCacheSync publishes: this node's pod endpoints. */
 export interface PublishedEndpointSource {
   list(): PublishedEndpoint[];
+  /**
+   * Pods (`namespace/name`) with an endpoint here that is not reported yet
+   * (its pod not in the cache yet): their objects are not stale.
+   */
+  waiting?(): Set<string>;
   /** Called for each change after subscribing; returns the unsubscribe. */
   subscribe(listener: (change: PublishedEndpointChange) => void): () => void;
 }
@@ -98,6 +103,16 @@ export class PodEndpointFeed implements PublishedEndpointSource {
 
   list(): PublishedEndpoint[] {
     return [...this.#tracked.values()].flatMap((t) => (t.reported === undefined ? [] : [t.reported]));
+  }
+
+  waiting(): Set<string> {
+    const out = new Set<string>();
+    for (const [id, t] of this.#tracked) {
+      if (t.pod !== undefined || t.addresses.size === 0) continue;
+      const ep = this.#o.endpoints.get(id);
+      if (ep?.podNamespace && ep.podName) out.add(`${ep.podNamespace}/${ep.podName}`);
+    }
+    return out;
   }
 
   subscribe(listener: (change: PublishedEndpointChange) => void): () => void {

@@ -6,7 +6,7 @@
  * ipcache as it is.
  */
 import type { KubernetesObject } from '@kubernetes/client-node';
-import { ReservedIdentity, scopeOf } from '../identity/index.js';
+import { MAX_GLOBAL_IDENTITY, ReservedIdentity, scopeOf } from '../identity/index.js';
 import { formatIp, tryParseIp } from '../netip/index.js';
 import { TENDRIL_POLICY_GROUP, TENDRIL_POLICY_VERSION } from './policyWatcher.js';
 
@@ -68,7 +68,7 @@ export function isNodeName(name: unknown): name is string {
  * nothing on another node, and the other reserved ones are never a pod's.
  */
 export function isPublishableIdentity(id: number): boolean {
-  return Number.isInteger(id) && (id === ReservedIdentity.Init || scopeOf(id) === 'global') && id <= 65535;
+  return Number.isInteger(id) && (id === ReservedIdentity.Init || scopeOf(id) === 'global') && id <= MAX_GLOBAL_IDENTITY;
 }
 
 /** The canonical text of an IP address, or undefined when the text is not one. */

@@ -14,6 +14,8 @@ export const K8sErrorCode = {
   CRD_MISSING: 'K8S_CRD_MISSING',
   /** The operator handed this node no cluster-pool CIDRs (TendrilNode spec.ipam.podCIDRs) in time. */
   POD_CIDR_TIMEOUT: 'K8S_POD_CIDR_TIMEOUT',
+  /** An object this node must write is held by another writer it may not overwrite (retried). */
+  OBJECT_CONFLICT: 'K8S_OBJECT_CONFLICT',
 } as const;
 
 export type K8sErrorCode = (typeof K8sErrorCode)[keyof typeof K8sErrorCode];
@@ -68,6 +70,12 @@ export class K8sPodCidrTimeoutError extends K8sError<'K8S_POD_CIDR_TIMEOUT'> {
       K8sErrorCode.POD_CIDR_TIMEOUT,
       `TendrilNode ${JSON.stringify(nodeName)} has no spec.ipam.podCIDRs after ${timeoutMs} ms: is tendril-operator running with --cluster-pool-cidr?`,
     );
+  }
+}
+
+export class K8sObjectConflictError extends K8sError<'K8S_OBJECT_CONFLICT'> {
+  constructor(message: string) {
+    super(K8sErrorCode.OBJECT_CONFLICT, message);
   }
 }
 

@@ -20,6 +20,7 @@ export {
   K8sSyncTimeoutError,
   K8sNodeTimeoutError,
   K8sStoppedError,
+  K8sObjectConflictError,
   isK8sError,
 } from './errors.js';
 export { loadKubeConfig, k8sEnabled, apiServerOf, SERVICE_ACCOUNT_DIR } from './kubeConfig.js';
@@ -41,3 +42,6 @@ export {
 export { KubernetesNodeRegistry, type KubernetesNodeRegistryOptions } from './kubernetesNodeRegistry.js';
 export { NodeLeaseFollower, NodeLeaseWriter, nodeLeaseName, NODE_LEASE_LABEL } from './nodeLeases.js';
 export { TENDRIL_NODE_PLURAL, nodeRecordOfObject, allocatedPodCidrsOfObject } from './tendrilNode.js';
+export { KubernetesIPCacheSync, type KubernetesIPCacheSyncOptions, type KubernetesSyncStats } from './kubernetesIPCacheSync.js';
+export { PodEndpointFeed, type PodEndpointFeedOptions, type PublishedEndpointSource, type PublishedEndpointChange, type EndpointPodLookup, type PodCache } from './podEndpointFeed.js';
+export { tendrilEndpointObject, TENDRIL_ENDPOINT_PLURAL, TENDRIL_ENDPOINT_KIND, TENDRIL_ENDPOINT_NODE_LABEL, type TendrilEndpointObject, type PublishedEndpoint } from './tendrilEndpoint.js';

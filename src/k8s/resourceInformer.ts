@@ -20,14 +20,21 @@ export interface ResourceInformerOptions<T extends KubernetesObject> {
   kubeConfig: KubeConfig;
   /** The collection's path, watched with `?watch=true` (e.g. /api/v1/pods). */
   path: string;
-  /** Lists the collection with the same selectors (one of the client's typed list calls). */
-  list: () => Promise<KubernetesListObject<T>>;
+  /** Lists the collection with the same selectors (one of the client's typed list calls); raw objects when `transform` turns them into T. */
+  list: () => Promise<KubernetesListObject<T>> | Promise<KubernetesListObject<KubernetesObject>>;
   /**
    * The client's model name (V1Pod…). Lists come back as the model and watch
    * events as wire JSON; watch objects are turned into the model so the cache
    * holds one form. Custom resources have no model and stay JSON.
    */
   model?: string;
+  /**
+   * Turns each listed or watched object into what the cache keeps (it must
+   * keep metadata.name, namespace and resourceVersion). For a resource
+   * followed in bulk (every pod's TendrilEndpoint), keeping a few fields
+   * instead of the client's whole object is most of the agent's memory.
+   */
+  transform?: (obj: KubernetesObject) => T;
   labelSelector?: string;
   fieldSelector?: string;
   /**
@@ -89,6 +96,7 @@ class TrackedWatch extends Watch {
       connected(): void;
       timeoutSeconds(): number;
       model?: string;
+      transform?: (obj: KubernetesObject) => KubernetesObject;
     },
   ) {
     super(config);
@@ -119,11 +127,12 @@ class TrackedWatch extends Watch {
       idle = setTimeout(() => open.controller?.abort(), idleMs);
       idle.unref();
     };
-    const model = this.hooks.model;
+    const { model, transform } = this.hooks;
     const onEvent = (phase: string, obj: unknown, watchObj?: unknown) => {
       arm();
-      const typed = model !== undefined && (phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED') ? ObjectSerializer.deserialize(obj, model, '') : obj;
-      callback(phase, typed, watchObj);
+      const isObject = phase === 'ADDED' || phase === 'MODIFIED' || phase === 'DELETED';
+      const typed = model !== undefined && isObject ? ObjectSerializer.deserialize(obj, model, '') : obj;
+      callback(phase, transform !== undefined && isObject ? transform(typed as KubernetesObject) : typed, watchObj);
     };
     const onDone = (err: unknown) => {
       failed = err !== null && err !== undefined;
@@ -198,6 +207,7 @@ export class ResourceInformer<T extends KubernetesObject> {
       },
       timeoutSeconds: () => timeoutSeconds ?? 300 + Math.floor(Math.random() * 300),
       ...(o.model !== undefined ? { model: o.model } : {}),
+      ...(o.transform !== undefined ? { transform: o.transform } : {}),
     });
     this.#informer = new ListWatch<T>(o.path, this.#watch, () => this.#list(), false, o.labelSelector, o.fieldSelector);
     for (const event of ['add', 'update', 'delete'] as const) {
@@ -279,9 +289,10 @@ export class ResourceInformer<T extends KubernetesObject> {
   async #list(): Promise<KubernetesListObject<T>> {
     if (this.#stopped) throw new K8sStoppedError(`the ${this.resource} list`);
     try {
-      const list = await this.#o.list();
+      const list: KubernetesListObject<KubernetesObject> = await this.#o.list();
       this.#absent = false;
-      return list;
+      const transform = this.#o.transform;
+      return transform === undefined ? (list as KubernetesListObject<T>) : { ...list, items: list.items.map((o) => transform(o)) };
     } catch (err) {
       if (!this.#o.optional || httpStatusOf(err) !== 404) throw err;
       if (!this.#absent) this.#log.warn({ path: this.#o.path }, 'Kubernetes resource not served (CRD not installed?); treated as empty');

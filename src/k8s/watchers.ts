@@ -11,6 +11,7 @@ import type { ServiceApi } from '../service/types.js';
 import { K8sSyncTimeoutError } from './errors.js';
 import { apiServerOf, loadKubeConfig } from './kubeConfig.js';
 import { NodeWatcher } from './nodeWatcher.js';
+import type { PodCache } from './podEndpointFeed.js';
 import { PodWatcher } from './podWatcher.js';
 import { PolicyWatcher } from './policyWatcher.js';
 import type { ResourceInformer } from './resourceInformer.js';
@@ -99,6 +100,11 @@ export class K8sWatchers {
   /** The pod's endpoint labels once the pod is in the cache (waits up to timeoutMs; undefined when it does not appear). */
   podLabels(namespace: string, name: string, timeoutMs: number): Promise<LabelSet | undefined> {
     return this.#pods.podLabels(namespace, name, timeoutMs);
+  }
+
+  /** This node's pods as cached (PodEndpointFeed takes the pods' uids from here). */
+  get podCache(): PodCache {
+    return this.#pods.pods;
   }
 
   /** Brings every endpoint's labels to what the API says (after endpoints are restored). */

@@ -36,6 +36,7 @@ import { KubeConfig } from '@kubernetes/client-node';
 import { KubernetesIdentityAllocator } from '../../src/k8s/kubernetesIdentityAllocator.js';
 import { identityOfObject, tendrilIdentityObject } from '../../src/k8s/tendrilIdentity.js';
 import { KubernetesNodeRegistry } from '../../src/k8s/kubernetesNodeRegistry.js';
+import { endpointSpecOf, tendrilEndpointObject } from '../../src/k8s/tendrilEndpoint.js';
 import { allocatedPodCidrsOfObject, nodeRecordOfObject, tendrilNodeObject, tendrilNodeSpecPatch } from '../../src/k8s/tendrilNode.js';
 import type { NodeRecord } from '../../src/node/types.js';
 import { LabelSet } from '../../src/labels/index.js';
@@ -113,6 +114,7 @@ describe('deploy/kubernetes manifests', () => {
       'CustomResourceDefinition/tendrilnetworkpolicies.tendril.io',
       'CustomResourceDefinition/tendrilclusterwidenetworkpolicies.tendril.io',
       'CustomResourceDefinition/tendrilidentities.tendril.io',
+      'CustomResourceDefinition/tendrilendpoints.tendril.io',
       'CustomResourceDefinition/tendrilnodes.tendril.io',
     ]) {
       assert.ok(kinds.includes(k), `${k} in ${kinds.join(', ')}`);
@@ -511,6 +513,40 @@ describe('tendril CRDs', () => {
     assert.ok(validate(written), JSON.stringify(validate.errors));
     const read = identityOfObject(written);
     assert.ok(typeof read !== 'string' && read.id === 300 && read.labels.equals(labels));
+  });
+
+  test('TendrilEndpoint: namespaced, tendril.io/v1, short name tep, structural; what the agent writes validates and reads back; the schema refuses what the reader would', () => {
+    const crd = crdOf('TendrilEndpoint');
+    assert.ok(crd !== undefined, 'a CRD for TendrilEndpoint');
+    assert.equal(obj(crd.metadata, 'metadata').name, 'tendrilendpoints.tendril.io');
+    const spec = obj(crd.spec, 'spec');
+    assert.equal(spec.group, 'tendril.io');
+    assert.equal(spec.scope, 'Namespaced');
+    const names = obj(spec.names, 'names');
+    assert.deepEqual([names.plural, names.listKind, names.shortNames, names.categories], ['tendrilendpoints', 'TendrilEndpointList', ['tep'], ['tendril']]);
+    assert.deepEqual(arr(spec.versions, 'versions').map((v) => [obj(v, 'v').name, obj(v, 'v').served, obj(v, 'v').storage]), [['v1', true, true]]);
+    const root = schemaOf(crd);
+    const problems: string[] = [];
+    structuralProblems(root, 'openAPIV3Schema', problems);
+    assert.deepEqual(problems, []);
+    const ep = { id: 7, podNamespace: 'shop', podName: 'web-5d8f7', podUid: '0b7c3a56-5a0e-4d4c-9d1e-3f1e2a4b5c6d', identity: 300, addresses: ['10.0.1.7', 'fd00:1::7'] };
+    const node = { name: 'node-a', nodeIP: '192.168.0.1', nodeIP6: 'fd00:168::1' };
+    const written = tendrilEndpointObject(ep, node);
+    assert.deepEqual(keysOf(root), Object.keys(written).filter((k) => k !== 'metadata').concat('metadata').sort());
+    assert.deepEqual(keysOf(props(root, 'spec')), Object.keys(written.spec).sort(), 'the schema has exactly the fields the agent writes');
+    const validate = crdAjv().compile(root);
+    assert.ok(validate(written), JSON.stringify(validate.errors));
+    assert.deepEqual(endpointSpecOf(written), written.spec);
+    assert.ok(validate(tendrilEndpointObject({ ...ep, identity: 5 }, node)), 'reserved:init, a pod whose labels are not known yet');
+    for (const bad of [
+      { ...written.spec, identity: 70000 },
+      { ...written.spec, identity: 1 },
+      { ...written.spec, addresses: [] },
+      { node: 'node-a', nodeIP: '192.168.0.1', identity: 300, addresses: ['10.0.1.7'] },
+    ]) {
+      assert.equal(validate({ ...written, spec: bad }), false, `ajv refuses ${JSON.stringify(bad)}`);
+      assert.equal(typeof endpointSpecOf({ spec: bad }), 'string', `the reader refuses ${JSON.stringify(bad)}`);
+    }
   });
 
   test('TendrilNode: cluster-scoped, tendril.io/v1, short name tn, structural; what the agent writes and the operator adds validates and reads back', () => {

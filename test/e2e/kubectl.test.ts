@@ -149,7 +149,7 @@ describe('kubectl against the fake API server applies deploy/kubernetes/', () =>
       assert.deepEqual(content(stored), content(crd));
     }
     const names = crds.map((c) => c.metadata.name).sort();
-    assert.deepEqual(names, ['tendrilclusterwidenetworkpolicies.tendril.io', 'tendrilidentities.tendril.io', 'tendrilnetworkpolicies.tendril.io', 'tendrilnodes.tendril.io']);
+    assert.deepEqual(names, ['tendrilclusterwidenetworkpolicies.tendril.io', 'tendrilendpoints.tendril.io', 'tendrilidentities.tendril.io', 'tendrilnetworkpolicies.tendril.io', 'tendrilnodes.tendril.io']);
     const resources = (await kubectlOk('api-resources', '--api-group=tendril.io', '-o', 'name')).trim().split('\n').sort();
     assert.deepEqual(resources, names);
   });

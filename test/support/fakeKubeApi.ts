@@ -59,6 +59,7 @@ export type FakeResource =
   | 'tendrilclusterwidenetworkpolicies'
   | 'tendrilidentities'
   | 'tendrilnodes'
+  | 'tendrilendpoints'
   // Built-ins the manifests in deploy/ create, and Cilium's policy CRDs once registered.
   | 'configmaps'
   | 'serviceaccounts'

@@ -7,6 +7,7 @@ import { testLogger, uniquePrefix, waitFor, type TestStore } from '../../identit
 import { IPCache } from '../ipcache.js';
 import { KvstoreIPCacheSync } from '../kvstoreSync.js';
 import { NodeAddressEntries } from '../nodeAddresses.js';
+import { runSyncContract, type ContractEndpoint, type SyncContractHarness, type SyncContractNode } from './syncContract.js';
 
 /** The ipcache proof list, run against every kvstore backend. */
 interface SyncNode {
@@ -20,7 +21,79 @@ interface SyncNode {
 
 const LEASE_TTL = 2;
 
+/** The contract's view of a kvstore: one key prefix per cluster, one client (etcd: one connection) and lease per node. */
+function kvstoreContractHarness(newStore: () => Promise<TestStore>): () => Promise<SyncContractHarness> {
+  return async () => {
+    const store = await newStore();
+    const running = new Set<{ sync: KvstoreIPCacheSync; lease: NodeLease }>();
+    const halt = async (n: { sync: KvstoreIPCacheSync; lease: NodeLease }) => {
+      if (!running.delete(n)) return;
+      // Keepalives stop, nothing is revoked: the lease expires by itself (as when an agent stops or dies).
+      await n.lease.stop({ revoke: false });
+      await n.sync.stop();
+    };
+    return {
+      cluster: async (what) => {
+        const prefix = uniquePrefix(`ipcache-contract-${what}`);
+        const lives = new Map<string, { nodeIP: string; sync: KvstoreIPCacheSync; lease: NodeLease; endpoints: Map<number, ContractEndpoint> }>();
+        const start = async (nodeName: string, nodeIP: string, endpoints: Map<number, ContractEndpoint>): Promise<SyncContractNode> => {
+          const former = lives.get(nodeName);
+          if (former !== undefined) await halt(former);
+          const backend = await store.connect();
+          const lease = new NodeLease(backend, { ttlSeconds: LEASE_TTL, keepAliveMs: 300, logger: testLogger });
+          const ipcache = new IPCache({ logger: testLogger });
+          const sync = new KvstoreIPCacheSync({ backend, ipcache, nodeName, nodeIP, lease, keyPrefix: prefix, logger: testLogger });
+          const life = { nodeIP, sync, lease, endpoints };
+          lives.set(nodeName, life);
+          running.add(life);
+          await sync.start();
+          const upsert = (ep: ContractEndpoint) => {
+            for (const ip of ep.addresses) ipcache.upsert(ip, { source: 'local', owner: `endpoint:${ep.id}`, identity: ep.identity });
+          };
+          for (const ep of endpoints.values()) upsert(ep);
+          return {
+            name: nodeName,
+            ipcache,
+            publish: async (ep) => {
+              endpoints.set(ep.id, ep);
+              upsert(ep);
+            },
+            withdraw: (ep) => {
+              endpoints.delete(ep.id);
+              for (const ip of ep.addresses) ipcache.delete(ip, { source: 'local', owner: `endpoint:${ep.id}` });
+            },
+            flush: () => sync.flush(),
+            pruneStale: () => sync.pruneStale(),
+          };
+        };
+        const life = (nodeName: string) => {
+          const l = lives.get(nodeName);
+          if (l === undefined) throw new Error(`no node ${nodeName}`);
+          return l;
+        };
+        return {
+          // A new life starts with no endpoints: the contract publishes the restored ones.
+          node: (nodeName, nodeIP) => start(nodeName, nodeIP, new Map()),
+          stop: (nodeName) => halt(life(nodeName)),
+          kill: (nodeName) => halt(life(nodeName)),
+          // The node restarts and publishes what it still runs (its keys went with its lease).
+          revive: (nodeName) => start(nodeName, life(nodeName).nodeIP, life(nodeName).endpoints),
+          writeBroken: async (ip) => {
+            const backend = await store.connect();
+            await backend.put(`${prefix}${ip}`, '{"identity":"three hundred","hostIP":"nowhere"}');
+          },
+        };
+      },
+      destroy: async () => {
+        for (const n of [...running]) await halt(n);
+        await store.destroy();
+      },
+    };
+  };
+}
+
 export function runSyncSuite(name: string, newStore: () => Promise<TestStore>): void {
+  runSyncContract(`kvstore (${name})`, kvstoreContractHarness(newStore), { deathTimeoutMs: (LEASE_TTL + 5) * 1000 });
   describe(`ipcache kvstore sync: ${name}`, () => {
     let store: TestStore;
     const nodes: SyncNode[] = [];

@@ -8,7 +8,12 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { isIP } from 'node:net';
 import { CodedError } from '../errors/codedError.js';
 import type { Logger } from '../logging/logger.js';
-import type { AgentMetrics } from './agentMetrics.js';
+
+/** What the server renders at GET /metrics: the agent's AgentMetrics, or another program's registry (the operator's). */
+export interface MetricsSource {
+  render(): Promise<string>;
+  readonly contentType: string;
+}
 
 export type MetricsServeErrorCode = 'INVALID_ADDRESS' | 'LISTEN_FAILED';
 
@@ -30,8 +35,8 @@ export interface ServeAddress {
  * `host:port`, `[v6]:port` or `:port` (every address). Port 0 takes a free
  * port (tests). Throws MetricsServeError INVALID_ADDRESS saying what is wrong.
  */
-export function parseServeAddress(addr: string): ServeAddress {
-  const bad = (why: string) => new MetricsServeError('INVALID_ADDRESS', `invalid --prometheus-serve-addr "${addr}": ${why}`);
+export function parseServeAddress(addr: string, flag = '--prometheus-serve-addr'): ServeAddress {
+  const bad = (why: string) => new MetricsServeError('INVALID_ADDRESS', `invalid ${flag} "${addr}": ${why}`);
   const m = /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(addr);
   if (!m) throw bad('use host:port, [ipv6]:port or :port, such as 127.0.0.1:9962');
   const host = m[1] ?? m[2] ?? '';
@@ -50,7 +55,7 @@ export class MetricsServer {
   ) {}
 
   /** Listens on `addr`; an address that cannot be bound is a MetricsServeError LISTEN_FAILED naming it. */
-  static async start(addr: string, metrics: AgentMetrics, log: Logger, health?: HealthSource): Promise<MetricsServer> {
+  static async start(addr: string, metrics: MetricsSource, log: Logger, health?: HealthSource): Promise<MetricsServer> {
     const where = parseServeAddress(addr);
     const server = createServer((req, res) => void serve(req, res, metrics, log, health));
     await new Promise<void>((resolve, reject) => {
@@ -79,7 +84,7 @@ export class MetricsServer {
 
 const ONLY = 'only GET /metrics and GET /healthz are served here\n';
 
-async function serve(req: IncomingMessage, res: ServerResponse, metrics: AgentMetrics, log: Logger, health: HealthSource | undefined): Promise<void> {
+async function serve(req: IncomingMessage, res: ServerResponse, metrics: MetricsSource, log: Logger, health: HealthSource | undefined): Promise<void> {
   const path = (req.url ?? '').split('?')[0];
   if (path !== '/metrics' && !(path === '/healthz' && health)) {
     res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(ONLY);

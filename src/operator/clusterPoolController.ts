@@ -6,7 +6,8 @@
  * becomes the leader) the bookkeeping is rebuilt from the objects; a deleted
  * node's CIDRs are free again; a CIDR a node holds outside the pools is
  * logged and left; a full pool is logged and counted, and the node waits
- * until a CIDR comes free.
+ * until a CIDR comes free (for every missing family at once: a node is never
+ * handed one family while another it needs is exhausted).
  *
  * One reconcile runs at a time (informer events only ask for another), so
  * the bookkeeping is never read half-updated.
@@ -151,7 +152,11 @@ export class ClusterPoolController {
           this.#log.warn({ node: v.name, family: `ipv${f}`, pools: this.#pool.pools.filter((p) => p.family === f).map((p) => p.name) }, 'cluster pool exhausted: the node waits for a per-node CIDR to come free');
         }
       }
-      if (handed.length === 0) return;
+      if (handed.length < want.length) {
+        // All families or none: an agent that started on part of them would run single-stack.
+        for (const c of handed) this.#pool.free(v.name, c);
+        return;
+      }
       const cidrs = sortCidrs([...(v.ipamPodCIDRs ?? []), ...handed]);
       try {
         const written = await this.#o.api.patchNodeIpam(v.name, v.resourceVersion, cidrs);

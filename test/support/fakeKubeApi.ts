@@ -58,10 +58,13 @@ export type FakeResource =
   | 'tendrilnetworkpolicies'
   | 'tendrilclusterwidenetworkpolicies'
   | 'tendrilidentities'
+  | 'tendrilnodes'
+  | 'tendrilendpoints'
   // Built-ins the manifests in deploy/ create, and Cilium's policy CRDs once registered.
   | 'configmaps'
   | 'serviceaccounts'
   | 'daemonsets'
+  | 'deployments'
   | 'clusterroles'
   | 'clusterrolebindings'
   | 'ciliumnetworkpolicies'

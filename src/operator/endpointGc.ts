@@ -50,7 +50,7 @@ export class EndpointGc {
   #suspect(ep: OperatorEndpointView): EndpointGcReason | undefined {
     const owner = ownerOf(ep);
     if (!podMatches(this.#o.pods.get(owner.name, ep.namespace), owner)) return 'pod-gone';
-    if (ep.node !== '' && this.#o.nodes.get(ep.node) === undefined && !nodeLeaseLive(this.#o.leases.get(`${NODE_LEASE_PREFIX}${ep.node}`))) return 'node-gone';
+    if (ep.node !== '' && this.#o.nodes.get(ep.node) === undefined && !nodeLeaseLive(this.#o.leases.get(`${NODE_LEASE_PREFIX}${ep.node}`, this.#o.api.namespace))) return 'node-gone';
     return undefined;
   }
 

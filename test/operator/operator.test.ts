@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { after, afterEach, beforeEach, describe, test } from 'node:test';
 import type { FakeKubeApi } from '../support/fakeKubeApi.js';
 import type { Operator } from '../../src/operator/operator.js';
+import { LeaderElector } from '../../src/operator/leaderElection.js';
 import { OPERATOR_API_CALLS } from '../../src/operator/operatorApi.js';
 import {
   createEndpoint,
@@ -16,9 +17,11 @@ import {
   createTendrilNode,
   httpGet,
   ipamOf,
+  kubeConfigOf,
   leaseHolder,
   metricValue,
   NS,
+  quietLogger,
   sleep,
   startFakeCluster,
   startOperator,
@@ -79,6 +82,43 @@ describe('leader election', () => {
     assert.equal(leaseHolder(api), follower === a ? 'op-a' : 'op-b', 'taken');
     assert.ok(took < 1000, `took over ${took} ms after a clean stop (lease 2 s)`);
     assertCallsListed();
+  });
+
+  test('three electors racing from the start: never two leaders at once, and one all along', async () => {
+    const kc = await kubeConfigOf(api);
+    const leading = new Set<string>();
+    let overlap = 0;
+    const electors = ['e1', 'e2', 'e3'].map(
+      (id) =>
+        new LeaderElector({
+          kubeConfig: kc,
+          namespace: NS,
+          name: 'tdl-race',
+          identity: id,
+          leaseDurationSeconds: 1,
+          logger: quietLogger(),
+          onStartedLeading: () => {
+            leading.add(id);
+            if (leading.size > 1) overlap++;
+          },
+          onStoppedLeading: () => {
+            leading.delete(id);
+          },
+        }),
+    );
+    try {
+      for (const e of electors) e.start();
+      await waitFor('a leader', () => leading.size === 1);
+      const first = [...leading][0];
+      await sleep(2500); // 2.5 lease durations of renewals
+      assert.equal(overlap, 0, 'never two leaders');
+      assert.deepEqual([...leading], [first], 'the first leader kept it');
+      assert.equal(electors.filter((e) => e.isLeader).length, 1);
+      const lease = api.get('leases', NS, 'tdl-race') as { spec: { holderIdentity: string; leaseTransitions: number } };
+      assert.deepEqual([lease.spec.holderIdentity, lease.spec.leaseTransitions], [first, 0]);
+    } finally {
+      for (const e of electors) await e.stop();
+    }
   });
 
   test('a leader cut off from the API steps down before its Lease expires; health says why', async () => {
@@ -222,6 +262,39 @@ describe('cluster-pool CIDRs', () => {
     api.delete('tendrilnodes', undefined, 'node-a');
     await waitFor('node-f allocated once node-a is gone', () => ipamOf(api, 'node-f')?.filter((c) => !c.includes(':')).length === 1, 5000);
     assertCallsListed();
+  });
+
+  test('nodes their agents keep writing: the patch meets 409s, reads again and lands; the agents\' fields survive; no CIDR twice', async () => {
+    const names = ['node-a', 'node-b', 'node-c', 'node-d'];
+    for (const n of names) createTendrilNode(api, n);
+    let writes = 0;
+    let running = true;
+    // The agents: a spec change every few milliseconds (each a new resourceVersion), keeping spec.ipam as it is.
+    const agents = (async () => {
+      while (running) {
+        for (const n of names) {
+          const cur = api.get('tendrilnodes', undefined, n) as { spec: Record<string, unknown> };
+          api.update('tendrilnodes', { ...cur, spec: { ...cur.spec, health: { status: 'ok', reason: `beat ${++writes}` } } });
+        }
+        await sleep(2);
+      }
+    })();
+    const op = await operator({ id: 'op-a', ...pools });
+    try {
+      await waitFor('every node allocated', () => names.every((n) => ipamOf(api, n)?.length === 2), 8000);
+    } finally {
+      running = false;
+      await agents;
+    }
+    const held = names.flatMap((n) => ipamOf(api, n)!);
+    assert.equal(new Set(held).size, 8, held.join(' '));
+    for (const n of names) {
+      const spec = (api.get('tendrilnodes', undefined, n) as { spec: { health: { reason: string }; routingMode: string } }).spec;
+      assert.match(spec.health.reason, /^beat \d+$/, `${n}: the agent's health survives`);
+      assert.equal(spec.routingMode, 'tunnel', `${n}: the agent's routingMode survives`);
+    }
+    assert.ok((api.requests()['get:tendrilnodes'] ?? 0) > 0, 'conflicts were met and resolved by a read');
+    assert.equal(op.controllers?.clusterPool?.patches, names.length, 'one successful patch per node');
   });
 
   test('a new leader rebuilds the allocation from the objects: nothing moves, nothing is handed out twice; foreign CIDRs are left', async () => {

@@ -75,7 +75,11 @@ export class Operator {
     this.caches.leases.on('update', pokeOnOwnLease);
     this.caches.leases.on('add', pokeOnOwnLease);
     this.caches.leases.on('delete', pokeOnOwnLease);
-    this.metrics.bind({ isLeader: () => this.#controllers !== undefined, cidrsAllocated: () => this.#controllers?.clusterPool?.allocated() });
+    this.metrics.bind({
+      isLeader: () => this.#controllers !== undefined,
+      cidrsAllocated: () => this.#controllers?.clusterPool?.allocated(),
+      watchRestarts: () => this.caches.all.map((i) => ({ resource: i.resource, restarts: i.status().restarts })),
+    });
   }
 
   /** Follows the API, serves health and metrics, and stands for election. */

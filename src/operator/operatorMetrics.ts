@@ -11,6 +11,8 @@ export interface OperatorMetricsSources {
   isLeader(): boolean;
   /** CIDRs handed out of the cluster pools, by family (empty when no pool is configured or not leading). */
   cidrsAllocated(): { 4: number; 6: number } | undefined;
+  /** Each followed resource's watch restarts after an error (the informers' count). */
+  watchRestarts(): { resource: string; restarts: number }[];
 }
 
 export class OperatorMetrics {
@@ -69,6 +71,16 @@ export class OperatorMetrics {
       help: 'Kubernetes API requests of the operator that failed (conflicts it resolves by re-reading are not counted), by operation',
       labelNames: ['operation'],
       registers,
+    });
+    new Counter({
+      name: 'tendril_operator_watch_restarts_total',
+      help: 'Watches of the followed resources restarted after an error (a lost connection, a resource the server does not serve), by resource',
+      labelNames: ['resource'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { resource, restarts } of sources()?.watchRestarts() ?? []) this.inc({ resource }, restarts);
+      },
     });
     for (const reason of ['pod-gone', 'node-gone'] as const) this.#endpoints.inc({ reason }, 0);
     for (const family of ['ipv4', 'ipv6']) this.#exhausted.inc({ family }, 0);

@@ -342,10 +342,12 @@ describe('health and metrics', () => {
       'tendril_operator_cidrs_allocated',
       'tendril_operator_cidr_pool_exhausted_total',
       'tendril_operator_api_errors_total',
+      'tendril_operator_watch_restarts_total',
     ]) {
       assert.match(m.body, new RegExp(`^# TYPE ${name} `, 'm'), name);
     }
     assert.equal(metricValue(m.body, 'tendril_operator_is_leader'), 0, 'holding the lease without synced caches is not leading');
+    assert.ok((metricValue(m.body, 'tendril_operator_watch_restarts_total', '{resource="tendrilendpoints"}') ?? 0) >= 1, 'the failing list is counted');
     assert.equal((await httpGet(op.healthAddress.port, '/other')).status, 404);
   });
 });

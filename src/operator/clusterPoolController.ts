@@ -38,14 +38,18 @@ export class ClusterPoolController {
   readonly #pool: CidrPool;
   readonly #log: Logger;
   /**
-   * What our own patches wrote, until the cache shows it: the cache may lag
-   * behind our write, and a node must not look bare (and get a second CIDR)
-   * meanwhile. Node name → {uid, podCIDRs}.
+   * spec.ipam.podCIDRs known to be on the server that the cache may not show
+   * yet: what the fresh list at start said, and what our own patches wrote.
+   * Only the operator writes spec.ipam, so once this leader has listed, a
+   * cached node without it is either new or behind on a write we know of;
+   * it must not look bare (and get a second CIDR) meanwhile. Node → {uid, podCIDRs}.
    */
-  readonly #written = new Map<string, { uid: string; cidrs: string[] }>();
+  readonly #known = new Map<string, { uid: string; cidrs: string[] }>();
   /** Nodes waiting for a full pool, by family (counted once per wait). */
   readonly #waiting = new Set<string>();
   readonly #foreignLogged = new Set<string>();
+  /** The fresh list at start went through (until then nothing is handed out). */
+  #listed = false;
   #running: Promise<void> | undefined;
   #again = false;
   #stopped = false;
@@ -58,14 +62,36 @@ export class ClusterPoolController {
     this.#log = o.logger;
   }
 
-  /** Rebuilds the bookkeeping from the cached nodes and hands out what is missing; follows node changes from then on. */
-  start(): Promise<void> {
-    const views = this.#views();
-    this.#logForeign(this.#pool.rebuild(views.map((v) => ({ name: v.name, cidrs: v.ipamPodCIDRs ?? [] }))));
+  /**
+   * Rebuilds the bookkeeping from the TendrilNodes as the server has them now
+   * (a fresh list: this replica's cache may not yet show the previous
+   * leader's last patches), hands out what is missing, and follows node
+   * changes from then on. A failed list is retried with the next pass.
+   */
+  async start(): Promise<void> {
+    this.#unsubscribe = this.#o.nodes.onChange(() => void this.kick());
+    // A deleted node's CIDRs are free, also those we knew of before the cache did.
+    this.#o.nodes.on('delete', (obj) => {
+      const known = this.#known.get(obj.metadata?.name ?? '');
+      if (!this.#stopped && known !== undefined && known.uid === obj.metadata?.uid) this.#known.delete(obj.metadata?.name ?? '');
+    });
+    await this.kick();
+  }
+
+  async #listFresh(): Promise<boolean> {
+    let fresh: OperatorNodeView[];
+    try {
+      fresh = (await this.#o.api.listTendrilNodes()).flatMap((o) => readTendrilNode(o) ?? []);
+    } catch (err) {
+      this.#o.metrics.apiError('node-list');
+      this.#log.warn({ error: describeK8sError(err) }, 'listing the TendrilNodes failed; no CIDR is handed out until a list succeeds');
+      return false;
+    }
+    for (const v of fresh) if (v.ipamPodCIDRs !== undefined) this.#known.set(v.name, { uid: v.uid, cidrs: v.ipamPodCIDRs });
+    this.#logForeign(this.#pool.rebuild(fresh.map((v) => ({ name: v.name, cidrs: v.ipamPodCIDRs ?? [] }))));
     const a = this.#pool.allocated();
-    this.#log.info({ nodes: views.length, ipv4: a[4], ipv6: a[6] }, 'cluster-pool allocation rebuilt from the TendrilNodes');
-    this.#unsubscribe = this.#o.nodes.onChange(() => this.kick());
-    return this.kick();
+    this.#log.info({ nodes: fresh.length, ipv4: a[4], ipv6: a[6] }, 'cluster-pool allocation rebuilt from the TendrilNodes');
+    return true;
   }
 
   async stop(): Promise<void> {
@@ -98,11 +124,11 @@ export class ClusterPoolController {
     return this.#o.nodes.list().flatMap((o) => readTendrilNode(o) ?? []);
   }
 
-  /** The node's CIDRs: its object's, or what we wrote if the cache has not caught up with it. */
+  /** The node's CIDRs: its cached object's, or what we know the server has if the cache has not caught up. */
   #cidrsOf(v: OperatorNodeView): string[] {
-    const w = this.#written.get(v.name);
+    const w = this.#known.get(v.name);
     if (w !== undefined && w.uid === v.uid && v.ipamPodCIDRs === undefined) return w.cidrs;
-    this.#written.delete(v.name);
+    this.#known.delete(v.name);
     return v.ipamPodCIDRs ?? [];
   }
 
@@ -116,11 +142,14 @@ export class ClusterPoolController {
   }
 
   async #reconcile(): Promise<void> {
+    if (!this.#listed) this.#listed = await this.#listFresh();
+    if (!this.#listed) return;
     const views = this.#views();
     const live = new Set(views.map((v) => v.name));
-    // Nodes gone from the cache: their CIDRs are free.
-    for (const name of [...this.#written.keys()]) if (!live.has(name)) this.#written.delete(name);
-    this.#logForeign(this.#pool.rebuild(views.map((v) => ({ name: v.name, cidrs: this.#cidrsOf(v) }))));
+    const holdings = views.map((v) => ({ name: v.name, cidrs: this.#cidrsOf(v) }));
+    // Nodes the fresh list or our patches know and the cache does not show yet: theirs stay theirs.
+    for (const [name, k] of this.#known) if (!live.has(name)) holdings.push({ name, cidrs: k.cidrs });
+    this.#logForeign(this.#pool.rebuild(holdings));
     for (const key of [...this.#waiting]) if (!live.has(key.slice(0, key.lastIndexOf('/')))) this.#waiting.delete(key);
     for (const v of views) {
       if (this.#stopped) return;
@@ -162,7 +191,7 @@ export class ClusterPoolController {
         const written = await this.#o.api.patchNodeIpam(v.name, v.resourceVersion, cidrs);
         this.patches++;
         const after = readTendrilNode(written);
-        this.#written.set(v.name, { uid: after?.uid ?? v.uid, cidrs: after?.ipamPodCIDRs ?? cidrs });
+        this.#known.set(v.name, { uid: after?.uid ?? v.uid, cidrs: after?.ipamPodCIDRs ?? cidrs });
         this.#log.info({ node: v.name, podCIDRs: cidrs }, 'handed the node its cluster-pool CIDRs');
         return;
       } catch (err) {
@@ -187,7 +216,7 @@ export class ClusterPoolController {
       }
       if (fresh === undefined) return;
       v = fresh;
-      this.#written.delete(v.name);
+      this.#known.delete(v.name);
       this.#logForeign(this.#pool.hold(v.name, v.ipamPodCIDRs ?? []));
       want = this.#missing(v.ipamPodCIDRs ?? []);
       if (want.length === 0) return;

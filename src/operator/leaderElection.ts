@@ -59,7 +59,6 @@ export class LeaderElector {
   #observed: ObservedLeader | undefined;
   /** Serializes attempts and leadership transitions: one at a time. */
   #chain: Promise<void> = Promise.resolve();
-  transitions = 0;
 
   constructor(o: LeaderElectorOptions) {
     if (!Number.isInteger(o.leaseDurationSeconds) || o.leaseDurationSeconds < 1) throw new RangeError('leaseDurationSeconds must be a whole number ≥ 1');
@@ -214,7 +213,6 @@ export class LeaderElector {
     this.#observe(written);
     this.#armDeadline(sentAt);
     this.#leading = true;
-    this.transitions++;
     this.#log.info({ how }, 'became the leader');
     // Not awaited: renewals must not wait for the controllers' start-up (they wait for their caches).
     void Promise.resolve()

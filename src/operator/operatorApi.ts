@@ -95,6 +95,12 @@ export class OperatorApi {
     }
   }
 
+  /** Every TendrilNode as the server has them now (not as a cache last saw them). */
+  async listTendrilNodes(): Promise<KubernetesObject[]> {
+    const list = (await this.custom.listClusterCustomObject(this.#tendril(TENDRIL_NODE_PLURAL))) as { items?: KubernetesObject[] };
+    return list.items ?? [];
+  }
+
   /** Sets spec.ipam.podCIDRs by a JSON merge patch conditional on resourceVersion (409 when the node moved on). */
   async patchNodeIpam(name: string, resourceVersion: string, podCIDRs: readonly string[]): Promise<KubernetesObject> {
     return (await this.custom.patchClusterCustomObject(

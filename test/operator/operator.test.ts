@@ -7,8 +7,13 @@ import assert from 'node:assert/strict';
 import { after, afterEach, beforeEach, describe, test } from 'node:test';
 import type { FakeKubeApi } from '../support/fakeKubeApi.js';
 import type { Operator } from '../../src/operator/operator.js';
+import { CustomObjectsApi, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node';
+import { ResourceInformer } from '../../src/k8s/resourceInformer.js';
+import { CidrPool } from '../../src/operator/cidrPool.js';
+import { ClusterPoolController } from '../../src/operator/clusterPoolController.js';
 import { LeaderElector } from '../../src/operator/leaderElection.js';
-import { OPERATOR_API_CALLS } from '../../src/operator/operatorApi.js';
+import { OPERATOR_API_CALLS, OperatorApi } from '../../src/operator/operatorApi.js';
+import { OperatorMetrics } from '../../src/operator/operatorMetrics.js';
 import {
   createEndpoint,
   createIdentity,
@@ -295,6 +300,42 @@ describe('cluster-pool CIDRs', () => {
     }
     assert.ok((api.requests()['get:tendrilnodes'] ?? 0) > 0, 'conflicts were met and resolved by a read');
     assert.equal(op.controllers?.clusterPool?.patches, names.length, 'one successful patch per node');
+  });
+
+  test('a new leader whose cache lags behind the previous leader\'s patches hands out none of their CIDRs (it lists afresh)', async () => {
+    // The previous leader's work: nodes holding the first CIDRs, which this leader's cache does not show
+    // (its informer follows only nodes labelled visible: the stand-in for a watch that has not caught up).
+    createTendrilNode(api, 'node-old-1', ['10.200.0.0/24', 'fd00:200::/112']);
+    createTendrilNode(api, 'node-old-2', ['10.200.1.0/24', 'fd00:200::1:0/112']);
+    api.create('tendrilnodes', { apiVersion: 'tendril.io/v1', kind: 'TendrilNode', metadata: { name: 'node-new', labels: { 'tdl-visible': 'yes' } }, spec: {} });
+    const kc = await kubeConfigOf(api);
+    const custom = kc.makeApiClient(CustomObjectsApi);
+    const nodes = new ResourceInformer<KubernetesObject>({
+      resource: 'tendrilnodes',
+      kubeConfig: kc,
+      path: '/apis/tendril.io/v1/tendrilnodes',
+      labelSelector: 'tdl-visible=yes',
+      list: () => custom.listClusterCustomObject({ group: 'tendril.io', version: 'v1', plural: 'tendrilnodes', labelSelector: 'tdl-visible=yes' }) as Promise<KubernetesListObject<KubernetesObject>>,
+      logger: quietLogger(),
+    });
+    nodes.start();
+    const controller = new ClusterPoolController({
+      api: new OperatorApi(kc, NS),
+      nodes,
+      pool: new CidrPool({ cidrs: pools.clusterPoolCidr, maskSize: { 4: 24, 6: 112 } }),
+      logger: quietLogger(),
+      metrics: new OperatorMetrics(),
+    });
+    try {
+      await nodes.synced;
+      assert.deepEqual(nodes.list().map((n) => n.metadata?.name), ['node-new'], 'the cache shows only the new node');
+      await controller.start();
+      await waitFor('node-new allocated', () => ipamOf(api, 'node-new')?.length === 2);
+      assert.deepEqual(ipamOf(api, 'node-new'), ['10.200.2.0/24', 'fd00:200::2:0/112'], 'the first CIDRs no other node holds');
+    } finally {
+      await controller.stop();
+      await nodes.stop();
+    }
   });
 
   test('a new leader rebuilds the allocation from the objects: nothing moves, nothing is handed out twice; foreign CIDRs are left', async () => {

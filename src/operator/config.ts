@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { ConfigError } from '../errors/configError.js';
 import { IpamError } from '../ipam/errors.js';
 import { LOG_FORMATS } from '../logging/logger.js';
-import { MetricsServeError, parseServeAddress } from '../metrics/metricsServer.js';
+import { isServeAddress } from '../metrics/metricsServer.js';
 import { tendrilVersion } from '../version.js';
 import { CidrPool } from './cidrPool.js';
 
@@ -36,18 +36,7 @@ export const OperatorConfigSchema = z
     namespace: z.string().regex(DNS_LABEL, 'must be a namespace name (a DNS label)'),
     /** spec.holderIdentity of the election Lease. */
     id: z.string().min(1).max(253),
-    healthAddr: z.string().refine(
-      (a) => {
-        try {
-          parseServeAddress(a, '--health-addr');
-          return true;
-        } catch (err) {
-          if (err instanceof MetricsServeError) return false;
-          throw err;
-        }
-      },
-      { message: 'must be host:port, [ipv6]:port or :port, such as 127.0.0.1:9963' },
-    ),
+    healthAddr: z.string().refine(isServeAddress, { message: 'must be host:port, [ipv6]:port or :port, such as 127.0.0.1:9963' }),
     /** The election Lease's spec.leaseDurationSeconds (renewed every third of it). */
     leaseDurationSeconds: z.number().int().min(1).max(3600),
     identityGcGraceMs: z.number().int().min(0),

@@ -3,6 +3,7 @@
  * server to scrape, beside the API socket (which only root can reach). Only
  * `GET /metrics` and `GET /healthz` are served: a kubelet's HTTP probe needs
  * a route it can reach, and nothing else of the agent is reachable here.
+ * tendril-operator serves its /metrics and /healthz with it too (--health-addr).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { isIP } from 'node:net';

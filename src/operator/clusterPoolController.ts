@@ -100,7 +100,7 @@ export class ClusterPoolController {
     await this.#running?.catch(() => undefined);
   }
 
-  /** Runs a reconcile now, or once more after the one running. Resolves when no reconcile is left to run. */
+  /** Runs a reconcile now, or once more after the one running. Resolves (never rejects) when no reconcile is left to run. */
   kick(): Promise<void> {
     if (this.#stopped) return Promise.resolve();
     if (this.#running !== undefined) {
@@ -111,7 +111,12 @@ export class ClusterPoolController {
       try {
         do {
           this.#again = false;
-          await this.#reconcile();
+          try {
+            await this.#reconcile();
+          } catch (err) {
+            // A bug or an unforeseen answer must not end the controller: the next event or pass tries again.
+            this.#log.error({ err }, 'cluster-pool reconcile failed');
+          }
         } while (this.#again && !this.#stopped);
       } finally {
         this.#running = undefined;

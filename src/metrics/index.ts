@@ -1,4 +1,4 @@
 export { AgentMetrics, type AgentMetricsSources, CNI_VERBS, cidrSize, countedCni, type IpamAllocationView, type OperationResult } from './agentMetrics.js';
 export { countedBackend } from './countedBackend.js';
 export { DatapathMetrics, type DatapathMetricsSource, type MapUsage, pinnedDatapathSource } from './datapathMetrics.js';
-export { MetricsServeError, type MetricsServeErrorCode, MetricsServer, parseServeAddress, type ServeAddress } from './metricsServer.js';
+export { MetricsServeError, type MetricsServeErrorCode, MetricsServer, type MetricsSource, parseServeAddress, type ServeAddress, type HealthSource } from './metricsServer.js';

@@ -3,12 +3,18 @@
  * server to scrape, beside the API socket (which only root can reach). Only
  * `GET /metrics` and `GET /healthz` are served: a kubelet's HTTP probe needs
  * a route it can reach, and nothing else of the agent is reachable here.
+ * tendril-operator serves its /metrics and /healthz with it too (--health-addr).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
 import { CodedError } from '../errors/codedError.js';
 import type { Logger } from '../logging/logger.js';
-import type { AgentMetrics } from './agentMetrics.js';
+
+/** What the server renders at GET /metrics: the agent's AgentMetrics, or another program's registry (the operator's). */
+export interface MetricsSource {
+  render(): Promise<string>;
+  readonly contentType: string;
+}
 
 export type MetricsServeErrorCode = 'INVALID_ADDRESS' | 'LISTEN_FAILED';
 
@@ -50,7 +56,7 @@ export class MetricsServer {
   ) {}
 
   /** Listens on `addr`; an address that cannot be bound is a MetricsServeError LISTEN_FAILED naming it. */
-  static async start(addr: string, metrics: AgentMetrics, log: Logger, health?: HealthSource): Promise<MetricsServer> {
+  static async start(addr: string, metrics: MetricsSource, log: Logger, health?: HealthSource): Promise<MetricsServer> {
     const where = parseServeAddress(addr);
     const server = createServer((req, res) => void serve(req, res, metrics, log, health));
     await new Promise<void>((resolve, reject) => {
@@ -79,7 +85,7 @@ export class MetricsServer {
 
 const ONLY = 'only GET /metrics and GET /healthz are served here\n';
 
-async function serve(req: IncomingMessage, res: ServerResponse, metrics: AgentMetrics, log: Logger, health: HealthSource | undefined): Promise<void> {
+async function serve(req: IncomingMessage, res: ServerResponse, metrics: MetricsSource, log: Logger, health: HealthSource | undefined): Promise<void> {
   const path = (req.url ?? '').split('?')[0];
   if (path !== '/metrics' && !(path === '/healthz' && health)) {
     res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end(ONLY);

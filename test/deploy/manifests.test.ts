@@ -40,6 +40,8 @@ import { endpointSpecOf, tendrilEndpointObject } from '../../src/k8s/tendrilEndp
 import { allocatedPodCidrsOfObject, nodeRecordOfObject, tendrilNodeObject, tendrilNodeSpecPatch } from '../../src/k8s/tendrilNode.js';
 import type { NodeRecord } from '../../src/node/types.js';
 import { LabelSet } from '../../src/labels/index.js';
+import { operatorCommand, operatorConfig, type OperatorFlags } from '../../src/operator/config.js';
+import { OPERATOR_API_CALLS } from '../../src/operator/operatorApi.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const DEPLOY = join(ROOT, 'deploy/kubernetes');
@@ -116,10 +118,16 @@ describe('deploy/kubernetes manifests', () => {
       'CustomResourceDefinition/tendrilidentities.tendril.io',
       'CustomResourceDefinition/tendrilendpoints.tendril.io',
       'CustomResourceDefinition/tendrilnodes.tendril.io',
+      'ServiceAccount/tendril-operator',
+      'ClusterRole/tendril-operator',
+      'ClusterRoleBinding/tendril-operator',
+      'Role/tendril-operator',
+      'RoleBinding/tendril-operator',
+      'Deployment/tendril-operator',
     ]) {
       assert.ok(kinds.includes(k), `${k} in ${kinds.join(', ')}`);
     }
-    for (const d of DOCS.filter((x) => ['ServiceAccount', 'ConfigMap', 'DaemonSet'].includes(String(x.value.kind)))) {
+    for (const d of DOCS.filter((x) => ['ServiceAccount', 'ConfigMap', 'DaemonSet', 'Deployment', 'Role', 'RoleBinding'].includes(String(x.value.kind)))) {
       assert.equal(obj(d.value.metadata, 'metadata').namespace, 'kube-system', `${d.file}: ${String(d.value.kind)} in kube-system`);
     }
   });
@@ -361,8 +369,79 @@ describe('deploy/kubernetes manifests', () => {
     }
     assert.equal(readdirSync(join(ROOT, 'bpf')).filter((f) => f.endsWith('.c')).length, 5, 'every datapath object is copied');
     assert.match(text, /^ENTRYPOINT \["\/opt\/tendril\/bin\/tendril-agent"\]$/m);
+    // The operator's Deployment runs the same image with its own launcher.
+    assert.ok(lines.some((l) => l.startsWith('COPY bin/') && l.includes('bin/tendril-operator')), 'the build stage has bin/tendril-operator');
+    assert.ok(lines.some((l) => l.startsWith('COPY --from=build') && l.includes('/src/bin/tendril-operator')), 'copies bin/tendril-operator');
     // The paths the manifests use exist in the image.
     assert.match(text, /^WORKDIR \/opt\/tendril$/m);
+  });
+});
+
+// ---- tendril-operator -------------------------------------------------------------
+
+describe('deploy/kubernetes/tendril-operator.yaml', () => {
+  /** verb group/resource pairs a rule list grants. */
+  const grants = (rules: unknown): string[] =>
+    arr(rules, 'rules').flatMap((x) => {
+      const r = obj(x, 'rule');
+      assert.equal(r.resourceNames, undefined);
+      assert.equal(r.nonResourceURLs, undefined);
+      return arr(r.apiGroups, 'apiGroups').flatMap((g) =>
+        arr(r.resources, 'resources').flatMap((res) => arr(r.verbs, 'verbs').map((v) => `${String(v)} ${String(g)}/${String(res)}`)),
+      );
+    });
+  const wanted = (scope: 'cluster' | 'namespace'): string[] =>
+    OPERATOR_API_CALLS.filter((c) => c.scope === scope).flatMap((c) => c.verbs.map((v) => `${v} ${c.group}/${c.resource}`));
+
+  test('RBAC grants exactly the requests the operator makes (src/operator/operatorApi.ts): cluster-wide in a ClusterRole, Leases in a kube-system Role', () => {
+    assert.deepEqual(grants(one('ClusterRole', 'tendril-operator').rules).sort(), wanted('cluster').sort());
+    const role = one('Role', 'tendril-operator');
+    assert.equal(obj(role.metadata, 'metadata').namespace, 'kube-system');
+    assert.deepEqual(grants(role.rules).sort(), wanted('namespace').sort());
+    const subjects = [{ kind: 'ServiceAccount', name: 'tendril-operator', namespace: 'kube-system' }];
+    const crb = one('ClusterRoleBinding', 'tendril-operator');
+    assert.deepEqual([crb.roleRef, crb.subjects], [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'tendril-operator' }, subjects]);
+    const rb = one('RoleBinding', 'tendril-operator');
+    assert.deepEqual([rb.roleRef, rb.subjects], [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'tendril-operator' }, subjects]);
+  });
+
+  test('one replica of the agent\'s image running tendril-operator with its own flags; probes on /healthz where --health-addr serves it', () => {
+    const deploy = one('Deployment', 'tendril-operator');
+    const spec = obj(deploy.spec, 'spec');
+    assert.equal(spec.replicas, 1);
+    const template = obj(spec.template, 'template');
+    assert.deepEqual(obj(spec.selector, 'selector').matchLabels, { 'app.kubernetes.io/name': obj(obj(template.metadata, 'metadata').labels, 'labels')['app.kubernetes.io/name'] });
+    const p = obj(template.spec, 'pod spec');
+    assert.equal(p.serviceAccountName, 'tendril-operator');
+    assert.equal(p.hostNetwork, true, 'pods get addresses only after the operator ran: it cannot need one');
+    const containers = arr(p.containers, 'containers').map((c) => obj(c, 'container'));
+    assert.equal(containers.length, 1);
+    const c = containers[0]!;
+    const agentPod = obj(obj(obj(one('DaemonSet', 'tendril').spec, 'spec').template, 'template').spec, 'pod spec');
+    const agentImage = obj(arr(agentPod.containers, 'containers')[0], 'agent').image;
+    assert.equal(c.image, agentImage, 'the agent\'s image');
+    assert.deepEqual(c.command, ['/opt/tendril/bin/tendril-operator']);
+    const env = new Map(arr(c.env, 'env').map((e) => [String(obj(e, 'env').name), obj(e, 'env')]));
+    const args = arr(c.args, 'args').map(String);
+    for (const a of args) for (const [, v] of a.matchAll(/\$\(([A-Z_]+)\)/g)) assert.ok(env.has(v!), `$(${v}) is defined in env`);
+    assert.deepEqual(env.get('POD_NAMESPACE')?.valueFrom, { fieldRef: { fieldPath: 'metadata.namespace' } });
+    // The args are tendril-operator's flags and make a valid configuration (the kubelet has expanded the variables).
+    const expanded = args.map((a) => a.replace('$(POD_NAMESPACE)', 'kube-system').replace('$(POD_NAME)', 'tendril-operator-abc12'));
+    const flags = operatorCommand().parse(expanded, { from: 'user' }).opts<OperatorFlags>();
+    const config = operatorConfig(flags);
+    assert.equal(config.namespace, 'kube-system');
+    assert.equal(config.id, 'tendril-operator-abc12');
+    const [host, port] = [config.healthAddr.slice(0, config.healthAddr.lastIndexOf(':')), Number(config.healthAddr.split(':').pop())];
+    for (const probe of ['readinessProbe', 'livenessProbe']) {
+      const get = obj(obj(c[probe], probe).httpGet, `${probe}.httpGet`);
+      assert.deepEqual([get.path, get.port, get.host], ['/healthz', port, host], probe);
+    }
+    // The commented cluster-pool flags, uncommented, are valid too.
+    const text = readFileSync(join(DEPLOY, 'tendril-operator.yaml'), 'utf8');
+    const commented = [...text.matchAll(/^\s*#\s*- (--cluster-pool-[a-z0-9-]+=\S+)\s*$/gm)].map((m) => m[1]!);
+    assert.ok(commented.length >= 2, 'cluster-pool flags shown');
+    const pools = operatorConfig(operatorCommand().parse([...expanded, ...commented], { from: 'user' }).opts<OperatorFlags>());
+    assert.ok(pools.clusterPoolCidrs.length > 0);
   });
 });
 
@@ -725,6 +804,23 @@ describe('kubectl applies deploy/kubernetes', () => {
     } finally {
       await registry.stop();
     }
+  });
+
+  test('tendril-operator.yaml applies: its RBAC, Role and Deployment are served back', async () => {
+    const out = await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'tendril-operator.yaml'));
+    for (const o of [
+      'serviceaccount/tendril-operator',
+      'clusterrole.rbac.authorization.k8s.io/tendril-operator',
+      'clusterrolebinding.rbac.authorization.k8s.io/tendril-operator',
+      'role.rbac.authorization.k8s.io/tendril-operator',
+      'rolebinding.rbac.authorization.k8s.io/tendril-operator',
+      'deployment.apps/tendril-operator',
+    ]) {
+      assert.match(out, new RegExp(`${o.replace(/\./g, '\\.')} created`));
+    }
+    const d = api.get('deployments', 'kube-system', 'tendril-operator') as Obj;
+    assert.equal(obj(d.spec, 'spec').replicas, 1);
+    assert.match(await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'tendril-operator.yaml')), /deployment\.apps\/tendril-operator unchanged/);
   });
 
   test('the removal: tendril.yaml deleted, then the cleanup DaemonSet applied', async () => {

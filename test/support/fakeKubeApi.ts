@@ -64,6 +64,7 @@ export type FakeResource =
   | 'configmaps'
   | 'serviceaccounts'
   | 'daemonsets'
+  | 'deployments'
   | 'clusterroles'
   | 'clusterrolebindings'
   | 'ciliumnetworkpolicies'

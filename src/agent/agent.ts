@@ -12,7 +12,7 @@ import { type IdentityAllocator, NodeLease } from '../identity/index.js';
 import { attachmentOfOwner, IpamProvider, ipamOwner } from '../ipam/index.js';
 import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries } from '../ipcache/index.js';
 import { AgentKubernetes, configWithNode, registryAddresses, requireKubernetesForIpam } from '../k8s/agentKubernetes.js';
-import { k8sEnabled, type RetryOptions } from '../k8s/index.js';
+import { k8sEnabled, type KubernetesNodeRegistry, type RetryOptions } from '../k8s/index.js';
 import { defaultEmbeddedPath } from '../kvstore/embedded/embeddedOptions.js';
 import { openBackend } from '../kvstore/factory.js';
 import type { Backend } from '../kvstore/types.js';
@@ -28,7 +28,7 @@ import { type AgentDatapath, openAgentDatapath } from './agentDatapath.js';
 import { agentApi, type AgentParts, endpointLease, metricsSources, readiness } from './agentApi.js';
 import { type BpfObservability, bpfObservabilityOf } from './bpfObservability.js';
 import { CniService } from './cniService.js';
-import { startClusterIdentities } from './clusterState.js';
+import { kubernetesIpcacheSync, kubernetesNodeRegistry, provisionalOwnRecord, startClusterIdentities, withOperatorPodCidrs } from './clusterState.js';
 import { type AgentConfig, ConfigError, k8sConnection, nodeMasqueradeCidrs } from './config.js';
 import { readInterfaceAddresses } from './interfaceAddresses.js';
 import { type NodeBasics, nodeBasics } from './nodeBasics.js';
@@ -71,7 +71,10 @@ interface Foundation {
   ipam: IpamProvider;
   identities: IdentityAllocator;
   ipcache: IPCache;
-  ipcacheSync: KvstoreIPCacheSync;
+  /** kvstore mode's ipcache sync; crd mode's is made once the endpoints exist (serve). */
+  ipcacheSync: KvstoreIPCacheSync | undefined;
+  /** crd mode's node registry (TendrilNode objects, Leases); kvstore mode's OwnNode makes its own. */
+  registry: KubernetesNodeRegistry | undefined;
   /** The node IP: given, the underlay's, or the router address. */
   nodeIp: string;
   /** The node's IPv6 InternalIP next to an IPv4 node IP (the underlay's), if any. */
@@ -159,8 +162,7 @@ export class Agent {
       onRegenerated: (result, seconds) => metrics.observeRegeneration(result, seconds),
     });
     this.ownNode = new OwnNode({
-      backend,
-      lease: f.lease,
+      ...(f.registry ? { registry: f.registry } : { backend, lease: f.lease }),
       nodeName: config.nodeName,
       ipcache,
       ...(datapath.nodeRouting ? { routing: datapath.nodeRouting } : {}),
@@ -273,7 +275,9 @@ export class Agent {
     }
   }
 
-  private static async startWith(config: AgentConfig, log: Logger, deps: AgentDeps, kubernetes: AgentKubernetes | undefined): Promise<Agent> {
+  private static async startWith(given: AgentConfig, log: Logger, deps: AgentDeps, kubernetes: AgentKubernetes | undefined): Promise<Agent> {
+    // crd mode with cluster-pool IPAM: the pod CIDRs come from tendril-operator, put in below.
+    let config = given;
     const basics = await nodeBasics(config, deps);
     await mkdir(config.stateDir, { recursive: true, mode: 0o700 });
     await mkdir(dirname(config.socket), { recursive: true, mode: 0o700 });
@@ -293,6 +297,9 @@ export class Agent {
       const metrics = new AgentMetrics();
       const backend = countedBackend(await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) }), metrics);
       teardown.add(() => backend.close(), 'kvstore');
+      const registry = kubernetesNodeRegistry(given, { kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'nodes' }) });
+      teardown.add(async () => registry?.stop(), 'node registry (crd)');
+      config = await withOperatorPodCidrs(config, registry, provisionalOwnRecord(config, basics), log.child({ subsys: 'ipam' }));
       const ipam = new IpamProvider(config, backend, log.child({ subsys: 'ipam' }));
       await ipam.start();
       teardown.add(() => ipam.stop(), 'IPAM');
@@ -303,15 +310,18 @@ export class Agent {
       teardown.add(() => identities.close(), 'identities');
       const ipcache = new IPCache({ logger: log.child({ subsys: 'ipcache' }) });
       const nodeIp = basics.ip ?? ipam.routerAddresses().find((r) => r.family === 4)?.ip ?? ipam.routerAddresses()[0]?.ip ?? '0.0.0.0';
-      const ipcacheSync = new KvstoreIPCacheSync({
-        ...{ backend, ipcache, nodeName: config.nodeName, nodeIP: nodeIp, lease, logger: log.child({ subsys: 'ipcache' }) },
-        ...(basics.ip6 === undefined ? {} : { nodeIP6: basics.ip6 }),
-      });
-      await ipcacheSync.start();
-      teardown.add(() => ipcacheSync.stop(), 'ipcache sync');
+      const ipcacheSync =
+        config.identityAllocationMode === 'kvstore'
+          ? new KvstoreIPCacheSync({
+              ...{ backend, ipcache, nodeName: config.nodeName, nodeIP: nodeIp, lease, logger: log.child({ subsys: 'ipcache' }) },
+              ...(basics.ip6 === undefined ? {} : { nodeIP6: basics.ip6 }),
+            })
+          : undefined;
+      await ipcacheSync?.start();
+      teardown.add(async () => ipcacheSync?.stop(), 'ipcache sync');
       // The eBPF datapath loads its objects (maps reused from the pins) before any endpoint is restored.
       opened = deps.datapath ? undefined : await openAgentDatapath(config, ipcache, log, { podMtu: basics.podMtu, nodeIp, ...(basics.ip6 === undefined ? {} : { nodeIp6: basics.ip6 }) });
-      const foundation = { backend, lease, ipam, identities, ipcache, ipcacheSync, nodeIp, nodeIp6: basics.ip6, metrics };
+      const foundation = { backend, lease, ipam, identities, ipcache, ipcacheSync, registry, nodeIp, nodeIp6: basics.ip6, metrics };
       const agent = new Agent(config, log, foundation, deps.datapath ?? opened!.datapath, basics.podMtu, kubernetes, teardown);
       agent.ownedDatapath = opened;
       await agent.serve(deps, basics);
@@ -329,6 +339,16 @@ export class Agent {
     f.metrics.bind(metricsSources(this.parts()));
     await this.hostAddresses.refresh(deps.interfaceAddresses ?? (deps.datapath ? async () => [] : readInterfaceAddresses));
     await this.ownNode.start();
+    // crd mode: the other nodes' pods once the registry says which nodes are alive; this node's as its endpoints come.
+    const crdSync = kubernetesIpcacheSync(config, { kubernetes: this.kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'ipcache' }), ipcache: f.ipcache, endpoints: this.endpoints, nodes: this.ownNode.registry!, nodeIp: f.nodeIp, nodeIp6: f.nodeIp6 });
+    if (crdSync) {
+      crdSync.feed.start();
+      this.teardown.add(async () => {
+        crdSync.feed.stop();
+        await crdSync.sync.stop();
+      }, 'ipcache sync (crd)');
+      await crdSync.sync.start();
+    }
     // Policies before endpoints: a restored endpoint's first regeneration already holds them, so
     // the pinned maps that enforced while the agent was down are never rewritten without them.
     // The ledger is read before the store's first listing can change it, compared after.
@@ -354,6 +374,8 @@ export class Agent {
     });
     // Labels changed while the agent was down (pods relabelled, namespaces too) reach the restored endpoints.
     await this.kubernetes?.reconcileEndpoints();
+    // This node's TendrilEndpoints no restored endpoint published (pods deleted while the agent was down): in the background, the API server may be away.
+    crdSync?.sync.pruneStale().catch((err: unknown) => log.error({ err }, 'pruning stale TendrilEndpoints failed'));
     // Pinned datapath state of endpoints that did not come back goes now (the restored ones are synced).
     await this.datapath.restoreDone?.(this.endpoints.list().map((ep) => ({ id: ep.id, hostIfName: ep.hostIfName })));
     // Which backends are local is known now: Local services take it from the endpoints from here on.

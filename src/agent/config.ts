@@ -380,7 +380,8 @@ export function masqueradeCidrs(c: AgentConfig): string[] {
       // kubernetes: the Node's pod CIDRs, which the agent puts in podCidrs before anything uses them.
       return c.podCidrs;
     case 'cluster-pool':
-      return c.clusterPoolCidrs;
+      // Without the pools (crd mode: tendril-operator has them), the CIDRs it handed this node.
+      return c.clusterPoolCidrs.length > 0 ? c.clusterPoolCidrs : c.podCidrs;
     case 'block':
       return c.poolCidrs;
     case 'delegated':

@@ -47,6 +47,11 @@ export class IpamProvider {
         this.main = new HostScopeAllocator({ ...common, podCidrs: config.podCidrs.map((cidr) => ({ cidr })) });
         break;
       case 'cluster-pool':
+        // The Kubernetes-backed mode: tendril-operator handed this node its CIDRs (in podCidrs); the node allocates from them alone.
+        if (config.clusterPoolCidrs.length === 0) {
+          this.main = new HostScopeAllocator({ ...common, podCidrs: config.podCidrs.map((cidr) => ({ cidr })) });
+          break;
+        }
         this.main = new ClusterPoolAllocator({
           ...common,
           pools: config.clusterPoolCidrs.map((cidr) => ({ cidr })),

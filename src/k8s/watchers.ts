@@ -30,6 +30,9 @@ export interface K8sWatchersOptions {
   ipv6NodePortAddresses?: () => readonly string[];
 }
 
+/** What status and health read of an informer. */
+export type FollowedInformer = Pick<ResourceInformer<object>, 'status' | 'isSynced' | 'connected'>;
+
 export class K8sWatchers {
   readonly kubeConfig: KubeConfig;
   readonly #log: Logger;
@@ -39,7 +42,7 @@ export class K8sWatchers {
   readonly #services: ServiceWatcher | undefined;
   readonly #informers: readonly ResourceInformer<object>[];
   /** Informers other subsystems own and start (the crd mode's cluster stores): part of status and synced. */
-  readonly #followed: ResourceInformer<object>[] = [];
+  readonly #followed: FollowedInformer[] = [];
   #started = false;
   #stopped = false;
 
@@ -128,7 +131,7 @@ export class K8sWatchers {
   }
 
   /** Reports an informer another subsystem owns (started and stopped by it) with the watchers' own: health waits for it too. */
-  follow(informer: ResourceInformer<object>): void {
+  follow(informer: FollowedInformer): void {
     this.#followed.push(informer);
   }
 

@@ -3,44 +3,18 @@
 // between two replicas: the leader SIGKILLed, the other takes over within the
 // lease duration, and the cluster-pool CIDRs stay as allocated.
 import assert from 'node:assert/strict';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import type { FakeKubeApi } from '../support/fakeKubeApi.js';
+import { OPERATOR_BIN, type OperatorProcess, spawnOperator } from '../support/operatorProcess.js';
 import { createTendrilNode, httpGet, ipamOf, leaseHolder, metricValue, startFakeCluster, waitFor } from './operatorScene.js';
 
-const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
-const BIN = join(ROOT, 'bin/tendril-operator');
-
-interface OperatorProcess {
-  id: string;
-  child: ChildProcess;
-  lines: string[];
-  port: number;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
+const BIN = OPERATOR_BIN;
 
 const children: OperatorProcess[] = [];
 
-async function spawnOperator(kubeconfig: string, id: string, extra: string[]): Promise<OperatorProcess> {
-  const child = spawn(BIN, ['--k8s-kubeconfig', kubeconfig, '--id', id, '--health-addr', '127.0.0.1:0', '--log-format', 'json', ...extra], {
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
-  const lines: string[] = [];
-  let partial = '';
-  child.stderr!.setEncoding('utf8');
-  child.stderr!.on('data', (d: string) => {
-    const parts = (partial + d).split('\n');
-    partial = parts.pop()!;
-    lines.push(...parts);
-  });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
-  const started = await waitFor(`${id} to start`, () => {
-    if (child.exitCode !== null) throw new Error(`${id} exited ${child.exitCode}: ${lines.slice(-5).join('\n')}`);
-    return lines.map((l) => JSON.parse(l) as { msg?: string; healthAddr?: string }).find((r) => r.msg === 'tendril-operator started');
-  });
-  const p: OperatorProcess = { id, child, lines, port: Number(started.healthAddr!.split(':').pop()), exited };
+async function startReplica(kubeconfig: string, id: string, extra: string[]): Promise<OperatorProcess> {
+  const p = await spawnOperator(kubeconfig, id, extra);
   children.push(p);
   return p;
 }
@@ -105,7 +79,7 @@ describe('tendril-operator failover', () => {
     const flags = ['--leader-election-lease-duration', `${LEASE_S}s`, '--gc-interval', '200ms', '--cluster-pool-cidr', '10.210.0.0/16', '--cluster-pool-cidr', 'fd00:210::/96'];
     for (const n of ['node-a', 'node-b', 'node-c']) createTendrilNode(api, n);
     const kubeconfig = await api.kubeconfig();
-    const [a, b] = await Promise.all([spawnOperator(kubeconfig, 'op-a', flags), spawnOperator(kubeconfig, 'op-b', flags)]);
+    const [a, b] = await Promise.all([startReplica(kubeconfig, 'op-a', flags), startReplica(kubeconfig, 'op-b', flags)]);
     const leader = await waitFor('a leader', async () => ((await isLeader(a!)) ? a : (await isLeader(b!)) ? b : undefined), 15_000);
     const follower = leader === a ? b! : a!;
     assert.equal(leaseHolder(api), leader!.id);

@@ -29,7 +29,7 @@ const UNDERLAY_MTU = 1500;
 const IPERF_PORT = 5201;
 const T = { timeout: 90_000 };
 
-export function clusterConnectivitySuite(opts: { tag: string; routingMode: RoutingMode; ipam: ClusterIpam; family?: Family }): void {
+export function clusterConnectivitySuite(opts: { tag: string; routingMode: RoutingMode; ipam: ClusterIpam; family?: Family; store?: 'etcd' | 'kubernetes' }): void {
   const family = opts.family ?? 4;
   requireRoot(`the cluster connectivity suite (${opts.routingMode}, ${opts.ipam}, ${familyName(family)})`);
   let scene: ClusterScene | undefined;
@@ -45,7 +45,7 @@ export function clusterConnectivitySuite(opts: { tag: string; routingMode: Routi
   const echo = (v: IpFamily, src: string, dst: string, what: 'request' | 'reply') => (v === 4 ? `IP ${src} > ${dst}: ICMP echo ${what}` : `IP6 ${src} > ${dst}: ICMP6, echo ${what}`);
 
   before(async () => {
-    scene = await ClusterScene.create({ tag: opts.tag, routingMode: opts.routingMode, ipam: opts.ipam, family });
+    scene = await ClusterScene.create({ tag: opts.tag, routingMode: opts.routingMode, ipam: opts.ipam, family, ...(opts.store ? { store: opts.store } : {}) });
     for (const i of [0, 1, 2]) pods.push(await scene.addPod(i, { name: `p${i}`, labels: { app: `p${i}` } }));
     const out = await scene.cluster.addUnderlayHost('out', OUTSIDE_IP, family === 4 ? undefined : OUTSIDE_IP6);
     await scene.agentIn(out.netnsPath, 'outside', { tcp: [POD_TCP_PORT], udp: [POD_UDP_PORT] });

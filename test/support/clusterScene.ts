@@ -1,7 +1,10 @@
 /**
  * A many-node cluster in real namespaces for end-to-end tests: the
  * ClusterInABox (node namespaces on a hub bridge, etcd in the hub), an agent
- * with the eBPF datapath in every node namespace on that etcd, pods added
+ * with the eBPF datapath in every node namespace on that etcd — or, with
+ * store 'kubernetes', on the fake API server and no etcd (crd mode: every
+ * agent follows it through a relay in its node namespace, tendril-operator
+ * hands out the cluster-pool CIDRs, pods have Pod objects) — pods added
  * through the CNI runtime of their node, each pod running a service agent
  * (a TCP/UDP backend that reports the client address it saw, and a client),
  * a service agent in every node namespace (the node as a client), and waits
@@ -19,6 +22,10 @@ import { prefixContainsIp, tryParseIp, tryParsePrefix } from '../../src/netip/in
 import type { NodeStatus } from '../../src/node/types.js';
 import { AgentProcess, tendrilPluginDir } from './agentHarness.js';
 import { ClusterInABox, type UnderlayFamily } from './clusterInABox.js';
+import { FakeKubeApi } from './fakeKubeApi.js';
+import { relayIntoNamespace } from './k8sScene.js';
+import { namespaceObject, nodeObject, podObject } from './k8sObjects.js';
+import { killOperator, type OperatorProcess, spawnOperator } from './operatorProcess.js';
 import { addPod, type DatapathNode, delPod, type Pod, type PodSpec } from './datapathNode.js';
 import { type Family, hostCidr, type IpFamily, versionsOf } from './family.js';
 import { run, runOk } from './run.js';
@@ -79,7 +86,16 @@ export interface ClusterSceneOptions {
   family?: Family;
   /** Runs after the nodes' namespaces exist, before any agent starts (links the agent should find). */
   beforeAgents?: (cluster: ClusterInABox) => Promise<void>;
+  /**
+   * Where the cluster's state lives: etcd (the kvstore mode, default) or the
+   * Kubernetes API (crd mode, the fake API server): then IPAM is cluster-pool
+   * from tendril-operator whatever `ipam` says, and pods are IPv4.
+   */
+  store?: 'etcd' | 'kubernetes';
 }
+
+/** The namespace of the scene's pods (and of their Pod objects in crd mode). */
+export const CLUSTER_POD_NAMESPACE = 'tdl-cluster';
 
 export class ClusterScene {
   readonly nodes: SceneNode[] = [];
@@ -88,6 +104,11 @@ export class ClusterScene {
   private readonly extraAgents: ServiceAgentProcess[] = [];
   private readonly cleanups: Array<() => Promise<void>> = [];
   private readonly cniCleanups: Array<() => Promise<void>> = [];
+  /** crd mode: the API server every agent and the operator follow, its kubeconfig, the running operator. */
+  fake: FakeKubeApi | undefined;
+  private kubeconfig = '';
+  operator: OperatorProcess | undefined;
+  private operatorRuns = 0;
 
   private constructor(
     readonly cluster: ClusterInABox,
@@ -107,7 +128,7 @@ export class ClusterScene {
   }
 
   static async create(opts: ClusterSceneOptions): Promise<ClusterScene> {
-    if (opts.ipam !== 'block' && (opts.family ?? 4) !== 4) throw new Error(`${opts.ipam} IPAM: the scene gives IPv6 pools in block IPAM only`);
+    if ((opts.ipam !== 'block' || opts.store === 'kubernetes') && (opts.family ?? 4) !== 4) throw new Error(`${opts.ipam} IPAM: the scene gives IPv6 pools in block IPAM only`);
     const cluster = await ClusterInABox.create(opts.tag, opts.nodeCount ?? 3, opts.underlay ?? ((opts.family ?? 4) === 4 ? 4 : 'dual'));
     const scene = new ClusterScene(cluster, opts);
     try {
@@ -119,14 +140,21 @@ export class ClusterScene {
     return scene;
   }
 
+  get store(): 'etcd' | 'kubernetes' {
+    return this.opts.store ?? 'etcd';
+  }
+
   private agentArgs(index: number, ip: string, bpffsRoot: string): string[] {
     const pools = versionsOf(this.family).flatMap((v) => ['--pool-cidr', v === 4 ? CLUSTER_POD_POOL : CLUSTER_POD_POOL6]);
     const ipam = this.opts.ipam === 'block' ? ['--ipam', 'block', ...pools] : ['--ipam', 'cluster-pool', '--cluster-pool-cidr', CLUSTER_POD_POOL, '--cluster-pool-mask-size', '24'];
+    const store =
+      this.store === 'etcd'
+        ? ['--kvstore', 'etcd', '--kvstore-opt', `etcd.endpoints=${this.cluster.etcdEndpoint}`, ...ipam]
+        : ['--k8s-kubeconfig', this.kubeconfig, '--identity-allocation-mode', 'crd', '--ipam', 'cluster-pool', '--k8s-namespace', 'kube-system', '--k8s-sync-timeout', '20'];
     return [
-      '--kvstore', 'etcd', '--kvstore-opt', `etcd.endpoints=${this.cluster.etcdEndpoint}`,
+      ...store,
       '--node-ip', ip,
       '--routing-mode', this.opts.routingMode,
-      ...ipam,
       '--lease-ttl', String(this.leaseTtl),
       '--datapath', 'bpf', '--bpffs-root', bpffsRoot,
       '--devices', (this.opts.devices?.(index) ?? ['eth0']).join(','),
@@ -136,12 +164,49 @@ export class ClusterScene {
     ];
   }
 
+  /** crd mode: the fake API server (nodes and namespaces in it) and the operator, before any agent. */
+  private async startApiServer(): Promise<void> {
+    const fake = await FakeKubeApi.start({ crds: 'tendril', bookmarkIntervalMs: 500 });
+    this.fake = fake;
+    this.cleanups.push(() => fake.stop());
+    this.kubeconfig = await fake.kubeconfig();
+    for (const ns of ['kube-system', CLUSTER_POD_NAMESPACE]) fake.create('namespaces', namespaceObject(ns));
+    for (const [index, cn] of this.cluster.nodes.entries()) {
+      fake.create('nodes', nodeObject(this.nodeName(index), undefined, [{ type: 'InternalIP', address: cn.ip }]));
+      const relayDir = await mkdtemp(join(tmpdir(), 'tdl-kuberelay-'));
+      this.cleanups.push(() => rm(relayDir, { recursive: true, force: true }));
+      this.cleanups.push(await relayIntoNamespace(fake, `/var/run/netns/${cn.netns}`, relayDir));
+    }
+    await this.startOperator();
+  }
+
+  /** crd mode: a tendril-operator replica (a new one after killOperator), handing out CLUSTER_POD_POOL in /24s. */
+  async startOperator(): Promise<OperatorProcess> {
+    const op = await spawnOperator(this.kubeconfig, `${this.opts.tag}-op${this.operatorRuns++}`, [
+      '--cluster-pool-cidr', CLUSTER_POD_POOL, '--cluster-pool-mask-size', '24', '--leader-election-lease-duration', '3s', '--gc-interval', '2s',
+    ]);
+    this.operator = op;
+    this.cleanups.push(() => killOperator(op));
+    return op;
+  }
+
+  /** crd mode: SIGKILL of the operator (its Lease runs out; the next one takes over). */
+  async killOperator(): Promise<void> {
+    if (this.operator) await killOperator(this.operator);
+    this.operator = undefined;
+  }
+
+  private nodeName(index: number): string {
+    return `tdl-${this.opts.tag}-n${index}`;
+  }
+
   private async start(): Promise<void> {
     if (this.opts.beforeAgents) await this.opts.beforeAgents(this.cluster);
+    if (this.store === 'kubernetes') await this.startApiServer();
     const bin = await tendrilPluginDir();
     this.cniCleanups.push(bin.cleanup);
     for (const [index, cn] of this.cluster.nodes.entries()) {
-      const name = `tdl-${this.opts.tag}-n${index}`;
+      const name = this.nodeName(index);
       const bpffsRoot = `/sys/fs/bpf/tdl-${randomBytes(4).toString('hex')}`;
       // Pins go after the agent is dead (cleanups run in reverse).
       this.cleanups.push(() => rm(bpffsRoot, { recursive: true, force: true }));
@@ -196,7 +261,9 @@ export class ClusterScene {
   /** A pod on a node through the CNI runtime, its service agent listening. */
   async addPod(nodeIndex: number, spec: { name: string; labels: Record<string, string>; namespace?: string }): Promise<ClusterPod> {
     const node = this.node(nodeIndex);
-    const podSpec: PodSpec = { name: spec.name, namespace: spec.namespace ?? 'tdl-cluster', labels: spec.labels };
+    const podSpec: PodSpec = { name: spec.name, namespace: spec.namespace ?? CLUSTER_POD_NAMESPACE, labels: spec.labels };
+    // crd mode: the kubelet's Pod object comes before the runtime's ADD (the agent takes its labels and uid from it).
+    this.fake?.create('pods', podObject({ namespace: podSpec.namespace, name: podSpec.name, nodeName: node.name, labels: podSpec.labels }));
     const pod = await addPod(this.cluster.pool, node, podSpec);
     // The backend listens on every IP version the pod has an address of.
     const versions = ([4, 6] as const).filter((v) => pod.addresses[v] !== undefined);
@@ -210,6 +277,7 @@ export class ClusterScene {
   async delPod(pod: ClusterPod): Promise<void> {
     await pod.agent.stop();
     await delPod(pod.node, pod);
+    if (this.fake?.get('pods', pod.spec.namespace, pod.spec.name) !== undefined) this.fake.delete('pods', pod.spec.namespace, pod.spec.name);
     this.pods.splice(this.pods.indexOf(pod), 1);
   }
 

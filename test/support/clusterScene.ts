@@ -261,16 +261,22 @@ export class ClusterScene {
   /** A pod on a node through the CNI runtime, its service agent listening. */
   async addPod(nodeIndex: number, spec: { name: string; labels: Record<string, string>; namespace?: string }): Promise<ClusterPod> {
     const node = this.node(nodeIndex);
-    const podSpec: PodSpec = { name: spec.name, namespace: spec.namespace ?? CLUSTER_POD_NAMESPACE, labels: spec.labels };
     // crd mode: the kubelet's Pod object comes before the runtime's ADD (the agent takes its labels and uid from it).
-    this.fake?.create('pods', podObject({ namespace: podSpec.namespace, name: podSpec.name, nodeName: node.name, labels: podSpec.labels }));
-    const pod = await addPod(this.cluster.pool, node, podSpec);
+    const pod = await this.addBarePod(nodeIndex, spec);
     // The backend listens on every IP version the pod has an address of.
     const versions = ([4, 6] as const).filter((v) => pod.addresses[v] !== undefined);
     const agent = await ServiceAgentProcess.start(pod.netnsPath, { name: spec.name, tcpPorts: [POD_TCP_PORT], udpPorts: [POD_UDP_PORT], versions });
     const cp: ClusterPod = { ...pod, node, agent };
     this.pods.push(cp);
     return cp;
+  }
+
+  /** A pod with no service agent in it (many pods at once: its namespace goes with the scene). */
+  async addBarePod(nodeIndex: number, spec: { name: string; labels: Record<string, string>; namespace?: string }): Promise<Pod> {
+    const node = this.node(nodeIndex);
+    const podSpec: PodSpec = { name: spec.name, namespace: spec.namespace ?? CLUSTER_POD_NAMESPACE, labels: spec.labels };
+    this.fake?.create('pods', podObject({ namespace: podSpec.namespace, name: podSpec.name, nodeName: node.name, labels: podSpec.labels }));
+    return addPod(this.cluster.pool, node, podSpec);
   }
 
   /** CNI DEL of a pod (its namespace goes with the scene). */

@@ -39,6 +39,8 @@ let pods = 0;
 
 beforeEach(async () => {
   kube = await FakeKubeApi.start({ bookmarkIntervalMs: 200, crds: 'tendril' });
+  // As in every cluster: the agents' node Leases (crd mode, the default here) live there.
+  kube.create('namespaces', namespaceObject('kube-system'));
   kubeconfig = await kube.kubeconfig();
 });
 
@@ -236,7 +238,8 @@ describe('health and status', () => {
     seedShop(NODE, '192.0.2.33', 2);
     await kube.pause();
     const t0 = Date.now();
-    const node = await startAgent(NODE, { syncTimeoutSeconds: 1, podWaitMs: 200 });
+    // The kvstore mode: crd mode's node registry needs the API server to start (its own TendrilNode and Lease go up first).
+    const node = await startAgent(NODE, { syncTimeoutSeconds: 1, podWaitMs: 200, config: { identityAllocationMode: 'kvstore' } });
     assert.ok(Date.now() - t0 < 15_000, 'the start goes on after the sync timeout');
     const client = new AgentClient({ socketPath: node.config.socket, timeoutMs: 10_000 });
 
@@ -277,14 +280,14 @@ describe('health and status', () => {
     const byName = new Map(k.resources.map((r) => [r.resource, r]));
     for (const r of ['pods', 'namespaces', 'nodes', 'networkpolicies']) assert.equal(byName.get(r)?.synced, true, r);
     assert.equal(byName.get('pods')?.objects, 2);
-    assert.equal(byName.get('namespaces')?.objects, 1);
+    assert.equal(byName.get('namespaces')?.objects, 2, 'shop and kube-system');
     assert.ok((byName.get('pods')?.restarts ?? 0) >= 1, 'the pods watch was restarted after the failures');
     await add(node, 'tdl-k8s-late', 'K8S_POD_NAMESPACE=shop;K8S_POD_NAME=web-1');
     assert.ok((await client.getEndpoint('pod-name:shop:web-1')).labels.includes('k8s:app=web'));
 
     const cli = await runCli(['status', '--socket', node.config.socket]);
     assert.equal(cli.code, 0, cli.stderr);
-    assert.match(cli.stdout, new RegExp(`Kubernetes +connected to ${kube.url.replace(/\./g, '\\.')}, synced \\(.*pods 2.*namespaces 1.*\\), last event \\d+s ago`));
+    assert.match(cli.stdout, new RegExp(`Kubernetes +connected to ${kube.url.replace(/\./g, '\\.')}, synced \\(.*pods 2.*namespaces 2.*\\), last event \\d+s ago`));
     const json = await runCli(['status', '--socket', node.config.socket, '-o', 'json']);
     assert.equal(json.code, 0, json.stderr);
     const parsed = JSON.parse(json.stdout) as { kubernetes?: K8sStatus };

@@ -24,6 +24,7 @@ import { CoordinationV1Api, V1MicroTime, type KubeConfig, type KubernetesListObj
 import { Backoff } from '../async/backoff.js';
 import { Serializer } from '../async/keyedSerializer.js';
 import type { Logger } from '../logging/logger.js';
+import { K8sConfigError } from './errors.js';
 import { describeK8sError, httpStatusOf, ResourceInformer } from './resourceInformer.js';
 import { DEFAULT_RETRY, type RetryOptions } from './types.js';
 
@@ -197,6 +198,10 @@ export class NodeLeaseWriter {
             : await this.#api.replaceNamespacedLease({ namespace, name: this.#name, body: this.#body(now) });
       } catch (err) {
         const status = httpStatusOf(err);
+        // A create's 404 is the namespace: no retry makes it appear.
+        if (status === 404 && this.#current === undefined) {
+          throw new K8sConfigError(`cannot create node lease ${namespace}/${this.#name}: namespace ${JSON.stringify(namespace)} not found (the agent's --k8s-namespace)`, { cause: err });
+        }
         // 409: a stale resourceVersion (someone else wrote it) or a create racing one; 404: deleted under us.
         if (status !== 409 && status !== 404) throw err;
         if (status === 409) this.conflicts++;

@@ -87,6 +87,8 @@ async function kubernetesForNamespaceLabels(opts: SceneOptions, cleanups: Array<
   cleanups.push(() => fake.stop());
   const namespaces = new Map<string, Record<string, string>>();
   for (const p of opts.pods) namespaces.set(p.namespace, { ...namespaces.get(p.namespace), ...p.namespaceLabels });
+  // kube-system as in every cluster: the agent's node Lease (crd mode) lives there.
+  if (!namespaces.has('kube-system')) fake.create('namespaces', namespaceObject('kube-system'));
   for (const [name, labels] of namespaces) fake.create('namespaces', namespaceObject(name, labels));
   fake.create('nodes', nodeObject(opts.nodeName, podCidrsOf(opts.family ?? 4, opts.podCidr), [{ type: 'Hostname', address: opts.nodeName }]));
   return {

@@ -421,6 +421,10 @@ kube() { in_k8s kubectl "$@"; }
 kube apply --validate=false -f - <<'YAML'
 apiVersion: v1
 kind: Namespace
+metadata: { name: kube-system }
+---
+apiVersion: v1
+kind: Namespace
 metadata: { name: shop, labels: { team: shop } }
 ---
 apiVersion: v1
@@ -442,7 +446,7 @@ YAML
 K8S_STATE="$WORK/k8s"
 K8S_SOCK="$K8S_STATE/tendril.sock"
 k8s() { TENDRIL_SOCK=$K8S_SOCK "$TENDRIL" "$@"; }
-echo "tendril-agent --k8s-kubeconfig \$KUBECONFIG --ipam kubernetes (the pod CIDR comes from the Node object)"
+echo "tendril-agent --k8s-kubeconfig \$KUBECONFIG --ipam kubernetes (the pod CIDR comes from the Node object; no kvstore named: the cluster's state lives in the API server)"
 demo_bg k8s-agent nsenter --net=/var/run/netns/$K8S_NODE -- "$REPO/bin/tendril-agent" --state-dir "$K8S_STATE" --lib-dir "$K8S_STATE/lib" \
   --node-name demo-k8s --k8s-kubeconfig "$KUBECONFIG" --ipam kubernetes --bpffs-root "$BPFFS-k8s" --log-file "$WORK/k8s-agent.log"
 for _ in $(seq 150); do k8s status >/dev/null 2>&1 && break; sleep 0.1; done
@@ -463,6 +467,21 @@ k8s_labelled() { k8s endpoint list -o json | jq -e --arg pod "shop/$1" --arg l "
   '[.[] | select("\(.podNamespace)/\(.podName)" == $pod) | .labels[] | select(. == $l)] | length == 1' >/dev/null; }
 k8s_pods_labelled() { k8s_labelled web k8s:app=web && k8s_labelled db k8s:app=db; }
 check "web (${K8S_IPS[web]}) and db (${K8S_IPS[db]}) carry the labels the API server gives them" k8s_pods_labelled
+say "No etcd: the node, each pod's endpoint and its identity are objects in the API server (identity allocation mode crd)"
+k8s_mode() { k8s config -o json | jq -r .identityAllocationMode; }
+check_output "the agent runs in crd mode (its default when it follows an API server and no etcd is named)" '^crd$' k8s_mode
+kube get tendrilnodes -o custom-columns=NODE:.metadata.name,POD-CIDRS:.spec.podCIDRs,ROUTING:.spec.routingMode
+kube -n kube-system get lease tendril-node-demo-k8s -o custom-columns=LEASE:.metadata.name,HOLDER:.spec.holderIdentity,TTL:.spec.leaseDurationSeconds
+kube get tendrilendpoints -n shop -o custom-columns=POD:.metadata.name,NODE:.spec.node,IDENTITY:.spec.identity,ADDRESSES:.spec.addresses
+# tep_identity POD: the identity in shop/POD's TendrilEndpoint is its endpoint's, and a TendrilIdentity of that number holds k8s:app=POD.
+tep_identity() {
+  local id
+  id=$(kube -n shop get tendrilendpoint "$1" -o jsonpath='{.spec.identity}') || return 1
+  k8s endpoint list -o json | jq -e --arg pod "shop/$1" --argjson id "$id" '[.[] | select("\(.podNamespace)/\(.podName)" == $pod and .identity == $id)] | length == 1' >/dev/null &&
+    [ "$(kube get tendrilidentities -l "app=$1" -o jsonpath='{.items[*].metadata.name}')" = "$id" ]
+}
+tep_identities() { tep_identity web && tep_identity db; }
+check_within 5 "web's and db's TendrilEndpoints name their identities, each a TendrilIdentity with the pod's labels" tep_identities
 hello tdldemok2 db 5432
 check_within 5 "web -> db TCP 5432: answered" quietly tcp tdldemok1 "${K8S_IPS[db]}" 5432
 say "kubectl apply: a NetworkPolicy letting only app=api into app=db"

@@ -1,4 +1,4 @@
-// The reference page must name every flag tendril-agent takes: the flags are
+// The reference page must name every flag tendril-agent and tendril-operator take: the flags are
 // read from the agent's own command definition (what `tendril-agent --help`
 // prints, subcommands included), so a new flag without a line in
 // docs/reference.md fails here instead of going undocumented.
@@ -9,6 +9,7 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
 import { agentCommand } from '../../src/agent/agentCli.js';
+import { operatorCommand } from '../../src/operator/config.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const REFERENCE_PAGE = 'docs/reference.md';
@@ -38,6 +39,14 @@ test(`every flag in tendril-agent --help is documented in ${REFERENCE_PAGE}`, ()
   assert.ok(flags.length > 50, `read ${flags.length} flags from the agent's command`);
   const missing = flags.filter((f) => !namesFlag(page, f.flag)).map((f) => `${f.where} ${f.flag}`);
   assert.deepEqual(missing, [], `flags of tendril-agent not named in ${REFERENCE_PAGE}`);
+});
+
+test(`every flag in tendril-operator --help is documented in ${REFERENCE_PAGE}`, () => {
+  const page = readFileSync(`${ROOT}${REFERENCE_PAGE}`, 'utf8');
+  const flags = longFlags(operatorCommand(), 'tendril-operator').filter((f) => f.flag !== '--help' && f.flag !== '--version');
+  assert.ok(flags.length > 10, `read ${flags.length} flags from the operator's command`);
+  const missing = flags.filter((f) => !namesFlag(page, f.flag)).map((f) => `${f.where} ${f.flag}`);
+  assert.deepEqual(missing, [], `flags of tendril-operator not named in ${REFERENCE_PAGE}`);
 });
 
 test('the README links the reference page', () => {

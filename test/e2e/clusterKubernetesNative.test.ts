@@ -1,6 +1,7 @@
-// The connectivity suite on three nodes with no etcd: every agent in crd mode on
-// the fake API server (TendrilNode, TendrilEndpoint, TendrilIdentity objects,
-// node Leases), tendril-operator handing out the cluster-pool CIDRs; native routing.
+// The connectivity suite on three nodes with no etcd (crd mode): native routing
+// with dual-stack pods over a dual-stack underlay — tendril-operator hands each
+// node a CIDR of each family, each pod's TendrilEndpoint carries both addresses.
+// (clusterKubernetesTunnel.test.ts: the overlay, IPv4.)
 import { clusterConnectivitySuite } from '../support/clusterConnectivitySuite.js';
 
-clusterConnectivitySuite({ tag: 'cknat', routingMode: 'native', ipam: 'cluster-pool', store: 'kubernetes' });
+clusterConnectivitySuite({ tag: 'cknat', routingMode: 'native', ipam: 'cluster-pool', family: 'dual', store: 'kubernetes' });

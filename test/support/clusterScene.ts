@@ -89,7 +89,7 @@ export interface ClusterSceneOptions {
   /**
    * Where the cluster's state lives: etcd (the kvstore mode, default) or the
    * Kubernetes API (crd mode, the fake API server): then IPAM is cluster-pool
-   * from tendril-operator whatever `ipam` says, and pods are IPv4.
+   * from tendril-operator whatever `ipam` says (a pool per family of the pods).
    */
   store?: 'etcd' | 'kubernetes';
 }
@@ -128,7 +128,7 @@ export class ClusterScene {
   }
 
   static async create(opts: ClusterSceneOptions): Promise<ClusterScene> {
-    if ((opts.ipam !== 'block' || opts.store === 'kubernetes') && (opts.family ?? 4) !== 4) throw new Error(`${opts.ipam} IPAM: the scene gives IPv6 pools in block IPAM only`);
+    if (opts.ipam !== 'block' && opts.store !== 'kubernetes' && (opts.family ?? 4) !== 4) throw new Error(`${opts.ipam} IPAM: the scene gives IPv6 pools in block IPAM only`);
     const cluster = await ClusterInABox.create(opts.tag, opts.nodeCount ?? 3, opts.underlay ?? ((opts.family ?? 4) === 4 ? 4 : 'dual'));
     const scene = new ClusterScene(cluster, opts);
     try {
@@ -183,7 +183,8 @@ export class ClusterScene {
   /** crd mode: a tendril-operator replica (a new one after killOperator), handing out CLUSTER_POD_POOL in /24s. */
   async startOperator(): Promise<OperatorProcess> {
     const op = await spawnOperator(this.kubeconfig, `${this.opts.tag}-op${this.operatorRuns++}`, [
-      '--cluster-pool-cidr', CLUSTER_POD_POOL, '--cluster-pool-mask-size', '24', '--leader-election-lease-duration', '3s', '--gc-interval', '2s',
+      ...versionsOf(this.family).flatMap((v) => (v === 4 ? ['--cluster-pool-cidr', CLUSTER_POD_POOL, '--cluster-pool-mask-size', '24'] : ['--cluster-pool-cidr', CLUSTER_POD_POOL6, '--cluster-pool-mask-size-v6', '112'])),
+      '--leader-election-lease-duration', '3s', '--gc-interval', '2s',
     ]);
     this.operator = op;
     this.cleanups.push(() => killOperator(op));

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 // tendril-agent: the node agent. Flags override the optional YAML config file.
+import { untilStopSignal } from '../async/stopSignal.js';
 import { CommanderError } from 'commander';
 import { KvstoreError } from '../kvstore/errors.js';
 import { NodeConfigError } from '../node/index.js';
@@ -75,14 +76,7 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`tendril-agent: failed to start: ${(err as Error).message}\n`);
     return 1;
   }
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string) => {
-      log.info({ signal }, 'stopping');
-      resolve();
-    };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
-  });
+  await untilStopSignal(log);
   await agent.stop();
   log.flush();
   return 0;

@@ -42,6 +42,7 @@ import { Serializer } from '../async/keyedSerializer.js';
 import type { Logger } from '../logging/logger.js';
 import { NodeError, NodeErrorCode, NodeRecordError } from '../node/errors.js';
 import { normalizeNodeRecord } from '../node/nodeRecord.js';
+import { KnownNodes, type KnownNode } from '../node/knownNodes.js';
 import type { NodeChange, NodeRecord, NodeRegistryService } from '../node/types.js';
 import { K8sPodCidrTimeoutError, K8sStoppedError, K8sSyncTimeoutError } from './errors.js';
 import { NodeLeaseFollower, NodeLeaseWriter } from './nodeLeases.js';
@@ -76,12 +77,6 @@ export interface KubernetesNodeRegistryOptions {
 const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const MAX_LEASE_NAME = 253;
 
-interface Known {
-  record: NodeRecord;
-  /** Canonical JSON: equal text, nothing changed for consumers. */
-  text: string;
-  revision: number;
-}
 
 export class KubernetesNodeRegistry implements NodeRegistryService {
   readonly nodeInformer: ResourceInformer<KubernetesObject>;
@@ -94,10 +89,9 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
   readonly #syncTimeoutMs: number;
   readonly #retry: Backoff;
   /** Decoded TendrilNode objects, by node. */
-  readonly #objects = new Map<string, Known>();
+  readonly #objects = new Map<string, KnownNode>();
   /** What subscribers were told: nodes with an object and a live Lease. */
-  readonly #visible = new Map<string, Known>();
-  readonly #listeners = new Set<(change: NodeChange) => void>();
+  readonly #visible: KnownNodes;
   readonly #ownObjectListeners = new Set<() => void>();
   readonly #writes = new Serializer();
   #state: 'new' | 'running' | 'stopped' = 'new';
@@ -120,6 +114,7 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
     const ttl = o.leaseTtlSeconds ?? 15;
     this.#nodeName = o.nodeName;
     this.#log = o.logger;
+    this.#visible = new KnownNodes(o.nodeName, o.logger);
     this.#syncTimeoutMs = o.syncTimeoutMs ?? 30_000;
     this.#retry = new Backoff(o.retry ?? { initialMs: 500, maxMs: Math.max(1000, (ttl * 1000) / 3) });
     this.#custom = o.kubeConfig.makeApiClient(CustomObjectsApi);
@@ -185,7 +180,7 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
       this.#follow();
       await this.#synced();
       this.#listed = true;
-      for (const name of new Set([...this.#objects.keys(), ...this.#visible.keys()])) this.#refresh(name, false);
+      for (const name of new Set([...this.#objects.keys(), ...this.#visible.nodes.keys()])) this.#refresh(name, false);
       if (!this.#objects.has(this.#nodeName)) this.#rewrite('own object missing from the listing');
     } catch (err) {
       await this.stop().catch(() => undefined);
@@ -213,25 +208,23 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
   }
 
   list(): NodeRecord[] {
-    const out = new Map([...this.#visible].map(([name, k]) => [name, k.record]));
-    if (this.#own !== undefined && this.#state === 'running') out.set(this.#nodeName, this.#own);
-    return [...out.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return this.#visible.list(this.#ownIfRunning());
   }
 
   get(name: string): NodeRecord | undefined {
-    if (name === this.#nodeName && this.#own !== undefined && this.#state === 'running') return this.#own;
-    return this.#visible.get(name)?.record;
+    return this.#visible.get(name, this.#ownIfRunning());
   }
 
   revisionOf(name: string): number | undefined {
-    const seen = this.#visible.get(name)?.revision;
-    if (name !== this.#nodeName || this.#ownRevision === 0) return seen;
-    return Math.max(seen ?? 0, this.#ownRevision);
+    return this.#visible.revisionOf(name, this.#ownRevision);
   }
 
   subscribe(listener: (change: NodeChange) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    return this.#visible.subscribe(listener);
+  }
+
+  #ownIfRunning(): NodeRecord | undefined {
+    return this.#state === 'running' ? this.#own : undefined;
   }
 
   /** spec.ipam.podCIDRs of this node's object as last seen: the cluster-pool CIDRs the operator handed it ([] before). */
@@ -320,7 +313,7 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
       this.#refresh(name, true);
       return;
     }
-    const known: Known = { record, text: JSON.stringify(record), revision: this.#revision(obj) };
+    const known: KnownNode = { record, text: JSON.stringify(record), revision: this.#revision(obj) };
     this.#objects.set(name, known);
     if (name === this.#nodeName && this.#state === 'running' && known.text !== this.#ownText && known.revision > this.#ownRevision) {
       this.#log.warn({ node: name, revision: known.revision }, 'another writer changed this node\'s TendrilNode (two agents with one node name?)');
@@ -347,27 +340,17 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
     const obj = this.#objects.get(name);
     const alive = this.leases.isAlive(name) || (name === this.#nodeName && this.#state === 'running');
     const next = obj !== undefined && alive ? obj : undefined;
-    const prev = this.#visible.get(name);
+    const prev = this.#visible.nodes.get(name);
     if (next === undefined) {
       if (prev === undefined) return;
-      this.#visible.delete(name);
-      if (emit && this.#listed) this.#emit({ type: 'delete', node: prev.record });
+      this.#visible.nodes.delete(name);
+      if (emit && this.#listed) this.#visible.emit({ type: 'delete', node: prev.record });
       return;
     }
-    this.#visible.set(name, next);
+    this.#visible.nodes.set(name, next);
     if (!emit || !this.#listed) return;
-    if (prev === undefined) this.#emit({ type: 'upsert', node: next.record });
-    else if (prev.text !== next.text) this.#emit({ type: 'upsert', node: next.record, previous: prev.record });
-  }
-
-  #emit(change: NodeChange): void {
-    for (const l of this.#listeners) {
-      try {
-        l(change);
-      } catch (err) {
-        this.#log.error({ err, node: change.node.name, change: change.type }, 'node registry subscriber threw');
-      }
-    }
+    if (prev === undefined) this.#visible.emit({ type: 'upsert', node: next.record });
+    else if (prev.text !== next.text) this.#visible.emit({ type: 'upsert', node: next.record, previous: prev.record });
   }
 
   // ---- own object ----------------------------------------------------------------

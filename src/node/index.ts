@@ -7,6 +7,7 @@ export * from './types.js';
 export { NodeError, NodeErrorCode, NodeConfigError, NodeRecordError } from './errors.js';
 export { NODE_NAME, isNodeName, encodeNodeRecord, decodeNodeRecord, parseNodeRecord, normalizeNodeRecord, primaryNodeIp, nodeIpOfFamily, podCidrsOfFamily } from './nodeRecord.js';
 export { NodeRegistry, type NodeRegistryOptions } from './nodeRegistry.js';
+export { KnownNodes, type KnownNode } from './knownNodes.js';
 export { RemoteNodes, type RemoteNodesOptions, remoteNodeOwner } from './remoteNodes.js';
 export { resolvePodMtu, routingOverhead, DEFAULT_UNDERLAY_MTU, MIN_POD_MTU } from './mtu.js';
 export { OwnNode, type OwnNodeFacts, type OwnNodeOptions, ownNodeRecord } from './ownNode.js';

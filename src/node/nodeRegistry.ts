@@ -4,6 +4,7 @@ import { NODES_PREFIX } from '../kvstore/keys.js';
 import type { Backend, KeyValue, WatchEvent } from '../kvstore/types.js';
 import { ListWatcher, withLease, type LeaseProvider } from '../identity/index.js';
 import { NodeError, NodeErrorCode, NodeRecordError } from './errors.js';
+import { KnownNodes, type KnownNode } from './knownNodes.js';
 import { decodeNodeRecord, encodeNodeRecord, isNodeName } from './nodeRecord.js';
 import type { NodeChange, NodeRecord, NodeRegistryService } from './types.js';
 
@@ -17,13 +18,6 @@ export interface NodeRegistryOptions {
   keyPrefix?: string;
 }
 
-/** A record as the watch last saw it. */
-interface Known {
-  record: NodeRecord;
-  /** Canonical JSON: equal text, nothing changed for consumers. */
-  text: string;
-  revision: number;
-}
 
 /**
  * The cluster's nodes as the kvstore holds them (Cilium's node registry over
@@ -47,8 +41,7 @@ export class NodeRegistry implements NodeRegistryService {
   readonly #log: Logger | undefined;
   readonly #prefix: string;
   readonly #watcher: ListWatcher;
-  readonly #nodes = new Map<string, Known>();
-  readonly #listeners = new Set<(change: NodeChange) => void>();
+  readonly #known: KnownNodes;
   #state: 'new' | 'running' | 'stopped' = 'new';
   #listed = false;
   #own: NodeRecord | undefined;
@@ -66,6 +59,7 @@ export class NodeRegistry implements NodeRegistryService {
     this.#nodeName = o.nodeName;
     this.#log = o.logger;
     this.#prefix = o.keyPrefix ?? NODES_PREFIX;
+    this.#known = new KnownNodes(o.nodeName, o.logger);
     this.#watcher = new ListWatcher(
       this.#backend,
       this.#prefix,
@@ -117,27 +111,24 @@ export class NodeRegistry implements NodeRegistryService {
   }
 
   list(): NodeRecord[] {
-    const out = new Map([...this.#nodes].map(([name, k]) => [name, k.record]));
-    // What this node says of itself is the truth here, also while its write is on the way.
-    if (this.#own !== undefined && this.#state === 'running') out.set(this.#nodeName, this.#own);
-    return [...out.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return this.#known.list(this.#ownIfRunning());
   }
 
   get(name: string): NodeRecord | undefined {
-    if (name === this.#nodeName && this.#own !== undefined && this.#state === 'running') return this.#own;
-    return this.#nodes.get(name)?.record;
+    return this.#known.get(name, this.#ownIfRunning());
   }
 
   /** The kvstore revision of the node's record as last seen (own: as last written or seen). */
   revisionOf(name: string): number | undefined {
-    const seen = this.#nodes.get(name)?.revision;
-    if (name !== this.#nodeName || this.#ownRevision === 0) return seen;
-    return Math.max(seen ?? 0, this.#ownRevision);
+    return this.#known.revisionOf(name, this.#ownRevision);
   }
 
   subscribe(listener: (change: NodeChange) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    return this.#known.subscribe(listener);
+  }
+
+  #ownIfRunning(): NodeRecord | undefined {
+    return this.#state === 'running' ? this.#own : undefined;
   }
 
   // ---- own record -------------------------------------------------------------
@@ -171,7 +162,7 @@ export class NodeRegistry implements NodeRegistryService {
 
   // ---- watch ------------------------------------------------------------------
 
-  #decode(key: string, value: string, revision: number): Known | undefined {
+  #decode(key: string, value: string, revision: number): KnownNode | undefined {
     const name = key.slice(this.#prefix.length);
     if (!isNodeName(name)) {
       this.#log?.error({ key }, 'node key does not end in a node name; ignored');
@@ -186,21 +177,21 @@ export class NodeRegistry implements NodeRegistryService {
   }
 
   #reset(kvs: KeyValue[], revision: number): void {
-    const next = new Map<string, Known>();
+    const next = new Map<string, KnownNode>();
     for (const kv of kvs) {
       const k = this.#decode(kv.key, kv.value, kv.modRevision);
       if (k !== undefined) next.set(k.record.name, k);
     }
-    const previous = new Map(this.#nodes);
-    this.#nodes.clear();
-    for (const [name, k] of next) this.#nodes.set(name, k);
+    const previous = new Map(this.#known.nodes);
+    this.#known.nodes.clear();
+    for (const [name, k] of next) this.#known.nodes.set(name, k);
     if (this.#listed) {
       // A re-list after a failed watch: hand on only what changed meanwhile.
-      for (const [name, old] of previous) if (!next.has(name)) this.#emit({ type: 'delete', node: old.record });
+      for (const [name, old] of previous) if (!next.has(name)) this.#known.emit({ type: 'delete', node: old.record });
       for (const [name, k] of next) {
         const old = previous.get(name);
-        if (old === undefined) this.#emit({ type: 'upsert', node: k.record });
-        else if (old.text !== k.text) this.#emit({ type: 'upsert', node: k.record, previous: old.record });
+        if (old === undefined) this.#known.emit({ type: 'upsert', node: k.record });
+        else if (old.text !== k.text) this.#known.emit({ type: 'upsert', node: k.record, previous: old.record });
       }
     }
     this.#listed = true;
@@ -210,41 +201,31 @@ export class NodeRegistry implements NodeRegistryService {
   #apply(events: WatchEvent[]): void {
     for (const ev of events) {
       const name = ev.key.slice(this.#prefix.length);
-      const old = this.#nodes.get(name);
+      const old = this.#known.nodes.get(name);
       if (ev.type === 'put') {
         const k = this.#decode(ev.key, ev.value, ev.modRevision);
         if (k === undefined) {
           // The key now says nothing usable: the node's previous record no longer stands.
           if (old !== undefined) {
-            this.#nodes.delete(name);
-            this.#emit({ type: 'delete', node: old.record });
+            this.#known.nodes.delete(name);
+            this.#known.emit({ type: 'delete', node: old.record });
           }
           continue;
         }
-        this.#nodes.set(name, k);
-        if (old === undefined) this.#emit({ type: 'upsert', node: k.record });
-        else if (old.text !== k.text) this.#emit({ type: 'upsert', node: k.record, previous: old.record });
+        this.#known.nodes.set(name, k);
+        if (old === undefined) this.#known.emit({ type: 'upsert', node: k.record });
+        else if (old.text !== k.text) this.#known.emit({ type: 'upsert', node: k.record, previous: old.record });
         if (name === this.#nodeName && k.text !== this.#ownText && ev.modRevision > this.#ownRevision) {
           this.#log?.warn({ node: name, revision: ev.modRevision }, 'another writer changed this node\'s record (two agents with one node name?)');
         }
         continue;
       }
       if (old !== undefined) {
-        this.#nodes.delete(name);
-        this.#emit({ type: 'delete', node: old.record });
+        this.#known.nodes.delete(name);
+        this.#known.emit({ type: 'delete', node: old.record });
       }
       // Our key went with a lease the store lost, or by hand: a live node puts it back.
       if (name === this.#nodeName && ev.modRevision > this.#ownRevision) this.#rewrite('own record deleted');
-    }
-  }
-
-  #emit(change: NodeChange): void {
-    for (const l of this.#listeners) {
-      try {
-        l(change);
-      } catch (err) {
-        this.#log?.error({ err, node: change.node.name, change: change.type }, 'node registry subscriber threw');
-      }
     }
   }
 }

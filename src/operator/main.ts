@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 // tendril-operator: identity and endpoint GC and cluster-pool CIDR allocation, one leader at a time.
+import { untilStopSignal } from '../async/stopSignal.js';
 import { CommanderError } from 'commander';
 import { pino } from 'pino';
 import { ConfigError } from '../errors/configError.js';
@@ -49,14 +50,7 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`tendril-operator: failed to start: ${(err as Error).message}\n`);
     return 1;
   }
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string) => {
-      log.info({ signal }, 'stopping');
-      resolve();
-    };
-    process.once('SIGTERM', () => stop('SIGTERM'));
-    process.once('SIGINT', () => stop('SIGINT'));
-  });
+  await untilStopSignal(log);
   await operator.stop();
   log.info('stopped');
   log.flush();

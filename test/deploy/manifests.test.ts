@@ -403,6 +403,42 @@ describe('deploy/kubernetes manifests', () => {
     assert.match(remove, /tendril-agent cleanup/);
   });
 
+  test("the image's launchers run compiled entry points it copies, and everything those import is a production dependency (the image prunes the rest)", () => {
+    const text = readFileSync(join(DEPLOY, 'Containerfile'), 'utf8');
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    const prod = new Set(Object.keys(pkg.dependencies));
+    assert.match(text, /npm prune --omit=dev/, 'the image keeps production dependencies only');
+    const missing: string[] = [];
+    for (const launcher of ['tendril', 'tendril-agent', 'tendril-operator']) {
+      assert.ok(text.split('\n').some((l) => l.startsWith('COPY --from=build') && l.includes(`/src/bin/${launcher}`)), `the image has bin/${launcher}`);
+      const m = /exec node "\$here\/\.\.\/(dist\/src\/\S+\.js)"/.exec(readFileSync(join(ROOT, 'bin', launcher), 'utf8'));
+      assert.ok(m !== null, `bin/${launcher} runs a compiled entry point`);
+      const entry = join(ROOT, m[1]!);
+      assert.ok(statSync(entry).isFile(), `${m[1]} exists (it is under dist/src, which the image copies)`);
+      // Every module reachable from the entry point, through static and dynamic imports.
+      const seen = new Set<string>();
+      const queue = [entry];
+      while (queue.length > 0) {
+        const file = queue.pop()!;
+        if (seen.has(file)) continue;
+        seen.add(file);
+        const src = readFileSync(file, 'utf8');
+        for (const x of src.matchAll(/(?:^|[\s;])(?:import|export)\s[^'"]*?from\s*'([^']+)'|import\(\s*'([^']+)'\s*\)|^import\s+'([^']+)'/gm)) {
+          const spec = x[1] ?? x[2] ?? x[3];
+          if (spec === undefined || spec.startsWith('node:')) continue;
+          if (spec.startsWith('.')) {
+            queue.push(join(dirname(file), spec));
+            continue;
+          }
+          const name = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]!;
+          if (!prod.has(name)) missing.push(`${relative(ROOT, file)} imports ${spec}`);
+        }
+      }
+      assert.ok(seen.size > 10, `${launcher}: followed ${seen.size} modules`);
+    }
+    assert.deepEqual(missing, [], 'imports of packages that are not production dependencies');
+  });
+
   test('the Containerfile copies what the agent needs at run time and starts tendril-agent', () => {
     const text = readFileSync(join(DEPLOY, 'Containerfile'), 'utf8');
     const lines = text.split('\n').filter((l) => !l.startsWith('#'));

@@ -19,7 +19,7 @@ import { sortCidrs } from '../ipam/cidr.js';
 import { CidrPool, type Family, type ForeignCidr } from './cidrPool.js';
 import type { OperatorApi } from './operatorApi.js';
 import type { OperatorMetrics } from './operatorMetrics.js';
-import { readTendrilNode, type OperatorNodeView } from './provisionalCodecs.js';
+import { readTendrilNode, type OperatorNodeView } from './tendrilObjectViews.js';
 
 export interface ClusterPoolControllerOptions {
   api: OperatorApi;

@@ -16,7 +16,8 @@ import type { Logger } from '../logging/logger.js';
 import { describeK8sError, type ResourceInformer } from '../k8s/resourceInformer.js';
 import { isGoneOrChanged, nodeLeaseLive, type OperatorApi } from './operatorApi.js';
 import type { EndpointGcReason, OperatorMetrics } from './operatorMetrics.js';
-import { NODE_LEASE_PREFIX, readTendrilEndpoint, type OperatorEndpointView } from './provisionalCodecs.js';
+import { NODE_LEASE_PREFIX } from '../k8s/nodeLeases.js';
+import { readTendrilEndpoint, type OperatorEndpointView } from './tendrilObjectViews.js';
 
 export interface EndpointGcOptions {
   api: OperatorApi;

@@ -17,7 +17,7 @@ import { identityNumberOfName } from '../k8s/tendrilIdentity.js';
 import type { ResourceInformer } from '../k8s/resourceInformer.js';
 import { isGoneOrChanged, type OperatorApi } from './operatorApi.js';
 import type { OperatorMetrics } from './operatorMetrics.js';
-import { readTendrilEndpoint } from './provisionalCodecs.js';
+import { readTendrilEndpoint } from './tendrilObjectViews.js';
 
 export interface IdentityGcOptions {
   api: OperatorApi;

@@ -8,18 +8,15 @@
  * election's Lease calls in leaderElection.ts.)
  */
 import { CoordinationV1Api, CoreV1Api, CustomObjectsApi, PatchStrategy, setHeaderOptions, type KubeConfig, type KubernetesObject, type V1Lease, type V1Pod } from '@kubernetes/client-node';
+import type { ApiCall } from '../k8s/agentApiCalls.js';
 import { httpStatusOf } from '../k8s/resourceInformer.js';
 import { TENDRIL_IDENTITY_PLURAL } from '../k8s/tendrilIdentity.js';
-import { NODE_LEASE_PREFIX, TENDRIL_ENDPOINT_PLURAL, TENDRIL_GROUP, TENDRIL_NODE_PLURAL, TENDRIL_VERSION, tendrilNodeIpamPatch } from './provisionalCodecs.js';
-
-export interface ApiCall {
-  /** API group ('' for the core group). */
-  group: string;
-  resource: string;
-  verbs: readonly string[];
-  /** cluster: all namespaces or cluster-scoped (a ClusterRole); namespace: only the operator's namespace (a Role). */
-  scope: 'cluster' | 'namespace';
-}
+import { NODE_LEASE_PREFIX } from '../k8s/nodeLeases.js';
+// Every tendril CRD is in one group/version (design27.md).
+import { TENDRIL_POLICY_GROUP as TENDRIL_GROUP, TENDRIL_POLICY_VERSION as TENDRIL_VERSION } from '../k8s/policyWatcher.js';
+import { TENDRIL_ENDPOINT_PLURAL } from '../k8s/tendrilEndpoint.js';
+import { TENDRIL_NODE_PLURAL } from '../k8s/tendrilNode.js';
+import { tendrilNodeIpamPatch } from './tendrilObjectViews.js';
 
 export const OPERATOR_API_CALLS: readonly ApiCall[] = [
   // Identity GC: followed, and deleted when unused past the grace period.

@@ -11,7 +11,10 @@ import type { Logger } from '../logging/logger.js';
 import { ResourceInformer } from '../k8s/resourceInformer.js';
 import { TENDRIL_IDENTITY_PATH, TENDRIL_IDENTITY_PLURAL } from '../k8s/tendrilIdentity.js';
 import type { RetryOptions } from '../k8s/types.js';
-import { TENDRIL_ENDPOINT_PATH, TENDRIL_ENDPOINT_PLURAL, TENDRIL_GROUP, TENDRIL_NODE_PATH, TENDRIL_NODE_PLURAL, TENDRIL_VERSION } from './provisionalCodecs.js';
+import { TENDRIL_ENDPOINT_PATH, TENDRIL_ENDPOINT_PLURAL } from '../k8s/tendrilEndpoint.js';
+import { TENDRIL_NODE_PATH, TENDRIL_NODE_PLURAL } from '../k8s/tendrilNode.js';
+// Every tendril CRD is in one group/version (design27.md).
+import { TENDRIL_POLICY_GROUP as TENDRIL_GROUP, TENDRIL_POLICY_VERSION as TENDRIL_VERSION } from '../k8s/policyWatcher.js';
 
 export interface OperatorCachesOptions {
   kubeConfig: KubeConfig;

@@ -1,5 +1,6 @@
 // The Kubernetes manifests in deploy/kubernetes: every document well-formed, RBAC
-// read-only on what the agent watches, the DaemonSet's flags and paths the agent's
+// exactly the requests the agent makes (src/k8s/agentApiCalls.ts) in crd mode, the
+// default, and in the kvstore-etcd/ overlay, the DaemonSet's flags and paths the agent's
 // own, the agent config and CNI conflist valid as the agent and libcni read them,
 // the CRDs structural and field for field the tendril policy of src/policy/schema.ts,
 // every example valid against its CRD (ajv) and as `tendril policy import` takes it,
@@ -8,7 +9,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
 import { promisify } from 'node:util';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { basename, dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Ajv, type ValidateFunction } from 'ajv';
@@ -42,10 +44,13 @@ import type { NodeRecord } from '../../src/node/types.js';
 import { LabelSet } from '../../src/labels/index.js';
 import { operatorCommand, operatorConfig, type OperatorFlags } from '../../src/operator/config.js';
 import { OPERATOR_API_CALLS } from '../../src/operator/operatorApi.js';
+import { agentGrants } from '../../src/k8s/agentApiCalls.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const DEPLOY = join(ROOT, 'deploy/kubernetes');
 const KUBECTL = '/usr/bin/kubectl';
+/** The kvstore-mode overlay: kustomize patches over tendril.yaml, not objects of their own. */
+const OVERLAY = 'kvstore-etcd';
 const execFileAsync = promisify(execFile);
 
 type Obj = Record<string, unknown>;
@@ -64,21 +69,42 @@ function yamlFiles(dir: string): string[] {
     .sort();
 }
 
-function loadDocs(): Doc[] {
+function parseDocs(text: string, file: string): Doc[] {
   const out: Doc[] = [];
-  for (const file of yamlFiles(DEPLOY)) {
-    parseAllDocuments(readFileSync(file, 'utf8')).forEach((d, index) => {
-      assert.deepEqual(d.errors, [], `${relative(ROOT, file)} document ${index} is not valid YAML`);
-      const value: unknown = d.toJS();
-      if (value === null) return;
-      assert.ok(typeof value === 'object' && !Array.isArray(value), `${relative(ROOT, file)} document ${index} is not a mapping`);
-      out.push({ file: relative(DEPLOY, file), index, value: value as Obj });
-    });
-  }
+  parseAllDocuments(text).forEach((d, index) => {
+    assert.deepEqual(d.errors, [], `${file} document ${index} is not valid YAML`);
+    const value: unknown = d.toJS();
+    if (value === null) return;
+    assert.ok(typeof value === 'object' && !Array.isArray(value), `${file} document ${index} is not a mapping`);
+    out.push({ file, index, value: value as Obj });
+  });
   return out;
 }
 
+function loadDocs(): Doc[] {
+  return yamlFiles(DEPLOY)
+    .filter((file) => !relative(DEPLOY, file).startsWith(`${OVERLAY}/`))
+    .flatMap((file) => parseDocs(readFileSync(file, 'utf8'), relative(DEPLOY, file)));
+}
+
 const DOCS = loadDocs();
+
+/** The kvstore-mode install as the README has it built: `kubectl kustomize` of the overlay. */
+function kustomizeOverlay(): string {
+  const r = spawnSync(KUBECTL, ['kustomize', '--load-restrictor=LoadRestrictionsNone', join(DEPLOY, OVERLAY)], { encoding: 'utf8', timeout: 60_000 });
+  assert.equal(r.status, 0, `kubectl kustomize ${OVERLAY}: ${r.stderr}`);
+  return r.stdout;
+}
+/** verb group/resource pairs a rule list grants. */
+const grants = (rules: unknown): string[] =>
+  arr(rules, 'rules').flatMap((x) => {
+    const r = obj(x, 'rule');
+    assert.equal(r.resourceNames, undefined);
+    assert.equal(r.nonResourceURLs, undefined);
+    return arr(r.apiGroups, 'apiGroups').flatMap((g) =>
+      arr(r.resources, 'resources').flatMap((res) => arr(r.verbs, 'verbs').map((v) => `${String(v)} ${String(g)}/${String(res)}`)),
+    );
+  });
 const obj = (v: unknown, what: string): Obj => {
   assert.ok(typeof v === 'object' && v !== null && !Array.isArray(v), `${what} is an object`);
   return v as Obj;
@@ -111,6 +137,8 @@ describe('deploy/kubernetes manifests', () => {
       'ServiceAccount/tendril',
       'ClusterRole/tendril',
       'ClusterRoleBinding/tendril',
+      'Role/tendril',
+      'RoleBinding/tendril',
       'ConfigMap/tendril-config',
       'DaemonSet/tendril',
       'CustomResourceDefinition/tendrilnetworkpolicies.tendril.io',
@@ -132,28 +160,21 @@ describe('deploy/kubernetes manifests', () => {
     }
   });
 
-  test('the ClusterRole grants get/list/watch only, on exactly what the agent watches, bound to its service account', () => {
+  test("the ClusterRole and the Role in the agent's namespace grant exactly the requests the agent makes in crd mode (src/k8s/agentApiCalls.ts), bound to its service account", () => {
     const role = one('ClusterRole', 'tendril');
-    const granted: string[] = [];
-    for (const r of arr(role.rules, 'rules').map((x) => obj(x, 'rule'))) {
-      assert.deepEqual([...arr(r.verbs, 'verbs')].sort(), ['get', 'list', 'watch'], 'verbs of every rule');
-      assert.equal(r.resourceNames, undefined);
-      assert.equal(r.nonResourceURLs, undefined);
-      for (const g of arr(r.apiGroups, 'apiGroups')) for (const res of arr(r.resources, 'resources')) granted.push(`${String(g)}/${String(res)}`);
-    }
-    assert.deepEqual(granted.sort(), [
-      '/namespaces',
-      '/nodes',
-      '/pods',
-      '/services',
-      'discovery.k8s.io/endpointslices',
-      'networking.k8s.io/networkpolicies',
-      'tendril.io/tendrilclusterwidenetworkpolicies',
-      'tendril.io/tendrilnetworkpolicies',
-    ]);
+    assert.deepEqual(grants(role.rules).sort(), agentGrants('crd', 'cluster').sort());
+    const subjects = [{ kind: 'ServiceAccount', name: 'tendril', namespace: 'kube-system' }];
     const binding = one('ClusterRoleBinding', 'tendril');
     assert.deepEqual(binding.roleRef, { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'tendril' });
-    assert.deepEqual(binding.subjects, [{ kind: 'ServiceAccount', name: 'tendril', namespace: 'kube-system' }]);
+    assert.deepEqual(binding.subjects, subjects);
+    // Leases only in the namespace the agent is told to use (agent.yaml's k8sNamespace): a Role there.
+    const leases = one('Role', 'tendril');
+    const k8sNamespace = obj(parseAllDocuments(String(obj(one('ConfigMap', 'tendril-config').data, 'data')['agent.yaml']))[0]!.toJS(), 'agent.yaml').k8sNamespace;
+    assert.equal(obj(leases.metadata, 'metadata').namespace, k8sNamespace, "the Role is in agent.yaml's k8sNamespace");
+    assert.deepEqual(grants(leases.rules).sort(), agentGrants('crd', 'namespace').sort());
+    const rb = one('RoleBinding', 'tendril');
+    assert.equal(obj(rb.metadata, 'metadata').namespace, k8sNamespace);
+    assert.deepEqual([rb.roleRef, rb.subjects], [{ apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'tendril' }, subjects]);
     const ds = one('DaemonSet', 'tendril');
     assert.equal(obj(obj(obj(ds.spec, 'spec').template, 'template').spec, 'pod').serviceAccountName, 'tendril');
   });
@@ -242,10 +263,14 @@ describe('deploy/kubernetes manifests', () => {
     assert.equal(docs.length, 1);
     const file = obj(docs[0]!.toJS(), 'agent.yaml');
     const config = configFromFile({ ...file, nodeName: 'node-1' }, 'agent.yaml');
-    assert.equal(config.ipam, 'kubernetes');
-    const kvKeys: readonly string[] = KVSTORE_OPTION_KEYS[config.kvstore];
-    for (const k of Object.keys(config.kvstoreOpts)) assert.ok(kvKeys.includes(k), `kvstore option ${k} is one of ${config.kvstore}'s`);
-    if (config.kvstore === 'etcd') parseEtcdOptions(config.kvstoreOpts, pino({ level: 'silent' }));
+    // No etcd: crd mode (said, not left to the default), the nodes' Leases in the DaemonSet's namespace.
+    assert.equal(file.identityAllocationMode, 'crd');
+    assert.equal(file.kvstore, undefined, 'no kvstore named: the embedded one, node-local state only');
+    assert.equal(config.kvstore, 'embedded');
+    assert.equal(config.k8sNamespace, obj(one('DaemonSet', 'tendril').metadata, 'metadata').namespace);
+    assert.equal(config.ipam, 'kubernetes', 'what a kubeadm cluster (--pod-network-cidr) gives: Node spec.podCIDRs');
+    assert.equal(config.routingMode, 'tunnel');
+    assert.deepEqual(config.kvstoreOpts, {});
 
     const conflistName = Object.keys(data).find((k) => k.endsWith('.conflist'))!;
     const list = confListFromBytes(String(data[conflistName]));
@@ -277,8 +302,30 @@ describe('deploy/kubernetes manifests', () => {
     assert.match(script, new RegExp(`/etc/tendril/${conflistName.replace(/\./g, '\\.')}`));
   });
 
-  test("etcd TLS: the optional Secret tendril-etcd-tls is mounted read-only, agent.yaml's commented options name its files, the README creates it", () => {
-    const p = pod();
+  test('kvstore mode (kvstore-etcd/): kubectl kustomize builds tendril.yaml with etcd in agent.yaml, RBAC read-only as the agent needs there, no Lease Role; the default has no etcd', () => {
+    const built = parseDocs(kustomizeOverlay(), `${OVERLAY} (built)`).map((d) => d.value);
+    const base = DOCS.filter((d) => d.file === 'tendril.yaml').map((d) => d.value);
+    const ids = (docs: Obj[]) => docs.map((v) => `${String(v.kind)}/${String(obj(v.metadata, 'metadata').name)}`).sort();
+    assert.deepEqual(ids(built), ids(base).filter((k) => k !== 'Role/tendril' && k !== 'RoleBinding/tendril'));
+    const find = (kind: string) => built.find((v) => v.kind === kind && obj(v.metadata, 'metadata').name === (kind === 'ConfigMap' ? 'tendril-config' : 'tendril'))!;
+    const file = obj(parseAllDocuments(String(obj(find('ConfigMap').data, 'data')['agent.yaml']))[0]!.toJS(), 'agent.yaml');
+    const config = configFromFile({ ...file, nodeName: 'node-1' }, 'agent.yaml');
+    assert.equal(config.kvstore, 'etcd');
+    assert.equal(config.identityAllocationMode, 'kvstore');
+    for (const k of Object.keys(config.kvstoreOpts)) assert.ok((KVSTORE_OPTION_KEYS.etcd as readonly string[]).includes(k), `kvstore option ${k} is one of etcd's`);
+    parseEtcdOptions(config.kvstoreOpts, pino({ level: 'silent' }));
+    assert.deepEqual(Object.keys(obj(find('ConfigMap').data, 'data')).sort(), Object.keys(obj(one('ConfigMap', 'tendril-config').data, 'data')).sort(), 'the conflist stays');
+    assert.deepEqual(grants(find('ClusterRole').rules).sort(), agentGrants('kvstore', 'cluster').sort());
+    assert.deepEqual(agentGrants('kvstore', 'namespace'), [], 'no namespaced requests in kvstore mode');
+    // The default names no etcd anywhere: no Secret volume, no kvstore option.
+    assert.equal(arr(pod().volumes, 'volumes').map((v) => obj(v, 'volume')).find((v) => v.secret !== undefined), undefined);
+    assert.doesNotMatch(String(obj(one('ConfigMap', 'tendril-config').data, 'data')['agent.yaml']), /^\s*kvstore(Opt)?:/m);
+  });
+
+  test("etcd TLS (kvstore-etcd/): the optional Secret tendril-etcd-tls is mounted read-only, agent.yaml's commented options name its files, the README creates it", () => {
+    const built = parseDocs(kustomizeOverlay(), `${OVERLAY} (built)`).map((d) => d.value);
+    const ds = built.find((v) => v.kind === 'DaemonSet')!;
+    const p = obj(obj(obj(ds.spec, 'spec').template, 'template').spec, 'pod spec');
     const vol = arr(p.volumes, 'volumes').map((v) => obj(v, 'volume')).find((v) => v.secret !== undefined);
     assert.ok(vol !== undefined, 'the DaemonSet has a Secret volume');
     const secret = obj(vol.secret, 'secret');
@@ -290,7 +337,7 @@ describe('deploy/kubernetes manifests', () => {
     assert.equal(mount.readOnly, true);
     const dir = String(mount.mountPath);
     // agent.yaml carries the three options, commented; uncommented they are a valid configuration.
-    const text = String(obj(one('ConfigMap', 'tendril-config').data, 'data')['agent.yaml']);
+    const text = String(obj(built.find((v) => v.kind === 'ConfigMap')!.data, 'data')['agent.yaml']);
     const commented = [...text.matchAll(/^(\s*)#\s*(etcd\.(?:trustedCAFile|certFile|keyFile)):\s*(\S+)\s*$/gm)];
     assert.deepEqual(commented.map((m) => m[2]).sort(), ['etcd.certFile', 'etcd.keyFile', 'etcd.trustedCAFile']);
     const uncommented = commented.reduce((t, m) => t.replace(m[0], `${m[1]}${m[2]}: ${m[3]}`), text);
@@ -356,6 +403,42 @@ describe('deploy/kubernetes manifests', () => {
     assert.match(remove, /tendril-agent cleanup/);
   });
 
+  test("the image's launchers run compiled entry points it copies, and everything those import is a production dependency (the image prunes the rest)", () => {
+    const text = readFileSync(join(DEPLOY, 'Containerfile'), 'utf8');
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    const prod = new Set(Object.keys(pkg.dependencies));
+    assert.match(text, /npm prune --omit=dev/, 'the image keeps production dependencies only');
+    const missing: string[] = [];
+    for (const launcher of ['tendril', 'tendril-agent', 'tendril-operator']) {
+      assert.ok(text.split('\n').some((l) => l.startsWith('COPY --from=build') && l.includes(`/src/bin/${launcher}`)), `the image has bin/${launcher}`);
+      const m = /exec node "\$here\/\.\.\/(dist\/src\/\S+\.js)"/.exec(readFileSync(join(ROOT, 'bin', launcher), 'utf8'));
+      assert.ok(m !== null, `bin/${launcher} runs a compiled entry point`);
+      const entry = join(ROOT, m[1]!);
+      assert.ok(statSync(entry).isFile(), `${m[1]} exists (it is under dist/src, which the image copies)`);
+      // Every module reachable from the entry point, through static and dynamic imports.
+      const seen = new Set<string>();
+      const queue = [entry];
+      while (queue.length > 0) {
+        const file = queue.pop()!;
+        if (seen.has(file)) continue;
+        seen.add(file);
+        const src = readFileSync(file, 'utf8');
+        for (const x of src.matchAll(/(?:^|[\s;])(?:import|export)\s[^'"]*?from\s*'([^']+)'|import\(\s*'([^']+)'\s*\)|^import\s+'([^']+)'/gm)) {
+          const spec = x[1] ?? x[2] ?? x[3];
+          if (spec === undefined || spec.startsWith('node:')) continue;
+          if (spec.startsWith('.')) {
+            queue.push(join(dirname(file), spec));
+            continue;
+          }
+          const name = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]!;
+          if (!prod.has(name)) missing.push(`${relative(ROOT, file)} imports ${spec}`);
+        }
+      }
+      assert.ok(seen.size > 10, `${launcher}: followed ${seen.size} modules`);
+    }
+    assert.deepEqual(missing, [], 'imports of packages that are not production dependencies');
+  });
+
   test('the Containerfile copies what the agent needs at run time and starts tendril-agent', () => {
     const text = readFileSync(join(DEPLOY, 'Containerfile'), 'utf8');
     const lines = text.split('\n').filter((l) => !l.startsWith('#'));
@@ -380,16 +463,6 @@ describe('deploy/kubernetes manifests', () => {
 // ---- tendril-operator -------------------------------------------------------------
 
 describe('deploy/kubernetes/tendril-operator.yaml', () => {
-  /** verb group/resource pairs a rule list grants. */
-  const grants = (rules: unknown): string[] =>
-    arr(rules, 'rules').flatMap((x) => {
-      const r = obj(x, 'rule');
-      assert.equal(r.resourceNames, undefined);
-      assert.equal(r.nonResourceURLs, undefined);
-      return arr(r.apiGroups, 'apiGroups').flatMap((g) =>
-        arr(r.resources, 'resources').flatMap((res) => arr(r.verbs, 'verbs').map((v) => `${String(v)} ${String(g)}/${String(res)}`)),
-      );
-    });
   const wanted = (scope: 'cluster' | 'namespace'): string[] =>
     OPERATOR_API_CALLS.filter((c) => c.scope === scope).flatMap((c) => c.verbs.map((v) => `${v} ${c.group}/${c.resource}`));
 
@@ -747,7 +820,15 @@ describe('kubectl applies deploy/kubernetes', () => {
     await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'crds'));
     assert.ok(api.get('customresourcedefinitions', undefined, 'tendrilnetworkpolicies.tendril.io') !== undefined);
     const out = await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'tendril.yaml'));
-    for (const o of ['serviceaccount/tendril', 'clusterrole.rbac.authorization.k8s.io/tendril', 'clusterrolebinding.rbac.authorization.k8s.io/tendril', 'configmap/tendril-config', 'daemonset.apps/tendril']) {
+    for (const o of [
+      'serviceaccount/tendril',
+      'clusterrole.rbac.authorization.k8s.io/tendril',
+      'clusterrolebinding.rbac.authorization.k8s.io/tendril',
+      'role.rbac.authorization.k8s.io/tendril',
+      'rolebinding.rbac.authorization.k8s.io/tendril',
+      'configmap/tendril-config',
+      'daemonset.apps/tendril',
+    ]) {
       assert.match(out, new RegExp(`${o.replace(/\./g, '\\.')} created`));
     }
     const ds = api.get('daemonsets', 'kube-system', 'tendril') as Obj;
@@ -829,5 +910,27 @@ describe('kubectl applies deploy/kubernetes', () => {
     assert.match(await kubectl('apply', '--validate=false', '-f', join(DEPLOY, 'cleanup/tendril-cleanup.yaml')), /daemonset\.apps\/tendril-cleanup created/);
     const ds = api.get('daemonsets', 'kube-system', 'tendril-cleanup') as Obj;
     assert.equal(obj(obj(obj(ds.spec, 'spec').template, 'template').spec, 'pod').hostPID, true);
+  });
+
+  test('kvstore mode: the kvstore-etcd overlay, built by kubectl kustomize, applies on a cluster without tendril; no Lease Role', async () => {
+    // After the removal above: a cluster without tendril.yaml's objects (moving between the modes is not supported).
+    assert.equal(api.get('daemonsets', 'kube-system', 'tendril'), undefined);
+    const dir = mkdtempSync(join(tmpdir(), 'tdl-kvstore-etcd-'));
+    try {
+      const file = join(dir, 'tendril-kvstore-etcd.yaml');
+      writeFileSync(file, kustomizeOverlay());
+      const out = await kubectl('apply', '--validate=false', '-f', file);
+      assert.match(out, /daemonset\.apps\/tendril created/);
+      assert.doesNotMatch(out, /^role\.rbac\.authorization\.k8s\.io\/tendril /m);
+      const cm = api.get('configmaps', 'kube-system', 'tendril-config') as Obj;
+      assert.match(String(obj(cm.data, 'data')['agent.yaml']), /^kvstore: etcd$/m);
+      const ds = api.get('daemonsets', 'kube-system', 'tendril') as Obj;
+      const volumes = arr(obj(obj(obj(ds.spec, 'spec').template, 'template').spec, 'pod').volumes, 'volumes').map((v) => obj(v, 'volume'));
+      assert.ok(volumes.some((v) => v.name === 'etcd-tls'), 'the etcd TLS Secret volume');
+      assert.doesNotMatch(await kubectl('get', 'roles', '-n', 'kube-system', '-o', 'name'), /^role\.rbac\.authorization\.k8s\.io\/tendril$/m);
+      assert.match(await kubectl('delete', '-f', file), /daemonset\.apps "tendril" deleted/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

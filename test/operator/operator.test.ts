@@ -204,13 +204,13 @@ describe('endpoint GC', () => {
     createTendrilNode(api, 'node-a');
     createNodeLease(api, 'node-b', 60); // no TendrilNode yet, lease live
     createNodeLease(api, 'node-c', 2, 10_000); // expired
-    createEndpoint(api, { name: 'live', node: 'node-a', identity: 1, owner: live });
+    createEndpoint(api, { name: 'live', node: 'node-a', identity: 300, owner: live });
     // No ownerReference (the API server's GC cannot judge them): judged by the pod of the same name.
-    createEndpoint(api, { name: 'unowned-live', node: 'node-a', identity: 1 });
-    createEndpoint(api, { name: 'unowned-gone', node: 'node-a', identity: 1 });
-    createEndpoint(api, { name: 'on-lease-only', node: 'node-b', identity: 1, owner: onLeaseOnly });
-    createEndpoint(api, { name: 'on-dead-node', node: 'node-x', identity: 1, owner: onDeadNode });
-    createEndpoint(api, { name: 'on-expired-lease', node: 'node-c', identity: 1, owner: onExpired });
+    createEndpoint(api, { name: 'unowned-live', node: 'node-a', identity: 300 });
+    createEndpoint(api, { name: 'unowned-gone', node: 'node-a', identity: 300 });
+    createEndpoint(api, { name: 'on-lease-only', node: 'node-b', identity: 300, owner: onLeaseOnly });
+    createEndpoint(api, { name: 'on-dead-node', node: 'node-x', identity: 300, owner: onDeadNode });
+    createEndpoint(api, { name: 'on-expired-lease', node: 'node-c', identity: 300, owner: onExpired });
     const op = await operator({ id: 'op-a' });
     await waitFor('leading', () => op.isLeader);
     const exists = (n: string) => api.get('tendrilendpoints', 'tdl-apps', n) !== undefined;

@@ -1,40 +1,21 @@
-// The operator's tests' cluster: a fake API server with the tendril CRDs, the
-// provisional TendrilNode/TendrilEndpoint CRDs of test/operator-crds/ (until the
-// shared ones land in deploy/kubernetes/crds/), kube-system, and helpers that
-// write the objects agents and the kubelet would.
-import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+// The operator's tests' cluster: a fake API server with the tendril CRDs of
+// deploy/kubernetes/crds/ (objects are validated against them as the API
+// server would), kube-system, and helpers that write the objects agents and
+// the kubelet would.
 import { KubeConfig, V1MicroTime } from '@kubernetes/client-node';
 import { pino, type Logger } from 'pino';
-import { parseAllDocuments } from 'yaml';
 import { LabelSet } from '../../src/labels/index.js';
 import { tendrilIdentityObject } from '../../src/k8s/tendrilIdentity.js';
 import { operatorConfig, type OperatorFlags } from '../../src/operator/config.js';
 import { Operator } from '../../src/operator/operator.js';
 import { FakeKubeApi } from '../support/fakeKubeApi.js';
 
-/** Where the provisional CRD copies live (resolved from dist/test/operator/). */
-export const OPERATOR_CRD_DIR = fileURLToPath(new URL('../../../test/operator-crds/', import.meta.url));
-
 export const NS = 'kube-system';
 
 type Obj = Record<string, unknown> & { metadata: Record<string, unknown> };
 
-export function provisionalCrdObjects(): Obj[] {
-  return readdirSync(OPERATOR_CRD_DIR)
-    .filter((f) => f.endsWith('.yaml'))
-    .sort()
-    .flatMap((f) => parseAllDocuments(readFileSync(join(OPERATOR_CRD_DIR, f), 'utf8')).map((d) => d.toJS() as Obj | null))
-    .filter((d): d is Obj => d !== null);
-}
-
 export async function startFakeCluster(): Promise<FakeKubeApi> {
   const api = await FakeKubeApi.start({ crds: 'tendril', bookmarkIntervalMs: 200 });
-  // Once the shared CRDs are in deploy/kubernetes/crds/, crds: 'tendril' has registered them already.
-  for (const crd of provisionalCrdObjects()) {
-    if (api.get('customresourcedefinitions', undefined, String(crd.metadata.name)) === undefined) api.create('customresourcedefinitions', crd);
-  }
   api.create('namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
   api.create('namespaces', { apiVersion: 'v1', kind: 'Namespace', metadata: { name: 'tdl-apps' } });
   return api;

@@ -10,10 +10,10 @@ import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, test } from 'node:test';
 import { bpfIpcache } from './datapathObserve.js';
-import { type ClusterPod, ClusterScene, cidrHolds, POD_TCP_PORT, type RoutingMode } from './clusterScene.js';
+import { type ClusterIpam, type ClusterPod, ClusterScene, cidrHolds, POD_TCP_PORT, type RoutingMode } from './clusterScene.js';
 import { requireRoot } from './root.js';
 
-export function clusterNodeDeathSuite(opts: { tag: string; routingMode: RoutingMode; store?: 'etcd' | 'kubernetes' }): void {
+export function clusterNodeDeathSuite(opts: { tag: string; routingMode: RoutingMode; store?: 'etcd' | 'kubernetes'; ipam?: ClusterIpam }): void {
   requireRoot(`clusterNodeDeathSuite (${opts.routingMode})`);
 
   const T = { timeout: 90_000 };
@@ -24,7 +24,7 @@ export function clusterNodeDeathSuite(opts: { tag: string; routingMode: RoutingM
   let bCidrs: string[] = [];
 
   before(async () => {
-    scene = await ClusterScene.create({ tag: opts.tag, routingMode: opts.routingMode, ipam: 'block', leaseTtl: 3, ...(opts.store ? { store: opts.store } : {}) });
+    scene = await ClusterScene.create({ tag: opts.tag, routingMode: opts.routingMode, ipam: opts.ipam ?? 'block', leaseTtl: 3, ...(opts.store ? { store: opts.store } : {}) });
     for (const i of [0, 1, 2]) pods.push(await scene.addPod(i, { name: `p${i}`, labels: { app: `p${i}` } }));
     await scene.waitConverged(20_000);
   });

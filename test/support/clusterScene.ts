@@ -33,7 +33,8 @@ import { ServiceAgentProcess } from './serviceProcess.js';
 import { REFERENCE_PLUGIN_DIR, TENDRIL_BIN } from './tendrilBin.js';
 
 export type { RoutingMode };
-export type ClusterIpam = 'block' | 'cluster-pool';
+/** kubernetes: the Node objects' spec.podCIDRs (crd mode only). */
+export type ClusterIpam = 'block' | 'cluster-pool' | 'kubernetes';
 
 /** The pods' address space (block pool or cluster-pool CIDR). */
 export const CLUSTER_POD_POOL = '10.249.0.0/16';
@@ -128,6 +129,7 @@ export class ClusterScene {
   }
 
   static async create(opts: ClusterSceneOptions): Promise<ClusterScene> {
+    if (opts.ipam === 'kubernetes' && opts.store !== 'kubernetes') throw new Error('kubernetes IPAM: the scene serves Node objects in crd mode only');
     if (opts.ipam !== 'block' && opts.store !== 'kubernetes' && (opts.family ?? 4) !== 4) throw new Error(`${opts.ipam} IPAM: the scene gives IPv6 pools in block IPAM only`);
     const cluster = await ClusterInABox.create(opts.tag, opts.nodeCount ?? 3, opts.underlay ?? ((opts.family ?? 4) === 4 ? 4 : 'dual'));
     const scene = new ClusterScene(cluster, opts);
@@ -150,7 +152,7 @@ export class ClusterScene {
     const store =
       this.store === 'etcd'
         ? ['--kvstore', 'etcd', '--kvstore-opt', `etcd.endpoints=${this.cluster.etcdEndpoint}`, ...ipam]
-        : ['--k8s-kubeconfig', this.kubeconfig, '--identity-allocation-mode', 'crd', '--ipam', 'cluster-pool', '--k8s-namespace', 'kube-system', '--k8s-sync-timeout', '20'];
+        : ['--k8s-kubeconfig', this.kubeconfig, '--identity-allocation-mode', 'crd', '--ipam', this.opts.ipam === 'kubernetes' ? 'kubernetes' : 'cluster-pool', '--k8s-namespace', 'kube-system', '--k8s-sync-timeout', '20'];
     return [
       ...store,
       '--node-ip', ip,
@@ -172,7 +174,9 @@ export class ClusterScene {
     this.kubeconfig = await fake.kubeconfig();
     for (const ns of ['kube-system', CLUSTER_POD_NAMESPACE]) fake.create('namespaces', namespaceObject(ns));
     for (const [index, cn] of this.cluster.nodes.entries()) {
-      fake.create('nodes', nodeObject(this.nodeName(index), undefined, [{ type: 'InternalIP', address: cn.ip }]));
+      // kubernetes IPAM: the controller manager's allocation, a /24 (and a /112) per node.
+      const podCidrs = this.opts.ipam === 'kubernetes' ? versionsOf(this.family).map((v) => (v === 4 ? `10.249.${index}.0/24` : `fd00:249::${index}:0/112`)) : undefined;
+      fake.create('nodes', nodeObject(this.nodeName(index), podCidrs, [{ type: 'InternalIP', address: cn.ip }]));
       const relayDir = await mkdtemp(join(tmpdir(), 'tdl-kuberelay-'));
       this.cleanups.push(() => rm(relayDir, { recursive: true, force: true }));
       this.cleanups.push(await relayIntoNamespace(fake, `/var/run/netns/${cn.netns}`, relayDir));
@@ -180,10 +184,10 @@ export class ClusterScene {
     await this.startOperator();
   }
 
-  /** crd mode: a tendril-operator replica (a new one after killOperator), handing out CLUSTER_POD_POOL in /24s. */
+  /** crd mode: a tendril-operator replica (a new one after killOperator), handing out CLUSTER_POD_POOL in /24s with cluster-pool IPAM. */
   async startOperator(): Promise<OperatorProcess> {
     const op = await spawnOperator(this.kubeconfig, `${this.opts.tag}-op${this.operatorRuns++}`, [
-      ...versionsOf(this.family).flatMap((v) => (v === 4 ? ['--cluster-pool-cidr', CLUSTER_POD_POOL, '--cluster-pool-mask-size', '24'] : ['--cluster-pool-cidr', CLUSTER_POD_POOL6, '--cluster-pool-mask-size-v6', '112'])),
+      ...(this.opts.ipam === 'kubernetes' ? [] : versionsOf(this.family)).flatMap((v) => (v === 4 ? ['--cluster-pool-cidr', CLUSTER_POD_POOL, '--cluster-pool-mask-size', '24'] : ['--cluster-pool-cidr', CLUSTER_POD_POOL6, '--cluster-pool-mask-size-v6', '112'])),
       '--leader-election-lease-duration', '3s', '--gc-interval', '2s',
     ]);
     this.operator = op;

@@ -3,7 +3,7 @@
 // between two replicas: the leader SIGKILLed, the other takes over within the
 // lease duration, and the cluster-pool CIDRs stay as allocated.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import type { FakeKubeApi } from '../support/fakeKubeApi.js';
 import { OPERATOR_BIN, type OperatorProcess, spawnOperator } from '../support/operatorProcess.js';
@@ -27,6 +27,21 @@ async function isLeader(p: OperatorProcess): Promise<boolean> {
   }
 }
 
+/** The operator's exit status and stderr for a command line (env: the environment, default this process's). */
+function runAsync(args: readonly string[], env?: NodeJS.ProcessEnv): Promise<{ status: number | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(BIN, args, { stdio: ['ignore', 'ignore', 'pipe'], ...(env ? { env } : {}) });
+    let stderr = '';
+    child.stderr!.setEncoding('utf8');
+    child.stderr!.on('data', (d: string) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    child.once('close', (status) => {
+      clearTimeout(timer);
+      resolve({ status, stderr });
+    });
+  });
+}
+
 describe('tendril-operator flags', () => {
   const run = (...args: string[]) => spawnSync(BIN, args, { encoding: 'utf8', timeout: 30_000 });
 
@@ -38,8 +53,9 @@ describe('tendril-operator flags', () => {
     }
   });
 
-  test('a bad flag: one line naming it, exit code 2', () => {
-    for (const [args, says] of [
+  test('a bad flag: one line naming it, exit code 2', async () => {
+    // In parallel: each is a process start, and they are independent.
+    const cases = [
       [['--identity-gc-grace', '15 minutes'], /--identity-gc-grace must be a duration/],
       [['--leader-election-lease-duration', '1500ms'], /whole seconds/],
       [['--cluster-pool-cidr', '10.0.0.0/33'], /--cluster-pool-cidr: /],
@@ -49,13 +65,18 @@ describe('tendril-operator flags', () => {
       [['--health-addr', 'nowhere'], /--health-addr: /],
       [['--k8s-namespace', 'Kube_System'], /--k8s-namespace: /],
       [['--no-such-flag'], /unknown option/],
-    ] as const) {
-      const r = run('--k8s-api-server', 'http://127.0.0.1:1', ...args);
+    ] as const;
+    const results = await Promise.all([
+      ...cases.map(([args]) => runAsync(['--k8s-api-server', 'http://127.0.0.1:1', ...args])),
+      runAsync([], { PATH: process.env.PATH ?? '' }),
+    ]);
+    for (const [i, [args, says]] of cases.entries()) {
+      const r = results[i]!;
       assert.equal(r.status, 2, `${args.join(' ')}: exit ${r.status} ${r.stderr}`);
       assert.match(r.stderr, says, args.join(' '));
       assert.equal(r.stderr.trim().split('\n').length, 1, `one line: ${r.stderr}`);
     }
-    const none = spawnSync(BIN, [], { encoding: 'utf8', timeout: 30_000, env: { PATH: process.env.PATH ?? '' } });
+    const none = results[cases.length]!;
     assert.equal(none.status, 2);
     assert.match(none.stderr, /no Kubernetes API server/);
   });

@@ -4,10 +4,13 @@
 // process in the agent's namespace can reach, and Node cannot open a socket in
 // another namespace. Spoken to in NDJSON (NetnsAgentChannel): it prints
 // {"ready":true} once listening, then answers each command with its id:
-//   {op:'kubeconfig'}                          → {path}
-//   {op:'create', resource, objects}           → {atNs, count}
+//   {op:'kubeconfig'}                          → {path, url}
+//   {op:'create', resource, objects, uids?}    → {atNs, count, uids?}
 //   {op:'delete', resource, namespace?, name}  → {atNs}
 //   {op:'requests'}                            → {requests}
+//   {op:'resetRequests'}                       → {}
+// (`uids`: the created objects' uids, in order — owners' uids for dependents'
+// ownerReferences.)
 // atNs is process.hrtime.bigint() (CLOCK_MONOTONIC, one clock for every process
 // of the machine) taken right before the first write, so the bench times from
 // the write itself, not from the reply's arrival. Closing stdin (or SIGTERM)
@@ -23,11 +26,12 @@ export interface FakeApiWorkerConfig {
 
 export type FakeApiCommand =
   | { id: number; op: 'kubeconfig' }
-  | { id: number; op: 'create'; resource: FakeResource; objects: object[] }
+  | { id: number; op: 'create'; resource: FakeResource; objects: object[]; uids?: boolean }
   | { id: number; op: 'delete'; resource: FakeResource; namespace?: string; name: string }
-  | { id: number; op: 'requests' };
+  | { id: number; op: 'requests' }
+  | { id: number; op: 'resetRequests' };
 
-export type FakeApiReply = { id: number; error?: string; path?: string; atNs?: string; count?: number; requests?: Record<string, number> };
+export type FakeApiReply = { id: number; error?: string; path?: string; url?: string; atNs?: string; count?: number; uids?: string[]; requests?: Record<string, number> };
 
 const config = JSON.parse(process.argv[2] ?? '{}') as FakeApiWorkerConfig;
 const fake = await FakeKubeApi.start({
@@ -50,11 +54,11 @@ process.once('SIGTERM', () => void stop());
 async function handle(cmd: FakeApiCommand): Promise<Omit<FakeApiReply, 'id'>> {
   switch (cmd.op) {
     case 'kubeconfig':
-      return { path: await fake.kubeconfig() };
+      return { path: await fake.kubeconfig(), url: fake.url };
     case 'create': {
       const at = process.hrtime.bigint();
-      for (const o of cmd.objects) fake.create(cmd.resource, o);
-      return { atNs: String(at), count: cmd.objects.length };
+      const made = cmd.objects.map((o) => fake.create(cmd.resource, o) as { metadata?: { uid?: string } });
+      return { atNs: String(at), count: cmd.objects.length, ...(cmd.uids === true ? { uids: made.map((o) => o.metadata?.uid ?? '') } : {}) };
     }
     case 'delete': {
       const at = process.hrtime.bigint();
@@ -63,6 +67,9 @@ async function handle(cmd: FakeApiCommand): Promise<Omit<FakeApiReply, 'id'>> {
     }
     case 'requests':
       return { requests: fake.requests() };
+    case 'resetRequests':
+      fake.resetRequests();
+      return {};
   }
 }
 

@@ -15,7 +15,7 @@
 //   node dist/bench/k8sScale.js [pods] [nodes]
 // With TENDRIL_BENCH_HEAP_SNAPSHOT=<dir> the loaded agent writes a heap
 // snapshot there (SIGUSR2, --heapsnapshot-signal) before it is stopped.
-import { mkdtemp, readdir, rm } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { boxTag, errorLine, withCleanup } from './clusterCommon.js';
@@ -59,8 +59,8 @@ export interface K8sScaleReport {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const nodeName = (n: number) => `node-${String(n).padStart(4, '0')}.bench.example`;
-/** Remote node n: 172.16.x.y on the underlay, pod CIDR 10.<64+n/256>.<n%256>.0/24 (never this node's 10.200.0.0/24). */
-const nodeIp = (n: number) => `172.16.${n >> 8}.${(n & 255) + 1}`;
+/** Remote node n: 172.<16+n/256>.<n%256>.1 on the underlay, pod CIDR 10.<64+n/256>.<n%256>.0/24 (never this node's 10.200.0.0/24). */
+const nodeIp = (n: number) => `172.${16 + (n >> 8)}.${n & 255}.1`;
 const podCidrOf = (n: number) => `10.${64 + (n >> 8)}.${n & 255}.0/24`;
 /** Pod i lives on node i % nodes, address .2 + i / nodes of that node's CIDR. */
 const podIp = (i: number, nodes: number) => {
@@ -139,6 +139,20 @@ async function populate(fake: FakeApiProcess, pods: number, nodes: number, label
   }
 }
 
+/** SIGUSR2 (--heapsnapshot-signal): the agent writes a snapshot into its cwd; done once the file's size holds for 2 s. */
+async function heapSnapshot(agent: K8sBenchAgent, dir: string): Promise<void> {
+  const before = new Set(await readdir(dir));
+  agent.process.kill('SIGUSR2');
+  let size = -1;
+  for (let stable = 0; stable < 4; ) {
+    await sleep(500);
+    const file = (await readdir(dir)).find((f) => !before.has(f) && f.endsWith('.heapsnapshot'));
+    const now = file === undefined ? -1 : (await stat(join(dir, file))).size;
+    stable = now > 0 && now === size ? stable + 1 : 0;
+    size = now;
+  }
+}
+
 async function measureStart(nodeNs: string, stateDir: string, kubeconfig: string, remote: number, onCleanup: (fn: () => Promise<void>) => void, snapshotDir?: string): Promise<ScaleStart> {
   const args = ['--k8s-kubeconfig', kubeconfig, '--identity-allocation-mode', 'crd', '--k8s-namespace', LEASE_NAMESPACE, '--k8s-sync-timeout', '600', '--node-ip', NODE_IP, '--routing-mode', 'tunnel'];
   const agent = await K8sBenchAgent.spawn(
@@ -161,11 +175,7 @@ async function measureStart(nodeNs: string, stateDir: string, kubeconfig: string
   const health = await agent.client.health();
   const cached = Object.fromEntries((health.kubernetes?.resources ?? []).map((r) => [r.resource, r.objects]));
   const mem = await agent.memory();
-  if (snapshotDir !== undefined) {
-    agent.process.kill('SIGUSR2');
-    // The snapshot is written when the file appears complete (its size stops changing).
-    await sleep(20_000);
-  }
+  if (snapshotDir !== undefined) await heapSnapshot(agent, snapshotDir);
   await agent.stop();
   return { healthyMs, ipcacheMs, remote: seen, ...mem, cached };
 }

@@ -47,7 +47,7 @@ const RELAY_SCRIPT = fileURLToPath(new URL('./k8sApiRelay.js', import.meta.url))
  * namespace (k8sApiRelay.ts): a unix socket here connected to the fake, and
  * the relay process in the namespace listening on the fake's port.
  */
-export async function relayIntoNamespace(fake: FakeKubeApi, netnsPath: string, dir: string): Promise<() => Promise<void>> {
+export async function relayIntoNamespace(fake: Pick<FakeKubeApi, 'url'>, netnsPath: string, dir: string): Promise<() => Promise<void>> {
   const port = Number(new URL(fake.url).port);
   const unixPath = join(dir, 'kube-api.sock');
   const server: Server = createServer((inbound) => splice(inbound, connect(port, '127.0.0.1')));

@@ -278,7 +278,6 @@ export class ClusterAgent {
  * node, and one tendril-operator replica handing out CLUSTER_POOL in /24s.
  */
 class BenchApiServer {
-  readonly #cleanups: Array<() => Promise<void>> = [];
   private constructor(
     readonly fake: FakeApiProcess,
     readonly kubeconfig: string,

@@ -143,8 +143,8 @@ export function printK8sPropagation(r: K8sPropagationReport): void {
   const q = (xs: number[], p: number) => (xs.length ? percentile(xs, p) : undefined);
   const seen = <T>(xs: T[], get: (x: T) => number | undefined) => xs.flatMap((x) => (get(x) === undefined ? [] : [get(x)!]));
   console.log(`\nPod ADD on node A → node C's ipcache and eBPF map, three nodes in tunnel mode, ${r.trials} ADDs each, alternating (ms from the ADD's start; goal through the API server p99 < 50, not asserted)`);
-  console.log(`  ${''.padEnd(46)} ${'p50'.padStart(7)} ${'p90'.padStart(7)} ${'p99'.padStart(7)}   unseen`);
-  const row = (name: string, xs: number[], n: number, extra = '') => console.log(`  ${name.padEnd(46)} ${f(q(xs, 0.5))} ${f(q(xs, 0.9))} ${f(q(xs, 0.99))}   ${String(n - xs.length).padStart(6)}   ${extra}`);
+  console.log(`  ${''.padEnd(50)} ${'p50'.padStart(7)} ${'p90'.padStart(7)} ${'p99'.padStart(7)}   unseen`);
+  const row = (name: string, xs: number[], n: number, extra = '') => console.log(`  ${name.padEnd(50)} ${f(q(xs, 0.5))} ${f(q(xs, 0.9))} ${f(q(xs, 0.99))}   ${String(n - xs.length).padStart(6)}   ${extra}`);
   const block = (label: string, xs: AddSample[], error: string | undefined) => {
     row(`${label}: C's GET /ip`, seen(xs, (x) => x.apiFromStartMs), xs.length, error ? `FAILED: ${error}` : '');
     row(`${label}: C's pinned map`, seen(xs, (x) => x.mapFromStartMs), xs.length);

@@ -15,7 +15,7 @@
 //   node dist/bench/k8sScale.js [pods] [nodes]
 // With TENDRIL_BENCH_HEAP_SNAPSHOT=<dir> the loaded agent writes a heap
 // snapshot there (SIGUSR2, --heapsnapshot-signal) before it is stopped.
-import { mkdtemp, readdir, rm, stat } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { boxTag, errorLine, withCleanup } from './clusterCommon.js';
@@ -42,6 +42,8 @@ export interface ScaleStart {
   rss: number;
   peak: number;
   cached: Record<string, number>;
+  /** With TENDRIL_BENCH_HEAP_SNAPSHOT: the heap of a snapshot taken once idle. */
+  heap?: HeapSummary;
 }
 
 export interface K8sScaleReport {
@@ -139,18 +141,45 @@ async function populate(fake: FakeApiProcess, pods: number, nodes: number, label
   }
 }
 
-/** SIGUSR2 (--heapsnapshot-signal): the agent writes a snapshot into its cwd; done once the file's size holds for 2 s. */
-async function heapSnapshot(agent: K8sBenchAgent, dir: string): Promise<void> {
+/**
+ * SIGUSR2 (--heapsnapshot-signal): the agent writes a snapshot into its cwd
+ * (done once the file's size holds for 2 s); answers the heap's size (every
+ * node's self size) and its largest kinds of node (V8's constructor names).
+ */
+async function heapSnapshot(agent: K8sBenchAgent, dir: string): Promise<HeapSummary> {
   const before = new Set(await readdir(dir));
   agent.process.kill('SIGUSR2');
   let size = -1;
+  let file: string | undefined;
   for (let stable = 0; stable < 4; ) {
     await sleep(500);
-    const file = (await readdir(dir)).find((f) => !before.has(f) && f.endsWith('.heapsnapshot'));
+    file = (await readdir(dir)).find((f) => !before.has(f) && f.endsWith('.heapsnapshot'));
     const now = file === undefined ? -1 : (await stat(join(dir, file))).size;
     stable = now > 0 && now === size ? stable + 1 : 0;
     size = now;
   }
+  const snap = JSON.parse(await readFile(join(dir, file!), 'utf8')) as {
+    snapshot: { meta: { node_fields: string[]; node_types: [string[]] } };
+    nodes: number[];
+    strings: string[];
+  };
+  const fields = snap.snapshot.meta.node_fields;
+  const [type, name, self] = ['type', 'name', 'self_size'].map((f) => fields.indexOf(f)) as [number, number, number];
+  const kinds = new Map<string, number>();
+  let bytes = 0;
+  for (let i = 0; i < snap.nodes.length; i += fields.length) {
+    const t = snap.snapshot.meta.node_types[0][snap.nodes[i + type]!]!;
+    const kind = t === 'object' || t === 'closure' ? snap.strings[snap.nodes[i + name]!]! : `(${t})`;
+    bytes += snap.nodes[i + self]!;
+    kinds.set(kind, (kinds.get(kind) ?? 0) + snap.nodes[i + self]!);
+  }
+  return { bytes, top: [...kinds].sort((a, b) => b[1] - a[1]).slice(0, 8) };
+}
+
+interface HeapSummary {
+  bytes: number;
+  /** The largest kinds of heap node by their self sizes' sum. */
+  top: Array<[string, number]>;
 }
 
 async function measureStart(nodeNs: string, stateDir: string, kubeconfig: string, remote: number, onCleanup: (fn: () => Promise<void>) => void, snapshotDir?: string): Promise<ScaleStart> {
@@ -175,9 +204,9 @@ async function measureStart(nodeNs: string, stateDir: string, kubeconfig: string
   const health = await agent.client.health();
   const cached = Object.fromEntries((health.kubernetes?.resources ?? []).map((r) => [r.resource, r.objects]));
   const mem = await agent.memory();
-  if (snapshotDir !== undefined) await heapSnapshot(agent, snapshotDir);
+  const heap = snapshotDir === undefined ? undefined : await heapSnapshot(agent, snapshotDir);
   await agent.stop();
-  return { healthyMs, ipcacheMs, remote: seen, ...mem, cached };
+  return { healthyMs, ipcacheMs, remote: seen, ...mem, cached, ...(heap === undefined ? {} : { heap }) };
 }
 
 export async function runK8sScaleBench(o: { pods?: number; nodes?: number; labelSets?: number } = {}): Promise<K8sScaleReport> {
@@ -197,13 +226,13 @@ export async function runK8sScaleBench(o: { pods?: number; nodes?: number; label
     await fake.create('nodes', [k8sNode(NODE_NAME, POD_CIDR, NODE_IP)]);
     const kubeconfig = await fake.kubeconfig();
     const report: K8sScaleReport = { pods, nodes, labelSets, populateMs: 0, load: [load0, 0] };
+    const snapshotDir = process.env.TENDRIL_BENCH_HEAP_SNAPSHOT;
     try {
-      report.empty = await measureStart(nodeNs, join(scratch, 'empty'), kubeconfig, 0, onCleanup);
+      report.empty = await measureStart(nodeNs, join(scratch, 'empty'), kubeconfig, 0, onCleanup, snapshotDir);
       const p0 = performance.now();
       await populate(fake, pods, nodes, labelSets);
       report.populateMs = performance.now() - p0;
       await fake.resetRequests();
-      const snapshotDir = process.env.TENDRIL_BENCH_HEAP_SNAPSHOT;
       report.loaded = await measureStart(nodeNs, join(scratch, 'loaded'), kubeconfig, pods, onCleanup, snapshotDir);
       report.requests = await fake.requests();
       if (snapshotDir !== undefined) console.error(`heap snapshots in ${snapshotDir}: ${(await readdir(snapshotDir)).join(', ')}`);
@@ -228,6 +257,12 @@ export function printK8sScale(r: K8sScaleReport): void {
   if (r.loaded && r.empty) {
     const perPod = (r.loaded.rss - r.empty.rss) / r.pods / 1024;
     console.log(`  per remote pod: ${perPod.toFixed(2)} KiB RSS ((RSS loaded − RSS empty) / pods; goal ≤ 3 KiB; Cilium's agent +10.5 KiB); total ${mib(r.loaded.rss)} (goal ≤ 200 MiB; Cilium's agent 438 MiB at 50,000 pods on 1,000 nodes)`);
+    const [he, hl] = [r.empty.heap, r.loaded.heap];
+    if (he && hl) {
+      console.log(`  heap (snapshots): ${mib(hl.bytes)} loaded, ${mib(he.bytes)} empty, ${((hl.bytes - he.bytes) / r.pods / 1024).toFixed(2)} KiB per remote pod`);
+      const emptyKind = new Map(he.top);
+      console.log(`    largest kinds loaded (empty): ${hl.top.map(([k, b]) => `${k} ${mib(b)} (${emptyKind.has(k) ? mib(emptyKind.get(k)!) : '?'})`).join(', ')}`);
+    }
     console.log(`  remote pods in GET /ip: ${r.loaded.remote}; cached by the agent: ${Object.entries(r.loaded.cached).map(([n, c]) => `${n} ${c}`).join(', ')}`);
   }
   if (r.requests) console.log(`  the fake served during the loaded start: ${Object.entries(r.requests).filter(([k]) => !k.includes(':')).map(([k, v]) => `${k} ${v}`).join(', ')}`);

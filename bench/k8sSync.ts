@@ -14,7 +14,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { boxTag, errorLine, withCleanup } from './clusterCommon.js';
-import { createFleet, FakeApiProcess, K8sBenchAgent, k8sFleet, k8sNode, loadAverage, msBetween, waitIdle } from './k8sCommon.js';
+import { createFleet, FakeApiProcess, K8sBenchAgent, k8sFleet, k8sNamespace, k8sNode, loadAverage, msBetween, waitIdle } from './k8sCommon.js';
 import { BenchNamespaces } from './policyDatapath.js';
 import { mib } from './serviceCommon.js';
 import { percentile } from './stats.js';
@@ -78,6 +78,8 @@ export async function runK8sSyncBench(o: { pods?: number; policies?: number; ser
     const fleet = k8sFleet({ nodeName: NODE_NAME, namespaces: nsCount, pods, policies, services, podIp });
     const p0 = performance.now();
     await fake.create('nodes', [k8sNode(NODE_NAME, POD_CIDR, '10.0.0.1')]);
+    // crd mode (the default with an API server and no etcd): the node's Lease lives in kube-system.
+    await fake.create('namespaces', [k8sNamespace('kube-system')]);
     await createFleet(fake, fleet);
     const populateMs = performance.now() - p0;
     const kubeconfig = await fake.kubeconfig();

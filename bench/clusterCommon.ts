@@ -3,8 +3,8 @@
 // bench — node namespaces on one bridge in a hub namespace, optionally an etcd
 // in the hub — tendril agents on that etcd in one routing mode (or, store
 // 'kubernetes', in crd mode on the fake API server and no etcd: the fake in a
-// process of its own, relays into the node namespaces and tendril-operator
-// handing out cluster-pool CIDRs, as the e2e cluster scene runs them), pods
+// process of its own in the hub, on the hub's bridge address as etcd is, and
+// tendril-operator handing out cluster-pool CIDRs), pods
 // made through each agent's CNI API, and the cleanup of all of it (also on a
 // failure or a signal).
 // A box without etcd and agents is the underlay reference: the same veths and
@@ -18,7 +18,6 @@ import { fileURLToPath } from 'node:url';
 import { AgentClient } from '../src/client/agentClient.js';
 import { ETCD_BIN } from '../test/support/etcdHarness.js';
 import { HUB_BRIDGE_MAC } from '../test/support/clusterInABox.js';
-import { relayIntoNamespace } from '../test/support/k8sScene.js';
 import { namespaceObject, nodeObject, podObject } from '../test/support/k8sObjects.js';
 import { killOperator, spawnOperator } from '../test/support/operatorProcess.js';
 import { exec, stopBenchAgent } from './benchProcess.js';
@@ -73,6 +72,11 @@ export class BenchBox {
     readonly underlay: BenchUnderlay,
   ) {
     this.hub = `${tag}h`;
+  }
+
+  /** The hub's address on the bridge (etcd's, the fake API server's). */
+  get hubIp(): string {
+    return UNDERLAY[this.underlay].hub;
   }
 
   get etcdEndpoint(): string {
@@ -273,9 +277,10 @@ export class ClusterAgent {
 }
 
 /**
- * crd mode's API side: the fake API server in a process of its own (in this
- * process's namespace), a relay into every node namespace, a Node object per
- * node, and one tendril-operator replica handing out CLUSTER_POOL in /24s.
+ * crd mode's API side, in the hub as etcd is: the fake API server in a
+ * process of its own on the hub's bridge address (every node's agent reaches
+ * it over the bridge: the same path as to etcd), a Node object per node, and
+ * one tendril-operator replica handing out CLUSTER_POOL in /24s.
  */
 class BenchApiServer {
   private constructor(
@@ -285,22 +290,17 @@ class BenchApiServer {
 
   /** `register` gets the cleanup before anything is made. */
   static async start(box: BenchBox, nodeNames: string[], register: (cleanup: () => Promise<void>) => void): Promise<BenchApiServer> {
+    if (box.underlay !== 4) throw new Error('the bench API server is on an IPv4 underlay only');
     const cleanups: Array<() => Promise<void>> = [];
     register(async () => {
       for (const c of cleanups.splice(0).reverse()) await c().catch((err: Error) => console.error(`bench cleanup (API server): ${err.message}`));
     });
-    const fake = await FakeApiProcess.startHere();
+    const fake = await FakeApiProcess.start(box.hub, box.hubIp);
     cleanups.push(() => fake.stop());
     const api = new BenchApiServer(fake, await fake.kubeconfig());
-    const url = await fake.url();
     await fake.create('namespaces', [namespaceObject(TENDRIL_NAMESPACE), namespaceObject(POD_NAMESPACE)]);
     await fake.create('nodes', box.nodes.map((n, i) => nodeObject(nodeNames[i]!, undefined, [{ type: 'InternalIP', address: n.ip }])));
-    for (const n of box.nodes) {
-      const dir = await mkdtemp(join(tmpdir(), 'tdl-bench-relay-'));
-      cleanups.push(() => rm(dir, { recursive: true, force: true }));
-      cleanups.push(await relayIntoNamespace({ url }, netnsPath(n.ns), dir));
-    }
-    const op = await spawnOperator(api.kubeconfig, `${box.tag}-op`, ['--cluster-pool-cidr', CLUSTER_POOL, '--cluster-pool-mask-size', '24']);
+    const op = await spawnOperator(api.kubeconfig, `${box.tag}-op`, ['--cluster-pool-cidr', CLUSTER_POOL, '--cluster-pool-mask-size', '24'], { netnsPath: netnsPath(box.hub) });
     cleanups.push(() => killOperator(op));
     return api;
   }
@@ -311,7 +311,7 @@ export class BenchCluster {
   readonly agents: ClusterAgent[] = [];
   /** crd mode: the API server the agents follow. */
   api: FakeApiProcess | undefined;
-  /** crd mode: stops the operator, the relays and the fake. */
+  /** crd mode: stops the operator and the fake. */
   apiCleanup: (() => Promise<void>) | undefined;
   private constructor(
     readonly box: BenchBox,

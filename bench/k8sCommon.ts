@@ -28,21 +28,10 @@ const WORKER = fileURLToPath(new URL('./k8sFakeApiWorker.js', import.meta.url));
 export class FakeApiProcess {
   private constructor(private readonly channel: NetnsAgentChannel<FakeApiReply & { id: number }>) {}
 
-  static async start(nodeNs: string): Promise<FakeApiProcess> {
-    return FakeApiProcess.#startAt(`fake API server in ${nodeNs}`, netnsPath(nodeNs));
-  }
-
-  /**
-   * In this process's own network namespace: reached from node namespaces
-   * through relays (relayIntoNamespace), as the e2e cluster scene reaches its
-   * fake, but in a process of its own so its work is not on the bench's loop.
-   */
-  static async startHere(): Promise<FakeApiProcess> {
-    return FakeApiProcess.#startAt('fake API server', `/proc/${process.pid}/ns/net`);
-  }
-
-  static async #startAt(label: string, nsPath: string): Promise<FakeApiProcess> {
-    return new FakeApiProcess(await NetnsAgentChannel.start<FakeApiReply & { id: number }>(label, WORKER, nsPath, { crds: 'tendril' } satisfies FakeApiWorkerConfig));
+  /** `host`: listen there instead of 127.0.0.1 (an address of `nodeNs`: a box's hub bridge). */
+  static async start(nodeNs: string, host?: string): Promise<FakeApiProcess> {
+    const config: FakeApiWorkerConfig = { crds: 'tendril', ...(host === undefined ? {} : { host }) };
+    return new FakeApiProcess(await NetnsAgentChannel.start<FakeApiReply & { id: number }>(`fake API server in ${nodeNs}`, WORKER, netnsPath(nodeNs), config));
   }
 
   async #send(cmd: object): Promise<FakeApiReply> {
@@ -56,7 +45,7 @@ export class FakeApiProcess {
     return (await this.#send({ op: 'kubeconfig' })).path!;
   }
 
-  /** The fake's URL (http://127.0.0.1:<port> in the namespace it listens in). */
+  /** The fake's URL (http://<host>:<port>). */
   async url(): Promise<string> {
     return (await this.#send({ op: 'kubeconfig' })).url!;
   }

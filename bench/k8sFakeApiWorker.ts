@@ -2,7 +2,8 @@
 // inside the bench node's network namespace (`nsenter --net=<node> -- node
 // k8sFakeApiWorker.js '<config>'`): the fake listens on 127.0.0.1, which only a
 // process in the agent's namespace can reach, and Node cannot open a socket in
-// another namespace. Spoken to in NDJSON (NetnsAgentChannel): it prints
+// another namespace (or, config `host`, on a cluster box's hub bridge, where
+// every node's agent reaches it as it reaches etcd). Spoken to in NDJSON (NetnsAgentChannel): it prints
 // {"ready":true} once listening, then answers each command with its id:
 //   {op:'kubeconfig'}                          → {path, url}
 //   {op:'create', resource, objects, uids?}    → {atNs, count, uids?}
@@ -22,6 +23,8 @@ export interface FakeApiWorkerConfig {
   bookmarkIntervalMs?: number;
   /** The tendril CRDs registered, as in a cluster tendril is deployed to (the agent then lists and watches its policy kinds too). */
   crds?: 'tendril';
+  /** The IPv4 address to listen on (default 127.0.0.1; a bridge address: agents in other namespaces reach it directly). */
+  host?: string;
 }
 
 export type FakeApiCommand =
@@ -37,6 +40,7 @@ const config = JSON.parse(process.argv[2] ?? '{}') as FakeApiWorkerConfig;
 const fake = await FakeKubeApi.start({
   ...(config.bookmarkIntervalMs === undefined ? {} : { bookmarkIntervalMs: config.bookmarkIntervalMs }),
   ...(config.crds ? { crds: config.crds } : {}),
+  ...(config.host ? { host: config.host } : {}),
 });
 let stopping: Promise<void> | undefined;
 const stop = () =>

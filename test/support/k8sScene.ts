@@ -47,7 +47,7 @@ const RELAY_SCRIPT = fileURLToPath(new URL('./k8sApiRelay.js', import.meta.url))
  * namespace (k8sApiRelay.ts): a unix socket here connected to the fake, and
  * the relay process in the namespace listening on the fake's port.
  */
-export async function relayIntoNamespace(fake: Pick<FakeKubeApi, 'url'>, netnsPath: string, dir: string): Promise<() => Promise<void>> {
+export async function relayIntoNamespace(fake: FakeKubeApi, netnsPath: string, dir: string): Promise<() => Promise<void>> {
   const port = Number(new URL(fake.url).port);
   const unixPath = join(dir, 'kube-api.sock');
   const server: Server = createServer((inbound) => splice(inbound, connect(port, '127.0.0.1')));
@@ -234,6 +234,8 @@ export async function startK8sScene(pool: NetnsPool, opts: K8sSceneOptions): Pro
     const fake = await FakeKubeApi.start({ ...(opts.bookmarkIntervalMs !== undefined ? { bookmarkIntervalMs: opts.bookmarkIntervalMs } : {}), ...(crds.length === 0 ? { crds: 'tendril' as const } : {}) });
     cleanups.push(() => fake.stop());
     for (const crd of crds) fake.create('customresourcedefinitions', crd);
+    // kube-system as in every cluster: the agent's node Lease (crd mode) lives there.
+    if (!('kube-system' in opts.namespaces)) fake.create('namespaces', namespaceObject('kube-system'));
     for (const [name, labels] of Object.entries(opts.namespaces)) fake.create('namespaces', namespaceObject(name, labels));
     // An IPv6 InternalIP (the node's address toward the outside host) where pods have IPv6: IPv6 NodePorts are served there.
     const internal6 = opts.outside && versions.includes(6) ? [{ type: 'InternalIP', address: ipIn(6, OUTSIDE_NODE_IP) }] : [];

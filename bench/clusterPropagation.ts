@@ -27,7 +27,8 @@ import { percentile } from './stats.js';
 import { ProbeLog } from './probeLog.js';
 
 const PORT = 8080;
-const FLEET_LABELS = 'app=prop-fleet';
+/** The labels of the ADD series' pods (one identity, allocated by the first). */
+export const FLEET_LABELS = 'app=prop-fleet';
 
 export interface PolicySample {
   allow: boolean;

@@ -45,11 +45,6 @@ export class FakeApiProcess {
     return (await this.#send({ op: 'kubeconfig' })).path!;
   }
 
-  /** The fake's URL (http://<host>:<port>). */
-  async url(): Promise<string> {
-    return (await this.#send({ op: 'kubeconfig' })).url!;
-  }
-
   /** Creates `objects` (`perCommand` per message) and answers their uids, in order (for dependents' ownerReferences). */
   async createWithUids(resource: FakeResource, objects: readonly object[], perCommand = 500): Promise<string[]> {
     const uids: string[] = [];

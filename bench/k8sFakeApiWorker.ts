@@ -3,9 +3,10 @@
 // k8sFakeApiWorker.js '<config>'`): the fake listens on 127.0.0.1, which only a
 // process in the agent's namespace can reach, and Node cannot open a socket in
 // another namespace (or, config `host`, on a cluster box's hub bridge, where
-// every node's agent reaches it as it reaches etcd). Spoken to in NDJSON (NetnsAgentChannel): it prints
+// every node's agent reaches it as it reaches etcd). Spoken to in NDJSON
+// (NetnsAgentChannel): it prints
 // {"ready":true} once listening, then answers each command with its id:
-//   {op:'kubeconfig'}                          → {path, url}
+//   {op:'kubeconfig'}                          → {path}
 //   {op:'create', resource, objects, uids?}    → {atNs, count, uids?}
 //   {op:'delete', resource, namespace?, name}  → {atNs}
 //   {op:'requests'}                            → {requests}
@@ -34,7 +35,7 @@ export type FakeApiCommand =
   | { id: number; op: 'requests' }
   | { id: number; op: 'resetRequests' };
 
-export type FakeApiReply = { id: number; error?: string; path?: string; url?: string; atNs?: string; count?: number; uids?: string[]; requests?: Record<string, number> };
+export type FakeApiReply = { id: number; error?: string; path?: string; atNs?: string; count?: number; uids?: string[]; requests?: Record<string, number> };
 
 const config = JSON.parse(process.argv[2] ?? '{}') as FakeApiWorkerConfig;
 const fake = await FakeKubeApi.start({
@@ -58,7 +59,7 @@ process.once('SIGTERM', () => void stop());
 async function handle(cmd: FakeApiCommand): Promise<Omit<FakeApiReply, 'id'>> {
   switch (cmd.op) {
     case 'kubeconfig':
-      return { path: await fake.kubeconfig(), url: fake.url };
+      return { path: await fake.kubeconfig() };
     case 'create': {
       const at = process.hrtime.bigint();
       const made = cmd.objects.map((o) => fake.create(cmd.resource, o) as { metadata?: { uid?: string } });

@@ -15,7 +15,7 @@
 // the change plus a settle time (late writes land in it). Lease renewals are
 // background traffic and printed apart. Goal: ≤ 2 writes per pod start.
 //   node dist/bench/k8sPropagation.js [trials] [request samples]
-import { type AddSample, AddSeries } from './clusterPropagation.js';
+import { type AddSample, AddSeries, FLEET_LABELS } from './clusterPropagation.js';
 import { BenchCluster, type ClusterAgent, type ClusterPod, boxTag, errorLine, withCleanup } from './clusterCommon.js';
 import { percentile } from './stats.js';
 
@@ -77,9 +77,9 @@ async function requestSeries(cluster: BenchCluster, samples: number, report: K8s
     await sleep(SETTLE_MS);
     out.push({ requests: byResource(await api.requests()), seenMs });
   };
-  // New label sets: each pod's own app label (its identity is created); known: the fleet's (allocated long before).
+  // New label sets: each pod's own app label (its identity is created); known: the ADD series' (allocated by its first pod).
   for (let i = 0; i < samples; i++) await measure(`app=prop-new-${i}`, i, report.newLabels);
-  for (let i = 0; i < samples; i++) await measure(FLEET_LABELS_OF_SERIES, samples + i, report.knownLabels);
+  for (let i = 0; i < samples; i++) await measure(FLEET_LABELS, samples + i, report.knownLabels);
   for (const pod of pods) {
     await api.resetRequests();
     const t0 = performance.now();
@@ -90,9 +90,6 @@ async function requestSeries(cluster: BenchCluster, samples: number, report: K8s
     report.deletes.push({ requests: byResource(await api.requests()), seenMs });
   }
 }
-
-/** The labels of AddSeries' fleet (known to the cluster once the series ran). */
-const FLEET_LABELS_OF_SERIES = 'app=prop-fleet';
 
 export async function runK8sPropagationBench(trials = 100, samples = 5): Promise<K8sPropagationReport> {
   return withCleanup(async (onCleanup) => {

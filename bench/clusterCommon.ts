@@ -1,8 +1,12 @@
 // What the cluster benchmarks (cluster-throughput, cluster-latency,
-// cluster-propagation) share: a cluster in a box built for a bench — node
-// namespaces on one bridge in a hub namespace, optionally an etcd in the hub —
-// tendril agents on that etcd in one routing mode, pods made through each
-// agent's CNI API, and the cleanup of all of it (also on a failure or a signal).
+// cluster-propagation, k8s-propagation) share: a cluster in a box built for a
+// bench — node namespaces on one bridge in a hub namespace, optionally an etcd
+// in the hub — tendril agents on that etcd in one routing mode (or, store
+// 'kubernetes', in crd mode on the fake API server and no etcd: the fake in a
+// process of its own in the hub, on the hub's bridge address as etcd is, and
+// tendril-operator handing out cluster-pool CIDRs), pods
+// made through each agent's CNI API, and the cleanup of all of it (also on a
+// failure or a signal).
 // A box without etcd and agents is the underlay reference: the same veths and
 // bridge with nothing of tendril on them.
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -14,13 +18,22 @@ import { fileURLToPath } from 'node:url';
 import { AgentClient } from '../src/client/agentClient.js';
 import { ETCD_BIN } from '../test/support/etcdHarness.js';
 import { HUB_BRIDGE_MAC } from '../test/support/clusterInABox.js';
+import { namespaceObject, nodeObject, podObject } from '../test/support/k8sObjects.js';
+import { killOperator, spawnOperator } from '../test/support/operatorProcess.js';
 import { exec, stopBenchAgent } from './benchProcess.js';
-import { BenchNamespaces, cniAddPod, netnsPath } from './policyDatapath.js';
+import { FakeApiProcess } from './k8sCommon.js';
+import { BenchNamespaces, cniAddPod, cniDelPod, netnsPath } from './policyDatapath.js';
 import { cleanupOnSignal, once } from './serviceCommon.js';
 
 const AGENT = fileURLToPath(new URL('../../bin/tendril-agent', import.meta.url));
 
 export type BenchRoutingMode = 'tunnel' | 'native';
+/** Where the cluster's state lives: etcd (kvstore mode) or the Kubernetes API (crd mode, the fake API server). */
+export type BenchStore = 'etcd' | 'kubernetes';
+/** The Kubernetes namespace of the bench pods' Pod objects (cniAddPod's K8S_POD_NAMESPACE). */
+const POD_NAMESPACE = 'bench';
+/** crd mode: the namespace of tendril's Leases. */
+const TENDRIL_NAMESPACE = 'kube-system';
 
 /**
  * The underlay of every box: 10.248.0.0/24 on the hub's bridge (each box is
@@ -59,6 +72,11 @@ export class BenchBox {
     readonly underlay: BenchUnderlay,
   ) {
     this.hub = `${tag}h`;
+  }
+
+  /** The hub's address on the bridge (etcd's, the fake API server's). */
+  get hubIp(): string {
+    return UNDERLAY[this.underlay].hub;
   }
 
   get etcdEndpoint(): string {
@@ -166,6 +184,11 @@ export class ClusterAgent {
     process.stderr!.on('data', (c: Buffer) => (this.#log = (this.#log + c.toString()).slice(-6000)));
   }
 
+  /** The node name of the agent of a box's node `index`. */
+  static nodeName(box: BenchBox, index: number): string {
+    return `${box.tag}-n${index}`;
+  }
+
   /** The tail of the agent's stderr (its warnings and errors), for failure messages. */
   get log(): string {
     return this.#log;
@@ -176,10 +199,17 @@ export class ClusterAgent {
     return join(this.bpffsRoot, 'tendril', 'tendril_ipcache');
   }
 
-  /** `onSpawn` gets the agent as soon as its process exists, so a cleanup during its start-up stops it too. */
-  static async start(box: BenchBox, index: number, mode: BenchRoutingMode, stateRoot: string, extraArgs: string[] = [], onSpawn?: (agent: ClusterAgent) => void): Promise<ClusterAgent> {
+  /** crd mode: the fake API server, where a pod's Pod object is made before its ADD (the agent takes labels and uid from it). */
+  api: FakeApiProcess | undefined;
+
+  /**
+   * `onSpawn` gets the agent as soon as its process exists, so a cleanup
+   * during its start-up stops it too. `kubeconfig`: crd mode on that API
+   * server (cluster-pool IPAM from tendril-operator) instead of the box's etcd.
+   */
+  static async start(box: BenchBox, index: number, mode: BenchRoutingMode, stateRoot: string, extraArgs: string[] = [], onSpawn?: (agent: ClusterAgent) => void, kubeconfig?: string): Promise<ClusterAgent> {
     const node = box.nodes[index]!;
-    const name = `${box.tag}-n${index}`;
+    const name = ClusterAgent.nodeName(box, index);
     const stateDir = join(stateRoot, name);
     const socket = join(stateDir, 'tendril.sock');
     // Never the node's /sys/fs/bpf/tendril: each agent's pins live in a directory of their own on bpffs.
@@ -187,8 +217,10 @@ export class ClusterAgent {
     await mkdir(bpffsRoot, { recursive: true });
     const args = [
       '--state-dir', stateDir, '--lib-dir', join(stateDir, 'lib'), '--node-name', name, '--bpffs-root', bpffsRoot,
-      '--kvstore', 'etcd', '--kvstore-opt', `etcd.endpoints=${box.etcdEndpoint}`,
-      '--ipam', 'block', '--pool-cidr', CLUSTER_POOL, '--node-ip', node.ip, '--routing-mode', mode,
+      ...(kubeconfig === undefined
+        ? ['--kvstore', 'etcd', '--kvstore-opt', `etcd.endpoints=${box.etcdEndpoint}`, '--ipam', 'block', '--pool-cidr', CLUSTER_POOL]
+        : ['--k8s-kubeconfig', kubeconfig, '--identity-allocation-mode', 'crd', '--ipam', 'cluster-pool', '--k8s-namespace', TENDRIL_NAMESPACE]),
+      '--node-ip', node.ip, '--routing-mode', mode,
       '--datapath', 'bpf', '--log-level', 'warn',
       ...extraArgs,
       ...(process.env.TENDRIL_BENCH_AGENT_ARGS ?? '').split(' ').filter((a) => a !== ''),
@@ -213,10 +245,28 @@ export class ClusterAgent {
     }
   }
 
-  /** ADD of a pod whose namespace exists, through the agent's CNI API (what tendril-cni relays); ready when it returns. */
-  async addPod(name: string, ns: string, labels: string): Promise<ClusterPod> {
+  /**
+   * ADD of a pod whose namespace exists, through the agent's CNI API (what
+   * tendril-cni relays); ready when it returns. crd mode: its Pod object
+   * (on this node, `labels` as its labels) is made first unless `podObject`
+   * is false (the caller made it: createPodObject).
+   */
+  async addPod(name: string, ns: string, labels: string, o: { podObject?: boolean } = {}): Promise<ClusterPod> {
+    if (this.api !== undefined && o.podObject !== false) await this.createPodObject(name, labels);
     const { containerId, ip } = await cniAddPod(this.client, { name, ns, labels, network: 'tdlbenchcluster' });
     return { name, ns, ip, containerId };
+  }
+
+  /** crd mode: the Pod object of a pod on this node, as the scheduler leaves it before the kubelet's ADD. */
+  async createPodObject(name: string, labels: string): Promise<void> {
+    if (this.api === undefined) throw new Error('no API server: the cluster is on etcd');
+    const record = Object.fromEntries(labels.split(',').map((kv) => kv.split('=') as [string, string]));
+    await this.api.create('pods', [podObject({ namespace: POD_NAMESPACE, name, nodeName: this.name, labels: record })]);
+  }
+
+  /** DEL of a pod through the agent's CNI API (crd mode: its Pod object is the caller's to delete). */
+  async delPod(pod: ClusterPod): Promise<void> {
+    await cniDelPod(this.client, { name: pod.name, ns: pod.ns, network: 'tdlbenchcluster' });
   }
 
   /** SIGTERM, SIGKILL after 10 s; then its bpffs root goes (pins of links whose devices went with the namespaces). */
@@ -226,35 +276,88 @@ export class ClusterAgent {
   }
 }
 
-/** A box with etcd and an agent on every node in `mode` (agents[i] on nodes[i]). */
+/**
+ * crd mode's API side, in the hub as etcd is: the fake API server in a
+ * process of its own on the hub's bridge address (every node's agent reaches
+ * it over the bridge: the same path as to etcd), a Node object per node, and
+ * one tendril-operator replica handing out CLUSTER_POOL in /24s.
+ */
+class BenchApiServer {
+  private constructor(
+    readonly fake: FakeApiProcess,
+    readonly kubeconfig: string,
+  ) {}
+
+  /** `register` gets the cleanup before anything is made. */
+  static async start(box: BenchBox, nodeNames: string[], register: (cleanup: () => Promise<void>) => void): Promise<BenchApiServer> {
+    if (box.underlay !== 4) throw new Error('the bench API server is on an IPv4 underlay only');
+    const cleanups: Array<() => Promise<void>> = [];
+    register(async () => {
+      for (const c of cleanups.splice(0).reverse()) await c().catch((err: Error) => console.error(`bench cleanup (API server): ${err.message}`));
+    });
+    const fake = await FakeApiProcess.start(box.hub, box.hubIp);
+    cleanups.push(() => fake.stop());
+    const api = new BenchApiServer(fake, await fake.kubeconfig());
+    await fake.create('namespaces', [namespaceObject(TENDRIL_NAMESPACE), namespaceObject(POD_NAMESPACE)]);
+    await fake.create('nodes', box.nodes.map((n, i) => nodeObject(nodeNames[i]!, undefined, [{ type: 'InternalIP', address: n.ip }])));
+    const op = await spawnOperator(api.kubeconfig, `${box.tag}-op`, ['--cluster-pool-cidr', CLUSTER_POOL, '--cluster-pool-mask-size', '24'], { netnsPath: netnsPath(box.hub) });
+    cleanups.push(() => killOperator(op));
+    return api;
+  }
+}
+
+/** A box with etcd (or the fake API server) and an agent on every node in `mode` (agents[i] on nodes[i]). */
 export class BenchCluster {
   readonly agents: ClusterAgent[] = [];
+  /** crd mode: the API server the agents follow. */
+  api: FakeApiProcess | undefined;
+  /** crd mode: stops the operator and the fake. */
+  apiCleanup: (() => Promise<void>) | undefined;
   private constructor(
     readonly box: BenchBox,
     readonly mode: BenchRoutingMode,
     readonly stateRoot: string,
+    readonly store: BenchStore,
   ) {}
 
-  /** `register` as for BenchBox.create: gets the cluster's cleanup (agents, box, state) before anything is made. */
-  static async create(tag: string, nodes: number, mode: BenchRoutingMode, register?: (cleanup: () => Promise<void>) => void, extraArgs: string[] = [], underlay: BenchUnderlay = 4): Promise<BenchCluster> {
+  /** `register` as for BenchBox.create: gets the cluster's cleanup (agents, API server, box, state) before anything is made. */
+  static async create(
+    tag: string,
+    nodes: number,
+    mode: BenchRoutingMode,
+    register?: (cleanup: () => Promise<void>) => void,
+    extraArgs: string[] = [],
+    underlay: BenchUnderlay = 4,
+    store: BenchStore = 'etcd',
+  ): Promise<BenchCluster> {
     let c: BenchCluster | undefined;
     let boxCleanup: (() => Promise<void>) | undefined;
+    let apiCleanup: (() => Promise<void>) | undefined;
     const stateRoot = await mkdtemp(join(tmpdir(), 'tdl-bench-cluster-'));
     const cleanup = once(async () => {
       if (c) await c.cleanup();
       else {
+        await apiCleanup?.();
         await boxCleanup?.();
         await rm(stateRoot, { recursive: true, force: true });
       }
     });
     register?.(cleanup);
     try {
-      const box = await BenchBox.create(tag, nodes, true, (fn) => (boxCleanup = fn), underlay);
-      const cluster = new BenchCluster(box, mode, stateRoot);
+      const box = await BenchBox.create(tag, nodes, store === 'etcd', (fn) => (boxCleanup = fn), underlay);
+      const cluster = new BenchCluster(box, mode, stateRoot, store);
+      const names = box.nodes.map((_, i) => ClusterAgent.nodeName(box, i));
       c = cluster;
+      const api = store === 'kubernetes' ? await BenchApiServer.start(box, names, (fn) => (apiCleanup = cluster.apiCleanup = fn)) : undefined;
+      cluster.api = api?.fake;
       // In parallel: an agent's start (loading the BPF objects) takes seconds on a busy machine.
       const started = await Promise.allSettled(
-        Array.from({ length: nodes }, (_, i) => ClusterAgent.start(box, i, mode, stateRoot, extraArgs, (agent) => (cluster.agents[i] = agent))),
+        Array.from({ length: nodes }, (_, i) =>
+          ClusterAgent.start(box, i, mode, stateRoot, extraArgs, (agent) => {
+            agent.api = api?.fake;
+            cluster.agents[i] = agent;
+          }, api?.kubeconfig),
+        ),
       );
       const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
       if (failed) throw failed.reason;
@@ -270,9 +373,10 @@ export class BenchCluster {
     await this.box.namespaces.add(...names);
   }
 
-  /** Agents first (while etcd still answers their shutdown), then etcd and the namespaces, then state. */
+  /** Agents first (while etcd or the API server still answers their shutdown), then the API server, etcd and the namespaces, then state. */
   async cleanup(): Promise<void> {
     await Promise.all(this.agents.filter((a) => a !== undefined).map((a) => a.stop().catch(() => undefined)));
+    await this.apiCleanup?.();
     await this.box.cleanup();
     await rm(this.stateRoot, { recursive: true, force: true });
   }

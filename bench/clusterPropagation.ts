@@ -18,16 +18,17 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { ipcacheKey, ipcacheValue } from '../src/datapath/bpf/layout.js';
+import { ipcacheKey, ipcacheValue, type IpcacheValue } from '../src/datapath/bpf/layout.js';
 import { BpfMap } from '../src/datapath/kernel/bpf/index.js';
-import { hostPrefix, parseIp } from '../src/netip/index.js';
+import { hostPrefix, type IpPrefix, parseIp } from '../src/netip/index.js';
 import { BenchCluster, type BenchRoutingMode, type ClusterAgent, type ClusterPod, boxTag, errorLine, withCleanup } from './clusterCommon.js';
 import { ingressRuleDoc, runTcpClient, startProbe, startTcpServer } from './policyDatapath.js';
 import { percentile } from './stats.js';
 import { ProbeLog } from './probeLog.js';
 
 const PORT = 8080;
-const FLEET_LABELS = 'app=prop-fleet';
+/** The labels of the ADD series' pods (one identity, allocated by the first). */
+export const FLEET_LABELS = 'app=prop-fleet';
 
 export interface PolicySample {
   allow: boolean;
@@ -125,79 +126,130 @@ async function policySeries(a: ClusterAgent, clientNs: string, serverIp: string,
   }
 }
 
-async function addSeries(cluster: BenchCluster, trials: number, out: AddSample[]): Promise<void> {
-  const [a, , c] = cluster.agents as [ClusterAgent, ClusterAgent, ClusterAgent];
-  const tag = cluster.box.tag;
-  const names = Array.from({ length: trials + 1 }, (_, i) => `${tag}f${i}`);
-  await cluster.box.namespaces.addBare(names);
-  // The first pod allocates the fleet's identity (every later ADD finds it) and sets where addresses start.
-  const warm = await a.addPod('prop-fleet-0', names[0]!, FLEET_LABELS);
-  const identity = (await a.client.getEndpoint(`container-id:${warm.containerId}`)).identity;
-  if (identity === undefined) throw new Error('the fleet pod has no identity');
-  const tunnel = Number(parseIp(a.node.ip).bits);
-  const map = BpfMap.openPinned(c.ipcacheMapPath, ipcacheKey, ipcacheValue);
-  const localMap = BpfMap.openPinned(a.ipcacheMapPath, ipcacheKey, ipcacheValue);
-  // LPM lookups: a covering prefix answers for an address not there, so the entry must be the pod's own.
-  const inMap = (ip: string) => {
-    const v = map.get(hostPrefix(parseIp(ip)));
-    return v !== undefined && v.identity === identity && v.tunnelIp4 === tunnel;
-  };
-  const inLocalMap = (ip: string) => localMap.get(hostPrefix(parseIp(ip)))?.identity === identity;
-  try {
-    let last = parseIp(warm.ip).bits;
-    for (let i = 1; i <= trials; i++) {
-      const known = new Set((await c.client.listIpcache()).map((e) => e.prefix));
-      let done = false;
-      const t0 = performance.now();
-      // C's API: a new /32 of A's with the fleet's identity (its address is not known before the ADD returns).
-      const api = (async () => {
-        while (!done) {
-          const entries = await c.client.listIpcache();
-          if (entries.some((e) => !known.has(e.prefix) && e.identity === identity && e.hostIP === a.node.ip)) return performance.now() - t0;
-          await sleep(2);
-        }
-        return undefined;
-      })();
-      // C's map: the address block IPAM hands out next (the one after the last), then the real one once known.
-      let expected: string | undefined = formatV4(last + 1n);
-      let mapLate = false;
-      const pollMap = async (has: (ip: string) => boolean) => {
-        while (!done) {
-          if (expected !== undefined && has(expected)) return performance.now() - t0;
-          await sleep(1);
-        }
-        return undefined;
-      };
-      const mapSeen = pollMap(inMap);
-      const localSeen = pollMap(inLocalMap);
-      let pod: ClusterPod;
-      try {
-        pod = await a.addPod(`prop-fleet-${i}`, names[i]!, FLEET_LABELS);
-      } catch (err) {
-        // The pollers stop with the trial (else they would poll on after the bench).
-        done = true;
-        await Promise.allSettled([api, mapSeen, localSeen]);
-        throw err;
+/**
+ * Pod ADDs through A's CNI API, each timed until C knows the pod (C's GET /ip,
+ * C's pinned map) and until A's own map holds it: `start` adds the first pod
+ * (it allocates the fleet's identity; every later ADD finds it), then each
+ * `trial` adds the next. In crd mode the pods' Pod objects are made in `start`
+ * (before any timing: a kubelet's ADD comes long after the scheduler's Pod).
+ */
+export class AddSeries {
+  readonly #names: string[];
+  #i = 0;
+  #identity = 0;
+  #last = 0n;
+  #map: BpfMap<IpPrefix, IpcacheValue> | undefined;
+  #localMap: BpfMap<IpPrefix, IpcacheValue> | undefined;
+
+  constructor(
+    readonly cluster: BenchCluster,
+    readonly trials: number,
+  ) {
+    this.#names = Array.from({ length: trials + 1 }, (_, i) => `${cluster.box.tag}f${i}`);
+  }
+
+  get #a(): ClusterAgent {
+    return this.cluster.agents[0]!;
+  }
+
+  get #c(): ClusterAgent {
+    return this.cluster.agents[2]!;
+  }
+
+  async start(): Promise<void> {
+    const a = this.#a;
+    await this.cluster.box.namespaces.addBare(this.#names);
+    if (a.api !== undefined) {
+      for (let i = 0; i <= this.trials; i++) await a.createPodObject(`prop-fleet-${i}`, FLEET_LABELS);
+      // The Pod objects reach A's pod cache (its ADD waits for its pod there).
+      await sleep(500);
+    }
+    const warm = await a.addPod('prop-fleet-0', this.#names[0]!, FLEET_LABELS, { podObject: false });
+    const identity = (await a.client.getEndpoint(`container-id:${warm.containerId}`)).identity;
+    if (identity === undefined) throw new Error('the fleet pod has no identity');
+    this.#identity = identity;
+    this.#last = parseIp(warm.ip).bits;
+    this.#map = BpfMap.openPinned(this.#c.ipcacheMapPath, ipcacheKey, ipcacheValue);
+    this.#localMap = BpfMap.openPinned(a.ipcacheMapPath, ipcacheKey, ipcacheValue);
+  }
+
+  /** The next ADD; undefined when every trial ran. */
+  async trial(): Promise<AddSample | undefined> {
+    if (this.#i >= this.trials) return undefined;
+    const i = ++this.#i;
+    const [a, c, map, localMap, identity] = [this.#a, this.#c, this.#map!, this.#localMap!, this.#identity];
+    const tunnel = Number(parseIp(a.node.ip).bits);
+    // LPM lookups: a covering prefix answers for an address not there, so the entry must be the pod's own.
+    const inMap = (ip: string) => {
+      const v = map.get(hostPrefix(parseIp(ip)));
+      return v !== undefined && v.identity === identity && v.tunnelIp4 === tunnel;
+    };
+    const inLocalMap = (ip: string) => localMap.get(hostPrefix(parseIp(ip)))?.identity === identity;
+    const known = new Set((await c.client.listIpcache()).map((e) => e.prefix));
+    let done = false;
+    const t0 = performance.now();
+    // C's API: a new /32 of A's with the fleet's identity (its address is not known before the ADD returns).
+    const api = (async () => {
+      while (!done) {
+        const entries = await c.client.listIpcache();
+        if (entries.some((e) => !known.has(e.prefix) && e.identity === identity && e.hostIP === a.node.ip)) return performance.now() - t0;
+        await sleep(2);
       }
-      const addMs = performance.now() - t0;
-      if (pod.ip !== expected) {
-        mapLate = true;
-        expected = pod.ip;
+      return undefined;
+    })();
+    // C's map: the address IPAM hands out next (the one after the last), then the real one once known.
+    let expected: string | undefined = formatV4(this.#last + 1n);
+    let mapLate = false;
+    const pollMap = async (has: (ip: string) => boolean) => {
+      while (!done) {
+        if (expected !== undefined && has(expected)) return performance.now() - t0;
+        await sleep(1);
       }
-      last = parseIp(pod.ip).bits;
-      const timer = setTimeout(() => (done = true), 5000);
-      const settled = await Promise.allSettled([api, mapSeen, localSeen]);
-      clearTimeout(timer);
+      return undefined;
+    };
+    const mapSeen = pollMap(inMap);
+    const localSeen = pollMap(inLocalMap);
+    let pod: ClusterPod;
+    try {
+      pod = await a.addPod(`prop-fleet-${i}`, this.#names[i]!, FLEET_LABELS, { podObject: false });
+    } catch (err) {
+      // The pollers stop with the trial (else they would poll on after the bench).
       done = true;
-      const failed = settled.find((x): x is PromiseRejectedResult => x.status === 'rejected');
-      if (failed) throw failed.reason;
-      const [apiFromStartMs, mapFromStartMs, localMapFromStartMs] = settled.map((x) => (x as PromiseFulfilledResult<number | undefined>).value);
-      out.push({ addMs, apiFromStartMs, mapFromStartMs, localMapFromStartMs, mapLate });
-      if (i === 3 && out.every((s) => s.apiFromStartMs === undefined && s.mapFromStartMs === undefined)) throw new Error('C never learned the first 3 pods');
+      await Promise.allSettled([api, mapSeen, localSeen]);
+      throw err;
+    }
+    const addMs = performance.now() - t0;
+    if (pod.ip !== expected) {
+      mapLate = true;
+      expected = pod.ip;
+    }
+    this.#last = parseIp(pod.ip).bits;
+    const timer = setTimeout(() => (done = true), 5000);
+    const settled = await Promise.allSettled([api, mapSeen, localSeen]);
+    clearTimeout(timer);
+    done = true;
+    const failed = settled.find((x): x is PromiseRejectedResult => x.status === 'rejected');
+    if (failed) throw failed.reason;
+    const [apiFromStartMs, mapFromStartMs, localMapFromStartMs] = settled.map((x) => (x as PromiseFulfilledResult<number | undefined>).value);
+    return { addMs, apiFromStartMs, mapFromStartMs, localMapFromStartMs, mapLate };
+  }
+
+  close(): void {
+    this.#map?.close();
+    this.#localMap?.close();
+  }
+}
+
+async function addSeries(cluster: BenchCluster, trials: number, out: AddSample[]): Promise<void> {
+  const series = new AddSeries(cluster, trials);
+  try {
+    await series.start();
+    for (let s = await series.trial(); s !== undefined; s = await series.trial()) {
+      out.push(s);
+      if (out.length === 3 && out.every((x) => x.apiFromStartMs === undefined && x.mapFromStartMs === undefined)) throw new Error('C never learned the first 3 pods');
     }
   } finally {
-    map.close();
-    localMap.close();
+    series.close();
   }
 }
 

@@ -28,8 +28,10 @@ const WORKER = fileURLToPath(new URL('./k8sFakeApiWorker.js', import.meta.url));
 export class FakeApiProcess {
   private constructor(private readonly channel: NetnsAgentChannel<FakeApiReply & { id: number }>) {}
 
-  static async start(nodeNs: string): Promise<FakeApiProcess> {
-    return new FakeApiProcess(await NetnsAgentChannel.start<FakeApiReply & { id: number }>(`fake API server in ${nodeNs}`, WORKER, netnsPath(nodeNs), { crds: 'tendril' } satisfies FakeApiWorkerConfig));
+  /** `host`: listen there instead of 127.0.0.1 (an address of `nodeNs`: a box's hub bridge). */
+  static async start(nodeNs: string, host?: string): Promise<FakeApiProcess> {
+    const config: FakeApiWorkerConfig = { crds: 'tendril', ...(host === undefined ? {} : { host }) };
+    return new FakeApiProcess(await NetnsAgentChannel.start<FakeApiReply & { id: number }>(`fake API server in ${nodeNs}`, WORKER, netnsPath(nodeNs), config));
   }
 
   async #send(cmd: object): Promise<FakeApiReply> {
@@ -41,6 +43,13 @@ export class FakeApiProcess {
   /** A kubeconfig for the fake (a path the agent can read; removed when the fake stops). */
   async kubeconfig(): Promise<string> {
     return (await this.#send({ op: 'kubeconfig' })).path!;
+  }
+
+  /** Creates `objects` (`perCommand` per message) and answers their uids, in order (for dependents' ownerReferences). */
+  async createWithUids(resource: FakeResource, objects: readonly object[], perCommand = 500): Promise<string[]> {
+    const uids: string[] = [];
+    for (let i = 0; i < objects.length; i += perCommand) uids.push(...((await this.#send({ op: 'create', resource, objects: objects.slice(i, i + perCommand), uids: true })).uids ?? []));
+    return uids;
   }
 
   /**
@@ -64,6 +73,11 @@ export class FakeApiProcess {
   /** Requests the fake has served, by verb and by resource. */
   async requests(): Promise<Record<string, number>> {
     return (await this.#send({ op: 'requests' })).requests ?? {};
+  }
+
+  /** Starts the request counts from zero. */
+  async resetRequests(): Promise<void> {
+    await this.#send({ op: 'resetRequests' });
   }
 
   /** Stops the fake (its kubeconfig's temp dir goes with it) and its process. */
@@ -180,7 +194,7 @@ export class K8sBenchAgent {
   }
 
   /** Spawns the agent; `onSpawn` gets it at once so a cleanup during its start-up stops it too. */
-  static async spawn(o: { nodeNs: string; stateDir: string; podCidr: string; nodeName: string; args?: string[] }, onSpawn?: (a: K8sBenchAgent) => void): Promise<K8sBenchAgent> {
+  static async spawn(o: { nodeNs: string; stateDir: string; podCidr: string; nodeName: string; args?: string[]; env?: Record<string, string>; cwd?: string }, onSpawn?: (a: K8sBenchAgent) => void): Promise<K8sBenchAgent> {
     const bpffsRoot = `/sys/fs/bpf/tdl-bench-${randomBytes(4).toString('hex')}`;
     await mkdir(bpffsRoot, { recursive: true });
     const argv = [
@@ -190,7 +204,11 @@ export class K8sBenchAgent {
       ...(process.env.TENDRIL_BENCH_AGENT_ARGS ?? '').split(' ').filter((a) => a !== ''),
     ];
     const spawnedNs = process.hrtime.bigint();
-    const proc = spawn('nsenter', [`--net=${netnsPath(o.nodeNs)}`, '--', AGENT, ...argv], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const proc = spawn('nsenter', [`--net=${netnsPath(o.nodeNs)}`, '--', AGENT, ...argv], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      ...(o.env === undefined ? {} : { env: { ...process.env, ...o.env } }),
+      ...(o.cwd === undefined ? {} : { cwd: o.cwd }),
+    });
     const agent = new K8sBenchAgent(proc, new AgentClient({ socketPath: join(o.stateDir, 'tendril.sock'), timeoutMs: 30_000 }), bpffsRoot, spawnedNs);
     onSpawn?.(agent);
     return agent;
@@ -244,6 +262,20 @@ export class K8sBenchAgent {
   async stop(): Promise<void> {
     await stopBenchAgent(this.process);
     await rm(this.bpffsRoot, { recursive: true, force: true });
+  }
+}
+
+/** Waits until the process used at most 1 clock tick (10 ms) of CPU over 300 ms (its start-up work done), up to `timeoutMs`. */
+export async function waitIdle(pid: number, timeoutMs = 30_000): Promise<void> {
+  const ticks = async () => {
+    const f = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ');
+    return Number(f[11]) + Number(f[12]);
+  };
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    const a = await ticks();
+    await new Promise((r) => setTimeout(r, 300));
+    if ((await ticks()) - a <= 1) return;
   }
 }
 

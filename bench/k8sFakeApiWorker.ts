@@ -2,12 +2,17 @@
 // inside the bench node's network namespace (`nsenter --net=<node> -- node
 // k8sFakeApiWorker.js '<config>'`): the fake listens on 127.0.0.1, which only a
 // process in the agent's namespace can reach, and Node cannot open a socket in
-// another namespace. Spoken to in NDJSON (NetnsAgentChannel): it prints
+// another namespace (or, config `host`, on a cluster box's hub bridge, where
+// every node's agent reaches it as it reaches etcd). Spoken to in NDJSON
+// (NetnsAgentChannel): it prints
 // {"ready":true} once listening, then answers each command with its id:
 //   {op:'kubeconfig'}                          → {path}
-//   {op:'create', resource, objects}           → {atNs, count}
+//   {op:'create', resource, objects, uids?}    → {atNs, count, uids?}
 //   {op:'delete', resource, namespace?, name}  → {atNs}
 //   {op:'requests'}                            → {requests}
+//   {op:'resetRequests'}                       → {}
+// (`uids`: the created objects' uids, in order — owners' uids for dependents'
+// ownerReferences.)
 // atNs is process.hrtime.bigint() (CLOCK_MONOTONIC, one clock for every process
 // of the machine) taken right before the first write, so the bench times from
 // the write itself, not from the reply's arrival. Closing stdin (or SIGTERM)
@@ -19,20 +24,24 @@ export interface FakeApiWorkerConfig {
   bookmarkIntervalMs?: number;
   /** The tendril CRDs registered, as in a cluster tendril is deployed to (the agent then lists and watches its policy kinds too). */
   crds?: 'tendril';
+  /** The IPv4 address to listen on (default 127.0.0.1; a bridge address: agents in other namespaces reach it directly). */
+  host?: string;
 }
 
 export type FakeApiCommand =
   | { id: number; op: 'kubeconfig' }
-  | { id: number; op: 'create'; resource: FakeResource; objects: object[] }
+  | { id: number; op: 'create'; resource: FakeResource; objects: object[]; uids?: boolean }
   | { id: number; op: 'delete'; resource: FakeResource; namespace?: string; name: string }
-  | { id: number; op: 'requests' };
+  | { id: number; op: 'requests' }
+  | { id: number; op: 'resetRequests' };
 
-export type FakeApiReply = { id: number; error?: string; path?: string; atNs?: string; count?: number; requests?: Record<string, number> };
+export type FakeApiReply = { id: number; error?: string; path?: string; atNs?: string; count?: number; uids?: string[]; requests?: Record<string, number> };
 
 const config = JSON.parse(process.argv[2] ?? '{}') as FakeApiWorkerConfig;
 const fake = await FakeKubeApi.start({
   ...(config.bookmarkIntervalMs === undefined ? {} : { bookmarkIntervalMs: config.bookmarkIntervalMs }),
   ...(config.crds ? { crds: config.crds } : {}),
+  ...(config.host ? { host: config.host } : {}),
 });
 let stopping: Promise<void> | undefined;
 const stop = () =>
@@ -53,8 +62,8 @@ async function handle(cmd: FakeApiCommand): Promise<Omit<FakeApiReply, 'id'>> {
       return { path: await fake.kubeconfig() };
     case 'create': {
       const at = process.hrtime.bigint();
-      for (const o of cmd.objects) fake.create(cmd.resource, o);
-      return { atNs: String(at), count: cmd.objects.length };
+      const made = cmd.objects.map((o) => fake.create(cmd.resource, o) as { metadata?: { uid?: string } });
+      return { atNs: String(at), count: cmd.objects.length, ...(cmd.uids === true ? { uids: made.map((o) => o.metadata?.uid ?? '') } : {}) };
     }
     case 'delete': {
       const at = process.hrtime.bigint();
@@ -63,6 +72,9 @@ async function handle(cmd: FakeApiCommand): Promise<Omit<FakeApiReply, 'id'>> {
     }
     case 'requests':
       return { requests: fake.requests() };
+    case 'resetRequests':
+      fake.resetRequests();
+      return {};
   }
 }
 

@@ -143,7 +143,8 @@ export async function runK8sPolicyBench(trials = 100, apiPods = 1000): Promise<K
     onCleanup(() => fake.stop());
     const fleet = k8sFleet({ nodeName: NODE_NAME, namespaces: 20, pods: apiPods, policies: 0, services: 0, podIp: apiPodIp });
     await fake.create('nodes', [k8sNode(NODE_NAME, POD_CIDR, '10.0.0.1')]);
-    await fake.create('namespaces', [...fleet.namespaces, k8sNamespace(NAMESPACE)]);
+    // kube-system: crd mode (the default with an API server and no etcd) keeps the node's Lease there.
+    await fake.create('namespaces', [...fleet.namespaces, k8sNamespace(NAMESPACE), k8sNamespace('kube-system')]);
     await fake.create('pods', fleet.pods);
     await fake.create('pods', [
       k8sPod({ namespace: NAMESPACE, name: 'k8s-client', nodeName: NODE_NAME, labels: { app: 'k8s-client' } }),

@@ -10,11 +10,11 @@
 // started with no Kubernetes in a node namespace of its own: its time to a
 // healthy GET /healthz and its memory, idle. Three starts of each, alternating
 // (the machine is shared), each with a fresh state dir; medians are printed.
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { boxTag, errorLine, withCleanup } from './clusterCommon.js';
-import { createFleet, FakeApiProcess, K8sBenchAgent, k8sFleet, k8sNode, loadAverage, msBetween } from './k8sCommon.js';
+import { createFleet, FakeApiProcess, K8sBenchAgent, k8sFleet, k8sNamespace, k8sNode, loadAverage, msBetween, waitIdle } from './k8sCommon.js';
 import { BenchNamespaces } from './policyDatapath.js';
 import { mib } from './serviceCommon.js';
 import { percentile } from './stats.js';
@@ -59,20 +59,6 @@ export interface K8sSyncReport {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Waits until the process used at most 1 clock tick (10 ms) of CPU over 300 ms (its start-up work done), up to `timeoutMs`. */
-async function waitIdle(pid: number, timeoutMs = 30_000): Promise<void> {
-  const ticks = async () => {
-    const f = (await readFile(`/proc/${pid}/stat`, 'utf8')).split(') ')[1]!.split(' ');
-    return Number(f[11]) + Number(f[12]);
-  };
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    const a = await ticks();
-    await sleep(300);
-    if ((await ticks()) - a <= 1) return;
-  }
-}
-
 type OnCleanup = (fn: () => Promise<void>) => void;
 
 export async function runK8sSyncBench(o: { pods?: number; policies?: number; services?: number; namespaces?: number; rounds?: number } = {}): Promise<K8sSyncReport> {
@@ -92,6 +78,8 @@ export async function runK8sSyncBench(o: { pods?: number; policies?: number; ser
     const fleet = k8sFleet({ nodeName: NODE_NAME, namespaces: nsCount, pods, policies, services, podIp });
     const p0 = performance.now();
     await fake.create('nodes', [k8sNode(NODE_NAME, POD_CIDR, '10.0.0.1')]);
+    // crd mode (the default with an API server and no etcd): the node's Lease lives in kube-system.
+    await fake.create('namespaces', [k8sNamespace('kube-system')]);
     await createFleet(fake, fleet);
     const populateMs = performance.now() - p0;
     const kubeconfig = await fake.kubeconfig();

@@ -1,6 +1,6 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods pods-dual-stack throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync verifier kvstore
+// a subset: node dist/bench/main.js exec cni pods pods-dual-stack throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync k8s-propagation k8s-scale verifier kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
@@ -14,6 +14,8 @@ import { printClusterThroughput, runClusterThroughputBench } from './clusterThro
 import { printIdentityBench, runIdentityBench } from './identity.js';
 import { printIpamBench, runIpamBench } from './ipam.js';
 import { printK8sPolicy, runK8sPolicyBench } from './k8sPolicy.js';
+import { printK8sPropagation, runK8sPropagationBench } from './k8sPropagation.js';
+import { printK8sScale, runK8sScaleBench } from './k8sScale.js';
 import { printK8sSync, runK8sSyncBench } from './k8sSync.js';
 import { printMasquerade, runMasqueradeBench } from './masquerade.js';
 import { printPolicyBench, runPolicyBench } from './policy.js';
@@ -53,6 +55,8 @@ const benches: Record<string, () => Promise<void>> = {
   'cluster-propagation': async () => printClusterPropagation(await runClusterPropagationBench()),
   'k8s-policy': async () => printK8sPolicy(await runK8sPolicyBench()),
   'k8s-sync': async () => printK8sSync(await runK8sSyncBench()),
+  'k8s-propagation': async () => printK8sPropagation(await runK8sPropagationBench()),
+  'k8s-scale': async () => printK8sScale(await runK8sScaleBench()),
   verifier: async () => printVerifier(await runVerifierBench()),
   kvstore: async () => {
     // Runs as its own process: the script measures with top-level state of its own.

@@ -36,6 +36,18 @@ export async function cniAddPod(client: AgentClient, pod: { name: string; ns: st
   const ip6 = result?.ips?.[1]?.address.split('/')[0];
   return { containerId, ip, ...(ip6 !== undefined ? { ip6 } : {}) };
 }
+/** DEL of a pod cniAddPod added (the same container id, netns and network). */
+export async function cniDelPod(client: AgentClient, pod: { name: string; ns: string; network: string }): Promise<void> {
+  await client.cni({
+    command: 'DEL',
+    containerId: `tdl-${pod.name}`,
+    netns: netnsPath(pod.ns),
+    ifName: 'eth0',
+    args: `K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${pod.name}`,
+    path: PLUGINS,
+    config: JSON.stringify({ cniVersion: '1.0.0', name: pod.network, type: 'tendril-cni' }),
+  });
+}
 export const inNs = (ns: string, argv: string[]) => ['nsenter', `--net=${netnsPath(ns)}`, '--', ...argv];
 
 /** Network namespaces a bench made, created in batches and all removed by `cleanup`, also after a failure. */

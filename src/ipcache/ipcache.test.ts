@@ -2,7 +2,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { formatIp, ipFromBigInt, prefixContainsIp, prefixOf } from '../netip/index.js';
-import { IPCache, IpcacheError, IpcacheErrorCode, PrefixMap, type IpcacheEntry } from './index.js';
+import { IPCache, IpcacheError, IpcacheErrorCode, PrefixMap, sourcePriority, type IpcacheEntry, type IpcacheSource } from './index.js';
 
 const local = (owner: string) => ({ source: 'local' as const, owner });
 const kv = (node: string) => ({ source: 'kvstore' as const, owner: `node:${node}` });
@@ -80,6 +80,51 @@ describe('IPCache', () => {
     ];
     for (const [fn, code] of cases) assert.throws(fn, (err: unknown) => err instanceof IpcacheError && err.code === code, code);
     assert.equal(c.size, 0, 'nothing half-applied');
+  });
+});
+
+describe('IPCache against a model of per-source entries (property)', () => {
+  // A slot keeps one source's entry without a per-source Map and switches forms as sources come and go:
+  // whatever the sequence, effective entries, candidates, per-source lists and the emitted changes match the model.
+  test('upserts and deletes over a few sources and prefixes', () => {
+    const sources = ['local', 'kvstore', 'generated', 'restored'] as const;
+    const op = fc.record({
+      // Upserts twice as often as deletes, two prefixes: slots of three and four sources come up.
+      del: fc.constantFrom(false, false, true),
+      prefix: fc.constantFrom('10.0.0.1/32', 'fd00::1/128'),
+      source: fc.constantFrom(...sources),
+      owner: fc.constantFrom('a', 'b'),
+      identity: fc.integer({ min: 256, max: 259 }),
+    });
+    fc.assert(
+      fc.property(fc.array(op, { minLength: 10, maxLength: 60 }), (ops) => {
+        const c = new IPCache();
+        const effective = new Map<string, IpcacheEntry>();
+        c.subscribe({ onUpsert: (e) => effective.set(e.prefix, e), onDelete: (e) => effective.delete(e.prefix) });
+        const model = new Map<string, Map<string, { identity: number; owner: string }>>();
+        for (const o of ops) {
+          const slot = model.get(o.prefix) ?? new Map<string, { identity: number; owner: string }>();
+          model.set(o.prefix, slot);
+          if (o.del) {
+            const had = slot.get(o.source);
+            const outcome = c.delete(o.prefix, { source: o.source, owner: o.owner });
+            assert.equal(outcome, had === undefined ? 'not-found' : had.owner !== o.owner ? 'owner-mismatch' : 'deleted');
+            if (outcome === 'deleted') slot.delete(o.source);
+          } else {
+            c.upsert(o.prefix, { source: o.source, owner: o.owner, identity: o.identity });
+            slot.set(o.source, { identity: o.identity, owner: o.owner });
+          }
+          for (const [prefix, entries] of model) {
+            const want = [...entries].sort(([a], [b]) => sourcePriority(b as IpcacheSource) - sourcePriority(a as IpcacheSource));
+            const got = c.candidates(prefix).map((e) => [e.source, { identity: e.identity, owner: e.owner }]);
+            assert.deepEqual(got, want);
+            assert.equal(c.get(prefix)?.source, want[0]?.[0]);
+            assert.deepEqual(effective.get(prefix), c.get(prefix));
+          }
+          for (const s of sources) assert.equal(c.listSource(s).length, [...model.values()].filter((m) => m.has(s)).length);
+        }
+      }),
+    );
   });
 });
 

@@ -44,11 +44,26 @@ export interface IpcacheListener {
 /** Changes of one source's own entries, for whoever publishes them (KvstoreIPCacheSync). */
 export type SourceChange = { type: 'upsert'; entry: IpcacheEntry } | { type: 'delete'; entry: IpcacheEntry };
 
+/**
+ * A prefix's entries. Nearly every slot holds one source's entry (a pod's
+ * address, written by its node): then `bySource` is undefined and `effective`
+ * is that entry — a Map per slot would be most of the memory of 50,000 remote
+ * pods (~180 bytes each). Two or more sources: `bySource` holds them all.
+ */
 interface Slot {
   prefix: IpPrefix;
-  /** One entry per source; the effective one is the highest priority. */
-  bySource: Map<IpcacheSource, IpcacheEntry>;
+  /** One entry per source when there are two or more; the effective one is the highest priority. */
+  bySource: Map<IpcacheSource, IpcacheEntry> | undefined;
   effective: IpcacheEntry;
+}
+
+function sourceEntry(slot: Slot, source: IpcacheSource): IpcacheEntry | undefined {
+  if (slot.bySource !== undefined) return slot.bySource.get(source);
+  return slot.effective.source === source ? slot.effective : undefined;
+}
+
+function slotEntries(slot: Slot): IpcacheEntry[] {
+  return slot.bySource === undefined ? [slot.effective] : [...slot.bySource.values()];
 }
 
 export function parsePrefixInput(text: string): IpPrefix {
@@ -75,9 +90,9 @@ function sameEntry(a: IpcacheEntry, b: IpcacheEntry): boolean {
   return a.identity === b.identity && a.hostIP === b.hostIP && a.source === b.source && a.owner === b.owner;
 }
 
-function strongest(bySource: Map<IpcacheSource, IpcacheEntry>): IpcacheEntry | undefined {
+function strongest(entries: Iterable<IpcacheEntry>): IpcacheEntry | undefined {
   let best: IpcacheEntry | undefined;
-  for (const e of bySource.values()) if (best === undefined || sourcePriority(e.source) > sourcePriority(best.source)) best = e;
+  for (const e of entries) if (best === undefined || sourcePriority(e.source) > sourcePriority(best.source)) best = e;
   return best;
 }
 
@@ -121,17 +136,30 @@ export class IPCache {
     });
     const slot = this.#slots.get(prefix);
     if (slot === undefined) {
-      this.#slots.set(prefix, { prefix, bySource: new Map([[entry.source, entry]]), effective: entry });
+      this.#slots.set(prefix, { prefix, bySource: undefined, effective: entry });
       this.#emitSource({ type: 'upsert', entry });
       this.#emit((l) => l.onUpsert(entry, undefined));
       return 'added';
     }
-    const old = slot.bySource.get(entry.source);
+    const old = sourceEntry(slot, entry.source);
     if (old !== undefined && sameEntry(old, entry)) return 'unchanged';
-    slot.bySource.set(entry.source, entry);
-    this.#emitSource({ type: 'upsert', entry });
     const previous = slot.effective;
-    const next = strongest(slot.bySource)!;
+    let next: IpcacheEntry;
+    if (slot.bySource !== undefined) {
+      slot.bySource.set(entry.source, entry);
+      next = strongest(slot.bySource.values())!;
+    } else if (old !== undefined) {
+      // The one source's entry replaced: it is the effective one (and what sourceEntry answers from now on).
+      next = entry;
+      slot.effective = entry;
+    } else {
+      slot.bySource = new Map([
+        [previous.source, previous],
+        [entry.source, entry],
+      ]);
+      next = strongest(slot.bySource.values())!;
+    }
+    this.#emitSource({ type: 'upsert', entry });
     if (next === previous) return 'shadowed';
     slot.effective = next;
     this.#emit((l) => l.onUpsert(next, previous));
@@ -147,16 +175,21 @@ export class IPCache {
     checkMetadata(meta);
     const prefix = parsePrefixInput(prefixText);
     const slot = this.#slots.get(prefix);
-    const old = slot?.bySource.get(meta.source);
+    const old = slot === undefined ? undefined : sourceEntry(slot, meta.source);
     if (slot === undefined || old === undefined) return 'not-found';
     if (old.owner !== meta.owner) {
       this.#logger?.debug({ prefix: old.prefix, owner: old.owner, deleter: meta.owner }, 'ipcache delete by a former owner ignored');
       return 'owner-mismatch';
     }
-    slot.bySource.delete(meta.source);
-    this.#emitSource({ type: 'delete', entry: old });
     const previous = slot.effective;
-    const next = strongest(slot.bySource);
+    let next: IpcacheEntry | undefined;
+    if (slot.bySource !== undefined) {
+      slot.bySource.delete(meta.source);
+      next = strongest(slot.bySource.values());
+      // Back to one source: the slot's compact form.
+      if (slot.bySource.size === 1) slot.bySource = undefined;
+    }
+    this.#emitSource({ type: 'delete', entry: old });
     if (next === undefined) {
       this.#slots.delete(prefix);
       this.#emit((l) => l.onDelete(previous));
@@ -180,7 +213,7 @@ export class IPCache {
   /** Every source's entry for the prefix, strongest first (for `ip get` and debugging). */
   candidates(prefixText: string): IpcacheEntry[] {
     const slot = this.#slots.get(parsePrefixInput(prefixText));
-    return slot === undefined ? [] : [...slot.bySource.values()].sort((a, b) => sourcePriority(b.source) - sourcePriority(a.source));
+    return slot === undefined ? [] : slotEntries(slot).sort((a, b) => sourcePriority(b.source) - sourcePriority(a.source));
   }
 
   /** Effective entries, IPv4 before IPv6, then by prefix text. */
@@ -194,7 +227,7 @@ export class IPCache {
   listSource(source: IpcacheSource): IpcacheEntry[] {
     const out: IpcacheEntry[] = [];
     for (const s of this.#slots.values()) {
-      const e = s.bySource.get(source);
+      const e = sourceEntry(s, source);
       if (e !== undefined) out.push(e);
     }
     return out;

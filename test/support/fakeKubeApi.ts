@@ -73,6 +73,8 @@ export type FakeResource =
 
 export interface FakeKubeApiOptions {
   port?: number;
+  /** The IPv4 address it listens on (default 127.0.0.1): a bench's fake on a bridge its agents reach, as they reach etcd. */
+  host?: string;
   /** How often a watch that asked for bookmarks gets one (default 1000 ms). */
   bookmarkIntervalMs?: number;
   /** Registers the tendril CRDs of deploy/kubernetes/crds/ (schema included) for tests that do not apply them with kubectl. */
@@ -101,8 +103,9 @@ export class FakeKubeApi {
     private readonly sockets: Set<Socket>,
     bookmarkIntervalMs: number,
     nameSuffix: NameSuffixSource | undefined,
+    private readonly host: string,
   ) {
-    this.url = `http://127.0.0.1:${port}`;
+    this.url = `http://${host}:${port}`;
     this.store = new FakeKubeStore(nameSuffix);
     this.gc = new FakeKubeGc(this.store);
     this.gc.start();
@@ -124,14 +127,14 @@ export class FakeKubeApi {
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(o.port ?? 0, '127.0.0.1', () => {
+      server.listen(o.port ?? 0, o.host ?? '127.0.0.1', () => {
         server.off('error', reject);
         resolve();
       });
     });
     const addr = server.address();
     if (addr === null || typeof addr === 'string') throw new Error('fake kube API: no TCP address');
-    const api = new FakeKubeApi(server, addr.port, sockets, o.bookmarkIntervalMs ?? 1000, o.nameSuffix);
+    const api = new FakeKubeApi(server, addr.port, sockets, o.bookmarkIntervalMs ?? 1000, o.nameSuffix, o.host ?? '127.0.0.1');
     ready.api = api;
     api.listening = true;
     try {
@@ -236,7 +239,7 @@ export class FakeKubeApi {
     if (this.listening || this.stopped) return;
     await new Promise<void>((resolve, reject) => {
       this.server.once('error', reject);
-      this.server.listen(this.port, '127.0.0.1', () => {
+      this.server.listen(this.port, this.host, () => {
         this.server.off('error', reject);
         resolve();
       });

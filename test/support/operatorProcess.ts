@@ -20,9 +20,16 @@ export interface OperatorProcess {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Starts one replica against a kubeconfig; rejects with its last log lines if it exits or does not start in 20 s. */
-export async function spawnOperator(kubeconfig: string, id: string, extra: readonly string[]): Promise<OperatorProcess> {
-  const child = spawn(OPERATOR_BIN, ['--k8s-kubeconfig', kubeconfig, '--id', id, '--health-addr', '127.0.0.1:0', '--log-format', 'json', ...extra], {
+/**
+ * Starts one replica against a kubeconfig (in the network namespace at
+ * `o.netnsPath`, else this process's); rejects with its last log lines if it
+ * exits or does not start in 20 s.
+ */
+export async function spawnOperator(kubeconfig: string, id: string, extra: readonly string[], o: { netnsPath?: string } = {}): Promise<OperatorProcess> {
+  const args = ['--k8s-kubeconfig', kubeconfig, '--id', id, '--health-addr', '127.0.0.1:0', '--log-format', 'json', ...extra];
+  // nsenter execs the operator: the child process is the operator (a kill reaches it).
+  const [cmd, argv] = o.netnsPath === undefined ? [OPERATOR_BIN, args] : ['nsenter', [`--net=${o.netnsPath}`, '--', OPERATOR_BIN, ...args]];
+  const child = spawn(cmd, argv, {
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   const lines: string[] = [];

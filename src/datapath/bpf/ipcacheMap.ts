@@ -45,8 +45,18 @@ export interface IpcacheWriteStats {
   readonly pending: number;
 }
 
-/** What a prefix should hold: a value, or nothing (deleted). */
-type Desired = { prefix: IpPrefix; value: IpcacheValue | undefined };
+/**
+ * What a prefix should hold: a value, or nothing (deleted). `text` is the
+ * prefix's canonical text, the IpcacheEntry's own string: #written keeps
+ * that one instead of a copy per prefix (64 bytes of each remote pod's).
+ */
+type Desired = { prefix: IpPrefix; text: string; value: IpcacheValue | undefined };
+
+/** The entry's own text when it is the canonical one (the IPCache writes it so), else the canonical text. */
+function canonicalText(prefix: IpPrefix, text: string): string {
+  const canonical = formatPrefix(prefix);
+  return canonical === text ? text : canonical;
+}
 
 export class IpcacheMapMirror {
   /** Prefixes written since this agent started (canonical text). */
@@ -100,18 +110,18 @@ export class IpcacheMapMirror {
   #write(entry: IpcacheEntry): void {
     const prefix = prefixOf(entry.prefix);
     if (!prefix) return;
-    this.#apply({ prefix, value: { identity: entry.identity, ...tunnelOf(entry.hostIP, this.ownNodeIp), flags: 0 } });
+    this.#apply({ prefix, text: canonicalText(prefix, entry.prefix), value: { identity: entry.identity, ...tunnelOf(entry.hostIP, this.ownNodeIp), flags: 0 } });
   }
 
   #delete(previous: IpcacheEntry): void {
     const prefix = prefixOf(previous.prefix);
     if (!prefix) return;
-    this.#apply({ prefix, value: undefined });
+    this.#apply({ prefix, text: canonicalText(prefix, previous.prefix), value: undefined });
   }
 
   /** Puts one prefix in its desired state; a failure is left for the retry, and counted and logged unless it was a retry's. */
   #apply(d: Desired, retry = false): boolean {
-    const text = formatPrefix(d.prefix);
+    const text = d.text;
     try {
       if (d.value !== undefined) {
         this.map.set(d.prefix, d.value);

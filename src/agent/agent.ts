@@ -297,7 +297,7 @@ export class Agent {
       const metrics = new AgentMetrics();
       const backend = countedBackend(await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) }), metrics);
       teardown.add(() => backend.close(), 'kvstore');
-      const registry = kubernetesNodeRegistry(given, { kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'nodes' }) });
+      const registry = kubernetesNodeRegistry(config, { kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'nodes' }) });
       teardown.add(async () => registry?.stop(), 'node registry (crd)');
       config = await withOperatorPodCidrs(config, registry, provisionalOwnRecord(config, basics), log.child({ subsys: 'ipam' }));
       const ipam = new IpamProvider(config, backend, log.child({ subsys: 'ipam' }));

@@ -337,6 +337,21 @@ describe('ipcache over TendrilEndpoint objects', () => {
     assert.equal(writes(), 0, JSON.stringify(fake.requests()));
   });
 
+  it('a node name longer than a label value holds (over 63 characters) labels its objects with its hash: published, selected and pruned after a restart', async () => {
+    const long = `ln-${'a'.repeat(40)}.${'b'.repeat(30)}`;
+    const first = await agent(long, '192.168.9.1');
+    const ep: ContractEndpoint = { id: 9, namespace: 'longname', pod: 'web', identity: 300, addresses: ['10.9.0.9'] };
+    await publish(fake, first, ep);
+    await first.sync.flush();
+    assert.match(object('longname', 'web')?.metadata?.labels?.['tendril.io/node'] ?? '', /^sha256-[0-9a-f]{40}$/);
+    assert.equal(object('longname', 'web')?.spec.node, long);
+    await first.stop();
+    // Started again without the endpoint: its object is this node's, found by the label, and pruned.
+    const again = await agent(long, '192.168.9.1');
+    assert.equal(await again.sync.pruneStale(), 1);
+    assert.equal(object('longname', 'web'), undefined);
+  });
+
   it("an earlier pod of the name's object (another uid, another node) is replaced; one another node holds for this very pod is not", async () => {
     const a = await agent('cf-a', '192.168.4.1');
     const b = await agent('cf-b', '192.168.4.2');

@@ -42,6 +42,7 @@ import {
   sameEndpoint,
   TENDRIL_ENDPOINT_GROUP,
   TENDRIL_ENDPOINT_NODE_LABEL,
+  nodeLabelValue,
   TENDRIL_ENDPOINT_PATH,
   TENDRIL_ENDPOINT_PLURAL,
   TENDRIL_ENDPOINT_VERSION,
@@ -398,7 +399,7 @@ export class KubernetesIPCacheSync {
    */
   async pruneStale(): Promise<number> {
     await this.flush();
-    const list = await this.#listAll(`${TENDRIL_ENDPOINT_NODE_LABEL}=${this.#self.name}`);
+    const list = await this.#listAll(`${TENDRIL_ENDPOINT_NODE_LABEL}=${nodeLabelValue(this.#self.name)}`);
     // An endpoint still waiting for its pod in the cache will publish its object: not stale.
     const waiting = this.#o.endpoints.waiting?.() ?? new Set<string>();
     let pruned = 0;

@@ -5,6 +5,7 @@
  * what any writer left: the reader takes nothing it cannot put in its
  * ipcache as it is.
  */
+import { createHash } from 'node:crypto';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import { MAX_GLOBAL_IDENTITY, ReservedIdentity, scopeOf } from '../identity/index.js';
 import { formatIp, tryParseIp } from '../netip/index.js';
@@ -16,8 +17,18 @@ export const TENDRIL_ENDPOINT_PLURAL = 'tendrilendpoints';
 export const TENDRIL_ENDPOINT_KIND = 'TendrilEndpoint';
 /** Every namespace's objects (the collection path of a namespaced custom resource across namespaces). */
 export const TENDRIL_ENDPOINT_PATH = `/apis/${TENDRIL_ENDPOINT_GROUP}/${TENDRIL_ENDPOINT_VERSION}/${TENDRIL_ENDPOINT_PLURAL}`;
-/** The label naming the node that wrote the object (pruneStale and kubectl select on it). */
+/** The label naming the node that wrote the object (pruneStale and kubectl select on it): nodeLabelValue(node). */
 export const TENDRIL_ENDPOINT_NODE_LABEL = 'tendril.io/node';
+
+/**
+ * The node label's value: the node's name, or for a name a label value cannot
+ * hold (over 63 characters; node names may have 253) `sha256-` and the first
+ * 40 hex digits of its hash — an object must still be writable, and selectable.
+ */
+export function nodeLabelValue(nodeName: string): string {
+  if (nodeName.length <= 63) return nodeName;
+  return `sha256-${createHash('sha256').update(nodeName).digest('hex').slice(0, 40)}`;
+}
 /** The CRD's limit: a pod has one address per family per interface; more is a broken writer. */
 export const MAX_ENDPOINT_ADDRESSES = 16;
 
@@ -85,7 +96,7 @@ export function tendrilEndpointObject(ep: PublishedEndpoint, node: PublishingNod
     metadata: {
       name: ep.podName,
       namespace: ep.podNamespace,
-      labels: { [TENDRIL_ENDPOINT_NODE_LABEL]: node.name },
+      labels: { [TENDRIL_ENDPOINT_NODE_LABEL]: nodeLabelValue(node.name) },
       // No controller/blockOwnerDeletion: the pod's deletion must never wait for this object.
       ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: ep.podName, uid: ep.podUid }],
       ...(resourceVersion === undefined ? {} : { resourceVersion }),

@@ -33,8 +33,8 @@ class NodeSet implements NodeRegistryView {
   readonly #nodes = new Map<string, NodeRecord>();
   readonly #listeners = new Set<(c: NodeChange) => void>();
 
-  add(name: string, ip: string): void {
-    const node: NodeRecord = { name, addresses: [{ type: 'InternalIP', ip }], podCidrs: [], routingMode: 'tunnel', health: { status: 'ok' }, startedAt: new Date().toISOString() };
+  add(name: string, ip: string, podCidrs: string[] = []): void {
+    const node: NodeRecord = { name, addresses: [{ type: 'InternalIP', ip }], podCidrs, routingMode: 'tunnel', health: { status: 'ok' }, startedAt: new Date().toISOString() };
     const previous = this.#nodes.get(name);
     this.#nodes.set(name, node);
     for (const l of this.#listeners) l({ type: 'upsert', node, ...(previous === undefined ? {} : { previous }) });
@@ -335,6 +335,37 @@ describe('ipcache over TendrilEndpoint objects', () => {
     await again.sync.flush();
     assert.equal(await again.sync.pruneStale(), 0);
     assert.equal(writes(), 0, JSON.stringify(fake.requests()));
+  });
+
+  it('an object claiming addresses outside its node\'s pod CIDRs (another node\'s InternalIP, another node\'s pod) is held back and counted; taken in once the node holds the CIDR', async () => {
+    nodes.add('pc-a', '192.168.20.1', ['10.20.1.0/24']);
+    const b = await agent('pc-b', '192.168.20.2');
+    nodes.add('pc-b', '192.168.20.2', ['10.20.2.0/24']);
+    // A hostile or broken writer names node pc-a for addresses that are not pc-a's to give.
+    const claim = (pod: string, address: string) => {
+      const uid = ensurePod(fake, 'hostile', pod, 'pc-a');
+      fake.create('tendrilendpoints', {
+        apiVersion: 'tendril.io/v1',
+        kind: 'TendrilEndpoint',
+        metadata: { name: pod, namespace: 'hostile', labels: { 'tendril.io/node': 'pc-a' }, ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: pod, uid }] },
+        spec: { node: 'pc-a', nodeIP: '192.168.20.1', identity: 300, addresses: [address], endpointID: 1 },
+      });
+    };
+    claim('node-ip', '192.168.20.2');
+    claim('other-pod', '10.20.2.7');
+    claim('later', '10.20.9.4');
+    claim('own', '10.20.1.5');
+    await waitFor('the legitimate one on b', () => b.ipcache.lookup('10.20.1.5')?.identity === 300);
+    await waitFor('the other three seen', () => b.sync.stats.outsidePodCidrs >= 3);
+    assert.equal(b.ipcache.lookup('192.168.20.2'), undefined, 'b\'s own InternalIP is not made a pod');
+    assert.equal(b.ipcache.lookup('10.20.2.7'), undefined, 'nor b\'s pod address');
+    assert.equal(b.ipcache.lookup('10.20.9.4'), undefined);
+    // The node publishes that CIDR: the endpoint is judged again and taken in; withdrawn, it goes again.
+    nodes.add('pc-a', '192.168.20.1', ['10.20.1.0/24', '10.20.9.0/24']);
+    assert.equal(b.ipcache.lookup('10.20.9.4')?.identity, 300);
+    nodes.add('pc-a', '192.168.20.1', ['10.20.1.0/24']);
+    assert.equal(b.ipcache.lookup('10.20.9.4'), undefined);
+    assert.equal(b.ipcache.lookup('10.20.1.5')?.identity, 300);
   });
 
   it('a node name longer than a label value holds (over 63 characters) labels its objects with its hash: published, selected and pruned after a restart', async () => {

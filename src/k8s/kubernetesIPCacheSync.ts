@@ -31,8 +31,9 @@ import { Backoff } from '../async/backoff.js';
 import { KeyedSerializer } from '../async/keyedSerializer.js';
 import { IpcacheSource, kvstoreOwner, type IPCache, type SyncStats } from '../ipcache/index.js';
 import type { Logger } from '../logging/logger.js';
-import { tryParseIp } from '../netip/index.js';
-import type { NodeChange, NodeRegistryView } from '../node/types.js';
+import { prefixContainsIp, tryParseIp, tryParsePrefix } from '../netip/index.js';
+import { podCidrsOfFamily } from '../node/nodeRecord.js';
+import type { NodeChange, NodeRecord, NodeRegistryView } from '../node/types.js';
 import { K8sObjectConflictError, K8sSyncTimeoutError } from './errors.js';
 import type { PublishedEndpointChange, PublishedEndpointSource } from './podEndpointFeed.js';
 import { describeK8sError, httpStatusOf, ResourceInformer } from './resourceInformer.js';
@@ -78,6 +79,27 @@ export interface KubernetesSyncStats extends SyncStats {
   conflicts: number;
   /** Object versions seen that could not be used (a broken writer's): each logged and ignored. */
   unusable: number;
+  /** Endpoints held back because an address lies outside their node's pod CIDRs (a writer claiming another's address). */
+  outsidePodCidrs: number;
+}
+
+/**
+ * Whether every address of an endpoint lies in its node's pod CIDRs of that
+ * family. A node that publishes none of a family (delegated IPAM) cannot be
+ * checked for it, and is believed. Without this, any object could put a pod
+ * identity on another node's address (its InternalIP: traffic from that node
+ * would pass as the pod) or on a pod of another node.
+ */
+function withinPodCidrs(addresses: readonly string[], node: NodeRecord): boolean {
+  return addresses.every((a) => {
+    const ip = tryParseIp(a);
+    if (ip === undefined) return false;
+    const cidrs = podCidrsOfFamily(node, ip.family);
+    return cidrs.length === 0 || cidrs.some((c) => {
+      const p = tryParsePrefix(c, { hostBits: 'mask' });
+      return p !== undefined && prefixContainsIp(p, ip);
+    });
+  });
 }
 
 /** What the API holds of one of our objects, as we last wrote or adopted it. */
@@ -107,7 +129,7 @@ function samePublished(a: PublishedEndpoint, b: PublishedEndpoint): boolean {
 
 export class KubernetesIPCacheSync {
   readonly informer: ResourceInformer<CompactEndpoint>;
-  readonly stats: KubernetesSyncStats = { writes: 0, deletes: 0, staleDeletesSkipped: 0, resyncs: 0, conflicts: 0, unusable: 0 };
+  readonly stats: KubernetesSyncStats = { writes: 0, deletes: 0, staleDeletesSkipped: 0, resyncs: 0, conflicts: 0, unusable: 0, outsidePodCidrs: 0 };
   readonly #o: KubernetesIPCacheSyncOptions;
   readonly #log: Logger;
   readonly #custom: CustomObjectsApi;
@@ -475,7 +497,19 @@ export class KubernetesIPCacheSync {
     let set = this.#byNode.get(node);
     if (set === undefined) this.#byNode.set(node, (set = new Set()));
     set.add(rec);
-    if (this.#o.nodes.get(node) !== undefined) this.#install(rec);
+    this.#installIfAllowed(rec, true);
+  }
+
+  /** Installs an endpoint while its node is listed and its addresses are the node's to give; else takes it out. */
+  #installIfAllowed(rec: Remote, fresh: boolean): void {
+    const node = this.#o.nodes.get(rec.node);
+    if (node === undefined) return this.#uninstall(rec);
+    if (withinPodCidrs(rec.addresses, node)) return this.#install(rec);
+    if (fresh || rec.installed) {
+      this.stats.outsidePodCidrs++;
+      this.#log.error({ pod: rec.key, node: rec.node, addresses: rec.addresses, podCidrs: node.podCidrs }, 'TendrilEndpoint claims addresses outside its node\'s pod CIDRs; ignored');
+    }
+    this.#uninstall(rec);
   }
 
   #unfollow(c: CompactEndpoint): void {
@@ -508,7 +542,8 @@ export class KubernetesIPCacheSync {
     const recs = this.#byNode.get(change.node.name);
     if (recs === undefined) return;
     if (change.type === 'upsert') {
-      for (const rec of recs) this.#install(rec);
+      // Pod CIDRs may have changed: each endpoint is judged again.
+      for (const rec of recs) this.#installIfAllowed(rec, false);
     } else {
       for (const rec of recs) this.#uninstall(rec);
     }

@@ -42,15 +42,7 @@ export async function startOperator(api: FakeKubeApi, flags: OperatorFlags = {})
   return Operator.start(config, await kubeConfigOf(api), quietLogger());
 }
 
-export async function waitFor<T>(what: string, check: () => T | undefined | false | Promise<T | undefined | false>, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+export { waitFor } from '../../src/identity/testing/cluster.js';
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

@@ -14,7 +14,7 @@ struct tendril_event {
 	__u8 family;    /* 4 or 6 */
 	__u8 proto;
 	__u8 tcp_flags;
-	__u16 pad;
+	__u16 service;  /* the service the flow was translated for (its rev NAT index), 0 when none */
 	__u32 ifindex;
 	__u32 src_identity;
 	__u32 dst_identity;
@@ -54,6 +54,7 @@ static __attribute__((noinline)) int event_fill(struct tendril_event *e, struct 
 	e->family = f->family;
 	e->proto = f->proto;
 	e->tcp_flags = f->tcp_flags;
+	e->service = f->rev_nat_index;
 	e->ifindex = f->ifindex;
 	e->src_identity = f->src_identity;
 	e->dst_identity = f->dst_identity;

@@ -210,7 +210,18 @@ export class Agent {
       ...(kubernetes ? { kubernetes } : {}),
     });
     this.cniHandler = countedCni(this.cni, metrics);
-    this.observability = bpfObservabilityOf(datapath, log, identities, this.policy);
+    this.observability = bpfObservabilityOf(datapath, {
+      log,
+      identities,
+      policy: this.policy,
+      endpointPod: (id) => {
+        const ep = this.endpoints.get(id);
+        return ep?.podNamespace !== undefined && ep.podName !== undefined ? { namespace: ep.podNamespace, name: ep.podName } : undefined;
+      },
+      serviceName: (id) => this.kubernetes?.watchers.serviceName(id),
+      nodeName: config.nodeName,
+      flowHistorySize: config.flowHistorySize,
+    });
     // Newest first: the nodes go after the endpoints, the endpoints after the services, and first of
     // all the API server and the watchers, so nothing changes the subsystems while they stop.
     teardown.add(() => this.ownNode.stop(), 'node registry');

@@ -73,6 +73,7 @@ export function agentApi(p: AgentParts): AgentApi {
     // with Kubernetes on, the IDs of its Services are not the API's to write.
     ...(p.datapath.loadBalancer ? { services: p.kubernetes ? userServiceApi(p.services) : p.services } : {}),
     ...(p.observability ? { monitor: p.observability.monitor, bpf: p.observability.bpf } : {}),
+    ...(p.observability?.flows ? { flows: p.observability.flows } : {}),
     ...(registry ? { nodes: { nodeName: p.config.nodeName, registry, routesInstalled: (name) => p.ownNode.routesInstalled(name) } satisfies NodeApi } : {}),
   };
 }

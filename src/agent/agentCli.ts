@@ -70,6 +70,7 @@ export interface Flags {
   bpffsRoot?: string;
   datapath?: string;
   traceLevel?: string;
+  flowHistorySize?: number;
   bpfLxcAttach?: string;
   bpfPolicyEndpointMax?: number;
   bpfLxcMax?: number;
@@ -142,6 +143,7 @@ export function agentCommand(): Command {
     .option('--bpffs-root <dir>', 'bpffs mount for pinned datapath objects (default /sys/fs/bpf)')
     .addOption(new Option('--datapath <kind>', 'bpf: policy enforced by eBPF programs (default); routing: routes only, for nodes without BPF').choices([...DATAPATH_KINDS]))
     .addOption(new Option('--trace-level <level>', 'eBPF trace events: one per new flow (default), every packet, or none').choices([...TRACE_LEVELS]))
+    .option('--flow-history-size <n>', 'flows kept in the agent\'s history for `tendril observe` (repeats folded; 0 keeps none; default 16384)', int('--flow-history-size'))
     .addOption(new Option('--bpf-lxc-attach <how>', 'how programs go on pod devices: clsact filters (default; ~2 ms per ADD) or pinned tcx links (each attach waits out an RCU grace period: ~27 ms per ADD)').choices(['tcx', 'clsact']))
     .option('--bpf-policy-endpoint-max <n>', 'policy map entries one endpoint may hold; more fails its regeneration (default 16384)', int('--bpf-policy-endpoint-max'))
     .option('--bpf-lxc-max <n>', 'eBPF endpoint map entries (default 65535)', int('--bpf-lxc-max'))
@@ -236,6 +238,7 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('bpffsRoot', flags.bpffsRoot);
   set('datapath', flags.datapath);
   set('traceLevel', flags.traceLevel);
+  set('flowHistorySize', flags.flowHistorySize);
   set('bpfLxcAttach', flags.bpfLxcAttach);
   set('policyEndpointMaxEntries', flags.bpfPolicyEndpointMax);
   set('lbAlgorithm', flags.lbAlgorithm);

@@ -11,6 +11,7 @@ import { MapName } from '../datapath/bpf/constants.js';
 import { DatapathInspector } from '../datapath/bpf/inspect.js';
 import type { Logger } from '../logging/logger.js';
 import { DropWindow } from '../metrics/dropWindow.js';
+import { FlowRing } from '../flow/index.js';
 import { agentMonitorContext, type AgentMonitorSources, InterfaceNames, MonitorHub, netlinkLinks, pinnedRingBuffer } from '../monitor/index.js';
 import type { PolicyRevisions } from '../endpoint/index.js';
 import { type IdentityAllocator, identityToJSON, reservedIdentity } from '../identity/index.js';
@@ -35,6 +36,8 @@ export interface BpfObservabilityOptions extends AgentMonitorSources {
   log: Logger;
   /** Conntrack GC interval (default 30 s). */
   ctGcIntervalMs?: number;
+  /** The flow history: how many flows it keeps (0: none), and this node's name for them. */
+  flowHistory?: { size: number; nodeName: string };
 }
 
 export class BpfObservability {
@@ -42,12 +45,21 @@ export class BpfObservability {
   readonly bpf: BpfApi;
   /** Drops in the last minute, for the status. */
   readonly drops: DropWindow;
+  /** The flow history, every event recorded whether or not anyone listens (absent when sized 0). */
+  readonly flows: FlowRing | undefined;
   readonly #gc: ConntrackGc;
 
   constructor(opts: BpfObservabilityOptions) {
     const inspector = new DatapathInspector(opts.pinDir);
     const context = agentMonitorContext(opts);
-    this.monitor = new MonitorHub({ source: pinnedRingBuffer(join(opts.pinDir, MapName.EVENTS)), context, log: opts.log.child({ subsys: 'monitor' }) });
+    const flows = opts.flowHistory?.size ? new FlowRing({ capacity: opts.flowHistory.size, node: opts.flowHistory.nodeName }) : undefined;
+    this.flows = flows;
+    this.monitor = new MonitorHub({
+      source: pinnedRingBuffer(join(opts.pinDir, MapName.EVENTS)),
+      context,
+      log: opts.log.child({ subsys: 'monitor' }),
+      ...(flows ? { record: (e) => void flows.record(e) } : {}),
+    });
     this.#gc = new ConntrackGc({ inspector, log: opts.log.child({ subsys: 'ct-gc' }), ...(opts.ctGcIntervalMs !== undefined ? { intervalMs: opts.ctGcIntervalMs } : {}) });
     this.drops = new DropWindow(() => inspector.metrics(), opts.log.child({ subsys: 'drops' }));
     this.bpf = {
@@ -79,11 +91,25 @@ export class BpfObservability {
   }
 }
 
-/** The eBPF datapath's monitor, map inspection and conntrack GC, when the datapath pinned its maps. */
-export function bpfObservabilityOf(datapath: object, log: Logger, identities: Pick<IdentityAllocator, 'lookupById'>, policy: PolicyRevisions): BpfObservability | undefined {
+/** What the agent's monitor resolves events with, beside the datapath. */
+export interface ObservabilitySources {
+  log: Logger;
+  identities: Pick<IdentityAllocator, 'lookupById'>;
+  policy: PolicyRevisions;
+  /** The pod behind a local endpoint. */
+  endpointPod(endpointId: number): { namespace: string; name: string } | undefined;
+  /** A service's name by its ID (Kubernetes Services' `namespace/name`). */
+  serviceName(id: number): string | undefined;
+  nodeName: string;
+  flowHistorySize: number;
+}
+
+/** The eBPF datapath's monitor, flow history, map inspection and conntrack GC, when the datapath pinned its maps. */
+export function bpfObservabilityOf(datapath: object, sources: ObservabilitySources): BpfObservability | undefined {
   // What the datapath says, not the config: a datapath handed in (the fake in tests) pinned nothing.
   const pinDir = bpfPinDirOf(datapath);
   if (pinDir === undefined) return undefined;
+  const { log, identities, policy } = sources;
   const interfaces = new InterfaceNames(netlinkLinks, (err) => log.warn({ err }, 'listing interfaces for monitor events failed'));
   void interfaces.refresh();
   return new BpfObservability({
@@ -97,5 +123,8 @@ export function bpfObservabilityOf(datapath: object, log: Logger, identities: Pi
     policies: () => policy.policies(),
     policyRevision: () => policy.revision,
     enforcedBy: (endpointId, direction) => policy.engine.endpointEnforcement(endpointId)?.[direction].by,
+    endpointPod: sources.endpointPod,
+    serviceName: sources.serviceName,
+    flowHistory: { size: sources.flowHistorySize, nodeName: sources.nodeName },
   });
 }

@@ -126,6 +126,8 @@ export const AgentConfigSchema = z
     bpfMapSizes: z.partialRecord(z.enum(BPF_MAP_SIZE_KEYS), z.number().int().min(1).max(0xffffffff)).optional(),
     /** eBPF trace events: off, new-flows (one per new connection) or all (every packet). */
     traceLevel: z.enum(TRACE_LEVELS),
+    /** Flows the agent keeps in its history (GET /v1/flows, `tendril observe`), repeats folded; 0 keeps none. */
+    flowHistorySize: z.number().int().min(0).max(1_000_000),
     /** How the eBPF programs go on pods' devices: tcx links (kernel 6.6+; an RCU grace period per attach) or clsact filters (faster ADD). */
     bpfLxcAttach: z.enum(['tcx', 'clsact']),
     /** A kubeconfig to reach the Kubernetes API server with; given (or --k8s-api-server, or in-cluster), the agent follows the API server. */
@@ -174,6 +176,7 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode' | 'identityAllo
     bpffsRoot: '/sys/fs/bpf',
     datapath: 'bpf',
     traceLevel: 'new-flows',
+    flowHistorySize: 16_384,
     bpfLxcAttach: 'clsact',
     masquerade: true,
     ipv6Masquerade: false,

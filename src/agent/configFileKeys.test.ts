@@ -41,6 +41,7 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   bpffsRoot: { yaml: '/sys/fs/bpf/tdl-keys', argv: ['--bpffs-root', '/sys/fs/bpf/tdl-keys'] },
   datapath: { yaml: 'routing', argv: ['--datapath', 'routing'] },
   traceLevel: { yaml: 'all', argv: ['--trace-level', 'all'] },
+  flowHistorySize: { yaml: 100, argv: ['--flow-history-size', '100'] },
   bpfLxcAttach: { yaml: 'tcx', argv: ['--bpf-lxc-attach', 'tcx'] },
   bpfPolicyEndpointMax: { yaml: 1000, argv: ['--bpf-policy-endpoint-max', '1000'] },
   bpfLxcMax: { yaml: 1001, argv: ['--bpf-lxc-max', '1001'] },

@@ -144,6 +144,7 @@ describe('tendril monitor', () => {
       direction: TrafficDirection.INGRESS,
       proto: 6,
       tcpFlags: 2,
+      service: 0,
       ifindex: 1,
       srcIdentity: 2,
       dstIdentity: 3,

@@ -7,6 +7,7 @@ import { registerCniCommands } from './cniCommand.js';
 import { registerKvstoreCommands } from './kvstoreCommand.js';
 import { registerBpfCommands } from './bpfCommands.js';
 import { registerMonitorCommand } from './monitorCommand.js';
+import { registerObserveCommand } from './observeCommand.js';
 import { registerServiceCommands } from './serviceCommands.js';
 import { registerNodeCommands } from './nodeCommands.js';
 import { registerInfoCommands } from './infoCommands.js';
@@ -24,6 +25,7 @@ export function buildProgram(): Command {
   registerCniCommands(program);
   registerKvstoreCommands(program);
   registerMonitorCommand(program);
+  registerObserveCommand(program);
   registerBpfCommands(program);
   registerServiceCommands(program);
   registerNodeCommands(program);

@@ -11,7 +11,8 @@ import {
 } from '../api/types.js';
 import { CniError } from '../cni/errors.js';
 import type { AnyResult } from '../cni/types.js';
-import { type MonitorStreamOptions, streamMonitor } from '../monitor/streamClient.js';
+import { type NdjsonStreamOptions, queryString, streamNdjson, type StreamFailures } from './ndjsonStream.js';
+import type { FlowLine } from '../flow/types.js';
 import type { MonitorEvent } from '../monitor/types.js';
 
 const CONNECT_FAILURES: Record<string, string> = {
@@ -67,15 +68,12 @@ const UNREACHABLE_CODES = new Set(['ENOENT', 'ECONNREFUSED', 'EACCES', 'ENOTSOCK
 type Scalar = string | number | boolean | undefined;
 
 /** A query string of the parameters that are set, `?` included ('' when none are). */
-function queryString(params: Record<string, Scalar>): string {
-  const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
-  const text = q.toString();
-  return text === '' ? '' : `?${text}`;
-}
-
 function headerStrings(params: Record<string, Scalar>): Record<string, string> {
   return Object.fromEntries(Object.entries(params).flatMap(([k, v]) => (v === undefined ? [] : [[k, String(v)]])));
+}
+
+function scalarQuery(params: Record<string, Scalar>): string {
+  return queryString(Object.entries(headerStrings(params)));
 }
 
 const seg = encodeURIComponent;
@@ -190,12 +188,12 @@ export class AgentClient {
 
   /** POST /ipam: an address for an owner; `expiration: true` makes it provisional. */
   postIpam(query: QueryParams<'postIpam'>, headers: HeaderParams<'postIpam'> = {}): Promise<ResponseBody<'postIpam', 201>> {
-    return this.request('POST', `/ipam${queryString(query)}`, undefined, headerStrings(headers));
+    return this.request('POST', `/ipam${scalarQuery(query)}`, undefined, headerStrings(headers));
   }
 
   /** POST /ipam/{ip}: this address for an owner. */
   postIpamIp(ip: string, query: QueryParams<'postIpamIp'>, headers: HeaderParams<'postIpamIp'> = {}): Promise<ResponseBody<'postIpamIp', 201>> {
-    return this.request('POST', `/ipam/${seg(ip)}${queryString(query)}`, undefined, headerStrings(headers));
+    return this.request('POST', `/ipam/${seg(ip)}${scalarQuery(query)}`, undefined, headerStrings(headers));
   }
 
   deleteIpamIp(ip: string): Promise<ResponseBody<'deleteIpamIp', 200>> {
@@ -241,7 +239,7 @@ export class AgentClient {
   }
 
   getPolicy(query: QueryParams<'getPolicy'> = {}): Promise<ResponseBody<'getPolicy', 200>> {
-    return this.request('GET', `/policy${queryString(query)}`);
+    return this.request('GET', `/policy${scalarQuery(query)}`);
   }
 
   putPolicy(body: RequestBody<'putPolicy'>): Promise<ResponseBody<'putPolicy', 200>> {
@@ -250,7 +248,7 @@ export class AgentClient {
 
   /** DELETE /policy: the policies matching every filter given; `all: true` when there is none. */
   deletePolicy(query: QueryParams<'deletePolicy'>): Promise<ResponseBody<'deletePolicy', 200>> {
-    return this.request('DELETE', `/policy${queryString(query)}`);
+    return this.request('DELETE', `/policy${scalarQuery(query)}`);
   }
 
   /** POST /policy/confirm-loss: the policies the kvstore lost are dropped (the agent kept them in force until now). */
@@ -266,12 +264,29 @@ export class AgentClient {
     return this.request('POST', '/policy/trace', body);
   }
 
-  /** GET /monitor: events to `onEvent` until the agent ends the stream or `opts.signal` aborts. */
-  monitorEvents(query: QueryParams<'monitorEvents'>, onEvent: (e: MonitorEvent) => void, opts: MonitorStreamOptions = {}): Promise<void> {
-    return streamMonitor(this.socketPath, query, onEvent, opts, {
+  /** How a stream's failures reach the caller: the same errors as every other call's. */
+  #streamFailures(): StreamFailures {
+    return {
       status: (status, body) => new AgentResponseError(status, normaliseError(status, body)),
       connect: (err) => (err.code && UNREACHABLE_CODES.has(err.code) ? new AgentUnreachableError(this.socketPath, err) : err),
-    });
+    };
+  }
+
+  /** GET /monitor: events to `onEvent` until the agent ends the stream or `opts.signal` aborts. */
+  monitorEvents(query: QueryParams<'monitorEvents'>, onEvent: (e: MonitorEvent) => void, opts: NdjsonStreamOptions = {}): Promise<void> {
+    const params: Array<[string, string]> = (query.type ?? []).map((t) => ['type', t]);
+    if (query.endpoint !== undefined) params.push(['endpoint', String(query.endpoint)]);
+    if (query.identity !== undefined) params.push(['identity', String(query.identity)]);
+    return streamNdjson({ socketPath: this.socketPath }, `/v1/monitor${queryString(params)}`, onEvent, opts, this.#streamFailures());
+  }
+
+  /**
+   * GET /flows: the flow history's lines to `onLine` (filter parameters as
+   * `tendril observe`'s), until the agent ends the answer (at once without
+   * `follow`) or `opts.signal` aborts.
+   */
+  listFlows(params: Iterable<[string, string]>, onLine: (line: FlowLine) => void, opts: NdjsonStreamOptions = {}): Promise<void> {
+    return streamNdjson({ socketPath: this.socketPath }, `/v1/flows${queryString(params)}`, onLine, opts, this.#streamFailures());
   }
 
   /** GET /metrics: the Prometheus exposition text. */
@@ -294,7 +309,7 @@ export class AgentClient {
   }
 
   listBpfConntrack(query: QueryParams<'listBpfConntrack'> = {}): Promise<ResponseBody<'listBpfConntrack', 200>> {
-    return this.request('GET', `/bpf/ct${queryString(query)}`);
+    return this.request('GET', `/bpf/ct${scalarQuery(query)}`);
   }
 
   flushBpfConntrack(): Promise<ResponseBody<'flushBpfConntrack', 200>> {
@@ -345,11 +360,11 @@ export class AgentClient {
 
   /** GET /kvstore/keys: the agent's kvstore under a prefix, read-only. */
   listKvstoreKeys(prefix?: string): Promise<ResponseBody<'listKvstoreKeys', 200>> {
-    return this.request('GET', `/kvstore/keys${queryString({ prefix })}`);
+    return this.request('GET', `/kvstore/keys${scalarQuery({ prefix })}`);
   }
 
   getKvstoreKey(key: string): Promise<ResponseBody<'getKvstoreKey', 200>> {
-    return this.request('GET', `/kvstore/key${queryString({ key })}`);
+    return this.request('GET', `/kvstore/key${scalarQuery({ key })}`);
   }
 }
 
@@ -381,6 +396,7 @@ export const CLIENT_METHODS = {
   getPolicySelectors: 'getPolicySelectors',
   tracePolicy: 'tracePolicy',
   monitorEvents: 'monitorEvents',
+  listFlows: 'listFlows',
   getMetrics: 'metrics',
   listBpfEndpoints: 'listBpfEndpoints',
   listBpfIpcache: 'listBpfIpcache',

@@ -84,6 +84,8 @@ export class ServiceSync {
   readonly #held = new Map<string, Held>();
   /** Frontend keys per Service holding them. */
   readonly #heldBy = new Map<string, Set<string>>();
+  /** The Service (`namespace/name`) holding each ID: what a flow translated for that ID is called. */
+  readonly #keyById = new Map<number, string>();
   /**
    * Services in the Kubernetes range the API had when this sync began (restored
    * ones), by frontend, not yet taken by a Service: a Service wanting one of
@@ -244,8 +246,14 @@ export class ServiceSync {
     await this.#upsert(key, fk, id, spec);
   }
 
+  /** The Service (`namespace/name`) that holds service ID `id`, if any. */
+  serviceName(id: number): string | undefined {
+    return this.#keyById.get(id);
+  }
+
   #hold(key: string, fk: string, id: number): void {
     this.#held.set(fk, { key, id });
+    this.#keyById.set(id, key);
     this.#usedIds.add(id);
     let set = this.#heldBy.get(key);
     if (!set) this.#heldBy.set(key, (set = new Set()));
@@ -259,7 +267,10 @@ export class ServiceSync {
     const set = this.#heldBy.get(key);
     set?.delete(fk);
     if (set?.size === 0) this.#heldBy.delete(key);
-    if (held) this.#usedIds.delete(held.id);
+    if (held) {
+      this.#usedIds.delete(held.id);
+      this.#keyById.delete(held.id);
+    }
   }
 
   /** The ID a frontend restored from before keeps, else the lowest free one of the range. */

@@ -130,6 +130,11 @@ export class K8sWatchers {
     return this.#services?.initialSyncDone() ?? Promise.resolve();
   }
 
+  /** The Kubernetes Service (`namespace/name`) behind service ID `id`, when a Service holds it. */
+  serviceName(id: number): string | undefined {
+    return this.#services?.sync.serviceName(id);
+  }
+
   /** Reports an informer another subsystem owns (started and stopped by it) with the watchers' own: health waits for it too. */
   follow(informer: FollowedInformer): void {
     this.#followed.push(informer);

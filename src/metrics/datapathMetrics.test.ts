@@ -31,6 +31,7 @@ const ctValue = {
   dstEndpoint: 0,
   revNatIndex: 0,
   tcpFlags: 0,
+  service: 0,
   flags: 0,
   backendId: 0,
   natAddr: parseIp('0.0.0.0'),

@@ -25,6 +25,8 @@ export interface AgentMonitorSources {
   /** The rules that put an endpoint's direction into default deny; undefined for an endpoint the agent does not know. */
   enforcedBy?(endpointId: number, direction: 'ingress' | 'egress'): readonly RuleOrigin[] | undefined;
   interfaces?: InterfaceNames;
+  endpointPod?(endpointId: number): { namespace: string; name: string } | undefined;
+  serviceName?(id: number): string | undefined;
 }
 
 /**
@@ -57,5 +59,7 @@ export function agentMonitorContext(sources: AgentMonitorSources): MonitorContex
     refreshInterfaces: () => interfaces.refresh(),
     ruleIndex: () => rules.get(),
     ...(sources.enforcedBy ? { enforcedBy: sources.enforcedBy.bind(sources) } : {}),
+    ...(sources.endpointPod ? { endpointPod: sources.endpointPod.bind(sources) } : {}),
+    ...(sources.serviceName ? { serviceName: sources.serviceName.bind(sources) } : {}),
   };
 }

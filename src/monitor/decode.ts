@@ -22,6 +22,10 @@ export interface MonitorContext {
   ruleIndex(): RuleCookieIndex;
   /** The rules that put an endpoint's direction into default deny (undefined when the endpoint is unknown). */
   enforcedBy?(endpointId: number, direction: 'ingress' | 'egress'): readonly RuleOrigin[] | undefined;
+  /** The pod behind a local endpoint, when it has one. */
+  endpointPod?(endpointId: number): { namespace: string; name: string } | undefined;
+  /** A service's `namespace/name` by its ID, when it exists. */
+  serviceName?(id: number): string | undefined;
 }
 
 /** A ring buffer record as the contract's struct; undefined for a record too short or of an unknown family. */
@@ -77,13 +81,17 @@ export function wallClockOf(tsNs: bigint, nowMonoNs: bigint = process.hrtime.big
 export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: bigint, nowWallMs?: number): MonitorEvent | undefined {
   const type = TYPE_NAMES[e.type];
   if (type === undefined) return undefined;
-  const peer = (endpoint: number, identity: number, ip: string, port: number): MonitorPeer => ({
-    ...(endpoint !== 0 ? { endpoint } : {}),
-    identity,
-    labels: [...(ctx.identityLabels(identity) ?? [])],
-    ip,
-    port,
-  });
+  const peer = (endpoint: number, identity: number, ip: string, port: number): MonitorPeer => {
+    const pod = endpoint === 0 ? undefined : ctx.endpointPod?.(endpoint);
+    return {
+      ...(endpoint !== 0 ? { endpoint } : {}),
+      ...(pod !== undefined ? { pod: { namespace: pod.namespace, name: pod.name } } : {}),
+      identity,
+      labels: [...(ctx.identityLabels(identity) ?? [])],
+      ip,
+      port,
+    };
+  };
   const out: MonitorEvent = {
     type,
     time: wallClockOf(e.tsNs, nowMonoNs, nowWallMs).toISOString(),
@@ -97,6 +105,10 @@ export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: 
   const ifName = e.ifindex === 0 ? undefined : ctx.interfaceName(e.ifindex);
   if (ifName !== undefined) out.interface.name = ifName;
   if (e.proto === 6) out.tcpFlags = tcpFlagNames(e.tcpFlags);
+  if (e.service !== 0) {
+    const name = ctx.serviceName?.(e.service);
+    out.service = { id: e.service, ...(name !== undefined ? { name } : {}) };
+  }
   if (type === 'drop') {
     const name = dropReasonName(e.subtype);
     out.drop = { reason: name ?? `UNKNOWN_${e.subtype}`, code: e.subtype, text: name ? DropReason[name].text : `unknown drop reason ${e.subtype}` };

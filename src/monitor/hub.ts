@@ -4,10 +4,11 @@
  * clients or not: a record the kernel cannot reserve is counted under
  * EVENTS_LOST, and that count must mean "a reader fell behind", not "nobody
  * was watching" (which, read only on demand, it did for every event between
- * two monitor sessions). Records nobody subscribed to are counted and
- * dropped before decoding, so an idle reader costs a wakeup per batch. Each
- * record is decoded and resolved once, then handed to every client whose
- * filter it passes.
+ * two monitor sessions). With a recorder (the agent's flow history) every
+ * record is decoded and handed to it; without one, records nobody
+ * subscribed to are counted and dropped before decoding, so an idle reader
+ * costs a wakeup per batch. Each record is decoded and resolved once, then
+ * handed to the recorder and to every client whose filter it passes.
  */
 import { Serializer } from '../async/keyedSerializer.js';
 import type { Logger } from '../logging/logger.js';
@@ -82,6 +83,7 @@ export class MonitorHub {
   readonly #source: EventSource;
   readonly #context: MonitorContext;
   readonly #log: Logger;
+  readonly #record: ((e: MonitorEvent) => void) | undefined;
   readonly #subscribers = new Set<Subscriber>();
   #reader: { stop(): Promise<void> } | undefined;
   /** start() was called: the reader stays open without clients, until close(). */
@@ -92,10 +94,12 @@ export class MonitorHub {
   #undecodable = 0;
   #stale = 0;
 
-  constructor(opts: { source: EventSource; context: MonitorContext; log: Logger }) {
+  /** `record` takes every event decoded, clients or not (it must not throw). */
+  constructor(opts: { source: EventSource; context: MonitorContext; log: Logger; record?: (e: MonitorEvent) => void }) {
     this.#source = opts.source;
     this.#context = opts.context;
     this.#log = opts.log;
+    this.#record = opts.record;
   }
 
   stats(): MonitorHubStats {
@@ -147,9 +151,10 @@ export class MonitorHub {
     for (const s of this.#subscribers) if (oldest === undefined || s.since < oldest) oldest = s.since;
     for (const record of records) {
       this.#records++;
-      if (this.#subscribers.size === 0) continue;
+      if (this.#subscribers.size === 0 && this.#record === undefined) continue;
       const raw = decodeRecord(record);
-      if (raw !== undefined && oldest !== undefined && raw.tsNs < oldest) {
+      // A recorder reads from the start, so nothing it gets sat in the ring unread.
+      if (raw !== undefined && this.#record === undefined && oldest !== undefined && raw.tsNs < oldest) {
         this.#stale++;
         continue;
       }
@@ -158,6 +163,7 @@ export class MonitorHub {
         this.#undecodable++;
         continue;
       }
+      this.#record?.(event);
       for (const s of this.#subscribers) {
         if (raw!.tsNs < s.since || !matchesFilter(event, s.filter)) continue;
         try {

@@ -69,6 +69,7 @@ function event(over: Partial<DatapathEvent>): DatapathEvent {
     direction: TrafficDirection.INGRESS,
     proto: 6,
     tcpFlags: 0x02,
+    service: 0,
     ifindex: 1,
     srcIdentity: 30012,
     dstIdentity: 30013,

@@ -17,6 +17,8 @@ export type MonitorTracePoint = 'to-endpoint' | 'to-stack' | 'from-stack' | 'fro
 export interface MonitorPeer {
   /** Local endpoint ID; absent when the peer is not a local endpoint. */
   endpoint?: number;
+  /** The pod behind a local endpoint, when its runtime named one (Kubernetes' K8S_POD_NAMESPACE/K8S_POD_NAME). */
+  pod?: { namespace: string; name: string };
   identity: number;
   /** The identity's labels; empty when the agent does not know the identity. */
   labels: string[];
@@ -54,6 +56,8 @@ export interface MonitorEvent {
   length: number;
   /** Policy drops and verdicts: the rule that decided. */
   rule?: MonitorRule;
+  /** The service the flow was load-balanced for: its ID, and its name while the service exists. */
+  service?: { id: number; name?: string };
 }
 
 /** Which events a monitor client wants; every given criterion must hold. */

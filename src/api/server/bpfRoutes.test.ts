@@ -49,6 +49,7 @@ function event(over: Partial<DatapathEvent>): Buffer {
     direction: TrafficDirection.INGRESS,
     proto: 6,
     tcpFlags: 2,
+    service: 0,
     ifindex: 1,
     srcIdentity: WORLD,
     dstIdentity: 0,

@@ -42,6 +42,7 @@ import { type BpfApi, registerBpfRoutes } from './bpfRoutes.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
 import { findDuplicateKey } from './duplicateKeys.js';
 import { type MonitorApi, registerMonitorRoute } from './monitorRoute.js';
+import { type FlowsApi, registerFlowsRoute } from './flowsRoute.js';
 import { registerServiceRoutes } from './serviceRoutes.js';
 import { type NodeApi, registerNodeRoutes } from './nodeRoutes.js';
 import { type KvstoreReadApi, registerKvstoreRoutes } from './kvstoreRoutes.js';
@@ -128,6 +129,8 @@ export interface AgentApi {
   log: Logger;
   /** The eBPF datapath's event stream; absent without it (GET /monitor answers 409). */
   monitor?: MonitorApi;
+  /** The flow history; absent without the eBPF datapath or with it sized 0 (GET /flows answers 409). */
+  flows?: FlowsApi;
   /** The eBPF datapath's maps; absent without it (/bpf/* answer 409). */
   bpf?: BpfApi;
   /** Services (load-balancing in the eBPF datapath); absent without it (/service answers 409 SERVICE_UNSUPPORTED). */
@@ -467,6 +470,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
 
   registerMonitorRoute(app, agent.monitor, agent.log);
+  registerFlowsRoute(app, agent.flows, agent.log);
   registerBpfRoutes(app, agent.bpf);
   registerServiceRoutes(app, agent.services);
   registerNodeRoutes(app, agent.nodes);

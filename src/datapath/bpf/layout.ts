@@ -331,6 +331,8 @@ export interface DatapathEvent {
   direction: number;
   proto: number;
   tcpFlags: number;
+  /** The service the flow was translated for (its ID, the rev NAT index); 0 when none. */
+  service: number;
   ifindex: number;
   srcIdentity: number;
   dstIdentity: number;
@@ -358,6 +360,7 @@ export const datapathEvent: Codec<DatapathEvent> = codec.mapped(
     direction: r.direction,
     proto: r.proto,
     tcpFlags: r.tcpFlags,
+    service: r.service,
     ifindex: r.ifindex,
     srcIdentity: r.srcIdentity,
     dstIdentity: r.dstIdentity,

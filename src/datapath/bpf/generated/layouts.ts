@@ -343,7 +343,7 @@ export const tendrilEventLayout = defineStruct('tendril_event', 80, 8, {
   family: { offset: 3, codec: codec.u8 }, // __u8 family
   proto: { offset: 4, codec: codec.u8 }, // __u8 proto
   tcpFlags: { offset: 5, codec: codec.u8 }, // __u8 tcp_flags
-  pad: { offset: 6, codec: codec.pad(2) }, // __u16 pad
+  service: { offset: 6, codec: codec.u16 }, // __u16 service
   ifindex: { offset: 8, codec: codec.u32 }, // __u32 ifindex
   srcIdentity: { offset: 12, codec: codec.u32 }, // __u32 src_identity
   dstIdentity: { offset: 16, codec: codec.u32 }, // __u32 dst_identity

@@ -1,0 +1,106 @@
+/**
+ * The client side of the agent's NDJSON streams (GET /v1/monitor, GET
+ * /v1/flows): one request held open, read line by line. The agent is
+ * reached on its unix socket, or (a node's flows for a relay) over TCP or
+ * TLS with a bearer token. Errors before the stream starts (409 without the
+ * eBPF datapath, 400) come back through `fail.status` like any other call.
+ */
+import { type ClientRequest, type IncomingMessage, request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { createInterface } from 'node:readline';
+import type { ErrorResponse } from '../api/types.js';
+
+export interface NdjsonStreamOptions {
+  /** Ends the stream (the CLI's Ctrl-C). */
+  signal?: AbortSignal;
+}
+
+/** Where the stream's server is: the agent's unix socket, or an HTTP(S) base URL (`https://node-a:4245`). */
+export type StreamTarget = { socketPath: string } | { url: URL; token?: string; ca?: string | Buffer; timeoutMs?: number };
+
+export interface StreamFailures {
+  status: (status: number, body: ErrorResponse | undefined, text: string) => Error;
+  connect: (err: NodeJS.ErrnoException) => Error;
+}
+
+/** The query string of repeated parameters (`?type=drop&type=trace`), empty when there are none. */
+export function queryString(params: Iterable<[string, string]>): string {
+  const text = new URLSearchParams([...params]).toString();
+  return text === '' ? '' : `?${text}`;
+}
+
+function open(target: StreamTarget, path: string, onResponse: (res: IncomingMessage) => void): ClientRequest {
+  const headers: Record<string, string> = { accept: 'application/x-ndjson' };
+  if ('socketPath' in target) return httpRequest({ socketPath: target.socketPath, method: 'GET', path, headers }, onResponse);
+  const { url } = target;
+  if (target.token !== undefined) headers.authorization = `Bearer ${target.token}`;
+  const base = url.pathname.replace(/\/$/, '');
+  const opts = { host: url.hostname.replace(/^\[|\]$/g, ''), port: url.port, method: 'GET', path: `${base}${path}`, headers, ...(target.timeoutMs !== undefined ? { timeout: target.timeoutMs } : {}) };
+  if (url.protocol === 'https:') return httpsRequest({ ...opts, ...(target.ca !== undefined ? { ca: target.ca } : {}) }, onResponse);
+  if (url.protocol === 'http:') return httpRequest(opts, onResponse);
+  throw new Error(`unsupported scheme ${url.protocol} in ${url.href} (use http: or https:)`);
+}
+
+/**
+ * Streams the lines of GET `path` (with its query) to `onLine` until the
+ * server ends the stream (resolves), the signal aborts (resolves), or the
+ * connection fails (rejects).
+ */
+export function streamNdjson<T>(target: StreamTarget, path: string, onLine: (value: T) => void, opts: NdjsonStreamOptions, fail: StreamFailures): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (opts.signal?.aborted) {
+      resolve();
+      return;
+    }
+    let req: ClientRequest;
+    try {
+      req = open(target, path, (res) => {
+        if (res.statusCode !== 200) {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            let body: ErrorResponse | undefined;
+            try {
+              body = JSON.parse(text) as ErrorResponse;
+            } catch {
+              body = undefined;
+            }
+            reject(fail.status(res.statusCode ?? 0, body, text));
+          });
+          return;
+        }
+        // The request's timeout guards the connection and the answer's start; a followed stream may be quiet for long.
+        req.setTimeout(0);
+        const lines = createInterface({ input: res, crlfDelay: Infinity });
+        lines.on('line', (line) => {
+          if (line.trim() === '') return;
+          let value: T;
+          try {
+            value = JSON.parse(line) as T;
+          } catch {
+            reject(new Error(`the server sent a line that is not JSON: ${line.slice(0, 200)}`));
+            req.destroy();
+            return;
+          }
+          onLine(value);
+        });
+        res.on('end', () => resolve());
+        // readline passes its input's errors on (an aborted response among them).
+        const failed = (err: Error): void => (opts.signal?.aborted ? resolve() : reject(err));
+        res.on('error', failed);
+        lines.on('error', failed);
+      });
+    } catch (err) {
+      reject(err as Error);
+      return;
+    }
+    req.on('timeout', () => req.destroy(Object.assign(new Error(`no answer within ${'timeoutMs' in target ? target.timeoutMs : 0} ms`), { code: 'ETIMEDOUT' })));
+    req.on('error', (err: NodeJS.ErrnoException) => (opts.signal?.aborted ? resolve() : reject(fail.connect(err))));
+    opts.signal?.addEventListener('abort', () => {
+      req.destroy();
+      resolve();
+    });
+    req.end();
+  });
+}

@@ -1,0 +1,20 @@
+/**
+ * Flows: the agent's bounded history of datapath events (folded repeats),
+ * the filters `tendril observe`, GET /v1/flows and the relay share, and the
+ * flow's wire form.
+ */
+export { type Flow, type FlowLine, type FlowNodeStatus, type FlowsLost, FLOW_VERDICTS, type FlowVerdict, flowVerdictOf } from './types.js';
+export { FlowRing, type FlowListener, type FlowRingStats } from './flowRing.js';
+export {
+  ALL_FLOW_FILTER_PARAMS,
+  type FlowFilter,
+  FlowFilterError,
+  flowFilterParams,
+  matchesFlow,
+  parseFlowFilter,
+  parseFlowTime,
+  type PeerFilter,
+  peerNamespace,
+  PEER_FILTER_PARAMS,
+} from './flowFilter.js';
+export { eventKind, FLOW_TABLE_HEADER, flowSummary, flowTableRow, flowTime, formatFlowLine, peerName, peerText, verdictText } from './format.js';

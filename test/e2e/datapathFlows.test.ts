@@ -1,7 +1,8 @@
 // Flows over time on the eBPF datapath: conntrack lets replies of a one-way
 // allow back but no new connection the other way; deleting a policy restores
 // traffic; a label patch moves enforcement with it; a pod's first packet after
-// ADD is already enforced; drops show in `tendril monitor -o json` naming the
+// ADD is already enforced; drops show in `tendril monitor -o json` and, after
+// the fact, in `tendril observe` naming the
 // rule that decided.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -14,6 +15,8 @@ import { type Probe, type ProbeOutcome, reachable } from '../support/reachabilit
 import { requireRoot } from '../support/root.js';
 import { tendrilPolicy } from '../support/policyDocuments.js';
 import type { MonitorEvent } from '../../src/monitor/types.js';
+import type { Flow } from '../../src/flow/types.js';
+import { TENDRIL_BIN } from '../support/tendrilBin.js';
 
 requireRoot('the datapath flow tests');
 
@@ -214,5 +217,90 @@ describe('tendril monitor', () => {
     );
     assert.equal(allowed.rule?.text, `${policy} spec.ingress[0]`);
     await deletePolicyAndWait(scene!.node, ['--namespace', NS, '--name', 'watch']);
+  });
+});
+
+describe('tendril observe', () => {
+  const GUARD = TNP(
+    'guard',
+    'endpointSelector: {matchLabels: {app: db}}\ningress:\n- fromEndpoints: [{matchLabels: {app: client}}]\ningressDeny:\n- fromEndpoints: [{matchLabels: {app: other}}]\n  toPorts: [{ports: [{port: "80", protocol: TCP}]}]',
+  );
+
+  test('a policy drop is in the history after the fact, with its pods and its rule, though nobody listened', async () => {
+    await importPolicyAndWait(scene!.node, GUARD);
+    const [client, other, db] = [peer('client'), peer('other'), peer('db')];
+    // Refused three times from three source ports: one flow in the history, counted three times.
+    for (let i = 0; i < 3; i++) assert.equal(await probe(other, db, { ...TCP80, timeoutMs: 300 }), 'timeout');
+    assert.equal(await probeOpen(client, db, TCP80), 'open');
+    const observe = async (args: string[]): Promise<Flow[]> => {
+      const r = await scene!.node.cli(['observe', ...args, '-o', 'json']);
+      assert.equal(r.code, 0, r.stderr);
+      return r.stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Flow);
+    };
+    let drops: Flow[] = [];
+    await eventually(
+      async () => {
+        drops = await observe(['--last', '100', '--to-pod', `${NS}/db`, '--verdict', 'dropped', '--type', 'drop']);
+        return drops.some((f) => f.count >= 3);
+      },
+      5000,
+      'the refused flow, three times',
+    );
+    const drop = drops.find((f) => f.count >= 3)!;
+    assert.equal(drops.length, 1, JSON.stringify(drops));
+    assert.equal(drop.event.source.ip, other.address);
+    assert.deepEqual(drop.event.source.pod, { namespace: NS, name: 'other' });
+    assert.deepEqual(drop.event.destination.pod, { namespace: NS, name: 'db' });
+    assert.equal(drop.event.drop?.reason, 'POLICY_DENY');
+    assert.equal(drop.event.rule?.text, `TendrilNetworkPolicy/${NS}/guard spec.ingressDeny[0]`);
+    assert.equal(drop.node, 'tdl-node-fl');
+
+    const allowed = await observe(['--from-pod', `${NS}/client`, '--to-label', 'app=db', '--verdict', 'forwarded', '--type', 'policy-verdict']);
+    assert.ok(allowed.length >= 1, 'the allowed connection');
+    assert.ok(allowed.every((f) => f.event.source.ip === client.address && f.event.rule?.text === `TendrilNetworkPolicy/${NS}/guard spec.ingress[0]`), JSON.stringify(allowed));
+
+    // The compact line says the same for people.
+    const compact = await scene!.node.cli(['observe', '--to-pod', `${NS}/db`, '--verdict', 'dropped', '--type', 'drop', '--last', '1']);
+    assert.equal(compact.code, 0, compact.stderr);
+    assert.match(compact.stdout, new RegExp(`${NS}/other:\\d+ \\(ID:\\d+\\) -> ${NS}/db:80 \\(ID:\\d+\\) drop \\(POLICY_DENY\\) ingress DROPPED tcp SYN.*rule: TendrilNetworkPolicy/${NS}/guard spec\\.ingressDeny\\[0\\] ×[3-9]`));
+
+    // A filter the agent cannot take is refused with its reason, before anything is sent.
+    const bad = await scene!.node.cli(['observe', '--verdict', 'maybe']);
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /--verdict must be one of forwarded, dropped/);
+    await deletePolicyAndWait(scene!.node, ['--namespace', NS, '--name', 'guard']);
+  });
+
+  test('--follow streams new flows as they happen', async () => {
+    const [client, server] = [peer('client'), peer('server')];
+    const { spawn } = await import('node:child_process');
+    const child = spawn(TENDRIL_BIN, ['observe', '--follow', '--last', '0', '--from-pod', `${NS}/client`, '--to-pod', `${NS}/server`, '-o', 'json', '--socket', scene!.node.agent.socket]);
+    const lines: Flow[] = [];
+    let stderr = '';
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString('utf8')));
+    let buf = '';
+    child.stdout.on('data', (c: Buffer) => {
+      buf += c.toString('utf8');
+      for (let nl = buf.indexOf('\n'); nl >= 0; nl = buf.indexOf('\n')) {
+        lines.push(JSON.parse(buf.slice(0, nl)) as Flow);
+        buf = buf.slice(nl + 1);
+      }
+    });
+    try {
+      await eventually(
+        async () => {
+          assert.equal(await probeOpen(client, server, TCP80), 'open');
+          return lines.some((f) => f.event.destination.port === 80);
+        },
+        10_000,
+        'a followed flow',
+      ).catch(async (err: unknown) => {
+        const all = await scene!.node.cli(['observe', '--last', '10', '--to-pod', `${NS}/server`, '-o', 'json']);
+        throw new Error(`${(err as Error).message}; followed: ${JSON.stringify(lines)} (stderr ${stderr}); history: ${all.stdout.slice(0, 600)}`);
+      });
+      assert.ok(lines.every((f) => f.event.source.ip === client.address && f.event.destination.ip === server.address), JSON.stringify(lines));
+    } finally {
+      child.kill('SIGINT');
+    }
   });
 });

@@ -250,6 +250,10 @@ check "tendril monitor: TCP 5432 allowed by NetworkPolicy/demo/db-from-web spec.
   wait_line "$WORK/monitor.txt" 'POLICY-VERDICT ALLOWED .*:5432 .*rule: NetworkPolicy/demo/db-from-web spec\.ingress\[0\]'
 demo_kill monitor-policy
 grep -v '^Listening for events' "$WORK/monitor.txt"
+say "tendril observe: the same drop after the fact, from the agent's flow history (nobody had to be listening)"
+check_output "tendril observe --to-pod demo/tdldemo3 --verdict dropped: the ping, dropped by the default deny of NetworkPolicy/demo/db-from-web" \
+  'demo/tdldemo1 \(ID:[0-9]+\) -> demo/tdldemo3 \(ID:[0-9]+\) drop \(POLICY\) ingress DROPPED icmp.*default deny set by NetworkPolicy/demo/db-from-web' \
+  "$TENDRIL" observe --to-pod demo/tdldemo3 --verdict dropped --type drop --last 3
 say "tendril bpf policy get (db's entries in the policy map) and the datapath's counters"
 DB_EP=$("$TENDRIL" endpoint list -o json | jq -r '.[] | select(.podName == "tdldemo3") | .id')
 check_output "db's policy map lets web's identity in on 5432/TCP, by NetworkPolicy/demo/db-from-web" \

@@ -134,6 +134,7 @@ test('every client method works against the agent, and every answer matches the 
   // The fake datapath loads no eBPF programs: the monitor and map operations answer 409 saying so (bpfRoutes.test.ts serves real maps).
   const noBpf = [
     () => client.monitorEvents({ type: ['drop'] }, () => undefined),
+    () => client.listFlows([['verdict', 'dropped']], () => undefined),
     () => client.listBpfEndpoints(),
     () => client.listBpfIpcache(),
     () => client.getBpfPolicy(1),

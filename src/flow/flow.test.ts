@@ -191,7 +191,7 @@ describe('the compact line', () => {
     const f = ring.record(event({ source: { ...WORLD, port: 444 }, destination: { ...WEB, port: 80 }, direction: 'ingress', type: 'drop', drop: { reason: 'POLICY', code: 132, text: 'no rule allows this flow' }, rule: { cookie: 0, text: 'no rule allows (default deny)', origins: [] } }));
     const line = formatFlowLine(f);
     assert.match(line, /^Nov 29 12:\d\d:\d\d\.\d{3} 203\.0\.113\.9:444 \(ID:2 world\) -> shop\/web-7d9:80 \(ID:30012\) drop \(POLICY\) ingress DROPPED tcp SYN; no rule allows this flow; rule: no rule allows \(default deny\) ×2$/);
-    assert.match(formatFlowLine(f, { color: true }), /\u001b\[31mDROPPED\u001b\[0m/);
+    assert.ok(formatFlowLine(f, { color: true }).includes('\u001b[31mDROPPED\u001b[0m'), 'red on a terminal');
     assert.match(formatFlowLine(f, { showNode: true }), / \[node-a\] /);
     const svc = formatFlowLine({ node: 'n', verdict: 'forwarded', count: 1, firstTime: '', event: event({ destination: REMOTE_API, service: { id: 4, name: 'billing/api' } }) });
     assert.match(svc, /-> 10\.1\.0\.7:8080 \(ID:40001 billing\/\) to-service billing\/api policy-verdict egress FORWARDED/);

@@ -18,8 +18,7 @@ export interface FlowsApi {
   listen(listener: (f: Flow) => void): () => void;
 }
 
-export const NO_FLOWS =
-  'this node keeps no flow history: it runs without the eBPF datapath, or with --flow-history-size 0';
+export const NO_FLOWS = 'no flow history on this node: the eBPF datapath is not running here, or the agent runs with --flow-history-size 0';
 
 /** The query parameters that are no filter. */
 const NOT_FILTER = new Set(['last', 'follow']);
@@ -50,11 +49,12 @@ export function registerFlowsRoute(app: FastifyInstance, flows: FlowsApi | undef
     const query = req.query as Record<string, unknown> & { last?: number; follow?: boolean };
     const filter = flowFilterOfQuery(query);
     const accept = (f: Flow): boolean => matchesFlow(f, filter);
-    let unlisten: (() => void) | undefined;
+    // Set once following: `end` may run before (the client left during the history).
+    const following: { stop?: () => void } = {};
     let lost = 0;
     const end = (): void => {
       open.delete(end);
-      unlisten?.();
+      following.stop?.();
       if (stream.skipped + lost > 0) log.warn({ skipped: stream.skipped + lost }, 'flows client too slow: flows skipped');
       stream.end();
     };
@@ -65,7 +65,8 @@ export function registerFlowsRoute(app: FastifyInstance, flows: FlowsApi | undef
       end();
       return;
     }
-    unlisten = flows.listen((f) => {
+    if (stream.ended) return;
+    following.stop = flows.listen((f) => {
       if (!accept(f)) return;
       if (stream.behind) {
         lost++;

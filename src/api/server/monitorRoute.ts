@@ -32,22 +32,23 @@ export function registerMonitorRoute(app: FastifyInstance, monitor: MonitorApi |
       ...(q.endpoint !== undefined ? { endpoint: q.endpoint } : {}),
       ...(q.identity !== undefined ? { identity: q.identity } : {}),
     };
-    let stream: NdjsonStream | undefined;
+    // The stream exists once subscribed; events before that wait in `pending`.
+    const out: { stream?: NdjsonStream } = {};
     let ended = false;
     const pending: MonitorEvent[] = [];
     const write = (e: MonitorEvent): void => {
       if (ended) return;
-      if (stream === undefined) pending.push(e);
-      else stream.write(e);
+      if (out.stream === undefined) pending.push(e);
+      else out.stream.write(e);
     };
     let subscription: MonitorSubscription | undefined;
     const end = (): void => {
       if (ended) return;
       ended = true;
       open.delete(end);
-      if (stream !== undefined && stream.skipped > 0) log.warn({ skipped: stream.skipped, filter }, 'monitor client too slow: events skipped');
+      if (out.stream !== undefined && out.stream.skipped > 0) log.warn({ skipped: out.stream.skipped, filter }, 'monitor client too slow: events skipped');
       // Before the stream started, the handler still owns the answer.
-      stream?.end();
+      out.stream?.end();
       void subscription?.close();
     };
     try {
@@ -58,7 +59,8 @@ export function registerMonitorRoute(app: FastifyInstance, monitor: MonitorApi |
       throw err;
     }
     open.add(end);
-    stream = new NdjsonStream(reply, end);
+    const stream = new NdjsonStream(reply, end);
+    out.stream = stream;
     for (const e of pending.splice(0)) stream.write(e);
     if (ended) stream.end();
   });

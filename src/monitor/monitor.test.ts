@@ -98,6 +98,23 @@ describe('policies → cookies', () => {
 describe('decoding and resolving', () => {
   const ctx = context();
 
+  test('a local endpoint\'s pod and the service a flow was load-balanced for are named', () => {
+    const named = agentMonitorContext({
+      identityLabels: (id) => LABELS[id],
+      policies: () => POLICIES,
+      policyRevision: () => 1,
+      interfaces: INTERFACES,
+      endpointPod: (id) => (id === 12 ? { namespace: 'shop', name: 'web-7d9' } : undefined),
+      serviceName: (id) => (id === 4 ? 'shop/db' : undefined),
+    });
+    const e = resolveEvent(decodeRecord(record(event({ service: 4 })))!, named)!;
+    assert.deepEqual(e.source.pod, { namespace: 'shop', name: 'web-7d9' });
+    assert.equal(e.destination.pod, undefined, 'an endpoint without a pod has none');
+    assert.deepEqual(e.service, { id: 4, name: 'shop/db' });
+    assert.deepEqual(resolveEvent(decodeRecord(record(event({ service: 9 })))!, named)!.service, { id: 9 }, 'a service gone keeps its ID');
+    assert.equal(resolveEvent(decodeRecord(record(event({})))!, named)!.service, undefined, 'no service: none');
+  });
+
   test('a policy drop with no matching rule: reason, peers with labels, interface, default deny', () => {
     const raw = decodeRecord(record(event({})));
     assert.ok(raw);

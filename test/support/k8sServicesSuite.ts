@@ -14,6 +14,7 @@
 // row on both IP versions, a Service of each family side by side).
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import type { Flow } from '../../src/flow/types.js';
 import { addressIn, cidrIn, type Family, type IpFamily, ipIn, versionsOf } from './family.js';
 import { endpointSliceObject, type K8sPod, type K8sScene, OUTSIDE_NODE_IP as OUTSIDE_NODE_T, servicesAt, type SliceEndpoint, serviceObject, startK8sScene, waitServiceBackends } from './k8sScene.js';
 import { NetnsPool } from './netns.js';
@@ -111,6 +112,12 @@ export function k8sServicesSuite(family: Family, tag: string): void {
       // The backend saw the client pod itself (no SNAT in the cluster).
       const peers = (await scene!.agent(backendKey('client')).tcpSessions({ dst: VIP, port: 80 }, { count: 3, requests: 1 })).map((s) => s.answers[0]?.peer);
       assert.deepEqual([...new Set(peers)], [podIp('client')]);
+      // The flow history names the Service those connections were load-balanced for.
+      const observed = await scene!.node.cli(['observe', '--to-service', `${NS}/${named('web')}`, '--from-ip', podIp('client'), '--last', '5', '-o', 'json']);
+      assert.equal(observed.code, 0, observed.stderr);
+      const flows = observed.stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Flow);
+      assert.ok(flows.length > 0, 'flows to the Service');
+      assert.ok(flows.every((f) => f.event.service?.name === `${NS}/${named('web')}` && f.event.destination.port === TCP_PORT), JSON.stringify(flows[0]));
     });
 
     test(title('scaling the slice: an endpoint added takes connections; one removed takes none'), async (t) => {

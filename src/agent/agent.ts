@@ -221,6 +221,7 @@ export class Agent {
       serviceName: (id) => this.kubernetes?.watchers.serviceName(id),
       nodeName: config.nodeName,
       flowHistorySize: config.flowHistorySize,
+      ...(metrics.flows ? { flowMetrics: metrics.flows } : {}),
     });
     // Newest first: the nodes go after the endpoints, the endpoints after the services, and first of
     // all the API server and the watchers, so nothing changes the subsystems while they stop.
@@ -305,7 +306,7 @@ export class Agent {
     let opened: AgentDatapath | undefined;
     teardown.add(async () => opened?.close(), 'datapath handles');
     try {
-      const metrics = new AgentMetrics();
+      const metrics = new AgentMetrics(config.flowMetrics ? { flows: { labels: config.flowMetricsLabels } } : {});
       const backend = countedBackend(await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) }), metrics);
       teardown.add(() => backend.close(), 'kvstore');
       const registry = kubernetesNodeRegistry(config, { kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'nodes' }) });

@@ -34,6 +34,7 @@ import { closestMatch } from './didYouMean.js';
 import { tendrilVersion } from '../version.js';
 import { cleanupCommand } from './cleanup/cleanupFlags.js';
 import { LOG_FORMATS } from '../logging/logger.js';
+import { FLOW_METRICS_LABELS } from '../metrics/index.js';
 
 const list = (v: string, prev: string[] = []) => [...prev, ...v.split(',').filter((s) => s !== '')];
 const repeat = (v: string, prev: string[] = []) => [...prev, v];
@@ -71,6 +72,8 @@ export interface Flags {
   datapath?: string;
   traceLevel?: string;
   flowHistorySize?: number;
+  flowMetrics?: boolean;
+  flowMetricsLabels?: string;
   bpfLxcAttach?: string;
   bpfPolicyEndpointMax?: number;
   bpfLxcMax?: number;
@@ -144,6 +147,13 @@ export function agentCommand(): Command {
     .addOption(new Option('--datapath <kind>', 'bpf: policy enforced by eBPF programs (default); routing: routes only, for nodes without BPF').choices([...DATAPATH_KINDS]))
     .addOption(new Option('--trace-level <level>', 'eBPF trace events: one per new flow (default), every packet, or none').choices([...TRACE_LEVELS]))
     .option('--flow-history-size <n>', 'flows kept in the agent\'s history for `tendril observe` (repeats folded; 0 keeps none; default 16384)', int('--flow-history-size'))
+    .option('--flow-metrics', 'count every datapath event in the Prometheus flow metrics: flows by type and verdict, drops by reason, policy verdicts by rule (default)')
+    .option('--no-flow-metrics', 'no flow metrics (with --flow-history-size 0 the agent then decodes no event nobody asked for)')
+    .addOption(
+      new Option('--flow-metrics-labels <labels>', 'workload labels on the flow metrics: none (default), the source and destination namespace, or namespace and workload (app label, else the pod name less its generated suffixes); never a pod or IP').choices([
+        ...FLOW_METRICS_LABELS,
+      ]),
+    )
     .addOption(new Option('--bpf-lxc-attach <how>', 'how programs go on pod devices: clsact filters (default; ~2 ms per ADD) or pinned tcx links (each attach waits out an RCU grace period: ~27 ms per ADD)').choices(['tcx', 'clsact']))
     .option('--bpf-policy-endpoint-max <n>', 'policy map entries one endpoint may hold; more fails its regeneration (default 16384)', int('--bpf-policy-endpoint-max'))
     .option('--bpf-lxc-max <n>', 'eBPF endpoint map entries (default 65535)', int('--bpf-lxc-max'))
@@ -239,6 +249,8 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('datapath', flags.datapath);
   set('traceLevel', flags.traceLevel);
   set('flowHistorySize', flags.flowHistorySize);
+  set('flowMetrics', flags.flowMetrics);
+  set('flowMetricsLabels', flags.flowMetricsLabels);
   set('bpfLxcAttach', flags.bpfLxcAttach);
   set('policyEndpointMaxEntries', flags.bpfPolicyEndpointMax);
   set('lbAlgorithm', flags.lbAlgorithm);

@@ -12,7 +12,8 @@ import { DatapathInspector } from '../datapath/bpf/inspect.js';
 import type { Logger } from '../logging/logger.js';
 import { DropWindow } from '../metrics/dropWindow.js';
 import { FlowRing } from '../flow/index.js';
-import { agentMonitorContext, type AgentMonitorSources, InterfaceNames, MonitorHub, netlinkLinks, pinnedRingBuffer } from '../monitor/index.js';
+import type { FlowMetrics } from '../metrics/index.js';
+import { agentMonitorContext, type AgentMonitorSources, InterfaceNames, MonitorHub, type MonitorEvent, netlinkLinks, pinnedRingBuffer } from '../monitor/index.js';
 import type { PolicyRevisions } from '../endpoint/index.js';
 import { type IdentityAllocator, identityToJSON, reservedIdentity } from '../identity/index.js';
 import type { BpfApi } from '../api/server/bpfRoutes.js';
@@ -38,6 +39,25 @@ export interface BpfObservabilityOptions extends AgentMonitorSources {
   ctGcIntervalMs?: number;
   /** The flow history: how many flows it keeps (0: none), and this node's name for them. */
   flowHistory?: { size: number; nodeName: string };
+  /** The flow metrics, counted from every event as the history is. */
+  flowMetrics?: Pick<FlowMetrics, 'record'>;
+}
+
+/**
+ * The hub's recorder: every event to the flow history and the flow metrics,
+ * whichever are on. With neither, none: the hub then decodes only what
+ * monitor clients ask for.
+ */
+function recorderOf(recorders: ReadonlyArray<{ record(e: MonitorEvent): unknown } | undefined>): ((e: MonitorEvent) => void) | undefined {
+  const on = recorders.filter((r) => r !== undefined);
+  if (on.length === 0) return undefined;
+  if (on.length === 1) {
+    const only = on[0]!;
+    return (e) => void only.record(e);
+  }
+  return (e) => {
+    for (const r of on) r.record(e);
+  };
 }
 
 export class BpfObservability {
@@ -54,11 +74,12 @@ export class BpfObservability {
     const context = agentMonitorContext(opts);
     const flows = opts.flowHistory?.size ? new FlowRing({ capacity: opts.flowHistory.size, node: opts.flowHistory.nodeName }) : undefined;
     this.flows = flows;
+    const record = recorderOf([flows, opts.flowMetrics]);
     this.monitor = new MonitorHub({
       source: pinnedRingBuffer(join(opts.pinDir, MapName.EVENTS)),
       context,
       log: opts.log.child({ subsys: 'monitor' }),
-      ...(flows ? { record: (e) => void flows.record(e) } : {}),
+      ...(record ? { record } : {}),
     });
     this.#gc = new ConntrackGc({ inspector, log: opts.log.child({ subsys: 'ct-gc' }), ...(opts.ctGcIntervalMs !== undefined ? { intervalMs: opts.ctGcIntervalMs } : {}) });
     this.drops = new DropWindow(() => inspector.metrics(), opts.log.child({ subsys: 'drops' }));
@@ -102,6 +123,8 @@ export interface ObservabilitySources {
   serviceName(id: number): string | undefined;
   nodeName: string;
   flowHistorySize: number;
+  /** Flow metrics; absent when off. */
+  flowMetrics?: Pick<FlowMetrics, 'record'>;
 }
 
 /** The eBPF datapath's monitor, flow history, map inspection and conntrack GC, when the datapath pinned its maps. */
@@ -126,5 +149,6 @@ export function bpfObservabilityOf(datapath: object, sources: ObservabilitySourc
     endpointPod: sources.endpointPod,
     serviceName: sources.serviceName,
     flowHistory: { size: sources.flowHistorySize, nodeName: sources.nodeName },
+    ...(sources.flowMetrics ? { flowMetrics: sources.flowMetrics } : {}),
   });
 }

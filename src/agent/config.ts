@@ -12,6 +12,7 @@ import { ipFamilyOf, tryParseInterfaceAddress } from '../netip/index.js';
 import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
 import { isServeAddress } from '../metrics/metricsServer.js';
+import { FLOW_METRICS_LABELS } from '../metrics/flowMetrics.js';
 import { LOG_FORMATS } from '../logging/logger.js';
 import { fileErrorReason } from '../errors/fileError.js';
 
@@ -128,6 +129,10 @@ export const AgentConfigSchema = z
     traceLevel: z.enum(TRACE_LEVELS),
     /** Flows the agent keeps in its history (GET /v1/flows, `tendril observe`), repeats folded; 0 keeps none. */
     flowHistorySize: z.number().int().min(0).max(1_000_000),
+    /** Flow metrics (tendril_flows_processed_total, tendril_flow_drops_total, tendril_policy_verdicts_total) counted from every datapath event. */
+    flowMetrics: z.boolean(),
+    /** The workload labels flow metrics carry: none, the peers' namespaces, or namespaces and workloads. */
+    flowMetricsLabels: z.enum(FLOW_METRICS_LABELS),
     /** How the eBPF programs go on pods' devices: tcx links (kernel 6.6+; an RCU grace period per attach) or clsact filters (faster ADD). */
     bpfLxcAttach: z.enum(['tcx', 'clsact']),
     /** A kubeconfig to reach the Kubernetes API server with; given (or --k8s-api-server, or in-cluster), the agent follows the API server. */
@@ -177,6 +182,8 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode' | 'identityAllo
     datapath: 'bpf',
     traceLevel: 'new-flows',
     flowHistorySize: 16_384,
+    flowMetrics: true,
+    flowMetricsLabels: 'none',
     bpfLxcAttach: 'clsact',
     masquerade: true,
     ipv6Masquerade: false,

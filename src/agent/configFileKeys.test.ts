@@ -42,6 +42,8 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   datapath: { yaml: 'routing', argv: ['--datapath', 'routing'] },
   traceLevel: { yaml: 'all', argv: ['--trace-level', 'all'] },
   flowHistorySize: { yaml: 100, argv: ['--flow-history-size', '100'] },
+  flowMetrics: { yaml: false, argv: ['--no-flow-metrics'] },
+  flowMetricsLabels: { yaml: 'workload', argv: ['--flow-metrics-labels', 'workload'] },
   bpfLxcAttach: { yaml: 'tcx', argv: ['--bpf-lxc-attach', 'tcx'] },
   bpfPolicyEndpointMax: { yaml: 1000, argv: ['--bpf-policy-endpoint-max', '1000'] },
   bpfLxcMax: { yaml: 1001, argv: ['--bpf-lxc-max', '1001'] },

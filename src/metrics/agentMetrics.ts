@@ -9,6 +9,7 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { ENDPOINT_STATES } from '../endpoint/index.js';
 import { DatapathMetrics, type DatapathMetricsSource } from './datapathMetrics.js';
+import { FlowMetrics, type FlowMetricsOptions } from './flowMetrics.js';
 
 /** Seconds: a CNI call or a regeneration takes milliseconds when all is well, and tens of seconds at worst. */
 const LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -62,9 +63,12 @@ export class AgentMetrics {
   readonly #cniSeconds: Histogram<'verb' | 'result'>;
   readonly #regenSeconds: Histogram<'result'>;
   readonly #kvOps: Counter<'operation' | 'result'>;
+  /** Counts every datapath event the monitor decodes; absent when flow metrics are off. */
+  readonly flows: FlowMetrics | undefined;
 
-  constructor() {
+  constructor(opts: { flows?: FlowMetricsOptions } = {}) {
     const registers = [this.registry];
+    this.flows = opts.flows ? new FlowMetrics(this.registry, opts.flows) : undefined;
     this.#cniOps = new Counter({ name: 'tendril_cni_operations_total', help: 'CNI calls the agent handled, by verb and result', labelNames: ['verb', 'result'], registers });
     this.#cniSeconds = new Histogram({
       name: 'tendril_cni_operation_duration_seconds',

@@ -3,7 +3,7 @@
 // traffic; a label patch moves enforcement with it; a pod's first packet after
 // ADD is already enforced; drops show in `tendril monitor -o json` and, after
 // the fact, in `tendril observe` naming the
-// rule that decided.
+// rule that decided, and are counted in the flow metrics.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { deletePolicyAndWait, importPolicyAndWait, podRuntimeConf } from '../support/datapathNode.js';
@@ -17,6 +17,8 @@ import { tendrilPolicy } from '../support/policyDocuments.js';
 import type { MonitorEvent } from '../../src/monitor/types.js';
 import type { Flow } from '../../src/flow/types.js';
 import { TENDRIL_BIN } from '../support/tendrilBin.js';
+import { AgentClient } from '../../src/client/agentClient.js';
+import { sampleValue } from '../../src/metrics/testing/exposition.js';
 
 requireRoot('the datapath flow tests');
 
@@ -226,7 +228,7 @@ describe('tendril observe', () => {
     'endpointSelector: {matchLabels: {app: db}}\ningress:\n- fromEndpoints: [{matchLabels: {app: client}}]\ningressDeny:\n- fromEndpoints: [{matchLabels: {app: other}}]\n  toPorts: [{ports: [{port: "80", protocol: TCP}]}]',
   );
 
-  test('a policy drop is in the history after the fact, with its pods and its rule, though nobody listened', async () => {
+  test('a policy drop is in the history after the fact, with its pods and its rule, though nobody listened, and in the flow metrics', async () => {
     await importPolicyAndWait(scene!.node, GUARD);
     const [client, other, db] = [peer('client'), peer('other'), peer('db')];
     // Refused three times from three source ports: one flow in the history, counted three times.
@@ -268,6 +270,14 @@ describe('tendril observe', () => {
     const bad = await scene!.node.cli(['observe', '--verdict', 'maybe']);
     assert.notEqual(bad.code, 0);
     assert.match(bad.stderr, /--verdict must be one of forwarded, dropped/);
+
+    // The flow metrics counted the same events: the drops by reason, the verdicts by the rule that decided.
+    const metrics = await new AgentClient({ socketPath: scene!.node.agent.socket }).metrics();
+    const guard = `TendrilNetworkPolicy/${NS}/guard`;
+    assert.ok((sampleValue(metrics, 'tendril_flow_drops_total', { reason: 'POLICY_DENY', direction: 'ingress' }) ?? 0) >= 3, metrics);
+    assert.ok((sampleValue(metrics, 'tendril_policy_verdicts_total', { direction: 'ingress', verdict: 'dropped', rule: `${guard} spec.ingressDeny[0]` }) ?? 0) >= 3, metrics);
+    assert.ok((sampleValue(metrics, 'tendril_policy_verdicts_total', { direction: 'ingress', verdict: 'forwarded', rule: `${guard} spec.ingress[0]` }) ?? 0) >= 1, metrics);
+    assert.ok((sampleValue(metrics, 'tendril_flows_processed_total', { type: 'drop', verdict: 'dropped' }) ?? 0) >= 3, metrics);
     await deletePolicyAndWait(scene!.node, ['--namespace', NS, '--name', 'guard']);
   });
 

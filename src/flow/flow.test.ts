@@ -90,6 +90,28 @@ describe('FlowRing', () => {
     assert.equal(ring.list(() => true, 1)[0]!.verdict, 'dropped');
   });
 
+  test('over many evictions and folds the history holds the newest flows in recording order, as a plain list would', () => {
+    const ring = new FlowRing({ capacity: 50, node: 'node-a' });
+    // The model: keys, oldest first; a fold moves its key to the end.
+    const model: number[] = [];
+    let seed = 7;
+    for (let i = 0; i < 20_000; i++) {
+      seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff;
+      // Mostly repeats of 80 ports (folds), sometimes a new one.
+      const port = seed % 10 === 0 ? 1000 + i : 1 + (seed % 80);
+      ring.record(event({ source: { ...WEB, port } }));
+      const at = model.indexOf(port);
+      if (at >= 0) model.splice(at, 1);
+      else if (model.length === 50) model.shift();
+      model.push(port);
+    }
+    assert.deepEqual(
+      ring.list().map((f) => f.event.source.port),
+      model,
+    );
+    assert.equal(ring.stats().size, 50);
+  });
+
   test('listeners get every flow recorded, folded ones with their new count', () => {
     const ring = new FlowRing({ capacity: 10, node: 'n' });
     const seen: number[] = [];

@@ -8,8 +8,14 @@
  * dropped many times), so a flood takes one place and evicts nothing.
  *
  * A Map keeps insertion order, which is the time order here: a folded flow is
- * deleted and inserted again, and eviction takes the first key. Each event
- * costs one key built, one lookup and at most one eviction.
+ * deleted and inserted again. Eviction does not take the Map's first key:
+ * V8 leaves a deleted entry as a hole until the table is rebuilt, and walking
+ * to the first live key crosses every hole before it, thousands per event in
+ * a full history. A queue of (key, flow) in recording order says which flow
+ * is oldest instead: an entry whose flow is no longer the one held under its
+ * key (it folded since, or went) is skipped, and the queue is rebuilt from the
+ * Map when such entries make it twice the capacity. Each event costs one key
+ * built, one lookup and at most one eviction, all O(1) amortized.
  */
 import type { MonitorEvent } from '../monitor/index.js';
 import { type Flow, flowVerdictOf } from './types.js';
@@ -43,6 +49,10 @@ export class FlowRing {
   readonly #node: string;
   readonly #flows = new Map<string, Flow>();
   readonly #listeners = new Set<FlowListener>();
+  /** Recording order: keys[i] was recorded as flows[i]; live from `#head`. */
+  #queueKeys: string[] = [];
+  #queueFlows: Flow[] = [];
+  #head = 0;
   #events = 0;
   #folded = 0;
   #evicted = 0;
@@ -66,17 +76,37 @@ export class FlowRing {
       flow = { node: held.node, verdict, count: held.count + 1, firstTime: held.firstTime, event: e };
     } else {
       flow = { node: this.#node, verdict, count: 1, firstTime: e.time, event: e };
-      if (this.#flows.size >= this.capacity) {
-        const oldest = this.#flows.keys().next();
-        if (!oldest.done) {
-          this.#flows.delete(oldest.value);
-          this.#evicted++;
-        }
-      }
+      if (this.#flows.size >= this.capacity) this.#evictOldest();
     }
     this.#flows.set(key, flow);
+    this.#queueKeys.push(key);
+    this.#queueFlows.push(flow);
+    if (this.#queueKeys.length - this.#head > 2 * this.capacity + 16) this.#rebuildQueue();
     for (const l of this.#listeners) l(flow);
     return flow;
+  }
+
+  #evictOldest(): void {
+    const keys = this.#queueKeys;
+    while (this.#head < keys.length) {
+      const key = keys[this.#head]!;
+      const flow = this.#queueFlows[this.#head]!;
+      this.#head++;
+      if (this.#flows.get(key) === flow) {
+        this.#flows.delete(key);
+        this.#evicted++;
+        break;
+      }
+    }
+    // Drop the consumed front now and then, not per event.
+    if (this.#head > this.capacity) this.#rebuildQueue();
+  }
+
+  /** The queue anew from the Map (insertion order is recording order): only the flows held. */
+  #rebuildQueue(): void {
+    this.#queueKeys = [...this.#flows.keys()];
+    this.#queueFlows = [...this.#flows.values()];
+    this.#head = 0;
   }
 
   /** The flows held, oldest first, that pass `accept`; with `last`, only the newest `last` of those. */

@@ -133,6 +133,7 @@ export function bpfObservabilityOf(datapath: object, sources: ObservabilitySourc
   const pinDir = bpfPinDirOf(datapath);
   if (pinDir === undefined) return undefined;
   const { log, identities, policy } = sources;
+  const labelStrings = new WeakMap<object, readonly string[]>();
   const interfaces = new InterfaceNames(netlinkLinks, (err) => log.warn({ err }, 'listing interfaces for monitor events failed'));
   void interfaces.refresh();
   return new BpfObservability({
@@ -141,7 +142,14 @@ export function bpfObservabilityOf(datapath: object, sources: ObservabilitySourc
     interfaces,
     identityLabels: (id) => {
       const identity = reservedIdentity(id) ?? identities.lookupById(id);
-      return identity && identityToJSON(identity).labels;
+      if (identity === undefined) return undefined;
+      // Formatted once per identity, not per event: every event of it shares the frozen array.
+      let labels = labelStrings.get(identity);
+      if (labels === undefined) {
+        labels = Object.freeze(identityToJSON(identity).labels);
+        labelStrings.set(identity, labels);
+      }
+      return labels;
     },
     policies: () => policy.policies(),
     policyRevision: () => policy.revision,

@@ -8,11 +8,11 @@ import type { RuleCookieIndex } from '../datapath/bpf/ruleCookie.js';
 import { formatIp } from '../netip/index.js';
 import type { RuleOrigin } from '../policy/index.js';
 import { describeCookie, describeDefaultDeny } from './ruleText.js';
-import type { MonitorDirection, MonitorEvent, MonitorEventType, MonitorPeer, MonitorTracePoint, MonitorVerdict } from './types.js';
+import type { MonitorDirection, MonitorEvent, MonitorEventType, MonitorPeer, MonitorRule, MonitorTracePoint, MonitorVerdict } from './types.js';
 
 /** What resolving an event needs from the agent. */
 export interface MonitorContext {
-  /** An identity's labels, or undefined when unknown. */
+  /** An identity's labels, or undefined when unknown; events hold the array as given (one per identity, not copied per event). */
   identityLabels(identity: number): readonly string[] | undefined;
   /** An interface's name, or undefined when there is none by that index (or it is not known yet). */
   interfaceName(ifindex: number): string | undefined;
@@ -58,6 +58,10 @@ const TCP_FLAGS: Array<[number, string]> = [
   [0x08, 'PSH'],
   [0x20, 'URG'],
 ];
+/** Every flags byte's names, one frozen array each, shared by the events (never changed in place). */
+const TCP_FLAG_LISTS: ReadonlyArray<readonly string[]> = Array.from({ length: 256 }, (_, b) => Object.freeze(tcpFlagNames(b)));
+/** An unknown identity's labels, one array for all. */
+const NO_LABELS: readonly string[] = Object.freeze([]);
 const POLICY_DROPS = new Set<number>([Math.abs(DropReason.POLICY.code), Math.abs(DropReason.POLICY_DENY.code)]);
 
 export function directionOf(d: number): MonitorDirection {
@@ -87,7 +91,7 @@ export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: 
       ...(endpoint !== 0 ? { endpoint } : {}),
       ...(pod !== undefined ? { pod: { namespace: pod.namespace, name: pod.name } } : {}),
       identity,
-      labels: [...(ctx.identityLabels(identity) ?? [])],
+      labels: ctx.identityLabels(identity) ?? NO_LABELS,
       ip,
       port,
     };
@@ -104,7 +108,7 @@ export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: 
   };
   const ifName = e.ifindex === 0 ? undefined : ctx.interfaceName(e.ifindex);
   if (ifName !== undefined) out.interface.name = ifName;
-  if (e.proto === 6) out.tcpFlags = tcpFlagNames(e.tcpFlags);
+  if (e.proto === 6) out.tcpFlags = TCP_FLAG_LISTS[e.tcpFlags & 0xff]!;
   if (e.service !== 0) {
     const name = ctx.serviceName?.(e.service);
     out.service = { id: e.service, ...(name !== undefined ? { name } : {}) };
@@ -112,11 +116,11 @@ export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: 
   if (type === 'drop') {
     const name = dropReasonName(e.subtype);
     out.drop = { reason: name ?? `UNKNOWN_${e.subtype}`, code: e.subtype, text: name ? DropReason[name].text : `unknown drop reason ${e.subtype}` };
-    if (POLICY_DROPS.has(e.subtype)) out.rule = e.subtype === Math.abs(DropReason.POLICY.code) ? defaultDenyRule(e, ctx) : describeCookie(e.cookie, ctx.ruleIndex());
+    if (POLICY_DROPS.has(e.subtype)) out.rule = e.subtype === Math.abs(DropReason.POLICY.code) ? defaultDenyRule(e, ctx) : cookieRule(e.cookie, ctx);
   } else if (type === 'policy-verdict') {
     const verdict = VERDICT_NAMES[e.subtype];
     if (verdict !== undefined) out.verdict = verdict;
-    out.rule = e.subtype === PolicyVerdict.NO_MATCH ? defaultDenyRule(e, ctx) : describeCookie(e.cookie, ctx.ruleIndex());
+    out.rule = e.subtype === PolicyVerdict.NO_MATCH ? defaultDenyRule(e, ctx) : cookieRule(e.cookie, ctx);
   } else {
     const point = TRACE_NAMES[e.subtype];
     if (point !== undefined) out.tracePoint = point;
@@ -129,5 +133,37 @@ function defaultDenyRule(e: DatapathEvent, ctx: MonitorContext) {
   const egress = e.direction === TrafficDirection.EGRESS;
   const endpoint = egress ? e.srcEndpoint : e.dstEndpoint;
   const by = endpoint === 0 ? undefined : ctx.enforcedBy?.(endpoint, egress ? 'egress' : 'ingress');
-  return by === undefined ? describeCookie(e.cookie, ctx.ruleIndex()) : describeDefaultDeny(by);
+  if (by === undefined) return cookieRule(e.cookie, ctx);
+  let rule = defaultDenyRules.get(by);
+  if (rule === undefined) {
+    rule = describeDefaultDeny(by);
+    defaultDenyRules.set(by, rule);
+  }
+  return rule;
+}
+
+/*
+ * The rule objects events share, so that an event costs no text built and no
+ * origins copied: per cookie index (a new one comes with each policy
+ * revision, so a rule changed since is never described by its old text),
+ * and per list of enforcing rules (the policy engine keeps one per
+ * endpoint's direction until it recomputes it). Events never change them.
+ */
+const cookieRules = new WeakMap<RuleCookieIndex, Map<number, MonitorRule>>();
+const defaultDenyRules = new WeakMap<readonly RuleOrigin[], MonitorRule>();
+
+function cookieRule(cookie: number, ctx: MonitorContext): MonitorRule {
+  const index = ctx.ruleIndex();
+  let rules = cookieRules.get(index);
+  if (rules === undefined) {
+    rules = new Map();
+    cookieRules.set(index, rules);
+  }
+  let rule = rules.get(cookie);
+  if (rule === undefined) {
+    rule = describeCookie(cookie, index);
+    // Unknown cookies are as many as a stale map holds; their texts are not worth keeping.
+    if (rule.origins.length > 0 || rules.size < 4096) rules.set(cookie, rule);
+  }
+  return rule;
 }

@@ -20,8 +20,8 @@ export interface MonitorPeer {
   /** The pod behind a local endpoint, when its runtime named one (Kubernetes' K8S_POD_NAMESPACE/K8S_POD_NAME). */
   pod?: { namespace: string; name: string };
   identity: number;
-  /** The identity's labels; empty when the agent does not know the identity. */
-  labels: string[];
+  /** The identity's labels; empty when the agent does not know the identity. Shared by the events of one identity: never changed in place. */
+  labels: readonly string[];
   ip: string;
   port: number;
 }
@@ -50,7 +50,7 @@ export interface MonitorEvent {
   /** tcp, udp, icmp, sctp, or the protocol number. */
   protocol: string;
   /** TCP flags seen on the packet (SYN, ACK, FIN, RST, PSH, URG), TCP only. */
-  tcpFlags?: string[];
+  tcpFlags?: readonly string[];
   interface: { ifindex: number; name?: string };
   /** Length of the packet on the wire, bytes. */
   length: number;

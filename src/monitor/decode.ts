@@ -85,16 +85,12 @@ export function wallClockOf(tsNs: bigint, nowMonoNs: bigint = process.hrtime.big
 export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: bigint, nowWallMs?: number): MonitorEvent | undefined {
   const type = TYPE_NAMES[e.type];
   if (type === undefined) return undefined;
+  // Object literals of a fixed shape each (no conditional spreads): this runs twice for every event the agent records.
   const peer = (endpoint: number, identity: number, ip: string, port: number): MonitorPeer => {
-    const pod = endpoint === 0 ? undefined : ctx.endpointPod?.(endpoint);
-    return {
-      ...(endpoint !== 0 ? { endpoint } : {}),
-      ...(pod !== undefined ? { pod: { namespace: pod.namespace, name: pod.name } } : {}),
-      identity,
-      labels: ctx.identityLabels(identity) ?? NO_LABELS,
-      ip,
-      port,
-    };
+    const labels = ctx.identityLabels(identity) ?? NO_LABELS;
+    if (endpoint === 0) return { identity, labels, ip, port };
+    const pod = ctx.endpointPod?.(endpoint);
+    return pod === undefined ? { endpoint, identity, labels, ip, port } : { endpoint, pod: { namespace: pod.namespace, name: pod.name }, identity, labels, ip, port };
   };
   const out: MonitorEvent = {
     type,

@@ -1,6 +1,6 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods pods-dual-stack throughput ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync k8s-propagation k8s-scale verifier kvstore
+// a subset: node dist/bench/main.js exec cni pods pods-dual-stack throughput flows-cost flows-memory ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync k8s-propagation k8s-scale verifier kvstore
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
@@ -11,6 +11,7 @@ import { printCtGc, runCtGcBench } from './ctGc.js';
 import { printClusterLatency, runClusterLatencyBench } from './clusterLatency.js';
 import { printClusterPropagation, runClusterPropagationBench } from './clusterPropagation.js';
 import { printClusterThroughput, runClusterThroughputBench } from './clusterThroughput.js';
+import { printFlowsCost, printFlowsMemory, runFlowsCostBench, runFlowsMemoryBench } from './flows.js';
 import { printIdentityBench, runIdentityBench } from './identity.js';
 import { printIpamBench, runIpamBench } from './ipam.js';
 import { printK8sPolicy, runK8sPolicyBench } from './k8sPolicy.js';
@@ -40,6 +41,8 @@ const benches: Record<string, () => Promise<void>> = {
   'pods-dual-stack': async () => printCniDualStack(await runCniDualStackBench(50)),
   'ct-gc': async () => printCtGc(await runCtGcBench()),
   throughput: async () => printThroughput(await runThroughputBench(3, 3)),
+  'flows-cost': async () => printFlowsCost(await runFlowsCostBench(5, 6)),
+  'flows-memory': async () => printFlowsMemory(await runFlowsMemoryBench(100_000)),
   ipam: async () => printIpamBench(await runIpamBench(300)),
   identity: async () => printIdentityBench(await runIdentityBench(300)),
   policy: async () => printPolicyBench(runPolicyBench()),

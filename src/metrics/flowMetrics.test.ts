@@ -11,29 +11,11 @@ import { ruleCookie } from '../datapath/bpf/ruleCookie.js';
 import { encode } from '../datapath/kernel/bpf/codec.js';
 import { agentMonitorContext, decodeRecord, InterfaceNames, type MonitorContext, type MonitorEvent, policyRuleOrigins, resolveEvent } from '../monitor/index.js';
 import { parseIp } from '../netip/index.js';
-import { parsePolicyText } from '../policy/index.js';
+import { SHOP_POLICIES, shopEvent } from '../monitor/testing/shopPolicies.js';
 import { AgentMetrics, FlowMetrics, type FlowMetricsLabels, peerContext, workloadOfPodName } from './index.js';
 import { parseExposition, sampleValue } from './testing/exposition.js';
 
-const POLICIES = parsePolicyText(`
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: { name: db-ingress, namespace: shop }
-spec:
-  podSelector: { matchLabels: { app: db } }
-  policyTypes: [Ingress]
-  ingress:
-    - from: [{ podSelector: { matchLabels: { app: web } } }]
-      ports: [{ port: 5432, protocol: TCP }]
----
-apiVersion: tendril.io/v1
-kind: TendrilNetworkPolicy
-metadata: { name: no-world, namespace: shop }
-spec:
-  endpointSelector: { matchLabels: { app: web } }
-  egressDeny:
-    - toEntities: [world]
-`);
+const POLICIES = SHOP_POLICIES;
 const [DB_ALLOW, NO_WORLD] = policyRuleOrigins(POLICIES);
 const DB_ALLOW_TEXT = 'NetworkPolicy/shop/db-ingress spec.ingress[0]';
 const NO_WORLD_TEXT = 'TendrilNetworkPolicy/shop/no-world spec.egressDeny[0]';
@@ -54,27 +36,7 @@ function context(): MonitorContext {
 
 /** A record as the datapath writes it, decoded and resolved as the hub does. */
 function resolved(over: Partial<DatapathEvent>, ctx = context()): MonitorEvent {
-  const raw: DatapathEvent = {
-    type: EventType.POLICY_VERDICT,
-    subtype: PolicyVerdict.ALLOWED,
-    direction: TrafficDirection.INGRESS,
-    proto: 6,
-    tcpFlags: 0x02,
-    service: 0,
-    ifindex: 1,
-    srcIdentity: 30012,
-    dstIdentity: 30013,
-    srcEndpoint: 12,
-    dstEndpoint: 13,
-    cookie: ruleCookie(DB_ALLOW!),
-    origLen: 74,
-    sport: 40312,
-    dport: 5432,
-    saddr: parseIp('10.200.0.12'),
-    daddr: parseIp('10.200.0.13'),
-    tsNs: process.hrtime.bigint(),
-    ...over,
-  };
+  const raw = shopEvent({ type: EventType.POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, cookie: ruleCookie(DB_ALLOW!), ...over });
   const e = resolveEvent(decodeRecord(encode(datapathEvent, raw))!, ctx);
   assert.ok(e, 'the event resolves');
   return e;

@@ -12,7 +12,7 @@ import { ruleCookie } from '../datapath/bpf/ruleCookie.js';
 import { createTestDatapathMaps, type TestDatapathMaps } from '../datapath/bpf/testing/inspectMaps.js';
 import { encode } from '../datapath/kernel/bpf/codec.js';
 import { parseIp } from '../netip/index.js';
-import { parsePolicyText } from '../policy/index.js';
+import { SHOP_POLICIES, shopEvent } from './testing/shopPolicies.js';
 import {
   agentMonitorContext,
   decodeRecord,
@@ -27,25 +27,7 @@ import {
   resolveEvent,
 } from './index.js';
 
-const POLICIES = parsePolicyText(`
-apiVersion: networking.k8s.io/v1
-kind: NetworkPolicy
-metadata: { name: db-ingress, namespace: shop }
-spec:
-  podSelector: { matchLabels: { app: db } }
-  policyTypes: [Ingress]
-  ingress:
-    - from: [{ podSelector: { matchLabels: { app: web } } }]
-      ports: [{ port: 5432, protocol: TCP }]
----
-apiVersion: tendril.io/v1
-kind: TendrilNetworkPolicy
-metadata: { name: no-world, namespace: shop }
-spec:
-  endpointSelector: { matchLabels: { app: web } }
-  egressDeny:
-    - toEntities: [world]
-`);
+const POLICIES = SHOP_POLICIES;
 
 const LABELS: Record<number, string[]> = { 2: ['reserved:world'], 30012: ['k8s:app=web', 'k8s:io.kubernetes.pod.namespace=shop'], 30013: ['k8s:app=db', 'k8s:io.kubernetes.pod.namespace=shop'] };
 
@@ -62,29 +44,7 @@ function context(): MonitorContext {
   });
 }
 
-function event(over: Partial<DatapathEvent>): DatapathEvent {
-  return {
-    type: EventType.DROP,
-    subtype: Math.abs(DropReason.POLICY.code),
-    direction: TrafficDirection.INGRESS,
-    proto: 6,
-    tcpFlags: 0x02,
-    service: 0,
-    ifindex: 1,
-    srcIdentity: 30012,
-    dstIdentity: 30013,
-    srcEndpoint: 12,
-    dstEndpoint: 13,
-    cookie: ReservedCookie.NONE,
-    origLen: 74,
-    sport: 40312,
-    dport: 5432,
-    saddr: parseIp('10.200.0.12'),
-    daddr: parseIp('10.200.0.13'),
-    tsNs: process.hrtime.bigint(),
-    ...over,
-  };
-}
+const event = shopEvent;
 
 const record = (e: DatapathEvent): Buffer => encode(datapathEvent, e);
 

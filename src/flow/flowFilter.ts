@@ -11,6 +11,7 @@
  */
 import { MONITOR_EVENT_TYPES, type MonitorEvent, type MonitorEventType, type MonitorPeer } from '../monitor/index.js';
 import { type IpAddress, type IpPrefix, prefixContainsIp, tryParseIp, tryParsePrefix } from '../netip/index.js';
+import { peerNamespace } from './peer.js';
 import { FLOW_VERDICTS, type Flow, type FlowVerdict } from './types.js';
 
 export class FlowFilterError extends Error {
@@ -53,7 +54,6 @@ export const ALL_FLOW_FILTER_PARAMS: readonly string[] = [
   ...FLOW_FILTER_PARAMS,
 ];
 
-export const POD_NAMESPACE_LABEL_KEY = 'io.kubernetes.pod.namespace';
 const NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
 const PROTOCOLS = ['tcp', 'udp', 'icmp', 'icmpv6', 'sctp'];
 
@@ -173,17 +173,6 @@ export function flowFilterParams(params: Params): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   for (const k of ALL_FLOW_FILTER_PARAMS) for (const v of valuesOf(params, k)) out.push([k, v]);
   return out;
-}
-
-/** The peer's namespace: its pod's, else its identity's namespace label. */
-export function peerNamespace(p: MonitorPeer): string | undefined {
-  if (p.pod) return p.pod.namespace;
-  for (const l of p.labels) {
-    const colon = l.indexOf(':');
-    const rest = colon < 0 ? l : l.slice(colon + 1);
-    if (rest.startsWith(`${POD_NAMESPACE_LABEL_KEY}=`)) return rest.slice(POD_NAMESPACE_LABEL_KEY.length + 1);
-  }
-  return undefined;
 }
 
 function hasLabel(p: MonitorPeer, want: { source?: string; key: string; value?: string }): boolean {

@@ -34,8 +34,8 @@ export interface FlowRingStats {
 
 export type FlowListener = (flow: Flow) => void;
 
-/** The identity of a flow for folding repeats. */
-function foldKey(e: MonitorEvent, verdict: string): string {
+/** The identity of a flow for folding repeats (the UI keys the flows it holds by the same, so a folded flow sent again replaces its older self). */
+export function foldKey(e: MonitorEvent, verdict: string): string {
   const s = e.source;
   const d = e.destination;
   // A dropped flow's retries and a flood's random ports are one flow; a forwarded one is its connection.

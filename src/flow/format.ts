@@ -8,7 +8,7 @@
  * namespace, or what a reserved identity means (world, host, remote-node).
  */
 import type { MonitorPeer } from '../monitor/index.js';
-import { peerNamespace } from './flowFilter.js';
+import { peerNamespace } from './peer.js';
 import type { Flow, FlowVerdict } from './types.js';
 
 const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];

@@ -4,7 +4,7 @@
  * flow's wire form.
  */
 export { type Flow, type FlowLine, type FlowNodeStatus, type FlowsLost, FLOW_VERDICTS, type FlowVerdict, flowVerdictOf } from './types.js';
-export { FlowRing, type FlowListener, type FlowRingStats } from './flowRing.js';
+export { FlowRing, type FlowListener, type FlowRingStats, foldKey } from './flowRing.js';
 export {
   ALL_FLOW_FILTER_PARAMS,
   type FlowFilter,
@@ -14,7 +14,9 @@ export {
   parseFlowFilter,
   parseFlowTime,
   type PeerFilter,
-  peerNamespace,
   PEER_FILTER_PARAMS,
 } from './flowFilter.js';
 export { eventKind, FLOW_TABLE_HEADER, flowSummary, flowTableRow, flowTime, formatFlowLine, peerName, peerText, verdictText } from './format.js';
+export { parseLabelText, peerNamespace, podLabelsOf, POD_NAMESPACE_LABEL_KEY, type Workload, type WorkloadKind, workloadOf, workloadTitle } from './peer.js';
+export { buildFlowMap, type FlowEdge, type FlowMap } from './flowMap.js';
+export { type PolicySuggestion, SuggestPolicyError, type SuggestPolicyOptions, suggestPolicy } from './suggestPolicy.js';

@@ -5,7 +5,7 @@
 SHELL := /bin/bash
 APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftables etcd-server iperf3 jq util-linux procps podman busybox-static runc containerd \
   gcc libc6-dev linux-libc-dev clang llvm libclang-rt-14-dev libbpf-dev bpftool strace tcpdump curl systemd \
-  clang-16 clang-19
+  clang-16 clang-19 chromium fonts-dejavu-core
 NODE_STAMP := node_modules/.package-lock.json
 
 .PHONY: all deps apt-deps build native bpf layouts docs lint typecheck test check-native demo demo-notice bench clean
@@ -157,15 +157,21 @@ $(API_TYPES): api/openapi.yaml $(NODE_STAMP)
 	@mkdir -p $(@D)
 	npx openapi-typescript api/openapi.yaml -o $@ >/dev/null
 
+# The flow UI (ui/, served by src/flowui): type-checked, then bundled into dist/ui.
+UI_SRC := $(wildcard ui/*) $(wildcard src/flow/*.ts) scripts/build-ui.mjs
+dist/ui/index.html: $(UI_SRC) $(NODE_STAMP)
+	npx tsc -p ui
+	node scripts/build-ui.mjs
+
 build: $(NODE_STAMP) native $(API_TYPES)
 	npx tsc -p tsconfig.json
-	@$(MAKE) --no-print-directory layouts
+	@$(MAKE) --no-print-directory layouts dist/ui/index.html
 
 typecheck: $(NODE_STAMP) $(API_TYPES)
 	npx tsc -p tsconfig.json --noEmit
 
 lint: $(NODE_STAMP)
-	npx eslint src test bench
+	npx eslint src test bench ui
 
 test: deps build lint
 	node scripts/run-tests.mjs

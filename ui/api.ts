@@ -1,0 +1,58 @@
+/**
+ * The UI's two requests, to its own origin: GET /v1/flows (NDJSON FlowLines,
+ * read as they stream while following) and GET /v1/policy.
+ */
+import type { FlowLine } from '../src/flow/types.js';
+
+/** The API's error body's message, else the status. */
+async function errorText(res: Response): Promise<string> {
+  const text = await res.text();
+  try {
+    const body = JSON.parse(text) as { message?: string };
+    if (typeof body.message === 'string') return body.message;
+  } catch {
+    // Not JSON: the text itself says it.
+  }
+  return `${res.status} ${res.statusText}${text !== '' ? `: ${text.slice(0, 300)}` : ''}`;
+}
+
+/**
+ * Reads GET /v1/flows?`query` until it ends or `signal` aborts, handing
+ * over the lines of each chunk. Rejects with the server's message on an
+ * error answer.
+ */
+export async function streamFlows(query: URLSearchParams, onLines: (lines: FlowLine[]) => void, signal: AbortSignal): Promise<void> {
+  const res = await fetch(`/v1/flows?${query.toString()}`, { signal, headers: { accept: 'application/x-ndjson' } });
+  if (!res.ok) throw new Error(await errorText(res));
+  if (res.body === null) return;
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buf += value;
+    const lines: FlowLine[] = [];
+    let nl = buf.indexOf('\n');
+    let start = 0;
+    while (nl >= 0) {
+      const line = buf.slice(start, nl);
+      if (line !== '') lines.push(JSON.parse(line) as FlowLine);
+      start = nl + 1;
+      nl = buf.indexOf('\n', start);
+    }
+    buf = buf.slice(start);
+    if (lines.length > 0) onLines(lines);
+  }
+}
+
+export interface PolicyEntry {
+  /** `Kind/namespace/name`, as a rule origin's `policy` names it. */
+  name: string;
+  document: Record<string, unknown>;
+}
+
+export async function fetchPolicies(): Promise<PolicyEntry[]> {
+  const res = await fetch('/v1/policy', { headers: { accept: 'application/json' } });
+  if (!res.ok) throw new Error(await errorText(res));
+  return ((await res.json()) as { policies: PolicyEntry[] }).policies;
+}

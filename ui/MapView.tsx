@@ -41,6 +41,7 @@ function edgeShapes(map: FlowMap, nodes: ReturnType<typeof layoutMap>['nodes']):
     const bx = b.x + NODE_W / 2;
     const by = b.y + NODE_H / 2;
     const bend = 18 + VERDICT_ORDER.indexOf(edge.verdict) * 14;
+    const len = Math.hypot(bx - ax, by - ay) || 1;
     if (edge.from === edge.to) {
       // A workload talking to itself: a loop above its box.
       const lx = ax + 30 + bend;
@@ -48,10 +49,10 @@ function edgeShapes(map: FlowMap, nodes: ReturnType<typeof layoutMap>['nodes']):
       out.push({ edge, d: `M ${ax + 20} ${a.y} C ${ax + 20} ${ly} ${lx} ${ly} ${lx} ${a.y}`, lx, ly: ly + 6 });
       continue;
     }
-    const len = Math.hypot(bx - ax, by - ay) || 1;
-    // Bent to its left: A→B and B→A, and each verdict, take their own curve.
-    const cx = (ax + bx) / 2 + (-(by - ay) / len) * bend;
-    const cy = (ay + by) / 2 + ((bx - ax) / len) * bend;
+    // Bent to its left: A→B and B→A, and each verdict, take their own curve; a long one bends more, over the boxes between.
+    const curve = bend + len * 0.12;
+    const cx = (ax + bx) / 2 + (-(by - ay) / len) * curve;
+    const cy = (ay + by) / 2 + ((bx - ax) / len) * curve;
     const [sx, sy] = toBorder(ax, ay, cx, cy);
     const [ex, ey] = toBorder(bx, by, cx, cy);
     out.push({ edge, d: `M ${sx} ${sy} Q ${cx} ${cy} ${ex} ${ey}`, lx: 0.25 * sx + 0.5 * cx + 0.25 * ex, ly: 0.25 * sy + 0.5 * cy + 0.25 * ey });
@@ -65,7 +66,10 @@ export function MapView(props: { map: FlowMap; selection: Selection | undefined;
   const { map, selection } = props;
   const layout = useMemo(() => layoutMap(map.workloads.values()), [map]);
   const shapes = useMemo(() => edgeShapes(map, layout.nodes), [map, layout]);
-  const fit: ViewBox = { x: -20, y: -40, w: layout.width + 40, h: layout.height + 60 };
+  // A small map at its own size, not blown up to fill the screen.
+  const fitW = Math.max(layout.width + 40, 900);
+  const fitH = Math.max(layout.height + 60, 330);
+  const fit: ViewBox = { x: (layout.width - fitW) / 2, y: (layout.height - fitH) / 2, w: fitW, h: fitH };
   const [zoomed, setZoomed] = useState<ViewBox | undefined>(undefined);
   const view = zoomed ?? fit;
   const svg = useRef<SVGSVGElement>(null);
@@ -146,7 +150,7 @@ export function MapView(props: { map: FlowMap; selection: Selection | undefined;
         >
           <defs>
             {VERDICT_ORDER.map((v) => (
-              <marker key={v} id={`arrow-${v}`} viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">
+              <marker key={v} id={`arrow-${v}`} viewBox="0 0 10 10" refX="9" refY="5" markerUnits="userSpaceOnUse" markerWidth="10" markerHeight="10" orient="auto-start-reverse">
                 <path d="M 0 0 L 10 5 L 0 10 z" fill={VERDICT_COLORS[v]} />
               </marker>
             ))}

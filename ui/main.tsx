@@ -106,7 +106,7 @@ function App() {
   const unavailable = [...store.nodes.values()].filter((n) => n.state === 'unavailable');
 
   return (
-    <div class="app" data-flows={store.size} data-workloads={map.workloads.size} data-status={state.status}>
+    <div class="app" data-flows={flows.length} data-workloads={map.workloads.size} data-status={state.status}>
       <header>
         <h1>tendril flows</h1>
         <select class="namespace-select" value={query.namespace} onChange={(e) => apply({ namespace: (e.currentTarget as HTMLSelectElement).value })}>
@@ -121,7 +121,7 @@ function App() {
           {live ? '❚❚ pause' : '▶ follow'}
         </button>
         <span class={`status status-${state.status}`}>
-          {state.status === 'error' ? state.message : state.status} · {store.size} flows · {map.workloads.size} workloads · {map.edges.length} edges
+          {state.status === 'error' ? state.message : state.status} · {flows.length} flows · {map.workloads.size} workloads · {map.edges.length} edges
           {store.lost > 0 ? ` · ${store.lost} lost` : ''}
           {unavailable.length > 0 ? ` · unavailable: ${unavailable.map((n) => `${n.node} (${n.message ?? ''})`).join(', ')}` : ''}
         </span>

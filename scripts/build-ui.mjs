@@ -18,7 +18,8 @@ const result = await build({
   format: 'esm',
   platform: 'browser',
   target: ['chrome110', 'firefox115', 'safari16'],
-  minify: true,
+  // TENDRIL_UI_DEV=1: readable output, for profiling.
+  minify: process.env.TENDRIL_UI_DEV !== '1',
   sourcemap: true,
   jsx: 'automatic',
   jsxImportSource: 'preact',

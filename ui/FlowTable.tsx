@@ -3,7 +3,7 @@
  * (fixed row height, a spacer for the rest), so 10,000 flows scroll as
  * lightly as 10.
  */
-import { useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { eventKind, flowSummary, flowTime, peerText } from '../src/flow/format.js';
 import type { Flow } from '../src/flow/types.js';
 import { VERDICT_COLORS } from './colors.js';
@@ -20,6 +20,15 @@ export function FlowTable(props: { flows: Flow[]; selected: Flow | undefined; on
   const { flows } = props;
   const [top, setTop] = useState(0);
   const [height, setHeight] = useState(400);
+  const body = useRef<HTMLDivElement>(null);
+  // Measured when the box changes, never in a render: reading it there forces a layout of the whole page each time.
+  useEffect(() => {
+    const el = body.current;
+    if (el === null) return;
+    const seen = new ResizeObserver(() => setHeight(el.clientHeight));
+    seen.observe(el);
+    return () => seen.disconnect();
+  }, []);
   const first = Math.max(0, Math.floor(top / ROW_H) - OVERSCAN);
   const last = Math.min(flows.length, Math.ceil((top + height) / ROW_H) + OVERSCAN);
   const rows: Flow[] = [];
@@ -39,9 +48,7 @@ export function FlowTable(props: { flows: Flow[]; selected: Flow | undefined; on
       </div>
       <div
         class="tbody"
-        ref={(el) => {
-          if (el && el.clientHeight > 0 && el.clientHeight !== height) setHeight(el.clientHeight);
-        }}
+        ref={body}
         onScroll={(e) => setTop((e.currentTarget as HTMLElement).scrollTop)}
       >
         <div style={{ height: `${flows.length * ROW_H}px`, position: 'relative' }}>

@@ -19,7 +19,7 @@ import './style.css';
 
 /** Flows in view at most: the newest are kept. */
 const MAX_FLOWS = 10_000;
-/** A stream's lines are drawn at most this often. */
+/** A stream's lines are drawn at most this often, and at most a fifth of the time (a big map drawn slowly is drawn less often). */
 const RENDER_EVERY_MS = 250;
 const PROTOCOLS = ['tcp', 'udp', 'icmp', 'icmpv6', 'sctp'];
 
@@ -53,6 +53,7 @@ function App() {
   const [state, setState] = useState<{ status: 'connecting' | 'following' | 'ended' | 'error'; message?: string }>({ status: 'connecting' });
   const [selection, setSelection] = useState<Selection | undefined>(undefined);
   const namespacesSeen = useRef(new Set<string>()).current;
+  const drawing = useRef({ since: 0, lastMs: 0 }).current;
 
   const params = filterParams(query);
   const paramText = typeof params === 'string' ? params : params.toString();
@@ -66,6 +67,7 @@ function App() {
     let timer: ReturnType<typeof setTimeout> | undefined;
     const draw = () => {
       timer = undefined;
+      drawing.since = performance.now();
       setVersion(store.version);
     };
     setState({ status: 'connecting' });
@@ -74,7 +76,7 @@ function App() {
       (lines) => {
         store.add(lines);
         setState((s) => (s.status === 'following' ? s : { status: 'following' }));
-        timer ??= setTimeout(draw, RENDER_EVERY_MS);
+        timer ??= setTimeout(draw, Math.max(RENDER_EVERY_MS, 4 * drawing.lastMs));
       },
       abort.signal,
     ).then(
@@ -91,6 +93,9 @@ function App() {
   }, [paramText, live]);
 
   const flows = useMemo(() => store.list(), [version]);
+  useEffect(() => {
+    if (drawing.since > 0) drawing.lastMs = performance.now() - drawing.since;
+  }, [version]);
   const map = useMemo(() => buildFlowMap(flows, query.namespace !== '' ? { namespace: query.namespace } : {}), [flows, query.namespace]);
   for (const ns of map.namespaces) namespacesSeen.add(ns);
   const apply = (q: Partial<Query>) => {

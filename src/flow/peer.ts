@@ -77,7 +77,7 @@ export interface Workload {
   name: string;
   identity: number;
   /** The identity's labels (the first peer's that had any). */
-  labels: string[];
+  labels: readonly string[];
 }
 
 function reservedName(p: MonitorPeer): string {

@@ -3,6 +3,9 @@ import { dirname, join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { deletionQueueSockets, drainDeletionQueues } from '../api/deletionQueueDrain.js';
 import { buildServer, checkSocketPath, listenOnSocket } from '../api/server/server.js';
+import { hostPort } from '../api/server/listenAccess.js';
+import { announcedFlowsAddress, startFlowsListener } from './flowsListener.js';
+import type { FlowsListener } from '../api/server/flowsListener.js';
 import type { AgentApi } from '../api/server/server.js';
 import type { Datapath } from '../datapath/types.js';
 import type { Underlay } from '../datapath/linux/underlay.js';
@@ -115,6 +118,8 @@ export class Agent {
   private readonly cniHandler: AgentParts['cniHandler'];
   /** GET /metrics over TCP (--prometheus-serve-addr); absent when off. */
   private metricsServer: MetricsServer | undefined;
+  /** The flows over TCP for a relay (--flows-listen-addr); absent when off. */
+  private flowsListener: FlowsListener | undefined;
   /** The datapath this agent opened (not one a test handed in): its handles are let go at stop. */
   private ownedDatapath: AgentDatapath | undefined;
   /** Monitor, /v1/bpf/* and conntrack GC: only with the eBPF datapath. */
@@ -177,6 +182,7 @@ export class Agent {
         tunnel: { protocol: config.tunnelProtocol, port: config.tunnelPort },
         kvstore: await backend.status(),
         startedAt: new Date(this.startedAt),
+        ...(this.flowsListener ? { flows: announcedFlowsAddress(this.flowsListener, f.nodeIp) } : {}),
       }),
       onPodCidrsChanged: (cb) => ipam.onPodCidrsChanged(cb),
     });
@@ -234,6 +240,7 @@ export class Agent {
     teardown.add(async () => this.observability?.stop(), 'bpf observability');
     teardown.add(async () => this.kubernetes?.stop(), 'kubernetes');
     teardown.add(async () => this.metricsServer?.close(), 'metrics server');
+    teardown.add(async () => this.flowsListener?.close(), 'flows listener');
     teardown.add(async () => this.server?.close(), 'API server');
   }
 
@@ -350,6 +357,8 @@ export class Agent {
     await this.hostAddresses.setRouters(f.ipam.routerAddresses());
     f.metrics.bind(metricsSources(this.parts()));
     await this.hostAddresses.refresh(deps.interfaceAddresses ?? (deps.datapath ? async () => [] : readInterfaceAddresses));
+    // Before the node's record is published: the record announces where it listens (the port bound for :0).
+    if (config.flowsListenAddr !== undefined) this.flowsListener = await startFlowsListener(config, this.api(), log.child({ subsys: 'flows' }));
     await this.ownNode.start();
     // crd mode: the other nodes' pods once the registry says which nodes are alive; this node's as its endpoints come.
     const crdSync = kubernetesIpcacheSync(config, { kubernetes: this.kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'ipcache' }), ipcache: f.ipcache, endpoints: this.endpoints, nodes: this.ownNode.registry!, nodeIp: f.nodeIp, nodeIp6: f.nodeIp6 });
@@ -407,6 +416,7 @@ export class Agent {
       {
         socket: config.socket,
         ...(this.metricsServer ? { prometheus: `${this.metricsServer.address.host}:${this.metricsServer.address.port}` } : {}),
+        ...(this.flowsListener ? { flows: hostPort(this.flowsListener.address.host, this.flowsListener.address.port) } : {}),
         ipam: config.ipam,
         routers: f.ipam.routerAddresses(),
         endpoints: this.endpoints.size,
@@ -451,6 +461,11 @@ export class Agent {
 
   private drainDeletionQueues(): Promise<void> {
     return drainDeletionQueues(deletionQueueSockets(this.config.socket, this.config.stateDir), { cni: this.cniHandler, endpointOf: (containerId, ifName) => this.endpoints.byContainer(containerId, ifName) }, this.log);
+  }
+
+  /** Where the flows are served over TCP, as bound (the port chosen for :0); undefined when off. */
+  get flowsAddress(): { host: string; port: number } | undefined {
+    return this.flowsListener?.address;
   }
 
   /** Where GET /metrics is served over TCP, as bound (the port chosen for :0); undefined when off. */

@@ -103,6 +103,11 @@ export interface Flags {
   k8sSyncTimeout?: number;
   k8sNamespace?: string;
   prometheusServeAddr?: string;
+  flowsListenAddr?: string;
+  flowsTlsCert?: string;
+  flowsTlsKey?: string;
+  flowsTlsClientCa?: string;
+  flowsTokenFile?: string;
   logFile?: string;
   logLevel?: string;
   logFormat?: string;
@@ -190,6 +195,11 @@ export function agentCommand(): Command {
     .option('--k8s-namespace <ns>', 'the namespace of tendril\'s own objects in the API server (each node\'s Lease; default kube-system)')
     .option('--k8s-sync-timeout <s>', `how long start-up waits for the first Kubernetes sync and this node's Node object (default ${DEFAULT_K8S_SYNC_TIMEOUT_SECONDS})`, int('--k8s-sync-timeout'))
     .option('--prometheus-serve-addr <host:port>', 'also serve GET /metrics (Prometheus) over TCP here, such as 127.0.0.1:9962 (default: off; the API socket always serves it)')
+    .option('--flows-listen-addr <host:port>', 'also serve the flows (GET /v1/flows, GET /v1/policy, GET /healthz; read-only) over TCP here for `tendril relay` and `tendril observe --server`, announced in the node registry (default: off); an address other hosts reach needs --flows-tls-cert or --flows-token-file')
+    .option('--flows-tls-cert <file>', 'flows listener: serve TLS with this certificate (PEM)')
+    .option('--flows-tls-key <file>', 'flows listener: the certificate\'s private key (PEM)')
+    .option('--flows-tls-client-ca <file>', 'flows listener: ask clients for a certificate signed by this CA (mTLS)')
+    .option('--flows-token-file <file>', 'flows listener: every request must carry this file\'s token (Authorization: Bearer)')
     .option('--log-file <path>', 'log to this file instead of stderr')
     .addOption(new Option('--log-level <level>', 'log level').choices([...LOG_LEVELS]))
     .addOption(new Option('--log-format <format>', 'json, text, or auto (default): text when logging to a terminal, JSON to a file or a pipe').choices([...LOG_FORMATS]))
@@ -286,6 +296,12 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('k8sNamespace', flags.k8sNamespace);
   set('identityAllocationMode', flags.identityAllocationMode);
   set('prometheusServeAddr', flags.prometheusServeAddr);
+  set('flowsListenAddr', flags.flowsListenAddr);
+  // Absolute, so GET /config says which files the agent read.
+  set('flowsTlsCert', flags.flowsTlsCert === undefined ? undefined : resolve(flags.flowsTlsCert));
+  set('flowsTlsKey', flags.flowsTlsKey === undefined ? undefined : resolve(flags.flowsTlsKey));
+  set('flowsTlsClientCa', flags.flowsTlsClientCa === undefined ? undefined : resolve(flags.flowsTlsClientCa));
+  set('flowsTokenFile', flags.flowsTokenFile === undefined ? undefined : resolve(flags.flowsTokenFile));
   set('logFile', flags.logFile);
   set('logLevel', flags.logLevel);
   set('logFormat', flags.logFormat);

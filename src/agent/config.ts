@@ -13,6 +13,7 @@ import { DEFAULT_MAX_ENTRIES_PER_ENDPOINT } from '../policy/index.js';
 import { isValidMaglevTableSize, MAGLEV_MAX_TABLE_SIZE, MAGLEV_MIN_TABLE_SIZE } from '../service/maglev.js';
 import { isServeAddress } from '../metrics/metricsServer.js';
 import { FLOW_METRICS_LABELS } from '../metrics/flowMetrics.js';
+import { checkListenOptions, listenFlags, type ListenAccessFiles } from '../api/server/listenAccess.js';
 import { LOG_FORMATS } from '../logging/logger.js';
 import { fileErrorReason } from '../errors/fileError.js';
 
@@ -151,6 +152,17 @@ export const AgentConfigSchema = z
       .string()
       .refine((a) => isServeAddress(a), { message: 'must be host:port, [ipv6]:port or :port, such as 127.0.0.1:9962' })
       .optional(),
+    /** Where the flows are also served over TCP, read-only (GET /v1/flows, /v1/policy, /healthz) for a relay; absent: off. */
+    flowsListenAddr: z
+      .string()
+      .refine((a) => isServeAddress(a), { message: 'must be host:port, [ipv6]:port or :port, such as 127.0.0.1:4245' })
+      .optional(),
+    /** The flows listener's TLS certificate and key (PEM files); with a client CA, clients need a certificate it signed. */
+    flowsTlsCert: absPath.optional(),
+    flowsTlsKey: absPath.optional(),
+    flowsTlsClientCa: absPath.optional(),
+    /** A file holding the bearer token every request to the flows listener must carry. */
+    flowsTokenFile: absPath.optional(),
     logFile: absPath.optional(),
     logLevel: z.enum(LOG_LEVELS),
     /** json, text (a line a person reads) or auto: text on a terminal, JSON to a file or a pipe. */
@@ -272,7 +284,37 @@ export function validateConfig(raw: unknown, o: { kubernetes?: boolean } = {}): 
   );
   // IPv6 pod CIDRs are carried in both routing modes: natively routed, or in the overlay (over an IPv4 or an IPv6 underlay).
   validateAbsolutePath(c.socket, 'socket path');
+  checkFlowsListener(c);
   return c;
+}
+
+/** The flows listener's options fit together, and an address other hosts reach is protected (listenAccess.ts). */
+function checkFlowsListener(c: AgentConfig): void {
+  const files = flowsListenFiles(c);
+  if (c.flowsListenAddr === undefined) {
+    const given = Object.entries(FLOWS_FLAGS_BY_FILE).filter(([k]) => files[k as keyof ListenAccessFiles] !== undefined).map(([, f]) => f);
+    if (given.length > 0) throw new ConfigError(`${given.join(', ')} configure the flows listener: give --flows-listen-addr too`);
+    return;
+  }
+  checkListenOptions(c.flowsListenAddr, files, FLOWS_LISTEN_FLAGS);
+}
+
+export const FLOWS_LISTEN_FLAGS = listenFlags('--flows-');
+const FLOWS_FLAGS_BY_FILE: Record<keyof ListenAccessFiles, string> = {
+  tokenFile: FLOWS_LISTEN_FLAGS.tokenFile,
+  tlsCert: FLOWS_LISTEN_FLAGS.tlsCert,
+  tlsKey: FLOWS_LISTEN_FLAGS.tlsKey,
+  tlsClientCa: FLOWS_LISTEN_FLAGS.tlsClientCa,
+};
+
+/** The flows listener's access files as listenAccess.ts takes them. */
+export function flowsListenFiles(c: AgentConfig): ListenAccessFiles {
+  return {
+    ...(c.flowsTokenFile !== undefined ? { tokenFile: c.flowsTokenFile } : {}),
+    ...(c.flowsTlsCert !== undefined ? { tlsCert: c.flowsTlsCert } : {}),
+    ...(c.flowsTlsKey !== undefined ? { tlsKey: c.flowsTlsKey } : {}),
+    ...(c.flowsTlsClientCa !== undefined ? { tlsClientCa: c.flowsTlsClientCa } : {}),
+  };
 }
 
 /**

@@ -77,6 +77,11 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   logLevel: { yaml: 'debug', argv: ['--log-level', 'debug'] },
   logFormat: { yaml: 'text', argv: ['--log-format', 'text'] },
   prometheusServeAddr: { yaml: '127.0.0.1:9962', argv: ['--prometheus-serve-addr', '127.0.0.1:9962'] },
+  flowsListenAddr: { yaml: '127.0.0.1:4245', argv: ['--flows-listen-addr', '127.0.0.1:4245'] },
+  flowsTlsCert: { yaml: '/etc/tdl-keys/flows.crt', argv: ['--flows-tls-cert', '/etc/tdl-keys/flows.crt'] },
+  flowsTlsKey: { yaml: '/etc/tdl-keys/flows.key', argv: ['--flows-tls-key', '/etc/tdl-keys/flows.key'] },
+  flowsTlsClientCa: { yaml: '/etc/tdl-keys/clients.crt', argv: ['--flows-tls-client-ca', '/etc/tdl-keys/clients.crt'] },
+  flowsTokenFile: { yaml: '/etc/tdl-keys/flows.token', argv: ['--flows-token-file', '/etc/tdl-keys/flows.token'] },
 };
 /**
  * Keys whose sample is also the default: the flag has a single choice today

@@ -21,6 +21,8 @@ export const AGENT_ERRORS = {
   IPAM_FAILED: { http: 500, cni: 101 },
   DATAPATH_FAILED: { http: 500, cni: 102 },
   INTERNAL: { http: 500, cni: CniErrorCode.Internal },
+  // The TCP listeners (flows, relay) without the bearer token they want; the socket API never answers it.
+  UNAUTHORIZED: { http: 401, cni: CniErrorCode.Internal },
   // The service subsystem's codes (ServiceErrorCode) keep their names on the wire; CNI never meets them.
   [ServiceErrorCode.INVALID]: { http: 400, cni: CniErrorCode.InvalidNetworkConfig },
   [ServiceErrorCode.NOT_FOUND]: { http: 404, cni: CniErrorCode.Internal },

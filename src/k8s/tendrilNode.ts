@@ -30,6 +30,8 @@ export interface TendrilNodeSpec {
   tunnel?: NodeRecord['tunnel'];
   health: NodeRecord['health'];
   startedAt: string;
+  /** Where the node serves its flows (--flows-listen-addr); absent when it does not. */
+  flows?: NodeRecord['flows'];
   /** The operator's: cluster-pool CIDRs handed to the node. */
   ipam?: { podCIDRs?: string[] };
 }
@@ -51,6 +53,7 @@ export function tendrilNodeSpec(record: NodeRecord): Omit<TendrilNodeSpec, 'ipam
     ...(r.tunnel === undefined ? {} : { tunnel: r.tunnel }),
     health: r.health,
     startedAt: r.startedAt,
+    ...(r.flows === undefined ? {} : { flows: r.flows }),
   };
 }
 
@@ -79,6 +82,7 @@ export function tendrilNodeSpecPatch(record: NodeRecord): { spec: Record<string,
       tunnel: spec.tunnel ?? null,
       health: { status: spec.health.status, reason: spec.health.reason ?? null },
       startedAt: spec.startedAt,
+      flows: spec.flows ?? null,
     },
   };
 }

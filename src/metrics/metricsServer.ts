@@ -36,8 +36,8 @@ export interface ServeAddress {
  * `host:port`, `[v6]:port` or `:port` (every address). Port 0 takes a free
  * port (tests). Throws MetricsServeError INVALID_ADDRESS saying what is wrong.
  */
-export function parseServeAddress(addr: string): ServeAddress {
-  const bad = (why: string) => new MetricsServeError('INVALID_ADDRESS', `invalid --prometheus-serve-addr "${addr}": ${why}`);
+export function parseServeAddress(addr: string, flag = '--prometheus-serve-addr'): ServeAddress {
+  const bad = (why: string) => new MetricsServeError('INVALID_ADDRESS', `invalid ${flag} "${addr}": ${why}`);
   const m = /^(?:\[([^\]]+)\]|([^:[\]]*)):(\d{1,5})$/.exec(addr);
   if (!m) throw bad('use host:port, [ipv6]:port or :port, such as 127.0.0.1:9962');
   const host = m[1] ?? m[2] ?? '';

@@ -5,7 +5,7 @@
  */
 export * from './types.js';
 export { NodeError, NodeErrorCode, NodeConfigError, NodeRecordError } from './errors.js';
-export { NODE_NAME, isNodeName, encodeNodeRecord, decodeNodeRecord, parseNodeRecord, normalizeNodeRecord, primaryNodeIp, nodeIpOfFamily, podCidrsOfFamily } from './nodeRecord.js';
+export { NODE_NAME, isNodeName, isFlowsAddress, encodeNodeRecord, decodeNodeRecord, parseNodeRecord, normalizeNodeRecord, primaryNodeIp, nodeIpOfFamily, podCidrsOfFamily } from './nodeRecord.js';
 export { NodeRegistry, type NodeRegistryOptions } from './nodeRegistry.js';
 export { KnownNodes, type KnownNode } from './knownNodes.js';
 export { RemoteNodes, type RemoteNodesOptions, remoteNodeOwner } from './remoteNodes.js';

@@ -37,8 +37,23 @@ const NodeRecordSchema = z
     tunnel: z.object({ protocol: z.enum(TUNNEL_PROTOCOLS), port: z.number().int().min(1).max(65535) }).optional(),
     health: z.object({ status: z.enum(['ok', 'degraded']), reason: z.string().max(MAX_REASON).optional() }),
     startedAt: z.string().refine((s) => !Number.isNaN(Date.parse(s)), 'not an ISO 8601 time'),
+    // Optional: records of agents before it, and of agents that serve no flows, have none.
+    flows: z.object({ address: z.string().max(300).refine(isFlowsAddress, 'not host:port'), tls: z.boolean() }).optional(),
   })
   .refine((r) => r.routingMode !== 'tunnel' || r.tunnel !== undefined, { message: 'routingMode tunnel needs tunnel {protocol, port}', path: ['tunnel'] });
+
+/** `host:port` of a flows listener: an IP (IPv6 in brackets) or a DNS name, a port 1-65535. */
+const FLOWS_ADDRESS = /^(?:\[([0-9A-Fa-f:.]+)\]|([0-9]{1,3}(?:\.[0-9]{1,3}){3})|([A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)):([0-9]{1,5})$/;
+
+export function isFlowsAddress(text: string): boolean {
+  const m = FLOWS_ADDRESS.exec(text);
+  if (!m) return false;
+  const port = Number(m[4]);
+  if (port < 1 || port > 65535) return false;
+  if (m[1] !== undefined) return tryParseIp(m[1])?.family === 6;
+  if (m[2] !== undefined) return tryParseIp(m[2])?.family === 4;
+  return true;
+}
 
 type ParsedRecord = z.infer<typeof NodeRecordSchema>;
 
@@ -52,6 +67,7 @@ function canonical(r: ParsedRecord): NodeRecord {
     ...(r.tunnel === undefined ? {} : { tunnel: { protocol: r.tunnel.protocol, port: r.tunnel.port } }),
     health: { status: r.health.status, ...(r.health.reason === undefined ? {} : { reason: r.health.reason }) },
     startedAt: r.startedAt,
+    ...(r.flows === undefined ? {} : { flows: { address: r.flows.address, tls: r.flows.tls } }),
   };
 }
 

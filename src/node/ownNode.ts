@@ -6,7 +6,7 @@ import type { Backend, Status } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { NodeRegistry } from './nodeRegistry.js';
 import { RemoteNodes } from './remoteNodes.js';
-import type { NodeAddress, NodeRecord, NodeRegistryService, RoutingMode, TunnelProtocol } from './types.js';
+import type { NodeAddress, NodeFlowsAddress, NodeRecord, NodeRegistryService, RoutingMode, TunnelProtocol } from './types.js';
 
 /** What this node's record says, read again at each write. */
 export interface OwnNodeFacts {
@@ -22,6 +22,8 @@ export interface OwnNodeFacts {
   tunnel?: { protocol: TunnelProtocol; port: number };
   kvstore: Status;
   startedAt: Date;
+  /** Where this node serves its flows (--flows-listen-addr), as other hosts reach it. */
+  flows?: NodeFlowsAddress;
 }
 
 /** This node as the registry publishes it. */
@@ -41,6 +43,7 @@ export function ownNodeRecord(name: string, f: OwnNodeFacts): NodeRecord {
     ...(f.routingMode === 'tunnel' && f.tunnel ? { tunnel: f.tunnel } : {}),
     health: kv.connected ? { status: 'ok' } : { status: 'degraded', reason: `kvstore ${kv.backend} disconnected${kv.detail ? `: ${kv.detail}` : ''}` },
     startedAt: f.startedAt.toISOString(),
+    ...(f.flows ? { flows: f.flows } : {}),
   };
 }
 

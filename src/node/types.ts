@@ -37,6 +37,15 @@ export interface NodeRecord {
   health: { status: 'ok' | 'degraded'; reason?: string };
   /** When the agent that wrote it started (ISO 8601): a restart shows as a new value. */
   startedAt: string;
+  /** Where the node serves its flows for a relay (--flows-listen-addr): `host:port`, over TLS or plain HTTP. Absent: not served (and in records of older agents). */
+  flows?: NodeFlowsAddress;
+}
+
+/** A node's flows listener as its record announces it. */
+export interface NodeFlowsAddress {
+  /** `ip:port`, `[ipv6]:port` or `name:port`. */
+  address: string;
+  tls: boolean;
 }
 
 /** A change the registry's watch saw. */

@@ -29,6 +29,7 @@ export function nodeStatus(api: NodeApi, record: NodeRecord): NodeStatus {
     ...(record.tunnel ? { tunnel: { protocol: record.tunnel.protocol, port: record.tunnel.port } } : {}),
     health: { status: record.health.status, ...(record.health.reason !== undefined ? { reason: record.health.reason } : {}) },
     startedAt: record.startedAt,
+    ...(record.flows ? { flows: { address: record.flows.address, tls: record.flows.tls } } : {}),
     local,
     revision: api.registry.revisionOf(record.name) ?? 0,
     ...(local ? {} : { routesInstalled: api.routesInstalled(record.name) }),

@@ -1,4 +1,5 @@
 import { chmod, lstat, rm } from 'node:fs/promises';
+import type { IncomingMessage, Server as HttpServer, ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import Fastify, { type FastifyError, type FastifyInstance, type RouteOptions } from 'fastify';
 import { AgentError } from '../errors.js';
@@ -77,14 +78,18 @@ export interface IpamApi {
   release(ip: string): Promise<void>;
 }
 
-/** /policy: import, delete, explain; revisions are the ones endpoints realize. */
-export interface PolicyApi {
+/** GET /policy: what the read-only listeners need of the policies. */
+export interface PolicyReadApi {
   readonly revision: number;
   /** The kvstore revision of the last policy change this node applied (equal on every node once synced); 0 when unknown. */
   readonly clusterRevision?: number;
   list(filter: PolicyFilter): Policy[];
   /** Policies the kvstore lost that stay in force from the state dir until re-imported or confirmed lost. */
   lost?(): PolicyName[];
+}
+
+/** /policy: import, delete, explain; revisions are the ones endpoints realize. */
+export interface PolicyApi extends PolicyReadApi {
   /** Drops the lost policies: the operator confirms the kvstore is right. */
   confirmLoss?(): Promise<{ revision: number; dropped: readonly PolicyName[]; endpoints: readonly number[] }>;
   /** Resolves once the policies are in force and stored (kvstore); a store failure rolls the import back. */
@@ -261,17 +266,32 @@ export function unversionedHealthz(url: string | undefined): string {
   return u === '/healthz' || u.startsWith('/healthz?') ? `/v1${u}` : u;
 }
 
-/** The agent's REST API (api/openapi.yaml), validated against that document. */
-export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyInstance {
+/** How an API server is built: its document, its checks, its log; `serverFactory` for TLS (the flows listener). */
+export interface ApiAppOptions extends ServerOptions {
+  log: Logger;
+  /** Makes the HTTP server fastify serves on (an https.Server for TLS); default node:http's. */
+  serverFactory?: (handler: (req: IncomingMessage, res: ServerResponse) => void, opts: { requestTimeout: number; headersTimeout: number; connectionsCheckingInterval: number }) => HttpServer;
+}
+
+/**
+ * A fastify instance with the API's rules and no route: requests checked
+ * against the document (query and body schemas, body limits, repeated JSON
+ * keys), errors as ErrorResponse, request deadlines. The agent's socket API
+ * and the read-only flows listener are both built on it.
+ */
+export function createApiApp(opts: ApiAppOptions): FastifyInstance {
   const spec = opts.spec ?? new OpenApiSchemas();
   const requestTimeout = opts.requestTimeoutMs ?? API_REQUEST_TIMEOUT_MS;
+  const http = { requestTimeout, headersTimeout: requestTimeout, connectionsCheckingInterval: timeoutCheckInterval(requestTimeout) };
+  const factory = opts.serverFactory;
   const app = Fastify({
     logger: false,
     // HEAD routes are not in the document, so fastify does not add them.
     exposeHeadRoutes: false,
     // Both bounds are node:http's (answered 408, then the connection is closed); headers are part of the request.
     requestTimeout,
-    http: { requestTimeout, headersTimeout: requestTimeout, connectionsCheckingInterval: timeoutCheckInterval(requestTimeout) },
+    http,
+    ...(factory ? { serverFactory: (handler: (req: IncomingMessage, res: ServerResponse) => void) => factory(handler, http) } : {}),
     // GET /healthz, as probes and the docs ask for it, is GET /v1/healthz: the same operation, not a second route.
     rewriteUrl: (req) => unversionedHealthz(req.url),
   });
@@ -286,7 +306,6 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     }
     parseJson(req, body as string, done);
   });
-  const { endpoints, ipam, policy, identities, ipcache, health } = agent;
 
   const served: ServedRoute[] = [];
   servedByApp.set(app, served);
@@ -295,7 +314,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     applySpec(spec, route);
   });
   app.setValidatorCompiler(requestValidatorCompiler());
-  if (opts.validateResponses ?? process.env[VALIDATE_RESPONSES_ENV] === '1') validateResponses(app, spec, agent.log);
+  if (opts.validateResponses ?? process.env[VALIDATE_RESPONSES_ENV] === '1') validateResponses(app, spec, opts.log);
 
   app.setErrorHandler((err: FastifyError, req, reply) => {
     if (err.validation) {
@@ -311,20 +330,55 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
       return reply.status(err.statusCode).send(e.toResponse());
     }
     const e = toAgentError(err);
-    if (e.httpStatus >= 500) agent.log.error({ err, code: e.code }, 'API request failed');
+    if (e.httpStatus >= 500) opts.log.error({ err, code: e.code }, 'API request failed');
     return reply.status(e.httpStatus).send(e.toResponse());
   });
   app.setNotFoundHandler((req, reply) => {
     const e = new AgentError('NOT_FOUND', `no route ${req.method} ${req.url}`);
     return reply.status(404).send(e.toResponse());
   });
+  return app;
+}
 
+/** GET /v1/healthz (and /healthz): the agent's state, 503 until Kubernetes is synced. */
+export function registerHealthzRoute(app: FastifyInstance, health: Pick<HealthApi, 'health'>): void {
   app.get('/v1/healthz', async (): Promise<ResponseBody<'getHealthz', 200>> => {
     const h = await health.health();
     // Before the first sync the agent would enforce an incomplete picture of the cluster: not healthy yet.
     if (h.kubernetes && !h.kubernetes.synced) throw new AgentError('NOT_READY', k8sNotSyncedMessage(h.kubernetes));
     return h;
   });
+}
+
+/** GET /v1/policy: the policies in force (read-only; the socket API and the flows listener serve it alike). */
+export function registerPolicyReadRoute(app: FastifyInstance, policy: PolicyReadApi): void {
+  app.get('/v1/policy', async (req): Promise<ResponseBody<'getPolicy', 200>> => {
+    const policies = policy.list(policyFilter(req.query as QueryParams<'getPolicy'>));
+    const lost = policy.lost?.() ?? [];
+    return {
+      revision: policy.revision,
+      clusterRevision: policy.clusterRevision ?? 0,
+      policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown> })),
+      ...(lost.length > 0 ? { lost: lost.map(formatPolicyName) } : {}),
+    };
+  });
+}
+
+function policyFilter(q: { name?: string; namespace?: string; label?: string | string[] }): PolicyFilter {
+  return {
+    ...(q.name ? { name: q.name } : {}),
+    ...(q.namespace !== undefined ? { namespace: q.namespace } : {}),
+    ...(q.label ? { labels: Array.isArray(q.label) ? q.label : [q.label] } : {}),
+  };
+}
+
+/** The agent's REST API (api/openapi.yaml), validated against that document. */
+export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyInstance {
+  const spec = opts.spec ?? new OpenApiSchemas();
+  const app = createApiApp({ ...opts, spec, log: agent.log });
+  const { endpoints, ipam, policy, identities, ipcache, health } = agent;
+
+  registerHealthzRoute(app, health);
   app.get('/v1/status', async (): Promise<ResponseBody<'getStatus', 200>> => health.health());
 
   app.get('/v1/metrics', async (_req, reply): Promise<string> => {
@@ -415,21 +469,7 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
   });
   app.get('/v1/ip', async (): Promise<ResponseBody<'listIpcache', 200>> => ipcache.list().map(ipcacheEntryBody));
 
-  const policyFilter = (q: { name?: string; namespace?: string; label?: string | string[] }): PolicyFilter => ({
-    ...(q.name ? { name: q.name } : {}),
-    ...(q.namespace !== undefined ? { namespace: q.namespace } : {}),
-    ...(q.label ? { labels: Array.isArray(q.label) ? q.label : [q.label] } : {}),
-  });
-  app.get('/v1/policy', async (req): Promise<ResponseBody<'getPolicy', 200>> => {
-    const policies = policy.list(policyFilter(req.query as QueryParams<'getPolicy'>));
-    const lost = policy.lost?.() ?? [];
-    return {
-      revision: policy.revision,
-      clusterRevision: policy.clusterRevision ?? 0,
-      policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown> })),
-      ...(lost.length > 0 ? { lost: lost.map(formatPolicyName) } : {}),
-    };
-  });
+  registerPolicyReadRoute(app, policy);
   app.post('/v1/policy/confirm-loss', async (): Promise<ResponseBody<'confirmPolicyLoss', 200>> => {
     const r = policy.confirmLoss ? await policy.confirmLoss() : { revision: policy.revision, dropped: [], endpoints: [] };
     return { revision: r.revision, dropped: r.dropped.map(formatPolicyName), regenerated: [...r.endpoints] };

@@ -8,6 +8,7 @@ import { registerKvstoreCommands } from './kvstoreCommand.js';
 import { registerBpfCommands } from './bpfCommands.js';
 import { registerMonitorCommand } from './monitorCommand.js';
 import { registerObserveCommand } from './observeCommand.js';
+import { registerRelayCommand } from './relayCommand.js';
 import { registerServiceCommands } from './serviceCommands.js';
 import { registerNodeCommands } from './nodeCommands.js';
 import { registerInfoCommands } from './infoCommands.js';
@@ -26,6 +27,7 @@ export function buildProgram(): Command {
   registerKvstoreCommands(program);
   registerMonitorCommand(program);
   registerObserveCommand(program);
+  registerRelayCommand(program);
   registerBpfCommands(program);
   registerServiceCommands(program);
   registerNodeCommands(program);

@@ -16,7 +16,7 @@ export interface NdjsonStreamOptions {
 }
 
 /** Where the stream's server is: the agent's unix socket, or an HTTP(S) base URL (`https://node-a:4245`). */
-export type StreamTarget = { socketPath: string } | { url: URL; token?: string; ca?: string | Buffer; timeoutMs?: number };
+export type StreamTarget = { socketPath: string } | { url: URL; token?: string; ca?: string | Buffer; cert?: string | Buffer; key?: string | Buffer; timeoutMs?: number };
 
 export interface StreamFailures {
   status: (status: number, body: ErrorResponse | undefined, text: string) => Error;
@@ -29,14 +29,18 @@ export function queryString(params: Iterable<[string, string]>): string {
   return text === '' ? '' : `?${text}`;
 }
 
-function open(target: StreamTarget, path: string, onResponse: (res: IncomingMessage) => void): ClientRequest {
-  const headers: Record<string, string> = { accept: 'application/x-ndjson' };
+function open(target: StreamTarget, path: string, onResponse: (res: IncomingMessage) => void, accept = 'application/x-ndjson'): ClientRequest {
+  const headers: Record<string, string> = { accept };
   if ('socketPath' in target) return httpRequest({ socketPath: target.socketPath, method: 'GET', path, headers }, onResponse);
   const { url } = target;
   if (target.token !== undefined) headers.authorization = `Bearer ${target.token}`;
   const base = url.pathname.replace(/\/$/, '');
   const opts = { host: url.hostname.replace(/^\[|\]$/g, ''), port: url.port, method: 'GET', path: `${base}${path}`, headers, ...(target.timeoutMs !== undefined ? { timeout: target.timeoutMs } : {}) };
-  if (url.protocol === 'https:') return httpsRequest({ ...opts, ...(target.ca !== undefined ? { ca: target.ca } : {}) }, onResponse);
+  if (url.protocol === 'https:') {
+    // A client certificate for a server that asks for one (mTLS).
+    const tls = { ...(target.ca !== undefined ? { ca: target.ca } : {}), ...(target.cert !== undefined && target.key !== undefined ? { cert: target.cert, key: target.key } : {}) };
+    return httpsRequest({ ...opts, ...tls }, onResponse);
+  }
   if (url.protocol === 'http:') return httpRequest(opts, onResponse);
   throw new Error(`unsupported scheme ${url.protocol} in ${url.href} (use http: or https:)`);
 }
@@ -46,7 +50,7 @@ function open(target: StreamTarget, path: string, onResponse: (res: IncomingMess
  * server ends the stream (resolves), the signal aborts (resolves), or the
  * connection fails (rejects).
  */
-export function streamNdjson<T>(target: StreamTarget, path: string, onLine: (value: T) => void, opts: NdjsonStreamOptions, fail: StreamFailures): Promise<void> {
+export function streamNdjson<T>(target: StreamTarget, path: string, onLine: (value: T, text: string) => void, opts: NdjsonStreamOptions, fail: StreamFailures): Promise<void> {
   return new Promise((resolve, reject) => {
     if (opts.signal?.aborted) {
       resolve();
@@ -83,7 +87,7 @@ export function streamNdjson<T>(target: StreamTarget, path: string, onLine: (val
             req.destroy();
             return;
           }
-          onLine(value);
+          onLine(value, line);
         });
         res.on('end', () => resolve());
         // readline passes its input's errors on (an aborted response among them).
@@ -101,6 +105,33 @@ export function streamNdjson<T>(target: StreamTarget, path: string, onLine: (val
       req.destroy();
       resolve();
     });
+    req.end();
+  });
+}
+
+/** One GET answered with JSON (a relay asking a node for its policies): the status and the text; a connection failure rejects. */
+export function getText(target: StreamTarget, path: string, signal?: AbortSignal): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    let req: ClientRequest;
+    try {
+      req = open(
+        target,
+        path,
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (c: Buffer) => chunks.push(c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString('utf8') }));
+          res.on('error', reject);
+        },
+        'application/json',
+      );
+    } catch (err) {
+      reject(err as Error);
+      return;
+    }
+    req.on('timeout', () => req.destroy(Object.assign(new Error(`no answer within ${'timeoutMs' in target ? target.timeoutMs : 0} ms`), { code: 'ETIMEDOUT' })));
+    req.on('error', reject);
+    signal?.addEventListener('abort', () => req.destroy(new Error('aborted')));
     req.end();
   });
 }

@@ -63,6 +63,11 @@ export class FlowRing {
     this.#node = opts.node;
   }
 
+  /** The node whose flows these are. */
+  get node(): string {
+    return this.#node;
+  }
+
   /** Records one event; returns the flow it is now part of. */
   record(e: MonitorEvent): Flow {
     this.#events++;

@@ -188,6 +188,24 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
     }
   }
 
+  /**
+   * Lists and follows the TendrilNodes and Leases without writing anything
+   * (a reader of the cluster's nodes: the relay); resolves after the first listing.
+   */
+  async follow(): Promise<void> {
+    if (this.#state !== 'new') throw new NodeError(NodeErrorCode.NOT_RUNNING, `node registry of ${this.#nodeName} was started before`);
+    this.#state = 'running';
+    try {
+      this.#follow();
+      await this.#synced();
+      this.#listed = true;
+      for (const name of new Set([...this.#objects.keys(), ...this.#visible.nodes.keys()])) this.#refresh(name, false);
+    } catch (err) {
+      await this.stop().catch(() => undefined);
+      throw err;
+    }
+  }
+
   async update(own: NodeRecord): Promise<void> {
     if (this.#state !== 'running') throw new NodeError(NodeErrorCode.NOT_RUNNING, `node registry of ${this.#nodeName} is not running`);
     const before = this.#ownText;
@@ -338,7 +356,7 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
   /** Brings the node's listed state in line with its object and Lease; tells subscribers after the first listing. */
   #refresh(name: string, emit: boolean): void {
     const obj = this.#objects.get(name);
-    const alive = this.leases.isAlive(name) || (name === this.#nodeName && this.#state === 'running');
+    const alive = this.leases.isAlive(name) || (name === this.#nodeName && this.#state === 'running' && this.#own !== undefined);
     const next = obj !== undefined && alive ? obj : undefined;
     const prev = this.#visible.nodes.get(name);
     if (next === undefined) {
@@ -409,7 +427,8 @@ export class KubernetesNodeRegistry implements NodeRegistryService {
 
   /** Background re-write; a failure is retried with back-off while running. */
   #rewrite(why: string): void {
-    if (this.#state !== 'running' || this.#rewriteTimer !== undefined) return;
+    // A reader (follow()) has no object of its own to write.
+    if (this.#state !== 'running' || this.#rewriteTimer !== undefined || this.#own === undefined) return;
     this.#log.info({ node: this.#nodeName, why }, 'writing the TendrilNode again');
     this.#writes
       .run(() => this.#writeOwn())

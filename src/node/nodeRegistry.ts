@@ -10,8 +10,8 @@ import type { NodeChange, NodeRecord, NodeRegistryService } from './types.js';
 
 export interface NodeRegistryOptions {
   backend: Backend;
-  /** The node's kvstore session (NodeLease): its record lives and dies with it. */
-  lease: LeaseProvider;
+  /** The node's kvstore session (NodeLease): its record lives and dies with it. Absent: a reader (follow() only). */
+  lease?: LeaseProvider;
   nodeName: string;
   logger?: Logger;
   /** Default `tendril/state/nodes/v1/`; tests pass a private prefix. */
@@ -36,7 +36,7 @@ export interface NodeRegistryOptions {
  */
 export class NodeRegistry implements NodeRegistryService {
   readonly #backend: Backend;
-  readonly #lease: LeaseProvider;
+  readonly #lease: LeaseProvider | undefined;
   readonly #nodeName: string;
   readonly #log: Logger | undefined;
   readonly #prefix: string;
@@ -52,7 +52,7 @@ export class NodeRegistry implements NodeRegistryService {
   readonly #writes = new Serializer();
   #unsubscribeLease: (() => void) | undefined;
 
-  constructor(o: { backend: Backend; lease: LeaseProvider; nodeName: string; logger?: Logger; keyPrefix?: string }) {
+  constructor(o: NodeRegistryOptions) {
     if (!isNodeName(o.nodeName)) throw new NodeRecordError(`node name ${JSON.stringify(o.nodeName)} is not a DNS-style name`);
     this.#backend = o.backend;
     this.#lease = o.lease;
@@ -80,11 +80,27 @@ export class NodeRegistry implements NodeRegistryService {
   /** Publishes `own` under the lease, lists and watches the prefix; resolves after the first listing. */
   async start(own: NodeRecord): Promise<void> {
     if (this.#state !== 'new') throw new NodeError(NodeErrorCode.NOT_RUNNING, `node registry of ${this.#nodeName} was started before`);
+    if (this.#lease === undefined) throw new NodeError(NodeErrorCode.NOT_RUNNING, 'a node registry without a lease only follows (follow()): it cannot publish a record');
     this.#setOwn(own);
     this.#state = 'running';
     this.#unsubscribeLease = this.#lease.onRenewed(() => this.#rewrite('node lease replaced'));
     try {
       await this.#queueWrite();
+      await this.#watcher.start();
+    } catch (err) {
+      await this.stop().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /**
+   * Lists and watches the prefix without publishing anything (a reader of
+   * the cluster's nodes: the relay); resolves after the first listing.
+   */
+  async follow(): Promise<void> {
+    if (this.#state !== 'new') throw new NodeError(NodeErrorCode.NOT_RUNNING, `node registry of ${this.#nodeName} was started before`);
+    this.#state = 'running';
+    try {
       await this.#watcher.start();
     } catch (err) {
       await this.stop().catch(() => undefined);
@@ -148,14 +164,15 @@ export class NodeRegistry implements NodeRegistryService {
     if (this.#state !== 'running') return;
     const key = this.key(this.#nodeName);
     const text = this.#ownText;
-    const res = await withLease(this.#lease, (lease) => this.#backend.put(key, text, { lease }));
+    const res = await withLease(this.#lease!, (lease) => this.#backend.put(key, text, { lease }));
     this.#ownRevision = Math.max(this.#ownRevision, res.revision);
     this.#log?.debug({ node: this.#nodeName, revision: res.revision }, 'node record written');
   }
 
   /** Background re-publish: failures are logged (the next lease change or delete tries again). */
   #rewrite(why: string): void {
-    if (this.#state !== 'running') return;
+    // A reader (follow()) has no record of its own to write.
+    if (this.#state !== 'running' || this.#own === undefined) return;
     this.#log?.info({ node: this.#nodeName, why }, 'writing the node record again');
     this.#queueWrite().catch((err: unknown) => this.#log?.error({ err, node: this.#nodeName, why }, 'cannot write the node record again'));
   }

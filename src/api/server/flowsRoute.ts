@@ -1,7 +1,8 @@
 /**
  * GET /v1/flows: the agent's flow history, filtered, as NDJSON FlowLines
  * (NdjsonStream) — the newest `last` first-to-last, then with `follow` every
- * flow recorded from then on until the client leaves. A client too slow for
+ * flow recorded from then on until the client leaves (between the two, a
+ * `nodeStatus` line naming the node ends the history part). A client too slow for
  * the flows it follows misses some: each gap is told in a `lost` line once
  * the client catches up, never hidden.
  */
@@ -14,6 +15,8 @@ import { NdjsonStream } from './ndjsonStream.js';
 
 /** What the route needs: the agent's flow history (a FlowRing). */
 export interface FlowsApi {
+  /** The node whose flows these are: a followed answer says when its history part ends, naming it. */
+  readonly node?: string;
   list(accept: (f: Flow) => boolean, last?: number): Flow[];
   listen(listener: (f: Flow) => void): () => void;
 }
@@ -60,12 +63,15 @@ export function registerFlowsRoute(app: FastifyInstance, flows: FlowsApi | undef
     };
     const stream = new NdjsonStream(reply, end);
     open.add(end);
-    for (const f of flows.list(accept, query.last)) stream.write({ flow: f });
+    const history = flows.list(accept, query.last);
+    for (const f of history) stream.write({ flow: f });
     if (!query.follow) {
       end();
       return;
     }
     if (stream.ended) return;
+    // The history part ends here; what follows is new. A relay merges the nodes' histories before it follows.
+    if (flows.node !== undefined) stream.write({ nodeStatus: { node: flows.node, state: 'ok', flows: history.length } });
     following.stop = flows.listen((f) => {
       if (!accept(f)) return;
       if (stream.behind) {

@@ -40,12 +40,17 @@ export class NdjsonStream {
 
   /** Writes one line; false when it was skipped (the client is too far behind) or the stream has ended. */
   write(value: unknown): boolean {
+    return this.writeLine(JSON.stringify(value));
+  }
+
+  /** Writes one line of JSON text as it is (a relay passes a node's lines on without encoding them again); false as write(). */
+  writeLine(text: string): boolean {
     if (this.#ended) return false;
     if (this.behind) {
       this.skipped++;
       return false;
     }
-    this.#raw.write(`${JSON.stringify(value)}\n`);
+    this.#raw.write(`${text}\n`);
     return true;
   }
 

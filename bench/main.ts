@@ -1,6 +1,6 @@
 // `make bench`: every benchmark, each measured side by side against its
 // reference in the same run, printed as tables with ratios. Pass names to run
-// a subset: node dist/bench/main.js exec cni pods pods-dual-stack throughput flows-cost flows-memory ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync k8s-propagation k8s-scale verifier ui kvstore
+// a subset: node dist/bench/main.js exec cni pods pods-dual-stack throughput flows-cost flows-memory ipam identity policy policy-scale policy-latency service-scale service-throughput service-program service-delete masquerade ct-gc cluster-throughput cluster-latency cluster-propagation k8s-policy k8s-sync k8s-propagation k8s-scale verifier ui kvstore relay
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { printCniExec, runCniExecBench } from './cniExec.js';
@@ -29,6 +29,7 @@ import { printServiceThroughput, runServiceThroughputBench } from './serviceThro
 import { printThroughput, runThroughputBench } from './throughput.js';
 import { printUiBench, runUiBench } from './ui.js';
 import { printVerifier, runVerifierBench } from './verifier.js';
+import { printRelay, runRelayBench } from './relay.js';
 
 if (process.getuid?.() !== 0) {
   console.error('bench: needs root (network namespaces)');
@@ -63,6 +64,7 @@ const benches: Record<string, () => Promise<void>> = {
   'k8s-scale': async () => printK8sScale(await runK8sScaleBench()),
   verifier: async () => printVerifier(await runVerifierBench()),
   ui: async () => printUiBench(await runUiBench()),
+  relay: async () => printRelay(await runRelayBench()),
   kvstore: async () => {
     // Runs as its own process: the script measures with top-level state of its own.
     const r = spawnSync(process.execPath, [fileURLToPath(new URL('./kvstore.js', import.meta.url)), '1', '3'], { stdio: 'inherit' });

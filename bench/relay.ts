@@ -6,9 +6,10 @@
 // slow for a node), order kept, and the relay's CPU and RSS.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { availableParallelism, loadavg } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { streamNdjson } from '../src/client/ndjsonStream.js';
-import type { FlowLine } from '../src/flow/types.js';
+import { get as httpGet } from 'node:http';
+import { getText } from '../src/client/ndjsonStream.js';
 
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const GENERATOR = fileURLToPath(new URL('./relayGenerator.js', import.meta.url));
@@ -25,6 +26,10 @@ export interface RelayBenchReport {
   relayCpuPercent: number;
   relayRssMb: number;
   reorderWindowMs: number;
+  /** The machine's 1-minute load average at the end (other work competes for the same cores). */
+  loadAverage: number;
+  /** The relay's own counts over the whole run (GET /healthz). */
+  counters: { flowsReceived: number; flowsSent: number; flowsLost: number; nodeFlowsLost: number };
 }
 
 /** utime + stime of a process, in seconds. */
@@ -83,21 +88,30 @@ export async function runRelayBench(o: { nodes?: number; ratePerNode?: number; s
     let outOfOrder = 0;
     let lastTime = 0;
     let counting = false;
-    const stream = streamNdjson<FlowLine>(
-      { url: new URL(`http://127.0.0.1:${port}`) },
-      '/v1/flows?last=0&follow=true',
-      (l, text) => {
-        if ('flow' in l) {
-          const t = Date.parse(l.flow.event.time);
-          if (t < lastTime) outOfOrder++;
-          lastTime = t;
-          if (counting) flows++;
-        } else if ('lost' in l && counting) lost += l.lost.count;
-        void text;
-      },
-      { signal: abort.signal },
-      { status: (s, _b, t) => new Error(`relay: ${s} ${t}`), connect: (e) => e },
-    );
+    // The client reads as `tendril observe -o json` would, less the JSON parse of each flow (the relay is measured, not the client):
+    // a flow's event time is found in its text, other lines are parsed.
+    const stream = new Promise<void>((resolve, reject) => {
+      const req = httpGet({ host: '127.0.0.1', port, path: '/v1/flows?last=0&follow=true', signal: abort.signal }, (res) => {
+        res.setEncoding('utf8');
+        let partial = '';
+        res.on('data', (chunk: string) => {
+          const lines = (partial + chunk).split('\n');
+          partial = lines.pop() ?? '';
+          for (const text of lines) {
+            if (text.startsWith('{"flow":')) {
+              const at = text.indexOf('"time":"', text.indexOf('"event":'));
+              const t = Date.parse(text.slice(at + 8, at + 32));
+              if (t < lastTime) outOfOrder++;
+              lastTime = t;
+              if (counting) flows++;
+            } else if (text.startsWith('{"lost":') && counting) lost += (JSON.parse(text) as { lost: { count: number } }).lost.count;
+          }
+        });
+        res.on('end', resolve);
+        res.on('error', () => resolve());
+      });
+      req.on('error', (err) => (abort.signal.aborted ? resolve() : reject(err)));
+    });
     await new Promise((r) => setTimeout(r, warmup * 1000));
     const pid = relay.pid!;
     const cpu0 = cpuSeconds(pid);
@@ -108,9 +122,11 @@ export async function runRelayBench(o: { nodes?: number; ratePerNode?: number; s
     const elapsed = (performance.now() - t0) / 1000;
     const cpu = ((cpuSeconds(pid) - cpu0) / elapsed) * 100;
     const rss = rssMb(pid);
+    const health = await getText({ url: new URL(`http://127.0.0.1:${port}`) }, '/healthz');
+    const counters = (JSON.parse(health.text) as { counters: RelayBenchReport['counters'] }).counters;
     abort.abort();
     await stream;
-    return { nodes, offeredPerS: nodes * rate, seconds, deliveredPerS: flows / elapsed, lost, outOfOrder, relayCpuPercent: cpu, relayRssMb: rss, reorderWindowMs: windowMs };
+    return { nodes, offeredPerS: nodes * rate, seconds, deliveredPerS: flows / elapsed, lost, outOfOrder, relayCpuPercent: cpu, relayRssMb: rss, reorderWindowMs: windowMs, counters, loadAverage: loadavg()[0]! };
   } finally {
     abort.abort();
     await stop(relay);
@@ -124,7 +140,9 @@ export function printRelay(r: RelayBenchReport): void {
   console.log(`  delivered            ${r.deliveredPerS.toFixed(0).padStart(8)} flows/s  ${(r.deliveredPerS / r.offeredPerS).toFixed(2)}x offered`);
   console.log(`  lost (told)          ${String(r.lost).padStart(8)} flows`);
   console.log(`  out of time order    ${String(r.outOfOrder).padStart(8)} flows`);
-  console.log(`  relay CPU            ${r.relayCpuPercent.toFixed(0).padStart(8)} % of a core, RSS ${r.relayRssMb.toFixed(0)} MB`);
+  const c = r.counters;
+  console.log(`  relay's counts       received ${c.flowsReceived}, sent ${c.flowsSent}, lost toward its client ${c.flowsLost}, lost by the nodes toward it ${c.nodeFlowsLost} (whole run)`);
+  console.log(`  relay CPU            ${r.relayCpuPercent.toFixed(0).padStart(8)} % of a core, RSS ${r.relayRssMb.toFixed(0)} MB (load average ${r.loadAverage.toFixed(1)} on ${availableParallelism()} cores)`);
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

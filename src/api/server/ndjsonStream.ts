@@ -54,6 +54,17 @@ export class NdjsonStream {
     return true;
   }
 
+  /** Writes several lines of JSON text in one write (a relay's batch): all of them, or none when the client is too far behind (false). */
+  writeLines(texts: readonly string[]): boolean {
+    if (this.#ended || texts.length === 0) return false;
+    if (this.behind) {
+      this.skipped += texts.length;
+      return false;
+    }
+    this.#raw.write(`${texts.join('\n')}\n`);
+    return true;
+  }
+
   end(): void {
     if (this.#ended) return;
     this.#ended = true;

@@ -13,6 +13,16 @@ const isConfigError = (code: ConfigErrorCode, message?: RegExp) => (err: unknown
 describe('agent configuration', () => {
   const hostScope = (extra: Record<string, unknown>) => ({ ...defaultConfig(), podCidrs: ['10.0.0.0/24'], ...extra });
 
+  it('the flows listener: an address other hosts reach needs TLS or a token; its options need the address', () => {
+    assert.equal(validateConfig(hostScope({ flowsListenAddr: '127.0.0.1:4245' })).flowsListenAddr, '127.0.0.1:4245');
+    assert.equal(validateConfig(hostScope({ flowsListenAddr: '10.0.0.1:4245', flowsTokenFile: '/etc/t' })).flowsTokenFile, '/etc/t');
+    assert.equal(validateConfig(hostScope({ flowsListenAddr: ':4245', flowsTlsCert: '/etc/c', flowsTlsKey: '/etc/k' })).flowsTlsKey, '/etc/k');
+    assert.throws(() => validateConfig(hostScope({ flowsListenAddr: '0.0.0.0:4245' })), isConfigError(ConfigErrorCode.INVALID, /--flows-listen-addr 0\.0\.0\.0:4245 can be reached from other hosts.*--flows-token-file/));
+    assert.throws(() => validateConfig(hostScope({ flowsTokenFile: '/etc/t' })), isConfigError(ConfigErrorCode.INVALID, /--flows-token-file configure the flows listener: give --flows-listen-addr too/));
+    assert.throws(() => validateConfig(hostScope({ flowsListenAddr: '127.0.0.1:4245', flowsTlsKey: '/etc/k' })), isConfigError(ConfigErrorCode.INVALID, /--flows-tls-cert and --flows-tls-key go together/));
+    assert.throws(() => validateConfig(hostScope({ flowsListenAddr: 'nowhere' })), isConfigError(ConfigErrorCode.INVALID, /flowsListenAddr \(--flows-listen-addr\)/));
+  });
+
   it('checks addresses and CIDRs with src/netip', () => {
     assert.equal(validateConfig(hostScope({ nodeIp: 'fd00::1' })).nodeIp, 'fd00::1');
     assert.equal(validateConfig(hostScope({ nodeIp: '192.0.2.1' })).nodeIp, '192.0.2.1');

@@ -62,3 +62,24 @@ describe('node record codec', () => {
     assert.ok(typeof long !== 'string' && long.health.reason!.length === 1024, 'a long health reason is cut, not refused');
   });
 });
+
+describe('node record: the flows address', () => {
+  it('is optional: a record without it (an older agent\'s) decodes, one with it keeps it', () => {
+    const r = nodeRecord('node-f', 1);
+    const without = decodeNodeRecord(encodeNodeRecord(r), 'node-f');
+    assert.ok(typeof without !== 'string' && without.flows === undefined, String(without));
+    for (const address of ['10.0.0.11:4245', '[fd00::11]:4245', 'node-f.example:4245']) {
+      const back = decodeNodeRecord(encodeNodeRecord({ ...r, flows: { address, tls: true } }), 'node-f');
+      assert.ok(typeof back !== 'string', String(back));
+      assert.deepEqual(back.flows, { address, tls: true });
+    }
+  });
+
+  it('a flows address that is not host:port makes the record unusable, with the reason', () => {
+    const r = nodeRecord('node-f', 1);
+    for (const address of ['10.0.0.11', '10.0.0.11:0', '10.0.0.11:70000', 'fd00::11:4245', 'http://x:1']) {
+      const text = JSON.stringify({ ...r, flows: { address, tls: false } });
+      assert.match(String(decodeNodeRecord(text, 'node-f')), /flows\.address: not host:port/, address);
+    }
+  });
+});

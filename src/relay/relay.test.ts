@@ -4,6 +4,11 @@
 // not answer, follows new flows through its reorder window, and asks for the
 // bearer token. Also the listener's access rules.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { FlowsListener } from '../api/server/flowsListener.js';
 import { bearerTokenMatches, checkListenOptions, listenFlags } from '../api/server/listenAccess.js';
@@ -177,6 +182,41 @@ describe('relay over real listeners', () => {
     const health = await getText({ url, token: 'relay-token' }, '/healthz');
     assert.equal(health.status, 200, health.text);
     assert.equal((await getText({ url }, '/healthz')).status, 401);
+  });
+});
+
+/** A CA, a server certificate for 127.0.0.1 and a client certificate it signed (openssl), in a temporary directory. */
+async function certificates(): Promise<{ ca: Buffer; cert: Buffer; key: Buffer; clientCert: Buffer; clientKey: Buffer }> {
+  const dir = await mkdtemp(join(tmpdir(), 'tdl-relay-tls-'));
+  closers.push(() => rm(dir, { recursive: true, force: true }));
+  const ossl = (args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  ossl(['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', 'ca.key', '-out', 'ca.crt', '-subj', '/CN=tdl-ca', '-days', '1']);
+  for (const [name, ext] of [['server', 'subjectAltName=IP:127.0.0.1'], ['client', 'extendedKeyUsage=clientAuth']] as const) {
+    ossl(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=tdl-${name}`]);
+    await writeFile(join(dir, `${name}.ext`), `${ext}\n`);
+    ossl(['x509', '-req', '-in', `${name}.csr`, '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', `${name}.crt`, '-days', '1', '-extfile', `${name}.ext`]);
+  }
+  const read = (f: string) => readFileSync(join(dir, f));
+  return { ca: read('ca.crt'), cert: read('server.crt'), key: read('server.key'), clientCert: read('client.crt'), clientKey: read('client.key') };
+}
+
+describe('TLS', () => {
+  test('a node\'s listener with mTLS: the relay with its CA and a client certificate reads it; without the certificate the node is unavailable', async () => {
+    const c = await certificates();
+    const ring = new FlowRing({ capacity: 10, node: 'tdl-tls' });
+    ring.record(event(7, 1007));
+    const listener = await FlowsListener.start({ host: '127.0.0.1', port: 0 }, { flows: ring, policy: POLICY, health: HEALTH, log, access: { tls: { cert: c.cert, key: c.key, clientCa: c.ca } } });
+    closers.push(() => listener.close());
+    const url = new URL(`https://127.0.0.1:${listener.address.port}`);
+    const peers = new StaticPeers([{ name: 'tdl-tls', url }]);
+    const withCert = await Relay.start({ listen: { host: '127.0.0.1', port: 0 }, access: {}, peers, client: { ...CLIENT, ca: c.ca, cert: c.clientCert, key: c.clientKey }, log });
+    closers.push(() => withCert.close());
+    const lines = await history(new URL(`http://127.0.0.1:${withCert.address.port}`), []);
+    assert.deepEqual(flowsOf(lines), ['tdl-tls@7']);
+    const noCert = await Relay.start({ listen: { host: '127.0.0.1', port: 0 }, access: {}, peers: new StaticPeers([{ name: 'tdl-tls', url }]), client: { ...CLIENT, ca: c.ca }, log });
+    closers.push(() => noCert.close());
+    const refused = statusesOf(await history(new URL(`http://127.0.0.1:${noCert.address.port}`), []));
+    assert.equal(refused[0]?.state, 'unavailable', JSON.stringify(refused));
   });
 });
 

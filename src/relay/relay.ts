@@ -94,9 +94,10 @@ export class Relay {
     for (const [k, v] of Object.entries(query)) if (!NOT_FILTER.has(k) && v !== undefined) filterOnly[k] = Array.isArray(v) ? v.map(String) : String(v);
     this.counters.requests++;
     this.counters.clients++;
-    let session: RelaySession | undefined;
-    const stream = new NdjsonStream(reply, () => session?.end());
-    session = new RelaySession({
+    // The stream may close (the client left) before the session exists.
+    const held: { session?: RelaySession } = {};
+    const stream = new NdjsonStream(reply, () => held.session?.end());
+    const session = new RelaySession({
       stream,
       peers: this.o.peers,
       params: flowFilterParams(filterOnly),
@@ -107,6 +108,8 @@ export class Relay {
       counters: this.counters,
       log: this.o.log,
     });
+    held.session = session;
+    if (stream.ended) session.end();
     this.#sessions.add(session);
     try {
       await session.run();

@@ -134,6 +134,7 @@ export class RelaySession {
 
   /** Asks every node; resolves when a history answer is complete, or a followed one ends (end()). */
   run(): Promise<void> {
+    if (this.#ended) return this.#done;
     for (const peer of this.#wanted()) this.#open(peer, this.#o.last);
     this.#deadline = setTimeout(() => this.#historyDeadline(), this.#o.client.historyTimeoutMs);
     if (this.#o.follow) this.#unsubscribe = this.#o.peers.subscribe(() => this.#peersChanged());

@@ -19,7 +19,7 @@ import { type FlowLine, FlowRing } from '../flow/index.js';
 import { createLogger } from '../logging/logger.js';
 import type { MonitorEvent, MonitorPeer } from '../monitor/index.js';
 import { mergeHistories, ReorderWindow, type TimedLine } from './merge.js';
-import { parsePeer, StaticPeers } from './peers.js';
+import { parsePeer, type PeerSource, type RelayPeer, StaticPeers } from './peers.js';
 import { Relay } from './relay.js';
 import type { PeerClientOptions } from './relaySession.js';
 
@@ -166,6 +166,37 @@ describe('relay over real listeners', () => {
     assert.deepEqual(flowsOf(lines), ['tdl-fa@1', 'tdl-fa@200', 'tdl-fb@300', 'tdl-fa@350', 'tdl-fb@400']);
     await b.listener.close();
     await until('tdl-fb unavailable', () => statusesOf(lines).some((s) => s.node === 'tdl-fb' && s.state === 'unavailable'));
+    abort.abort();
+    await done;
+  });
+
+  test('following: a node that joins the peers is read from then on, one that leaves is reported', async () => {
+    const a = await node('tdl-ja', TOKEN);
+    const b = await node('tdl-jb', TOKEN);
+    let peers: RelayPeer[] = [{ name: 'tdl-ja', url: a.url }];
+    const listeners = new Set<() => void>();
+    const source: PeerSource = { start: async () => undefined, stop: async () => undefined, list: () => peers, subscribe: (l) => (listeners.add(l), () => listeners.delete(l)) };
+    const r = await Relay.start({ listen: { host: '127.0.0.1', port: 0 }, access: {}, peers: source, client: CLIENT, log });
+    closers.push(() => r.close());
+    const lines: FlowLine[] = [];
+    const abort = new AbortController();
+    const done = streamNdjson<FlowLine>({ url: new URL(`http://127.0.0.1:${r.address.port}`) }, '/v1/flows?last=0&follow=true', (l) => lines.push(l), { signal: abort.signal }, failures);
+    const until = async (what: string, cond: () => boolean) => {
+      const t0 = Date.now();
+      while (!cond()) {
+        if (Date.now() - t0 > 5000) throw new Error(`${what}: ${JSON.stringify(lines)}`);
+        await new Promise((res) => setTimeout(res, 20));
+      }
+    };
+    await until('history part', () => statusesOf(lines).length === 1);
+    peers = [...peers, { name: 'tdl-jb', url: b.url }];
+    for (const l of listeners) l();
+    await until('tdl-jb joined', () => statusesOf(lines).some((x) => x.node === 'tdl-jb' && x.state === 'ok'));
+    b.ring.record(event(500, 2500));
+    await until('tdl-jb\'s new flow', () => flowsOf(lines).includes('tdl-jb@500'));
+    peers = [{ name: 'tdl-jb', url: b.url }];
+    for (const l of listeners) l();
+    await until('tdl-ja left', () => statusesOf(lines).some((x) => x.node === 'tdl-ja' && x.state === 'unavailable' && /left the node registry/.test(x.message ?? '')));
     abort.abort();
     await done;
   });

@@ -92,7 +92,7 @@ interface PeerState {
   timer?: NodeJS.Timeout;
   /** Why it is unavailable, told when the history part goes out. */
   failure?: string | undefined;
-  /** Still in its history part at the deadline: reported unavailable, its flows go through the window once they come. */
+  /** Still in its history part at the deadline: reported, its flows go through the window from then on. */
   late?: boolean;
 }
 
@@ -164,7 +164,16 @@ export class RelaySession {
 
   #open(peer: RelayPeer, last: number | undefined): void {
     const prev = this.#states.get(peer.name);
-    const state: PeerState = { peer, abort: new AbortController(), inHistory: true, history: [], down: false, retry: prev?.retry ?? new Backoff({ ...this.#o.client.retry, jitter: 'full' }) };
+    const state: PeerState = {
+      peer,
+      abort: new AbortController(),
+      inHistory: true,
+      history: [],
+      down: false,
+      retry: prev?.retry ?? new Backoff({ ...this.#o.client.retry, jitter: 'full' }),
+      // Back before the history part went out: it was unavailable meanwhile, and says so then.
+      ...(prev?.failure !== undefined && !this.#historyDone ? { failure: prev.failure } : {}),
+    };
     this.#states.set(peer.name, state);
     if (peer.url === undefined) {
       this.#fail(state, peer.missing ?? 'no flows address');
@@ -206,7 +215,7 @@ export class RelaySession {
     state.inHistory = false;
     state.retry.reset();
     if (this.#historyDone) {
-      // A node that joined, came back, or answered after the deadline: its flows go through the window.
+      // A node that joined or came back: its flows go through the window.
       const now = Date.now();
       for (const t of state.history) this.#window.push(t, now);
       state.history = [];
@@ -248,8 +257,8 @@ export class RelaySession {
     if (this.#historyDone) return;
     for (const s of this.#states.values()) {
       if (!s.inHistory || s.down) continue;
-      // Reported now; what it sends later goes through the window, or ends a history answer without it.
-      s.failure = `no complete answer within ${this.#o.client.historyTimeoutMs} ms`;
+      // Reported now; following, what it sent and sends goes through the window from here (an agent too old to end its history part lands here too).
+      s.failure = `its history did not end within ${this.#o.client.historyTimeoutMs} ms${this.#o.follow ? '; its flows follow as they come' : ''}`;
       s.late = true;
     }
     this.#finishHistory();
@@ -270,12 +279,17 @@ export class RelaySession {
     const merged = mergeHistories(answers, this.#o.last);
     for (const line of merged) this.#sent.set(line.node, (this.#sent.get(line.node) ?? 0) + 1);
     this.#writeFlows(merged);
+    const now = Date.now();
     for (const s of states) {
-      if (!s.late) s.history = [];
+      if (s.late) {
+        s.inHistory = false;
+        for (const t of s.history) this.#window.push(t, now);
+      }
+      s.history = [];
+      s.late = false;
       if (s.failure !== undefined) this.#status({ node: s.peer.name, state: 'unavailable', message: s.failure });
       else this.#status({ node: s.peer.name, state: 'ok', flows: this.#sent.get(s.peer.name) ?? 0 });
       s.failure = undefined;
-      if (s.late) s.late = false;
     }
     if (!this.#o.follow) {
       this.end();

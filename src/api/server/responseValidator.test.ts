@@ -76,7 +76,7 @@ describe('a response that does not match', () => {
   });
 
   test('a status the operation does not declare', () => {
-    assert.equal(validator.check('getHealthz', json(404, NOT_FOUND)), 'status 404 is not declared (declared: 200, 500, 503)');
+    assert.equal(validator.check('getHealthz', json(404, NOT_FOUND)), 'status 404 is not declared (declared: 200, 401, 500, 503)');
   });
 
   test('an error body that is not an ErrorResponse', () => {

@@ -127,6 +127,8 @@ describe('relay over real listeners', () => {
     const wrongToken = await node('tdl-locked', 'another-token');
     wrongToken.ring.record(event(6, 1006));
     const { url } = await relay([
+      // First: a node without an address fails at once, and the answer still waits for the others.
+      { name: 'tdl-bare' } as { name: string; url: URL },
       { name: 'tdl-a2', url: a.url },
       { name: 'tdl-gone', url: gone.url },
       { name: 'tdl-locked', url: wrongToken.url },
@@ -136,6 +138,7 @@ describe('relay over real listeners', () => {
     const st = statusesOf(lines);
     assert.deepEqual(st.find((s) => s.node === 'tdl-a2'), { node: 'tdl-a2', state: 'ok', flows: 1 });
     assert.equal(st.find((s) => s.node === 'tdl-gone')?.state, 'unavailable');
+    assert.deepEqual(st.find((s) => s.node === 'tdl-bare'), { node: 'tdl-bare', state: 'unavailable', message: 'no flows address' });
     assert.match(st.find((s) => s.node === 'tdl-gone')?.message ?? '', /ECONNREFUSED/);
     assert.match(st.find((s) => s.node === 'tdl-locked')?.message ?? '', /401: .*not the one this listener wants/);
   });

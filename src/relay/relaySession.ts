@@ -119,6 +119,7 @@ export class RelaySession {
   /** Flows per node sent in the history part. */
   readonly #sent = new Map<string, number>();
   #historyDone = false;
+  #opening = false;
   #ended = false;
   #tick: NodeJS.Timeout | undefined;
   #deadline: NodeJS.Timeout | undefined;
@@ -135,7 +136,10 @@ export class RelaySession {
   /** Asks every node; resolves when a history answer is complete, or a followed one ends (end()). */
   run(): Promise<void> {
     if (this.#ended) return this.#done;
+    // Not done before every node is asked: a node without an address fails at once.
+    this.#opening = true;
     for (const peer of this.#wanted()) this.#open(peer, this.#o.last);
+    this.#opening = false;
     this.#deadline = setTimeout(() => this.#historyDeadline(), this.#o.client.historyTimeoutMs);
     if (this.#o.follow) this.#unsubscribe = this.#o.peers.subscribe(() => this.#peersChanged());
     this.#maybeHistoryDone();
@@ -198,7 +202,9 @@ export class RelaySession {
     if (this.#ended || this.#states.get(state.peer.name) !== state) return;
     if ('flow' in line) {
       this.#o.counters.flowsReceived++;
-      const t: TimedLine = { time: Date.parse(line.flow.event.time), node: state.peer.name, text };
+      const time = Date.parse(line.flow.event.time);
+      // A time that does not parse sorts as the time it came.
+      const t: TimedLine = { time: Number.isNaN(time) ? Date.now() : time, node: state.peer.name, text };
       if (state.inHistory) state.history.push(t);
       else this.#window.push(t, Date.now());
     } else if ('lost' in line) {
@@ -265,7 +271,7 @@ export class RelaySession {
   }
 
   #maybeHistoryDone(): void {
-    if (this.#historyDone) return;
+    if (this.#historyDone || this.#opening) return;
     for (const s of this.#states.values()) if (s.inHistory && !s.down) return;
     this.#finishHistory();
   }

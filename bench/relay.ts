@@ -68,7 +68,8 @@ async function stop(child: ChildProcess | undefined): Promise<void> {
 
 export async function runRelayBench(o: { nodes?: number; ratePerNode?: number; seconds?: number; warmupSeconds?: number; reorderWindowMs?: number } = {}): Promise<RelayBenchReport> {
   const nodes = o.nodes ?? 3;
-  const rate = o.ratePerNode ?? 10_000;
+  // TENDRIL_BENCH_RELAY_RATE: another rate per node, to find the one the relay keeps up with on this machine.
+  const rate = o.ratePerNode ?? Number(process.env.TENDRIL_BENCH_RELAY_RATE ?? 10_000);
   const seconds = o.seconds ?? 10;
   const warmup = o.warmupSeconds ?? 2;
   const windowMs = o.reorderWindowMs ?? 300;

@@ -62,6 +62,7 @@ export function nodeDetails(n: NodeRow, now: number): string {
     ['Health', healthText(n)],
     ['Routes', n.local ? '-' : routesText(n)],
     ['Started', `${n.startedAt} (${age(n.startedAt, now)} ago)`],
+    ['Flows', n.flows ? `${n.flows.tls ? 'https' : 'http'}://${n.flows.address}` : '-'],
     ['Revision', String(n.revision)],
   ]);
 }

@@ -67,6 +67,15 @@ async function history(url: URL, params: Array<[string, string]>, token?: string
   return lines;
 }
 
+/** Waits (5 s at most) until `cond` holds of the lines read so far; the failure shows them. */
+async function waitUntil(lines: FlowLine[], what: string, cond: () => boolean): Promise<void> {
+  const t0 = Date.now();
+  while (!cond()) {
+    if (Date.now() - t0 > 5000) throw new Error(`${what}: ${JSON.stringify(lines)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 const flowsOf = (lines: FlowLine[]) => lines.flatMap((l) => ('flow' in l ? [`${l.flow.node}@${Date.parse(l.flow.event.time) - T0}`] : []));
 const statusesOf = (lines: FlowLine[]) => lines.flatMap((l) => ('nodeStatus' in l ? [l.nodeStatus] : []));
 
@@ -151,13 +160,7 @@ describe('relay over real listeners', () => {
     const lines: FlowLine[] = [];
     const abort = new AbortController();
     const done = streamNdjson<FlowLine>({ url }, `/v1/flows?last=5&follow=true`, (l) => lines.push(l), { signal: abort.signal }, failures);
-    const until = async (what: string, cond: () => boolean) => {
-      const t0 = Date.now();
-      while (!cond()) {
-        if (Date.now() - t0 > 5000) throw new Error(`${what}: ${JSON.stringify(lines)}`);
-        await new Promise((r) => setTimeout(r, 20));
-      }
-    };
+    const until = (what: string, cond: () => boolean) => waitUntil(lines, what, cond);
     await until('history part', () => statusesOf(lines).length === 2);
     assert.deepEqual(flowsOf(lines), ['tdl-fa@1']);
     // Recorded out of time order across nodes within the window: they leave in time order.
@@ -184,13 +187,7 @@ describe('relay over real listeners', () => {
     const lines: FlowLine[] = [];
     const abort = new AbortController();
     const done = streamNdjson<FlowLine>({ url: new URL(`http://127.0.0.1:${r.address.port}`) }, '/v1/flows?last=0&follow=true', (l) => lines.push(l), { signal: abort.signal }, failures);
-    const until = async (what: string, cond: () => boolean) => {
-      const t0 = Date.now();
-      while (!cond()) {
-        if (Date.now() - t0 > 5000) throw new Error(`${what}: ${JSON.stringify(lines)}`);
-        await new Promise((res) => setTimeout(res, 20));
-      }
-    };
+    const until = (what: string, cond: () => boolean) => waitUntil(lines, what, cond);
     await until('history part', () => statusesOf(lines).length === 1);
     peers = [...peers, { name: 'tdl-jb', url: b.url }];
     for (const l of listeners) l();

@@ -264,6 +264,22 @@ describe('node registry over TendrilNode objects and Leases', () => {
     assert.ok(object('node-b'), 'the TendrilNode stays; its Lease said the node is gone');
   });
 
+  it('spec.flows carries the node\'s flows address (removed when it goes); a reader (follow, the relay) lists it and writes nothing', async () => {
+    const a = registry('node-f');
+    await a.start(nodeRecord('node-f', 6, { flows: { address: '192.168.50.6:4245', tls: true } }));
+    assert.deepEqual(object('node-f')!.spec.flows, { address: '192.168.50.6:4245', tls: true });
+    const reader = registry('tdl-relay');
+    await reader.follow();
+    assert.deepEqual(reader.get('node-f')?.flows, { address: '192.168.50.6:4245', tls: true });
+    assert.deepEqual(reader.list().map((n) => n.name), ['node-f']);
+    assert.equal(reader.writes + reader.leaseWrites, 0);
+    assert.equal(object('tdl-relay'), undefined);
+    assert.equal(lease('tdl-relay'), undefined);
+    await a.update(nodeRecord('node-f', 6));
+    assert.equal(object('node-f')!.spec.flows, undefined);
+    await waitFor('the reader sees the flows address go', () => reader.get('node-f')?.flows === undefined);
+  });
+
   it('refuses a node name that cannot name a Kubernetes object', () => {
     assert.throws(() => new KubernetesNodeRegistry({ kubeConfig, nodeName: 'Node_A', logger: testLogger }), /lowercase DNS subdomain/);
   });

@@ -132,6 +132,27 @@ export function runRegistrySuite(name: string, newStore: () => Promise<TestStore
 
     const names = (n: TestNode) => n.registry.list().map((r) => r.name);
 
+    it('a reader (follow(), no lease: the relay) lists the nodes with their flows address and writes nothing', async () => {
+      const prefix = uniquePrefix('nodes-reader');
+      await node(prefix, nodeRecord('node-a', 1, { flows: { address: '192.168.50.1:4245', tls: false } }));
+      const backend = await store.connect();
+      const reader = new NodeRegistry({ backend, nodeName: 'tdl-relay', keyPrefix: prefix, logger: testLogger });
+      await reader.follow();
+      try {
+        assert.deepEqual(reader.list().map((r) => [r.name, r.flows]), [['node-a', { address: '192.168.50.1:4245', tls: false }]]);
+        assert.equal(await backend.get(reader.key('tdl-relay')), undefined);
+        const b = await node(prefix, nodeRecord('node-b', 2));
+        await waitFor('node-b joins the reader', () => reader.get('node-b'));
+        assert.equal(reader.get('node-b')?.flows, undefined, 'a record without a flows address (an older agent) is still a node');
+        await b.shutdown();
+        await waitFor('node-b leaves the reader', () => reader.get('node-b') === undefined);
+        await assert.rejects(reader.start(nodeRecord('tdl-relay', 9)), /was started before|only follows/);
+      } finally {
+        await reader.stop();
+        await backend.close();
+      }
+    });
+
     it('a record is the key of its node, held by the writer\'s lease; revisionOf is the key\'s mod revision', async () => {
       const prefix = uniquePrefix('nodes-see');
       const a = await node(prefix, nodeRecord('node-a', 1));

@@ -3,6 +3,7 @@
  * its files, the listener started over the agent's flows, policies and
  * health, and the address the node's record announces for it.
  */
+import { FLOW_UI_ROUTES } from '../flowui/index.js';
 import { FlowsListener } from '../api/server/flowsListener.js';
 import { hostPort, readListenAccess } from '../api/server/listenAccess.js';
 import type { AgentApi } from '../api/server/server.js';
@@ -14,7 +15,7 @@ import { type AgentConfig, FLOWS_LISTEN_FLAGS, flowsListenFiles } from './config
 export async function startFlowsListener(config: AgentConfig, api: AgentApi, log: Logger): Promise<FlowsListener> {
   const access = readListenAccess(flowsListenFiles(config), FLOWS_LISTEN_FLAGS);
   const where = parseServeAddress(config.flowsListenAddr!, FLOWS_LISTEN_FLAGS.listen);
-  return FlowsListener.start(where, { flows: api.flows, policy: api.policy, health: api.health, log, access }, FLOWS_LISTEN_FLAGS.listen);
+  return FlowsListener.start(where, { flows: api.flows, policy: api.policy, health: api.health, log, access, ...FLOW_UI_ROUTES }, FLOWS_LISTEN_FLAGS.listen);
 }
 
 /** What the node's record says of the listener: its host, or the node IP for every address (`:port`, 0.0.0.0, ::). */

@@ -58,6 +58,14 @@ function listBundle(dir: string): Map<string, UiFile> {
   return files;
 }
 
+/** Whether `path` is one of the UI's (its page or an asset): files that hold no data, which a server wanting a token lets anyone GET. */
+export function isFlowUiPath(path: string, prefix = '/'): boolean {
+  return path === prefix || path.startsWith(`${prefix}assets/`);
+}
+
+/** What a flows server (the agent's listener, the relay) takes to serve the UI beside its API. */
+export const FLOW_UI_ROUTES = { extraRoutes: (app: FastifyInstance): void => registerFlowUi(app), publicPaths: (path: string): boolean => isFlowUiPath(path) };
+
 /**
  * Serves the flow UI at `prefix` (index.html) and `prefix`assets/* on `app`.
  * When the bundle is missing the page answers 503 saying so, and the

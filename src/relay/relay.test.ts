@@ -3,6 +3,7 @@
 // answers in time order, applies `last` to the merge, reports a node that does
 // not answer, follows new flows through its reorder window, and asks for the
 // bearer token. Also the listener's access rules.
+import { FLOW_UI_ROUTES } from '../flowui/index.js';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -213,6 +214,22 @@ describe('relay over real listeners', () => {
     const health = await getText({ url, token: 'relay-token' }, '/healthz');
     assert.equal(health.status, 200, health.text);
     assert.equal((await getText({ url }, '/healthz')).status, 401);
+  });
+
+  test('the web UI\'s page and assets need no token (they hold no data; the page sends the token it was opened with), its data does', async () => {
+    const a = await node('tdl-ua', TOKEN);
+    const r = await Relay.start({ listen: { host: '127.0.0.1', port: 0 }, access: { token: 'relay-token' }, peers: new StaticPeers([{ name: 'tdl-ua', url: a.url }]), client: CLIENT, log, ...FLOW_UI_ROUTES });
+    closers.push(() => r.close());
+    const url = new URL(`http://127.0.0.1:${r.address.port}`);
+    const page = await getText({ url }, '/');
+    assert.equal(page.status, 200, page.text);
+    assert.match(page.text, /<script[^>]+src="[^"]*assets\//);
+    const asset = /src="\/?(assets\/[^"]+)"/.exec(page.text)![1]!;
+    assert.equal((await getText({ url }, `/${asset}`)).status, 200);
+    assert.equal((await getText({ url }, '/v1/flows')).status, 401);
+    assert.equal((await getText({ url }, '/v1/policy')).status, 401);
+    // Not normalized by the router: the assets route takes it, and holds no such file.
+    assert.equal((await getText({ url }, '/assets/../v1/policy')).status, 404, 'no way round the token through the assets path');
   });
 });
 

@@ -27,6 +27,8 @@ export interface RelayOptions {
   log: Logger;
   /** More read-only routes on the relay's instance (a web UI). */
   extraRoutes?: (app: FastifyInstance) => void;
+  /** Paths of the extra routes anyone may GET without the token (a web UI's page and assets, which hold no data). */
+  publicPaths?: (path: string) => boolean;
   /** The flag named when the address cannot be bound. */
   listenFlag?: string;
 }
@@ -73,7 +75,7 @@ export class Relay {
     const { log, access } = this.o;
     // The relay's /healthz and /metrics are its own, not the agent's bodies the document describes.
     const app = createApiApp({ log, serverFactory: listenServerFactory(access), validateResponses: false });
-    if (access.token !== undefined) requireBearerToken(app, access.token);
+    if (access.token !== undefined) requireBearerToken(app, access.token, this.o.publicPaths);
     app.addHook('preClose', async () => {
       for (const s of [...this.#sessions]) s.end();
     });

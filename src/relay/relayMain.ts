@@ -4,6 +4,7 @@
  * --peer list, the kvstore's node registry, or the TendrilNodes of the
  * Kubernetes API), the relay listening, then until SIGINT/SIGTERM.
  */
+import { FLOW_UI_ROUTES } from '../flowui/index.js';
 import { readFileSync } from 'node:fs';
 import { checkListenOptions, listenFlags, readListenAccess } from '../api/server/listenAccess.js';
 import { fileErrorReason } from '../errors/fileError.js';
@@ -118,5 +119,5 @@ export async function startRelay(o: RelayCliOptions, log: Logger): Promise<Relay
   const access = readListenAccess(files, RELAY_LISTEN_FLAGS);
   const client = peerClientOptions(o);
   const peers = await peerSource(o, log);
-  return Relay.start({ listen, access, peers, client, log, listenFlag: RELAY_LISTEN_FLAGS.listen });
+  return Relay.start({ listen, access, peers, client, log, listenFlag: RELAY_LISTEN_FLAGS.listen, ...FLOW_UI_ROUTES });
 }

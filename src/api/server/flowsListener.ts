@@ -22,6 +22,8 @@ export interface FlowsListenerOptions {
   access: ListenAccess;
   /** More read-only routes on the same instance (a web UI), registered after the API's. */
   extraRoutes?: (app: FastifyInstance) => void;
+  /** Paths of the extra routes anyone may GET without the token (a web UI's page and assets, which hold no data). */
+  publicPaths?: (path: string) => boolean;
   validateResponses?: boolean;
   spec?: OpenApiSchemas;
 }
@@ -34,7 +36,7 @@ export function buildFlowsListener(o: FlowsListenerOptions): FastifyInstance {
     ...(o.validateResponses !== undefined ? { validateResponses: o.validateResponses } : {}),
     ...(o.spec ? { spec: o.spec } : {}),
   });
-  if (o.access.token !== undefined) requireBearerToken(app, o.access.token);
+  if (o.access.token !== undefined) requireBearerToken(app, o.access.token, o.publicPaths);
   registerHealthzRoute(app, o.health);
   registerFlowsRoute(app, o.flows, o.log);
   registerPolicyReadRoute(app, o.policy);

@@ -125,10 +125,15 @@ export function bearerTokenMatches(header: string | undefined, token: string): b
   return same && m !== null;
 }
 
-/** Refuses every request without the token with 401 UNAUTHORIZED, before routing does anything with it. */
-export function requireBearerToken(app: FastifyInstance, token: string): void {
+/**
+ * Refuses every request without the token with 401 UNAUTHORIZED, before
+ * routing does anything with it; but GETs of `isPublic` paths (a web UI's
+ * page and assets, which hold no data: the page asks for the token itself).
+ */
+export function requireBearerToken(app: FastifyInstance, token: string, isPublic: (path: string) => boolean = () => false): void {
   app.addHook('onRequest', async (req, reply) => {
     if (bearerTokenMatches(req.headers.authorization, token)) return;
+    if ((req.method === 'GET' || req.method === 'HEAD') && isPublic(req.url.split('?')[0]!)) return;
     const e = new AgentError('UNAUTHORIZED', req.headers.authorization === undefined ? 'this listener wants a bearer token (Authorization: Bearer <token>)' : 'the bearer token is not the one this listener wants');
     await reply.status(401).header('www-authenticate', 'Bearer').send(e.toResponse());
   });

@@ -1,5 +1,7 @@
-// The flow UI in a real browser (Debian's Chromium, headless) against a real
-// agent's flows: pods on the eBPF datapath, a policy that allows client →
+// The flow UI in a real browser (Debian's Chromium, headless), served by the
+// relay (the real Relay, in the test's process) over a real agent's flows
+// listener (its token wanted, the relay's own token sent by the page, given
+// in the address's fragment): pods on the eBPF datapath, a policy that allows client →
 // server:80 and denies other → server:80, real connections. The map shows
 // the workloads and a red edge for the denied flow; the table's filters go
 // to the agent and change the rows; the drop's panel names the rule and
@@ -8,7 +10,8 @@
 // connection through and refuses what was not seen — on real traffic.
 // Screenshots go to build/test-artifacts/ui/.
 import assert from 'node:assert/strict';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -16,7 +19,10 @@ import type { Browser, Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
 import { deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNode.js';
 import { type Scene, startScene } from '../support/datapathScene.js';
-import { type FlowUiServer, startFlowUiProxy } from '../support/flowUiServer.js';
+import { spawn } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { TENDRIL_BIN } from '../support/tendrilBin.js';
+import { cliJson } from '../support/datapathNode.js';
 import { NetnsPool } from '../support/netns.js';
 import { tendrilPolicy } from '../support/policyDocuments.js';
 import type { Peer } from '../support/policyTruthTable.js';
@@ -36,7 +42,13 @@ const RED = '#d93025';
 
 const pool = new NetnsPool('fui');
 let scene: Scene | undefined;
-let ui: FlowUiServer | undefined;
+let ui: { url: string; close(): Promise<void> } | undefined;
+const NODE_TOKEN = 'tdl-ui-node-token';
+const NODE_FLOWS = '127.0.0.1:4244';
+const RELAY_ADDR = '127.0.0.1:4245';
+const RELAY_TOKEN = 'tdl-ui-relay-token';
+/** The tokens' files, removed after. */
+let tokens: string | undefined;
 let browser: Browser | undefined;
 let page: Page | undefined;
 
@@ -52,8 +64,16 @@ async function probe(src: string, dst: string, p: Omit<Probe, 'dst'>): Promise<P
 const probeDropped = (src: string, dst: string, port: number) => probe(src, dst, { proto: 'tcp', port, timeoutMs: 400 });
 /** The page loaded afresh (no filter left from an earlier test), once it shows `apps`. */
 async function open(apps: string[]): Promise<void> {
-  await page!.goto(ui!.url);
-  for (const app of apps) await page!.locator(`.workload[data-workload="${NS}/${app}"]`).waitFor({ timeout: 15_000 });
+  // The page takes the token from the fragment (never sent to the server) and drops it from the address bar.
+  // From a blank page: a fragment alone would be a navigation within the page already open, not a fresh load.
+  await page!.goto('about:blank');
+  await page!.goto(`${ui!.url}#token=${RELAY_TOKEN}`);
+  try {
+    for (const app of apps) await page!.locator(`.workload[data-workload="${NS}/${app}"]`).waitFor({ timeout: 15_000 });
+  } catch (err) {
+    const said = await page!.evaluate('document.body.innerText.slice(0, 800)');
+    throw new Error(`${(err as Error).message}\nthe page says: ${String(said)}`);
+  }
 }
 const shot = async (name: string) => {
   await page!.screenshot({ path: join(ARTIFACTS, `${name}.png`) });
@@ -62,7 +82,11 @@ const shot = async (name: string) => {
 before(async () => {
   await mkdir(ARTIFACTS, { recursive: true });
   console.log(`flow UI screenshots: ${ARTIFACTS}`);
+  tokens = await mkdtemp(join(tmpdir(), 'tdl-ui-tokens-'));
+  const tokenFile = join(tokens, 'node-token');
+  await writeFile(tokenFile, `${NODE_TOKEN}\n`, { mode: 0o600 });
   scene = await startScene(pool, {
+    extraAgentArgs: ['--flows-listen-addr', NODE_FLOWS, '--flows-token-file', tokenFile],
     nodeName: 'tdl-node-ui',
     podCidr: '10.239.0.0/24',
     pods: ['client', 'server', 'other', 'idle'].map((app) => ({ name: app, namespace: NS, labels: { app } })),
@@ -70,8 +94,29 @@ before(async () => {
     udpPorts: [],
     outside: [],
   });
-  ui = await startFlowUiProxy(scene.node.agent.socket);
-  browser = await launchChromium();
+  // `tendril relay` beside the agent, in the node's namespace (its loopback is the test's own: fixed ports cannot clash).
+  const nodes = await cliJson<Array<{ local?: boolean; flows?: { address: string } }>>(scene.node, ['node', 'list']);
+  assert.equal(nodes.find((n) => n.local)?.flows?.address, NODE_FLOWS, 'the node announces its flows address');
+  await writeFile(join(tokens, 'relay-token'), `${RELAY_TOKEN}\n`, { mode: 0o600 });
+  const relay = spawn(
+    'nsenter',
+    [`--net=/var/run/netns/${scene.node.node}`, '--', TENDRIL_BIN, 'relay', '--listen-addr', RELAY_ADDR, '--token-file', join(tokens, 'relay-token'), '--peer', `tdl-node-ui=http://${NODE_FLOWS}`, '--peer-token-file', tokenFile],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let said = '';
+  relay.stdout.on('data', (c: Buffer) => (said += c.toString()));
+  relay.stderr.on('data', (c: Buffer) => (said += c.toString()));
+  const exited = new Promise((r) => relay.once('exit', r));
+  ui = {
+    url: `http://${RELAY_ADDR}/`,
+    close: async () => {
+      if (relay.exitCode === null) relay.kill('SIGTERM');
+      await exited;
+    },
+  };
+  for (let i = 0; i < 200 && !said.includes('serving on') && relay.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+  assert.ok(said.includes('serving on'), `the relay serves: ${said}`);
+  browser = await launchChromium({ netns: scene.node.node });
   page = await browser.newPage({ viewport: { width: 1366, height: 768 } });
 });
 
@@ -80,6 +125,7 @@ after(async () => {
   await ui?.close();
   if (scene) await scene.cleanup();
   else await pool.cleanup();
+  if (tokens !== undefined) await rm(tokens, { recursive: true, force: true });
 });
 
 describe('the flow UI on a real agent', () => {

@@ -1,0 +1,144 @@
+/**
+ * Staged policies and audit mode in bpf_lxc.o (BPF_PROG_TEST_RUN): an
+ * endpoint flagged ENDPOINT_F_STAGED has its staged view looked up on new
+ * flows beside the enforced policy, and a difference is reported
+ * (WOULD_DROP, WOULD_ALLOW) without changing what passes; with
+ * CONFIG_F_POLICY_AUDIT a policy refusal is reported as AUDIT and passes.
+ */
+import assert from 'node:assert/strict';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import { requireRoot } from '../../../test/support/root.js';
+import { TcAction } from '../kernel/bpf/index.js';
+import { ConfigFlag, DropReason, EndpointFlag, EventType, PolicyVerdict, ReservedCookie, TraceLevel, TrafficDirection } from './constants.js';
+import { assertEvents } from './testing/expect.js';
+import { IDENTITY, installNode, NODE_IP, POD_A, POD_B } from './testing/fixtures.js';
+import { IpProto, TcpFlag, tcpFrame } from './testing/packets.js';
+import { LXC_OBJECT, ProgramHarness } from './testing/programHarness.js';
+
+requireRoot('the staged policy and audit mode program tests');
+
+const FROM = 'tendril_from_container';
+const TO = 'tendril_to_container';
+const { DROP, POLICY_VERDICT } = EventType;
+const { INGRESS, EGRESS } = TrafficDirection;
+const code = (r: keyof typeof DropReason): number => -DropReason[r].code;
+const COOKIE = { ALLOW_ALL: 0x1001, STAGED_80: 0x2002, STAGED_DENY: 0x3003 };
+
+const synAtoB = (dport: number, sport = 40000) => tcpFrame({ srcMac: POD_A.podMac, dstMac: POD_A.lxcMac, src: POD_A.ip, dst: POD_B.ip, sport, dport, flags: TcpFlag.SYN });
+const ct = (h: ProgramHarness, dport: number, sport = 40000) => h.ct({ saddr: POD_A.ip, daddr: POD_B.ip, sport, dport, proto: IpProto.TCP });
+
+describe('bpf_lxc staged policies', () => {
+  let h: ProgramHarness;
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(LXC_OBJECT);
+    installNode(h);
+    // B's ingress is not enforced: only A's egress decides.
+    h.addPolicy({ endpointId: POD_B.endpointId, identity: 0, egress: false, cookie: ReservedCookie.NOT_ENFORCED });
+  });
+  afterEach(async () => {
+    await h?.close();
+  });
+
+  /** Enforced: A may send anywhere. Staged view: A may send to B on TCP/80 only. */
+  function enforcedAllowAllStaged80(): void {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: true, cookie: COOKIE.ALLOW_ALL });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.TCP, port: 80, cookie: COOKIE.STAGED_80, staged: true });
+  }
+
+  it('reports WOULD_DROP for a flow only the staged view refuses, and lets it pass with its conntrack entry', async () => {
+    enforcedAllowAllStaged80();
+    h.addEndpoint({ ...POD_A, flags: EndpointFlag.STAGED });
+    assert.equal((await h.run(FROM, synAtoB(80))).retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(), [{ type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: EGRESS, cookie: COOKIE.ALLOW_ALL, dport: 80 }]);
+    assert.equal((await h.run(FROM, synAtoB(8080))).retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(), [
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, direction: EGRESS, cookie: COOKIE.ALLOW_ALL, dport: 8080 },
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.WOULD_DROP, direction: EGRESS, cookie: ReservedCookie.NONE, dport: 8080, srcEndpoint: POD_A.endpointId, dstIdentity: IDENTITY.B },
+    ]);
+    assert.ok(ct(h, 80));
+    assert.ok(ct(h, 8080), 'the flow the staged view refuses still gets its conntrack entry');
+    // The flow's next packets ride conntrack: no second report.
+    assert.equal((await h.run(FROM, tcpFrame({ srcMac: POD_A.podMac, dstMac: POD_A.lxcMac, src: POD_A.ip, dst: POD_B.ip, sport: 40000, dport: 8080, flags: TcpFlag.ACK }))).retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(), []);
+  });
+
+  it('reports the staged view\'s deny entry with its cookie', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: true, cookie: COOKIE.ALLOW_ALL });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: true, staged: true, cookie: COOKIE.ALLOW_ALL });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.TCP, port: 22, cookie: COOKIE.STAGED_DENY, deny: true, staged: true });
+    h.addEndpoint({ ...POD_A, flags: EndpointFlag.STAGED });
+    assert.equal((await h.run(FROM, synAtoB(22))).retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(), [
+      { subtype: PolicyVerdict.ALLOWED, cookie: COOKIE.ALLOW_ALL },
+      { subtype: PolicyVerdict.WOULD_DROP, direction: EGRESS, cookie: COOKIE.STAGED_DENY, dport: 22 },
+    ]);
+  });
+
+  it('reports WOULD_ALLOW for a flow the enforced policy drops and the staged view allows; the drop stays', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.TCP, port: 80, cookie: COOKIE.STAGED_80, staged: true });
+    h.addEndpoint({ ...POD_A, flags: EndpointFlag.STAGED });
+    assert.equal((await h.run(FROM, synAtoB(80))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(), [
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.NO_MATCH, direction: EGRESS, cookie: ReservedCookie.NONE },
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.WOULD_ALLOW, direction: EGRESS, cookie: COOKIE.STAGED_80 },
+      { type: DROP, subtype: code('POLICY'), direction: EGRESS },
+    ]);
+    assert.equal(ct(h, 80), undefined);
+  });
+
+  it('looks the staged view up only for an endpoint flagged STAGED', async () => {
+    enforcedAllowAllStaged80();
+    assert.equal((await h.run(FROM, synAtoB(8080))).retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(), [{ subtype: PolicyVerdict.ALLOWED, cookie: COOKIE.ALLOW_ALL }]);
+  });
+
+  it('judges the destination\'s ingress staged view too (node to pod, the ingress stage)', async () => {
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.HOST, egress: false, cookie: ReservedCookie.ALLOW_LOCALHOST });
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: false, proto: IpProto.TCP, port: 443, cookie: COOKIE.STAGED_80, staged: true });
+    h.addEndpoint({ ...POD_A, flags: EndpointFlag.STAGED });
+    assert.equal((await h.run(TO, tcpFrame({ src: NODE_IP, dst: POD_A.ip, sport: 30000, dport: 8080 }))).retval, TcAction.OK);
+    assertEvents(await h.takeEvents(), [
+      { subtype: PolicyVerdict.ALLOWED, direction: INGRESS, cookie: ReservedCookie.ALLOW_LOCALHOST },
+      { subtype: PolicyVerdict.WOULD_DROP, direction: INGRESS, cookie: ReservedCookie.NONE, srcIdentity: IDENTITY.HOST, dstEndpoint: POD_A.endpointId },
+    ]);
+  });
+});
+
+describe('bpf_lxc policy audit mode', () => {
+  let h: ProgramHarness;
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(LXC_OBJECT);
+    installNode(h);
+  });
+  afterEach(async () => {
+    await h?.close();
+  });
+
+  it('passes a flow the policy refuses, reports AUDIT in each refusing direction, and creates its conntrack entry', async () => {
+    h.setConfig(TraceLevel.OFF, ConfigFlag.POLICY_AUDIT);
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.B, egress: true, proto: IpProto.TCP, port: 80, cookie: COOKIE.STAGED_DENY, deny: true });
+    assert.equal((await h.run(FROM, synAtoB(80))).retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(), [
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.AUDIT, direction: EGRESS, cookie: COOKIE.STAGED_DENY },
+      { type: POLICY_VERDICT, subtype: PolicyVerdict.AUDIT, direction: INGRESS, cookie: ReservedCookie.NONE },
+    ]);
+    assert.ok(ct(h, 80));
+    assert.equal(h.metric(code('POLICY_DENY'), EGRESS).packets, 0n);
+    assert.equal(h.metric(code('POLICY'), INGRESS).packets, 0n);
+  });
+
+  it('keeps every other drop: a spoofed source is still dropped', async () => {
+    h.setConfig(TraceLevel.OFF, ConfigFlag.POLICY_AUDIT);
+    const spoofed = tcpFrame({ srcMac: POD_A.podMac, dstMac: POD_A.lxcMac, src: '10.200.0.99', dst: POD_B.ip, sport: 1, dport: 80, flags: TcpFlag.SYN });
+    assert.equal((await h.run(FROM, spoofed)).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(), [{ type: DROP, subtype: code('INVALID_SOURCE') }]);
+  });
+
+  it('drops again once audit mode is off', async () => {
+    h.setConfig(TraceLevel.OFF, 0);
+    assert.equal((await h.run(FROM, synAtoB(80))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(), [{ subtype: PolicyVerdict.NO_MATCH }, { type: DROP, subtype: code('POLICY') }]);
+  });
+});

@@ -41,5 +41,6 @@ export function endpointPolicyView(p: EndpointPolicy): string {
 export function policyListView(r: PolicyList): string {
   const lost = new Set(r.lost ?? []);
   const warning = lost.size > 0 ? `LOST from the kvstore, enforced from the state dir: ${[...lost].join(', ')} (import them again, or tendril policy confirm-loss)\n` : '';
-  return `Cluster revision: ${r.clusterRevision} (node revision ${r.revision})\n` + warning + table([['POLICY'], ...r.policies.map((p) => [lost.has(p.name) ? `${p.name} (lost)` : p.name])]);
+  const rows = r.policies.map((p) => [lost.has(p.name) ? `${p.name} (lost)` : p.name, p.staged === true ? 'staged' : 'enforced']);
+  return `Cluster revision: ${r.clusterRevision} (node revision ${r.revision})\n` + warning + table([['POLICY', 'MODE'], ...rows]);
 }

@@ -11,9 +11,14 @@ import { requireRoot } from '../../../test/support/root.js';
 import { TcAction } from '../kernel/bpf/index.js';
 import { ConfigFlag, DropReason, EndpointFlag, EventType, PolicyVerdict, ReservedCookie, TraceLevel, TrafficDirection } from './constants.js';
 import { assertEvents } from './testing/expect.js';
+import { parseIp } from '../../netip/index.js';
 import { IDENTITY, installNode, NODE_IP, POD_A, POD_B } from './testing/fixtures.js';
 import { IpProto, TcpFlag, tcpFrame } from './testing/packets.js';
 import { LXC_OBJECT, ProgramHarness } from './testing/programHarness.js';
+import type { MapEntry } from '../../policy/index.js';
+import { EndpointMap } from './endpointMap.js';
+import { PolicyMapWriter } from './policyMapWriter.js';
+import { ruleCookie } from './ruleCookie.js';
 
 requireRoot('the staged policy and audit mode program tests');
 
@@ -102,6 +107,59 @@ describe('bpf_lxc staged policies', () => {
       { subtype: PolicyVerdict.ALLOWED, direction: INGRESS, cookie: ReservedCookie.ALLOW_LOCALHOST },
       { subtype: PolicyVerdict.WOULD_DROP, direction: INGRESS, cookie: ReservedCookie.NONE, srcIdentity: IDENTITY.HOST, dstEndpoint: POD_A.endpointId },
     ]);
+  });
+});
+
+describe('staged views through the writers', () => {
+  let h: ProgramHarness;
+
+  beforeEach(async () => {
+    h = await ProgramHarness.load(LXC_OBJECT);
+    installNode(h);
+    h.addPolicy({ endpointId: POD_B.endpointId, identity: 0, egress: false, cookie: ReservedCookie.NOT_ENFORCED });
+  });
+  afterEach(async () => {
+    await h?.close();
+  });
+
+  const origin = { policy: 'TendrilNetworkPolicy/prod/a-80', rule: 0, path: 'spec.egress[0]' };
+  const allowAll: MapEntry[] = [
+    { key: { direction: 'egress', identity: 0, proto: 0, port: 0, prefixLen: 0 }, verdict: 'allow', derivedFrom: [], builtin: 'not-enforced' },
+    { key: { direction: 'ingress', identity: 0, proto: 0, port: 0, prefixLen: 0 }, verdict: 'allow', derivedFrom: [], builtin: 'not-enforced' },
+  ];
+  const only80: MapEntry[] = [
+    { key: { direction: 'egress', identity: IDENTITY.B, proto: IpProto.TCP, port: 80, prefixLen: 16 }, verdict: 'allow', derivedFrom: [origin] },
+    allowAll[1]!,
+  ];
+
+  it('a sync writes the staged view under staged keys beside the enforced entries, the flag goes on the endpoint, and a sync without it removes both', async () => {
+    const policy = await PolicyMapWriter.open(h.policy);
+    const endpoints = await EndpointMap.open(h.endpoints);
+    const a = { id: POD_A.endpointId, identity: POD_A.identity, ifindex: POD_A.ifindex, lxcMac: POD_A.lxcMac, podMac: POD_A.podMac, addresses: [{ family: 4 as const, ip: POD_A.ip, gateway: '10.200.0.1' }] };
+    policy.sync(POD_A.endpointId, allowAll, only80);
+    endpoints.sync({ ...a, staged: true });
+    assert.equal(policy.entriesOf(POD_A.endpointId).filter((e) => e.key.staged === true).length, 2);
+    assert.equal((h.endpoints.get(parseIp(POD_A.ip))!.flags & EndpointFlag.STAGED) !== 0, true);
+
+    assert.equal((await h.run(FROM, synAtoB(8080))).retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(), [{ subtype: PolicyVerdict.WOULD_DROP, direction: EGRESS, cookie: ReservedCookie.NONE, dport: 8080 }]);
+    assert.equal((await h.run(FROM, synAtoB(80))).retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(), []);
+
+    // Promoted: the staged view is the enforced state now, and nothing is staged.
+    endpoints.sync(a);
+    policy.sync(POD_A.endpointId, only80);
+    assert.equal(policy.entriesOf(POD_A.endpointId).filter((e) => e.key.staged === true).length, 0);
+    assert.equal(h.endpoints.get(parseIp(POD_A.ip))!.flags & EndpointFlag.STAGED, 0);
+    assert.equal((await h.run(FROM, synAtoB(8080, 40001))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(), [{ subtype: PolicyVerdict.NO_MATCH }, { type: DROP, subtype: code('POLICY') }]);
+    assert.equal((await h.run(FROM, synAtoB(80, 40001))).retval, TcAction.REDIRECT);
+    assertEvents(await h.takeEvents(), [{ subtype: PolicyVerdict.ALLOWED, cookie: ruleCookie(origin) }]);
+
+    // A writer opened on the map (an agent restart) reads the staged keys back as staged.
+    policy.sync(POD_A.endpointId, allowAll, only80);
+    const reopened = await PolicyMapWriter.open(h.policy);
+    assert.deepEqual(reopened.sync(POD_A.endpointId, allowAll, only80), { upserts: 0, deletes: 0 });
   });
 });
 

@@ -36,6 +36,18 @@ function peerOf(scene: Scene, app: string): Peer {
 const flowTo = (src: Peer, dst: Peer, port: number) => (e: MonitorEvent) =>
   e.source.ip === src.address && e.destination.ip === dst.address && e.destination.port === port && e.protocol === 'tcp';
 
+/** One node with two pods, client and server, the server listening on `ports`. */
+function clientServerScene(pool: NetnsPool, nodeName: string, podCidr: string, ports: number[], extraAgentArgs: string[] = []): Promise<Scene> {
+  const pods = ['client', 'server'].map((app) => ({ name: app, namespace: NS, labels: { app } }));
+  return startScene(pool, { nodeName, podCidr, pods, tcpPorts: ports, udpPorts: [], outside: [], extraAgentArgs });
+}
+
+async function stop(pool: NetnsPool, scene: Scene | undefined, monitor: MonitorStream | undefined): Promise<void> {
+  await monitor?.stop();
+  if (scene) await scene.cleanup();
+  else await pool.cleanup();
+}
+
 describe('staged policies', () => {
   const pool = new NetnsPool('stg');
   let scene: Scene | undefined;
@@ -44,21 +56,8 @@ describe('staged policies', () => {
   const STAGED = tendrilPolicy(NS, 'server-a-only', `endpointSelector: {matchLabels: {app: server}}\ningress:\n- fromEndpoints: [{matchLabels: {app: client}}]\n  toPorts: [{ports: [{port: "${PORT_A}", protocol: TCP}]}]`);
   const POLICY = `TendrilNetworkPolicy/${NS}/server-a-only`;
 
-  before(async () => {
-    scene = await startScene(pool, {
-      nodeName: 'tdl-node-stg',
-      podCidr: '10.218.0.0/24',
-      pods: ['client', 'server'].map((app) => ({ name: app, namespace: NS, labels: { app } })),
-      tcpPorts: [PORT_A, PORT_B],
-      udpPorts: [],
-      outside: [],
-    });
-  });
-  after(async () => {
-    await monitor?.stop();
-    if (scene) await scene.cleanup();
-    else await pool.cleanup();
-  });
+  before(async () => (scene = await clientServerScene(pool, 'tdl-node-stg', '10.218.0.0/24', [PORT_A, PORT_B])));
+  after(async () => stop(pool, scene, monitor));
 
   test('a staged policy passes both ports and reports exactly the flow it would drop; promoted, it drops that flow with the same rule', async () => {
     const node = scene!.node;
@@ -121,22 +120,8 @@ describe('policy audit mode', () => {
   let monitor: MonitorStream | undefined;
   const DENY = tendrilPolicy(NS, 'deny-client', 'endpointSelector: {matchLabels: {app: server}}\ningressDeny:\n- fromEndpoints: [{matchLabels: {app: client}}]');
 
-  before(async () => {
-    scene = await startScene(pool, {
-      nodeName: 'tdl-node-aud',
-      podCidr: '10.219.0.0/24',
-      pods: ['client', 'server'].map((app) => ({ name: app, namespace: NS, labels: { app } })),
-      tcpPorts: [PORT_A],
-      udpPorts: [],
-      outside: [],
-      extraAgentArgs: ['--policy-audit-mode'],
-    });
-  });
-  after(async () => {
-    await monitor?.stop();
-    if (scene) await scene.cleanup();
-    else await pool.cleanup();
-  });
+  before(async () => (scene = await clientServerScene(pool, 'tdl-node-aud', '10.219.0.0/24', [PORT_A], ['--policy-audit-mode'])));
+  after(async () => stop(pool, scene, monitor));
 
   test('a flow a deny rule refuses passes and is reported as audit with the rule; status and config say audit mode is on', async () => {
     const node = scene!.node;

@@ -32,18 +32,18 @@ const COOKIE = { ALLOW_ALL: 0x1001, STAGED_80: 0x2002, STAGED_DENY: 0x3003 };
 const synAtoB = (dport: number, sport = 40000) => tcpFrame({ srcMac: POD_A.podMac, dstMac: POD_A.lxcMac, src: POD_A.ip, dst: POD_B.ip, sport, dport, flags: TcpFlag.SYN });
 const ct = (h: ProgramHarness, dport: number, sport = 40000) => h.ct({ saddr: POD_A.ip, daddr: POD_B.ip, sport, dport, proto: IpProto.TCP });
 
+/** bpf_lxc with the node's endpoints; with `bIngressOpen` B's ingress is not enforced, so only A's egress decides. */
+async function openHarness(bIngressOpen: boolean): Promise<ProgramHarness> {
+  const h = await ProgramHarness.load(LXC_OBJECT);
+  installNode(h);
+  if (bIngressOpen) h.addPolicy({ endpointId: POD_B.endpointId, identity: 0, egress: false, cookie: ReservedCookie.NOT_ENFORCED });
+  return h;
+}
+
 describe('bpf_lxc staged policies', () => {
   let h: ProgramHarness;
-
-  beforeEach(async () => {
-    h = await ProgramHarness.load(LXC_OBJECT);
-    installNode(h);
-    // B's ingress is not enforced: only A's egress decides.
-    h.addPolicy({ endpointId: POD_B.endpointId, identity: 0, egress: false, cookie: ReservedCookie.NOT_ENFORCED });
-  });
-  afterEach(async () => {
-    await h?.close();
-  });
+  beforeEach(async () => (h = await openHarness(true)));
+  afterEach(async () => h?.close());
 
   /** Enforced: A may send anywhere. Staged view: A may send to B on TCP/80 only. */
   function enforcedAllowAllStaged80(): void {
@@ -112,15 +112,8 @@ describe('bpf_lxc staged policies', () => {
 
 describe('staged views through the writers', () => {
   let h: ProgramHarness;
-
-  beforeEach(async () => {
-    h = await ProgramHarness.load(LXC_OBJECT);
-    installNode(h);
-    h.addPolicy({ endpointId: POD_B.endpointId, identity: 0, egress: false, cookie: ReservedCookie.NOT_ENFORCED });
-  });
-  afterEach(async () => {
-    await h?.close();
-  });
+  beforeEach(async () => (h = await openHarness(true)));
+  afterEach(async () => h?.close());
 
   const origin = { policy: 'TendrilNetworkPolicy/prod/a-80', rule: 0, path: 'spec.egress[0]' };
   const allowAll: MapEntry[] = [
@@ -165,14 +158,8 @@ describe('staged views through the writers', () => {
 
 describe('bpf_lxc policy audit mode', () => {
   let h: ProgramHarness;
-
-  beforeEach(async () => {
-    h = await ProgramHarness.load(LXC_OBJECT);
-    installNode(h);
-  });
-  afterEach(async () => {
-    await h?.close();
-  });
+  beforeEach(async () => (h = await openHarness(false)));
+  afterEach(async () => h?.close());
 
   it('passes a flow the policy refuses, reports AUDIT in each refusing direction, and creates its conntrack entry', async () => {
     h.setConfig(TraceLevel.OFF, ConfigFlag.POLICY_AUDIT);

@@ -233,7 +233,7 @@ static __always_inline int from_host_service6(struct __sk_buff *skb, struct flow
 	if (dst) {
 		f->dst_identity = dst->identity;
 		f->dst_endpoint = dst->endpoint_id;
-		ret = ingress_ct_policy6_stage(skb, f, ip6, now, TRACE_TO_ENDPOINT | (forwarded ? INGRESS_SOURCE_KNOWN : 0));
+		ret = ingress_ct_policy6_stage(skb, f, ip6, now, TRACE_TO_ENDPOINT | (forwarded ? INGRESS_SOURCE_KNOWN : 0) | endpoint_policy_how(dst));
 		*action = ret ? ret : from_host_deliver4(skb, f, dst);
 		return 1;
 	}
@@ -314,7 +314,7 @@ static __always_inline int from_host_ipv6(struct __sk_buff *skb, struct flow *f)
 			flow_set_source6(f);
 		return drop_packet(skb, f, l4_ret, DIR_INGRESS, 0);
 	}
-	ret = ingress_ct_policy6_stage(skb, f, &ip6, bpf_ktime_get_ns(), TRACE_TO_ENDPOINT | (arrived_on ? INGRESS_SOURCE_KNOWN : 0));
+	ret = ingress_ct_policy6_stage(skb, f, &ip6, bpf_ktime_get_ns(), TRACE_TO_ENDPOINT | (arrived_on ? INGRESS_SOURCE_KNOWN : 0) | endpoint_policy_how(dst));
 	if (ret)
 		return ret;
 	return from_host_deliver4(skb, f, dst);

@@ -52,7 +52,7 @@ struct device_owner {
 	__u32 ifindex;
 	__u32 endpoint_id; /* 0 = none found */
 	__u32 identity;
-	__u32 pad;
+	__u32 flags; /* its ENDPOINT_F_* */
 	struct nd_macs macs;
 };
 
@@ -62,6 +62,7 @@ static long device_owner_match(void *map, struct endpoint_key *key, struct endpo
 		return 0;
 	owner->endpoint_id = ep->endpoint_id;
 	owner->identity = ep->identity;
+	owner->flags = ep->flags;
 	__builtin_memcpy(owner->macs.lxc_mac, ep->lxc_mac, ETH_ALEN);
 	__builtin_memcpy(owner->macs.pod_mac, ep->pod_mac, ETH_ALEN);
 	return 1;
@@ -212,7 +213,7 @@ static __always_inline int from_container_ipv6(struct __sk_buff *skb, struct flo
 	struct tunnel_route route;
 	struct ipv6_info ip6;
 	enum ct_status status;
-	__u32 src_endpoint_id;
+	__u32 src_endpoint_id, src_how = 0;
 	int local = 0, ret;
 	__u8 type = 0;
 	__u64 now;
@@ -238,11 +239,13 @@ static __always_inline int from_container_ipv6(struct __sk_buff *skb, struct flo
 		if (src->ifindex != skb->ifindex)
 			return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
 		src_endpoint_id = src->endpoint_id;
+		src_how = endpoint_policy_how(src);
 		f->src_identity = src->identity;
 	} else if (ipv6_is_link_local(f->saddr6)) {
 		/* A device with no endpoint finds none: endpoint 0 matches no policy entry, so it is dropped there. */
 		device_owner_find(&owner);
 		src_endpoint_id = owner.endpoint_id;
+		src_how = owner.flags & ENDPOINT_F_STAGED ? POLICY_STAGED : 0;
 		f->src_identity = owner.identity;
 	} else {
 		return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
@@ -272,11 +275,11 @@ static __always_inline int from_container_ipv6(struct __sk_buff *skb, struct flo
 	if (status == CT_NEW) {
 		if (!dst)
 			f->dst_identity = ipcache_identity6(f->daddr6);
-		ret = policy_enforce_or_drop(skb, f, src_endpoint_id, f->dst_identity, 1);
+		ret = policy_enforce_or_drop(skb, f, src_endpoint_id, f->dst_identity, POLICY_EGRESS | src_how);
 		if (ret)
 			return ret;
 		if (local && dst) {
-			ret = policy_enforce_or_drop(skb, f, dst->endpoint_id, f->src_identity, 0);
+			ret = policy_enforce_or_drop(skb, f, dst->endpoint_id, f->src_identity, endpoint_policy_how(dst));
 			if (ret)
 				return ret;
 		}
@@ -356,7 +359,7 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 	struct endpoint_info *src, *dst;
 	struct tunnel_route route;
 	struct ipv4_info ip;
-	__u32 src_endpoint_id;
+	__u32 src_endpoint_id, src_how;
 	enum ct_status status;
 	int local, ret;
 	__u64 now;
@@ -370,6 +373,7 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 	if (!src || src->ifindex != skb->ifindex)
 		return drop_packet(skb, f, DROP_INVALID_SOURCE, DIR_EGRESS, 0);
 	src_endpoint_id = src->endpoint_id;
+	src_how = endpoint_policy_how(src);
 	f->src_identity = src->identity;
 	f->src_endpoint = src_endpoint_id;
 
@@ -398,11 +402,11 @@ static __always_inline int from_container_ipv4(struct __sk_buff *skb, struct flo
 		/* The ipcache (an LPM walk) only for new flows: a hit carries the identities. */
 		if (!dst)
 			f->dst_identity = ipcache_identity4(f->daddr);
-		ret = policy_enforce_or_drop(skb, f, src_endpoint_id, f->dst_identity, 1);
+		ret = policy_enforce_or_drop(skb, f, src_endpoint_id, f->dst_identity, POLICY_EGRESS | src_how);
 		if (ret)
 			return ret;
 		if (local && dst) {
-			ret = policy_enforce_or_drop(skb, f, dst->endpoint_id, f->src_identity, 0);
+			ret = policy_enforce_or_drop(skb, f, dst->endpoint_id, f->src_identity, endpoint_policy_how(dst));
 			if (ret)
 				return ret;
 		}
@@ -501,6 +505,7 @@ static __always_inline int to_container_ipv4(struct __sk_buff *skb, struct flow 
  */
 static __always_inline int to_container_ipv6(struct __sk_buff *skb, struct flow *f)
 {
+	__u32 how = TRACE_FROM_STACK;
 	struct endpoint_info *dst;
 	struct ipv6_info ip6;
 	__u8 type = 0;
@@ -517,6 +522,7 @@ static __always_inline int to_container_ipv6(struct __sk_buff *skb, struct flow 
 	if (dst && dst->ifindex == skb->ifindex) {
 		f->dst_identity = dst->identity;
 		f->dst_endpoint = dst->endpoint_id;
+		how |= endpoint_policy_how(dst);
 	} else if (ipv6_is_multicast(f->daddr6)) {
 		return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);
 	} else if (!dst && ipv6_is_link_local(f->daddr6)) {
@@ -526,6 +532,7 @@ static __always_inline int to_container_ipv6(struct __sk_buff *skb, struct flow 
 		device_owner_find(&owner);
 		f->dst_identity = owner.identity;
 		f->dst_endpoint = owner.endpoint_id;
+		how |= owner.flags & ENDPOINT_F_STAGED ? POLICY_STAGED : 0;
 	} else {
 		flow_set_source6(f);
 		if (dst) {
@@ -538,7 +545,7 @@ static __always_inline int to_container_ipv6(struct __sk_buff *skb, struct flow 
 	}
 	/* As to_container_ipv4: the stack hands it to the pod, so a NodePort translation left on the tuple is stale. */
 	f->lb_direct = 1;
-	ret = ingress_to_endpoint6(skb, f, &ip6, TRACE_FROM_STACK);
+	ret = ingress_to_endpoint6(skb, f, &ip6, how);
 	if (ret)
 		return ret;
 	return pass_packet(skb, f, TC_ACT_OK, TRACE_FROM_STACK, DIR_INGRESS);

@@ -142,7 +142,7 @@ static __always_inline int overlay_to_endpoint6(struct __sk_buff *skb, struct fl
 	ret = l4_load6(skb, f, ip6);
 	if (ret < 0)
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
-	ret = ingress_ct_policy6_stage(skb, f, ip6, bpf_ktime_get_ns(), TRACE_FROM_OVERLAY | INGRESS_SOURCE_KNOWN);
+	ret = ingress_ct_policy6_stage(skb, f, ip6, bpf_ktime_get_ns(), TRACE_FROM_OVERLAY | INGRESS_SOURCE_KNOWN | endpoint_policy_how(dst));
 	if (ret)
 		return ret;
 	if (ip6->hop_limit <= 1)

@@ -106,6 +106,15 @@ static __always_inline int config_migration_window(__u64 now)
 	return cfg && now < cfg->migration_until_ns;
 }
 
+/* --policy-audit-mode (CONFIG_F_POLICY_AUDIT): policy refusals are reported, never dropped. */
+static __always_inline int config_policy_audit(void)
+{
+	__u32 zero = 0;
+	struct datapath_config *cfg = bpf_map_lookup_elem(&tendril_config, &zero);
+
+	return cfg && (cfg->flags & CONFIG_F_POLICY_AUDIT);
+}
+
 /* --bpf-ct-endpoint-max: conntrack entries one endpoint may hold; 0 = no budget. */
 static __always_inline __u32 config_ct_endpoint_max(void)
 {

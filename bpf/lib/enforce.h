@@ -25,22 +25,72 @@
 #include "trace.h"
 
 /*
- * The policy of `endpoint_id` for this flow in one direction. Emits the
- * POLICY_VERDICT event (not for an allow that only says the direction is
- * not enforced). Returns 0 when allowed, else the drop reason
- * (DROP_POLICY_DENY for a deny entry, DROP_POLICY for no match); *cookie is
- * the deciding entry's.
+ * policy_enforce_or_drop's `how`: the direction, and whether the endpoint
+ * has a staged view (ENDPOINT_F_STAGED). The ingress stages' `how` carries
+ * POLICY_STAGED too, beside the trace point and INGRESS_SOURCE_KNOWN.
+ */
+#define POLICY_EGRESS 0x1
+#define POLICY_STAGED 0x200
+
+/* POLICY_STAGED for an endpoint that staged policies select, else 0. */
+static __always_inline __u32 endpoint_policy_how(const struct endpoint_info *ep)
+{
+	return ep && (ep->flags & ENDPOINT_F_STAGED) ? POLICY_STAGED : 0;
+}
+
+/* policy_staged_report's `how`: POLICY_EGRESS, and whether the enforced policy allowed the flow. */
+#define STAGED_ENFORCED_ALLOWED 0x2
+
+/*
+ * A new flow of an endpoint with a staged view: its staged entries decide
+ * the flow as the policy would once the staged policies are promoted. When
+ * that differs from the enforced decision, a POLICY_VERDICT event says so
+ * (VERDICT_WOULD_DROP, VERDICT_WOULD_ALLOW) with the staged view's deciding
+ * cookie. What passes never depends on it. A stage: the second lookup is
+ * verified once, not on every path that enforces policy.
+ */
+__stage int policy_staged_report(struct __sk_buff *skb, const struct flow *f, __u32 endpoint_id, __u32 peer_identity, __u32 how)
+{
+	__u8 egress = how & POLICY_EGRESS;
+	struct policy_decision s;
+	int enforced_allowed = (how & STAGED_ENFORCED_ALLOWED) != 0;
+
+	if (!f)
+		return 0;
+	s = policy_lookup(endpoint_id, peer_identity, egress | POLICY_KEY_STAGED, f->proto, l4_policy_port(f));
+	if ((s.verdict == VERDICT_ALLOWED) == enforced_allowed)
+		return 0;
+	event_emit(skb, f, EVENT_POLICY_VERDICT, enforced_allowed ? VERDICT_WOULD_DROP : VERDICT_WOULD_ALLOW, egress ? DIR_EGRESS : DIR_INGRESS,
+		   s.cookie);
+	return 0;
+}
+
+/*
+ * The policy of `endpoint_id` for this flow in one direction (`how`:
+ * POLICY_EGRESS, POLICY_STAGED). Emits the POLICY_VERDICT event (not for
+ * an allow that only says the direction is not enforced), and for an
+ * endpoint with a staged view the staged one where it differs. Returns 0
+ * when allowed, else the drop reason (DROP_POLICY_DENY for a deny entry,
+ * DROP_POLICY for no match); *cookie is the deciding entry's. In audit
+ * mode a refusal is reported as VERDICT_AUDIT and returns 0.
  */
 static __always_inline int policy_enforce(struct __sk_buff *skb, const struct flow *f, __u32 endpoint_id, __u32 peer_identity,
-					  __u8 egress, __u32 *cookie)
+					  __u32 how, __u32 *cookie)
 {
+	__u8 egress = how & POLICY_EGRESS;
 	struct policy_decision d = policy_lookup(endpoint_id, peer_identity, egress, f->proto, l4_policy_port(f));
 	__u8 direction = egress ? DIR_EGRESS : DIR_INGRESS;
+	int allowed = d.verdict == VERDICT_ALLOWED;
+	__u32 verdict = d.verdict;
 
 	*cookie = d.cookie;
-	if (d.verdict != VERDICT_ALLOWED || d.cookie != COOKIE_NOT_ENFORCED)
-		event_emit(skb, f, EVENT_POLICY_VERDICT, (__u8)d.verdict, direction, d.cookie);
-	if (d.verdict == VERDICT_ALLOWED)
+	if (!allowed && config_policy_audit())
+		verdict = VERDICT_AUDIT;
+	if (!allowed || d.cookie != COOKIE_NOT_ENFORCED)
+		event_emit(skb, f, EVENT_POLICY_VERDICT, (__u8)verdict, direction, d.cookie);
+	if (how & POLICY_STAGED)
+		policy_staged_report(skb, f, endpoint_id, peer_identity, egress | (allowed ? STAGED_ENFORCED_ALLOWED : 0));
+	if (allowed || verdict == VERDICT_AUDIT)
 		return 0;
 	return d.verdict == VERDICT_DENIED ? DROP_POLICY_DENY : DROP_POLICY;
 }
@@ -49,16 +99,16 @@ static __always_inline int policy_enforce(struct __sk_buff *skb, const struct fl
  * policy_enforce, and a refusal dropped (reported in the policy's direction
  * with the deciding entry's cookie): 0 when allowed, else TC_ACT_SHOT.
  */
-__stage int policy_enforce_or_drop(struct __sk_buff *skb, const struct flow *f, __u32 endpoint_id, __u32 peer_identity, __u8 egress)
+__stage int policy_enforce_or_drop(struct __sk_buff *skb, const struct flow *f, __u32 endpoint_id, __u32 peer_identity, __u32 how)
 {
 	__u32 cookie = 0;
 	int ret;
 
 	if (!f)
 		return TC_ACT_SHOT;
-	ret = policy_enforce(skb, f, endpoint_id, peer_identity, egress, &cookie);
+	ret = policy_enforce(skb, f, endpoint_id, peer_identity, how, &cookie);
 	if (ret < 0)
-		return drop_packet(skb, f, ret, egress ? DIR_EGRESS : DIR_INGRESS, cookie);
+		return drop_packet(skb, f, ret, (how & POLICY_EGRESS) ? DIR_EGRESS : DIR_INGRESS, cookie);
 	return 0;
 }
 
@@ -160,7 +210,7 @@ __stage int ingress_ct_policy4_stage(struct __sk_buff *skb, struct flow *f, cons
 	/* The source's identity (an LPM walk) only for new flows: a hit carries it. */
 	if (!(how & INGRESS_SOURCE_KNOWN))
 		flow_set_source4(f);
-	ret = policy_enforce_or_drop(skb, f, f->dst_endpoint, f->src_identity, 0);
+	ret = policy_enforce_or_drop(skb, f, f->dst_endpoint, f->src_identity, how & POLICY_STAGED);
 	if (ret)
 		return ret;
 	if (!f->icmp_error) {
@@ -186,7 +236,7 @@ static __always_inline int ingress_ct_policy4_source(struct __sk_buff *skb, stru
 {
 	f->dst_identity = dst->identity;
 	f->dst_endpoint = dst->endpoint_id;
-	return ingress_ct_policy4_stage(skb, f, ip, now, trace_point | (source_known ? INGRESS_SOURCE_KNOWN : 0));
+	return ingress_ct_policy4_stage(skb, f, ip, now, trace_point | (source_known ? INGRESS_SOURCE_KNOWN : 0) | endpoint_policy_how(dst));
 }
 
 /* ingress_ct_policy4_source for a packet whose source is judged by its address. */
@@ -288,7 +338,7 @@ __stage int ingress_ct_policy6_stage(struct __sk_buff *skb, struct flow *f, cons
 	}
 	if (!(how & INGRESS_SOURCE_KNOWN))
 		flow_set_source6(f);
-	ret = policy_enforce_or_drop(skb, f, f->dst_endpoint, f->src_identity, 0);
+	ret = policy_enforce_or_drop(skb, f, f->dst_endpoint, f->src_identity, how & POLICY_STAGED);
 	if (ret)
 		return ret;
 	if (!f->icmp_error) {
@@ -305,8 +355,9 @@ __stage int ingress_ct_policy6_stage(struct __sk_buff *skb, struct flow *f, cons
  * local endpoint whose identity and ID f carries as destination. Its ports,
  * its source as the node's own when the node sent it (no ingress device),
  * else what flow_set_arrived_source6 says, then ingress_ct_policy6_stage.
+ * `how`: the trace point, and POLICY_STAGED for an endpoint with a staged view.
  */
-static __always_inline int ingress_to_endpoint6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, __u8 trace_point)
+static __always_inline int ingress_to_endpoint6(struct __sk_buff *skb, struct flow *f, const struct ipv6_info *ip, __u32 how)
 {
 	__u32 arrived_on = skb->ingress_ifindex;
 	int ret;
@@ -319,7 +370,7 @@ static __always_inline int ingress_to_endpoint6(struct __sk_buff *skb, struct fl
 			flow_set_source6(f);
 		return drop_packet(skb, f, ret, DIR_INGRESS, 0);
 	}
-	return ingress_ct_policy6_stage(skb, f, ip, bpf_ktime_get_ns(), trace_point | (arrived_on ? INGRESS_SOURCE_KNOWN : 0));
+	return ingress_ct_policy6_stage(skb, f, ip, bpf_ktime_get_ns(), how | (arrived_on ? INGRESS_SOURCE_KNOWN : 0));
 }
 
 #endif

@@ -493,7 +493,7 @@ __stage int nodeport_lb6(struct __sk_buff *skb, struct flow *f, const struct ipv
 	f->dst_identity = dst->identity;
 	f->dst_endpoint = dst->endpoint_id;
 	/* A local backend sees the client's own address, judged as it arrived. */
-	ret = ingress_ct_policy6_stage(skb, f, ip, now, TRACE_TO_ENDPOINT | INGRESS_SOURCE_KNOWN);
+	ret = ingress_ct_policy6_stage(skb, f, ip, now, TRACE_TO_ENDPOINT | INGRESS_SOURCE_KNOWN | endpoint_policy_how(dst));
 	if (ret) {
 		*action = ret;
 		return 1;
@@ -579,7 +579,7 @@ static __always_inline int nodeport_local6(struct __sk_buff *skb, struct flow *f
 	}
 	f->dst_identity = dst->identity;
 	f->dst_endpoint = dst->endpoint_id;
-	ret = ingress_ct_policy6_stage(skb, f, ip6, now, TRACE_TO_ENDPOINT);
+	ret = ingress_ct_policy6_stage(skb, f, ip6, now, TRACE_TO_ENDPOINT | endpoint_policy_how(dst));
 	if (ret) {
 		*action = ret;
 		return 1;

@@ -4,6 +4,9 @@
  * keyed (endpoint, peer identity, direction, protocol, port prefix). The
  * prefix always covers endpoint, identity and direction; then protocol
  * (8 bits, or not at all for "any"), then the port's prefix length.
+ * An endpoint that staged policies select (ENDPOINT_F_STAGED) also has its
+ * staged view here: the same keys with POLICY_KEY_STAGED in the direction
+ * byte.
  */
 #ifndef __TENDRIL_LIB_POLICY_H_
 #define __TENDRIL_LIB_POLICY_H_
@@ -14,7 +17,7 @@ struct policy_key {
 	__u32 prefixlen;   /* POLICY_KEY_FIXED_BITS [+ 8 + port prefix length] */
 	__u32 endpoint_id;
 	__u32 sec_identity; /* peer identity; 0 = any */
-	__u8 egress;       /* 0 ingress, 1 egress */
+	__u8 egress;       /* 0 ingress, 1 egress; | POLICY_KEY_STAGED for the staged view */
 	__u8 protocol;
 	__be16 dport;
 };

@@ -21,7 +21,7 @@ import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import { type AgentMetrics, type AgentMetricsSources, pinnedDatapathSource } from '../metrics/index.js';
 import type { OwnNode } from '../node/index.js';
-import { parsePolicyText, refuseNamedPorts, UnknownEndpointError } from '../policy/index.js';
+import { parsePolicyText, refuseNamedPorts, UnknownEndpointError, withStaged } from '../policy/index.js';
 import type { PolicyStore } from '../policy/store/index.js';
 import type { PolicyLedger } from '../policy/store/policyLedger.js';
 import type { ServiceManager } from '../service/index.js';
@@ -131,12 +131,14 @@ function policyApi(p: AgentParts): PolicyApi {
       const r = await policyLedger.confirmLoss(policyStore, policy);
       return { revision: policy.revision, dropped: r.dropped, endpoints: r.endpoints };
     },
-    import: async (text) => {
+    import: async (text, opts) => {
       // Parsed here first so a named port is refused before anything is stored or applied.
-      const policies = parsePolicyText(text);
-      refuseNamedPorts(policies);
-      return policyStore.importPolicies(policies);
+      const parsed = parsePolicyText(text);
+      refuseNamedPorts(parsed);
+      // Staged through the annotation: the stored document says so on every node and after a restart.
+      return policyStore.importPolicies(opts?.staged === true ? parsed.map((x) => withStaged(x, true)) : parsed);
     },
+    promote: (filters) => policyStore.promotePolicies(filters),
     delete: (filter) => policyStore.deletePolicies(filter),
     selectors: () => policy.engine.selectors(),
     selectsNoEndpoint: (names) => policy.engine.selectsNoEndpoint(names),
@@ -190,8 +192,19 @@ export async function health(p: AgentParts): Promise<Health> {
     ...(k8s ? { kubernetes: k8s } : {}),
     datapath,
     services: { count: services.length, backends: services.reduce((n, svc) => n + svc['backend-addresses'].length, 0) },
-    policies: { count: p.policy.policies().length, endpointsEnforced: p.endpoints.list().filter((ep) => policyEnforced(p.policy, ep.id)).length },
+    policies: policiesStatus(p),
     masquerade: masqueradeStatus(p, datapath),
+  };
+}
+
+function policiesStatus(p: AgentParts): Health['policies'] {
+  const all = p.policy.policies();
+  const staged = all.filter((x) => x.staged === true).length;
+  return {
+    count: all.length,
+    endpointsEnforced: p.endpoints.list().filter((ep) => policyEnforced(p.policy, ep.id)).length,
+    ...(staged > 0 ? { staged } : {}),
+    ...(p.config.policyAuditMode ? { auditMode: true } : {}),
   };
 }
 

@@ -74,6 +74,7 @@ export interface Flags {
   flowHistorySize?: number;
   flowMetrics?: boolean;
   flowMetricsLabels?: string;
+  policyAuditMode?: boolean;
   bpfLxcAttach?: string;
   bpfPolicyEndpointMax?: number;
   bpfLxcMax?: number;
@@ -177,6 +178,7 @@ export function agentCommand(): Command {
     .option('--bpf-nat-max <n>', 'eBPF SNAT entries, two per masqueraded or NodePort-SNATed connection (default 524288)', int('--bpf-nat-max'))
     .addOption(new Option('--lb-algorithm <alg>', 'how a service backend is chosen for a new connection: random (default) or maglev (consistent hashing)').choices([...LB_ALGORITHMS]))
     .option('--lb-maglev-table-size <prime>', `entries of each service's Maglev table, a prime 251..131071 (default ${MAGLEV_DEFAULT_TABLE_SIZE})`, int('--lb-maglev-table-size'))
+    .option('--policy-audit-mode', 'report policy refusals (monitor verdict audit) and let those flows pass; drops for other reasons stay (default: off)')
     .option('--bpf-lb-external-clusterip', 'ClusterIPs answer traffic from outside the cluster too (default: off, such traffic is dropped)')
     .option('--bpf-nat-port-range <min-max>', 'source ports SNAT gives out, less the node\'s ephemeral range and the NodePort range 30000-32767 (default 1024-65535)')
     .option('--bpf-ct-endpoint-max <n>', 'conntrack entries one endpoint may hold; its new flows beyond are dropped as CT_ENDPOINT_BUDGET (default 0: no budget)', int('--bpf-ct-endpoint-max'))
@@ -261,6 +263,7 @@ function applyFlags(merged: Record<string, unknown>, flags: Flags): void {
   set('flowHistorySize', flags.flowHistorySize);
   set('flowMetrics', flags.flowMetrics);
   set('flowMetricsLabels', flags.flowMetricsLabels);
+  set('policyAuditMode', flags.policyAuditMode);
   set('bpfLxcAttach', flags.bpfLxcAttach);
   set('policyEndpointMaxEntries', flags.bpfPolicyEndpointMax);
   set('lbAlgorithm', flags.lbAlgorithm);

@@ -87,6 +87,7 @@ export async function openAgentDatapath(config: AgentConfig, ipcache: IPCache, l
     lxcAttach: config.bpfLxcAttach,
     maglevTableSize: config.lbMaglevTableSize,
     externalClusterIp: config.bpfLbExternalClusterip,
+    policyAudit: config.policyAuditMode,
     natPortRanges: snatPorts,
     ctEndpointMax: config.bpfCtEndpointMax,
     masquerade: config.masquerade,

@@ -153,7 +153,7 @@ export function bpfObservabilityOf(datapath: object, sources: ObservabilitySourc
     },
     policies: () => policy.policies(),
     policyRevision: () => policy.revision,
-    enforcedBy: (endpointId, direction) => policy.engine.endpointEnforcement(endpointId)?.[direction].by,
+    enforcedBy: (endpointId, direction, staged) => policy.engine.endpointEnforcement(endpointId, staged === true)?.[direction].by,
     endpointPod: sources.endpointPod,
     serviceName: sources.serviceName,
     flowHistory: { size: sources.flowHistorySize, nodeName: sources.nodeName },

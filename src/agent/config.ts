@@ -134,6 +134,8 @@ export const AgentConfigSchema = z
     flowMetrics: z.boolean(),
     /** The workload labels flow metrics carry: none, the peers' namespaces, or namespaces and workloads. */
     flowMetricsLabels: z.enum(FLOW_METRICS_LABELS),
+    /** Cilium's --policy-audit-mode: policy refusals are reported (verdict `audit`) and the flows pass; other drops stay. */
+    policyAuditMode: z.boolean(),
     /** How the eBPF programs go on pods' devices: tcx links (kernel 6.6+; an RCU grace period per attach) or clsact filters (faster ADD). */
     bpfLxcAttach: z.enum(['tcx', 'clsact']),
     /** A kubeconfig to reach the Kubernetes API server with; given (or --k8s-api-server, or in-cluster), the agent follows the API server. */
@@ -196,6 +198,7 @@ export function defaultConfig(): Omit<AgentConfig, 'routingMode' | 'identityAllo
     flowHistorySize: 16_384,
     flowMetrics: true,
     flowMetricsLabels: 'none',
+    policyAuditMode: false,
     bpfLxcAttach: 'clsact',
     masquerade: true,
     ipv6Masquerade: false,

@@ -44,6 +44,7 @@ const SAMPLES: Record<string, { yaml: unknown; argv: string[] }> = {
   flowHistorySize: { yaml: 100, argv: ['--flow-history-size', '100'] },
   flowMetrics: { yaml: false, argv: ['--no-flow-metrics'] },
   flowMetricsLabels: { yaml: 'workload', argv: ['--flow-metrics-labels', 'workload'] },
+  policyAuditMode: { yaml: true, argv: ['--policy-audit-mode'] },
   bpfLxcAttach: { yaml: 'tcx', argv: ['--bpf-lxc-attach', 'tcx'] },
   bpfPolicyEndpointMax: { yaml: 1000, argv: ['--bpf-policy-endpoint-max', '1000'] },
   bpfLxcMax: { yaml: 1001, argv: ['--bpf-lxc-max', '1001'] },

@@ -53,6 +53,7 @@ export type ApiIpcacheEntry = Schemas['IpcacheEntry'];
 export type RuleOriginBody = Schemas['RuleOrigin'];
 export type PolicyList = Schemas['PolicyList'];
 export type PolicyImport = Schemas['PolicyImport'];
+export type PolicyPromote = Schemas['PolicyPromote'];
 export type PolicyImportResult = Schemas['PolicyImportResult'];
 export type PolicyDeleteResult = Schemas['PolicyDeleteResult'];
 export type PolicySelector = Schemas['PolicySelector'];

@@ -23,7 +23,9 @@ export function registerAgentCommands(program: Command): void {
         ...(h.kubernetes ? [['Kubernetes', kubernetesLine(h.kubernetes)]] : []),
         ...(h.datapath ? datapathRows(h.datapath) : []),
         ...(h.services ? [['Services', `${h.services.count} (${count(h.services.backends, 'backend')})`]] : []),
-        ...(h.policies ? [['Policies', `${h.policies.count} in force, ${count(h.policies.endpointsEnforced, 'endpoint')} with policy enforced`]] : []),
+        ...(h.policies
+          ? [['Policies', `${h.policies.count - (h.policies.staged ?? 0)} in force${h.policies.staged ? `, ${h.policies.staged} staged (reported, not enforced)` : ''}, ${count(h.policies.endpointsEnforced, 'endpoint')} with policy enforced${h.policies.auditMode ? '; AUDIT MODE: policy refusals are reported and pass' : ''}`]]
+          : []),
         ...(h.masquerade ? [['Masquerade', masqueradeLine(h.masquerade)]] : []),
       ]),
     );

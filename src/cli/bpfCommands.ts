@@ -11,7 +11,7 @@ type CtEntries = ResponseBody<'listBpfConntrack', 200>;
 export function policyTable(entries: PolicyEntries): string {
   return table([
     ['DIRECTION', 'IDENTITY', 'LABELS', 'PORT/PROTO', 'ACTION', 'RULE'],
-    ...entries.map((e) => [e.direction, e.identity === 0 ? 'ANY' : String(e.identity), e.identity === 0 ? '(any peer)' : e.identityLabels.join(' ') || '-', portRangeText(e.proto, e.portFirst, e.portLast), e.action.toUpperCase(), e.rule.text]),
+    ...entries.map((e) => [e.staged === true ? `${e.direction} (staged)` : e.direction, e.identity === 0 ? 'ANY' : String(e.identity), e.identity === 0 ? '(any peer)' : e.identityLabels.join(' ') || '-', portRangeText(e.proto, e.portFirst, e.portLast), e.action.toUpperCase(), e.rule.text]),
   ]);
 }
 

@@ -22,24 +22,33 @@ export function endpointView(e: Endpoint): string {
 }
 
 export function endpointPolicyView(p: EndpointPolicy): string {
-  const enforcement = (d: 'ingress' | 'egress') => (p.enforcement[d].enforced ? `enforced (${p.enforcement[d].by.map((r) => r.policy).join(', ')})` : 'not enforced (allow all)');
+  const enforcementOf = (v: Pick<EndpointPolicy, 'enforcement'>, d: 'ingress' | 'egress') => (v.enforcement[d].enforced ? `enforced (${v.enforcement[d].by.map((r) => r.policy).join(', ')})` : 'not enforced (allow all)');
   const head =
     `Endpoint ${p.endpointId}, identity ${p.identity}, policy revision ${p.policyRevision} (datapath at ${p.realizedPolicyRevision}, ${p.datapathEnforced ? 'enforced on packets' : 'not enforced by this datapath'})\n` +
-    `Ingress: ${enforcement('ingress')}\nEgress: ${enforcement('egress')}\n` +
+    `Ingress: ${enforcementOf(p, 'ingress')}\nEgress: ${enforcementOf(p, 'egress')}\n` +
     (p.error ? `Error: ${p.error}\n` : '');
   // The columns and their words are `tendril bpf policy get`'s: the same entries, seen from the agent's side.
-  const rows = p.entries.map((e) => [
-    e.key.direction,
-    e.key.identity === 0 ? 'ANY' : String(e.key.identity),
-    portPrefixText(e.key.proto, e.key.port, e.key.prefixLen),
-    e.verdict.toUpperCase(),
-    e.derivedFrom.map((r) => r.policy).join(', ') || (e.builtin !== undefined ? builtinRuleText(e.builtin) : '-'),
-  ]);
-  return head + table([['DIRECTION', 'IDENTITY', 'PORT/PROTO', 'ACTION', 'RULE'], ...rows]);
+  const rowsOf = (entries: EndpointPolicy['entries']) =>
+    entries.map((e) => [
+      e.key.direction,
+      e.key.identity === 0 ? 'ANY' : String(e.key.identity),
+      portPrefixText(e.key.proto, e.key.port, e.key.prefixLen),
+      e.verdict.toUpperCase(),
+      e.derivedFrom.map((r) => r.policy).join(', ') || (e.builtin !== undefined ? builtinRuleText(e.builtin) : '-'),
+    ]);
+  const header = ['DIRECTION', 'IDENTITY', 'PORT/PROTO', 'ACTION', 'RULE'];
+  const out = head + table([header, ...rowsOf(p.entries)]);
+  if (!p.staged) return out;
+  return (
+    out +
+    `\nStaged view (reported where it decides otherwise, not enforced):\nIngress: ${enforcementOf(p.staged, 'ingress')}\nEgress: ${enforcementOf(p.staged, 'egress')}\n` +
+    table([header, ...rowsOf(p.staged.entries)])
+  );
 }
 
 export function policyListView(r: PolicyList): string {
   const lost = new Set(r.lost ?? []);
   const warning = lost.size > 0 ? `LOST from the kvstore, enforced from the state dir: ${[...lost].join(', ')} (import them again, or tendril policy confirm-loss)\n` : '';
-  return `Cluster revision: ${r.clusterRevision} (node revision ${r.revision})\n` + warning + table([['POLICY'], ...r.policies.map((p) => [lost.has(p.name) ? `${p.name} (lost)` : p.name])]);
+  const rows = r.policies.map((p) => [lost.has(p.name) ? `${p.name} (lost)` : p.name, p.staged === true ? 'staged' : 'enforced']);
+  return `Cluster revision: ${r.clusterRevision} (node revision ${r.revision})\n` + warning + table([['POLICY', 'MODE'], ...rows]);
 }

@@ -140,7 +140,7 @@ describe('against an agent', () => {
     for (const [args, tableLine] of [
       [['endpoint', 'get', String(dbId)], /^Pod +default\/db$/m],
       [['endpoint', 'policy', String(dbId)], /^DIRECTION +IDENTITY +PORT\/PROTO +ACTION +RULE$/m],
-      [['policy', 'get'], /^NetworkPolicy\/default\/db-from-web$/m],
+      [['policy', 'get'], /^NetworkPolicy\/default\/db-from-web +enforced$/m],
     ] as const) {
       const human = await runCli([...args, ...sock]);
       assert.equal(human.code, 0, human.stderr);

@@ -38,10 +38,11 @@ export function unselectedLines(unselected: ReadonlyArray<{ policy: string; sele
 
 /** `tendril policy …`: the agent's policy repository, as `cilium policy` does it. */
 export function registerPolicyCommands(program: Command): void {
-  const policy = program.command('policy').description('network policy: import, get, delete, confirm-loss, selectors, trace');
+  const policy = program.command('policy').description('network policy: import, get, promote, delete, confirm-loss, selectors, trace');
 
-  withAgentOpts(policy.command('import <file>').description('import NetworkPolicy / tendril policy documents (YAML or JSON; - for stdin)')).action(
-    async (file: string, opts: AgentOpts) => {
+  withAgentOpts(policy.command('import <file>').description('import NetworkPolicy / tendril policy documents (YAML or JSON; - for stdin)'))
+    .option('--staged', 'import them staged: computed and reported (monitor verdicts would-drop, would-allow) where they would decide a new flow otherwise, never enforced; tendril policy promote enforces them')
+    .action(async (file: string, opts: AgentOpts & { staged?: boolean }) => {
       let text: string;
       try {
         text = file === '-' ? await readStdin() : await readFile(file, 'utf8');
@@ -49,10 +50,19 @@ export function registerPolicyCommands(program: Command): void {
         throw new CliError(`cannot read ${file}: ${fileErrorReason(err)}`);
       }
       if (!hasDocument(text)) throw new CliError(`no policy documents in ${file === '-' ? 'stdin' : file}`);
-      const r = await call(() => client(opts).putPolicy({ text }));
-      output(opts, r, () => `Revision: ${r.revision}\nImported: ${r.policies.join(', ')}\n${regenerationLines(r)}${unselectedLines(r.selectsNoEndpoint)}`);
-    },
-  );
+      const r = await call(() => client(opts).putPolicy({ text, ...(opts.staged === true ? { staged: true } : {}) }));
+      output(opts, r, () => `Revision: ${r.revision}\n${opts.staged === true ? 'Imported staged' : 'Imported'}: ${r.policies.join(', ')}\n${regenerationLines(r)}${unselectedLines(r.selectsNoEndpoint)}`);
+    });
+
+  withAgentOpts(policy.command('promote [names...]').description('enforce staged policies (imported with --staged or the tendril.io/staged annotation) by name, or every one of a --namespace, or --all'))
+    .option('--namespace <ns>', 'only policies of this namespace (alone: every staged policy of it)')
+    .option('--all', 'every staged policy')
+    .action(async (names: string[], opts: AgentOpts & { namespace?: string; all?: boolean }) => {
+      if (names.length === 0 && !opts.namespace && !opts.all) throw new CliError('give policy names, --namespace or --all to select staged policies');
+      const body = { ...(names.length > 0 ? { names } : {}), ...(opts.namespace ? { namespace: opts.namespace } : {}), ...(opts.all ? { all: true } : {}) };
+      const r = await call(() => client(opts).promotePolicy(body));
+      output(opts, r, () => `Revision: ${r.revision}\nPromoted: ${r.promoted.join(', ')}\n${regenerationLines(r)}`);
+    });
 
   withAgentOpts(policy.command('get').description('the policies in the repository, with the revisions (this node\'s, and the cluster\'s: the same on every node once synced)'))
     .option('--name <name>', 'only this policy')

@@ -251,6 +251,11 @@ export class AgentClient {
     return this.request('DELETE', `/policy${scalarQuery(query)}`);
   }
 
+  /** POST /policy/promote: staged policies become enforced, in one change. */
+  promotePolicy(body: RequestBody<'promotePolicy'>): Promise<ResponseBody<'promotePolicy', 200>> {
+    return this.request('POST', '/policy/promote', body);
+  }
+
   /** POST /policy/confirm-loss: the policies the kvstore lost are dropped (the agent kept them in force until now). */
   confirmPolicyLoss(): Promise<ResponseBody<'confirmPolicyLoss', 200>> {
     return this.request('POST', '/policy/confirm-loss');
@@ -393,6 +398,7 @@ export const CLIENT_METHODS = {
   putPolicy: 'putPolicy',
   deletePolicy: 'deletePolicy',
   confirmPolicyLoss: 'confirmPolicyLoss',
+  promotePolicy: 'promotePolicy',
   getPolicySelectors: 'getPolicySelectors',
   tracePolicy: 'tracePolicy',
   monitorEvents: 'monitorEvents',

@@ -158,6 +158,8 @@ export interface EndpointDatapathState {
     /** The agent's policy revision this map state was computed at. */
     revision: number;
     entries: readonly MapEntry[];
+    /** The staged view (enforced and staged policies together), when staged policies select the endpoint: reported, never enforced. */
+    stagedEntries?: readonly MapEntry[];
   };
 }
 

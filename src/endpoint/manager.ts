@@ -846,7 +846,7 @@ export class EndpointManager {
         hostMac: ep.hostMac,
         podMac: ep.podMac,
         addresses: ep.addresses.map(podAddress),
-        policy: { revision: snap.revision, entries: snap.entries },
+        policy: { revision: snap.revision, entries: snap.entries, ...(snap.stagedEntries ? { stagedEntries: snap.stagedEntries } : {}) },
       });
       rt.realized = snap.revision;
       delete rt.error;

@@ -40,6 +40,8 @@ export interface EndpointPolicySnapshot {
   readonly revision: number;
   readonly identity: number;
   readonly entries: readonly MapEntry[];
+  /** The staged view's map state, when staged policies select the endpoint (reported by the datapath, never enforced). */
+  readonly stagedEntries?: readonly MapEntry[];
   /** Set when the map state does not fit the endpoint's map: nothing can be realized. */
   readonly error?: PolicyMapOverflowError;
 }
@@ -168,7 +170,7 @@ export class PolicyRevisions {
   /** The endpoint's map state now, at the current revision (the engine throws UnknownEndpointError for an unknown endpoint). */
   snapshot(endpointId: number): EndpointPolicySnapshot {
     const p = this.#engine.endpointPolicy(endpointId);
-    return { revision: this.#revision, identity: p.identity, entries: p.entries, ...(p.error ? { error: p.error } : {}) };
+    return { revision: this.#revision, identity: p.identity, entries: p.entries, ...(p.staged ? { stagedEntries: p.staged.entries } : {}), ...(p.error ? { error: p.error } : {}) };
   }
 
   #apply(result: PolicyUpdateResult, repositoryChanged: boolean, self?: number): PolicyChange {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ObjectSerializer } from '@kubernetes/client-node/dist/gen/models/ObjectSerializer.js';
-import { parsePolicyDocuments } from '../policy/index.js';
+import { parsePolicyDocuments, STAGED_ANNOTATION } from '../policy/index.js';
 import { policyDocument } from './policyWatcher.js';
 
 describe('policyDocument', () => {
@@ -36,5 +36,20 @@ describe('policyDocument', () => {
     const doc = policyDocument(obj, { apiVersion: 'tendril.io/v1', kind: 'TendrilClusterwideNetworkPolicy' });
     assert.deepEqual(doc, { apiVersion: 'tendril.io/v1', kind: 'TendrilClusterwideNetworkPolicy', metadata: { name: 'c' }, specs: [{ endpointSelector: {} }] });
     assert.equal(parsePolicyDocuments([doc]).length, 1);
+  });
+
+  it('keeps the staged annotation alone of the annotations: removing it from the object promotes the policy', () => {
+    const obj = (annotations: Record<string, string>) => ({
+      apiVersion: 'tendril.io/v1',
+      kind: 'TendrilNetworkPolicy',
+      metadata: { name: 'p', namespace: 'shop', annotations },
+      spec: { endpointSelector: {}, ingress: [{}] },
+    });
+    const staged = policyDocument(obj({ [STAGED_ANNOTATION]: 'true', 'kubectl.kubernetes.io/last-applied-configuration': '{"a":1}' }), { apiVersion: 'tendril.io/v1', kind: 'TendrilNetworkPolicy' });
+    assert.deepEqual((staged.metadata as { annotations?: unknown }).annotations, { [STAGED_ANNOTATION]: 'true' });
+    assert.equal(parsePolicyDocuments([staged])[0]!.staged, true);
+    const enforced = policyDocument(obj({ 'kubectl.kubernetes.io/last-applied-configuration': '{"a":1}' }), { apiVersion: 'tendril.io/v1', kind: 'TendrilNetworkPolicy' });
+    assert.equal((enforced.metadata as { annotations?: unknown }).annotations, undefined);
+    assert.equal(parsePolicyDocuments([enforced])[0]!.staged, undefined);
   });
 });

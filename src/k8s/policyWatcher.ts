@@ -8,7 +8,7 @@
 import { Serializer } from '../async/keyedSerializer.js';
 import { CustomObjectsApi, NetworkingV1Api, type KubeConfig, type KubernetesListObject, type KubernetesObject } from '@kubernetes/client-node';
 import type { Logger } from '../logging/logger.js';
-import { formatPolicyName, parsePolicyDocuments, PolicyKind, PolicyError, PolicyErrorCode, type Policy, type PolicyFilter } from '../policy/index.js';
+import { formatPolicyName, parsePolicyDocuments, PolicyKind, PolicyError, PolicyErrorCode, STAGED_ANNOTATION, type Policy, type PolicyFilter } from '../policy/index.js';
 import { ResourceInformer, toWireJson } from './resourceInformer.js';
 import type { K8sPolicyTarget, RetryOptions } from './types.js';
 
@@ -63,6 +63,9 @@ export function policyDocument(obj: unknown, o: { apiVersion: string; kind: stri
   const metadata: Record<string, unknown> = { name: md.name };
   if (md.namespace !== undefined && md.namespace !== '') metadata.namespace = md.namespace;
   if (md.labels !== undefined) metadata.labels = md.labels;
+  // Of the annotations only the one the policy's meaning depends on (kubectl's last-applied copy would double every document).
+  const staged = (md.annotations as Record<string, unknown> | undefined)?.[STAGED_ANNOTATION];
+  if (staged !== undefined) metadata.annotations = { [STAGED_ANNOTATION]: staged };
   const doc: Record<string, unknown> = { apiVersion: o.apiVersion, kind: o.kind, metadata };
   if (wire.spec !== undefined) doc.spec = wire.spec;
   if (wire.specs !== undefined) doc.specs = wire.specs;

@@ -23,7 +23,7 @@ export interface AgentMonitorSources {
   policies(): readonly Policy[];
   policyRevision(): number;
   /** The rules that put an endpoint's direction into default deny; undefined for an endpoint the agent does not know. */
-  enforcedBy?(endpointId: number, direction: 'ingress' | 'egress'): readonly RuleOrigin[] | undefined;
+  enforcedBy?(endpointId: number, direction: 'ingress' | 'egress', staged?: boolean): readonly RuleOrigin[] | undefined;
   interfaces?: InterfaceNames;
   endpointPod?(endpointId: number): { namespace: string; name: string } | undefined;
   serviceName?(id: number): string | undefined;

@@ -2,7 +2,7 @@
  * Ring buffer record → MonitorEvent: decoded with the contract's codec
  * (layout.ts datapathEvent), then resolved against what the agent knows now.
  */
-import { DropReason, dropReasonName, EventType, PolicyVerdict, TracePoint, TrafficDirection } from '../datapath/bpf/constants.js';
+import { DropReason, dropReasonName, EventType, PolicyVerdict, ReservedCookie, TracePoint, TrafficDirection } from '../datapath/bpf/constants.js';
 import { datapathEvent, type DatapathEvent, EVENT_SIZE } from '../datapath/bpf/layout.js';
 import type { RuleCookieIndex } from '../datapath/bpf/ruleCookie.js';
 import { formatIp } from '../netip/index.js';
@@ -20,8 +20,8 @@ export interface MonitorContext {
   refreshInterfaces?(): Promise<void>;
   /** Rule cookies of the current policies. */
   ruleIndex(): RuleCookieIndex;
-  /** The rules that put an endpoint's direction into default deny (undefined when the endpoint is unknown). */
-  enforcedBy?(endpointId: number, direction: 'ingress' | 'egress'): readonly RuleOrigin[] | undefined;
+  /** The rules that put an endpoint's direction into default deny (undefined when the endpoint is unknown); in its staged view with `staged`. */
+  enforcedBy?(endpointId: number, direction: 'ingress' | 'egress', staged?: boolean): readonly RuleOrigin[] | undefined;
   /** The pod behind a local endpoint, when it has one. */
   endpointPod?(endpointId: number): { namespace: string; name: string } | undefined;
   /** A service's `namespace/name` by its ID, when it exists. */
@@ -39,7 +39,16 @@ export function decodeRecord(record: Buffer): DatapathEvent | undefined {
 }
 
 const TYPE_NAMES: Record<number, MonitorEventType> = { [EventType.DROP]: 'drop', [EventType.POLICY_VERDICT]: 'policy-verdict', [EventType.TRACE]: 'trace' };
-const VERDICT_NAMES: Record<number, MonitorVerdict> = { [PolicyVerdict.ALLOWED]: 'allowed', [PolicyVerdict.DENIED]: 'denied', [PolicyVerdict.NO_MATCH]: 'no-match' };
+const VERDICT_NAMES: Record<number, MonitorVerdict> = {
+  [PolicyVerdict.ALLOWED]: 'allowed',
+  [PolicyVerdict.DENIED]: 'denied',
+  [PolicyVerdict.NO_MATCH]: 'no-match',
+  [PolicyVerdict.WOULD_DROP]: 'would-drop',
+  [PolicyVerdict.WOULD_ALLOW]: 'would-allow',
+  [PolicyVerdict.AUDIT]: 'audit',
+};
+/** Verdicts whose cookie NONE means no entry matched: a default deny (of the staged view for WOULD_DROP). */
+const REFUSALS = new Set<number>([PolicyVerdict.NO_MATCH, PolicyVerdict.WOULD_DROP, PolicyVerdict.AUDIT]);
 const TRACE_NAMES: Record<number, MonitorTracePoint> = {
   [TracePoint.TO_ENDPOINT]: 'to-endpoint',
   [TracePoint.TO_STACK]: 'to-stack',
@@ -116,7 +125,7 @@ export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: 
   } else if (type === 'policy-verdict') {
     const verdict = VERDICT_NAMES[e.subtype];
     if (verdict !== undefined) out.verdict = verdict;
-    out.rule = e.subtype === PolicyVerdict.NO_MATCH ? defaultDenyRule(e, ctx) : cookieRule(e.cookie, ctx);
+    out.rule = REFUSALS.has(e.subtype) && e.cookie === ReservedCookie.NONE ? defaultDenyRule(e, ctx, e.subtype === PolicyVerdict.WOULD_DROP) : cookieRule(e.cookie, ctx);
   } else {
     const point = TRACE_NAMES[e.subtype];
     if (point !== undefined) out.tracePoint = point;
@@ -124,11 +133,11 @@ export function resolveEvent(e: DatapathEvent, ctx: MonitorContext, nowMonoNs?: 
   return out;
 }
 
-/** A no-match decision, named by the rules of the enforcing endpoint (the source for egress, the destination for ingress). */
-function defaultDenyRule(e: DatapathEvent, ctx: MonitorContext) {
+/** A no-match decision, named by the rules of the enforcing endpoint (the source for egress, the destination for ingress), of its staged view with `staged`. */
+function defaultDenyRule(e: DatapathEvent, ctx: MonitorContext, staged = false) {
   const egress = e.direction === TrafficDirection.EGRESS;
   const endpoint = egress ? e.srcEndpoint : e.dstEndpoint;
-  const by = endpoint === 0 ? undefined : ctx.enforcedBy?.(endpoint, egress ? 'egress' : 'ingress');
+  const by = endpoint === 0 ? undefined : ctx.enforcedBy?.(endpoint, egress ? 'egress' : 'ingress', staged);
   if (by === undefined) return cookieRule(e.cookie, ctx);
   let rule = defaultDenyRules.get(by);
   if (rule === undefined) {

@@ -17,12 +17,19 @@ function peerText(p: MonitorPeer, showPort: boolean): string {
   return `${ip}${showPort ? `:${p.port}` : ''} [${tags.join(' ')}]`;
 }
 
+/** What the verdicts that do not decide the packet's fate mean. */
+const VERDICT_NOTES: Partial<Record<string, string>> = {
+  'would-drop': ' (staged policy; passed)',
+  'would-allow': ' (staged policy; dropped)',
+  audit: ' (audit mode; passed)',
+};
+
 function what(e: MonitorEvent): string {
   switch (e.type) {
     case 'drop':
       return `DROP (${e.drop!.reason}: ${e.drop!.text})`;
     case 'policy-verdict':
-      return `POLICY-VERDICT ${(e.verdict ?? 'unknown').toUpperCase()}`;
+      return `POLICY-VERDICT ${(e.verdict ?? 'unknown').toUpperCase()}${VERDICT_NOTES[e.verdict ?? ''] ?? ''}`;
     case 'trace':
       return `TRACE ${e.tracePoint ?? 'unknown'}`;
   }

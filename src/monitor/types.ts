@@ -10,7 +10,12 @@ import type { RuleOrigin } from '../policy/index.js';
 export const MONITOR_EVENT_TYPES = ['drop', 'policy-verdict', 'trace'] as const;
 export type MonitorEventType = (typeof MONITOR_EVENT_TYPES)[number];
 
-export type MonitorVerdict = 'allowed' | 'denied' | 'no-match';
+/**
+ * would-drop / would-allow: the staged view (staged policies promoted) decides
+ * the new flow otherwise than the enforced policy, which decided what passed;
+ * audit: the policy refused the flow and --policy-audit-mode let it pass.
+ */
+export type MonitorVerdict = 'allowed' | 'denied' | 'no-match' | 'would-drop' | 'would-allow' | 'audit';
 export type MonitorDirection = 'ingress' | 'egress' | 'none';
 export type MonitorTracePoint = 'to-endpoint' | 'to-stack' | 'from-stack' | 'from-host' | 'to-host' | 'from-network' | 'to-network';
 

@@ -9,6 +9,11 @@
  *  - an identity change recomputes only that identity's entries ("slice") in
  *    the endpoints whose policies use a selector whose selection changed;
  *  - an enforcement-mode change recomputes everything.
+ *
+ * A group that staged policies select also has a staged view: the map state
+ * of its enforced and staged policies together (what it would enforce once
+ * they are promoted), computed and journalled the same way beside its
+ * enforced state, which staged policies never change.
  */
 import type { LabelSet } from '../labels/index.js';
 import { PolicyMapOverflowError, UnknownEndpointError, UnknownIdentityError } from './errors.js';
@@ -70,7 +75,15 @@ export interface EndpointPolicy {
   readonly policyRevision: number;
   readonly enforcement: Readonly<Record<Direction, DirectionEnforcement>>;
   readonly entries: readonly MapEntry[];
+  /** The staged view, when staged policies select the endpoint: enforced and staged policies together. */
+  readonly staged?: StagedView;
   readonly error?: PolicyMapOverflowError;
+}
+
+/** An endpoint's staged view: reported by the datapath where it differs, never enforced. */
+export interface StagedView {
+  readonly enforcement: Readonly<Record<Direction, DirectionEnforcement>>;
+  readonly entries: readonly MapEntry[];
 }
 
 /** A trace endpoint: labels (`k8s:app=web` strings parsed by the caller), an identity, or a local endpoint. */
@@ -82,17 +95,25 @@ export interface MapLookup {
   readonly entry: MapEntry | undefined;
 }
 
-interface Group {
-  readonly key: string;
-  readonly identity: number;
-  labels: LabelSet;
-  readonly namedPorts: readonly NamedPort[];
-  readonly endpoints: Set<number>;
+/** One computed map state: the enforced policy's, or a staged view. */
+interface View {
   resolved: ResolvedPolicy;
   builder: PolicyMapBuilder;
   readonly state: MapState;
   /** Map keys per peer identity, so one identity's entries can be replaced alone. */
   byIdentity: Map<number, string[]>;
+}
+
+interface Group extends View {
+  readonly key: string;
+  readonly identity: number;
+  labels: LabelSet;
+  readonly namedPorts: readonly NamedPort[];
+  readonly endpoints: Set<number>;
+  /** The staged view, while staged policies select the group's identity. */
+  staged: View | undefined;
+  /** The staged view appeared or went since the last flush. */
+  stagedToggled: boolean;
   /**
    * The last revision whose map fitted (what the endpoints hold). A group that
    * fits is always at the repository's revision: changes it was not touched by
@@ -140,6 +161,11 @@ export class PolicyEngine {
   #mode: EnforcementMode;
   #rules: Rule[] = [];
   #rulesByIdentity: Map<number, Rule[]> | undefined;
+  /** Every policy's rules (the staged views'), while any policy is staged; undefined otherwise. */
+  #stagedRules: Rule[] | undefined;
+  #stagedPolicies = new Set<string>();
+  /** identity → the rules selecting it for its staged view, only for identities a staged rule selects. */
+  #stagedRulesByIdentity: Map<number, Rule[]> | undefined;
   readonly #groups = new Map<string, Group>();
   /** Groups created since the last flush: their first map's changes are not taken yet. */
   readonly #newGroups = new Set<Group>();
@@ -292,13 +318,19 @@ export class PolicyEngine {
       policyRevision: g.overflow ? g.revision : this.revision,
       enforcement: g.resolved.enforcement,
       entries: g.state.toJSON(),
-      ...(g.overflow ? { error: new PolicyMapOverflowError(id, g.state.size, this.#maxEntries) } : {}),
+      ...(g.staged !== undefined ? { staged: { enforcement: g.staged.resolved.enforcement, entries: g.staged.state.toJSON() } } : {}),
+      ...(g.overflow ? { error: new PolicyMapOverflowError(id, entriesOf(g), this.#maxEntries) } : {}),
     };
   }
 
-  /** Which directions the endpoint's policy enforces, and the rules that made them default-deny (undefined for an unknown endpoint). */
-  endpointEnforcement(id: number): Readonly<Record<Direction, DirectionEnforcement>> | undefined {
-    return this.#endpoints.get(id)?.group.resolved.enforcement;
+  /**
+   * Which directions the endpoint's policy enforces, and the rules that made
+   * them default-deny (undefined for an unknown endpoint); with `staged`, its
+   * staged view's (the enforced policy's when it has none).
+   */
+  endpointEnforcement(id: number, staged = false): Readonly<Record<Direction, DirectionEnforcement>> | undefined {
+    const g = this.#endpoints.get(id)?.group;
+    return (staged ? g?.staged?.resolved.enforcement : undefined) ?? g?.resolved.enforcement;
   }
 
   endpointIds(): number[] {
@@ -373,7 +405,10 @@ export class PolicyEngine {
 
   #setRules(): void {
     this.#rules = this.repository.rules();
+    this.#stagedPolicies = this.repository.stagedNames();
+    this.#stagedRules = this.#stagedPolicies.size > 0 ? this.repository.rules(true) : undefined;
     this.#rulesByIdentity = undefined;
+    this.#stagedRulesByIdentity = undefined;
   }
 
   #applyIdentityChanges(added: readonly Identity[], removed: readonly number[], touched: Map<Group, Touch>): void {
@@ -389,9 +424,11 @@ export class PolicyEngine {
     const changes = this.selectorCache.updateIdentities(added, removed);
     if (changes.length === 0) return;
     this.#rulesByIdentity = undefined;
+    this.#stagedRulesByIdentity = undefined;
     const byKey = new Map(changes.map((c) => [c.key, c]));
     for (const g of this.#groups.values()) {
-      for (const key of g.resolved.selectorKeys) {
+      const keys = g.staged === undefined ? g.resolved.selectorKeys : new Set([...g.resolved.selectorKeys, ...g.staged.resolved.selectorKeys]);
+      for (const key of keys) {
         const c = byKey.get(key);
         if (c === undefined) continue;
         let t = touched.get(g);
@@ -419,17 +456,59 @@ export class PolicyEngine {
     return this.#rulesByIdentity.get(identity) ?? [];
   }
 
-  #resolve(identity: number, namedPorts: readonly NamedPort[]): { resolved: ResolvedPolicy; builder: PolicyMapBuilder } {
-    const resolved = resolvePolicy(
-      { mode: this.#mode, selectorCache: this.selectorCache, egressNamedPorts: this.#egressNamedPorts },
-      this.#selecting(identity),
-      namedPorts,
-    );
+  /** The staged view's rules for the identity (enforced and staged), or undefined when no staged rule selects it. */
+  #selectingStaged(identity: number): Rule[] | undefined {
+    if (this.#stagedRules === undefined) return undefined;
+    if (this.#stagedRulesByIdentity === undefined) {
+      const index = new Map<number, Rule[]>();
+      const staged = new Set<number>();
+      for (const r of this.#stagedRules) {
+        const isStaged = this.#stagedPolicies.has(formatPolicyName(r.policy));
+        for (const id of this.selectorCache.get(r.subject.key)?.selections ?? []) {
+          let list = index.get(id);
+          if (list === undefined) index.set(id, (list = []));
+          list.push(r);
+          if (isStaged) staged.add(id);
+        }
+      }
+      for (const id of index.keys()) if (!staged.has(id)) index.delete(id);
+      this.#stagedRulesByIdentity = index;
+    }
+    return this.#stagedRulesByIdentity.get(identity);
+  }
+
+  #resolveRules(rules: readonly Rule[], namedPorts: readonly NamedPort[]): { resolved: ResolvedPolicy; builder: PolicyMapBuilder } {
+    const resolved = resolvePolicy({ mode: this.#mode, selectorCache: this.selectorCache, egressNamedPorts: this.#egressNamedPorts }, rules, namedPorts);
     return { resolved, builder: new PolicyMapBuilder(resolved, { allowLocalhost: this.#allowLocalhost }) };
   }
 
+  #resolve(identity: number, namedPorts: readonly NamedPort[]): { resolved: ResolvedPolicy; builder: PolicyMapBuilder; staged: { resolved: ResolvedPolicy; builder: PolicyMapBuilder } | undefined } {
+    const stagedRules = this.#selectingStaged(identity);
+    return {
+      ...this.#resolveRules(this.#selecting(identity), namedPorts),
+      staged: stagedRules === undefined ? undefined : this.#resolveRules(stagedRules, namedPorts),
+    };
+  }
+
+  /** Puts the group's staged view in line with its resolution (undefined: no staged policy selects it). */
+  #setStaged(g: Group, next: { resolved: ResolvedPolicy; builder: PolicyMapBuilder } | undefined): void {
+    if (next === undefined) {
+      if (g.staged !== undefined) g.stagedToggled = true;
+      g.staged = undefined;
+      return;
+    }
+    if (g.staged === undefined) {
+      g.staged = { resolved: next.resolved, builder: next.builder, state: new MapState(), byIdentity: new Map() };
+      g.stagedToggled = true;
+    } else {
+      g.staged.resolved = next.resolved;
+      g.staged.builder = next.builder;
+    }
+    this.#fill(g.staged, next.builder.allEntries());
+  }
+
   #newGroup(key: string, identity: Identity, namedPorts: readonly NamedPort[]): Group {
-    const { resolved, builder } = this.#resolve(identity.id, namedPorts);
+    const { resolved, builder, staged } = this.#resolve(identity.id, namedPorts);
     const group: Group = {
       key,
       identity: identity.id,
@@ -440,11 +519,14 @@ export class PolicyEngine {
       builder,
       state: new MapState(),
       byIdentity: new Map(),
+      staged: undefined,
+      stagedToggled: false,
       revision: this.revision,
       overflow: false,
       needFull: new Set(),
     };
     this.#fill(group, builder.allEntries());
+    this.#setStaged(group, staged);
     this.#groups.set(key, group);
     this.#newGroups.add(group);
     let set = this.#groupsByIdentity.get(identity.id);
@@ -466,7 +548,7 @@ export class PolicyEngine {
     return this.#regeneration(endpointId, group);
   }
 
-  #fill(group: Group, entries: readonly MapEntry[]): void {
+  #fill(group: View, entries: readonly MapEntry[]): void {
     group.state.replaceAll(entries);
     group.byIdentity = new Map();
     for (const e of entries) {
@@ -476,7 +558,7 @@ export class PolicyEngine {
     }
   }
 
-  #replaceSlice(group: Group, identity: number): void {
+  #replaceSlice(group: View, identity: number): void {
     const next = group.builder.identityEntries(identity);
     const nextKeys = new Set(next.map((e) => mapKeyString(e.key)));
     for (const k of group.byIdentity.get(identity) ?? []) {
@@ -496,7 +578,7 @@ export class PolicyEngine {
     if (key === this.#egressNamedPortsKey) return;
     this.#egressNamedPortsKey = key;
     this.#egressNamedPorts = [...seen.values()];
-    for (const g of this.#groups.values()) if (g.resolved.usesEgressNamedPorts) touched.set(g, 'full');
+    for (const g of this.#groups.values()) if (g.resolved.usesEgressNamedPorts || g.staged?.resolved.usesEgressNamedPorts === true) touched.set(g, 'full');
   }
 
   #flush(touched: Map<Group, Touch>): PolicyUpdateResult {
@@ -504,12 +586,16 @@ export class PolicyEngine {
     for (const [g, t] of touched) {
       if (!this.#groups.has(g.key)) continue;
       if (t === 'full') {
-        const { resolved, builder } = this.#resolve(g.identity, g.namedPorts);
+        const { resolved, builder, staged } = this.#resolve(g.identity, g.namedPorts);
         g.resolved = resolved;
         g.builder = builder;
         this.#fill(g, builder.allEntries());
+        this.#setStaged(g, staged);
       } else {
-        for (const id of t) this.#replaceSlice(g, id);
+        for (const id of t) {
+          this.#replaceSlice(g, id);
+          if (g.staged !== undefined) this.#replaceSlice(g.staged, id);
+        }
       }
     }
     // Groups created by this call (upsertEndpoint) have an untaken journal too.
@@ -518,14 +604,18 @@ export class PolicyEngine {
     for (const g of pending) {
       if (!this.#groups.has(g.key)) continue;
       const wasOverflow = g.overflow;
-      g.overflow = g.state.size > this.#maxEntries;
+      // The staged view's entries sit in the same map: the limit is on both together.
+      g.overflow = entriesOf(g) > this.#maxEntries;
       if (g.overflow) {
         // Keep the journal: once the state fits again, it says whether it differs from the last map the endpoints hold.
         if (!wasOverflow || touched.has(g)) for (const ep of g.endpoints) out.push(this.#regeneration(ep, g));
         continue;
       }
       g.revision = this.revision;
-      const changed = g.state.takeChanged();
+      const enforcedChanged = g.state.takeChanged();
+      const stagedChanged = g.staged?.state.takeChanged() === true || g.stagedToggled;
+      g.stagedToggled = false;
+      const changed = enforcedChanged || stagedChanged;
       for (const ep of g.endpoints) {
         if (changed || wasOverflow || g.needFull.has(ep)) out.push(this.#regeneration(ep, g));
       }
@@ -536,9 +626,14 @@ export class PolicyEngine {
   }
 
   #regeneration(endpointId: number, g: Group): EndpointRegeneration {
-    const base = { endpointId, identity: g.identity, policyRevision: g.overflow ? g.revision : this.revision, entries: g.state.size };
-    return g.overflow ? { ...base, error: new PolicyMapOverflowError(endpointId, g.state.size, this.#maxEntries) } : base;
+    const base = { endpointId, identity: g.identity, policyRevision: g.overflow ? g.revision : this.revision, entries: entriesOf(g) };
+    return g.overflow ? { ...base, error: new PolicyMapOverflowError(endpointId, entriesOf(g), this.#maxEntries) } : base;
   }
+}
+
+/** Entries the group's endpoints hold in the map: the enforced state's and the staged view's. */
+function entriesOf(g: Group): number {
+  return g.state.size + (g.staged?.state.size ?? 0);
 }
 
 function parseKeyString(k: string): MapKey {

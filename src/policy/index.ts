@@ -47,6 +47,7 @@ export {
   type PolicyImportResult,
   type PolicyDeleteResult,
   type EndpointPolicy,
+  type StagedView,
   type TracePeer,
   type MapLookup,
 } from './engine.js';
@@ -60,3 +61,4 @@ export { ENTITIES, type Entity, type IdentitySelector } from './selector.js';
 export { evaluateDirection, traceFlow, formatTrace, type DirectionDecision, type DecisionReason, type TraceResult, type EvaluationContext } from './evaluate.js';
 export { LocalIdentityTable } from './identities.js';
 export { refuseNamedPorts } from './namedPortRefusal.js';
+export { STAGED_ANNOTATION, withStaged } from './staged.js';

@@ -84,14 +84,22 @@ export class PolicyRepository {
     );
   }
 
-  rules(): Rule[] {
+  /** The enforced policies' rules, or with `withStaged` every policy's (the staged view's). */
+  rules(withStaged = false): Rule[] {
     const out: Rule[] = [];
-    for (const p of this.#policies.values()) out.push(...p.rules);
+    for (const p of this.#policies.values()) if (withStaged || p.staged !== true) out.push(...p.rules);
+    return out;
+  }
+
+  /** formatPolicyName() of every staged policy. */
+  stagedNames(): Set<string> {
+    const out = new Set<string>();
+    for (const [key, p] of this.#policies) if (p.staged === true) out.add(key);
     return out;
   }
 }
 
-function describeFilter(f: PolicyFilter): string {
+export function describeFilter(f: PolicyFilter): string {
   const parts: string[] = [];
   if (f.kind !== undefined) parts.push(`kind=${f.kind}`);
   if (f.namespace !== undefined) parts.push(`namespace=${f.namespace}`);

@@ -86,4 +86,9 @@ export interface Policy {
   readonly cidrPrefixes: readonly IpPrefix[];
   /** The document as given (after YAML/JSON parsing), returned by GET /policy. */
   readonly document: unknown;
+  /**
+   * Staged (the document's `tendril.io/staged: "true"` annotation): computed
+   * and reported beside the enforced policies, never enforced. Absent = enforced.
+   */
+  readonly staged?: true;
 }

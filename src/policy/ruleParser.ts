@@ -43,6 +43,7 @@ import {
   type IdentitySelector,
 } from './selector.js';
 import type { ProtocolName } from './types.js';
+import { STAGED_ANNOTATION, stagedOf } from './staged.js';
 import { stripUnsupportedFields, type StrippedDocument } from './unsupportedFields.js';
 import { checkPolicyNesting } from './yamlNesting.js';
 
@@ -446,7 +447,13 @@ function translateDocument(raw: RawDocument, issues: PolicyIssue[]): Policy | un
     );
   }
   if (translated === undefined || issues.length > before) return undefined;
-  return { ...translated, document: raw.value };
+  // The schemas checked metadata.annotations: a map of strings, or absent.
+  const staged = stagedOf((raw.value.metadata as { annotations?: Record<string, string> }).annotations);
+  if (typeof staged === 'string') {
+    ctx.issue(['metadata', 'annotations', STAGED_ANNOTATION], staged);
+    return undefined;
+  }
+  return { ...translated, document: raw.value, ...(staged ? { staged: true as const } : {}) };
 }
 
 /**

@@ -28,6 +28,7 @@ export const metadataSchema = z.looseObject({
   name: z.string().min(1).max(253),
   namespace: z.string().min(1).max(63).optional(),
   labels: z.record(z.string(), z.string()).optional(),
+  annotations: z.record(z.string(), z.string()).optional(),
 });
 
 // ---- Kubernetes NetworkPolicy ----------------------------------------------

@@ -18,7 +18,7 @@ import { snakeCase } from '../../src/datapath/bpf/layoutSource.js';
 const MAP_PURPOSE = {
   [MapName.ENDPOINTS]: 'local endpoints by address: their device, identity, endpoint ID, flags and MACs',
   [MapName.IPCACHE]: 'prefix → identity (and the node to tunnel to, for the overlay)',
-  [MapName.POLICY]: 'every endpoint\'s policy: (endpoint ID, peer identity with 0 = any, direction, protocol, port prefix) → allow/deny, rule cookie, matched L4 bits',
+  [MapName.POLICY]: 'every endpoint\'s policy: (endpoint ID, peer identity with 0 = any, direction, protocol, port prefix) → allow/deny, rule cookie, matched L4 bits; a staged view\'s entries with the staged bit in the direction',
   [MapName.CT_TCP]: 'TCP conntrack: the flow\'s original tuple → deadline, counters, identities, endpoints, TCP flags seen, the service\'s backend and frontend',
   [MapName.CT_ANY]: 'conntrack of every other protocol, as `tendril_ct4_tcp`',
   [MapName.FRAG]: 'a first fragment\'s ports for the later fragments',

@@ -83,6 +83,7 @@ export function registerBpfRoutes(app: FastifyInstance, bpf: BpfApi | undefined)
         action: r.deny ? ('deny' as const) : ('allow' as const),
         l4PrefixBits: r.l4PrefixBits,
         rule: describeCookie(r.cookie, rules),
+        ...(r.staged === true ? { staged: true } : {}),
       })),
     };
   });

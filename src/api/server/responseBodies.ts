@@ -97,6 +97,17 @@ export function endpointPolicyBody(p: EndpointPolicy, policyRevision: number, re
       egress: { enforced: p.enforcement.egress.enforced, by: p.enforcement.egress.by.map(ruleOriginBody) },
     },
     entries: p.entries.map(mapEntryBody),
+    ...(p.staged
+      ? {
+          staged: {
+            enforcement: {
+              ingress: { enforced: p.staged.enforcement.ingress.enforced, by: p.staged.enforcement.ingress.by.map(ruleOriginBody) },
+              egress: { enforced: p.staged.enforcement.egress.enforced, by: p.staged.enforcement.egress.by.map(ruleOriginBody) },
+            },
+            entries: p.staged.entries.map(mapEntryBody),
+          },
+        }
+      : {}),
     ...(p.error ? { error: p.error.message } : {}),
     datapathEnforced: enforced,
   };

@@ -14,6 +14,7 @@ import {
   type LabelsPatch,
   type PathParams,
   type PolicyImport,
+  type PolicyPromote,
   type PolicyTrace,
   type QueryParams,
   type ResponseBody,
@@ -93,7 +94,9 @@ export interface PolicyApi extends PolicyReadApi {
   /** Drops the lost policies: the operator confirms the kvstore is right. */
   confirmLoss?(): Promise<{ revision: number; dropped: readonly PolicyName[]; endpoints: readonly number[] }>;
   /** Resolves once the policies are in force and stored (kvstore); a store failure rolls the import back. */
-  import(text: string): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
+  import(text: string, opts?: { staged?: boolean }): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
+  /** Promotes the staged policies each filter matches (every filter must match one), in one change. */
+  promote?(filters: readonly PolicyFilter[]): Promise<{ revision: number; policies: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
   delete(filter: PolicyFilter): Promise<{ revision: number; deleted: readonly PolicyName[]; endpoints: readonly number[]; notReady: readonly EndpointNotReady[] }>;
   selectors(): ReturnType<SelectorCache['list']>;
   /** The rules of these policies whose subject selects no endpoint (nothing to enforce on). */
@@ -358,7 +361,7 @@ export function registerPolicyReadRoute(app: FastifyInstance, policy: PolicyRead
     return {
       revision: policy.revision,
       clusterRevision: policy.clusterRevision ?? 0,
-      policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown> })),
+      policies: policies.map((p) => ({ name: formatPolicyName(p.name), document: p.document as Record<string, unknown>, ...(p.staged === true ? { staged: true } : {}) })),
       ...(lost.length > 0 ? { lost: lost.map(formatPolicyName) } : {}),
     };
   });
@@ -475,7 +478,8 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     return { revision: r.revision, dropped: r.dropped.map(formatPolicyName), regenerated: [...r.endpoints] };
   });
   app.put('/v1/policy', async (req): Promise<ResponseBody<'putPolicy', 200>> => {
-    const r = await policy.import((req.body as PolicyImport).text);
+    const body = req.body as PolicyImport;
+    const r = await policy.import(body.text, body.staged === true ? { staged: true } : {});
     const unselected = policy.selectsNoEndpoint?.(r.policies) ?? [];
     return {
       revision: r.revision,
@@ -491,6 +495,16 @@ export function buildServer(agent: AgentApi, opts: ServerOptions = {}): FastifyI
     if (Object.keys(filter).length === 0 && q.all !== true) throw new AgentError('INVALID_REQUEST', 'give name, namespace or label to select policies, or all=true to delete every policy');
     const r = await policy.delete(filter);
     return { revision: r.revision, deleted: r.deleted.map(formatPolicyName), ...regenerationOutcome(r) };
+  });
+  app.post('/v1/policy/promote', async (req): Promise<ResponseBody<'promotePolicy', 200>> => {
+    const body = req.body as PolicyPromote;
+    const names = body.names ?? [];
+    if (names.length === 0 && body.namespace === undefined && body.all !== true) throw new AgentError('INVALID_REQUEST', 'give names or a namespace to select staged policies, or all=true to promote every one');
+    if (!policy.promote) throw new AgentError('INVALID_REQUEST', 'this agent does not store policies: nothing to promote');
+    const ns = body.namespace !== undefined ? { namespace: body.namespace } : {};
+    const filters: PolicyFilter[] = names.length > 0 ? names.map((name) => ({ name, ...ns })) : [ns];
+    const r = await policy.promote(filters);
+    return { revision: r.revision, promoted: r.policies.map(formatPolicyName), ...regenerationOutcome(r) };
   });
   app.get('/v1/policy/selectors', async (): Promise<ResponseBody<'getPolicySelectors', 200>> => policy.selectors());
   app.post('/v1/policy/trace', async (req): Promise<ResponseBody<'tracePolicy', 200>> => {

@@ -64,6 +64,8 @@ export interface BpfDatapathOptions {
   maglevTableSize?: number;
   /** ClusterIPs are frontends for traffic from outside too (ConfigFlag.EXTERNAL_CLUSTERIP); false unless given. */
   externalClusterIp?: boolean;
+  /** --policy-audit-mode (ConfigFlag.POLICY_AUDIT): policy refusals are reported and pass; false unless given. */
+  policyAudit?: boolean;
   /** SNAT's source ports (at most NAT_PORT_RANGES ranges, see natPorts.ts); the programs' NAT_PORT_MIN..NAT_PORT_MAX unless given. */
   natPortRanges?: readonly NatPortRangeValue[];
   /** Conntrack entries one endpoint may hold (--bpf-ct-endpoint-max); 0 or undefined = no budget. */
@@ -235,7 +237,7 @@ export class BpfDatapath implements Datapath {
   #writeConfig(): void {
     this.config.set(0, {
       traceLevel: this.opts.traceLevel ?? TraceLevel.NEW_FLOWS,
-      flags: (this.#tunnelIfindex !== 0 ? ConfigFlag.TUNNEL : 0) | (this.opts.externalClusterIp === true ? ConfigFlag.EXTERNAL_CLUSTERIP : 0),
+      flags: (this.#tunnelIfindex !== 0 ? ConfigFlag.TUNNEL : 0) | (this.opts.externalClusterIp === true ? ConfigFlag.EXTERNAL_CLUSTERIP : 0) | (this.opts.policyAudit === true ? ConfigFlag.POLICY_AUDIT : 0),
       hostIfindex: this.#hostIfindex,
       maglevTableSize: this.opts.maglevTableSize ?? MAGLEV_DEFAULT_TABLE_SIZE,
       tunnelIfindex: this.#tunnelIfindex,
@@ -502,8 +504,11 @@ export class BpfDatapath implements Datapath {
     if (!this.links.isAttached(state.hostIfName, state.hostIfIndex)) await this.#attachLxc(state.hostIfName, state.hostIfIndex);
     const previous = this.#endpointByIf.get(state.hostIfName);
     if (previous !== undefined && previous !== state.id) this.#forgetEndpoint(state.hostIfName);
-    this.policy.sync(state.id, state.policy.entries);
-    this.endpoints.sync({ id: state.id, identity: state.identity, ifindex: state.hostIfIndex, lxcMac: state.hostMac, podMac: state.podMac || this.#podMacOf(state), addresses: state.addresses });
+    const endpoint = { id: state.id, identity: state.identity, ifindex: state.hostIfIndex, lxcMac: state.hostMac, podMac: state.podMac || this.#podMacOf(state), addresses: state.addresses, staged: state.policy.stagedEntries !== undefined };
+    // The staged flag goes off before the staged view's entries go (else new flows would see an empty staged view), and on after they are written.
+    if (!endpoint.staged && this.endpoints.isStaged(state.id)) this.endpoints.sync(endpoint);
+    this.policy.sync(state.id, state.policy.entries, state.policy.stagedEntries);
+    this.endpoints.sync(endpoint);
     this.#endpointByIf.set(state.hostIfName, state.id);
   }
 

@@ -118,6 +118,19 @@ export const PolicyVerdict = {
   DENIED: 2,
   /** No entry matched: default deny. */
   NO_MATCH: 3,
+  /**
+   * Staged policies: the enforced policy allows this new flow, the staged
+   * view (enforced and staged policies together) would drop it. The cookie is
+   * the staged view's deciding entry's; the packet passes.
+   */
+  WOULD_DROP: 4,
+  /** Staged policies: the enforced policy drops this new flow, the staged view would allow it (the packet is dropped). */
+  WOULD_ALLOW: 5,
+  /**
+   * --policy-audit-mode: the policy refused this new flow (a deny entry, or no
+   * entry: the cookie tells which) and audit mode let it pass.
+   */
+  AUDIT: 6,
 } as const;
 
 /** Rule cookies with a meaning of their own; every other cookie is a rule's (ruleCookie()). */
@@ -277,6 +290,11 @@ export const ConfigFlag = {
    * NodePort). Without it such traffic is dropped (CLUSTERIP_FROM_OUTSIDE).
    */
   EXTERNAL_CLUSTERIP: 1 << 1,
+  /**
+   * --policy-audit-mode: a policy refusal is reported (VERDICT_AUDIT) and the
+   * flow passes with its conntrack entry; drops for other reasons stay.
+   */
+  POLICY_AUDIT: 1 << 2,
 } as const;
 
 /** VXLAN's default UDP port for the overlay (Linux's and Cilium's choice, not IANA's 4789). */
@@ -296,6 +314,12 @@ export const DeviceFlag = {
 export const EndpointFlag = {
   /** An address of the node itself (router address), not a pod. */
   HOST: 1 << 0,
+  /**
+   * Staged policies select the endpoint: its staged view is in tendril_policy
+   * too (POLICY_KEY_STAGED keys) and new flows are looked up in both.
+   * Endpoints without it never look the staged view up.
+   */
+  STAGED: 1 << 1,
 } as const;
 
 /** The pinned maps, by name (pinned at <bpffs root>/tendril/<name>). */
@@ -408,6 +432,12 @@ export const IPV6_MAX_EXT_HEADERS = 6;
 export const POLICY_KEY_FIXED_BITS = 72;
 /** Bits of (protocol, port) in a policy key. */
 export const POLICY_KEY_L4_BITS = 24;
+/**
+ * The bit of a policy key's direction byte that marks an entry of the
+ * endpoint's staged view (EndpointFlag.STAGED): within the fixed bits, so a
+ * lookup of the enforced policy never matches it.
+ */
+export const POLICY_KEY_STAGED = 2;
 /** Bits of an ipcache (and tendril_ipmasq4) key before the address: padding and family. */
 export const IPCACHE_KEY_FIXED_BITS = 32;
 
@@ -526,6 +556,7 @@ export function renderDatapathHeader(): string {
     define('MIN_RULE_COOKIE', MIN_RULE_COOKIE),
     define('POLICY_KEY_FIXED_BITS', POLICY_KEY_FIXED_BITS),
     define('POLICY_KEY_L4_BITS', POLICY_KEY_L4_BITS),
+    define('POLICY_KEY_STAGED', POLICY_KEY_STAGED),
     define('IPCACHE_KEY_FIXED_BITS', IPCACHE_KEY_FIXED_BITS),
     define('IPV6_MAX_EXT_HEADERS', IPV6_MAX_EXT_HEADERS),
     define('MAX_SERVICE_ID', MAX_SERVICE_ID),

@@ -7,6 +7,7 @@
 import { formatIp, type IpAddress, parseIp } from '../../netip/index.js';
 import { type BpfMap } from '../kernel/bpf/index.js';
 import { DatapathError, type PodAddress } from '../types.js';
+import { EndpointFlag } from './constants.js';
 import { type EndpointInfoValue } from './layout.js';
 
 const NO_MAC = '00:00:00:00:00:00';
@@ -20,6 +21,8 @@ export interface EndpointMapState {
   /** The pod interface's MAC; empty when unknown (an adopted pod). */
   podMac: string;
   addresses: readonly PodAddress[];
+  /** Staged policies select it: its staged view is in the policy map (EndpointFlag.STAGED). */
+  staged?: boolean;
 }
 
 export class EndpointMap {
@@ -27,6 +30,8 @@ export class EndpointMap {
   readonly #byEndpoint = new Map<number, Map<string, IpAddress>>();
   /** endpoint ID → its lxc device's ifindex as the map holds it. */
   readonly #ifindex = new Map<number, number>();
+  /** Endpoints whose entries carry EndpointFlag.STAGED. */
+  readonly #staged = new Set<number>();
 
   private constructor(readonly map: BpfMap<IpAddress, EndpointInfoValue>) {}
 
@@ -35,6 +40,7 @@ export class EndpointMap {
     for await (const [ip, info] of map.entries()) {
       m.#addressesOf(info.endpointId).set(formatIp(ip), ip);
       m.#ifindex.set(info.endpointId, info.ifindex);
+      if ((info.flags & EndpointFlag.STAGED) !== 0) m.#staged.add(info.endpointId);
     }
     return m;
   }
@@ -55,13 +61,18 @@ export class EndpointMap {
     return this.#ifindex.get(endpointId);
   }
 
+  /** Whether the endpoint's entries carry EndpointFlag.STAGED. */
+  isStaged(endpointId: number): boolean {
+    return this.#staged.has(endpointId);
+  }
+
   /** The endpoint's addresses hold this state; addresses it no longer has are deleted. */
   sync(ep: EndpointMapState): void {
     const value: EndpointInfoValue = {
       ifindex: ep.ifindex,
       identity: ep.identity,
       endpointId: ep.id,
-      flags: 0,
+      flags: ep.staged === true ? EndpointFlag.STAGED : 0,
       lxcMac: ep.lxcMac === '' ? NO_MAC : ep.lxcMac,
       podMac: ep.podMac === '' ? NO_MAC : ep.podMac,
     };
@@ -83,6 +94,8 @@ export class EndpointMap {
     }
     for (const [text, ip] of wanted) held.set(text, ip);
     this.#ifindex.set(ep.id, ep.ifindex);
+    if (ep.staged === true) this.#staged.add(ep.id);
+    else this.#staged.delete(ep.id);
     for (const text of [...held.keys()]) if (!wanted.has(text)) held.delete(text);
     // An address that moved to this endpoint is no longer the previous holder's.
     for (const [id, addrs] of this.#byEndpoint) if (id !== ep.id) for (const text of wanted.keys()) addrs.delete(text);
@@ -99,5 +112,6 @@ export class EndpointMap {
     }
     this.#byEndpoint.delete(endpointId);
     this.#ifindex.delete(endpointId);
+    this.#staged.delete(endpointId);
   }
 }

@@ -86,6 +86,8 @@ export interface PolicyMapRow {
   deny: boolean;
   cookie: number;
   l4PrefixBits: number;
+  /** An entry of the endpoint's staged view (reported, never enforced); absent for the enforced policy's. */
+  staged?: true;
 }
 
 export interface CtRow {
@@ -170,6 +172,7 @@ export function policyRow(k: PolicyKey, v: PolicyEntryValue): PolicyMapRow {
     deny: v.deny !== 0,
     cookie: v.cookie,
     l4PrefixBits: v.l4PrefixBits,
+    ...(k.staged === true ? { staged: true as const } : {}),
   };
 }
 

@@ -12,7 +12,7 @@
 import { byteLength, familyBits, ipFromBytes, ipToBytes, type IpAddress, type IpFamily, type IpPrefix, maskBits } from '../../netip/index.js';
 import { codec, type Codec } from '../kernel/bpf/index.js';
 import { structCodec } from './btfStruct.js';
-import { GC_BATCH, GC_SAMPLE_MAX, IPCACHE_KEY_FIXED_BITS, NAT_PORT_RANGES, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS } from './constants.js';
+import { GC_BATCH, GC_SAMPLE_MAX, IPCACHE_KEY_FIXED_BITS, NAT_PORT_RANGES, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS, POLICY_KEY_STAGED } from './constants.js';
 import * as btf from './generated/layouts.js';
 
 const { bytes } = codec;
@@ -120,6 +120,8 @@ export interface PolicyKey {
   /** Peer identity; 0 = any. */
   identity: number;
   egress: boolean;
+  /** An entry of the endpoint's staged view (POLICY_KEY_STAGED); absent = the enforced policy's. */
+  staged?: true;
   /** IANA protocol; 0 = any (then port and portPrefixLen are 0). */
   proto: number;
   port: number;
@@ -136,7 +138,8 @@ export const policyKey: Codec<PolicyKey> = codec.mapped(
     return {
       endpointId: k.endpointId,
       identity: k.secIdentity,
-      egress: k.egress !== 0,
+      egress: (k.egress & 1) !== 0,
+      ...((k.egress & POLICY_KEY_STAGED) !== 0 ? { staged: true as const } : {}),
       proto: l4 === 0 ? 0 : k.protocol,
       port: l4 <= 8 ? 0 : k.dport,
       portPrefixLen: l4 <= 8 ? 0 : l4 - 8,
@@ -149,7 +152,7 @@ export const policyKey: Codec<PolicyKey> = codec.mapped(
       prefixlen: POLICY_KEY_FIXED_BITS + (k.proto === 0 ? 0 : 8 + k.portPrefixLen),
       endpointId: k.endpointId,
       secIdentity: k.identity,
-      egress: k.egress ? 1 : 0,
+      egress: (k.egress ? 1 : 0) | (k.staged === true ? POLICY_KEY_STAGED : 0),
       protocol: k.proto,
       dport: k.port,
     };

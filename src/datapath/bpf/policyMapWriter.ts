@@ -25,12 +25,13 @@ export interface PolicyWriteStats {
   deletes: number;
 }
 
-/** The map key and value of one engine entry for endpoint `endpointId`. */
-export function policyMapEntry(endpointId: number, e: MapEntry): Written {
+/** The map key and value of one engine entry for endpoint `endpointId` (of its staged view with `staged`). */
+export function policyMapEntry(endpointId: number, e: MapEntry, staged = false): Written {
   const key: PolicyKey = {
     endpointId,
     identity: e.key.identity,
     egress: e.key.direction === 'egress',
+    ...(staged ? { staged: true as const } : {}),
     proto: e.key.proto,
     port: e.key.proto === 0 ? 0 : e.key.port,
     portPrefixLen: e.key.proto === 0 ? 0 : e.key.prefixLen,
@@ -79,11 +80,18 @@ export class PolicyMapWriter {
     return [...(this.#shadow.get(endpointId)?.values() ?? [])].map((w) => ({ key: w.key, value: w.value }));
   }
 
-  /** Brings endpoint `endpointId`'s entries to `entries`; all or nothing. */
-  sync(endpointId: number, entries: readonly MapEntry[]): PolicyWriteStats {
+  /**
+   * Brings endpoint `endpointId`'s entries to `entries`, and its staged view's
+   * (POLICY_KEY_STAGED keys) to `stagedEntries` (none when undefined); all or nothing.
+   */
+  sync(endpointId: number, entries: readonly MapEntry[], stagedEntries?: readonly MapEntry[]): PolicyWriteStats {
     const desired = new Map<KeyHex, Written>();
     for (const e of entries) {
       const w = policyMapEntry(endpointId, e);
+      desired.set(hexOf(w.key), w);
+    }
+    for (const e of stagedEntries ?? []) {
+      const w = policyMapEntry(endpointId, e, true);
       desired.set(hexOf(w.key), w);
     }
     return this.#apply(endpointId, desired);

@@ -341,7 +341,7 @@ export class FakeDatapath implements Datapath {
     await this.#enter('syncEndpoint', String(state.id));
     if (!this.#link(NODE, state.hostIfName)) throw new DatapathError('not-found', `host interface ${state.hostIfName} of endpoint ${state.id} does not exist`);
     this.#hostSide(state.hostIfName, state.addresses);
-    const copy: EndpointDatapathState = { ...state, addresses: state.addresses.map((a) => ({ ...a })), policy: { revision: state.policy.revision, entries: [...state.policy.entries] } };
+    const copy: EndpointDatapathState = { ...state, addresses: state.addresses.map((a) => ({ ...a })), policy: { ...state.policy, entries: [...state.policy.entries] } };
     this.#synced.set(state.id, copy);
     this.syncs.push(copy);
   }

@@ -35,8 +35,9 @@ import { POLICIES_PREFIX } from '../../kvstore/keys.js';
 import type { Backend, KeyValue, TxnOp, WatchEvent } from '../../kvstore/types.js';
 import { MAX_TXN_OPS, MAX_VALUE_BYTES } from '../../kvstore/validate.js';
 import { ListWatcher } from '../../identity/index.js';
-import { PolicyArgumentError, PolicyStoreError, isPolicyError } from '../errors.js';
-import type { PolicyFilter } from '../repository.js';
+import { PolicyArgumentError, PolicyNotFoundError, PolicyStoreError, isPolicyError } from '../errors.js';
+import { describeFilter, type PolicyFilter } from '../repository.js';
+import { withStaged } from '../staged.js';
 import { formatPolicyName, type Policy, type PolicyName } from '../rule.js';
 import { parsePolicyDocuments, parsePolicyText } from '../ruleParser.js';
 import { decodeStoredPolicy, encodeStoredPolicy, policyKeySuffix } from './storedPolicy.js';
@@ -160,7 +161,32 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
   }
 
   async importPolicies(policies: readonly Policy[]): Promise<I> {
-    const writes = policies.map((p) => {
+    const writes = this.#writesOf(policies);
+    return this.#enqueue(() => this.#import(policies, writes));
+  }
+
+  /**
+   * Promotes staged policies the store holds: each `filters` entry must
+   * match at least one (else PolicyNotFoundError, and nothing changes); the
+   * matches are stored again without their staged annotation, in one engine
+   * change (one revision). A policy from the Kubernetes API server is
+   * promoted by removing the annotation from its object.
+   */
+  promotePolicies(filters: readonly PolicyFilter[]): Promise<I> {
+    return this.#enqueue(async () => {
+      const found = new Map<string, Policy>();
+      for (const f of filters) {
+        const matched = this.#target.policies({ ...f, only: (n) => this.#applied.has(this.key(n)) }).filter((p) => p.staged === true);
+        if (matched.length === 0) throw new PolicyNotFoundError(`${describeFilter(f)} among the staged policies imported through the agent`);
+        for (const p of matched) found.set(this.key(p.name), p);
+      }
+      const promoted = [...found.values()].map((p) => withStaged(p, false));
+      return this.#import(promoted, this.#writesOf(promoted));
+    });
+  }
+
+  #writesOf(policies: readonly Policy[]): Array<{ key: string; name: PolicyName; value: string; hash: string }> {
+    return policies.map((p) => {
       const { value, hash } = encodeStoredPolicy(p.document);
       const bytes = Buffer.byteLength(value, 'utf8');
       if (bytes > MAX_VALUE_BYTES) {
@@ -168,23 +194,25 @@ export class PolicyStore<I extends { readonly policies: readonly PolicyName[] },
       }
       return { key: this.key(p.name), name: p.name, value, hash };
     });
-    return this.#enqueue(async () => {
-      const current = this.#byKey();
-      const previous = writes.map((w) => ({ key: w.key, name: w.name, policy: current.get(w.key) }));
-      const result = this.#target.upsertPolicies(policies);
-      let revision: number;
-      try {
-        revision = await this.#write(
-          writes.map((w) => ({ type: 'put', key: w.key, value: w.value })),
-          previous.map((p) => this.#undoOp(p.key, p.policy)),
-        );
-      } catch (err) {
-        this.#rollBackImport(previous);
-        throw this.#storeError(`storing ${policies.map((p) => formatPolicyName(p.name)).join(', ')} failed; nothing was imported`, err);
-      }
-      for (const w of writes) this.#setApplied(w.key, { name: w.name, hash: w.hash, revision });
-      return result;
-    });
+  }
+
+  /** Imports and stores, inside the queue; PolicyStoreError (engine rolled back) when the store fails. */
+  async #import(policies: readonly Policy[], writes: ReadonlyArray<{ key: string; name: PolicyName; value: string; hash: string }>): Promise<I> {
+    const current = this.#byKey();
+    const previous = writes.map((w) => ({ key: w.key, name: w.name, policy: current.get(w.key) }));
+    const result = this.#target.upsertPolicies(policies);
+    let revision: number;
+    try {
+      revision = await this.#write(
+        writes.map((w) => ({ type: 'put', key: w.key, value: w.value })),
+        previous.map((p) => this.#undoOp(p.key, p.policy)),
+      );
+    } catch (err) {
+      this.#rollBackImport(previous);
+      throw this.#storeError(`storing ${policies.map((p) => formatPolicyName(p.name)).join(', ')} failed; nothing was imported`, err);
+    }
+    for (const w of writes) this.#setApplied(w.key, { name: w.name, hash: w.hash, revision });
+    return result;
   }
 
   /**

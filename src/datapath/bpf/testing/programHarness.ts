@@ -89,6 +89,8 @@ export interface TestPolicyEntry {
   portPrefixLen?: number;
   cookie: number;
   deny?: boolean;
+  /** An entry of the endpoint's staged view (the endpoint needs EndpointFlag.STAGED for it to be looked up). */
+  staged?: boolean;
 }
 
 export interface CtTuple {
@@ -172,7 +174,12 @@ export class ProgramHarness {
   }
 
   setTraceLevel(level: number): void {
-    this.config.set(0, { traceLevel: level, flags: 0, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG });
+    this.setConfig(level, 0);
+  }
+
+  /** The config entry with these ConfigFlag bits (and trace level). */
+  setConfig(traceLevel: number, flags: number): void {
+    this.config.set(0, { traceLevel, flags, hostIfindex: 0, maglevTableSize: 0, tunnelIfindex: 0, nodeIpv4: 0, ...NO_NAT_CONFIG });
   }
 
   addEndpoint(ep: TestEndpoint): void {
@@ -195,7 +202,7 @@ export class ProgramHarness {
   addPolicy(e: TestPolicyEntry): void {
     const proto = e.proto ?? 0;
     const portPrefixLen = proto === 0 ? 0 : (e.portPrefixLen ?? (e.port === undefined ? 0 : 16));
-    const key = { endpointId: e.endpointId, identity: e.identity, egress: e.egress, proto, port: e.port ?? 0, portPrefixLen };
+    const key = { endpointId: e.endpointId, identity: e.identity, egress: e.egress, ...(e.staged === true ? { staged: true as const } : {}), proto, port: e.port ?? 0, portPrefixLen };
     this.policy.set(key, { cookie: e.cookie, deny: e.deny ? 1 : 0, l4PrefixBits: proto === 0 ? 0 : 8 + portPrefixLen });
     if (POLICY_KEY_FIXED_BITS !== 72) throw new Error('policy key layout changed: review addPolicy');
   }

@@ -10,7 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { PolicyRevisions } from '../../../endpoint/policyRevisions.js';
 import { testLogger, uniquePrefix, type TestStore } from '../../../identity/testing/cluster.js';
 import type { Backend } from '../../../kvstore/types.js';
-import { formatPolicyName, LocalIdentityTable, parsePolicyText, PolicyEngine, PolicyErrorCode, isPolicyError } from '../../index.js';
+import { formatPolicyName, LocalIdentityTable, parsePolicyText, PolicyEngine, PolicyErrorCode, isPolicyError, STAGED_ANNOTATION, withStaged } from '../../index.js';
 import { dbFromWebPolicy } from '../../testing/policies.js';
 import { PolicyStore } from '../policyStore.js';
 import { decodeStoredPolicy } from '../storedPolicy.js';
@@ -110,6 +110,32 @@ export function runPolicyStoreSuite(kind: string, makeStore: () => Promise<TestS
         assert.deepEqual(byName(again).get(name)!.document, p.document);
         assert.deepEqual(byName(again).get(name)!.rules.map((r) => r.subject.key), p.rules.map((r) => r.subject.key));
       }
+    });
+
+    test('a staged policy is stored with its annotation and restored staged; promote stores it enforced in one revision; a promote matching nothing changes nothing', async () => {
+      const a = await node();
+      const staged = parsePolicyText(dbFromWebPolicy({ namespace: 'prod', tcpPort: 5432 })).map((p) => withStaged(p, true));
+      await a.store.importPolicies(staged);
+      const [kv] = (await a.backend.list(prefix)).kvs;
+      const stored = decodeStoredPolicy(kv!.value);
+      assert.ok(typeof stored === 'object');
+      assert.deepEqual((stored.document as { metadata: { annotations: unknown } }).metadata.annotations, { [STAGED_ANNOTATION]: 'true' });
+      const again = await node();
+      assert.equal(again.policy.policies()[0]!.staged, true, 'restored staged');
+
+      const revision = a.policy.revision;
+      await assert.rejects(a.store.promotePolicies([{ name: 'db-from-web' }, { name: 'nope' }]), (err: unknown) => isPolicyError(err) && err.code === PolicyErrorCode.NOT_FOUND && /nope/.test(err.message));
+      assert.equal(a.policy.revision, revision, 'nothing changed');
+      assert.equal(a.policy.policies()[0]!.staged, true);
+      const r = await a.store.promotePolicies([{ name: 'db-from-web', namespace: 'prod' }]);
+      assert.deepEqual(r.policies.map(formatPolicyName), ['NetworkPolicy/prod/db-from-web']);
+      assert.equal(a.policy.revision, revision + 1, 'one revision');
+      assert.equal(a.policy.policies()[0]!.staged, undefined);
+      await until('the other node sees it enforced', () => again.policy.policies()[0]?.staged === undefined);
+      const third = await node();
+      assert.equal(third.policy.policies()[0]!.staged, undefined, 'stored enforced');
+      // Enforced policies are no promote's business.
+      await assert.rejects(a.store.promotePolicies([{ name: 'db-from-web' }]), (err: unknown) => isPolicyError(err) && err.code === PolicyErrorCode.NOT_FOUND);
     });
 
     test('a delete through the store leaves the engine\'s policies the store never held (the Kubernetes API server\'s)', async () => {

@@ -554,13 +554,16 @@ for n in "$CL_A" "$CL_B"; do
   ip netns add "${n}p"
 done
 check "etcd serves on 10.198.0.1:2379" wait_line "$WORK/etcd.log" 'ready to serve client requests' 30
+# Each node serves its flows on its node IP, to whoever has this token (a relay, tendril observe --server).
+(umask 077 && head -c 24 /dev/urandom | base64 >"$WORK/node.token" && head -c 24 /dev/urandom | base64 >"$WORK/relay.token")
 i=0
 for n in "$CL_A" "$CL_B"; do
   i=$((i + 1))
   CL_SOCK[$n]="$WORK/$n/tendril.sock"
   demo_bg "agent-$n" nsenter --net=/var/run/netns/$n -- "$REPO/bin/tendril-agent" --state-dir "$WORK/$n" --lib-dir "$WORK/$n/lib" --node-name "$n" \
     --kvstore etcd --kvstore-opt etcd.endpoints=http://10.198.0.1:2379 --ipam block --pool-cidr 10.197.0.0/16 \
-    --routing-mode tunnel --node-ip "10.198.0.1$i" --bpffs-root "$BPFFS-$n" --log-file "$WORK/$n.log"
+    --routing-mode tunnel --node-ip "10.198.0.1$i" --bpffs-root "$BPFFS-$n" --log-file "$WORK/$n.log" \
+    --flows-listen-addr "10.198.0.1$i:4244" --flows-token-file "$WORK/node.token"
 done
 for n in "$CL_A" "$CL_B"; do
   for _ in $(seq 100); do TENDRIL_SOCK=${CL_SOCK[$n]} "$TENDRIL" status >/dev/null 2>&1 && break; sleep 0.1; done
@@ -591,5 +594,19 @@ say "$CL_B's ipcache in eBPF: the remote pod and node with their tunnel endpoint
 ipcache_of_b() { TENDRIL_SOCK=${CL_SOCK[$CL_B]} "$TENDRIL" bpf ipcache list | grep -E "PREFIX|${CL_POD_IP[$CL_A]//./\\.}/|10\.198\.0\.11/"; }
 check_output "the remote pod ${CL_POD_IP[$CL_A]} with identity ${CL_ID[$CL_A]} behind tunnel 10.198.0.11" \
   "^${CL_POD_IP[$CL_A]//./\\.}/32 +${CL_ID[$CL_A]} +10\\.198\\.0\\.11 " ipcache_of_b
+
+say "tendril relay: every node's flows in one place (found in the node registry), and the web UI"
+demo_bg relay nsenter --net=/var/run/netns/$CL_HUB -- "$TENDRIL" relay --listen-addr 10.198.0.1:4245 --token-file "$WORK/relay.token" \
+  --kvstore etcd --kvstore-opt etcd.endpoints=http://10.198.0.1:2379 --peer-token-file "$WORK/node.token" 2>"$WORK/relay.log"
+check "the relay serves on 10.198.0.1:4245" wait_line "$WORK/relay.log" 'serving on' 20
+relay_observe() { nsenter --net=/var/run/netns/$CL_HUB -- "$TENDRIL" observe --server http://10.198.0.1:4245 --token-file "$WORK/relay.token" "$@"; }
+both_nodes() { relay_observe --from-ip "${CL_POD_IP[$CL_A]}" --to-ip "${CL_POD_IP[$CL_B]}" --protocol icmp --last 20 -o json | jq -s -e '[.[].node] | unique | length == 2' >/dev/null; }
+check_within 10 "the relay merges both nodes' flows of the cross-node ping (each node saw its side)" both_nodes
+ui_page() { nsenter --net=/var/run/netns/$CL_HUB -- curl -fsS http://10.198.0.1:4245/ | grep -q '<title>tendril flows</title>'; }
+check "the relay serves the flow UI" ui_page
+echo "The flow UI (live map, flows, what decided each drop, suggest a policy): http://10.198.0.1:4245/#token=$(cat "$WORK/relay.token")"
+echo "  (in namespace $CL_HUB; on a real cluster: tendril relay --listen-addr <addr> … and open its address)"
+echo "What the demo did across the nodes, in one line per flow:"
+relay_observe --from-ip "${CL_POD_IP[$CL_A]}" --protocol icmp --last 2
 
 say "done; cleaning up"

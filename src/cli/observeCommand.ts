@@ -81,6 +81,8 @@ export class FlowPrinter {
     private readonly color: boolean,
     private readonly write: (text: string) => void,
     private readonly warn: (text: string) => void,
+    /** Name each flow's node from the first line (a relay's answer), not only once a second node shows up. */
+    private readonly showNodes = false,
   ) {}
 
   line(l: FlowLine): void {
@@ -88,7 +90,7 @@ export class FlowPrinter {
       this.#nodes.add(l.flow.node);
       if (this.output === 'json') this.write(`${JSON.stringify(l.flow)}\n`);
       else if (this.output === 'table') this.#rows.push(flowTableRow(l.flow));
-      else this.write(`${formatFlowLine(l.flow, { color: this.color, showNode: this.#nodes.size > 1 })}\n`);
+      else this.write(`${formatFlowLine(l.flow, { color: this.color, showNode: this.showNodes || this.#nodes.size > 1 })}\n`);
     } else if ('nodeStatus' in l) {
       if (l.nodeStatus.state !== 'ok') this.warn(`node ${l.nodeStatus.node} is unavailable: ${l.nodeStatus.message ?? 'no reason given'}\n`);
     } else {
@@ -163,7 +165,7 @@ export function registerObserveCommand(program: Command): void {
       const params = observeQuery(withLists);
       const output = opts.output ?? 'compact';
       const color = opts.color !== false && output === 'compact' && process.stdout.isTTY === true && process.env.NO_COLOR === undefined;
-      const printer = new FlowPrinter(output, color, (t) => process.stdout.write(t), (t) => process.stderr.write(t));
+      const printer = new FlowPrinter(output, color, (t) => process.stdout.write(t), (t) => process.stderr.write(t), opts.server !== undefined);
       const abort = new AbortController();
       const stop = (): void => abort.abort();
       process.once('SIGINT', stop);

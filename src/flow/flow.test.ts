@@ -216,6 +216,6 @@ describe('the compact line', () => {
     assert.ok(formatFlowLine(f, { color: true }).includes('\u001b[31mDROPPED\u001b[0m'), 'red on a terminal');
     assert.match(formatFlowLine(f, { showNode: true }), / \[node-a\] /);
     const svc = formatFlowLine({ node: 'n', verdict: 'forwarded', count: 1, firstTime: '', event: event({ destination: REMOTE_API, service: { id: 4, name: 'billing/api' } }) });
-    assert.match(svc, /-> 10\.1\.0\.7:8080 \(ID:40001 billing\/\) to-service billing\/api policy-verdict egress FORWARDED/);
+    assert.match(svc, /-> 10\.1\.0\.7:8080 \(ID:40001 billing\/api\) to-service billing\/api policy-verdict egress FORWARDED/);
   });
 });

@@ -8,7 +8,7 @@
  * namespace, or what a reserved identity means (world, host, remote-node).
  */
 import type { MonitorPeer } from '../monitor/index.js';
-import { peerNamespace } from './peer.js';
+import { workloadOf, workloadTitle } from './peer.js';
 import type { Flow, FlowVerdict } from './types.js';
 
 const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
@@ -20,13 +20,10 @@ export function flowTime(iso: string): string {
   return `${MONTHS[d.getUTCMonth()]} ${String(d.getUTCDate()).padStart(2, '0')} ${iso.slice(11, 23)}`;
 }
 
-/** A peer's name: its pod, else its namespace or reserved identity, else nothing (its address says it). */
-export function peerName(p: MonitorPeer): string | undefined {
+/** A peer's name: its pod, else its workload (`namespace/app` of a remote pod, world, host, remote-node). */
+export function peerName(p: MonitorPeer): string {
   if (p.pod) return `${p.pod.namespace}/${p.pod.name}`;
-  const reserved = p.labels.find((l) => l.startsWith('reserved:'));
-  if (reserved !== undefined) return reserved.slice('reserved:'.length);
-  const ns = peerNamespace(p);
-  return ns === undefined ? undefined : `${ns}/`;
+  return workloadTitle(workloadOf(p));
 }
 
 function withPorts(protocol: string): boolean {
@@ -37,9 +34,8 @@ function withPorts(protocol: string): boolean {
 export function peerText(p: MonitorPeer, protocol: string): string {
   const port = withPorts(protocol) ? `:${p.port}` : '';
   if (p.pod) return `${p.pod.namespace}/${p.pod.name}${port} (ID:${p.identity})`;
-  const name = peerName(p);
   const ip = port !== '' && p.ip.includes(':') ? `[${p.ip}]` : p.ip;
-  return `${ip}${port} (ID:${p.identity}${name !== undefined ? ` ${name}` : ''})`;
+  return `${ip}${port} (ID:${p.identity} ${peerName(p)})`;
 }
 
 const VERDICT_TEXT: Record<FlowVerdict, string> = { forwarded: 'FORWARDED', dropped: 'DROPPED', audit: 'AUDIT', 'would-drop': 'WOULD-DROP', 'would-allow': 'WOULD-ALLOW' };

@@ -57,6 +57,8 @@ const TRACE_NAMES: Record<number, MonitorTracePoint> = {
   [TracePoint.TO_HOST]: 'to-host',
   [TracePoint.FROM_NETWORK]: 'from-network',
   [TracePoint.TO_NETWORK]: 'to-network',
+  [TracePoint.TO_OVERLAY]: 'to-overlay',
+  [TracePoint.FROM_OVERLAY]: 'from-overlay',
 };
 const PROTOCOLS: Record<number, string> = { 1: 'icmp', 6: 'tcp', 17: 'udp', 58: 'icmpv6', 132: 'sctp' };
 const TCP_FLAGS: Array<[number, string]> = [

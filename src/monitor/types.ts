@@ -17,7 +17,7 @@ export type MonitorEventType = (typeof MONITOR_EVENT_TYPES)[number];
  */
 export type MonitorVerdict = 'allowed' | 'denied' | 'no-match' | 'would-drop' | 'would-allow' | 'audit';
 export type MonitorDirection = 'ingress' | 'egress' | 'none';
-export type MonitorTracePoint = 'to-endpoint' | 'to-stack' | 'from-stack' | 'from-host' | 'to-host' | 'from-network' | 'to-network';
+export type MonitorTracePoint = 'to-endpoint' | 'to-stack' | 'from-stack' | 'from-host' | 'to-host' | 'from-network' | 'to-network' | 'to-overlay' | 'from-overlay';
 
 export interface MonitorPeer {
   /** Local endpoint ID; absent when the peer is not a local endpoint. */

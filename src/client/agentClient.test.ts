@@ -100,6 +100,10 @@ test('every client method works against the agent, and every answer matches the 
   });
   assert.equal(db.hostIfName, 'tdlhost1');
 
+  // Staged first, then promoted: enforced from then on.
+  const staged = await client.putPolicy({ text: POLICY, staged: true });
+  assert.deepEqual(staged.policies, ['NetworkPolicy/default/db-from-web']);
+  assert.deepEqual((await client.promotePolicy({ all: true })).promoted, ['NetworkPolicy/default/db-from-web']);
   const imported = await client.putPolicy({ text: POLICY });
   assert.deepEqual(imported.policies, ['NetworkPolicy/default/db-from-web']);
   assert.equal((await client.getPolicy({ namespace: 'default' })).policies.length, 1);

@@ -729,6 +729,7 @@ describe('tendril CRDs', () => {
       tunnel: { protocol: 'vxlan', port: 8472 },
       health: { status: 'degraded', reason: 'kvstore embedded disconnected' },
       startedAt: '2026-11-29T10:00:00.000Z',
+      flows: { address: '192.168.50.1:4244', tls: true },
     };
     const written = tendrilNodeObject(record, { apiVersion: 'v1', kind: 'Node', name: 'node-a', uid: '6a1c0d2e-0000-4000-8000-000000000001' });
     // Every field the agent writes is declared (the server would prune an undeclared one).

@@ -8,7 +8,7 @@
  */
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { AgentError } from '../api/errors.js';
-import { flowFilterOfQuery } from '../api/server/flowsRoute.js';
+import { flowFilterOfQuery, flowFilterParamsOfQuery } from '../api/server/flowsRoute.js';
 import { type ListenAccess, listenAt, listenServerFactory, requireBearerToken } from '../api/server/listenAccess.js';
 import { NdjsonStream } from '../api/server/ndjsonStream.js';
 import { createApiApp } from '../api/server/server.js';
@@ -32,9 +32,6 @@ export interface RelayOptions {
   /** The flag named when the address cannot be bound. */
   listenFlag?: string;
 }
-
-/** The query parameters that are no filter. */
-const NOT_FILTER = new Set(['last', 'follow']);
 
 export class Relay {
   readonly counters: RelayCounters = newCounters();
@@ -92,8 +89,7 @@ export class Relay {
 
   async #flows(query: Record<string, unknown>, reply: FastifyReply): Promise<void> {
     const filter = flowFilterOfQuery(query);
-    const filterOnly: Record<string, string | string[]> = {};
-    for (const [k, v] of Object.entries(query)) if (!NOT_FILTER.has(k) && v !== undefined) filterOnly[k] = Array.isArray(v) ? v.map(String) : String(v);
+    const filterOnly = flowFilterParamsOfQuery(query);
     this.counters.requests++;
     this.counters.clients++;
     // The stream may close (the client left) before the session exists.

@@ -26,15 +26,20 @@ export const NO_FLOWS = 'no flow history on this node: the eBPF datapath is not 
 /** The query parameters that are no filter. */
 const NOT_FILTER = new Set(['last', 'follow']);
 
-/** The filter of a GET /v1/flows query; a bad one is a 400 naming it. */
-export function flowFilterOfQuery(query: Record<string, unknown>): FlowFilter {
+/** The filter parameters of a GET /v1/flows query (all but `last` and `follow`), as strings. */
+export function flowFilterParamsOfQuery(query: Record<string, unknown>): Record<string, string | string[]> {
   const params: Record<string, string | string[]> = {};
   for (const [k, v] of Object.entries(query)) {
     if (NOT_FILTER.has(k) || v === undefined) continue;
     params[k] = Array.isArray(v) ? v.map(String) : String(v);
   }
+  return params;
+}
+
+/** The filter of a GET /v1/flows query; a bad one is a 400 naming it. */
+export function flowFilterOfQuery(query: Record<string, unknown>): FlowFilter {
   try {
-    return parseFlowFilter(params);
+    return parseFlowFilter(flowFilterParamsOfQuery(query));
   } catch (err) {
     if (err instanceof FlowFilterError) throw new AgentError('INVALID_REQUEST', err.message, '', undefined, { cause: err });
     throw err;

@@ -1,12 +1,13 @@
 // flows-memory's measurement, in a process of its own (run with --expose-gc):
-// a FlowRing filled with distinct flows resolved as the agent's monitor hub
-// resolves them, heap and RSS before and after. Prints one JSON line.
+// a FlowRing filled with distinct flows recorded as the agent's monitor hub
+// records them (header read, numbers resolved by reference), heap and RSS
+// before and after. Prints one JSON line.
 import { EventType, PolicyVerdict, TracePoint, TrafficDirection } from '../src/datapath/bpf/constants.js';
 import { datapathEvent, type DatapathEvent } from '../src/datapath/bpf/layout.js';
 import { ruleCookie } from '../src/datapath/bpf/ruleCookie.js';
 import { encode } from '../src/datapath/kernel/bpf/codec.js';
 import { FlowRing } from '../src/flow/index.js';
-import { agentMonitorContext, decodeRecord, InterfaceNames, policyRuleOrigins, resolveEvent } from '../src/monitor/index.js';
+import { agentMonitorContext, captureRefs, InterfaceNames, newEventRefs, newRecordHeader, policyRuleOrigins, readRecordHeader } from '../src/monitor/index.js';
 import { parseIp } from '../src/netip/index.js';
 import { parsePolicyText } from '../src/policy/index.js';
 
@@ -80,9 +81,11 @@ gc();
 gc();
 const before = process.memoryUsage();
 const started = performance.now();
+const header = newRecordHeader();
+const refs = newEventRefs();
 for (let i = 0; ring.stats().size < FLOWS && i < FLOWS * 2; i++) {
-  const e = resolveEvent(decodeRecord(record(i))!, context);
-  if (e) ring.record(e);
+  const r = record(i);
+  if (readRecordHeader(r, header)) ring.record(r, header, captureRefs(header, context, refs));
 }
 const seconds = (performance.now() - started) / 1000;
 gc();

@@ -1,7 +1,7 @@
 // Runs every compiled *.test.js under dist/ with node's test runner (its
 // summaries, and the exit status, say how it went). Optional arguments filter test files by substring.
 import { spawnSync } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 function findTests(dir) {
@@ -35,11 +35,26 @@ const ALONE = [
 const alone = files.filter((f) => ALONE.some((s) => f.endsWith(s)));
 const together = files.filter((f) => !alone.includes(f));
 let status = 0;
-for (const [batch, concurrency] of [[together, 2], [alone, 1]]) {
+mkdirSync('build', { recursive: true });
+const timings = [];
+for (const [name, batch, concurrency] of [['together', together, 2], ['alone', alone, 1]]) {
   if (batch.length === 0) continue;
-  const r = spawnSync(process.execPath, ['--enable-source-maps', '--test', `--test-concurrency=${concurrency}`, ...batch], {
-    stdio: 'inherit',
-  });
+  const started = Date.now();
+  const timingFile = `build/test-timings-${name}.txt`;
+  const r = spawnSync(
+    process.execPath,
+    [
+      '--enable-source-maps', '--test', `--test-concurrency=${concurrency}`,
+      '--test-reporter=tap', '--test-reporter-destination=stdout',
+      '--test-reporter=./scripts/test-timings.mjs', `--test-reporter-destination=${timingFile}`,
+      ...batch,
+    ],
+    { stdio: 'inherit' },
+  );
   if (r.status !== 0) status = r.status ?? 1;
+  timings.push(`# ${name} (${batch.length} files, concurrency ${concurrency}): ${((Date.now() - started) / 1000).toFixed(0)} s wall\n` +
+    readFileSync(timingFile, 'utf8').replace(/^/gm, '# '));
 }
+// Where the time went, after the results: CI has a time limit, and this is what to cut first.
+console.log(timings.join(''));
 process.exit(status);

@@ -4,7 +4,7 @@
  * replaces its older self and moves to the newest end, as in the agent's
  * history.
  */
-import { foldKey } from '../src/flow/flowRing.js';
+import { foldKey } from '../src/flow/foldKey.js';
 import type { Flow, FlowLine, FlowNodeStatus } from '../src/flow/types.js';
 
 export class FlowStore {

@@ -22,6 +22,7 @@ import type { Backend } from '../kvstore/types.js';
 import { LabelFilter } from '../labels/index.js';
 import type { Logger } from '../logging/logger.js';
 import { AgentMetrics, countedBackend, countedCni, MetricsServer } from '../metrics/index.js';
+import type { PodRef } from '../monitor/index.js';
 import { clusterAddressOwner, HostAddresses, OwnNode } from '../node/index.js';
 import { PolicyEngine } from '../policy/index.js';
 import { PolicyStore } from '../policy/store/index.js';
@@ -216,13 +217,18 @@ export class Agent {
       ...(kubernetes ? { kubernetes } : {}),
     });
     this.cniHandler = countedCni(this.cni, metrics);
+    const podRefs = new WeakMap<object, PodRef>();
     this.observability = bpfObservabilityOf(datapath, {
       log,
       identities,
       policy: this.policy,
       endpointPod: (id) => {
         const ep = this.endpoints.get(id);
-        return ep?.podNamespace !== undefined && ep.podName !== undefined ? { namespace: ep.podNamespace, name: ep.podName } : undefined;
+        if (ep?.podNamespace === undefined || ep.podName === undefined) return undefined;
+        // One object per endpoint record: the flow history holds it for every flow of the pod.
+        let pod = podRefs.get(ep);
+        if (pod === undefined) podRefs.set(ep, (pod = { namespace: ep.podNamespace, name: ep.podName }));
+        return pod;
       },
       serviceName: (id) => this.kubernetes?.watchers.serviceName(id),
       nodeName: config.nodeName,

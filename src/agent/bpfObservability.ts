@@ -13,7 +13,7 @@ import type { Logger } from '../logging/logger.js';
 import { DropWindow } from '../metrics/dropWindow.js';
 import { FlowRing } from '../flow/index.js';
 import type { FlowMetrics } from '../metrics/index.js';
-import { agentMonitorContext, type AgentMonitorSources, InterfaceNames, MonitorHub, type MonitorEvent, netlinkLinks, pinnedRingBuffer } from '../monitor/index.js';
+import { agentMonitorContext, type AgentMonitorSources, type EventRecorder, InterfaceNames, MonitorHub, netlinkLinks, type PodRef, pinnedRingBuffer } from '../monitor/index.js';
 import type { PolicyRevisions } from '../endpoint/index.js';
 import { type IdentityAllocator, identityToJSON, reservedIdentity } from '../identity/index.js';
 import type { BpfApi } from '../api/server/bpfRoutes.js';
@@ -48,15 +48,15 @@ export interface BpfObservabilityOptions extends AgentMonitorSources {
  * whichever are on. With neither, none: the hub then decodes only what
  * monitor clients ask for.
  */
-function recorderOf(recorders: ReadonlyArray<{ record(e: MonitorEvent): unknown } | undefined>): ((e: MonitorEvent) => void) | undefined {
+function recorderOf(recorders: ReadonlyArray<{ record: EventRecorder } | undefined>): EventRecorder | undefined {
   const on = recorders.filter((r) => r !== undefined);
   if (on.length === 0) return undefined;
   if (on.length === 1) {
     const only = on[0]!;
-    return (e) => void only.record(e);
+    return (record, header, refs) => only.record(record, header, refs);
   }
-  return (e) => {
-    for (const r of on) r.record(e);
+  return (record, header, refs) => {
+    for (const r of on) r.record(record, header, refs);
   };
 }
 
@@ -117,8 +117,8 @@ export interface ObservabilitySources {
   log: Logger;
   identities: Pick<IdentityAllocator, 'lookupById'>;
   policy: PolicyRevisions;
-  /** The pod behind a local endpoint. */
-  endpointPod(endpointId: number): { namespace: string; name: string } | undefined;
+  /** The pod behind a local endpoint: one object per endpoint (the flow history holds it). */
+  endpointPod(endpointId: number): PodRef | undefined;
   /** A service's name by its ID (Kubernetes Services' `namespace/name`). */
   serviceName(id: number): string | undefined;
   nodeName: string;

@@ -117,7 +117,7 @@ describe('tendril bpf', () => {
   test('ct gc says what it removed; ct flush how many entries went', async () => {
     maps.ctAny.set(
       { saddr: parseIp('10.92.0.5'), daddr: parseIp('10.92.0.9'), sport: 53, dport: 53, proto: 17, flags: 0 },
-      { expiresNs: process.hrtime.bigint() + 1_000_000_000n, packets: 1n, bytes: 60n, srcIdentity: 2, dstIdentity: 3, srcEndpoint: 5, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 0, flags: 0, backendId: 0, natAddr: parseIp('0.0.0.0'), natPort: 0 },
+      { expiresNs: process.hrtime.bigint() + 60_000_000_000n, packets: 1n, bytes: 60n, srcIdentity: 2, dstIdentity: 3, srcEndpoint: 5, dstEndpoint: 0, revNatIndex: 0, tcpFlags: 0, flags: 0, backendId: 0, natAddr: parseIp('0.0.0.0'), natPort: 0 },
     );
     const gc = await tendril(['bpf', 'ct', 'gc', '--socket', sock]);
     assert.equal(gc.code, 0, gc.stderr);

@@ -4,6 +4,13 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { MonitorEvent, MonitorPeer } from '../monitor/index.js';
 import { type Flow, FlowFilterError, FlowRing, flowVerdictOf, formatFlowLine, matchesFlow, parseFlowFilter, parseFlowTime } from './index.js';
+import { FIXED_FLOW_CLOCK, recordEvent } from './testing/recordEvent.js';
+import { pino } from 'pino';
+import { EventType, TracePoint } from '../datapath/bpf/constants.js';
+import { datapathEvent } from '../datapath/bpf/layout.js';
+import { encode } from '../datapath/kernel/bpf/codec.js';
+import { agentMonitorContext, InterfaceNames, MonitorHub } from '../monitor/index.js';
+import { SHOP_POLICIES, shopEvent } from '../monitor/testing/shopPolicies.js';
 
 const WEB: MonitorPeer = { endpoint: 12, pod: { namespace: 'shop', name: 'web-7d9' }, identity: 30012, labels: ['k8s:app=web', 'k8s:io.kubernetes.pod.namespace=shop'], ip: '10.0.0.12', port: 40312 };
 const DB: MonitorPeer = { endpoint: 13, pod: { namespace: 'shop', name: 'db-0' }, identity: 30013, labels: ['k8s:app=db', 'k8s:io.kubernetes.pod.namespace=shop'], ip: '10.0.0.13', port: 5432 };
@@ -29,7 +36,7 @@ function event(over: Partial<MonitorEvent> = {}): MonitorEvent {
 }
 
 const denied = (sport: number): MonitorEvent =>
-  event({ type: 'drop', verdict: undefined as never, drop: { reason: 'POLICY_DENY', code: 133, text: 'policy denied' }, source: { ...WEB, port: sport }, rule: { cookie: 77, text: 'NetworkPolicy/shop/db spec.ingress[0]', origins: [] } });
+  event({ type: 'drop', verdict: undefined as never, drop: { reason: 'POLICY_DENY', code: 181, text: 'policy denied by a deny rule' }, source: { ...WEB, port: sport }, rule: { cookie: 77, text: 'NetworkPolicy/shop/db spec.ingress[0]', origins: [] } });
 
 describe('flow verdicts', () => {
   test('drops and refusals are dropped, allows and traces forwarded, staged and audit verdicts their own', () => {
@@ -45,12 +52,17 @@ describe('flow verdicts', () => {
 
 describe('FlowRing', () => {
   test('a flood of one dropped flow from random ports folds into one flow and evicts nothing', () => {
-    const ring = new FlowRing({ capacity: 4, node: 'node-a' });
-    const kept = [ring.record(event({ source: { ...WEB, port: 1 } })), ring.record(event({ source: { ...WEB, port: 2 } }))];
-    for (let i = 0; i < 10_000; i++) ring.record(denied(20_000 + (i % 30_000)));
+    const ring = new FlowRing({ capacity: 4, node: 'node-a', clock: FIXED_FLOW_CLOCK });
+    const kept = [event({ source: { ...WEB, port: 1 } }), event({ source: { ...WEB, port: 2 } })];
+    for (const e of kept) recordEvent(ring, e);
+    for (let i = 0; i < 10_000; i++) recordEvent(ring, denied(20_000 + (i % 30_000)));
     const flows = ring.list();
     assert.equal(flows.length, 3);
-    assert.deepEqual(flows.slice(0, 2), kept);
+    assert.deepEqual(
+      flows.slice(0, 2),
+      kept.map((e) => ({ node: 'node-a', verdict: 'forwarded', count: 1, firstTime: e.time, event: e })),
+      'each read back as recorded',
+    );
     const flood = flows[2]!;
     assert.equal(flood.count, 10_000);
     assert.equal(flood.verdict, 'dropped');
@@ -60,8 +72,8 @@ describe('FlowRing', () => {
   });
 
   test('forwarded connections keep their source port: each is its own flow, the oldest evicted first', () => {
-    const ring = new FlowRing({ capacity: 3, node: 'n' });
-    for (let port = 1; port <= 5; port++) ring.record(event({ source: { ...WEB, port } }));
+    const ring = new FlowRing({ capacity: 3, node: 'n', clock: FIXED_FLOW_CLOCK });
+    for (let port = 1; port <= 5; port++) recordEvent(ring, event({ source: { ...WEB, port } }));
     assert.deepEqual(
       ring.list().map((f) => f.event.source.port),
       [3, 4, 5],
@@ -70,10 +82,10 @@ describe('FlowRing', () => {
   });
 
   test('a folded flow moves to the newest end; last N are the newest that pass', () => {
-    const ring = new FlowRing({ capacity: 10, node: 'n' });
-    ring.record(denied(1));
-    ring.record(event({ source: { ...WEB, port: 5 } }));
-    ring.record(denied(2));
+    const ring = new FlowRing({ capacity: 10, node: 'n', clock: FIXED_FLOW_CLOCK });
+    recordEvent(ring, denied(1));
+    recordEvent(ring, event({ source: { ...WEB, port: 5 } }));
+    recordEvent(ring, denied(2));
     const all = ring.list();
     assert.deepEqual(
       all.map((f) => [f.verdict, f.count]),
@@ -91,7 +103,7 @@ describe('FlowRing', () => {
   });
 
   test('over many evictions and folds the history holds the newest flows in recording order, as a plain list would', () => {
-    const ring = new FlowRing({ capacity: 50, node: 'node-a' });
+    const ring = new FlowRing({ capacity: 50, node: 'node-a', clock: FIXED_FLOW_CLOCK });
     // The model: keys, oldest first; a fold moves its key to the end.
     const model: number[] = [];
     let seed = 7;
@@ -99,7 +111,7 @@ describe('FlowRing', () => {
       seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff;
       // Mostly repeats of 80 ports (folds), sometimes a new one.
       const port = seed % 10 === 0 ? 1000 + i : 1 + (seed % 80);
-      ring.record(event({ source: { ...WEB, port } }));
+      recordEvent(ring, event({ source: { ...WEB, port } }));
       const at = model.indexOf(port);
       if (at >= 0) model.splice(at, 1);
       else if (model.length === 50) model.shift();
@@ -113,18 +125,35 @@ describe('FlowRing', () => {
   });
 
   test('listeners get every flow recorded, folded ones with their new count', () => {
-    const ring = new FlowRing({ capacity: 10, node: 'n' });
+    const ring = new FlowRing({ capacity: 10, node: 'n', clock: FIXED_FLOW_CLOCK });
     const seen: number[] = [];
     const stop = ring.listen((f) => seen.push(f.count));
-    ring.record(denied(1));
-    ring.record(denied(2));
+    recordEvent(ring, denied(1));
+    recordEvent(ring, denied(2));
     stop();
-    ring.record(denied(3));
+    recordEvent(ring, denied(3));
     assert.deepEqual(seen, [1, 2]);
   });
 
+  test('a flow read after its pod went, its endpoint number was reused and its identity released is told as it happened', () => {
+    const pods = new Map<number, { namespace: string; name: string }>([[12, { namespace: 'shop', name: 'web-7d9' }]]);
+    const labels = new Map<number, readonly string[]>([[30012, ['k8s:app=web']]]);
+    const interfaces = new InterfaceNames(async () => []);
+    const context = agentMonitorContext({ identityLabels: (id) => labels.get(id), policies: () => SHOP_POLICIES, policyRevision: () => 1, interfaces, endpointPod: (id) => pods.get(id) });
+    const ring = new FlowRing({ capacity: 10, node: 'n' });
+    const hub = new MonitorHub({ source: { open: () => ({ stop: async () => undefined }) }, context, log: pino({ level: 'silent' }), record: (r, h, refs) => ring.record(r, h, refs) });
+    hub.handleRecords([encode(datapathEvent, shopEvent({ type: EventType.TRACE, subtype: TracePoint.TO_ENDPOINT }))]);
+    pods.set(12, { namespace: 'other', name: 'reused-0' });
+    labels.delete(30012);
+    const [flow] = ring.list();
+    assert.deepEqual(flow?.event.source.pod, { namespace: 'shop', name: 'web-7d9' });
+    assert.deepEqual(flow?.event.source.labels, ['k8s:app=web']);
+    assert.equal(flow?.event.tracePoint, 'to-endpoint');
+    assert.equal(hub.stats().undecodable, 0);
+  });
+
   test('a capacity that is no positive integer is refused', () => {
-    assert.throws(() => new FlowRing({ capacity: 0, node: 'n' }), RangeError);
+    assert.throws(() => new FlowRing({ capacity: 0, node: 'n', clock: FIXED_FLOW_CLOCK }), RangeError);
     assert.throws(() => new FlowRing({ capacity: 1.5, node: 'n' }), RangeError);
   });
 });
@@ -208,11 +237,13 @@ describe('flow filters', () => {
 
 describe('the compact line', () => {
   test('pods by name, other peers by address and what they are, the verdict, the rule and the count', () => {
-    const ring = new FlowRing({ capacity: 10, node: 'node-a' });
-    ring.record(event({ source: WORLD, destination: { ...WEB, port: 80 }, direction: 'ingress', type: 'drop', drop: { reason: 'POLICY', code: 132, text: 'no rule allows this flow' }, rule: { cookie: 0, text: 'no rule allows (default deny)', origins: [] } }));
-    const f = ring.record(event({ source: { ...WORLD, port: 444 }, destination: { ...WEB, port: 80 }, direction: 'ingress', type: 'drop', drop: { reason: 'POLICY', code: 132, text: 'no rule allows this flow' }, rule: { cookie: 0, text: 'no rule allows (default deny)', origins: [] } }));
+    const ring = new FlowRing({ capacity: 10, node: 'node-a', clock: FIXED_FLOW_CLOCK });
+    recordEvent(ring, event({ source: WORLD, destination: { ...WEB, port: 80 }, direction: 'ingress', type: 'drop', drop: { reason: 'POLICY', code: 133, text: 'policy denied: no rule allows this flow' }, rule: { cookie: 0, text: 'no rule allows (default deny)', origins: [] } }));
+    recordEvent(ring, event({ source: { ...WORLD, port: 444 }, destination: { ...WEB, port: 80 }, direction: 'ingress', type: 'drop', drop: { reason: 'POLICY', code: 133, text: 'policy denied: no rule allows this flow' }, rule: { cookie: 0, text: 'no rule allows (default deny)', origins: [] } }));
+    const [f] = ring.list();
+    assert.ok(f);
     const line = formatFlowLine(f);
-    assert.match(line, /^Nov 29 12:\d\d:\d\d\.\d{3} 203\.0\.113\.9:444 \(ID:2 world\) -> shop\/web-7d9:80 \(ID:30012\) drop \(POLICY\) ingress DROPPED tcp SYN; no rule allows this flow; rule: no rule allows \(default deny\) ×2$/);
+    assert.match(line, /^Nov 29 12:\d\d:\d\d\.\d{3} 203\.0\.113\.9:444 \(ID:2 world\) -> shop\/web-7d9:80 \(ID:30012\) drop \(POLICY\) ingress DROPPED tcp SYN; policy denied: no rule allows this flow; rule: no rule allows \(default deny\) ×2$/);
     assert.ok(formatFlowLine(f, { color: true }).includes('\u001b[31mDROPPED\u001b[0m'), 'red on a terminal');
     assert.match(formatFlowLine(f, { showNode: true }), / \[node-a\] /);
     const svc = formatFlowLine({ node: 'n', verdict: 'forwarded', count: 1, firstTime: '', event: event({ destination: REMOTE_API, service: { id: 4, name: 'billing/api' } }) });

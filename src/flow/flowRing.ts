@@ -2,23 +2,40 @@
  * The agent's flow history: the last `capacity` flows, oldest evicted first,
  * kept whether or not anyone listens. A flow that repeats while still held
  * (same event type and outcome, same peers and port, same rule) folds into
- * the one held: its count grows, its event becomes the latest, and it moves
+ * the one held: its count grows, its record becomes the latest, and it moves
  * to the newest end. For drops and refusals the source port is not part of
  * what repeats (a client retrying, or a flood from random ports, is one flow
  * dropped many times), so a flood takes one place and evicts nothing.
  *
- * A Map keeps insertion order, which is the time order here: a folded flow is
- * deleted and inserted again. Eviction does not take the Map's first key:
- * V8 leaves a deleted entry as a hole until the table is rebuilt, and walking
- * to the first live key crosses every hole before it, thousands per event in
- * a full history. A queue of (key, flow) in recording order says which flow
- * is oldest instead: an entry whose flow is no longer the one held under its
- * key (it folded since, or went) is skipped, and the queue is rebuilt from the
- * Map when such entries make it twice the capacity. Each event costs one key
- * built, one lookup and at most one eviction, all O(1) amortized.
+ * Recording is on every event, reading is rare, so the history keeps what the
+ * datapath wrote, not what people read: each flow is a slot holding its
+ * latest record's bytes (one slab for all), the first record's timestamp,
+ * a count, and what the record's numbers meant when it was read (EventRefs:
+ * references to the agent's own labels, pods and rules, copied into an
+ * object the slot keeps for good). An event therefore allocates no object the
+ * history keeps, and a full history is no heap of event graphs for the
+ * garbage collector to walk and move: that, and building the event, were
+ * most of an event's cost. A flow is decoded and built when it is read.
+ *
+ * Slots are linked in recording order (a doubly linked list over typed
+ * arrays): a folded flow moves to the newest end and the oldest is evicted,
+ * both O(1). The fold key is the record's words less its length and time
+ * (and less its source port unless forwarded): the Map holds a 30-bit hash
+ * of them (a small integer, no key object per flow), and a hash found is
+ * checked against the words held, so a collision only keeps two flows apart.
  */
-import type { MonitorEvent } from '../monitor/index.js';
-import { type Flow, flowVerdictOf } from './types.js';
+import { datapathEvent, EVENT_SIZE, eventFields } from '../datapath/bpf/layout.js';
+import {
+  buildEvent,
+  copyEventRefs,
+  EVENT_TYPE_NAMES,
+  type EventRefs,
+  newEventRefs,
+  type RecordHeader,
+  verdictName,
+  wallClockOf,
+} from '../monitor/index.js';
+import { type Flow, flowVerdict, type FlowVerdict } from './types.js';
 
 export interface FlowRingStats {
   capacity: number;
@@ -34,33 +51,92 @@ export interface FlowRingStats {
 
 export type FlowListener = (flow: Flow) => void;
 
-/** The identity of a flow for folding repeats (the UI keys the flows it holds by the same, so a folded flow sent again replaces its older self). */
-export function foldKey(e: MonitorEvent, verdict: string): string {
-  const s = e.source;
-  const d = e.destination;
-  // A dropped flow's retries and a flood's random ports are one flow; a forwarded one is its connection.
-  const sport = verdict === 'forwarded' ? s.port : '*';
-  const outcome = e.type === 'drop' ? e.drop?.code : e.type === 'trace' ? e.tracePoint : e.verdict;
-  return `${e.type}|${outcome}|${verdict}|${e.direction}|${e.protocol}|${s.identity}|${s.ip}|${sport}|${d.identity}|${d.ip}|${d.port}|${e.rule?.cookie ?? ''}|${e.interface.ifindex}|${e.tcpFlags?.join(',') ?? ''}`;
+/** The clocks a flow's times are told with (CLOCK_MONOTONIC, as the records' timestamps, and the wall clock). */
+export interface FlowClock {
+  monoNs(): bigint;
+  wallMs(): number;
 }
+
+const SYSTEM_CLOCK: FlowClock = { monoNs: () => process.hrtime.bigint(), wallMs: () => Date.now() };
+
+const TS = eventFields.tsNs;
+const LEN = eventFields.origLen;
+const SPORT = eventFields.sport;
+/** The record in 32-bit words, as its bytes read little-endian (whatever the host's order: the words only move and compare bytes). */
+const WORDS = EVENT_SIZE / 4;
+const LEN_WORD = LEN.offset / 4;
+const SPORT_WORD = SPORT.offset / 4;
+const TS_WORD = TS.offset / 4;
+/** The source port's bytes are its word's first two: the low half read little-endian. */
+const NO_SPORT_MASK = 0xffff0000;
+// The words assume members as the C struct places them: length, source port and time each at a word's start, time last.
+if (!(EVENT_SIZE % 4 === 0 && LEN.offset % 4 === 0 && LEN.codec.size === 4 && SPORT.offset % 4 === 0 && SPORT.codec.size === 2 && TS.offset % 4 === 0 && TS.offset + TS.codec.size === EVENT_SIZE)) {
+  throw new Error('struct tendril_event: the flow history expects orig_len and sport to start a 32-bit word, and ts_ns last');
+}
+/** Fold keys are hashes of this many bits: a small integer (no allocation) in the Map. */
+const HASH_MASK = 0x3fffffff;
+
+/** The verdict of a record's header. */
+export function flowVerdictOfHeader(h: Readonly<RecordHeader>): FlowVerdict {
+  return flowVerdict(EVENT_TYPE_NAMES[h.type]!, verdictName(h.subtype));
+}
+
+/** The fold key's hash: every word of the record but its length and time, the source port masked unless the flow was forwarded. */
+function foldHash(words: Uint32Array, sportMask: number): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < TS_WORD; i++) {
+    if (i === LEN_WORD) continue;
+    h = Math.imul(h ^ (i === SPORT_WORD ? words[i]! & sportMask : words[i]!), 0x01000193);
+    h ^= h >>> 13;
+  }
+  return h & HASH_MASK;
+}
+
+const NONE = -1;
 
 export class FlowRing {
   readonly capacity: number;
   readonly #node: string;
-  readonly #flows = new Map<string, Flow>();
+  readonly #clock: FlowClock;
   readonly #listeners = new Set<FlowListener>();
-  /** Recording order: keys[i] was recorded as flows[i]; live from `#head`. */
-  #queueKeys: string[] = [];
-  #queueFlows: Flow[] = [];
-  #head = 0;
+  /** Slot by fold key hash: a hash's flow is checked against the record's words. */
+  readonly #index = new Map<number, number>();
+  /** Each slot's fold key hash. */
+  readonly #hashes: Int32Array;
+  /** Each slot's latest record (and the view that moves its words). */
+  readonly #records: Buffer;
+  readonly #recordWords: DataView;
+  /** Each slot's first timestamp, as the record holds it. */
+  readonly #firstTs: Buffer;
+  readonly #firstTsWords: DataView;
+  /** The record being recorded, in words. */
+  readonly #words = new Uint32Array(WORDS);
+  readonly #counts: Float64Array;
+  readonly #refs: EventRefs[] = [];
+  /** Recording order: oldest at #head, newest at #tail. */
+  readonly #prev: Int32Array;
+  readonly #next: Int32Array;
+  #head = NONE;
+  #tail = NONE;
+  /** Slots ever used: 0..#used-1. */
+  #used = 0;
   #events = 0;
   #folded = 0;
   #evicted = 0;
 
-  constructor(opts: { capacity: number; node: string }) {
+  constructor(opts: { capacity: number; node: string; clock?: FlowClock }) {
     if (!Number.isInteger(opts.capacity) || opts.capacity < 1) throw new RangeError(`flow history capacity must be a positive integer, got ${opts.capacity}`);
     this.capacity = opts.capacity;
     this.#node = opts.node;
+    this.#clock = opts.clock ?? SYSTEM_CLOCK;
+    this.#hashes = new Int32Array(opts.capacity);
+    this.#records = Buffer.alloc(opts.capacity * EVENT_SIZE);
+    this.#recordWords = new DataView(this.#records.buffer, this.#records.byteOffset, this.#records.byteLength);
+    this.#firstTs = Buffer.alloc(opts.capacity * 8);
+    this.#firstTsWords = new DataView(this.#firstTs.buffer, this.#firstTs.byteOffset, this.#firstTs.byteLength);
+    this.#counts = new Float64Array(opts.capacity);
+    this.#prev = new Int32Array(opts.capacity);
+    this.#next = new Int32Array(opts.capacity);
   }
 
   /** The node whose flows these are. */
@@ -68,64 +144,105 @@ export class FlowRing {
     return this.#node;
   }
 
-  /** Records one event; returns the flow it is now part of. */
-  record(e: MonitorEvent): Flow {
+  /** Records one event (the monitor hub's recorder): the record's bytes and refs are copied. */
+  record(record: Buffer, header: Readonly<RecordHeader>, refs: Readonly<EventRefs>): void {
     this.#events++;
-    const verdict = flowVerdictOf(e);
-    const key = foldKey(e, verdict);
-    const held = this.#flows.get(key);
-    let flow: Flow;
-    if (held !== undefined) {
+    const words = this.#words;
+    for (let i = 0; i < WORDS; i++) words[i] = record.readUInt32LE(i * 4);
+    const sportMask = flowVerdictOfHeader(header) === 'forwarded' ? 0xffffffff : NO_SPORT_MASK;
+    const hash = foldHash(words, sportMask);
+    let slot = this.#index.get(hash);
+    if (slot !== undefined && !this.#sameFlow(slot, sportMask)) slot = undefined;
+    if (slot !== undefined) {
       this.#folded++;
-      this.#flows.delete(key);
-      flow = { node: held.node, verdict, count: held.count + 1, firstTime: held.firstTime, event: e };
+      this.#counts[slot]!++;
+      this.#unlink(slot);
     } else {
-      flow = { node: this.#node, verdict, count: 1, firstTime: e.time, event: e };
-      if (this.#flows.size >= this.capacity) this.#evictOldest();
-    }
-    this.#flows.set(key, flow);
-    this.#queueKeys.push(key);
-    this.#queueFlows.push(flow);
-    if (this.#queueKeys.length - this.#head > 2 * this.capacity + 16) this.#rebuildQueue();
-    for (const l of this.#listeners) l(flow);
-    return flow;
-  }
-
-  #evictOldest(): void {
-    const keys = this.#queueKeys;
-    while (this.#head < keys.length) {
-      const key = keys[this.#head]!;
-      const flow = this.#queueFlows[this.#head]!;
-      this.#head++;
-      if (this.#flows.get(key) === flow) {
-        this.#flows.delete(key);
+      if (this.#used < this.capacity) {
+        slot = this.#used++;
+        this.#refs.push(newEventRefs());
+      } else {
+        slot = this.#head;
+        this.#unlink(slot);
+        // A slot whose hash a newer flow took (a collision) is no longer the one its hash finds.
+        if (this.#index.get(this.#hashes[slot]!) === slot) this.#index.delete(this.#hashes[slot]!);
         this.#evicted++;
-        break;
       }
+      this.#hashes[slot] = hash;
+      this.#index.set(hash, slot);
+      this.#counts[slot] = 1;
+      this.#firstTsWords.setUint32(slot * 8, words[TS_WORD]!, true);
+      this.#firstTsWords.setUint32(slot * 8 + 4, words[TS_WORD + 1]!, true);
     }
-    // Drop the consumed front now and then, not per event.
-    if (this.#head > this.capacity) this.#rebuildQueue();
+    const base = slot * EVENT_SIZE;
+    for (let i = 0; i < WORDS; i++) this.#recordWords.setUint32(base + i * 4, words[i]!, true);
+    copyEventRefs(refs, this.#refs[slot]!);
+    this.#append(slot);
+    if (this.#listeners.size > 0) {
+      const flow = this.#flowAt(slot, this.#clock.monoNs(), this.#clock.wallMs());
+      for (const l of this.#listeners) l(flow);
+    }
   }
 
-  /** The queue anew from the Map (insertion order is recording order): only the flows held. */
-  #rebuildQueue(): void {
-    this.#queueKeys = [...this.#flows.keys()];
-    this.#queueFlows = [...this.#flows.values()];
-    this.#head = 0;
+  /** Whether the slot holds the flow of the record in #words: every word of the fold key equal. */
+  #sameFlow(slot: number, sportMask: number): boolean {
+    const words = this.#words;
+    const base = slot * EVENT_SIZE;
+    for (let i = 0; i < TS_WORD; i++) {
+      if (i === LEN_WORD) continue;
+      const mask = i === SPORT_WORD ? sportMask : 0xffffffff;
+      if (((this.#recordWords.getUint32(base + i * 4, true) ^ words[i]!) & mask) !== 0) return false;
+    }
+    return true;
+  }
+
+  #unlink(slot: number): void {
+    const p = this.#prev[slot]!;
+    const n = this.#next[slot]!;
+    if (p === NONE) this.#head = n;
+    else this.#next[p] = n;
+    if (n === NONE) this.#tail = p;
+    else this.#prev[n] = p;
+  }
+
+  #append(slot: number): void {
+    this.#prev[slot] = this.#tail;
+    this.#next[slot] = NONE;
+    if (this.#tail === NONE) this.#head = slot;
+    else this.#next[this.#tail] = slot;
+    this.#tail = slot;
+  }
+
+  /** The flow a slot holds, decoded and built now (times told against one clock reading per listing). */
+  #flowAt(slot: number, nowMonoNs: bigint, nowWallMs: number): Flow {
+    const e = datapathEvent.read(this.#records, slot * EVENT_SIZE);
+    const event = buildEvent(e, this.#refs[slot]!, nowMonoNs, nowWallMs);
+    const firstTs = TS.codec.read(this.#firstTs, slot * 8);
+    return {
+      node: this.#node,
+      verdict: flowVerdict(event.type, event.verdict),
+      count: this.#counts[slot]!,
+      firstTime: wallClockOf(firstTs, nowMonoNs, nowWallMs).toISOString(),
+      event,
+    };
   }
 
   /** The flows held, oldest first, that pass `accept`; with `last`, only the newest `last` of those. */
   list(accept: (f: Flow) => boolean = () => true, last?: number): Flow[] {
+    const mono = this.#clock.monoNs();
+    const wall = this.#clock.wallMs();
+    const out: Flow[] = [];
     if (last === undefined) {
-      const out: Flow[] = [];
-      for (const f of this.#flows.values()) if (accept(f)) out.push(f);
+      for (let s = this.#head; s !== NONE; s = this.#next[s]!) {
+        const f = this.#flowAt(s, mono, wall);
+        if (accept(f)) out.push(f);
+      }
       return out;
     }
-    if (last <= 0) return [];
-    // Newest first until `last` are found: a Map cannot be walked backwards, so walk a snapshot of its values.
-    const all = [...this.#flows.values()];
-    const out: Flow[] = [];
-    for (let i = all.length - 1; i >= 0 && out.length < last; i--) if (accept(all[i]!)) out.push(all[i]!);
+    for (let s = this.#tail; s !== NONE && out.length < last; s = this.#prev[s]!) {
+      const f = this.#flowAt(s, mono, wall);
+      if (accept(f)) out.push(f);
+    }
     return out.reverse();
   }
 
@@ -136,6 +253,6 @@ export class FlowRing {
   }
 
   stats(): FlowRingStats {
-    return { capacity: this.capacity, size: this.#flows.size, events: this.#events, folded: this.#folded, evicted: this.#evicted };
+    return { capacity: this.capacity, size: this.#index.size, events: this.#events, folded: this.#folded, evicted: this.#evicted };
   }
 }

@@ -3,8 +3,9 @@
  * the filters `tendril observe`, GET /v1/flows and the relay share, and the
  * flow's wire form.
  */
-export { type Flow, type FlowLine, type FlowNodeStatus, type FlowsLost, FLOW_VERDICTS, type FlowVerdict, flowVerdictOf } from './types.js';
-export { FlowRing, type FlowListener, type FlowRingStats, foldKey } from './flowRing.js';
+export { type Flow, type FlowLine, type FlowNodeStatus, type FlowsLost, FLOW_VERDICTS, flowVerdict, type FlowVerdict, flowVerdictOf } from './types.js';
+export { type FlowClock, FlowRing, type FlowListener, type FlowRingStats, flowVerdictOfHeader } from './flowRing.js';
+export { foldKey } from './foldKey.js';
 export {
   ALL_FLOW_FILTER_PARAMS,
   type FlowFilter,

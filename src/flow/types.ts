@@ -5,7 +5,7 @@
  * flow takes one place in the history, not all of it. The same JSON on the
  * wire (GET /v1/flows, NDJSON), in `tendril observe -o json` and in the relay.
  */
-import type { MonitorEvent } from '../monitor/index.js';
+import type { MonitorEvent, MonitorEventType, MonitorVerdict } from '../monitor/index.js';
 
 /**
  * What became of the flow, as Hubble's verdicts: `forwarded` (traced or
@@ -51,9 +51,14 @@ export type FlowLine = { flow: Flow } | { nodeStatus: FlowNodeStatus } | { lost:
 
 /** The flow's verdict, from its event. */
 export function flowVerdictOf(e: MonitorEvent): FlowVerdict {
-  if (e.type === 'drop') return 'dropped';
-  if (e.type === 'policy-verdict') {
-    switch (e.verdict as string | undefined) {
+  return flowVerdict(e.type, e.verdict);
+}
+
+/** The flow's verdict, from its event's type and (policy verdicts) its verdict. */
+export function flowVerdict(type: MonitorEventType, verdict: MonitorVerdict | undefined): FlowVerdict {
+  if (type === 'drop') return 'dropped';
+  if (type === 'policy-verdict') {
+    switch (verdict) {
       case 'denied':
       case 'no-match':
         return 'dropped';

@@ -9,7 +9,7 @@ import { DropReason, EventType, PolicyVerdict, ReservedCookie, TracePoint, Traff
 import { datapathEvent, type DatapathEvent } from '../datapath/bpf/layout.js';
 import { ruleCookie } from '../datapath/bpf/ruleCookie.js';
 import { encode } from '../datapath/kernel/bpf/codec.js';
-import { agentMonitorContext, decodeRecord, InterfaceNames, type MonitorContext, type MonitorEvent, policyRuleOrigins, resolveEvent } from '../monitor/index.js';
+import { agentMonitorContext, captureRefs, InterfaceNames, type MonitorContext, newEventRefs, newRecordHeader, policyRuleOrigins, readRecordHeader } from '../monitor/index.js';
 import { parseIp } from '../netip/index.js';
 import { SHOP_POLICIES, shopEvent } from '../monitor/testing/shopPolicies.js';
 import { AgentMetrics, FlowMetrics, type FlowMetricsLabels, peerContext, workloadOfPodName } from './index.js';
@@ -34,12 +34,12 @@ function context(): MonitorContext {
   return agentMonitorContext({ identityLabels: (id) => LABELS[id], policies: () => POLICIES, policyRevision: () => 1, interfaces: INTERFACES, endpointPod: (id) => PODS[id] });
 }
 
-/** A record as the datapath writes it, decoded and resolved as the hub does. */
-function resolved(over: Partial<DatapathEvent>, ctx = context()): MonitorEvent {
-  const raw = shopEvent({ type: EventType.POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, cookie: ruleCookie(DB_ALLOW!), ...over });
-  const e = resolveEvent(decodeRecord(encode(datapathEvent, raw))!, ctx);
-  assert.ok(e, 'the event resolves');
-  return e;
+/** A record as the datapath writes it, its header read and its numbers resolved as the hub does. */
+function resolved(over: Partial<DatapathEvent>, ctx = context()): Parameters<FlowMetrics['record']> {
+  const record = encode(datapathEvent, shopEvent({ type: EventType.POLICY_VERDICT, subtype: PolicyVerdict.ALLOWED, cookie: ruleCookie(DB_ALLOW!), ...over }));
+  const header = newRecordHeader();
+  assert.ok(readRecordHeader(record, header), 'the record is one the hub reads');
+  return [record, header, captureRefs(header, ctx, newEventRefs())];
 }
 
 const allowed = (over: Partial<DatapathEvent> = {}) => resolved(over);
@@ -58,13 +58,13 @@ function metrics(labels: FlowMetricsLabels = 'none', cap?: number): { flows: Flo
 describe('flow metrics', () => {
   test('every event counted by type and verdict; drops by reason and direction; verdicts by the rule that decided', async () => {
     const m = metrics();
-    for (let i = 0; i < 3; i++) m.flows.record(allowed({ sport: 40000 + i }));
-    m.flows.record(denyWorld());
-    m.flows.record(denyWorldDrop());
-    m.flows.record(denyWorldDrop());
-    m.flows.record(trace());
+    for (let i = 0; i < 3; i++) m.flows.record(...allowed({ sport: 40000 + i }));
+    m.flows.record(...denyWorld());
+    m.flows.record(...denyWorldDrop());
+    m.flows.record(...denyWorldDrop());
+    m.flows.record(...trace());
     // Default deny: no entry matched, named by the rules that enforce.
-    m.flows.record(resolved({ type: EventType.DROP, subtype: Math.abs(DropReason.POLICY.code), cookie: ReservedCookie.NONE }));
+    m.flows.record(...resolved({ type: EventType.DROP, subtype: Math.abs(DropReason.POLICY.code), cookie: ReservedCookie.NONE }));
     const text = await m.text();
     assert.equal(sampleValue(text, 'tendril_flows_processed_total', { type: 'policy-verdict', verdict: 'forwarded' }), 3);
     assert.equal(sampleValue(text, 'tendril_flows_processed_total', { type: 'policy-verdict', verdict: 'dropped' }), 1);
@@ -83,10 +83,10 @@ describe('flow metrics', () => {
 
   test('with namespace labels: the peers\' namespaces, from the pod or the identity; \'\' for the world', async () => {
     const m = metrics('namespace');
-    m.flows.record(allowed());
-    m.flows.record(denyWorld());
+    m.flows.record(...allowed());
+    m.flows.record(...denyWorld());
     // A remote pod: no endpoint, its namespace from its identity's labels.
-    m.flows.record(allowed({ srcIdentity: 30020, srcEndpoint: 0, saddr: parseIp('10.201.0.20') }));
+    m.flows.record(...allowed({ srcIdentity: 30020, srcEndpoint: 0, saddr: parseIp('10.201.0.20') }));
     const text = await m.text();
     assert.equal(sampleValue(text, 'tendril_flows_processed_total', { type: 'policy-verdict', verdict: 'forwarded', source_namespace: 'shop', destination_namespace: 'shop' }), 1);
     assert.equal(sampleValue(text, 'tendril_flows_processed_total', { type: 'policy-verdict', verdict: 'forwarded', source_namespace: 'billing', destination_namespace: 'shop' }), 1);
@@ -96,8 +96,8 @@ describe('flow metrics', () => {
 
   test('with workload labels: the app label, else the pod name less its generated suffixes', async () => {
     const m = metrics('workload');
-    m.flows.record(allowed());
-    m.flows.record(allowed({ srcIdentity: 30020, srcEndpoint: 20 }));
+    m.flows.record(...allowed());
+    m.flows.record(...allowed({ srcIdentity: 30020, srcEndpoint: 20 }));
     const text = await m.text();
     const labels = (s: string, sw: string) => ({ type: 'policy-verdict', source_namespace: s, destination_namespace: 'shop', source_workload: sw, destination_workload: 'postgres' });
     assert.equal(sampleValue(text, 'tendril_flows_processed_total', labels('shop', 'web')), 1);
@@ -106,14 +106,14 @@ describe('flow metrics', () => {
     assert.equal(workloadOfPodName('node-exporter-x2x4z'), 'node-exporter');
     assert.equal(workloadOfPodName('db-0'), 'db');
     assert.equal(workloadOfPodName('standalone'), 'standalone');
-    assert.deepEqual(peerContext({ identity: 2, labels: ['reserved:world'], ip: '203.0.113.9', port: 443 }), { namespace: '', workload: '' });
+    assert.deepEqual(peerContext(['reserved:world'], undefined), { namespace: '', workload: '' });
   });
 
   test('past the cap, new rule texts and contexts fold into "other", and each folded event is counted', async () => {
     const m = metrics('namespace', 2);
     const ctx = context();
     // Three rule texts: unknown cookies each read as their own text.
-    for (const cookie of [0x1001, 0x1002, 0x1003, 0x1003]) m.flows.record(resolved({ cookie }, ctx));
+    for (const cookie of [0x1001, 0x1002, 0x1003, 0x1003]) m.flows.record(...resolved({ cookie }, ctx));
     const text = await m.text();
     const verdicts = parseExposition(text).filter((s) => s.name === 'tendril_policy_verdicts_total');
     assert.equal(verdicts.length, 3, JSON.stringify(verdicts));
@@ -122,10 +122,10 @@ describe('flow metrics', () => {
 
     // Contexts: two namespace pairs let in, the third folds.
     const c = metrics('namespace', 2);
-    c.flows.record(allowed());
-    c.flows.record(denyWorld());
-    c.flows.record(allowed({ srcIdentity: 30020, srcEndpoint: 0 }));
-    c.flows.record(allowed());
+    c.flows.record(...allowed());
+    c.flows.record(...denyWorld());
+    c.flows.record(...allowed({ srcIdentity: 30020, srcEndpoint: 0 }));
+    c.flows.record(...allowed());
     const ct = await c.text();
     assert.equal(sampleValue(ct, 'tendril_flows_processed_total', { type: 'policy-verdict', verdict: 'forwarded', source_namespace: 'other', destination_namespace: 'other' }), 1);
     assert.equal(sampleValue(ct, 'tendril_flows_processed_total', { type: 'policy-verdict', verdict: 'forwarded', source_namespace: 'shop', destination_namespace: 'shop' }), 2);
@@ -134,7 +134,7 @@ describe('flow metrics', () => {
 
   test('the agent\'s registry has them only when flow metrics are on', async () => {
     const on = new AgentMetrics({ flows: { labels: 'none' } });
-    on.flows!.record(trace());
+    on.flows!.record(...trace());
     assert.equal(sampleValue(await on.render(), 'tendril_flows_processed_total', { type: 'trace' }), 1);
     const off = new AgentMetrics();
     assert.equal(off.flows, undefined);

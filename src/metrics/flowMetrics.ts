@@ -20,8 +20,9 @@
  * was reached.
  */
 import { Counter, type Registry } from 'prom-client';
-import { FLOW_VERDICTS, type FlowVerdict, flowVerdictOf } from '../flow/index.js';
-import { MONITOR_EVENT_TYPES, type MonitorEvent, type MonitorEventType, type MonitorPeer } from '../monitor/index.js';
+import { dropReasonName } from '../datapath/bpf/constants.js';
+import { FLOW_VERDICTS, type FlowVerdict, flowVerdictOfHeader } from '../flow/index.js';
+import { directionOf, EVENT_TYPE_NAMES, type EventRefs, MONITOR_EVENT_TYPES, type MonitorEventType, type PodRef, type RecordHeader } from '../monitor/index.js';
 
 /** Which workload labels flow metrics carry: none, the peers' namespaces, or namespaces and workloads. */
 export const FLOW_METRICS_LABELS = ['none', 'namespace', 'workload'] as const;
@@ -91,11 +92,13 @@ function labelValue(labels: readonly string[], keys: readonly string[]): string 
 }
 
 /** A peer's namespace and workload, as the context labels say them ('' for a peer that is no pod: the host, the world). */
-export function peerContext(p: MonitorPeer): { namespace: string; workload: string } {
-  const namespace = p.pod?.namespace ?? labelValue(p.labels, [NAMESPACE_LABEL_KEY]) ?? '';
-  const workload = labelValue(p.labels, APP_LABEL_KEYS) ?? (p.pod ? workloadOfPodName(p.pod.name) : '');
+export function peerContext(labels: readonly string[], pod: PodRef | undefined): { namespace: string; workload: string } {
+  const namespace = pod?.namespace ?? labelValue(labels, [NAMESPACE_LABEL_KEY]) ?? '';
+  const workload = labelValue(labels, APP_LABEL_KEYS) ?? (pod ? workloadOfPodName(pod.name) : '');
   return { namespace, workload };
 }
+
+const NO_LABELS: readonly string[] = [];
 
 export interface FlowMetricsOptions {
   labels: FlowMetricsLabels;
@@ -165,26 +168,27 @@ export class FlowMetrics {
     });
   }
 
-  /** Counts one decoded event (the monitor hub's recorder). */
-  record(e: MonitorEvent): void {
-    const ti = TYPE_INDEX.get(e.type);
-    if (ti === undefined) return;
-    const verdict = flowVerdictOf(e);
+  /** Counts one event (the monitor hub's recorder): its header and what its numbers meant. */
+  record(_record: Buffer, h: Readonly<RecordHeader>, refs: Readonly<EventRefs>): void {
+    const type = EVENT_TYPE_NAMES[h.type];
+    if (type === undefined) return;
+    const ti = TYPE_INDEX.get(type)!;
+    const verdict = flowVerdictOfHeader(h);
     const vi = VERDICT_INDEX.get(verdict)!;
-    const ctx = this.#plain ?? this.#contextOf(e);
-    const processed = (ctx.processed[ti * FLOW_VERDICTS.length + vi] ??= { labels: { ...ctx.labels, type: e.type, verdict }, value: 0 });
+    const ctx = this.#plain ?? this.#contextOf(refs);
+    const processed = (ctx.processed[ti * FLOW_VERDICTS.length + vi] ??= { labels: { ...ctx.labels, type, verdict }, value: 0 });
     processed.value++;
-    const di = DIRECTION_INDEX.get(e.direction) ?? DIRECTIONS.length - 1;
-    if (e.type === 'drop' && e.drop) {
-      const key = e.drop.code * DIRECTIONS.length + di;
+    const di = DIRECTION_INDEX.get(directionOf(h.direction)) ?? DIRECTIONS.length - 1;
+    if (type === 'drop') {
+      const key = h.subtype * DIRECTIONS.length + di;
       let drop = ctx.drops.get(key);
       if (drop === undefined) {
-        drop = { labels: { ...ctx.labels, reason: e.drop.reason, direction: DIRECTIONS[di]! }, value: 0 };
+        drop = { labels: { ...ctx.labels, reason: dropReasonName(h.subtype) ?? `UNKNOWN_${h.subtype}`, direction: DIRECTIONS[di]! }, value: 0 };
         ctx.drops.set(key, drop);
       }
       drop.value++;
-    } else if (e.type === 'policy-verdict') {
-      const text = e.rule?.text ?? '';
+    } else if (type === 'policy-verdict') {
+      const text = refs.rule?.text ?? '';
       let rule = ctx.verdicts.get(text);
       if (rule === undefined) {
         if (this.#admitRule(text)) {
@@ -208,9 +212,9 @@ export class FlowMetrics {
     return true;
   }
 
-  #contextOf(e: MonitorEvent): ContextCells {
-    const s = peerContext(e.source);
-    const d = peerContext(e.destination);
+  #contextOf(refs: Readonly<EventRefs>): ContextCells {
+    const s = peerContext(refs.srcLabels ?? NO_LABELS, refs.srcPod);
+    const d = peerContext(refs.dstLabels ?? NO_LABELS, refs.dstPod);
     const workload = this.#labels === 'workload';
     const key = workload ? `${s.namespace}\0${d.namespace}\0${s.workload}\0${d.workload}` : `${s.namespace}\0${d.namespace}`;
     let ctx = this.#contexts.get(key);

@@ -4,16 +4,20 @@
  * clients or not: a record the kernel cannot reserve is counted under
  * EVENTS_LOST, and that count must mean "a reader fell behind", not "nobody
  * was watching" (which, read only on demand, it did for every event between
- * two monitor sessions). With a recorder (the agent's flow history) every
- * record is decoded and handed to it; without one, records nobody
- * subscribed to are counted and dropped before decoding, so an idle reader
- * costs a wakeup per batch. Each record is decoded and resolved once, then
- * handed to the recorder and to every client whose filter it passes.
+ * two monitor sessions). With a recorder (the agent's flow history and flow
+ * metrics) every record's header is read in place and what its numbers mean
+ * taken by reference (eventRefs.ts), and both handed to the recorder, which
+ * keeps the bytes: nothing is decoded or built for an event nobody reads.
+ * Without one, records nobody subscribed to are counted and dropped before
+ * any of that, so an idle reader costs a wakeup per batch. For clients each
+ * record is decoded and built once, then handed to every client whose
+ * filter it passes.
  */
 import { Serializer } from '../async/keyedSerializer.js';
 import type { Logger } from '../logging/logger.js';
 import { RawMap, RingBufferReader } from '../datapath/kernel/bpf/index.js';
-import { decodeRecord, type MonitorContext, resolveEvent } from './decode.js';
+import { buildEvent, decodeRecord, type MonitorContext } from './decode.js';
+import { captureRefs, type EventRefs, newEventRefs, newRecordHeader, readRecordHeader, type RecordHeader } from './eventRefs.js';
 import { matchesFilter } from './filter.js';
 import type { MonitorEvent, MonitorFilter } from './types.js';
 
@@ -51,6 +55,13 @@ export function pinnedRingBuffer(pinPath: string): EventSource {
   };
 }
 
+/**
+ * Takes every record of a known type, with its header and what its numbers
+ * meant when it was read. All three are the reader's own, reused for the
+ * next record: a recorder copies what it keeps. It must not throw.
+ */
+export type EventRecorder = (record: Buffer, header: Readonly<RecordHeader>, refs: Readonly<EventRefs>) => void;
+
 export interface MonitorSubscription {
   /** Leaves the hub; the last one out stops the reader. */
   close(): Promise<void>;
@@ -83,7 +94,9 @@ export class MonitorHub {
   readonly #source: EventSource;
   readonly #context: MonitorContext;
   readonly #log: Logger;
-  readonly #record: ((e: MonitorEvent) => void) | undefined;
+  readonly #record: EventRecorder | undefined;
+  readonly #header = newRecordHeader();
+  readonly #refs = newEventRefs();
   readonly #subscribers = new Set<Subscriber>();
   #reader: { stop(): Promise<void> } | undefined;
   /** start() was called: the reader stays open without clients, until close(). */
@@ -94,8 +107,8 @@ export class MonitorHub {
   #undecodable = 0;
   #stale = 0;
 
-  /** `record` takes every event decoded, clients or not (it must not throw). */
-  constructor(opts: { source: EventSource; context: MonitorContext; log: Logger; record?: (e: MonitorEvent) => void }) {
+  /** `record` takes every record, clients or not. */
+  constructor(opts: { source: EventSource; context: MonitorContext; log: Logger; record?: EventRecorder }) {
     this.#source = opts.source;
     this.#context = opts.context;
     this.#log = opts.log;
@@ -145,34 +158,44 @@ export class MonitorHub {
     };
   }
 
-  /** Decodes, resolves and dispatches records (the reader's callback). */
+  /** Records and dispatches records (the reader's callback). */
   handleRecords(records: readonly Buffer[]): void {
     let oldest: bigint | undefined;
     for (const s of this.#subscribers) if (oldest === undefined || s.since < oldest) oldest = s.since;
+    const header = this.#header;
     for (const record of records) {
       this.#records++;
       if (this.#subscribers.size === 0 && this.#record === undefined) continue;
-      const raw = decodeRecord(record);
-      // A recorder reads from the start, so nothing it gets sat in the ring unread.
-      if (raw !== undefined && this.#record === undefined && oldest !== undefined && raw.tsNs < oldest) {
-        this.#stale++;
-        continue;
-      }
-      const event = raw && resolveEvent(raw, this.#context);
-      if (event === undefined) {
+      if (!readRecordHeader(record, header)) {
         this.#undecodable++;
         continue;
       }
-      this.#record?.(event);
-      for (const s of this.#subscribers) {
-        if (raw!.tsNs < s.since || !matchesFilter(event, s.filter)) continue;
-        try {
-          s.onEvent(event);
-        } catch (err) {
-          this.#log.warn({ err }, 'monitor client failed to take an event; ending it');
-          this.#subscribers.delete(s);
-          s.onEnd('internal error');
-        }
+      const refs = captureRefs(header, this.#context, this.#refs);
+      this.#record?.(record, header, refs);
+      if (this.#subscribers.size > 0) this.#dispatch(record, refs, oldest!);
+    }
+  }
+
+  #dispatch(record: Buffer, refs: Readonly<EventRefs>, oldest: bigint): void {
+    const raw = decodeRecord(record);
+    if (raw === undefined) {
+      this.#undecodable++;
+      return;
+    }
+    // A recorder reads from the start, so nothing it gets sat in the ring unread.
+    if (this.#record === undefined && raw.tsNs < oldest) {
+      this.#stale++;
+      return;
+    }
+    const event = buildEvent(raw, refs);
+    for (const s of this.#subscribers) {
+      if (raw.tsNs < s.since || !matchesFilter(event, s.filter)) continue;
+      try {
+        s.onEvent(event);
+      } catch (err) {
+        this.#log.warn({ err }, 'monitor client failed to take an event; ending it');
+        this.#subscribers.delete(s);
+        s.onEnd('internal error');
       }
     }
   }

@@ -17,6 +17,7 @@ import type { Health } from '../api/types.js';
 import { getText, queryString, streamNdjson } from '../client/ndjsonStream.js';
 import { ConfigError } from '../errors/configError.js';
 import { type FlowLine, FlowRing } from '../flow/index.js';
+import { FIXED_FLOW_CLOCK, recordEvent } from '../flow/testing/recordEvent.js';
 import { createLogger } from '../logging/logger.js';
 import type { MonitorEvent, MonitorPeer } from '../monitor/index.js';
 import { mergeHistories, ReorderWindow, type TimedLine } from './merge.js';
@@ -45,7 +46,7 @@ after(async () => {
 
 /** A node: its flow history behind its own flows listener on 127.0.0.1. */
 async function node(name: string, token?: string): Promise<{ ring: FlowRing; url: URL; listener: FlowsListener }> {
-  const ring = new FlowRing({ capacity: 1000, node: name });
+  const ring = new FlowRing({ capacity: 1000, node: name, clock: FIXED_FLOW_CLOCK });
   const listener = await FlowsListener.start({ host: '127.0.0.1', port: 0 }, { flows: ring, policy: POLICY, health: HEALTH, log, access: token ? { token } : {}, validateResponses: true });
   closers.push(() => listener.close());
   return { ring, url: new URL(`http://127.0.0.1:${listener.address.port}`), listener };
@@ -111,8 +112,8 @@ describe('relay over real listeners', () => {
   test('history: the nodes\' flows in time order, last of the merge, each node ok with its count', async () => {
     const a = await node('tdl-a', TOKEN);
     const b = await node('tdl-b', TOKEN);
-    for (const ms of [10, 30, 50]) a.ring.record(event(ms, 1000 + ms));
-    for (const ms of [20, 40, 60]) b.ring.record(event(ms, 2000 + ms));
+    for (const ms of [10, 30, 50]) recordEvent(a.ring, event(ms, 1000 + ms));
+    for (const ms of [20, 40, 60]) recordEvent(b.ring, event(ms, 2000 + ms));
     const { url } = await relay([{ name: 'tdl-a', url: a.url }, { name: 'tdl-b', url: b.url }]);
     const all = await history(url, []);
     assert.deepEqual(flowsOf(all), ['tdl-a@10', 'tdl-b@20', 'tdl-a@30', 'tdl-b@40', 'tdl-a@50', 'tdl-b@60']);
@@ -131,11 +132,11 @@ describe('relay over real listeners', () => {
 
   test('a node that does not answer is reported unavailable, the others\' flows still come', async () => {
     const a = await node('tdl-a2', TOKEN);
-    a.ring.record(event(5, 1005));
+    recordEvent(a.ring, event(5, 1005));
     const gone = await node('tdl-gone', TOKEN);
     await gone.listener.close();
     const wrongToken = await node('tdl-locked', 'another-token');
-    wrongToken.ring.record(event(6, 1006));
+    recordEvent(wrongToken.ring, event(6, 1006));
     const { url } = await relay([
       // First: a node without an address fails at once, and the answer still waits for the others.
       { name: 'tdl-bare' } as { name: string; url: URL },
@@ -156,7 +157,7 @@ describe('relay over real listeners', () => {
   test('following: new flows of both nodes in time order through the window; a node that stops is reported', async () => {
     const a = await node('tdl-fa', TOKEN);
     const b = await node('tdl-fb', TOKEN);
-    a.ring.record(event(1, 1001));
+    recordEvent(a.ring, event(1, 1001));
     const { url } = await relay([{ name: 'tdl-fa', url: a.url }, { name: 'tdl-fb', url: b.url }]);
     const lines: FlowLine[] = [];
     const abort = new AbortController();
@@ -165,10 +166,10 @@ describe('relay over real listeners', () => {
     await until('history part', () => statusesOf(lines).length === 2);
     assert.deepEqual(flowsOf(lines), ['tdl-fa@1']);
     // Recorded out of time order across nodes within the window: they leave in time order.
-    b.ring.record(event(300, 2300));
-    a.ring.record(event(200, 1200));
-    b.ring.record(event(400, 2400));
-    a.ring.record(event(350, 1350));
+    recordEvent(b.ring, event(300, 2300));
+    recordEvent(a.ring, event(200, 1200));
+    recordEvent(b.ring, event(400, 2400));
+    recordEvent(a.ring, event(350, 1350));
     await until('new flows', () => flowsOf(lines).length === 5);
     assert.deepEqual(flowsOf(lines), ['tdl-fa@1', 'tdl-fa@200', 'tdl-fb@300', 'tdl-fa@350', 'tdl-fb@400']);
     await b.listener.close();
@@ -193,7 +194,7 @@ describe('relay over real listeners', () => {
     peers = [...peers, { name: 'tdl-jb', url: b.url }];
     for (const l of listeners) l();
     await until('tdl-jb joined', () => statusesOf(lines).some((x) => x.node === 'tdl-jb' && x.state === 'ok'));
-    b.ring.record(event(500, 2500));
+    recordEvent(b.ring, event(500, 2500));
     await until('tdl-jb\'s new flow', () => flowsOf(lines).includes('tdl-jb@500'));
     peers = [{ name: 'tdl-jb', url: b.url }];
     for (const l of listeners) l();
@@ -251,8 +252,8 @@ async function certificates(): Promise<{ ca: Buffer; cert: Buffer; key: Buffer; 
 describe('TLS', () => {
   test('a node\'s listener with mTLS: the relay with its CA and a client certificate reads it; without the certificate the node is unavailable', async () => {
     const c = await certificates();
-    const ring = new FlowRing({ capacity: 10, node: 'tdl-tls' });
-    ring.record(event(7, 1007));
+    const ring = new FlowRing({ capacity: 10, node: 'tdl-tls', clock: FIXED_FLOW_CLOCK });
+    recordEvent(ring, event(7, 1007));
     const listener = await FlowsListener.start({ host: '127.0.0.1', port: 0 }, { flows: ring, policy: POLICY, health: HEALTH, log, access: { tls: { cert: c.cert, key: c.key, clientCa: c.ca } } });
     closers.push(() => listener.close());
     const url = new URL(`https://127.0.0.1:${listener.address.port}`);

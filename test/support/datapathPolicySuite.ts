@@ -12,7 +12,7 @@ import { bpfIpcache } from './datapathObserve.js';
 import { type Scene, startScene } from './datapathScene.js';
 import { cidrIn, cidrLabelOf, type Family, familyName, hostCidr, versionsOf } from './family.js';
 import { NetnsPool } from './netns.js';
-import { type L4Probe, mismatches, type Peer, rowOf, truthTable, type TruthRow, versionNote } from './policyTruthTable.js';
+import { type L4Probe, flowsBehindMismatches, mismatches, type Peer, rowOf, truthTable, type TruthRow, versionNote } from './policyTruthTable.js';
 import { reachable } from './reachability.js';
 import { requireRoot } from './root.js';
 import { networkPolicy } from './policyDocuments.js';
@@ -149,7 +149,7 @@ export function datapathPolicySuite(family: Family, tag: string): void {
     table = await truthTable(scene!.node, pairs, PROBES, { timeoutMs: 400, probeConcurrency: 96 });
     const bad = mismatches(table);
     t.diagnostic(`${familyName(family)}: ${table.length} flows (${table.filter((r) => r.trace === 'allow').length} allowed, ${table.filter((r) => r.trace === 'deny').length} denied) in ${Date.now() - started} ms; ${table.filter((r) => r.retried).length} allowed ones probed again after a first timeout`);
-    assert.deepEqual(bad, [], `${bad.length} of ${table.length} flows differ from the trace (${Date.now() - started} ms)`);
+    assert.deepEqual(bad, [], `${bad.length} of ${table.length} flows differ from the trace (${Date.now() - started} ms)\n${bad.length > 0 ? await flowsBehindMismatches(scene!.node, table) : ''}`);
     // Not trivially equal: both verdicts occur for every protocol, on every IP version.
     for (const v of versions) {
       for (const proto of ['tcp', 'udp', 'icmp']) {

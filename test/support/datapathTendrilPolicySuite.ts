@@ -13,7 +13,7 @@ import { importPolicyAndWait } from './datapathNode.js';
 import { type Scene, startScene } from './datapathScene.js';
 import { allOf, cidrIn, type Family, familyName, hostCidr, type IpFamily, versionsOf } from './family.js';
 import { NetnsPool } from './netns.js';
-import { type L4Probe, mismatches, type Peer, rowOf, truthTable, type TruthRow, versionNote } from './policyTruthTable.js';
+import { flowsBehindMismatches, type L4Probe, mismatches, type Peer, rowOf, truthTable, type TruthRow, versionNote } from './policyTruthTable.js';
 import { reachable } from './reachability.js';
 import { requireRoot } from './root.js';
 import { tendrilPolicy } from './policyDocuments.js';
@@ -137,7 +137,7 @@ export function datapathTendrilPolicySuite(family: Family, tag: string): void {
     table = await truthTable(scene!.node, pairs, PROBES, { timeoutMs: 400, probeConcurrency: 96 });
     const bad = mismatches(table);
     t.diagnostic(`${familyName(family)}: ${table.length} flows in ${Date.now() - started} ms, ${table.filter((r) => r.retried).length} allowed ones probed again after a first timeout`);
-    assert.deepEqual(bad, [], `${bad.length} of ${table.length} flows differ from the trace`);
+    assert.deepEqual(bad, [], `${bad.length} of ${table.length} flows differ from the trace\n${bad.length > 0 ? await flowsBehindMismatches(scene!.node, table) : ''}`);
 
     const expect: Expectation[] = [
       [pod('web'), pod('db'), 'tcp/80', true, 'web allowed on every port'],

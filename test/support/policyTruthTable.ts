@@ -1,3 +1,4 @@
+import { formatFlowLine } from '../../src/flow/index.js';
 import type { DatapathNode } from './datapathNode.js';
 import { traceDport, traceVerdict } from './datapathNode.js';
 import type { IpFamily } from './family.js';
@@ -29,6 +30,8 @@ export interface TruthRow {
   trace: 'allow' | 'deny';
   /** The IP version the flow ran on. */
   version: IpFamily;
+  srcAddress: string;
+  dstAddress: string;
   outcome: ProbeOutcome;
   detail?: string;
   /** The first probe timed out although the trace allows the flow; a later one with a long timeout decided. */
@@ -87,16 +90,44 @@ export async function truthTable(
     probe: describeProbe(p),
     trace: verdicts[i]!,
     version: src.version,
+    srcAddress: src.address,
+    dstAddress: dst.address,
     outcome: results[i]!.outcome,
     ...(results[i]!.detail ? { detail: results[i]!.detail } : {}),
     ...(retried.has(i) ? { retried: true } : {}),
   }));
 }
 
+function differs(r: TruthRow): boolean {
+  return r.outcome === 'error' || reachable(r.outcome) !== (r.trace === 'allow');
+}
+
+/**
+ * What the node's flow history holds between the peers of each row that
+ * differs (both ways, the last few): a failed table then says what the
+ * datapath did with the probes, not only that they timed out.
+ */
+export async function flowsBehindMismatches(node: DatapathNode, rows: readonly TruthRow[], limit = 6): Promise<string> {
+  const out: string[] = [];
+  for (const r of rows.filter(differs).slice(0, limit)) {
+    const lines: string[] = [];
+    const params: Array<[string, string]> = [['from-ip', r.srcAddress], ['from-ip', r.dstAddress], ['to-ip', r.srcAddress], ['to-ip', r.dstAddress], ['last', '12']];
+    try {
+      await node.agent.client.listFlows(params, (l) => {
+        if ('flow' in l) lines.push(formatFlowLine(l.flow));
+      });
+    } catch (err) {
+      lines.push(`(the flow history did not answer: ${(err as Error).message})`);
+    }
+    out.push(`flows between ${r.src} (${r.srcAddress}) and ${r.dst} (${r.dstAddress}):\n${lines.length > 0 ? lines.map((l) => `  ${l}`).join('\n') : '  (none recorded)'}`);
+  }
+  return out.join('\n');
+}
+
 /** Rows where what the packets did differs from the trace, as readable lines. */
 export function mismatches(rows: readonly TruthRow[]): string[] {
   return rows
-    .filter((r) => r.outcome === 'error' || reachable(r.outcome) !== (r.trace === 'allow'))
+    .filter(differs)
     .map((r) => `${r.src} -> ${r.dst} ${r.probe}${versionNote(r)}: trace ${r.trace.toUpperCase()}, packets ${r.outcome}${r.detail ? ` (${r.detail})` : ''}`);
 }
 

@@ -355,6 +355,13 @@ const rawEvent = structCodec(btf.tendrilEventLayout, { saddr: addressSlot, daddr
 /** sizeof(struct tendril_event). */
 export const EVENT_SIZE = rawEvent.size;
 
+/**
+ * The record's members as placed in it (offset and codec), for readers that
+ * take a few numbers from a record in place instead of decoding it whole
+ * (the flow history, on every event).
+ */
+export const eventFields = btf.tendrilEventLayout.fields;
+
 export const datapathEvent: Codec<DatapathEvent> = codec.mapped(
   rawEvent,
   (r) => ({

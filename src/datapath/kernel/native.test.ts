@@ -279,9 +279,10 @@ describe('kernel addon boundary', () => {
     // Alone on a quiet machine the p99 is 2 to 5 ms. Beside another test file, ASan's above all, single delays reach
     // 15 to 60 ms: the kernel fills the map for up to ~20 ms without yielding its CPU (PREEMPT_NONE), the other
     // process has the other CPU, and the main thread waits for one (30 to 50 ms of runqueue wait per run; contention,
-    // not a blocked loop). The bounds leave room for that; the held times above are what a synchronous create fails.
+    // not a blocked loop). The bounds leave room for that, the longest stall less the main thread's own wait for a CPU
+    // (a full run of the suites once held it 1 s of 1.8 s); the held times above are what a synchronous create fails.
     assert.ok(delay.p99Ms < 50, describeDelay(delay));
-    assert.ok(delay.maxMs < 100, describeDelay(delay));
+    assert.ok(stallOfOwnMs(delay) < 100, describeDelay(delay));
   });
 
   it('writes and deletes elements of maps of maps off the event loop', async (t) => {

@@ -14,7 +14,7 @@
  * reader reuses.
  */
 import { DropReason, EventType, PolicyVerdict, ReservedCookie, TrafficDirection } from '../datapath/bpf/constants.js';
-import { EVENT_SIZE, eventFields } from '../datapath/bpf/layout.js';
+import { type DatapathEvent, EVENT_SIZE, eventFields } from '../datapath/bpf/layout.js';
 import type { RuleCookieIndex } from '../datapath/bpf/ruleCookie.js';
 import type { RuleOrigin } from '../policy/index.js';
 import { describeCookie, describeDefaultDeny } from './ruleText.js';
@@ -24,18 +24,7 @@ import type { MonitorEventType, MonitorRule } from './types.js';
 export const EVENT_TYPE_NAMES: Readonly<Record<number, MonitorEventType>> = { [EventType.DROP]: 'drop', [EventType.POLICY_VERDICT]: 'policy-verdict', [EventType.TRACE]: 'trace' };
 
 /** The numbers of a record that say what it means (and which flow it is part of). */
-export interface RecordHeader {
-  type: number;
-  subtype: number;
-  direction: number;
-  ifindex: number;
-  srcIdentity: number;
-  dstIdentity: number;
-  srcEndpoint: number;
-  dstEndpoint: number;
-  cookie: number;
-  service: number;
-}
+export type RecordHeader = Pick<DatapathEvent, 'type' | 'subtype' | 'direction' | 'ifindex' | 'srcIdentity' | 'dstIdentity' | 'srcEndpoint' | 'dstEndpoint' | 'cookie' | 'service'>;
 
 export function newRecordHeader(): RecordHeader {
   return { type: 0, subtype: 0, direction: 0, ifindex: 0, srcIdentity: 0, dstIdentity: 0, srcEndpoint: 0, dstEndpoint: 0, cookie: 0, service: 0 };

@@ -39,7 +39,7 @@ export interface TruthRow {
 }
 
 /** How many allowed flows that timed out a table probes again (see truthTable). */
-export const DEFAULT_RETRY_LIMIT = 48;
+export const DEFAULT_RETRY_LIMIT = 200;
 
 /**
  * Probes every (src, dst, probe) and asks the policy engine's trace for the
@@ -77,7 +77,7 @@ export async function truthTable(
   const retry = timedOut.slice(0, opts.retryLimit ?? DEFAULT_RETRY_LIMIT);
   const retried = new Set(retry);
   for (let attempt = 0; attempt < 2 && retry.length > 0; attempt++) {
-    const again = await inParallel(retry, 8, (i) => {
+    const again = await inParallel(retry, 32, (i) => {
       const { src, dst, p } = flows[i]!;
       return src.prober.probe({ proto: p.proto, dst: dst.address, timeoutMs: opts.retryTimeoutMs ?? 2000, ...(p.port !== undefined ? { port: p.port } : {}), ...(src.bindSource ? { src: src.address } : {}) });
     });

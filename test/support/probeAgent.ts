@@ -85,14 +85,24 @@ function probeUdp(dst: string, port: number, src: string | undefined, timeoutMs:
       sock.close();
       resolve({ outcome, ...(detail ? { detail } : {}) });
     };
+    let resend: NodeJS.Timeout | undefined;
     const timer = setTimeout(() => done('timeout'), timeoutMs);
+    sock.on('close', () => clearInterval(resend));
     sock.on('error', (err: NodeJS.ErrnoException) => done(outcomeOfError(err), err.message));
     sock.on('message', (msg) => {
       if (msg.toString() === token) done('open');
     });
-    // Connected, so an ICMP port-unreachable comes back as ECONNREFUSED (the packet got there).
+    // Connected, so an ICMP port-unreachable comes back as ECONNREFUSED (the packet got there). Sent again every
+    // 100 ms until answered, as TCP retransmits its SYN: one datagram lost on a loaded machine (a full socket buffer
+    // of a probe agent busy elsewhere) is not a path that drops; one that drops drops them all.
     sock.bind({ address: src ?? wildcardFor(dst), port: 0 }, () => {
-      sock.connect(port, dst, () => sock.send(token));
+      sock.connect(port, dst, () => {
+        if (finished) return;
+        sock.send(token);
+        resend = setInterval(() => {
+          if (!finished) sock.send(token);
+        }, 100);
+      });
     });
   });
 }

@@ -136,7 +136,7 @@ export interface NativeBpf {
   ringbufOpen(
     map: NativeHandle,
     onRecords: (records: Buffer[] | null, error?: Error) => void,
-    opts: { maxRecordSize?: number },
+    opts: { maxRecordSize?: number; coalesceMs?: number },
   ): NativeRingReader;
   ringbufStop(reader: NativeRingReader): Promise<void>;
   ringbufStats(reader: NativeRingReader): { records: number; batches: number; oversized: number };

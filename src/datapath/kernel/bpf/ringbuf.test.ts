@@ -101,6 +101,29 @@ describe('ring buffer reader', () => {
     assert.equal(received, 0);
   });
 
+  it('with coalesceMs, records that come one by one are delivered in few batches, and stop() does not wait out the pause', async () => {
+    const drain = RingBufferReader.open(obj.rawMap('tdl_events'), () => undefined);
+    await new Promise((r) => setTimeout(r, 50));
+    await drain.stop();
+
+    let received = 0;
+    const reader = RingBufferReader.open(obj.rawMap('tdl_events'), (records) => (received += records.length), { coalesceMs: 200 });
+    readers.push(reader);
+    const packet = ipv4Packet({ src: '10.66.6.1', dst: '10.66.6.2' });
+    // 40 records a few milliseconds apart: read one at a time, each would be a batch of its own.
+    for (let i = 0; i < 40; i++) {
+      await obj.program('tdl_count_v1').testRun({ data: packet });
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    await waitFor(() => received === 40, '40 events');
+    const { batches } = reader.stats();
+    assert.ok(batches <= 5, `40 records in ${batches} batches`);
+    const started = Date.now();
+    await reader.stop();
+    assert.ok(Date.now() - started < 150, `stop() took ${Date.now() - started} ms`);
+    assert.throws(() => RingBufferReader.open(obj.rawMap('tdl_events'), () => undefined, { coalesceMs: 1001 }), /coalesceMs must be at most 1000/);
+  });
+
   it('drops records longer than maxRecordSize and counts them', async () => {
     // Drain what earlier tests left in the ring first.
     const drain = RingBufferReader.open(obj.rawMap('tdl_events'), () => undefined);

@@ -8,6 +8,14 @@ export interface RingBufferOptions {
    * longer ones are dropped and counted in stats().oversized.
    */
   maxRecordSize?: number;
+  /**
+   * After each drain, wait this long (ms, at most 1000; 0 unless given)
+   * before waiting on the ring again, so records arriving meanwhile come in
+   * one batch: one thread wakeup and one call for many records, at the cost
+   * of that much delay. For a reader that takes every record (the agent's
+   * monitor), not one waiting on a single record.
+   */
+  coalesceMs?: number;
   /** Whether a running reader keeps Node's event loop alive (true unless given). */
   keepAlive?: boolean;
   /**
@@ -66,7 +74,12 @@ export class RingBufferReader {
       }
     };
     const reader = new RingBufferReader(
-      bpfSync(() => nativeBpf().ringbufOpen(raw.handle(), deliver, opts.maxRecordSize !== undefined ? { maxRecordSize: opts.maxRecordSize } : {})),
+      bpfSync(() =>
+        nativeBpf().ringbufOpen(raw.handle(), deliver, {
+          ...(opts.maxRecordSize !== undefined ? { maxRecordSize: opts.maxRecordSize } : {}),
+          ...(opts.coalesceMs !== undefined ? { coalesceMs: opts.coalesceMs } : {}),
+        }),
+      ),
     );
     owner.reader = reader;
     if (opts.keepAlive === false) reader.unref();

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #define BATCH_RECORDS 256
 #define BATCH_BYTES (256u << 10)
 #define MAX_RECORD_LIMIT (1u << 20)
+#define MAX_COALESCE_MS 1000u
 #define DEFAULT_MAX_RECORD 4096
 #define QUEUE_BATCHES 64
 /* Signals "batch full" from the sample callback; the record was kept. */
@@ -51,6 +53,14 @@ struct rb_reader {
 	pthread_t thread;
 	bool thread_started;
 	uint32_t max_record;
+	/*
+	 * After each drain the thread waits this long (or for stop) before it
+	 * waits on the ring again: records arriving meanwhile wake nobody (the
+	 * kernel signals only a ring its reader has caught up with) and go in
+	 * one batch, one thread wakeup and one call into JavaScript for many
+	 * records instead of one each.
+	 */
+	uint32_t coalesce_ms;
 	char name[BPF_OBJ_NAME_LEN];
 	struct rb_batch *batch; /* filled by the thread */
 	bool stop_requested; /* main thread only */
@@ -185,6 +195,17 @@ static void *reader_thread(void *arg)
 			err = -c;
 			break;
 		}
+		if (r->coalesce_ms > 0) {
+			struct pollfd p = { .fd = r->stop_fd, .events = POLLIN };
+			int pr = poll(&p, 1, (int)r->coalesce_ms);
+
+			if (pr > 0)
+				break;
+			if (pr < 0 && errno != EINTR) {
+				err = errno;
+				break;
+			}
+		}
 	}
 	if (err != 0)
 		report_error(r, err);
@@ -300,7 +321,7 @@ static struct rb_reader *unwrap_reader(napi_env env, napi_value v)
 }
 
 /*
- * ringbufOpen(map, onRecords, {maxRecordSize?}) → reader. onRecords(records,
+ * ringbufOpen(map, onRecords, {maxRecordSize?, coalesceMs?}) → reader. onRecords(records,
  * error) gets arrays of Buffers, or (null, error) once when the thread stops
  * on a failure, and when a batch could not be made into Buffers (ENOMEM:
  * those records are lost).
@@ -313,18 +334,21 @@ static napi_value js_ringbuf_open(napi_env env, napi_callback_info info)
 	struct tdl_bpf_handle *map;
 	struct rb_reader *r;
 	struct epoll_event ev;
-	uint32_t max_record = DEFAULT_MAX_RECORD;
+	uint32_t max_record = DEFAULT_MAX_RECORD, coalesce_ms = 0;
 	char op[64];
 	int err;
 
 	napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
 	map = tdl_bpf_unwrap(env, argv[0], TDL_BPF_MAP, "map");
-	if (map == NULL || (argc > 2 && tdl_opt_uint32(env, argv[2], "maxRecordSize", &max_record, NULL) != 0))
+	if (map == NULL || (argc > 2 && (tdl_opt_uint32(env, argv[2], "maxRecordSize", &max_record, NULL) != 0 ||
+					  tdl_opt_uint32(env, argv[2], "coalesceMs", &coalesce_ms, NULL) != 0)))
 		return NULL;
 	if (map->map_type != BPF_MAP_TYPE_RINGBUF)
 		return tdl_throw_type(env, "map must be a BPF_MAP_TYPE_RINGBUF map");
 	if (max_record == 0 || max_record > MAX_RECORD_LIMIT)
 		return tdl_throw_type(env, "maxRecordSize must be between 1 and 1048576");
+	if (coalesce_ms > MAX_COALESCE_MS)
+		return tdl_throw_type(env, "coalesceMs must be at most 1000");
 	snprintf(op, sizeof(op), "ring_buffer__new %s", map->name);
 
 	r = calloc(1, sizeof(*r));
@@ -333,6 +357,7 @@ static napi_value js_ringbuf_open(napi_env env, napi_callback_info info)
 	r->refs = 1;
 	r->map_fd = r->stop_fd = r->epoll_fd = -1;
 	r->max_record = max_record;
+	r->coalesce_ms = coalesce_ms;
 	memcpy(r->name, map->name, sizeof(r->name));
 	atomic_init(&r->stopping, false);
 	/* Each errno is taken right after its call: a later success may overwrite it. */

@@ -8,7 +8,7 @@ APT_PACKAGES := iproute2 iputils-ping iptables containernetworking-plugins nftab
   clang-16 clang-19 chromium fonts-dejavu-core
 NODE_STAMP := node_modules/.package-lock.json
 
-.PHONY: all deps apt-deps build native bpf layouts docs lint typecheck test check-native demo demo-notice bench clean
+.PHONY: all deps apt-deps build native bpf layouts docs lint typecheck test test-all check-native demo demo-notice bench clean
 
 # --- native parts: the kernel addon, the tendril-cni relay, BPF objects ---------
 # Warnings are errors; the sanitizer builds back `make check-native`.
@@ -175,6 +175,11 @@ lint: $(NODE_STAMP)
 
 test: deps build lint
 	node scripts/run-tests.mjs
+	$(MAKE) check-native
+
+# make test, and the single-stack (IPv4, IPv6) runs of the suites make test runs on dual-stack pods only.
+test-all: deps build lint
+	TENDRIL_TEST_ALL=1 node scripts/run-tests.mjs
 	$(MAKE) check-native
 
 # The native parts again under AddressSanitizer/UBSan (their own tests, with the

@@ -20,9 +20,9 @@
  * Slots are linked in recording order (a doubly linked list over typed
  * arrays): a folded flow moves to the newest end and the oldest is evicted,
  * both O(1). The fold key is the record's words less its length and time
- * (and less its source port unless forwarded): the Map holds a 30-bit hash
- * of them (a small integer, no key object per flow), and a hash found is
- * checked against the words held, so a collision only keeps two flows apart.
+ * (and less its source port unless forwarded): a table of their 32-bit
+ * hashes finds the slot (no key object per flow), and every candidate is
+ * checked against the words held, so flows whose hashes collide stay apart.
  */
 import { datapathEvent, EVENT_SIZE, eventFields } from '../datapath/bpf/layout.js';
 import {
@@ -73,8 +73,6 @@ const NO_SPORT_MASK = 0xffff0000;
 if (!(EVENT_SIZE % 4 === 0 && LEN.offset % 4 === 0 && LEN.codec.size === 4 && SPORT.offset % 4 === 0 && SPORT.codec.size === 2 && TS.offset % 4 === 0 && TS.offset + TS.codec.size === EVENT_SIZE)) {
   throw new Error('struct tendril_event: the flow history expects orig_len and sport to start a 32-bit word, and ts_ns last');
 }
-/** Fold keys are hashes of this many bits: a small integer (no allocation) in the Map. */
-const HASH_MASK = 0x3fffffff;
 
 /** The verdict of a record's header. */
 export function flowVerdictOfHeader(h: Readonly<RecordHeader>): FlowVerdict {
@@ -89,7 +87,7 @@ function foldHash(words: Uint32Array, sportMask: number): number {
     h = Math.imul(h ^ (i === SPORT_WORD ? words[i]! & sportMask : words[i]!), 0x01000193);
     h ^= h >>> 13;
   }
-  return h & HASH_MASK;
+  return h | 0;
 }
 
 const NONE = -1;
@@ -99,8 +97,15 @@ export class FlowRing {
   readonly #node: string;
   readonly #clock: FlowClock;
   readonly #listeners = new Set<FlowListener>();
-  /** Slot by fold key hash: a hash's flow is checked against the record's words. */
-  readonly #index = new Map<number, number>();
+  /**
+   * Slot by fold key hash: an open-addressing table (linear probing, slot + 1
+   * per entry, 0 empty) at most half full, deletion by backward shift. A
+   * `Map` would do, but with a flow evicted per event its deleted entries
+   * make it rebuild its table every few thousand events: garbage the size of
+   * the history, collected over and over.
+   */
+  readonly #table: Int32Array;
+  readonly #tableMask: number;
   /** Each slot's fold key hash. */
   readonly #hashes: Int32Array;
   /** Each slot's latest record (and the view that moves its words). */
@@ -120,6 +125,8 @@ export class FlowRing {
   #tail = NONE;
   /** Slots ever used: 0..#used-1. */
   #used = 0;
+  /** Flows held. */
+  #size = 0;
   #events = 0;
   #folded = 0;
   #evicted = 0;
@@ -130,6 +137,10 @@ export class FlowRing {
     this.#node = opts.node;
     this.#clock = opts.clock ?? SYSTEM_CLOCK;
     this.#hashes = new Int32Array(opts.capacity);
+    let size = 16;
+    while (size < opts.capacity * 2) size *= 2;
+    this.#table = new Int32Array(size);
+    this.#tableMask = size - 1;
     this.#records = Buffer.alloc(opts.capacity * EVENT_SIZE);
     this.#recordWords = new DataView(this.#records.buffer, this.#records.byteOffset, this.#records.byteLength);
     this.#firstTs = Buffer.alloc(opts.capacity * 8);
@@ -151,9 +162,8 @@ export class FlowRing {
     for (let i = 0; i < WORDS; i++) words[i] = record.readUInt32LE(i * 4);
     const sportMask = flowVerdictOfHeader(header) === 'forwarded' ? 0xffffffff : NO_SPORT_MASK;
     const hash = foldHash(words, sportMask);
-    let slot = this.#index.get(hash);
-    if (slot !== undefined && !this.#sameFlow(slot, sportMask)) slot = undefined;
-    if (slot !== undefined) {
+    let slot = this.#find(hash, sportMask);
+    if (slot !== NONE) {
       this.#folded++;
       this.#counts[slot]!++;
       this.#unlink(slot);
@@ -164,13 +174,13 @@ export class FlowRing {
       } else {
         slot = this.#head;
         this.#unlink(slot);
-        // A slot whose hash a newer flow took (a collision) is no longer the one its hash finds.
-        if (this.#index.get(this.#hashes[slot]!) === slot) this.#index.delete(this.#hashes[slot]!);
+        this.#unindex(slot);
         this.#evicted++;
       }
       this.#hashes[slot] = hash;
-      this.#index.set(hash, slot);
+      this.#index(slot, hash);
       this.#counts[slot] = 1;
+      this.#size++;
       this.#firstTsWords.setUint32(slot * 8, words[TS_WORD]!, true);
       this.#firstTsWords.setUint32(slot * 8 + 4, words[TS_WORD + 1]!, true);
     }
@@ -182,6 +192,41 @@ export class FlowRing {
       const flow = this.#flowAt(slot, this.#clock.monoNs(), this.#clock.wallMs());
       for (const l of this.#listeners) l(flow);
     }
+  }
+
+  /** The slot holding the flow of the record in #words, or NONE. */
+  #find(hash: number, sportMask: number): number {
+    const table = this.#table;
+    for (let i = hash & this.#tableMask; table[i] !== 0; i = (i + 1) & this.#tableMask) {
+      const slot = table[i]! - 1;
+      if (this.#hashes[slot] === hash && this.#sameFlow(slot, sportMask)) return slot;
+    }
+    return NONE;
+  }
+
+  #index(slot: number, hash: number): void {
+    const table = this.#table;
+    let i = hash & this.#tableMask;
+    while (table[i] !== 0) i = (i + 1) & this.#tableMask;
+    table[i] = slot + 1;
+  }
+
+  /** Takes the slot out of the table, shifting back the entries after it that probed past it. */
+  #unindex(slot: number): void {
+    const table = this.#table;
+    const mask = this.#tableMask;
+    let i = this.#hashes[slot]! & mask;
+    while (table[i] !== slot + 1) i = (i + 1) & mask;
+    for (let j = (i + 1) & mask; table[j] !== 0; j = (j + 1) & mask) {
+      const home = this.#hashes[table[j]! - 1]! & mask;
+      // The entry at j may move to i only if its home is not in (i, j] (cyclically).
+      const between = i <= j ? home > i && home <= j : home > i || home <= j;
+      if (between) continue;
+      table[i] = table[j]!;
+      i = j;
+    }
+    table[i] = 0;
+    this.#size--;
   }
 
   /** Whether the slot holds the flow of the record in #words: every word of the fold key equal. */
@@ -253,6 +298,6 @@ export class FlowRing {
   }
 
   stats(): FlowRingStats {
-    return { capacity: this.capacity, size: this.#index.size, events: this.#events, folded: this.#folded, evicted: this.#evicted };
+    return { capacity: this.capacity, size: this.#size, events: this.#events, folded: this.#folded, evicted: this.#evicted };
   }
 }

@@ -11,7 +11,7 @@
 //
 // flows-memory: the flow history's memory, in a process of its own: a
 // FlowRing of 100,000 filled with distinct flows, each a datapath record
-// encoded with the contract's codec, decoded and resolved as the agent's hub
+// encoded with the contract's codec, recorded as the agent's hub
 // does (200 pods in 20 namespaces, with their labels and pods, NetworkPolicy
 // rules whose cookies resolve to their text, random source ports), against
 // the same process before; heap after a full GC and RSS, per flow.
@@ -179,7 +179,7 @@ export async function runFlowsMemoryBench(flows = 100_000): Promise<FlowsMemoryR
 
 export function printFlowsMemory(r: FlowsMemoryReport): void {
   const mib = (b: number) => (b / 2 ** 20).toFixed(1);
-  console.log(`\nFlow history memory: a FlowRing of ${r.flows} filled with distinct resolved events (in-process, records encoded, decoded and resolved as the hub does)`);
+  console.log(`\nFlow history memory: a FlowRing of ${r.flows} filled with distinct flows (in-process, records encoded and recorded as the hub does)`);
   console.log(`  held ${r.held} flows in ${r.seconds.toFixed(2)} s; heap +${mib(r.heapBytes)} MiB (${(r.heapBytes / r.held).toFixed(0)} bytes per flow), RSS +${mib(r.rssBytes)} MiB (${(r.rssBytes / r.held).toFixed(0)} bytes per flow)`);
 }
 

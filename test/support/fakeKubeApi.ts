@@ -93,7 +93,7 @@ export class FakeKubeApi {
   private readonly watches = new Set<FakeKubeWatch>();
   private readonly counts = new Map<string, number>();
   private readonly http: FakeKubeHttp;
-  private tempDir: string | undefined;
+  private tempDirMade: Promise<string> | undefined;
   private listening = false;
   private stopped = false;
 
@@ -148,8 +148,9 @@ export class FakeKubeApi {
 
   /** Writes a kubeconfig for this server (insecure-skip-tls-verify: the server is plain HTTP) and returns its path. */
   async kubeconfig(): Promise<string> {
-    this.tempDir ??= await mkdtemp(join(tmpdir(), 'tdl-fakekube-'));
-    const file = join(this.tempDir, 'kubeconfig');
+    // The promise is what is kept: callers at once (operators started together) share one directory, which stop() removes.
+    this.tempDirMade ??= mkdtemp(join(tmpdir(), 'tdl-fakekube-'));
+    const file = join(await this.tempDirMade, 'kubeconfig');
     const config = {
       apiVersion: 'v1',
       kind: 'Config',
@@ -266,7 +267,7 @@ export class FakeKubeApi {
     await this.pause();
     this.gc.stop();
     this.stopped = true;
-    if (this.tempDir !== undefined) await rm(this.tempDir, { recursive: true, force: true });
-    this.tempDir = undefined;
+    if (this.tempDirMade !== undefined) await rm(await this.tempDirMade, { recursive: true, force: true });
+    this.tempDirMade = undefined;
   }
 }

@@ -36,6 +36,13 @@ describe('ring buffer reader', () => {
     obj?.close();
   });
 
+  /** Reads and drops what earlier tests left in the ring, so a test counts only its own records. */
+  async function drainRing(): Promise<void> {
+    const drain = RingBufferReader.open(obj.rawMap('tdl_events'), () => undefined);
+    await new Promise((r) => setTimeout(r, 50));
+    await drain.stop();
+  }
+
   it('delivers the program\'s events to JavaScript in order, off the event loop', async () => {
     const events: Array<ReturnType<typeof eventCodec.read>> = [];
     const reader = RingBufferReader.open(obj.rawMap('tdl_events'), (records) => {
@@ -102,10 +109,7 @@ describe('ring buffer reader', () => {
   });
 
   it('with coalesceMs, records that come one by one are delivered in few batches, and stop() does not wait out the pause', async () => {
-    const drain = RingBufferReader.open(obj.rawMap('tdl_events'), () => undefined);
-    await new Promise((r) => setTimeout(r, 50));
-    await drain.stop();
-
+    await drainRing();
     let received = 0;
     const reader = RingBufferReader.open(obj.rawMap('tdl_events'), (records) => (received += records.length), { coalesceMs: 200 });
     readers.push(reader);
@@ -125,11 +129,7 @@ describe('ring buffer reader', () => {
   });
 
   it('drops records longer than maxRecordSize and counts them', async () => {
-    // Drain what earlier tests left in the ring first.
-    const drain = RingBufferReader.open(obj.rawMap('tdl_events'), () => undefined);
-    await new Promise((r) => setTimeout(r, 50));
-    await drain.stop();
-
+    await drainRing();
     let received = 0;
     const reader = RingBufferReader.open(obj.rawMap('tdl_events'), (records) => (received += records.length), { maxRecordSize: 8 });
     readers.push(reader);

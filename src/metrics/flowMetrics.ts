@@ -1,6 +1,7 @@
 /**
  * Flow metrics (Hubble metrics' role): every datapath event the monitor hub
- * decodes is counted here, whether or not the flow history keeps it. Three
+ * reads is counted here, from its header and what its numbers meant (never
+ * a built event), whether or not the flow history keeps it. Three
  * counters: flows by type and verdict, drops by reason and direction, and
  * policy verdicts by direction, verdict and the rule that decided; with
  * `--flow-metrics-labels namespace` (or `workload`) each also carries the

@@ -67,8 +67,8 @@ export function pinnedRingBuffer(pinPath: string): EventSource {
 
 /**
  * Takes every record of a known type, with its header and what its numbers
- * meant when it was read. All three are the reader's own, reused for the
- * next record: a recorder copies what it keeps. It must not throw.
+ * meant when it was read. The header and refs are the reader's own, reused
+ * for the next record: a recorder copies what it keeps. It must not throw.
  */
 export type EventRecorder = (record: Buffer, header: Readonly<RecordHeader>, refs: Readonly<EventRefs>) => void;
 

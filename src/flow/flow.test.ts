@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { MonitorEvent, MonitorPeer } from '../monitor/index.js';
-import { type Flow, FlowFilterError, FlowRing, flowVerdictOf, formatFlowLine, matchesFlow, parseFlowFilter, parseFlowTime } from './index.js';
+import { type Flow, FlowFilterError, FlowRing, type FoldHash, flowVerdictOf, formatFlowLine, matchesFlow, parseFlowFilter, parseFlowTime } from './index.js';
 import { FIXED_FLOW_CLOCK, recordEvent } from './testing/recordEvent.js';
 import { pino } from 'pino';
 import { EventType, TracePoint } from '../datapath/bpf/constants.js';
@@ -102,27 +102,35 @@ describe('FlowRing', () => {
     assert.equal(ring.list(() => true, 1)[0]!.verdict, 'dropped');
   });
 
-  test('over many evictions and folds the history holds the newest flows in recording order, as a plain list would', () => {
-    const ring = new FlowRing({ capacity: 50, node: 'node-a', clock: FIXED_FLOW_CLOCK });
-    // The model: keys, oldest first; a fold moves its key to the end.
-    const model: number[] = [];
-    let seed = 7;
-    for (let i = 0; i < 20_000; i++) {
-      seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff;
-      // Mostly repeats of 80 ports (folds), sometimes a new one.
-      const port = seed % 10 === 0 ? 1000 + i : 1 + (seed % 80);
-      recordEvent(ring, event({ source: { ...WEB, port } }));
-      const at = model.indexOf(port);
-      if (at >= 0) model.splice(at, 1);
-      else if (model.length === 50) model.shift();
-      model.push(port);
-    }
-    assert.deepEqual(
-      ring.list().map((f) => f.event.source.port),
-      model,
-    );
-    assert.equal(ring.stats().size, 50);
-  });
+  // With its own hash, and with one under which every flow collides (what a pod crafting flows for one run of the
+  // table would aim at): the table's probing and deletion keep every flow apart and findable.
+  const hashes: Array<[string, FoldHash | undefined]> = [
+    ['the seeded hash', undefined],
+    ['a hash under which all flows collide', () => 7],
+  ];
+  for (const [name, foldHash] of hashes) {
+    test(`over many evictions and folds the history holds the newest flows in recording order, as a plain list would (${name})`, () => {
+      const ring = new FlowRing({ capacity: 50, node: 'node-a', clock: FIXED_FLOW_CLOCK, ...(foldHash ? { foldHash } : {}) });
+      // The model: keys, oldest first; a fold moves its key to the end.
+      const model: number[] = [];
+      let seed = 7;
+      for (let i = 0; i < 20_000; i++) {
+        seed = (Math.imul(seed, 1103515245) + 12345) & 0x7fffffff;
+        // Mostly repeats of 80 ports (folds), sometimes a new one.
+        const port = seed % 10 === 0 ? 1000 + i : 1 + (seed % 80);
+        recordEvent(ring, event({ source: { ...WEB, port } }));
+        const at = model.indexOf(port);
+        if (at >= 0) model.splice(at, 1);
+        else if (model.length === 50) model.shift();
+        model.push(port);
+      }
+      assert.deepEqual(
+        ring.list().map((f) => f.event.source.port),
+        model,
+      );
+      assert.equal(ring.stats().size, 50);
+    });
+  }
 
   test('listeners get every flow recorded, folded ones with their new count', () => {
     const ring = new FlowRing({ capacity: 10, node: 'n', clock: FIXED_FLOW_CLOCK });

@@ -24,6 +24,7 @@
  * hashes finds the slot (no key object per flow), and every candidate is
  * checked against the words held, so flows whose hashes collide stay apart.
  */
+import { randomInt } from 'node:crypto';
 import { datapathEvent, EVENT_SIZE, eventFields } from '../datapath/bpf/layout.js';
 import {
   buildEvent,
@@ -79,15 +80,27 @@ export function flowVerdictOfHeader(h: Readonly<RecordHeader>): FlowVerdict {
   return flowVerdict(EVENT_TYPE_NAMES[h.type]!, verdictName(h.subtype));
 }
 
-/** The fold key's hash: every word of the record but its length and time, the source port masked unless the flow was forwarded. */
-function foldHash(words: Uint32Array, sportMask: number): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < TS_WORD; i++) {
-    if (i === LEN_WORD) continue;
-    h = Math.imul(h ^ (i === SPORT_WORD ? words[i]! & sportMask : words[i]!), 0x01000193);
-    h ^= h >>> 13;
-  }
-  return h | 0;
+/**
+ * The fold key's hash: every word of the record but its length and time, the
+ * source port masked unless the flow was forwarded, mixed with a seed.
+ * Pods choose much of what the words hold (ports, addresses): with a hash
+ * anyone could compute, a pod could send flows whose hashes all land in one
+ * run of the table and make every lookup walk it. The seed is random per
+ * history, so such flows cannot be computed from outside.
+ */
+export type FoldHash = (words: Uint32Array, sportMask: number) => number;
+
+function seededFoldHash(seed: number): FoldHash {
+  return (words, sportMask) => {
+    let h = seed | 0;
+    for (let i = 0; i < TS_WORD; i++) {
+      if (i === LEN_WORD) continue;
+      h = Math.imul(h ^ (i === SPORT_WORD ? words[i]! & sportMask : words[i]!), 0x01000193);
+      h ^= h >>> 15;
+    }
+    h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+    return (h ^ (h >>> 13)) | 0;
+  };
 }
 
 const NONE = -1;
@@ -131,11 +144,15 @@ export class FlowRing {
   #folded = 0;
   #evicted = 0;
 
-  constructor(opts: { capacity: number; node: string; clock?: FlowClock }) {
+  readonly #foldHash: FoldHash;
+
+  /** `foldHash` replaces the seeded hash in tests (one that collides on purpose). */
+  constructor(opts: { capacity: number; node: string; clock?: FlowClock; foldHash?: FoldHash }) {
     if (!Number.isInteger(opts.capacity) || opts.capacity < 1) throw new RangeError(`flow history capacity must be a positive integer, got ${opts.capacity}`);
     this.capacity = opts.capacity;
     this.#node = opts.node;
     this.#clock = opts.clock ?? SYSTEM_CLOCK;
+    this.#foldHash = opts.foldHash ?? seededFoldHash(randomInt(0x7fffffff));
     this.#hashes = new Int32Array(opts.capacity);
     let size = 16;
     while (size < opts.capacity * 2) size *= 2;
@@ -161,7 +178,7 @@ export class FlowRing {
     const words = this.#words;
     for (let i = 0; i < WORDS; i++) words[i] = record.readUInt32LE(i * 4);
     const sportMask = flowVerdictOfHeader(header) === 'forwarded' ? 0xffffffff : NO_SPORT_MASK;
-    const hash = foldHash(words, sportMask);
+    const hash = this.#foldHash(words, sportMask);
     let slot = this.#find(hash, sportMask);
     if (slot !== NONE) {
       this.#folded++;

@@ -4,7 +4,7 @@
  * flow's wire form.
  */
 export { type Flow, type FlowLine, type FlowNodeStatus, type FlowsLost, FLOW_VERDICTS, flowVerdict, type FlowVerdict, flowVerdictOf } from './types.js';
-export { type FlowClock, FlowRing, type FlowListener, type FlowRingStats, flowVerdictOfHeader } from './flowRing.js';
+export { type FlowClock, type FoldHash, FlowRing, type FlowListener, type FlowRingStats, flowVerdictOfHeader } from './flowRing.js';
 export { foldKey } from './foldKey.js';
 export {
   ALL_FLOW_FILTER_PARAMS,

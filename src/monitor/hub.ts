@@ -180,13 +180,14 @@ export class MonitorHub {
         this.#undecodable++;
         continue;
       }
-      const refs = captureRefs(header, this.#context, this.#refs);
-      this.#record?.(record, header, refs);
-      if (this.#subscribers.size > 0) this.#dispatch(record, refs, oldest!);
+      // Taken once for the recorder and the clients; without a recorder only for a record a client gets (not a stale one).
+      const refs = this.#record !== undefined ? captureRefs(header, this.#context, this.#refs) : undefined;
+      if (refs !== undefined) this.#record!(record, header, refs);
+      if (this.#subscribers.size > 0) this.#dispatch(record, header, refs, oldest!);
     }
   }
 
-  #dispatch(record: Buffer, refs: Readonly<EventRefs>, oldest: bigint): void {
+  #dispatch(record: Buffer, header: Readonly<RecordHeader>, taken: Readonly<EventRefs> | undefined, oldest: bigint): void {
     const raw = decodeRecord(record);
     if (raw === undefined) {
       this.#undecodable++;
@@ -197,7 +198,7 @@ export class MonitorHub {
       this.#stale++;
       return;
     }
-    const event = buildEvent(raw, refs);
+    const event = buildEvent(raw, taken ?? captureRefs(header, this.#context, this.#refs));
     for (const s of this.#subscribers) {
       if (raw.tsNs < s.since || !matchesFilter(event, s.filter)) continue;
       try {

@@ -163,7 +163,12 @@ dist/ui/index.html: $(UI_SRC) $(NODE_STAMP)
 	npx tsc -p ui
 	node scripts/build-ui.mjs
 
-build: $(NODE_STAMP) native $(API_TYPES)
+# The same document as JSON for the agent's start-up (src/api/server/openapiSchemas.ts).
+OPENAPI_JSON := dist/api/openapi.json
+$(OPENAPI_JSON): api/openapi.yaml scripts/openapi-json.mjs $(NODE_STAMP)
+	node scripts/openapi-json.mjs api/openapi.yaml $@
+
+build: $(NODE_STAMP) native $(API_TYPES) $(OPENAPI_JSON)
 	npx tsc -p tsconfig.json
 	@$(MAKE) --no-print-directory layouts dist/ui/index.html
 

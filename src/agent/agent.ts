@@ -14,8 +14,8 @@ import { UndoList } from '../async/undoList.js';
 import { type IdentityAllocator, NodeLease } from '../identity/index.js';
 import { attachmentOfOwner, IpamProvider, ipamOwner } from '../ipam/index.js';
 import { IPCache, IpcacheCidrIdentities, KvstoreIPCacheSync, NodeAddressEntries } from '../ipcache/index.js';
-import { AgentKubernetes, configWithNode, registryAddresses, requireKubernetesForIpam } from '../k8s/agentKubernetes.js';
-import { k8sEnabled, type KubernetesNodeRegistry, type RetryOptions } from '../k8s/index.js';
+import { configWithNode, k8sEnabled, loadKubernetes, registryAddresses, requireKubernetesForIpam, type RetryOptions } from '../k8s/index.js';
+import type { AgentKubernetes, KubernetesNodeRegistry } from '../k8s/kubernetes.js';
 import { defaultEmbeddedPath } from '../kvstore/embedded/embeddedOptions.js';
 import { openBackend } from '../kvstore/factory.js';
 import type { Backend } from '../kvstore/types.js';
@@ -277,6 +277,7 @@ export class Agent {
   private static async startOwned(given: AgentConfig, log: Logger, deps: AgentDeps): Promise<Agent> {
     let kubernetes: AgentKubernetes | undefined;
     if (k8sEnabled(k8sConnection(given), deps.kubernetes?.env)) {
+      const { AgentKubernetes } = await loadKubernetes();
       kubernetes = new AgentKubernetes({
         config: given,
         log,
@@ -322,7 +323,7 @@ export class Agent {
       const metrics = new AgentMetrics(config.flowMetrics ? { flows: { labels: config.flowMetricsLabels } } : {});
       const backend = countedBackend(await openBackend({ kind: config.kvstore, options: config.kvstoreOpts, dataDir: config.libDir, logger: log.child({ subsys: 'kvstore' }) }), metrics);
       teardown.add(() => backend.close(), 'kvstore');
-      const registry = kubernetesNodeRegistry(config, { kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'nodes' }) });
+      const registry = await kubernetesNodeRegistry(config, { kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'nodes' }) });
       teardown.add(async () => registry?.stop(), 'node registry (crd)');
       config = await withOperatorPodCidrs(config, registry, provisionalOwnRecord(config, basics), log.child({ subsys: 'ipam' }));
       const ipam = new IpamProvider(config, backend, log.child({ subsys: 'ipam' }));
@@ -367,7 +368,7 @@ export class Agent {
     if (config.flowsListenAddr !== undefined) this.flowsListener = await startFlowsListener(config, this.api(), log.child({ subsys: 'flows' }));
     await this.ownNode.start();
     // crd mode: the other nodes' pods once the registry says which nodes are alive; this node's as its endpoints come.
-    const crdSync = kubernetesIpcacheSync(config, { kubernetes: this.kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'ipcache' }), ipcache: f.ipcache, endpoints: this.endpoints, nodes: this.ownNode.registry!, nodeIp: f.nodeIp, nodeIp6: f.nodeIp6 });
+    const crdSync = await kubernetesIpcacheSync(config, { kubernetes: this.kubernetes, retry: deps.kubernetes?.retry, logger: log.child({ subsys: 'ipcache' }), ipcache: f.ipcache, endpoints: this.endpoints, nodes: this.ownNode.registry!, nodeIp: f.nodeIp, nodeIp6: f.nodeIp6 });
     if (crdSync) {
       crdSync.feed.start();
       this.teardown.add(async () => {

@@ -15,7 +15,7 @@ import type { Endpoint, EndpointManager, EndpointStore, PolicyRevisions } from '
 import { type IdentityAllocator, identityToJSON, reservedIdentity } from '../identity/index.js';
 import { type IpamProvider, ipamOwner, ownerLease } from '../ipam/index.js';
 import type { IPCache } from '../ipcache/index.js';
-import type { AgentKubernetes } from '../k8s/agentKubernetes.js';
+import type { AgentKubernetes } from '../k8s/kubernetes.js';
 import { userServiceApi } from '../k8s/index.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';

@@ -6,8 +6,7 @@
  */
 import { join, resolve } from 'node:path';
 import { Command, Option } from 'commander';
-import { k8sConnection, requireKubernetesForIpam } from '../k8s/agentKubernetes.js';
-import { k8sEnabled } from '../k8s/index.js';
+import { k8sConnection, k8sEnabled, requireKubernetesForIpam } from '../k8s/index.js';
 import { parseKvstoreOpts } from '../kvstore/factory.js';
 import { describeKvstoreOptions } from '../kvstore/optionKeys.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE, TUNNEL_DEFAULT_PORT, TUNNEL_OVERHEAD } from '../datapath/bpf/constants.js';

@@ -5,18 +5,9 @@
  * Leases; the kvstore then holds node-local state only).
  */
 import { IdentityAllocator, type LeaseProvider } from '../identity/index.js';
-import type { AgentKubernetes } from '../k8s/agentKubernetes.js';
 import type { IPCache } from '../ipcache/index.js';
-import {
-  type EndpointPodLookup,
-  isK8sError,
-  K8sErrorCode,
-  KubernetesIdentityAllocator,
-  KubernetesIPCacheSync,
-  KubernetesNodeRegistry,
-  PodEndpointFeed,
-  type RetryOptions,
-} from '../k8s/index.js';
+import { isK8sError, K8sErrorCode, loadKubernetes, type RetryOptions } from '../k8s/index.js';
+import type { AgentKubernetes, EndpointPodLookup, KubernetesIPCacheSync, KubernetesNodeRegistry, PodEndpointFeed } from '../k8s/kubernetes.js';
 import type { Backend } from '../kvstore/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { NodeRecord, NodeRegistryView } from '../node/index.js';
@@ -44,6 +35,7 @@ export async function startClusterIdentities(config: AgentConfig, d: ClusterStat
     return kv;
   }
   if (d.kubernetes === undefined) throw new Error('identity allocation mode crd without Kubernetes');
+  const { KubernetesIdentityAllocator } = await loadKubernetes();
   const crd = new KubernetesIdentityAllocator({
     kubeConfig: d.kubernetes.watchers.kubeConfig,
     nodeName: config.nodeName,
@@ -65,8 +57,9 @@ export async function startClusterIdentities(config: AgentConfig, d: ClusterStat
 }
 
 /** crd mode's node registry (TendrilNode objects, Leases), not started; undefined in kvstore mode (OwnNode makes the kvstore one). */
-export function kubernetesNodeRegistry(config: AgentConfig, d: Pick<ClusterStateDeps, 'kubernetes' | 'retry' | 'logger'>): KubernetesNodeRegistry | undefined {
+export async function kubernetesNodeRegistry(config: AgentConfig, d: Pick<ClusterStateDeps, 'kubernetes' | 'retry' | 'logger'>): Promise<KubernetesNodeRegistry | undefined> {
   if (config.identityAllocationMode !== 'crd' || d.kubernetes === undefined) return undefined;
+  const { KubernetesNodeRegistry } = await loadKubernetes();
   const registry = new KubernetesNodeRegistry({
     kubeConfig: d.kubernetes.watchers.kubeConfig,
     nodeName: config.nodeName,
@@ -101,11 +94,12 @@ export async function withOperatorPodCidrs(config: AgentConfig, registry: Kubern
  * registry exist (liveness is the registry's), started after the registry's
  * first listing.
  */
-export function kubernetesIpcacheSync(
+export async function kubernetesIpcacheSync(
   config: AgentConfig,
   d: Pick<ClusterStateDeps, 'kubernetes' | 'retry' | 'logger'> & { ipcache: IPCache; endpoints: EndpointPodLookup; nodes: NodeRegistryView; nodeIp: string; nodeIp6?: string | undefined },
-): { feed: PodEndpointFeed; sync: KubernetesIPCacheSync } | undefined {
+): Promise<{ feed: PodEndpointFeed; sync: KubernetesIPCacheSync } | undefined> {
   if (config.identityAllocationMode !== 'crd' || d.kubernetes === undefined) return undefined;
+  const { PodEndpointFeed, KubernetesIPCacheSync } = await loadKubernetes();
   const feed = new PodEndpointFeed({ ipcache: d.ipcache, endpoints: d.endpoints, pods: d.kubernetes.watchers.podCache, logger: d.logger });
   const sync = new KubernetesIPCacheSync({
     kubeConfig: d.kubernetes.watchers.kubeConfig,

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CodedError } from '../errors/codedError.js';
 import { ConfigError, ConfigErrorCode, defaultConfig, readConfigFile, validateConfig } from './config.js';
-import { configWithNode } from '../k8s/agentKubernetes.js';
+import { configWithNode } from '../k8s/index.js';
 
 const isConfigError = (code: ConfigErrorCode, message?: RegExp) => (err: unknown) =>
   err instanceof ConfigError && err instanceof CodedError && err.name === 'ConfigError' && err.code === code && (message === undefined || message.test(err.message));

@@ -19,7 +19,7 @@ import { fileErrorReason } from '../errors/fileError.js';
 
 // Defined beside the subsystems that raise or read them; named here too, where the agent's callers look.
 export { ConfigError, ConfigErrorCode } from '../errors/configError.js';
-export { k8sConnection } from '../k8s/agentKubernetes.js';
+export { k8sConnection } from '../k8s/index.js';
 
 /** `kubernetes`: host-scope allocation from the pod CIDRs of the node's Node object (Cilium's kubernetes IPAM mode). */
 export const IPAM_MODES = ['host-scope', 'cluster-pool', 'block', 'delegated', 'kubernetes'] as const;

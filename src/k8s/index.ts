@@ -1,7 +1,11 @@
 /**
- * Public API of src/k8s: the agent follows the Kubernetes API server (pods'
- * and namespaces' labels, this node's Node, NetworkPolicies and tendril's
- * policy CRDs, Services and EndpointSlices). The agent imports only from here.
+ * Public API of src/k8s that costs nothing to load: whether the agent follows
+ * the Kubernetes API server, what its configuration means for it, the errors
+ * and types. Everything that talks to the API server (pods' and namespaces'
+ * labels, this node's Node, NetworkPolicies and tendril's policy CRDs,
+ * Services and EndpointSlices, the crd-mode stores) is in ./kubernetes.js,
+ * which loads the Kubernetes client library (about a second of CPU at start):
+ * the agent imports it with loadKubernetes() only when Kubernetes is on.
  */
 export {
   type K8sConnectionOptions,
@@ -23,25 +27,14 @@ export {
   K8sObjectConflictError,
   isK8sError,
 } from './errors.js';
-export { loadKubeConfig, k8sEnabled, apiServerOf, SERVICE_ACCOUNT_DIR } from './kubeConfig.js';
+export { k8sEnabled, SERVICE_ACCOUNT_DIR } from './inCluster.js';
+export { type K8sAgentConfig, type NodeFacts, k8sConnection, requireKubernetesForIpam, configWithNode, registryAddresses } from './agentSettings.js';
 export { k8sPodLabels, SERVICE_ACCOUNT_LABEL, type SkippedLabel } from './podLabels.js';
-export { policyDocument, TENDRIL_POLICY_GROUP, TENDRIL_POLICY_VERSION } from './policyWatcher.js';
-export { ownNodeOf } from './nodeWatcher.js';
-export { K8sWatchers, type K8sWatchersOptions } from './watchers.js';
-export { ServiceSync, K8S_SERVICE_ID_MIN, K8S_SERVICE_ID_MAX, isK8sServiceId, userServiceApi } from './serviceSync.js';
-export { KubernetesIdentities, type KubernetesIdentitiesOptions } from './kubernetesIdentities.js';
-export { KubernetesIdentityAllocator, type KubernetesIdentityAllocatorOptions } from './kubernetesIdentityAllocator.js';
-export {
-  tendrilIdentityObject,
-  identityOfObject,
-  identityProbeOrder,
-  TENDRIL_IDENTITY_PLURAL,
-  TENDRIL_IDENTITY_KIND,
-  type TendrilIdentityObject,
-} from './tendrilIdentity.js';
-export { KubernetesNodeRegistry, type KubernetesNodeRegistryOptions } from './kubernetesNodeRegistry.js';
-export { NodeLeaseFollower, NodeLeaseWriter, nodeLeaseName, NODE_LEASE_LABEL } from './nodeLeases.js';
-export { TENDRIL_NODE_PLURAL, nodeRecordOfObject, allocatedPodCidrsOfObject } from './tendrilNode.js';
-export { KubernetesIPCacheSync, type KubernetesIPCacheSyncOptions, type KubernetesSyncStats } from './kubernetesIPCacheSync.js';
-export { PodEndpointFeed, type PodEndpointFeedOptions, type PublishedEndpointSource, type PublishedEndpointChange, type EndpointPodLookup, type PodCache } from './podEndpointFeed.js';
-export { tendrilEndpointObject, TENDRIL_ENDPOINT_PLURAL, TENDRIL_ENDPOINT_KIND, TENDRIL_ENDPOINT_NODE_LABEL, type TendrilEndpointObject, type PublishedEndpoint } from './tendrilEndpoint.js';
+export { K8S_SERVICE_ID_MIN, K8S_SERVICE_ID_MAX, isK8sServiceId, userServiceApi } from './serviceSync.js';
+
+export type KubernetesModule = typeof import('./kubernetes.js');
+
+/** The parts that talk to the API server, loaded on first use (the module system keeps the one copy). */
+export function loadKubernetes(): Promise<KubernetesModule> {
+  return import('./kubernetes.js');
+}

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { K8sConfigError } from './errors.js';
-import { k8sEnabled, loadKubeConfig } from './kubeConfig.js';
+import { k8sEnabled } from './inCluster.js';
+import { loadKubeConfig } from './kubeConfig.js';
 
 let dir: string;
 before(async () => {

@@ -3,29 +3,11 @@
  * account Kubernetes mounts into the agent's pod; `--k8s-api-server`
  * overrides the server of either.
  */
-import { existsSync } from 'node:fs';
 import { isIPv6 } from 'node:net';
 import { KubeConfig, type Cluster, type User } from '@kubernetes/client-node';
 import { K8sConfigError } from './errors.js';
+import { inClusterAvailable, type InClusterOptions, SERVICE_ACCOUNT_DIR } from './inCluster.js';
 import type { K8sConnectionOptions } from './types.js';
-
-/** Where the kubelet mounts a pod's service account. */
-export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
-
-export interface InClusterOptions {
-  env?: NodeJS.ProcessEnv;
-  /** The service account directory (token, ca.crt); tests point it elsewhere. */
-  serviceAccountDir?: string;
-}
-
-function inClusterAvailable(env: NodeJS.ProcessEnv, dir: string): boolean {
-  return Boolean(env.KUBERNETES_SERVICE_HOST) && Boolean(env.KUBERNETES_SERVICE_PORT) && existsSync(`${dir}/token`);
-}
-
-/** Whether Kubernetes is on: a kubeconfig or api server given, or in-cluster env+token. */
-export function k8sEnabled(o: K8sConnectionOptions, env: NodeJS.ProcessEnv = process.env, serviceAccountDir = SERVICE_ACCOUNT_DIR): boolean {
-  return Boolean(o.kubeconfig) || Boolean(o.apiServer) || inClusterAvailable(env, serviceAccountDir);
-}
 
 function oneLine(err: unknown): string {
   const text = err instanceof Error ? err.message : String(err);

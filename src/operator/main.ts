@@ -4,7 +4,7 @@ import { untilStopSignal } from '../async/stopSignal.js';
 import { CommanderError } from 'commander';
 import { pino } from 'pino';
 import { ConfigError } from '../errors/configError.js';
-import { K8sConfigError, loadKubeConfig } from '../k8s/index.js';
+import { K8sConfigError, loadKubeConfig } from '../k8s/kubernetes.js';
 import { formattedDestination, ISO_TIME } from '../logging/logger.js';
 import { MetricsServeError } from '../metrics/metricsServer.js';
 import { operatorCommand, operatorConfig, type OperatorFlags } from './config.js';

@@ -31,6 +31,8 @@ export interface AgentProcessOptions {
   launcher?: 'nsenter' | 'ip-netns-exec' | 'unshare-mount';
   /** How long `start` waits for the API (default 20 s); several eBPF agents loading at once on a busy machine take longer. */
   startTimeoutMs?: number;
+  /** The agent's own default map sizes instead of the smaller test ones: a test whose traffic fills tables (default false). */
+  defaultMapSizes?: boolean;
 }
 
 /**
@@ -41,6 +43,20 @@ export interface AgentProcessOptions {
  * document does not describe becomes a 500 naming the mismatch, so every test
  * through it tests the contract too.
  */
+/** Enough for a test's traffic; one that runs thousands of connections a second for long asks for the defaults. */
+const TEST_MAP_SIZES = {
+  '--bpf-ct-tcp-max': 65536,
+  '--bpf-ct-any-max': 32768,
+  '--bpf-nat-max': 65536,
+  '--bpf-lb-service-max': 8192,
+  '--bpf-lb-backend-max': 8192,
+  '--bpf-lb-revnat-max': 8192,
+  '--bpf-lb-affinity-max': 8192,
+  '--bpf-lb-member-max': 8192,
+  '--bpf-lb-maglev-max': 1024,
+  '--bpf-lxc-max': 4096,
+} as const;
+
 export class AgentProcess {
   readonly stateDir: string;
   readonly socket: string;
@@ -72,6 +88,23 @@ export class AgentProcess {
    */
   private readonly bpffsRoot = `/sys/fs/bpf/tdl-agent-${randomBytes(4).toString('hex')}`;
 
+  /**
+   * Map sizes for agents under test, unless the test gives its own: the
+   * defaults (half a million conntrack and SNAT entries, 64 Ki of each
+   * service table) are preallocated by the kernel at every agent's first
+   * start, about 2 s of CPU each, which a test's handful of flows never uses.
+   * The demo and the README's steps run the agent as a user does, with the
+   * defaults.
+   */
+  private mapSizeArgs(): string[] {
+    if (this.opts.defaultMapSizes === true || this.opts.args.includes('--config')) return [];
+    const out: string[] = [];
+    for (const [flag, value] of Object.entries(TEST_MAP_SIZES)) {
+      if (!this.opts.args.some((a) => a === flag || a.startsWith(`${flag}=`))) out.push(flag, String(value));
+    }
+    return out;
+  }
+
   private bpffsArgs(): string[] {
     return this.opts.args.some((a) => a === '--bpffs-root' || a.startsWith('--bpffs-root=')) ? [] : ['--bpffs-root', this.bpffsRoot];
   }
@@ -85,7 +118,7 @@ export class AgentProcess {
     const nsenter = ['nsenter', `--net=/var/run/netns/${this.opts.nodeNetns}`, '--'];
     const enter =
       this.opts.launcher === 'ip-netns-exec' ? ['ip', 'netns', 'exec', this.opts.nodeNetns] : this.opts.launcher === 'unshare-mount' ? ['unshare', '--mount', '--propagation', 'slave', '--', ...nsenter] : nsenter;
-    const argv = [...enter, AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.bpffsArgs(), ...this.opts.args];
+    const argv = [...enter, AGENT_BIN, '--state-dir', this.stateDir, '--lib-dir', join(this.stateDir, 'lib'), '--node-name', this.opts.nodeName, ...this.bpffsArgs(), ...this.mapSizeArgs(), ...this.opts.args];
     const env = { ...process.env, [VALIDATE_RESPONSES_ENV]: '1', ...this.opts.env, ...extraEnv };
     const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ['ignore', 'pipe', 'pipe'] });
     this.child = child;

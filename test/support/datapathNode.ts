@@ -45,6 +45,8 @@ export interface DatapathNodeOptions {
   /** The pod CIDRs of a dual-stack or IPv6 node (family.ts podCidrsOf), one `--pod-cidr` each. */
   podCidrs?: string[];
   extraArgs?: string[];
+  /** The agent's default map sizes (AgentProcessOptions.defaultMapSizes). */
+  defaultMapSizes?: boolean;
   /** Runs in the new node namespace before the agent starts (e.g. links the agent should find). */
   beforeStart?: (node: string) => Promise<void>;
 }
@@ -71,6 +73,7 @@ export async function startDatapathNode(pool: NetnsPool, opts: DatapathNodeOptio
       nodeNetns: nodeNs.name,
       nodeName: opts.nodeName,
       args: [...podCidrArgs(podCidrs), '--datapath', 'bpf', '--bpffs-root', bpffsRoot, ...(opts.extraArgs ?? [])],
+      ...(opts.defaultMapSizes === true ? { defaultMapSizes: true } : {}),
     });
     cleanups.push(() => agent.cleanup());
     const bin = await tendrilPluginDir();

@@ -115,6 +115,8 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
       podCidr: opts.podCidr,
       ...(family !== 4 ? { podCidrs: podCidrsOf(family, opts.podCidr) } : {}),
       ...(agentArgs.length > 0 ? { extraArgs: agentArgs } : {}),
+      // A minute of 10,000 short connections a second: conntrack and SNAT hold more than the test sizes.
+      defaultMapSizes: true,
       // Before the agent starts: it takes its devices (and their addresses) from what is there.
       beforeStart: async (n) => {
         await runOk(['ip', '-n', n, 'link', 'add', MASQ_DEVICE, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', out.path]);

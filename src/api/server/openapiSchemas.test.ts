@@ -8,12 +8,16 @@ import Fastify from 'fastify';
 import { parse as parseYaml } from 'yaml';
 import { AGENT_ERRORS } from '../errors.js';
 import { escapedStringBytes, longestJsonBytes, UnboundedSchemaError } from './bodyLimit.js';
-import { HTTP_METHODS, OPENAPI_PATH, OpenApiSchemas } from './openapiSchemas.js';
+import { HTTP_METHODS, OPENAPI_JSON_PATH, OPENAPI_PATH, OpenApiSchemas } from './openapiSchemas.js';
 import { longestBody } from './testing/longestBody.js';
 import { newAjv, requestValidatorCompiler } from './validatorCompiler.js';
 
 const spec = new OpenApiSchemas();
 const raw = parseYaml(readFileSync(OPENAPI_PATH, 'utf8')) as { paths: Record<string, Record<string, { operationId?: string }>> };
+
+test('the JSON copy the agent reads at start is the YAML document (make build writes it)', () => {
+  assert.deepEqual(JSON.parse(readFileSync(OPENAPI_JSON_PATH, 'utf8')), raw);
+});
 
 test('the operations are the document\'s, each with its route under the server\'s base path', () => {
   const fromYaml = Object.entries(raw.paths).flatMap(([p, item]) => HTTP_METHODS.filter((m) => item[m]).map((m) => `${m} ${p} ${item[m]!.operationId}`));

@@ -187,16 +187,18 @@ test-all: deps build lint
 	TENDRIL_TEST_ALL=1 node scripts/run-tests.mjs
 	$(MAKE) check-native
 
-# Datapath scenarios that call the addon as the tests kept here do, only for longer (whole datapaths, packet
-# fuzzing, the verifier's budget): under the sanitizers they were two thirds of check-native's time.
-ASAN_SKIP := !bpf/bpfDatapath.test !bpf/bpfDatapathTunnel.test !bpf/overlayPath.test !bpf/packetFuzz.test !bpf/natFuzz.test !bpf/verifierBudget.test
+# What runs under the sanitizers: the native parts' own tests (every call of the kernel addon,
+# tendril-cni, the crr client), plus the datapath tests that drive the addon's program runner and map
+# migration. The other datapath tests make the same addon calls, only many more times (whole
+# datapaths, packet fuzzing, the verifier's budget); under the sanitizers they took most of the time.
+ASAN_TESTS := datapath/kernel/ plugin/ test/native/ bpf/bpfUnit.test bpf/mapMigration.test bpf/pinnedMapUpgrade.test
 
 # The native parts again under AddressSanitizer/UBSan (their own tests, with the
 # sanitized addon preloaded into node), then every fuzz target for a bounded time.
 check-native: build build/native-asan/tendril_kernel.node build/asan/tendril-cni build/asan/crr $(FUZZ_BIN)
 	TENDRIL_KERNEL_ADDON=$(CURDIR)/build/native-asan/tendril_kernel.node TENDRIL_CNI_BIN=$(CURDIR)/build/asan/tendril-cni TENDRIL_CRR_BIN=$(CURDIR)/build/asan/crr \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
-	  node scripts/run-tests.mjs datapath/kernel/ datapath/bpf/ plugin/ test/native/ $(ASAN_SKIP)
+	  node scripts/run-tests.mjs $(ASAN_TESTS)
 	@for f in $(FUZZ_BIN); do mkdir -p build/fuzz/corpus/$$(basename $$f); \
 	  echo "fuzzing $$f for $(FUZZ_SECONDS) s"; \
 	  $$f -max_total_time=$(FUZZ_SECONDS) -timeout=5 build/fuzz/corpus/$$(basename $$f) src/plugin/native/fuzz/seeds/$$(basename $$f) >build/fuzz/$$(basename $$f).log 2>&1 \

@@ -64,6 +64,8 @@ before(async () => {
     tcpPorts: [TCP_PORT],
     udpPorts: [],
     outside: true,
+    // The other build's loader (datapathLoad) takes the pinned maps at the default sizes, as an upgraded agent would.
+    defaultMapSizes: true,
   });
   const node = scene.node;
   await upsertService(node, 30, { type: 'NodePort', frontend: { ip: '0.0.0.0', port: NODE_PORT }, backends: [{ ip: ip('backend'), port: TCP_PORT }], trafficPolicy: 'Cluster' });

@@ -45,16 +45,16 @@ export interface AgentProcessOptions {
  */
 /** Enough for a test's traffic; one that runs thousands of connections a second for long asks for the defaults. */
 const TEST_MAP_SIZES = {
-  '--bpf-ct-tcp-max': 65536,
-  '--bpf-ct-any-max': 32768,
-  '--bpf-nat-max': 65536,
-  '--bpf-lb-service-max': 8192,
-  '--bpf-lb-backend-max': 8192,
-  '--bpf-lb-revnat-max': 8192,
-  '--bpf-lb-affinity-max': 8192,
-  '--bpf-lb-member-max': 8192,
-  '--bpf-lb-maglev-max': 1024,
-  '--bpf-lxc-max': 4096,
+  '--bpf-ct-tcp-max': 16384,
+  '--bpf-ct-any-max': 8192,
+  '--bpf-nat-max': 16384,
+  '--bpf-lb-service-max': 2048,
+  '--bpf-lb-backend-max': 2048,
+  '--bpf-lb-revnat-max': 2048,
+  '--bpf-lb-affinity-max': 2048,
+  '--bpf-lb-member-max': 2048,
+  '--bpf-lb-maglev-max': 256,
+  '--bpf-lxc-max': 1024,
 } as const;
 
 export class AgentProcess {

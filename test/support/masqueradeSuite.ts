@@ -20,7 +20,7 @@ import { requireRoot } from './root.js';
 
 /**
  * The masquerade suite on `family`'s pods. `tag` names its namespaces. The
- * 60-second run of short connections runs on single-stack families (a
+ * run of short connections runs on single-stack families (a
  * dual-stack node runs the reachability test on both versions).
  */
 export function masqueradeSuite(family: Family, tag: string): void {
@@ -66,8 +66,15 @@ function reachability(sceneOf: () => MasqueradeScene): void {
   });
 }
 
+/**
+ * How long the short connections run: a minute under `make test-all` (the proof as first asked for), a third of it
+ * under `make test`, whose CI has a time limit. At 9,000 to 13,000 connections a second even 20 s goes through the
+ * SNAT port range several times over, each port taken again as soon as its connection is reset.
+ */
+const SHORT_CONNECTION_SECONDS = process.env.TENDRIL_TEST_ALL === '1' ? 60 : 20;
+
 function shortConnections(sceneOf: () => MasqueradeScene, v: IpFamily): void {
-  test("a pod's short connections to one outside address:port run 60 s with 0 errors", { timeout: 150_000 }, async (t) => {
+  test(`a pod's short connections to one outside address:port run ${SHORT_CONNECTION_SECONDS} s with 0 errors`, { timeout: 150_000 }, async (t) => {
     const s = sceneOf();
     const dst = s.outside.addressesOf(v)[0]!;
     // The path works and is masqueraded before anything is counted: the outside sees the node's address.
@@ -79,10 +86,10 @@ function shortConnections(sceneOf: () => MasqueradeScene, v: IpFamily): void {
     const drops0 = await s.drops();
     const [client0, server0] = [await s.tcpCounters('client-a'), await s.tcpCounters('outside')];
     // Connect, 1-byte request, 1-byte answer, close with RST; 2 threads; a step past 3 s is an error.
-    const r = await s.crr('client-a', { seconds: 60, threads: 2, timeoutMs: 3000, destinations: [hostPort(dst, CRR_PORT)] });
+    const r = await s.crr('client-a', { seconds: SHORT_CONNECTION_SECONDS, threads: 2, timeoutMs: 3000, destinations: [hostPort(dst, CRR_PORT)] });
     const drops = dropsBetween(drops0, await s.drops());
     const [client1, server1] = [await s.tcpCounters('client-a'), await s.tcpCounters('outside')];
-    const seconds = r.perSecond.slice(0, 60);
+    const seconds = r.perSecond.slice(0, SHORT_CONNECTION_SECONDS);
     t.diagnostic(
       `${r.connections} connections in ${r.seconds.toFixed(1)} s (${r.connPerS.toFixed(0)}/s; per second min ${Math.min(...seconds)} max ${Math.max(...seconds)}), errors: ${crrErrors(r)}; ` +
         `latency p50 ${r.latencyUs.p50} µs p99 ${r.latencyUs.p99} µs p99.9 ${r.latencyUs.p999} µs max ${r.latencyUs.max} µs; datapath drops during the run ${JSON.stringify(drops)}; ` +

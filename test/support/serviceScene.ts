@@ -50,6 +50,8 @@ export interface ServiceSceneOptions {
   outside?: boolean;
   remote?: boolean;
   extraAgentArgs?: string[];
+  /** The agent's default map sizes (AgentProcessOptions.defaultMapSizes). */
+  defaultMapSizes?: boolean;
 }
 
 /**
@@ -90,6 +92,7 @@ export async function startServiceScene(pool: NetnsPool, opts: ServiceSceneOptio
       podCidrs: podCidrsOf(family, opts.podCidr),
       // IPv6 pods leave the node as the node, as IPv4 ones do (IPv6 masquerade is off by default).
       extraArgs: [...(opts.extraAgentArgs ?? []), ...(family === 4 ? [] : ['--ipv6-masquerade'])],
+      ...(opts.defaultMapSizes === true ? { defaultMapSizes: true } : {}),
       // Before the agent starts: it takes the node's devices (and their addresses) from what is there.
       beforeStart: async (n) => {
         if (opts.outside) {

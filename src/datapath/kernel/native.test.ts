@@ -281,7 +281,9 @@ describe('kernel addon boundary', () => {
     // process has the other CPU, and the main thread waits for one (30 to 50 ms of runqueue wait per run; contention,
     // not a blocked loop). The bounds leave room for that, the longest stall less the main thread's own wait for a CPU
     // (a full run of the suites once held it 1 s of 1.8 s); the held times above are what a synchronous create fails.
-    assert.ok(delay.p99Ms < 50, describeDelay(delay));
+    // The p99 means something only while the main thread mostly had a CPU: a full run once kept it waiting 935 ms
+    // of 1,308 (p99 142 ms, all of it runqueue); the longest stall less that wait is bounded either way.
+    if (delay.cpuWaitMs < delay.elapsedMs / 4) assert.ok(delay.p99Ms < 50, describeDelay(delay));
     assert.ok(stallOfOwnMs(delay) < 100, describeDelay(delay));
   });
 

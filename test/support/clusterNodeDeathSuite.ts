@@ -9,6 +9,7 @@
 import assert from 'node:assert/strict';
 import { performance } from 'node:perf_hooks';
 import { after, before, test } from 'node:test';
+import { Backoff } from '../../src/async/backoff.js';
 import { bpfIpcache } from './datapathObserve.js';
 import { type ClusterIpam, type ClusterPod, ClusterScene, cidrHolds, POD_TCP_PORT, type RoutingMode } from './clusterScene.js';
 import { requireRoot } from './root.js';
@@ -74,8 +75,10 @@ export function clusterNodeDeathSuite(opts: { tag: string; routingMode: RoutingM
       return '';
     };
     let left = await gap();
+    // Each look runs `tendril bpf ipcache list` on both nodes: the pause grows, so a slow cleanup is not watched 20 times a second.
+    const pause = new Backoff({ initialMs: 50, maxMs: 500 });
     while (left !== '' && performance.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, pause.next()));
       left = await gap();
     }
     const cleanMs = performance.now() - t0;

@@ -5,6 +5,7 @@ import type { CtRow, IpcacheMapRow, MetricsRow } from '../../src/datapath/bpf/in
 import { cliJson, type DatapathNode } from './datapathNode.js';
 import { run } from './run.js';
 import { TENDRIL_BIN } from './tendrilBin.js';
+import { Backoff } from '../../src/async/backoff.js';
 
 /**
  * `tendril monitor -o json` running against a node's agent, every JSON line
@@ -111,13 +112,18 @@ export async function bpfIpcache(node: DatapathNode): Promise<IpcacheMapRow[]> {
   return rowsOf<IpcacheMapRow>(await cliJson<unknown>(node, ['bpf', 'ipcache', 'list']), 'bpf ipcache list');
 }
 
-/** Polls `check` until it holds or `timeoutMs` passes; returns how long it took, or throws with `what`. */
+/**
+ * Polls `check` until it holds or `timeoutMs` passes; returns how long it took, or throws with `what`. The pause
+ * between checks doubles from 50 ms to 1 s: a check is often a CLI run (a process of its own), and ten a second
+ * through a wait of several seconds (conntrack's closing lifetime) cost the machine more CPU than the test itself.
+ */
 export async function eventually(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<number> {
   const started = Date.now();
+  const pause = new Backoff({ initialMs: 50, maxMs: 1000 });
   for (;;) {
     if (await check()) return Date.now() - started;
     if (Date.now() - started > timeoutMs) throw new Error(`${what}: not so after ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, pause.next()));
   }
 }
 

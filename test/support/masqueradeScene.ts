@@ -44,6 +44,8 @@ export interface MasqueradeSceneOptions {
   extraOutsideAddresses?: number;
   /** The pods' address family (default 4); IPv6 runs the agent with --ipv6-masquerade. */
   family?: Family;
+  /** The agent's default map sizes (AgentProcessOptions.defaultMapSizes): for traffic that fills the test sizes. */
+  defaultMapSizes?: boolean;
 }
 
 /** Connections held open from a pod, each answering again on demand. */
@@ -115,8 +117,7 @@ export async function startMasqueradeScene(pool: NetnsPool, opts: MasqueradeScen
       podCidr: opts.podCidr,
       ...(family !== 4 ? { podCidrs: podCidrsOf(family, opts.podCidr) } : {}),
       ...(agentArgs.length > 0 ? { extraArgs: agentArgs } : {}),
-      // A minute of 10,000 short connections a second: conntrack and SNAT hold more than the test sizes.
-      defaultMapSizes: true,
+      ...(opts.defaultMapSizes === true ? { defaultMapSizes: true } : {}),
       // Before the agent starts: it takes its devices (and their addresses) from what is there.
       beforeStart: async (n) => {
         await runOk(['ip', '-n', n, 'link', 'add', MASQ_DEVICE, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', out.path]);

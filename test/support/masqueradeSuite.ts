@@ -30,7 +30,8 @@ export function masqueradeSuite(family: Family, tag: string): void {
     let scene: MasqueradeScene | undefined;
 
     before(async () => {
-      scene = await startMasqueradeScene(pool, { nodeName: `tdl-node-${tag}`, podCidr: '10.242.0.0/24', extraOutsideAddresses: 2, family });
+      // 10,000 short connections a second: conntrack and SNAT hold more than the test sizes.
+      scene = await startMasqueradeScene(pool, { nodeName: `tdl-node-${tag}`, podCidr: '10.242.0.0/24', extraOutsideAddresses: 2, family, defaultMapSizes: true });
     });
 
     after(async () => {

@@ -25,7 +25,7 @@ let files = findTests('dist')
 // dual-stack run asserts every IPv4 and every IPv6 expectation of the other two in one scene, so `make test` (CI, with
 // its time limit) runs that one; `make test-all` (TENDRIL_TEST_ALL=1), or naming the files, runs the single-stack ones
 // too. IPv6-only nodes and underlays have suites of their own (clusterIpv6Suite), run always, and so do suites whose
-// single-stack runs hold tests the dual-stack one has not (masquerade's run of short connections per IP version: 20 s, a minute under make test-all).
+// single-stack runs hold tests the dual-stack one has not (masquerade's run of short connections per IP version: 10 s, a minute under make test-all).
 const runAll = process.env.TENDRIL_TEST_ALL === '1' || filters.length > 0;
 const SINGLE_STACK_TESTS_OF_THEIR_OWN = ['/e2e/masquerade'];
 const dualBases = files
@@ -35,9 +35,11 @@ const dualBases = files
 const singleStack = files.filter((f) => dualBases.some((b) => f === `${b}.test.js` || f === `${b}Ipv6.test.js`));
 // Cells of the routing-mode matrix whose every code path another cell of `make test` runs: the IPv6 suite through
 // the overlay on an IPv4 underlay (the dual-stack connectivity suite's tunnel cell carries IPv6 pods over it, and
-// the IPv6 suite's IPv6-underlay cell runs each of its tests), and tunnel mode with cluster-pool IPAM (tunnel mode
-// in the block cells, cluster-pool in the Kubernetes cells).
-const MATRIX_CELLS_OF_TEST_ALL = ['/e2e/clusterConnectivityTunnel6.test.js', '/e2e/clusterConnectivityTunnelPool.test.js'];
+// the IPv6 suite's IPv6-underlay cell runs each of its tests), the IPv6 suite in native routing on nodes with an
+// IPv4 node IP (the dual-stack connectivity suite's native cell routes IPv6 pod CIDRs via the IPv6 InternalIP, and
+// the IPv6-node-IP cell runs each of its tests), and tunnel mode with etcd and cluster-pool IPAM (the Kubernetes
+// cells run tunnel mode with cluster-pool).
+const MATRIX_CELLS_OF_TEST_ALL = ['/e2e/clusterConnectivityTunnel6.test.js', '/e2e/clusterConnectivityNative6.test.js', '/e2e/clusterConnectivityTunnelPool.test.js'];
 const leftToTestAll = [...singleStack, ...files.filter((f) => MATRIX_CELLS_OF_TEST_ALL.some((s) => f.endsWith(s)))];
 if (!runAll && leftToTestAll.length > 0) {
   console.log(`# ${leftToTestAll.length} variants left to make test-all: ${leftToTestAll.map((f) => f.replace(/^.*\//, '')).join(' ')}`);

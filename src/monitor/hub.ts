@@ -181,8 +181,11 @@ export class MonitorHub {
         continue;
       }
       // Taken once for the recorder and the clients; without a recorder only for a record a client gets (not a stale one).
-      const refs = this.#record !== undefined ? captureRefs(header, this.#context, this.#refs) : undefined;
-      if (refs !== undefined) this.#record!(record, header, refs);
+      let refs: Readonly<EventRefs> | undefined;
+      if (this.#record !== undefined) {
+        refs = captureRefs(header, this.#context, this.#refs);
+        this.#record(record, header, refs);
+      }
       if (this.#subscribers.size > 0) this.#dispatch(record, header, refs, oldest!);
     }
   }

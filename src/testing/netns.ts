@@ -43,3 +43,17 @@ export async function addressesIn(pool: NetnsPool, ns: string, ifName: string): 
 export async function linkExists(pool: NetnsPool, ns: string, ifName: string): Promise<boolean> {
   return (await pool.exec(ns, ['ip', 'link', 'show', 'dev', ifName])).code === 0;
 }
+
+/**
+ * Waits until a socket in namespace `ns` is bound to `proto` `port` (as `ss` lists it): a server started just before
+ * must have its socket before the first packet comes (a fixed pause was too short on a busy machine).
+ */
+export async function untilListening(ns: string, proto: 'tcp' | 'udp', port: number, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const r = await run(['nsenter', `--net=/var/run/netns/${ns}`, '--', 'ss', '-Hln', proto === 'tcp' ? '-t' : '-u', `sport = :${port}`]);
+    if (r.stdout.trim() !== '') return;
+    if (Date.now() > deadline) throw new Error(`nothing listens on ${proto} ${port} in ${ns} after ${timeoutMs} ms`);
+    await new Promise((done) => setTimeout(done, 50));
+  }
+}

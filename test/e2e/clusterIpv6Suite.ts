@@ -29,6 +29,7 @@ import { deletePolicyAndWait, importPolicyAndWait } from '../support/datapathNod
 import type { ClusterInABox, UnderlayFamily } from '../support/clusterInABox.js';
 import { type ClusterPod, ClusterScene, NODE_ROUTE_PROTOCOL, POD_TCP_PORT, type RoutingMode, TUNNEL_OVERHEAD, VXLAN_PORT } from '../support/clusterScene.js';
 import { tendrilPolicy } from '../support/policyDocuments.js';
+import { untilListening } from '../support/netns.js';
 import { requireRoot } from '../support/root.js';
 import { runOk, toolEnv } from '../support/run.js';
 import { HOST_NEXTHOP6 } from '../../src/datapath/linux/hostNextHop.js';
@@ -91,8 +92,7 @@ export function clusterIpv6Suite(opts: { tag: string; routingMode: RoutingMode; 
     server.stdout.on('data', (c: Buffer) => (out += c.toString()));
     const exited = new Promise((r) => server.once('exit', r));
     try {
-      const ready = Date.now() + 5000;
-      while ((await s().exec(to.netns, ['ss', '-Hltn', `sport = :${IPERF_PORT}`])).stdout.trim() === '' && Date.now() < ready) await new Promise((r) => setTimeout(r, 50));
+      await untilListening(to.netns, 'tcp', IPERF_PORT, 5000);
       const r = await s().exec(from.netns, ['iperf3', '-6', '-c', ip6.get(to)!, '-p', String(IPERF_PORT), '-t', '1', '-J', '--connect-timeout', '2000', ...(udp ? ['-u', '-b', '10M'] : [])]);
       const report = JSON.parse(r.stdout || '{}') as { error?: string };
       if (report.error !== undefined) return `error: ${report.error}`;

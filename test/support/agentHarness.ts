@@ -35,14 +35,6 @@ export interface AgentProcessOptions {
   defaultMapSizes?: boolean;
 }
 
-/**
- * A tendril-agent running as a real process inside a node namespace, with its
- * own state dir and socket. `stop` sends SIGTERM, `kill` SIGKILL; `cleanup`
- * always kills and removes the state dir. It checks every response it sends
- * against api/openapi.yaml (TENDRIL_VALIDATE_RESPONSES=1): a response the
- * document does not describe becomes a 500 naming the mismatch, so every test
- * through it tests the contract too.
- */
 /** Enough for a test's traffic; one that runs thousands of connections a second for long asks for the defaults. */
 const TEST_MAP_SIZES = {
   '--bpf-ct-tcp-max': 16384,
@@ -57,6 +49,14 @@ const TEST_MAP_SIZES = {
   '--bpf-lxc-max': 1024,
 } as const;
 
+/**
+ * A tendril-agent running as a real process inside a node namespace, with its
+ * own state dir and socket. `stop` sends SIGTERM, `kill` SIGKILL; `cleanup`
+ * always kills and removes the state dir. It checks every response it sends
+ * against api/openapi.yaml (TENDRIL_VALIDATE_RESPONSES=1): a response the
+ * document does not describe becomes a 500 naming the mismatch, so every test
+ * through it tests the contract too.
+ */
 export class AgentProcess {
   readonly stateDir: string;
   readonly socket: string;

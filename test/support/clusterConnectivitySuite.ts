@@ -15,6 +15,7 @@ import { after, before, test } from 'node:test';
 import { bpfIpcache } from './datapathObserve.js';
 import { addressIn, type Family, familyName, hostCidr, type IpFamily, versionsOf } from './family.js';
 import { inParallel } from './reachability.js';
+import { untilListening } from './netns.js';
 import { requireRoot } from './root.js';
 import { toolEnv } from './run.js';
 import { type ClusterIpam, type ClusterPod, ClusterScene, distinct, POD_TCP_PORT, POD_UDP_PORT, type RoutingMode, type SceneNode, TUNNEL_OVERHEAD, VXLAN_PORT } from './clusterScene.js';
@@ -114,8 +115,7 @@ export function clusterConnectivitySuite(opts: { tag: string; routingMode: Routi
     const [a, b] = [pods[0]!, pods[1]!];
     const server = spawn('nsenter', [`--net=${b.netnsPath}`, '--', 'iperf3', '-s', '-1', '-p', String(IPERF_PORT)], { env: toolEnv(), stdio: 'ignore' });
     try {
-      const ready = Date.now() + 5000;
-      while ((await s().exec(b.netns, ['ss', '-Hltn', `sport = :${IPERF_PORT}`])).stdout.trim() === '' && Date.now() < ready) await new Promise((r) => setTimeout(r, 50));
+      await untilListening(b.netns, 'tcp', IPERF_PORT, 5000);
       const r = await s().exec(a.netns, ['iperf3', '-c', ipOf(b, v), '-p', String(IPERF_PORT), '-t', '1', '-J', '--connect-timeout', '2000']);
       const report = JSON.parse(r.stdout || '{}') as { error?: string; end?: { sum_sent?: { bytes: number; retransmits?: number }; sum_received?: { bytes: number } } };
       assert.equal(report.error, undefined, `iperf3: ${report.error ?? ''}${r.stderr}`);

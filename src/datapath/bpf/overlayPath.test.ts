@@ -16,7 +16,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { NetnsPool } from '../../../test/support/netns.js';
+import { NetnsPool, untilListening } from '../../../test/support/netns.js';
 import { requireRoot } from '../../../test/support/root.js';
 import { runOk } from '../../../test/support/run.js';
 import { parseIp, parsePrefix } from '../../netip/index.js';
@@ -86,17 +86,6 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
 
   async function inNs(ns: string, argv: string[]): Promise<string> {
     return runOk(['nsenter', `--net=/var/run/netns/${ns}`, '--', ...argv]);
-  }
-  /**
-   * Waits until a server started in `ns` has bound `port`: its datagram or connection must not come before
-   * the socket exists (a fixed pause was too short for python3 to start on a busy machine).
-   */
-  async function listening(ns: string, proto: 'tcp' | 'udp', port: number): Promise<void> {
-    const deadline = Date.now() + 10_000;
-    while ((await inNs(ns, ['ss', '-Hln', proto === 'tcp' ? '-t' : '-u', `sport = :${port}`])).trim() === '') {
-      if (Date.now() > deadline) throw new Error(`nothing listens on ${proto} ${port} in ${ns} after 10 s`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
   }
   async function link(ns: string, dev: string): Promise<{ ifindex: number; address: string }> {
     const [l] = JSON.parse(await inNs(ns, ['ip', '-j', 'link', 'show', 'dev', dev])) as Array<{ ifindex: number; address: string }>;
@@ -214,7 +203,7 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
 
   it('a TCP stream of a few MiB crosses intact (segmentation offload and checksums through encapsulation and delivery)', async () => {
     const server = pool.exec(podNs.get('db')!, ['python3', '-c', TCP_SEND, '8080', String(TCP_BYTES)]);
-    await listening(podNs.get('db')!, 'tcp', 8080);
+    await untilListening(podNs.get('db')!, 'tcp', 8080);
     const client = await pool.exec(podNs.get('api')!, ['python3', '-c', TCP_RECEIVE, '10.211.0.20', '8080']);
     const sent = await server;
     assert.equal(sent.code, 0, `server: ${sent.stderr}`);
@@ -268,7 +257,7 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
   /** db answers one datagram; returns what the client printed and the address db saw. */
   async function askDb(clientNs: string, ip: string, port: number): Promise<{ answer: string; seenBy: string }> {
     const server = pool.exec(podNs.get('db')!, ['python3', '-c', UDP_ECHO_ONCE, '5353']);
-    await listening(podNs.get('db')!, 'udp', 5353);
+    await untilListening(podNs.get('db')!, 'udp', 5353);
     const client = await pool.exec(clientNs, ['python3', '-c', UDP_ASK, ip, String(port)]);
     const seen = await server;
     assert.equal(client.code, 0, `client: ${client.stderr}`);
@@ -295,7 +284,7 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
     // The VNI is the client's identity, never A's: db, which admits the remote node but not the world, refuses it.
     const before = metric(b, DropReason.POLICY.code, TrafficDirection.INGRESS);
     const server = pool.exec(podNs.get('db')!, ['python3', '-c', UDP_RECEIVE_ANY, '5353', '3']);
-    await listening(podNs.get('db')!, 'udp', 5353);
+    await untilListening(podNs.get('db')!, 'udp', 5353);
     const refused = await pool.exec(b.ns, ['python3', '-c', UDP_ASK, NODES[0]!.underlayIp, '30053']);
     assert.notEqual(refused.code, 0, `no answer without a rule for the world: ${refused.stdout}`);
     assert.equal((await server).stdout.trim(), 'nothing', 'db received the NodePort datagram as A\'s own (remote node)');
@@ -360,7 +349,7 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
       await ip(['neigh', 'add', '10.211.0.20', 'lladdr', '02:00:00:00:00:01', 'dev', 'tdlspoof', 'nud', 'permanent']);
       const before = metric(b, DropReason.OVERLAY_NOT_NODE.code, TrafficDirection.INGRESS);
       const server = pool.exec(podNs.get('db')!, ['python3', '-c', UDP_RECEIVE_ANY, '5354', '3']);
-      await listening(podNs.get('db')!, 'udp', 5354);
+      await untilListening(podNs.get('db')!, 'udp', 5354);
       for (let i = 0; i < 3; i++) await pool.exec(out, ['python3', '-c', UDP_SEND_FROM, '10.210.0.10', '10.211.0.20', '5354']);
       const seen = (await server).stdout.trim();
       assert.equal(seen, 'nothing', 'db received the forged datagram');
@@ -400,7 +389,7 @@ describe('overlay path on real VXLAN devices', { timeout: 120_000 }, () => {
         await ip(['route', 'add', '10.211.0.20/32', 'dev', 'tdlspoof6']);
         await ip(['neigh', 'add', '10.211.0.20', 'lladdr', '02:00:00:00:00:01', 'dev', 'tdlspoof6', 'nud', 'permanent']);
         const server = pool.exec(podNs.get('db')!, ['python3', '-c', UDP_RECEIVE_ANY, '5355', '3']);
-        await listening(podNs.get('db')!, 'udp', 5355);
+        await untilListening(podNs.get('db')!, 'udp', 5355);
         for (let i = 0; i < 3; i++) await pool.exec(out, ['python3', '-c', UDP_SEND_FROM, '10.210.0.10', '10.211.0.20', '5355']);
         return (await server).stdout.trim();
       } finally {

@@ -170,6 +170,7 @@ $(OPENAPI_JSON): api/openapi.yaml scripts/openapi-json.mjs $(NODE_STAMP)
 
 build: $(NODE_STAMP) native $(API_TYPES) $(OPENAPI_JSON)
 	npx tsc -p tsconfig.json
+	node scripts/bundle.mjs
 	@$(MAKE) --no-print-directory layouts dist/ui/index.html
 
 typecheck: $(NODE_STAMP) $(API_TYPES)
@@ -178,13 +179,15 @@ typecheck: $(NODE_STAMP) $(API_TYPES)
 lint: $(NODE_STAMP)
 	npx eslint src test bench ui
 
+# The tests of the native parts run once, in check-native, under the sanitizers (ASAN_TESTS below);
+# every other test drives the plain builds of the same parts.
 test: deps build lint
-	node scripts/run-tests.mjs
+	node scripts/run-tests.mjs $(foreach t,$(ASAN_TESTS),'!$(t)')
 	$(MAKE) check-native
 
 # make test, and the single-stack (IPv4, IPv6) runs of the suites make test runs on dual-stack pods only.
 test-all: deps build lint
-	TENDRIL_TEST_ALL=1 node scripts/run-tests.mjs
+	TENDRIL_TEST_ALL=1 node scripts/run-tests.mjs $(foreach t,$(ASAN_TESTS),'!$(t)')
 	$(MAKE) check-native
 
 # What runs under the sanitizers: the native parts' own tests (every call of the kernel addon,

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { get as httpGet } from 'node:http';
 import { getText } from '../src/client/ndjsonStream.js';
 
-const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
+const CLI = fileURLToPath(new URL('../bundle/tendril.js', import.meta.url));
 const GENERATOR = fileURLToPath(new URL('./relayGenerator.js', import.meta.url));
 
 export interface RelayBenchReport {

@@ -11,11 +11,11 @@
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { extname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { installPath } from '../installLayout.js';
 import type { FastifyInstance } from 'fastify';
 
-/** dist/ui, from dist/src/flowui/. */
-export const DEFAULT_FLOW_UI_DIR = fileURLToPath(new URL('../../ui/', import.meta.url));
+/** dist/ui of the installation. */
+export const DEFAULT_FLOW_UI_DIR = installPath('dist', 'ui');
 
 export const FLOW_UI_NOT_BUILT = 'the flow UI is not built: `make build` writes it to dist/ui';
 

@@ -8,8 +8,9 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFile, spawnSync } from 'node:child_process';
+import { builtinModules } from 'node:module';
 import { promisify } from 'node:util';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -287,7 +288,7 @@ describe('deploy/kubernetes manifests', () => {
     assert.deepEqual(probeCommand('livenessProbe'), ['/opt/tendril/bin/tendril', 'endpoint', 'list', '-o', 'json', '--socket', config.socket]);
     const env = arr(agent.env, 'env').map((e) => obj(e, 'env var'));
     assert.equal(env.find((e) => e.name === SOCKET_ENV)?.value, config.socket, `${SOCKET_ENV}: \`kubectl exec … tendril\` finds the agent`);
-    const help = spawnSync(process.execPath, [join(ROOT, 'dist/src/cli/main.js'), 'status', '--help'], { encoding: 'utf8' });
+    const help = spawnSync(process.execPath, [join(ROOT, 'dist/bundle/tendril.js'), 'status', '--help'], { encoding: 'utf8' });
     assert.equal(help.status, 0, help.stderr);
     assert.match(help.stdout, /--socket <path>/, '`tendril status` takes --socket');
 
@@ -409,32 +410,58 @@ describe('deploy/kubernetes manifests', () => {
     const prod = new Set(Object.keys(pkg.dependencies));
     assert.match(text, /npm prune --omit=dev/, 'the image keeps production dependencies only');
     const missing: string[] = [];
+    const bundleMeta = JSON.parse(readFileSync(join(ROOT, 'dist/bundle/meta.json'), 'utf8')) as {
+      inputs: string[];
+      outputs: Record<string, { path: string; external: boolean }[]>;
+    };
     for (const launcher of ['tendril', 'tendril-agent', 'tendril-operator']) {
       assert.ok(text.split('\n').some((l) => l.startsWith('COPY --from=build') && l.includes(`/src/bin/${launcher}`)), `the image has bin/${launcher}`);
-      const m = /exec node "\$here\/\.\.\/(dist\/src\/\S+\.js)"/.exec(readFileSync(join(ROOT, 'bin', launcher), 'utf8'));
-      assert.ok(m !== null, `bin/${launcher} runs a compiled entry point`);
+      const m = /exec node "\$here\/\.\.\/(dist\/bundle\/\S+\.js)"/.exec(readFileSync(join(ROOT, 'bin', launcher), 'utf8'));
+      assert.ok(m !== null, `bin/${launcher} runs a bundled entry point`);
       const entry = join(ROOT, m[1]!);
-      assert.ok(statSync(entry).isFile(), `${m[1]} exists (it is under dist/src, which the image copies)`);
-      // Every module reachable from the entry point, through static and dynamic imports.
+      assert.ok(statSync(entry).isFile(), `${m[1]} exists (it is under dist/bundle, which the image copies)`);
+      // Every output file reachable from the entry point, through static and dynamic imports, as esbuild recorded them.
       const seen = new Set<string>();
-      const queue = [entry];
+      const queue = [relative(ROOT, entry)];
       while (queue.length > 0) {
         const file = queue.pop()!;
         if (seen.has(file)) continue;
         seen.add(file);
-        const src = readFileSync(file, 'utf8');
-        for (const x of src.matchAll(/(?:^|[\s;])(?:import|export)\s[^'"]*?from\s*'([^']+)'|import\(\s*'([^']+)'\s*\)|^import\s+'([^']+)'/gm)) {
-          const spec = x[1] ?? x[2] ?? x[3];
-          if (spec === undefined || spec.startsWith('node:')) continue;
-          if (spec.startsWith('.')) {
-            queue.push(join(dirname(file), spec));
+        const imports = bundleMeta.outputs[file];
+        assert.ok(imports !== undefined, `${file} is one of the bundle's outputs`);
+        for (const i of imports) {
+          if (!i.external) {
+            queue.push(i.path);
             continue;
           }
-          const name = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]!;
-          if (!prod.has(name)) missing.push(`${relative(ROOT, file)} imports ${spec}`);
+          if (i.path.startsWith('node:') || builtinModules.includes(i.path)) continue;
+          const name = i.path.startsWith('@') ? i.path.split('/').slice(0, 2).join('/') : i.path.split('/')[0]!;
+          if (!prod.has(name)) missing.push(`${file} imports ${i.path}`);
         }
       }
-      assert.ok(seen.size > 10, `${launcher}: followed ${seen.size} modules`);
+      assert.ok(seen.size > 3, `${launcher}: followed ${seen.size} modules`);
+    }
+    // The packages bundled in: each a production dependency or one of theirs (the image builds the bundles
+    // before it prunes, so a development dependency bundled in would work there and still be a mistake).
+    const prodClosure = new Set<string>();
+    // Each as [name, directory of the package that depends on it], resolved as node resolves it: the nearest node_modules up.
+    const top = join(ROOT, '.');
+    const pending: [string, string][] = [...prod].map((name) => [name, top]);
+    while (pending.length > 0) {
+      const [name, from] = pending.pop()!;
+      let dir = from;
+      while (!existsSync(join(dir, 'node_modules', name, 'package.json')) && dir.length > top.length) dir = dirname(dir);
+      const pkgDir = join(dir, 'node_modules', name);
+      // Optional and peer dependencies nobody installed (ws's utf-8-validate) are in no bundle either.
+      if (prodClosure.has(relative(ROOT, pkgDir)) || !existsSync(join(pkgDir, 'package.json'))) continue;
+      prodClosure.add(relative(ROOT, pkgDir));
+      const meta = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8')) as Record<string, Record<string, string> | undefined>;
+      for (const dep of Object.keys({ ...meta.dependencies, ...meta.optionalDependencies, ...meta.peerDependencies })) pending.push([dep, pkgDir]);
+    }
+    assert.ok(bundleMeta.inputs.some((f) => f.startsWith('dist/src/agent/')), 'meta.json lists the bundled inputs');
+    for (const f of bundleMeta.inputs) {
+      const m = /^(.*node_modules\/(?:@[^/]+\/)?[^/]+)\//.exec(f);
+      if (m && !prodClosure.has(m[1]!)) missing.push(`the bundles hold ${f}`);
     }
     assert.deepEqual(missing, [], 'imports of packages that are not production dependencies');
   });
@@ -443,7 +470,7 @@ describe('deploy/kubernetes manifests', () => {
     const text = readFileSync(join(DEPLOY, 'Containerfile'), 'utf8');
     const lines = text.split('\n').filter((l) => !l.startsWith('#'));
     assert.ok(lines.filter((l) => /^FROM /.test(l)).every((l) => /^FROM docker\.io\/library\/debian:/.test(l)), 'Debian images only');
-    for (const path of ['package.json', 'node_modules', 'dist/src', 'api/openapi.yaml', 'build/native/tendril_kernel.node', 'bin/tendril-cni']) {
+    for (const path of ['package.json', 'node_modules', 'dist/bundle', 'dist/api', 'dist/ui', 'api/openapi.yaml', 'build/native/tendril_kernel.node', 'bin/tendril-cni']) {
       assert.ok(lines.some((l) => l.startsWith('COPY --from=build') && l.includes(`/src/${path}`)), `copies ${path}`);
     }
     for (const o of ['bpf_lxc.o', 'bpf_host.o', 'bpf_netdev.o', 'bpf_overlay.o', 'bpf_gc.o']) {

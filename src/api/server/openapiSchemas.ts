@@ -1,16 +1,16 @@
 import { existsSync, readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { parse as parseYaml } from 'yaml';
+import { installPath } from '../../installLayout.js';
 import { longestJsonBytes } from './bodyLimit.js';
 
-/** api/openapi.yaml, resolved from dist/src/api/server/ or src/api/server/. */
-export const OPENAPI_PATH = fileURLToPath(new URL('../../../../api/openapi.yaml', import.meta.url));
+/** The API's document, api/openapi.yaml. */
+export const OPENAPI_PATH = installPath('api', 'openapi.yaml');
 /**
  * The same document as JSON, written by `make build` (dist/api/openapi.json):
  * parsing the YAML took a fifth of a second of every agent's start, the JSON
  * a few milliseconds.
  */
-export const OPENAPI_JSON_PATH = fileURLToPath(new URL('../../../api/openapi.json', import.meta.url));
+export const OPENAPI_JSON_PATH = installPath('dist', 'api', 'openapi.json');
 
 function readDocument(path: string): Record<string, unknown> {
   if (path === OPENAPI_PATH && existsSync(OPENAPI_JSON_PATH)) return JSON.parse(readFileSync(OPENAPI_JSON_PATH, 'utf8')) as Record<string, unknown>;

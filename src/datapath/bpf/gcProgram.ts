@@ -9,7 +9,7 @@
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { installPath } from '../../installLayout.js';
 import { BpfObject, RawMap } from '../kernel/bpf/index.js';
 import { DatapathError } from '../types.js';
 import { GC_BATCH, GC_SAMPLE_MAX, GcFlag, GcMap, MapName } from './constants.js';
@@ -17,7 +17,7 @@ import { GC_KEY6_SIZE, GC_KEY_SIZE, gcRun, type GcRunValue } from './layout.js';
 
 export const GC_OBJECT_FILE = 'bpf_gc.o';
 const GC_PROGRAM = 'tendril_ct_gc';
-const DEFAULT_OBJECT_DIR = fileURLToPath(new URL('../../../../build/bpf/', import.meta.url));
+const DEFAULT_OBJECT_DIR = installPath('build', 'bpf');
 /** A minimal Ethernet frame: the program reads nothing of it, test runs want one. */
 const DUMMY_FRAME = Buffer.alloc(64);
 

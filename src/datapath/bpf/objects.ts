@@ -11,14 +11,14 @@ import { declaredPinnedMaps, MapMigration, type MigratedMap, planMapMigration } 
 import { ProgramSwap } from './programSwap.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { installPath } from '../../installLayout.js';
 import { BpfMap, BpfObject, type BpfProgram, codec, type RawMap } from '../kernel/bpf/index.js';
 import { DatapathError } from '../types.js';
 import { DefaultMapSize, MapName, type MapNameValue } from './constants.js';
 import { datapathConfig } from './layout.js';
 
-/** build/bpf of this package (objects.js lives in dist/src/datapath/bpf/). */
-export const DEFAULT_OBJECT_DIR = fileURLToPath(new URL('../../../../build/bpf/', import.meta.url));
+/** build/bpf of the installation. */
+export const DEFAULT_OBJECT_DIR = installPath('build', 'bpf');
 
 export const LXC_OBJECT_FILE = 'bpf_lxc.o';
 export const HOST_OBJECT_FILE = 'bpf_host.o';

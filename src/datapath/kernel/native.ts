@@ -1,5 +1,5 @@
 import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
+import { installPath } from '../../installLayout.js';
 
 /**
  * Loads the kernel addon (src/datapath/kernel/native, built by `make build`
@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
  * for example the AddressSanitizer one `make check-native` uses.
  */
 export function addonPath(): string {
-  return process.env.TENDRIL_KERNEL_ADDON ?? fileURLToPath(new URL('../../../../build/native/tendril_kernel.node', import.meta.url));
+  return process.env.TENDRIL_KERNEL_ADDON ?? installPath('build', 'native', 'tendril_kernel.node');
 }
 
 let loaded: unknown;

@@ -74,7 +74,7 @@ async function agentPid(stateDir: string): Promise<number> {
     if (!/^\d+$/.test(entry)) continue;
     const cmdline = await readFile(`/proc/${entry}/cmdline`, 'utf8').catch(() => '');
     const argv = cmdline.split('\0');
-    if (argv.some((a) => a.endsWith('/dist/src/agent/main.js')) && argv.includes(stateDir)) return Number(entry);
+    if (argv.some((a) => a.endsWith('/dist/bundle/tendril-agent.js')) && argv.includes(stateDir)) return Number(entry);
   }
   throw new Error(`no agent process with state dir ${stateDir}`);
 }

@@ -1,4 +1,5 @@
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run, type RunResult } from '../run.js';
@@ -127,7 +128,28 @@ export class Podman {
       .sort()
       .reverse();
     for (const m of mounts) await run(['umount', '-l', m]);
-    await rm(this.root, { recursive: true, force: true });
+    // `podman rm` returns before conmon's exit command (`podman container
+    // cleanup`, started with this root's paths on its command line) has
+    // finished writing libpod's state: removing the dir under it fails with
+    // ENOTEMPTY. Wait for those processes first.
+    const left = await this.#waitForOwnProcesses(15_000);
+    if (left.length > 0) problems.push(`processes still using ${this.root} after 15 s: ${left.join(', ')}`);
+    await rm(this.root, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
     return problems;
+  }
+
+  /** Waits until no process has this instance's root on its command line; returns the pids still left. */
+  async #waitForOwnProcesses(timeoutMs: number): Promise<string[]> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const pids: string[] = [];
+      for (const pid of await readdir('/proc')) {
+        if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
+        const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+        if (cmdline.includes(this.root)) pids.push(pid);
+      }
+      if (pids.length === 0 || Date.now() > deadline) return pids;
+      await sleep(100);
+    }
   }
 }

@@ -1,7 +1,7 @@
 // Runs every compiled *.test.js under dist/ with node's test runner (its
 // summaries, and the exit status, say how it went). Optional arguments filter test files by substring.
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, readdirSync, statSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 function findTests(dir) {
@@ -65,6 +65,24 @@ const alone = files.filter((f) => ALONE.some((s) => f.endsWith(s)));
 // scenarios (a cluster of agents and etcd each, a minute or more), then the other end-to-end files, then the rest.
 const weight = (f) => (f.includes('/e2e/cluster') ? 0 : f.includes('/e2e/') ? 1 : 2);
 const together = files.filter((f) => !alone.includes(f)).sort((a, b) => weight(a) - weight(b) || a.localeCompare(b));
+/** The files that used the most CPU (with the children they waited for), from scripts/test-cpu.mjs's lines. */
+function cpuSummary(file) {
+  let text;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch {
+    return '';
+  }
+  const hz = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
+  const rows = text.split('\n').filter(Boolean).map((l) => {
+    const [ticks, path] = [l.slice(0, l.indexOf(' ')), l.slice(l.indexOf(' ') + 1)];
+    return { s: Number(ticks) / hz, path: path.replace(`${process.cwd()}/`, '') };
+  }).sort((a, b) => b.s - a.s);
+  const total = rows.reduce((s, r) => s + r.s, 0);
+  return `# CPU by file (its process and the children it waited for; ${total.toFixed(0)} CPU-s in all)\n` +
+    rows.slice(0, 40).map((r) => `# ${r.s.toFixed(1).padStart(8)} s  ${r.path}\n`).join('');
+}
+
 let status = 0;
 mkdirSync('build', { recursive: true });
 const timings = [];
@@ -74,19 +92,21 @@ for (const [name, batch, concurrency] of [['together', together, 3], ['alone', a
   if (batch.length === 0) continue;
   const started = Date.now();
   const timingFile = `build/test-timings-${name}.txt`;
+  const cpuFile = `build/test-cpu-${name}.txt`;
+  rmSync(cpuFile, { force: true });
   const r = spawnSync(
     process.execPath,
     [
-      '--enable-source-maps', '--test', `--test-concurrency=${concurrency}`,
+      '--enable-source-maps', '--import', './scripts/test-cpu.mjs', '--test', `--test-concurrency=${concurrency}`,
       '--test-reporter=tap', '--test-reporter-destination=stdout',
       '--test-reporter=./scripts/test-timings.mjs', `--test-reporter-destination=${timingFile}`,
       ...batch,
     ],
-    { stdio: 'inherit' },
+    { stdio: 'inherit', env: { ...process.env, TENDRIL_TEST_CPU_FILE: cpuFile } },
   );
   if (r.status !== 0) status = r.status ?? 1;
   timings.push(`# ${name} (${batch.length} files, concurrency ${concurrency}): ${((Date.now() - started) / 1000).toFixed(0)} s wall\n` +
-    readFileSync(timingFile, 'utf8').replace(/^/gm, '# '));
+    readFileSync(timingFile, 'utf8').trimEnd().replace(/^/gm, '# ') + '\n' + cpuSummary(cpuFile));
 }
 // Where the time went, after the results: CI has a time limit, and this is what to cut first.
 console.log(timings.join(''));

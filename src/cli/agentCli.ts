@@ -1,5 +1,4 @@
 import type { Command } from 'commander';
-import { stringify as stringifyYaml } from 'yaml';
 import { DEFAULT_SOCKET, SOCKET_ENV } from '../api/types.js';
 import { AgentClient, AgentResponseError, AgentUnreachableError } from '../client/agentClient.js';
 import { CliError } from './cliError.js';
@@ -35,9 +34,9 @@ export function table(rows: string[][]): string {
   return rows.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd()).join('\n') + '\n';
 }
 
-export function output(opts: AgentOpts, value: unknown, human: () => string): void {
+export async function output(opts: AgentOpts, value: unknown, human: () => string): Promise<void> {
   if (opts.output === 'json') process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
-  else if (opts.output === 'yaml') process.stdout.write(stringifyYaml(value));
+  else if (opts.output === 'yaml') process.stdout.write((await import('./yamlOutput.js')).toYaml(value));
   else if (opts.output === undefined || opts.output === 'table') process.stdout.write(human());
   else throw new CliError(`unknown output format "${opts.output}" (use table, json or yaml)`);
 }

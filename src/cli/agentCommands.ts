@@ -12,7 +12,7 @@ import { registerEndpointPolicyCommand } from './policyCommands.js';
 export function registerAgentCommands(program: Command): void {
   withAgentOpts(program.command('status').description('agent health, kvstore, Kubernetes, IPAM, endpoints, the datapath (bpffs, programs, map pressure, recent drops), services, policies and masquerade')).action(async (opts: AgentOpts) => {
     const h = await call(() => client(opts).status());
-    output(opts, h, () =>
+    await output(opts, h, () =>
       table([
         ['Agent', `${h.status} (node ${h.nodeName}, up ${h.uptimeSeconds}s)`],
         ['KVStore', `${h.kvstore.backend} ${h.kvstore.connected ? 'connected' : 'DISCONNECTED'} at revision ${h.kvstore.revision}${h.kvstore.detail ? ` (${h.kvstore.detail})` : ''}`],
@@ -37,7 +37,7 @@ export function registerAgentCommands(program: Command): void {
   registerEndpointPolicyCommand(endpoint);
   withAgentOpts(endpoint.command('list').description('list endpoints')).action(async (opts: AgentOpts) => {
     const eps = await call(() => client(opts).listEndpoints());
-    output(opts, eps, () =>
+    await output(opts, eps, () =>
       table([
         ['ENDPOINT', 'STATE', 'IDENTITY', 'CONTAINER', 'IFACE', 'POD', 'IPS', 'HOST IF', 'LABELS'],
         ...eps.map((e) => [
@@ -57,14 +57,14 @@ export function registerAgentCommands(program: Command): void {
   withAgentOpts(endpoint.command('get <id>').description('one endpoint: <number>, container-id:<id>, pod-name:<ns>:<name>, ipv4:<ip> or ipv6:<ip>')).action(
     async (id: string, opts: AgentOpts) => {
       const ep = await call(() => client(opts).getEndpoint(id));
-      output(opts, ep, () => endpointView(ep));
+      await output(opts, ep, () => endpointView(ep));
     },
   );
 
   const ipam = program.command('ipam').description('IP address management');
   withAgentOpts(ipam.command('list').description('addresses allocated on this node')).action(async (opts: AgentOpts) => {
     const l = await call(() => client(opts).listIpam());
-    output(opts, l, () =>
+    await output(opts, l, () =>
       `IPAM mode: ${l.mode}\n` +
       table([
         ['IP', 'OWNER', 'POOL', 'CIDR', 'STATE'],
@@ -146,17 +146,17 @@ export function registerIdentityCommands(program: Command): void {
   const identity = program.command('identity').description('security identities');
   withAgentOpts(identity.command('list').description('reserved identities and those this node holds')).action(async (opts: AgentOpts) => {
     const ids = await call(() => client(opts).listIdentities());
-    output(opts, ids, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], ...ids.map((i) => [String(i.id), i.scope, String(i.references ?? ''), i.labels.join(' ')])]));
+    await output(opts, ids, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], ...ids.map((i) => [String(i.id), i.scope, String(i.references ?? ''), i.labels.join(' ')])]));
   });
   withAgentOpts(identity.command('get <id>').description('one identity')).action(async (id: string, opts: AgentOpts) => {
     const i = await call(() => client(opts).getIdentity(id));
-    output(opts, i, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], [String(i.id), i.scope, String(i.references ?? ''), i.labels.join(' ')]]));
+    await output(opts, i, () => table([['ID', 'SCOPE', 'REFS', 'LABELS'], [String(i.id), i.scope, String(i.references ?? ''), i.labels.join(' ')]]));
   });
 
   const ip = program.command('ip').description('the ipcache: IP/CIDR → identity');
   withAgentOpts(ip.command('list').description('every ipcache entry, local and from other nodes')).action(async (opts: AgentOpts) => {
     const entries = await call(() => client(opts).listIpcache());
-    output(opts, entries, () => table([['PREFIX', 'IDENTITY', 'HOST', 'SOURCE', 'OWNER'], ...entries.map((e) => [e.prefix, String(e.identity), e.hostIP ?? '-', e.source, e.owner])]));
+    await output(opts, entries, () => table([['PREFIX', 'IDENTITY', 'HOST', 'SOURCE', 'OWNER'], ...entries.map((e) => [e.prefix, String(e.identity), e.hostIP ?? '-', e.source, e.owner])]));
   });
 }
 
@@ -174,7 +174,7 @@ export function registerEndpointLabelCommand(endpoint: Command): void {
       if (!opts.add?.length && !opts.delete?.length) throw new CliError('give --add and/or --delete');
       const body = { ...(opts.add ? { add: opts.add } : {}), ...(opts.delete ? { delete: opts.delete } : {}) };
       const ep = await call(() => client(opts).patchEndpointLabels(id, body));
-      output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ') || '-'}\n${addedLabelLines(opts.add ?? [], ep.podNamespace)}`);
+      await output(opts, ep, () => `endpoint ${ep.id}: identity ${ep.identity ?? '-'}, labels ${ep.labels.join(' ') || '-'}\n${addedLabelLines(opts.add ?? [], ep.podNamespace)}`);
     });
 }
 

@@ -87,7 +87,7 @@ export function registerBpfCommands(program: Command): void {
   const endpoint = bpf.command('endpoint').description('the local endpoint map');
   withAgentOpts(endpoint.command('list').description('local endpoint map entries')).action(async (opts: AgentOpts) => {
     const rows = await call(() => client(opts).listBpfEndpoints());
-    output(opts, rows, () =>
+    await output(opts, rows, () =>
       table([
         ['IP', 'ENDPOINT', 'IDENTITY', 'IFACE', 'LXC MAC', 'POD MAC', 'FLAGS', 'LABELS'],
         ...rows.map((r) => [r.ip, r.host ? 'host' : String(r.endpointId), String(r.identity), `${r.ifName ?? '?'} (${r.ifindex})`, r.lxcMac, r.podMac, String(r.flags), (r.identityLabels ?? []).join(' ')]),
@@ -98,7 +98,7 @@ export function registerBpfCommands(program: Command): void {
   const ipcache = bpf.command('ipcache').description('the ipcache map');
   withAgentOpts(ipcache.command('list').description('ipcache map entries: prefix → identity')).action(async (opts: AgentOpts) => {
     const rows = await call(() => client(opts).listBpfIpcache());
-    output(opts, rows, () =>
+    await output(opts, rows, () =>
       table([['PREFIX', 'IDENTITY', 'TUNNEL', 'LABELS'], ...rows.map((r) => [r.prefix, String(r.identity), r.tunnelEndpoint ?? '-', (r.identityLabels ?? []).join(' ')])]),
     );
   });
@@ -108,7 +108,7 @@ export function registerBpfCommands(program: Command): void {
     async (id: string, opts: AgentOpts) => {
       const ep = endpointId(id);
       const r = await call(() => client(opts).getBpfPolicy(ep));
-      output(opts, r, () => (r.entries.length === 0 ? `endpoint ${ep}: no policy map entries\n` : policyTable(r.entries)));
+      await output(opts, r, () => (r.entries.length === 0 ? `endpoint ${ep}: no policy map entries\n` : policyTable(r.entries)));
     },
   );
 
@@ -118,16 +118,16 @@ export function registerBpfCommands(program: Command): void {
     .action(async (opts: AgentOpts & { endpoint?: string }) => {
       const query = opts.endpoint !== undefined ? { endpoint: endpointId(opts.endpoint, '--endpoint') } : {};
       const rows = await call(() => client(opts).listBpfConntrack(query));
-      output(opts, rows, () => ctTable(rows));
+      await output(opts, rows, () => ctTable(rows));
     });
   withAgentOpts(ct.command('flush').description('delete every conntrack entry (flows go through policy again)')).action(async (opts: AgentOpts) => {
     const r = await call(() => client(opts).flushBpfConntrack());
-    output(opts, r, () => `Deleted ${r.removed.tcp} TCP and ${r.removed.any} other conntrack entries\n`);
+    await output(opts, r, () => `Deleted ${r.removed.tcp} TCP and ${r.removed.any} other conntrack entries\n`);
   });
   withAgentOpts(ct.command('gc').description('remove expired conntrack entries now')).action(async (opts: AgentOpts) => {
     const r = await call(() => client(opts).gcBpfConntrack());
     const nat = r.nat ? `; ${r.nat.removed} SNAT mappings of ended flows (${r.nat.orphans} orphaned reply sides)` : '';
-    output(opts, r, () => `Removed ${r.tcp.removed} of ${r.tcp.scanned} TCP and ${r.any.removed} of ${r.any.scanned} other entries${nat} in ${r.durationMs} ms\n${r.sample.length > 0 ? ctTable(r.sample) : ''}`);
+    await output(opts, r, () => `Removed ${r.tcp.removed} of ${r.tcp.scanned} TCP and ${r.any.removed} of ${r.any.scanned} other entries${nat} in ${r.durationMs} ms\n${r.sample.length > 0 ? ctTable(r.sample) : ''}`);
   });
 
   const lb = bpf.command('lb').description('the load-balancer maps');
@@ -137,7 +137,7 @@ export function registerBpfCommands(program: Command): void {
     .option('--affinity', 'the session affinity map')
     .action(async (opts: AgentOpts & { backends?: boolean; revnat?: boolean; affinity?: boolean }) => {
       const r = await call(() => client(opts).listBpfLoadBalancer());
-      output(opts, r, () => {
+      await output(opts, r, () => {
         if (opts.backends) return table([['ID', 'ADDRESS', 'PROTO', 'STATE'], ...r.backends.map((b) => [String(b.id), addressPort(b.address, b.port), b.protocol, b.state])]);
         if (opts.revnat) return table([['ID', 'FRONTEND'], ...r.reverseNat.map((n) => [String(n.id), addressPort(n.address, n.port)])]);
         if (opts.affinity) return table([['SERVICE', 'CLIENT', 'BACKEND', 'IDLE'], ...r.affinity.map((a) => [String(a.serviceId), a.client, String(a.backendId), `${Math.round(a.idleSeconds)}s`])]);
@@ -148,11 +148,11 @@ export function registerBpfCommands(program: Command): void {
   const nat = bpf.command('nat').description('the SNAT map');
   withAgentOpts(nat.command('list').description('SNAT mappings (masquerade and NodePort) and the devices SNAT uses')).action(async (opts: AgentOpts) => {
     const r = await call(() => client(opts).listBpfNat());
-    output(opts, r, () => natTable(r));
+    await output(opts, r, () => natTable(r));
   });
 
   withAgentOpts(bpf.command('metrics').description('packets and bytes by reason (forwarded or drop reason) and direction')).action(async (opts: AgentOpts) => {
     const rows = await call(() => client(opts).listBpfMetrics());
-    output(opts, rows, () => table([['REASON', 'DIRECTION', 'PACKETS', 'BYTES'], ...rows.map((r) => [r.reasonName, r.direction, String(r.packets), String(r.bytes)])]));
+    await output(opts, rows, () => table([['REASON', 'DIRECTION', 'PACKETS', 'BYTES'], ...rows.map((r) => [r.reasonName, r.direction, String(r.packets), String(r.bytes)])]));
   });
 }

@@ -26,7 +26,7 @@ export function registerInfoCommands(program: Command): void {
           report.agentError = err.message;
         }
       }
-      output(opts, report, () =>
+      await output(opts, report, () =>
         table([
           ['Client', report.client],
           ...(opts.client ? [] : [['Agent', report.agent ?? `unreachable: ${report.agentError}`]]),
@@ -38,7 +38,7 @@ export function registerInfoCommands(program: Command): void {
 
   withAgentOpts(program.command('config').description('the running agent\'s configuration (GET /config); keys as in its YAML config file')).action(async (opts: AgentOpts) => {
     const config = await call(() => client(opts).getConfig());
-    output(opts, config, () => table([['KEY', 'VALUE'], ...Object.entries(config).map(([k, v]) => [k, configValue(v)])]));
+    await output(opts, config, () => table([['KEY', 'VALUE'], ...Object.entries(config).map(([k, v]) => [k, configValue(v)])]));
   });
 }
 

@@ -73,11 +73,11 @@ export function registerNodeCommands(program: Command): void {
 
   withAgentOpts(node.command('list').description('every node of the cluster, this one first, and whether this node has installed its routes')).action(async (opts: AgentOpts) => {
     const nodes = await call(() => client(opts).listNodes());
-    output(opts, nodes, () => nodeTable(nodes, Date.now()));
+    await output(opts, nodes, () => nodeTable(nodes, Date.now()));
   });
 
   withAgentOpts(node.command('get <name>').description('one node')).action(async (name: string, opts: AgentOpts) => {
     const n = await call(() => client(opts).getNode(name));
-    output(opts, n, () => nodeDetails(n, Date.now()));
+    await output(opts, n, () => nodeDetails(n, Date.now()));
   });
 }

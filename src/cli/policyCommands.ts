@@ -51,7 +51,7 @@ export function registerPolicyCommands(program: Command): void {
       }
       if (!hasDocument(text)) throw new CliError(`no policy documents in ${file === '-' ? 'stdin' : file}`);
       const r = await call(() => client(opts).putPolicy({ text, ...(opts.staged === true ? { staged: true } : {}) }));
-      output(opts, r, () => `Revision: ${r.revision}\n${opts.staged === true ? 'Imported staged' : 'Imported'}: ${r.policies.join(', ')}\n${regenerationLines(r)}${unselectedLines(r.selectsNoEndpoint)}`);
+      await output(opts, r, () => `Revision: ${r.revision}\n${opts.staged === true ? 'Imported staged' : 'Imported'}: ${r.policies.join(', ')}\n${regenerationLines(r)}${unselectedLines(r.selectsNoEndpoint)}`);
     });
 
   withAgentOpts(policy.command('promote [names...]').description('enforce staged policies (imported with --staged or the tendril.io/staged annotation) by name, or every one of a --namespace, or --all'))
@@ -61,7 +61,7 @@ export function registerPolicyCommands(program: Command): void {
       if (names.length === 0 && !opts.namespace && !opts.all) throw new CliError('give policy names, --namespace or --all to select staged policies');
       const body = { ...(names.length > 0 ? { names } : {}), ...(opts.namespace ? { namespace: opts.namespace } : {}), ...(opts.all ? { all: true } : {}) };
       const r = await call(() => client(opts).promotePolicy(body));
-      output(opts, r, () => `Revision: ${r.revision}\nPromoted: ${r.promoted.join(', ')}\n${regenerationLines(r)}`);
+      await output(opts, r, () => `Revision: ${r.revision}\nPromoted: ${r.promoted.join(', ')}\n${regenerationLines(r)}`);
     });
 
   withAgentOpts(policy.command('get').description('the policies in the repository, with the revisions (this node\'s, and the cluster\'s: the same on every node once synced)'))
@@ -69,7 +69,7 @@ export function registerPolicyCommands(program: Command): void {
     .option('--namespace <ns>', 'only this namespace')
     .action(async (opts: AgentOpts & { name?: string; namespace?: string }) => {
       const r = await call(() => client(opts).getPolicy({ ...(opts.name ? { name: opts.name } : {}), ...(opts.namespace ? { namespace: opts.namespace } : {}) }));
-      output(opts, r, () => policyListView(r));
+      await output(opts, r, () => policyListView(r));
     });
 
   withAgentOpts(policy.command('delete').description('delete policies by name, namespace or label, or --all'))
@@ -88,17 +88,17 @@ export function registerPolicyCommands(program: Command): void {
         ...(opts.all ? { all: true } : {}),
       };
       const r = await call(() => client(opts).deletePolicy(query));
-      output(opts, r, () => `Revision: ${r.revision}\nDeleted: ${r.deleted.join(', ') || '(none)'}\n${r.notReady.length > 0 ? regenerationLines(r) : ''}`);
+      await output(opts, r, () => `Revision: ${r.revision}\nDeleted: ${r.deleted.join(', ') || '(none)'}\n${r.notReady.length > 0 ? regenerationLines(r) : ''}`);
     });
 
   withAgentOpts(policy.command('confirm-loss').description('drop the policies the kvstore lost that the agent kept in force from its state dir (policy get lists them as lost; import one again to keep it)')).action(async (opts: AgentOpts) => {
     const r = await call(() => client(opts).confirmPolicyLoss());
-    output(opts, r, () => `Revision: ${r.revision}\nDropped: ${r.dropped.join(', ') || '(none: nothing was lost)'}\nEndpoints regenerated: ${r.regenerated.length}\n`);
+    await output(opts, r, () => `Revision: ${r.revision}\nDropped: ${r.dropped.join(', ') || '(none: nothing was lost)'}\nEndpoints regenerated: ${r.regenerated.length}\n`);
   });
 
   withAgentOpts(policy.command('selectors').description('each selector and the identities it selects')).action(async (opts: AgentOpts) => {
     const r = await call(() => client(opts).getPolicySelectors());
-    output(opts, r, () => table([['SELECTOR', 'USERS', 'IDENTITIES'], ...r.map((s) => [s.selector, String(s.users), s.identities.join(' ')])]));
+    await output(opts, r, () => table([['SELECTOR', 'USERS', 'IDENTITIES'], ...r.map((s) => [s.selector, String(s.users), s.identities.join(' ')])]));
   });
 
   const trace = withAgentOpts(
@@ -118,7 +118,7 @@ export function registerPolicyCommands(program: Command): void {
   trace.requiredOption('--dport <port/proto>', 'e.g. 80/tcp').action(async (opts: AgentOpts & TraceFlags) => {
     const body = { ...tracePeer('src', opts), ...tracePeer('dst', opts), dport: opts.dport };
     const r = await call(() => client(opts).tracePolicy(body));
-    output(opts, r, () => `${r.text.join('\n')}\n`);
+    await output(opts, r, () => `${r.text.join('\n')}\n`);
     if (r.verdict !== 'allow') process.exitCode = 1;
   });
 }
@@ -176,6 +176,6 @@ async function readStdin(): Promise<string> {
 export function registerEndpointPolicyCommand(endpoint: Command): void {
   withAgentOpts(endpoint.command('policy <id>').description('the endpoint\'s computed policy map state')).action(async (id: string, opts: AgentOpts) => {
     const r = await call(() => client(opts).getEndpointPolicy(id));
-    output(opts, r, () => endpointPolicyView(r));
+    await output(opts, r, () => endpointPolicyView(r));
   });
 }

@@ -155,13 +155,13 @@ export function registerServiceCommands(program: Command): void {
 
   withAgentOpts(service.command('list').description('every service with its frontend, type and backends')).action(async (opts: AgentOpts) => {
     const rows = await call(() => client(opts).listServices());
-    output(opts, rows, () => serviceTable(rows));
+    await output(opts, rows, () => serviceTable(rows));
   });
 
   withAgentOpts(service.command('get <id>').description('one service')).action(async (id: string, opts: AgentOpts) => {
     const sid = serviceId(id);
     const r = await call(() => client(opts).getService(sid));
-    output(opts, r, () => serviceTable([r]));
+    await output(opts, r, () => serviceTable([r]));
   });
 
   withAgentOpts(service.command('upsert').description('create or replace a service, from flags or from a JSON file (-f <file|->) in the API\'s shape'))
@@ -189,13 +189,13 @@ export function registerServiceCommands(program: Command): void {
         }
       });
       const r = await call(() => c.putService(id, body));
-      output(opts, r, () => `${existed ? 'Updated' : 'Created'} service ${id}\n${serviceTable([r])}`);
+      await output(opts, r, () => `${existed ? 'Updated' : 'Created'} service ${id}\n${serviceTable([r])}`);
     });
 
   withAgentOpts(service.command('delete <id>').description('delete a service')).action(async (id: string, opts: AgentOpts) => {
     const sid = serviceId(id);
     const r = await call(() => client(opts).deleteService(sid));
-    output(opts, r, () => `Deleted service ${r.deleted}\n`);
+    await output(opts, r, () => `Deleted service ${r.deleted}\n`);
   });
 }
 

@@ -54,7 +54,8 @@ if (files.length === 0) {
 // their eBPF objects (a cluster test starts three), the two cores starve the traffic they
 // measure, and the failures would be the machine's, not tendril's. The README's getting-started
 // run starts three agents and etcd, and waits on real timeouts (ping -W, nc -w). The demo test
-// runs the whole demo (five agents, one after another), then a fifth of it again. The upgrade test swaps builds under a stream of new
+// runs the whole demo (five agents, one after another), then a fifth of it again (make test runs it
+// beside check-native instead). The upgrade test swaps builds under a stream of new
 // connections and counts every one.
 const ALONE = [
   '/e2e/datapathRestart.test.js', '/e2e/datapathRestartIpv6.test.js', '/e2e/datapathRestartDual.test.js', '/e2e/servicesBackends.test.js', '/e2e/masquerade.test.js',

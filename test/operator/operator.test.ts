@@ -300,6 +300,8 @@ describe('cluster-pool CIDRs', () => {
       assert.equal(spec.routingMode, 'tunnel', `${n}: the agent's routingMode survives`);
     }
     assert.ok((api.requests()['get:tendrilnodes'] ?? 0) > 0, 'conflicts were met and resolved by a read');
+    // The API server holds a patch before the operator has read its answer and counted it.
+    await waitFor('every patch answered', () => (op.controllers?.clusterPool?.patches ?? 0) >= names.length, 2000);
     assert.equal(op.controllers?.clusterPool?.patches, names.length, 'one successful patch per node');
   });
 

@@ -193,10 +193,8 @@ test: deps
 	$(MAKE) $(JOBS) -Otarget check-native demo-test
 
 # make test, and the single-stack (IPv4, IPv6) runs of the suites make test runs on dual-stack pods only.
-test-all: deps
-	$(MAKE) $(JOBS) build lint
-	TENDRIL_TEST_ALL=1 node scripts/run-tests.mjs $(foreach t,$(ASAN_TESTS) $(DEMO_TEST),'!$(t)')
-	$(MAKE) $(JOBS) -Otarget check-native demo-test
+test-all: export TENDRIL_TEST_ALL := 1
+test-all: test
 
 DEMO_TEST := /e2e/demo.test
 demo-test: build
@@ -214,8 +212,9 @@ ASAN_ADDON_TESTS := datapath/kernel/ bpf/bpfUnit.test bpf/mapMigration.test bpf/
 ASAN_PROGRAM_TESTS := plugin/ test/native/
 ASAN_TESTS := $(ASAN_ADDON_TESTS) $(ASAN_PROGRAM_TESTS)
 
-# The native parts again under AddressSanitizer/UBSan (their own tests, with the
-# sanitized addon preloaded into node), then every fuzz target for a bounded time.
+# The native parts under AddressSanitizer/UBSan (their own tests: the addon's with its sanitized
+# build preloaded into node, tendril-cni's and crr's exec'ing their sanitized builds), then every
+# fuzz target for a bounded time.
 check-native: build build/native-asan/tendril_kernel.node build/asan/tendril-cni build/asan/crr $(FUZZ_BIN)
 	TENDRIL_KERNEL_ADDON=$(CURDIR)/build/native-asan/tendril_kernel.node \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \

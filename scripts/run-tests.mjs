@@ -71,8 +71,10 @@ function cpuSummary(file) {
   let text;
   try {
     text = readFileSync(file, 'utf8');
-  } catch {
-    return '';
+  } catch (e) {
+    // No test process got as far as exiting (the batch failed to start): nothing to report.
+    if (e.code === 'ENOENT') return '';
+    throw e;
   }
   const hz = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
   const rows = text.split('\n').filter(Boolean).map((l) => {

@@ -280,14 +280,15 @@ export function startProbe(ns: string, ip: string, port: number, onAttempt: (sta
  * A tendril policy of one ingress rule: pods with app=`server` accept TCP `port` from
  * pods with app=`client`. Its name is `name` (a re-import replaces it).
  */
-export function ingressRuleDoc(name: string, server: string, client: string, port: number): string {
+export function ingressRuleDoc(name: string, server: string, client: string, port: number | readonly number[]): string {
+  const ports = typeof port === 'number' ? [port] : port;
   return JSON.stringify({
     apiVersion: 'tendril.io/v1',
     kind: 'TendrilNetworkPolicy',
     metadata: { name, namespace: 'bench' },
     spec: {
       endpointSelector: { matchLabels: { app: server } },
-      ingress: [{ fromEndpoints: [{ matchLabels: { app: client } }], toPorts: [{ ports: [{ port: String(port), protocol: 'TCP' }] }] }],
+      ingress: [{ fromEndpoints: [{ matchLabels: { app: client } }], toPorts: [{ ports: ports.map((p) => ({ port: String(p), protocol: 'TCP' })) }] }],
     },
   });
 }

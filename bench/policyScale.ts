@@ -11,32 +11,37 @@
 //   match, the rule accepting port 8080 last, then DROP — the linear chain that
 //   Calico/kube-proxy-style iptables policy walks for every new connection
 //   (N = 0: the chain only ACCEPTs).
-// Measured per point: CRR (connect, 1-byte request, response, close; 4 concurrent) as
-// connections/s and latency p50/p99, and RR (1-byte request/response on one open
-// connection) p50/p99; all series interleave round by round. The tendril pods are
+// Measured per point: CRR with the native client (bench/native/crr.c: connect, 1-byte
+// request, response, close with RST; 2 threads, `rounds` × `crrSeconds` s) as
+// connections/s, latency p50/p99, CPU per connection (client + server) and the pod
+// programs' ns per run, plus the agent's CPU over each run (its periodic work shares
+// the machine's two cores with the measurement); and RR (1-byte request/response on
+// one open connection, the Node.js client) p50/p99. All series interleave round by round. The tendril pods are
 // dual-stack: the same pods and rules are measured over IPv6 too (identities are
 // family-free: one policy map entry serves both).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { exec } from './benchProcess.js';
-import { type BenchPod, BenchNamespaces, BpfRunStats, TcpClientSession, TendrilBenchNode, ingressRuleDoc, inNs, runTcpClient, startTcpServer } from './policyDatapath.js';
+import { CrrServer, type CrrResult as NativeCrrResult, crrErrors, runCrrClient } from '../test/support/crr.js';
+import { type BenchPod, BenchNamespaces, BpfRunStats, TcpClientSession, TendrilBenchNode, ingressRuleDoc, inNs, netnsPath, processCpuNs, runTcpClient, startTcpServer } from './policyDatapath.js';
 import { percentile } from './stats.js';
 
 const PORT = 8080;
+/** RR's port (the Node.js server beside the native one); the rules allow it as they allow PORT. */
+const RR_PORT = 8081;
 /** tendril over IPv4, tendril over IPv6 (the same pods), the iptables baseline. */
 type Side = 'tendril' | 'tendrilIpv6' | 'iptables';
 const COUNTS = [0, 100, 1000, 10000];
 
-interface CrrResult {
-  transactions: number;
-  errors: number;
-  seconds: number;
-  cpuUs: number;
-  latenciesUs: number[];
-  /** Set by the bench: the server process's CPU over the same run. */
-  serverCpuUs?: number;
-  /** Set by the bench for tendril: the pod programs' run time and runs over the same run. */
+/** One native crr run and what was measured around it. */
+interface CrrRun {
+  result: NativeCrrResult;
+  /** The server process's CPU over the same run (µs). */
+  serverCpuUs: number;
+  /** The agent's CPU over the same run (µs); 0 for the iptables side. */
+  agentCpuUs: number;
+  /** tendril: the pod programs' run time and runs over the same run. */
   bpf?: { ns: number; runs: number };
 }
 interface RrResult {
@@ -66,15 +71,17 @@ export interface ScalePoint {
   /** tendril only: ns per run of the pod programs during the CRR runs (kernel BPF statistics), and paired vs 0. */
   bpfNsPerRun?: number;
   bpfNsPerRunVs0?: number;
+  /** The agent's CPU over the CRR runs, as a share of one core (tendril only). */
+  agentCpuShare?: number;
   /** What a connection to a port no rule allows met: `timeout` = dropped (policy in force). */
   otherPort: string;
 }
 
 export interface PolicyScaleReport {
   rounds: number;
-  crrMs: number;
+  crrSeconds: number;
+  threads: number;
   rrMs: number;
-  concurrency: number;
   tendril: ScalePoint[];
   /** The same tendril pods and rules, over IPv6. */
   tendrilIpv6: ScalePoint[];
@@ -99,6 +106,7 @@ function iptablesRuleset(counts: readonly number[], clientIp: string, serverIps:
     else {
       for (let i = 0; i < n - 1; i++) lines.push(`-A TDL-POL-${k} -s ${clientIp}/32 -p tcp -m tcp --dport ${10000 + i} -j ACCEPT`);
       lines.push(`-A TDL-POL-${k} -s ${clientIp}/32 -p tcp -m tcp --dport ${PORT} -j ACCEPT`);
+      lines.push(`-A TDL-POL-${k} -s ${clientIp}/32 -p tcp -m tcp --dport ${RR_PORT} -j ACCEPT`);
       lines.push(`-A TDL-POL-${k} -j DROP`);
     }
   });
@@ -126,10 +134,10 @@ async function checkPort(ns: string, ip: string, port: number): Promise<string> 
   return (await runTcpClient<{ result: string }>(ns, ['check', ip, String(port), '300'])).result;
 }
 
-/** The tendril rules of the server for `n` rules: the allowing one first, then n-1 that allow other ports. */
+/** The tendril rules of the server for `n` rules: the allowing one first (the CRR and RR ports), then n-1 that allow other ports. */
 function tendrilRules(n: number): string[] {
   const docs: string[] = [];
-  for (let i = 0; i < n; i++) docs.push(ingressRuleDoc(`scale-${n}-${i}`, `scale-server-${n}`, 'scale-client', i === 0 ? PORT : 10000 + i - 1));
+  for (let i = 0; i < n; i++) docs.push(ingressRuleDoc(`scale-${n}-${i}`, `scale-server-${n}`, 'scale-client', i === 0 ? [PORT, RR_PORT] : 10000 + i - 1));
   return docs;
 }
 
@@ -139,11 +147,11 @@ function tendrilRules(n: number): string[] {
  * all points interleave round by round and the machine's load drifts onto all of
  * them alike, instead of onto whichever count happened to run during a busy spell.
  */
-export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, concurrency = 4): Promise<PolicyScaleReport> {
+export async function runPolicyScaleBench(rounds = 3, crrSeconds = 5, rrMs = 300, threads = 2): Promise<PolicyScaleReport> {
   const tag = `tdlps${process.pid % 10000}`;
   const namespaces = new BenchNamespaces();
   const scratch = await mkdtemp(join(tmpdir(), 'tdl-bench-pscale-'));
-  const stoppers: Array<() => void> = [];
+  const stoppers: Array<() => void | Promise<void>> = [];
   let tendrilNode: TendrilBenchNode | undefined;
   let bpfStats: BpfRunStats | undefined;
   try {
@@ -158,15 +166,28 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
     for (const [k, n] of COUNTS.entries()) tServers.push(await tendrilNode.addPod(`scale-server-${n}`, tServersNs[k]!, `app=scale-server-${n}`));
     const base = await routedNamespaces(bn, bc, bServersNs);
 
-    const servers: Record<Side, Awaited<ReturnType<typeof startTcpServer>>[]> = { tendril: [], tendrilIpv6: [], iptables: [] };
     const ip6 = (pod: BenchPod) => {
       if (pod.ip6 === undefined) throw new Error(`${pod.name} got no IPv6 address`);
       return pod.ip6;
     };
-    for (const [k, pod] of tServers.entries()) servers.tendril.push(await startTcpServer(tServersNs[k]!, pod.ip, PORT));
-    for (const [k, pod] of tServers.entries()) servers.tendrilIpv6.push(await startTcpServer(tServersNs[k]!, ip6(pod), PORT));
-    for (const [k, ip] of base.serverIps.entries()) servers.iptables.push(await startTcpServer(bServersNs[k]!, ip, PORT));
-    for (const s of [...servers.tendril, ...servers.tendrilIpv6, ...servers.iptables]) stoppers.push(s.stop);
+    // The native server answers CRR; the Node.js one RR (on the next port: both listen in every server namespace).
+    const crrServers: Record<Side, CrrServer[]> = { tendril: [], tendrilIpv6: [], iptables: [] };
+    const rrServers: Record<Side, Awaited<ReturnType<typeof startTcpServer>>[]> = { tendril: [], tendrilIpv6: [], iptables: [] };
+    for (const [k, pod] of tServers.entries()) {
+      const s = await CrrServer.start(netnsPath(tServersNs[k]!), [`${pod.ip}:${PORT}`, `[${ip6(pod)}]:${PORT}`], { threads });
+      stoppers.push(() => s.stop());
+      crrServers.tendril.push(s);
+      crrServers.tendrilIpv6.push(s);
+      rrServers.tendril.push(await startTcpServer(tServersNs[k]!, pod.ip, RR_PORT));
+      rrServers.tendrilIpv6.push(await startTcpServer(tServersNs[k]!, ip6(pod), RR_PORT));
+    }
+    for (const [k, ip] of base.serverIps.entries()) {
+      const s = await CrrServer.start(netnsPath(bServersNs[k]!), [`${ip}:${PORT}`], { threads });
+      stoppers.push(() => s.stop());
+      crrServers.iptables.push(s);
+      rrServers.iptables.push(await startTcpServer(bServersNs[k]!, ip, RR_PORT));
+    }
+    for (const s of [...rrServers.tendril, ...rrServers.tendrilIpv6, ...rrServers.iptables]) stoppers.push(s.stop);
 
     // tendril: every count's rules, then wait until each server realizes them and the agent is idle.
     const t0 = performance.now();
@@ -179,79 +200,85 @@ export async function runPolicyScaleBench(rounds = 20, crrMs = 150, rrMs = 80, c
       const pol = await tendrilNode.client.getEndpointPolicy(pod.endpointId);
       tendrilEntries.push({ entries: pol.entries.length, datapathEnforced: pol.datapathEnforced });
     }
-    // iptables: the same counts, one chain per server.
+    // iptables: the same counts, one chain per server; RR's port is allowed as the measured one is.
     await exec(inNs(bn, ['iptables-restore']), process.env, iptablesRuleset(COUNTS, base.clientIp, base.serverIps));
 
-    // One client process per side, kept running (the same code for both).
     const tendrilClient = TcpClientSession.start(tc);
-    const clients: Record<Side, TcpClientSession> = { tendril: tendrilClient, tendrilIpv6: tendrilClient, iptables: TcpClientSession.start(bc) };
-    stoppers.push(() => clients.tendril.stop(), () => clients.iptables.stop());
-    type Series = { side: Side; k: number; clientNs: string; serverIp: string; crr: CrrResult[]; rr: RrResult[] };
+    const rrClients: Record<Side, TcpClientSession> = { tendril: tendrilClient, tendrilIpv6: tendrilClient, iptables: TcpClientSession.start(bc) };
+    stoppers.push(() => rrClients.tendril.stop(), () => rrClients.iptables.stop());
+    type Series = { side: Side; k: number; clientNs: string; serverIp: string; dest: string; crr: CrrRun[]; rr: RrResult[] };
     const series: Series[] = [];
     for (const k of COUNTS.keys()) {
-      series.push({ side: 'tendril', k, clientNs: tc, serverIp: tServers[k]!.ip, crr: [], rr: [] });
-      series.push({ side: 'tendrilIpv6', k, clientNs: tc, serverIp: ip6(tServers[k]!), crr: [], rr: [] });
-      series.push({ side: 'iptables', k, clientNs: bc, serverIp: base.serverIps[k]!, crr: [], rr: [] });
+      series.push({ side: 'tendril', k, clientNs: tc, serverIp: tServers[k]!.ip, dest: `${tServers[k]!.ip}:${PORT}`, crr: [], rr: [] });
+      series.push({ side: 'tendrilIpv6', k, clientNs: tc, serverIp: ip6(tServers[k]!), dest: `[${ip6(tServers[k]!)}]:${PORT}`, crr: [], rr: [] });
+      series.push({ side: 'iptables', k, clientNs: bc, serverIp: base.serverIps[k]!, dest: `${base.serverIps[k]!}:${PORT}`, crr: [], rr: [] });
     }
-    for (const s of series) await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: 100, concurrency }); // warm-up
+    const agentPid = tendrilNode.process.pid!;
+    for (const s of series) {
+      const warm = await runCrrClient(netnsPath(s.clientNs), { destinations: [s.dest], seconds: 1, threads, timeoutMs: 1000 });
+      if (warm.connections === 0) throw new Error(`${s.side} ${COUNTS[s.k]} rules: no connection to ${s.dest} answered (${crrErrors(warm)})`);
+    }
     bpfStats = await BpfRunStats.enable(tendrilNode);
     for (let r = 0; r < rounds; r++) {
       // Each round starts one series further on, so no series always runs first.
       const order = series.map((_, i) => series[(i + r) % series.length]!);
       for (const s of order) {
-        const server = servers[s.side]![s.k]!;
-        const bpf0 = s.side !== 'iptables' ? await bpfStats.read() : undefined;
-        const cpu0 = await server.cpuNs();
-        const res = await clients[s.side].run<CrrResult>({ op: 'crr', ip: s.serverIp, port: PORT, ms: crrMs, concurrency });
-        res.serverCpuUs = ((await server.cpuNs()) - cpu0) / 1000;
+        const server = crrServers[s.side][s.k]!;
+        const tendril = s.side !== 'iptables';
+        const bpf0 = tendril ? await bpfStats.read() : undefined;
+        const [cpu0, agent0] = [await server.cpuNs(), await processCpuNs(agentPid)];
+        const result = await runCrrClient(netnsPath(s.clientNs), { destinations: [s.dest], seconds: crrSeconds, threads, timeoutMs: 1000 });
+        const run: CrrRun = { result, serverCpuUs: ((await server.cpuNs()) - cpu0) / 1000, agentCpuUs: tendril ? ((await processCpuNs(agentPid)) - agent0) / 1000 : 0 };
         if (bpf0) {
           const bpf1 = await bpfStats.read();
-          res.bpf = { ns: bpf1.ns - bpf0.ns, runs: bpf1.runs - bpf0.runs };
+          run.bpf = { ns: bpf1.ns - bpf0.ns, runs: bpf1.runs - bpf0.runs };
         }
-        s.crr.push(res);
+        s.crr.push(run);
       }
-      for (const s of order) s.rr.push(await clients[s.side].run<RrResult>({ op: 'rr', ip: s.serverIp, port: PORT, ms: rrMs }));
+      for (const s of order) s.rr.push(await rrClients[s.side].run<RrResult>({ op: 'rr', ip: s.serverIp, port: RR_PORT, ms: rrMs }));
     }
     await bpfStats.restore();
     bpfStats = undefined;
     const points = async (side: Series['side']) => {
       const out: ScalePoint[] = [];
       const zero = series.find((x) => x.side === side && x.k === 0)!;
-      const roundCps = (x: CrrResult) => x.transactions / x.seconds;
-      const roundCpu = (x: CrrResult) => (x.cpuUs + x.serverCpuUs!) / x.transactions;
-      const roundBpf = (x: CrrResult) => x.bpf!.ns / x.bpf!.runs;
-      const roundP50 = (x: { latenciesUs: number[] }) => percentile(x.latenciesUs, 0.5);
+      const roundCps = (x: CrrRun) => x.result.connPerS;
+      const roundCpu = (x: CrrRun) => (x.result.cpuUs.user + x.result.cpuUs.system + x.serverCpuUs) / x.result.connections;
+      const roundBpf = (x: CrrRun) => x.bpf!.ns / x.bpf!.runs;
+      const roundCrrP50 = (x: CrrRun) => x.result.latencyUs.p50;
+      const roundRrP50 = (x: RrResult) => percentile(x.latenciesUs, 0.5);
       // The machine is shared: a busy spell moves every point measured in it, so each
       // round's figure is compared with the 0-rule figure of the same round.
       const paired = <T>(of: (s: Series) => T[], s: Series, fig: (x: T) => number) => percentile(of(s).map((x, r) => fig(x) / fig(of(zero)[r]!)), 0.5);
       const crrOf = (s: Series) => s.crr;
       const rrOf = (s: Series) => s.rr;
       for (const s of series.filter((x) => x.side === side)) {
-        const crrLat = s.crr.flatMap((x) => x.latenciesUs);
         const rrLat = s.rr.flatMap((x) => x.latenciesUs);
         out.push({
           rules: COUNTS[s.k]!,
-          cps: percentile(s.crr.map((x) => x.transactions / x.seconds), 0.5),
-          crrP50: percentile(crrLat, 0.5),
-          crrP99: percentile(crrLat, 0.99),
+          cps: percentile(s.crr.map(roundCps), 0.5),
+          crrP50: percentile(s.crr.map(roundCrrP50), 0.5),
+          crrP99: percentile(s.crr.map((x) => x.result.latencyUs.p99), 0.5),
           rrP50: percentile(rrLat, 0.5),
           rrP99: percentile(rrLat, 0.99),
-          errors: s.crr.reduce((a, x) => a + x.errors, 0),
+          errors: s.crr.reduce((a, x) => a + x.result.errorCount, 0),
           cpsVs0: paired(crrOf, s, roundCps),
-          crrP50Vs0: paired(crrOf, s, roundP50),
-          rrP50Vs0: paired(rrOf, s, roundP50),
+          crrP50Vs0: paired(crrOf, s, roundCrrP50),
+          rrP50Vs0: paired(rrOf, s, roundRrP50),
           cpuPerConn: percentile(s.crr.map(roundCpu), 0.5),
           cpuPerConnVs0: paired(crrOf, s, roundCpu),
-          ...(side !== 'iptables' ? { bpfNsPerRun: percentile(s.crr.map(roundBpf), 0.5), bpfNsPerRunVs0: paired(crrOf, s, roundBpf) } : {}),
-          otherPort: await checkPort(s.clientNs, s.serverIp, PORT + 1),
+          ...(side !== 'iptables'
+            ? { bpfNsPerRun: percentile(s.crr.map(roundBpf), 0.5), bpfNsPerRunVs0: paired(crrOf, s, roundBpf), agentCpuShare: percentile(s.crr.map((x) => x.agentCpuUs / (x.result.seconds * 1e6)), 0.5) }
+            : {}),
+          otherPort: await checkPort(s.clientNs, s.serverIp, PORT + 2),
         });
       }
       return out;
     };
-    return { rounds, crrMs, rrMs, concurrency, tendril: await points('tendril'), tendrilIpv6: await points('tendrilIpv6'), iptables: await points('iptables'), tendrilEntries, importMs };
+    return { rounds, crrSeconds, threads, rrMs, tendril: await points('tendril'), tendrilIpv6: await points('tendrilIpv6'), iptables: await points('iptables'), tendrilEntries, importMs };
   } finally {
     if (bpfStats) await bpfStats.restore();
-    for (const stop of stoppers) stop();
+    for (const stop of stoppers) await stop();
     if (tendrilNode) await tendrilNode.stop();
     await namespaces.cleanup();
     await rm(scratch, { recursive: true, force: true });
@@ -262,16 +289,16 @@ const spread = (xs: number[]) => (Math.max(...xs) - Math.min(...xs)) / Math.max(
 
 export function printPolicyScale(r: PolicyScaleReport): void {
   const f = (x: number, d = 0) => x.toFixed(d).padStart(9);
-  console.log(`\nPolicy cost vs rule count, pod→pod TCP on one node: CRR (connect+1B req/resp+close, ${r.concurrency} concurrent, ${r.rounds}×${r.crrMs} ms) and RR (1B on an open connection, ${r.rounds}×${r.rrMs} ms), interleaved`);
+  console.log(`\nPolicy cost vs rule count, pod→pod TCP on one node: CRR (native client: connect+1B req/resp+close with RST, ${r.threads} threads, ${r.rounds}×${r.crrSeconds} s) and RR (1B on an open connection, ${r.rounds}×${r.rrMs} ms), interleaved`);
   console.log('  iptables baseline: routed veths through a node netns; FORWARD = ct ESTABLISHED accept, then a linear chain of N rules (allowing rule last)');
   console.log(`  ${'rules'.padStart(6)} | ${'tendril'.padEnd(99)} | ${'iptables'.padEnd(99)} | tendril server map`);
   const head = ['conn/s', 'vs 0', 'CPU/conn', 'vs 0', 'CRR p50', 'vs 0', 'CRR p99', 'RR p50', 'vs 0', 'RR p99', ''].map((h) => h.padStart(9)).join('');
-  console.log(`  ${''.padStart(6)} | ${head} | ${head} | (latencies µs; port 8081: timeout = dropped)`);
+  console.log(`  ${''.padStart(6)} | ${head} | ${head} | (latencies µs; port ${PORT + 2}: timeout = dropped)`);
   r.tendril.forEach((t, i) => {
     const b = r.iptables[i]!;
     const e = r.tendrilEntries[i]!;
     const cols = (p: ScalePoint) => `${f(p.cps)}${f(p.cpsVs0, 2)}${f(p.cpuPerConn, 1)}${f(p.cpuPerConnVs0, 2)}${f(p.crrP50)}${f(p.crrP50Vs0, 2)}${f(p.crrP99)}${f(p.rrP50)}${f(p.rrP50Vs0, 2)}${f(p.rrP99)}${(p.errors ? `e${p.errors}` : '').padStart(9)}`;
-    console.log(`  ${String(t.rules).padStart(6)} | ${cols(t)} | ${cols(b)} | ${e.entries} entries${e.datapathEnforced ? '' : ' (agent: not enforced)'}; 8081: ${t.otherPort}/${b.otherPort}`);
+    console.log(`  ${String(t.rules).padStart(6)} | ${cols(t)} | ${cols(b)} | ${e.entries} entries${e.datapathEnforced ? '' : ' (agent: not enforced)'}; ${PORT + 2}: ${t.otherPort}/${b.otherPort}`);
   });
   const tc = r.tendril.map((p) => p.cps);
   const bc = r.iptables.map((p) => p.cps);
@@ -284,6 +311,7 @@ export function printPolicyScale(r: PolicyScaleReport): void {
   console.log(
     `  tendril pod programs, ns per run during CRR (kernel BPF stats): ${r.tendril.map((p) => `${p.rules}: ${p.bpfNsPerRun!.toFixed(0)}`).join(', ')}; paired vs 0: ${r.tendril.map((p) => p.bpfNsPerRunVs0!.toFixed(2)).join(' → ')}`,
   );
+  console.log(`  the agent's CPU during the CRR runs (share of one core): ${r.tendril.map((p) => `${p.rules}: ${(p.agentCpuShare! * 100).toFixed(1)}%`).join(', ')}`);
   console.log(`  CPU µs per connection (client + server processes) at 10,000 vs 0 rules (paired): tendril ${r.tendril.at(-1)!.cpuPerConnVs0.toFixed(2)}x, iptables ${r.iptables.map((p) => p.cpuPerConnVs0.toFixed(2)).join(' → ')}`);
   console.log(
     `  conn/s at 10,000 vs 0 rules (paired): tendril ${r.tendril.at(-1)!.cpsVs0.toFixed(2)}x, iptables ${r.iptables.at(-1)!.cpsVs0.toFixed(2)}x (${r.iptables.map((p) => p.cpsVs0.toFixed(2)).join(' → ')}); tendril / iptables at 10,000: ${(tc.at(-1)! / bc.at(-1)!).toFixed(2)}x`,
@@ -296,5 +324,6 @@ export function printPolicyScale(r: PolicyScaleReport): void {
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  printPolicyScale(await runPolicyScaleBench());
+  const env = (name: string, dflt: number) => Number(process.env[name] ?? dflt);
+  printPolicyScale(await runPolicyScaleBench(env('TENDRIL_BENCH_ROUNDS', 3), env('TENDRIL_BENCH_CRR_SECONDS', 5)));
 }

@@ -198,4 +198,38 @@ describe('tendril service', () => {
       assert.match(r.stderr, /agent: SERVICE_UNSUPPORTED: services need the eBPF datapath/);
     }
   });
+
+  test('apply -f: many services in batches (one with more backends than a batch takes goes alone), each one\'s outcome, exit 1 when any failed', async () => {
+    const svc = (id: number, ip: string, backends = 3) => ({
+      id,
+      'frontend-address': { ip, port: 80, protocol: 'TCP' },
+      'backend-addresses': Array.from({ length: backends }, (_, j) => ({ ip: `10.95.${1 + (j >> 8)}.${j & 255}`, port: 8080 })),
+      flags: { type: 'ClusterIP' },
+    });
+    const many = Array.from({ length: 300 }, (_, i) => svc(1000 + i, `10.97.${i >> 7}.${(i & 127) + 1}`));
+    const big = svc(2000, '10.97.9.1', 70);
+    const bad = svc(2001, '127.0.0.1');
+    const file = join(dir, 'many.json');
+    await writeFile(file, JSON.stringify([...many, big, bad]));
+    const r = await tendril(['service', 'apply', '-f', file, '--socket', sock]);
+    assert.equal(r.code, 1, r.stderr);
+    assert.equal(r.stdout, 'Applied 302 services: 301 created, 0 updated, 0 unchanged, 1 failed\n  service 2001: SERVICE_INVALID: frontend-address.ip: 127.0.0.1 is a loopback address\n');
+    assert.equal(server.services.get(2000)!['backend-addresses'].length, 70);
+    assert.equal(server.services.get(1299)!['frontend-address'].ip, '10.97.2.44');
+    // Again, with one changed: the rest is unchanged; -o json gives each change's result.
+    many[5]!['backend-addresses'].pop();
+    await writeFile(file, JSON.stringify(many));
+    const again = await tendril(['service', 'apply', '-f', file, '-o', 'json', '--socket', sock]);
+    assert.equal(again.code, 0, again.stderr);
+    const results = JSON.parse(again.stdout) as Array<{ id: number; result: string }>;
+    assert.deepEqual(results.filter((x) => x.result !== 'unchanged').map((x) => [x.id, x.result]), [[1005, 'updated']]);
+    assert.equal(results.length, 300);
+    // A file that names an ID twice, or none, is refused before the agent is called.
+    await writeFile(file, JSON.stringify([svc(3000, '10.97.8.1'), svc(3000, '10.97.8.2')]));
+    assert.match((await tendril(['service', 'apply', '-f', file, '--socket', sock])).stderr, /service 3000 is given twice/);
+    await writeFile(file, JSON.stringify([{ ...svc(3000, '10.97.8.1'), id: undefined }]));
+    assert.match((await tendril(['service', 'apply', '-f', file, '--socket', sock])).stderr, /item 0 has no "id"/);
+    assert.equal(server.services.get(3000), undefined);
+    for (const s of [...many, big]) await server.services.delete(s.id);
+  });
 });

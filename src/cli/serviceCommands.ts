@@ -124,6 +124,90 @@ export async function upsertRequest(o: UpsertFlags): Promise<{ id: number; body:
   return { id: serviceId(String(fileId), 'the file\'s id'), body: body as ServiceBody };
 }
 
+type BatchChange = RequestBody<'applyServices'>['changes'][number];
+type BatchResult = ResponseBody<'applyServices', 200>['results'][number];
+/** What one PATCH /service takes: its document's limits. */
+export const BATCH_MAX_CHANGES = 250;
+export const BATCH_MAX_BACKENDS = 64;
+
+/** The services of `service apply -f`: a JSON list of services with their IDs (what `service list -o json` prints), or one service. */
+export async function applyRequest(file: string): Promise<Array<ServiceBody & { id: number }>> {
+  let text: string;
+  try {
+    text = file === '-' ? await readStdin() : await readFile(file, 'utf8');
+  } catch (err) {
+    throw new CliError(`cannot read ${file}: ${fileErrorReason(err)}`);
+  }
+  const where = file === '-' ? 'stdin' : file;
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    throw new CliError(`${where} is not JSON: ${(err as Error).message}`);
+  }
+  const list = Array.isArray(doc) ? doc : [doc];
+  const seen = new Set<number>();
+  return list.map((item, i) => {
+    if (item === null || typeof item !== 'object' || Array.isArray(item)) throw new CliError(`${where}: item ${i} is not a service object`);
+    const id = (item as { id?: unknown }).id;
+    if (typeof id !== 'number') throw new CliError(`${where}: item ${i} has no "id" (every service of a batch names its ID)`);
+    const sid = serviceId(String(id), `${where}: item ${i}'s id`);
+    if (seen.has(sid)) throw new CliError(`${where}: service ${sid} is given twice`);
+    seen.add(sid);
+    return item as ServiceBody & { id: number };
+  });
+}
+
+/**
+ * Sends the services in batches of PATCH /service (a service with more
+ * backends than a batch takes goes alone through PUT /service/{id}); what each did.
+ */
+export async function applyServices(c: ReturnType<typeof client>, services: ReadonlyArray<ServiceBody & { id: number }>): Promise<BatchResult[]> {
+  const results: BatchResult[] = [];
+  let batch: BatchChange[] = [];
+  const flush = async () => {
+    if (batch.length === 0) return;
+    const r = await c.applyServices({ changes: batch });
+    results.push(...r.results);
+    batch = [];
+  };
+  for (const s of services) {
+    if (s['backend-addresses'].length <= BATCH_MAX_BACKENDS) {
+      batch.push({ upsert: s });
+      if (batch.length === BATCH_MAX_CHANGES) await flush();
+      continue;
+    }
+    try {
+      const existed = await serviceExists(c, s.id);
+      const r = await c.putService(s.id, s);
+      results.push({ id: s.id, op: 'upsert', result: existed ? 'updated' : 'created', service: r });
+    } catch (err) {
+      if (!(err instanceof AgentResponseError)) throw err;
+      results.push({ id: s.id, op: 'upsert', result: 'failed', error: { code: err.body.code, message: err.message } });
+    }
+  }
+  await flush();
+  return results;
+}
+
+async function serviceExists(c: ReturnType<typeof client>, id: number): Promise<boolean> {
+  try {
+    await c.getService(id);
+    return true;
+  } catch (err) {
+    if (err instanceof AgentResponseError && err.status === 404) return false;
+    throw err;
+  }
+}
+
+/** `service apply`'s summary: the counts, then each failure. */
+export function applySummary(results: readonly BatchResult[]): string {
+  const count = (what: BatchResult['result']) => results.filter((r) => r.result === what).length;
+  const lines = [`Applied ${results.length} service${results.length === 1 ? '' : 's'}: ${count('created')} created, ${count('updated')} updated, ${count('unchanged')} unchanged, ${count('failed')} failed`];
+  for (const r of results) if (r.result === 'failed') lines.push(`  service ${r.id}: ${r.error?.code ?? 'FAILED'}: ${r.error?.message ?? ''}`);
+  return `${lines.join('\n')}\n`;
+}
+
 function typeText(s: ServiceRow): string {
   const extra = [
     ...(s.flags.trafficPolicy === 'Local' ? ['Local'] : []),
@@ -151,7 +235,7 @@ export function serviceTable(services: readonly ServiceRow[]): string {
 
 /** `tendril service …`: the agent's services, as `cilium service` does it. */
 export function registerServiceCommands(program: Command): void {
-  const service = program.command('service').description('services: list, get, upsert, delete (load-balanced by the eBPF datapath)');
+  const service = program.command('service').description('services: list, get, upsert, apply, delete (load-balanced by the eBPF datapath)');
 
   withAgentOpts(service.command('list').description('every service with its frontend, type and backends')).action(async (opts: AgentOpts) => {
     const rows = await call(() => client(opts).listServices());
@@ -179,17 +263,18 @@ export function registerServiceCommands(program: Command): void {
       const { id, body } = await upsertRequest(opts);
       const c = client(opts);
       // As `cilium service update`: say whether the ID was new.
-      const existed = await call(async () => {
-        try {
-          await c.getService(id);
-          return true;
-        } catch (err) {
-          if (err instanceof AgentResponseError && err.status === 404) return false;
-          throw err;
-        }
-      });
+      const existed = await call(() => serviceExists(c, id));
       const r = await call(() => c.putService(id, body));
       await output(opts, r, () => `${existed ? 'Updated' : 'Created'} service ${id}\n${serviceTable([r])}`);
+    });
+
+  withAgentOpts(service.command('apply').description('create or replace many services in batches, from a JSON list of services with their IDs (what `service list -o json` prints)'))
+    .requiredOption('-f, --file <file>', 'the services as a JSON list (or one service); - for stdin')
+    .action(async (opts: AgentOpts & { file: string }) => {
+      const services = await applyRequest(opts.file);
+      const results = await call(() => applyServices(client(opts), services));
+      await output(opts, results, () => applySummary(results));
+      if (results.some((r) => r.result === 'failed')) process.exitCode = 1;
     });
 
   withAgentOpts(service.command('delete <id>').description('delete a service')).action(async (id: string, opts: AgentOpts) => {

@@ -152,7 +152,7 @@ test('every client method works against the agent, and every answer matches the 
   for (const op of noBpf) await assert.rejects(op(), (err: unknown) => err instanceof AgentResponseError && err.status === 409 && /eBPF datapath is not running/.test(err.message));
   // Nor does it load-balance: services answer 409 SERVICE_UNSUPPORTED (serviceRoutes.test.ts serves them over the fake load balancer).
   const service = { 'frontend-address': { ip: '10.96.0.10', port: 80, protocol: 'TCP' as const }, 'backend-addresses': [], flags: { type: 'ClusterIP' as const } };
-  const noServices = [() => client.listServices(), () => client.getService(1), () => client.putService(1, service), () => client.deleteService(1)];
+  const noServices = [() => client.listServices(), () => client.getService(1), () => client.putService(1, service), () => client.applyServices({ changes: [{ upsert: { ...service, id: 1 } }] }), () => client.deleteService(1)];
   for (const op of noServices) await assert.rejects(op(), (err: unknown) => err instanceof AgentResponseError && err.status === 409 && err.body.code === 'SERVICE_UNSUPPORTED');
 
   assert.deepEqual(

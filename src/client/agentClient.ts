@@ -350,6 +350,11 @@ export class AgentClient {
     return this.request('PUT', `/service/${seg(id)}`, body);
   }
 
+  /** PATCH /service: a batch of upserts and deletes applied in order; what each did. */
+  applyServices(body: RequestBody<'applyServices'>): Promise<ResponseBody<'applyServices', 200>> {
+    return this.request('PATCH', '/service', body);
+  }
+
   deleteService(id: string | number): Promise<ResponseBody<'deleteService', 200>> {
     return this.request('DELETE', `/service/${seg(id)}`);
   }
@@ -416,6 +421,7 @@ export const CLIENT_METHODS = {
   listServices: 'listServices',
   getService: 'getService',
   putService: 'putService',
+  applyServices: 'applyServices',
   deleteService: 'deleteService',
   listNodes: 'listNodes',
   getNode: 'getNode',

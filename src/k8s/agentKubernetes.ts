@@ -9,7 +9,7 @@ import type { LabelSet } from '../labels/index.js';
 import type { Logger } from '../logging/logger.js';
 import { tryParseIp } from '../netip/index.js';
 import { type Policy, type PolicyFilter, refuseNamedPorts } from '../policy/index.js';
-import type { ServiceApi, ServiceSpec } from '../service/types.js';
+import type { ServiceApi, ServiceChange, ServiceSpec } from '../service/types.js';
 import { type K8sAgentConfig, k8sConnection, type NodeFacts, nodeFacts } from './agentSettings.js';
 import { K8sSyncTimeoutError } from './errors.js';
 import type { K8sEndpointTarget, K8sPolicyTarget, K8sStatus, OwnNode, RetryOptions } from './types.js';
@@ -71,6 +71,7 @@ class Forwarders {
   readonly services: ServiceApi = {
     upsert: (id: number, spec: ServiceSpec) => this.serviceApi().upsert(id, spec),
     delete: (id: number) => this.serviceApi().delete(id),
+    apply: (changes: readonly ServiceChange[]) => this.serviceApi().apply(changes),
     get: (id: number) => this.bound?.services?.get(id),
     list: () => this.bound?.services?.list() ?? [],
   };

@@ -36,6 +36,11 @@ export function userServiceApi(services: ServiceApi): ServiceApi {
   return {
     upsert: (id, spec) => (isK8sServiceId(id) ? Promise.reject(refused(id)) : services.upsert(id, spec)),
     delete: (id) => (isK8sServiceId(id) ? Promise.reject(refused(id)) : services.delete(id)),
+    // Every change is checked first: one in the range refuses the batch, which then changes nothing.
+    apply: (changes) => {
+      const id = changes.map((c) => ('delete' in c ? c.delete : c.upsert.id)).find(isK8sServiceId);
+      return id !== undefined ? Promise.reject(refused(id)) : services.apply(changes);
+    },
     get: (id) => services.get(id),
     list: () => services.list(),
   };

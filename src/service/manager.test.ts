@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
@@ -27,6 +27,24 @@ describe('ServiceManager', () => {
   let local: Set<string>;
   const make = (opts: Partial<ServiceManagerOptions> = {}) =>
     new ServiceManager({ loadBalancer: lb, store: new ServiceStore(join(dir, 'services')), log, localAddresses: () => local, nodeAddresses: () => ['192.0.2.10'], ...opts });
+  /** The record stored for `id` as it is on disk (undefined: none). */
+  const disk = (id: number) => {
+    const store = new ServiceStore(join(dir, 'services'));
+    try {
+      return store.rawRecord(id);
+    } finally {
+      store.close();
+    }
+  };
+  /** The IDs with a record on disk. */
+  const stored = async () => {
+    const store = new ServiceStore(join(dir, 'services'));
+    try {
+      return (await store.loadAll()).records.map((r) => r.id);
+    } finally {
+      store.close();
+    }
+  };
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'tdl-svc-'));
@@ -127,10 +145,11 @@ describe('ServiceManager', () => {
       const m = make({ nodeAddresses: () => NODE });
       await m.upsert(5, np6('::'));
       await m.upsert(7, np6('fd00:2::20', [be('fd00:10::3')], 30081));
-      const file = join(dir, 'services', '5.json');
-      const rec = JSON.parse(await readFile(file, 'utf8')) as { frontends: Array<{ ip: string; id: number }> };
+      const rec = JSON.parse(disk(5)!) as { frontends: Array<{ ip: string; id: number }> };
       rec.frontends = [{ ip: 'fd00:2::10', id: 7 }, { ip: '2001:db8::66', id: 9 }, { ip: 'fd00:2::20', id: 5 }];
-      await writeFile(file, JSON.stringify(rec));
+      const editor = new ServiceStore(join(dir, 'services'));
+      editor.putRawRecord(5, JSON.stringify(rec));
+      editor.close();
       lb = new FakeLoadBalancer();
       const m2 = make({ nodeAddresses: () => NODE });
       assert.equal((await m2.restore()).restored, 2);
@@ -196,7 +215,7 @@ describe('ServiceManager', () => {
       const m = make({ nodeAddresses: () => three });
       const first = await m.upsert(5, np6('::'));
       const before = structuredClone(held());
-      const disk = await readFile(join(dir, 'services', '5.json'), 'utf8');
+      const was = disk(5);
       assert.equal(Object.keys(before).length, 3);
       // The third of three frontends fails: the two written are put back as they were.
       const fail = new DatapathError('failed', 'fake: third frontend');
@@ -205,7 +224,7 @@ describe('ServiceManager', () => {
       assert.deepEqual(held(), before, 'every frontend as it was');
       assert.deepEqual(m.get(5), first.service);
       assert.deepEqual([...lb.backends.keys()], [first.service['backend-addresses'][0]!.id], 'the new backend went again');
-      assert.equal(await readFile(join(dir, 'services', '5.json'), 'utf8'), disk);
+      assert.equal(disk(5), was);
       // A new :: service failing on its second frontend leaves nothing behind.
       lb.failNext('upsertService', fail, 1);
       await assert.rejects(m.upsert(6, np6('::', [be('fd00:10::3')], 30081)), code(ServiceErrorCode.DATAPATH_FAILED));
@@ -275,20 +294,20 @@ describe('ServiceManager', () => {
   it('leaves datapath, registry and disk as they were when the datapath fails', async () => {
     const m = make();
     const first = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1')]));
-    const disk = await readFile(join(dir, 'services', '1.json'), 'utf8');
+    const was = disk(1);
     for (const op of ['upsertBackends', 'upsertService'] as const) {
       lb.failNext(op);
       await assert.rejects(m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.2')])), code(ServiceErrorCode.DATAPATH_FAILED, /nothing was changed/));
       assert.deepEqual(m.get(1), first.service, op);
       assert.deepEqual(lb.services.get(1)!.backendIds, first.service['backend-addresses'].map((b) => b.id), op);
       assert.deepEqual([...lb.backends.keys()], [first.service['backend-addresses'][0]!.id], `${op}: the new backend went again`);
-      assert.equal(await readFile(join(dir, 'services', '1.json'), 'utf8'), disk);
+      assert.equal(disk(1), was);
     }
     lb.failNext('upsertService');
     await assert.rejects(m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.3')])), code(ServiceErrorCode.DATAPATH_FAILED));
     assert.equal(m.get(2), undefined);
     assert.equal(lb.services.has(2), false);
-    assert.deepEqual(await readdir(join(dir, 'services')), ['1.json']);
+    assert.deepEqual(await stored(), [1]);
     lb.failNext('deleteService');
     await assert.rejects(m.delete(1), code(ServiceErrorCode.DATAPATH_FAILED));
     assert.ok(m.get(1));
@@ -337,8 +356,9 @@ describe('ServiceManager', () => {
     for (const x of oldLb.backends.values()) lb.backends.set(x.id, x);
     lb.backends.set(4242, { id: 4242, address: '10.0.9.9', port: 1, protocol: 'TCP', state: 'active' });
     lb.services.set(9, { id: 9, address: '10.96.0.9', port: 80, protocol: 'TCP', type: 'ClusterIP', localTraffic: false, affinityTimeoutSec: 0, backendIds: [4242] });
-    await writeFile(join(dir, 'services', '12.json.tmp'), '{"half');
-    await writeFile(join(dir, 'services', '13.json'), '{"broken');
+    const editor = new ServiceStore(join(dir, 'services'));
+    editor.putRawRecord(13, '{"broken');
+    editor.close();
     const m2 = make();
     const report = await m2.restore();
     assert.equal(report.restored, 2);
@@ -350,7 +370,7 @@ describe('ServiceManager', () => {
     assert.deepEqual(lb.restored!.backends.sort((x, y) => x - y), [...new Set([...a.service['backend-addresses'], ...b.service['backend-addresses']].map((x) => x.id))].sort((x, y) => x - y));
     assert.equal(lb.services.has(9), false);
     assert.equal(lb.backends.has(4242), false);
-    assert.deepEqual((await readdir(join(dir, 'services'))).sort(), ['.quarantine', '1.json', '7.json']);
+    assert.deepEqual(await stored(), [1, 7]);
     // New backends do not take a restored ID.
     const c = await m2.upsert(8, clusterIp('10.96.0.8', [be('10.0.0.8')]));
     assert.ok(![...a.service['backend-addresses'], ...b.service['backend-addresses']].some((x) => x.id === c.service['backend-addresses'][0]!.id));
@@ -462,5 +482,84 @@ describe('ServiceManager', () => {
     const ms = Date.now() - start;
     assert.equal(m.size, 2000);
     assert.ok(ms < 10_000, `${ms} ms for 2000 services`);
+  });
+
+  describe('a batch (apply)', () => {
+    /** A store that counts its transactions and fails them on demand. */
+    class CountingStore extends ServiceStore {
+      commits = 0;
+      fail = false;
+      override async commit(changes: Parameters<ServiceStore['commit']>[0]): Promise<void> {
+        this.commits++;
+        if (this.fail) throw new Error('fake: disk full');
+        return super.commit(changes);
+      }
+    }
+    const up = (id: number, spec: ServiceSpec) => ({ upsert: { ...spec, id } });
+
+    it('makes each change as a single call would, in order, and writes the records in one transaction', async () => {
+      const store = new CountingStore(join(dir, 'services'));
+      const m = make({ store });
+      await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1')]));
+      await m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.2')]));
+      await m.upsert(3, clusterIp('10.96.0.3', [be('10.0.0.3')]));
+      store.commits = 0;
+      const results = await m.apply([
+        up(1, clusterIp('10.96.0.1', [be('10.0.0.1')])),
+        up(2, clusterIp('10.96.0.2', [be('10.0.0.4')])),
+        { delete: 3 },
+        // The frontend service 3 let go is free for a new ID in the same batch.
+        up(4, clusterIp('10.96.0.3', [be('10.0.0.3')])),
+        { delete: 9 },
+        up(5, clusterIp('10.96.0.1', [be('10.0.0.5')])),
+        up(6, clusterIp('not-an-ip', [])),
+        up(7, clusterIp('10.96.0.7', [be('10.0.0.7')])),
+      ]);
+      assert.deepEqual(
+        results.map((r) => [r.id, r.op, r.result, r.error?.code]),
+        [
+          [1, 'upsert', 'unchanged', undefined],
+          [2, 'upsert', 'updated', undefined],
+          [3, 'delete', 'deleted', undefined],
+          [4, 'upsert', 'created', undefined],
+          [9, 'delete', 'not-found', undefined],
+          [5, 'upsert', 'failed', ServiceErrorCode.CONFLICT],
+          [6, 'upsert', 'failed', ServiceErrorCode.INVALID],
+          [7, 'upsert', 'created', undefined],
+        ],
+      );
+      assert.match(results[5]!.error!.message, /10\.96\.0\.1:80\/TCP already belongs to service 1/);
+      assert.equal(store.commits, 1);
+      assert.deepEqual([...lb.services.keys()].sort(), [1, 2, 4, 7]);
+      assert.deepEqual(results[1]!.service, m.get(2));
+      // What a restart brings back is what the batch left.
+      assert.deepEqual(await stored(), [1, 2, 4, 7]);
+      lb = new FakeLoadBalancer();
+      const m2 = make();
+      assert.equal((await m2.restore()).restored, 4);
+      assert.deepEqual(m2.list().map((x) => x['frontend-address'].ip), ['10.96.0.1', '10.96.0.2', '10.96.0.3', '10.96.0.7']);
+    });
+
+    it('undoes every change in the datapath when the records cannot be written, and fails whole', async () => {
+      const store = new CountingStore(join(dir, 'services'));
+      const m = make({ store });
+      const one = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1')]));
+      const two = await m.upsert(2, clusterIp('10.96.0.2', [be('10.0.0.2')]));
+      const held = () => Object.fromEntries([...lb.services.values()].map((e) => [e.id, e.address]));
+      const before = held();
+      store.fail = true;
+      await assert.rejects(
+        m.apply([up(1, clusterIp('10.96.0.1', [be('10.0.0.9')])), { delete: 2 }, up(3, clusterIp('10.96.0.3', [be('10.0.0.3')]))]),
+        code(ServiceErrorCode.DATAPATH_FAILED, /a batch of 3 service changes: their records could not be written: fake: disk full/),
+      );
+      assert.deepEqual(held(), before);
+      assert.deepEqual(m.list().map((x) => [x.id, x['backend-addresses'].map((b) => b.ip), x.realized]), [
+        [1, ['10.0.0.1'], true],
+        [2, ['10.0.0.2'], true],
+      ]);
+      assert.deepEqual(m.get(1)!['frontend-address'], one.service['frontend-address']);
+      assert.deepEqual(m.get(2)!['backend-addresses'].map((b) => b.ip), two.service['backend-addresses'].map((b) => b.ip));
+      assert.deepEqual(await stored(), [1, 2]);
+    });
   });
 });

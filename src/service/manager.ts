@@ -17,12 +17,12 @@ import { UndoList } from '../async/undoList.js';
 import type { LbBackendEntry, LoadBalancerDatapath } from '../datapath/types.js';
 import type { Logger } from '../logging/logger.js';
 import { BackendRegistry, type RefChange } from './backendRegistry.js';
-import { ServiceError, ServiceErrorCode } from './errors.js';
+import { isServiceError, ServiceError, ServiceErrorCode } from './errors.js';
 import { type DatapathFrontend, datapathFrontends, entryOf, EXTRA_FRONTEND_ID_MAX, frontendKeysOf, ipv6NodePortAddresses, onEveryIpv6NodeAddress, sameFrontends } from './frontends.js';
 import { MAGLEV_DEFAULT_TABLE_SIZE } from './maglev.js';
 import { dependsOnLocality, keyOfBackend, renderService, type RenderContext } from './render.js';
-import { SERVICE_RECORD_VERSION, type ServiceStore, type StoredService } from './serviceStore.js';
-import type { LbAlgorithm, ServiceApi, ServiceSpec, ServiceStatus } from './types.js';
+import { SERVICE_RECORD_VERSION, type ServiceStore, type ServiceStoreChanges, type StoredService } from './serviceStore.js';
+import type { LbAlgorithm, ServiceApi, ServiceChange, ServiceChangeResult, ServiceSpec, ServiceStatus } from './types.js';
 import { frontendKey, type NormalizedService, sameService, validateServiceId, validateServiceSpec, type ValidationContext } from './validate.js';
 
 export interface ServiceManagerOptions {
@@ -78,6 +78,30 @@ export interface ServiceRestoreReport {
 
 const ipOfKey = (key: string) => key.slice(0, key.lastIndexOf(':'));
 
+/** Where a write's record goes: the store at once (a single call), or a batch's records (written together at its end). */
+interface ServicePersistence {
+  save(record: StoredService): Promise<void>;
+  remove(id: number): Promise<void>;
+}
+
+/** A batch's records, the last change of each service winning. */
+class BatchRecords implements ServicePersistence {
+  readonly #changes = new Map<number, StoredService | undefined>();
+
+  async save(record: StoredService): Promise<void> {
+    this.#changes.set(record.id, record);
+  }
+
+  async remove(id: number): Promise<void> {
+    this.#changes.set(id, undefined);
+  }
+
+  changes(): ServiceStoreChanges {
+    const entries = [...this.#changes];
+    return { save: entries.flatMap(([, r]) => (r ? [r] : [])), remove: entries.filter(([, r]) => r === undefined).map(([id]) => id) };
+  }
+}
+
 function datapathFailed(what: string, err: unknown): ServiceError {
   return new ServiceError(ServiceErrorCode.DATAPATH_FAILED, `${what}: ${err instanceof Error ? err.message : String(err)}; nothing was changed`, { cause: err });
 }
@@ -132,28 +156,9 @@ export class ServiceManager implements ServiceApi {
     const spec = validateServiceSpec(id, body, this.#validationContext());
     return this.#serial.run(async () => {
       await this.#retryDeletes(lb);
-      const holder = this.#extraIds.get(spec.id);
-      if (holder !== undefined) {
-        const on = this.#services.get(holder)?.frontends.find((f) => f.id === spec.id)?.ip;
-        throw new ServiceError(ServiceErrorCode.CONFLICT, `id: service ID ${spec.id} is service ${holder}'s frontend on ${on ?? 'a node address'} (a NodePort on :: is one frontend per node IPv6 address, each under an ID of its own); use another ID`);
-      }
-      const prev = this.#services.get(spec.id);
-      const frontends = this.#frontendsOf(spec, new Map(prev?.frontends.map((f) => [f.ip, f.id])));
-      if (onEveryIpv6NodeAddress(spec) && frontends.length === 0) {
-        throw new ServiceError(ServiceErrorCode.INVALID, 'frontend-address.ip: a NodePort on :: is served on each of this node\'s IPv6 addresses, and it has none');
-      }
-      // Served as it is on the node's addresses as they are now: the same spec again picks up addresses that came or went.
-      if (prev && prev.realized && sameService(prev.spec, spec) && sameFrontends(prev.frontends, frontends)) return { service: this.#status(prev, this.#localSet()), created: false, changed: false };
-      for (const fk of frontendKeysOf(spec, frontends)) {
-        const owner = this.#frontends.get(fk);
-        if (owner === undefined || owner === spec.id) continue;
-        const ownerSpec = this.#services.get(owner)?.spec;
-        const why = onEveryIpv6NodeAddress(spec) && fk !== frontendKey(spec.frontend) ? ' (:: stands for each node IPv6 address)' : ownerSpec && onEveryIpv6NodeAddress(ownerSpec) ? ` (service ${owner} is a NodePort on ::, served on each node IPv6 address)` : '';
-        throw new ServiceError(ServiceErrorCode.CONFLICT, `frontend-address: ${fk} already belongs to service ${owner}${why}`);
-      }
-      const next = await this.#write(lb, spec, frontends, prev);
-      this.o.log.info({ service: spec.id, frontend: frontendKey(spec.frontend), backends: spec.backends.length }, prev === undefined ? 'service created' : 'service updated');
-      return { service: this.#status(next, this.#localSet()), created: prev === undefined, changed: true };
+      const r = await this.#upsertNow(lb, spec, this.o.store);
+      if (r.changed) this.o.log.info({ service: spec.id, frontend: frontendKey(spec.frontend), backends: spec.backends.length }, r.created ? 'service created' : 'service updated');
+      return r;
     });
   }
 
@@ -162,29 +167,76 @@ export class ServiceManager implements ServiceApi {
     validateServiceId(id);
     return this.#serial.run(async () => {
       await this.#retryDeletes(lb);
-      const prev = this.#services.get(id);
-      if (!prev) throw new ServiceError(ServiceErrorCode.NOT_FOUND, `service ${id} not found`);
-      const undo = new UndoList();
-      let change: RefChange | undefined;
-      let stage = 'the datapath did not delete it';
-      try {
-        for (const f of prev.frontends) {
-          // A frontend half-deleted or deleted is written back as it was (its backends are still there).
-          undo.add(() => this.#putBackFrontend(lb, prev, f, f.id), `frontend ${f.ip} (${f.id})`);
-          await lb.deleteService(f.id);
-        }
-        change = this.#registry.replaceRefs(id, prev.keys, new Map());
-        stage = 'its record could not be removed';
-        await this.o.store.remove(id);
-      } catch (err) {
-        change?.undo();
-        await this.#rollBack(lb, id, undo, prev, []);
-        throw datapathFailed(`service ${id}: ${stage}`, err);
-      }
-      this.#services.delete(id);
-      this.#release(prev);
-      await this.#settleBackends(lb, prev.keys.filter((k) => this.#registry.idOf(k) !== undefined), change.freed);
+      const prev = await this.#deleteNow(lb, id, this.o.store);
       this.o.log.info({ service: id, frontend: frontendKey(prev.spec.frontend) }, 'service deleted');
+    });
+  }
+
+  /**
+   * A batch: each change as upsert or delete would make it, in order, with the
+   * node's addresses read once and every record written in one transaction at
+   * the end. When that transaction fails, the batch's changes are undone in
+   * the datapath too (in reverse) and the batch fails whole: the maps never
+   * serve what a restart would not bring back.
+   */
+  async apply(changes: readonly ServiceChange[]): Promise<ServiceChangeResult[]> {
+    const lb = this.#requireLb();
+    const ctx = this.#validationContext();
+    const checked = changes.map((c): { op: 'upsert' | 'delete'; id: number; spec?: NormalizedService; error?: ServiceError } => {
+      const op = 'delete' in c ? 'delete' : 'upsert';
+      const id = 'delete' in c ? c.delete : c.upsert.id;
+      try {
+        if ('delete' in c) {
+          validateServiceId(id);
+          return { op, id };
+        }
+        return { op, id, spec: validateServiceSpec(id, c.upsert, ctx) };
+      } catch (err) {
+        if (!isServiceError(err)) throw err;
+        return { op, id, error: err };
+      }
+    });
+    return this.#serial.run(async () => {
+      await this.#retryDeletes(lb);
+      const pending = new BatchRecords();
+      /** Each change made, with the service as it was before it (for the undo of a failed commit). */
+      const made: Array<{ id: number; before: ServiceState | undefined }> = [];
+      const results: ServiceChangeResult[] = [];
+      for (const c of checked) {
+        const failed = (err: ServiceError): ServiceChangeResult => ({ id: c.id, op: c.op, result: 'failed', error: { code: err.code, message: err.message } });
+        if (c.error) {
+          results.push(failed(c.error));
+          continue;
+        }
+        const before = this.#services.get(c.id);
+        try {
+          if (c.op === 'delete') {
+            if (!before) {
+              results.push({ id: c.id, op: c.op, result: 'not-found' });
+              continue;
+            }
+            await this.#deleteNow(lb, c.id, pending);
+            results.push({ id: c.id, op: c.op, result: 'deleted' });
+          } else {
+            const r = await this.#upsertNow(lb, c.spec!, pending);
+            results.push({ id: c.id, op: c.op, result: r.created ? 'created' : r.changed ? 'updated' : 'unchanged', service: r.service });
+            if (!r.changed) continue;
+          }
+          made.push({ id: c.id, before });
+        } catch (err) {
+          if (!isServiceError(err)) throw err;
+          results.push(failed(err));
+        }
+      }
+      try {
+        await this.o.store.commit(pending.changes());
+      } catch (err) {
+        await this.#undoBatch(lb, made);
+        throw datapathFailed(`a batch of ${changes.length} service changes: their records could not be written`, err);
+      }
+      const count = (what: ServiceChangeResult['result']) => results.filter((r) => r.result === what).length;
+      this.o.log.info({ changes: changes.length, created: count('created'), updated: count('updated'), deleted: count('deleted'), failed: count('failed') }, 'service batch applied');
+      return results;
     });
   }
 
@@ -390,6 +442,79 @@ export class ServiceManager implements ServiceApi {
     return out;
   }
 
+  /** Upsert's work inside the queue: conflicts, then the datapath, then `persist`. */
+  async #upsertNow(lb: LoadBalancerDatapath, spec: NormalizedService, persist: ServicePersistence): Promise<{ service: ServiceStatus; created: boolean; changed: boolean }> {
+    const holder = this.#extraIds.get(spec.id);
+    if (holder !== undefined) {
+      const on = this.#services.get(holder)?.frontends.find((f) => f.id === spec.id)?.ip;
+      throw new ServiceError(ServiceErrorCode.CONFLICT, `id: service ID ${spec.id} is service ${holder}'s frontend on ${on ?? 'a node address'} (a NodePort on :: is one frontend per node IPv6 address, each under an ID of its own); use another ID`);
+    }
+    const prev = this.#services.get(spec.id);
+    const frontends = this.#frontendsOf(spec, new Map(prev?.frontends.map((f) => [f.ip, f.id])));
+    if (onEveryIpv6NodeAddress(spec) && frontends.length === 0) {
+      throw new ServiceError(ServiceErrorCode.INVALID, 'frontend-address.ip: a NodePort on :: is served on each of this node\'s IPv6 addresses, and it has none');
+    }
+    // Served as it is on the node's addresses as they are now: the same spec again picks up addresses that came or went.
+    if (prev && prev.realized && sameService(prev.spec, spec) && sameFrontends(prev.frontends, frontends)) return { service: this.#status(prev, this.#localSet()), created: false, changed: false };
+    for (const fk of frontendKeysOf(spec, frontends)) {
+      const owner = this.#frontends.get(fk);
+      if (owner === undefined || owner === spec.id) continue;
+      const ownerSpec = this.#services.get(owner)?.spec;
+      const why = onEveryIpv6NodeAddress(spec) && fk !== frontendKey(spec.frontend) ? ' (:: stands for each node IPv6 address)' : ownerSpec && onEveryIpv6NodeAddress(ownerSpec) ? ` (service ${owner} is a NodePort on ::, served on each node IPv6 address)` : '';
+      throw new ServiceError(ServiceErrorCode.CONFLICT, `frontend-address: ${fk} already belongs to service ${owner}${why}`);
+    }
+    const next = await this.#write(lb, spec, frontends, prev, persist);
+    return { service: this.#status(next, this.#localSet()), created: prev === undefined, changed: true };
+  }
+
+  /** Delete's work inside the queue: the datapath, then `persist`; the service as it was. */
+  async #deleteNow(lb: LoadBalancerDatapath, id: number, persist: ServicePersistence): Promise<ServiceState> {
+    const prev = this.#services.get(id);
+    if (!prev) throw new ServiceError(ServiceErrorCode.NOT_FOUND, `service ${id} not found`);
+    const undo = new UndoList();
+    let change: RefChange | undefined;
+    let stage = 'the datapath did not delete it';
+    try {
+      for (const f of prev.frontends) {
+        // A frontend half-deleted or deleted is written back as it was (its backends are still there).
+        undo.add(() => this.#putBackFrontend(lb, prev, f, f.id), `frontend ${f.ip} (${f.id})`);
+        await lb.deleteService(f.id);
+      }
+      change = this.#registry.replaceRefs(id, prev.keys, new Map());
+      stage = 'its record could not be removed';
+      await persist.remove(id);
+    } catch (err) {
+      change?.undo();
+      await this.#rollBack(lb, id, undo, prev, []);
+      throw datapathFailed(`service ${id}: ${stage}`, err);
+    }
+    this.#services.delete(id);
+    this.#release(prev);
+    await this.#settleBackends(lb, prev.keys.filter((k) => this.#registry.idOf(k) !== undefined), change.freed);
+    return prev;
+  }
+
+  /**
+   * A batch whose records could not be written: each change it made is
+   * undone in reverse (a service written as it was, or removed), nothing
+   * persisted. A service that cannot be put back is marked unrealized and
+   * written again later.
+   */
+  async #undoBatch(lb: LoadBalancerDatapath, made: ReadonlyArray<{ id: number; before: ServiceState | undefined }>): Promise<void> {
+    const nowhere: ServicePersistence = { save: async () => {}, remove: async () => {} };
+    for (const { id, before } of [...made].reverse()) {
+      try {
+        if (before) await this.#write(lb, before.spec, before.frontends, this.#services.get(id), nowhere);
+        else if (this.#services.has(id)) await this.#deleteNow(lb, id, nowhere);
+      } catch (err) {
+        this.o.log.error({ service: id, err }, 'undoing a change of a batch whose records could not be written failed');
+        const s = this.#services.get(id);
+        if (s) s.realized = false;
+        this.#scheduleRetry();
+      }
+    }
+  }
+
   /** The service's frontend keys and extra IDs become its own. */
   #hold(s: ServiceState): void {
     for (const fk of frontendKeysOf(s.spec, s.frontends)) this.#frontends.set(fk, s.spec.id);
@@ -486,7 +611,7 @@ export class ServiceManager implements ServiceApi {
   }
 
   /** Upsert's datapath and disk work for a spec that differs from what the service had (or was not realized). */
-  async #write(lb: LoadBalancerDatapath, spec: NormalizedService, frontends: DatapathFrontend[], prev: ServiceState | undefined): Promise<ServiceState> {
+  async #write(lb: LoadBalancerDatapath, spec: NormalizedService, frontends: DatapathFrontend[], prev: ServiceState | undefined, persist: ServicePersistence): Promise<ServiceState> {
     const id = spec.id;
     const keys = spec.backends.map((b) => keyOfBackend(spec, b));
     let change: RefChange;
@@ -523,7 +648,7 @@ export class ServiceManager implements ServiceApi {
       next.written = true;
       next.realized = true;
       stage = 'its record could not be written';
-      await this.o.store.save(this.#record(next));
+      await persist.save(this.#record(next));
     } catch (err) {
       change.undo();
       await this.#rollBack(lb, id, undo, prev, change.allocated);
@@ -676,7 +801,7 @@ export class ServiceManager implements ServiceApi {
       return false;
     }
     try {
-      await this.#write(lb, s.spec, frontends, s);
+      await this.#write(lb, s.spec, frontends, s, this.o.store);
       this.o.log.info({ service: id, frontends: frontends.map((f) => f.ip) }, 'a NodePort on :: follows the node\'s IPv6 addresses');
     } catch (err) {
       this.o.log.error({ service: id, err }, 'moving a NodePort on :: to the node\'s addresses failed; retried');

@@ -72,6 +72,19 @@ export interface ServiceStatus {
   realized: boolean;
 }
 
+/** One change of a batch (PATCH /service): a service written whole under its ID, or one removed. */
+export type ServiceChange = { upsert: ServiceSpec & { id: number } } | { delete: number };
+
+/** What one change of a batch did; `failed` carries the error a single call would have thrown. */
+export interface ServiceChangeResult {
+  id: number;
+  op: 'upsert' | 'delete';
+  result: 'created' | 'updated' | 'unchanged' | 'deleted' | 'not-found' | 'failed';
+  /** An upsert that did not fail: the service as it is now. */
+  service?: ServiceStatus;
+  error?: { code: string; message: string };
+}
+
 /**
  * What the API routes use. Errors are ServiceError: INVALID (400),
  * NOT_FOUND (404), CONFLICT (409), UNSUPPORTED (409), DATAPATH_FAILED (503).
@@ -81,6 +94,12 @@ export interface ServiceApi {
   upsert(id: number, spec: ServiceSpec): Promise<{ service: ServiceStatus; created: boolean; changed: boolean }>;
   /** Removes service `id`; NOT_FOUND when there is none. */
   delete(id: number): Promise<void>;
+  /**
+   * Applies changes in order, as that many upserts and deletes would, in
+   * one pass: one check of the node's addresses, one write of the records.
+   * Each change succeeds or fails on its own (its result says which).
+   */
+  apply(changes: readonly ServiceChange[]): Promise<ServiceChangeResult[]>;
   get(id: number): ServiceStatus | undefined;
   /** Every service, by ID. */
   list(): ServiceStatus[];

@@ -51,7 +51,7 @@ test('every request body schema compiles, admits its longest body, refuses a wro
     assert.equal(unknown.statusCode, 400, `${op.operationId}: an unnamed field`);
     assert.match(unknown.body, /tdlUnknownField|additional properties/);
   }
-  assert.deepEqual(withBody.map((o) => o.operationId).sort(), ['patchConfig', 'patchEndpointLabels', 'postCni', 'promotePolicy', 'putEndpoint', 'putPolicy', 'putService', 'tracePolicy']);
+  assert.deepEqual(withBody.map((o) => o.operationId).sort(), ['applyServices', 'patchConfig', 'patchEndpointLabels', 'postCni', 'promotePolicy', 'putEndpoint', 'putPolicy', 'putService', 'tracePolicy']);
   await app.close();
 });
 

@@ -157,8 +157,29 @@ describe('/v1/service', () => {
 
   test('without the eBPF datapath: 409 SERVICE_UNSUPPORTED on every route', async () => {
     const plain = new AgentClient({ socketPath: server.socketWithoutServices, timeoutMs: 10_000 });
-    for (const op of [() => plain.listServices(), () => plain.getService(1), () => plain.putService(1, spec()), () => plain.deleteService(1)]) {
+    for (const op of [() => plain.listServices(), () => plain.getService(1), () => plain.putService(1, spec()), () => plain.deleteService(1), () => plain.applyServices({ changes: [{ delete: 1 }] })]) {
       await expectRefused(op(), 409, 'SERVICE_UNSUPPORTED', /services need the eBPF datapath/);
     }
+  });
+
+  test('PATCH: a batch answers each change\'s outcome; a body of the wrong shape is a 400 that changes nothing', async () => {
+    const r = await client.applyServices({
+      changes: [{ upsert: { ...spec(), id: 21 } }, { upsert: { ...spec({ 'frontend-address': { ip: '10.96.0.22', port: 80, protocol: 'TCP' } }), id: 22 } }, { upsert: { ...spec(), id: 23 } }, { delete: 24 }],
+    });
+    assert.equal(r.failed, 1);
+    assert.deepEqual(r.results.map((x) => [x.id, x.op, x.result, x.error?.code]), [
+      [21, 'upsert', 'created', undefined],
+      [22, 'upsert', 'created', undefined],
+      [23, 'upsert', 'failed', 'SERVICE_CONFLICT'],
+      [24, 'delete', 'not-found', undefined],
+    ]);
+    assert.deepEqual(r.results[0]!.service, await client.getService(21));
+    const before = await client.listServices();
+    await expectRefused(client.request('PATCH', '/service', { changes: [{ delete: 21 }, { upsert: { ...spec(), id: 25 }, delete: 21 }] }), 400, 'INVALID_REQUEST', /changes\/1/);
+    await expectRefused(client.request('PATCH', '/service', { changes: [] }), 400, 'INVALID_REQUEST', /must NOT have fewer than 1 items/);
+    const tooMany = Array.from({ length: 65 }, (_, j) => ({ ip: `10.93.1.${j}`, port: 80 }));
+    await expectRefused(client.request('PATCH', '/service', { changes: [{ upsert: { ...spec({ 'backend-addresses': tooMany }), id: 26 } }] }), 400, 'INVALID_REQUEST', /must NOT have more than 64 items/);
+    assert.deepEqual(await client.listServices(), before);
+    assert.deepEqual((await client.applyServices({ changes: [{ delete: 21 }, { delete: 22 }] })).results.map((x) => x.result), ['deleted', 'deleted']);
   });
 });

@@ -4,7 +4,8 @@
  * body's shape; the subsystem decides whether it is a service tendril can
  * serve, and its errors keep their codes on the wire (SERVICE_INVALID 400,
  * SERVICE_NOT_FOUND 404, SERVICE_CONFLICT and SERVICE_UNSUPPORTED 409,
- * SERVICE_DATAPATH_FAILED 503). Without the eBPF datapath (no subsystem, or
+ * SERVICE_DATAPATH_FAILED 503); a batch (PATCH /v1/service) answers each
+ * change's outcome, its failures with the same codes. Without the eBPF datapath (no subsystem, or
  * one that is not `supported`) every route answers 409 SERVICE_UNSUPPORTED.
  */
 import type { FastifyInstance } from 'fastify';
@@ -12,7 +13,7 @@ import { AgentError, agentErrorFromService } from '../errors.js';
 import type { PathParams, RequestBody, ResponseBody } from '../types.js';
 import { MAX_SERVICE_ID } from '../../datapath/limits.js';
 import { isServiceError, ServiceErrorCode } from '../../service/errors.js';
-import type { ServiceApi, ServiceSpec, ServiceStatus } from '../../service/types.js';
+import type { ServiceApi, ServiceChange, ServiceSpec, ServiceStatus } from '../../service/types.js';
 import { describeErrors } from './validatorCompiler.js';
 
 export const SERVICES_UNSUPPORTED = 'services need the eBPF datapath: this node runs the routing datapath, which does not load-balance';
@@ -80,6 +81,17 @@ export function registerServiceRoutes(app: FastifyInstance, services: ServiceRou
     const r = await serve(() => svc.upsert(id, body as ServiceSpec));
     reply.status(r.created ? 201 : 200);
     return statusBody(r.service);
+  });
+
+  app.patch('/v1/service', { schemaErrorFormatter }, async (req): Promise<ResponseBody<'applyServices', 200>> => {
+    const svc = need(services);
+    const body = req.body as RequestBody<'applyServices'>;
+    const changes: ServiceChange[] = body.changes.map((c) => ('upsert' in c ? { upsert: c.upsert as ServiceSpec & { id: number } } : { delete: c.delete }));
+    const results = await serve(() => svc.apply(changes));
+    return {
+      failed: results.filter((r) => r.result === 'failed').length,
+      results: results.map((r) => ({ id: r.id, op: r.op, result: r.result, ...(r.service ? { service: statusBody(r.service) } : {}), ...(r.error ? { error: { ...r.error } } : {}) })),
+    };
   });
 
   app.delete('/v1/service/:id', async (req): Promise<ResponseBody<'deleteService', 200>> => {

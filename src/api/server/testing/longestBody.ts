@@ -36,6 +36,8 @@ function longest(texts: string[]): string {
 export function longestBody(schema: Schema): string {
   if (Array.isArray(schema.enum)) return longest(schema.enum.map(escapedValue));
   if ('const' in schema) return escapedValue(schema.const);
+  const branches = (schema.oneOf ?? schema.anyOf) as Schema[] | undefined;
+  if (branches) return longest(branches.map(longestBody));
   const types = [schema.type].flat() as string[];
   return longest(
     types.map((type) => {

@@ -6,7 +6,7 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import type { V1Endpoint, V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { pino } from 'pino';
 import { FakeLoadBalancer } from '../datapath/fake/fakeDatapath.js';
-import { ServiceManager, ServiceStore, type ServiceStatus } from '../service/index.js';
+import { ServiceError, ServiceErrorCode, ServiceManager, ServiceStore, type ServiceStatus } from '../service/index.js';
 import { K8S_SERVICE_ID_MAX, K8S_SERVICE_ID_MIN, ServiceSync } from './serviceSync.js';
 
 type SvcSpec = NonNullable<V1Service['spec']>;
@@ -217,6 +217,38 @@ describe('ServiceSync over the service manager and the fake datapath', () => {
     await s.stop();
     assert.deepEqual(table(m.list()), { '10.96.0.10:80/TCP': [32768, ['10.0.1.1:8080']] });
     assert.deepEqual(lb.services.get(32768)!.backendIds.length, 1);
+  });
+
+  it('applies the Services queued meanwhile as one batch of the service API; a batch whose records cannot be written is retried whole', async () => {
+    const m = manager();
+    let batches = 0;
+    const apply = m.apply.bind(m);
+    let failCommit = false;
+    m.apply = async (changes) => {
+      batches++;
+      if (failCommit) {
+        failCommit = false;
+        throw new ServiceError(ServiceErrorCode.DATAPATH_FAILED, 'fake: the records could not be written');
+      }
+      return apply(changes);
+    };
+    const s = sync(m, 20);
+    // An informer's initial list: 200 Services at once.
+    const updates = Array.from({ length: 200 }, (_, i) => s.update(`default/svc${i}`, k8sService(`svc${i}`, `10.96.1.${i + 1}`), [slice(`svc${i}-a`, [`10.0.2.${i + 1}`])]));
+    await Promise.all(updates);
+    assert.equal(m.list().length, 200);
+    assert.ok(batches <= 2, `${batches} batches for 200 Services`);
+    assert.equal(new Set(m.list().map((x) => x.id)).size, 200);
+    failCommit = true;
+    await s.update('default/svc0', undefined, []);
+    await s.update('default/late', k8sService('late', '10.96.2.1'), []);
+    assert.ok(m.list().some((x) => x['frontend-address'].ip === '10.96.1.1'), 'the failed batch changed nothing');
+    assert.equal(m.list().length, 201, 'the next batch went through');
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    await s.stop();
+    assert.equal(m.list().length, 200, 'svc0 went, late came on the retry');
+    assert.ok(m.list().some((x) => x['frontend-address'].ip === '10.96.2.1'));
+    assert.ok(!m.list().some((x) => x['frontend-address'].ip === '10.96.1.1'));
   });
 
   it('a frontend two Services want is the first one\'s; the other takes it when it is let go', async () => {

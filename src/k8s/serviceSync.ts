@@ -12,7 +12,7 @@ import { Serializer } from '../async/keyedSerializer.js';
 import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { MAX_SERVICE_ID } from '../datapath/limits.js';
 import type { Logger } from '../logging/logger.js';
-import { isServiceError, ServiceError, ServiceErrorCode, type ServiceApi, type ServiceSpec } from '../service/index.js';
+import { isServiceError, ServiceError, ServiceErrorCode, type ServiceApi, type ServiceChangeResult, type ServiceSpec } from '../service/index.js';
 import { k8sServiceFrontends, specFrontendKey } from './k8sServices.js';
 
 /** Service IDs of Kubernetes' frontends: the upper half of the datapath's range (the lower half is left to the API's users). */
@@ -76,6 +76,9 @@ interface QueuedUpdate {
   done: Promise<void>;
 }
 
+/** A change a drain makes, with what its outcome is filed under. */
+type BatchedChange = { op: 'upsert'; key: string; fk: string; id: number; spec: ServiceSpec } | { op: 'delete'; key: string | undefined; fk: string; id: number };
+
 const frontendOfStatus = (f: { ip: string; port: number; protocol: string }) => `${f.ip}:${f.port}/${f.protocol}`;
 
 export class ServiceSync {
@@ -108,6 +111,8 @@ export class ServiceSync {
   /** Updates waiting in the queue, by Service: a later call for the same Service replaces the state it applies. */
   readonly #queued = new Map<string, QueuedUpdate>();
   readonly #serial = new Serializer();
+  /** While a drain runs: the changes its Services make, applied as one batch at its end. */
+  #batch: BatchedChange[] | undefined;
   #retryTimer: NodeJS.Timeout | undefined;
   #stopped = false;
 
@@ -134,11 +139,55 @@ export class ServiceSync {
     }
     const entry: QueuedUpdate = { svc, slices, done: Promise.resolve() };
     this.#queued.set(key, entry);
-    entry.done = this.#serial.run(() => {
-      this.#queued.delete(key);
-      return this.#update(key, entry.svc, entry.slices);
-    });
+    entry.done = this.#serial.run(() => this.#drain());
     return entry.done;
+  }
+
+  /**
+   * Every Service queued so far, in one batch of the service API (the
+   * initial list of 10,000 Services is a handful of batches, not 10,000
+   * writes); a later call finds its Service already applied.
+   */
+  async #drain(): Promise<void> {
+    if (this.#queued.size === 0) return;
+    const entries = [...this.#queued];
+    this.#queued.clear();
+    this.#batch = [];
+    try {
+      for (const [key, e] of entries) await this.#update(key, e.svc, e.slices);
+    } finally {
+      const batch = this.#batch;
+      this.#batch = undefined;
+      await this.#flush(batch);
+    }
+  }
+
+  /** Applies a drain's changes and files each outcome as a single call's would be. */
+  async #flush(batch: readonly BatchedChange[]): Promise<void> {
+    if (batch.length === 0) return;
+    let results: ServiceChangeResult[];
+    try {
+      results = await this.#services.apply(batch.map((c) => (c.op === 'upsert' ? { upsert: { ...c.spec, id: c.id } } : { delete: c.id })));
+    } catch (err) {
+      // The batch failed whole (its records could not be written, no eBPF datapath): every change failed with that error.
+      const error = { code: isServiceError(err) ? err.code : 'INTERNAL', message: (err as Error).message };
+      results = batch.map((c) => ({ id: c.id, op: c.op, result: 'failed' as const, error }));
+    }
+    batch.forEach((c, i) => {
+      const r = results[i]!;
+      if (c.op === 'upsert') {
+        if (r.result !== 'failed') {
+          this.#retry.delete(c.fk);
+          if (r.result !== 'unchanged') this.#log.debug({ service: c.key, frontend: c.fk, id: c.id, backends: c.spec['backend-addresses'].length, created: r.result === 'created' }, 'Kubernetes frontend written');
+        } else this.#upsertFailed(c.key, c.fk, c.id, r.error!.code, r.error!.message);
+        return;
+      }
+      if (r.result === 'failed') {
+        // Taken again in the same batch by another frontend: that write replaced it, nothing is left to delete.
+        if (this.#keyById.has(c.id)) return;
+        this.#deleteFailed(c.id, c.fk, c.key, r.error!.code, r.error!.message);
+      } else this.#log.debug({ service: c.key, frontend: c.fk, id: c.id }, 'Kubernetes frontend deleted');
+    });
   }
 
   /**
@@ -288,8 +337,8 @@ export class ServiceSync {
     }
     for (let id = K8S_SERVICE_ID_MIN; id <= K8S_SERVICE_ID_MAX; id++) {
       if (this.#usedIds.has(id)) continue;
-      // Made through the API meanwhile (the range is a convention, not enforced there).
-      if (this.#services.get(id) !== undefined) {
+      // Made through the API meanwhile (the range is a convention, not enforced there); one this drain deletes is free.
+      if (this.#services.get(id) !== undefined && !this.#batch?.some((c) => c.op === 'delete' && c.id === id)) {
         this.#usedIds.add(id);
         continue;
       }
@@ -299,37 +348,47 @@ export class ServiceSync {
     return undefined;
   }
 
+  /** Writes frontend fk under `id` (in a drain: as a change of its batch, its outcome filed at the flush). */
   async #upsert(key: string, fk: string, id: number, spec: ServiceSpec): Promise<void> {
+    if (this.#batch) {
+      this.#batch.push({ op: 'upsert', key, fk, id, spec });
+      return;
+    }
     try {
       const r = await this.#services.upsert(id, spec);
       this.#retry.delete(fk);
       if (r.changed) this.#log.debug({ service: key, frontend: fk, id, backends: spec['backend-addresses'].length, created: r.created }, 'Kubernetes frontend written');
     } catch (err) {
-      const code = isServiceError(err) ? err.code : undefined;
-      // Refused as it is (invalid, a frontend the API's user holds, no eBPF datapath): written again only when the Service changes.
-      const retried = code === undefined || code === ServiceErrorCode.DATAPATH_FAILED;
-      this.#log.warn({ service: key, frontend: fk, id, code, error: (err as Error).message, retried }, 'Kubernetes frontend refused by the service API');
-      if (retried) {
-        this.#retry.add(fk);
-        this.#scheduleRetry();
-      }
+      this.#upsertFailed(key, fk, id, isServiceError(err) ? err.code : undefined, (err as Error).message);
     }
   }
 
-  /** Deletes service `id`; false when that failed (retried later). */
+  #upsertFailed(key: string, fk: string, id: number, code: string | undefined, error: string): void {
+    // Refused as it is (invalid, a frontend the API's user holds, no eBPF datapath): written again only when the Service changes.
+    const retried = code === undefined || code === ServiceErrorCode.DATAPATH_FAILED || code === 'INTERNAL';
+    this.#log.warn({ service: key, frontend: fk, id, code, error, retried }, 'Kubernetes frontend refused by the service API');
+    if (retried) {
+      this.#retry.add(fk);
+      this.#scheduleRetry();
+    }
+  }
+
+  /**
+   * Deletes service `id`; false when that failed (retried later). In a drain
+   * it is a change of the batch, taken as done until the flush says otherwise.
+   */
   async #delete(id: number, fk: string, key: string | undefined): Promise<boolean> {
-    try {
-      await this.#services.delete(id);
-      this.#log.debug({ service: key, frontend: fk, id }, 'Kubernetes frontend deleted');
-    } catch (err) {
-      if (!isServiceError(err, ServiceErrorCode.NOT_FOUND)) {
-        this.#log.warn({ service: key, frontend: fk, id, code: isServiceError(err) ? err.code : undefined, error: (err as Error).message }, 'deleting a Kubernetes frontend failed; retried');
-        // Still there under its ID: a Service wanting the frontend again takes it back.
-        this.#unclaimed!.set(fk, id);
-        this.#usedIds.add(id);
-        this.#pendingDeletes.set(id, fk);
-        this.#scheduleRetry();
-        return false;
+    if (this.#batch) {
+      this.#batch.push({ op: 'delete', key, fk, id });
+    } else {
+      try {
+        await this.#services.delete(id);
+        this.#log.debug({ service: key, frontend: fk, id }, 'Kubernetes frontend deleted');
+      } catch (err) {
+        if (!isServiceError(err, ServiceErrorCode.NOT_FOUND)) {
+          this.#deleteFailed(id, fk, key, isServiceError(err) ? err.code : undefined, (err as Error).message);
+          return false;
+        }
       }
     }
     this.#unclaimed!.delete(fk);
@@ -337,6 +396,15 @@ export class ServiceSync {
     // Never held at the same time: a frontend is released before its service is deleted.
     this.#usedIds.delete(id);
     return true;
+  }
+
+  #deleteFailed(id: number, fk: string, key: string | undefined, code: string | undefined, error: string): void {
+    this.#log.warn({ service: key, frontend: fk, id, code, error }, 'deleting a Kubernetes frontend failed; retried');
+    // Still there under its ID: a Service wanting the frontend again takes it back.
+    this.#unclaimed!.set(fk, id);
+    this.#usedIds.add(id);
+    this.#pendingDeletes.set(id, fk);
+    this.#scheduleRetry();
   }
 
   #scheduleRetry(): void {

@@ -360,12 +360,13 @@ export class ServiceManager implements ServiceApi {
     await this.#serial.settled();
   }
 
-  /** No more retries; waits for writes queued so far. */
+  /** No more retries; waits for writes queued so far, then closes the store. */
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#retryTimer);
     this.#retryTimer = undefined;
     await this.idle();
+    this.o.store.close();
   }
 
   /** A service is not realized: it is written again after a while (and by any change before that). */

@@ -118,7 +118,9 @@ describe('ServiceManager over the real maps', { timeout: 120_000 }, () => {
     assert.equal(maps.services.get(slot('0.0.0.0', 30080, 0, LbScope.INTERNAL))?.count, 1);
 
     // Restart: new handles on the same pinned maps; a service deleted meanwhile (its record gone) is dropped.
-    await rm(join(dir, 'services', '11.json'));
+    const editor = new ServiceStore(join(dir, 'services'));
+    await editor.remove(11);
+    editor.close();
     const lb2 = await LbMaps.open({ maps, routes: routes(), log, maglevTableSize: MAGLEV_SIZE });
     const m2 = manager(lb2);
     const report = await m2.restore();

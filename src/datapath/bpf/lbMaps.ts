@@ -330,7 +330,8 @@ export class LbMaps implements LoadBalancerDatapath {
     const undo = new UndoList();
     try {
       for (const [id, value] of entries) {
-        const previous = maps.backends.get(id);
+        // #backends is what the map holds (read at start, kept since): a new ID has nothing to put back, and no lookup is spent on it.
+        const previous = this.#backends.has(id) ? maps.backends.get(id) : undefined;
         maps.backends.set(id, value);
         undo.add(() => (previous ? maps.backends.set(id, previous) : void maps.backends.delete(id)), `backend ${id}`);
       }
@@ -422,8 +423,11 @@ export class LbMaps implements LoadBalancerDatapath {
     const moved = old !== undefined && !sameFrontend(old.frontend, frontend);
     const { maps } = this.opts;
     const undo = new UndoList();
+    // The shadow says which keys the map can hold for this service: a slot past the old count (or of a new or moved
+    // frontend) is absent, and its undo needs no lookup; 10,000 new services are 40,000 fewer syscalls.
+    const mayHold = (k: Lb4Key) => old !== undefined && !moved && k.backendSlot <= (old.counts.get(k.scope) ?? -1);
     const set = (k: Lb4Key, v: Lb4ServiceValue) => {
-      const previous = maps.services.get(k);
+      const previous = mayHold(k) ? maps.services.get(k) : undefined;
       maps.services.set(k, v);
       undo.add(() => (previous ? maps.services.set(k, previous) : void maps.services.delete(k)), 'service entry');
     };
@@ -442,7 +446,7 @@ export class LbMaps implements LoadBalancerDatapath {
           members.delete(b);
         }, `member ${b}`);
       }
-      const previousRev = maps.revNat.get(svc.id);
+      const previousRev = old !== undefined ? maps.revNat.get(svc.id) : undefined;
       maps.revNat.set(svc.id, { address: frontend.address, port: frontend.port });
       undo.add(() => (previousRev ? maps.revNat.set(svc.id, previousRev) : void maps.revNat.delete(svc.id)), 'reverse NAT entry');
       const writeScope = (scope: number, ids: readonly number[]) => {

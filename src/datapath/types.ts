@@ -252,6 +252,12 @@ export interface LoadBalancerDatapath {
   deleteService(id: number): Promise<void>;
   /** After the agent restored its services: entries of IDs not in `liveServiceIds`/`liveBackendIds` go. */
   restoreDone(liveServiceIds: readonly number[], liveBackendIds: readonly number[]): Promise<void>;
+  /**
+   * Runs `fn` (a batch of the calls above); what they leave to do together
+   * (the frontends' routes) is done when it returns. Throws after `fn`'s own
+   * outcome when that failed: the caller undoes the batch.
+   */
+  inBatch<T>(fn: () => Promise<T>): Promise<T>;
 }
 
 /** One device's programs as the kernel has them (`tendril status`). */

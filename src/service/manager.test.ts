@@ -560,6 +560,13 @@ describe('ServiceManager', () => {
       assert.deepEqual(m.get(1)!['frontend-address'], one.service['frontend-address']);
       assert.deepEqual(m.get(2)!['backend-addresses'].map((b) => b.ip), two.service['backend-addresses'].map((b) => b.ip));
       assert.deepEqual(await stored(), [1, 2]);
+      // The datapath failing to finish the batch (a route the kernel refused) undoes it the same way, before anything is written.
+      store.fail = false;
+      store.commits = 0;
+      lb.failNext('inBatch');
+      await assert.rejects(m.apply([up(3, clusterIp('10.96.0.3', [be('10.0.0.3')]))]), code(ServiceErrorCode.DATAPATH_FAILED, /the datapath did not finish it/));
+      assert.deepEqual(held(), before);
+      assert.equal(store.commits, 0);
     });
   });
 });

@@ -202,37 +202,42 @@ export class ServiceManager implements ServiceApi {
       /** Each change made, with the service as it was before it (for the undo of a failed commit). */
       const made: Array<{ id: number; before: ServiceState | undefined }> = [];
       const results: ServiceChangeResult[] = [];
-      for (const c of checked) {
-        const failed = (err: ServiceError): ServiceChangeResult => ({ id: c.id, op: c.op, result: 'failed', error: { code: err.code, message: err.message } });
-        if (c.error) {
-          results.push(failed(c.error));
-          continue;
-        }
-        const before = this.#services.get(c.id);
-        try {
-          if (c.op === 'delete') {
-            if (!before) {
-              results.push({ id: c.id, op: c.op, result: 'not-found' });
-              continue;
-            }
-            await this.#deleteNow(lb, c.id, pending);
-            results.push({ id: c.id, op: c.op, result: 'deleted' });
-          } else {
-            const r = await this.#upsertNow(lb, c.spec!, pending);
-            results.push({ id: c.id, op: c.op, result: r.created ? 'created' : r.changed ? 'updated' : 'unchanged', service: r.service });
-            if (!r.changed) continue;
+      const applyAll = async () => {
+        for (const c of checked) {
+          const failed = (err: ServiceError): ServiceChangeResult => ({ id: c.id, op: c.op, result: 'failed', error: { code: err.code, message: err.message } });
+          if (c.error) {
+            results.push(failed(c.error));
+            continue;
           }
-          made.push({ id: c.id, before });
-        } catch (err) {
-          if (!isServiceError(err)) throw err;
-          results.push(failed(err));
+          const before = this.#services.get(c.id);
+          try {
+            if (c.op === 'delete') {
+              if (!before) {
+                results.push({ id: c.id, op: c.op, result: 'not-found' });
+                continue;
+              }
+              await this.#deleteNow(lb, c.id, pending);
+              results.push({ id: c.id, op: c.op, result: 'deleted' });
+            } else {
+              const r = await this.#upsertNow(lb, c.spec!, pending);
+              results.push({ id: c.id, op: c.op, result: r.created ? 'created' : r.changed ? 'updated' : 'unchanged', service: r.service });
+              if (!r.changed) continue;
+            }
+            made.push({ id: c.id, before });
+          } catch (err) {
+            if (!isServiceError(err)) throw err;
+            results.push(failed(err));
+          }
         }
-      }
+      };
+      let stage = 'the datapath did not finish it (the frontends\' routes)';
       try {
+        await lb.inBatch(applyAll);
+        stage = 'their records could not be written';
         await this.o.store.commit(pending.changes());
       } catch (err) {
         await this.#undoBatch(lb, made);
-        throw datapathFailed(`a batch of ${changes.length} service changes: their records could not be written`, err);
+        throw datapathFailed(`a batch of ${changes.length} service changes: ${stage}`, err);
       }
       const count = (what: ServiceChangeResult['result']) => results.filter((r) => r.result === what).length;
       this.o.log.info({ changes: changes.length, created: count('created'), updated: count('updated'), deleted: count('deleted'), failed: count('failed') }, 'service batch applied');

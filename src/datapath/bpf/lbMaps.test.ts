@@ -345,4 +345,29 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     await slb.deleteService(1);
     assert.equal((await dumpServices(small.maps)).size, 0);
   });
+
+  it('inside inBatch, the frontends\' routes go in together when it returns (more than one netlink batch); one whose service went meanwhile does not', async () => {
+    const big = await loadMaps({ ...SIZES, [MapName.LB_SERVICES]: 1024, [MapName.LB_REVNAT]: 512, [MapName.LB_MEMBERS]: 512 });
+    const batchRoutes = new ServiceRoutes({ netlink: async () => nl, log });
+    const blb = await LbMaps.open({ maps: big.maps, routes: batchRoutes, log, maglevTableSize: MAGLEV_SIZE });
+    await blb.setRouter(ROUTER);
+    const vip = (i: number) => `10.97.${i >> 7}.${(i & 127) + 1}`;
+    await blb.upsertBackends([be(1)]);
+    await blb.inBatch(async () => {
+      for (let i = 0; i < 300; i++) await blb.upsertService(svc({ id: 100 + i, address: vip(i), backendIds: [1] }));
+      assert.equal(await routeOf(vip(0)), undefined, 'not before the batch ends');
+      await blb.deleteService(100 + 299);
+    });
+    const ours = (await nl.listRoutes({ family: 4, table: 254 })).filter((r) => r.protocol === SERVICE_ROUTE_PROTOCOL && r.dst.startsWith('10.97.'));
+    assert.equal(ours.length, 299);
+    const r = await routeOf(vip(298));
+    assert.deepEqual([r?.gateway, r?.prefsrc, r?.onlink], [SERVICE_ROUTE_NEXTHOP, ROUTER, true]);
+    assert.equal(await routeOf(vip(299)), undefined);
+    // Released as a single upsert's would be.
+    await blb.inBatch(async () => {
+      for (let i = 0; i < 299; i++) await blb.deleteService(100 + i);
+    });
+    assert.equal((await nl.listRoutes({ family: 4, table: 254 })).filter((x) => x.dst.startsWith('10.97.')).length, 0);
+    await blb.deleteBackends([1]);
+  });
 });

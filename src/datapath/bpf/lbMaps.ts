@@ -377,6 +377,11 @@ export class LbMaps implements LoadBalancerDatapath {
     return [...out.values()];
   }
 
+  /** The batch's frontend routes go in as netlink batches when `fn` returns (ServiceRoutes.deferInstalls). */
+  inBatch<T>(fn: () => Promise<T>): Promise<T> {
+    return this.opts.routes.deferInstalls(fn);
+  }
+
   upsertService(svc: LbServiceEntry): Promise<void> {
     return this.#serial(() => this.#upsertService(svc));
   }

@@ -16,7 +16,7 @@
  */
 import type { Logger } from '../../logging/logger.js';
 import { isKernelError } from '../kernel/errors.js';
-import { type Netlink, RT_TABLE_MAIN, RTN_UNICAST } from '../kernel/netlink/index.js';
+import { type Netlink, NetlinkBatch, RT_TABLE_MAIN, RTN_UNICAST } from '../kernel/netlink/index.js';
 import { HOST_DEVICE, HOST_PEER_DEVICE } from '../linux/hostDevice.js';
 import { ensureHostNextHop, HOST_NEXTHOP, hostNextHop } from '../linux/hostNextHop.js';
 import { canonicalIp } from '../linux/links.js';
@@ -53,6 +53,8 @@ export class ServiceRoutes {
   readonly #holders = new Map<string, Set<number>>();
   /** Addresses whose route is in the kernel (as this process put or found it). */
   readonly #installed = new Set<string>();
+  /** Inside deferInstalls: addresses whose route goes in when it returns. */
+  #deferred: Set<string> | undefined;
   /** The router address of each family known so far (the routes' source). */
   readonly #routers = new Map<IpFamily, string>();
   /** tendril_host's ifindex, resolved with the router address: one lookup, not one per route. */
@@ -116,11 +118,52 @@ export class ServiceRoutes {
     );
   }
 
-  /** `id` holds a route to `address` (in force once the router address is known). */
+  /**
+   * Routes held while `fn` runs are installed together when it returns, a
+   * netlink batch of 256 a round trip (10,000 ClusterIPs: 40 round trips,
+   * not 10,000). Throws, after `fn`'s own outcome, when any of them failed:
+   * their holders stay recorded, and the caller undoes what it wrote.
+   */
+  async deferInstalls<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.#deferred) return fn();
+    const deferred = (this.#deferred = new Set());
+    let result: T;
+    try {
+      result = await fn();
+    } finally {
+      this.#deferred = undefined;
+      await this.#installMany([...deferred].filter((a) => this.#holders.has(a)));
+    }
+    return result;
+  }
+
+  async #installMany(addresses: readonly string[]): Promise<void> {
+    const ready = addresses.filter((a) => this.#routers.has(familyOf(a)));
+    if (ready.length === 0) return;
+    const nl = await this.opts.netlink();
+    const batch = new NetlinkBatch();
+    for (const address of ready) {
+      const family = familyOf(address);
+      batch.replaceRoute({ dst: hostRoute(address), gateway: hostNextHop(family), onlink: true, oif: this.#devIndex!, prefsrc: this.#routers.get(family)!, protocol: SERVICE_ROUTE_PROTOCOL });
+    }
+    const outcomes = await kernel(() => nl.applyEach(batch));
+    const failed: string[] = [];
+    outcomes.forEach((err, i) => {
+      if (err === undefined) this.#installed.add(ready[i]!);
+      else failed.push(`${ready[i]}: ${err.message}`);
+    });
+    if (failed.length > 0) throw new DatapathError('failed', `routes to ${failed.length} service frontends could not be installed (${failed.slice(0, 3).join('; ')}${failed.length > 3 ? '; …' : ''})`);
+  }
+
+  /** `id` holds a route to `address` (in force once the router address is known; inside deferInstalls, when it returns). */
   async hold(id: number, address: string): Promise<void> {
     const holders = this.#holdersOf(address);
     holders.add(id);
     if (!this.#routers.has(familyOf(address))) return;
+    if (this.#deferred) {
+      this.#deferred.add(address);
+      return;
+    }
     try {
       await this.#install(address);
     } catch (err) {

@@ -58,6 +58,13 @@ export class FakeLoadBalancer implements LoadBalancerDatapath {
     }
   }
 
+  /** Runs `fn`; then a failNext('inBatch') fails the batch's finish, as a route the kernel refused would. */
+  async inBatch<T>(fn: () => Promise<T>): Promise<T> {
+    const result = await fn();
+    this.#enter('inBatch', []);
+    return result;
+  }
+
   async upsertService(svc: LbServiceEntry): Promise<void> {
     this.#enter('upsertService', [svc.id]);
     for (const id of [...svc.backendIds, ...(svc.internalBackendIds ?? []), ...(svc.memberIds ?? [])]) {

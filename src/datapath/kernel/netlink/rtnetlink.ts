@@ -24,7 +24,7 @@ import {
 import { type Neighbour, type NeighbourSpec, decodeNeighbour, encodeListNeighbours } from './neighbours.js';
 import { type NetlinkBatch, item, ops } from './operations.js';
 import { type Route, type RouteSpec, decodeRoute, encodeListRoutes } from './routes.js';
-import { type BatchItem, NetlinkSocket } from './socket.js';
+import { type BatchItem, MAX_BATCH, NetlinkSocket } from './socket.js';
 import {
   type BpfFilter,
   type BpfFilterSpec,
@@ -109,6 +109,19 @@ export class Netlink {
     const results = await this.socket.batch(batch.items);
     const failed = results.find((r): r is KernelError => r instanceof KernelError);
     if (failed) throw failed;
+  }
+
+  /**
+   * Sends a batch of any length, MAX_BATCH messages a round trip; each
+   * message's outcome in order (undefined: done), so a caller knows which
+   * of thousands of independent changes failed.
+   */
+  async applyEach(batch: NetlinkBatch): Promise<Array<KernelError | undefined>> {
+    const out: Array<KernelError | undefined> = [];
+    for (let i = 0; i < batch.items.length; i += MAX_BATCH) {
+      for (const r of await this.socket.batch(batch.items.slice(i, i + MAX_BATCH))) out.push(r instanceof KernelError ? r : undefined);
+    }
+    return out;
   }
 
   // ---- links -----------------------------------------------------------------

@@ -40,7 +40,7 @@ const DEFAULT_TIMEOUT_MS = 5000;
 const MAX_PROTOCOL = 31;
 const MAX_TIMEOUT_MS = 600_000;
 const DUMP_ATTEMPTS = 4;
-const MAX_BATCH = 256;
+export const MAX_BATCH = 256;
 
 /**
  * A netlink socket opened in one network namespace. Requests on it run one

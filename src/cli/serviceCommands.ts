@@ -179,8 +179,8 @@ export async function applyServices(c: ReturnType<typeof client>, services: Read
     }
     try {
       const existed = await serviceExists(c, s.id);
-      const r = await c.putService(s.id, s);
-      results.push({ id: s.id, op: 'upsert', result: existed ? 'updated' : 'created', service: r });
+      await c.putService(s.id, s);
+      results.push({ id: s.id, op: 'upsert', result: existed ? 'updated' : 'created' });
     } catch (err) {
       if (!(err instanceof AgentResponseError)) throw err;
       results.push({ id: s.id, op: 'upsert', result: 'failed', error: { code: err.body.code, message: err.message } });

@@ -122,6 +122,8 @@ export class ServiceManager implements ServiceApi {
   readonly #serial = new Serializer();
   /** False until the endpoints are restored: locality comes from the records until then. */
   #liveLocality = false;
+  /** While a batch runs: the node's endpoint addresses, read once for all of its changes (endpoints change only between writes). */
+  #batchLocal: ReadonlySet<string> | undefined;
   #localityQueued = false;
   #retryTimer: NodeJS.Timeout | undefined;
   #stopped = false;
@@ -158,7 +160,7 @@ export class ServiceManager implements ServiceApi {
       await this.#retryDeletes(lb);
       const r = await this.#upsertNow(lb, spec, this.o.store);
       if (r.changed) this.o.log.info({ service: spec.id, frontend: frontendKey(spec.frontend), backends: spec.backends.length }, r.created ? 'service created' : 'service updated');
-      return r;
+      return { service: this.#status(r.state, this.#localSet()), created: r.created, changed: r.changed };
     });
   }
 
@@ -220,7 +222,7 @@ export class ServiceManager implements ServiceApi {
               results.push({ id: c.id, op: c.op, result: 'deleted' });
             } else {
               const r = await this.#upsertNow(lb, c.spec!, pending);
-              results.push({ id: c.id, op: c.op, result: r.created ? 'created' : r.changed ? 'updated' : 'unchanged', service: r.service });
+              results.push({ id: c.id, op: c.op, result: r.created ? 'created' : r.changed ? 'updated' : 'unchanged' });
               if (!r.changed) continue;
             }
             made.push({ id: c.id, before });
@@ -231,8 +233,9 @@ export class ServiceManager implements ServiceApi {
         }
       };
       let stage = 'the datapath did not finish it (the frontends\' routes)';
+      this.#batchLocal = this.#liveLocality ? new Set(this.o.localAddresses ? this.o.localAddresses() : []) : undefined;
       try {
-        await lb.inBatch(applyAll);
+        await lb.inBatch(applyAll).finally(() => (this.#batchLocal = undefined));
         stage = 'their records could not be written';
         await this.o.store.commit(pending.changes());
       } catch (err) {
@@ -449,7 +452,7 @@ export class ServiceManager implements ServiceApi {
   }
 
   /** Upsert's work inside the queue: conflicts, then the datapath, then `persist`. */
-  async #upsertNow(lb: LoadBalancerDatapath, spec: NormalizedService, persist: ServicePersistence): Promise<{ service: ServiceStatus; created: boolean; changed: boolean }> {
+  async #upsertNow(lb: LoadBalancerDatapath, spec: NormalizedService, persist: ServicePersistence): Promise<{ state: ServiceState; created: boolean; changed: boolean }> {
     const holder = this.#extraIds.get(spec.id);
     if (holder !== undefined) {
       const on = this.#services.get(holder)?.frontends.find((f) => f.id === spec.id)?.ip;
@@ -461,7 +464,7 @@ export class ServiceManager implements ServiceApi {
       throw new ServiceError(ServiceErrorCode.INVALID, 'frontend-address.ip: a NodePort on :: is served on each of this node\'s IPv6 addresses, and it has none');
     }
     // Served as it is on the node's addresses as they are now: the same spec again picks up addresses that came or went.
-    if (prev && prev.realized && sameService(prev.spec, spec) && sameFrontends(prev.frontends, frontends)) return { service: this.#status(prev, this.#localSet()), created: false, changed: false };
+    if (prev && prev.realized && sameService(prev.spec, spec) && sameFrontends(prev.frontends, frontends)) return { state: prev, created: false, changed: false };
     for (const fk of frontendKeysOf(spec, frontends)) {
       const owner = this.#frontends.get(fk);
       if (owner === undefined || owner === spec.id) continue;
@@ -470,7 +473,7 @@ export class ServiceManager implements ServiceApi {
       throw new ServiceError(ServiceErrorCode.CONFLICT, `frontend-address: ${fk} already belongs to service ${owner}${why}`);
     }
     const next = await this.#write(lb, spec, frontends, prev, persist);
-    return { service: this.#status(next, this.#localSet()), created: prev === undefined, changed: true };
+    return { state: next, created: prev === undefined, changed: true };
   }
 
   /** Delete's work inside the queue: the datapath, then `persist`; the service as it was. */
@@ -554,7 +557,7 @@ export class ServiceManager implements ServiceApi {
 
   #localSet(): ReadonlySet<string> | undefined {
     if (!this.#liveLocality) return undefined;
-    return new Set(this.o.localAddresses ? this.o.localAddresses() : []);
+    return this.#batchLocal ?? new Set(this.o.localAddresses ? this.o.localAddresses() : []);
   }
 
   /** `local` undefined: before endpoints are restored, the service's persisted locality. */

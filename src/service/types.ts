@@ -80,8 +80,6 @@ export interface ServiceChangeResult {
   id: number;
   op: 'upsert' | 'delete';
   result: 'created' | 'updated' | 'unchanged' | 'deleted' | 'not-found' | 'failed';
-  /** An upsert that did not fail: the service as it is now. */
-  service?: ServiceStatus;
   error?: { code: string; message: string };
 }
 

@@ -90,7 +90,7 @@ export function registerServiceRoutes(app: FastifyInstance, services: ServiceRou
     const results = await serve(() => svc.apply(changes));
     return {
       failed: results.filter((r) => r.result === 'failed').length,
-      results: results.map((r) => ({ id: r.id, op: r.op, result: r.result, ...(r.service ? { service: statusBody(r.service) } : {}), ...(r.error ? { error: { ...r.error } } : {}) })),
+      results: results.map((r) => ({ id: r.id, op: r.op, result: r.result, ...(r.error ? { error: { ...r.error } } : {}) })),
     };
   });
 

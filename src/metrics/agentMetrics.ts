@@ -6,7 +6,7 @@
  * scrape time (endpoints, identities, IPAM, policy, the deletion queue, the
  * eBPF datapath), so a scrape never sees a copy that has drifted.
  */
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { ENDPOINT_STATES } from '../endpoint/index.js';
 import { DatapathMetrics, type DatapathMetricsSource } from './datapathMetrics.js';
 import { FlowMetrics, type FlowMetricsOptions } from './flowMetrics.js';
@@ -68,6 +68,9 @@ export class AgentMetrics {
 
   constructor(opts: { flows?: FlowMetricsOptions } = {}) {
     const registers = [this.registry];
+    // The process's own figures (resident memory, V8 heap by space, external memory, event loop lag, CPU), under
+    // prom-client's standard names behind tendril_agent_: what the agent costs a node, as Cilium's agent exports its Go runtime's.
+    collectDefaultMetrics({ register: this.registry, prefix: 'tendril_agent_' });
     this.flows = opts.flows ? new FlowMetrics(this.registry, opts.flows) : undefined;
     this.#cniOps = new Counter({ name: 'tendril_cni_operations_total', help: 'CNI calls the agent handled, by verb and result', labelNames: ['verb', 'result'], registers });
     this.#cniSeconds = new Histogram({

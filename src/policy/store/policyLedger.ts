@@ -71,6 +71,8 @@ export class PolicyLedger {
   readonly #log: Logger;
   #lost = new Map<string, LostPolicy>();
   readonly #writing = new Serializer();
+  /** A ledger write is queued and not begun yet: a change now rides on it. */
+  #recordQueued = false;
   #unsubscribe: Array<() => void> = [];
   #stopped = false;
 
@@ -185,25 +187,39 @@ export class PolicyLedger {
     );
   }
 
-  /** Writes the ledger as the engine holds it now; a loss re-imported (the store holds the key again) is over. */
+  /**
+   * Writes the ledger as the engine holds it when the write begins. Changes
+   * that come while a write is queued ride on it: an import of 10,000
+   * policies is a few writes of the whole ledger, not 10,000 (each of them a
+   * JSON text of every policy: gigabytes of garbage, the agent's peak memory).
+   */
   #record(store: PolicyStore<{ readonly policies: readonly PolicyName[] }, { readonly deleted: readonly PolicyName[] }>, target: Target): void {
     if (this.#stopped) return;
+    // A loss re-imported (the store holds the key again) is over at once, so health says so; only while there is one is the store read here.
+    if (this.#lost.size > 0) for (const s of store.storedPolicies()) this.#lost.delete(s.key);
+    if (this.#recordQueued) return;
+    this.#recordQueued = true;
+    void this.#writing
+      .run(async () => {
+        this.#recordQueued = false;
+        const text = this.#ledgerText(store, target);
+        const tmp = join(this.#dir, `${ENFORCED}.tmp`);
+        await writeFile(tmp, text, { mode: 0o600 });
+        await rename(tmp, join(this.#dir, ENFORCED));
+      })
+      .catch((err: unknown) => this.#log.error({ err }, 'recording the enforced policies in the state dir failed; a later kvstore loss may go unnoticed'));
+  }
+
+  /** The ledger as the engine holds it now. */
+  #ledgerText(store: PolicyStore<{ readonly policies: readonly PolicyName[] }, { readonly deleted: readonly PolicyName[] }>, target: Target): string {
     const stored = store.storedPolicies();
-    for (const s of stored) this.#lost.delete(s.key);
     const documents = new Map(target.policies().map((p) => [store.key(p.name), p.document]));
     const policies: LedgerEntry[] = [
       ...stored.flatMap((s) => (documents.has(s.key) ? [{ key: s.key, hash: s.hash, document: documents.get(s.key) }] : [])),
       ...[...this.#lost.values()].map((l) => ({ key: l.key, hash: l.hash, document: l.document })),
     ];
     const file: LedgerFile = { v: FORMAT, clusterRevision: store.clusterRevision, policies, lost: [...this.#lost.keys()] };
-    const text = JSON.stringify(file);
-    void this.#writing
-      .run(async () => {
-        const tmp = join(this.#dir, `${ENFORCED}.tmp`);
-        await writeFile(tmp, text, { mode: 0o600 });
-        await rename(tmp, join(this.#dir, ENFORCED));
-      })
-      .catch((err: unknown) => this.#log.error({ err }, 'recording the enforced policies in the state dir failed; a later kvstore loss may go unnoticed'));
+    return JSON.stringify(file);
   }
 
   /** Synchronous: a revision shown is on disk before anything else happens (a kill -9 right after keeps it). */

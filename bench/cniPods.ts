@@ -105,8 +105,14 @@ export function printCniPods(r: CniPodsReport): void {
   console.log(line('DEL  reference (sequential)', r.reference.sequential.del));
   console.log(line('ADD  tendril (all concurrent)', r.tendril.concurrent.add));
   console.log(line('ADD  reference (all concurrent)', r.reference.concurrent.add));
+  console.log(line('DEL  tendril (all concurrent)', r.tendril.concurrent.del));
+  console.log(line('DEL  reference (all concurrent)', r.reference.concurrent.del));
   const pps = (w: WorkerResult) => (r.pods / (w.addWall / 1000)).toFixed(1);
+  const dps = (w: WorkerResult) => r.pods / (w.delWall / 1000);
   console.log(`  pods/s ADD sequential: tendril ${pps(r.tendril.sequential)}, reference ${pps(r.reference.sequential)}; concurrent: tendril ${pps(r.tendril.concurrent)}, reference ${pps(r.reference.concurrent)}`);
+  console.log(
+    `  pods/s DEL sequential: tendril ${dps(r.tendril.sequential).toFixed(1)}, reference ${dps(r.reference.sequential).toFixed(1)}; concurrent: tendril ${dps(r.tendril.concurrent).toFixed(1)}, reference ${dps(r.reference.concurrent).toFixed(1)} (${(dps(r.tendril.concurrent) / dps(r.reference.concurrent)).toFixed(2)}x; goal ≥ 1)`,
+  );
   const ratio = (a: number[], b: number[]) => (percentile(a, 0.5) / percentile(b, 0.5)).toFixed(2);
   console.log(`  ratio tendril/reference (p50): ADD ${ratio(r.tendril.sequential.add, r.reference.sequential.add)}x, DEL ${ratio(r.tendril.sequential.del, r.reference.sequential.del)}x`);
   console.log('  where tendril\'s ADD time goes (p50):');

@@ -110,6 +110,8 @@ export class AgentKubernetes {
       endpoints: this.forwarders.endpoints,
       policy: this.forwarders.policy,
       ...(o.services ? { services: this.forwarders.services } : {}),
+      // As kube-proxy and Cilium: a Local LoadBalancer's cloud load balancer asks each node here.
+      ...(o.services ? { healthCheckNodePorts: {} } : {}),
       // The Node object read at start (this.node): its IPv6 InternalIPs carry IPv6 NodePorts.
       ipv6NodePortAddresses: () => (this.node?.internalIps ?? []).filter((ip) => tryParseIp(ip)?.family === 6),
       ...(o.retry ? { retry: o.retry } : {}),

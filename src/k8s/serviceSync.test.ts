@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createServer } from 'node:net';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { V1Endpoint, V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { pino } from 'pino';
@@ -251,6 +252,37 @@ describe('ServiceSync over the service manager and the fake datapath', () => {
     assert.ok(!m.list().some((x) => x['frontend-address'].ip === '10.96.1.1'));
   });
 
+  it('serves a Local LoadBalancer\'s healthCheckNodePort: 503 without a ready endpoint on the node, 200 with the count once one is here; gone with the Service\'s need', async () => {
+    const local = new Set<string>();
+    const m = new ServiceManager({ loadBalancer: lb, store: new ServiceStore(join(dir, 'services')), log: pino({ level: 'silent' }), localAddresses: () => local, nodeAddresses: () => ['192.0.2.10'] });
+    await m.restore();
+    await m.endpointsRestored();
+    const port = await freePort();
+    const s = new ServiceSync({ services: m, nodeName: 'tdl-node-a', logger: logger(), healthCheckNodePorts: { host: '127.0.0.1' } });
+    const lbService = (externalTrafficPolicy: string) =>
+      k8sService('shop', '10.96.0.30', { type: 'LoadBalancer', externalTrafficPolicy, healthCheckNodePort: port, ports: [{ name: 'http', port: 80, nodePort: 30080 }] }, { loadBalancer: { ingress: [{ ip: '192.0.2.50' }] } });
+    const slices = [slice('shop-a', ['10.0.1.1', '10.0.1.2', endpoint('10.0.1.3', { ready: false, serving: true, terminating: true })])];
+    await s.update('default/shop', lbService('Local'), slices);
+    const probe = async () => {
+      const r = await fetch(`http://127.0.0.1:${port}/healthz`);
+      return { status: r.status, weight: r.headers.get('x-load-balancing-endpoint-weight'), body: (await r.json()) as unknown };
+    };
+    assert.deepEqual(await probe(), { status: 503, weight: '0', body: { service: { namespace: 'default', name: 'shop' }, localEndpoints: 0, serviceProxyHealthy: true } });
+    local.add('10.0.1.1');
+    local.add('10.0.1.3');
+    await m.localityChanged();
+    // The terminating endpoint here is no ready one.
+    assert.deepEqual(await probe(), { status: 200, weight: '1', body: { service: { namespace: 'default', name: 'shop' }, localEndpoints: 1, serviceProxyHealthy: true } });
+    assert.equal((await fetch(`http://127.0.0.1:${port}/`, { method: 'POST' })).status, 405);
+    // Cluster policy: no health check port any more.
+    await s.update('default/shop', lbService('Cluster'), slices);
+    await assert.rejects(fetch(`http://127.0.0.1:${port}/`), /fetch failed/);
+    await s.update('default/shop', lbService('Local'), slices);
+    assert.equal((await probe()).status, 200);
+    await s.stop();
+    await assert.rejects(fetch(`http://127.0.0.1:${port}/`), /fetch failed/);
+  });
+
   it('a frontend two Services want is the first one\'s; the other takes it when it is let go', async () => {
     const m = manager();
     const s = sync(m);
@@ -289,3 +321,15 @@ describe('ServiceSync over the service manager and the fake datapath', () => {
     assert.deepEqual(lb.services.get(byFrontend['0.0.0.0']!)!.internalBackendIds, []);
   });
 });
+
+/** A port free on 127.0.0.1 now (the kernel's pick, let go at once). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}

@@ -13,6 +13,7 @@ import type { V1EndpointSlice, V1Service } from '@kubernetes/client-node';
 import { MAX_SERVICE_ID } from '../datapath/limits.js';
 import type { Logger } from '../logging/logger.js';
 import { isServiceError, ServiceError, ServiceErrorCode, type ServiceApi, type ServiceChangeResult, type ServiceSpec } from '../service/index.js';
+import { HealthCheckNodePorts } from './healthCheckNodePorts.js';
 import { k8sServiceFrontends, specFrontendKey } from './k8sServices.js';
 
 /** Service IDs of Kubernetes' frontends: the upper half of the datapath's range (the lower half is left to the API's users). */
@@ -62,6 +63,8 @@ export interface ServiceSyncOptions {
   retryIntervalMs?: number;
   /** The node's IPv6 InternalIPs, read at each update: an IPv6 NodePort is served on each (none: not served). */
   ipv6NodePortAddresses?: () => readonly string[];
+  /** Serve the healthCheckNodePort of LoadBalancer Services with externalTrafficPolicy Local (host: where; default every address). */
+  healthCheckNodePorts?: { host?: string };
 }
 
 /** A frontend a Service holds: its ID stays while the Service has the frontend. */
@@ -111,6 +114,8 @@ export class ServiceSync {
   /** Updates waiting in the queue, by Service: a later call for the same Service replaces the state it applies. */
   readonly #queued = new Map<string, QueuedUpdate>();
   readonly #serial = new Serializer();
+  /** The healthCheckNodePort servers, when asked for. */
+  readonly healthChecks: HealthCheckNodePorts | undefined;
   /** While a drain runs: the changes its Services make, applied as one batch at its end. */
   #batch: BatchedChange[] | undefined;
   #retryTimer: NodeJS.Timeout | undefined;
@@ -119,6 +124,9 @@ export class ServiceSync {
   constructor(o: ServiceSyncOptions) {
     this.#services = o.services;
     this.#log = o.logger.child({ component: 'k8s-services', node: o.nodeName });
+    this.healthChecks = o.healthCheckNodePorts
+      ? new HealthCheckNodePorts({ logger: this.#log, localEndpoints: (key) => this.localEndpoints(key), ...(o.healthCheckNodePorts.host !== undefined ? { host: o.healthCheckNodePorts.host } : {}) })
+      : undefined;
     this.#retryMs = o.retryIntervalMs ?? DEFAULT_RETRY_MS;
     this.#ipv6NodePortAddresses = o.ipv6NodePortAddresses ?? (() => []);
   }
@@ -219,6 +227,21 @@ export class ServiceSync {
     clearTimeout(this.#retryTimer);
     this.#retryTimer = undefined;
     await this.#serial.settled();
+    await this.healthChecks?.stop();
+  }
+
+  /**
+   * The Service's ready endpoints on this node: the distinct active local
+   * backends of the frontends it holds (what its healthCheckNodePort answers).
+   */
+  localEndpoints(key: string): number {
+    const ready = new Set<string>();
+    for (const fk of this.#heldBy.get(key) ?? []) {
+      const held = this.#held.get(fk);
+      const s = held && this.#services.get(held.id);
+      for (const b of s?.['backend-addresses'] ?? []) if (b.local && b.state === 'active') ready.add(`${b.ip}:${b.port}`);
+    }
+    return ready.size;
   }
 
   // ---- internals ---------------------------------------------------------------
@@ -250,6 +273,11 @@ export class ServiceSync {
     }
     if (wanted.size > 0) this.#wanted.set(key, wanted);
     else this.#wanted.delete(key);
+    if (this.healthChecks) {
+      const spec = svc?.spec;
+      const port = spec?.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local' && (spec.healthCheckNodePort ?? 0) > 0 ? spec.healthCheckNodePort : undefined;
+      await this.healthChecks.set(key, port);
+    }
 
     const released: string[] = [];
     for (const fk of [...(this.#heldBy.get(key) ?? [])]) {

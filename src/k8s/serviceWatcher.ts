@@ -23,6 +23,8 @@ export interface ServiceWatcherOptions {
   retry?: RetryOptions;
   /** The node's IPv6 InternalIPs (an IPv6 NodePort's frontends). */
   ipv6NodePortAddresses?: () => readonly string[];
+  /** Serve LoadBalancer Services' healthCheckNodePort (ServiceSyncOptions). */
+  healthCheckNodePorts?: { host?: string };
 }
 
 const keyOf = (namespace: string | undefined, name: string) => `${namespace ?? 'default'}/${name}`;
@@ -44,7 +46,13 @@ export class ServiceWatcher {
 
   constructor(o: ServiceWatcherOptions) {
     this.#log = o.logger;
-    this.sync = new ServiceSync({ services: o.services, nodeName: o.nodeName, logger: o.logger, ...(o.ipv6NodePortAddresses ? { ipv6NodePortAddresses: o.ipv6NodePortAddresses } : {}) });
+    this.sync = new ServiceSync({
+      services: o.services,
+      nodeName: o.nodeName,
+      logger: o.logger,
+      ...(o.ipv6NodePortAddresses ? { ipv6NodePortAddresses: o.ipv6NodePortAddresses } : {}),
+      ...(o.healthCheckNodePorts ? { healthCheckNodePorts: o.healthCheckNodePorts } : {}),
+    });
     const core = o.kubeConfig.makeApiClient(CoreV1Api);
     const discovery = o.kubeConfig.makeApiClient(DiscoveryV1Api);
     const common = { kubeConfig: o.kubeConfig, logger: o.logger, ...(o.retry ? { retry: o.retry } : {}) };

@@ -28,6 +28,8 @@ export interface K8sWatchersOptions {
   retry?: RetryOptions;
   /** The node's IPv6 InternalIPs (an IPv6 NodePort's frontends). */
   ipv6NodePortAddresses?: () => readonly string[];
+  /** Serve LoadBalancer Services' healthCheckNodePort (ServiceSyncOptions). */
+  healthCheckNodePorts?: { host?: string };
 }
 
 /** What status and health read of an informer. */
@@ -54,7 +56,16 @@ export class K8sWatchers {
     this.#pods = new PodWatcher({ ...common, nodeName: o.nodeName, endpoints: o.endpoints });
     this.#node = new NodeWatcher({ ...common, nodeName: o.nodeName });
     this.#policies = new PolicyWatcher({ ...common, target: o.policy });
-    this.#services = o.services === undefined ? undefined : new ServiceWatcher({ ...common, nodeName: o.nodeName, services: o.services, ...(o.ipv6NodePortAddresses ? { ipv6NodePortAddresses: o.ipv6NodePortAddresses } : {}) });
+    this.#services =
+      o.services === undefined
+        ? undefined
+        : new ServiceWatcher({
+            ...common,
+            nodeName: o.nodeName,
+            services: o.services,
+            ...(o.ipv6NodePortAddresses ? { ipv6NodePortAddresses: o.ipv6NodePortAddresses } : {}),
+            ...(o.healthCheckNodePorts ? { healthCheckNodePorts: o.healthCheckNodePorts } : {}),
+          });
     this.#informers = [
       this.#pods.pods,
       this.#pods.namespaces,

@@ -150,6 +150,56 @@ struct {
 } tendril_lb4_mag SEC(".maps");
 
 /*
+ * loadBalancerSourceRanges: (service, client prefix) → 1. A service whose
+ * slot 0 carries SVC_F_SOURCE_RANGES takes packets only from a source inside
+ * one of its prefixes; every other packet to it is dropped
+ * (DROP_NOT_IN_SRC_RANGE), whatever path it came by. One trie for both
+ * families, keyed as the ipcache is with the service ID in its first bits.
+ */
+struct lb_src_range_key {
+	__u32 prefixlen; /* LB_SRC_RANGE_KEY_FIXED_BITS + the prefix's length */
+	__u16 rev_nat_index;
+	__u8 pad;
+	__u8 family;
+	__u32 ip[4]; /* network order; IPv4 in ip[0] */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct lb_src_range_key);
+	__type(value, __u8);
+	__uint(max_entries, TENDRIL_LB_SRCRANGE_DEFAULT_SIZE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tendril_lb_srcrange SEC(".maps");
+
+/* Whether a service with SVC_F_SOURCE_RANGES takes a packet from this IPv4 source. */
+static __always_inline int lb_src_range_ok4(__u16 rev_nat_index, __be32 saddr)
+{
+	struct lb_src_range_key key = {
+		.prefixlen = LB_SRC_RANGE_KEY_FIXED_BITS + 32,
+		.rev_nat_index = rev_nat_index,
+		.family = 4,
+		.ip = { saddr, 0, 0, 0 },
+	};
+
+	return bpf_map_lookup_elem(&tendril_lb_srcrange, &key) != NULL;
+}
+
+/* The same for an IPv6 source. */
+static __always_inline int lb_src_range_ok6(__u16 rev_nat_index, const __be32 *saddr6)
+{
+	struct lb_src_range_key key = {
+		.prefixlen = LB_SRC_RANGE_KEY_FIXED_BITS + 128,
+		.rev_nat_index = rev_nat_index,
+		.family = 6,
+	};
+
+	__builtin_memcpy(key.ip, saddr6, 16);
+	return bpf_map_lookup_elem(&tendril_lb_srcrange, &key) != NULL;
+}
+
+/*
  * A frontend lb4_lookup found: its key (slot 0, for the backend slots) and
  * a copy of its service entry, on the stack, so that the translation stage
  * (lb4_translate) can take it as an argument.
@@ -439,6 +489,11 @@ static __always_inline struct lb4_backend *lb4_select(struct flow *f, const stru
 	struct ct_entry *e;
 	int ret;
 
+	/* Every packet, not only a new flow's: a range taken away ends the connections from outside it too. */
+	if ((flags & SVC_F_SOURCE_RANGES) && !lb_src_range_ok4(rev_nat_index, f->saddr)) {
+		*reason = DROP_NOT_IN_SRC_RANGE;
+		return NULL;
+	}
 	lb4_service_ct_key(&ckey, f);
 	e = ct_lookup_key(&ckey, now);
 	if (e && e->rev_nat_index == rev_nat_index && e->backend_id && !lb4_port_reused(e, f)) {
@@ -957,7 +1012,10 @@ static __always_inline struct lb6_backend *lb6_select(struct flow *f, const stru
 	struct ct_entry *e;
 	int ret;
 
-
+	if ((flags & SVC_F_SOURCE_RANGES) && !lb_src_range_ok6(rev_nat_index, f->saddr6)) {
+		*reason = DROP_NOT_IN_SRC_RANGE;
+		return NULL;
+	}
 	ct6_key_init(&ckey.k6, f->saddr6, f->daddr6, f->sport, f->dport, f->proto);
 	ckey.k6.flags = CT_KEY_F_SERVICE;
 	e = ct_key_find(&ckey, 1, now);

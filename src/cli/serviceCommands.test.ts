@@ -66,7 +66,7 @@ describe('argument checks (no agent needed)', () => {
       id: 40000,
       'frontend-address': { ip: '0.0.0.0', port: 30080, protocol: 'TCP' },
       'backend-addresses': [],
-      flags: { type: 'NodePort', trafficPolicy: 'Local', internalTrafficPolicy: 'Local', sessionAffinity: false, sessionAffinityTimeout: 10800 },
+      flags: { type: 'NodePort', trafficPolicy: 'Local', internalTrafficPolicy: 'Local', sessionAffinity: false, sessionAffinityTimeout: 10800, sourceRanges: [] },
       realized: true,
     };
     assert.match(serviceTable([row]), /\n40000\s+0\.0\.0\.0:30080\/TCP\s+NodePort \(Local, internal Local\)\s+\(no backends\)\n/);
@@ -125,7 +125,7 @@ describe('tendril service', () => {
     assert.equal(r.code, 0, r.stderr);
     const status = JSON.parse(r.stdout) as ServiceStatus;
     assert.equal(status.id, 11);
-    assert.deepEqual(status.flags, { type: 'NodePort', trafficPolicy: 'Local', internalTrafficPolicy: 'Cluster', sessionAffinity: true, sessionAffinityTimeout: 60 });
+    assert.deepEqual(status.flags, { type: 'NodePort', trafficPolicy: 'Local', internalTrafficPolicy: 'Cluster', sessionAffinity: true, sessionAffinityTimeout: 60, sourceRanges: [] });
     const { id: _id, ...withoutId } = body;
     const viaStdin = await run([process.execPath, CLI_MAIN, 'service', 'upsert', '--id', '12', '-f', '-', '--socket', sock], {
       input: JSON.stringify({ ...withoutId, 'frontend-address': { ip: '0.0.0.0', port: 30054, protocol: 'TCP' } }),

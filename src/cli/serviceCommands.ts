@@ -67,6 +67,7 @@ export interface UpsertFlags {
   internalTrafficPolicy?: string;
   sessionAffinity?: boolean;
   sessionAffinityTimeout?: string;
+  sourceRanges?: string;
 }
 
 const SPEC_FLAGS: Array<[keyof UpsertFlags, string]> = [
@@ -78,6 +79,7 @@ const SPEC_FLAGS: Array<[keyof UpsertFlags, string]> = [
   ['internalTrafficPolicy', '--internal-traffic-policy'],
   ['sessionAffinity', '--session-affinity'],
   ['sessionAffinityTimeout', '--session-affinity-timeout'],
+  ['sourceRanges', '--source-ranges'],
 ];
 
 /** The body `service upsert` sends, from its flags (without -f). */
@@ -93,6 +95,8 @@ export function serviceBodyFromFlags(o: UpsertFlags): ServiceBody {
       ...(o.internalTrafficPolicy !== undefined ? { internalTrafficPolicy: oneOf(o.internalTrafficPolicy, TRAFFIC_POLICIES, '--internal-traffic-policy') } : {}),
       ...(o.sessionAffinity ? { sessionAffinity: true } : {}),
       ...(o.sessionAffinityTimeout !== undefined ? { sessionAffinityTimeout: wholeNumber(o.sessionAffinityTimeout, '--session-affinity-timeout', 1, 86400) } : {}),
+      // The agent judges each CIDR (and that the type is LoadBalancer): one place says what is wrong.
+      ...(o.sourceRanges !== undefined ? { sourceRanges: o.sourceRanges.split(',').map((r) => r.trim()).filter((r) => r !== '') } : {}),
     },
   };
 }
@@ -213,6 +217,7 @@ function typeText(s: ServiceRow): string {
     ...(s.flags.trafficPolicy === 'Local' ? ['Local'] : []),
     ...(s.flags.internalTrafficPolicy === 'Local' ? ['internal Local'] : []),
     ...(s.flags.sessionAffinity ? [`affinity ${s.flags.sessionAffinityTimeout}s`] : []),
+    ...(s.flags.sourceRanges.length > 0 ? [`from ${s.flags.sourceRanges.join(', ')}`] : []),
   ];
   return extra.length === 0 ? s.flags.type : `${s.flags.type} (${extra.join(', ')})`;
 }
@@ -259,6 +264,7 @@ export function registerServiceCommands(program: Command): void {
     .option('--internal-traffic-policy <policy>', 'internalTrafficPolicy: Cluster (default) or Local')
     .option('--session-affinity', 'ClientIP session affinity')
     .option('--session-affinity-timeout <seconds>', 'session affinity timeout (default 10800)')
+    .option('--source-ranges <cidrs>', 'a LoadBalancer\'s loadBalancerSourceRanges: only these sources reach it (comma-separated CIDRs)')
     .action(async (opts: AgentOpts & UpsertFlags) => {
       const { id, body } = await upsertRequest(opts);
       const c = client(opts);

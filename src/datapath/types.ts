@@ -217,6 +217,12 @@ export interface LbServiceEntry {
   /** With --lb-algorithm maglev: the table (backend ID per slot) over `backendIds`. */
   maglevTable?: Uint32Array;
   /**
+   * loadBalancerSourceRanges: CIDRs of the frontend's family; when given,
+   * only sources inside one reach the service (every other packet to it is
+   * dropped, DROP_NOT_IN_SRC_RANGE).
+   */
+  sourceRanges?: readonly string[];
+  /**
    * Every backend the service has, in any state: connections pinned to one
    * of them are kept (a terminating backend has no slot but keeps its
    * connections); one pinned to any other backend chooses again on its next

@@ -78,8 +78,15 @@ describe('k8sServiceFrontends', () => {
     assert.deepEqual(r.frontends['192.0.2.50:80/TCP']!.flags, { type: 'LoadBalancer', internalTrafficPolicy: 'Cluster' });
     assert.deepEqual(r.frontends['2001:db8::5:80/TCP']!.backends, [], 'an IPv6 address takes the IPv6 slices\' backends (none here)');
     assert.deepEqual(r.skipped, ['loadBalancer ingress 192.0.2.51']);
-    const ranged = k8sService('lb', { type: 'LoadBalancer', loadBalancerSourceRanges: ['203.0.113.0/24'] }, { loadBalancer: { ingress: [{ ip: '192.0.2.50' }] } });
-    assert.deepEqual(summary(ranged, []).skipped, ['loadBalancerSourceRanges']);
+    // loadBalancerSourceRanges: on the LoadBalancer frontends of their family only (host bits cleared, as Kubernetes reads them); a family without any takes every source.
+    const ranged = k8sService('lb', { type: 'LoadBalancer', loadBalancerSourceRanges: ['203.0.113.7/24', ' 198.51.100.0/25', '2001:db8:1::/48', 'nope'], ports: [{ name: 'http', port: 80, nodePort: 31000 }] }, { loadBalancer: { ingress: [{ ip: '192.0.2.50' }, { ip: '2001:db8::5' }] } });
+    const rr = summary(ranged, []);
+    assert.deepEqual(rr.frontends['192.0.2.50:80/TCP']!.flags, { type: 'LoadBalancer', internalTrafficPolicy: 'Cluster', sourceRanges: ['203.0.113.0/24', '198.51.100.0/25'] });
+    assert.deepEqual(rr.frontends['2001:db8::5:80/TCP']!.flags, { type: 'LoadBalancer', internalTrafficPolicy: 'Cluster', sourceRanges: ['2001:db8:1::/48'] });
+    assert.deepEqual(rr.frontends['0.0.0.0:31000/TCP']!.flags, { type: 'NodePort', internalTrafficPolicy: 'Cluster' }, 'the NodePort takes every source, as with kube-proxy');
+    assert.deepEqual(rr.skipped, ['loadBalancerSourceRanges nope']);
+    const v4only = k8sService('lb', { type: 'LoadBalancer', loadBalancerSourceRanges: ['203.0.113.0/24'] }, { loadBalancer: { ingress: [{ ip: '2001:db8::5' }] } });
+    assert.equal(summary(v4only, []).frontends['2001:db8::5:80/TCP']!.flags.sourceRanges, undefined);
     // allocateLoadBalancerNodePorts false: no node port, no NodePort frontend.
     const noNp = k8sService('lb', { type: 'LoadBalancer', allocateLoadBalancerNodePorts: false }, { loadBalancer: { ingress: [{ ip: '192.0.2.50' }] } });
     assert.deepEqual(Object.keys(summary(noNp, []).frontends), ['10.96.0.10:80/TCP', '192.0.2.50:80/TCP']);

@@ -4,7 +4,7 @@
  * read them. Pure: IDs, the service API and logging are the caller's.
  */
 import type { V1Endpoint, V1EndpointSlice, V1Service, V1ServicePort } from '@kubernetes/client-node';
-import { compareIp, formatIp, type IpFamily, parseIp, tryParseIp } from '../netip/index.js';
+import { compareIp, formatIp, formatPrefix, type IpFamily, parseIp, tryParseIp, tryParsePrefix } from '../netip/index.js';
 import type { BackendAddress, ServiceFlags, ServiceSpec, ServiceType, TrafficPolicy } from '../service/index.js';
 
 /** What a Service's port or address could not become, with why (logged by the caller). */
@@ -152,8 +152,12 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
     }
   }
   const serviceLbIps = inFamilies('loadBalancer ingress', lbIps);
-  if (serviceLbIps.length > 0 && (spec.loadBalancerSourceRanges ?? []).length > 0) {
-    out.skipped.push({ what: 'loadBalancerSourceRanges', reason: 'not enforced: the LoadBalancer IPs take traffic from every source' });
+  // loadBalancerSourceRanges, per family as kube-proxy reads them (host bits cleared); a family none is given for takes every source.
+  const rangesOf = new Map<IpFamily, string[]>([[4, []], [6, []]]);
+  for (const text of spec.loadBalancerSourceRanges ?? []) {
+    const p = tryParsePrefix(text.trim(), { hostBits: 'mask' });
+    if (p) rangesOf.get(p.family)!.push(formatPrefix(p));
+    else if (serviceLbIps.length > 0) out.skipped.push({ what: `loadBalancerSourceRanges ${text}`, reason: 'not a CIDR' });
   }
   for (const port of spec.ports ?? []) {
     const protocol = port.protocol ?? 'TCP';
@@ -186,7 +190,11 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
       }
     }
     for (const ip of externalIps) add(ip, port.port, 'ExternalIPs', externalPolicy);
-    for (const ip of serviceLbIps) add(ip, port.port, 'LoadBalancer', externalPolicy);
+    for (const ip of serviceLbIps) {
+      add(ip, port.port, 'LoadBalancer', externalPolicy);
+      const ranges = rangesOf.get(familyOf(ip) ?? 4)!;
+      if (ranges.length > 0) out.specs.at(-1)!.flags.sourceRanges = [...ranges];
+    }
   }
   return out;
 }

@@ -425,7 +425,7 @@ describe('ServiceManager', () => {
     local.add('10.0.0.2');
     const cip = await m.upsert(1, clusterIp('10.96.0.1', [be('10.0.0.1'), be('10.0.0.2')], { internalTrafficPolicy: 'Local' }));
     const [c1, c2] = cip.service['backend-addresses'].map((b) => b.id);
-    assert.deepEqual(m.get(1)!.flags, { type: 'ClusterIP', trafficPolicy: 'Cluster', internalTrafficPolicy: 'Local', sessionAffinity: false, sessionAffinityTimeout: 10800 });
+    assert.deepEqual(m.get(1)!.flags, { type: 'ClusterIP', trafficPolicy: 'Cluster', internalTrafficPolicy: 'Local', sessionAffinity: false, sessionAffinityTimeout: 10800, sourceRanges: [] });
     assert.deepEqual(lb.services.get(1)!.backendIds, [c2]);
     assert.equal(lb.services.get(1)!.internalBackendIds, undefined, 'a ClusterIP has one scope');
     const np: ServiceSpec = { 'frontend-address': { ip: '0.0.0.0', port: 30080, protocol: 'TCP' }, 'backend-addresses': [be('10.0.0.1'), be('10.0.0.2')], flags: { type: 'NodePort', internalTrafficPolicy: 'Local' } };

@@ -78,6 +78,7 @@ export function renderService(svc: NormalizedService, ctx: RenderContext): LbSer
     memberIds: ids(svc.backends),
   };
   if (twoScopes) entry.internalBackendIds = ids(internalLocal ? local() : cluster);
+  if (svc.flags.sourceRanges.length > 0) entry.sourceRanges = [...svc.flags.sourceRanges];
   if (ctx.algorithm === 'maglev' && external.length > 0) {
     entry.maglevTable = buildMaglevTable(
       external.map((b) => {

@@ -39,6 +39,12 @@ export interface ServiceFlags {
   sessionAffinity?: boolean;
   /** Seconds, 1..86400; default 10800 (Kubernetes'). */
   sessionAffinityTimeout?: number;
+  /**
+   * loadBalancerSourceRanges (a LoadBalancer only): CIDRs of the frontend's
+   * family; when given, only sources inside one reach the service, from
+   * outside the node and from its pods alike. Default: every source.
+   */
+  sourceRanges?: string[];
 }
 
 /** The body of PUT /service/{id}. */

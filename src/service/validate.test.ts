@@ -24,8 +24,24 @@ describe('validateServiceSpec', () => {
       id: 7,
       frontend: { ip: '10.96.0.10', port: 80, protocol: 'TCP' },
       backends: [{ ip: '10.0.0.5', port: 8080, weight: 1, state: 'active' }],
-      flags: { type: 'ClusterIP', trafficPolicy: 'Cluster', internalTrafficPolicy: 'Cluster', sessionAffinity: false, sessionAffinityTimeout: 10800 },
+      flags: { type: 'ClusterIP', trafficPolicy: 'Cluster', internalTrafficPolicy: 'Cluster', sessionAffinity: false, sessionAffinityTimeout: 10800, sourceRanges: [] },
     });
+  });
+
+  it('loadBalancerSourceRanges: a LoadBalancer\'s only, CIDRs of its family, host bits cleared, sorted without repeats', () => {
+    const lb = (sourceRanges: unknown, ip = '198.51.100.10', type = 'LoadBalancer') =>
+      validateServiceSpec(7, edit((b) => {
+        b['frontend-address'].ip = ip;
+        b.flags = { type, sourceRanges };
+      }));
+    assert.deepEqual(lb(['203.0.113.7/24', '192.0.2.0/25', '203.0.113.0/24']).flags.sourceRanges, ['192.0.2.0/25', '203.0.113.0/24']);
+    assert.deepEqual(lb([]).flags.sourceRanges, []);
+    const refused = (f: () => unknown, message: RegExp) => assert.throws(f, (e: unknown) => isServiceError(e, ServiceErrorCode.INVALID) && message.test(e.message));
+    refused(() => lb(['203.0.113.0/24'], '10.96.0.10', 'ClusterIP'), /^flags\.sourceRanges: only a LoadBalancer frontend takes sourceRanges, this one is ClusterIP/);
+    refused(() => lb(['2001:db8::/32']), /^flags\.sourceRanges: 2001:db8::\/32 is not IPv4 like the frontend 198\.51\.100\.10/);
+    refused(() => lb(['203.0.113.0']), /^flags\.sourceRanges\[0\]: "203\.0\.113\.0" is not a CIDR/);
+    refused(() => lb('203.0.113.0/24'), /^flags\.sourceRanges: must be a list of CIDRs/);
+    refused(() => lb(Array.from({ length: 65 }, (_, i) => `10.${i}.0.0/16`)), /at most 64 ranges/);
   });
 
   it('takes an IPv6 ClusterIP with IPv6 backends, addresses in canonical form', () => {

@@ -6,7 +6,7 @@
  */
 import type { LbBackendState, LbProtocol } from '../datapath/types.js';
 import { MAX_SERVICE_ID } from '../datapath/limits.js';
-import { formatIp, ipFamilyOf, notUnicast, parseIp, prefixContainsIp, tryParseIp, tryParsePrefix } from '../netip/index.js';
+import { formatIp, formatPrefix, ipFamilyOf, notUnicast, parseIp, prefixContainsIp, tryParseIp, tryParsePrefix } from '../netip/index.js';
 import { ServiceError, ServiceErrorCode } from './errors.js';
 import type { ServiceFlags, ServiceType, TrafficPolicy } from './types.js';
 
@@ -18,6 +18,8 @@ export const MAX_AFFINITY_TIMEOUT = 86400;
 export const MAX_BACKEND_WEIGHT = 65535;
 /** A service's slots are counted in 16 bits. */
 export const MAX_BACKENDS_PER_SERVICE = 65535;
+/** loadBalancerSourceRanges of one service (each a prefix in the datapath's trie). */
+export const MAX_SOURCE_RANGES = 64;
 
 /** A backend with its defaults filled in. */
 export interface NormalizedBackend {
@@ -190,7 +192,7 @@ function backends(v: unknown): NormalizedBackend[] {
 function flags(v: unknown): Required<ServiceFlags> {
   const field = 'flags';
   if (!isObject(v)) throw invalid(`${field}: must be an object with at least type`);
-  refuseUnknown(v, field, ['type', 'trafficPolicy', 'internalTrafficPolicy', 'sessionAffinity', 'sessionAffinityTimeout']);
+  refuseUnknown(v, field, ['type', 'trafficPolicy', 'internalTrafficPolicy', 'sessionAffinity', 'sessionAffinityTimeout', 'sourceRanges']);
   const type = oneOf(v.type, `${field}.type`, SERVICE_TYPES);
   const trafficPolicy = v.trafficPolicy === undefined ? 'Cluster' : oneOf(v.trafficPolicy, `${field}.trafficPolicy`, TRAFFIC_POLICIES);
   // Kubernetes' externalTrafficPolicy: traffic of a ClusterIP never comes from outside the node's pods.
@@ -198,7 +200,27 @@ function flags(v: unknown): Required<ServiceFlags> {
   const internalTrafficPolicy = v.internalTrafficPolicy === undefined ? 'Cluster' : oneOf(v.internalTrafficPolicy, `${field}.internalTrafficPolicy`, TRAFFIC_POLICIES);
   if (v.sessionAffinity !== undefined && typeof v.sessionAffinity !== 'boolean') throw invalid(`${field}.sessionAffinity: must be true or false, got ${JSON.stringify(v.sessionAffinity)}`);
   const sessionAffinityTimeout = v.sessionAffinityTimeout === undefined ? DEFAULT_AFFINITY_TIMEOUT : integerIn(v.sessionAffinityTimeout, `${field}.sessionAffinityTimeout`, 1, MAX_AFFINITY_TIMEOUT);
-  return { type, trafficPolicy, internalTrafficPolicy, sessionAffinity: v.sessionAffinity === true, sessionAffinityTimeout };
+  return { type, trafficPolicy, internalTrafficPolicy, sessionAffinity: v.sessionAffinity === true, sessionAffinityTimeout, sourceRanges: sourceRanges(v.sourceRanges, `${field}.sourceRanges`, type) };
+}
+
+/**
+ * loadBalancerSourceRanges: CIDRs (host bits cleared, as Kubernetes reads
+ * them), sorted and without repeats, on a LoadBalancer only (Kubernetes
+ * applies them to the load balancer's addresses, never to the ClusterIP or
+ * NodePort). The family is checked against the frontend's by the caller.
+ */
+function sourceRanges(v: unknown, field: string, type: ServiceType): string[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v)) throw invalid(`${field}: must be a list of CIDRs`);
+  if (v.length > 0 && type !== 'LoadBalancer') throw invalid(`${field}: only a LoadBalancer frontend takes sourceRanges, this one is ${type}`);
+  if (v.length > MAX_SOURCE_RANGES) throw invalid(`${field}: at most ${MAX_SOURCE_RANGES} ranges, got ${v.length}`);
+  const out = new Set<string>();
+  v.forEach((r, i) => {
+    const p = typeof r === 'string' ? tryParsePrefix(r, { hostBits: 'mask' }) : undefined;
+    if (!p) throw invalid(`${field}[${i}]: ${JSON.stringify(r)} is not a CIDR`);
+    out.add(formatPrefix(p));
+  });
+  return [...out].sort();
 }
 
 /**
@@ -220,6 +242,8 @@ export function validateServiceSpec(id: unknown, body: unknown, ctx: ValidationC
   // A service is one family (a dual-stack Kubernetes Service is one service per family): the datapath translates within it.
   const other = list.findIndex((b) => ipFamilyOf(b.ip) !== family);
   if (other >= 0) throw invalid(`backend-addresses[${other}].ip: ${list[other]!.ip} is not IPv${family} like the frontend ${front.ip} (a service is one family)`);
+  const foreign = f.sourceRanges.findIndex((r) => ipFamilyOf(r.slice(0, r.indexOf('/'))) !== family);
+  if (foreign >= 0) throw invalid(`flags.sourceRanges: ${f.sourceRanges[foreign]} is not IPv${family} like the frontend ${front.ip}`);
   return { id: sid, frontend: front, backends: list, flags: f };
 }
 

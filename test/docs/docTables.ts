@@ -34,6 +34,7 @@ const MAP_PURPOSE = {
   [MapName.LB_AFFINITY]: 'ClientIP session affinity: (client, service ID) → backend, last used',
   [MapName.LB_MAGLEV]: 'service ID → its Maglev table (an inner array of backend IDs)',
   [MapName.LB_MEMBERS]: '(service ID, backend ID) → 1: every backend a service has, in any state',
+  [MapName.LB_SOURCE_RANGES]: '(service ID, client prefix) → 1: a LoadBalancer\'s `loadBalancerSourceRanges`, both families (LPM trie)',
   [MapName.LB6_SERVICES]: 'IPv6 service frontends, as `tendril_lb4_svc` with 16-byte addresses',
   [MapName.LB6_BACKENDS]: 'IPv6 backends: backend ID → address, port, protocol, state',
   [MapName.LB6_REVNAT]: 'IPv6 service ID (reverse NAT index) → frontend',

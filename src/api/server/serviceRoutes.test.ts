@@ -60,7 +60,7 @@ describe('/v1/service', () => {
       ],
     );
     assert.ok(created['backend-addresses'].every((b) => b.id > 0));
-    assert.deepEqual(created.flags, { type: 'ClusterIP', trafficPolicy: 'Cluster', internalTrafficPolicy: 'Cluster', sessionAffinity: false, sessionAffinityTimeout: 10800 });
+    assert.deepEqual(created.flags, { type: 'ClusterIP', trafficPolicy: 'Cluster', internalTrafficPolicy: 'Cluster', sessionAffinity: false, sessionAffinityTimeout: 10800, sourceRanges: [] });
     assert.equal(created.realized, true);
     assert.deepEqual(await client.getService(7), created);
     assert.deepEqual(await client.listServices(), [created]);

@@ -34,6 +34,7 @@ export const DropReason = {
   // More IPv6 extension headers than the datapath walks (IPV6_MAX_EXT_HEADERS) before the upper layer.
   INVALID_EXTHDR: { code: -156, cilium: 'DROP_INVALID_EXTHDR', text: 'IPv6 extension header chain too long' },
   NO_SERVICE: { code: -158, cilium: 'DROP_NO_SERVICE', text: 'service has no backend for this traffic' },
+  NOT_IN_SRC_RANGE: { code: -177, cilium: 'DROP_NOT_IN_SRC_RANGE', text: 'source is outside the LoadBalancer\'s loadBalancerSourceRanges' },
   NO_CONFIG: { code: -165, cilium: 'DROP_NO_CONFIG', text: 'datapath configuration missing' },
   NAT_NO_MAPPING: { code: -167, cilium: 'DROP_NAT_NO_MAPPING', text: 'no NAT mapping for a translated reply' },
   NAT_UNSUPPORTED_PROTO: { code: -168, cilium: 'DROP_NAT_UNSUPP_PROTO', text: 'SNAT cannot translate this protocol: not sent with the pod\'s address' },
@@ -216,6 +217,8 @@ export const ServiceFlag = {
   MAGLEV: 1 << 5,
   /** The frontend also has an internal-scope entry (scope LbScope.INTERNAL) with every backend, for traffic from inside the node. */
   TWO_SCOPES: 1 << 6,
+  /** loadBalancerSourceRanges: only sources inside the service's prefixes in tendril_lb_srcrange are taken. */
+  SOURCE_RANGES: 1 << 7,
 } as const;
 
 /** The scope byte of a service key: which traffic an entry serves. */
@@ -350,6 +353,8 @@ export const MapName = {
   LB_MAGLEV: 'tendril_lb4_mag',
   /** (reverse NAT index, backend ID) → 1: the backends a service has; a connection pinned to a non-member chooses again. */
   LB_MEMBERS: 'tendril_lb4_member',
+  /** (reverse NAT index, client prefix) → 1: loadBalancerSourceRanges, both families (an LPM trie keyed as the ipcache). */
+  LB_SOURCE_RANGES: 'tendril_lb_srcrange',
   /**
    * IPv6 services, as LB_SERVICES/LB_BACKENDS/LB_REVNAT/LB_AFFINITY with
    * 16-byte addresses. Maglev tables and members are keyed by IDs only
@@ -407,6 +412,8 @@ export const DefaultMapSize = {
   [MapName.LB_MAGLEV]: 65536,
   /** One entry per (service, backend) pair: as many as slots, plus the backends that have none (terminating). */
   [MapName.LB_MEMBERS]: 65536,
+  /** Prefixes of every service's loadBalancerSourceRanges (LPM, allocated on use). */
+  [MapName.LB_SOURCE_RANGES]: 16384,
   [MapName.LB6_SERVICES]: 65536,
   [MapName.LB6_BACKENDS]: 65536,
   [MapName.LB6_REVNAT]: 65536,
@@ -440,6 +447,8 @@ export const POLICY_KEY_L4_BITS = 24;
 export const POLICY_KEY_STAGED = 2;
 /** Bits of an ipcache (and tendril_ipmasq4) key before the address: padding and family. */
 export const IPCACHE_KEY_FIXED_BITS = 32;
+/** Bits of a source range key before the prefix: the service ID, padding and family (as the ipcache's 32). */
+export const LB_SRC_RANGE_KEY_FIXED_BITS = 32;
 
 /** The source a pod's own connection to its own service (hairpin) gets (Cilium's IPV4_LOOPBACK), network order in C. */
 export const LB_HAIRPIN_IP4 = '169.254.42.1';
@@ -558,6 +567,7 @@ export function renderDatapathHeader(): string {
     define('POLICY_KEY_L4_BITS', POLICY_KEY_L4_BITS),
     define('POLICY_KEY_STAGED', POLICY_KEY_STAGED),
     define('IPCACHE_KEY_FIXED_BITS', IPCACHE_KEY_FIXED_BITS),
+    define('LB_SRC_RANGE_KEY_FIXED_BITS', LB_SRC_RANGE_KEY_FIXED_BITS),
     define('IPV6_MAX_EXT_HEADERS', IPV6_MAX_EXT_HEADERS),
     define('MAX_SERVICE_ID', MAX_SERVICE_ID),
     `/* ${LB_HAIRPIN_IP4} */`,

@@ -12,7 +12,7 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseIp, parsePrefix } from '../../netip/index.js';
 import { type Codec, codec } from '../kernel/bpf/index.js';
-import { MapName, PrivateMapName, renderDatapathHeader } from './constants.js';
+import { LB_SRC_RANGE_KEY_FIXED_BITS, MapName, PrivateMapName, renderDatapathHeader } from './constants.js';
 import {
   ct4Key,
   ct6Key,
@@ -37,6 +37,7 @@ import {
   lb4Backend,
   lb4Key,
   lb4MemberKey,
+  lbSourceRangeKey,
   lb4ReverseNat,
   lb4Service,
   lb6AffinityKey,
@@ -439,6 +440,16 @@ describe('datapath layouts against the objects\' BTF', () => {
     });
   }
 
+  it('a source range key holds the service ID and a prefix of either family, host bits cleared on the way back', () => {
+    for (const text of ['203.0.113.0/24', '0.0.0.0/0', '2001:db8:1::/48', '192.0.2.7/32']) {
+      const k = { serviceId: 4242, prefix: parsePrefix(text) };
+      const b = Buffer.alloc(lbSourceRangeKey.size);
+      lbSourceRangeKey.write(k, b, 0);
+      assert.equal(b.readUInt32LE(0), LB_SRC_RANGE_KEY_FIXED_BITS + k.prefix.length, text);
+      assert.deepEqual(lbSourceRangeKey.read(b, 0), k, text);
+    }
+  });
+
   it('the event record is EVENT_SIZE bytes and decodes what it encodes', () => {
     assert.equal(EVENT_SIZE, datapathEvent.size);
     const e: DatapathEvent = { ...event0, type: 1, subtype: 133, saddr: parseIp('10.0.0.1'), daddr: parseIp('10.0.0.2'), tsNs: 123456789n, sport: 80, dport: 443 };
@@ -465,6 +476,7 @@ describe('datapath layouts against the objects\' BTF', () => {
       // A map of maps: its values are inner maps.
       [MapName.LB_MAGLEV]: { key: codec.u32.size },
       [MapName.LB_MEMBERS]: { key: lb4MemberKey.size, value: codec.u8.size },
+      [MapName.LB_SOURCE_RANGES]: { key: lbSourceRangeKey.size, value: codec.u8.size },
       [MapName.SNAT]: { key: nat4Key.size, value: nat4Entry.size },
       [MapName.SNAT6]: { key: nat6Key.size, value: nat6Entry.size },
       [MapName.DEVICES]: { key: codec.u32.size, value: deviceInfo.size },

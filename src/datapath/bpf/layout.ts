@@ -12,7 +12,7 @@
 import { byteLength, familyBits, ipFromBytes, ipToBytes, type IpAddress, type IpFamily, type IpPrefix, maskBits } from '../../netip/index.js';
 import { codec, type Codec } from '../kernel/bpf/index.js';
 import { structCodec } from './btfStruct.js';
-import { GC_BATCH, GC_SAMPLE_MAX, IPCACHE_KEY_FIXED_BITS, NAT_PORT_RANGES, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS, POLICY_KEY_STAGED } from './constants.js';
+import { GC_BATCH, GC_SAMPLE_MAX, IPCACHE_KEY_FIXED_BITS, LB_SRC_RANGE_KEY_FIXED_BITS, NAT_PORT_RANGES, POLICY_KEY_FIXED_BITS, POLICY_KEY_L4_BITS, POLICY_KEY_STAGED } from './constants.js';
 import * as btf from './generated/layouts.js';
 
 const { bytes } = codec;
@@ -248,6 +248,25 @@ export const lb6AffinityKey = structCodec(btf.lb6AffinityKeyLayout, { client: ip
 /** struct lb4_member_key → __u8 */
 export const lb4MemberKey = structCodec(btf.lb4MemberKeyLayout, {});
 export type Lb4MemberKey = codec.CodecValue<typeof lb4MemberKey>;
+
+/** A key of tendril_lb_srcrange: one prefix of a service's loadBalancerSourceRanges. */
+export interface LbSourceRangeKey {
+  serviceId: number;
+  prefix: IpPrefix;
+}
+
+/** struct lb_src_range_key: prefixlen counts the service ID, padding and family (LB_SRC_RANGE_KEY_FIXED_BITS), then the prefix. */
+export const lbSourceRangeKey: Codec<LbSourceRangeKey> = codec.mapped(
+  structCodec(btf.lbSrcRangeKeyLayout, { ip: addressSlot }),
+  (k) => {
+    const family = checkFamily(k.family);
+    const length = k.prefixlen - LB_SRC_RANGE_KEY_FIXED_BITS;
+    if (length < 0 || length > familyBits(family)) throw new RangeError(`source range key prefix length ${length} is outside 0..${familyBits(family)}`);
+    const addr = slotAddress(k.ip, family);
+    return { serviceId: k.revNatIndex, prefix: { family, bits: maskBits(family, addr.bits, length), length } };
+  },
+  (k) => ({ prefixlen: LB_SRC_RANGE_KEY_FIXED_BITS + k.prefix.length, revNatIndex: k.serviceId, family: k.prefix.family, ip: slotBytes(k.prefix) }),
+);
 
 // ---- SNAT: tendril_snat4, tendril_ipmasq4 (bpf/lib/nat.h) ---------------------
 

@@ -10,7 +10,7 @@ import { NetnsPool } from '../../../test/support/netns.js';
 import { runOk } from '../../../test/support/run.js';
 import { requireRoot } from '../../../test/support/root.js';
 import { createLogger } from '../../logging/logger.js';
-import { parseIp } from '../../netip/index.js';
+import { formatPrefix, parseIp, parsePrefix } from '../../netip/index.js';
 import { BpfMap, ensureBpffs, removePinDir } from '../kernel/bpf/index.js';
 import { Netlink } from '../kernel/netlink/index.js';
 import { isDatapathError, type LbServiceEntry } from '../types.js';
@@ -369,5 +369,35 @@ describe('LbMaps', { timeout: 120_000 }, () => {
     });
     assert.equal((await nl.listRoutes({ family: 4, table: 254 })).filter((x) => x.dst.startsWith('10.97.')).length, 0);
     await blb.deleteBackends([1]);
+  });
+
+  it('loadBalancerSourceRanges: the prefixes go in before slot 0 carries SOURCE_RANGES, change in place, go with the service; a restart finds them; strays go at restoreDone', async () => {
+    const ranges = async () => {
+      const out: string[] = [];
+      for await (const k of maps.sourceRanges.keys()) out.push(`${k.serviceId} ${formatPrefix(k.prefix)}`);
+      return out.sort();
+    };
+    await lb.upsertBackends([be(11)]);
+    const lbSvc = (sourceRanges?: string[]) => svc({ id: 11, address: '198.51.100.11', type: 'LoadBalancer', backendIds: [11], ...(sourceRanges ? { sourceRanges } : {}) });
+    await lb.upsertService(lbSvc(['203.0.113.0/24', '192.0.2.0/25']));
+    assert.deepEqual(await ranges(), ['11 192.0.2.0/25', '11 203.0.113.0/24']);
+    assert.equal(maps.services.get(fkey('198.51.100.11', 80, 0))!.flags, ServiceFlag.LOADBALANCER | ServiceFlag.SOURCE_RANGES);
+    await lb.upsertService(lbSvc(['203.0.113.0/24', '10.0.0.0/8']));
+    assert.deepEqual(await ranges(), ['11 10.0.0.0/8', '11 203.0.113.0/24']);
+    await assert.rejects(lb.upsertService(lbSvc(['2001:db8::/32'])), /source range 2001:db8::\/32 is not IPv4 like its frontend/);
+    assert.deepEqual(await ranges(), ['11 10.0.0.0/8', '11 203.0.113.0/24'], 'a refused write changes nothing');
+    // A restart rebuilds the ranges from the map; one no service has (left by a crash) goes at restoreDone.
+    maps.sourceRanges.set({ serviceId: 4242, prefix: parsePrefix('192.0.2.0/24') }, 1);
+    const restarted = await LbMaps.open({ maps, routes: new ServiceRoutes({ netlink: async () => nl, log }), log, maglevTableSize: MAGLEV_SIZE });
+    await restarted.restoreDone([...restarted.serviceIds()], restarted.backendIds());
+    assert.deepEqual(await ranges(), ['11 10.0.0.0/8', '11 203.0.113.0/24']);
+    await restarted.upsertService(lbSvc());
+    assert.deepEqual(await ranges(), []);
+    assert.equal(maps.services.get(fkey('198.51.100.11', 80, 0))!.flags, ServiceFlag.LOADBALANCER);
+    await restarted.upsertService(lbSvc(['203.0.113.0/24']));
+    await restarted.deleteService(11);
+    assert.deepEqual(await ranges(), []);
+    await restarted.deleteBackends([11]);
+    lb = await LbMaps.open({ maps, routes, log, maglevTableSize: MAGLEV_SIZE });
   });
 });

@@ -20,7 +20,7 @@
 import { UndoList } from '../../async/undoList.js';
 import { Serializer } from '../../async/keyedSerializer.js';
 import type { Logger } from '../../logging/logger.js';
-import { formatIp, type IpAddress, tryParseIp } from '../../netip/index.js';
+import { formatIp, formatPrefix, type IpAddress, type IpPrefix, parsePrefix, tryParseIp } from '../../netip/index.js';
 import { isKernelError } from '../kernel/errors.js';
 import { BpfMap, codec, MapOfMaps, RawMap } from '../kernel/bpf/index.js';
 import { DatapathError, type LbBackendEntry, type LbBackendState, type LbProtocol, type LbServiceEntry, type LoadBalancerDatapath } from '../types.js';
@@ -40,6 +40,8 @@ import {
   lb6Backend,
   lb6Key,
   lb6ReverseNat,
+  lbSourceRangeKey,
+  type LbSourceRangeKey,
 } from './layout.js';
 import type { ServiceRoutes } from './serviceRoutes.js';
 
@@ -66,6 +68,7 @@ export interface LbMapSet {
   revNat: ValueFamilyMaps<Lb4ReverseNatValue>;
   maglev: MapOfMaps<number>;
   members: BpfMap<Lb4MemberKey, number>;
+  sourceRanges: BpfMap<LbSourceRangeKey, number>;
 }
 
 /** The load-balancer's typed views of the datapath's maps, given a way to find each raw map by name. */
@@ -76,6 +79,7 @@ export function lbMapSet(raw: (name: MapNameValue) => RawMap): LbMapSet {
     revNat: new ValueFamilyMaps(new BpfMap(raw(MapName.LB_REVNAT), codec.u16, lb4ReverseNat), new BpfMap(raw(MapName.LB6_REVNAT), codec.u16, lb6ReverseNat)),
     maglev: new MapOfMaps(raw(MapName.LB_MAGLEV), codec.u32),
     members: new BpfMap(raw(MapName.LB_MEMBERS), lb4MemberKey, codec.u8),
+    sourceRanges: new BpfMap(raw(MapName.LB_SOURCE_RANGES), lbSourceRangeKey, codec.u8),
   };
 }
 
@@ -106,6 +110,8 @@ interface ServiceShadow {
   members: Set<number>;
   /** The frontend address whose route to tendril_host the service holds (a ClusterIP, external IP or LoadBalancer address). */
   routeAddress?: string;
+  /** Its loadBalancerSourceRanges in tendril_lb_srcrange, as formatPrefix writes them (absent: none). */
+  ranges?: Set<string>;
 }
 
 
@@ -177,6 +183,7 @@ export function serviceFlags(svc: LbServiceEntry): number {
   if (svc.affinityTimeoutSec > 0) flags |= ServiceFlag.AFFINITY;
   if (svc.maglevTable !== undefined) flags |= ServiceFlag.MAGLEV;
   if (svc.internalBackendIds !== undefined) flags |= ServiceFlag.TWO_SCOPES;
+  if ((svc.sourceRanges?.length ?? 0) > 0) flags |= ServiceFlag.SOURCE_RANGES;
   return flags;
 }
 
@@ -238,6 +245,10 @@ export class LbMaps implements LoadBalancerDatapath {
     for await (const id of maps.maglev.keys()) lb.#maglev.add(id);
     // A member of a service no shadow has stays in the map until restoreDone removes strays.
     for await (const k of maps.members.keys()) lb.#services.get(k.revNatIndex)?.members.add(k.backendId);
+    for await (const k of maps.sourceRanges.keys()) {
+      const s = lb.#services.get(k.serviceId);
+      if (s) (s.ranges ??= new Set()).add(formatPrefix(k.prefix));
+    }
     lb.#seedMembers();
     return lb;
   }
@@ -411,6 +422,17 @@ export class LbMaps implements LoadBalancerDatapath {
       const missing = svc.maglevTable.find((b) => b !== 0 && !this.#backends.has(b));
       if (missing !== undefined) throw new DatapathError('not-found', `service ${svc.id}: its Maglev table names backend ${missing}, which is not in the backend map`);
     }
+    const ranges = new Map<string, IpPrefix>();
+    for (const text of svc.sourceRanges ?? []) {
+      let p: IpPrefix;
+      try {
+        p = parsePrefix(text);
+      } catch {
+        throw invalid(`service ${svc.id}: source range ${JSON.stringify(text)} is not a CIDR`);
+      }
+      if (p.family !== frontend.address.family) throw invalid(`service ${svc.id}: source range ${text} is not IPv${frontend.address.family} like its frontend`);
+      ranges.set(formatPrefix(p), p);
+    }
     const wanted = membersOf(svc);
     const absent = [...wanted].filter((b) => !this.#backends.has(b));
     if (absent.length > 0) throw new DatapathError('not-found', `service ${svc.id}: members ${absent.join(', ')} are not in the backend map (upsert them first)`);
@@ -469,6 +491,13 @@ export class LbMaps implements LoadBalancerDatapath {
         await this.opts.routes.hold(svc.id, routeAddress);
         undo.add(() => this.opts.routes.release(svc.id, routeAddress), 'frontend route');
       }
+      // The ranges are in before slot 0 names SOURCE_RANGES (until then the old ones, or none, hold): never a moment that drops a source both allow.
+      for (const [text, prefix] of ranges) {
+        if (old?.ranges?.has(text)) continue;
+        const k = { serviceId: svc.id, prefix };
+        maps.sourceRanges.set(k, 1);
+        undo.add(() => void maps.sourceRanges.delete(k), `source range ${text}`);
+      }
       writeScope(LbScope.EXTERNAL, svc.backendIds);
     } catch (err) {
       await undo.rollBack(this.opts.log, UNDO_FAILED);
@@ -485,6 +514,7 @@ export class LbMaps implements LoadBalancerDatapath {
         }
         if (old.routeAddress !== undefined && old.routeAddress !== routeAddress) await this.opts.routes.release(svc.id, old.routeAddress);
       }
+      for (const text of old?.ranges ?? []) if (!ranges.has(text)) maps.sourceRanges.delete({ serviceId: svc.id, prefix: parsePrefix(text) });
       if (svc.maglevTable === undefined && this.#maglev.has(svc.id)) {
         await maps.maglev.delete(svc.id);
         this.#maglev.delete(svc.id);
@@ -499,7 +529,7 @@ export class LbMaps implements LoadBalancerDatapath {
     } catch (err) {
       throw wrap(`service ${svc.id}: removing entries it no longer has`, err);
     } finally {
-      this.#setShadow(svc.id, { frontend, flags, counts, slots, members, ...(routeAddress !== undefined ? { routeAddress } : {}) });
+      this.#setShadow(svc.id, { frontend, flags, counts, slots, members, ...(routeAddress !== undefined ? { routeAddress } : {}), ...(ranges.size > 0 ? { ranges: new Set(ranges.keys()) } : {}) });
     }
   }
 
@@ -553,6 +583,7 @@ export class LbMaps implements LoadBalancerDatapath {
           maps.members.delete(memberKey(id, b));
           s.members.delete(b);
         }
+        for (const text of s.ranges ?? []) maps.sourceRanges.delete({ serviceId: id, prefix: parsePrefix(text) });
         this.#dropShadow(id);
         if (s.routeAddress !== undefined) await this.opts.routes.release(id, s.routeAddress);
       }
@@ -589,6 +620,8 @@ export class LbMaps implements LoadBalancerDatapath {
     const strayMaglev = [...this.#maglev].filter((id) => !liveSvc.has(id));
     const strayMembers: Lb4MemberKey[] = [];
     for await (const k of maps.members.keys()) if (this.#services.get(k.revNatIndex)?.members.has(k.backendId) !== true) strayMembers.push(k);
+    const strayRanges: LbSourceRangeKey[] = [];
+    for await (const k of maps.sourceRanges.keys()) if (this.#services.get(k.serviceId)?.ranges?.has(formatPrefix(k.prefix)) !== true) strayRanges.push(k);
     const staleBackends = [...this.#backends].filter((id) => !liveBe.has(id));
     try {
       // Slot 0 entries first: a service stops being found before its slots go.
@@ -596,6 +629,7 @@ export class LbMaps implements LoadBalancerDatapath {
       for (const k of strayKeys) maps.services.delete(k);
       for (const id of strayRev) maps.revNat.delete(id);
       for (const k of strayMembers) maps.members.delete(k);
+      for (const k of strayRanges) maps.sourceRanges.delete(k);
       for (const id of strayMaglev) {
         await maps.maglev.delete(id);
         this.#maglev.delete(id);

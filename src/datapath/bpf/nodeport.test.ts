@@ -37,7 +37,7 @@ const BE = {
   REMOTE: { id: 203, ip: REMOTE_POD_IP, port: 8080, proto: IpProto.TCP },
   A_UDP: { id: 204, ip: POD_A.ip, port: 5353, proto: IpProto.UDP },
 } as const;
-const ID = { NODE_PORT: 21, EXTERNAL_IP: 22, UDP: 23 } as const;
+const ID = { NODE_PORT: 21, EXTERNAL_IP: 22, UDP: 23, LB: 24 } as const;
 const COOKIE = 0x1001;
 /** What arrives on the node's device: the router's MAC to the node's. */
 const wire = { srcMac: '0a:00:00:00:99:01', dstMac: '0a:00:00:00:ee:01' };
@@ -129,6 +129,30 @@ describe('bpf_netdev NodePort', () => {
       const r = await h.run(FROM_NETDEV, syn);
       assert.equal(r.retval, TcAction.REDIRECT);
       assert.deepEqual(tuple(r.data), { src: WORLD_IP, dst: POD_A.ip, sport: 50003, dport: 8080 });
+    });
+
+    it('a LoadBalancer with loadBalancerSourceRanges takes only sources inside them: any other packet to it is dropped (NOT_IN_SRC_RANGE), established flows too', async () => {
+      h.addPolicy({ endpointId: POD_A.endpointId, identity: 0, egress: false, cookie: COOKIE });
+      const LB: TestFrontend = { ip: '203.0.113.80', port: 80, proto: IpProto.TCP };
+      lb.addService({ id: ID.LB, frontend: LB, backends: [BE.A.id], flags: ServiceFlag.LOADBALANCER | ServiceFlag.SOURCE_RANGES });
+      lb.addSourceRange(ID.LB, '192.0.2.0/24');
+      const syn = (src: string, sport: number) => tcpFrame({ ...wire, src, dst: LB.ip, sport, dport: 80, flags: TcpFlag.SYN });
+      assert.equal((await h.run(FROM_NETDEV, syn(WORLD_IP, 50010))).retval, TcAction.SHOT);
+      assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('NOT_IN_SRC_RANGE'), direction: INGRESS, saddr: WORLD_IP, srcIdentity: IDENTITY.WORLD }]);
+      assert.equal(h.metric(code('NOT_IN_SRC_RANGE'), INGRESS).packets, 1n);
+      assert.equal(h.ct({ saddr: WORLD_IP, daddr: POD_A.ip, sport: 50010, dport: 8080, proto: IpProto.TCP }), undefined, 'nothing tracked for a refused source');
+      const inside = await h.run(FROM_NETDEV, syn('192.0.2.7', 50011));
+      assert.equal(inside.retval, TcAction.REDIRECT);
+      assert.deepEqual(tuple(inside.data), { src: '192.0.2.7', dst: POD_A.ip, sport: 50011, dport: 8080 });
+      // A range added lets the other source in; taken away, its established flow's next packet is dropped too.
+      lb.addSourceRange(ID.LB, `${WORLD_IP}/32`);
+      assert.equal((await h.run(FROM_NETDEV, syn(WORLD_IP, 50012))).retval, TcAction.REDIRECT);
+      lb.sourceRanges.delete({ serviceId: ID.LB, prefix: parsePrefix(`${WORLD_IP}/32`) });
+      const ack = tcpFrame({ ...wire, src: WORLD_IP, dst: LB.ip, sport: 50012, dport: 80, flags: TcpFlag.ACK });
+      assert.equal((await h.run(FROM_NETDEV, ack)).retval, TcAction.SHOT);
+      // Without SOURCE_RANGES in slot 0 the entries are not looked at: every source.
+      lb.addService({ id: ID.LB, frontend: LB, backends: [BE.A.id], flags: ServiceFlag.LOADBALANCER });
+      assert.equal((await h.run(FROM_NETDEV, syn(WORLD_IP, 50013))).retval, TcAction.REDIRECT);
     });
 
     it('SNATs a Cluster NodePort flow to a backend off the node and reverse-translates its reply (where the host has a route to it; the e2e proves the way out)', async () => {
@@ -426,5 +450,19 @@ describe('bpf_netdev NodePort to a backend on another node, IPv6', () => {
     const r = await h.run(FROM_NETDEV, syn(50051));
     assert.equal(r.retval, TcAction.REDIRECT);
     assert.deepEqual(tuple6(r.data), { src: CLIENT6, dst: BE6.LOCAL.ip, sport: 50051, dport: 8080 });
+  });
+
+  it('an IPv6 LoadBalancer\'s loadBalancerSourceRanges: a source outside them is NOT_IN_SRC_RANGE, one inside reaches the backend', async () => {
+    config(true, INTERNAL6);
+    h.addPolicy({ endpointId: POD_A.endpointId, identity: IDENTITY.WORLD_IPV6, egress: false, cookie: COOKIE });
+    const LB6: TestFrontend = { ip: '2001:db8:80::1', port: 443, proto: IpProto.TCP };
+    lb.addService({ id: 32, frontend: LB6, backends: [BE6.LOCAL.id], flags: ServiceFlag.LOADBALANCER | ServiceFlag.SOURCE_RANGES });
+    lb.addSourceRange(32, '2001:db8:99::/48');
+    const from = (src: string, sport: number) => tcpFrame({ ...wire, src, dst: LB6.ip, sport, dport: 443, flags: TcpFlag.SYN });
+    assert.equal((await h.run(FROM_NETDEV, from('2001:db8:98::9', 50060))).retval, TcAction.SHOT);
+    assertEvents(await h.takeEvents(1), [{ type: DROP, subtype: code('NOT_IN_SRC_RANGE'), direction: INGRESS, srcIdentity: IDENTITY.WORLD_IPV6 }]);
+    const r = await h.run(FROM_NETDEV, from(CLIENT6, 50061));
+    assert.equal(r.retval, TcAction.REDIRECT);
+    assert.deepEqual(tuple6(r.data), { src: CLIENT6, dst: BE6.LOCAL.ip, sport: 50061, dport: 8080 });
   });
 });

@@ -255,6 +255,15 @@ export const lb6ReverseNatLayout = defineStruct('lb6_reverse_nat', 20, 4, {
   pad: { offset: 18, codec: codec.pad(2) }, // __u16 pad
 });
 
+/** struct lb_src_range_key: 24 bytes. */
+export const lbSrcRangeKeyLayout = defineStruct('lb_src_range_key', 24, 4, {
+  prefixlen: { offset: 0, codec: codec.u32 }, // __u32 prefixlen
+  revNatIndex: { offset: 4, codec: codec.u16 }, // __u16 rev_nat_index
+  pad: { offset: 6, codec: codec.pad(1) }, // __u8 pad
+  family: { offset: 7, codec: codec.u8 }, // __u8 family
+  ip: { offset: 8, codec: codec.array(codec.u32, 4) }, // __u32[4] ip
+});
+
 /** struct metrics_key: 4 bytes. */
 export const metricsKeyLayout = defineStruct('metrics_key', 4, 2, {
   reason: { offset: 0, codec: codec.u8 }, // __u8 reason
@@ -375,6 +384,7 @@ export const structLayouts = {
   gc_sample: gcSampleLayout,
   ipcache_key: ipcacheKeyLayout,
   ipmasq_key: ipmasqKeyLayout,
+  lb_src_range_key: lbSrcRangeKeyLayout,
   lb4_affinity_key: lb4AffinityKeyLayout,
   lb4_affinity_value: lb4AffinityValueLayout,
   lb4_backend: lb4BackendLayout,
@@ -419,6 +429,7 @@ export const mapLayouts = {
   tendril_lb4_aff: { type: 'LRU hash', key: { cType: 'struct lb4_affinity_key', size: 8 }, value: { cType: 'struct lb4_affinity_value', size: 16 } },
   tendril_lb4_mag: { type: 'hash of maps', key: { cType: '__u32', size: 4 }, value: undefined },
   tendril_lb4_member: { type: 'hash', key: { cType: 'struct lb4_member_key', size: 8 }, value: { cType: '__u8', size: 1 } },
+  tendril_lb_srcrange: { type: 'LPM trie', key: { cType: 'struct lb_src_range_key', size: 24 }, value: { cType: '__u8', size: 1 } },
   tendril_lb6_svc: { type: 'hash', key: { cType: 'struct lb6_key', size: 24 }, value: { cType: 'struct lb4_service', size: 16 } },
   tendril_lb6_be: { type: 'hash', key: { cType: '__u32', size: 4 }, value: { cType: 'struct lb6_backend', size: 20 } },
   tendril_lb6_rev: { type: 'hash', key: { cType: '__u16', size: 2 }, value: { cType: 'struct lb6_reverse_nat', size: 20 } },

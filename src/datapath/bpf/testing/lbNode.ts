@@ -4,7 +4,7 @@
  * writes them (members, slot 0, slots 1..count, reverse NAT entry), Maglev
  * tables as inner arrays, and the service conntrack entries.
  */
-import { parseIp } from '../../../netip/index.js';
+import { parseIp, parsePrefix } from '../../../netip/index.js';
 import { codec, type BpfMap, type MapOfMaps, RawMap } from '../../kernel/bpf/index.js';
 import { BackendState, CtKeyFlag, LbScope, MapName } from '../constants.js';
 import {
@@ -19,12 +19,14 @@ import {
   lb6Backend,
   lb6Key,
   lb6ReverseNat,
+  lbSourceRangeKey,
   type CtEntryValue,
   type Lb4BackendValue,
   type Lb4Key,
   type Lb4ServiceValue,
   type Lb6BackendValue,
   type Lb6Key,
+  type LbSourceRangeKey,
 } from '../layout.js';
 import type { CtTuple, ProgramHarness } from './programHarness.js';
 
@@ -67,6 +69,7 @@ export class LbNode {
   readonly affinity: BpfMap<ReturnType<typeof lb4AffinityKey.read>, ReturnType<typeof lb4AffinityValue.read>>;
   readonly maglev: MapOfMaps<number>;
   readonly members: BpfMap<ReturnType<typeof lb4MemberKey.read>, number>;
+  readonly sourceRanges: BpfMap<LbSourceRangeKey, number>;
   /** IPv6 services (tendril_lb6_*): a frontend or backend of family 6 goes here; Maglev and members are shared. */
   readonly services6: BpfMap<Lb6Key, Lb4ServiceValue>;
   readonly backends6: BpfMap<number, Lb6BackendValue>;
@@ -81,6 +84,7 @@ export class LbNode {
     this.affinity = h.object.map(MapName.LB_AFFINITY, lb4AffinityKey, lb4AffinityValue);
     this.maglev = h.object.mapOfMaps(MapName.LB_MAGLEV, codec.u32);
     this.members = h.object.map(MapName.LB_MEMBERS, lb4MemberKey, codec.u8);
+    this.sourceRanges = h.object.map(MapName.LB_SOURCE_RANGES, lbSourceRangeKey, codec.u8);
     this.services6 = h.object.map(MapName.LB6_SERVICES, lb6Key, lb4Service);
     this.backends6 = h.object.map(MapName.LB6_BACKENDS, codec.u32, lb6Backend);
     this.revNat6 = h.object.map(MapName.LB6_REVNAT, codec.u16, lb6ReverseNat);
@@ -90,6 +94,11 @@ export class LbNode {
   /** Backend `backendId` is one of service `id`'s (tendril_lb4_member). */
   addMember(id: number, backendId: number): void {
     this.members.set({ revNatIndex: id, backendId }, 1);
+  }
+
+  /** Service `id` (with ServiceFlag.SOURCE_RANGES) takes sources inside `cidr`. */
+  addSourceRange(id: number, cidr: string): void {
+    this.sourceRanges.set({ serviceId: id, prefix: parsePrefix(cidr) }, 1);
   }
 
   /** Backend `backendId` left service `id`. */

@@ -58,6 +58,7 @@ export const TEST_MAP_SIZES: Readonly<MapSizes> = {
   [MapName.LB_AFFINITY]: 256,
   [MapName.LB_MAGLEV]: 16,
   [MapName.LB_MEMBERS]: 1024,
+  [MapName.LB_SOURCE_RANGES]: 256,
   [MapName.LB6_SERVICES]: 1024,
   [MapName.LB6_BACKENDS]: 256,
   [MapName.LB6_REVNAT]: 256,

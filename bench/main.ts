@@ -17,6 +17,7 @@ import { printIpamBench, runIpamBench } from './ipam.js';
 import { printK8sPolicy, runK8sPolicyBench } from './k8sPolicy.js';
 import { printK8sPropagation, runK8sPropagationBench } from './k8sPropagation.js';
 import { printK8sScale, runK8sScaleBench } from './k8sScale.js';
+import { printAgentMemory, runAgentMemoryBench } from './agentMemory.js';
 import { printK8sSync, runK8sSyncBench } from './k8sSync.js';
 import { printMasquerade, runMasqueradeBench } from './masquerade.js';
 import { printPolicyBench, runPolicyBench } from './policy.js';
@@ -54,6 +55,7 @@ const benches: Record<string, () => Promise<void>> = {
   'service-throughput': async () => printServiceThroughput(await runServiceThroughputBench()),
   'service-program': async () => printServiceProgram(await runServiceProgramBench()),
   'service-delete': async () => printServiceDelete(await runServiceDeleteBench()),
+  'agent-memory': async () => printAgentMemory(await runAgentMemoryBench()),
   masquerade: async () => printMasquerade(await runMasqueradeBench()),
   'cluster-throughput': async () => printClusterThroughput(await runClusterThroughputBench()),
   'cluster-latency': async () => printClusterLatency(await runClusterLatencyBench()),

@@ -105,3 +105,39 @@ describe('RuleParser', () => {
     assert.deepEqual(parsePolicyText('---\n---\n'), []);
   });
 });
+
+describe('JSON policy text', () => {
+  const doc = (name: string, port: number) => ({
+    apiVersion: 'tendril.io/v1',
+    kind: 'TendrilNetworkPolicy',
+    metadata: { name, namespace: 'prod' },
+    spec: { endpointSelector: { matchLabels: { app: 'db' } }, ingress: [{ fromEndpoints: [{ matchLabels: { app: 'web' } }], toPorts: [{ ports: [{ port: String(port), protocol: 'TCP' }] }] }] },
+  });
+  const errorOf = (f: () => unknown): string => {
+    try {
+      f();
+    } catch (err) {
+      return (err as Error).message;
+    }
+    return 'no error';
+  };
+
+  test('documents between --- lines give what the YAML parser gives for the same text, numbered alike', () => {
+    const text = ['---', JSON.stringify(doc('a', 5432)), '---', '', '---', JSON.stringify(doc('b', 5433), null, 2), '---', ''].join('\n');
+    // A comment makes the text YAML only: the same documents through the YAML parser.
+    assert.deepEqual(parsePolicyText(text), parsePolicyText(`# yaml\n${text}`));
+    assert.deepEqual(parsePolicyText(text).map((p) => p.name.name), ['a', 'b']);
+    // Errors name the same document either way (the empty one between counts).
+    const bad = text.replace('"5433"', '"99999"');
+    assert.equal(errorOf(() => parsePolicyText(bad)), errorOf(() => parsePolicyText(`# yaml\n${bad}`)));
+    assert.match(errorOf(() => parsePolicyText(bad)), /^document 2\b/);
+  });
+
+  test('JSON the YAML parser would refuse is refused as it refuses it: a repeated key, a syntax error, nesting past the limit', () => {
+    const twice = '{"apiVersion": "tendril.io/v1", "kind": "TendrilNetworkPolicy", "kind": "TendrilNetworkPolicy"}';
+    assert.equal(errorOf(() => parsePolicyText(twice)), errorOf(() => parsePolicyText(`${twice}\n# yaml`)));
+    assert.match(errorOf(() => parsePolicyText(twice)), /unique/i);
+    assert.match(errorOf(() => parsePolicyText('{"kind": ')), /document 0/);
+    assert.match(errorOf(() => parsePolicyText(`${'['.repeat(100)}${']'.repeat(100)}`)), /nested deeper than 64 levels/);
+  });
+});

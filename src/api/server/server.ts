@@ -42,7 +42,7 @@ import { toAgentError } from '../errorMapping.js';
 import { OwnershipError } from '../../errors/ownershipError.js';
 import { type BpfApi, registerBpfRoutes } from './bpfRoutes.js';
 import { type CniHandler, cniRoute } from './cniRoute.js';
-import { findDuplicateKey } from './duplicateKeys.js';
+import { findDuplicateKey } from '../../json/duplicateKeys.js';
 import { type MonitorApi, registerMonitorRoute } from './monitorRoute.js';
 import { type FlowsApi, registerFlowsRoute } from './flowsRoute.js';
 import { registerServiceRoutes } from './serviceRoutes.js';

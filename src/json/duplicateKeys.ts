@@ -1,10 +1,11 @@
 /**
- * Request bodies may name a key once per object. JSON.parse keeps the last
+ * A JSON text may name a key once per object. JSON.parse keeps the last
  * of repeated keys, so `{"id": 1, "id": 2}` reached a route as `{"id": 2}`
  * while a proxy, a log or an audit reading the first one saw `1`: two readers
  * of one body must not disagree. Fastify's JSON parser (secure-json-parse,
- * built on JSON.parse) has no option for it, so the body text is scanned
- * here before that parser runs.
+ * built on JSON.parse) has no option for it, so the API scans a request
+ * body here before that parser runs, and the policy parser scans a JSON
+ * document before it takes JSON.parse's value.
  */
 
 /** Where the first repeated key of a JSON text is: its JSON Pointer-like path and the key. */
@@ -33,6 +34,24 @@ interface Frame {
  * "\u0061" are the same key.
  */
 export function findDuplicateKey(text: string): DuplicateKey | undefined {
+  return scanJson(text).duplicate;
+}
+
+/**
+ * One pass over a JSON text: its first repeated key (as findDuplicateKey)
+ * and how deeply its objects and arrays nest, so a caller can bound the
+ * depth before anything recurses over the parsed value. Stops at the first
+ * repeated key.
+ */
+export function scanJson(text: string): { duplicate?: DuplicateKey; depth: number } {
+  let depth = 0;
+  const duplicate = scan(text, (d) => {
+    if (d > depth) depth = d;
+  });
+  return duplicate ? { duplicate, depth } : { depth };
+}
+
+function scan(text: string, onDepth: (depth: number) => void): DuplicateKey | undefined {
   const stack: Frame[] = [];
   const n = text.length;
   let i = 0;
@@ -61,6 +80,7 @@ export function findDuplicateKey(text: string): DuplicateKey | undefined {
     if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
       const path = top === undefined ? '' : `${top.path}/${top.keys ? top.member : String(top.index)}`;
       stack.push(c === 0x7b ? { keys: new Set(), expectKey: true, member: '', index: 0, path } : { expectKey: false, member: '', index: 0, path });
+      onDepth(stack.length);
     } else if (c === 0x7d /* } */ || c === 0x5d /* ] */) {
       stack.pop();
     } else if (c === 0x2c /* , */ && top) {

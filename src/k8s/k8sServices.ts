@@ -171,10 +171,12 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
       const family = familyOf(ip) ?? 4;
       let backends = backendsOf.get(family);
       if (!backends) backendsOf.set(family, (backends = portBackends(port, slices, family)));
+      // loadBalancerSourceRanges are the load balancer's addresses' alone, those of its family.
+      const ranges = t === 'LoadBalancer' ? rangesOf.get(family)! : [];
       out.specs.push({
         'frontend-address': { ip, port: p, protocol },
         'backend-addresses': backends.map((b) => ({ ...b })),
-        flags: { type: t, ...(trafficPolicy === 'Local' ? { trafficPolicy } : {}), ...baseFlags },
+        flags: { type: t, ...(trafficPolicy === 'Local' ? { trafficPolicy } : {}), ...baseFlags, ...(ranges.length > 0 ? { sourceRanges: [...ranges] } : {}) },
       });
     };
     for (const ip of serviceClusterIps) add(ip, port.port, 'ClusterIP', 'Cluster');
@@ -190,11 +192,7 @@ export function k8sServiceFrontends(svc: V1Service, slices: readonly V1EndpointS
       }
     }
     for (const ip of externalIps) add(ip, port.port, 'ExternalIPs', externalPolicy);
-    for (const ip of serviceLbIps) {
-      add(ip, port.port, 'LoadBalancer', externalPolicy);
-      const ranges = rangesOf.get(familyOf(ip) ?? 4)!;
-      if (ranges.length > 0) out.specs.at(-1)!.flags.sourceRanges = [...ranges];
-    }
+    for (const ip of serviceLbIps) add(ip, port.port, 'LoadBalancer', externalPolicy);
   }
   return out;
 }

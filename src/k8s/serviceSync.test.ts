@@ -279,6 +279,11 @@ describe('ServiceSync over the service manager and the fake datapath', () => {
     await assert.rejects(fetch(`http://127.0.0.1:${port}/`), /fetch failed/);
     await s.update('default/shop', lbService('Local'), slices);
     assert.equal((await probe()).status, 200);
+    // A port that is no port number (an object written past the API server's validation) opens nothing, and lets the old one go.
+    for (const bad of [70000, 0, -1, 1.5, '8080' as unknown as number]) {
+      await s.update('default/shop', { ...lbService('Local'), spec: { ...lbService('Local').spec, healthCheckNodePort: bad } }, slices);
+      assert.deepEqual([...s.healthChecks!.ports()], [], String(bad));
+    }
     await s.stop();
     await assert.rejects(fetch(`http://127.0.0.1:${port}/`), /fetch failed/);
   });

@@ -275,7 +275,9 @@ export class ServiceSync {
     else this.#wanted.delete(key);
     if (this.healthChecks) {
       const spec = svc?.spec;
-      const port = spec?.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local' && (spec.healthCheckNodePort ?? 0) > 0 ? spec.healthCheckNodePort : undefined;
+      // The API server allocates the port; anything but a port number (an object written past its validation) opens nothing.
+      const hc = spec?.healthCheckNodePort;
+      const port = spec?.type === 'LoadBalancer' && spec.externalTrafficPolicy === 'Local' && Number.isInteger(hc) && hc! >= 1 && hc! <= 65535 ? hc : undefined;
       await this.healthChecks.set(key, port);
     }
 

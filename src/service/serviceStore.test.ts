@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, test } from 'node:test';
@@ -52,6 +52,14 @@ describe('ServiceStore', () => {
     assert.deepEqual(store.quarantined().map((q) => q.serviceId), [2, 3, 4, 6]);
     // Moved, not left to fail every start.
     assert.deepEqual(await store.loadAll(), { records: [good], problems: [] });
+  });
+
+  test('a database file replaced while the agent was down (not SQLite) refuses the load with the file and the fix, and is left as it is', async () => {
+    await mkdir(dir, { recursive: true });
+    const garbage = Buffer.alloc(8192, 0x41);
+    await writeFile(join(dir, SERVICE_DB_FILE), garbage);
+    await assert.rejects(store.loadAll(), (err: unknown) => err instanceof Error && err.message.includes(join(dir, SERVICE_DB_FILE)) && /cannot be opened .*move it aside/.test(err.message));
+    assert.deepEqual(await readFile(join(dir, SERVICE_DB_FILE)), garbage);
   });
 
   test("an older agent's record files are taken in once: good ones become rows, bad ones go to .quarantine, half-written ones go", async () => {
